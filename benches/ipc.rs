@@ -1,0 +1,2 @@
+//! IPC benchmark (being built in issue 2).
+fn main() {}

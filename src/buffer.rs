@@ -1,0 +1,395 @@
+//! Shared memory, and the one place where quorumcast touches it through raw pointers.
+//!
+//! Every structure that lives in memory shared between threads or processes (log buffers, ring
+//! buffers, counters) is built on [`AtomicBuffer`]: a bounds-checked view of a mapped region with
+//! typed, explicitly ordered loads and stores. The region is kept alive by reference counting, so a
+//! view can never outlive the memory it points at.
+//!
+//! All multi-byte values are little-endian, as on the wire; quorumcast supports little-endian hosts
+//! only, which lets atomics over shared memory and the wire format be the same bytes.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::Arc;
+
+use memmap2::{MmapMut, MmapOptions};
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("quorumcast lays out shared memory and frames little-endian and supports little-endian hosts only");
+
+/// Size of a cache line as far as false sharing goes: 128 bytes covers the adjacent-line prefetcher of
+/// x86_64 and the 128-byte lines of some aarch64 parts (the same choice as `crossbeam_utils::CachePadded`).
+pub const CACHE_LINE_LENGTH: usize = 128;
+
+/// Size of a page of the mappings we create.
+pub const PAGE_LENGTH: usize = 4096;
+
+/// Rounds `value` up to the next multiple of `alignment`, which must be a power of two.
+#[inline]
+pub const fn align(value: usize, alignment: usize) -> usize {
+    (value + alignment - 1) & !(alignment - 1)
+}
+
+/// The memory behind one or more [`AtomicBuffer`]s: a file mapping or an anonymous mapping.
+#[derive(Debug)]
+pub struct Region {
+    map: MmapMut,
+}
+
+impl Region {
+    /// Maps `length` bytes of fresh, zeroed anonymous memory (page aligned), for use within one process.
+    pub fn anonymous(length: usize) -> io::Result<Arc<Self>> {
+        let map = MmapOptions::new().len(length.max(1)).map_anon()?;
+        Ok(Arc::new(Self { map }))
+    }
+
+    /// Creates (or truncates) the file at `path` with `length` zeroed bytes and maps it shared.
+    ///
+    /// When `pre_touch` is true every page is written once now, so that the first use on the hot path
+    /// does not take a page fault.
+    pub fn create_file(path: &Path, length: usize, pre_touch: bool) -> io::Result<Arc<Self>> {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        file.set_len(length as u64)?;
+        let region = Self::map_file(&file)?;
+        if pre_touch {
+            let buffer = AtomicBuffer::new(Arc::clone(&region));
+            let mut offset = 0;
+            while offset < length {
+                buffer.put_u8(offset, 0);
+                offset += PAGE_LENGTH;
+            }
+        }
+        Ok(region)
+    }
+
+    /// Maps an existing file at `path`, shared, read and write.
+    pub fn open_file(path: &Path) -> io::Result<Arc<Self>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Self::map_file(&file)
+    }
+
+    fn map_file(file: &File) -> io::Result<Arc<Self>> {
+        // SAFETY: the file is shared on purpose: every access through the mapping goes through
+        // `AtomicBuffer`, whose protocol (ordered length fields, single writers per region) is what makes
+        // concurrent access by other processes well defined. Truncation of the file by another process
+        // while mapped is outside that protocol, as it is for Aeron's CnC and log files.
+        let map = unsafe { MmapOptions::new().map_mut(file)? };
+        Ok(Arc::new(Self { map }))
+    }
+
+    /// Length of the region in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// A bounds-checked view of `length` bytes of a shared [`Region`], with typed, ordered access.
+///
+/// Invariants: `ptr .. ptr + length` lies inside `region`, which this view keeps alive; `ptr` is at
+/// least 8-byte aligned when the view was made at an 8-byte-aligned offset (every structure of the
+/// crate lays out its 64-bit fields at 8-byte-aligned offsets, checked by `debug_assert!`).
+///
+/// Cloning a view is cheap (a reference count) and is not done on hot paths: agents hold their views.
+#[derive(Clone)]
+pub struct AtomicBuffer {
+    ptr: NonNull<u8>,
+    length: usize,
+    region: Arc<Region>,
+}
+
+// SAFETY: the view is a pointer into a mapping that is itself `Send + Sync` (memmap2's MmapMut), kept
+// alive by `region`; every access goes through atomics or through copies whose exclusivity is guaranteed
+// by the protocols of the structures built on top (single writer, ordered commit of the length field).
+unsafe impl Send for AtomicBuffer {}
+// SAFETY: see `Send`: shared access is the purpose of this type, and all of it is ordered explicitly.
+unsafe impl Sync for AtomicBuffer {}
+
+impl std::fmt::Debug for AtomicBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtomicBuffer").field("ptr", &self.ptr).field("length", &self.length).finish()
+    }
+}
+
+impl AtomicBuffer {
+    /// A view of the whole region.
+    pub fn new(region: Arc<Region>) -> Self {
+        let length = region.len();
+        let ptr = NonNull::new(region.map.as_ptr() as *mut u8).expect("a mapping is never at null");
+        Self { ptr, length, region }
+    }
+
+    /// A fresh anonymous region of `length` zeroed bytes and a view of all of it.
+    pub fn anonymous(length: usize) -> io::Result<Self> {
+        Ok(Self::new(Region::anonymous(length)?))
+    }
+
+    /// A view of `length` bytes starting at `offset` of this view.
+    ///
+    /// # Panics
+    /// When `offset + length` exceeds this view.
+    pub fn view(&self, offset: usize, length: usize) -> Self {
+        self.check(offset, length);
+        // SAFETY: `offset + length <= self.length` was checked, so the new pointer stays in the region.
+        let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset)) };
+        Self { ptr, length, region: Arc::clone(&self.region) }
+    }
+
+    /// Length of the view in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.length
+    }
+
+    /// Whether the view is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+
+    /// Address of the first byte of the view (for `iovec`s handed to the kernel and for alignment checks).
+    #[inline]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    #[inline(always)]
+    fn check(&self, offset: usize, length: usize) {
+        assert!(
+            offset <= self.length && length <= self.length - offset,
+            "access of {length} bytes at {offset} is outside a buffer of {} bytes",
+            self.length
+        );
+    }
+
+    #[inline(always)]
+    fn at(&self, offset: usize, length: usize) -> *mut u8 {
+        self.check(offset, length);
+        // SAFETY: bounds checked just above.
+        unsafe { self.ptr.as_ptr().add(offset) }
+    }
+
+    #[inline(always)]
+    fn atomic_i32(&self, offset: usize) -> &AtomicI32 {
+        let p = self.at(offset, 4);
+        debug_assert!(p as usize % 4 == 0, "unaligned 32-bit atomic at offset {offset}");
+        // SAFETY: in bounds, aligned (debug-checked; every layout of the crate aligns its fields), and
+        // the memory lives as long as `self.region`, which outlives the returned reference.
+        unsafe { AtomicI32::from_ptr(p as *mut i32) }
+    }
+
+    #[inline(always)]
+    fn atomic_i64(&self, offset: usize) -> &AtomicI64 {
+        let p = self.at(offset, 8);
+        debug_assert!(p as usize % 8 == 0, "unaligned 64-bit atomic at offset {offset}");
+        // SAFETY: as for `atomic_i32`.
+        unsafe { AtomicI64::from_ptr(p as *mut i64) }
+    }
+
+    /// Loads an `i32` with acquire ordering: what was written before the matching release store is visible.
+    #[inline]
+    pub fn get_i32_acquire(&self, offset: usize) -> i32 {
+        self.atomic_i32(offset).load(Ordering::Acquire)
+    }
+
+    /// Loads an `i32` with no ordering (single-writer data, or data ordered by another load).
+    #[inline]
+    pub fn get_i32(&self, offset: usize) -> i32 {
+        self.atomic_i32(offset).load(Ordering::Relaxed)
+    }
+
+    /// Stores an `i32` with release ordering: every earlier write is visible to an acquire load of it.
+    #[inline]
+    pub fn put_i32_release(&self, offset: usize, value: i32) {
+        self.atomic_i32(offset).store(value, Ordering::Release)
+    }
+
+    /// Stores an `i32` with no ordering.
+    #[inline]
+    pub fn put_i32(&self, offset: usize, value: i32) {
+        self.atomic_i32(offset).store(value, Ordering::Relaxed)
+    }
+
+    /// Loads an `i64` with acquire ordering.
+    #[inline]
+    pub fn get_i64_acquire(&self, offset: usize) -> i64 {
+        self.atomic_i64(offset).load(Ordering::Acquire)
+    }
+
+    /// Loads an `i64` with no ordering.
+    #[inline]
+    pub fn get_i64(&self, offset: usize) -> i64 {
+        self.atomic_i64(offset).load(Ordering::Relaxed)
+    }
+
+    /// Stores an `i64` with release ordering.
+    #[inline]
+    pub fn put_i64_release(&self, offset: usize, value: i64) {
+        self.atomic_i64(offset).store(value, Ordering::Release)
+    }
+
+    /// Stores an `i64` with no ordering.
+    #[inline]
+    pub fn put_i64(&self, offset: usize, value: i64) {
+        self.atomic_i64(offset).store(value, Ordering::Relaxed)
+    }
+
+    /// Atomically adds `delta` to an `i64` (acquire-release) and returns the previous value.
+    #[inline]
+    pub fn get_and_add_i64(&self, offset: usize, delta: i64) -> i64 {
+        self.atomic_i64(offset).fetch_add(delta, Ordering::AcqRel)
+    }
+
+    /// Atomically replaces an `i64` equal to `expected` by `new` (acquire-release); true when it did.
+    #[inline]
+    pub fn compare_and_set_i64(&self, offset: usize, expected: i64, new: i64) -> bool {
+        self.atomic_i64(offset).compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Raises an `i64` to `value` if it is lower (release), for single-writer counters of maxima.
+    #[inline]
+    pub fn put_i64_max(&self, offset: usize, value: i64) {
+        if value > self.get_i64(offset) {
+            self.put_i64_release(offset, value);
+        }
+    }
+
+    /// Reads one byte.
+    #[inline]
+    pub fn get_u8(&self, offset: usize) -> u8 {
+        // SAFETY: in bounds (checked by `at`); a byte read has no alignment requirement.
+        unsafe { self.at(offset, 1).read_volatile() }
+    }
+
+    /// Writes one byte.
+    #[inline]
+    pub fn put_u8(&self, offset: usize, value: u8) {
+        // SAFETY: in bounds (checked by `at`).
+        unsafe { self.at(offset, 1).write_volatile(value) }
+    }
+
+    /// Reads a little-endian `u16` (unaligned allowed).
+    #[inline]
+    pub fn get_u16(&self, offset: usize) -> u16 {
+        let mut bytes = [0u8; 2];
+        self.get_bytes(offset, &mut bytes);
+        u16::from_le_bytes(bytes)
+    }
+
+    /// Writes a little-endian `u16` (unaligned allowed).
+    #[inline]
+    pub fn put_u16(&self, offset: usize, value: u16) {
+        self.put_bytes(offset, &value.to_le_bytes());
+    }
+
+    /// Copies `src` into the buffer at `offset`.
+    ///
+    /// The caller's protocol must make this range exclusively its own until it publishes it with a release store.
+    #[inline]
+    pub fn put_bytes(&self, offset: usize, src: &[u8]) {
+        let dst = self.at(offset, src.len());
+        // SAFETY: destination in bounds; `src` is a Rust slice, which cannot overlap memory we only
+        // ever reach through raw pointers while the protocol gives this range to the writer alone.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the buffer.
+    #[inline]
+    pub fn get_bytes(&self, offset: usize, dst: &mut [u8]) {
+        let src = self.at(offset, dst.len());
+        // SAFETY: source in bounds; `dst` is an exclusive Rust slice and cannot alias the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Copies `length` bytes from `src_offset` of `src` to `offset` of this buffer (they may be the same buffer).
+    #[inline]
+    pub fn copy_from(&self, offset: usize, src: &AtomicBuffer, src_offset: usize, length: usize) {
+        let d = self.at(offset, length);
+        let s = src.at(src_offset, length);
+        // SAFETY: both ranges in bounds; `copy` tolerates overlap.
+        unsafe { std::ptr::copy(s, d, length) }
+    }
+
+    /// Sets `length` bytes at `offset` to `value`.
+    #[inline]
+    pub fn set_memory(&self, offset: usize, length: usize, value: u8) {
+        let d = self.at(offset, length);
+        // SAFETY: in bounds; the caller's protocol owns this range.
+        unsafe { std::ptr::write_bytes(d, value, length) }
+    }
+
+    /// Borrows `length` bytes at `offset` as a slice.
+    ///
+    /// The bytes must not be written while the slice lives. Every reader in the crate only borrows frames
+    /// whose committed length it has loaded with acquire, and writers never touch a committed frame again
+    /// until flow control has moved every reader past it (publication limit = slowest reader + term/2).
+    #[inline]
+    pub fn bytes(&self, offset: usize, length: usize) -> &[u8] {
+        let p = self.at(offset, length);
+        // SAFETY: in bounds, alive as long as `self`; not written while borrowed, by the protocol above.
+        unsafe { std::slice::from_raw_parts(p, length) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_are_bounds_checked_and_share_memory() {
+        let whole = AtomicBuffer::anonymous(4096).unwrap();
+        let part = whole.view(128, 256);
+        part.put_i64_release(8, 42);
+        assert_eq!(whole.get_i64_acquire(136), 42);
+        assert_eq!(part.len(), 256);
+        assert!(std::panic::catch_unwind(|| part.get_i64(256)).is_err());
+        assert!(std::panic::catch_unwind(|| whole.view(4000, 200)).is_err());
+    }
+
+    #[test]
+    fn atomics_and_bytes() {
+        let b = AtomicBuffer::anonymous(256).unwrap();
+        assert_eq!(b.get_and_add_i64(0, 5), 0);
+        assert!(b.compare_and_set_i64(0, 5, 7));
+        assert!(!b.compare_and_set_i64(0, 5, 9));
+        b.put_i64_max(0, 3);
+        assert_eq!(b.get_i64(0), 7);
+        b.put_bytes(16, b"hello");
+        let mut out = [0u8; 5];
+        b.get_bytes(16, &mut out);
+        assert_eq!(&out, b"hello");
+        b.copy_from(32, &b.clone(), 16, 5);
+        assert_eq!(b.bytes(32, 5), b"hello");
+        b.put_u16(40, 0xBEEF);
+        assert_eq!(b.get_u16(40), 0xBEEF);
+        b.set_memory(16, 5, 0);
+        assert_eq!(b.bytes(16, 5), &[0; 5]);
+    }
+
+    #[test]
+    fn file_regions_are_shared_between_mappings() {
+        let dir = std::env::temp_dir().join(format!("qc-buffer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("region");
+        let a = AtomicBuffer::new(Region::create_file(&path, 8192, true).unwrap());
+        let b = AtomicBuffer::new(Region::open_file(&path).unwrap());
+        a.put_i64_release(4096, -3);
+        assert_eq!(b.get_i64_acquire(4096), -3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn align_rounds_up() {
+        assert_eq!(align(0, 32), 0);
+        assert_eq!(align(1, 32), 32);
+        assert_eq!(align(160, 32), 160);
+        assert_eq!(align(161, 32), 192);
+    }
+}
