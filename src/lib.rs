@@ -25,3 +25,4 @@ pub mod idle;
 pub mod ipc;
 pub mod log_buffer;
 pub mod ring_buffer;
+pub mod transport;
