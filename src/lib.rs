@@ -20,6 +20,7 @@ pub mod agent;
 pub mod buffer;
 pub mod counters;
 pub mod directory;
+pub mod fault;
 pub mod frame;
 pub mod idle;
 pub mod ipc;
