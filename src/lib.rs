@@ -18,6 +18,7 @@
 
 pub mod agent;
 pub mod buffer;
+pub mod channel;
 pub mod counters;
 pub mod directory;
 pub mod fault;
