@@ -1,17 +1,56 @@
 //! Wire and log frame formats (little-endian), after Aeron's protocol.
 //!
-//! Every frame starts with the same 8-byte header: `frame_length: i32`, `version: u8`, `flags: u8`,
-//! `frame_type: u16`. Data frames have a 32-byte header; frames in a log buffer start on
-//! [`FRAME_ALIGNMENT`]-byte boundaries and their length field holds the unaligned length.
+//! Every frame starts with the same 8-byte [`FrameHeader`]: `frame_length: i32`, `version: u8`,
+//! `flags: u8`, `frame_type: u16`. Data frames have a 32-byte [`DataHeader`]; frames in a log buffer
+//! start on [`FRAME_ALIGNMENT`]-byte boundaries and their length field holds the unaligned length.
 //!
-//! (Core constants only: the full set of frames and the parser are being built in issue 2.)
+//! The module has three parts:
+//!
+//! - **layouts**: one `#[repr(C)]` [`Pod`] struct per frame, each with a compile-time size assert and
+//!   compile-time asserts of its field offsets (Aeron's offsets for Aeron's frames);
+//! - **encoding**: [`encode_data`], [`encode_pad`], [`encode_heartbeat`] and an `encode` method on
+//!   every control frame write one frame into a `&mut [u8]` and return its length;
+//! - **parsing**: [`parse`] reads the frame at the start of a datagram into a typed [`Frame`], and
+//!   [`frames`] walks every frame a datagram carries. Both accept any bytes at any alignment: they copy
+//!   headers out with [`bytemuck::pod_read_unaligned`], use only checked slicing and arithmetic, and
+//!   report bad input as a [`FrameError`], never a panic.
+//!
+//! Datagram layout: a datagram carries one or more whole frames. Each frame starts at a multiple of
+//! [`FRAME_ALIGNMENT`] from the start of the datagram, so a frame is followed by padding up to the next
+//! multiple of 32, except the last frame of a datagram, which may end unpadded. On the wire a PAD frame
+//! is only its 32-byte header (its `frame_length` says how much term space it covers), and a heartbeat
+//! is a 32-byte data header whose `frame_length` is 0.
+
+use std::fmt;
 
 use bytemuck::{Pod, Zeroable};
 
-/// Frames in a log buffer start at multiples of this many bytes.
+// ---------------------------------------------------------------------------------------------------
+// Constants
+// ---------------------------------------------------------------------------------------------------
+
+/// Frames in a log buffer (and in a datagram) start at multiples of this many bytes.
 pub const FRAME_ALIGNMENT: usize = 32;
+/// Length of the header common to every frame.
+pub const FRAME_HEADER_LENGTH: usize = 8;
 /// Length of a data frame header; its payload starts here.
 pub const DATA_HEADER_LENGTH: usize = 32;
+/// Length of a SETUP frame.
+pub const SETUP_LENGTH: usize = 40;
+/// Length of a STATUS MESSAGE frame without the optional group tag.
+pub const STATUS_MESSAGE_LENGTH: usize = 36;
+/// Length of a STATUS MESSAGE frame carrying the optional 8-byte group tag at offset 36.
+pub const STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH: usize = STATUS_MESSAGE_LENGTH + 8;
+/// Length of a NAK frame.
+pub const NAK_LENGTH: usize = 28;
+/// Length of an RTT measurement frame.
+pub const RTTM_LENGTH: usize = 40;
+/// Length of an APPEND_POSITION frame.
+pub const APPEND_POSITION_LENGTH: usize = 40;
+/// Length of a COMMIT_POSITION frame.
+pub const COMMIT_POSITION_LENGTH: usize = 40;
+/// Largest UDP payload a frame run may fill: 65535 - 8 (UDP) - 20 (IPv4), rounded down to 32.
+pub const MAX_UDP_PAYLOAD_LENGTH: usize = 65504;
 /// Protocol version carried in every frame.
 pub const CURRENT_VERSION: u8 = 0;
 
@@ -34,21 +73,45 @@ pub const TERM_ID_OFFSET: usize = 20;
 /// Offset of `reserved_value` (i64) in a data frame.
 pub const RESERVED_VALUE_OFFSET: usize = 24;
 
-/// Begin-fragment flag: the first frame of a message.
+/// Data flag: begin fragment, the first frame of a message.
 pub const BEGIN_FLAG: u8 = 0x80;
-/// End-fragment flag: the last frame of a message.
+/// Data flag: end fragment, the last frame of a message.
 pub const END_FLAG: u8 = 0x40;
-/// Both: a message in one frame.
+/// Data flags of a message in one frame.
 pub const UNFRAGMENTED: u8 = BEGIN_FLAG | END_FLAG;
-/// End of stream.
+/// Data flag: end of stream (set with [`UNFRAGMENTED`] on the last heartbeat of a closed publication).
 pub const EOS_FLAG: u8 = 0x20;
+/// STATUS MESSAGE flag: the receiver asks the sender for a SETUP frame.
+pub const SM_SEND_SETUP_FLAG: u8 = 0x80;
+/// STATUS MESSAGE flag: the receiver is leaving (end of stream).
+pub const SM_EOS_FLAG: u8 = 0x40;
+/// SETUP flag: the sender asks for a response setup.
+pub const SETUP_SEND_RESPONSE_FLAG: u8 = 0x80;
+/// SETUP flag: group semantics (multicast or multi-destination); receivers delay NAKs.
+pub const SETUP_GROUP_FLAG: u8 = 0x40;
+/// RTT measurement flag: this frame is the reply to a measurement request.
+pub const RTTM_REPLY_FLAG: u8 = 0x80;
 
 /// Padding frame type (fills the tail of a term).
 pub const TYPE_PAD: u16 = 0x00;
-/// Data frame type.
+/// Data frame type (also the type of a heartbeat).
 pub const TYPE_DATA: u16 = 0x01;
+/// Negative acknowledgement: a receiver asks for a resend of a range.
+pub const TYPE_NAK: u16 = 0x02;
+/// Status message: a receiver's consumption position and window.
+pub const TYPE_SM: u16 = 0x03;
+/// Error frame (Aeron's; not parsed by quorumcast).
+pub const TYPE_ERR: u16 = 0x04;
+/// Setup: the sender announces a stream's term geometry.
+pub const TYPE_SETUP: u16 = 0x05;
+/// Round-trip-time measurement.
+pub const TYPE_RTTM: u16 = 0x06;
+/// Consensus: a follower acknowledges the log position it has appended (quorumcast's own type).
+pub const TYPE_APPEND_POSITION: u16 = 0x40;
+/// Consensus: the leader announces the committed log position (quorumcast's own type).
+pub const TYPE_COMMIT_POSITION: u16 = 0x41;
 
-/// Rounds `length` up to [`FRAME_ALIGNMENT`].
+/// Rounds `length` up to [`FRAME_ALIGNMENT`]. `length` must be at most `usize::MAX - 31`.
 #[inline]
 pub const fn align_frame(length: usize) -> usize {
     (length + FRAME_ALIGNMENT - 1) & !(FRAME_ALIGNMENT - 1)
@@ -60,11 +123,32 @@ pub const fn framed_length(msg: usize) -> usize {
     align_frame(msg + DATA_HEADER_LENGTH)
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Layouts
+// ---------------------------------------------------------------------------------------------------
+
+/// The 8 bytes every frame starts with.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct FrameHeader {
+    /// Length of the frame, unaligned. Never negative on the wire (the top bit is reserved).
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// Type-specific flags.
+    pub flags: u8,
+    /// One of the `TYPE_*` constants.
+    pub frame_type: u16,
+}
+
 /// The 32-byte data frame header, as laid out in a log buffer and on the wire.
+///
+/// Invariants of a valid data frame: `frame_length` is 0 (heartbeat) or in `32..`, `term_offset` is
+/// non-negative and a multiple of [`FRAME_ALIGNMENT`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct DataHeader {
-    /// Header plus payload, unaligned; 0 for a heartbeat.
+    /// Header plus payload, unaligned; 0 for a heartbeat; for a PAD, the term space it covers.
     pub frame_length: i32,
     /// [`CURRENT_VERSION`].
     pub version: u8,
@@ -84,4 +168,983 @@ pub struct DataHeader {
     pub reserved_value: i64,
 }
 
-const _: () = assert!(std::mem::size_of::<DataHeader>() == DATA_HEADER_LENGTH);
+/// A PAD frame has the data header layout with type [`TYPE_PAD`].
+pub type PadHeader = DataHeader;
+
+impl DataHeader {
+    /// A data header for `session_id`/`stream_id` at (`term_id`, `term_offset`) with `flags`;
+    /// `frame_length` and `reserved_value` are 0 (the encoders fill in the length).
+    pub const fn new(session_id: i32, stream_id: i32, term_id: i32, term_offset: i32, flags: u8) -> Self {
+        Self {
+            frame_length: 0,
+            version: CURRENT_VERSION,
+            flags,
+            frame_type: TYPE_DATA,
+            term_offset,
+            session_id,
+            stream_id,
+            term_id,
+            reserved_value: 0,
+        }
+    }
+
+    /// True when the flags are exactly B|E|EOS, Aeron's end-of-stream marker.
+    pub const fn is_end_of_stream(&self) -> bool {
+        self.flags == UNFRAGMENTED | EOS_FLAG
+    }
+}
+
+/// SETUP (40 bytes): the sender announces the stream's term geometry to receivers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct SetupFrame {
+    /// [`SETUP_LENGTH`].
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// [`SETUP_SEND_RESPONSE_FLAG`], [`SETUP_GROUP_FLAG`].
+    pub flags: u8,
+    /// [`TYPE_SETUP`].
+    pub frame_type: u16,
+    /// Offset in the active term the sender is at.
+    pub term_offset: i32,
+    /// Publication session.
+    pub session_id: i32,
+    /// Stream within the channel.
+    pub stream_id: i32,
+    /// Term id of position 0.
+    pub initial_term_id: i32,
+    /// Term the sender is in.
+    pub active_term_id: i32,
+    /// Length of each term, a power of two.
+    pub term_length: i32,
+    /// Largest datagram the sender sends.
+    pub mtu: i32,
+    /// Multicast time-to-live (0 for unicast).
+    pub ttl: i32,
+}
+
+/// STATUS MESSAGE (36 bytes, or 44 with a group tag): a receiver's consumption position and window.
+///
+/// `receiver_id` is an i64 at offset 28, which is not 8-aligned, so it is stored as little-endian
+/// bytes; use [`StatusMessageFrame::receiver_id`] and [`StatusMessageFrame::set_receiver_id`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct StatusMessageFrame {
+    /// [`STATUS_MESSAGE_LENGTH`] (or [`STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH`] with a group tag).
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// [`SM_SEND_SETUP_FLAG`], [`SM_EOS_FLAG`].
+    pub flags: u8,
+    /// [`TYPE_SM`].
+    pub frame_type: u16,
+    /// Publication session.
+    pub session_id: i32,
+    /// Stream within the channel.
+    pub stream_id: i32,
+    /// Term of the receiver's consumption position.
+    pub consumption_term_id: i32,
+    /// Offset in that term of the consumption position.
+    pub consumption_term_offset: i32,
+    /// Bytes beyond the consumption position the sender may send.
+    pub receiver_window: i32,
+    /// Receiver identity, i64 little-endian.
+    pub receiver_id_bytes: [u8; 8],
+}
+
+impl StatusMessageFrame {
+    /// The receiver id.
+    pub const fn receiver_id(&self) -> i64 {
+        i64::from_le_bytes(self.receiver_id_bytes)
+    }
+
+    /// Sets the receiver id.
+    pub fn set_receiver_id(&mut self, receiver_id: i64) {
+        self.receiver_id_bytes = receiver_id.to_le_bytes();
+    }
+}
+
+/// NAK (28 bytes): a receiver asks for a resend of `length` bytes at (`term_id`, `term_offset`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct NakFrame {
+    /// [`NAK_LENGTH`].
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// No flags defined.
+    pub flags: u8,
+    /// [`TYPE_NAK`].
+    pub frame_type: u16,
+    /// Publication session.
+    pub session_id: i32,
+    /// Stream within the channel.
+    pub stream_id: i32,
+    /// Term of the gap.
+    pub term_id: i32,
+    /// Offset of the gap in that term.
+    pub term_offset: i32,
+    /// Length of the gap in bytes.
+    pub length: i32,
+}
+
+/// RTT measurement (40 bytes): a request, or with [`RTTM_REPLY_FLAG`] the echo of one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct RttmFrame {
+    /// [`RTTM_LENGTH`].
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// [`RTTM_REPLY_FLAG`].
+    pub flags: u8,
+    /// [`TYPE_RTTM`].
+    pub frame_type: u16,
+    /// Publication session.
+    pub session_id: i32,
+    /// Stream within the channel.
+    pub stream_id: i32,
+    /// The requester's timestamp, echoed back in the reply (ns).
+    pub echo_timestamp: i64,
+    /// Time the replier held the request before replying (ns).
+    pub reception_delta: i64,
+    /// Receiver identity.
+    pub receiver_id: i64,
+}
+
+/// APPEND_POSITION (40 bytes, quorumcast's own): follower -> leader, "I have appended the log up to
+/// `log_position` in `leadership_term_id`". The leader commits the quorum's median position.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct AppendPositionFrame {
+    /// [`APPEND_POSITION_LENGTH`].
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// No flags defined yet.
+    pub flags: u8,
+    /// [`TYPE_APPEND_POSITION`].
+    pub frame_type: u16,
+    /// Session of the replicated log's publication.
+    pub session_id: i32,
+    /// Stream of the replicated log.
+    pub stream_id: i32,
+    /// Leadership term the follower appended in (8-aligned, offset 16).
+    pub leadership_term_id: i64,
+    /// Log position (bytes from the start of the log) appended up to (offset 24).
+    pub log_position: i64,
+    /// Id of the follower sending the acknowledgement (offset 32).
+    pub member_id: i32,
+    /// Reserved; written as 0 and ignored on read (keeps the frame free of implicit padding).
+    pub reserved: i32,
+}
+
+/// COMMIT_POSITION (40 bytes, quorumcast's own): leader -> followers, "the log is committed up to
+/// `log_position` in `leadership_term_id`".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct CommitPositionFrame {
+    /// [`COMMIT_POSITION_LENGTH`].
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// No flags defined yet.
+    pub flags: u8,
+    /// [`TYPE_COMMIT_POSITION`].
+    pub frame_type: u16,
+    /// Session of the replicated log's publication.
+    pub session_id: i32,
+    /// Stream of the replicated log.
+    pub stream_id: i32,
+    /// Leadership term of the commit (8-aligned, offset 16).
+    pub leadership_term_id: i64,
+    /// Committed log position (offset 24).
+    pub log_position: i64,
+    /// Id of the leader sending the commit (offset 32).
+    pub leader_member_id: i32,
+    /// Reserved; written as 0 and ignored on read.
+    pub reserved: i32,
+}
+
+// Sizes, and the field offsets of REFERENCE A.1-A.3 (our consensus frames: our own choice).
+macro_rules! assert_layout {
+    ($t:ty, $len:expr, $($field:ident @ $off:expr),* $(,)?) => {
+        const _: () = assert!(std::mem::size_of::<$t>() == $len);
+        $(const _: () = assert!(std::mem::offset_of!($t, $field) == $off);)*
+    };
+}
+assert_layout!(FrameHeader, FRAME_HEADER_LENGTH, frame_length @ 0, version @ 4, flags @ 5, frame_type @ 6);
+assert_layout!(DataHeader, DATA_HEADER_LENGTH, frame_length @ FRAME_LENGTH_OFFSET, version @ VERSION_OFFSET,
+    flags @ FLAGS_OFFSET, frame_type @ TYPE_OFFSET, term_offset @ TERM_OFFSET_OFFSET,
+    session_id @ SESSION_ID_OFFSET, stream_id @ STREAM_ID_OFFSET, term_id @ TERM_ID_OFFSET,
+    reserved_value @ RESERVED_VALUE_OFFSET);
+assert_layout!(SetupFrame, SETUP_LENGTH, term_offset @ 8, session_id @ 12, stream_id @ 16, initial_term_id @ 20,
+    active_term_id @ 24, term_length @ 28, mtu @ 32, ttl @ 36);
+assert_layout!(StatusMessageFrame, STATUS_MESSAGE_LENGTH, session_id @ 8, stream_id @ 12,
+    consumption_term_id @ 16, consumption_term_offset @ 20, receiver_window @ 24, receiver_id_bytes @ 28);
+assert_layout!(NakFrame, NAK_LENGTH, session_id @ 8, stream_id @ 12, term_id @ 16, term_offset @ 20, length @ 24);
+assert_layout!(RttmFrame, RTTM_LENGTH, session_id @ 8, stream_id @ 12, echo_timestamp @ 16,
+    reception_delta @ 24, receiver_id @ 32);
+assert_layout!(AppendPositionFrame, APPEND_POSITION_LENGTH, session_id @ 8, stream_id @ 12,
+    leadership_term_id @ 16, log_position @ 24, member_id @ 32, reserved @ 36);
+assert_layout!(CommitPositionFrame, COMMIT_POSITION_LENGTH, session_id @ 8, stream_id @ 12,
+    leadership_term_id @ 16, log_position @ 24, leader_member_id @ 32, reserved @ 36);
+
+// ---------------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------------
+
+/// What is wrong with a `frame_length` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LengthProblem {
+    /// Negative: the reserved top bit is set (or the frame is still being written in a log).
+    Negative,
+    /// Shorter than the frame type's fixed part.
+    BelowMinimum {
+        /// Smallest valid length for the type.
+        min: usize,
+    },
+    /// Longer than the bytes left in the datagram.
+    BeyondDatagram {
+        /// Bytes left in the datagram from the start of the frame.
+        have: usize,
+    },
+    /// `term_offset + frame_length` does not fit in an i32.
+    EndOverflows,
+}
+
+/// Why bytes could not be read as a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Fewer bytes than the frame's fixed part.
+    Truncated {
+        /// Bytes the fixed part needs.
+        need: usize,
+        /// Bytes available.
+        have: usize,
+    },
+    /// A version other than [`CURRENT_VERSION`].
+    BadVersion {
+        /// The version found.
+        version: u8,
+    },
+    /// A frame type quorumcast does not parse.
+    UnknownType {
+        /// The type found.
+        frame_type: u16,
+    },
+    /// An invalid `frame_length`.
+    BadLength {
+        /// The frame's type.
+        frame_type: u16,
+        /// The length found.
+        frame_length: i32,
+        /// What is wrong with it.
+        problem: LengthProblem,
+    },
+    /// A data or pad `term_offset` that is negative or not a multiple of [`FRAME_ALIGNMENT`].
+    BadTermOffset {
+        /// The offset found.
+        term_offset: i32,
+    },
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Truncated { need, have } => {
+                write!(f, "frame truncated: its fixed part needs {need} bytes but only {have} are left; the datagram was cut short")
+            }
+            Self::BadVersion { version } => {
+                write!(f, "frame version {version} is not supported; the peer must send version {CURRENT_VERSION}")
+            }
+            Self::UnknownType { frame_type } => {
+                write!(f, "frame type {frame_type:#06x} is not a type quorumcast parses; drop the datagram")
+            }
+            Self::BadLength { frame_type, frame_length, problem } => {
+                write!(f, "frame type {frame_type:#06x} has invalid frame_length {frame_length}: ")?;
+                match problem {
+                    LengthProblem::Negative => write!(f, "it is negative (reserved top bit set)"),
+                    LengthProblem::BelowMinimum { min } => write!(f, "it must be at least {min}"),
+                    LengthProblem::BeyondDatagram { have } => {
+                        write!(f, "it runs past the end of the datagram, which has {have} bytes left")
+                    }
+                    LengthProblem::EndOverflows => write!(f, "term_offset + frame_length overflows i32"),
+                }
+            }
+            Self::BadTermOffset { term_offset } => {
+                write!(f, "term_offset {term_offset} must be non-negative and a multiple of {FRAME_ALIGNMENT}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Why a frame could not be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The destination is shorter than the frame.
+    BufferTooShort {
+        /// Bytes the frame needs.
+        need: usize,
+        /// Bytes in the destination.
+        have: usize,
+    },
+    /// The frame length does not fit the i32 `frame_length` field.
+    LengthOverflow {
+        /// The frame length asked for.
+        length: usize,
+    },
+    /// A PAD length below [`DATA_HEADER_LENGTH`] or not a multiple of [`FRAME_ALIGNMENT`].
+    BadPadLength {
+        /// The length asked for.
+        length: usize,
+    },
+    /// A `term_offset` that is negative or not a multiple of [`FRAME_ALIGNMENT`].
+    BadTermOffset {
+        /// The offset asked for.
+        term_offset: i32,
+    },
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::BufferTooShort { need, have } => {
+                write!(f, "destination has {have} bytes but the frame needs {need}; pass a larger buffer")
+            }
+            Self::LengthOverflow { length } => {
+                write!(f, "frame length {length} does not fit in i32; send a shorter payload")
+            }
+            Self::BadPadLength { length } => write!(
+                f,
+                "pad length {length} must be at least {DATA_HEADER_LENGTH} and a multiple of {FRAME_ALIGNMENT}"
+            ),
+            Self::BadTermOffset { term_offset } => {
+                write!(f, "term_offset {term_offset} must be non-negative and a multiple of {FRAME_ALIGNMENT}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+// ---------------------------------------------------------------------------------------------------
+// Encoding
+// ---------------------------------------------------------------------------------------------------
+
+/// Copies `bytes` to the start of `dst`, returning their length.
+fn write_bytes(dst: &mut [u8], bytes: &[u8]) -> Result<usize, EncodeError> {
+    let have = dst.len();
+    let slot = dst.get_mut(..bytes.len()).ok_or(EncodeError::BufferTooShort { need: bytes.len(), have })?;
+    slot.copy_from_slice(bytes);
+    Ok(bytes.len())
+}
+
+fn check_term_offset(term_offset: i32) -> Result<(), EncodeError> {
+    if is_valid_term_offset(term_offset) {
+        Ok(())
+    } else {
+        Err(EncodeError::BadTermOffset { term_offset })
+    }
+}
+
+const fn is_valid_term_offset(term_offset: i32) -> bool {
+    term_offset >= 0 && term_offset % FRAME_ALIGNMENT as i32 == 0
+}
+
+/// Writes a data frame (`header` then `payload`) at the start of `dst` and returns its unaligned length,
+/// `32 + payload.len()`.
+///
+/// `frame_length`, `version` and `frame_type` are set here; the other fields come from `header`. The
+/// bytes after the frame up to the next 32-byte boundary are not touched.
+pub fn encode_data(dst: &mut [u8], header: &DataHeader, payload: &[u8]) -> Result<usize, EncodeError> {
+    check_term_offset(header.term_offset)?;
+    let length =
+        DATA_HEADER_LENGTH.checked_add(payload.len()).ok_or(EncodeError::LengthOverflow { length: usize::MAX })?;
+    let frame_length = i32::try_from(length).map_err(|_| EncodeError::LengthOverflow { length })?;
+    if dst.len() < length {
+        return Err(EncodeError::BufferTooShort { need: length, have: dst.len() });
+    }
+    let full = DataHeader { frame_length, version: CURRENT_VERSION, frame_type: TYPE_DATA, ..*header };
+    let (head, body) = dst.split_at_mut(DATA_HEADER_LENGTH);
+    write_bytes(head, bytemuck::bytes_of(&full))?;
+    write_bytes(body, payload)?;
+    Ok(length)
+}
+
+/// Writes the 32-byte header of a PAD frame covering `pad_length` bytes of term space and returns 32,
+/// the bytes it occupies on the wire.
+///
+/// `pad_length` must be at least 32 and a multiple of [`FRAME_ALIGNMENT`].
+pub fn encode_pad(dst: &mut [u8], header: &DataHeader, pad_length: usize) -> Result<usize, EncodeError> {
+    check_term_offset(header.term_offset)?;
+    if pad_length < DATA_HEADER_LENGTH || pad_length % FRAME_ALIGNMENT != 0 {
+        return Err(EncodeError::BadPadLength { length: pad_length });
+    }
+    let frame_length = i32::try_from(pad_length).map_err(|_| EncodeError::LengthOverflow { length: pad_length })?;
+    let full = DataHeader { frame_length, version: CURRENT_VERSION, frame_type: TYPE_PAD, ..*header };
+    write_bytes(dst, bytemuck::bytes_of(&full))
+}
+
+/// Writes a heartbeat (a data header with `frame_length` 0) and returns 32.
+///
+/// Aeron sends it with flags B|E, plus EOS once the publication is closed; `header.flags` is kept.
+pub fn encode_heartbeat(dst: &mut [u8], header: &DataHeader) -> Result<usize, EncodeError> {
+    check_term_offset(header.term_offset)?;
+    let full = DataHeader { frame_length: 0, version: CURRENT_VERSION, frame_type: TYPE_DATA, ..*header };
+    write_bytes(dst, bytemuck::bytes_of(&full))
+}
+
+/// Fixed-length control frames: their type, length, a template and an encoder.
+macro_rules! control_frame {
+    ($t:ty, $frame_type:expr, $len:expr) => {
+        impl $t {
+            /// This frame's type code.
+            pub const FRAME_TYPE: u16 = $frame_type;
+            /// This frame's length on the wire.
+            pub const LENGTH: usize = $len;
+
+            /// Writes the frame as it is (no field is changed) at the start of `dst`; returns its length.
+            pub fn encode(&self, dst: &mut [u8]) -> Result<usize, EncodeError> {
+                write_bytes(dst, bytemuck::bytes_of(self))
+            }
+        }
+
+        impl Default for $t {
+            /// Zero fields under a valid common header: `frame_length` = the frame's length, version 0,
+            /// no flags, the frame's type.
+            fn default() -> Self {
+                let mut frame = <$t as Zeroable>::zeroed();
+                frame.frame_length = $len as i32;
+                frame.version = CURRENT_VERSION;
+                frame.frame_type = $frame_type;
+                frame
+            }
+        }
+    };
+}
+
+control_frame!(SetupFrame, TYPE_SETUP, SETUP_LENGTH);
+control_frame!(StatusMessageFrame, TYPE_SM, STATUS_MESSAGE_LENGTH);
+control_frame!(NakFrame, TYPE_NAK, NAK_LENGTH);
+control_frame!(RttmFrame, TYPE_RTTM, RTTM_LENGTH);
+control_frame!(AppendPositionFrame, TYPE_APPEND_POSITION, APPEND_POSITION_LENGTH);
+control_frame!(CommitPositionFrame, TYPE_COMMIT_POSITION, COMMIT_POSITION_LENGTH);
+
+impl StatusMessageFrame {
+    /// Writes the frame followed by `group_tag` (44 bytes, `frame_length` set to 44); returns 44.
+    pub fn encode_with_group_tag(&self, dst: &mut [u8], group_tag: i64) -> Result<usize, EncodeError> {
+        if dst.len() < STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH {
+            return Err(EncodeError::BufferTooShort { need: STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH, have: dst.len() });
+        }
+        let frame = Self { frame_length: STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH as i32, ..*self };
+        let (head, tail) = dst.split_at_mut(STATUS_MESSAGE_LENGTH);
+        write_bytes(head, bytemuck::bytes_of(&frame))?;
+        write_bytes(tail, &group_tag.to_le_bytes())?;
+        Ok(STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------------------------------
+
+/// One frame read from a datagram. Headers are copies (so any alignment of the datagram is fine);
+/// a data payload borrows the datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A data frame with `header.frame_length - 32` bytes of payload.
+    Data {
+        /// The header; `frame_type` is [`TYPE_DATA`] and `frame_length >= 32`.
+        header: DataHeader,
+        /// The payload, `frame_length - 32` bytes of the datagram.
+        payload: &'a [u8],
+    },
+    /// A PAD header; `frame_length` (at least 32) is the term space it covers, not bytes on the wire.
+    Pad(PadHeader),
+    /// A heartbeat: a data header with `frame_length` 0.
+    Heartbeat(DataHeader),
+    /// A SETUP frame.
+    Setup(SetupFrame),
+    /// A STATUS MESSAGE, with its group tag when `frame_length >= 44`.
+    StatusMessage {
+        /// The fixed 36 bytes.
+        frame: StatusMessageFrame,
+        /// The optional i64 at offset 36.
+        group_tag: Option<i64>,
+    },
+    /// A NAK.
+    Nak(NakFrame),
+    /// An RTT measurement.
+    Rttm(RttmFrame),
+    /// A follower's append position.
+    AppendPosition(AppendPositionFrame),
+    /// The leader's commit position.
+    CommitPosition(CommitPositionFrame),
+}
+
+impl Frame<'_> {
+    /// The frame's type code.
+    pub const fn frame_type(&self) -> u16 {
+        match self {
+            Self::Data { .. } | Self::Heartbeat(_) => TYPE_DATA,
+            Self::Pad(_) => TYPE_PAD,
+            Self::Setup(_) => TYPE_SETUP,
+            Self::StatusMessage { .. } => TYPE_SM,
+            Self::Nak(_) => TYPE_NAK,
+            Self::Rttm(_) => TYPE_RTTM,
+            Self::AppendPosition(_) => TYPE_APPEND_POSITION,
+            Self::CommitPosition(_) => TYPE_COMMIT_POSITION,
+        }
+    }
+
+    /// Bytes the frame occupies in its datagram before alignment padding: `frame_length` for data and
+    /// control frames, 32 for a PAD header and a heartbeat. Never more than the bytes [`parse`] was given.
+    pub fn wire_length(&self) -> usize {
+        let length = match self {
+            Self::Data { header, .. } => header.frame_length,
+            Self::Pad(_) | Self::Heartbeat(_) => DATA_HEADER_LENGTH as i32,
+            Self::Setup(f) => f.frame_length,
+            Self::StatusMessage { frame, .. } => frame.frame_length,
+            Self::Nak(f) => f.frame_length,
+            Self::Rttm(f) => f.frame_length,
+            Self::AppendPosition(f) => f.frame_length,
+            Self::CommitPosition(f) => f.frame_length,
+        };
+        // Parsed frames have non-negative lengths; 0 only for hand-built values, which is harmless.
+        usize::try_from(length).unwrap_or(0)
+    }
+}
+
+/// Copies a `T` out of the start of `bytes`, whatever their alignment.
+fn read_pod<T: Pod>(bytes: &[u8]) -> Result<T, FrameError> {
+    let need = std::mem::size_of::<T>();
+    let slice = bytes.get(..need).ok_or(FrameError::Truncated { need, have: bytes.len() })?;
+    Ok(bytemuck::pod_read_unaligned(slice))
+}
+
+/// Reads the 8-byte common header at the start of `datagram` and checks its version.
+pub fn peek_header(datagram: &[u8]) -> Result<FrameHeader, FrameError> {
+    let header: FrameHeader = read_pod(datagram)?;
+    if header.version != CURRENT_VERSION {
+        return Err(FrameError::BadVersion { version: header.version });
+    }
+    Ok(header)
+}
+
+/// Checks a `frame_length` against the type's minimum and, when `fits_datagram`, the bytes available.
+fn check_length(header: &FrameHeader, min: usize, have: usize, fits_datagram: bool) -> Result<usize, FrameError> {
+    let bad =
+        |problem| FrameError::BadLength { frame_type: header.frame_type, frame_length: header.frame_length, problem };
+    let length = usize::try_from(header.frame_length).map_err(|_| bad(LengthProblem::Negative))?;
+    if length < min {
+        return Err(bad(LengthProblem::BelowMinimum { min }));
+    }
+    if fits_datagram && length > have {
+        return Err(bad(LengthProblem::BeyondDatagram { have }));
+    }
+    Ok(length)
+}
+
+/// Reads and checks a data, pad or heartbeat frame.
+fn parse_data_like<'a>(datagram: &'a [u8], common: &FrameHeader) -> Result<Frame<'a>, FrameError> {
+    let header: DataHeader = read_pod(datagram)?;
+    if !is_valid_term_offset(header.term_offset) {
+        return Err(FrameError::BadTermOffset { term_offset: header.term_offset });
+    }
+    if header.frame_type == TYPE_DATA && header.frame_length == 0 {
+        return Ok(Frame::Heartbeat(header));
+    }
+    let is_data = header.frame_type == TYPE_DATA;
+    let length = check_length(common, DATA_HEADER_LENGTH, datagram.len(), is_data)?;
+    if header.term_offset.checked_add(header.frame_length).is_none() {
+        let problem = LengthProblem::EndOverflows;
+        return Err(FrameError::BadLength {
+            frame_type: header.frame_type,
+            frame_length: header.frame_length,
+            problem,
+        });
+    }
+    if !is_data {
+        return Ok(Frame::Pad(header));
+    }
+    let payload = datagram.get(DATA_HEADER_LENGTH..length).unwrap_or_default();
+    Ok(Frame::Data { header, payload })
+}
+
+/// Reads and checks a fixed-length control frame of type `T`.
+fn parse_control<T: Pod>(datagram: &[u8], common: &FrameHeader) -> Result<T, FrameError> {
+    let frame: T = read_pod(datagram)?;
+    check_length(common, std::mem::size_of::<T>(), datagram.len(), true)?;
+    Ok(frame)
+}
+
+/// Reads and checks a STATUS MESSAGE and its optional group tag.
+fn parse_status_message<'a>(datagram: &[u8], common: &FrameHeader) -> Result<Frame<'a>, FrameError> {
+    let frame: StatusMessageFrame = parse_control(datagram, common)?;
+    let length = usize::try_from(frame.frame_length).unwrap_or(0);
+    let group_tag = if length >= STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH {
+        Some(i64::from_le_bytes(read_pod(datagram.get(STATUS_MESSAGE_LENGTH..).unwrap_or_default())?))
+    } else {
+        None
+    };
+    Ok(Frame::StatusMessage { frame, group_tag })
+}
+
+/// Reads the one frame at the start of `datagram`, checking it fully.
+///
+/// Checks, in order: at least 8 bytes; version; known type; the type's fixed part is present;
+/// `frame_length` non-negative, at least the fixed part, and (except for PAD, whose length is term
+/// space) within `datagram`; for data/pad/heartbeat, `term_offset` non-negative and 32-aligned and
+/// `term_offset + frame_length` within i32. Bytes after the frame are ignored.
+pub fn parse(datagram: &[u8]) -> Result<Frame<'_>, FrameError> {
+    let common = peek_header(datagram)?;
+    match common.frame_type {
+        TYPE_DATA | TYPE_PAD => parse_data_like(datagram, &common),
+        TYPE_SETUP => parse_control(datagram, &common).map(Frame::Setup),
+        TYPE_SM => parse_status_message(datagram, &common),
+        TYPE_NAK => parse_control(datagram, &common).map(Frame::Nak),
+        TYPE_RTTM => parse_control(datagram, &common).map(Frame::Rttm),
+        TYPE_APPEND_POSITION => parse_control(datagram, &common).map(Frame::AppendPosition),
+        TYPE_COMMIT_POSITION => parse_control(datagram, &common).map(Frame::CommitPosition),
+        frame_type => Err(FrameError::UnknownType { frame_type }),
+    }
+}
+
+/// Iterator over the frames of one datagram; see [`frames`].
+#[derive(Clone, Debug)]
+pub struct Frames<'a> {
+    rest: &'a [u8],
+}
+
+/// Walks the frames of `datagram`: each frame starts at a multiple of 32 bytes from the start, and the
+/// last may end unpadded. Yields `Ok` per frame; after the first `Err` it yields nothing more (the next
+/// frame boundary is unknown). A datagram shorter than 8 bytes yields one [`FrameError::Truncated`];
+/// an empty one yields nothing.
+pub fn frames(datagram: &[u8]) -> Frames<'_> {
+    Frames { rest: datagram }
+}
+
+impl<'a> Frames<'a> {
+    /// The bytes not yet walked (empty after an error).
+    pub fn remaining(&self) -> &'a [u8] {
+        self.rest
+    }
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Frame<'a>, FrameError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        match parse(self.rest) {
+            Ok(frame) => {
+                // wire_length <= rest.len(); the step is at least 1 so the walk always advances.
+                let aligned = frame.wire_length().max(1).checked_next_multiple_of(FRAME_ALIGNMENT);
+                let step = aligned.unwrap_or(usize::MAX).min(self.rest.len());
+                self.rest = self.rest.get(step..).unwrap_or_default();
+                Some(Ok(frame))
+            }
+            Err(error) => {
+                self.rest = &[];
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+impl std::iter::FusedIterator for Frames<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data_header() -> DataHeader {
+        DataHeader { reserved_value: 0x0102_0304_0506_0708, ..DataHeader::new(7, 9, 100, 64, UNFRAGMENTED) }
+    }
+
+    fn i32_at(bytes: &[u8], offset: usize) -> i32 {
+        i32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap())
+    }
+
+    fn i64_at(bytes: &[u8], offset: usize) -> i64 {
+        i64::from_le_bytes(bytes[offset..offset + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn framed_lengths() {
+        assert_eq!(framed_length(0), 32);
+        assert_eq!(framed_length(1), 64);
+        assert_eq!(framed_length(32), 64);
+        assert_eq!(framed_length(128), 160);
+        assert_eq!(framed_length(129), 192);
+        assert_eq!(align_frame(0), 0);
+        assert_eq!(align_frame(33), 64);
+    }
+
+    #[test]
+    fn data_round_trip_and_offsets() {
+        let mut buf = [0xAAu8; 80];
+        let payload = [1u8, 2, 3, 4, 5];
+        assert_eq!(encode_data(&mut buf, &data_header(), &payload), Ok(37));
+        assert_eq!(i32_at(&buf, FRAME_LENGTH_OFFSET), 37);
+        assert_eq!(buf[VERSION_OFFSET], 0);
+        assert_eq!(buf[FLAGS_OFFSET], 0xC0);
+        assert_eq!(u16::from_le_bytes([buf[TYPE_OFFSET], buf[TYPE_OFFSET + 1]]), TYPE_DATA);
+        assert_eq!(i32_at(&buf, 8), 64);
+        assert_eq!(i32_at(&buf, 12), 7);
+        assert_eq!(i32_at(&buf, 16), 9);
+        assert_eq!(i32_at(&buf, 20), 100);
+        assert_eq!(i64_at(&buf, 24), 0x0102_0304_0506_0708);
+        assert_eq!(&buf[32..37], &payload);
+        assert_eq!(buf[37], 0xAA, "bytes after the frame are untouched");
+        let expected = DataHeader { frame_length: 37, ..data_header() };
+        assert_eq!(parse(&buf[..37]), Ok(Frame::Data { header: expected, payload: &payload }));
+        // Trailing bytes are ignored by parse.
+        assert_eq!(parse(&buf), Ok(Frame::Data { header: expected, payload: &payload }));
+    }
+
+    #[test]
+    fn pad_and_heartbeat_round_trip() {
+        let mut buf = [0u8; 32];
+        assert_eq!(encode_pad(&mut buf, &data_header(), 4096), Ok(32));
+        assert_eq!(i32_at(&buf, 0), 4096);
+        let pad = parse(&buf).unwrap();
+        assert_eq!(pad, Frame::Pad(DataHeader { frame_length: 4096, frame_type: TYPE_PAD, ..data_header() }));
+        assert_eq!(pad.wire_length(), 32);
+        assert_eq!(encode_pad(&mut buf, &data_header(), 40), Err(EncodeError::BadPadLength { length: 40 }));
+        assert_eq!(encode_pad(&mut buf, &data_header(), 0), Err(EncodeError::BadPadLength { length: 0 }));
+
+        let eos = DataHeader { flags: UNFRAGMENTED | EOS_FLAG, ..data_header() };
+        assert_eq!(encode_heartbeat(&mut buf, &eos), Ok(32));
+        assert_eq!(i32_at(&buf, 0), 0);
+        match parse(&buf).unwrap() {
+            Frame::Heartbeat(h) => assert!(h.is_end_of_stream() && h.term_offset == 64),
+            other => panic!("expected heartbeat, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn setup_round_trip_and_offsets() {
+        let setup = SetupFrame {
+            flags: SETUP_GROUP_FLAG,
+            term_offset: 96,
+            session_id: 1,
+            stream_id: 2,
+            initial_term_id: 3,
+            active_term_id: 4,
+            term_length: 65536,
+            mtu: 1408,
+            ttl: 8,
+            ..SetupFrame::default()
+        };
+        let mut buf = [0u8; 40];
+        assert_eq!(setup.encode(&mut buf), Ok(40));
+        assert_eq!((i32_at(&buf, 0), buf[5], i32_at(&buf, 8), i32_at(&buf, 12)), (40, 0x40, 96, 1));
+        assert_eq!((i32_at(&buf, 16), i32_at(&buf, 20), i32_at(&buf, 24)), (2, 3, 4));
+        assert_eq!((i32_at(&buf, 28), i32_at(&buf, 32), i32_at(&buf, 36)), (65536, 1408, 8));
+        assert_eq!(u16::from_le_bytes([buf[6], buf[7]]), TYPE_SETUP);
+        assert_eq!(parse(&buf), Ok(Frame::Setup(setup)));
+    }
+
+    #[test]
+    fn status_message_round_trip_and_offsets() {
+        let mut sm = StatusMessageFrame {
+            flags: SM_SEND_SETUP_FLAG,
+            session_id: 5,
+            stream_id: 6,
+            consumption_term_id: 7,
+            consumption_term_offset: 128,
+            receiver_window: 131072,
+            ..StatusMessageFrame::default()
+        };
+        sm.set_receiver_id(-0x1234_5678_9ABC_DEF0);
+        let mut buf = [0u8; 44];
+        assert_eq!(sm.encode(&mut buf), Ok(36));
+        assert_eq!((i32_at(&buf, 8), i32_at(&buf, 12), i32_at(&buf, 16), i32_at(&buf, 20)), (5, 6, 7, 128));
+        assert_eq!(i32_at(&buf, 24), 131072, "receiver_window at 24");
+        assert_eq!(i64_at(&buf, 28), -0x1234_5678_9ABC_DEF0, "receiver_id at 28");
+        assert_eq!(parse(&buf[..36]), Ok(Frame::StatusMessage { frame: sm, group_tag: None }));
+        assert_eq!(sm.receiver_id(), -0x1234_5678_9ABC_DEF0);
+
+        assert_eq!(sm.encode_with_group_tag(&mut buf, 77), Ok(44));
+        assert_eq!(i64_at(&buf, 36), 77);
+        let tagged = StatusMessageFrame { frame_length: 44, ..sm };
+        assert_eq!(parse(&buf), Ok(Frame::StatusMessage { frame: tagged, group_tag: Some(77) }));
+    }
+
+    #[test]
+    fn nak_rttm_round_trip_and_offsets() {
+        let nak =
+            NakFrame { session_id: 1, stream_id: 2, term_id: 3, term_offset: 4, length: 1408, ..NakFrame::default() };
+        let mut buf = [0u8; 40];
+        assert_eq!(nak.encode(&mut buf), Ok(28));
+        assert_eq!((i32_at(&buf, 0), i32_at(&buf, 16), i32_at(&buf, 20), i32_at(&buf, 24)), (28, 3, 4, 1408));
+        assert_eq!(parse(&buf[..28]), Ok(Frame::Nak(nak)));
+
+        let rttm = RttmFrame {
+            flags: RTTM_REPLY_FLAG,
+            session_id: 1,
+            stream_id: 2,
+            echo_timestamp: 10,
+            reception_delta: 20,
+            receiver_id: 30,
+            ..RttmFrame::default()
+        };
+        assert_eq!(rttm.encode(&mut buf), Ok(40));
+        assert_eq!((i64_at(&buf, 16), i64_at(&buf, 24), i64_at(&buf, 32)), (10, 20, 30));
+        assert_eq!(parse(&buf), Ok(Frame::Rttm(rttm)));
+    }
+
+    #[test]
+    fn consensus_frames_round_trip_and_offsets() {
+        let ack = AppendPositionFrame {
+            session_id: 1,
+            stream_id: 2,
+            leadership_term_id: 3,
+            log_position: 1 << 40,
+            member_id: 2,
+            ..AppendPositionFrame::default()
+        };
+        let mut buf = [0u8; 40];
+        assert_eq!(ack.encode(&mut buf), Ok(40));
+        assert_eq!(u16::from_le_bytes([buf[6], buf[7]]), TYPE_APPEND_POSITION);
+        assert_eq!((i64_at(&buf, 16), i64_at(&buf, 24), i32_at(&buf, 32)), (3, 1 << 40, 2));
+        assert_eq!(parse(&buf), Ok(Frame::AppendPosition(ack)));
+
+        let commit = CommitPositionFrame {
+            session_id: 1,
+            stream_id: 2,
+            leadership_term_id: 4,
+            log_position: 4096,
+            leader_member_id: 0,
+            ..CommitPositionFrame::default()
+        };
+        assert_eq!(commit.encode(&mut buf), Ok(40));
+        assert_eq!(u16::from_le_bytes([buf[6], buf[7]]), TYPE_COMMIT_POSITION);
+        assert_eq!((i64_at(&buf, 16), i64_at(&buf, 24)), (4, 4096));
+        assert_eq!(parse(&buf), Ok(Frame::CommitPosition(commit)));
+    }
+
+    #[test]
+    fn encode_rejects_short_buffers_and_bad_offsets() {
+        let mut buf = [0u8; 39];
+        assert_eq!(SetupFrame::default().encode(&mut buf), Err(EncodeError::BufferTooShort { need: 40, have: 39 }));
+        assert_eq!(
+            encode_data(&mut buf, &data_header(), &[0; 8]),
+            Err(EncodeError::BufferTooShort { need: 40, have: 39 })
+        );
+        assert_eq!(
+            encode_heartbeat(&mut buf[..31], &data_header()),
+            Err(EncodeError::BufferTooShort { need: 32, have: 31 })
+        );
+        let odd = DataHeader { term_offset: 33, ..data_header() };
+        assert_eq!(encode_data(&mut buf, &odd, &[]), Err(EncodeError::BadTermOffset { term_offset: 33 }));
+        let mut big = [0u8; 44];
+        let need44 = Err(EncodeError::BufferTooShort { need: 44, have: 43 });
+        assert_eq!(StatusMessageFrame::default().encode_with_group_tag(&mut big[..43], 1), need44);
+    }
+
+    #[test]
+    fn parse_errors_are_typed() {
+        assert_eq!(parse(&[]), Err(FrameError::Truncated { need: 8, have: 0 }));
+        let mut buf = [0u8; 64];
+        encode_data(&mut buf, &data_header(), &[9; 16]).unwrap();
+        assert_eq!(parse(&buf[..20]), Err(FrameError::Truncated { need: 32, have: 20 }));
+        assert_eq!(
+            parse(&buf[..40]),
+            Err(FrameError::BadLength {
+                frame_type: TYPE_DATA,
+                frame_length: 48,
+                problem: LengthProblem::BeyondDatagram { have: 40 }
+            })
+        );
+        let mut bad = buf;
+        bad[4] = 1;
+        assert_eq!(parse(&bad), Err(FrameError::BadVersion { version: 1 }));
+        let mut bad = buf;
+        bad[6] = 0x04;
+        assert_eq!(parse(&bad), Err(FrameError::UnknownType { frame_type: TYPE_ERR }));
+        let mut bad = buf;
+        bad[3] = 0x80;
+        assert!(matches!(parse(&bad), Err(FrameError::BadLength { problem: LengthProblem::Negative, .. })));
+        let mut bad = buf;
+        bad[0] = 31;
+        let below = LengthProblem::BelowMinimum { min: 32 };
+        assert!(matches!(parse(&bad), Err(FrameError::BadLength { problem, .. }) if problem == below));
+        let mut bad = buf;
+        bad[8] = 65;
+        assert_eq!(parse(&bad), Err(FrameError::BadTermOffset { term_offset: 65 }));
+        let mut bad = buf;
+        bad[11] = 0x80;
+        assert!(matches!(parse(&bad), Err(FrameError::BadTermOffset { .. })));
+        // A PAD whose end overflows i32.
+        let mut pad = [0u8; 32];
+        encode_pad(&mut pad, &DataHeader { term_offset: i32::MAX - 31, ..data_header() }, 64).unwrap();
+        assert!(matches!(parse(&pad), Err(FrameError::BadLength { problem: LengthProblem::EndOverflows, .. })));
+        // A NAK claiming to be shorter than 28 bytes, and one cut short.
+        let mut nak = [0u8; 28];
+        NakFrame { frame_length: 20, ..NakFrame::default() }.encode(&mut nak).unwrap();
+        assert!(matches!(
+            parse(&nak),
+            Err(FrameError::BadLength { problem: LengthProblem::BelowMinimum { min: 28 }, .. })
+        ));
+        assert_eq!(parse(&nak[..27]), Err(FrameError::Truncated { need: 28, have: 27 }));
+        for error in [FrameError::UnknownType { frame_type: 9 }, FrameError::Truncated { need: 8, have: 1 }] {
+            assert!(!error.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn iterator_walks_aligned_frames_and_unpadded_last() {
+        let mut dgram = [0u8; 256];
+        let mut at = 0;
+        let h = data_header();
+        at += align_frame(encode_data(&mut dgram[at..], &DataHeader { term_offset: 0, ..h }, &[1; 20]).unwrap());
+        at += align_frame(encode_data(&mut dgram[at..], &DataHeader { term_offset: 64, ..h }, &[2; 50]).unwrap());
+        at += encode_pad(&mut dgram[at..], &DataHeader { term_offset: 160, ..h }, 1024).unwrap();
+        assert_eq!(at, 64 + 96 + 32);
+        let last = encode_data(&mut dgram[at..], &DataHeader { term_offset: 1184, ..h }, &[3; 1]).unwrap();
+        let total = at + last; // 33 bytes of the last frame: unpadded
+        let kinds: Vec<_> = frames(&dgram[..total])
+            .map(|f| match f.unwrap() {
+                Frame::Data { header, payload } => (header.term_offset, payload.len()),
+                Frame::Pad(header) => (header.term_offset, usize::MAX),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, vec![(0, 20), (64, 50), (160, usize::MAX), (1184, 1)]);
+    }
+
+    #[test]
+    fn iterator_stops_after_error() {
+        let mut dgram = [0u8; 96];
+        encode_data(&mut dgram, &data_header(), &[1; 4]).unwrap();
+        dgram[64 + VERSION_OFFSET] = 0xFF; // the next frame starts at align32(36) = 64
+        let mut walk = frames(&dgram);
+        assert!(matches!(walk.next(), Some(Ok(Frame::Data { .. }))));
+        assert_eq!(walk.next(), Some(Err(FrameError::BadVersion { version: 0xFF })));
+        assert_eq!(walk.next(), None);
+        assert!(walk.remaining().is_empty());
+        assert_eq!(frames(&[]).count(), 0);
+        assert_eq!(frames(&[0; 3]).collect::<Vec<_>>(), vec![Err(FrameError::Truncated { need: 8, have: 3 })]);
+    }
+
+    #[test]
+    fn unaligned_datagrams_parse() {
+        let mut storage = [0u8; 200];
+        let sm = StatusMessageFrame { session_id: 3, ..StatusMessageFrame::default() };
+        for shift in 1..8 {
+            sm.encode(&mut storage[shift..]).unwrap();
+            assert_eq!(parse(&storage[shift..shift + 36]), Ok(Frame::StatusMessage { frame: sm, group_tag: None }));
+            let commit = CommitPositionFrame { log_position: 99, ..CommitPositionFrame::default() };
+            commit.encode(&mut storage[shift..]).unwrap();
+            assert_eq!(parse(&storage[shift..]), Ok(Frame::CommitPosition(commit)));
+        }
+    }
+}
