@@ -1,0 +1,116 @@
+//! Several agents run as one.
+
+use std::error::Error;
+use std::fmt;
+
+use super::{Agent, AgentError};
+
+/// Several agents behind one [`Agent`], run in order on one thread.
+///
+/// - `name` is the agents' names joined with `+`, in order (`sender+receiver`);
+/// - `on_start` starts them in order; if one fails, the ones already started and the failing one are
+///   closed in reverse order and the error is returned (so a later `on_close` does nothing);
+/// - `do_work` runs each once, in order, and returns the sum of the work counts. The first error stops the
+///   cycle and is returned, its message prefixed with the failing agent's name. [`AgentError::Terminate`]
+///   from any one terminates the whole composite;
+/// - `on_close` closes the started agents in reverse order, once.
+pub struct CompositeAgent {
+    agents: Vec<Box<dyn Agent>>,
+    name: String,
+    /// How many agents (a prefix of `agents`) have had `on_start` called and not yet `on_close`.
+    started: usize,
+}
+
+impl CompositeAgent {
+    /// A composite of `agents`, run in the given order.
+    pub fn new(agents: Vec<Box<dyn Agent>>) -> Self {
+        let name = agents.iter().map(|a| a.name()).collect::<Vec<_>>().join("+");
+        Self { agents, name, started: 0 }
+    }
+
+    /// The number of agents.
+    pub fn len(&self) -> usize {
+        self.agents.len()
+    }
+
+    /// True when there are no agents.
+    pub fn is_empty(&self) -> bool {
+        self.agents.is_empty()
+    }
+
+    fn close_started(&mut self) {
+        while self.started > 0 {
+            self.started -= 1;
+            self.agents[self.started].on_close();
+        }
+    }
+}
+
+impl fmt::Debug for CompositeAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompositeAgent").field("name", &self.name).field("started", &self.started).finish()
+    }
+}
+
+impl Agent for CompositeAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn on_start(&mut self) -> Result<(), AgentError> {
+        while self.started < self.agents.len() {
+            let index = self.started;
+            // Counted as started before the call: a failing on_start is still followed by its on_close.
+            self.started += 1;
+            if let Err(error) = self.agents[index].on_start() {
+                let error = name_error(self.agents[index].name(), error);
+                self.close_started();
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn do_work(&mut self) -> Result<usize, AgentError> {
+        let mut work = 0usize;
+        for agent in &mut self.agents {
+            match agent.do_work() {
+                Ok(count) => work = work.saturating_add(count),
+                Err(error) => return Err(name_error(agent.name(), error)),
+            }
+        }
+        Ok(work)
+    }
+
+    fn on_close(&mut self) {
+        self.close_started();
+    }
+}
+
+/// Prefixes a failure with the name of the agent (within a composite) that raised it.
+fn name_error(agent: &str, error: AgentError) -> AgentError {
+    match error {
+        AgentError::Terminate => AgentError::Terminate,
+        AgentError::Failed(source) => AgentError::Failed(Box::new(InAgent { agent: agent.to_owned(), source })),
+    }
+}
+
+/// An error raised by one agent of a composite.
+#[derive(Debug)]
+struct InAgent {
+    agent: String,
+    source: Box<dyn Error + Send + Sync>,
+}
+
+impl fmt::Display for InAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.agent, self.source)
+    }
+}
+
+impl Error for InAgent {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.source)
+    }
+}
