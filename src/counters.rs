@@ -418,11 +418,24 @@ pub struct CountersManager {
 }
 
 impl CountersManager {
-    /// Creates (or truncates) the counters file at `path` for `capacity` counters, pre-touched, and
-    /// publishes its header with this process's pid and the current time.
+    /// Creates the counters file at `path` for `capacity` counters, pre-touched, and publishes its
+    /// header with this process's pid and the current time.
+    ///
+    /// An existing file at `path` is unlinked first rather than truncated, so a reader that still maps
+    /// it keeps reading the old values instead of faulting on a shrunken file.
     pub fn create(path: impl AsRef<Path>, capacity: usize) -> Result<Self, CountersError> {
         let path = path.as_ref();
         check_capacity(capacity)?;
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(CountersError::Io {
+                    action: "replace the counters file",
+                    path: path.to_path_buf(),
+                    source: e,
+                })
+            }
+            _ => {}
+        }
         let region = Region::create_file(path, counters_file_length(capacity), true).map_err(|source| {
             CountersError::Io { action: "create the counters file", path: path.to_path_buf(), source }
         })?;
@@ -805,6 +818,20 @@ mod tests {
         reader.for_each(|id, type_id, label, value| seen.push((id, type_id, label.to_owned(), value)));
         assert_eq!(seen, [(0, TYPE_AGENT_WORK, "work".into(), 1), (1, TYPE_AGENT_IDLE_CYCLES, "late".into(), 9)]);
         assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, counters_file_length(16));
+    }
+
+    #[test]
+    fn recreating_a_file_leaves_an_old_reader_on_the_old_values() {
+        let dir = TempDir::new("recreate");
+        let path = dir.0.join(COUNTERS_FILE_NAME);
+        let first = CountersManager::create(&path, 4).unwrap();
+        first.allocate("a", 0).unwrap().set(5);
+        let old_reader = CountersReader::open(&path).unwrap();
+        let second = CountersManager::create(&path, 1).unwrap();
+        second.allocate("b", 0).unwrap().set(6);
+        assert_eq!(old_reader.find("a"), Some(5));
+        let new_reader = CountersReader::open(&path).unwrap();
+        assert_eq!((new_reader.find("a"), new_reader.find("b"), new_reader.capacity()), (None, Some(6), 1));
     }
 
     #[test]
