@@ -1,5 +1,234 @@
-//! `qc-stat`: prints the counters of a running node (being built in issue 2).
-fn main() {
-    eprintln!("qc-stat: not built yet");
-    std::process::exit(2);
+//! `qc-stat`: prints the counters of a quorumcast node, like Aeron's AeronStat.
+//!
+//! ```text
+//! qc-stat [--once] [--interval-ms 1000] [--allow-stale] (--dir PATH | NAME)
+//! ```
+//!
+//! Attaches to the node directory (`NAME` means `/dev/shm/quorumcast/NAME`, or the temp-dir fallback),
+//! reads its `counters.dat` and prints, every interval, each counter's id, value, rate per second since
+//! the previous sample (blank on the first sample) and label. It never writes to the node's files.
+//!
+//! `--once` takes two samples 100 ms apart and prints the second, with rates over those 100 ms, then
+//! exits: a single print still shows what is moving. Rates over 100 ms are coarse for slow counters.
+//!
+//! Exit status: 0 after `--once`, or when the node shuts down (its directory disappears); 1 when the
+//! directory or counters file is missing, unreadable or stale (the node died), 2 on bad arguments.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::{ArgGroup, Parser};
+use quorumcast::counters::{CounterSnapshot, CountersReader, COUNTERS_FILE_NAME};
+use quorumcast::directory::{DirectoryStatus, NodeDirectory};
+
+/// Window of the double sample taken by `--once`.
+const ONCE_WINDOW: Duration = Duration::from_millis(100);
+
+/// Command line of qc-stat.
+#[derive(Debug, Parser)]
+#[command(name = "qc-stat", version, about = "Print the counters of a running quorumcast node")]
+#[command(group(ArgGroup::new("node").required(true).args(["dir", "name"])))]
+struct Args {
+    /// Print once (rates over a 100 ms double sample) and exit.
+    #[arg(long)]
+    once: bool,
+    /// Milliseconds between samples.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    interval_ms: u64,
+    /// Show the last values of a node that died (a stale directory) instead of refusing.
+    #[arg(long)]
+    allow_stale: bool,
+    /// The node directory.
+    #[arg(long, value_name = "PATH")]
+    dir: Option<PathBuf>,
+    /// The node's name, looked up under /dev/shm/quorumcast (or the temp-dir fallback).
+    #[arg(value_name = "NAME")]
+    name: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let path = match (&args.dir, &args.name) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(name)) => NodeDirectory::default_path(name),
+        (None, None) => unreachable!("clap requires --dir or NAME"),
+    };
+    match run(&args, &path) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("qc-stat: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks the node, opens its counters and prints them until done.
+fn run(args: &Args, path: &Path) -> Result<(), String> {
+    let status = NodeDirectory::status(path);
+    let state = describe(&status, path, args.allow_stale)?;
+    let directory = NodeDirectory::attach(path).map_err(|e| e.to_string())?;
+    let reader = CountersReader::open(directory.file(COUNTERS_FILE_NAME))
+        .map_err(|e| format!("cannot read the counters of {} (node {state}): {e}", path.display()))?;
+    if args.once {
+        let first = Sample::take(&reader);
+        thread::sleep(ONCE_WINDOW);
+        let second = Sample::take(&reader);
+        print(&render(path, &state, &reader, &second, Some(&first)), false);
+        return Ok(());
+    }
+    sample_forever(args, path, &reader, state)
+}
+
+/// Prints a sample every interval until the node directory goes away.
+fn sample_forever(args: &Args, path: &Path, reader: &CountersReader, mut state: String) -> Result<(), String> {
+    let interval = Duration::from_millis(args.interval_ms);
+    let clear = std::io::stdout().is_terminal();
+    let mut previous: Option<Sample> = None;
+    loop {
+        let sample = Sample::take(reader);
+        print(&render(path, &state, reader, &sample, previous.as_ref()), clear);
+        previous = Some(sample);
+        thread::sleep(interval);
+        match NodeDirectory::status(path) {
+            DirectoryStatus::Missing => {
+                println!("node in {} has shut down", path.display());
+                return Ok(());
+            }
+            DirectoryStatus::Stale(owner) if !args.allow_stale => {
+                return Err(format!("the node in {} ({owner}) died without shutting down", path.display()));
+            }
+            status => state = describe(&status, path, true)?,
+        }
+    }
+}
+
+/// A one-line description of the node's state, or the error to report for a missing or stale directory.
+fn describe(status: &DirectoryStatus, path: &Path, allow_stale: bool) -> Result<String, String> {
+    match status {
+        DirectoryStatus::Missing => Err(format!(
+            "no node directory at {}: no node is running there (check the node name, or pass --dir)",
+            path.display()
+        )),
+        DirectoryStatus::Stale(owner) if !allow_stale => Err(format!(
+            "{} is stale: its node ({owner}) is not running and left it behind; pass --allow-stale to see \
+             the values it left, or remove the directory",
+            path.display()
+        )),
+        DirectoryStatus::Stale(owner) => Ok(format!("NOT RUNNING, stale: {owner}")),
+        DirectoryStatus::NoLockFile => Ok("state unknown: no lock file".to_owned()),
+        DirectoryStatus::Running(owner) => Ok(format!("running: {owner}")),
+    }
+}
+
+/// The counters at one instant.
+struct Sample {
+    at: Instant,
+    counters: Vec<CounterSnapshot>,
+}
+
+impl Sample {
+    fn take(reader: &CountersReader) -> Self {
+        Self { at: Instant::now(), counters: reader.snapshot() }
+    }
+}
+
+/// The table for `sample`, with rates against `previous` when given.
+fn render(path: &Path, state: &str, reader: &CountersReader, sample: &Sample, previous: Option<&Sample>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "quorumcast node {} ({state}); {} of {} counters",
+        path.display(),
+        sample.counters.len(),
+        reader.capacity()
+    );
+    let _ = writeln!(out, "{:>5}  {:>26}  {:>22}  label", "id", "value", "rate/s");
+    let before: HashMap<i32, i64> =
+        previous.map(|p| p.counters.iter().map(|c| (c.id, c.value)).collect()).unwrap_or_default();
+    let seconds = previous.map(|p| sample.at.duration_since(p.at).as_secs_f64()).filter(|s| *s > 0.0);
+    for counter in &sample.counters {
+        let rate = match (seconds, before.get(&counter.id)) {
+            (Some(seconds), Some(&old)) => format_rate(counter.value.wrapping_sub(old) as f64 / seconds),
+            _ => String::new(),
+        };
+        let _ =
+            writeln!(out, "{:>5}  {:>26}  {:>22}  {}", counter.id, group_digits(counter.value), rate, counter.label);
+    }
+    out
+}
+
+/// Writes `text` to stdout, after clearing the terminal when `clear`; a closed stdout ends quietly.
+fn print(text: &str, clear: bool) {
+    let mut stdout = std::io::stdout().lock();
+    let written = if clear { write!(stdout, "\x1b[H\x1b[2J{text}") } else { writeln!(stdout, "{text}") };
+    if written.and_then(|()| stdout.flush()).is_err() {
+        std::process::exit(0);
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn group_digits(value: i64) -> String {
+    let digits = value.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if value < 0 {
+        out.push('-');
+    }
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// A rate with grouped digits and one decimal.
+fn format_rate(rate: f64) -> String {
+    let tenths = (rate.abs() * 10.0).round() as i64;
+    let sign = if rate < 0.0 && tenths != 0 { "-" } else { "" };
+    format!("{sign}{}.{}", group_digits(tenths / 10), tenths % 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digits_are_grouped_by_thousands() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1000), "1,000");
+        assert_eq!(group_digits(-1_234_567), "-1,234,567");
+        assert_eq!(group_digits(i64::MIN), "-9,223,372,036,854,775,808");
+    }
+
+    #[test]
+    fn rates_have_one_decimal() {
+        assert_eq!(format_rate(0.0), "0.0");
+        assert_eq!(format_rate(1234.56), "1,234.6");
+        assert_eq!(format_rate(-0.5), "-0.5");
+        assert_eq!(format_rate(-0.01), "0.0");
+    }
+
+    #[test]
+    fn rates_are_blank_on_the_first_sample_and_per_second_after() {
+        let manager = quorumcast::counters::CountersManager::anonymous(4).unwrap();
+        let counter = manager.allocate("work", 2).unwrap();
+        let reader = manager.reader();
+        let first = Sample::take(&reader);
+        counter.add(500);
+        let second = Sample { at: first.at + Duration::from_millis(500), counters: reader.snapshot() };
+        let table = render(Path::new("/n"), "running", &reader, &first, None);
+        let row = table.lines().nth(2).unwrap();
+        assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["0", "0", "work"]);
+        let table = render(Path::new("/n"), "running", &reader, &second, Some(&first));
+        let row = table.lines().nth(2).unwrap();
+        assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["0", "500", "1,000.0", "work"]);
+        assert!(table.starts_with("quorumcast node /n (running); 1 of 4 counters"));
+    }
 }

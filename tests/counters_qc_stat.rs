@@ -1,0 +1,153 @@
+//! The built `qc-stat` binary against real node directories: running, by name, missing, stale, and a
+//! node shutting down under a sampling loop.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use quorumcast::counters::{CountersManager, COUNTERS_FILE_NAME, TYPE_SENDER_POSITION, TYPE_SYSTEM};
+use quorumcast::directory::{NodeDirectory, StalePolicy};
+
+fn temp_node(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("qc-test-{}-stat-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    path
+}
+
+fn qc_stat(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qc-stat")).args(args).output().unwrap()
+}
+
+/// A node directory with three counters: two with values, one left at zero.
+fn node(path: &Path) -> (NodeDirectory, CountersManager) {
+    let dir = NodeDirectory::create(path, StalePolicy::Refuse).unwrap();
+    let manager = CountersManager::create(dir.file(COUNTERS_FILE_NAME), 16).unwrap();
+    manager.allocate("Bytes sent", TYPE_SYSTEM).unwrap().set(1_234_567);
+    manager.allocate("snd-pos: stream 3", TYPE_SENDER_POSITION).unwrap().set(-42);
+    manager.allocate("idle", TYPE_SYSTEM).unwrap();
+    (dir, manager)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The words of the output line ending with `label`.
+fn row(stdout: &str, label: &str) -> Vec<String> {
+    let line = stdout.lines().find(|l| l.ends_with(label)).unwrap_or_else(|| panic!("no {label:?} in:\n{stdout}"));
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+#[test]
+fn once_prints_every_counter_with_value_and_rate() {
+    let path = temp_node("once");
+    let (dir, _manager) = node(&path);
+    let output = qc_stat(&["--once", "--dir", path.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", text(&output.stderr));
+    assert!(stdout.contains(&format!("running: pid {}", std::process::id())), "{stdout}");
+    assert!(stdout.contains("3 of 16 counters"), "{stdout}");
+    assert_eq!(row(&stdout, "Bytes sent"), ["0", "1,234,567", "0.0", "Bytes", "sent"]);
+    assert_eq!(row(&stdout, "snd-pos: stream 3"), ["1", "-42", "0.0", "snd-pos:", "stream", "3"]);
+    assert_eq!(row(&stdout, "idle"), ["2", "0", "0.0", "idle"]);
+    drop(dir);
+}
+
+#[test]
+fn a_node_name_resolves_under_the_default_root() {
+    let name = format!("qc-test-{}-stat-by-name", std::process::id());
+    let path = NodeDirectory::default_path(&name);
+    let _ = std::fs::remove_dir_all(&path);
+    let (dir, _manager) = node(&path);
+    let output = qc_stat(&["--once", &name]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(row(&text(&output.stdout), "Bytes sent")[1], "1,234,567");
+    dir.close().unwrap();
+}
+
+#[test]
+fn a_missing_directory_or_counters_file_is_a_clear_error() {
+    let path = temp_node("missing");
+    let output = qc_stat(&["--once", "--dir", path.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("no node directory") && stderr.contains("no node is running"), "{stderr}");
+
+    let dir = NodeDirectory::create(&path, StalePolicy::Refuse).unwrap();
+    let output = qc_stat(&["--once", "--dir", path.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("counters.dat") && stderr.contains("running: pid"), "{stderr}");
+    drop(dir);
+
+    let output = qc_stat(&["--once"]);
+    assert_eq!(output.status.code(), Some(2), "a node is required");
+}
+
+#[test]
+fn a_stale_directory_is_refused_unless_asked_for() {
+    let path = temp_node("stale");
+    let (dir, manager) = node(&path);
+    drop(manager);
+    let path = dir.leak();
+    let output = qc_stat(&["--once", "--dir", path.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("stale") && stderr.contains("not running") && stderr.contains("--allow-stale"), "{stderr}");
+
+    let output = qc_stat(&["--once", "--allow-stale", "--dir", path.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(stdout.contains("NOT RUNNING"), "{stdout}");
+    assert_eq!(row(&stdout, "Bytes sent")[1], "1,234,567");
+    std::fs::remove_dir_all(&path).unwrap();
+}
+
+#[test]
+fn the_sampling_loop_ends_when_the_node_shuts_down() {
+    let path = temp_node("loop");
+    let (dir, manager) = node(&path);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qc-stat"))
+        .args(["--interval-ms", "20", "--dir", path.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    // Two samples: the first has a blank rate, the second a rate.
+    let mut samples = 0;
+    while samples < 2 {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "qc-stat ended early:\n{seen}");
+        if line.trim_end().ends_with("idle") {
+            samples += 1;
+        }
+        seen.push_str(&line);
+    }
+    drop(manager);
+    dir.close().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("qc-stat kept running after the node shut down");
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    stdout.read_to_string(&mut seen).unwrap();
+    assert!(status.success(), "{status}:\n{seen}");
+    assert!(seen.contains("has shut down"), "{seen}");
+    let idle_rows: Vec<Vec<String>> = seen
+        .lines()
+        .filter(|l| l.ends_with("idle"))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    assert_eq!(idle_rows[0], ["2", "0", "idle"], "no rate on the first sample");
+    assert_eq!(idle_rows[1], ["2", "0", "0.0", "idle"], "a rate from the second sample on");
+}
