@@ -19,6 +19,7 @@
 pub mod agent;
 pub mod buffer;
 pub mod channel;
+pub mod clock;
 pub mod counters;
 pub mod directory;
 pub mod fault;
@@ -27,6 +28,7 @@ pub mod frame;
 pub mod idle;
 pub mod ipc;
 pub mod log_buffer;
+pub mod network_publication;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod transport;

@@ -1,0 +1,897 @@
+//! A network publication: one log buffer sent by the Sender to every destination over UDP.
+//!
+//! Per duty cycle the publication:
+//! 1. sends a SETUP to each destination whose receiver has not answered (every `setup_interval`, or at
+//!    once when a receiver asks for one);
+//! 2. scans the log from the sender position for whole committed frames, up to
+//!    `min(flow-control window, MTU)` per datagram, and sends each datagram to every live destination in
+//!    the channel's [`SendMode`];
+//! 3. if it sent no data, sends a heartbeat after `heartbeat_interval` of silence;
+//! 4. ends lingering retransmits.
+//!
+//! Control frames (status messages, NAKs) are read by [`NetworkPublication::poll_control`], which the
+//! Sender calls when it sent nothing or every few cycles.
+//!
+//! Invariants:
+//! - The sender position only moves forward, over whole frames, and never past the flow-control limit.
+//! - Data goes only to live receivers (ones that answered within `receiver_timeout`); a datagram that
+//!   a live receiver's socket refused is counted as a short send and recovered by that receiver's NAK.
+//! - The sender registers as a consumer of the log, so the appender stays within `term_length / 2` of
+//!   the sender position, and every range a NAK can name (`>= sender position - term_length / 2`) is
+//!   intact in the log.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use socket2::SockAddr;
+
+use crate::channel::{ChannelConfig, ConfigError};
+use crate::clock::nanos;
+use crate::counters::Counter;
+use crate::fault::FaultInjector;
+use crate::flow_control::{MinFlowControl, StatusChange};
+use crate::frame::{self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETUP_LENGTH, UNFRAGMENTED};
+use crate::log_buffer::descriptor::{partition_index, position, term_id, term_offset};
+use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
+use crate::retransmit::{NakOutcome, RetransmitHandler};
+use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH};
+
+/// The counters of one publication's send path.
+#[derive(Debug, Clone)]
+pub struct SenderCounters {
+    /// `sendmsg`/`sendmmsg` calls that carried first-time data.
+    pub data_syscalls: Counter,
+    /// Every other syscall of the send path: setups, heartbeats, retransmits, control polls, consensus frames.
+    pub control_syscalls: Counter,
+    /// First-time data datagrams put on the wire (counting each destination).
+    pub datagrams: Counter,
+    /// First-time data bytes put on the wire (counting each destination).
+    pub bytes: Counter,
+    /// Retransmitted datagrams.
+    pub retransmits: Counter,
+    /// NAKs received.
+    pub naks_received: Counter,
+    /// Status messages received.
+    pub status_messages: Counter,
+    /// Times data was waiting but the flow-control window was closed.
+    pub flow_control_stalls: Counter,
+    /// Sends the kernel did not take (socket full, peer refused), per destination.
+    pub short_sends: Counter,
+    /// Sends that failed with an unexpected error.
+    pub send_errors: Counter,
+    /// Heartbeats sent.
+    pub heartbeats: Counter,
+    /// Setup frames sent.
+    pub setups: Counter,
+    /// Receivers dropped from flow control for silence.
+    pub receivers_timed_out: Counter,
+    /// Control datagrams that were malformed, foreign or for another stream.
+    pub invalid_packets: Counter,
+    /// The sender position (`snd-pos`).
+    pub position: Counter,
+    /// The flow-control limit (`snd-lmt`).
+    pub limit: Counter,
+}
+
+impl SenderCounters {
+    /// Allocates every counter with `allocate(label)`.
+    pub fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+        Self {
+            data_syscalls: allocate("sender data syscalls"),
+            control_syscalls: allocate("sender control syscalls"),
+            datagrams: allocate("sender data datagrams"),
+            bytes: allocate("sender data bytes"),
+            retransmits: allocate("sender retransmits"),
+            naks_received: allocate("sender NAKs received"),
+            status_messages: allocate("sender status messages received"),
+            flow_control_stalls: allocate("sender flow control stalls"),
+            short_sends: allocate("sender short sends"),
+            send_errors: allocate("sender send errors"),
+            heartbeats: allocate("sender heartbeats"),
+            setups: allocate("sender setups"),
+            receivers_timed_out: allocate("sender receivers timed out"),
+            invalid_packets: allocate("sender invalid packets"),
+            position: allocate("snd-pos"),
+            limit: allocate("snd-lmt"),
+        }
+    }
+
+    /// Counters in private memory, for tests.
+    pub fn detached() -> Self {
+        Self::new(|_| Counter::detached())
+    }
+}
+
+/// Why a publication could not start or stopped.
+#[derive(Debug)]
+pub enum PublicationError {
+    /// The configuration breaks a rule.
+    Config(ConfigError),
+    /// A socket could not be made.
+    Io(std::io::Error),
+    /// A datagram was larger than the path to a destination carries unfragmented (`EMSGSIZE`).
+    PathMtu {
+        /// The destination.
+        destination: SocketAddr,
+        /// The configured MTU.
+        mtu: usize,
+        /// The path MTU the kernel reported (IP packet size), if it could.
+        path_mtu: Option<usize>,
+    },
+    /// The log has no free consumer slot for the sender.
+    Log(String),
+}
+
+impl fmt::Display for PublicationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "{e}"),
+            Self::Io(e) => write!(f, "socket error: {e}"),
+            Self::PathMtu { destination, mtu, path_mtu } => {
+                let path = path_mtu.map_or("unknown".to_string(), |m| m.to_string());
+                write!(
+                    f,
+                    "channel to {destination} stopped: a datagram of the configured MTU {mtu} does not fit the path MTU {path}; \
+                     use MTU 1408, or enable jumbo frames on every hop"
+                )
+            }
+            Self::Log(e) => write!(f, "log: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PublicationError {}
+
+impl From<std::io::Error> for PublicationError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+impl From<ConfigError> for PublicationError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+/// How the publication's sockets are arranged for its send mode.
+enum Sockets {
+    /// `classic` and `gso`: one socket connected to each destination (cheaper sends, readable path MTU).
+    PerDestination(Vec<UdpEndpoint>),
+    /// `mmsg`: one unconnected socket, the destination named in each message.
+    Shared { endpoint: UdpEndpoint, addrs: Vec<SockAddr> },
+}
+
+impl Sockets {
+    #[inline]
+    fn send(&self, destination: usize, bytes: &[u8]) -> SendOutcome {
+        match self {
+            Sockets::PerDestination(endpoints) => endpoints[destination].send(bytes, None),
+            Sockets::Shared { endpoint, addrs } => endpoint.send(bytes, Some(&addrs[destination])),
+        }
+    }
+
+    fn endpoints(&self) -> &[UdpEndpoint] {
+        match self {
+            Sockets::PerDestination(endpoints) => endpoints,
+            Sockets::Shared { endpoint, .. } => std::slice::from_ref(endpoint),
+        }
+    }
+}
+
+/// One datagram found by a scan: `length` bytes at `offset` of term `partition`, after which the sender
+/// position moves by `advance` (the length plus any padding it ends with).
+#[derive(Clone, Copy, Debug, Default)]
+struct Run {
+    partition: usize,
+    offset: usize,
+    length: usize,
+    advance: usize,
+}
+
+/// Per-destination state besides flow control.
+struct Destination {
+    addr: SocketAddr,
+    next_setup_ns: u64,
+    setup_requested: bool,
+    /// Faults on the datagrams sent to this destination.
+    faults: Option<FaultInjector>,
+    /// Faults on the control datagrams received from it.
+    control_faults: Option<FaultInjector>,
+}
+
+/// A frame of control traffic that is not for the send path itself (for the consensus layer).
+pub type ControlHandler = Box<dyn FnMut(usize, &Frame<'_>) + Send>;
+
+/// One log buffer, replicated to every destination.
+pub struct NetworkPublication {
+    log: LogBuffer,
+    config: ChannelConfig,
+    mode: SendMode,
+    sockets: Sockets,
+    destinations: Vec<Destination>,
+    flow_control: MinFlowControl,
+    retransmit: RetransmitHandler,
+    consumer: ConsumerPosition,
+    sender_position: i64,
+    last_data_or_heartbeat_ns: u64,
+    stalled: bool,
+    send_faults_active: bool,
+    live_addrs: Vec<SockAddr>,
+    control_handler: Option<ControlHandler>,
+    scratch: MmsgScratch,
+    runs: [Run; MAX_BATCH],
+    failure: Option<PublicationError>,
+    counters: SenderCounters,
+    warnings: Vec<String>,
+}
+
+impl fmt::Debug for NetworkPublication {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetworkPublication")
+            .field("mode", &self.mode)
+            .field("sender_position", &self.sender_position)
+            .field("live", &self.flow_control.live_count())
+            .finish()
+    }
+}
+
+impl NetworkPublication {
+    /// Makes the sockets for `config` (probing `mmsg` and `gso` support and falling back to `classic`
+    /// with a warning), checks the path MTU to each destination, and registers the sender as a
+    /// consumer of `log` at its producer position... or at 0 for a fresh log.
+    pub fn new(log: LogBuffer, config: ChannelConfig, counters: SenderCounters) -> Result<Self, PublicationError> {
+        config.validate()?;
+        if log.config().mtu != config.mtu || log.term_length() != config.term_length {
+            return Err(ConfigError(format!(
+                "the log was made with MTU {} and term length {}, the channel asks for MTU {} and term length {}",
+                log.config().mtu,
+                log.term_length(),
+                config.mtu,
+                config.term_length
+            ))
+            .into());
+        }
+        let mut warnings = Vec::new();
+        let mode = resolve_mode(config.send_mode, &mut warnings);
+        let sockets = open_sockets(&config, mode, &mut warnings)?;
+        let start = log.producer_position();
+        let consumer = log.register_consumer(start).map_err(|e| PublicationError::Log(e.to_string()))?;
+        let faults = |c: &crate::fault::FaultConfig| c.is_active().then(|| FaultInjector::new(*c, config.mtu));
+        let destinations = config
+            .destinations
+            .iter()
+            .map(|&addr| Destination {
+                addr,
+                next_setup_ns: 0,
+                setup_requested: true,
+                faults: faults(&config.send_faults),
+                control_faults: faults(&config.receive_faults),
+            })
+            .collect();
+        let flow_control = MinFlowControl::new(config.destinations.len(), nanos(config.receiver_timeout));
+        let retransmit = RetransmitHandler::new(nanos(config.retransmit_linger));
+        let send_faults_active = config.send_faults.is_active();
+        let live_addrs = Vec::with_capacity(config.destinations.len());
+        counters.position.set(start);
+        Ok(Self {
+            log,
+            mode,
+            sockets,
+            destinations,
+            flow_control,
+            retransmit,
+            consumer,
+            sender_position: start,
+            last_data_or_heartbeat_ns: 0,
+            stalled: false,
+            send_faults_active,
+            live_addrs,
+            control_handler: None,
+            scratch: MmsgScratch::default(),
+            runs: [Run::default(); MAX_BATCH],
+            failure: None,
+            counters,
+            warnings,
+            config,
+        })
+    }
+
+    /// Warnings from start-up (a send mode the kernel refused, clamped socket buffers).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The send mode in use (after probing).
+    pub fn send_mode(&self) -> SendMode {
+        self.mode
+    }
+
+    /// The log this publication sends.
+    pub fn log(&self) -> &LogBuffer {
+        &self.log
+    }
+
+    /// The sender position: everything before it has been sent to every live receiver.
+    pub fn sender_position(&self) -> i64 {
+        self.sender_position
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &SenderCounters {
+        &self.counters
+    }
+
+    /// Flow control's view of the receivers.
+    pub fn flow_control(&self) -> &MinFlowControl {
+        &self.flow_control
+    }
+
+    /// The error that stopped the channel, if one did.
+    pub fn failure(&self) -> Option<&PublicationError> {
+        self.failure.as_ref()
+    }
+
+    /// Local addresses of the publication's sockets (receivers answer to these).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.sockets.endpoints().iter().map(UdpEndpoint::local_addr).collect()
+    }
+
+    /// Sets the handler of control frames other than status messages and NAKs (consensus frames).
+    pub fn set_control_handler(&mut self, handler: ControlHandler) {
+        self.control_handler = Some(handler);
+    }
+
+    /// Sends `frame` (a control frame, e.g. a commit position) to every live destination, counted as
+    /// control syscalls. Returns how many destinations took it.
+    pub fn send_control(&mut self, frame: &[u8]) -> usize {
+        let mut delivered = 0;
+        for d in 0..self.destinations.len() {
+            if self.flow_control.is_live(d) && self.send_counted(d, frame) {
+                delivered += 1;
+            }
+        }
+        delivered
+    }
+
+    /// One duty cycle of the send path; returns the work done (bytes and frames sent).
+    pub fn send(&mut self, now_ns: u64) -> usize {
+        if self.failure.is_some() {
+            return 0;
+        }
+        let mut work = self.setup_check(now_ns);
+        let sent = self.send_data(now_ns);
+        work += sent;
+        if sent == 0 {
+            work += self.heartbeat_check(now_ns);
+            self.flush_held();
+        }
+        self.retransmit.expire(now_ns);
+        work
+    }
+
+    /// Drops receivers that went silent; called on idle cycles.
+    pub fn on_idle(&mut self, now_ns: u64) {
+        let dropped = self.flow_control.on_idle(now_ns);
+        if dropped > 0 {
+            self.counters.receivers_timed_out.add(dropped as i64);
+            for (i, d) in self.destinations.iter_mut().enumerate() {
+                if !self.flow_control.is_live(i) {
+                    d.setup_requested = true;
+                }
+            }
+        }
+    }
+
+    fn setup_check(&mut self, now_ns: u64) -> usize {
+        let mut work = 0;
+        for d in 0..self.destinations.len() {
+            let dest = &self.destinations[d];
+            let due = !self.flow_control.is_live(d) && now_ns >= dest.next_setup_ns;
+            if due || dest.setup_requested {
+                let setup = self.setup_frame();
+                let mut bytes = [0u8; SETUP_LENGTH];
+                setup.encode(&mut bytes).expect("a setup frame fits its own length");
+                self.send_counted(d, &bytes);
+                self.counters.setups.increment();
+                let dest = &mut self.destinations[d];
+                dest.setup_requested = false;
+                dest.next_setup_ns = now_ns + nanos(self.config.setup_interval);
+                work += 1;
+            }
+        }
+        work
+    }
+
+    fn setup_frame(&self) -> SetupFrame {
+        let c = self.log.config();
+        let bits = self.log.position_bits_to_shift();
+        SetupFrame {
+            term_offset: term_offset(self.sender_position, c.term_length) as i32,
+            session_id: c.session_id,
+            stream_id: c.stream_id,
+            initial_term_id: c.initial_term_id,
+            active_term_id: term_id(self.sender_position, c.initial_term_id, bits),
+            term_length: c.term_length as i32,
+            mtu: c.mtu as i32,
+            ..SetupFrame::default()
+        }
+    }
+
+    fn heartbeat_check(&mut self, now_ns: u64) -> usize {
+        if self.flow_control.live_count() == 0
+            || now_ns < self.last_data_or_heartbeat_ns + nanos(self.config.heartbeat_interval)
+        {
+            return 0;
+        }
+        let c = self.log.config();
+        let bits = self.log.position_bits_to_shift();
+        let header = DataHeader::new(
+            c.session_id,
+            c.stream_id,
+            term_id(self.sender_position, c.initial_term_id, bits),
+            term_offset(self.sender_position, c.term_length) as i32,
+            UNFRAGMENTED,
+        );
+        let mut bytes = [0u8; DATA_HEADER_LENGTH];
+        frame::encode_heartbeat(&mut bytes, &header).expect("a heartbeat fits 32 bytes");
+        self.send_control(&bytes);
+        self.counters.heartbeats.increment();
+        self.last_data_or_heartbeat_ns = now_ns;
+        1
+    }
+
+    /// The window the sender may fill now: flow control's limit, less the sender position.
+    fn window(&self) -> i64 {
+        match self.flow_control.limit() {
+            Some(limit) => limit - self.sender_position,
+            None => 0,
+        }
+    }
+
+    fn send_data(&mut self, now_ns: u64) -> usize {
+        let window = self.window();
+        self.counters.limit.set(self.sender_position + window.max(0));
+        if window <= 0 {
+            self.note_stall();
+            return 0;
+        }
+        let batch = self.collect_runs(window as usize);
+        if batch == 0 {
+            return 0;
+        }
+        let (delivered, advance) = match self.mode {
+            SendMode::Classic => self.send_runs_classic(batch),
+            SendMode::Mmsg => self.send_runs_mmsg(batch),
+            SendMode::Gso => self.send_runs_gso(batch),
+        };
+        if delivered == 0 {
+            return 0; // every live socket was full: try the same bytes next cycle
+        }
+        self.sender_position += advance as i64;
+        self.consumer.set(self.sender_position);
+        self.counters.position.set(self.sender_position);
+        self.last_data_or_heartbeat_ns = now_ns;
+        self.stalled = false;
+        advance
+    }
+
+    fn note_stall(&mut self) {
+        if !self.stalled && self.flow_control.live_count() > 0 && self.log.producer_position() > self.sender_position {
+            self.stalled = true;
+            self.counters.flow_control_stalls.increment();
+        }
+    }
+
+    /// Scans up to `batch_limit` datagrams of at most one MTU each, within `window` bytes, into `runs`;
+    /// returns how many it found.
+    fn collect_runs(&mut self, window: usize) -> usize {
+        let mtu = self.config.mtu;
+        let term_length = self.log.term_length();
+        let bits = self.log.position_bits_to_shift();
+        let mut position = self.sender_position;
+        let mut remaining = window;
+        let mut count = 0;
+        while count < self.config.batch_limit && remaining > 0 {
+            let found = scan(&self.log, position, remaining.min(mtu));
+            if found.available == 0 {
+                if count == 0 && self.log.producer_position() > position {
+                    self.note_stall();
+                }
+                break;
+            }
+            self.runs[count] = Run {
+                partition: partition_index(position, bits),
+                offset: term_offset(position, term_length),
+                length: found.available,
+                advance: found.advance(),
+            };
+            remaining = remaining.saturating_sub(found.advance());
+            position += found.advance() as i64;
+            count += 1;
+        }
+        count
+    }
+
+    /// `classic`: one `sendmsg` per datagram per live destination. Returns (datagrams that at least one
+    /// destination took, bytes of position to advance over them).
+    fn send_runs_classic(&mut self, count: usize) -> (usize, usize) {
+        let mut delivered = 0;
+        let mut advance = 0;
+        for run in &self.runs[..count] {
+            let bytes = self.log.term(run.partition).bytes(run.offset, run.length);
+            let mut taken = false;
+            for (d, dest) in self.destinations.iter_mut().enumerate() {
+                if self.flow_control.is_live(d) {
+                    let outcome = transmit(&self.sockets, dest, d, bytes, &self.counters.data_syscalls);
+                    taken |=
+                        account(outcome, bytes.len(), 1, dest.addr, &self.config, &self.counters, &mut self.failure);
+                }
+            }
+            if !taken {
+                break;
+            }
+            delivered += 1;
+            advance += run.advance;
+        }
+        (delivered, advance)
+    }
+
+    /// `mmsg`: one `sendmmsg` carries every datagram of the batch to every live destination.
+    fn send_runs_mmsg(&mut self, count: usize) -> (usize, usize) {
+        let Sockets::Shared { endpoint, addrs } = &self.sockets else {
+            unreachable!("mmsg mode always has a shared socket");
+        };
+        if self.send_faults_active {
+            return self.send_runs_classic(count); // send-side faults decide per datagram and destination
+        }
+        self.live_addrs.clear();
+        for (d, addr) in addrs.iter().enumerate() {
+            if self.flow_control.is_live(d) {
+                self.live_addrs.push(addr.clone());
+            }
+        }
+        let mut datagrams: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+        for (slot, run) in datagrams.iter_mut().zip(&self.runs[..count]) {
+            *slot = self.log.term(run.partition).bytes(run.offset, run.length);
+        }
+        let (outcome, calls) = endpoint.send_mmsg(&datagrams[..count], &self.live_addrs, &mut self.scratch);
+        self.counters.data_syscalls.add(calls as i64);
+        let fan = self.live_addrs.len();
+        let messages = match outcome {
+            SendOutcome::Sent(n) => n,
+            other => {
+                let addr = self.destinations[0].addr;
+                account(other, datagrams[0].len(), 0, addr, &self.config, &self.counters, &mut self.failure);
+                0
+            }
+        };
+        // A datagram counts as sent once any destination took it; the others recover it by NAK.
+        let delivered = messages.div_ceil(fan).min(count);
+        self.counters.short_sends.add((count * fan - messages.min(count * fan)) as i64);
+        self.counters.datagrams.add(messages as i64);
+        let mut advance = 0;
+        for (k, run) in self.runs[..delivered].iter().enumerate() {
+            let copies = messages.saturating_sub(k * fan).min(fan);
+            self.counters.bytes.add((run.length * copies) as i64);
+            advance += run.advance;
+        }
+        (delivered, advance)
+    }
+
+    /// `gso`: the longest prefix of the batch whose datagrams are contiguous and of one length (the last
+    /// may be shorter) goes to each live destination in one `sendmsg` with `UDP_SEGMENT`.
+    fn send_runs_gso(&mut self, count: usize) -> (usize, usize) {
+        if self.send_faults_active {
+            return self.send_runs_classic(count);
+        }
+        let first = self.runs[0];
+        let segment = first.length;
+        let mut segments = 1;
+        let mut end = first.offset + first.advance;
+        while segments < count {
+            let next = self.runs[segments];
+            let contiguous = next.partition == first.partition && next.offset == end && first.advance == first.length;
+            if !contiguous || next.length > segment {
+                break;
+            }
+            segments += 1;
+            end = next.offset + next.advance;
+            if next.length < segment || next.advance != next.length {
+                break; // a shorter segment, or padding, can only be the last
+            }
+        }
+        let length = self.runs[segments - 1].offset + self.runs[segments - 1].length - first.offset;
+        let bytes = self.log.term(first.partition).bytes(first.offset, length);
+        let Sockets::PerDestination(endpoints) = &self.sockets else {
+            unreachable!("gso mode always has per-destination sockets");
+        };
+        let mut taken = false;
+        for (d, dest) in self.destinations.iter().enumerate() {
+            if self.flow_control.is_live(d) {
+                self.counters.data_syscalls.increment();
+                let outcome = endpoints[d].send_gso(bytes, segment);
+                taken |=
+                    account(outcome, segment, segments, dest.addr, &self.config, &self.counters, &mut self.failure);
+            }
+        }
+        if !taken {
+            return (0, 0);
+        }
+        (segments, self.runs[..segments].iter().map(|r| r.advance).sum())
+    }
+
+    /// Sends a control frame to destination `d`, counted as a control syscall; true when it went.
+    fn send_counted(&mut self, d: usize, bytes: &[u8]) -> bool {
+        let dest = &mut self.destinations[d];
+        let outcome = transmit(&self.sockets, dest, d, bytes, &self.counters.control_syscalls);
+        match outcome {
+            SendOutcome::Sent(_) => true,
+            SendOutcome::WouldBlock => {
+                self.counters.short_sends.increment();
+                false
+            }
+            other => {
+                let addr = dest.addr;
+                account(other, bytes.len(), 0, addr, &self.config, &self.counters, &mut self.failure);
+                false
+            }
+        }
+    }
+
+    /// Releases datagrams that send-side reordering held back (on a cycle that sent no data).
+    fn flush_held(&mut self) {
+        if !self.send_faults_active {
+            return;
+        }
+        for (d, dest) in self.destinations.iter_mut().enumerate() {
+            if let Some(faults) = dest.faults.as_mut() {
+                faults.flush(|held| {
+                    self.counters.control_syscalls.increment();
+                    let _ = self.sockets.send(d, held);
+                });
+            }
+        }
+    }
+
+    /// Reads the control traffic waiting on the publication's sockets (status messages, NAKs, and frames
+    /// for the control handler); returns the number of datagrams read.
+    pub fn poll_control(&mut self, now_ns: u64, batch: &mut RecvBatch) -> usize {
+        let mut work = 0;
+        for s in 0..self.sockets.endpoints().len() {
+            self.counters.control_syscalls.increment();
+            let received = match self.sockets.endpoints()[s].recv_batch(batch) {
+                Ok(n) => n,
+                Err(_) => {
+                    self.counters.send_errors.increment();
+                    0
+                }
+            };
+            for i in 0..received {
+                let datagram = batch.datagram(i);
+                let Some(d) = self.destination_of(s, datagram.source) else {
+                    self.counters.invalid_packets.increment();
+                    continue;
+                };
+                if datagram.truncated {
+                    self.counters.invalid_packets.increment();
+                    continue;
+                }
+                match self.destinations[d].control_faults.take() {
+                    None => self.on_control(d, datagram.bytes, now_ns),
+                    Some(mut faults) => {
+                        faults.apply(datagram.bytes, |bytes| self.on_control(d, bytes, now_ns));
+                        self.destinations[d].control_faults = Some(faults);
+                    }
+                }
+            }
+            work += received;
+        }
+        if work == 0 {
+            for d in 0..self.destinations.len() {
+                if let Some(mut faults) = self.destinations[d].control_faults.take() {
+                    faults.flush(|bytes| self.on_control(d, bytes, now_ns));
+                    self.destinations[d].control_faults = Some(faults);
+                }
+            }
+        }
+        work
+    }
+
+    /// Which destination a control datagram on socket `s` came from.
+    fn destination_of(&self, s: usize, source: Option<SocketAddr>) -> Option<usize> {
+        match &self.sockets {
+            Sockets::PerDestination(_) => Some(s), // connected: the kernel only delivers the peer's datagrams
+            Sockets::Shared { .. } => {
+                let source = source?;
+                self.destinations.iter().position(|d| d.addr == source)
+            }
+        }
+    }
+
+    fn on_control(&mut self, d: usize, datagram: &[u8], now_ns: u64) {
+        let c = *self.log.config();
+        match frame::parse(datagram) {
+            Ok(Frame::StatusMessage { frame, .. })
+                if frame.session_id == c.session_id && frame.stream_id == c.stream_id =>
+            {
+                self.counters.status_messages.increment();
+                let bits = self.log.position_bits_to_shift();
+                let pos = position(
+                    frame.consumption_term_id,
+                    frame.consumption_term_offset as usize,
+                    c.initial_term_id,
+                    bits,
+                );
+                let change = self.flow_control.on_status_message(
+                    d,
+                    frame.receiver_id(),
+                    pos,
+                    frame.receiver_window as i64,
+                    now_ns,
+                );
+                if frame.flags & frame::SM_SEND_SETUP_FLAG != 0 || change == StatusChange::Joined {
+                    self.destinations[d].setup_requested = frame.flags & frame::SM_SEND_SETUP_FLAG != 0;
+                }
+            }
+            Ok(Frame::Nak(nak)) if nak.session_id == c.session_id && nak.stream_id == c.stream_id => {
+                self.counters.naks_received.increment();
+                self.on_nak(d, nak.term_id, nak.term_offset, nak.length, now_ns);
+            }
+            Ok(other @ (Frame::AppendPosition(_) | Frame::CommitPosition(_))) => match self.control_handler.as_mut() {
+                Some(handler) => handler(d, &other),
+                None => self.counters.invalid_packets.increment(),
+            },
+            _ => self.counters.invalid_packets.increment(),
+        }
+    }
+
+    fn on_nak(&mut self, d: usize, nak_term_id: i32, nak_offset: i32, length: i32, now_ns: u64) {
+        let c = *self.log.config();
+        let bits = self.log.position_bits_to_shift();
+        if nak_offset < 0 || length <= 0 || nak_offset as usize >= c.term_length {
+            self.counters.invalid_packets.increment();
+            return;
+        }
+        let from = position(nak_term_id, nak_offset as usize, c.initial_term_id, bits);
+        let oldest = self.sender_position - (c.term_length / 2) as i64;
+        if from < oldest || from >= self.sender_position {
+            self.counters.invalid_packets.increment();
+            return;
+        }
+        let mut ranges = [(0i32, 0i32, 0i32); 1];
+        let outcome =
+            self.retransmit.on_nak(d, nak_term_id, nak_offset, length, now_ns, |t, o, l| ranges[0] = (t, o, l));
+        if outcome == NakOutcome::Resent {
+            let (_, offset, length) = ranges[0];
+            let end = (from + length as i64).min(self.sender_position);
+            let term_end = from - offset as i64 + c.term_length as i64;
+            self.resend(d, from, end.min(term_end));
+        }
+    }
+
+    /// Resends `[from, to)` of the log to destination `d`, in datagrams of whole frames up to the MTU.
+    fn resend(&mut self, d: usize, mut from: i64, to: i64) {
+        let term_length = self.log.term_length();
+        let bits = self.log.position_bits_to_shift();
+        while from < to {
+            let found =
+                scan(&self.log, from, ((to - from) as usize).min(self.config.mtu).max(crate::frame::FRAME_ALIGNMENT));
+            if found.available == 0 {
+                break;
+            }
+            let partition = partition_index(from, bits);
+            let bytes = self.log.term(partition).bytes(term_offset(from, term_length), found.available);
+            let dest = &mut self.destinations[d];
+            let outcome = transmit(&self.sockets, dest, d, bytes, &self.counters.control_syscalls);
+            if !matches!(outcome, SendOutcome::Sent(_)) {
+                self.counters.short_sends.increment();
+                break;
+            }
+            self.counters.retransmits.increment();
+            from += found.advance() as i64;
+        }
+    }
+}
+
+/// Sends `bytes` to destination `d` through its send-side fault injector when there is one, counting each
+/// syscall on `syscalls`. With faults, the outcome is that of the last syscall (a drop counts as sent).
+fn transmit(sockets: &Sockets, dest: &mut Destination, d: usize, bytes: &[u8], syscalls: &Counter) -> SendOutcome {
+    match dest.faults.as_mut() {
+        None => {
+            syscalls.increment();
+            sockets.send(d, bytes)
+        }
+        Some(faults) => {
+            let mut outcome = SendOutcome::Sent(1);
+            faults.apply(bytes, |b| {
+                syscalls.increment();
+                outcome = sockets.send(d, b);
+            });
+            outcome
+        }
+    }
+}
+
+/// Counts the outcome of a data send of `count` datagrams of `length` bytes; a path-MTU refusal stops the
+/// channel. Returns whether the kernel took the data.
+fn account(
+    outcome: SendOutcome,
+    length: usize,
+    count: usize,
+    destination: SocketAddr,
+    config: &ChannelConfig,
+    counters: &SenderCounters,
+    failure: &mut Option<PublicationError>,
+) -> bool {
+    match outcome {
+        SendOutcome::Sent(n) => {
+            counters.datagrams.add(n.max(count) as i64);
+            counters.bytes.add((length * n.max(count)) as i64);
+            true
+        }
+        SendOutcome::WouldBlock => {
+            counters.short_sends.increment();
+            false
+        }
+        SendOutcome::TooLarge { path_mtu, .. } => {
+            counters.send_errors.increment();
+            failure.get_or_insert(PublicationError::PathMtu { destination, mtu: config.mtu, path_mtu });
+            false
+        }
+        SendOutcome::Failed(_) => {
+            counters.send_errors.increment();
+            false
+        }
+    }
+}
+
+/// Falls back to `classic` with a warning when the kernel refuses the asked mode.
+fn resolve_mode(asked: SendMode, warnings: &mut Vec<String>) -> SendMode {
+    let supported = match asked {
+        SendMode::Classic => true,
+        SendMode::Mmsg => transport::probe_mmsg(),
+        SendMode::Gso => transport::probe_gso(),
+    };
+    if supported {
+        asked
+    } else {
+        warnings.push(format!("send mode {asked} is not supported by this kernel: falling back to classic"));
+        SendMode::Classic
+    }
+}
+
+/// Opens the sockets of `mode` and checks that the MTU fits the path to every destination.
+fn open_sockets(
+    config: &ChannelConfig,
+    mode: SendMode,
+    warnings: &mut Vec<String>,
+) -> Result<Sockets, PublicationError> {
+    let mut connected = Vec::with_capacity(config.destinations.len());
+    for &destination in &config.destinations {
+        let local = unspecified_like(destination);
+        let (mut endpoint, w) = UdpEndpoint::bind(local, &config.socket)?;
+        warnings.extend(w);
+        endpoint.connect(destination)?;
+        if let Some(payload) = endpoint.path_max_payload() {
+            config.validate_path(destination, payload)?;
+        }
+        connected.push(endpoint);
+    }
+    if mode != SendMode::Mmsg {
+        return Ok(Sockets::PerDestination(connected));
+    }
+    let local = config.destinations.first().map_or("0.0.0.0:0".parse().unwrap(), |&d| unspecified_like(d));
+    let (endpoint, _) = UdpEndpoint::bind(local, &config.socket)?;
+    let addrs = config.destinations.iter().map(|&d| SockAddr::from(d)).collect();
+    Ok(Sockets::Shared { endpoint, addrs })
+}
+
+/// Port 0 on the loopback or unspecified address of the destination's family.
+fn unspecified_like(destination: SocketAddr) -> SocketAddr {
+    let ip: std::net::IpAddr = match destination {
+        SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    SocketAddr::new(ip, 0)
+}
