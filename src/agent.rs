@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::counters::Counter;
+use crate::idle::Park;
 
 pub use composite::CompositeAgent;
 pub use invoker::AgentInvoker;
@@ -60,6 +61,12 @@ pub trait Agent: Send {
 
     /// Called once on the agent's thread after the last duty cycle (see the module's lifecycle invariants).
     fn on_close(&mut self) {}
+
+    /// Where the idle strategy's park step should wait, if not on the thread's park: an agent that waits
+    /// on I/O readiness returns its poller, so that the first datagram ends an idle park at once.
+    fn parker(&mut self) -> Option<&mut dyn Park> {
+        None
+    }
 }
 
 impl fmt::Debug for dyn Agent + '_ {
@@ -84,6 +91,10 @@ impl<A: Agent + ?Sized> Agent for Box<A> {
 
     fn on_close(&mut self) {
         (**self).on_close()
+    }
+
+    fn parker(&mut self) -> Option<&mut dyn Park> {
+        (**self).parker()
     }
 }
 

@@ -34,13 +34,40 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+/// The wait of a parking idle strategy.
+///
+/// Invariant: `park(timeout)` returns within about `timeout` (it may return earlier: a wake-up, readiness).
+pub trait Park {
+    /// Waits for at most `timeout`.
+    fn park(&mut self, timeout: Duration);
+}
+
+/// Parks the thread with [`thread::park_timeout`], so that `unpark` (a runner asked to stop) ends it early.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadPark;
+
+impl Park for ThreadPark {
+    #[inline]
+    fn park(&mut self, timeout: Duration) {
+        thread::park_timeout(timeout);
+    }
+}
+
 /// What an agent thread does with a duty cycle that found no work.
 ///
 /// Invariants: `idle(n)` with `n > 0` returns without waiting and leaves the strategy in its not-idle
 /// state; `idle(0)` never blocks for longer than the strategy's longest period.
 pub trait IdleStrategy: Send {
-    /// Idles according to the work count of the duty cycle just run (a count above zero resets the state).
-    fn idle(&mut self, work_count: usize);
+    /// Idles according to the work count of the duty cycle just run (a count above zero resets the state),
+    /// parking the thread when the strategy parks.
+    #[inline]
+    fn idle(&mut self, work_count: usize) {
+        self.idle_with(work_count, &mut ThreadPark)
+    }
+
+    /// As [`idle`](Self::idle), with the park step done by `park`: an agent that waits on I/O readiness
+    /// (the Receiver) parks in `epoll_wait` instead, so that a datagram ends the wait at once.
+    fn idle_with(&mut self, work_count: usize, park: &mut dyn Park);
 
     /// Puts the strategy back into its not-idle state.
     fn reset(&mut self);
@@ -71,7 +98,7 @@ pub struct BusySpin;
 
 impl IdleStrategy for BusySpin {
     #[inline]
-    fn idle(&mut self, work_count: usize) {
+    fn idle_with(&mut self, work_count: usize, _park: &mut dyn Park) {
         if work_count == 0 {
             std::hint::spin_loop();
         }
@@ -91,7 +118,7 @@ pub struct NoOp;
 
 impl IdleStrategy for NoOp {
     #[inline]
-    fn idle(&mut self, _work_count: usize) {}
+    fn idle_with(&mut self, _work_count: usize, _park: &mut dyn Park) {}
 
     fn reset(&mut self) {}
 
@@ -107,7 +134,7 @@ pub struct Yield;
 
 impl IdleStrategy for Yield {
     #[inline]
-    fn idle(&mut self, work_count: usize) {
+    fn idle_with(&mut self, work_count: usize, _park: &mut dyn Park) {
         if work_count == 0 {
             thread::yield_now();
         }
@@ -148,9 +175,9 @@ impl SleepNs {
 
 impl IdleStrategy for SleepNs {
     #[inline]
-    fn idle(&mut self, work_count: usize) {
+    fn idle_with(&mut self, work_count: usize, park: &mut dyn Park) {
         if work_count == 0 {
-            thread::park_timeout(self.period);
+            park.park(self.period);
         }
     }
 
@@ -274,7 +301,7 @@ impl Backoff {
     }
 
     #[inline]
-    fn idle_once(&mut self) {
+    fn idle_once(&mut self, park: &mut dyn Park) {
         let params = &self.params;
         let cursor = &mut *self.cursor;
         if cursor.state == BackoffState::NotIdle {
@@ -296,7 +323,7 @@ impl Backoff {
             }
             cursor.state = BackoffState::Parking;
         }
-        thread::park_timeout(cursor.park);
+        park.park(cursor.park);
         cursor.park = cursor.park.saturating_mul(2).min(params.max_park);
     }
 }
@@ -309,13 +336,13 @@ impl Default for Backoff {
 
 impl IdleStrategy for Backoff {
     #[inline]
-    fn idle(&mut self, work_count: usize) {
+    fn idle_with(&mut self, work_count: usize, park: &mut dyn Park) {
         if work_count > 0 {
             if self.cursor.state != BackoffState::NotIdle {
                 self.reset();
             }
         } else {
-            self.idle_once();
+            self.idle_once(park);
         }
     }
 
@@ -364,13 +391,13 @@ impl Idle {
 
 impl IdleStrategy for Idle {
     #[inline]
-    fn idle(&mut self, work_count: usize) {
+    fn idle_with(&mut self, work_count: usize, park: &mut dyn Park) {
         match self {
-            Idle::BusySpin(s) => s.idle(work_count),
-            Idle::NoOp(s) => s.idle(work_count),
-            Idle::Yield(s) => s.idle(work_count),
-            Idle::SleepNs(s) => s.idle(work_count),
-            Idle::Backoff(s) => s.idle(work_count),
+            Idle::BusySpin(s) => s.idle_with(work_count, park),
+            Idle::NoOp(s) => s.idle_with(work_count, park),
+            Idle::Yield(s) => s.idle_with(work_count, park),
+            Idle::SleepNs(s) => s.idle_with(work_count, park),
+            Idle::Backoff(s) => s.idle_with(work_count, park),
         }
     }
 
@@ -807,5 +834,34 @@ mod tests {
         if cfg!(target_os = "linux") {
             result.unwrap();
         }
+    }
+
+    /// Records the park periods asked of it instead of waiting.
+    #[derive(Default)]
+    struct RecordingPark(Vec<Duration>);
+
+    impl Park for RecordingPark {
+        fn park(&mut self, timeout: Duration) {
+            self.0.push(timeout);
+        }
+    }
+
+    #[test]
+    fn parking_strategies_park_where_they_are_told() {
+        let mut park = RecordingPark::default();
+        let mut backoff = Idle::new(&"backoff:1,1,1us,4us".parse().unwrap()).unwrap();
+        for _ in 0..6 {
+            backoff.idle_with(0, &mut park);
+        }
+        let us = Duration::from_micros;
+        assert_eq!(park.0, vec![us(1), us(2), us(4), us(4)], "one spin, one yield, then parks that double");
+        let mut sleep = Idle::new(&"sleep-ns:500".parse().unwrap()).unwrap();
+        sleep.idle_with(0, &mut park);
+        sleep.idle_with(3, &mut park);
+        assert_eq!(park.0.last(), Some(&Duration::from_nanos(500)));
+        assert_eq!(park.0.len(), 5, "work never parks");
+        let mut spin = Idle::new(&"busy-spin".parse().unwrap()).unwrap();
+        spin.idle_with(0, &mut park);
+        assert_eq!(park.0.len(), 5, "spinning never parks");
     }
 }

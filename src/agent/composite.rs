@@ -4,6 +4,7 @@ use std::error::Error;
 use std::fmt;
 
 use super::{Agent, AgentError};
+use crate::idle::Park;
 
 /// Several agents behind one [`Agent`], run in order on one thread.
 ///
@@ -85,6 +86,12 @@ impl Agent for CompositeAgent {
 
     fn on_close(&mut self) {
         self.close_started();
+    }
+
+    /// The first member's parker: a shared thread parks where its I/O-bound member waits (parks are short,
+    /// so the other members are not kept waiting longer than the idle strategy's longest period).
+    fn parker(&mut self) -> Option<&mut dyn Park> {
+        self.agents.iter_mut().find_map(|a| a.parker())
     }
 }
 

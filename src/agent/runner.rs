@@ -258,7 +258,10 @@ fn duty_loop<A: Agent>(
         counters.record_cycle(work);
         if work == 0 {
             counters.record_duration(cycle_start, Instant::now());
-            idle.idle(0);
+            match agent.parker() {
+                Some(park) => idle.idle_with(0, park),
+                None => idle.idle(0),
+            }
             cycle_start = Instant::now();
         } else {
             idle.idle(work);
