@@ -26,6 +26,7 @@ pub mod fault;
 pub mod flow_control;
 pub mod frame;
 pub mod idle;
+pub mod image;
 pub mod ipc;
 pub mod log_buffer;
 pub mod network_publication;

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use appender::{AppendError, BufferClaim, ExclusiveAppender};
-pub use reader::{FragmentAssembler, LogReader};
+pub use reader::{FragmentAssembler, LogReader, Reassembler};
 pub use rebuilder::{Gap, RebuildError, TermRebuilder};
 pub use scanner::{scan, Scan};
 

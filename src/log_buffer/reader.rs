@@ -64,7 +64,7 @@ struct Block([u8; 64]);
 
 const _: () = assert!(std::mem::size_of::<Block>() == 64);
 
-/// Reassembles fragmented messages (B ... E) and hands whole messages to a handler.
+/// Reassembles fragmented messages (B ... E) for whichever handler the caller passes with each fragment.
 ///
 /// Unfragmented frames pass straight through without a copy. Fragments are copied into one buffer that
 /// grows to the largest message seen and is then reused, so the steady state does not allocate. The
@@ -72,34 +72,31 @@ const _: () = assert!(std::mem::size_of::<Block>() == 64);
 /// `(dst - src) mod 32 == 0`, clear of the CPU's slow `rep movsb` distances. A fragment without a begun
 /// message (a reader that joined mid-message) is dropped. A reassembled message is handed over with the
 /// header of its last fragment.
-pub struct FragmentAssembler<F> {
-    handler: F,
+#[derive(Default)]
+pub struct Reassembler {
     blocks: Vec<Block>,
     length: usize,
     in_progress: bool,
 }
 
-impl<F> std::fmt::Debug for FragmentAssembler<F> {
+impl std::fmt::Debug for Reassembler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FragmentAssembler")
-            .field("length", &self.length)
-            .field("in_progress", &self.in_progress)
-            .finish()
+        f.debug_struct("Reassembler").field("length", &self.length).field("in_progress", &self.in_progress).finish()
     }
 }
 
-impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
-    /// An assembler handing whole messages to `handler`.
-    pub fn new(handler: F) -> Self {
-        Self { handler, blocks: Vec::new(), length: 0, in_progress: false }
+impl Reassembler {
+    /// An empty reassembler.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Takes one fragment, as a [`LogReader::poll`] handler.
+    /// Takes one fragment; hands `handler` the whole message when this fragment completes one.
     #[inline]
-    pub fn on_fragment(&mut self, payload: &[u8], header: &DataHeader) {
+    pub fn on_fragment(&mut self, payload: &[u8], header: &DataHeader, handler: &mut impl FnMut(&[u8], &DataHeader)) {
         let flags = header.flags & UNFRAGMENTED;
         if flags == UNFRAGMENTED {
-            (self.handler)(payload, header);
+            handler(payload, header);
             return;
         }
         if flags & BEGIN_FLAG != 0 {
@@ -112,7 +109,7 @@ impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
         if flags & END_FLAG != 0 {
             self.in_progress = false;
             let bytes: &[u8] = bytemuck::cast_slice(&self.blocks);
-            (self.handler)(&bytes[..self.length], header);
+            handler(&bytes[..self.length], header);
         }
     }
 
@@ -125,6 +122,31 @@ impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks);
         bytes[self.length..end].copy_from_slice(payload);
         self.length = end;
+    }
+}
+
+/// A [`Reassembler`] bound to one message handler, usable directly as a [`LogReader::poll`] handler.
+pub struct FragmentAssembler<F> {
+    handler: F,
+    reassembler: Reassembler,
+}
+
+impl<F> std::fmt::Debug for FragmentAssembler<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FragmentAssembler").field("reassembler", &self.reassembler).finish()
+    }
+}
+
+impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
+    /// An assembler handing whole messages to `handler`.
+    pub fn new(handler: F) -> Self {
+        Self { handler, reassembler: Reassembler::new() }
+    }
+
+    /// Takes one fragment, as a [`LogReader::poll`] handler.
+    #[inline]
+    pub fn on_fragment(&mut self, payload: &[u8], header: &DataHeader) {
+        self.reassembler.on_fragment(payload, header, &mut self.handler);
     }
 
     /// The message handler.
@@ -186,8 +208,8 @@ mod tests {
         for _ in 0..20 {
             position = reader.poll(position, 2, |p, h| assembler.on_fragment(p, h));
         }
-        let capacity = assembler.blocks.len();
-        assert_eq!(assembler.blocks.as_ptr() as usize % 64, 0);
+        let capacity = assembler.reassembler.blocks.len();
+        assert_eq!(assembler.reassembler.blocks.as_ptr() as usize % 64, 0);
         drop(assembler);
         assert_eq!(messages, vec![big.clone(), b"small".to_vec(), big[..3000].to_vec()]);
         assert_eq!(capacity, 128, "5000 bytes -> 79 blocks -> 128");

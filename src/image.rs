@@ -1,0 +1,380 @@
+//! A publication image: the receiver's copy of a remote log, rebuilt from datagrams in any order.
+//!
+//! The image is a [`LogBuffer`] written only by the Receiver thread through a [`TermRebuilder`] and read by
+//! subscriptions with the ordinary [`LogReader`](crate::log_buffer::LogReader). Its positions:
+//!
+//! - `rebuild_position`: everything before it has arrived, contiguously;
+//! - `hwm`: the highest position any datagram (or heartbeat) reached;
+//! - the consumption position: the slowest subscription's position, read from the log's consumer slots;
+//!   it is what status messages report, so the sender never gets more than a window ahead of it.
+//!
+//! Invariants: a datagram is inserted only if it ends within `consumption + term_length / 2` (so the
+//! rebuilder never writes a partition that is still being read or not yet cleaned) and does not end at or
+//! before `rebuild_position` (a duplicate). A gap is NAKed `nak_delay` after it is first seen, and again
+//! every `nak_delay * 100` until it is filled; only the first gap is NAKed at a time (as Aeron does: it
+//! must be filled before delivery can go on anyway).
+
+use std::net::SocketAddr;
+
+use crate::frame::{align_frame, DataHeader, DATA_HEADER_LENGTH, TYPE_PAD};
+use crate::log_buffer::descriptor::{position, position_bits_to_shift, term_id, term_offset};
+use crate::log_buffer::{ConsumerPosition, Gap, LogBuffer, TermRebuilder};
+
+/// Why a datagram was not inserted into an image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// Written (possibly partly a duplicate of frames already there).
+    Inserted,
+    /// Everything in it had already arrived.
+    Duplicate,
+    /// It ends beyond what the window allows (`consumption + term_length / 2`).
+    OutOfWindow,
+    /// Its frames do not fit the term or contradict their own headers.
+    Malformed,
+}
+
+/// What to send the publisher after a duty cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feedback {
+    /// A status message: consumption position and window.
+    Status {
+        /// Term of the consumption position.
+        term_id: i32,
+        /// Offset of the consumption position in that term.
+        term_offset: i32,
+        /// The receiver window in bytes.
+        window: i32,
+    },
+    /// A NAK for a gap.
+    Nak(Gap),
+}
+
+/// Timers and window of an image (from the channel configuration).
+#[derive(Clone, Copy, Debug)]
+pub struct ImageTimers {
+    /// Delay before a new gap is NAKed.
+    pub nak_delay_ns: u64,
+    /// Delay between NAKs of the same gap.
+    pub nak_retry_ns: u64,
+    /// Longest time between status messages.
+    pub status_interval_ns: u64,
+    /// Receiver window advertised.
+    pub window: i64,
+}
+
+/// The receiver's state of one remote publication (one session of one stream from one source).
+#[derive(Debug)]
+pub struct PublicationImage {
+    log: LogBuffer,
+    rebuilder: TermRebuilder,
+    session_id: i32,
+    stream_id: i32,
+    initial_term_id: i32,
+    term_length: usize,
+    bits: u32,
+    source: SocketAddr,
+    join_position: i64,
+    rebuild_position: i64,
+    hwm: i64,
+    timers: ImageTimers,
+    last_status_position: i64,
+    next_status_ns: u64,
+    gap: Option<Gap>,
+    next_nak_ns: u64,
+    status_requested: bool,
+}
+
+impl PublicationImage {
+    /// An image of the publication that sent a SETUP from `source`, starting at `join_position`.
+    ///
+    /// `log` must have the publication's term length, MTU and initial term id.
+    pub fn new(log: LogBuffer, source: SocketAddr, join_position: i64, timers: ImageTimers, now_ns: u64) -> Self {
+        let config = *log.config();
+        let rebuilder = TermRebuilder::new(&log);
+        Self {
+            session_id: config.session_id,
+            stream_id: config.stream_id,
+            initial_term_id: config.initial_term_id,
+            term_length: config.term_length,
+            bits: position_bits_to_shift(config.term_length),
+            rebuilder,
+            log,
+            source,
+            join_position,
+            rebuild_position: join_position,
+            hwm: join_position,
+            timers,
+            last_status_position: join_position,
+            next_status_ns: now_ns,
+            gap: None,
+            next_nak_ns: 0,
+            status_requested: true,
+        }
+    }
+
+    /// The image log (subscriptions read it).
+    pub fn log(&self) -> &LogBuffer {
+        &self.log
+    }
+
+    /// Session of the remote publication.
+    pub fn session_id(&self) -> i32 {
+        self.session_id
+    }
+
+    /// Stream of the remote publication.
+    pub fn stream_id(&self) -> i32 {
+        self.stream_id
+    }
+
+    /// Where its datagrams come from, and where status messages and NAKs go.
+    pub fn source(&self) -> SocketAddr {
+        self.source
+    }
+
+    /// The position the image started at.
+    pub fn join_position(&self) -> i64 {
+        self.join_position
+    }
+
+    /// Everything before this position has arrived.
+    pub fn rebuild_position(&self) -> i64 {
+        self.rebuild_position
+    }
+
+    /// The highest position received.
+    pub fn hwm(&self) -> i64 {
+        self.hwm
+    }
+
+    /// Registers a consumer (a subscription) at the join position.
+    pub fn register_consumer(&self) -> Option<ConsumerPosition> {
+        self.log.register_consumer(self.join_position).ok()
+    }
+
+    /// The slowest subscription's position (the rebuild position when none is registered).
+    pub fn consumption_position(&self) -> i64 {
+        self.log.min_consumer_position().unwrap_or(self.rebuild_position)
+    }
+
+    /// Asks for a status message on the next [`feedback`](Self::feedback) (on a new SETUP).
+    pub fn request_status(&mut self) {
+        self.status_requested = true;
+    }
+
+    /// Inserts the frames of one data datagram that starts at `term_offset` of `term_id`.
+    pub fn insert(&mut self, header: &DataHeader, datagram: &[u8]) -> InsertOutcome {
+        let Some(span) = log_span(datagram) else {
+            return InsertOutcome::Malformed;
+        };
+        let term_offset = header.term_offset as usize;
+        let start = position(header.term_id, term_offset, self.initial_term_id, self.bits);
+        let end = start + span as i64;
+        if end <= self.rebuild_position || start < self.join_position {
+            return InsertOutcome::Duplicate;
+        }
+        if end > self.consumption_position() + (self.term_length / 2) as i64 {
+            return InsertOutcome::OutOfWindow;
+        }
+        if self.rebuilder.insert(header.term_id, term_offset, datagram).is_err() {
+            return InsertOutcome::Malformed;
+        }
+        self.hwm = self.hwm.max(end);
+        InsertOutcome::Inserted
+    }
+
+    /// Takes a heartbeat: the publisher's position is at least `(term_id, term_offset)`, so anything
+    /// below it that is missing is lost (the tail of a burst).
+    pub fn on_heartbeat(&mut self, header: &DataHeader) -> bool {
+        if header.term_offset < 0 || header.term_offset as usize >= self.term_length {
+            return false;
+        }
+        let at = position(header.term_id, header.term_offset as usize, self.initial_term_id, self.bits);
+        if at > self.hwm && at <= self.consumption_position() + (self.term_length / 2) as i64 {
+            self.hwm = at;
+        }
+        true
+    }
+
+    /// Advances the rebuild position over what has arrived and cleans terms no subscription reads any more.
+    pub fn track_rebuild(&mut self) -> bool {
+        let before = self.rebuild_position;
+        self.rebuild_position = self.rebuilder.rebuild_position(self.rebuild_position, self.hwm);
+        let consumed = self.consumption_position();
+        self.rebuilder.clean_behind(consumed);
+        self.rebuild_position != before
+    }
+
+    /// The status message or NAK due at `now_ns`, at most one of each per call (status first).
+    pub fn feedback(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
+        let mut sent = 0;
+        let consumption = self.consumption_position();
+        let threshold = self.last_status_position + self.timers.window / 4;
+        if self.status_requested || consumption >= threshold || now_ns >= self.next_status_ns {
+            send(Feedback::Status {
+                term_id: term_id(consumption, self.initial_term_id, self.bits),
+                term_offset: term_offset(consumption, self.term_length) as i32,
+                window: self.timers.window as i32,
+            });
+            self.last_status_position = consumption;
+            self.next_status_ns = now_ns + self.timers.status_interval_ns;
+            self.status_requested = false;
+            sent += 1;
+        }
+        sent + self.loss_check(now_ns, send)
+    }
+
+    fn loss_check(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
+        let gap = if self.rebuild_position < self.hwm {
+            self.rebuilder.scan_for_gap(self.rebuild_position, self.hwm)
+        } else {
+            None
+        };
+        match gap {
+            None => {
+                self.gap = None;
+                0
+            }
+            Some(gap) if self.gap.map(|g| (g.term_id, g.term_offset)) != Some((gap.term_id, gap.term_offset)) => {
+                self.gap = Some(gap);
+                self.next_nak_ns = now_ns + self.timers.nak_delay_ns;
+                0
+            }
+            Some(gap) if now_ns >= self.next_nak_ns => {
+                self.gap = Some(gap);
+                self.next_nak_ns = now_ns + self.timers.nak_retry_ns;
+                send(Feedback::Nak(gap));
+                1
+            }
+            Some(_) => 0,
+        }
+    }
+}
+
+/// Bytes of log a datagram of whole frames covers (a PAD header covers its whole padding), or `None`
+/// when its first frame header is unreadable.
+fn log_span(datagram: &[u8]) -> Option<usize> {
+    let mut offset = 0;
+    let mut span = 0;
+    while offset + DATA_HEADER_LENGTH <= datagram.len() {
+        let header: DataHeader = bytemuck::pod_read_unaligned(&datagram[offset..offset + DATA_HEADER_LENGTH]);
+        if header.frame_length < DATA_HEADER_LENGTH as i32 {
+            return None;
+        }
+        let aligned = align_frame(header.frame_length as usize);
+        span += aligned;
+        offset += if header.frame_type == TYPE_PAD { DATA_HEADER_LENGTH } else { aligned };
+    }
+    (span > 0).then_some(span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log_buffer::{scan, LogConfig, LogReader};
+
+    const TIMERS: ImageTimers =
+        ImageTimers { nak_delay_ns: 100, nak_retry_ns: 10_000, status_interval_ns: 1_000_000, window: 16 * 1024 };
+
+    fn logs() -> (LogBuffer, LogBuffer) {
+        let config = LogConfig { initial_term_id: 7, session_id: 3, ..LogConfig::new(65536, 1408) };
+        (LogBuffer::create_anonymous(config).unwrap(), LogBuffer::create_anonymous(config).unwrap())
+    }
+
+    /// The datagrams a sender would send for everything appended to `log`.
+    fn datagrams(log: &LogBuffer, end: i64) -> Vec<(DataHeader, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut position = 0;
+        while position < end {
+            let s = scan(log, position, 1408);
+            let bits = log.position_bits_to_shift();
+            let offset = term_offset(position, log.term_length());
+            let bytes =
+                log.term(crate::log_buffer::descriptor::partition_index(position, bits)).bytes(offset, s.available);
+            let header: DataHeader = bytemuck::pod_read_unaligned(&bytes[..32]);
+            out.push((header, bytes.to_vec()));
+            position += s.advance() as i64;
+        }
+        out
+    }
+
+    fn source() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    #[test]
+    fn loss_is_naked_after_the_delay_and_filled_by_the_resend() {
+        let (log, image_log) = logs();
+        let mut appender = log.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        for i in 0..20u8 {
+            appender.append(&[i; 300]).unwrap();
+        }
+        let all = datagrams(&log, appender.position());
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let consumer = image.register_consumer().unwrap();
+        for (i, (h, d)) in all.iter().enumerate() {
+            if i != 1 {
+                assert_eq!(image.insert(h, d), InsertOutcome::Inserted);
+            }
+        }
+        image.track_rebuild();
+        assert_eq!(image.rebuild_position(), all[1].0.term_offset as i64);
+        let mut out = Vec::new();
+        assert_eq!(image.feedback(0, |f| out.push(f)), 1, "the status message answering the setup only");
+        assert_eq!(image.feedback(99, |f| out.push(f)), 0, "a new gap waits for the NAK delay");
+        assert_eq!(image.feedback(100, |f| out.push(f)), 1);
+        let Feedback::Nak(gap) = out[1] else { panic!("{out:?}") };
+        assert_eq!((gap.term_id, gap.term_offset as i32, gap.length), (7, all[1].0.term_offset, all[1].1.len()));
+        assert_eq!(image.feedback(5_000, |f| out.push(f)), 0, "no repeat before the retry delay");
+        assert_eq!(image.feedback(10_100, |f| out.push(f)), 1, "repeated until filled");
+        assert_eq!(image.insert(&all[1].0, &all[1].1), InsertOutcome::Inserted);
+        assert_eq!(image.insert(&all[1].0, &all[1].1), InsertOutcome::Inserted, "a late copy inside the hwm");
+        image.track_rebuild();
+        assert_eq!(image.rebuild_position(), image.hwm());
+        assert_eq!(image.insert(&all[0].0, &all[0].1), InsertOutcome::Duplicate);
+        let reader = LogReader::new(image.log());
+        let mut got = Vec::new();
+        reader.poll(0, 100, |payload, _| got.push(payload[0]));
+        assert_eq!(got, (0..20).collect::<Vec<u8>>());
+        drop(consumer);
+    }
+
+    #[test]
+    fn datagrams_beyond_the_window_are_refused() {
+        let (log, image_log) = logs();
+        let mut appender = log.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        while appender.position() < 40_000 {
+            appender.append(&[1; 1000]).unwrap();
+        }
+        let all = datagrams(&log, appender.position());
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let _consumer = image.register_consumer().unwrap();
+        let beyond = all.iter().find(|(h, d)| h.term_offset as usize + d.len() > 32 * 1024).unwrap();
+        assert_eq!(image.insert(&beyond.0, &beyond.1), InsertOutcome::OutOfWindow);
+        assert_eq!(image.hwm(), 0);
+    }
+
+    #[test]
+    fn heartbeats_reveal_tail_loss_and_status_follows_consumption() {
+        let (log, image_log) = logs();
+        let mut appender = log.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        appender.append(&[1; 100]).unwrap();
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let consumer = image.register_consumer().unwrap();
+        let heartbeat = DataHeader::new(3, 1, 7, 160, crate::frame::UNFRAGMENTED);
+        assert!(image.on_heartbeat(&heartbeat));
+        assert_eq!(image.hwm(), 160);
+        let mut out = Vec::new();
+        image.feedback(0, |f| out.push(f));
+        image.feedback(1_000, |f| out.push(f));
+        assert!(matches!(out.last(), Some(Feedback::Nak(Gap { term_offset: 0, length: 160, .. }))), "{out:?}");
+        consumer.set(8 * 1024);
+        out.clear();
+        image.feedback(2_000, |f| out.push(f));
+        assert!(matches!(out[0], Feedback::Status { term_offset: 8192, .. }), "{out:?}");
+        assert!(log_span(&[0u8; 40]).is_none(), "a zero frame length is malformed");
+    }
+}
