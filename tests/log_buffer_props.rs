@@ -365,21 +365,39 @@ impl Drop for SetOnDrop<'_> {
 fn copy_distance_probe() {
     let src = AtomicBuffer::anonymous(1 << 20).unwrap();
     let dst = AtomicBuffer::anonymous(1 << 20).unwrap();
-    src.put_bytes(0, &[1u8; 16384]);
-    let time = |label: &str, src_at: usize, dst_at: usize, chunk: usize| {
-        let iterations = 200_000;
+    src.set_memory(0, 1 << 20, 1);
+    dst.set_memory(0, 1 << 20, 0);
+    let cases = [(0, 32), (0, 64), (16, 32), (0, 16), (0, 8), (0, 1), (32, 64), (64, 32), (4064, 32)];
+    let copy = |src_at: usize, dst_at: usize, chunk: usize| {
+        for (i, c) in src.bytes(src_at, 8192).chunks(chunk).enumerate() {
+            dst.put_bytes(dst_at + i * chunk, c);
+        }
+    };
+    let time = |src_at: usize, dst_at: usize, chunk: usize| {
+        let iterations = 20_000;
         let start = Instant::now();
         for _ in 0..iterations {
-            for (i, c) in src.bytes(src_at, 8192).chunks(chunk).enumerate() {
-                dst.put_bytes(dst_at + i * chunk, c);
-            }
+            copy(src_at, dst_at, chunk);
         }
-        let ns = start.elapsed().as_nanos() as f64 / iterations as f64;
-        let distance = (dst_at + 4096 - src_at % 4096) % 4096;
-        println!("{label:<16} src +{src_at:<5} dst +{dst_at:<4} (dst - src) mod 4096 = {distance:>4}: {ns:>7.1} ns");
+        start.elapsed().as_nanos() as f64 / iterations as f64
     };
-    for (src_at, dst_at) in [(0, 32), (0, 64), (16, 32), (0, 16), (32, 64), (4064, 32), (64, 32)] {
-        time("one memcpy", src_at, dst_at, 8192);
-        time("chunks of 2048", src_at, dst_at, 2048);
+    let mut samples = vec![[Vec::new(), Vec::new()]; cases.len()];
+    for _ in 0..15 {
+        for (case, &(src_at, dst_at)) in cases.iter().enumerate() {
+            samples[case][0].push(time(src_at, dst_at, 8192));
+            samples[case][1].push(time(src_at, dst_at, 2048));
+        }
+    }
+    for (case, &(src_at, dst_at)) in cases.iter().enumerate() {
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let one = median(&mut samples[case][0]);
+        let chunked = median(&mut samples[case][1]);
+        let distance = (dst_at + 4096 - src_at % 4096) % 4096;
+        println!(
+            "src +{src_at:<4} dst +{dst_at:<3} (dst - src) mod 4096 = {distance:>4}: one memcpy {one:>6.0} ns, chunks of 2048 {chunked:>6.0} ns"
+        );
     }
 }
