@@ -16,11 +16,13 @@
 //! # Copies and the CPU's `rep movsb` pitfall
 //!
 //! Payloads start at 32-byte-aligned term offsets. glibc copies of 2112 bytes or more use `rep movsb`,
-//! which on this host slows ~25x when `(dst - src) mod 4096` is a small positive number (1..=31). The
-//! appender therefore copies payloads of 2 KiB or more in chunks below that threshold (see
-//! `copy_in_chunks` in the appender), which keeps glibc on its vector loop whatever the caller's buffer
-//! address; the [`FragmentAssembler`] keeps its reassembly buffer 64-byte aligned so that copies out of
-//! a term are always at a distance that is a multiple of 32.
+//! which on the project's reference host (Zen 3, see HOST.md) slows ~25x when `(dst - src) mod 4096` is
+//! a small positive number (1..=31), and a caller's buffer can lie anywhere. The appender therefore
+//! copies payloads of 2 KiB or more in 2048-byte chunks (`copy_in_chunks` in the appender), below that
+//! threshold, which keeps glibc on its vector loop whatever the caller's buffer address. The
+//! [`FragmentAssembler`] keeps its reassembly buffer 64-byte aligned so that copies out of a term are
+//! always at a distance that is a multiple of 32. The readers hand out payloads in place (no copy).
+//! `copy_distance_probe` in `tests/log_buffer_props.rs` measures both forms on the machine at hand.
 
 mod appender;
 pub mod descriptor;
