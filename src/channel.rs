@@ -40,8 +40,10 @@ pub struct ChannelConfig {
     pub receiver_window: usize,
     /// A receiver silent for this long is dropped from flow control.
     pub receiver_timeout: Duration,
-    /// Delay before a gap is NAKed (and between NAKs of the same gap: `nak_delay * 100`).
+    /// Delay before a gap is NAKed.
     pub nak_delay: Duration,
+    /// Delay before a gap that is still open is NAKed again (Aeron's unicast default: 100 x 100 us).
+    pub nak_retry_delay: Duration,
     /// A status message is sent at least this often.
     pub status_interval: Duration,
     /// A heartbeat goes out after this long without data.
@@ -68,6 +70,7 @@ impl Default for ChannelConfig {
             receiver_window: 128 * 1024,
             receiver_timeout: Duration::from_secs(5),
             nak_delay: Duration::from_micros(100),
+            nak_retry_delay: Duration::from_millis(10),
             status_interval: Duration::from_millis(200),
             heartbeat_interval: Duration::from_millis(100),
             setup_interval: Duration::from_millis(100),

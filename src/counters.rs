@@ -41,10 +41,16 @@ use crate::buffer::{AtomicBuffer, Region, CACHE_LINE_LENGTH};
 /// process load it with acquire ordering. Updates are plain load + release store for the single writer,
 /// which costs no locked instruction on the hot path; [`Counter::get_and_add`] is the atomic form for
 /// counters that several threads update.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Counter {
     value: AtomicBuffer,
     id: i32,
+}
+
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.get())
+    }
 }
 
 impl Counter {

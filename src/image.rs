@@ -11,14 +11,18 @@
 //! Invariants: a datagram is inserted only if it ends within `consumption + term_length / 2` (so the
 //! rebuilder never writes a partition that is still being read or not yet cleaned) and does not end at or
 //! before `rebuild_position` (a duplicate). A gap is NAKed `nak_delay` after it is first seen, and again
-//! every `nak_delay * 100` until it is filled; only the first gap is NAKed at a time (as Aeron does: it
-//! must be filled before delivery can go on anyway).
+//! every `nak_retry_delay` until it is filled; the first gap's timer governs, and when it fires the next
+//! few gaps in the term are NAKed with it (Aeron NAKs only the first gap, which serialises the repair of
+//! burst loss: one round trip per gap).
 
 use std::net::SocketAddr;
 
 use crate::frame::{align_frame, DataHeader, DATA_HEADER_LENGTH, TYPE_PAD};
 use crate::log_buffer::descriptor::{position, position_bits_to_shift, term_id, term_offset};
 use crate::log_buffer::{ConsumerPosition, Gap, LogBuffer, TermRebuilder};
+
+/// Most gaps NAKed after the first one in a single loss check.
+pub const MAX_EXTRA_NAKS: usize = 7;
 
 /// Why a datagram was not inserted into an image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,7 +177,8 @@ impl PublicationImage {
         if end <= self.rebuild_position || start < self.join_position {
             return InsertOutcome::Duplicate;
         }
-        if end > self.consumption_position() + (self.term_length / 2) as i64 {
+        // The window bounds the bytes written; a PAD header may cover padding beyond it, which is not written.
+        if start + datagram.len() as i64 > self.consumption_position() + (self.term_length / 2) as i64 {
             return InsertOutcome::OutOfWindow;
         }
         if self.rebuilder.insert(header.term_id, term_offset, datagram).is_err() {
@@ -224,6 +229,26 @@ impl PublicationImage {
         sent + self.loss_check(now_ns, send)
     }
 
+    /// NAKs up to [`MAX_EXTRA_NAKS`] gaps after `first` in the same term, so that burst loss inside the
+    /// window is repaired in one round trip instead of one round trip per gap (the complaint of
+    /// aeron-io/aeron#1958). A later gap may be data still in flight out of order; NAKing it early costs
+    /// one redundant retransmit.
+    fn nak_later_gaps(&mut self, first: Gap, send: &mut impl FnMut(Feedback)) -> usize {
+        let mut from = position(first.term_id, first.term_offset + first.length, self.initial_term_id, self.bits);
+        let mut sent = 0;
+        while sent < MAX_EXTRA_NAKS && from < self.hwm {
+            match self.rebuilder.scan_for_gap(from, self.hwm) {
+                Some(gap) if gap.term_id == first.term_id => {
+                    send(Feedback::Nak(gap));
+                    sent += 1;
+                    from = position(gap.term_id, gap.term_offset + gap.length, self.initial_term_id, self.bits);
+                }
+                _ => break,
+            }
+        }
+        sent
+    }
+
     fn loss_check(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
         let gap = if self.rebuild_position < self.hwm {
             self.rebuilder.scan_for_gap(self.rebuild_position, self.hwm)
@@ -244,7 +269,7 @@ impl PublicationImage {
                 self.gap = Some(gap);
                 self.next_nak_ns = now_ns + self.timers.nak_retry_ns;
                 send(Feedback::Nak(gap));
-                1
+                1 + self.nak_later_gaps(gap, &mut send)
             }
             Some(_) => 0,
         }

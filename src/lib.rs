@@ -30,6 +30,8 @@ pub mod image;
 pub mod ipc;
 pub mod log_buffer;
 pub mod network_publication;
+pub mod receiver;
 pub mod retransmit;
 pub mod ring_buffer;
+pub mod sender;
 pub mod transport;

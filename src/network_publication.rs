@@ -31,7 +31,7 @@ use crate::counters::Counter;
 use crate::fault::FaultInjector;
 use crate::flow_control::{MinFlowControl, StatusChange};
 use crate::frame::{self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETUP_LENGTH, UNFRAGMENTED};
-use crate::log_buffer::descriptor::{partition_index, position, term_id, term_offset};
+use crate::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
 use crate::retransmit::{NakOutcome, RetransmitHandler};
 use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH};
@@ -754,8 +754,7 @@ impl NetworkPublication {
             return;
         }
         let from = position(nak_term_id, nak_offset as usize, c.initial_term_id, bits);
-        let oldest = self.sender_position - (c.term_length / 2) as i64;
-        if from < oldest || from >= self.sender_position {
+        if !self.is_retained(from) || from >= self.sender_position {
             self.counters.invalid_packets.increment();
             return;
         }
@@ -768,6 +767,19 @@ impl NetworkPublication {
             let term_end = from - offset as i64 + c.term_length as i64;
             self.resend(d, from, end.min(term_end));
         }
+    }
+
+    /// Whether the log still holds `position` intact, now and for as long as the sender is busy with it.
+    ///
+    /// The appender zeroes the partition of term `T - 1` when it rotates into `T + 1`, and it stays within
+    /// `term_length / 2` of the sender position, which does not move during a resend. So terms from
+    /// `term(sender_position + term_length / 2) - 1` on are intact. (This is at least `term_length / 2`
+    /// of history, more than Aeron's bound, and it stays correct when the sender position has jumped over
+    /// padding to a term boundary.)
+    fn is_retained(&self, position: i64) -> bool {
+        let bits = self.log.position_bits_to_shift();
+        let furthest_producer = self.sender_position + (self.log.term_length() / 2) as i64;
+        term_count(position, bits) >= term_count(furthest_producer, bits) - 1
     }
 
     /// Resends `[from, to)` of the log to destination `d`, in datagrams of whole frames up to the MTU.
