@@ -135,10 +135,12 @@ pub(crate) fn check_layout(buffer: &AtomicBuffer) -> Result<usize, RingError> {
 
 /// Starts a record of `record_length` bytes (header included) at `index`: negative length, then its type.
 ///
-/// The length is stored with release so that it reaches other threads before anything written after
-/// this call (the release fence keeps later payload stores behind it on weakly ordered CPUs): a scan
-/// for a producer that died mid-record ([`super::ManyToOneRingBuffer::unblock`]) relies on seeing a
-/// non-zero header before any payload byte.
+/// The consumer ignores a non-positive length, so nothing here is needed for it. The negative length and
+/// the fence after it serve [`super::ManyToOneRingBuffer::unblock`], whose scan for a producer that died
+/// mid-record relies on a non-zero header becoming visible before any payload byte. That ordering of a
+/// store before later plain stores is what the fence instructions give (nothing on x86, `dmb ish` on
+/// aarch64); the Rust memory model itself has no store-store fence, which is one reason `unblock` is a
+/// heuristic for the consumer's side, not part of the normal protocol.
 #[inline]
 pub(crate) fn begin_record(buffer: &AtomicBuffer, index: usize, record_length: usize, msg_type_id: i32) {
     buffer.put_i32_release(index + LENGTH_OFFSET, -(record_length as i32));
