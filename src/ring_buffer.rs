@@ -1,1 +1,0 @@
-//! Being built in issue 2.
