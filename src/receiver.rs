@@ -108,6 +108,8 @@ pub struct ReceiverCounters {
     pub unknown_stream: Counter,
     /// Images created.
     pub images: Counter,
+    /// Receive calls that failed with an unexpected error.
+    pub recv_errors: Counter,
 }
 
 impl ReceiverCounters {
@@ -127,6 +129,7 @@ impl ReceiverCounters {
             foreign: allocate("receiver foreign source dropped"),
             unknown_stream: allocate("receiver unknown stream or session dropped"),
             images: allocate("receiver images"),
+            recv_errors: allocate("receiver recv errors"),
         }
     }
 
@@ -343,10 +346,10 @@ impl Receiver {
         let mut work = 0;
         for _ in 0..MAX_BATCHES_PER_CYCLE {
             self.counters.recv_syscalls.increment();
-            let received = match self.channels[c].endpoint.recv_batch(&mut self.batch) {
-                Ok(n) => n,
-                Err(_) => 0,
-            };
+            let received = self.channels[c].endpoint.recv_batch(&mut self.batch).unwrap_or_else(|_| {
+                self.counters.recv_errors.increment();
+                0
+            });
             for i in 0..received {
                 let datagram = self.batch.datagram(i);
                 self.counters.datagrams.increment();
