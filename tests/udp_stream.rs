@@ -74,6 +74,8 @@ fn start(mode: SendMode, mtu: usize, faults: bool, receiver_timeout: Duration) -
         // Loopback round trips are tens of microseconds: repair lost NAKs and resends within a millisecond.
         nak_retry_delay: Duration::from_millis(1),
         retransmit_linger: Duration::from_millis(1),
+        // A lost status message that would open a closed window costs a status interval of silence.
+        status_interval: Duration::from_millis(10),
         ..ChannelConfig::default()
     };
     let mut receivers = Vec::new();
@@ -165,17 +167,26 @@ fn stream(mode: SendMode, mtu: usize, faults: bool, total: u64) {
     );
 }
 
-#[test]
-fn classic_1408() {
-    stream(SendMode::Classic, 1408, false, 1_000_000);
+macro_rules! stream_tests {
+    ($($name:ident: $mode:expr, $mtu:expr, $faults:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            stream($mode, $mtu, $faults, 1_000_000);
+        }
+    )*};
 }
 
-#[test]
-fn classic_8192() {
-    stream(SendMode::Classic, 8192, false, 1_000_000);
-}
-
-#[test]
-fn classic_1408_faults() {
-    stream(SendMode::Classic, 1408, true, 1_000_000);
+stream_tests! {
+    classic_1408: SendMode::Classic, 1408, false;
+    classic_8192: SendMode::Classic, 8192, false;
+    mmsg_1408: SendMode::Mmsg, 1408, false;
+    mmsg_8192: SendMode::Mmsg, 8192, false;
+    gso_1408: SendMode::Gso, 1408, false;
+    gso_8192: SendMode::Gso, 8192, false;
+    classic_1408_faults: SendMode::Classic, 1408, true;
+    classic_8192_faults: SendMode::Classic, 8192, true;
+    mmsg_1408_faults: SendMode::Mmsg, 1408, true;
+    mmsg_8192_faults: SendMode::Mmsg, 8192, true;
+    gso_1408_faults: SendMode::Gso, 1408, true;
+    gso_8192_faults: SendMode::Gso, 8192, true;
 }
