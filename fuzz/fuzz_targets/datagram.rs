@@ -4,8 +4,8 @@
 //! Nothing may panic on any input, and these invariants must hold:
 //! - `peek_header` fails exactly when `parse` fails on the common header (short or bad version), and
 //!   when `parse` succeeds the frame's type is the one `peek_header` saw;
-//! - the walk starts every frame at a multiple of 32 from the start of the datagram, and its first
-//!   item is `parse(datagram)`;
+//! - the walk reads every frame at a multiple of 32 from the start of the datagram (and ends at the
+//!   end of the datagram, aligned or not), and its first item is `parse(datagram)`;
 //! - every frame it yields is `parse` of the bytes left at that point, lies within them
 //!   (`wire_length <= remaining`), and re-encodes to exactly the bytes it was read from (parsing is
 //!   lossless);
@@ -53,12 +53,12 @@ fn check_walk(datagram: &[u8]) {
     let mut items = 0usize;
     loop {
         let rest = walk.remaining();
-        let start = datagram.len() - rest.len();
-        assert_eq!(start % FRAME_ALIGNMENT, 0, "frame at offset {start} is not 32-aligned");
         let Some(item) = walk.next() else {
             assert!(rest.is_empty(), "the walk ended with {} bytes left", rest.len());
             break;
         };
+        let start = datagram.len() - rest.len();
+        assert_eq!(start % FRAME_ALIGNMENT, 0, "frame at offset {start} is not 32-aligned");
         items += 1;
         assert!(items <= limit, "{items} items from {} bytes", datagram.len());
         if items == 1 {
