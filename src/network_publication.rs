@@ -716,6 +716,11 @@ impl NetworkPublication {
                 if frame.session_id == c.session_id && frame.stream_id == c.stream_id =>
             {
                 self.counters.status_messages.increment();
+                if frame.flags & frame::SM_SEND_SETUP_FLAG != 0 {
+                    // A receiver without an image asks for a SETUP; its position and window mean nothing yet.
+                    self.destinations[d].setup_requested = true;
+                    return;
+                }
                 let bits = self.log.position_bits_to_shift();
                 let pos = position(
                     frame.consumption_term_id,
@@ -723,15 +728,12 @@ impl NetworkPublication {
                     c.initial_term_id,
                     bits,
                 );
-                let change = self.flow_control.on_status_message(
-                    d,
-                    frame.receiver_id(),
-                    pos,
-                    frame.receiver_window as i64,
-                    now_ns,
-                );
-                if frame.flags & frame::SM_SEND_SETUP_FLAG != 0 || change == StatusChange::Joined {
-                    self.destinations[d].setup_requested = frame.flags & frame::SM_SEND_SETUP_FLAG != 0;
+                let window = frame.receiver_window as i64;
+                let change = self.flow_control.on_status_message(d, frame.receiver_id(), pos, window, now_ns);
+                if change == StatusChange::Joined && pos + window < self.sender_position {
+                    // Its SETUP went out a while ago and the stream has moved on past its window: tell it
+                    // where the stream is now, so an image that has received nothing can join there.
+                    self.destinations[d].setup_requested = true;
                 }
             }
             Ok(Frame::Nak(nak)) if nak.session_id == c.session_id && nak.stream_id == c.stream_id => {

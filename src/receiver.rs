@@ -560,11 +560,6 @@ fn on_setup(
         counters.unknown_stream.increment();
         return;
     }
-    if let Some(image) = channel.images.iter_mut().find(|i| i.session_id() == setup.session_id && i.source() == source)
-    {
-        image.request_status();
-        return;
-    }
     let log_config = LogConfig {
         term_length: setup.term_length.max(0) as usize,
         mtu: setup.mtu.max(0) as usize,
@@ -578,6 +573,18 @@ fn on_setup(
         counters.malformed.increment();
         return;
     }
+    let bits = log_config.term_length.trailing_zeros();
+    let setup_position = position(setup.active_term_id, setup.term_offset as usize, setup.initial_term_id, bits);
+    if let Some(image) = channel.images.iter_mut().find(|i| i.session_id() == setup.session_id && i.source() == source)
+    {
+        // An image that has received nothing may move up to a newer SETUP (its first one went out long
+        // enough ago for the stream to pass its window); one with data, or with a fixed join position, stays.
+        let untouched = image.hwm() == image.join_position() && channel.config.join_position.is_none();
+        if !untouched || setup_position <= image.join_position() {
+            image.request_status();
+            return;
+        }
+    }
     let log = match &channel.config.image_dir {
         Some(dir) => {
             LogBuffer::create(&dir.join(format!("image-{}-{}.log", setup.stream_id, setup.session_id)), log_config)
@@ -588,8 +595,6 @@ fn on_setup(
         counters.malformed.increment();
         return;
     };
-    let bits = log_config.term_length.trailing_zeros();
-    let setup_position = position(setup.active_term_id, setup.term_offset as usize, setup.initial_term_id, bits);
     let join = channel.config.join_position.map_or(setup_position, |p| p.min(setup_position));
     let image = PublicationImage::new(log, source, join, channel.timers, now_ns);
     let Some(consumer) = image.register_consumer() else {

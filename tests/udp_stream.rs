@@ -190,3 +190,113 @@ stream_tests! {
     gso_1408_faults: SendMode::Gso, 1408, true;
     gso_8192_faults: SendMode::Gso, 8192, true;
 }
+
+/// Starts a Receiver on its own runner (backoff idle), bound to `bind`.
+fn receiver_on(
+    bind: std::net::SocketAddr,
+    channel: &ChannelConfig,
+) -> (AgentRunner, Subscription, std::net::SocketAddr) {
+    let mut config = ReceiveChannelConfig::new(bind, STREAM);
+    config.channel = channel.clone();
+    let (receiver, mut subs, _) = Receiver::new(vec![config], ReceiverCounters::detached()).unwrap();
+    let addr = receiver.local_addr(0);
+    let idle = Idle::new(&"backoff:10,5,1us,100us".parse::<IdleStrategyConfig>().unwrap()).unwrap();
+    let runner = AgentRunner::start(receiver, idle, None, AgentCounters::detached()).unwrap();
+    (runner, subs.remove(0), addr)
+}
+
+/// Publishes and reads until `done(reads)` holds, asserting every subscription sees a contiguous sequence.
+struct Driver {
+    counters: SenderCounters,
+    appender: ExclusiveAppender,
+    next_offer: u64,
+    buf: Vec<u8>,
+}
+
+impl Driver {
+    fn pump(&mut self, subs: &mut [(&mut Subscription, &mut Option<u64>)], until: impl Fn(u64) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !until(self.next_offer) || subs.iter().any(|(_, next)| next.is_none_or(|n| n < self.next_offer)) {
+            assert!(
+                Instant::now() < deadline,
+                "stalled at {} offered, read {:?}; sender {:#?}",
+                self.next_offer,
+                subs.iter().map(|(_, n)| **n).collect::<Vec<_>>(),
+                self.counters
+            );
+            let mut progressed = false;
+            while !until(self.next_offer) && offer(&mut self.appender, &self.buf) {
+                self.next_offer += 1;
+                message(self.next_offer, &mut self.buf);
+                progressed = true;
+            }
+            for (sub, next) in subs.iter_mut() {
+                progressed |= sub.poll(1024, |payload| {
+                    let seq = u64::from_le_bytes(payload[..8].try_into().unwrap());
+                    let expected = next.unwrap_or(seq); // a receiver that joins late starts where it joined
+                    check(expected, payload);
+                    **next = Some(expected + 1);
+                }) > 0;
+            }
+            if !progressed {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stopped_receiver_is_dropped_and_a_restarted_one_joins_again() {
+    let channel = ChannelConfig {
+        mtu: 1408,
+        term_length: TERM_LENGTH,
+        receiver_timeout: Duration::from_millis(300),
+        status_interval: Duration::from_millis(10),
+        ..ChannelConfig::default()
+    };
+    let (runner_a, mut sub_a, addr_a) = receiver_on("127.0.0.1:0".parse().unwrap(), &channel);
+    let (runner_b, mut sub_b, addr_b) = receiver_on("127.0.0.1:0".parse().unwrap(), &channel);
+    let log = LogBuffer::create_anonymous(LogConfig {
+        session_id: 9,
+        stream_id: STREAM,
+        ..LogConfig::new(TERM_LENGTH, 1408)
+    })
+    .unwrap();
+    let appender = log.appender().unwrap();
+    let counters = SenderCounters::detached();
+    let publication = NetworkPublication::new(
+        log,
+        ChannelConfig { destinations: vec![addr_a, addr_b], ..channel.clone() },
+        counters.clone(),
+    )
+    .unwrap();
+    let idle = Idle::new(&"backoff:10,5,1us,100us".parse::<IdleStrategyConfig>().unwrap()).unwrap();
+    let sender = AgentRunner::start(Sender::new(vec![publication]), idle, None, AgentCounters::detached()).unwrap();
+    let mut driver = Driver { counters: counters.clone(), appender, next_offer: 0, buf: Vec::new() };
+    message(0, &mut driver.buf);
+    let (mut next_a, mut next_b) = (Some(0), Some(0));
+
+    driver.pump(&mut [(&mut sub_a, &mut next_a), (&mut sub_b, &mut next_b)], |n| n >= 50_000);
+    runner_b.close().unwrap();
+    drop(sub_b);
+    // B is gone: the stream stalls on B's window until its time-out, then goes on to A alone.
+    driver.pump(&mut [(&mut sub_a, &mut next_a)], |n| n >= 150_000);
+    assert_eq!(counters.receivers_timed_out.get(), 1, "B was dropped from flow control");
+
+    let (runner_b, mut sub_b, _) = receiver_on(addr_b, &channel);
+    let mut next_b = None;
+    // Keep the stream flowing until the restarted B has its image (the sender's SETUP reaches it).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sub_b.is_connected() {
+        assert!(Instant::now() < deadline, "the restarted receiver never got a SETUP");
+        let target = driver.next_offer + 100;
+        driver.pump(&mut [(&mut sub_a, &mut next_a)], |n| n >= target);
+    }
+    let connected_at = driver.next_offer;
+    driver.pump(&mut [(&mut sub_a, &mut next_a), (&mut sub_b, &mut next_b)], |n| n >= connected_at + 100_000);
+    assert!(next_b.unwrap() > connected_at, "the restarted receiver joined the live stream and read to its end");
+    assert_eq!(next_a, next_b, "both receivers end at the same message");
+    sender.close().unwrap();
+    runner_a.close().unwrap();
+    runner_b.close().unwrap();
+}
