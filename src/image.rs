@@ -51,6 +51,11 @@ pub enum Feedback {
     },
     /// A NAK for a gap.
     Nak(Gap),
+    /// A follower's acknowledgement of its append position (the rebuild position).
+    Ack {
+        /// Everything before it has arrived.
+        position: i64,
+    },
 }
 
 /// Timers and window of an image (from the channel configuration).
@@ -86,6 +91,17 @@ pub struct PublicationImage {
     gap: Option<Gap>,
     next_nak_ns: u64,
     status_requested: bool,
+    /// Highest end of data (or heartbeat position) seen beyond the window: the image is catching up.
+    seen: i64,
+    ack: Option<AckTimer>,
+}
+
+/// When a follower's image acknowledges its append position.
+#[derive(Clone, Copy, Debug)]
+struct AckTimer {
+    interval_ns: u64,
+    last_position: i64,
+    next_ns: u64,
 }
 
 impl PublicationImage {
@@ -113,7 +129,15 @@ impl PublicationImage {
             gap: None,
             next_nak_ns: 0,
             status_requested: true,
+            seen: join_position,
+            ack: None,
         }
+    }
+
+    /// Makes this image acknowledge its rebuild position whenever it advances, and every `interval_ns`
+    /// when it does not (a follower's append position, for the leader's quorum).
+    pub fn acknowledge_every(&mut self, interval_ns: u64) {
+        self.ack = Some(AckTimer { interval_ns, last_position: i64::MIN, next_ns: 0 });
     }
 
     /// The image log (subscriptions read it).
@@ -179,6 +203,7 @@ impl PublicationImage {
         }
         // The window bounds the bytes written; a PAD header may cover padding beyond it, which is not written.
         if start + datagram.len() as i64 > self.consumption_position() + (self.term_length / 2) as i64 {
+            self.seen = self.seen.max(end);
             return InsertOutcome::OutOfWindow;
         }
         if self.rebuilder.insert(header.term_id, term_offset, datagram).is_err() {
@@ -198,6 +223,7 @@ impl PublicationImage {
         if at > self.hwm && at <= self.consumption_position() + (self.term_length / 2) as i64 {
             self.hwm = at;
         }
+        self.seen = self.seen.max(at);
         true
     }
 
@@ -226,7 +252,34 @@ impl PublicationImage {
             self.status_requested = false;
             sent += 1;
         }
+        sent += self.ack_check(now_ns, &mut send);
         sent + self.loss_check(now_ns, send)
+    }
+
+    fn ack_check(&mut self, now_ns: u64, send: &mut impl FnMut(Feedback)) -> usize {
+        let Some(ack) = self.ack.as_mut() else {
+            return 0;
+        };
+        if self.rebuild_position > ack.last_position || now_ns >= ack.next_ns {
+            ack.last_position = self.rebuild_position;
+            ack.next_ns = now_ns + ack.interval_ns;
+            send(Feedback::Ack { position: self.rebuild_position });
+            return 1;
+        }
+        0
+    }
+
+    /// The range a catching-up image asks for when everything up to its hwm has arrived but the publisher
+    /// is already beyond its window: from the hwm to what the window allows, within the hwm's term.
+    fn catch_up_gap(&self) -> Option<Gap> {
+        let window_end = self.consumption_position() + (self.term_length / 2) as i64;
+        let term_end = (self.hwm | (self.term_length as i64 - 1)) + 1;
+        let end = self.seen.min(window_end).min(term_end);
+        (end > self.hwm).then(|| Gap {
+            term_id: term_id(self.hwm, self.initial_term_id, self.bits),
+            term_offset: term_offset(self.hwm, self.term_length),
+            length: (end - self.hwm) as usize,
+        })
     }
 
     /// NAKs up to [`MAX_EXTRA_NAKS`] gaps after `first` in the same term, so that burst loss inside the
@@ -252,6 +305,8 @@ impl PublicationImage {
     fn loss_check(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
         let gap = if self.rebuild_position < self.hwm {
             self.rebuilder.scan_for_gap(self.rebuild_position, self.hwm)
+        } else if self.seen > self.hwm {
+            self.catch_up_gap()
         } else {
             None
         };

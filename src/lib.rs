@@ -20,6 +20,7 @@ pub mod agent;
 pub mod buffer;
 pub mod channel;
 pub mod clock;
+pub mod consensus;
 pub mod counters;
 pub mod directory;
 pub mod fault;

@@ -27,7 +27,9 @@ use crate::channel::ChannelConfig;
 use crate::clock::{nanos, NanoClock};
 use crate::counters::Counter;
 use crate::fault::FaultInjector;
-use crate::frame::{self, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG};
+use crate::frame::{
+    self, AppendPositionFrame, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG,
+};
 use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
@@ -55,6 +57,21 @@ pub struct ReceiveChannelConfig {
     pub join_position: Option<i64>,
     /// Identity sent in status messages, unique per receiver start.
     pub receiver_id: i64,
+    /// Set when this channel carries a replicated log to a follower: acknowledge, and track commits.
+    pub follower: Option<FollowerLink>,
+}
+
+/// A follower's side of the replicated log: what it acknowledges and where it learns the commit position.
+#[derive(Clone, Debug)]
+pub struct FollowerLink {
+    /// This follower's member id, sent in its acknowledgements.
+    pub member_id: i32,
+    /// The commit position the leader has announced (commit frames, or piggybacked reserved values).
+    pub commit: Counter,
+    /// Read the commit position from data frames' reserved value too.
+    pub piggyback: bool,
+    /// Acknowledge at least this often, even when the log does not move.
+    pub ack_interval: Duration,
 }
 
 impl ReceiveChannelConfig {
@@ -68,6 +85,7 @@ impl ReceiveChannelConfig {
             image_dir: None,
             join_position: None,
             receiver_id: unique_receiver_id(),
+            follower: None,
         }
     }
 }
@@ -110,6 +128,8 @@ pub struct ReceiverCounters {
     pub images: Counter,
     /// Receive calls that failed with an unexpected error.
     pub recv_errors: Counter,
+    /// Commit-position frames received.
+    pub commits: Counter,
 }
 
 impl ReceiverCounters {
@@ -130,6 +150,7 @@ impl ReceiverCounters {
             unknown_stream: allocate("receiver unknown stream or session dropped"),
             images: allocate("receiver images"),
             recv_errors: allocate("receiver recv errors"),
+            commits: allocate("receiver commit frames received"),
         }
     }
 
@@ -389,10 +410,11 @@ impl Receiver {
             work += image.track_rebuild() as usize;
             let (session_id, stream_id, source) = (image.session_id(), image.stream_id(), image.source());
             let receiver_id = channel.config.receiver_id;
+            let member_id = channel.config.follower.as_ref().map(|f| f.member_id);
             let endpoint = &channel.endpoint;
             let counters = &self.counters;
             work += image.feedback(now_ns, |feedback| {
-                send_feedback_frame(endpoint, counters, source, session_id, stream_id, receiver_id, feedback)
+                send_feedback_frame(endpoint, counters, source, session_id, stream_id, receiver_id, member_id, feedback)
             });
         }
         if work == 0 {
@@ -415,6 +437,7 @@ fn send_feedback_frame(
     session_id: i32,
     stream_id: i32,
     receiver_id: i64,
+    member_id: Option<i32>,
     feedback: Feedback,
 ) {
     let mut bytes = [0u8; 64];
@@ -431,6 +454,16 @@ fn send_feedback_frame(
             sm.set_receiver_id(receiver_id);
             counters.status_messages.increment();
             sm.encode(&mut bytes)
+        }
+        Feedback::Ack { position } => {
+            let ack = AppendPositionFrame {
+                session_id,
+                stream_id,
+                log_position: position,
+                member_id: member_id.unwrap_or(-1),
+                ..AppendPositionFrame::default()
+            };
+            ack.encode(&mut bytes)
         }
         Feedback::Nak(gap) => {
             let nak = NakFrame {
@@ -473,6 +506,13 @@ fn on_datagram(
             }
         }
         Ok(Frame::Setup(setup)) => on_setup(channel, counters, source, &setup, now_ns),
+        Ok(Frame::CommitPosition(commit)) => match &channel.config.follower {
+            Some(follower) if commit.stream_id == channel.config.stream_id => {
+                counters.commits.increment();
+                follower.commit.set_max(commit.log_position);
+            }
+            _ => counters.unknown_stream.increment(),
+        },
         Ok(_) => counters.unknown_stream.increment(),
         Err(_) => counters.malformed.increment(),
     }
@@ -512,7 +552,17 @@ fn on_data(
         return;
     };
     match image.insert(header, bytes) {
-        InsertOutcome::Inserted => {}
+        InsertOutcome::Inserted => {
+            if let Some(follower) = channel.config.follower.as_ref().filter(|f| f.piggyback) {
+                let reserved = frame::frames(bytes).filter_map(|f| match f {
+                    Ok(Frame::Data { header, .. }) => Some(header.reserved_value),
+                    _ => None,
+                });
+                if let Some(commit) = reserved.max() {
+                    follower.commit.set_max(commit);
+                }
+            }
+        }
         InsertOutcome::Duplicate => counters.duplicates.increment(),
         InsertOutcome::OutOfWindow => counters.out_of_window.increment(),
         InsertOutcome::Malformed => counters.malformed.increment(),
@@ -596,7 +646,10 @@ fn on_setup(
         return;
     };
     let join = channel.config.join_position.map_or(setup_position, |p| p.min(setup_position));
-    let image = PublicationImage::new(log, source, join, channel.timers, now_ns);
+    let mut image = PublicationImage::new(log, source, join, channel.timers, now_ns);
+    if let Some(follower) = &channel.config.follower {
+        image.acknowledge_every(nanos(follower.ack_interval));
+    }
     let Some(consumer) = image.register_consumer() else {
         counters.malformed.increment();
         return;
