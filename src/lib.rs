@@ -31,6 +31,7 @@ pub mod image;
 pub mod ipc;
 pub mod log_buffer;
 pub mod network_publication;
+pub mod node;
 pub mod receiver;
 pub mod retransmit;
 pub mod ring_buffer;

@@ -223,17 +223,23 @@ impl Subscription {
     /// Hands up to `fragment_limit` fragments' worth of whole messages to `handler`; returns the number
     /// of fragments read. The position is published once per call.
     pub fn poll(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
+        self.poll_bounded(i64::MAX, fragment_limit, &mut handler)
+    }
+
+    /// As [`poll`](Self::poll), reading nothing beyond `limit_position` (a follower applies only what the
+    /// leader has committed).
+    pub fn poll_bounded(&mut self, limit_position: i64, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
         self.refresh();
         let Some((reader, consumer, position)) = self.current.as_mut() else {
             return 0;
         };
         let mut fragments = 0;
         let reassembler = &mut self.reassembler;
-        let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
         let mut next = *position;
         while fragments < fragment_limit {
             let mut read = 0;
-            let after = reader.poll(next, fragment_limit - fragments, |payload, header| {
+            let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
+            let after = reader.poll_bounded(next, limit_position, fragment_limit - fragments, |payload, header| {
                 read += 1;
                 reassembler.on_fragment(payload, header, &mut deliver);
             });
@@ -408,14 +414,16 @@ impl Receiver {
         let mut work = 0;
         for image in channel.images.iter_mut() {
             work += image.track_rebuild() as usize;
-            let (session_id, stream_id, source) = (image.session_id(), image.stream_id(), image.source());
-            let receiver_id = channel.config.receiver_id;
-            let member_id = channel.config.follower.as_ref().map(|f| f.member_id);
+            let id = FeedbackIdentity {
+                session_id: image.session_id(),
+                stream_id: image.stream_id(),
+                receiver_id: channel.config.receiver_id,
+                member_id: channel.config.follower.as_ref().map(|f| f.member_id),
+            };
+            let source = image.source();
             let endpoint = &channel.endpoint;
             let counters = &self.counters;
-            work += image.feedback(now_ns, |feedback| {
-                send_feedback_frame(endpoint, counters, source, session_id, stream_id, receiver_id, member_id, feedback)
-            });
+            work += image.feedback(now_ns, |feedback| send_feedback_frame(endpoint, counters, source, id, feedback));
         }
         if work == 0 {
             if let Some(mut faults) = channel.faults.take() {
@@ -430,16 +438,23 @@ impl Receiver {
     }
 }
 
-fn send_feedback_frame(
-    endpoint: &UdpEndpoint,
-    counters: &ReceiverCounters,
-    source: SocketAddr,
+/// Who a feedback frame is from and about.
+#[derive(Clone, Copy)]
+struct FeedbackIdentity {
     session_id: i32,
     stream_id: i32,
     receiver_id: i64,
     member_id: Option<i32>,
+}
+
+fn send_feedback_frame(
+    endpoint: &UdpEndpoint,
+    counters: &ReceiverCounters,
+    source: SocketAddr,
+    id: FeedbackIdentity,
     feedback: Feedback,
 ) {
+    let FeedbackIdentity { session_id, stream_id, receiver_id, member_id } = id;
     let mut bytes = [0u8; 64];
     let length = match feedback {
         Feedback::Status { term_id, term_offset, window } => {
