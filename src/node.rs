@@ -220,7 +220,12 @@ impl NodeBuilder {
     }
 
     /// The idle strategies of the consensus, sender and receiver agents.
-    pub fn idle(mut self, consensus: IdleStrategyConfig, sender: IdleStrategyConfig, receiver: IdleStrategyConfig) -> Self {
+    pub fn idle(
+        mut self,
+        consensus: IdleStrategyConfig,
+        sender: IdleStrategyConfig,
+        receiver: IdleStrategyConfig,
+    ) -> Self {
         self.config.idle = [consensus, sender, receiver];
         self
     }
@@ -443,7 +448,8 @@ impl Node {
     pub fn start(config: NodeConfig) -> Result<Node, NodeError> {
         config.validate()?;
         config.channel.validate()?;
-        let path = config.directory.clone().unwrap_or_else(|| NodeDirectory::default_path(&format!("node-{}", config.id)));
+        let path =
+            config.directory.clone().unwrap_or_else(|| NodeDirectory::default_path(&format!("node-{}", config.id)));
         let policy = if config.clean_stale { StalePolicy::Clean } else { StalePolicy::Refuse };
         let directory = NodeDirectory::create(&path, policy).map_err(NodeError::Directory)?;
         let counters = CountersManager::create(directory.file("counters.dat"), 512).map_err(other)?;
@@ -494,6 +500,15 @@ impl Node {
     /// The commit position this node knows.
     pub fn commit_position(&self) -> i64 {
         self.commit.get()
+    }
+
+    /// The log position this node has applied up to through [`Node::poll_committed`] (what a follower that
+    /// restarts passes to [`NodeBuilder::resume_from`]).
+    pub fn applied_position(&self) -> i64 {
+        match &self.reader {
+            CommittedReader::Leader { position, .. } => *position,
+            CommittedReader::Follower { subscription } => subscription.position().unwrap_or(0),
+        }
     }
 
     /// Warnings from start-up (layout, socket buffers, send mode fallbacks).
@@ -594,7 +609,8 @@ fn leader_parts(
     let reader = LogReader::new(&log);
     let consumer = log.register_consumer(0).map_err(other)?;
     let followers: Vec<&Member> = config.followers().collect();
-    let channel = ChannelConfig { destinations: followers.iter().map(|m| m.endpoint).collect(), ..config.channel.clone() };
+    let channel =
+        ChannelConfig { destinations: followers.iter().map(|m| m.endpoint).collect(), ..config.channel.clone() };
     let mut publication = NetworkPublication::new(log, channel, SenderCounters::new(allocate)).map_err(other)?;
     let mut warnings = publication.warnings().to_vec();
     let acks: Vec<Counter> = followers.iter().map(|m| allocate(&format!("ack position of member {}", m.id))).collect();
@@ -618,7 +634,12 @@ fn leader_parts(
         appender,
         acks,
         commands,
-        identity: LogIdentity { session_id, stream_id: config.stream_id, leader_member_id: config.id, leadership_term_id: 0 },
+        identity: LogIdentity {
+            session_id,
+            stream_id: config.stream_id,
+            leader_member_id: config.id,
+            leadership_term_id: 0,
+        },
         piggyback: config.commit_piggyback,
         commit_heartbeat_ns: nanos(config.commit_heartbeat),
         counters,
@@ -636,7 +657,11 @@ fn leader_parts(
     })
 }
 
-fn follower_parts(config: &NodeConfig, directory: &NodeDirectory, allocate: &dyn Fn(&str) -> Counter) -> Result<Parts, NodeError> {
+fn follower_parts(
+    config: &NodeConfig,
+    directory: &NodeDirectory,
+    allocate: &dyn Fn(&str) -> Counter,
+) -> Result<Parts, NodeError> {
     let me = config.members.iter().find(|m| m.id == config.id).expect("validated");
     let commit = allocate("follower commit position");
     let mut channel = ReceiveChannelConfig::new(me.endpoint, config.stream_id);

@@ -228,7 +228,12 @@ impl Subscription {
 
     /// As [`poll`](Self::poll), reading nothing beyond `limit_position` (a follower applies only what the
     /// leader has committed).
-    pub fn poll_bounded(&mut self, limit_position: i64, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
+    pub fn poll_bounded(
+        &mut self,
+        limit_position: i64,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&[u8]),
+    ) -> usize {
         self.refresh();
         let Some((reader, consumer, position)) = self.current.as_mut() else {
             return 0;

@@ -27,7 +27,13 @@ fn dir(test: &str, id: i32) -> PathBuf {
 }
 
 fn channel(faults: bool) -> ChannelConfig {
-    let fault = |seed| if faults { FaultConfig { drop: 0.05, duplicate: 0.01, reorder: 0.01, seed } } else { FaultConfig::default() };
+    let fault = |seed| {
+        if faults {
+            FaultConfig { drop: 0.05, duplicate: 0.01, reorder: 0.01, seed }
+        } else {
+            FaultConfig::default()
+        }
+    };
     ChannelConfig {
         mtu: 1408,
         term_length: 1 << 20,
@@ -82,7 +88,7 @@ fn run(nodes: &mut [Node], total: u64) {
     let mut applied = vec![0u64; nodes.len()];
     let deadline = Instant::now() + Duration::from_secs(240);
     while applied.iter().any(|&a| a < total) {
-        assert!(Instant::now() < deadline, "stalled: offered {offered}, applied {applied:?}");
+        assert!(Instant::now() < deadline, "stalled: offered {offered}, applied {applied:?}\n{}", dump(nodes));
         while offered < total {
             match client.offer(&message(offered)) {
                 Ok(_) => offered += 1,
@@ -104,6 +110,20 @@ fn run(nodes: &mut [Node], total: u64) {
             std::thread::yield_now();
         }
     }
+}
+
+/// Every counter of every node, for a failure message.
+fn dump(nodes: &[Node]) -> String {
+    let mut out = String::new();
+    for node in nodes {
+        out += &format!("node {}:\n", node.id());
+        node.counters().reader().for_each(|_, _, label, value| {
+            if value != 0 {
+                out += &format!("  {label}: {value}\n");
+            }
+        });
+    }
+    out
 }
 
 fn start(test: &str, faults: bool) -> Vec<Node> {
@@ -129,6 +149,61 @@ fn three_nodes_commit_a_million_messages_in_order() {
 fn three_nodes_commit_through_loss_duplication_and_reordering() {
     let mut nodes = start("faults", true);
     run(&mut nodes, 1_000_000);
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
+
+#[test]
+fn two_nodes_commit_while_a_follower_is_down_and_it_catches_up_on_restart() {
+    let members = members(3);
+    let mut nodes: Vec<Node> = (0..3).map(|id| builder("restart", id, &members, false).start().unwrap()).collect();
+    run(&mut nodes, 20_000);
+    let stopped = nodes.pop().unwrap();
+    let resume = stopped.applied_position();
+    stopped.close().unwrap();
+
+    // The leader and follower 1 go on committing once the leader stops waiting for member 2.
+    let client = nodes[0].client();
+    let mut applied = [20_000u64; 2];
+    let mut offered = 20_000u64;
+    let target = 23_000u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while applied.iter().any(|&a| a < target) {
+        assert!(Instant::now() < deadline, "two nodes stalled: offered {offered}, applied {applied:?}");
+        while offered < target && client.offer(&message(offered)).is_ok() {
+            offered += 1;
+        }
+        for node in nodes.iter_mut() {
+            node.invoke().unwrap();
+        }
+        for (node, next) in nodes.iter_mut().zip(applied.iter_mut()) {
+            apply(node, next);
+        }
+        std::thread::yield_now();
+    }
+
+    // Member 2 restarts from where it had applied, while what it missed is still in the leader's log
+    // (about 3000 messages of a 1 MiB term), catches up to the same sequence, and goes on with the others.
+    let restarted = builder("restart", 2, &members, false).resume_from(resume).start().unwrap();
+    nodes.push(restarted);
+    let mut next = [applied[0], applied[1], 20_000];
+    let final_target = 30_000u64;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while next.iter().any(|&a| a < final_target) {
+        assert!(Instant::now() < deadline, "catch-up stalled: offered {offered}, applied {next:?}\n{}", dump(&nodes));
+        // No new offers until member 2 has caught up with what was committed while it was down.
+        while next[2] >= target && offered < final_target && client.offer(&message(offered)).is_ok() {
+            offered += 1;
+        }
+        for node in nodes.iter_mut() {
+            node.invoke().unwrap();
+        }
+        for (node, n) in nodes.iter_mut().zip(next.iter_mut()) {
+            apply(node, n);
+        }
+        std::thread::yield_now();
+    }
     for node in nodes {
         node.close().unwrap();
     }
