@@ -35,13 +35,12 @@ use crate::buffer::{AtomicBuffer, Region};
 use crate::channel::{ChannelConfig, ConfigError};
 use crate::clock::nanos;
 use crate::consensus::{
-    ConsensusCounters, FollowerConsensus, LeaderConsensus, LeaderParts, LogIdentity, Role, COMMAND_CONTROL_FRAME,
-    INGRESS_MESSAGE,
+    ConsensusCounters, FollowerConsensus, LeaderConsensus, LeaderParts, LogIdentity, Role, INGRESS_MESSAGE,
 };
 use crate::counters::{Counter, CountersManager, TYPE_USER_MIN};
 use crate::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::frame::Frame;
-use crate::idle::{Idle, IdleStrategyConfig};
+use crate::idle::IdleStrategyConfig;
 use crate::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogReader, Reassembler};
 use crate::network_publication::{NetworkPublication, SenderCounters};
 use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
@@ -646,7 +645,6 @@ fn leader_parts(
     });
     let (receiver, _, w) = Receiver::new(Vec::new(), ReceiverCounters::new(allocate))?;
     warnings.extend(w);
-    let _ = COMMAND_CONTROL_FRAME;
     Ok(Parts {
         consensus: Box::new(consensus),
         sender,
@@ -713,7 +711,6 @@ fn start_agents(
     if let Some(invoker) = handles.invoker.as_mut() {
         invoker.start().map_err(|f| NodeError::Agents(vec![f]))?;
     }
-    let _ = Idle::new;
     Ok(handles)
 }
 
