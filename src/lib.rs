@@ -32,6 +32,7 @@ pub mod ipc;
 pub mod log_buffer;
 pub mod network_publication;
 pub mod node;
+pub mod probe;
 pub mod receiver;
 pub mod retransmit;
 pub mod ring_buffer;
