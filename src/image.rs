@@ -195,7 +195,14 @@ impl PublicationImage {
         let Some(span) = log_span(datagram) else {
             return InsertOutcome::Malformed;
         };
-        let term_offset = header.term_offset as usize;
+        // Frames never cross a term's end (padding fills it): a datagram that does is impossible, not
+        // merely ahead of the window or behind the rebuild position (which its aliased position may be).
+        let Ok(term_offset) = usize::try_from(header.term_offset) else {
+            return InsertOutcome::Malformed;
+        };
+        if span > self.term_length.saturating_sub(term_offset) {
+            return InsertOutcome::Malformed;
+        }
         let start = position(header.term_id, term_offset, self.initial_term_id, self.bits);
         let end = start + span as i64;
         if end <= self.rebuild_position || start < self.join_position {
@@ -434,6 +441,30 @@ mod tests {
         let beyond = all.iter().find(|(h, d)| h.term_offset as usize + d.len() > 32 * 1024).unwrap();
         assert_eq!(image.insert(&beyond.0, &beyond.1), InsertOutcome::OutOfWindow);
         assert_eq!(image.hwm(), 0);
+    }
+
+    #[test]
+    fn frames_at_or_across_the_term_end_are_malformed_wherever_the_window_is() {
+        let (_, image_log) = logs();
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let _consumer = image.register_consumer().unwrap();
+        let frame = |term_id, term_offset: i32| {
+            let mut bytes = vec![0u8; 64];
+            let header = DataHeader::new(3, 1, term_id, term_offset, crate::frame::UNFRAGMENTED);
+            crate::frame::encode_data(&mut bytes, &header, &[1; 32]).unwrap();
+            (bytemuck::pod_read_unaligned::<DataHeader>(&bytes[..32]), bytes)
+        };
+        let (h, d) = frame(7, 0);
+        assert_eq!(image.insert(&h, &d), InsertOutcome::Inserted);
+        image.track_rebuild();
+        // Offsets at or across the end of the first term (7) alias positions beyond the window, and the end
+        // of the term before it aliases position 0, already rebuilt: all are impossible frames, counted as
+        // such, not as "out of window" or "duplicate".
+        for (term_id, offset) in [(7, 65536), (7, 65536 - 32), (7, 1 << 30), (6, 65536)] {
+            let (h, d) = frame(term_id, offset);
+            assert_eq!(image.insert(&h, &d), InsertOutcome::Malformed, "term {term_id} offset {offset}");
+        }
+        assert_eq!(image.hwm(), 64);
     }
 
     #[test]

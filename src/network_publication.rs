@@ -856,6 +856,7 @@ fn account(
         }
         SendOutcome::TooLarge { path_mtu, .. } => {
             counters.send_errors.increment();
+            let path_mtu = path_mtu.or_else(|| probe_path_mtu(destination, config));
             failure.get_or_insert(PublicationError::PathMtu { destination, mtu: config.mtu, path_mtu });
             false
         }
@@ -905,6 +906,14 @@ fn open_sockets(
     let (endpoint, _) = UdpEndpoint::bind(local, &config.socket)?;
     let addrs = config.destinations.iter().map(|&d| SockAddr::from(d)).collect();
     Ok(Sockets::Shared { endpoint, addrs })
+}
+
+/// The kernel's path MTU to `destination`, read through a socket connected for the purpose: the shared
+/// socket of `mmsg` mode is not connected and cannot tell. Cold path: only when a channel stops.
+fn probe_path_mtu(destination: SocketAddr, config: &ChannelConfig) -> Option<usize> {
+    let (mut endpoint, _) = UdpEndpoint::bind(unspecified_like(destination), &config.socket).ok()?;
+    endpoint.connect(destination).ok()?;
+    endpoint.path_mtu().ok()
 }
 
 /// Port 0 on the loopback or unspecified address of the destination's family.
