@@ -30,6 +30,7 @@ pub mod idle;
 pub mod image;
 pub mod ipc;
 pub mod log_buffer;
+pub mod model;
 pub mod network_publication;
 pub mod node;
 pub mod probe;
