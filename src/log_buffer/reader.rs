@@ -72,8 +72,18 @@ const _: () = assert!(std::mem::size_of::<Block>() == 64);
 /// `(dst - src) mod 32 == 0`, clear of the CPU's slow `rep movsb` distances. A fragment without a begun
 /// message (a reader that joined mid-message) is dropped. A reassembled message is handed over with the
 /// header of its last fragment.
+///
+/// The handler is either owned ([`FragmentAssembler::on_fragment`]) or lent per call
+/// ([`FragmentAssembler::on_fragment_with`], for callers such as the IPC subscription whose handler
+/// changes from one poll to the next); the reassembly state is the same.
 pub struct FragmentAssembler<F> {
     handler: F,
+    state: Reassembly,
+}
+
+/// The reassembly buffer and where a fragmented message stands.
+#[derive(Default)]
+struct Reassembly {
     blocks: Vec<Block>,
     length: usize,
     in_progress: bool,
@@ -82,24 +92,55 @@ pub struct FragmentAssembler<F> {
 impl<F> std::fmt::Debug for FragmentAssembler<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FragmentAssembler")
-            .field("length", &self.length)
-            .field("in_progress", &self.in_progress)
+            .field("length", &self.state.length)
+            .field("in_progress", &self.state.in_progress)
             .finish()
     }
 }
 
-impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
-    /// An assembler handing whole messages to `handler`.
+impl<F> FragmentAssembler<F> {
+    /// An assembler handing whole messages to `handler` (which may be `()` when every fragment is
+    /// given with [`on_fragment_with`](Self::on_fragment_with)).
     pub fn new(handler: F) -> Self {
-        Self { handler, blocks: Vec::new(), length: 0, in_progress: false }
+        Self { handler, state: Reassembly::default() }
     }
 
+    /// Takes one fragment, handing a completed message to `handler` instead of the owned one.
+    #[inline]
+    pub fn on_fragment_with(
+        &mut self,
+        payload: &[u8],
+        header: &DataHeader,
+        handler: &mut impl FnMut(&[u8], &DataHeader),
+    ) {
+        self.state.on_fragment(payload, header, handler);
+    }
+
+    /// The message handler.
+    pub fn handler_mut(&mut self) -> &mut F {
+        &mut self.handler
+    }
+
+    /// Gives the handler back.
+    pub fn into_handler(self) -> F {
+        self.handler
+    }
+}
+
+impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
     /// Takes one fragment, as a [`LogReader::poll`] handler.
     #[inline]
     pub fn on_fragment(&mut self, payload: &[u8], header: &DataHeader) {
+        self.state.on_fragment(payload, header, &mut self.handler);
+    }
+}
+
+impl Reassembly {
+    #[inline]
+    fn on_fragment(&mut self, payload: &[u8], header: &DataHeader, handler: &mut impl FnMut(&[u8], &DataHeader)) {
         let flags = header.flags & UNFRAGMENTED;
         if flags == UNFRAGMENTED {
-            (self.handler)(payload, header);
+            handler(payload, header);
             return;
         }
         if flags & BEGIN_FLAG != 0 {
@@ -112,7 +153,7 @@ impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
         if flags & END_FLAG != 0 {
             self.in_progress = false;
             let bytes: &[u8] = bytemuck::cast_slice(&self.blocks);
-            (self.handler)(&bytes[..self.length], header);
+            handler(&bytes[..self.length], header);
         }
     }
 
@@ -125,16 +166,6 @@ impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks);
         bytes[self.length..end].copy_from_slice(payload);
         self.length = end;
-    }
-
-    /// The message handler.
-    pub fn handler_mut(&mut self) -> &mut F {
-        &mut self.handler
-    }
-
-    /// Gives the handler back.
-    pub fn into_handler(self) -> F {
-        self.handler
     }
 }
 
@@ -186,8 +217,8 @@ mod tests {
         for _ in 0..20 {
             position = reader.poll(position, 2, |p, h| assembler.on_fragment(p, h));
         }
-        let capacity = assembler.blocks.len();
-        assert_eq!(assembler.blocks.as_ptr() as usize % 64, 0);
+        let capacity = assembler.state.blocks.len();
+        assert_eq!(assembler.state.blocks.as_ptr() as usize % 64, 0);
         drop(assembler);
         assert_eq!(messages, vec![big.clone(), b"small".to_vec(), big[..3000].to_vec()]);
         assert_eq!(capacity, 128, "5000 bytes -> 79 blocks -> 128");
