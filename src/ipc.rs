@@ -371,16 +371,22 @@ impl IpcSubscription {
         let start = self.position;
         let mut fragments = 0;
         let mut deliver = |message: &[u8], _: &DataHeader| handler(message);
+        // Bound the read by the tail, so that an idle subscriber spins on the tail counter and never on
+        // the frame the publisher is writing (see `LogReader::poll_to`).
+        let end = self.log.producer_position();
+        if end <= start {
+            return 0;
+        }
         for _ in 0..2 {
             let assembler = &mut self.assembler;
-            let next = self.reader.poll(self.position, fragment_limit - fragments, |payload, header| {
+            let next = self.reader.poll_to(self.position, end, fragment_limit - fragments, |payload, header| {
                 fragments += 1;
                 assembler.on_fragment_with(payload, header, &mut deliver);
             });
             let moved = next != self.position;
             self.position = next;
             // Go on into the next term only when this poll ended at the end of a term with room left.
-            if !moved || fragments >= fragment_limit || term_offset(next, self.term_length) != 0 {
+            if !moved || fragments >= fragment_limit || next >= end || term_offset(next, self.term_length) != 0 {
                 break;
             }
         }
