@@ -308,6 +308,10 @@ impl Drop for IpcPublication {
     }
 }
 
+/// A poll that read at least this many fragments suggests the subscriber is behind: it then reads the
+/// publisher's tail, so that the next polls read up to it with prefetching.
+const LAGGING_FRAGMENTS: usize = 16;
+
 /// The reading end of an IPC stream: one consumer slot of the log.
 ///
 /// Invariant: `position` is a message boundary at or after the join position, everything before it has
@@ -318,6 +322,8 @@ pub struct IpcSubscription {
     consumer: ConsumerPosition,
     assembler: FragmentAssembler<()>,
     position: i64,
+    /// A producer position read earlier: every frame before it is committed.
+    known_tail: i64,
     term_length: usize,
 }
 
@@ -357,6 +363,7 @@ impl IpcSubscription {
             consumer,
             assembler: FragmentAssembler::new(()),
             position,
+            known_tail: position,
         })
     }
 
@@ -366,29 +373,40 @@ impl IpcSubscription {
     /// Fragmented messages are reassembled (a message of `k` fragments counts `k` and reaches the handler
     /// once its last fragment is read). The slices are valid only during the call. Crosses at most one
     /// term boundary per call. The subscription's position is published once, at the end.
+    ///
+    /// A subscription that has caught up spins on the length of the next frame (the lowest latency: one
+    /// cache-line transfer per message); one that is behind reads up to a tail it learnt earlier, with
+    /// prefetching, and learns the tail again only after a large batch.
     #[inline]
     pub fn poll(&mut self, mut handler: impl FnMut(&[u8]), fragment_limit: usize) -> usize {
         let start = self.position;
         let mut fragments = 0;
         let mut deliver = |message: &[u8], _: &DataHeader| handler(message);
-        // Bound the read by the tail, so that an idle subscriber spins on the tail counter and never on
-        // the frame the publisher is writing (see `LogReader::poll_to`).
-        let end = self.log.producer_position();
-        if end <= start {
-            return 0;
-        }
         for _ in 0..2 {
+            let limit = fragment_limit - fragments;
             let assembler = &mut self.assembler;
-            let next = self.reader.poll_to(self.position, end, fragment_limit - fragments, |payload, header| {
+            let mut on_fragment = |payload: &[u8], header: &DataHeader| {
                 fragments += 1;
                 assembler.on_fragment_with(payload, header, &mut deliver);
-            });
+            };
+            let next = if self.position < self.known_tail {
+                // Behind: every frame up to the known tail is committed; read them with prefetching.
+                self.reader.poll_to(self.position, self.known_tail, limit, &mut on_fragment)
+            } else {
+                // Caught up: spin on the next frame's length, one cache-line transfer when it lands.
+                self.reader.poll(self.position, limit, &mut on_fragment)
+            };
             let moved = next != self.position;
             self.position = next;
             // Go on into the next term only when this poll ended at the end of a term with room left.
-            if !moved || fragments >= fragment_limit || next >= end || term_offset(next, self.term_length) != 0 {
+            if !moved || fragments >= fragment_limit || term_offset(next, self.term_length) != 0 {
                 break;
             }
+        }
+        if fragments >= LAGGING_FRAGMENTS && self.position >= self.known_tail {
+            // A big batch means the publisher is running ahead: learn its tail (one read of its cache line,
+            // paid once per batch) so that the next polls can prefetch.
+            self.known_tail = self.log.producer_position();
         }
         if self.position != start {
             self.consumer.set(self.position);

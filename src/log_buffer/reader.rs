@@ -36,20 +36,33 @@ impl LogReader {
     /// are never overwritten.
     #[inline]
     pub fn poll(&self, position: i64, fragment_limit: usize, handler: impl FnMut(&[u8], &DataHeader)) -> i64 {
-        self.poll_to(position, i64::MAX, fragment_limit, handler)
+        self.read(position, i64::MAX, false, fragment_limit, handler)
     }
 
-    /// As [`poll`](Self::poll), reading no frame that starts at or after `end`.
+    /// As [`poll`](Self::poll), reading no frame that starts at or after `end`, a position up to which
+    /// every frame is known to be committed (the producer position read earlier), and prefetching ahead.
     ///
-    /// With `end` = the producer position (which the appender publishes after committing the frames
-    /// before it), a subscriber never touches the cache line the appender is writing: it spins on the
-    /// tail counter instead of on the next frame, so the appender's stores to a frame do not each have to
-    /// take the line back from a spinning reader.
+    /// Each frame's offset depends on the length loaded from the frame before: when another core wrote
+    /// the frames, that is a chain of cache misses, which the prefetches overlap. Prefetching stops at
+    /// `end`, so no line the appender may still be writing is pulled away from it. ([`poll`](Self::poll)
+    /// does not prefetch: it cannot know where the committed frames end.)
     #[inline]
     pub fn poll_to(
         &self,
         position: i64,
         end: i64,
+        fragment_limit: usize,
+        handler: impl FnMut(&[u8], &DataHeader),
+    ) -> i64 {
+        self.read(position, end, true, fragment_limit, handler)
+    }
+
+    #[inline(always)]
+    fn read(
+        &self,
+        position: i64,
+        end: i64,
+        prefetch: bool,
         fragment_limit: usize,
         mut handler: impl FnMut(&[u8], &DataHeader),
     ) -> i64 {
@@ -63,9 +76,7 @@ impl LogReader {
         let mut offset = start;
         let mut fragments = 0;
         while fragments < fragment_limit && offset < stop {
-            // Each frame's offset depends on the length loaded from the one before, a chain of misses when
-            // the frames were written by another core: fetch the lines ahead that are known to be committed.
-            if offset + PREFETCH_DISTANCE < stop {
+            if prefetch && offset + PREFETCH_DISTANCE < stop {
                 term.prefetch(offset + PREFETCH_DISTANCE);
             }
             let frame_length = term.get_i32_acquire(offset + FRAME_LENGTH_OFFSET);
