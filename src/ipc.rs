@@ -28,10 +28,20 @@
 //! - One writer: the publication owns the log's [`ExclusiveAppender`]; nothing else appends.
 //! - The appender never writes past the cached limit, which is never above the slowest *registered*
 //!   subscriber's position + `term_length / 2`: a subscriber joins by registering its slot first and then
-//!   reading the tail, and the tail is never behind any limit computed earlier, so no data it can still
-//!   read is overwritten (this is what lets the log reuse a partition two terms on).
-//! - A subscription's published position is a message boundary it has fully consumed; the payload slices
-//!   handed to a poll handler are valid only during the call.
+//!   reading the tail, so every limit computed before its slot counted came from positions at or behind
+//!   that tail, and no data it can still read is overwritten (this is what lets the log reuse a partition
+//!   two terms on).
+//! - A subscription's published position is a frame boundary before which it has consumed every frame
+//!   (a message cut by the fragment limit is held, reassembled so far, by the subscription); the payload
+//!   slices handed to a poll handler are valid only during the call.
+//!
+//! # Reading
+//!
+//! A subscription that has caught up spins on the length field of the next frame: a message costs one
+//! cache-line transfer to reach it, which keeps the round trip near the raw floor. One that is behind
+//! reads up to a tail it learnt earlier, prefetching, since its chain of dependent frame-length loads
+//! would otherwise pay one cross-core miss per frame; it reads the tail again only after a large batch,
+//! because every read of the tail counter takes its line from the publisher.
 //! - Closing the publication (or dropping it) records the end-of-stream position; a subscription reports
 //!   [`is_end_of_stream`](IpcSubscription::is_end_of_stream) once it has consumed everything before it.
 //! - Closing a subscription (or dropping it) frees its slot at once, so it no longer holds the publisher
@@ -314,8 +324,9 @@ const LAGGING_FRAGMENTS: usize = 16;
 
 /// The reading end of an IPC stream: one consumer slot of the log.
 ///
-/// Invariant: `position` is a message boundary at or after the join position, everything before it has
-/// been handed to a handler, and it is what the consumer slot holds after every poll.
+/// Invariant: `position` is a frame boundary at or after the join position, every frame before it has been
+/// consumed, it is what the consumer slot holds after every poll, and `known_tail` was a producer position
+/// once (every frame before it is committed).
 pub struct IpcSubscription {
     log: Arc<LogBuffer>,
     reader: LogReader,
