@@ -265,3 +265,25 @@ fn an_unknown_key_is_refused_with_its_name() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`nak_dealy`") && stderr.contains("node.toml"), "{stderr}");
 }
+
+#[test]
+fn every_node_file_with_every_profile_is_a_valid_config() {
+    use quorumcast::agent::ThreadingMode;
+    use quorumcast::node::NodeFile;
+    for profile in ["latency", "balanced", "small-host"] {
+        for id in 0..3 {
+            let node = NodeFile::load(tuning(&format!("cluster/node{id}.toml"))).unwrap();
+            let merged = node.merge(NodeFile::load(tuning(&format!("profiles/{profile}.toml"))).unwrap());
+            let busy_app = merged.application_idle().is_busy();
+            let config = merged.into_config().unwrap_or_else(|e| panic!("node{id} + {profile}: {e}"));
+            assert_eq!((config.id, config.leader, config.members.len()), (id, 0, 3));
+            assert_eq!((config.channel.mtu, config.channel.term_length), (8192, 16 << 20));
+            let busy = config.idle.iter().filter(|i| i.is_busy()).count();
+            match profile {
+                "latency" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 3, true)),
+                "balanced" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 0, false)),
+                _ => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Invoker, 0, false)),
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! ```text
 //! qc-node --config tuning/cluster/node0.toml [--profile tuning/profiles/balanced.toml]...
 //!         [--directory DIR] [--offer N] [--msg-size BYTES] [--expect N] [--timeout SECS]
-//!         [--linger-ms MS] [--print-counters]
+//!         [--in-flight K] [--linger-ms MS] [--print-counters]
 //! ```
 //!
 //! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use quorumcast::agent::ThreadingMode;
 use quorumcast::consensus::Role;
-use quorumcast::idle::{Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::node::{Client, Node, NodeConfig, NodeFile, OfferError};
 
 /// Most committed fragments handed over per application duty cycle.
@@ -64,6 +64,10 @@ struct Args {
     /// Bytes of each generated message (at least 8: its sequence number leads).
     #[arg(long, value_name = "BYTES", default_value_t = 64, value_parser = clap::value_parser!(u64).range(8..=1 << 20))]
     msg_size: u64,
+    /// On the leader: at most K messages offered and not yet applied (0: no limit). With 1, the run time
+    /// over N is the mean commit latency: offer, replicate, quorum acknowledgement, apply.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    in_flight: u64,
     /// Exit 0 after applying N entries, printing `applied N digest <hex>`.
     #[arg(long, value_name = "N")]
     expect: Option<u64>,
@@ -158,6 +162,12 @@ fn run(args: &Args) -> Result<(), Failure> {
     let invoker = config.threading == ThreadingMode::Invoker;
     describe(&config, &file);
     install_signal_handlers().map_err(|e| Failure::Run(format!("cannot install signal handlers: {e}")))?;
+    if app_idle.sleeps() {
+        // As the agent runner does for sleeping agent threads: park for the period asked, not 50 us more.
+        if let Err(e) = set_timer_slack(Duration::from_nanos(1)) {
+            eprintln!("qc-node: warning: could not lower the application thread's timer slack: {e}");
+        }
+    }
     if let Some(core) = file.application_core() {
         if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
             eprintln!("qc-node: warning: could not pin the application thread to core {core}");
@@ -203,6 +213,7 @@ struct App {
     message: Vec<u8>,
     to_offer: u64,
     offered: u64,
+    in_flight: u64,
     expect: Option<u64>,
     applied: u64,
     digest: Fnv1a64,
@@ -236,6 +247,7 @@ impl App {
             message: vec![0; args.msg_size as usize],
             to_offer: args.offer,
             offered: 0,
+            in_flight: if args.in_flight == 0 { u64::MAX } else { args.in_flight },
             expect: args.expect,
             applied: 0,
             digest: Fnv1a64::new(),
@@ -249,6 +261,7 @@ impl App {
     /// Runs duty cycles until done, a signal, a failure or the timeout.
     fn run(&mut self) -> Result<(), Failure> {
         let mut phase = Phase::Applying;
+        let started = Instant::now();
         loop {
             if STOP.load(Ordering::Relaxed) {
                 eprintln!("qc-node: stopping on a signal after applying {} entries", self.applied);
@@ -263,6 +276,13 @@ impl App {
             phase = match phase {
                 Phase::Applying if self.expect.is_some_and(|n| self.applied >= n) => {
                     println!("applied {} digest {:016x}", self.applied, self.digest.value());
+                    let secs = started.elapsed().as_secs_f64();
+                    eprintln!(
+                        "qc-node: applied {} entries in {secs:.3} s ({:.0}/s, {:.1} us each)",
+                        self.applied,
+                        self.applied as f64 / secs,
+                        secs * 1e6 / self.applied.max(1) as f64
+                    );
                     if self.node.role() != Role::Leader {
                         return Ok(());
                     }
@@ -281,7 +301,8 @@ impl App {
 
     /// Offers up to a burst of the remaining generated messages; returns how many were taken.
     fn offer(&mut self) -> Result<usize, Failure> {
-        let end = self.to_offer.min(self.offered + OFFER_BURST);
+        let window_end = self.applied.saturating_add(self.in_flight);
+        let end = self.to_offer.min(self.offered + OFFER_BURST).min(window_end);
         let start = self.offered;
         while self.offered < end {
             fill_message(&mut self.message, self.offered);
