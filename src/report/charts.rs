@@ -5,8 +5,9 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter}
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::schema::{CProbe, ConfigResult, Percentiles, Regime};
+use super::schema::{CProbe, ConfigResult, Percentiles};
 use super::ReportError;
+use crate::model::{Regime, KNEE_START, SATURATION_START};
 
 /// Width of every chart, in SVG pixels.
 const WIDTH: u32 = 600;
@@ -75,14 +76,14 @@ pub(crate) fn latency_vs_rho(c: &ConfigResult) -> Result<String, ReportError> {
             .bold_line_style(BLACK.mix(0.12))
             .draw()
             .map_err(chart_error)?;
-        let bands = [(0.0, Regime::KNEE_START), (Regime::KNEE_START, Regime::SATURATION), (Regime::SATURATION, x_hi)];
+        let bands = [(0.0, KNEE_START), (KNEE_START, SATURATION_START), (SATURATION_START, x_hi)];
         for ((lo, hi), (regime, color, alpha)) in bands.into_iter().zip(REGION_FILLS) {
             chart
                 .draw_series([Rectangle::new([(lo, y_lo), (hi, y_hi)], color.mix(alpha).filled())])
                 .map_err(chart_error)?;
             let label_style = (FONT, 15).into_font().color(&color.mix(0.9)).pos(Pos::new(HPos::Center, VPos::Top));
             chart
-                .draw_series([Text::new(regime.name(), ((lo + hi) / 2.0, y_hi / 1.15), label_style)])
+                .draw_series([Text::new(regime.to_string(), ((lo + hi) / 2.0, y_hi / 1.15), label_style)])
                 .map_err(chart_error)?;
         }
         for (name, color_index, read) in LATENCY_SERIES {
