@@ -15,7 +15,8 @@
 //! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
 //! - the receive path: [`image`], [`receiver`];
 //! - replication: [`consensus`] (append stage and quorum commit), [`node`];
-//! - measurement: [`model`] (the throughput model), [`probe`] (this host's S).
+//! - measurement: [`model`] (the throughput model), [`probe`] (this host's S), [`report`] (the sweep
+//!   report: JSON, `.hgrm`, Markdown and HTML).
 
 pub mod agent;
 pub mod buffer;
@@ -36,6 +37,7 @@ pub mod network_publication;
 pub mod node;
 pub mod probe;
 pub mod receiver;
+pub mod report;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
