@@ -15,6 +15,9 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod support;
+use support::ScratchDir;
+
 const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
 const MESSAGES: u64 = 100_000;
 const MSG_SIZE: usize = 64;
@@ -23,24 +26,6 @@ const DEADLINE: Duration = Duration::from_secs(300);
 
 fn tuning(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning").join(path)
-}
-
-/// A scratch directory for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("qc-node-proc-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn free_port() -> u16 {
@@ -182,8 +167,8 @@ fn expected_digest(n: u64, size: usize) -> String {
 
 #[test]
 fn three_processes_apply_100k_messages_with_the_same_digest() {
-    let scratch = Scratch::new("cluster");
-    let files = node_files(&scratch.0);
+    let scratch = ScratchDir::new("node-proc-cluster");
+    let files = node_files(scratch.path());
     let profile = tuning("profiles/small-host.toml");
     let deadline = Instant::now() + DEADLINE;
     let messages = MESSAGES.to_string();
@@ -191,7 +176,7 @@ fn three_processes_apply_100k_messages_with_the_same_digest() {
     let timeout = DEADLINE.as_secs().to_string();
     let mut processes: Vec<Process> = (0..3)
         .map(|id| {
-            let dir = scratch.0.join(format!("dir{id}"));
+            let dir = scratch.join(format!("dir{id}"));
             let mut args = vec![
                 "--config",
                 files[id].to_str().unwrap(),
@@ -224,15 +209,15 @@ fn three_processes_apply_100k_messages_with_the_same_digest() {
         let stdout = process.all_stdout();
         assert!(status.success(), "node {id} exited with {status}:\n{}", process.all_stderr());
         assert_eq!(stdout, vec![expected.clone()], "node {id} applied a different sequence");
-        assert!(!scratch.0.join(format!("dir{id}")).exists(), "node {id} left its directory behind");
+        assert!(!scratch.join(format!("dir{id}")).exists(), "node {id} left its directory behind");
     }
 }
 
 #[test]
 fn a_signal_closes_the_node_and_removes_its_directory() {
-    let scratch = Scratch::new("signal");
-    let files = node_files(&scratch.0);
-    let dir = scratch.0.join("dir1");
+    let scratch = ScratchDir::new("node-proc-signal");
+    let files = node_files(scratch.path());
+    let dir = scratch.join("dir1");
     let mut follower = Process::spawn(
         "node 1",
         &[
@@ -256,8 +241,8 @@ fn a_signal_closes_the_node_and_removes_its_directory() {
 
 #[test]
 fn an_unknown_key_is_refused_with_its_name() {
-    let scratch = Scratch::new("unknown-key");
-    let file = scratch.0.join("node.toml");
+    let scratch = ScratchDir::new("node-proc-unknown-key");
+    let file = scratch.join("node.toml");
     let text = std::fs::read_to_string(tuning("cluster/node0.toml")).unwrap();
     std::fs::write(&file, text.replace("[timers]", "[timers]\nnak_dealy = \"1ms\"")).unwrap();
     let output = Command::new(QC_NODE).args(["--config", file.to_str().unwrap()]).output().unwrap();
