@@ -166,10 +166,13 @@ impl ChannelConfig {
     /// `path_max_payload` (read from the kernel after connecting, see `UdpEndpoint::path_max_payload`).
     pub fn validate_path(&self, destination: SocketAddr, path_max_payload: usize) -> Result<(), ConfigError> {
         if self.mtu > path_max_payload {
+            // IP and UDP headers: 20 + 8 bytes over IPv4, 40 + 8 over IPv6.
+            let overhead = if destination.is_ipv6() { 48 } else { 28 };
             return refuse(format!(
-                "MTU {} does not fit the path to {destination}: its MTU carries at most {path_max_payload} bytes of UDP payload unfragmented; use MTU 1408, or enable jumbo frames (MTU >= {}) on every hop",
+                "MTU {} does not fit the path to {destination}: its path MTU {} carries at most {path_max_payload} bytes of UDP payload unfragmented; use MTU 1408, or enable jumbo frames (MTU >= {}) on every hop",
                 self.mtu,
-                self.mtu + 28
+                path_max_payload + overhead,
+                self.mtu + overhead
             ));
         }
         Ok(())
@@ -222,7 +225,10 @@ mod tests {
     fn a_path_that_cannot_carry_the_mtu_is_named() {
         let c = ChannelConfig { mtu: MTU_8192, ..config() };
         let e = c.validate_path(c.destinations[0], 1472).unwrap_err().0;
-        assert!(e.contains("MTU 8192") && e.contains("1472") && e.contains("1408"), "{e}");
+        assert!(
+            e.contains("MTU 8192") && e.contains("path MTU 1500") && e.contains("1472") && e.contains("1408"),
+            "{e}"
+        );
         ChannelConfig { mtu: MTU_1408, ..config() }.validate_path(c.destinations[0], 1472).unwrap();
     }
 }

@@ -88,9 +88,18 @@ impl MinFlowControl {
         dropped
     }
 
-    /// The sender limit: the lowest `position + window` over live receivers, or `None` when none is live.
-    pub fn limit(&self) -> Option<i64> {
-        self.receivers.iter().filter(|r| r.live).map(ReceiverState::limit).min()
+    /// The sender limit: the lowest `position + window` over live receivers at or above `floor`, or `None`
+    /// when there is none.
+    ///
+    /// `floor` is the oldest position the sender can still resend: a receiver below it can never catch up
+    /// from this log, so it must not hold the stream back (it is counted by [`Self::behind`] instead).
+    pub fn limit(&self, floor: i64) -> Option<i64> {
+        self.receivers.iter().filter(|r| r.live && r.position >= floor).map(ReceiverState::limit).min()
+    }
+
+    /// How many live receivers are below `floor` (behind what the log retains).
+    pub fn behind(&self, floor: i64) -> usize {
+        self.receivers.iter().filter(|r| r.live && r.position < floor).count()
     }
 
     /// Whether the receiver at `destination` is live.
@@ -124,13 +133,13 @@ mod tests {
     #[test]
     fn follows_the_slowest_live_receiver() {
         let mut fc = MinFlowControl::new(2, 5 * SECOND);
-        assert_eq!(fc.limit(), None, "no receiver yet: nothing may be sent");
+        assert_eq!(fc.limit(0), None, "no receiver yet: nothing may be sent");
         assert_eq!(fc.on_status_message(0, 11, 1000, 4096, 0), StatusChange::Joined);
-        assert_eq!(fc.limit(), Some(5096));
+        assert_eq!(fc.limit(0), Some(5096));
         fc.on_status_message(1, 22, 200, 4096, 0);
-        assert_eq!(fc.limit(), Some(4296));
+        assert_eq!(fc.limit(0), Some(4296));
         assert_eq!(fc.on_status_message(1, 22, 3000, 4096, 1), StatusChange::Updated);
-        assert_eq!(fc.limit(), Some(5096));
+        assert_eq!(fc.limit(0), Some(5096));
     }
 
     #[test]
@@ -138,7 +147,7 @@ mod tests {
         let mut fc = MinFlowControl::new(1, SECOND);
         fc.on_status_message(0, 1, 5000, 100, 0);
         fc.on_status_message(0, 1, 4000, 100, 1);
-        assert_eq!(fc.limit(), Some(5100));
+        assert_eq!(fc.limit(0), Some(5100));
     }
 
     #[test]
@@ -146,14 +155,24 @@ mod tests {
         let mut fc = MinFlowControl::new(2, 5 * SECOND);
         fc.on_status_message(0, 1, 100, 1000, 0);
         fc.on_status_message(1, 2, 50_000, 1000, 0);
-        assert_eq!(fc.limit(), Some(1100));
+        assert_eq!(fc.limit(0), Some(1100));
         fc.on_status_message(1, 2, 60_000, 1000, 4 * SECOND);
         assert_eq!(fc.on_idle(5 * SECOND + 1), 1, "receiver 0 silent for over 5 s");
         assert!(!fc.is_live(0) && fc.is_live(1));
-        assert_eq!(fc.limit(), Some(61_000), "the dead follower no longer stalls the stream");
+        assert_eq!(fc.limit(0), Some(61_000), "the dead follower no longer stalls the stream");
         assert_eq!(fc.timed_out(), 1);
         assert_eq!(fc.on_status_message(0, 1, 61_000, 1000, 6 * SECOND), StatusChange::Joined);
         assert_eq!(fc.live_count(), 2);
+    }
+
+    #[test]
+    fn a_receiver_behind_the_retained_log_does_not_hold_the_stream() {
+        let mut fc = MinFlowControl::new(2, SECOND);
+        fc.on_status_message(0, 1, 100, 1000, 0);
+        fc.on_status_message(1, 2, 90_000, 1000, 0);
+        assert_eq!(fc.limit(0), Some(1100));
+        assert_eq!(fc.limit(50_000), Some(91_000));
+        assert_eq!(fc.behind(50_000), 1);
     }
 
     #[test]
@@ -161,6 +180,6 @@ mod tests {
         let mut fc = MinFlowControl::new(1, SECOND);
         fc.on_status_message(0, 1, 9000, 100, 0);
         assert_eq!(fc.on_status_message(0, 2, 0, 100, 1), StatusChange::Joined);
-        assert_eq!(fc.limit(), Some(100));
+        assert_eq!(fc.limit(0), Some(100));
     }
 }

@@ -51,6 +51,11 @@ pub enum Feedback {
     },
     /// A NAK for a gap.
     Nak(Gap),
+    /// A follower's acknowledgement of its append position (the rebuild position).
+    Ack {
+        /// Everything before it has arrived.
+        position: i64,
+    },
 }
 
 /// Timers and window of an image (from the channel configuration).
@@ -86,6 +91,17 @@ pub struct PublicationImage {
     gap: Option<Gap>,
     next_nak_ns: u64,
     status_requested: bool,
+    /// Highest end of data (or heartbeat position) seen beyond the window: the image is catching up.
+    seen: i64,
+    ack: Option<AckTimer>,
+}
+
+/// When a follower's image acknowledges its append position.
+#[derive(Clone, Copy, Debug)]
+struct AckTimer {
+    interval_ns: u64,
+    last_position: i64,
+    next_ns: u64,
 }
 
 impl PublicationImage {
@@ -113,7 +129,15 @@ impl PublicationImage {
             gap: None,
             next_nak_ns: 0,
             status_requested: true,
+            seen: join_position,
+            ack: None,
         }
+    }
+
+    /// Makes this image acknowledge its rebuild position whenever it advances, and every `interval_ns`
+    /// when it does not (a follower's append position, for the leader's quorum).
+    pub fn acknowledge_every(&mut self, interval_ns: u64) {
+        self.ack = Some(AckTimer { interval_ns, last_position: i64::MIN, next_ns: 0 });
     }
 
     /// The image log (subscriptions read it).
@@ -171,7 +195,14 @@ impl PublicationImage {
         let Some(span) = log_span(datagram) else {
             return InsertOutcome::Malformed;
         };
-        let term_offset = header.term_offset as usize;
+        // Frames never cross a term's end (padding fills it): a datagram that does is impossible, not
+        // merely ahead of the window or behind the rebuild position (which its aliased position may be).
+        let Ok(term_offset) = usize::try_from(header.term_offset) else {
+            return InsertOutcome::Malformed;
+        };
+        if span > self.term_length.saturating_sub(term_offset) {
+            return InsertOutcome::Malformed;
+        }
         let start = position(header.term_id, term_offset, self.initial_term_id, self.bits);
         let end = start + span as i64;
         if end <= self.rebuild_position || start < self.join_position {
@@ -179,6 +210,7 @@ impl PublicationImage {
         }
         // The window bounds the bytes written; a PAD header may cover padding beyond it, which is not written.
         if start + datagram.len() as i64 > self.consumption_position() + (self.term_length / 2) as i64 {
+            self.seen = self.seen.max(end);
             return InsertOutcome::OutOfWindow;
         }
         if self.rebuilder.insert(header.term_id, term_offset, datagram).is_err() {
@@ -198,6 +230,7 @@ impl PublicationImage {
         if at > self.hwm && at <= self.consumption_position() + (self.term_length / 2) as i64 {
             self.hwm = at;
         }
+        self.seen = self.seen.max(at);
         true
     }
 
@@ -226,7 +259,34 @@ impl PublicationImage {
             self.status_requested = false;
             sent += 1;
         }
+        sent += self.ack_check(now_ns, &mut send);
         sent + self.loss_check(now_ns, send)
+    }
+
+    fn ack_check(&mut self, now_ns: u64, send: &mut impl FnMut(Feedback)) -> usize {
+        let Some(ack) = self.ack.as_mut() else {
+            return 0;
+        };
+        if self.rebuild_position > ack.last_position || now_ns >= ack.next_ns {
+            ack.last_position = self.rebuild_position;
+            ack.next_ns = now_ns + ack.interval_ns;
+            send(Feedback::Ack { position: self.rebuild_position });
+            return 1;
+        }
+        0
+    }
+
+    /// The range a catching-up image asks for when everything up to its hwm has arrived but the publisher
+    /// is already beyond its window: from the hwm to what the window allows, within the hwm's term.
+    fn catch_up_gap(&self) -> Option<Gap> {
+        let window_end = self.consumption_position() + (self.term_length / 2) as i64;
+        let term_end = (self.hwm | (self.term_length as i64 - 1)) + 1;
+        let end = self.seen.min(window_end).min(term_end);
+        (end > self.hwm).then(|| Gap {
+            term_id: term_id(self.hwm, self.initial_term_id, self.bits),
+            term_offset: term_offset(self.hwm, self.term_length),
+            length: (end - self.hwm) as usize,
+        })
     }
 
     /// NAKs up to [`MAX_EXTRA_NAKS`] gaps after `first` in the same term, so that burst loss inside the
@@ -252,6 +312,8 @@ impl PublicationImage {
     fn loss_check(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
         let gap = if self.rebuild_position < self.hwm {
             self.rebuilder.scan_for_gap(self.rebuild_position, self.hwm)
+        } else if self.seen > self.hwm {
+            self.catch_up_gap()
         } else {
             None
         };
@@ -379,6 +441,30 @@ mod tests {
         let beyond = all.iter().find(|(h, d)| h.term_offset as usize + d.len() > 32 * 1024).unwrap();
         assert_eq!(image.insert(&beyond.0, &beyond.1), InsertOutcome::OutOfWindow);
         assert_eq!(image.hwm(), 0);
+    }
+
+    #[test]
+    fn frames_at_or_across_the_term_end_are_malformed_wherever_the_window_is() {
+        let (_, image_log) = logs();
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let _consumer = image.register_consumer().unwrap();
+        let frame = |term_id, term_offset: i32| {
+            let mut bytes = vec![0u8; 64];
+            let header = DataHeader::new(3, 1, term_id, term_offset, crate::frame::UNFRAGMENTED);
+            crate::frame::encode_data(&mut bytes, &header, &[1; 32]).unwrap();
+            (bytemuck::pod_read_unaligned::<DataHeader>(&bytes[..32]), bytes)
+        };
+        let (h, d) = frame(7, 0);
+        assert_eq!(image.insert(&h, &d), InsertOutcome::Inserted);
+        image.track_rebuild();
+        // Offsets at or across the end of the first term (7) alias positions beyond the window, and the end
+        // of the term before it aliases position 0, already rebuilt: all are impossible frames, counted as
+        // such, not as "out of window" or "duplicate".
+        for (term_id, offset) in [(7, 65536), (7, 65536 - 32), (7, 1 << 30), (6, 65536)] {
+            let (h, d) = frame(term_id, offset);
+            assert_eq!(image.insert(&h, &d), InsertOutcome::Malformed, "term {term_id} offset {offset}");
+        }
+        assert_eq!(image.hwm(), 64);
     }
 
     #[test]

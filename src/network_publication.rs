@@ -443,7 +443,7 @@ impl NetworkPublication {
 
     /// The window the sender may fill now: flow control's limit, less the sender position.
     fn window(&self) -> i64 {
-        match self.flow_control.limit() {
+        match self.flow_control.limit(self.oldest_retained()) {
             Some(limit) => limit - self.sender_position,
             None => 0,
         }
@@ -779,9 +779,15 @@ impl NetworkPublication {
     /// of history, more than Aeron's bound, and it stays correct when the sender position has jumped over
     /// padding to a term boundary.)
     fn is_retained(&self, position: i64) -> bool {
+        position >= self.oldest_retained()
+    }
+
+    /// The oldest position [`Self::is_retained`] accepts: the start of the term before the one the appender
+    /// can reach while the sender position stays where it is.
+    fn oldest_retained(&self) -> i64 {
         let bits = self.log.position_bits_to_shift();
         let furthest_producer = self.sender_position + (self.log.term_length() / 2) as i64;
-        term_count(position, bits) >= term_count(furthest_producer, bits) - 1
+        ((term_count(furthest_producer, bits) - 1).max(0)) << bits
     }
 
     /// Resends `[from, to)` of the log to destination `d`, in datagrams of whole frames up to the MTU.
@@ -850,6 +856,7 @@ fn account(
         }
         SendOutcome::TooLarge { path_mtu, .. } => {
             counters.send_errors.increment();
+            let path_mtu = path_mtu.or_else(|| probe_path_mtu(destination, config));
             failure.get_or_insert(PublicationError::PathMtu { destination, mtu: config.mtu, path_mtu });
             false
         }
@@ -899,6 +906,14 @@ fn open_sockets(
     let (endpoint, _) = UdpEndpoint::bind(local, &config.socket)?;
     let addrs = config.destinations.iter().map(|&d| SockAddr::from(d)).collect();
     Ok(Sockets::Shared { endpoint, addrs })
+}
+
+/// The kernel's path MTU to `destination`, read through a socket connected for the purpose: the shared
+/// socket of `mmsg` mode is not connected and cannot tell. Cold path: only when a channel stops.
+fn probe_path_mtu(destination: SocketAddr, config: &ChannelConfig) -> Option<usize> {
+    let (mut endpoint, _) = UdpEndpoint::bind(unspecified_like(destination), &config.socket).ok()?;
+    endpoint.connect(destination).ok()?;
+    endpoint.path_mtu().ok()
 }
 
 /// Port 0 on the loopback or unspecified address of the destination's family.

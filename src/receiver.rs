@@ -27,7 +27,9 @@ use crate::channel::ChannelConfig;
 use crate::clock::{nanos, NanoClock};
 use crate::counters::Counter;
 use crate::fault::FaultInjector;
-use crate::frame::{self, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG};
+use crate::frame::{
+    self, AppendPositionFrame, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG,
+};
 use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
@@ -55,6 +57,21 @@ pub struct ReceiveChannelConfig {
     pub join_position: Option<i64>,
     /// Identity sent in status messages, unique per receiver start.
     pub receiver_id: i64,
+    /// Set when this channel carries a replicated log to a follower: acknowledge, and track commits.
+    pub follower: Option<FollowerLink>,
+}
+
+/// A follower's side of the replicated log: what it acknowledges and where it learns the commit position.
+#[derive(Clone, Debug)]
+pub struct FollowerLink {
+    /// This follower's member id, sent in its acknowledgements.
+    pub member_id: i32,
+    /// The commit position the leader has announced (commit frames, or piggybacked reserved values).
+    pub commit: Counter,
+    /// Read the commit position from data frames' reserved value too.
+    pub piggyback: bool,
+    /// Acknowledge at least this often, even when the log does not move.
+    pub ack_interval: Duration,
 }
 
 impl ReceiveChannelConfig {
@@ -68,6 +85,7 @@ impl ReceiveChannelConfig {
             image_dir: None,
             join_position: None,
             receiver_id: unique_receiver_id(),
+            follower: None,
         }
     }
 }
@@ -110,6 +128,8 @@ pub struct ReceiverCounters {
     pub images: Counter,
     /// Receive calls that failed with an unexpected error.
     pub recv_errors: Counter,
+    /// Commit-position frames received.
+    pub commits: Counter,
 }
 
 impl ReceiverCounters {
@@ -130,6 +150,7 @@ impl ReceiverCounters {
             unknown_stream: allocate("receiver unknown stream or session dropped"),
             images: allocate("receiver images"),
             recv_errors: allocate("receiver recv errors"),
+            commits: allocate("receiver commit frames received"),
         }
     }
 
@@ -202,17 +223,28 @@ impl Subscription {
     /// Hands up to `fragment_limit` fragments' worth of whole messages to `handler`; returns the number
     /// of fragments read. The position is published once per call.
     pub fn poll(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
+        self.poll_bounded(i64::MAX, fragment_limit, &mut handler)
+    }
+
+    /// As [`poll`](Self::poll), reading nothing beyond `limit_position` (a follower applies only what the
+    /// leader has committed).
+    pub fn poll_bounded(
+        &mut self,
+        limit_position: i64,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&[u8]),
+    ) -> usize {
         self.refresh();
         let Some((reader, consumer, position)) = self.current.as_mut() else {
             return 0;
         };
         let mut fragments = 0;
         let reassembler = &mut self.reassembler;
-        let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
         let mut next = *position;
         while fragments < fragment_limit {
             let mut read = 0;
-            let after = reader.poll(next, fragment_limit - fragments, |payload, header| {
+            let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
+            let after = reader.poll_bounded(next, limit_position, fragment_limit - fragments, |payload, header| {
                 read += 1;
                 reassembler.on_fragment(payload, header, &mut deliver);
             });
@@ -387,13 +419,16 @@ impl Receiver {
         let mut work = 0;
         for image in channel.images.iter_mut() {
             work += image.track_rebuild() as usize;
-            let (session_id, stream_id, source) = (image.session_id(), image.stream_id(), image.source());
-            let receiver_id = channel.config.receiver_id;
+            let id = FeedbackIdentity {
+                session_id: image.session_id(),
+                stream_id: image.stream_id(),
+                receiver_id: channel.config.receiver_id,
+                member_id: channel.config.follower.as_ref().map(|f| f.member_id),
+            };
+            let source = image.source();
             let endpoint = &channel.endpoint;
             let counters = &self.counters;
-            work += image.feedback(now_ns, |feedback| {
-                send_feedback_frame(endpoint, counters, source, session_id, stream_id, receiver_id, feedback)
-            });
+            work += image.feedback(now_ns, |feedback| send_feedback_frame(endpoint, counters, source, id, feedback));
         }
         if work == 0 {
             if let Some(mut faults) = channel.faults.take() {
@@ -408,15 +443,23 @@ impl Receiver {
     }
 }
 
+/// Who a feedback frame is from and about.
+#[derive(Clone, Copy)]
+struct FeedbackIdentity {
+    session_id: i32,
+    stream_id: i32,
+    receiver_id: i64,
+    member_id: Option<i32>,
+}
+
 fn send_feedback_frame(
     endpoint: &UdpEndpoint,
     counters: &ReceiverCounters,
     source: SocketAddr,
-    session_id: i32,
-    stream_id: i32,
-    receiver_id: i64,
+    id: FeedbackIdentity,
     feedback: Feedback,
 ) {
+    let FeedbackIdentity { session_id, stream_id, receiver_id, member_id } = id;
     let mut bytes = [0u8; 64];
     let length = match feedback {
         Feedback::Status { term_id, term_offset, window } => {
@@ -431,6 +474,16 @@ fn send_feedback_frame(
             sm.set_receiver_id(receiver_id);
             counters.status_messages.increment();
             sm.encode(&mut bytes)
+        }
+        Feedback::Ack { position } => {
+            let ack = AppendPositionFrame {
+                session_id,
+                stream_id,
+                log_position: position,
+                member_id: member_id.unwrap_or(-1),
+                ..AppendPositionFrame::default()
+            };
+            ack.encode(&mut bytes)
         }
         Feedback::Nak(gap) => {
             let nak = NakFrame {
@@ -473,6 +526,13 @@ fn on_datagram(
             }
         }
         Ok(Frame::Setup(setup)) => on_setup(channel, counters, source, &setup, now_ns),
+        Ok(Frame::CommitPosition(commit)) => match &channel.config.follower {
+            Some(follower) if commit.stream_id == channel.config.stream_id => {
+                counters.commits.increment();
+                follower.commit.set_max(commit.log_position);
+            }
+            _ => counters.unknown_stream.increment(),
+        },
         Ok(_) => counters.unknown_stream.increment(),
         Err(_) => counters.malformed.increment(),
     }
@@ -512,7 +572,17 @@ fn on_data(
         return;
     };
     match image.insert(header, bytes) {
-        InsertOutcome::Inserted => {}
+        InsertOutcome::Inserted => {
+            if let Some(follower) = channel.config.follower.as_ref().filter(|f| f.piggyback) {
+                let reserved = frame::frames(bytes).filter_map(|f| match f {
+                    Ok(Frame::Data { header, .. }) => Some(header.reserved_value),
+                    _ => None,
+                });
+                if let Some(commit) = reserved.max() {
+                    follower.commit.set_max(commit);
+                }
+            }
+        }
         InsertOutcome::Duplicate => counters.duplicates.increment(),
         InsertOutcome::OutOfWindow => counters.out_of_window.increment(),
         InsertOutcome::Malformed => counters.malformed.increment(),
@@ -596,7 +666,10 @@ fn on_setup(
         return;
     };
     let join = channel.config.join_position.map_or(setup_position, |p| p.min(setup_position));
-    let image = PublicationImage::new(log, source, join, channel.timers, now_ns);
+    let mut image = PublicationImage::new(log, source, join, channel.timers, now_ns);
+    if let Some(follower) = &channel.config.follower {
+        image.acknowledge_every(nanos(follower.ack_interval));
+    }
     let Some(consumer) = image.register_consumer() else {
         counters.malformed.increment();
         return;

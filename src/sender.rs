@@ -11,7 +11,11 @@ use std::time::Duration;
 use crate::agent::{Agent, AgentError};
 use crate::clock::{nanos, NanoClock};
 use crate::network_publication::NetworkPublication;
+use crate::ring_buffer::OneToOneRingBuffer;
 use crate::transport::RecvBatch;
+
+/// Most control frames taken from a command ring per duty cycle.
+pub const COMMAND_DRAIN_LIMIT: usize = 64;
 
 /// Control is polled at least every this many duty cycles that sent data.
 pub const CONTROL_POLL_RATIO: u32 = 6;
@@ -28,6 +32,7 @@ pub struct Sender {
     cycles_since_poll: u32,
     next_poll_ns: u64,
     round_robin: usize,
+    commands: Vec<(OneToOneRingBuffer, usize)>,
 }
 
 impl Sender {
@@ -40,7 +45,16 @@ impl Sender {
             cycles_since_poll: 0,
             next_poll_ns: 0,
             round_robin: 0,
+            commands: Vec::new(),
         }
+    }
+
+    /// Sends every frame another agent writes into `ring` (its bytes, verbatim) to the live destinations
+    /// of publication `publication`: how the consensus agent's commit-position frames go out through this
+    /// one thread and spend its syscall budget (the model's C).
+    pub fn add_command_ring(&mut self, ring: OneToOneRingBuffer, publication: usize) {
+        assert!(publication < self.publications.len(), "no publication {publication}");
+        self.commands.push((ring, publication));
     }
 
     /// The publications, in the order given.
@@ -62,7 +76,7 @@ impl Sender {
     /// One duty cycle at `now_ns`.
     pub fn poll_at(&mut self, now_ns: u64) -> usize {
         let count = self.publications.len();
-        let mut sent = 0;
+        let mut sent = self.drain_commands();
         for i in 0..count {
             sent += self.publications[(self.round_robin + i) % count].send(now_ns);
         }
@@ -80,6 +94,22 @@ impl Sender {
             self.next_poll_ns = now_ns + nanos(CONTROL_POLL_INTERVAL);
         }
         sent + read
+    }
+}
+
+impl Sender {
+    fn drain_commands(&mut self) -> usize {
+        let mut work = 0;
+        for (ring, index) in &self.commands {
+            let publication = &mut self.publications[*index];
+            work += ring.read(
+                |_, frame| {
+                    publication.send_control(frame);
+                },
+                COMMAND_DRAIN_LIMIT,
+            );
+        }
+        work
     }
 }
 

@@ -300,3 +300,32 @@ fn a_stopped_receiver_is_dropped_and_a_restarted_one_joins_again() {
     runner_a.close().unwrap();
     runner_b.close().unwrap();
 }
+
+#[test]
+fn ipv6_destinations_stream_too() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback on this host");
+        return;
+    }
+    let channel = ChannelConfig { mtu: 1408, term_length: TERM_LENGTH, ..ChannelConfig::default() };
+    let (runner, mut sub, addr) = receiver_on("[::1]:0".parse().unwrap(), &channel);
+    let log = LogBuffer::create_anonymous(LogConfig {
+        session_id: 6,
+        stream_id: STREAM,
+        ..LogConfig::new(TERM_LENGTH, 1408)
+    })
+    .unwrap();
+    let appender = log.appender().unwrap();
+    let counters = SenderCounters::detached();
+    let publication =
+        NetworkPublication::new(log, ChannelConfig { destinations: vec![addr], ..channel }, counters.clone()).unwrap();
+    let idle = Idle::new(&"backoff:10,5,1us,100us".parse::<IdleStrategyConfig>().unwrap()).unwrap();
+    let sender = AgentRunner::start(Sender::new(vec![publication]), idle, None, AgentCounters::detached()).unwrap();
+    let mut driver = Driver { counters, appender, next_offer: 0, buf: Vec::new() };
+    message(0, &mut driver.buf);
+    let mut next = Some(0);
+    driver.pump(&mut [(&mut sub, &mut next)], |n| n >= 20_000);
+    assert_eq!(next, Some(20_000));
+    sender.close().unwrap();
+    runner.close().unwrap();
+}

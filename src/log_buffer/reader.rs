@@ -31,19 +31,36 @@ impl LogReader {
     /// next term). The payload slices are valid only during the call: the caller must stay within
     /// `term_length / 2` of the appender (publish its position to the log's consumer slot) so that they
     /// are never overwritten.
-    pub fn poll(&self, position: i64, fragment_limit: usize, mut handler: impl FnMut(&[u8], &DataHeader)) -> i64 {
+    pub fn poll(&self, position: i64, fragment_limit: usize, handler: impl FnMut(&[u8], &DataHeader)) -> i64 {
+        self.poll_bounded(position, i64::MAX, fragment_limit, handler)
+    }
+
+    /// As [`poll`](Self::poll), reading no frame that ends beyond `limit_position` (a commit position: the
+    /// state machine applies only what is committed).
+    pub fn poll_bounded(
+        &self,
+        position: i64,
+        limit_position: i64,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&[u8], &DataHeader),
+    ) -> i64 {
         let term = &self.terms[partition_index(position, self.bits)];
         let start = term_offset(position, self.term_length);
+        let end = if limit_position <= position {
+            start
+        } else {
+            (limit_position - position).min((self.term_length - start) as i64) as usize + start
+        };
         let mut offset = start;
         let mut fragments = 0;
-        while fragments < fragment_limit && offset < self.term_length {
+        while fragments < fragment_limit && offset < end {
             let frame_length = term.get_i32_acquire(offset + FRAME_LENGTH_OFFSET);
             if frame_length < DATA_HEADER_LENGTH as i32 {
                 break; // uncommitted (0 or negative), or not a frame
             }
             let aligned = align_frame(frame_length as usize);
-            if aligned > self.term_length - offset {
-                break;
+            if aligned > end - offset {
+                break; // beyond the term, or beyond the limit
             }
             let header: DataHeader = bytemuck::pod_read_unaligned(term.bytes(offset, DATA_HEADER_LENGTH));
             if header.frame_type != TYPE_PAD {

@@ -224,6 +224,18 @@ impl<P: ProducerMode> RingBuffer<P> {
     /// (the records up to and including the one that panicked then count as consumed). A record whose
     /// length is out of bounds (the ring was corrupted by a writer breaking the protocol) stops the read.
     pub fn read<F: FnMut(i32, &[u8])>(&self, mut handler: F, message_limit: usize) -> usize {
+        self.read_while(
+            |msg_type_id, message| {
+                handler(msg_type_id, message);
+                true
+            },
+            message_limit,
+        )
+    }
+
+    /// As [`Self::read`], but `handler` may refuse a message by returning `false`: that message and the ones
+    /// after it stay in the ring for a later read (the consensus agent refuses what the log has no room for).
+    pub fn read_while<F: FnMut(i32, &[u8]) -> bool>(&self, mut handler: F, message_limit: usize) -> usize {
         let (read, reached_end) = self.read_contiguous(&mut handler, message_limit);
         if reached_end && read < message_limit {
             // The first pass ended at the end of the data area (often on a padding record): go on from
@@ -236,7 +248,7 @@ impl<P: ProducerMode> RingBuffer<P> {
 
     /// One pass of [`Self::read`], from the head to at most the end of the data area. Returns the messages
     /// handed and whether the pass consumed everything up to the end of the data area.
-    fn read_contiguous<F: FnMut(i32, &[u8])>(&self, handler: &mut F, message_limit: usize) -> (usize, bool) {
+    fn read_contiguous<F: FnMut(i32, &[u8]) -> bool>(&self, handler: &mut F, message_limit: usize) -> (usize, bool) {
         let head = self.buffer.get_i64(self.capacity + HEAD_POSITION_OFFSET); // the consumer is its only writer
         let start = self.index(head);
         let contiguous = self.capacity - start;
@@ -252,11 +264,15 @@ impl<P: ProducerMode> RingBuffer<P> {
             if length < HEADER_LENGTH || length > contiguous - consumed.bytes {
                 break; // corrupt: never read outside the record
             }
-            consumed.bytes += crate::buffer::align(length, RECORD_ALIGNMENT);
+            let record = crate::buffer::align(length, RECORD_ALIGNMENT);
+            consumed.bytes += record; // counted first: a record whose handler panics is consumed
             let msg_type_id = self.buffer.get_i32(index + TYPE_OFFSET);
             if msg_type_id != PADDING_MSG_TYPE_ID {
+                if !handler(msg_type_id, self.buffer.bytes(index + HEADER_LENGTH, length - HEADER_LENGTH)) {
+                    consumed.bytes -= record; // refused: it stays, and so does everything after it
+                    return (messages, false);
+                }
                 messages += 1;
-                handler(msg_type_id, self.buffer.bytes(index + HEADER_LENGTH, length - HEADER_LENGTH));
             }
         }
         let reached_end = consumed.bytes == contiguous;

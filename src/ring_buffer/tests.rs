@@ -34,6 +34,7 @@ macro_rules! both_modes {
 }
 
 both_modes! {
+    read_while => a_refused_message_stays_for_the_next_read;
     write_then_read => write_then_read_delivers_type_and_bytes_in_order;
     message_limit => read_stops_at_the_message_limit;
     wrap => a_record_that_would_cross_the_end_wraps_after_padding;
@@ -213,4 +214,26 @@ fn errors_say_what_to_change() {
     let message = RingError::TooLong { length: 300, max: 128 }.to_string();
     assert!(message.contains("300") && message.contains("4096"), "{message}");
     assert!(RingError::InvalidCapacity { buffer_length: 10 }.to_string().contains("required_length"));
+}
+
+fn a_refused_message_stays_for_the_next_read<P: ProducerMode>() {
+    let ring = ring::<P>(1024);
+    for i in 1..=5u8 {
+        ring.write(1, &[i; 10]).unwrap();
+    }
+    let before = ring.consumer_position();
+    let mut taken = Vec::new();
+    let read = ring.read_while(
+        |_, m| {
+            if m[0] == 3 {
+                return false;
+            }
+            taken.push(m[0]);
+            true
+        },
+        10,
+    );
+    assert_eq!((read, taken), (2, vec![1, 2]));
+    assert_eq!(ring.consumer_position(), before + 2 * 24, "only the two taken records are consumed");
+    assert_eq!(drain(&ring, 10).iter().map(|(_, m)| m[0]).collect::<Vec<_>>(), vec![3, 4, 5]);
 }

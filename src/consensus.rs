@@ -1,0 +1,336 @@
+//! Consensus: the leader's append stage and quorum commit, and the follower's side of it.
+//!
+//! The leader's consensus agent, per duty cycle:
+//! 1. takes client messages from the many-to-one ingress ring and appends each exactly once into the log
+//!    (the consensus append stage); a message the log has no room for yet stays in the ring;
+//! 2. reads the followers' acknowledged append positions (counters the Sender's control handler raises);
+//! 3. computes the commit position, [`quorum_position`], and publishes it to the local state machine
+//!    through the commit counter and, when it moved, to the followers as one commit-position frame handed
+//!    to the Sender. So a commit update goes out at most once per duty cycle: a spinning agent sends many
+//!    small updates, a sleeping or backing-off one coalesces them, which is what sets the model's C.
+//!
+//! With `commit_piggyback`, the commit position rides in the reserved value of every data frame appended,
+//! and a separate commit frame is sent only on a cycle that appended nothing. When the commit position has
+//! not moved for `commit_heartbeat`, it is sent again, so a lost commit frame delays followers' apply by at
+//! most that much.
+
+use std::fmt;
+
+use crate::agent::{Agent, AgentError};
+use crate::clock::NanoClock;
+use crate::counters::Counter;
+use crate::frame::CommitPositionFrame;
+use crate::log_buffer::{AppendError, ExclusiveAppender};
+use crate::ring_buffer::{ManyToOneRingBuffer, OneToOneRingBuffer};
+
+/// Message type of client messages in the ingress ring.
+pub const INGRESS_MESSAGE: i32 = 1;
+
+/// Message type of control frames in the consensus-to-sender command ring.
+pub const COMMAND_CONTROL_FRAME: i32 = 1;
+
+/// Most ingress messages taken per duty cycle.
+pub const INGRESS_DRAIN_LIMIT: usize = 1024;
+
+/// The commit position of a cluster: the `(n / 2 + 1)`-th highest append position over all `n` members,
+/// the leader counting as one with its own position, and never above the leader's own position.
+///
+/// `followers` holds each follower's last acknowledged position (0 for one never heard from).
+pub fn quorum_position(leader: i64, followers: &[i64]) -> i64 {
+    let members = followers.len() + 1;
+    let majority = members / 2 + 1;
+    // The majority-th highest: count, for a candidate, how many members are at or above it. Small n, no
+    // allocation: try each member's position as the candidate, keep the highest that a majority reaches.
+    let mut best = i64::MIN;
+    for candidate in std::iter::once(leader).chain(followers.iter().copied()) {
+        let at_or_above = (candidate <= leader) as usize + followers.iter().filter(|&&p| p >= candidate).count();
+        if at_or_above >= majority && candidate > best {
+            best = candidate;
+        }
+    }
+    best.min(leader).max(0)
+}
+
+/// A member's role, kept where an election will change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Appends client messages and commits by quorum.
+    Leader,
+    /// Replicates the leader's log and applies what is committed.
+    Follower,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+        })
+    }
+}
+
+/// The counters of the leader's consensus agent.
+#[derive(Clone, Debug)]
+pub struct ConsensusCounters {
+    /// The commit position (what the state machine may apply up to).
+    pub commit: Counter,
+    /// The leader's append position.
+    pub append: Counter,
+    /// Client messages appended.
+    pub appended: Counter,
+    /// Client messages refused by the log (longer than the largest message): dropped and counted.
+    pub rejected: Counter,
+    /// Duty cycles on which the log was full and ingress had to wait.
+    pub back_pressured: Counter,
+    /// Commit-position frames handed to the Sender.
+    pub commit_frames: Counter,
+}
+
+impl ConsensusCounters {
+    /// Allocates every counter with `allocate(label)`.
+    pub fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+        Self {
+            commit: allocate("consensus commit position"),
+            append: allocate("consensus append position"),
+            appended: allocate("consensus messages appended"),
+            rejected: allocate("consensus messages rejected"),
+            back_pressured: allocate("consensus back pressure"),
+            commit_frames: allocate("consensus commit frames"),
+        }
+    }
+
+    /// Counters in private memory.
+    pub fn detached() -> Self {
+        Self::new(|_| Counter::detached())
+    }
+}
+
+/// Identity of the replicated log, written into commit frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogIdentity {
+    /// Session of the log publication.
+    pub session_id: i32,
+    /// Stream of the log.
+    pub stream_id: i32,
+    /// The leader's member id.
+    pub leader_member_id: i32,
+    /// The leadership term (fixed until elections exist).
+    pub leadership_term_id: i64,
+}
+
+/// The leader's consensus agent.
+pub struct LeaderConsensus {
+    ingress: ManyToOneRingBuffer,
+    appender: ExclusiveAppender,
+    acks: Vec<Counter>,
+    ack_positions: Vec<i64>,
+    commands: OneToOneRingBuffer,
+    identity: LogIdentity,
+    piggyback: bool,
+    commit_heartbeat_ns: u64,
+    next_heartbeat_ns: u64,
+    commit: i64,
+    clock: NanoClock,
+    counters: ConsensusCounters,
+}
+
+impl fmt::Debug for LeaderConsensus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderConsensus")
+            .field("commit", &self.commit)
+            .field("append", &self.appender.position())
+            .finish()
+    }
+}
+
+/// Everything the leader's consensus agent is made of.
+#[derive(Debug)]
+pub struct LeaderParts {
+    /// Client ingress.
+    pub ingress: ManyToOneRingBuffer,
+    /// The log's appender.
+    pub appender: ExclusiveAppender,
+    /// Each follower's acknowledged position, raised by the Sender's control handler.
+    pub acks: Vec<Counter>,
+    /// Where commit frames go to the Sender.
+    pub commands: OneToOneRingBuffer,
+    /// Identity written into commit frames.
+    pub identity: LogIdentity,
+    /// Carry the commit position in data frames.
+    pub piggyback: bool,
+    /// Resend an unchanged commit position this often.
+    pub commit_heartbeat_ns: u64,
+    /// Counters.
+    pub counters: ConsensusCounters,
+}
+
+impl LeaderConsensus {
+    /// A leader's consensus agent.
+    pub fn new(parts: LeaderParts) -> Self {
+        let followers = parts.acks.len();
+        Self {
+            ingress: parts.ingress,
+            appender: parts.appender,
+            acks: parts.acks,
+            ack_positions: vec![0; followers],
+            commands: parts.commands,
+            identity: parts.identity,
+            piggyback: parts.piggyback,
+            commit_heartbeat_ns: parts.commit_heartbeat_ns,
+            next_heartbeat_ns: 0,
+            commit: 0,
+            clock: NanoClock::new(),
+            counters: parts.counters,
+        }
+    }
+
+    /// One duty cycle; returns the work done.
+    pub fn poll_once(&mut self) -> usize {
+        let now_ns = self.clock.now_ns();
+        let committed = self.update_commit();
+        let appended = self.drain_ingress();
+        let mut work = appended + committed as usize;
+        let heartbeat_due = now_ns >= self.next_heartbeat_ns && self.commit > 0;
+        if (committed && !(self.piggyback && appended > 0)) || heartbeat_due {
+            work += self.send_commit() as usize;
+            self.next_heartbeat_ns = now_ns + self.commit_heartbeat_ns;
+        }
+        work
+    }
+
+    /// Recomputes the commit position; true when it moved.
+    fn update_commit(&mut self) -> bool {
+        for (position, ack) in self.ack_positions.iter_mut().zip(&self.acks) {
+            *position = ack.get();
+        }
+        let commit = quorum_position(self.appender.position(), &self.ack_positions);
+        if commit > self.commit {
+            self.commit = commit;
+            self.counters.commit.set(commit);
+            return true;
+        }
+        false
+    }
+
+    /// Appends what the ingress holds, as far as the log has room; returns the messages appended.
+    fn drain_ingress(&mut self) -> usize {
+        let appender = &mut self.appender;
+        let counters = &self.counters;
+        let reserved = if self.piggyback { self.commit } else { 0 };
+        let mut blocked = false;
+        let appended = self.ingress.read_while(
+            |_, message| match append(appender, message, reserved) {
+                Ok(()) => true,
+                Err(AppendError::BackPressured) => {
+                    blocked = true;
+                    false
+                }
+                Err(_) => {
+                    counters.rejected.increment();
+                    true
+                }
+            },
+            INGRESS_DRAIN_LIMIT,
+        );
+        if blocked {
+            self.counters.back_pressured.increment();
+        }
+        if appended > 0 {
+            self.counters.appended.add(appended as i64);
+            self.counters.append.set(self.appender.position());
+        }
+        appended
+    }
+
+    fn send_commit(&mut self) -> bool {
+        let frame = CommitPositionFrame {
+            session_id: self.identity.session_id,
+            stream_id: self.identity.stream_id,
+            leadership_term_id: self.identity.leadership_term_id,
+            log_position: self.commit,
+            leader_member_id: self.identity.leader_member_id,
+            ..CommitPositionFrame::default()
+        };
+        let mut bytes = [0u8; 64];
+        let Ok(length) = frame.encode(&mut bytes) else {
+            return false;
+        };
+        // A full command ring means the Sender is far behind: the next cycle sends a newer position anyway.
+        let sent = self.commands.write(COMMAND_CONTROL_FRAME, &bytes[..length]).is_ok();
+        if sent {
+            self.counters.commit_frames.increment();
+        }
+        sent
+    }
+}
+
+/// Appends one message, refreshing the publication limit from the consumers once when it is reached.
+fn append(appender: &mut ExclusiveAppender, message: &[u8], reserved: i64) -> Result<(), AppendError> {
+    match appender.append_with_reserved(message, reserved) {
+        Err(AppendError::BackPressured) => {
+            appender.refresh_limit_from_consumers();
+            appender.append_with_reserved(message, reserved).map(|_| ())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+impl Agent for LeaderConsensus {
+    fn name(&self) -> &str {
+        "consensus"
+    }
+
+    fn do_work(&mut self) -> Result<usize, AgentError> {
+        Ok(self.poll_once())
+    }
+}
+
+/// A follower's consensus agent. Replication itself runs on the Receiver (acknowledgements, commit
+/// positions); until elections exist this agent only keeps the follower's place in the layout.
+#[derive(Debug, Default)]
+pub struct FollowerConsensus;
+
+impl Agent for FollowerConsensus {
+    fn name(&self) -> &str {
+        "consensus"
+    }
+
+    fn do_work(&mut self) -> Result<usize, AgentError> {
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn three_and_five_members() {
+        assert_eq!(quorum_position(100, &[50, 70]), 70);
+        assert_eq!(quorum_position(100, &[150, 0]), 100, "never above the leader's own position");
+        assert_eq!(quorum_position(100, &[0, 0]), 0);
+        assert_eq!(quorum_position(100, &[100, 0]), 100);
+        assert_eq!(quorum_position(100, &[90, 80, 10, 0]), 80);
+        assert_eq!(quorum_position(5, &[]), 5, "a cluster of one commits what it appends");
+    }
+
+    proptest! {
+        /// The commit position never passes the quorum: a majority of members (the leader included) has
+        /// acknowledged at least it, and it is the highest such position, capped at the leader's.
+        #[test]
+        fn commit_never_passes_the_quorum(leader in 0i64..1_000_000, followers in prop::collection::vec(0i64..1_000_000, 0..8)) {
+            let commit = quorum_position(leader, &followers);
+            let members = followers.len() + 1;
+            let at_or_above = |p: i64| (leader >= p) as usize + followers.iter().filter(|&&f| f >= p).count();
+            prop_assert!(commit <= leader);
+            prop_assert!(commit == 0 || at_or_above(commit) > members / 2, "a majority has {commit}");
+            // Nothing higher than the commit (up to the leader's position) has a majority.
+            let mut all: Vec<i64> = followers.iter().copied().chain([leader]).filter(|&p| p > commit && p <= leader).collect();
+            all.sort();
+            for p in all {
+                prop_assert!(at_or_above(p) <= members / 2, "{p} has a majority but commit is {commit}");
+            }
+        }
+    }
+}
