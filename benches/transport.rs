@@ -663,7 +663,7 @@ fn drain(endpoints: &[UdpEndpoint; 2], control: &DrainControl) {
             let (at, sent_position) = last_sm[i];
             let due = sent_position == i64::MIN
                 || at.elapsed() >= Duration::from_millis(1)
-                || high[i] - sent_position >= t.window as i64 / 4;
+                || high[i] - sent_position >= (t.term_length / 4) as i64;
             if !due {
                 continue;
             }
@@ -755,7 +755,10 @@ impl Measured {
             stream_id: STREAM,
             initial_term_id: 3,
             term_length,
-            window: (term_length / 2) as i32,
+            // Far beyond the log's own bound (term_length / 2 ahead of the sender): the drain's status
+            // messages keep the receivers live but never close the window, so the figure is the Sender's
+            // own rate, not the drain thread's scheduling.
+            window: 1 << 30,
             answer_to: [local(0), local(1)],
         };
         appender.refresh_limit_from_consumers();
@@ -862,6 +865,8 @@ struct RatePoint {
     control_syscalls_per_s: f64,
     wall_datagrams_per_s: f64,
     bare_per_s: f64,
+    /// Median over rounds of this point's window rate over the bare window of the same round.
+    ratio: f64,
     windows: Vec<f64>,
 }
 
@@ -910,6 +915,7 @@ fn sender_rates(cores: &Cores, seconds: f64, rounds: usize) -> Vec<RatePoint> {
                     control_syscalls_per_s: 0.0,
                     wall_datagrams_per_s: bare_per_s,
                     bare_per_s,
+                    ratio: 1.0,
                     windows: bare_windows.iter().map(Window::datagrams_per_s).collect(),
                 });
                 for (m, w) in windows.iter().enumerate() {
@@ -923,6 +929,12 @@ fn sender_rates(cores: &Cores, seconds: f64, rounds: usize) -> Vec<RatePoint> {
                         control_syscalls_per_s: per(&|x| x.control_syscalls / x.send_seconds),
                         wall_datagrams_per_s: per(&|x| x.datagrams / x.wall_seconds),
                         bare_per_s,
+                        ratio: median(
+                            w.iter()
+                                .zip(&bare_windows)
+                                .map(|(x, b)| x.datagrams_per_s() / b.datagrams_per_s())
+                                .collect(),
+                        ),
                         windows: w.iter().map(Window::datagrams_per_s).collect(),
                     });
                 }
@@ -970,7 +982,10 @@ fn print_segment_table(rows: &[Row<'_>]) {
 
 fn print_rate_table(points: &[RatePoint]) -> bool {
     println!();
-    println!("Sender raw datagram rate, 2 destinations drained by the second thread (median of the windows)");
+    println!(
+        "Sender raw datagram rate, 2 destinations drained by the second thread (median of the windows; \
+         'vs bare' is the median over rounds of each window over the bare window of the same round)"
+    );
     println!(
         "| {:<8} | {:>6} | {:>12} | {:>11} | {:>10} | {:>10} | {:>12} | {:>8} | {:<28} |",
         "mode",
@@ -985,7 +1000,7 @@ fn print_rate_table(points: &[RatePoint]) -> bool {
     );
     let mut pass = true;
     for p in points {
-        let ratio = p.datagrams_per_s / p.bare_per_s;
+        let ratio = p.ratio;
         let verdict = match p.mode {
             Some(SendMode::Classic) => {
                 let ok = ratio >= TARGET_CLASSIC_OVER_BARE;
