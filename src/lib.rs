@@ -1,20 +1,21 @@
 //! # quorumcast
 //!
 //! Low-latency log replication: the send path of Aeron and the quorum commit of Aeron Cluster, rebuilt
-//! in Rust and held to a throughput model, `peak_TPS = (S - C) / D x M_pkt` (see `MODEL.md` of the
-//! project).
+//! in Rust and held to a throughput model, `peak_TPS = (S - C) / D x M_pkt` (see [`model`]).
 //!
-//! The crate is built from small pieces, one per module, each of which states its invariants:
+//! Start with [`node`]: a cluster member an application embeds (builder, client, `poll_committed`).
+//! Underneath, one module per concept, each stating its invariants:
 //!
-//! - [`buffer`]: bounds-checked, explicitly ordered access to shared memory (the only raw-pointer code);
-//! - [`frame`]: the wire and log frame formats;
-//! - [`log_buffer`]: the memory-mapped log of three terms, its appender, scanner and reader;
-//! - [`ring_buffer`]: many-to-one and one-to-one rings over shared memory;
-//! - [`idle`]: idle strategies for duty-cycle agents;
-//! - [`agent`]: agents, their runners, and threading modes;
-//! - [`counters`]: labelled counters in a shared-memory file;
-//! - [`directory`]: the node directory under `/dev/shm`;
-//! - [`ipc`]: a publication and subscription over a shared-memory log.
+//! - shared memory: [`buffer`] (the only raw-pointer code), [`log_buffer`], [`ring_buffer`], [`counters`],
+//!   [`directory`] (the node directory under `/dev/shm`), [`ipc`] (publication and subscription over a
+//!   shared log);
+//! - agents: [`idle`] (idle strategies), [`agent`] (runners, composite agents, threading modes), [`clock`];
+//! - the wire: [`frame`], [`transport`] (UDP sockets and the three send modes), [`channel`] (validated
+//!   configuration), [`fault`] (in-process loss, duplication, reordering);
+//! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
+//! - the receive path: [`image`], [`receiver`];
+//! - replication: [`consensus`] (append stage and quorum commit), [`node`];
+//! - measurement: [`model`] (the throughput model), [`probe`] (this host's S).
 
 pub mod agent;
 pub mod buffer;
@@ -30,6 +31,7 @@ pub mod idle;
 pub mod image;
 pub mod ipc;
 pub mod log_buffer;
+pub mod model;
 pub mod network_publication;
 pub mod node;
 pub mod probe;

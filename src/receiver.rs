@@ -561,8 +561,14 @@ fn on_data(
         counters.unknown_stream.increment();
         return;
     }
-    // Every frame of the datagram must parse before any of it is written.
-    if frame::frames(bytes).any(|f| f.is_err()) {
+    // Every frame of the datagram must parse, and be of the first frame's session and stream, before any
+    // of it is written.
+    let same_stream = |h: &DataHeader| h.session_id == header.session_id && h.stream_id == header.stream_id;
+    let whole = frame::frames(bytes).all(|f| match f {
+        Ok(Frame::Data { header: h, .. }) | Ok(Frame::Pad(h)) | Ok(Frame::Heartbeat(h)) => same_stream(&h),
+        _ => false,
+    });
+    if !whole {
         counters.malformed.increment();
         return;
     }

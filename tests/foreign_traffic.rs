@@ -278,6 +278,12 @@ fn every_kind_of_bad_datagram_is_counted_and_dropped_and_the_stream_goes_on() {
     two.resize(align_frame(next.len()), 0);
     two.extend_from_slice(&[0xEE; 40]);
     expect_dropped(&mut rig, "a valid frame then a broken one", &two, false, MALFORMED);
+    // A valid frame followed by a frame of another session: a datagram carries one session's frames only.
+    let mut mixed = next.clone();
+    mixed.resize(align_frame(next.len()), 0);
+    let second_offset = rig.next_offset + align_frame(next.len()) as i32;
+    mixed.extend_from_slice(&data_frame(SESSION + 1, STREAM, INITIAL_TERM, second_offset, &payload(1)));
+    expect_dropped(&mut rig, "a frame of another session after a valid one", &mixed, false, MALFORMED);
     let mut short_setup = setup_frame(SESSION);
     put_i32(&mut short_setup, 28, 4096); // a term length below 64 KiB
     expect_dropped(&mut rig, "a SETUP with an impossible term length", &short_setup, false, MALFORMED);
