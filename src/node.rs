@@ -41,7 +41,7 @@ use crate::counters::{Counter, CountersManager, TYPE_USER_MIN};
 use crate::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::frame::Frame;
 use crate::idle::IdleStrategyConfig;
-use crate::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogReader, Reassembler};
+use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogReader};
 use crate::network_publication::{NetworkPublication, SenderCounters};
 use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use crate::ring_buffer::{self, ManyToOneRingBuffer, OneToOneRingBuffer, RingError};
@@ -419,7 +419,7 @@ pub struct Node {
     ingress: Arc<ManyToOneRingBuffer>,
     commit: Counter,
     reader: CommittedReader,
-    reassembler: Reassembler,
+    reassembler: FragmentAssembler<()>,
     handles: Option<AgentHandles>,
     counters: CountersManager,
     directory: Option<NodeDirectory>,
@@ -473,7 +473,7 @@ impl Node {
             ingress,
             commit,
             reader,
-            reassembler: Reassembler::new(),
+            reassembler: FragmentAssembler::new(()),
             handles: Some(handles),
             counters,
             directory: Some(directory),
@@ -552,7 +552,7 @@ impl Node {
                     let mut read = 0;
                     let next = reader.poll_bounded(*position, commit, fragment_limit - fragments, |payload, header| {
                         read += 1;
-                        reassembler.on_fragment(payload, header, &mut deliver);
+                        reassembler.on_fragment_with(payload, header, &mut deliver);
                     });
                     if next == *position {
                         break;

@@ -33,7 +33,7 @@ use crate::frame::{
 use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
-use crate::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogReader, Reassembler};
+use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogReader};
 use crate::transport::{RecvBatch, UdpEndpoint, MAX_BATCH};
 
 /// Most `recvmmsg` batches one socket gets per duty cycle, so one busy socket cannot starve the others.
@@ -184,7 +184,7 @@ pub struct Subscription {
     shared: Arc<ChannelShared>,
     generation: u64,
     current: Option<(LogReader, ConsumerPosition, i64)>,
-    reassembler: Reassembler,
+    reassembler: FragmentAssembler<()>,
 }
 
 impl fmt::Debug for Subscription {
@@ -195,7 +195,7 @@ impl fmt::Debug for Subscription {
 
 impl Subscription {
     fn new(shared: Arc<ChannelShared>) -> Self {
-        Self { shared, generation: 0, current: None, reassembler: Reassembler::new() }
+        Self { shared, generation: 0, current: None, reassembler: FragmentAssembler::new(()) }
     }
 
     /// Whether an image is connected.
@@ -215,7 +215,7 @@ impl Subscription {
             self.generation = generation;
             if let Some(handoff) = self.shared.newest.lock().expect("image hand-off lock").take() {
                 self.current = Some((handoff.reader, handoff.consumer, handoff.position));
-                self.reassembler = Reassembler::new();
+                self.reassembler = FragmentAssembler::new(());
             }
         }
     }
@@ -246,7 +246,7 @@ impl Subscription {
             let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
             let after = reader.poll_bounded(next, limit_position, fragment_limit - fragments, |payload, header| {
                 read += 1;
-                reassembler.on_fragment(payload, header, &mut deliver);
+                reassembler.on_fragment_with(payload, header, &mut deliver);
             });
             if after == next {
                 break;

@@ -73,6 +73,8 @@ pub struct ExclusiveAppender {
     session_id: i32,
     stream_id: i32,
     term_count: i32,
+    /// `term_count % 3`, kept so that the hot path does not divide.
+    active: usize,
     term_id: i32,
     term_offset: usize,
     position: i64,
@@ -99,6 +101,7 @@ impl ExclusiveAppender {
             session_id: c.session_id,
             stream_id: c.stream_id,
             term_count,
+            active: term_count as u32 as usize % PARTITION_COUNT,
             term_id,
             term_offset,
             position: position(term_id, term_offset, c.initial_term_id, bits),
@@ -147,14 +150,29 @@ impl ExclusiveAppender {
     /// Appends `message` once, fragmenting it if longer than `mtu - 32`, and returns the new position.
     #[inline]
     pub fn append(&mut self, message: &[u8]) -> Result<i64, AppendError> {
-        self.append_parts(&[message], message.len(), 0)
+        self.append_with_reserved(message, 0)
     }
 
     /// As [`append`](Self::append), with `reserved` in the `reserved_value` field of every frame
     /// (the consensus module piggybacks its commit position there).
     #[inline]
     pub fn append_with_reserved(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
+        if message.len() <= self.max_payload {
+            return self.append_unfragmented(message, reserved);
+        }
         self.append_parts(&[message], message.len(), reserved)
+    }
+
+    /// The hot path: one frame, header, copy, commit, tail.
+    #[inline]
+    fn append_unfragmented(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
+        let required = framed_length(message.len());
+        let offset = self.reserve(required)?;
+        self.write_header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
+        let term = &self.terms[self.active];
+        copy_in_chunks(term, offset + DATA_HEADER_LENGTH, message);
+        term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + message.len()) as i32);
+        Ok(self.advance(required))
     }
 
     /// Appends the concatenation of `parts` as one message.
@@ -257,6 +275,7 @@ impl ExclusiveAppender {
             self.advance(remaining);
         }
         self.term_count = self.term_count.wrapping_add(1);
+        self.active = self.term_count as u32 as usize % PARTITION_COUNT;
         self.term_id = self.term_id.wrapping_add(1);
         self.term_offset = 0;
         let next = self.partition();
@@ -270,7 +289,7 @@ impl ExclusiveAppender {
 
     #[inline]
     fn partition(&self) -> usize {
-        self.term_count as u32 as usize % PARTITION_COUNT
+        self.active
     }
 
     /// Moves the tail by `length` committed bytes, publishes it, and returns the new position.

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use appender::{AppendError, BufferClaim, ExclusiveAppender};
-pub use reader::{FragmentAssembler, LogReader, Reassembler};
+pub use reader::{FragmentAssembler, LogReader};
 pub use rebuilder::{Gap, RebuildError, TermRebuilder};
 pub use scanner::{scan, Scan};
 

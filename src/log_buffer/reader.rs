@@ -9,6 +9,9 @@ use crate::frame::{
     align_frame, DataHeader, BEGIN_FLAG, DATA_HEADER_LENGTH, END_FLAG, FRAME_LENGTH_OFFSET, TYPE_PAD, UNFRAGMENTED,
 };
 
+/// How far ahead of the frame being read [`LogReader::poll_to`] prefetches (bytes).
+const PREFETCH_DISTANCE: usize = 2048;
+
 /// Reads committed frames of a log (a publication's or a rebuilt image) from a position.
 #[derive(Debug, Clone)]
 pub struct LogReader {
@@ -31,36 +34,71 @@ impl LogReader {
     /// next term). The payload slices are valid only during the call: the caller must stay within
     /// `term_length / 2` of the appender (publish its position to the log's consumer slot) so that they
     /// are never overwritten.
+    #[inline]
     pub fn poll(&self, position: i64, fragment_limit: usize, handler: impl FnMut(&[u8], &DataHeader)) -> i64 {
-        self.poll_bounded(position, i64::MAX, fragment_limit, handler)
+        self.read(position, i64::MAX, false, fragment_limit, handler)
     }
 
-    /// As [`poll`](Self::poll), reading no frame that ends beyond `limit_position` (a commit position: the
-    /// state machine applies only what is committed).
+    /// As [`poll`](Self::poll), reading no frame that starts at or after `end`, a position up to which
+    /// every frame is known to be committed (the producer position read earlier), and prefetching ahead.
+    ///
+    /// Each frame's offset depends on the length loaded from the frame before: when another core wrote
+    /// the frames, that is a chain of cache misses, which the prefetches overlap. Prefetching stops at
+    /// `end`, so no line the appender may still be writing is pulled away from it. ([`poll`](Self::poll)
+    /// does not prefetch: it cannot know where the committed frames end.)
+    #[inline]
+    pub fn poll_to(
+        &self,
+        position: i64,
+        end: i64,
+        fragment_limit: usize,
+        handler: impl FnMut(&[u8], &DataHeader),
+    ) -> i64 {
+        self.read(position, end, true, fragment_limit, handler)
+    }
+
+    /// As [`poll`](Self::poll), reading no frame that ends beyond `limit_position` (a commit position:
+    /// the state machine applies only what is committed).
+    #[inline]
     pub fn poll_bounded(
         &self,
         position: i64,
         limit_position: i64,
         fragment_limit: usize,
+        handler: impl FnMut(&[u8], &DataHeader),
+    ) -> i64 {
+        self.read(position, limit_position, false, fragment_limit, handler)
+    }
+
+    #[inline(always)]
+    fn read(
+        &self,
+        position: i64,
+        end: i64,
+        prefetch: bool,
+        fragment_limit: usize,
         mut handler: impl FnMut(&[u8], &DataHeader),
     ) -> i64 {
         let term = &self.terms[partition_index(position, self.bits)];
         let start = term_offset(position, self.term_length);
-        let end = if limit_position <= position {
-            start
+        let stop = if end - position < (self.term_length - start) as i64 {
+            start + (end - position).max(0) as usize
         } else {
-            (limit_position - position).min((self.term_length - start) as i64) as usize + start
+            self.term_length
         };
         let mut offset = start;
         let mut fragments = 0;
-        while fragments < fragment_limit && offset < end {
+        while fragments < fragment_limit && offset < stop {
+            if prefetch && offset + PREFETCH_DISTANCE < stop {
+                term.prefetch(offset + PREFETCH_DISTANCE);
+            }
             let frame_length = term.get_i32_acquire(offset + FRAME_LENGTH_OFFSET);
             if frame_length < DATA_HEADER_LENGTH as i32 {
                 break; // uncommitted (0 or negative), or not a frame
             }
             let aligned = align_frame(frame_length as usize);
-            if aligned > end - offset {
-                break; // beyond the term, or beyond the limit
+            if aligned > stop - offset {
+                break; // runs past the term, or past `end`
             }
             let header: DataHeader = bytemuck::pod_read_unaligned(term.bytes(offset, DATA_HEADER_LENGTH));
             if header.frame_type != TYPE_PAD {
@@ -81,7 +119,7 @@ struct Block([u8; 64]);
 
 const _: () = assert!(std::mem::size_of::<Block>() == 64);
 
-/// Reassembles fragmented messages (B ... E) for whichever handler the caller passes with each fragment.
+/// Reassembles fragmented messages (B ... E) and hands whole messages to a handler.
 ///
 /// Unfragmented frames pass straight through without a copy. Fragments are copied into one buffer that
 /// grows to the largest message seen and is then reused, so the steady state does not allocate. The
@@ -89,28 +127,72 @@ const _: () = assert!(std::mem::size_of::<Block>() == 64);
 /// `(dst - src) mod 32 == 0`, clear of the CPU's slow `rep movsb` distances. A fragment without a begun
 /// message (a reader that joined mid-message) is dropped. A reassembled message is handed over with the
 /// header of its last fragment.
+///
+/// The handler is either owned ([`FragmentAssembler::on_fragment`]) or lent per call
+/// ([`FragmentAssembler::on_fragment_with`], for callers such as the IPC subscription whose handler
+/// changes from one poll to the next); the reassembly state is the same.
+pub struct FragmentAssembler<F> {
+    handler: F,
+    state: Reassembly,
+}
+
+/// The reassembly buffer and where a fragmented message stands.
 #[derive(Default)]
-pub struct Reassembler {
+struct Reassembly {
     blocks: Vec<Block>,
     length: usize,
     in_progress: bool,
 }
 
-impl std::fmt::Debug for Reassembler {
+impl<F> std::fmt::Debug for FragmentAssembler<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reassembler").field("length", &self.length).field("in_progress", &self.in_progress).finish()
+        f.debug_struct("FragmentAssembler")
+            .field("length", &self.state.length)
+            .field("in_progress", &self.state.in_progress)
+            .finish()
     }
 }
 
-impl Reassembler {
-    /// An empty reassembler.
-    pub fn new() -> Self {
-        Self::default()
+impl<F> FragmentAssembler<F> {
+    /// An assembler handing whole messages to `handler` (which may be `()` when every fragment is
+    /// given with [`on_fragment_with`](Self::on_fragment_with)).
+    pub fn new(handler: F) -> Self {
+        Self { handler, state: Reassembly::default() }
     }
 
-    /// Takes one fragment; hands `handler` the whole message when this fragment completes one.
+    /// Takes one fragment, handing a completed message to `handler` instead of the owned one.
     #[inline]
-    pub fn on_fragment(&mut self, payload: &[u8], header: &DataHeader, handler: &mut impl FnMut(&[u8], &DataHeader)) {
+    pub fn on_fragment_with(
+        &mut self,
+        payload: &[u8],
+        header: &DataHeader,
+        handler: &mut impl FnMut(&[u8], &DataHeader),
+    ) {
+        self.state.on_fragment(payload, header, handler);
+    }
+
+    /// The message handler.
+    pub fn handler_mut(&mut self) -> &mut F {
+        &mut self.handler
+    }
+
+    /// Gives the handler back.
+    pub fn into_handler(self) -> F {
+        self.handler
+    }
+}
+
+impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
+    /// Takes one fragment, as a [`LogReader::poll`] handler.
+    #[inline]
+    pub fn on_fragment(&mut self, payload: &[u8], header: &DataHeader) {
+        self.state.on_fragment(payload, header, &mut self.handler);
+    }
+}
+
+impl Reassembly {
+    #[inline]
+    fn on_fragment(&mut self, payload: &[u8], header: &DataHeader, handler: &mut impl FnMut(&[u8], &DataHeader)) {
         let flags = header.flags & UNFRAGMENTED;
         if flags == UNFRAGMENTED {
             handler(payload, header);
@@ -139,41 +221,6 @@ impl Reassembler {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks);
         bytes[self.length..end].copy_from_slice(payload);
         self.length = end;
-    }
-}
-
-/// A [`Reassembler`] bound to one message handler, usable directly as a [`LogReader::poll`] handler.
-pub struct FragmentAssembler<F> {
-    handler: F,
-    reassembler: Reassembler,
-}
-
-impl<F> std::fmt::Debug for FragmentAssembler<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FragmentAssembler").field("reassembler", &self.reassembler).finish()
-    }
-}
-
-impl<F: FnMut(&[u8], &DataHeader)> FragmentAssembler<F> {
-    /// An assembler handing whole messages to `handler`.
-    pub fn new(handler: F) -> Self {
-        Self { handler, reassembler: Reassembler::new() }
-    }
-
-    /// Takes one fragment, as a [`LogReader::poll`] handler.
-    #[inline]
-    pub fn on_fragment(&mut self, payload: &[u8], header: &DataHeader) {
-        self.reassembler.on_fragment(payload, header, &mut self.handler);
-    }
-
-    /// The message handler.
-    pub fn handler_mut(&mut self) -> &mut F {
-        &mut self.handler
-    }
-
-    /// Gives the handler back.
-    pub fn into_handler(self) -> F {
-        self.handler
     }
 }
 
@@ -210,6 +257,26 @@ mod tests {
     }
 
     #[test]
+    fn poll_to_stops_before_the_end_position() {
+        let log = LogBuffer::create_anonymous(LogConfig::new(65536, 1408)).unwrap();
+        let mut a = log.appender().unwrap();
+        a.set_limit(i64::MAX);
+        for i in 0..4u8 {
+            a.append(&[i; 32]).unwrap();
+        }
+        let reader = LogReader::new(&log);
+        let mut seen = Vec::new();
+        assert_eq!(reader.poll_to(0, 128, 10, |p, _| seen.push(p[0])), 128);
+        assert_eq!(
+            reader.poll_to(128, 100, 10, |p, _| seen.push(p[0])),
+            128,
+            "an end behind the position reads nothing"
+        );
+        assert_eq!(reader.poll_to(128, 1 << 40, 10, |p, _| seen.push(p[0])), 256);
+        assert_eq!(seen, [0, 1, 2, 3]);
+    }
+
+    #[test]
     fn assembles_fragments_reusing_its_buffer() {
         let log = LogBuffer::create_anonymous(LogConfig::new(65536, 1408)).unwrap();
         let mut a = log.appender().unwrap();
@@ -225,8 +292,8 @@ mod tests {
         for _ in 0..20 {
             position = reader.poll(position, 2, |p, h| assembler.on_fragment(p, h));
         }
-        let capacity = assembler.reassembler.blocks.len();
-        assert_eq!(assembler.reassembler.blocks.as_ptr() as usize % 64, 0);
+        let capacity = assembler.state.blocks.len();
+        assert_eq!(assembler.state.blocks.as_ptr() as usize % 64, 0);
         drop(assembler);
         assert_eq!(messages, vec![big.clone(), b"small".to_vec(), big[..3000].to_vec()]);
         assert_eq!(capacity, 128, "5000 bytes -> 79 blocks -> 128");
