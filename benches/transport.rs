@@ -27,6 +27,7 @@ use common::{median, new_histogram, record, si, Cores, Percentiles};
 use hdrhistogram::Histogram;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::frame::{DataHeader, StatusMessageFrame, DATA_HEADER_LENGTH, TYPE_DATA};
+use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
 use quorumcast::log_buffer::descriptor::{position, position_bits_to_shift, term_id, term_offset};
 use quorumcast::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 use quorumcast::network_publication::{NetworkPublication, SenderCounters};
@@ -250,6 +251,51 @@ impl Side for UdpSide {
             r.out_of_window.get(),
         )
     }
+}
+
+/// A node over IPC: the publication of its outgoing stream and the subscription of its incoming one (two
+/// logs in this process's memory; no agent runs).
+struct IpcSide {
+    publication: IpcPublication,
+    subscription: IpcSubscription,
+}
+
+impl Side for IpcSide {
+    #[inline]
+    fn offer(&mut self, message: &[u8]) -> bool {
+        match self.publication.offer(message) {
+            Ok(_) => true,
+            Err(OfferError::BackPressured) => false,
+            Err(e) => panic!("IPC offer failed: {e}"),
+        }
+    }
+
+    #[inline]
+    fn duty(&mut self) {}
+
+    #[inline]
+    fn poll(&mut self, limit: usize, handler: &mut dyn FnMut(&[u8])) -> usize {
+        self.subscription.poll(handler, limit)
+    }
+
+    fn diagnose(&self) -> String {
+        format!(
+            "IPC publication at {} (limit {}), subscription at {}",
+            self.publication.position(),
+            self.publication.limit(),
+            self.subscription.position()
+        )
+    }
+}
+
+/// Two IPC nodes, A and B: a log A -> B and a log B -> A, each with its subscription on the other side.
+fn ipc_pair(geometry: Geometry) -> (IpcSide, IpcSide) {
+    let log = |stream_id| LogConfig { stream_id, ..LogConfig::new(geometry.term_length(), geometry.mtu()) };
+    let a_to_b = IpcPublication::create_anonymous(log(STREAM)).expect("map the A -> B log");
+    let b_reads = a_to_b.subscribe().expect("subscribe to A -> B");
+    let b_to_a = IpcPublication::create_anonymous(log(STREAM + 1)).expect("map the B -> A log");
+    let a_reads = b_to_a.subscribe().expect("subscribe to B -> A");
+    (IpcSide { publication: a_to_b, subscription: a_reads }, IpcSide { publication: b_to_a, subscription: b_reads })
 }
 
 /// The channel configuration of a pair's streams.
@@ -1039,29 +1085,40 @@ fn main() {
     let started = Instant::now();
     println!("transport bench{}: {}", if quick { " (quick)" } else { "" }, cores.describe());
 
-    // 1 and 3: segments over UDP, the RTT floor beside the RTT segment.
+    // 1 and 3: segments over UDP, then over IPC (in the same round, as BASELINE runs TCP then InProcess);
+    // the bare UDP ping-pong floor beside the UDP RTT segment.
     let (mut small_a, mut small_b) = udp_pair(Geometry::Small);
     let (mut large_a, mut large_b) = udp_pair(Geometry::Large);
+    let (mut ipc_small_a, mut ipc_small_b) = ipc_pair(Geometry::Small);
+    let (mut ipc_large_a, mut ipc_large_b) = ipc_pair(Geometry::Large);
     let mut rows = Vec::new();
     let only = std::env::var("QC_BENCH_ONLY").ok();
     let diagnose = std::env::var_os("QC_BENCH_DIAG").is_some();
     for segment in SEGMENTS.iter().filter(|s| only.as_ref().is_none_or(|o| s.name.contains(o.as_str()))) {
+        let mtu = segment.geometry.mtu();
         let (a, b): (&mut dyn Side, &mut dyn Side) = match segment.geometry {
             Geometry::Small => (&mut small_a, &mut small_b),
             Geometry::Large => (&mut large_a, &mut large_b),
         };
         let t = Instant::now();
-        let udp = run_segment(&cores, segment, a, b, segment.geometry.mtu(), scale, segment.shape == Shape::Rtt);
+        let udp = run_segment(&cores, segment, a, b, mtu, scale, segment.shape == Shape::Rtt);
         println!("udp  {:<40} {:<40} ({:.1} s)", segment.name, udp.describe(segment.shape), t.elapsed().as_secs_f64());
         if diagnose {
             println!("     A: {}\n     B: {}", a.diagnose(), b.diagnose());
         }
-        rows.push(Row { segment, udp, ipc: None });
+        let (a, b): (&mut dyn Side, &mut dyn Side) = match segment.geometry {
+            Geometry::Small => (&mut ipc_small_a, &mut ipc_small_b),
+            Geometry::Large => (&mut ipc_large_a, &mut ipc_large_b),
+        };
+        let t = Instant::now();
+        let ipc = run_segment(&cores, segment, a, b, mtu, scale, false);
+        println!("ipc  {:<40} {:<40} ({:.1} s)", segment.name, ipc.describe(segment.shape), t.elapsed().as_secs_f64());
+        rows.push(Row { segment, udp, ipc: Some(ipc) });
     }
+    drop((small_a, small_b, large_a, large_b));
     if only.is_some() {
         return;
     }
-    drop((small_a, small_b, large_a, large_b));
 
     // 2: sender raw datagram rate.
     let seconds = if quick { 0.1 } else { 1.0 };
