@@ -19,8 +19,7 @@
 mod common;
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{median, new_histogram, record, si, Cores, Percentiles};
@@ -631,9 +630,8 @@ fn run_segment(
 // Sender raw datagram rate
 // ---------------------------------------------------------------------------------------------------
 
-/// Where the drain thread sends status messages, so that the measured publication's flow control stays
-/// open: the publication's stream, its sender position counter (`snd-pos`) and, per destination, the
-/// publication socket to answer.
+/// What the receivers' status messages say about the measured publication: its stream, its sender
+/// position counter (`snd-pos`) and, per destination, the publication socket to answer.
 #[derive(Clone, Debug)]
 struct SmTarget {
     position: Counter,
@@ -645,70 +643,40 @@ struct SmTarget {
     answer_to: [SocketAddr; 2],
 }
 
-/// What thread 1 tells the drain thread.
-#[derive(Default)]
-struct DrainControl {
-    stop: AtomicBool,
-    generation: AtomicU64,
-    target: Mutex<Option<SmTarget>>,
-    received: AtomicU64,
-}
-
-impl DrainControl {
-    fn set_target(&self, target: Option<SmTarget>) {
-        *self.target.lock().expect("drain target lock") = target;
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-}
-
-/// Drains both destination sockets with `recvmmsg` and, for the current target, answers each with a
-/// status message at the Sender's own position (every millisecond, or sooner after a quarter term of
-/// progress).
-///
-/// Acknowledging `snd-pos` rather than what the drain received keeps flow control out of the figure: a
-/// drain thread that the host deschedules for a few milliseconds (HOST.md; other load) would otherwise
-/// close the window and stall the Sender, which a bare `sendmsg` loop never waits for.
-fn drain(endpoints: &[UdpEndpoint; 2], control: &DrainControl) {
-    let mut batch = RecvBatch::new(64, 8192 + 64);
-    let mut generation = u64::MAX;
-    let mut target: Option<SmTarget> = None;
-    let mut last_sm = [(Instant::now(), i64::MIN); 2];
-    let mut received = 0u64;
-    while !control.stop.load(Ordering::Relaxed) {
-        let g = control.generation.load(Ordering::Acquire);
-        if g != generation {
-            generation = g;
-            target = control.target.lock().expect("drain target lock").clone();
-            last_sm = [(Instant::now(), i64::MIN); 2];
-        }
-        for endpoint in endpoints {
-            received += endpoint.recv_batch(&mut batch).unwrap_or(0) as u64;
-        }
-        control.received.store(received, Ordering::Relaxed);
-        let Some(t) = &target else { continue };
-        let bits = position_bits_to_shift(t.term_length);
-        let acknowledged = t.position.get();
-        for (i, endpoint) in endpoints.iter().enumerate() {
-            let (at, sent_position) = last_sm[i];
-            let due = sent_position == i64::MIN
-                || at.elapsed() >= Duration::from_millis(1)
-                || acknowledged - sent_position >= (t.term_length / 4) as i64;
-            if !due {
-                continue;
-            }
+impl SmTarget {
+    /// Sends, from each destination socket, a status message acknowledging the Sender's own position.
+    ///
+    /// The bench thread sends these itself, outside the measured time, about once a millisecond:
+    /// acknowledging `snd-pos` keeps flow control out of the figure. (When the drain thread answered with
+    /// what it had received, the host descheduling it for a few milliseconds, as other load on this
+    /// 2-vCPU VM does, closed the window and stalled the Sender, which a bare `sendmsg` loop never waits
+    /// for.)
+    fn acknowledge(&self, from: &[UdpEndpoint; 2]) {
+        let bits = position_bits_to_shift(self.term_length);
+        let acknowledged = self.position.get();
+        for (i, endpoint) in from.iter().enumerate() {
             let mut sm = StatusMessageFrame {
-                session_id: t.session_id,
-                stream_id: t.stream_id,
-                consumption_term_id: term_id(acknowledged, t.initial_term_id, bits),
-                consumption_term_offset: term_offset(acknowledged, t.term_length) as i32,
-                receiver_window: t.window,
+                session_id: self.session_id,
+                stream_id: self.stream_id,
+                consumption_term_id: term_id(acknowledged, self.initial_term_id, bits),
+                consumption_term_offset: term_offset(acknowledged, self.term_length) as i32,
+                receiver_window: self.window,
                 ..StatusMessageFrame::default()
             };
             sm.set_receiver_id(9000 + i as i64);
             let mut bytes = [0u8; 64];
             let length = sm.encode(&mut bytes).expect("a status message fits 64 bytes");
-            let _ = endpoint.send(&bytes[..length], Some(&SockAddr::from(t.answer_to[i])));
-            last_sm[i] = (Instant::now(), acknowledged);
+            let _ = endpoint.send(&bytes[..length], Some(&SockAddr::from(self.answer_to[i])));
+        }
+    }
+}
+
+/// Drains both destination sockets with `recvmmsg` until `stop`.
+fn drain(endpoints: &[UdpEndpoint; 2], stop: &AtomicBool) {
+    let mut batch = RecvBatch::new(64, 8192 + 64);
+    while !stop.load(Ordering::Relaxed) {
+        for endpoint in endpoints {
+            let _ = endpoint.recv_batch(&mut batch);
         }
     }
 }
@@ -729,7 +697,8 @@ struct Window {
     syscalls: f64,
     data_syscalls: f64,
     control_syscalls: f64,
-    /// Seconds spent sending (the window less the time the bench spent appending into the log).
+    /// Seconds spent sending: the window less the time the bench spent appending into the log and
+    /// sending the receivers' status messages.
     send_seconds: f64,
     wall_seconds: f64,
 }
@@ -812,16 +781,17 @@ impl Measured {
     }
 
     /// Keeps the log topped up and the Sender busy for `seconds`; the counters' deltas over the window.
-    fn window(&mut self, control: &DrainControl, seconds: f64) -> Window {
-        control.set_target(Some(self.target.clone()));
+    fn window(&mut self, drains: &[UdpEndpoint; 2], seconds: f64) -> Window {
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.sender.publications()[0].flow_control().live_count() < 2 {
+            self.target.acknowledge(drains);
             self.top_up();
             self.sender.poll_once();
             assert!(Instant::now() < deadline, "the drain's status messages did not open flow control ({})", self.mode);
         }
         let warm = Instant::now();
         while warm.elapsed() < Duration::from_millis(20) {
+            self.target.acknowledge(drains);
             self.top_up();
             self.sender.poll_once();
         }
@@ -829,9 +799,16 @@ impl Measured {
         let start = Instant::now();
         let mut filling = Duration::ZERO;
         let mut cycles = 0u64;
+        let mut next_ack = Instant::now();
         loop {
             let t = Instant::now();
-            if self.top_up() {
+            let mut outside = self.top_up();
+            if t >= next_ack {
+                self.target.acknowledge(drains);
+                next_ack = t + Duration::from_millis(1);
+                outside = true;
+            }
+            if outside {
                 filling += t.elapsed();
             }
             self.sender.poll_once();
@@ -842,6 +819,19 @@ impl Measured {
         }
         let wall = start.elapsed();
         let after = self.snapshot();
+        if std::env::var_os("QC_BENCH_DIAG").is_some() {
+            let c = &self.counters;
+            println!(
+                "  {} {}: after window: short sends {}, stalls {}, send errors {}, filling {:.0}% of {:.2} s, cycles {cycles}",
+                self.mode,
+                self.message.len() + DATA_HEADER_LENGTH,
+                c.short_sends.get(),
+                c.flow_control_stalls.get(),
+                c.send_errors.get(),
+                100.0 * filling.as_secs_f64() / wall.as_secs_f64(),
+                wall.as_secs_f64()
+            );
+        }
         let delta = |i: usize| (after[i] - before[i]) as f64;
         assert!(self.sender.publications()[0].failure().is_none(), "{:?}", self.sender.publications()[0].failure());
         Window {
@@ -856,8 +846,7 @@ impl Measured {
 }
 
 /// Bare `sendmsg` of `datagram` bytes alternated over two connected sockets for `seconds`.
-fn bare_window(endpoints: &[UdpEndpoint; 2], buffer: &[u8], control: &DrainControl, seconds: f64) -> Window {
-    control.set_target(None);
+fn bare_window(endpoints: &[UdpEndpoint; 2], buffer: &[u8], seconds: f64) -> Window {
     let start = Instant::now();
     let (mut calls, mut sent) = (0u64, 0u64);
     loop {
@@ -904,11 +893,11 @@ fn sender_rates(cores: &Cores, seconds: f64, rounds: usize) -> Vec<RatePoint> {
     let bind = || UdpEndpoint::bind("127.0.0.1:0".parse().unwrap(), &options).expect("bind a drain socket").0;
     let drains = [bind(), bind()];
     let destinations = [drains[0].local_addr(), drains[1].local_addr()];
-    let control = DrainControl::default();
+    let stop = AtomicBool::new(false);
     let (points, ()) = cores.run(
         || {
             // Stops the drain however this thread ends (a panic included), so the run never hangs.
-            let _stop = StopOnDrop(&control.stop);
+            let _stop = StopOnDrop(&stop);
             let mut points = Vec::new();
             for (k, &datagram) in [1408usize, 8192].iter().enumerate() {
                 let bare: [UdpEndpoint; 2] = [0, 1].map(|i| {
@@ -927,9 +916,9 @@ fn sender_rates(cores: &Cores, seconds: f64, rounds: usize) -> Vec<RatePoint> {
                 let mut bare_windows = Vec::new();
                 let mut windows: Vec<Vec<Window>> = vec![Vec::new(); measured.len()];
                 for _ in 0..rounds {
-                    bare_windows.push(bare_window(&bare, buffer, &control, seconds));
+                    bare_windows.push(bare_window(&bare, buffer, seconds));
                     for (m, publication) in measured.iter_mut().enumerate() {
-                        windows[m].push(publication.window(&control, seconds));
+                        windows[m].push(publication.window(&drains, seconds));
                     }
                 }
                 let bare_per_s = median(bare_windows.iter().map(Window::datagrams_per_s).collect());
@@ -968,7 +957,7 @@ fn sender_rates(cores: &Cores, seconds: f64, rounds: usize) -> Vec<RatePoint> {
             }
             points
         },
-        || drain(&drains, &control),
+        || drain(&drains, &stop),
     );
     points
 }
@@ -1021,7 +1010,7 @@ fn print_rate_table(points: &[RatePoint]) -> bool {
         "syscalls/s",
         "data sc/s",
         "ctrl sc/s",
-        "incl. append",
+        "wall rate",
         "vs bare",
         "windows (datagrams/s)"
     );
