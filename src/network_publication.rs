@@ -34,7 +34,7 @@ use crate::frame::{self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETU
 use crate::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
 use crate::retransmit::{NakOutcome, RetransmitHandler};
-use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH};
+use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH, MAX_UDP_PAYLOAD};
 
 /// The counters of one publication's send path.
 #[derive(Debug, Clone)]
@@ -592,7 +592,9 @@ impl NetworkPublication {
         while segments < count {
             let next = self.runs[segments];
             let contiguous = next.partition == first.partition && next.offset == end && first.advance == first.length;
-            if !contiguous || next.length > segment {
+            // One GSO send is one UDP datagram to the kernel: its whole payload must fit 64 KiB.
+            let fits = end + next.length - first.offset <= MAX_UDP_PAYLOAD;
+            if !contiguous || !fits || next.length > segment {
                 break;
             }
             segments += 1;
