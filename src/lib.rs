@@ -33,6 +33,7 @@ pub mod log_buffer;
 pub mod network_publication;
 pub mod node;
 pub mod receiver;
+pub mod report;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
