@@ -36,6 +36,7 @@ pub mod network_publication;
 pub mod node;
 pub mod probe;
 pub mod receiver;
+pub mod report;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;

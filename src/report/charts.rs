@@ -1,0 +1,392 @@
+//! The charts of `report.html`, drawn with plotters' SVG backend into strings (no fonts or system
+//! libraries needed: text stays SVG `<text>`, laid out by the browser).
+
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::schema::{CProbe, ConfigResult, Percentiles, Regime};
+use super::ReportError;
+
+/// Width of every chart, in SVG pixels.
+const WIDTH: u32 = 600;
+/// Height of every chart, in SVG pixels.
+const HEIGHT: u32 = 380;
+/// The font family of every chart's text.
+const FONT: &str = "sans-serif";
+
+/// The colors of the latency series and of the MTUs, in order.
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(214, 39, 40),
+    RGBColor(110, 110, 110),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+];
+
+/// The fills of the safe, knee and saturated regions.
+const REGION_FILLS: [(Regime, RGBColor, f64); 3] = [
+    (Regime::Safe, RGBColor(44, 160, 44), 0.10),
+    (Regime::Knee, RGBColor(255, 170, 0), 0.16),
+    (Regime::Saturated, RGBColor(214, 39, 40), 0.10),
+];
+
+fn chart_error<E: std::fmt::Debug>(e: E) -> ReportError {
+    ReportError::Chart(format!("{e:?}"))
+}
+
+/// A latency series of the rho chart: its name, color index, and how to read it from a point.
+type LatencySeries = (&'static str, usize, fn(&Percentiles) -> f64);
+
+/// The four latency series drawn against rho.
+const LATENCY_SERIES: [LatencySeries; 4] =
+    [("p50", 0, |p| p.p50), ("p99", 1, |p| p.p99), ("p99.9", 2, |p| p.p999), ("max", 3, |p| p.max)];
+
+/// Latency percentiles (p50, p99, p99.9, max; log scale, microseconds) of one configuration against rho,
+/// over the shaded safe, knee and saturated regions.
+pub(crate) fn latency_vs_rho(c: &ConfigResult) -> Result<String, ReportError> {
+    let mut points: Vec<&super::schema::PointResult> = c.points.iter().collect();
+    points.sort_by(|a, b| a.rho.total_cmp(&b.rho));
+    let values = points.iter().flat_map(|p| LATENCY_SERIES.iter().map(|s| (s.2)(&p.latency_us)));
+    let (y_lo, y_hi) = log_bounds(values, 8.0);
+    let x_hi = points.iter().map(|p| p.rho).fold(1.2_f64, f64::max) * 1.05;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(chart_error)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(c.label(), (FONT, 17))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(62)
+            .build_cartesian_2d(0f64..x_hi, (y_lo..y_hi).log_scale())
+            .map_err(chart_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("rho = lambda / mu measured")
+            .y_desc("latency, us (log)")
+            .y_label_formatter(&|v| short_number(*v))
+            .x_label_formatter(&|v| format!("{v:.1}"))
+            .label_style((FONT, 12))
+            .axis_desc_style((FONT, 13))
+            .light_line_style(BLACK.mix(0.04))
+            .bold_line_style(BLACK.mix(0.12))
+            .draw()
+            .map_err(chart_error)?;
+        let bands = [(0.0, Regime::KNEE_START), (Regime::KNEE_START, Regime::SATURATION), (Regime::SATURATION, x_hi)];
+        for ((lo, hi), (regime, color, alpha)) in bands.into_iter().zip(REGION_FILLS) {
+            chart
+                .draw_series([Rectangle::new([(lo, y_lo), (hi, y_hi)], color.mix(alpha).filled())])
+                .map_err(chart_error)?;
+            let label_style = (FONT, 12).into_font().color(&color.mix(0.9)).pos(Pos::new(HPos::Center, VPos::Top));
+            chart
+                .draw_series([Text::new(regime.name(), ((lo + hi) / 2.0, y_hi / 1.15), label_style)])
+                .map_err(chart_error)?;
+        }
+        for (name, color_index, read) in LATENCY_SERIES {
+            let color = PALETTE[color_index];
+            let data: Vec<(f64, f64)> = points.iter().map(|p| (p.rho, read(&p.latency_us).max(y_lo))).collect();
+            let style = color.stroke_width(2);
+            if name == "max" {
+                chart.draw_series(DashedLineSeries::new(data.clone(), 6, 4, style)).map_err(chart_error)?
+            } else {
+                chart.draw_series(LineSeries::new(data.clone(), style)).map_err(chart_error)?
+            }
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            chart.draw_series(data.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(chart_error)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FONT, 12))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(chart_error)?;
+        root.present().map_err(chart_error)?;
+    }
+    Ok(svg)
+}
+
+/// One bar of a grouped bar chart: its slot (category index), offset and width within the slot, value,
+/// and style.
+struct Bar {
+    center: f64,
+    width: f64,
+    value: f64,
+    fill: ShapeStyle,
+    outline: ShapeStyle,
+    /// Text above the bar, or empty.
+    note: String,
+}
+
+/// A grouped bar chart: categories along x, bars within each, and a legend of (name, fill) pairs.
+struct BarChart<'a> {
+    title: &'a str,
+    categories: Vec<String>,
+    bars: Vec<Bar>,
+    legend: Vec<(String, ShapeStyle)>,
+    y_desc: &'a str,
+    log: bool,
+}
+
+/// mu predicted against measured for one group of configurations sharing idle strategy, send mode and
+/// control: message sizes along x, a pair of bars (model, measured) per MTU, the error above each pair.
+pub(crate) fn mu_chart(title: &str, configs: &[&ConfigResult]) -> Result<String, ReportError> {
+    let mut msgs: Vec<u32> = configs.iter().map(|c| c.msg).collect();
+    msgs.sort_unstable();
+    msgs.dedup();
+    let mut mtus: Vec<u32> = configs.iter().map(|c| c.mtu).collect();
+    mtus.sort_unstable();
+    mtus.dedup();
+    let slot = 0.8 / (2 * mtus.len()) as f64;
+    let mut bars = Vec::new();
+    let mut legend = Vec::new();
+    for (j, mtu) in mtus.iter().enumerate() {
+        let color = PALETTE[j % PALETTE.len()];
+        let (model_fill, measured_fill) = (color.mix(0.22).filled(), color.filled());
+        legend.push((format!("MTU {mtu} model"), model_fill));
+        legend.push((format!("MTU {mtu} measured"), measured_fill));
+        for c in configs.iter().filter(|c| c.mtu == *mtu) {
+            let i = msgs.iter().position(|m| *m == c.msg).unwrap_or(0) as f64;
+            let left = i - 0.4 + slot * (2 * j) as f64;
+            let note = c.mu_error_percent().map_or_else(String::new, |e| format!("{e:+.0}%"));
+            let outline = color.stroke_width(1);
+            bars.push(Bar {
+                center: left + slot / 2.0,
+                width: slot,
+                value: c.mu_predicted,
+                fill: model_fill,
+                outline,
+                note: String::new(),
+            });
+            bars.push(Bar {
+                center: left + slot * 1.5,
+                width: slot,
+                value: c.mu_measured,
+                fill: measured_fill,
+                outline,
+                note,
+            });
+        }
+    }
+    let categories = msgs.iter().map(|m| format!("{m} B")).collect();
+    bar_chart(&BarChart { title, categories, bars, legend, y_desc: "messages / s (log)", log: true })
+}
+
+/// C per idle strategy: a pair of bars per strategy, control syscalls/s (C) and data syscalls/s.
+pub(crate) fn c_chart(probes: &[CProbe]) -> Result<String, ReportError> {
+    let c_fill = PALETTE[2].filled();
+    let data_fill = PALETTE[0].mix(0.35).filled();
+    let mut bars = Vec::new();
+    for (i, p) in probes.iter().enumerate() {
+        let i = i as f64;
+        bars.push(Bar {
+            center: i - 0.15,
+            width: 0.3,
+            value: p.c_per_s,
+            fill: c_fill,
+            outline: PALETTE[2].stroke_width(1),
+            note: short_number(p.c_per_s),
+        });
+        bars.push(Bar {
+            center: i + 0.15,
+            width: 0.3,
+            value: p.data_syscalls_per_s,
+            fill: data_fill,
+            outline: PALETTE[0].stroke_width(1),
+            note: short_number(p.data_syscalls_per_s),
+        });
+    }
+    bar_chart(&BarChart {
+        title: "Leader Sender syscalls per idle strategy",
+        categories: probes.iter().map(|p| p.idle.clone()).collect(),
+        bars,
+        legend: vec![("C: control syscalls/s".into(), c_fill), ("data syscalls/s".into(), data_fill)],
+        y_desc: "syscalls / s",
+        log: false,
+    })
+}
+
+/// Draws a grouped bar chart on a linear or log y axis.
+fn bar_chart(spec: &BarChart<'_>) -> Result<String, ReportError> {
+    let n = spec.categories.len().max(1);
+    let x_range = CategoryAxis { count: n };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(chart_error)?;
+        let mut builder = ChartBuilder::on(&root);
+        builder.caption(spec.title, (FONT, 17)).margin(12).x_label_area_size(36).y_label_area_size(62);
+        let category = |v: &f64| spec.categories.get(v.round().max(0.0) as usize).cloned().unwrap_or_default();
+        if spec.log {
+            let (lo, hi) = log_bounds(spec.bars.iter().map(|b| b.value), 6.0);
+            let mut chart = builder.build_cartesian_2d(x_range, (lo..hi).log_scale()).map_err(chart_error)?;
+            draw_mesh(&mut chart, spec.y_desc, &category)?;
+            draw_bars(&mut chart, &spec.bars, lo, 1.12)?;
+            draw_legend(&mut chart, &spec.legend)?;
+        } else {
+            let hi = spec.bars.iter().map(|b| b.value).fold(0.0_f64, f64::max).max(1.0) * 1.25;
+            let mut chart = builder.build_cartesian_2d(x_range, 0f64..hi).map_err(chart_error)?;
+            draw_mesh(&mut chart, spec.y_desc, &category)?;
+            draw_bars(&mut chart, &spec.bars, 0.0, 1.0)?;
+            draw_legend(&mut chart, &spec.legend)?;
+        }
+        root.present().map_err(chart_error)?;
+    }
+    Ok(svg)
+}
+
+/// An x axis of `count` categories centered on 0, 1, ... with a tick (and label) at each.
+#[derive(Clone, Copy)]
+struct CategoryAxis {
+    count: usize,
+}
+
+impl Ranged for CategoryAxis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let span = self.count as f64;
+        let fraction = (value + 0.5) / span;
+        limit.0 + (fraction * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            (0..self.count).map(|i| i as f64).collect()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        -0.5..self.count as f64 - 0.5
+    }
+}
+
+type Chart<'a, 'b, X, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>;
+
+fn draw_mesh<X, Y>(
+    chart: &mut Chart<'_, '_, X, Y>,
+    y_desc: &str,
+    category: &dyn Fn(&f64) -> String,
+) -> Result<(), ReportError>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc(y_desc)
+        .x_label_formatter(category)
+        .y_label_formatter(&|v| short_number(*v))
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .light_line_style(BLACK.mix(0.04))
+        .bold_line_style(BLACK.mix(0.12))
+        .draw()
+        .map_err(chart_error)
+}
+
+/// Draws the bars from `base` up, each with its note just above it (at the bar's top times `note_lift`).
+fn draw_bars<X, Y>(chart: &mut Chart<'_, '_, X, Y>, bars: &[Bar], base: f64, note_lift: f64) -> Result<(), ReportError>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for b in bars {
+        let (x0, x1) = (b.center - b.width / 2.0, b.center + b.width / 2.0);
+        let top = b.value.max(base);
+        chart.draw_series([Rectangle::new([(x0, base), (x1, top)], b.fill)]).map_err(chart_error)?;
+        chart.draw_series([Rectangle::new([(x0, base), (x1, top)], b.outline)]).map_err(chart_error)?;
+        if !b.note.is_empty() {
+            let style = (FONT, 11).into_font().color(&BLACK.mix(0.75)).pos(Pos::new(HPos::Center, VPos::Bottom));
+            chart.draw_series([Text::new(b.note.clone(), (b.center, top * note_lift), style)]).map_err(chart_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// Draws a legend of filled squares in the upper left corner.
+fn draw_legend<'a, 'b: 'a, X, Y>(
+    chart: &mut Chart<'a, 'b, X, Y>,
+    entries: &[(String, ShapeStyle)],
+) -> Result<(), ReportError>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (name, fill) in entries {
+        let fill = *fill;
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+            .map_err(chart_error)?
+            .label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], fill));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 12))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(chart_error)
+}
+
+/// Log-axis bounds around the positive `values`: a little below the smallest and `headroom` times above
+/// the largest, at least one decade apart; (1, 10) when there is no positive value.
+fn log_bounds(values: impl Iterator<Item = f64>, headroom: f64) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if hi <= 0.0 {
+        return (1.0, 10.0);
+    }
+    let lo = lo / 1.6;
+    (lo, (hi * headroom).max(lo * 10.0))
+}
+
+/// A compact axis label: `850`, `12K`, `1.5M`, `0.25`.
+pub(crate) fn short_number(v: f64) -> String {
+    let a = v.abs();
+    let trim = |s: String| if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
+    if a >= 1e9 {
+        trim(format!("{:.1}", v / 1e9)) + "G"
+    } else if a >= 1e6 {
+        trim(format!("{:.1}", v / 1e6)) + "M"
+    } else if a >= 1e3 {
+        trim(format!("{:.1}", v / 1e3)) + "K"
+    } else if a >= 1.0 || a == 0.0 {
+        trim(format!("{v:.1}"))
+    } else {
+        trim(format!("{v:.3}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_numbers_are_compact() {
+        assert_eq!(short_number(0.0), "0");
+        assert_eq!(short_number(850.0), "850");
+        assert_eq!(short_number(12_000.0), "12K");
+        assert_eq!(short_number(1_500_000.0), "1.5M");
+        assert_eq!(short_number(0.25), "0.25");
+    }
+
+    #[test]
+    fn log_bounds_span_the_values() {
+        let (lo, hi) = log_bounds([0.0, 100.0, 5000.0].into_iter(), 4.0);
+        assert!(lo < 100.0 && lo > 10.0);
+        assert!(hi >= 20_000.0);
+        assert_eq!(log_bounds(std::iter::empty(), 2.0), (1.0, 10.0));
+    }
+}

@@ -1,0 +1,319 @@
+//! The sweep report's data: the types `summary.json` is made of.
+//!
+//! Field names are the JSON keys of issue 5's report schema, exactly; the few extra fields
+//! (`profile`, `timestamp`, `layout`, `c_probe`, `service_hgrm`) are additions, never renames. All rates
+//! are per second, all latencies are in microseconds.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// The whole report of one sweep run: what `summary.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// The sweep's profile: `quick` or `full` (or a custom name for a hand-picked grid).
+    pub profile: String,
+    /// When the sweep started, UTC, as `YYYY-MM-DDTHH:MM:SSZ` (see [`super::utc_timestamp`]).
+    pub timestamp: String,
+    /// The machine the sweep ran on.
+    pub host: Host,
+    /// The core layout the clusters ran with, as printed by the sweep (e.g. `leader sender: core 1; ...`).
+    pub layout: String,
+    /// The measured S: single-thread send calls per second for each datagram size, and D.
+    pub s_probe: SProbe,
+    /// The measured C: a leader Sender's control syscalls per second, one entry per idle strategy.
+    pub c_probe: Vec<CProbe>,
+    /// One entry per configuration (MTU x idle strategy x message size x send mode x control).
+    pub configs: Vec<ConfigResult>,
+}
+
+/// The machine a sweep ran on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// The CPU model name (from `/proc/cpuinfo`).
+    pub cpu: String,
+    /// Online cores the sweep could use.
+    pub cores: u32,
+    /// The kernel release (`uname -r`).
+    pub kernel: String,
+}
+
+/// The S probe: single-thread send calls per second for each datagram size, to `d` destinations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SProbe {
+    /// Destinations per datagram (followers) the probe sent to, alternating.
+    pub d: u32,
+    /// One measurement per (datagram size, send mode).
+    pub sizes: Vec<SProbeEntry>,
+}
+
+/// One S measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SProbeEntry {
+    /// The datagram size in bytes (an MTU).
+    pub datagram: u32,
+    /// The send mode: `classic` (one `sendmsg` per datagram), `mmsg` or `gso` (effective datagrams/s).
+    pub send_mode: String,
+    /// Datagrams per second one thread sent.
+    pub s: f64,
+}
+
+/// The C probe for one idle strategy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CProbe {
+    /// The idle strategy in its text form (`noop`, `sleep-ns:1000`, `backoff`, ...).
+    pub idle: String,
+    /// Control (non-data) syscalls per second of the leader's Sender: the model's C.
+    pub c_per_s: f64,
+    /// Data syscalls per second of the leader's Sender during the same window.
+    pub data_syscalls_per_s: f64,
+}
+
+/// One configuration of the sweep: the model's prediction, the measured capacity, and the latency points.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigResult {
+    /// The MTU in bytes.
+    pub mtu: u32,
+    /// The idle strategy in its text form.
+    pub idle: String,
+    /// The application message size in bytes.
+    pub msg: u32,
+    /// The send mode: `classic`, `mmsg` or `gso`.
+    pub send_mode: String,
+    /// How commits travel: `separate` commit frames or `piggyback`ed on data.
+    pub control: String,
+    /// The S used in the prediction (per second).
+    pub s: f64,
+    /// The C used in the prediction (per second).
+    pub c: f64,
+    /// Destinations per log datagram (followers).
+    pub d: u32,
+    /// Messages per datagram: `floor(usable_MTU / framed_msg)`.
+    pub m_pkt: u32,
+    /// The model's capacity `(S - C) / D x M_pkt`, messages per second.
+    pub mu_predicted: f64,
+    /// The sustained committed messages per second under a saturating load.
+    pub mu_measured: f64,
+    /// The stage that saturated first: `sender`, `append`, `receiver` or `load`.
+    pub bottleneck: String,
+    /// One entry per utilization point, in the order they ran.
+    pub points: Vec<PointResult>,
+}
+
+/// One operating point: a paced open-loop load at `rho x mu_measured`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointResult {
+    /// The target utilization `lambda / mu_measured`.
+    pub rho: f64,
+    /// The offered load, messages per second.
+    pub lambda: f64,
+    /// The committed messages per second actually achieved.
+    pub achieved: f64,
+    /// Latency from each message's intended send time to its commit (corrected for coordinated omission).
+    pub latency_us: Percentiles,
+    /// Latency from each message's actual offer time to its commit.
+    pub service_latency_us: Percentiles,
+    /// The `.hgrm` file of `latency_us`, relative to the report directory.
+    pub hgrm: String,
+    /// The `.hgrm` file of `service_latency_us`, relative to the report directory.
+    pub service_hgrm: String,
+}
+
+/// Summary statistics of one latency histogram, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// The median.
+    pub p50: f64,
+    /// The 90th percentile.
+    pub p90: f64,
+    /// The 99th percentile.
+    pub p99: f64,
+    /// The 99.9th percentile.
+    pub p999: f64,
+    /// The largest value recorded.
+    pub max: f64,
+    /// The mean.
+    pub mean: f64,
+    /// The standard deviation.
+    pub stddev: f64,
+}
+
+impl Percentiles {
+    /// Summarizes `histogram`, dividing every value by `unit_divisor` (1000.0 for a histogram recorded in
+    /// nanoseconds, to report microseconds). Percentile values are the highest value equivalent to the
+    /// recorded ones, as HdrHistogram reports them; mean and standard deviation are rounded to 3 decimals. An empty histogram gives all zeros; a divisor that is
+    /// not a positive finite number is treated as 1.
+    pub fn from_histogram(histogram: &Histogram<u64>, unit_divisor: f64) -> Self {
+        let div = if unit_divisor.is_finite() && unit_divisor > 0.0 { unit_divisor } else { 1.0 };
+        let at = |q: f64| histogram.value_at_quantile(q) as f64 / div;
+        if histogram.is_empty() {
+            return Self { p50: 0.0, p90: 0.0, p99: 0.0, p999: 0.0, max: 0.0, mean: 0.0, stddev: 0.0 };
+        }
+        let (mean, stddev) = super::hgrm::mean_and_stddev(histogram);
+        Self {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: histogram.max() as f64 / div,
+            mean: round3(mean / div),
+            stddev: round3(stddev / div),
+        }
+    }
+}
+
+/// `x` rounded to 3 decimals (a nanosecond, in microseconds), so the JSON shows no float noise.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl ConfigResult {
+    /// The file stem for one point of this configuration, e.g. `mtu1408-noop-msg128-classic-separate-rho0.70`:
+    /// only ASCII letters, digits, `.`, `-` and `_` (other characters, like the `:` of `sleep-ns:1000`, become
+    /// `_`). Unique within a sweep as long as configurations and rho values (to 2 decimals) are.
+    pub fn point_stem(&self, rho: f64) -> String {
+        let raw =
+            format!("mtu{}-{}-msg{}-{}-{}-rho{:.2}", self.mtu, self.idle, self.msg, self.send_mode, self.control, rho);
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect()
+    }
+
+    /// A short human label, e.g. `MTU 1408 · 128 B · noop · classic/separate`.
+    pub fn label(&self) -> String {
+        format!("MTU {} · {} B · {} · {}/{}", self.mtu, self.msg, self.idle, self.send_mode, self.control)
+    }
+
+    /// The model's error in percent: `(measured - predicted) / predicted x 100`, or `None` without a
+    /// positive prediction.
+    pub fn mu_error_percent(&self) -> Option<f64> {
+        (self.mu_predicted > 0.0).then(|| (self.mu_measured - self.mu_predicted) / self.mu_predicted * 100.0)
+    }
+}
+
+impl PointResult {
+    /// The `.hgrm` path (relative to the report) for the intended-time histogram of the point `stem`.
+    pub fn hgrm_path(stem: &str) -> String {
+        format!("hgrm/{stem}.hgrm")
+    }
+
+    /// The `.hgrm` path (relative to the report) for the actual-offer-time histogram of the point `stem`.
+    pub fn service_hgrm_path(stem: &str) -> String {
+        format!("hgrm/{stem}.service.hgrm")
+    }
+
+    /// Builds a point from its two histograms (recorded in units of `unit_divisor` per microsecond, i.e.
+    /// 1000.0 for nanoseconds), naming its `.hgrm` files after `stem` (see [`ConfigResult::point_stem`]).
+    pub fn from_histograms(
+        stem: &str,
+        rho: f64,
+        lambda: f64,
+        achieved: f64,
+        latency: &Histogram<u64>,
+        service: &Histogram<u64>,
+        unit_divisor: f64,
+    ) -> Self {
+        Self {
+            rho,
+            lambda,
+            achieved,
+            latency_us: Percentiles::from_histogram(latency, unit_divisor),
+            service_latency_us: Percentiles::from_histogram(service, unit_divisor),
+            hgrm: Self::hgrm_path(stem),
+            service_hgrm: Self::service_hgrm_path(stem),
+        }
+    }
+}
+
+/// The latency regime of a utilization, as MODEL.md draws them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Regime {
+    /// `rho < 0.7`: latency is the fixed pipeline traversal time.
+    Safe,
+    /// `0.7 <= rho <= 1.0`: queueing delay climbs and the tail detaches.
+    Knee,
+    /// `rho > 1.0`: every message waits the bounded window's drain time.
+    Saturated,
+}
+
+impl Regime {
+    /// Where safe ends and the knee begins.
+    pub const KNEE_START: f64 = 0.7;
+    /// Where the knee ends and saturation begins.
+    pub const SATURATION: f64 = 1.0;
+
+    /// The regime of utilization `rho`.
+    pub fn of(rho: f64) -> Self {
+        if rho < Self::KNEE_START {
+            Self::Safe
+        } else if rho <= Self::SATURATION {
+            Self::Knee
+        } else {
+            Self::Saturated
+        }
+    }
+
+    /// The regime's lower-case name: `safe`, `knee` or `saturated`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Safe => "safe",
+            Self::Knee => "knee",
+            Self::Saturated => "saturated",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_scale_to_microseconds() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        for v in 1..=1000u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let p = Percentiles::from_histogram(&h, 1000.0);
+        // 500 us is recorded as 500_000 ns, whose bucket is 256 ns wide at 3 significant digits.
+        assert!((p.p50 - 500.0).abs() < 0.3, "p50 {}", p.p50);
+        assert!((p.p99 - 990.0).abs() < 0.6, "p99 {}", p.p99);
+        assert!((p.max - 1000.0).abs() < 0.6, "max {}", p.max);
+        assert!((p.mean - 500.5).abs() < 0.5, "mean {}", p.mean);
+        assert!((p.stddev - 288.7).abs() < 0.5, "stddev {}", p.stddev);
+        assert!(p.p50 <= p.p90 && p.p90 <= p.p99 && p.p99 <= p.p999 && p.p999 <= p.max);
+    }
+
+    #[test]
+    fn empty_histogram_gives_zeros() {
+        let h = Histogram::<u64>::new(3).unwrap();
+        let p = Percentiles::from_histogram(&h, 1000.0);
+        assert_eq!(p.max, 0.0);
+        assert_eq!(p.p50, 0.0);
+    }
+
+    #[test]
+    fn regimes_split_at_0_7_and_1_0() {
+        assert_eq!(Regime::of(0.69), Regime::Safe);
+        assert_eq!(Regime::of(0.7), Regime::Knee);
+        assert_eq!(Regime::of(1.0), Regime::Knee);
+        assert_eq!(Regime::of(1.01), Regime::Saturated);
+    }
+
+    #[test]
+    fn point_stem_is_a_safe_file_name() {
+        let c = ConfigResult {
+            mtu: 1408,
+            idle: "sleep-ns:1000".into(),
+            msg: 128,
+            send_mode: "classic".into(),
+            control: "separate".into(),
+            s: 0.0,
+            c: 0.0,
+            d: 2,
+            m_pkt: 8,
+            mu_predicted: 0.0,
+            mu_measured: 0.0,
+            bottleneck: "sender".into(),
+            points: vec![],
+        };
+        assert_eq!(c.point_stem(0.7), "mtu1408-sleep-ns_1000-msg128-classic-separate-rho0.70");
+        assert_eq!(c.mu_error_percent(), None);
+    }
+}

@@ -1,0 +1,226 @@
+//! The report's tables as plain data, rendered by both `summary.md` and `report.html`, so that the two
+//! always show the same numbers.
+
+use super::schema::{ConfigResult, Regime, SweepReport};
+
+/// One table: a title, an optional one-line note, column headers, and rows of already formatted cells.
+/// Invariant: every row has as many cells as there are headers.
+pub(crate) struct Table {
+    /// The table's heading.
+    pub title: String,
+    /// A sentence under the heading, or empty.
+    pub note: String,
+    /// Column headers.
+    pub headers: Vec<&'static str>,
+    /// Whether each column holds numbers (right-aligned).
+    pub numeric: Vec<bool>,
+    /// The rows, one cell per header.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(title: impl Into<String>, note: impl Into<String>, columns: &[(&'static str, bool)]) -> Self {
+        Self {
+            title: title.into(),
+            note: note.into(),
+            headers: columns.iter().map(|c| c.0).collect(),
+            numeric: columns.iter().map(|c| c.1).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, row: Vec<String>) {
+        debug_assert_eq!(row.len(), self.headers.len());
+        self.rows.push(row);
+    }
+}
+
+/// The header of every per-configuration latency table (the first cells of its header row).
+pub(crate) const LATENCY_COLUMNS: &[(&str, bool)] = &[
+    ("rho", true),
+    ("regime", false),
+    ("lambda/s", true),
+    ("achieved/s", true),
+    ("p50 us", true),
+    ("p90 us", true),
+    ("p99 us", true),
+    ("p99.9 us", true),
+    ("max us", true),
+    ("mean us", true),
+    ("stddev us", true),
+    ("svc p50 us", true),
+    ("svc p99 us", true),
+    ("hgrm", false),
+];
+
+/// The host and the core layout, as key/value rows.
+pub(crate) fn host_table(r: &SweepReport) -> Table {
+    let mut t = Table::new("Host", "", &[("what", false), ("value", false)]);
+    t.push(vec!["cpu".into(), r.host.cpu.clone()]);
+    t.push(vec!["cores".into(), r.host.cores.to_string()]);
+    t.push(vec!["kernel".into(), r.host.kernel.clone()]);
+    t.push(vec!["profile".into(), r.profile.clone()]);
+    t.push(vec!["started (UTC)".into(), r.timestamp.clone()]);
+    t.push(vec!["core layout".into(), r.layout.clone()]);
+    t
+}
+
+/// S per datagram size and send mode.
+pub(crate) fn s_table(r: &SweepReport) -> Table {
+    let note = format!("Single-thread send calls per second to D = {} destinations, alternated.", r.s_probe.d);
+    let mut t = Table::new(
+        "S probe",
+        note,
+        &[("datagram B", true), ("send mode", false), ("S /s", true), ("us per call", true)],
+    );
+    for e in &r.s_probe.sizes {
+        let per_call = if e.s > 0.0 { format!("{:.2}", 1e6 / e.s) } else { "-".into() };
+        t.push(vec![e.datagram.to_string(), e.send_mode.clone(), rate(e.s), per_call]);
+    }
+    t
+}
+
+/// C per idle strategy.
+pub(crate) fn c_table(r: &SweepReport) -> Table {
+    let note = "Control syscalls per second of the leader's Sender (the model's C), beside its data syscalls.";
+    let mut t = Table::new("C probe", note, &[("idle", false), ("C /s", true), ("data syscalls /s", true)]);
+    for c in &r.c_probe {
+        t.push(vec![c.idle.clone(), rate(c.c_per_s), rate(c.data_syscalls_per_s)]);
+    }
+    t
+}
+
+/// The model's capacity against the measured one, a row per configuration.
+pub(crate) fn capacity_table(r: &SweepReport) -> Table {
+    let note =
+        "mu predicted = (S - C) / D x M_pkt; mu measured = sustained committed messages/s under saturating load.";
+    let mut t = Table::new(
+        "Capacity: model against measurement",
+        note,
+        &[
+            ("MTU", true),
+            ("msg B", true),
+            ("idle", false),
+            ("send mode", false),
+            ("control", false),
+            ("S /s", true),
+            ("C /s", true),
+            ("D", true),
+            ("M_pkt", true),
+            ("mu predicted", true),
+            ("mu measured", true),
+            ("error", true),
+            ("bottleneck", false),
+        ],
+    );
+    for c in &r.configs {
+        let error = c.mu_error_percent().map_or_else(|| "-".into(), |e| format!("{e:+.1}%"));
+        t.push(vec![
+            c.mtu.to_string(),
+            c.msg.to_string(),
+            c.idle.clone(),
+            c.send_mode.clone(),
+            c.control.clone(),
+            rate(c.s),
+            rate(c.c),
+            c.d.to_string(),
+            c.m_pkt.to_string(),
+            rate(c.mu_predicted),
+            rate(c.mu_measured),
+            error,
+            c.bottleneck.clone(),
+        ]);
+    }
+    t
+}
+
+/// One configuration's latency points, a row per rho.
+pub(crate) fn latency_table(c: &ConfigResult) -> Table {
+    let note = format!(
+        "mu measured {} msg/s; latency from intended send time, svc = from actual offer time.",
+        rate(c.mu_measured)
+    );
+    let mut t = Table::new(format!("Latency: {}", c.label()), note, LATENCY_COLUMNS);
+    for p in &c.points {
+        let (l, s) = (&p.latency_us, &p.service_latency_us);
+        t.push(vec![
+            format!("{:.2}", p.rho),
+            Regime::of(p.rho).name().into(),
+            rate(p.lambda),
+            rate(p.achieved),
+            micros(l.p50),
+            micros(l.p90),
+            micros(l.p99),
+            micros(l.p999),
+            micros(l.max),
+            micros(l.mean),
+            micros(l.stddev),
+            micros(s.p50),
+            micros(s.p99),
+            p.hgrm.clone(),
+        ]);
+    }
+    t
+}
+
+/// Every table of the report, in reading order.
+pub(crate) fn all(r: &SweepReport) -> Vec<Table> {
+    let mut tables = vec![host_table(r), s_table(r), c_table(r), capacity_table(r)];
+    tables.extend(r.configs.iter().map(latency_table));
+    tables
+}
+
+/// A rate as a whole number with thousands separators: `1,234,567`.
+pub(crate) fn rate(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    let whole = x.round().abs() as u64;
+    let digits = whole.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if x.round() < 0.0 {
+        out.push('-');
+    }
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// A latency in microseconds with the decimals that matter at its size: `3.25`, `152.4`, `173,015`.
+pub(crate) fn micros(x: f64) -> String {
+    if !x.is_finite() {
+        "-".into()
+    } else if x >= 1000.0 {
+        rate(x)
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_group_thousands() {
+        assert_eq!(rate(0.0), "0");
+        assert_eq!(rate(999.4), "999");
+        assert_eq!(rate(1000.0), "1,000");
+        assert_eq!(rate(1_234_567.0), "1,234,567");
+        assert_eq!(rate(-12_345.0), "-12,345");
+        assert_eq!(rate(f64::NAN), "-");
+    }
+
+    #[test]
+    fn micros_keep_useful_decimals() {
+        assert_eq!(micros(3.254), "3.25");
+        assert_eq!(micros(152.44), "152.4");
+        assert_eq!(micros(173_015.2), "173,015");
+    }
+}
