@@ -15,7 +15,8 @@
 //! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
 //! - the receive path: [`image`], [`receiver`];
 //! - replication: [`consensus`] (append stage and quorum commit), [`node`];
-//! - measurement: [`model`] (the throughput model), [`probe`] (this host's S).
+//! - measurement: [`model`] (the throughput model), [`probe`] (this host's S), [`sweep`] (the model against
+//!   a running cluster), [`report`] (the sweep's report).
 
 pub mod agent;
 pub mod buffer;
@@ -40,4 +41,5 @@ pub mod report;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
+pub mod sweep;
 pub mod transport;
