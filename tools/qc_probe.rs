@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::sweep::cluster::{ClusterSpec, Layout, LoadCluster};
+use quorumcast::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast::sweep::measure::{probe_control, probe_send_rates, D};
 use quorumcast::sweep::profile::{Control, Profile};
 use quorumcast::sweep::SweepError;
@@ -70,10 +70,12 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
             msg: 128,
             layout,
         };
-        let mut cluster = LoadCluster::start(&spec)?;
-        let c = probe_control(&mut cluster, &timings);
-        cluster.close()?;
-        let c = c?;
+        let c = on_harness_thread(|| {
+            let mut cluster = LoadCluster::start(&spec)?;
+            let c = probe_control(&mut cluster, &timings);
+            cluster.close()?;
+            c
+        })?;
         if !args.json {
             println!(
                 "C  consensus idle {:<20}  C = {:>8.0}/s ({:.0} commit frames/s x {D})  all control syscalls {:.0}/s  data syscalls {:.0}/s  at {:.0} msg/s",

@@ -54,8 +54,9 @@ pub struct StageEvidence {
     pub log_back_pressured: f64,
     /// Fraction of the leader sender thread's duty cycles that did no work.
     pub sender_idle: f64,
-    /// The Sender's syscalls (data + control) per second over the probe's syscall rate for its mode and MTU.
-    pub sender_syscall_share: f64,
+    /// The Sender's data datagrams per second (each follower's copy counted) over the probe's S for its
+    /// mode and MTU: the share of S the log took.
+    pub sender_share: f64,
     /// Flow-control stalls per Sender duty cycle.
     pub flow_control_stalled: f64,
     /// Fraction of the busier follower thread's duty cycles that did no work.
@@ -127,7 +128,7 @@ fn describe(e: &StageEvidence) -> String {
         pct(e.consensus_idle),
         pct(e.sender_idle),
         pct(e.receiver_idle),
-        pct(e.sender_syscall_share),
+        pct(e.sender_share),
         e.flow_control_stalled
     )
 }
@@ -142,7 +143,7 @@ mod tests {
             consensus_idle: 0.5,
             log_back_pressured: 0.4,
             sender_idle: 0.02,
-            sender_syscall_share: 0.97,
+            sender_share: 0.97,
             flow_control_stalled: 0.0,
             receiver_idle: 0.4,
             sender_queue: 8.0 * 1024.0 * 1024.0,

@@ -209,6 +209,21 @@ pub fn pin_current(core: Option<usize>) {
     }
 }
 
+/// Runs `work` on a fresh thread: the harness thread, which pins itself once its cluster has started.
+/// Cluster nodes are started from it while it still has the caller's whole affinity mask (agent threads
+/// inherit it, and a node checks its cores against it), and the caller is never pinned, so the next
+/// cluster starts as unconstrained as the first.
+pub fn on_harness_thread<T: Send>(work: impl FnOnce() -> Result<T, SweepError> + Send) -> Result<T, SweepError> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("sweep-harness".into())
+            .spawn_scoped(scope, work)
+            .map_err(SweepError::Io)?
+            .join()
+            .unwrap_or_else(|_| Err(SweepError::Cluster("the harness thread panicked".into())))
+    })
+}
+
 fn channel(spec: &ClusterSpec) -> ChannelConfig {
     ChannelConfig {
         mtu: spec.mtu,
@@ -221,8 +236,9 @@ fn channel(spec: &ClusterSpec) -> ChannelConfig {
 }
 
 impl LoadCluster {
-    /// Starts the followers, then the leader, pins the calling thread (the harness), and commits a first
-    /// message on every node so that timing starts with a live cluster.
+    /// Starts the followers, then the leader, pins the calling thread (the harness: call this on a thread
+    /// of its own, see [`on_harness_thread`]), and commits a first message on every node so that timing
+    /// starts with a live cluster.
     pub fn start(spec: &ClusterSpec) -> Result<Self, SweepError> {
         if spec.msg < super::profile::MIN_MESSAGE {
             return Err(SweepError::Config(format!("message size {} is below 8 bytes", spec.msg)));

@@ -173,12 +173,12 @@ fn idle_fraction(before: &Counts, after: &Counts, thread: &str) -> f64 {
 }
 
 /// mu: offers as fast as the leader's ingress takes for the warm-up, then `mu_windows` windows; the
-/// median window's committed (leader-applied) rate. `send_syscalls_per_s` is the probe's syscall rate for
-/// the configuration's mode and MTU (for the Sender's share of S).
+/// median window's committed (leader-applied) rate. `send_datagrams_per_s` is the probe's S for the
+/// configuration's mode and MTU (for the share of S the Sender's data datagrams took).
 pub fn measure_mu(
     cluster: &mut LoadCluster,
     timings: &Timings,
-    send_syscalls_per_s: Option<f64>,
+    send_datagrams_per_s: Option<f64>,
 ) -> Result<MuRun, SweepError> {
     let warm_end = Instant::now() + timings.mu_warmup;
     while Instant::now() < warm_end {
@@ -221,7 +221,7 @@ pub fn measure_mu(
         consensus_idle: idle_fraction(l0, l1, LEADER_CONSENSUS),
         log_back_pressured: l1.delta(l0, "consensus back pressure") as f64 / consensus_cycles,
         sender_idle: idle_fraction(l0, l1, LEADER_SENDER),
-        sender_syscall_share: send_syscalls_per_s.map_or(0.0, |s| (control_per_s + data_per_s) / s),
+        sender_share: send_datagrams_per_s.map_or(0.0, |s| rate("sender data datagrams") / s),
         flow_control_stalled: l1.delta(l0, "sender flow control stalls") as f64 / sender_cycles,
         receiver_idle,
         sender_queue: queues.mean(0),

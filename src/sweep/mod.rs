@@ -43,7 +43,7 @@ use crate::report::{
 };
 use crate::transport::SendMode;
 
-use cluster::{ClusterSpec, Layout, LoadCluster};
+use cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use measure::{SendTimes, D};
 use profile::{ConfigSpec, Control, Profile};
 
@@ -264,10 +264,12 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
             msg: profile.msgs[0],
             layout: options.layout,
         };
-        let mut cluster = LoadCluster::start(&spec)?;
-        let c = measure::probe_control(&mut cluster, t);
-        cluster.close()?;
-        let c = c?;
+        let c = on_harness_thread(|| {
+            let mut cluster = LoadCluster::start(&spec)?;
+            let c = measure::probe_control(&mut cluster, t);
+            cluster.close()?;
+            c
+        })?;
         progress.line(&format!(
             "C  consensus idle {:<20} C = {:>7}/s ({} commit frames/s x {D}); all control syscalls {}/s, data {}/s at {} msg/s",
             idle.to_string(),
@@ -286,7 +288,9 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     for (index, config) in configs.iter().enumerate() {
         let remaining = profile.config_estimate() * (configs.len() - index) as u32;
         progress.bar.set_message(format!("[{}/{}] {config}: mu", index + 1, configs.len()));
-        let result = run_config(options, config, &rates, &c_probe, &mut times, &dir, &progress)?;
+        let times = &mut times;
+        let (rates, c_probe, dir, progress) = (&rates, &c_probe, &dir, &progress);
+        let result = on_harness_thread(|| run_config(options, config, rates, c_probe, times, dir, progress))?;
         progress.line(&format!(
             "   elapsed {:.0} s, about {:.0} s left",
             clock.elapsed().as_secs_f64(),
@@ -379,8 +383,8 @@ fn measure_config(
 ) -> Result<ConfigResult, SweepError> {
     let profile = &options.profile;
     let t = &profile.timings;
-    let syscalls = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.syscalls_per_s);
-    let mu = measure::measure_mu(cluster, t, syscalls)?;
+    let s_probe = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
+    let mu = measure::measure_mu(cluster, t, s_probe)?;
     let bottleneck = bottleneck::classify(&mu.evidence);
     let (s, c) = prediction_inputs(config, rates, c_probe, mu.c_per_s);
     let (m_pkt, mu_predicted) = match Model::new(s, c, D as u32).and_then(|m| m.analyze(config.mtu, config.msg)) {
