@@ -34,7 +34,7 @@ use crate::frame::{self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETU
 use crate::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
 use crate::retransmit::{NakOutcome, RetransmitHandler};
-use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH};
+use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH, MAX_UDP_PAYLOAD};
 
 /// The counters of one publication's send path.
 #[derive(Debug, Clone)]
@@ -581,15 +581,19 @@ impl NetworkPublication {
 
     /// `gso`: the longest prefix of the batch whose datagrams are contiguous and of one length (the last
     /// may be shorter) goes to each live destination in one `sendmsg` with `UDP_SEGMENT`.
+    ///
+    /// The kernel refuses (`EMSGSIZE`) a GSO send whose bytes exceed one UDP datagram's payload, so a run
+    /// holds at most `MAX_UDP_PAYLOAD / segment` segments (7 at MTU 8192).
     fn send_runs_gso(&mut self, count: usize) -> (usize, usize) {
         if self.send_faults_active {
             return self.send_runs_classic(count);
         }
         let first = self.runs[0];
         let segment = first.length;
+        let max_segments = count.min((MAX_UDP_PAYLOAD / segment.max(1)).max(1));
         let mut segments = 1;
         let mut end = first.offset + first.advance;
-        while segments < count {
+        while segments < max_segments {
             let next = self.runs[segments];
             let contiguous = next.partition == first.partition && next.offset == end && first.advance == first.length;
             if !contiguous || next.length > segment {

@@ -1,10 +1,10 @@
 //! The sweep report writer on a synthetic run: made-up configurations and histograms filled with generated
 //! latencies, written to a temporary directory and read back the way a person or a tool would.
 //!
-//! Set `QC_REPORT_KEEP=1` to keep the directories (their paths are printed) and look at `report.html`.
+//! Set `QC_KEEP=1` to keep the directories (their paths are printed) and look at `report.html`.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hdrhistogram::Histogram;
 use quorumcast::report::{
@@ -13,27 +13,8 @@ use quorumcast::report::{
 };
 use serde_json::Value;
 
-/// A unique scratch directory for one test, removed on drop unless `QC_REPORT_KEEP` is set.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("qc-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::env::var_os("QC_REPORT_KEEP").is_some() {
-            eprintln!("kept {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+mod support;
+use support::ScratchDir;
 
 /// A small deterministic generator (xorshift64*), so the synthetic run is the same every time.
 struct Rng(u64);
@@ -227,9 +208,9 @@ const PERCENTILE_KEYS: &[&str] = &["p50", "p90", "p99", "p999", "max", "mean", "
 
 #[test]
 fn synthetic_run_writes_a_complete_report() {
-    let scratch = Scratch::new("report-writer");
+    let scratch = ScratchDir::new("report-writer");
     let (report, histograms) = synthetic(&[(1408, "noop", 128), (8192, "noop", 128)], &[0.3, 0.8, 1.2]);
-    let dir = scratch.0.join("20261201-102030");
+    let dir = scratch.join("20261201-102030");
     write_report(&dir, &report, &histograms).unwrap();
     link_latest(&dir).unwrap();
 
@@ -334,14 +315,14 @@ fn synthetic_run_writes_a_complete_report() {
     assert!(html.contains("&lt;synthetic&gt;"), "the host's text is escaped");
 
     // latest points at the report, relatively, and moves to a newer one.
-    let latest = scratch.0.join(LATEST);
+    let latest = scratch.join(LATEST);
     assert_eq!(std::fs::read_link(&latest).unwrap(), Path::new("20261201-102030"));
     assert_eq!(std::fs::canonicalize(&latest).unwrap(), std::fs::canonicalize(&dir).unwrap());
-    let newer = scratch.0.join("20261201-113000");
+    let newer = scratch.join("20261201-113000");
     std::fs::create_dir_all(&newer).unwrap();
     link_latest(&newer).unwrap();
     assert_eq!(std::fs::read_link(&latest).unwrap(), Path::new("20261201-113000"));
-    let leftovers = std::fs::read_dir(&scratch.0)
+    let leftovers = std::fs::read_dir(scratch.path())
         .unwrap()
         .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
         .count();
@@ -363,7 +344,7 @@ fn assert_self_contained(html: &str) {
 
 #[test]
 fn a_larger_run_draws_every_chart_group() {
-    let scratch = Scratch::new("report-writer-large");
+    let scratch = ScratchDir::new("report-writer-large");
     let grid = [
         (1408, "noop", 128),
         (8192, "noop", 128),
@@ -373,7 +354,7 @@ fn a_larger_run_draws_every_chart_group() {
         (8192, "sleep-ns:1000", 128),
     ];
     let (report, histograms) = synthetic(&grid, &[0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1, 1.3]);
-    let dir = scratch.0.join("run");
+    let dir = scratch.join("run");
     // Half of the points written as they finish, the rest handed over at the end.
     let (early, late) = histograms.split_at(histograms.len() / 2);
     for (stem, a, b) in early {
@@ -394,9 +375,9 @@ fn a_larger_run_draws_every_chart_group() {
 
 #[test]
 fn missing_or_unsafe_point_files_are_refused() {
-    let scratch = Scratch::new("report-writer-errors");
+    let scratch = ScratchDir::new("report-writer-errors");
     let (report, histograms) = synthetic(&[(1408, "noop", 128)], &[0.5, 0.9]);
-    let dir = scratch.0.join("run");
+    let dir = scratch.join("run");
     let err = write_report(&dir, &report, &histograms[..1]).unwrap_err();
     assert!(
         matches!(&err, ReportError::MissingHistogram { hgrm } if hgrm == &report.configs[0].points[1].hgrm),

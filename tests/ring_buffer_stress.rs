@@ -1,16 +1,18 @@
 //! Concurrency tests of the rings: many producers against one consumer, one against one across many wraps,
 //! and a ring shared by two mappings of one file. Every wait yields the CPU (the machine has 2 cores).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Barrier;
 use std::thread;
 use std::time::Instant;
 
 use quorumcast::buffer::{AtomicBuffer, Region};
+
+mod support;
 use quorumcast::ring_buffer::{
     required_length, Claim, ManyToOneRingBuffer, OneToOneRingBuffer, ProducerMode, RingBuffer,
 };
+use support::ScratchDir;
 
 const PRODUCERS: u32 = 4;
 const RECORDS_PER_PRODUCER: u32 = 250_000;
@@ -195,26 +197,11 @@ fn two_producers_racing_claim_disjoint_space() {
 }
 
 /// A directory for this test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("qc-test-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[test]
 fn a_ring_in_a_file_carries_records_between_two_mappings() {
-    let dir = TempDir::new("ring-file");
-    let path = dir.0.join("ingress.ring");
+    let dir = ScratchDir::new("ring-file");
+    let path = dir.join("ingress.ring");
     let capacity = 4096;
     let producer_map = AtomicBuffer::new(Region::create_file(&path, required_length(capacity), true).unwrap());
     let consumer_map = AtomicBuffer::new(Region::open_file(&path).unwrap());

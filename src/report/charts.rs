@@ -5,8 +5,9 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter}
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::schema::{CProbe, ConfigResult, Percentiles, Regime};
+use super::schema::{CProbe, ConfigResult, Percentiles};
 use super::ReportError;
+use crate::model::{Regime, KNEE_START, SATURATION_START};
 
 /// Width of every chart, in SVG pixels.
 const WIDTH: u32 = 600;
@@ -56,32 +57,33 @@ pub(crate) fn latency_vs_rho(c: &ConfigResult) -> Result<String, ReportError> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(chart_error)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(c.label(), (FONT, 17))
+            .caption(c.label(), (FONT, 21))
             .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(62)
+            .x_label_area_size(46)
+            .y_label_area_size(70)
             .build_cartesian_2d(0f64..x_hi, (y_lo..y_hi).log_scale())
             .map_err(chart_error)?;
         chart
             .configure_mesh()
             .x_desc("rho = lambda / mu measured")
-            .y_desc("latency, us (log)")
-            .y_label_formatter(&|v| short_number(*v))
+            .y_desc("latency (log scale)")
+            .y_labels(decade_labels(y_lo, y_hi))
+            .y_label_formatter(&|v| duration_label(*v))
             .x_label_formatter(&|v| format!("{v:.1}"))
-            .label_style((FONT, 12))
-            .axis_desc_style((FONT, 13))
-            .light_line_style(BLACK.mix(0.04))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 16))
+            .light_line_style(TRANSPARENT)
             .bold_line_style(BLACK.mix(0.12))
             .draw()
             .map_err(chart_error)?;
-        let bands = [(0.0, Regime::KNEE_START), (Regime::KNEE_START, Regime::SATURATION), (Regime::SATURATION, x_hi)];
+        let bands = [(0.0, KNEE_START), (KNEE_START, SATURATION_START), (SATURATION_START, x_hi)];
         for ((lo, hi), (regime, color, alpha)) in bands.into_iter().zip(REGION_FILLS) {
             chart
                 .draw_series([Rectangle::new([(lo, y_lo), (hi, y_hi)], color.mix(alpha).filled())])
                 .map_err(chart_error)?;
-            let label_style = (FONT, 12).into_font().color(&color.mix(0.9)).pos(Pos::new(HPos::Center, VPos::Top));
+            let label_style = (FONT, 15).into_font().color(&color.mix(0.9)).pos(Pos::new(HPos::Center, VPos::Top));
             chart
-                .draw_series([Text::new(regime.name(), ((lo + hi) / 2.0, y_hi / 1.15), label_style)])
+                .draw_series([Text::new(regime.to_string(), ((lo + hi) / 2.0, y_hi / 1.15), label_style)])
                 .map_err(chart_error)?;
         }
         for (name, color_index, read) in LATENCY_SERIES {
@@ -100,7 +102,7 @@ pub(crate) fn latency_vs_rho(c: &ConfigResult) -> Result<String, ReportError> {
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 12))
+            .label_font((FONT, 15))
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK.mix(0.3))
             .draw()
@@ -219,18 +221,18 @@ fn bar_chart(spec: &BarChart<'_>) -> Result<String, ReportError> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(chart_error)?;
         let mut builder = ChartBuilder::on(&root);
-        builder.caption(spec.title, (FONT, 17)).margin(12).x_label_area_size(36).y_label_area_size(62);
+        builder.caption(spec.title, (FONT, 21)).margin(12).x_label_area_size(36).y_label_area_size(70);
         let category = |v: &f64| spec.categories.get(v.round().max(0.0) as usize).cloned().unwrap_or_default();
         if spec.log {
             let (lo, hi) = log_bounds(spec.bars.iter().map(|b| b.value), 6.0);
             let mut chart = builder.build_cartesian_2d(x_range, (lo..hi).log_scale()).map_err(chart_error)?;
-            draw_mesh(&mut chart, spec.y_desc, &category)?;
+            draw_mesh(&mut chart, spec.y_desc, &category, decade_labels(lo, hi))?;
             draw_bars(&mut chart, &spec.bars, lo, 1.12)?;
             draw_legend(&mut chart, &spec.legend)?;
         } else {
             let hi = spec.bars.iter().map(|b| b.value).fold(0.0_f64, f64::max).max(1.0) * 1.25;
             let mut chart = builder.build_cartesian_2d(x_range, 0f64..hi).map_err(chart_error)?;
-            draw_mesh(&mut chart, spec.y_desc, &category)?;
+            draw_mesh(&mut chart, spec.y_desc, &category, 8)?;
             draw_bars(&mut chart, &spec.bars, 0.0, 1.0)?;
             draw_legend(&mut chart, &spec.legend)?;
         }
@@ -270,10 +272,12 @@ impl Ranged for CategoryAxis {
 
 type Chart<'a, 'b, X, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>;
 
+/// Draws the axes of a bar chart: category names along x, `y_labels` labels along y, no vertical grid.
 fn draw_mesh<X, Y>(
     chart: &mut Chart<'_, '_, X, Y>,
     y_desc: &str,
     category: &dyn Fn(&f64) -> String,
+    y_labels: usize,
 ) -> Result<(), ReportError>
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
@@ -283,11 +287,12 @@ where
         .configure_mesh()
         .disable_x_mesh()
         .y_desc(y_desc)
+        .y_labels(y_labels)
         .x_label_formatter(category)
         .y_label_formatter(&|v| short_number(*v))
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .light_line_style(BLACK.mix(0.04))
+        .label_style((FONT, 15))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(TRANSPARENT)
         .bold_line_style(BLACK.mix(0.12))
         .draw()
         .map_err(chart_error)
@@ -305,7 +310,7 @@ where
         chart.draw_series([Rectangle::new([(x0, base), (x1, top)], b.fill)]).map_err(chart_error)?;
         chart.draw_series([Rectangle::new([(x0, base), (x1, top)], b.outline)]).map_err(chart_error)?;
         if !b.note.is_empty() {
-            let style = (FONT, 11).into_font().color(&BLACK.mix(0.75)).pos(Pos::new(HPos::Center, VPos::Bottom));
+            let style = (FONT, 14).into_font().color(&BLACK.mix(0.75)).pos(Pos::new(HPos::Center, VPos::Bottom));
             chart.draw_series([Text::new(b.note.clone(), (b.center, top * note_lift), style)]).map_err(chart_error)?;
         }
     }
@@ -332,24 +337,45 @@ where
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 12))
+        .label_font((FONT, 15))
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK.mix(0.3))
         .draw()
         .map_err(chart_error)
 }
 
-/// Log-axis bounds around the positive `values`: a little below the smallest and `headroom` times above
-/// the largest, at least one decade apart; (1, 10) when there is no positive value.
+/// The label count to ask of a log axis from `lo` to `hi` so that plotters labels the decades only: one
+/// more than the decades spanned (plotters adds 2x..9x labels when asked for many more than that).
+fn decade_labels(lo: f64, hi: f64) -> usize {
+    (hi / lo).log10().floor().max(1.0) as usize + 1
+}
+
+/// Log-axis bounds around the positive `values`: the decade below the smallest (so the bottom is
+/// labelled) and `headroom` times above the largest, at least two decades apart (so the axis is labelled by decades); (1, 100) when there is no
+/// positive value.
 fn log_bounds(values: impl Iterator<Item = f64>, headroom: f64) -> (f64, f64) {
     let (lo, hi) = values
         .filter(|v| v.is_finite() && *v > 0.0)
         .fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     if hi <= 0.0 {
-        return (1.0, 10.0);
+        return (1.0, 100.0);
     }
-    let lo = lo / 1.6;
-    (lo, (hi * headroom).max(lo * 10.0))
+    let lo = 10f64.powf((lo / 1.1).log10().floor());
+    (lo, (hi * headroom).max(lo * 100.0))
+}
+
+/// A latency in microseconds as an axis label in the unit that reads best: `150 us`, `2.5 ms`, `1 s`.
+pub(crate) fn duration_label(us: f64) -> String {
+    let trim = |s: String| if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
+    if us >= 1e6 {
+        trim(format!("{:.1}", us / 1e6)) + " s"
+    } else if us >= 1e3 {
+        trim(format!("{:.1}", us / 1e3)) + " ms"
+    } else if us >= 1.0 {
+        trim(format!("{us:.1}")) + " us"
+    } else {
+        trim(format!("{:.0}", us * 1e3)) + " ns"
+    }
 }
 
 /// A compact axis label: `850`, `12K`, `1.5M`, `0.25`.
@@ -383,10 +409,20 @@ mod tests {
     }
 
     #[test]
+    fn durations_pick_their_unit() {
+        assert_eq!(duration_label(150.0), "150 us");
+        assert_eq!(duration_label(2500.0), "2.5 ms");
+        assert_eq!(duration_label(1e6), "1 s");
+        assert_eq!(duration_label(0.25), "250 ns");
+    }
+
+    #[test]
     fn log_bounds_span_the_values() {
-        let (lo, hi) = log_bounds([0.0, 100.0, 5000.0].into_iter(), 4.0);
-        assert!(lo < 100.0 && lo > 10.0);
+        let (lo, hi) = log_bounds([0.0, 150.0, 5000.0].into_iter(), 4.0);
+        assert_eq!(lo, 100.0);
         assert!(hi >= 20_000.0);
-        assert_eq!(log_bounds(std::iter::empty(), 2.0), (1.0, 10.0));
+        assert_eq!(log_bounds(std::iter::empty(), 2.0), (1.0, 100.0));
+        let (lo, hi) = log_bounds([1000.0, 2000.0].into_iter(), 2.0);
+        assert!(hi / lo >= 100.0);
     }
 }

@@ -20,12 +20,12 @@ h3 { font-size: 15px; margin: 0 0 8px; }
 p { margin: 6px 0 12px; }
 .sub, .note { color: var(--muted); }
 .note { font-size: 13px; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(380px, 1fr)); gap: 16px; margin-top: 18px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 16px; margin-top: 18px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 16px 18px; }
 .formula { font: 600 20px/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; margin: 6px 0 10px;
   padding: 10px 14px; background: #f0f5fb; border-left: 4px solid var(--accent); border-radius: 4px; }
 .formula small { display: block; font-weight: 400; font-size: 14px; color: var(--muted); }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 16px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 16px; }
 figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 8px; }
 figure svg { display: block; width: 100%; height: auto; }
 figcaption { font-size: 13px; color: var(--muted); padding: 4px 8px 2px; }
@@ -40,6 +40,7 @@ td.wrap { white-space: pre-wrap; }
 .kv th { width: 9em; background: none; color: var(--muted); font-weight: 500; }
 .regime-safe { color: #1e7b1e; } .regime-knee { color: #a35f00; font-weight: 600; } .regime-saturated { color: #b3191c; font-weight: 600; }
 .tablewrap { margin: 14px 0 22px; }
+a { color: var(--accent); }
 "#;
 
 /// Renders the whole page.
@@ -210,6 +211,9 @@ fn table_html(t: &Table, tag: &str) -> String {
             let regime = matches!(cell.as_str(), "safe" | "knee" | "saturated") && t.headers[i] == "regime";
             if regime {
                 let _ = write!(out, "<td class=\"regime-{cell}\">{cell}</td>");
+            } else if t.headers[i] == "hgrm" {
+                // A relative link to the point's file beside the page (the full name is in summary.md).
+                let _ = write!(out, "<td><a href=\"{}\" title=\"{0}\">.hgrm</a></td>", escape(cell));
             } else {
                 let _ = write!(out, "<td{}>{}</td>", class(t.numeric[i]), escape(cell));
             }

@@ -222,44 +222,6 @@ impl PointResult {
     }
 }
 
-/// The latency regime of a utilization, as MODEL.md draws them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Regime {
-    /// `rho < 0.7`: latency is the fixed pipeline traversal time.
-    Safe,
-    /// `0.7 <= rho <= 1.0`: queueing delay climbs and the tail detaches.
-    Knee,
-    /// `rho > 1.0`: every message waits the bounded window's drain time.
-    Saturated,
-}
-
-impl Regime {
-    /// Where safe ends and the knee begins.
-    pub const KNEE_START: f64 = 0.7;
-    /// Where the knee ends and saturation begins.
-    pub const SATURATION: f64 = 1.0;
-
-    /// The regime of utilization `rho`.
-    pub fn of(rho: f64) -> Self {
-        if rho < Self::KNEE_START {
-            Self::Safe
-        } else if rho <= Self::SATURATION {
-            Self::Knee
-        } else {
-            Self::Saturated
-        }
-    }
-
-    /// The regime's lower-case name: `safe`, `knee` or `saturated`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Safe => "safe",
-            Self::Knee => "knee",
-            Self::Saturated => "saturated",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,14 +248,6 @@ mod tests {
         let p = Percentiles::from_histogram(&h, 1000.0);
         assert_eq!(p.max, 0.0);
         assert_eq!(p.p50, 0.0);
-    }
-
-    #[test]
-    fn regimes_split_at_0_7_and_1_0() {
-        assert_eq!(Regime::of(0.69), Regime::Safe);
-        assert_eq!(Regime::of(0.7), Regime::Knee);
-        assert_eq!(Regime::of(1.0), Regime::Knee);
-        assert_eq!(Regime::of(1.01), Regime::Saturated);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The report's tables as plain data, rendered by both `summary.md` and `report.html`, so that the two
 //! always show the same numbers.
 
-use super::schema::{ConfigResult, Regime, SweepReport};
+use super::schema::{ConfigResult, SweepReport};
+use crate::model::regime;
 
 /// One table: a title, an optional one-line note, column headers, and rows of already formatted cells.
 /// Invariant: every row has as many cells as there are headers.
@@ -145,7 +146,7 @@ pub(crate) fn latency_table(c: &ConfigResult) -> Table {
         let (l, s) = (&p.latency_us, &p.service_latency_us);
         t.push(vec![
             format!("{:.2}", p.rho),
-            Regime::of(p.rho).name().into(),
+            regime(p.rho).to_string(),
             rate(p.lambda),
             rate(p.achieved),
             micros(l.p50),

@@ -1,0 +1,206 @@
+//! A replicated key-value map: three quorumcast nodes in one process, each applying the committed log of
+//! SET and DEL commands to its own `HashMap`. At the end the three maps are equal, and printed.
+//!
+//! ```text
+//! cargo run --example kv_store
+//! ```
+//!
+//! The nodes run in invoker mode: this one thread drives every node's agents (`Node::invoke`), offers
+//! commands through the leader's client and applies what each node has committed (`Node::poll_committed`).
+//! Nothing spins: an idle round yields. In a real deployment each node would be its own process (see
+//! `qc-node` and `tuning/`), with the same apply code.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use quorumcast::agent::ThreadingMode;
+use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+
+/// Commands offered by the leader.
+const COMMANDS: u32 = 20_000;
+/// Distinct keys they touch.
+const KEYS: u32 = 64;
+
+/// A command of the replicated map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Command {
+    /// Sets `key` to `value`.
+    Set { key: String, value: String },
+    /// Removes `key`.
+    Del { key: String },
+}
+
+/// Why bytes are not a command.
+#[derive(Debug, PartialEq, Eq)]
+enum DecodeError {
+    /// Shorter than its header or its key length says.
+    Truncated,
+    /// An opcode other than SET (1) or DEL (2).
+    UnknownOpcode(u8),
+    /// Key or value bytes that are not UTF-8.
+    NotUtf8,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated => f.write_str("command truncated"),
+            Self::UnknownOpcode(op) => write!(f, "unknown opcode {op}: 1 is SET, 2 is DEL"),
+            Self::NotUtf8 => f.write_str("key or value is not UTF-8"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+const SET: u8 = 1;
+const DEL: u8 = 2;
+
+impl Command {
+    /// Encoding: opcode (1 byte), key length (2 bytes, little-endian), key, then the value (the rest).
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        let (op, key, value) = match self {
+            Command::Set { key, value } => (SET, key, value.as_str()),
+            Command::Del { key } => (DEL, key, ""),
+        };
+        out.push(op);
+        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(value.as_bytes());
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Command, DecodeError> {
+        let [op, k0, k1, rest @ ..] = bytes else {
+            return Err(DecodeError::Truncated);
+        };
+        let key_len = u16::from_le_bytes([*k0, *k1]) as usize;
+        if rest.len() < key_len {
+            return Err(DecodeError::Truncated);
+        }
+        let (key, value) = rest.split_at(key_len);
+        let text = |b: &[u8]| std::str::from_utf8(b).map(str::to_owned).map_err(|_| DecodeError::NotUtf8);
+        match *op {
+            SET => Ok(Command::Set { key: text(key)?, value: text(value)? }),
+            DEL => Ok(Command::Del { key: text(key)? }),
+            other => Err(DecodeError::UnknownOpcode(other)),
+        }
+    }
+}
+
+/// One node's state machine: the map and how many commands it applied.
+#[derive(Default)]
+struct KvStore {
+    map: HashMap<String, String>,
+    applied: u32,
+}
+
+impl KvStore {
+    fn apply(&mut self, entry: &[u8]) -> Result<(), DecodeError> {
+        match Command::decode(entry)? {
+            Command::Set { key, value } => {
+                self.map.insert(key, value);
+            }
+            Command::Del { key } => {
+                self.map.remove(&key);
+            }
+        }
+        self.applied += 1;
+        Ok(())
+    }
+
+    fn sorted(&self) -> BTreeMap<&str, &str> {
+        self.map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+}
+
+/// Command `n` of the workload: mostly SETs, every fifth a DEL, over `KEYS` keys picked pseudo-randomly.
+fn command(n: u32) -> Command {
+    let mixed = n.wrapping_mul(2_654_435_761);
+    let key = format!("key-{:02}", mixed % KEYS);
+    if n % 5 == 4 {
+        Command::Del { key }
+    } else {
+        Command::Set { key, value: format!("value-{n}") }
+    }
+}
+
+fn free_endpoint() -> Result<SocketAddr, std::io::Error> {
+    UdpSocket::bind("127.0.0.1:0")?.local_addr()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let members: Vec<Member> =
+        (0..3).map(|id| Ok(Member { id, endpoint: free_endpoint()? })).collect::<Result<_, std::io::Error>>()?;
+    let base = std::env::temp_dir().join(format!("qc-kv-store-{}", std::process::id()));
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|id| {
+            NodeBuilder::new(id, members.clone())
+                .leader(0)
+                .directory(base.join(format!("node-{id}")))
+                .clean_stale(true)
+                .mtu(8192)
+                .term_length(1 << 20)
+                .threading(ThreadingMode::Invoker)
+                .commit_piggyback(true)
+                .start()
+        })
+        .collect::<Result<_, _>>()?;
+    let mut stores: Vec<KvStore> = (0..3).map(|_| KvStore::default()).collect();
+    let client = nodes[0].client();
+    let mut encoded = Vec::new();
+    let mut offered = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stores.iter().any(|s| s.applied < COMMANDS) {
+        if Instant::now() > deadline {
+            return Err(format!("stalled: offered {offered}, applied {:?}", applied(&stores)).into());
+        }
+        let mut work = 0;
+        while offered < COMMANDS {
+            command(offered).encode(&mut encoded);
+            match client.offer(&encoded) {
+                Ok(_) => offered += 1,
+                Err(OfferError::BackPressured) => break,
+                Err(e) => return Err(e.into()),
+            }
+            work += 1;
+        }
+        for (node, store) in nodes.iter_mut().zip(stores.iter_mut()) {
+            work += node.invoke()?;
+            let mut failure = None;
+            work += node.poll_committed(1024, |entry| {
+                if let Err(e) = store.apply(entry) {
+                    failure.get_or_insert(e);
+                }
+            });
+            if let Some(e) = failure {
+                return Err(e.into());
+            }
+        }
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+    for node in nodes {
+        node.close()?;
+    }
+    let _ = std::fs::remove_dir(&base);
+
+    let maps: Vec<BTreeMap<&str, &str>> = stores.iter().map(KvStore::sorted).collect();
+    println!("applied {:?} commands; {} keys remain on each node:", applied(&stores), maps[0].len());
+    for (key, value) in &maps[0] {
+        let everywhere = maps[1..].iter().all(|m| m.get(key) == Some(value));
+        println!("  {key} = {value:<14} {}", if everywhere { "(on all three)" } else { "(differs)" });
+    }
+    if maps[0] != maps[1] || maps[0] != maps[2] {
+        return Err("the three maps differ".into());
+    }
+    println!("the three maps are equal");
+    Ok(())
+}
+
+fn applied(stores: &[KvStore]) -> Vec<u32> {
+    stores.iter().map(|s| s.applied).collect()
+}

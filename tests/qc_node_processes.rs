@@ -1,0 +1,274 @@
+//! A 3-process cluster of `qc-node` binaries, started from the `tuning/` node files and the `small-host`
+//! profile: the leader offers 100k messages; every process exits 0 after applying all of them, with the
+//! digest of the exact sequence the leader generated. Also: a signal closes a node cleanly, and a file
+//! with an unknown key is refused with the key named.
+//!
+//! The node files are copied to a temp dir with free ports in place of the fixed ones, and each node's
+//! directory goes under the temp dir (`--directory`). The small-host profile never busy-spins, so three
+//! processes fit on two cores.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+mod support;
+use support::ScratchDir;
+
+const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
+const MESSAGES: u64 = 100_000;
+const MSG_SIZE: usize = 64;
+/// Generous: the test machine may be shared with other builds; the run itself takes seconds.
+const DEADLINE: Duration = Duration::from_secs(300);
+
+fn tuning(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning").join(path)
+}
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Copies of the tuning node files with the members' ports replaced by free ones; returns their paths.
+fn node_files(scratch: &Path) -> Vec<PathBuf> {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    (0..3)
+        .map(|id| {
+            let text = std::fs::read_to_string(tuning(&format!("cluster/node{id}.toml"))).unwrap();
+            let mut table: toml::Table = text.parse().unwrap();
+            let members = table["members"].as_array_mut().expect("the node file lists its members");
+            assert_eq!(members.len(), 3);
+            for member in members.iter_mut() {
+                let member = member.as_table_mut().unwrap();
+                let member_id = member["id"].as_integer().unwrap() as usize;
+                member.insert("endpoint".into(), format!("127.0.0.1:{}", ports[member_id]).into());
+            }
+            let path = scratch.join(format!("node{id}.toml"));
+            std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// A running qc-node whose output is collected by two reader threads.
+struct Process {
+    name: String,
+    child: Child,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+    status: Option<ExitStatus>,
+}
+
+impl Process {
+    fn spawn(name: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(QC_NODE)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("qc-node starts");
+        let stdout = lines(child.stdout.take().unwrap());
+        let stderr = lines(child.stderr.take().unwrap());
+        Self { name: name.into(), child, stdout, stderr, status: None }
+    }
+
+    /// Whether it has exited (and its status is kept).
+    fn poll(&mut self) -> bool {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().unwrap();
+        }
+        self.status.is_some()
+    }
+
+    /// Waits up to `deadline` for a line of stderr containing `text`.
+    fn await_stderr(&mut self, text: &str, deadline: Instant) {
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            match self.stderr.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.contains(text) => return,
+                Ok(line) => seen.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        panic!("{} never printed `{text}`; stderr so far:\n{}", self.name, seen.join("\n"));
+    }
+
+    fn all_stdout(&self) -> Vec<String> {
+        self.stdout.try_iter().collect()
+    }
+
+    fn all_stderr(&self) -> String {
+        self.stderr.try_iter().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if !self.poll() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn lines(stream: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits until every process has exited, or panics at the deadline (the processes are then killed by
+/// their drop guards) with what each printed.
+fn wait_all(processes: &mut [Process], deadline: Instant) {
+    while !processes.iter_mut().all(Process::poll) {
+        if Instant::now() >= deadline {
+            let report: Vec<String> = processes
+                .iter_mut()
+                .map(|p| format!("--- {} (exited: {:?}):\n{}", p.name, p.status, p.all_stderr()))
+                .collect();
+            panic!("the cluster did not finish in time:\n{}", report.join("\n"));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The digest qc-node prints for the first `n` generated messages of `size` bytes: FNV-1a 64 over each
+/// entry's length (4 bytes, little-endian) and bytes, in sequence order.
+fn expected_digest(n: u64, size: usize) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut update = |bytes: &[u8]| {
+        for &b in bytes {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    let mut message = vec![0u8; size];
+    for seq in 0..n {
+        message[..8].copy_from_slice(&seq.to_le_bytes());
+        for (i, byte) in message.iter_mut().enumerate().skip(8) {
+            *byte = (seq as usize).wrapping_mul(31).wrapping_add(i) as u8;
+        }
+        update(&(size as u32).to_le_bytes());
+        update(&message);
+    }
+    format!("{hash:016x}")
+}
+
+#[test]
+fn three_processes_apply_100k_messages_with_the_same_digest() {
+    let scratch = ScratchDir::new("node-proc-cluster");
+    let files = node_files(scratch.path());
+    let profile = tuning("profiles/small-host.toml");
+    let deadline = Instant::now() + DEADLINE;
+    let messages = MESSAGES.to_string();
+    let msg_size = MSG_SIZE.to_string();
+    let timeout = DEADLINE.as_secs().to_string();
+    let mut processes: Vec<Process> = (0..3)
+        .map(|id| {
+            let dir = scratch.join(format!("dir{id}"));
+            let mut args = vec![
+                "--config",
+                files[id].to_str().unwrap(),
+                "--profile",
+                profile.to_str().unwrap(),
+                "--directory",
+                dir.to_str().unwrap(),
+                "--expect",
+                &messages,
+                "--msg-size",
+                &msg_size,
+                "--timeout",
+                &timeout,
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+            if id == 0 {
+                args.extend(["--offer".into(), messages.clone()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Process::spawn(&format!("node {id}"), &args)
+        })
+        .collect();
+    wait_all(&mut processes, deadline);
+
+    let expected = format!("applied {MESSAGES} digest {}", expected_digest(MESSAGES, MSG_SIZE));
+    for (id, process) in processes.iter_mut().enumerate() {
+        let status = process.status.unwrap();
+        let stdout = process.all_stdout();
+        assert!(status.success(), "node {id} exited with {status}:\n{}", process.all_stderr());
+        assert_eq!(stdout, vec![expected.clone()], "node {id} applied a different sequence");
+        assert!(!scratch.join(format!("dir{id}")).exists(), "node {id} left its directory behind");
+    }
+}
+
+#[test]
+fn a_signal_closes_the_node_and_removes_its_directory() {
+    let scratch = ScratchDir::new("node-proc-signal");
+    let files = node_files(scratch.path());
+    let dir = scratch.join("dir1");
+    let mut follower = Process::spawn(
+        "node 1",
+        &[
+            "--config",
+            files[1].to_str().unwrap(),
+            "--profile",
+            tuning("profiles/small-host.toml").to_str().unwrap(),
+            "--directory",
+            dir.to_str().unwrap(),
+        ],
+    );
+    follower.await_stderr("started as follower", Instant::now() + DEADLINE);
+    assert!(dir.exists());
+    let pid = follower.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    wait_all(std::slice::from_mut(&mut follower), Instant::now() + DEADLINE);
+    let status = follower.status.unwrap();
+    assert!(status.success(), "exited with {status}:\n{}", follower.all_stderr());
+    assert!(!dir.exists(), "the node directory is still there after SIGTERM");
+}
+
+#[test]
+fn an_unknown_key_is_refused_with_its_name() {
+    let scratch = ScratchDir::new("node-proc-unknown-key");
+    let file = scratch.join("node.toml");
+    let text = std::fs::read_to_string(tuning("cluster/node0.toml")).unwrap();
+    std::fs::write(&file, text.replace("[timers]", "[timers]\nnak_dealy = \"1ms\"")).unwrap();
+    let output = Command::new(QC_NODE).args(["--config", file.to_str().unwrap()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`nak_dealy`") && stderr.contains("node.toml"), "{stderr}");
+}
+
+#[test]
+fn every_node_file_with_every_profile_is_a_valid_config() {
+    use quorumcast::agent::ThreadingMode;
+    use quorumcast::node::NodeFile;
+    for profile in ["latency", "balanced", "small-host"] {
+        for id in 0..3 {
+            let node = NodeFile::load(tuning(&format!("cluster/node{id}.toml"))).unwrap();
+            let merged = node.merge(NodeFile::load(tuning(&format!("profiles/{profile}.toml"))).unwrap());
+            let busy_app = merged.application_idle().is_busy();
+            let config = merged.into_config().unwrap_or_else(|e| panic!("node{id} + {profile}: {e}"));
+            assert_eq!((config.id, config.leader, config.members.len()), (id, 0, 3));
+            assert_eq!((config.channel.mtu, config.channel.term_length), (8192, 16 << 20));
+            let busy = config.idle.iter().filter(|i| i.is_busy()).count();
+            match profile {
+                "latency" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 3, true)),
+                "balanced" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 0, false)),
+                _ => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Invoker, 0, false)),
+            }
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! What several integration tests share.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::{Path, PathBuf};
+
+/// A scratch directory unique to this process and test, emptied at creation and removed on drop (kept
+/// when `QC_KEEP` is set, for looking at what a failing test left).
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// `<temp>/qc-test-<pid>-<name>`, fresh.
+    pub fn new(name: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("qc-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::env::var_os("QC_KEEP").is_some() {
+            eprintln!("kept {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

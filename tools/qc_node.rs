@@ -1,0 +1,457 @@
+//! `qc-node`: runs one quorumcast node from a TOML file, so that a cluster can span processes and hosts.
+//!
+//! ```text
+//! qc-node --config tuning/cluster/node0.toml [--profile tuning/profiles/balanced.toml]...
+//!         [--directory DIR] [--offer N] [--msg-size BYTES] [--expect N] [--timeout SECS]
+//!         [--in-flight K] [--linger-ms MS] [--print-counters]
+//! ```
+//!
+//! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
+//! it in order and wins where both set a key (see `quorumcast::node::NodeFile` and `tuning/README.md`).
+//!
+//! The main thread is the application: it offers (`--offer N` on the leader: N generated messages of
+//! `--msg-size` bytes, each led by its sequence number, retried while the log is back-pressured), applies
+//! committed entries into a running FNV-1a 64 digest (of each entry's length, as 4 little-endian bytes,
+//! then its bytes), and in invoker mode runs the node's agents itself. It idles with the
+//! `agents.application` idle strategy.
+//!
+//! With `--expect N` it prints `applied N digest <16 hex digits>` on stdout once N entries are applied, and
+//! exits 0. A leader first waits until every follower has acknowledged what it applied and then stays up
+//! `--linger-ms` more, so that the followers learn the final commit position (resent every
+//! `timers.commit_heartbeat`) before the leader goes away. Without `--expect` it runs until SIGINT or
+//! SIGTERM. Either way it closes the node, which removes the node directory.
+//!
+//! A follower started by `qc-node` has an empty state machine, so it joins the log at position 0 whenever
+//! it starts: followers may start before or after the leader (within the leader's retained log).
+//!
+//! Start-up facts (layout, warnings) go to stderr; stdout carries only the `applied` line.
+//! Exit status: 0 on success or on a signal, 1 on a failure (start, agents, timeout), 2 on bad arguments.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use quorumcast::agent::ThreadingMode;
+use quorumcast::consensus::Role;
+use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::node::{Client, Node, NodeConfig, NodeFile, OfferError};
+
+/// Most committed fragments handed over per application duty cycle.
+const FRAGMENT_LIMIT: usize = 1024;
+/// Most messages offered per application duty cycle, so that applying keeps pace with offering.
+const OFFER_BURST: u64 = 256;
+/// How often an idle application thread looks for failed agents.
+const FAILURE_CHECK_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Command line of qc-node.
+#[derive(Debug, Parser)]
+#[command(name = "qc-node", version, about = "Run one quorumcast node from a TOML file")]
+struct Args {
+    /// The node file: identity, membership, channel and timers.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// A profile laid over the node file (threading, idle strategies, cores); repeatable, the last wins.
+    #[arg(long, value_name = "FILE")]
+    profile: Vec<PathBuf>,
+    /// Overrides the node directory of the files.
+    #[arg(long, value_name = "DIR")]
+    directory: Option<PathBuf>,
+    /// On the leader: offer N generated messages.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    offer: u64,
+    /// Bytes of each generated message (at least 8: its sequence number leads).
+    #[arg(long, value_name = "BYTES", default_value_t = 64, value_parser = clap::value_parser!(u64).range(8..=1 << 20))]
+    msg_size: u64,
+    /// On the leader: at most K messages offered and not yet applied (0: no limit). With 1, the run time
+    /// over N is the mean commit latency: offer, replicate, quorum acknowledgement, apply.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    in_flight: u64,
+    /// Exit 0 after applying N entries, printing `applied N digest <hex>`.
+    #[arg(long, value_name = "N")]
+    expect: Option<u64>,
+    /// Give up (exit 1) after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Leader with --expect: milliseconds to stay up after every follower acknowledged.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    linger_ms: u64,
+    /// Print the node's non-zero counters before closing it.
+    #[arg(long)]
+    print_counters: bool,
+}
+
+/// Set by the SIGINT/SIGTERM handler; the main loop polls it.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Installs the SIGINT and SIGTERM handler.
+fn install_signal_handlers() -> std::io::Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `action` is zero-initialised and then fully set up (handler, empty mask, flags) before it
+        // is passed by reference to sigaction, which only reads it; the handler is an `extern "C"` function
+        // with the signature sigaction expects that does nothing but an atomic store (async-signal-safe).
+        let result = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigaction(signal, &action, std::ptr::null_mut())
+        };
+        if result != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            eprintln!("qc-node: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(message)) => {
+            eprintln!("qc-node: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why qc-node stops with a non-zero status.
+enum Failure {
+    /// Bad arguments or files (status 2).
+    Usage(String),
+    /// The node failed to start or run (status 1).
+    Run(String),
+}
+
+/// The node file with every profile laid over it, and the command-line overrides.
+fn load(args: &Args) -> Result<(NodeConfig, NodeFile), Failure> {
+    let mut file = NodeFile::load(&args.config).map_err(|e| Failure::Usage(e.to_string()))?;
+    for profile in &args.profile {
+        file = file.merge(NodeFile::load(profile).map_err(|e| Failure::Usage(e.to_string()))?);
+    }
+    let mut config = file.clone().into_config().map_err(|e| Failure::Usage(e.to_string()))?;
+    if let Some(directory) = &args.directory {
+        config.directory = Some(directory.clone());
+    }
+    if config.id != config.leader && config.resume_from.is_none() {
+        // A fresh state machine: take the log from its start, even if the leader started first.
+        config.resume_from = Some(0);
+    }
+    Ok((config, file))
+}
+
+fn run(args: &Args) -> Result<(), Failure> {
+    let (config, file) = load(args)?;
+    if args.offer > 0 && config.id != config.leader {
+        return Err(Failure::Usage(format!(
+            "--offer needs the leader: node {} is a follower of {}",
+            config.id, config.leader
+        )));
+    }
+    let app_idle = file.application_idle();
+    let invoker = config.threading == ThreadingMode::Invoker;
+    describe(&config, &file);
+    install_signal_handlers().map_err(|e| Failure::Run(format!("cannot install signal handlers: {e}")))?;
+    if app_idle.sleeps() {
+        // As the agent runner does for sleeping agent threads: park for the period asked, not 50 us more.
+        if let Err(e) = set_timer_slack(Duration::from_nanos(1)) {
+            eprintln!("qc-node: warning: could not lower the application thread's timer slack: {e}");
+        }
+    }
+    if let Some(core) = file.application_core() {
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+            eprintln!("qc-node: warning: could not pin the application thread to core {core}");
+        }
+    }
+    let node = Node::start(config).map_err(|e| Failure::Run(format!("cannot start the node: {e}")))?;
+    for warning in node.warnings() {
+        eprintln!("qc-node: warning: {warning}");
+    }
+    eprintln!(
+        "qc-node: node {} started as {}, directory {}",
+        node.id(),
+        node.role(),
+        node.directory().map_or_else(|| "-".into(), |d| d.display().to_string())
+    );
+    let mut app = App::new(node, args, invoker, app_idle)?;
+    let outcome = app.run();
+    if args.print_counters {
+        print_counters(&app.node);
+    }
+    let App { node, .. } = app;
+    let closed = node.close().map_err(|e| Failure::Run(format!("closing the node: {e}")));
+    outcome.and(closed)
+}
+
+/// What the application thread does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Offering and applying until `--expect` entries are applied.
+    Applying,
+    /// Leader: applied everything; waiting for every follower's acknowledgement.
+    AwaitingAcks,
+    /// Leader: acknowledged; staying up until the instant so that followers learn the commit position.
+    Lingering(Instant),
+}
+
+/// The application thread of qc-node: offers, applies, and in invoker mode runs the agents.
+struct App {
+    node: Node,
+    client: Client,
+    invoker: bool,
+    idle: Idle,
+    message: Vec<u8>,
+    to_offer: u64,
+    offered: u64,
+    in_flight: u64,
+    expect: Option<u64>,
+    applied: u64,
+    digest: Fnv1a64,
+    deadline: Option<Instant>,
+    linger: Duration,
+    ack_labels: Vec<String>,
+    next_failure_check: Instant,
+}
+
+impl App {
+    fn new(node: Node, args: &Args, invoker: bool, idle: IdleStrategyConfig) -> Result<Self, Failure> {
+        let idle = Idle::new(&idle).map_err(|e| Failure::Usage(e.to_string()))?;
+        let deadline = match args.timeout {
+            Some(secs) if secs.is_finite() && secs > 0.0 => Some(Instant::now() + Duration::from_secs_f64(secs)),
+            Some(secs) => return Err(Failure::Usage(format!("--timeout {secs} must be a positive number of seconds"))),
+            None => None,
+        };
+        let ack_labels = node
+            .counters()
+            .reader()
+            .snapshot()
+            .into_iter()
+            .map(|c| c.label)
+            .filter(|label| label.starts_with("ack position of member"))
+            .collect();
+        Ok(Self {
+            client: node.client(),
+            invoker,
+            node,
+            idle,
+            message: vec![0; args.msg_size as usize],
+            to_offer: args.offer,
+            offered: 0,
+            in_flight: if args.in_flight == 0 { u64::MAX } else { args.in_flight },
+            expect: args.expect,
+            applied: 0,
+            digest: Fnv1a64::new(),
+            deadline,
+            linger: Duration::from_millis(args.linger_ms),
+            ack_labels,
+            next_failure_check: Instant::now(),
+        })
+    }
+
+    /// Runs duty cycles until done, a signal, a failure or the timeout.
+    fn run(&mut self) -> Result<(), Failure> {
+        let mut phase = Phase::Applying;
+        let started = Instant::now();
+        loop {
+            if STOP.load(Ordering::Relaxed) {
+                eprintln!("qc-node: stopping on a signal after applying {} entries", self.applied);
+                return Ok(());
+            }
+            let mut work = 0;
+            if self.invoker {
+                work += self.node.invoke().map_err(|e| Failure::Run(e.to_string()))?;
+            }
+            work += self.offer()?;
+            work += self.apply();
+            phase = match phase {
+                Phase::Applying if self.expect.is_some_and(|n| self.applied >= n) => {
+                    println!("applied {} digest {:016x}", self.applied, self.digest.value());
+                    let secs = started.elapsed().as_secs_f64();
+                    eprintln!(
+                        "qc-node: applied {} entries in {secs:.3} s ({:.0}/s, {:.1} us each)",
+                        self.applied,
+                        self.applied as f64 / secs,
+                        secs * 1e6 / self.applied.max(1) as f64
+                    );
+                    if self.node.role() != Role::Leader {
+                        return Ok(());
+                    }
+                    Phase::AwaitingAcks
+                }
+                Phase::AwaitingAcks if self.followers_acknowledged() => Phase::Lingering(Instant::now() + self.linger),
+                Phase::Lingering(until) if Instant::now() >= until => return Ok(()),
+                phase => phase,
+            };
+            if work == 0 {
+                self.check(phase)?;
+            }
+            self.idle.idle(work);
+        }
+    }
+
+    /// Offers up to a burst of the remaining generated messages; returns how many were taken.
+    fn offer(&mut self) -> Result<usize, Failure> {
+        let window_end = self.applied.saturating_add(self.in_flight);
+        let end = self.to_offer.min(self.offered + OFFER_BURST).min(window_end);
+        let start = self.offered;
+        while self.offered < end {
+            fill_message(&mut self.message, self.offered);
+            match self.client.offer(&self.message) {
+                Ok(_) => self.offered += 1,
+                Err(OfferError::BackPressured) => break,
+                Err(e) => return Err(Failure::Run(format!("offer {}: {e}", self.offered))),
+            }
+        }
+        Ok((self.offered - start) as usize)
+    }
+
+    /// Applies committed entries into the digest; returns the fragments read.
+    fn apply(&mut self) -> usize {
+        let (digest, applied) = (&mut self.digest, &mut self.applied);
+        self.node.poll_committed(FRAGMENT_LIMIT, |entry| {
+            digest.update(&(entry.len() as u32).to_le_bytes());
+            digest.update(entry);
+            *applied += 1;
+        })
+    }
+
+    /// True when every follower has acknowledged at least what this leader applied.
+    fn followers_acknowledged(&self) -> bool {
+        let applied = self.node.applied_position();
+        let reader = self.node.counters().reader();
+        self.ack_labels.iter().all(|label| reader.find(label).is_some_and(|ack| ack >= applied))
+    }
+
+    /// On an idle cycle: the timeout, and now and then the agents' failures.
+    fn check(&mut self, phase: Phase) -> Result<(), Failure> {
+        let now = Instant::now();
+        if self.deadline.is_some_and(|d| now >= d) {
+            let waiting = match phase {
+                Phase::AwaitingAcks => format!(", waiting for the followers' acknowledgements ({})", self.acks()),
+                _ => String::new(),
+            };
+            return Err(Failure::Run(format!(
+                "timed out: offered {} of {}, applied {}{}, commit position {}{waiting}",
+                self.offered,
+                self.to_offer,
+                self.applied,
+                self.expect.map_or_else(String::new, |n| format!(" of {n}")),
+                self.node.commit_position(),
+            )));
+        }
+        if now >= self.next_failure_check {
+            self.next_failure_check = now + FAILURE_CHECK_INTERVAL;
+            let failures = self.node.failures();
+            if !failures.is_empty() {
+                let text: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                return Err(Failure::Run(format!("agents failed: {}", text.join("; "))));
+            }
+        }
+        Ok(())
+    }
+
+    fn acks(&self) -> String {
+        let reader = self.node.counters().reader();
+        let acks: Vec<String> =
+            self.ack_labels.iter().map(|l| format!("{l}: {}", reader.find(l).unwrap_or(-1))).collect();
+        acks.join(", ")
+    }
+}
+
+/// Message `seq` of `--offer`: its sequence number (little-endian), then bytes derived from it.
+fn fill_message(message: &mut [u8], seq: u64) {
+    message[..8].copy_from_slice(&seq.to_le_bytes());
+    for (i, byte) in message.iter_mut().enumerate().skip(8) {
+        *byte = (seq as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+}
+
+/// FNV-1a, 64 bits: a running hash of the applied entries.
+struct Fnv1a64(u64);
+
+impl Fnv1a64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> Self {
+        Self(Self::OFFSET_BASIS)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(Self::PRIME);
+        }
+    }
+
+    fn value(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Prints the node's identity, channel and agent layout to stderr.
+fn describe(config: &NodeConfig, file: &NodeFile) {
+    let members: Vec<String> = config.members.iter().map(|m| format!("{}={}", m.id, m.endpoint)).collect();
+    let role = if config.id == config.leader { "leader".to_string() } else { format!("follower of {}", config.leader) };
+    eprintln!("qc-node: node {} ({role}), members {}", config.id, members.join(" "));
+    let c = &config.channel;
+    eprintln!(
+        "qc-node: channel mtu {}, term length {}, send mode {}, window {}, SO_SNDBUF {}, SO_RCVBUF {}",
+        c.mtu,
+        c.term_length,
+        c.send_mode,
+        c.receiver_window,
+        c.socket.send_buffer.map_or_else(|| "default".into(), |b| b.to_string()),
+        c.socket.receive_buffer.map_or_else(|| "default".into(), |b| b.to_string()),
+    );
+    for line in layout_lines(config, file) {
+        eprintln!("qc-node: {line}");
+    }
+}
+
+/// The threads the configuration asks for, by the layout rules of `quorumcast::agent::AgentLayout`: a thread
+/// of several agents takes the first one's idle strategy and core.
+fn layout_lines(config: &NodeConfig, file: &NodeFile) -> Vec<String> {
+    const NAMES: [&str; 3] = ["consensus", "sender", "receiver"];
+    let thread = |agents: &[usize]| {
+        let first = agents[0];
+        let names: Vec<&str> = agents.iter().map(|&a| NAMES[a]).collect();
+        format!("thread {}: idle {}, core {}", names.join("+"), config.idle[first], core_text(config.cores[first]))
+    };
+    let mut lines = vec![format!("layout {}", config.threading)];
+    match config.threading {
+        ThreadingMode::Dedicated => lines.extend((0..3).map(|a| thread(&[a]))),
+        ThreadingMode::SharedNetwork => lines.extend([thread(&[0]), thread(&[1, 2])]),
+        ThreadingMode::Shared => lines.push(thread(&[0, 1, 2])),
+        ThreadingMode::Invoker => {}
+    }
+    let runs = if config.threading == ThreadingMode::Invoker { " and consensus+sender+receiver" } else { "" };
+    lines.push(format!(
+        "application thread{runs}: idle {}, core {}",
+        file.application_idle(),
+        core_text(file.application_core())
+    ));
+    lines
+}
+
+fn core_text(core: Option<usize>) -> String {
+    core.map_or_else(|| "any".into(), |c| c.to_string())
+}
+
+/// Prints every non-zero counter of the node to stderr.
+fn print_counters(node: &Node) {
+    node.counters().reader().for_each(|id, _, label, value| {
+        if value != 0 {
+            eprintln!("qc-node: counter {id:>3} {value:>14} {label}");
+        }
+    });
+}
