@@ -15,8 +15,9 @@
 //! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
 //! - the receive path: [`image`], [`receiver`];
 //! - replication: [`consensus`] (append stage and quorum commit), [`node`];
-//! - measurement: [`model`] (the throughput model), [`probe`] (this host's S), [`report`] (the sweep
-//!   report: JSON, `.hgrm`, Markdown and HTML).
+//! - measurement: [`model`] (the throughput model), [`probe`] (this host's S), [`sweep`] (the model against a
+//!   running cluster), [`report`] (the sweep report: JSON,
+//!   `.hgrm`, Markdown and HTML).
 
 pub mod agent;
 pub mod buffer;
@@ -41,4 +42,5 @@ pub mod report;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
+pub mod sweep;
 pub mod transport;

@@ -143,6 +143,9 @@ fn send_mmsg(
 }
 
 fn send_gso(connected: &[UdpEndpoint], payload: &[u8], datagram_bytes: usize) -> (u64, u64) {
+    // One GSO send carries at most one UDP payload's worth of segments (7 of 8192 B, not 16).
+    let segments = (crate::transport::MAX_UDP_PAYLOAD / datagram_bytes.max(1)).clamp(1, PROBE_BATCH);
+    let payload = &payload[..segments * datagram_bytes];
     let sent = connected.iter().map(|e| taken(e.send_gso(payload, datagram_bytes))).sum();
     (sent, connected.len() as u64)
 }
@@ -159,6 +162,8 @@ mod tests {
             }
             let rate = probe_s(mode, 1408, 2, Duration::from_millis(20), 1).unwrap();
             assert!(rate.datagrams_per_s > 0.0 && rate.syscalls_per_s > 0.0, "{rate:?}");
+            let jumbo = probe_s(mode, 8192, 2, Duration::from_millis(20), 1).unwrap();
+            assert!(jumbo.datagrams_per_s > 0.0, "{jumbo:?}");
             assert_eq!((rate.destinations, rate.datagram_bytes), (2, 1408));
             let per_call = rate.datagrams_per_s / rate.syscalls_per_s;
             match mode {

@@ -1,0 +1,183 @@
+//! Which stage saturated first, from the counters of a saturating run.
+//!
+//! A stage whose thread's "idle cycles" barely grow while its "work" grows is saturated. The stages, in
+//! pipeline order: the load generator (the harness thread offering into the leader's ingress), the
+//! consensus append (the leader's consensus agent copying the ingress into the log), the Sender (the
+//! leader's sender thread), the receivers (the followers' threads). Back pressure tells which side of a
+//! stage is slower: a full ingress means the load generator outruns the append stage; a back-pressured log
+//! means the append stage outruns the Sender (or the receivers' flow-control windows).
+
+use std::fmt;
+
+/// A stage of the replication pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The load generator could not offer faster (the ingress was rarely full).
+    Load,
+    /// The leader's consensus agent (append from ingress into the log).
+    Append,
+    /// The leader's Sender: the model's bottleneck.
+    Sender,
+    /// The followers' receivers (flow control held the Sender back).
+    Receiver,
+}
+
+impl Stage {
+    /// The name the report uses: `load`, `append`, `sender`, `receiver`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Load => "load",
+            Self::Append => "append",
+            Self::Sender => "sender",
+            Self::Receiver => "receiver",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The counter evidence of one saturating run, as fractions and rates over its windows.
+///
+/// The queues are mean byte gaps between the leader's log positions, sampled through the windows: at
+/// saturation the queue builds in front of the slowest stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageEvidence {
+    /// Fraction of the harness's offer bursts that found the ingress full.
+    pub ingress_full: f64,
+    /// Fraction of the leader consensus thread's duty cycles that did no work.
+    pub consensus_idle: f64,
+    /// Fraction of the consensus agent's duty cycles whose append met a full log window.
+    pub log_back_pressured: f64,
+    /// Fraction of the leader sender thread's duty cycles that did no work.
+    pub sender_idle: f64,
+    /// The Sender's data datagrams per second (each follower's copy counted) over the probe's S for its
+    /// mode and MTU: the share of S the log took.
+    pub sender_share: f64,
+    /// Flow-control stalls per Sender duty cycle.
+    pub flow_control_stalled: f64,
+    /// Fraction of the busier follower thread's duty cycles that did no work.
+    pub receiver_idle: f64,
+    /// Mean bytes appended but not yet sent: the queue in front of the Sender.
+    pub sender_queue: f64,
+    /// Mean bytes sent but not yet committed: the queue in the network and the followers.
+    pub receiver_queue: f64,
+    /// Mean bytes committed but not yet applied by the harness: the queue in front of the load generator's
+    /// own apply loop.
+    pub apply_queue: f64,
+}
+
+/// Above this fraction of bursts finding the ingress full, the load generator is not the bottleneck.
+pub const INGRESS_FULL: f64 = 0.05;
+/// Above this fraction of consensus cycles back-pressured, the log is held back downstream of the append.
+pub const LOG_BACK_PRESSURED: f64 = 0.02;
+/// Above this many flow-control stalls per Sender cycle, a queue in front of the Sender is the
+/// receivers' doing.
+pub const FLOW_CONTROL_STALLED: f64 = 0.5;
+
+/// The stage that saturated first, and the evidence as one line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bottleneck {
+    /// The stage.
+    pub stage: Stage,
+    /// e.g. `sender (idle 2% of cycles, 97% of S; ...)`: the stage, then its evidence.
+    pub text: String,
+}
+
+/// Names the bottleneck stage from `e`:
+///
+/// 1. the ingress was rarely full: the load generator could not offer faster → `load`;
+/// 2. the ingress filled but the log was rarely back-pressured: the append stage is slowest → `append`;
+/// 3. the log was back-pressured: the largest queue downstream names the stage in front of it: appended
+///    but unsent → `sender` (or `receiver` when flow control stalled the Sender), sent but uncommitted →
+///    `receiver`, committed but unapplied → `load` (the harness's own apply loop).
+pub fn classify(e: &StageEvidence) -> Bottleneck {
+    let stage = if e.ingress_full < INGRESS_FULL {
+        Stage::Load
+    } else if e.log_back_pressured < LOG_BACK_PRESSURED {
+        Stage::Append
+    } else if e.sender_queue >= e.receiver_queue && e.sender_queue >= e.apply_queue {
+        if e.flow_control_stalled > FLOW_CONTROL_STALLED {
+            Stage::Receiver
+        } else {
+            Stage::Sender
+        }
+    } else if e.receiver_queue >= e.apply_queue {
+        Stage::Receiver
+    } else {
+        Stage::Load
+    };
+    Bottleneck { stage, text: format!("{stage} ({})", describe(e)) }
+}
+
+/// The evidence as one line.
+fn describe(e: &StageEvidence) -> String {
+    let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+    let kib = |x: f64| format!("{:.0} KiB", x / 1024.0);
+    format!(
+        "ingress full in {} of bursts; log back-pressured in {} of consensus cycles; queues: unsent {}, uncommitted {}, \
+         unapplied {}; idle: consensus {}, sender {}, followers {}; sender at {} of S, {:.2} flow-control stalls/cycle",
+        pct(e.ingress_full),
+        pct(e.log_back_pressured),
+        kib(e.sender_queue),
+        kib(e.receiver_queue),
+        kib(e.apply_queue),
+        pct(e.consensus_idle),
+        pct(e.sender_idle),
+        pct(e.receiver_idle),
+        pct(e.sender_share),
+        e.flow_control_stalled
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> StageEvidence {
+        StageEvidence {
+            ingress_full: 0.9,
+            consensus_idle: 0.5,
+            log_back_pressured: 0.4,
+            sender_idle: 0.02,
+            sender_share: 0.97,
+            flow_control_stalled: 0.0,
+            receiver_idle: 0.4,
+            sender_queue: 8.0 * 1024.0 * 1024.0,
+            receiver_queue: 64.0 * 1024.0,
+            apply_queue: 1024.0,
+        }
+    }
+
+    #[test]
+    fn a_queue_in_front_of_a_busy_sender_names_the_sender() {
+        let b = classify(&base());
+        assert_eq!(b.stage, Stage::Sender);
+        assert!(b.text.starts_with("sender (ingress full in 90% of bursts; log back-pressured in 40%"), "{}", b.text);
+        assert!(b.text.contains("unsent 8192 KiB, uncommitted 64 KiB, unapplied 1 KiB"), "{}", b.text);
+        assert!(b.text.contains("sender at 97% of S"), "{}", b.text);
+    }
+
+    #[test]
+    fn an_ingress_that_never_fills_blames_the_load_generator() {
+        assert_eq!(classify(&StageEvidence { ingress_full: 0.01, ..base() }).stage, Stage::Load);
+    }
+
+    #[test]
+    fn a_full_ingress_without_log_back_pressure_blames_the_append() {
+        assert_eq!(classify(&StageEvidence { log_back_pressured: 0.0, ..base() }).stage, Stage::Append);
+    }
+
+    #[test]
+    fn the_largest_downstream_queue_names_the_stage() {
+        let e = StageEvidence { receiver_queue: 9e6, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Receiver);
+        let e = StageEvidence { apply_queue: 9e6, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Load);
+        let e = StageEvidence { flow_control_stalled: 0.9, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Receiver);
+    }
+}

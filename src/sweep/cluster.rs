@@ -1,0 +1,464 @@
+//! The load harness: a 3-node loopback cluster in this process, and the thread that loads it.
+//!
+//! The calling thread is the harness: the load generator (it offers through the leader's client) and the
+//! applier of all three nodes (it calls `poll_committed` on each, so logs and receive windows drain). The
+//! nodes run their agents on threads of their own, placed by a [`Layout`]:
+//!
+//! - the leader in `shared-network` mode: its consensus agent alone on a thread with the idle strategy
+//!   under test (this sets C), its Sender (and its idle Receiver) on another thread, with a core of its own
+//!   where the host has one;
+//! - each follower in `shared` mode (consensus, sender, receiver on one thread) with `backoff`.
+//!
+//! Latency is taken when the harness applies an entry on the leader through [`Node::poll_committed`],
+//! which hands out only entries below the leader's commit position: "offer to commit" is offer to the
+//! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::agent::ThreadingMode;
+use crate::channel::ChannelConfig;
+use crate::counters::CountersReader;
+use crate::idle::IdleStrategyConfig;
+use crate::node::{Client, Member, Node, NodeBuilder, OfferError};
+use crate::transport::{SendMode, SocketOptions};
+
+use super::profile::Control;
+use super::SweepError;
+
+/// How long the harness waits for a cluster to come up or drain.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Which core each thread of the harness runs on.
+///
+/// Invariant: busy-spinning threads never outnumber the host's cores. The Sender busy-spins (`noop`) only
+/// when it gets a core of its own; every other thread yields or parks when idle, except a consensus agent
+/// whose idle strategy under test spins, which [`Layout::describe`] then says shares a core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Cores the process may run on.
+    pub cores: usize,
+    /// Core of the harness thread (load generator and appliers).
+    pub harness: Option<usize>,
+    /// Core of the leader's sender+receiver thread.
+    pub sender: Option<usize>,
+    /// Core of the leader's consensus thread.
+    pub consensus: Option<usize>,
+    /// Core of both followers' threads.
+    pub followers: Option<usize>,
+}
+
+impl Layout {
+    /// The layout that suits `cores` cores: the Sender alone on core 1, the harness on core 0, the consensus
+    /// agent on core 2 and the followers on core 3 where those exist, else on core 0.
+    pub fn for_cores(cores: usize) -> Self {
+        if cores < 2 {
+            return Self { cores, harness: None, sender: None, consensus: None, followers: None };
+        }
+        let or_zero = |core: usize| Some(if core < cores { core } else { 0 });
+        Self { cores, harness: Some(0), sender: Some(1), consensus: or_zero(2), followers: or_zero(3) }
+    }
+
+    /// This host's layout.
+    pub fn for_host() -> Self {
+        Self::for_cores(crate::agent::available_cores())
+    }
+
+    /// No pinning at all (the test suite's layout: it shares the machine with other tests).
+    pub fn unpinned() -> Self {
+        Self { cores: crate::agent::available_cores(), harness: None, sender: None, consensus: None, followers: None }
+    }
+
+    /// The Sender's idle strategy this layout allows: `wanted` when the Sender has a core of its own or
+    /// `wanted` does not spin, else `backoff`.
+    pub fn sender_idle(&self, wanted: IdleStrategyConfig) -> IdleStrategyConfig {
+        if wanted.is_busy() && self.sender.is_none() {
+            IdleStrategyConfig::default()
+        } else {
+            wanted
+        }
+    }
+
+    /// One line per thread, and what the layout implies for S.
+    pub fn describe(&self, sender_idle: IdleStrategyConfig) -> String {
+        let core = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| format!("core {c}"));
+        let sender_alone =
+            self.sender.is_some() && ![self.harness, self.consensus, self.followers].contains(&self.sender);
+        format!(
+            "{} cores; harness (load generator + apply of all 3 nodes): {}; leader consensus (idle under test): {}; \
+             leader sender+receiver ({}): {}{}; followers (shared mode, backoff, one thread each): {}. \
+             S is probed with one sending thread and one draining thread; in the cluster the Sender {}, and on \
+             loopback each sendmsg also runs the receive path on the Sender's CPU, as in the probe. Where the \
+             consensus idle strategy spins it competes for its core with the threads it shares it with.",
+            self.cores,
+            core(self.harness),
+            core(self.consensus),
+            self.sender_idle(sender_idle),
+            core(self.sender),
+            if sender_alone { " alone" } else { "" },
+            core(self.followers),
+            if sender_alone {
+                "has its core to itself, so the probe's S applies"
+            } else {
+                "shares its CPU with other threads, so it gets less than the probe's S"
+            },
+        )
+    }
+}
+
+/// What one cluster runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClusterSpec {
+    /// MTU of the log channel.
+    pub mtu: usize,
+    /// Send mode of the log channel.
+    pub send_mode: SendMode,
+    /// How commits travel.
+    pub control: Control,
+    /// The leader's consensus idle strategy.
+    pub consensus_idle: IdleStrategyConfig,
+    /// The leader's Sender idle strategy (see [`Layout::sender_idle`]).
+    pub sender_idle: IdleStrategyConfig,
+    /// Message size, bytes (at least 8).
+    pub msg: usize,
+    /// Where the threads go.
+    pub layout: Layout,
+}
+
+/// Counter values of one node, by label.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts(Vec<(String, i64)>);
+
+impl Counts {
+    /// Every counter of `node`.
+    pub fn of(node: &Node) -> Self {
+        Self::of_reader(&node.counters().reader())
+    }
+
+    /// Every counter `reader` shows.
+    pub fn of_reader(reader: &CountersReader) -> Self {
+        let mut all = Vec::new();
+        reader.for_each(|_, _, label, value| all.push((label.to_owned(), value)));
+        Self(all)
+    }
+
+    /// The value of `label`, 0 when there is no such counter.
+    pub fn get(&self, label: &str) -> i64 {
+        self.0.iter().find(|(l, _)| l == label).map_or(0, |(_, v)| *v)
+    }
+
+    /// `self - earlier` for `label`.
+    pub fn delta(&self, earlier: &Counts, label: &str) -> i64 {
+        self.get(label) - earlier.get(label)
+    }
+}
+
+/// Log positions (bytes) along the leader's pipeline, in pipeline order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Positions {
+    /// Appended to the log by the consensus agent.
+    pub appended: i64,
+    /// Sent by the Sender.
+    pub sent: i64,
+    /// Acknowledged by both followers (their slowest).
+    pub acknowledged: i64,
+    /// Committed (a quorum acknowledged it).
+    pub committed: i64,
+    /// Applied on the leader by the harness.
+    pub applied: i64,
+}
+
+/// A running 3-node cluster and the harness state: next sequence number, entries applied per node.
+pub struct LoadCluster {
+    /// The leader first, then the two followers.
+    nodes: Vec<Node>,
+    client: Client,
+    payload: Vec<u8>,
+    offered: u64,
+    applied: [u64; 3],
+    out_of_order: u64,
+    warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for LoadCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadCluster").field("offered", &self.offered).field("applied", &self.applied).finish()
+    }
+}
+
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
+fn free_port() -> Result<u16, SweepError> {
+    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A node directory in shared memory where there is one (so logs never touch a disk), unique per run.
+fn node_dir(run: u64, id: i32) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    base.join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
+}
+
+/// Pins the calling thread to `core`, if given and present.
+pub fn pin_current(core: Option<usize>) {
+    let Some(core) = core else { return };
+    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core)) {
+        core_affinity::set_for_current(id);
+    }
+}
+
+/// Runs `work` on a fresh thread: the harness thread, which pins itself once its cluster has started.
+/// Cluster nodes are started from it while it still has the caller's whole affinity mask (agent threads
+/// inherit it, and a node checks its cores against it), and the caller is never pinned, so the next
+/// cluster starts as unconstrained as the first.
+pub fn on_harness_thread<T: Send>(work: impl FnOnce() -> Result<T, SweepError> + Send) -> Result<T, SweepError> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("sweep-harness".into())
+            .spawn_scoped(scope, work)
+            .map_err(SweepError::Io)?
+            .join()
+            .unwrap_or_else(|_| Err(SweepError::Cluster("the harness thread panicked".into())))
+    })
+}
+
+fn channel(spec: &ClusterSpec) -> ChannelConfig {
+    ChannelConfig {
+        mtu: spec.mtu,
+        term_length: 16 << 20,
+        send_mode: spec.send_mode,
+        receiver_window: 2 << 20,
+        socket: SocketOptions { send_buffer: Some(4 << 20), receive_buffer: Some(4 << 20) },
+        ..ChannelConfig::default()
+    }
+}
+
+impl LoadCluster {
+    /// Starts the followers, then the leader, pins the calling thread (the harness: call this on a thread
+    /// of its own, see [`on_harness_thread`]), and commits a first message on every node so that timing
+    /// starts with a live cluster.
+    pub fn start(spec: &ClusterSpec) -> Result<Self, SweepError> {
+        if spec.msg < super::profile::MIN_MESSAGE {
+            return Err(SweepError::Config(format!("message size {} is below 8 bytes", spec.msg)));
+        }
+        let run = RUNS.fetch_add(1, Ordering::Relaxed);
+        let mut members = Vec::with_capacity(3);
+        for id in 0..3 {
+            members.push(Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_port()?)) });
+        }
+        let backoff = IdleStrategyConfig::default();
+        let base = |id: i32| {
+            NodeBuilder::new(id, members.clone())
+                .leader(0)
+                .directory(node_dir(run, id))
+                .clean_stale(true)
+                .channel(channel(spec))
+                .commit_piggyback(spec.control == Control::Piggyback)
+        };
+        let layout = spec.layout;
+        let follower = |id: i32| {
+            base(id)
+                .threading(ThreadingMode::Shared)
+                .idle(backoff, backoff, backoff)
+                .cores(layout.followers, layout.followers, layout.followers)
+                .start()
+                .map_err(|e| SweepError::Cluster(format!("follower {id} did not start: {e}")))
+        };
+        let mut nodes = vec![follower(1)?, follower(2)?];
+        let sender_idle = layout.sender_idle(spec.sender_idle);
+        let leader = base(0)
+            .threading(ThreadingMode::SharedNetwork)
+            .idle(spec.consensus_idle, sender_idle, sender_idle)
+            .cores(layout.consensus, layout.sender, layout.sender)
+            .start()
+            .map_err(|e| SweepError::Cluster(format!("leader did not start: {e}")))?;
+        nodes.insert(0, leader);
+        pin_current(layout.harness);
+        let warnings = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
+        let client = nodes[0].client();
+        let mut cluster = Self {
+            nodes,
+            client,
+            payload: vec![0x5A; spec.msg],
+            offered: 0,
+            applied: [0; 3],
+            out_of_order: 0,
+            warnings,
+        };
+        cluster.warm_up()?;
+        Ok(cluster)
+    }
+
+    /// Waits for both followers' images, then commits one message everywhere.
+    fn warm_up(&mut self) -> Result<(), SweepError> {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        while self.nodes[1..].iter().any(|n| Counts::of(n).get("receiver images") < 1) {
+            self.check(deadline, "the followers made no image of the leader's log")?;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        while !self.offer()? {
+            self.check(deadline, "the leader's ingress took no first message")?;
+            std::thread::yield_now();
+        }
+        self.drain(SETTLE_TIMEOUT)
+    }
+
+    /// An error if an agent failed or `deadline` passed (`what` says what did not happen).
+    fn check(&self, deadline: Instant, what: &str) -> Result<(), SweepError> {
+        if let Some(failure) = self.nodes.iter().flat_map(|n| n.failures()).next() {
+            return Err(SweepError::Cluster(format!("an agent failed: {failure}")));
+        }
+        if Instant::now() > deadline {
+            return Err(SweepError::Cluster(format!(
+                "{what} within {} s (offered {}, applied {:?})",
+                SETTLE_TIMEOUT.as_secs(),
+                self.offered,
+                self.applied
+            )));
+        }
+        Ok(())
+    }
+
+    /// Offers the next message (its sequence number in the first 8 bytes). `Ok(false)` when the ingress
+    /// is full (back pressure); an error when the node refuses for another reason.
+    pub fn offer(&mut self) -> Result<bool, SweepError> {
+        self.payload[..8].copy_from_slice(&self.offered.to_le_bytes());
+        match self.client.offer(&self.payload) {
+            Ok(_) => {
+                self.offered += 1;
+                Ok(true)
+            }
+            Err(OfferError::BackPressured) => Ok(false),
+            Err(e) => Err(SweepError::Cluster(format!("offer refused: {e}"))),
+        }
+    }
+
+    /// Applies what is committed on every node; `on_commit(seq)` for each entry the leader applies.
+    /// Returns the entries applied on all nodes.
+    pub fn poll(&mut self, mut on_commit: impl FnMut(u64)) -> usize {
+        let mut read = 0;
+        let (applied, out_of_order) = (&mut self.applied, &mut self.out_of_order);
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let next = &mut applied[i];
+            read += node.poll_committed(4096, |entry| {
+                let seq = entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().unwrap_or([0xFF; 8])));
+                if seq != *next {
+                    *out_of_order += 1;
+                }
+                *next = seq.wrapping_add(1);
+                if i == 0 {
+                    on_commit(seq);
+                }
+            });
+        }
+        read
+    }
+
+    /// Polls until every node applied everything offered, or `timeout` passes.
+    pub fn drain(&mut self, timeout: Duration) -> Result<(), SweepError> {
+        let deadline = Instant::now() + timeout;
+        while self.applied.iter().any(|&a| a < self.offered) {
+            self.check(deadline, "the cluster did not apply everything offered")?;
+            if self.poll(|_| {}) == 0 {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Messages offered so far (the next sequence number).
+    pub fn offered(&self) -> u64 {
+        self.offered
+    }
+
+    /// Entries applied on the leader so far (committed).
+    pub fn committed(&self) -> u64 {
+        self.applied[0]
+    }
+
+    /// Entries applied on each node, the leader first.
+    pub fn applied(&self) -> [u64; 3] {
+        self.applied
+    }
+
+    /// Entries applied out of sequence so far (must stay 0).
+    pub fn out_of_order(&self) -> u64 {
+        self.out_of_order
+    }
+
+    /// Where the log stands on the leader: appended, sent, acknowledged by both followers, committed and
+    /// applied by the harness.
+    pub fn positions(&self) -> Positions {
+        let reader = self.nodes[0].counters().reader();
+        let get = |label: &str| reader.find(label).unwrap_or(0);
+        Positions {
+            appended: get("consensus append position"),
+            sent: get("snd-pos"),
+            acknowledged: get("ack position of member 1").min(get("ack position of member 2")),
+            committed: get("consensus commit position"),
+            applied: self.nodes[0].applied_position(),
+        }
+    }
+
+    /// Every node's counters, the leader first.
+    pub fn counts(&self) -> [Counts; 3] {
+        [Counts::of(&self.nodes[0]), Counts::of(&self.nodes[1]), Counts::of(&self.nodes[2])]
+    }
+
+    /// Start-up warnings of every node.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Stops every node (removing its directory); an error names any agent failure, or entries applied
+    /// out of order.
+    pub fn close(self) -> Result<(), SweepError> {
+        let out_of_order = self.out_of_order;
+        let mut errors = Vec::new();
+        for node in self.nodes {
+            if let Err(e) = node.close() {
+                errors.push(e.to_string());
+            }
+        }
+        if out_of_order > 0 {
+            errors.push(format!("{out_of_order} entries were applied out of order"));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(SweepError::Cluster(errors.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_cores_give_the_sender_core_one_alone() {
+        let layout = Layout::for_cores(2);
+        assert_eq!(layout.sender, Some(1));
+        assert_eq!((layout.harness, layout.consensus, layout.followers), (Some(0), Some(0), Some(0)));
+        assert!(layout.describe(IdleStrategyConfig::NoOp).contains("core 1 alone"));
+        assert_eq!(layout.sender_idle(IdleStrategyConfig::NoOp), IdleStrategyConfig::NoOp);
+    }
+
+    #[test]
+    fn one_core_never_spins_the_sender() {
+        let layout = Layout::for_cores(1);
+        assert!(!layout.sender_idle(IdleStrategyConfig::NoOp).is_busy());
+        assert!(layout.describe(IdleStrategyConfig::NoOp).contains("gets less than the probe's S"));
+    }
+
+    #[test]
+    fn four_cores_spread_the_threads() {
+        let layout = Layout::for_cores(4);
+        assert_eq!(
+            (layout.harness, layout.sender, layout.consensus, layout.followers),
+            (Some(0), Some(1), Some(2), Some(3))
+        );
+    }
+}

@@ -1,0 +1,403 @@
+//! The measurements of a sweep: S (the send path alone), C (control syscalls at a moderate load), mu (the
+//! sustained committed rate under a saturating load, with the bottleneck's evidence) and the latency of one
+//! paced utilisation point.
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::probe::{probe_s, SendRate};
+use crate::transport::{probe_gso, SendMode};
+
+use super::bottleneck::StageEvidence;
+use super::cluster::{Counts, LoadCluster, Positions, SETTLE_TIMEOUT};
+use super::profile::Timings;
+use super::SweepError;
+
+/// Followers each log datagram goes to in a 3-node cluster: the model's D.
+pub const D: usize = 2;
+/// Messages offered per burst of the saturating load (about one consensus drain).
+pub const BURST: usize = 1024;
+/// The largest latency a histogram holds: 60 s in nanoseconds.
+pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// Slots of the ring of send times (a power of two): messages in flight beyond it wait.
+pub const SEND_TIMES: usize = 1 << 20;
+
+/// Thread names of the harness's layout, as their agent counters are labelled.
+const LEADER_CONSENSUS: &str = "consensus";
+const LEADER_SENDER: &str = "sender+receiver";
+const FOLLOWER: &str = "consensus+sender+receiver";
+
+/// S for every (MTU, send mode): datagrams of one MTU to [`D`] loopback destinations from one thread.
+/// GSO is skipped where the kernel lacks it; a mode whose probe fails is reported with its error.
+pub fn probe_send_rates(mtus: &[usize], modes: &[SendMode], timings: &Timings) -> Result<Vec<SendRate>, SweepError> {
+    let mut rates = Vec::new();
+    for &mtu in mtus {
+        for &mode in modes {
+            if mode == SendMode::Gso && !probe_gso() {
+                continue;
+            }
+            let rate = probe_s(mode, mtu, D, timings.s_window, timings.s_windows)
+                .map_err(|e| SweepError::Probe(format!("S probe of {mode} at {mtu} B failed: {e}")))?;
+            rates.push(rate);
+        }
+    }
+    Ok(rates)
+}
+
+/// The probe's rate for `mode` at `mtu`, if it was measured and positive.
+pub fn rate_for(rates: &[SendRate], mode: SendMode, mtu: usize) -> Option<&SendRate> {
+    rates.iter().find(|r| r.send_mode == mode && r.datagram_bytes == mtu && r.datagrams_per_s > 0.0)
+}
+
+/// What the C probe found for one idle strategy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ControlRate {
+    /// The model's C: the Sender's syscalls per second for consensus control traffic, the commit frames
+    /// it sends (one syscall per commit frame per follower).
+    pub c_per_s: f64,
+    /// Every control (non-data) syscall of the leader's Sender per second: C plus its polls of the control
+    /// socket (made every duty cycle, mostly when idle, so they take little from the data budget), status,
+    /// setup and heartbeat traffic.
+    pub control_per_s: f64,
+    /// Data syscalls per second of the leader's Sender in the same window.
+    pub data_per_s: f64,
+    /// Commit frames per second the consensus agent sent.
+    pub commit_frames_per_s: f64,
+    /// Committed messages per second (the load actually carried).
+    pub committed_per_s: f64,
+}
+
+/// Offers every message due at `rate` per second since `start` (counting from `base`); false when the
+/// ingress was full.
+fn offer_due(cluster: &mut LoadCluster, start: Instant, base: u64, rate: f64) -> Result<bool, SweepError> {
+    let due = base + (start.elapsed().as_secs_f64() * rate) as u64;
+    while cluster.offered() < due {
+        if !cluster.offer()? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// C: the leader Sender's consensus control syscalls per second (and all its control syscalls) while the cluster carries `timings.c_rate`
+/// messages per second, over `timings.c_window` after `timings.c_warmup`.
+pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings) -> Result<ControlRate, SweepError> {
+    let start = Instant::now();
+    let base = cluster.offered();
+    let pace = |cluster: &mut LoadCluster, until: Instant| -> Result<(), SweepError> {
+        while Instant::now() < until {
+            offer_due(cluster, start, base, timings.c_rate)?;
+            cluster.poll(|_| {});
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    };
+    pace(cluster, start + timings.c_warmup)?;
+    let (t0, before, committed0) = (Instant::now(), cluster.counts(), cluster.committed());
+    pace(cluster, t0 + timings.c_window)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let after = cluster.counts();
+    let rate = |label: &str| after[0].delta(&before[0], label) as f64 / seconds;
+    let result = ControlRate {
+        c_per_s: rate("consensus commit frames") * D as f64,
+        control_per_s: rate("sender control syscalls"),
+        data_per_s: rate("sender data syscalls"),
+        commit_frames_per_s: rate("consensus commit frames"),
+        committed_per_s: (cluster.committed() - committed0) as f64 / seconds,
+    };
+    cluster.drain(SETTLE_TIMEOUT)?;
+    Ok(result)
+}
+
+/// What a saturating run found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MuRun {
+    /// The median window's committed messages per second: the measured mu.
+    pub mu: f64,
+    /// Committed messages per second of each window.
+    pub windows: Vec<f64>,
+    /// Which stage was busy, from the counters over all windows.
+    pub evidence: StageEvidence,
+    /// The leader Sender's control syscalls per second during the windows.
+    pub control_per_s: f64,
+    /// Commit frames x D per second during the windows: C as the saturated cluster had it.
+    pub c_per_s: f64,
+    /// The leader Sender's data syscalls per second during the windows.
+    pub data_per_s: f64,
+    /// Messages per data datagram the Sender achieved (both followers' copies counted once).
+    pub messages_per_datagram: f64,
+}
+
+/// How often a saturating run samples the leader's log positions.
+const QUEUE_SAMPLE_INTERVAL: Duration = Duration::from_millis(2);
+
+/// Sums of the byte gaps between pipeline stages: unsent, uncommitted, unapplied.
+#[derive(Debug, Default)]
+struct QueueSamples {
+    sums: [f64; 3],
+    samples: u32,
+}
+
+impl QueueSamples {
+    fn add(&mut self, p: Positions) {
+        let gaps = [p.appended - p.sent, p.sent - p.committed, p.committed - p.applied];
+        for (sum, gap) in self.sums.iter_mut().zip(gaps) {
+            *sum += gap.max(0) as f64;
+        }
+        self.samples += 1;
+    }
+
+    fn mean(&self, i: usize) -> f64 {
+        self.sums[i] / f64::from(self.samples.max(1))
+    }
+}
+
+/// Offers up to [`BURST`] messages; returns true when the ingress filled before the burst ended.
+fn offer_burst(cluster: &mut LoadCluster) -> Result<bool, SweepError> {
+    for _ in 0..BURST {
+        if !cluster.offer()? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The idle fraction of `thread`'s duty cycles between two snapshots (1 when it ran no cycle).
+fn idle_fraction(before: &Counts, after: &Counts, thread: &str) -> f64 {
+    let cycles = after.delta(before, &format!("{thread} duty cycles"));
+    if cycles <= 0 {
+        return 1.0;
+    }
+    after.delta(before, &format!("{thread} idle cycles")) as f64 / cycles as f64
+}
+
+/// mu: offers as fast as the leader's ingress takes for the warm-up, then `mu_windows` windows; the
+/// median window's committed (leader-applied) rate. `send_datagrams_per_s` is the probe's S for the
+/// configuration's mode and MTU (for the share of S the Sender's data datagrams took).
+pub fn measure_mu(
+    cluster: &mut LoadCluster,
+    timings: &Timings,
+    send_datagrams_per_s: Option<f64>,
+) -> Result<MuRun, SweepError> {
+    let warm_end = Instant::now() + timings.mu_warmup;
+    while Instant::now() < warm_end {
+        offer_burst(cluster)?;
+        cluster.poll(|_| {});
+    }
+    let before = cluster.counts();
+    let (mut bursts, mut full) = (0u64, 0u64);
+    let started = Instant::now();
+    let mut windows = Vec::with_capacity(timings.mu_windows);
+    let mut window = (started, cluster.committed());
+    let mut queues = QueueSamples::default();
+    for _ in 0..timings.mu_windows.max(1) {
+        let end = window.0 + timings.mu_window;
+        let mut next_sample = Instant::now();
+        while Instant::now() < end {
+            bursts += 1;
+            full += u64::from(offer_burst(cluster)?);
+            cluster.poll(|_| {});
+            if Instant::now() >= next_sample {
+                queues.add(cluster.positions());
+                next_sample += QUEUE_SAMPLE_INTERVAL;
+            }
+        }
+        let now = Instant::now();
+        let committed = cluster.committed();
+        windows.push((committed - window.1) as f64 / (now - window.0).as_secs_f64());
+        window = (now, committed);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let after = cluster.counts();
+    let (l0, l1) = (&before[0], &after[0]);
+    let rate = |label: &str| l1.delta(l0, label) as f64 / seconds;
+    let (control_per_s, data_per_s) = (rate("sender control syscalls"), rate("sender data syscalls"));
+    let consensus_cycles = l1.delta(l0, &format!("{LEADER_CONSENSUS} duty cycles")).max(1) as f64;
+    let sender_cycles = l1.delta(l0, &format!("{LEADER_SENDER} duty cycles")).max(1) as f64;
+    let receiver_idle = (1..3).map(|i| idle_fraction(&before[i], &after[i], FOLLOWER)).fold(1.0, f64::min);
+    let evidence = StageEvidence {
+        ingress_full: full as f64 / bursts.max(1) as f64,
+        consensus_idle: idle_fraction(l0, l1, LEADER_CONSENSUS),
+        log_back_pressured: l1.delta(l0, "consensus back pressure") as f64 / consensus_cycles,
+        sender_idle: idle_fraction(l0, l1, LEADER_SENDER),
+        sender_share: send_datagrams_per_s.map_or(0.0, |s| rate("sender data datagrams") / s),
+        flow_control_stalled: l1.delta(l0, "sender flow control stalls") as f64 / sender_cycles,
+        receiver_idle,
+        sender_queue: queues.mean(0),
+        receiver_queue: queues.mean(1),
+        apply_queue: queues.mean(2),
+    };
+    let datagrams = rate("sender data datagrams");
+    let messages_per_datagram =
+        if datagrams > 0.0 { D as f64 * rate("consensus messages appended") / datagrams } else { 0.0 };
+    let mut sorted = windows.clone();
+    sorted.sort_by(f64::total_cmp);
+    let mu = sorted[sorted.len() / 2];
+    cluster.drain(SETTLE_TIMEOUT)?;
+    let c_per_s = rate("consensus commit frames") * D as f64;
+    Ok(MuRun { mu, windows, evidence, control_per_s, c_per_s, data_per_s, messages_per_datagram })
+}
+
+/// Each in-flight message's intended and actual offer times (ns from the point's start), in a ring
+/// indexed by sequence number. Preallocated: the paced loop never allocates.
+#[derive(Debug)]
+pub struct SendTimes {
+    intended: Vec<u64>,
+    actual: Vec<u64>,
+}
+
+impl Default for SendTimes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SendTimes {
+    /// A ring of [`SEND_TIMES`] slots.
+    pub fn new() -> Self {
+        Self { intended: vec![0; SEND_TIMES], actual: vec![0; SEND_TIMES] }
+    }
+
+    fn slot(seq: u64) -> usize {
+        (seq as usize) & (SEND_TIMES - 1)
+    }
+
+    fn set(&mut self, seq: u64, intended: u64, actual: u64) {
+        let slot = Self::slot(seq);
+        self.intended[slot] = intended;
+        self.actual[slot] = actual;
+    }
+
+    fn get(&self, seq: u64) -> (u64, u64) {
+        let slot = Self::slot(seq);
+        (self.intended[slot], self.actual[slot])
+    }
+}
+
+/// A latency histogram in nanoseconds, 1 ns to 60 s, 3 significant digits.
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("constant bounds are valid")
+}
+
+/// What one utilisation point found.
+#[derive(Debug)]
+pub struct PointRun {
+    /// The target utilisation.
+    pub rho: f64,
+    /// The paced offered load, messages per second.
+    pub lambda: f64,
+    /// Committed messages per second: the point's messages over the time until the last committed.
+    pub achieved: f64,
+    /// Latency from each message's intended send time to its commit, ns.
+    pub latency: Histogram<u64>,
+    /// Latency from each message's actual offer time to its commit, ns.
+    pub service: Histogram<u64>,
+    /// Messages of the point.
+    pub messages: u64,
+    /// Offers that found the ingress full.
+    pub back_pressured: u64,
+    /// The largest gap between a message's intended and actual offer time, ns: when large, the load
+    /// generator (or the ingress) fell behind the schedule.
+    pub max_offer_lag_ns: u64,
+}
+
+/// Offers `lambda = rho x mu` messages per second, open loop, for `timings.point` (at most
+/// `timings.point_messages` messages): message `i` is due at `i / lambda` and offered as soon as the
+/// harness reaches it. Records each message's latency to its commit on the leader from its intended time
+/// (correcting coordinated omission) and from its actual offer time. Waits until every node applied the
+/// point's messages.
+pub fn run_point(
+    cluster: &mut LoadCluster,
+    rho: f64,
+    mu: f64,
+    timings: &Timings,
+    times: &mut SendTimes,
+) -> Result<PointRun, SweepError> {
+    let lambda = rho * mu;
+    if !(lambda.is_finite() && lambda > 0.0) {
+        return Err(SweepError::Config(format!("rho {rho} x mu {mu} is no load: mu must be positive")));
+    }
+    let messages = ((lambda * timings.point.as_secs_f64()).ceil() as u64).clamp(1, timings.point_messages.max(1));
+    let interval_ns = 1e9 / lambda;
+    let (mut latency, mut service) = (latency_histogram(), latency_histogram());
+    let first = cluster.offered();
+    let end = first + messages;
+    let (mut back_pressured, mut max_lag, mut last_commit_ns) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + timings.point + SETTLE_TIMEOUT;
+    let ns = |start: Instant| start.elapsed().as_nanos() as u64;
+    while cluster.committed() < end {
+        let mut work = 0;
+        let now = ns(start);
+        while cluster.offered() < end && cluster.offered() - cluster.committed() < SEND_TIMES as u64 {
+            let seq = cluster.offered();
+            let intended = ((seq - first) as f64 * interval_ns) as u64;
+            if intended > now {
+                break;
+            }
+            let actual = ns(start);
+            if !cluster.offer()? {
+                back_pressured += 1;
+                break;
+            }
+            times.set(seq, intended, actual);
+            max_lag = max_lag.max(actual.saturating_sub(intended));
+            work += 1;
+        }
+        work += cluster.poll(|seq| {
+            if seq < first || seq >= end {
+                return;
+            }
+            let committed = ns(start);
+            let (intended, actual) = times.get(seq);
+            latency.saturating_record(committed.saturating_sub(intended).max(1));
+            service.saturating_record(committed.saturating_sub(actual).max(1));
+            last_commit_ns = committed;
+        });
+        if work == 0 {
+            if Instant::now() > deadline {
+                return Err(SweepError::Cluster(format!(
+                    "point rho {rho}: {} of {messages} messages committed within {} s",
+                    cluster.committed().saturating_sub(first),
+                    (timings.point + SETTLE_TIMEOUT).as_secs()
+                )));
+            }
+            std::thread::yield_now();
+        }
+    }
+    cluster.drain(SETTLE_TIMEOUT)?;
+    let achieved = messages as f64 / (last_commit_ns.max(1) as f64 / 1e9);
+    Ok(PointRun { rho, lambda, achieved, latency, service, messages, back_pressured, max_offer_lag_ns: max_lag })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_times_wrap_by_sequence() {
+        let mut t = SendTimes::new();
+        t.set(3, 10, 11);
+        t.set(3 + SEND_TIMES as u64, 20, 21);
+        assert_eq!(t.get(3), (20, 21));
+        t.set(4, 30, 31);
+        assert_eq!(t.get(4), (30, 31));
+    }
+
+    #[test]
+    fn idle_fraction_reads_the_threads_counters() {
+        let before = Counts::default();
+        let after = counts(&[("x duty cycles", 100), ("x idle cycles", 25)]);
+        assert_eq!(idle_fraction(&before, &after, "x"), 0.25);
+        assert_eq!(idle_fraction(&before, &after, "y"), 1.0);
+    }
+
+    fn counts(values: &[(&str, i64)]) -> Counts {
+        let manager = crate::counters::CountersManager::anonymous(8).unwrap();
+        for (label, value) in values {
+            manager.allocate(label, 0).unwrap().set(*value);
+        }
+        Counts::of_reader(&manager.reader())
+    }
+}

@@ -1,0 +1,525 @@
+//! The sweep (issue 5): measure this host's S and C, then, for each configuration, a 3-node loopback
+//! cluster's sustained capacity mu beside the model's `(S - C) / D x M_pkt`, the stage that saturated
+//! first, and the latency at paced fractions of mu; written as a report (see [`crate::report`]).
+//!
+//! `cargo bench --bench sweep -- [--quick|--full|--tiny] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff]
+//! [--msg 32,128] [--send-mode classic,mmsg,gso] [--control separate,piggyback] [--rho 0.1,0.5] [--out DIR]`
+//! runs [`run`] with [`parse_args`]; the test suite runs the `tiny` profile the same way.
+//!
+//! Order of work:
+//! 1. S ([`measure::probe_send_rates`]): one thread's datagrams per second to D = 2 loopback destinations,
+//!    datagram = MTU, per send mode (the effective datagrams/s for mmsg and gso).
+//! 2. C ([`measure::probe_control`]): per consensus idle strategy, the leader Sender's consensus control
+//!    syscalls per second (commit frames x D, from the counters) while the cluster carries a moderate fixed
+//!    load (classic, separate commit frames). The Sender's "control syscalls" counter also counts its polls
+//!    of the control socket, one per duty cycle, which at a moderate load are mostly idle cycles and take
+//!    nothing from the data budget; the sweep prints that total beside C.
+//! 3. Per configuration: start a cluster ([`cluster::LoadCluster`], layout printed), measure mu under a
+//!    saturating load and name the bottleneck ([`bottleneck::classify`]); then per rho offer
+//!    `lambda = rho x mu` open loop and record latency histograms ([`measure::run_point`]).
+//! 4. Write `summary.json`, `summary.md`, `report.html` and the `.hgrm` files into `<out>/<timestamp>/`, and
+//!    point `<out>/latest` at it.
+//!
+//! The prediction's C: for separate commit frames, the C probe's value for the configuration's idle
+//! strategy; for piggyback, the commit frames x D per second observed during the configuration's own
+//! saturating run (the probe measures separate frames only).
+
+pub mod bottleneck;
+pub mod cluster;
+pub mod measure;
+pub mod profile;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::idle::IdleStrategyConfig;
+use crate::model::{Model, ModelError};
+use crate::probe::SendRate;
+use crate::report::{
+    self, CProbe, ConfigResult, Host, PointResult, ReportError, SProbe, SProbeEntry, SweepReport, NS_PER_US,
+};
+use crate::transport::SendMode;
+
+use cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
+use measure::{SendTimes, D};
+use profile::{ConfigSpec, Control, Profile};
+
+/// Why a sweep could not run or finish.
+#[derive(Debug)]
+pub enum SweepError {
+    /// A bad argument or profile; the message says what to change.
+    Config(String),
+    /// An I/O error (sockets, files).
+    Io(std::io::Error),
+    /// The S probe failed.
+    Probe(String),
+    /// A cluster did not start, stalled, or an agent failed.
+    Cluster(String),
+    /// The model refused its inputs.
+    Model(ModelError),
+    /// The report could not be written.
+    Report(ReportError),
+}
+
+impl fmt::Display for SweepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "bad sweep arguments: {e}"),
+            Self::Io(e) => write!(f, "I/O error: {e}"),
+            Self::Probe(e) => write!(f, "{e}"),
+            Self::Cluster(e) => write!(f, "cluster: {e}"),
+            Self::Model(e) => write!(f, "model: {e}"),
+            Self::Report(e) => write!(f, "report: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SweepError {}
+
+impl From<std::io::Error> for SweepError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+impl From<ReportError> for SweepError {
+    fn from(e: ReportError) -> Self {
+        Self::Report(e)
+    }
+}
+
+/// What to run and where to write it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepOptions {
+    /// The grid and timings.
+    pub profile: Profile,
+    /// The directory that holds report directories and the `latest` link (default `target/sweep`).
+    pub out: PathBuf,
+    /// Where the cluster's threads go.
+    pub layout: Layout,
+    /// Draw a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+const USAGE: &str = "usage: sweep [--quick|--full|--tiny] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff] \
+     [--msg 32,128,224,512,1344] [--send-mode classic,mmsg,gso] [--control separate,piggyback] \
+     [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]";
+
+fn list<T>(flag: &str, value: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, SweepError> {
+    value
+        .split(',')
+        .filter(|v| !v.is_empty())
+        .map(|v| parse(v.trim()).ok_or_else(|| SweepError::Config(format!("{flag} {v:?} is not valid; {USAGE}"))))
+        .collect()
+}
+
+/// Parses the sweep's arguments (those after `--`; cargo's own `--bench` is ignored). The profile flag
+/// picks the base (quick by default); every list flag then replaces that list. `default_out` is used when
+/// there is no `--out`.
+pub fn parse_args(args: &[String], default_out: &Path) -> Result<SweepOptions, SweepError> {
+    let mut profile = Profile::quick();
+    for arg in args {
+        if let Some(named) = arg.strip_prefix("--").and_then(Profile::named) {
+            profile = named;
+        }
+    }
+    let mut out = default_out.to_path_buf();
+    let mut custom = false;
+    let mut i = 0;
+    while i < args.len() {
+        let flag = args[i].as_str();
+        if matches!(flag, "--quick" | "--full" | "--tiny" | "--bench") {
+            i += 1;
+            continue;
+        }
+        let value = args.get(i + 1).ok_or_else(|| SweepError::Config(format!("{flag} needs a value; {USAGE}")))?;
+        custom |= flag != "--out";
+        match flag {
+            "--mtu" => profile.mtus = list(flag, value, |v| v.parse().ok())?,
+            "--idle" => profile.idles = list(flag, value, |v| v.parse::<IdleStrategyConfig>().ok())?,
+            "--msg" => profile.msgs = list(flag, value, |v| v.parse().ok())?,
+            "--send-mode" => profile.send_modes = list(flag, value, |v| v.parse::<SendMode>().ok())?,
+            "--control" => profile.controls = list(flag, value, Control::parse)?,
+            "--rho" => profile.rhos = list(flag, value, |v| v.parse().ok())?,
+            "--out" => out = PathBuf::from(value),
+            _ => return Err(SweepError::Config(format!("unknown argument {flag:?}; {USAGE}"))),
+        }
+        i += 2;
+    }
+    if custom {
+        profile.name = format!("{}-custom", profile.name);
+    }
+    profile.validate().map_err(SweepError::Config)?;
+    Ok(SweepOptions { profile, out, layout: Layout::for_host(), progress: true })
+}
+
+/// The machine: CPU model, usable cores, kernel release.
+pub fn host() -> Host {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or_else(|| "unknown".to_string(), |(_, v)| v.trim().to_string());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    Host { cpu, cores: crate::agent::available_cores() as u32, kernel }
+}
+
+/// What a finished sweep left.
+#[derive(Debug)]
+pub struct SweepOutcome {
+    /// The report directory (`<out>/<timestamp>`).
+    pub dir: PathBuf,
+    /// What `summary.json` holds.
+    pub report: SweepReport,
+}
+
+/// Prints lines beside the progress bar (or plainly when it is hidden).
+struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    fn new(enabled: bool, total: Duration) -> Self {
+        let bar = if enabled { ProgressBar::new(total.as_millis() as u64) } else { ProgressBar::hidden() };
+        let style = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent:>3}% ~{eta} left  {msg}")
+            .map(|s| s.progress_chars("=> "))
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        Self { bar }
+    }
+
+    fn line(&self, text: &str) {
+        if self.bar.is_hidden() {
+            println!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+
+    fn step(&self, what: &str, estimate: Duration) {
+        self.bar.set_message(what.to_string());
+        self.bar.inc(estimate.as_millis() as u64);
+    }
+}
+
+fn rate(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{:.2}M", value / 1e6)
+    } else if value >= 1e3 {
+        format!("{:.1}k", value / 1e3)
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+/// Runs the sweep of `options` and writes its report; returns the report directory and the report.
+pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
+    let profile = &options.profile;
+    profile.validate().map_err(SweepError::Config)?;
+    let started = SystemTime::now();
+    let dir = options.out.join(report::utc_dir_name(started));
+    std::fs::create_dir_all(&dir)?;
+    let configs = profile.configs();
+    let progress = Progress::new(options.progress, profile.estimate());
+    let layout = options.layout.describe(profile.sender_idle);
+    progress.line(&format!(
+        "sweep ({}): {} configurations x {} rho points, estimate {:.0} s; report in {}",
+        profile.name,
+        configs.len(),
+        profile.rhos.len(),
+        profile.estimate().as_secs_f64(),
+        dir.display()
+    ));
+    progress.line(&format!("layout: {layout}"));
+    let clock = Instant::now();
+
+    progress.bar.set_message("S probe");
+    let rates = measure::probe_send_rates(&profile.mtus, &profile.send_modes, &profile.timings)?;
+    for r in &rates {
+        progress.line(&format!(
+            "S  {:>5} B {:<7} {:>8} datagrams/s in {:>8} syscalls/s (D = {D})",
+            r.datagram_bytes,
+            r.send_mode.as_str(),
+            rate(r.datagrams_per_s),
+            rate(r.syscalls_per_s)
+        ));
+    }
+    let t = &profile.timings;
+    progress
+        .step("S probe", (t.s_window * t.s_windows as u32) * (profile.mtus.len() * profile.send_modes.len()) as u32);
+
+    let mut c_probe = Vec::new();
+    for &idle in &profile.idles {
+        progress.bar.set_message(format!("C probe, consensus idle {idle}"));
+        let spec = ClusterSpec {
+            mtu: profile.mtus[0],
+            send_mode: SendMode::Classic,
+            control: Control::Separate,
+            consensus_idle: idle,
+            sender_idle: profile.sender_idle,
+            msg: profile.msgs[0],
+            layout: options.layout,
+        };
+        let c = on_harness_thread(|| {
+            let mut cluster = LoadCluster::start(&spec)?;
+            let c = measure::probe_control(&mut cluster, t);
+            cluster.close()?;
+            c
+        })?;
+        progress.line(&format!(
+            "C  consensus idle {:<20} C = {:>7}/s ({} commit frames/s x {D}); all control syscalls {}/s, data {}/s at {} msg/s",
+            idle.to_string(),
+            rate(c.c_per_s),
+            rate(c.commit_frames_per_s),
+            rate(c.control_per_s),
+            rate(c.data_per_s),
+            rate(c.committed_per_s)
+        ));
+        c_probe.push(CProbe { idle: idle.to_string(), c_per_s: c.c_per_s, data_syscalls_per_s: c.data_per_s });
+        progress.step("C probe", t.c_warmup + t.c_window + Duration::from_millis(400));
+    }
+
+    let mut results = Vec::with_capacity(configs.len());
+    let mut times = SendTimes::new();
+    for (index, config) in configs.iter().enumerate() {
+        let remaining = profile.config_estimate() * (configs.len() - index) as u32;
+        progress.bar.set_message(format!("[{}/{}] {config}: mu", index + 1, configs.len()));
+        let times = &mut times;
+        let (rates, c_probe, dir, progress) = (&rates, &c_probe, &dir, &progress);
+        let result = on_harness_thread(|| run_config(options, config, rates, c_probe, times, dir, progress))?;
+        progress.line(&format!(
+            "   elapsed {:.0} s, about {:.0} s left",
+            clock.elapsed().as_secs_f64(),
+            remaining.saturating_sub(profile.config_estimate()).as_secs_f64()
+        ));
+        results.push(result);
+    }
+
+    let report = SweepReport {
+        profile: profile.name.clone(),
+        timestamp: report::utc_timestamp(started),
+        host: host(),
+        layout,
+        s_probe: SProbe {
+            d: D as u32,
+            sizes: rates
+                .iter()
+                .map(|r| SProbeEntry {
+                    datagram: r.datagram_bytes as u32,
+                    send_mode: r.send_mode.as_str().to_string(),
+                    s: r.datagrams_per_s,
+                })
+                .collect(),
+        },
+        c_probe,
+        configs: results,
+    };
+    report::write_report(&dir, &report, &[])?;
+    report::link_latest(&dir)?;
+    progress.bar.finish_and_clear();
+    progress.line(&format!("report: {} ({:.0} s)", dir.display(), clock.elapsed().as_secs_f64()));
+    Ok(SweepOutcome { dir, report })
+}
+
+/// The S and C of a configuration's prediction: S for its mode and MTU, C for its idle strategy.
+fn prediction_inputs(config: &ConfigSpec, rates: &[SendRate], c_probe: &[CProbe], observed_control: f64) -> (f64, f64) {
+    let s = measure::rate_for(rates, config.send_mode, config.mtu).map_or(0.0, |r| r.datagrams_per_s);
+    let c = match config.control {
+        Control::Separate => {
+            let idle = config.idle.to_string();
+            c_probe.iter().find(|c| c.idle == idle).map_or(observed_control, |c| c.c_per_s)
+        }
+        Control::Piggyback => observed_control,
+    };
+    (s, c)
+}
+
+fn run_config(
+    options: &SweepOptions,
+    config: &ConfigSpec,
+    rates: &[SendRate],
+    c_probe: &[CProbe],
+    times: &mut SendTimes,
+    dir: &Path,
+    progress: &Progress,
+) -> Result<ConfigResult, SweepError> {
+    let profile = &options.profile;
+    let t = &profile.timings;
+    let spec = ClusterSpec {
+        mtu: config.mtu,
+        send_mode: config.send_mode,
+        control: config.control,
+        consensus_idle: config.idle,
+        sender_idle: profile.sender_idle,
+        msg: config.msg,
+        layout: options.layout,
+    };
+    let mut cluster = LoadCluster::start(&spec)?;
+    for warning in cluster.warnings() {
+        progress.line(&format!("   warning: {warning}"));
+    }
+    let outcome = measure_config(&mut cluster, options, config, rates, c_probe, times, dir, progress);
+    let closed = cluster.close();
+    let result = outcome?;
+    closed?;
+    progress.step(&format!("{config}"), Duration::from_millis(500) + t.mu_warmup + t.mu_window * t.mu_windows as u32);
+    Ok(result)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure_config(
+    cluster: &mut LoadCluster,
+    options: &SweepOptions,
+    config: &ConfigSpec,
+    rates: &[SendRate],
+    c_probe: &[CProbe],
+    times: &mut SendTimes,
+    dir: &Path,
+    progress: &Progress,
+) -> Result<ConfigResult, SweepError> {
+    let profile = &options.profile;
+    let t = &profile.timings;
+    let s_probe = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
+    let mu = measure::measure_mu(cluster, t, s_probe)?;
+    let bottleneck = bottleneck::classify(&mu.evidence);
+    let (s, c) = prediction_inputs(config, rates, c_probe, mu.c_per_s);
+    let (m_pkt, mu_predicted) = match Model::new(s, c, D as u32).and_then(|m| m.analyze(config.mtu, config.msg)) {
+        Ok(capacity) => (capacity.packing.per_datagram().floor() as u32, capacity.mu),
+        Err(e) => {
+            progress.line(&format!("   no prediction: {e}"));
+            (crate::model::messages_per_datagram(config.mtu, config.msg).map_or(0, |p| p.messages as u32), 0.0)
+        }
+    };
+    let mut result = ConfigResult {
+        mtu: config.mtu as u32,
+        idle: config.idle.to_string(),
+        msg: config.msg as u32,
+        send_mode: config.send_mode.as_str().to_string(),
+        control: config.control.as_str().to_string(),
+        s,
+        c,
+        d: D as u32,
+        m_pkt,
+        mu_predicted,
+        mu_measured: mu.mu,
+        bottleneck: bottleneck.text.clone(),
+        points: Vec::with_capacity(profile.rhos.len()),
+    };
+    let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
+    progress.line(&format!(
+        "{config}: mu measured {} msg/s (windows {}), predicted ({} - {}) / {D} x {m_pkt} = {} msg/s, error {error}; \
+         sender {} data + {} control syscalls/s (C in this run {}/s), {:.1} msgs/datagram; bottleneck: {}",
+        rate(mu.mu),
+        mu.windows.iter().map(|&w| rate(w)).collect::<Vec<_>>().join(" "),
+        rate(s),
+        rate(c),
+        rate(mu_predicted),
+        rate(mu.data_per_s),
+        rate(mu.control_per_s),
+        rate(mu.c_per_s),
+        mu.messages_per_datagram,
+        bottleneck.text
+    ));
+    for &rho in &profile.rhos {
+        progress.bar.set_message(format!("{config}: rho {rho:.2}"));
+        let point = measure::run_point(cluster, rho, mu.mu, t, times)?;
+        let stem = result.point_stem(rho);
+        report::write_point_histograms(dir, &stem, &point.latency, &point.service)?;
+        let entry = PointResult::from_histograms(
+            &stem,
+            rho,
+            point.lambda,
+            point.achieved,
+            &point.latency,
+            &point.service,
+            NS_PER_US,
+        );
+        progress.line(&format!(
+            "   rho {rho:.2}: lambda {} achieved {} msg/s; from intended p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.0} us; \
+             from offer p50 {:.1} p99 {:.1} us; {} back-pressured offers, max offer lag {:.0} us",
+            rate(point.lambda),
+            rate(point.achieved),
+            entry.latency_us.p50,
+            entry.latency_us.p99,
+            entry.latency_us.p999,
+            entry.latency_us.max,
+            entry.service_latency_us.p50,
+            entry.service_latency_us.p99,
+            point.back_pressured,
+            point.max_offer_lag_ns as f64 / 1e3
+        ));
+        result.points.push(entry);
+        progress.step(&format!("{config}: rho {rho:.2}"), t.point + Duration::from_millis(100));
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn no_arguments_run_the_quick_profile() {
+        let o = parse_args(&args("--bench"), Path::new("target/sweep")).unwrap();
+        assert_eq!(o.profile, Profile::quick());
+        assert_eq!(o.out, PathBuf::from("target/sweep"));
+    }
+
+    #[test]
+    fn lists_replace_the_profiles() {
+        let o = parse_args(
+            &args("--full --mtu 1408 --idle noop,sleep-ns:1000 --msg 32,128 --send-mode gso --rho 0.5 --out /tmp/x"),
+            Path::new("t"),
+        )
+        .unwrap();
+        assert_eq!(o.profile.name, "full-custom");
+        assert_eq!(o.profile.mtus, vec![1408]);
+        assert_eq!(o.profile.idles.len(), 2);
+        assert_eq!(o.profile.msgs, vec![32, 128]);
+        assert_eq!(o.profile.send_modes, vec![SendMode::Gso]);
+        assert_eq!(o.profile.rhos, vec![0.5]);
+        assert_eq!(o.profile.timings, Profile::full().timings);
+        assert_eq!(o.out, PathBuf::from("/tmp/x"));
+    }
+
+    #[test]
+    fn bad_arguments_say_what_to_change() {
+        let e = parse_args(&args("--mtu abc"), Path::new("t")).unwrap_err().to_string();
+        assert!(e.contains("--mtu \"abc\"") && e.contains("usage"), "{e}");
+        assert!(parse_args(&args("--rho"), Path::new("t")).unwrap_err().to_string().contains("needs a value"));
+        assert!(parse_args(&args("--wat 1"), Path::new("t")).unwrap_err().to_string().contains("unknown"));
+        assert!(parse_args(&args("--msg 4"), Path::new("t")).unwrap_err().to_string().contains("8-byte"));
+    }
+
+    #[test]
+    fn separate_commits_take_c_from_the_probe_and_piggyback_from_the_run() {
+        let rates = [SendRate {
+            send_mode: SendMode::Classic,
+            datagram_bytes: 1408,
+            destinations: 2,
+            datagrams_per_s: 200_000.0,
+            syscalls_per_s: 200_000.0,
+        }];
+        let c_probe = [CProbe { idle: "noop".into(), c_per_s: 40_000.0, data_syscalls_per_s: 1.0 }];
+        let mut config = ConfigSpec {
+            mtu: 1408,
+            idle: IdleStrategyConfig::NoOp,
+            msg: 128,
+            send_mode: SendMode::Classic,
+            control: Control::Separate,
+        };
+        assert_eq!(prediction_inputs(&config, &rates, &c_probe, 7.0), (200_000.0, 40_000.0));
+        config.control = Control::Piggyback;
+        assert_eq!(prediction_inputs(&config, &rates, &c_probe, 7.0), (200_000.0, 7.0));
+        config.send_mode = SendMode::Gso;
+        assert_eq!(prediction_inputs(&config, &rates, &c_probe, 7.0).0, 0.0);
+    }
+}

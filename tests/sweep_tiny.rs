@@ -1,0 +1,85 @@
+//! The sweep end to end with the `tiny` profile (one configuration, a few thousand messages, two rho
+//! points) into a temporary directory: every file of the report is there and `summary.json` has the
+//! schema's keys and sane numbers.
+
+use std::path::PathBuf;
+
+use quorumcast::sweep::cluster::Layout;
+use quorumcast::sweep::profile::Profile;
+use quorumcast::sweep::{run, SweepOptions};
+use serde_json::Value;
+
+fn out_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("qc-test-{}-sweep-tiny", std::process::id()))
+}
+
+#[test]
+fn the_tiny_sweep_writes_a_whole_report() {
+    let out = out_dir();
+    let _ = std::fs::remove_dir_all(&out);
+    let options =
+        SweepOptions { profile: Profile::tiny(), out: out.clone(), layout: Layout::unpinned(), progress: false };
+    let outcome = run(&options).expect("the tiny sweep runs");
+    assert!(outcome.dir.starts_with(&out));
+    let latest = std::fs::read_link(out.join("latest")).expect("latest is a link");
+    assert_eq!(out.join(latest), outcome.dir);
+
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(outcome.dir.join("summary.json")).unwrap()).unwrap();
+    for key in ["profile", "timestamp", "host", "layout", "s_probe", "c_probe", "configs"] {
+        assert!(summary.get(key).is_some(), "summary.json lacks {key}");
+    }
+    assert_eq!(summary["profile"], "tiny");
+    assert_eq!(summary["s_probe"]["d"], 2);
+    assert!(summary["s_probe"]["sizes"][0]["s"].as_f64().unwrap() > 0.0);
+    assert_eq!(summary["c_probe"][0]["idle"], "backoff:10,5,1us,1ms");
+    let configs = summary["configs"].as_array().unwrap();
+    assert_eq!(configs.len(), 1);
+    let config = &configs[0];
+    for key in [
+        "mtu",
+        "idle",
+        "msg",
+        "send_mode",
+        "s",
+        "c",
+        "d",
+        "m_pkt",
+        "mu_predicted",
+        "mu_measured",
+        "bottleneck",
+        "points",
+    ] {
+        assert!(config.get(key).is_some(), "config lacks {key}");
+    }
+    assert_eq!(
+        (config["mtu"].as_u64(), config["msg"].as_u64(), config["m_pkt"].as_u64()),
+        (Some(1408), Some(128), Some(8))
+    );
+    assert!(config["mu_measured"].as_f64().unwrap() > 0.0);
+    assert!(config["mu_predicted"].as_f64().unwrap() > 0.0);
+    let stage = config["bottleneck"].as_str().unwrap();
+    assert!(["load", "append", "sender", "receiver"].iter().any(|s| stage.starts_with(s)), "{stage}");
+
+    let points = config["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for (point, rho) in points.iter().zip([0.2, 0.5]) {
+        assert_eq!(point["rho"].as_f64(), Some(rho));
+        assert!(point["achieved"].as_f64().unwrap() > 0.0);
+        for key in ["latency_us", "service_latency_us"] {
+            let p = &point[key];
+            let (p50, max) = (p["p50"].as_f64().unwrap(), p["max"].as_f64().unwrap());
+            assert!(p50 > 0.0 && p50 <= max, "{key}: {p}");
+        }
+        // From the intended time is never shorter than from the actual offer.
+        assert!(point["latency_us"]["max"].as_f64() >= point["service_latency_us"]["max"].as_f64());
+        for file in ["hgrm", "service_hgrm"] {
+            let path = outcome.dir.join(point[file].as_str().unwrap());
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(text.contains("Percentile"), "{} is no percentile distribution", path.display());
+        }
+    }
+    assert!(outcome.dir.join("report.html").is_file());
+    assert!(outcome.dir.join("summary.md").is_file());
+    std::fs::remove_dir_all(&out).unwrap();
+}
