@@ -1,7 +1,9 @@
 //! Cluster benchmark (issue 4): a 3-node quorumcast cluster over UDP loopback in one process.
 //!
 //! `cargo bench --bench cluster` (about 3 minutes), `cargo bench --bench cluster -- --quick` (a smoke run),
-//! `-- --only <text>` runs the variants whose name contains the text, `-- --no-c` skips the C runs.
+//! `-- --only <text>` runs the variants whose name contains the text, `-- --no-c` skips the C runs,
+//! `-- --pin` pins threads (see below); `QC_BENCH_DEBUG=1` prints every counter that moved during each
+//! serial run.
 //!
 //! What it measures, for 128-byte messages at MTU 1408 and 8192, in every send mode with separate commit
 //! frames and with the commit piggybacked:
@@ -14,13 +16,17 @@
 //!   leader Sender's control syscalls per second (and data syscalls, commit frames) per second.
 //!
 //! Thread layouts (this machine has 2 cores; busy-spinning threads never outnumber them):
-//! - throughput and latency: every node in invoker mode. Bench thread 0 (pinned to core 0) is the load
-//!   generator and drives the leader (its consensus, sender and receiver agents) and the leader's apply;
-//!   bench thread 1 (pinned to core 1) drives both followers and their apply. Two spinning threads.
-//! - C per idle strategy: the leader in `shared-network` mode, its consensus agent alone on core 1 with
-//!   the strategy under test, its sender+receiver thread on core 0 with `backoff`; each follower in `shared`
-//!   mode with `backoff` on core 0; the bench thread (pacer and apply of every node) on core 0, sleeping
-//!   between bursts. At most one busy-spinning thread.
+//! - throughput and latency: every node in invoker mode. Bench thread 0 is the load generator and drives
+//!   the leader (its consensus, sender and receiver agents) and the leader's apply; bench thread 1 drives
+//!   both followers and their apply. Two spinning threads. With `--pin`, thread 0 is pinned to core 0 and
+//!   thread 1 to core 1; by default nothing is pinned (on a machine shared with other busy processes a
+//!   pinned thread cannot move away from a spinning neighbour, and every round trip then waits for
+//!   scheduler slices of milliseconds).
+//! - C per idle strategy: the leader in `shared-network` mode, its consensus agent on a thread of its own
+//!   with the strategy under test, its sender+receiver thread with `backoff`; each follower in `shared`
+//!   mode (one thread) with `backoff`; the bench thread (pacer and apply of every node) sleeping between
+//!   bursts. At most one busy-spinning thread. With `--pin`, the consensus thread is on core 1 and every
+//!   other thread on core 0.
 //!
 //! Results: a table beside BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
 //! (`target/cluster/latest` points at the newest).
@@ -91,6 +97,11 @@ struct Settings {
     window: Duration,
     windows: usize,
     serial_samples: usize,
+    /// The serial runs stop after this long even with fewer samples (a contended machine makes each
+    /// sample take milliseconds).
+    serial_time: Duration,
+    /// Pin the bench and agent threads to cores (`--pin`).
+    pin: bool,
     pipeline_time: Duration,
     c_time: Duration,
     c_serial_samples: usize,
@@ -102,6 +113,7 @@ impl Settings {
         let quick = args.iter().any(|a| a == "--quick");
         let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1).cloned());
         let skip_c = args.iter().any(|a| a == "--no-c");
+        let pin = args.iter().any(|a| a == "--pin");
         if quick {
             Self {
                 quick,
@@ -111,6 +123,8 @@ impl Settings {
                 window: Duration::from_millis(300),
                 windows: 3,
                 serial_samples: 1_000,
+                serial_time: Duration::from_millis(300),
+                pin,
                 pipeline_time: Duration::from_millis(300),
                 c_time: Duration::from_millis(500),
                 c_serial_samples: 200,
@@ -124,6 +138,8 @@ impl Settings {
                 window: Duration::from_secs(1),
                 windows: 3,
                 serial_samples: 5_000,
+                serial_time: Duration::from_millis(1500),
+                pin,
                 pipeline_time: Duration::from_secs(1),
                 c_time: Duration::from_secs(2),
                 c_serial_samples: 1_000,
@@ -190,7 +206,14 @@ fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBui
         .commit_piggyback(variant.piggyback)
 }
 
+/// Set from `--pin`: whether [`pin`] pins.
+static PIN: AtomicBool = AtomicBool::new(false);
+
+/// Pins the calling thread to `core` when `--pin` was given.
 fn pin(core: usize) {
+    if !PIN.load(Ordering::Relaxed) {
+        return;
+    }
     if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core)) {
         core_affinity::set_for_current(id);
     }
@@ -252,6 +275,14 @@ fn counters_of(run: &str, id: i32) -> CountersReader {
 
 // ---------------------------------------------------------------------------------------------------------
 // Invoker layout: thread 0 drives the leader and offers, thread 1 drives the followers.
+
+/// What a bench thread does on a loop that found nothing to do: give the CPU to any other runnable
+/// thread. Loopback delivery runs in softirq context, and when the kernel defers it to `ksoftirqd`, a
+/// thread that spins without yielding keeps that thread (and so every datagram) waiting for a scheduler
+/// tick: round trips then take 4-12 ms instead of about 12 us.
+fn idle() {
+    std::thread::yield_now();
+}
 
 /// What the followers' thread publishes.
 #[derive(Default)]
@@ -357,7 +388,11 @@ impl InvokerCluster {
             *applied = seq + 1;
             on_apply(seq);
         });
-        work + read
+        let work = work + read;
+        if work == 0 {
+            idle();
+        }
+        work
     }
 
     fn follower_applied(&self) -> [u64; 2] {
@@ -408,7 +443,7 @@ fn drive_followers(
     };
     let _ = ready.send(Ok(()));
     let mut next = [0u64; 2];
-    let (mut loops, mut idle) = (0u64, 0u64);
+    let (mut loops, mut idle_loops) = (0u64, 0u64);
     while !state.stop.load(Ordering::Acquire) {
         let mut work = 0;
         for (i, node) in nodes.iter_mut().enumerate() {
@@ -425,12 +460,12 @@ fn drive_followers(
         }
         loops += 1;
         if work == 0 {
-            idle += 1;
-            std::hint::spin_loop();
+            idle_loops += 1;
+            idle();
         }
         if loops % 1024 == 0 {
             state.loops.store(loops, Ordering::Relaxed);
-            state.idle_loops.store(idle, Ordering::Relaxed);
+            state.idle_loops.store(idle_loops, Ordering::Relaxed);
         }
     }
     for node in nodes {
@@ -575,9 +610,13 @@ fn drain(cluster: &mut InvokerCluster) {
 }
 
 /// One message at a time: offer, then drive the leader until it applies that message.
-fn serial(cluster: &mut InvokerCluster, samples: usize) -> Histogram<u64> {
+fn serial(cluster: &mut InvokerCluster, samples: usize, time: Duration) -> Histogram<u64> {
     let mut histogram = histogram();
+    let end = Instant::now() + time;
     for _ in 0..samples {
+        if Instant::now() > end {
+            break;
+        }
         let start = Instant::now();
         while !cluster.offer() {
             cluster.drive(|_| {});
@@ -621,7 +660,7 @@ fn pipeline(cluster: &mut InvokerCluster, time: Duration) -> (Histogram<u64>, f6
 struct VariantResult {
     variant: Variant,
     saturation: Saturation,
-    serial: (f64, f64),
+    serial: (f64, f64, u64),
     pipeline: (f64, f64, f64),
     warnings: Vec<String>,
     out_of_order: u64,
@@ -637,14 +676,27 @@ fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<Va
     let warnings = cluster.leader.warnings().to_vec();
     let saturation = saturate(&mut cluster, settings);
     drain(&mut cluster);
-    let serial_histogram = serial(&mut cluster, settings.serial_samples);
+    let before = cluster.snapshot();
+    let serial_histogram = serial(&mut cluster, settings.serial_samples, settings.serial_time);
+    if std::env::var_os("QC_BENCH_DEBUG").is_some() {
+        let after = cluster.snapshot();
+        println!("serial samples {}", serial_histogram.len());
+        for i in 0..3 {
+            for (label, value) in &after[i].0 {
+                let d = value - before[i].get(label);
+                if d != 0 {
+                    println!("  node {i} {label}: {d}");
+                }
+            }
+        }
+    }
     let (pipeline_histogram, pipeline_rate) = pipeline(&mut cluster, settings.pipeline_time);
     drain(&mut cluster);
     let out_of_order = cluster.close()?;
     Ok(VariantResult {
         variant,
         saturation,
-        serial: (us(&serial_histogram, 0.5), us(&serial_histogram, 0.99)),
+        serial: (us(&serial_histogram, 0.5), us(&serial_histogram, 0.99), serial_histogram.len()),
         pipeline: (us(&pipeline_histogram, 0.5), us(&pipeline_histogram, 0.99), pipeline_rate),
         warnings,
         out_of_order,
@@ -664,7 +716,7 @@ struct CResult {
     data_per_s: f64,
     commit_frames_per_s: f64,
     consensus_cycles_per_s: f64,
-    serial: (f64, f64),
+    serial: (f64, f64, u64),
 }
 
 fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Result<CResult, String> {
@@ -672,12 +724,13 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     let members = members();
     let backoff = IdleStrategyConfig::default();
     let consensus: IdleStrategyConfig = idle.parse().map_err(|e| format!("{e}"))?;
+    let core = |c: usize| settings.pin.then_some(c);
     pin(0);
     let follower = |id| {
         builder(&run, id, &members, &variant)
             .threading(ThreadingMode::Shared)
             .idle(backoff, backoff, backoff)
-            .cores(Some(0), Some(0), Some(0))
+            .cores(core(0), core(0), core(0))
             .start()
             .map_err(|e| format!("follower {id}: {e}"))
     };
@@ -687,7 +740,7 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     let leader = builder(&run, 0, &members, &variant)
         .threading(ThreadingMode::SharedNetwork)
         .idle(consensus, backoff, backoff)
-        .cores(Some(1), Some(0), Some(0))
+        .cores(core(1), core(0), core(0))
         .start()
         .map_err(|e| format!("leader: {e}"))?;
     let [f1, f2] = followers;
@@ -759,7 +812,11 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
         std::thread::yield_now();
     }
     let mut histogram = histogram();
+    let end = Instant::now() + settings.serial_time;
     for _ in 0..settings.c_serial_samples {
+        if Instant::now() > end {
+            break;
+        }
         let t = Instant::now();
         message(&mut buffer, offered);
         while client.offer(&buffer).is_err() {
@@ -785,7 +842,7 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
         data_per_s,
         commit_frames_per_s,
         consensus_cycles_per_s,
-        serial: (us(&histogram, 0.5), us(&histogram, 0.99)),
+        serial: (us(&histogram, 0.5), us(&histogram, 0.99), histogram.len()),
     })
 }
 
@@ -864,11 +921,11 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     if !c_results.is_empty() {
         println!();
         println!(
-            "## C per consensus idle strategy, paced at {} msg/s (leader consensus alone on core 1; everything else on core 0 with backoff)",
+            "## C per consensus idle strategy, paced at {} msg/s (leader's consensus on its own thread with the strategy; every other agent backoff)",
             rate(C_RATE as f64)
         );
         println!();
-        println!("| Variant | Consensus idle | achieved msg/s | C: control syscalls/s | data syscalls/s | commit frames/s | consensus cycles/s | serial p50 / p99 |");
+        println!("| Variant | Consensus idle | achieved msg/s | C: sender control syscalls/s | of which commit frames (2 x frames/s) | data syscalls/s | consensus cycles/s | serial p50 / p99 |");
         println!("|---|---|---|---|---|---|---|---|");
         for c in c_results {
             println!(
@@ -877,8 +934,8 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
                 c.idle,
                 rate(c.achieved),
                 rate(c.control_per_s),
+                rate(2.0 * c.commit_frames_per_s),
                 rate(c.data_per_s),
-                rate(c.commit_frames_per_s),
                 rate(c.consensus_cycles_per_s),
                 c.serial.0,
                 c.serial.1
@@ -887,7 +944,24 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     }
 }
 
-fn rows(results: &[VariantResult], c_results: &[CResult]) -> Vec<Value> {
+fn invoker_layout(settings: &Settings) -> String {
+    let (a, b) = if settings.pin { (" (pinned to core 0)", " (pinned to core 1)") } else { ("", "") };
+    format!(
+        "every node in invoker mode; bench thread 0{a} = load generator + leader's agents + leader's apply; \
+         bench thread 1{b} = both followers' agents + their apply; 2 spinning threads on 2 cores"
+    )
+}
+
+fn c_layout(settings: &Settings) -> String {
+    let (a, b) = if settings.pin { (" (core 1)", " (core 0)") } else { ("", "") };
+    format!(
+        "leader in shared-network mode: its consensus agent on a thread of its own{a} with the strategy under \
+         test, its sender+receiver thread{b} with backoff; each follower in shared mode (one thread{b}) with \
+         backoff; bench thread{b} = pacer + apply of every node, sleeping 50 us between bursts"
+    )
+}
+
+fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -> Vec<Value> {
     let mut rows: Vec<Value> = results
         .iter()
         .map(|r| {
@@ -896,11 +970,11 @@ fn rows(results: &[VariantResult], c_results: &[CResult]) -> Vec<Value> {
                 "msg": MESSAGE,
                 "send_mode": r.variant.mode.as_str(),
                 "control": r.variant.control(),
-                "idle": "invoker-spin",
-                "layout": "invoker: thread 0 = load generator + leader (core 0), thread 1 = both followers (core 1)",
+                "idle": "invoker: spin, yield when idle",
+                "layout": invoker_layout(settings),
                 "committed_msgs_per_s": r.saturation.median(),
                 "committed_msgs_per_s_windows": r.saturation.rates,
-                "serial_us": { "p50": r.serial.0, "p99": r.serial.1 },
+                "serial_us": { "p50": r.serial.0, "p99": r.serial.1, "samples": r.serial.2 },
                 "pipeline": { "window": PIPELINE_WINDOW, "msgs_per_s": r.pipeline.2, "p50_us": r.pipeline.0, "p99_us": r.pipeline.1 },
                 "c_per_s": r.saturation.control_per_s,
                 "data_syscalls_per_s": r.saturation.data_per_s,
@@ -918,13 +992,14 @@ fn rows(results: &[VariantResult], c_results: &[CResult]) -> Vec<Value> {
             "send_mode": c.variant.mode.as_str(),
             "control": c.variant.control(),
             "idle": c.idle,
-            "layout": "leader shared-network: consensus alone on core 1 with `idle`, sender+receiver backoff on core 0; followers shared backoff on core 0; bench thread on core 0",
+            "layout": c_layout(settings),
             "offered_msgs_per_s": C_RATE,
             "committed_msgs_per_s": c.achieved,
-            "serial_us": { "p50": c.serial.0, "p99": c.serial.1 },
+            "serial_us": { "p50": c.serial.0, "p99": c.serial.1, "samples": c.serial.2 },
             "c_per_s": c.control_per_s,
             "data_syscalls_per_s": c.data_per_s,
             "commit_frames_per_s": c.commit_frames_per_s,
+            "commit_frame_syscalls_per_s": 2.0 * c.commit_frames_per_s,
             "consensus_cycles_per_s": c.consensus_cycles_per_s,
         })
     }));
@@ -967,7 +1042,7 @@ fn write_summary(summary: &Value) -> std::io::Result<PathBuf> {
 fn variants(settings: &Settings) -> Vec<Variant> {
     let mut all = Vec::new();
     for mtu in [1408, 8192] {
-        if settings.quick {
+        if settings.quick && settings.only.is_none() {
             all.push(Variant { mtu, mode: SendMode::Classic, piggyback: false });
             all.push(Variant { mtu, mode: SendMode::Gso, piggyback: true });
             continue;
@@ -987,14 +1062,15 @@ fn selected(settings: &Settings, name: &str) -> bool {
 
 fn main() {
     let settings = Settings::from_args();
+    PIN.store(settings.pin, Ordering::Relaxed);
     let started = Instant::now();
     let load_at_start = load_average();
     println!(
         "cluster bench{}: 3 nodes over UDP loopback in one process, {MESSAGE} B messages, {} cores",
-        if settings.quick { " (quick)" } else { "" },
+        if settings.quick && settings.only.is_none() { " (quick)" } else { "" },
         quorumcast::agent::available_cores()
     );
-    println!("throughput/latency layout: every node in invoker mode; bench thread 0 on core 0 = load generator + leader agents + leader apply; bench thread 1 on core 1 = both followers' agents + apply (2 spinning threads on 2 cores)");
+    println!("throughput/latency layout: {}", invoker_layout(&settings));
     let mut results = Vec::new();
     for (index, variant) in variants(&settings).into_iter().enumerate() {
         if !selected(&settings, &variant.name()) {
@@ -1034,7 +1110,7 @@ fn main() {
         .map(|r| r.variant);
     let mut c_variants = vec![Variant { mtu: 1408, mode: SendMode::Classic, piggyback: false }];
     c_variants.extend(best.filter(|b| b.mode != SendMode::Classic || b.piggyback));
-    println!("C layout: leader in shared-network mode, its consensus agent alone on core 1 with the strategy under test, its sender+receiver on core 0 with backoff; followers in shared mode with backoff on core 0; bench thread (pacer, apply of every node) on core 0; paced at {C_RATE} msg/s");
+    println!("C layout: {}; paced at {C_RATE} msg/s", c_layout(&settings));
     let mut c_results = Vec::new();
     let mut index = 0;
     if settings.skip_c {
@@ -1073,7 +1149,8 @@ fn main() {
         "host": host(),
         "load_average_1m_at_start": load_at_start,
         "message_bytes": MESSAGE,
-        "rows": rows(&results, &c_results),
+        "pinned": settings.pin,
+        "rows": rows(&settings, &results, &c_results),
     });
     match write_summary(&summary) {
         Ok(path) => println!("\nsummary: {} ({:.0} s)", path.display(), started.elapsed().as_secs_f64()),
