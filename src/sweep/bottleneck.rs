@@ -62,6 +62,8 @@ pub struct StageEvidence {
     pub window_closed: f64,
     /// Fraction of the busier follower thread's duty cycles that did no work.
     pub receiver_idle: f64,
+    /// NAKs the leader's Sender received per second: loss recovery, which stalls the followers' windows.
+    pub naks_per_s: f64,
     /// Mean bytes appended but not yet sent: the queue in front of the Sender.
     pub sender_queue: f64,
     /// Mean bytes sent but not yet committed: the queue in the network and the followers.
@@ -79,6 +81,9 @@ pub const LOG_BACK_PRESSURED: f64 = 0.02;
 /// spent too much of the run held back to be the bottleneck: the followers' consumption was.
 pub const WINDOW_CLOSED: f64 = 0.25;
 
+/// Above this fraction of its duty cycles idle, a Sender with data waiting was held back, not saturated.
+pub const SENDER_IDLE: f64 = 0.5;
+
 /// The stage that saturated first, and the evidence as one line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bottleneck {
@@ -95,7 +100,8 @@ pub struct Bottleneck {
 /// 2. the ingress filled but the log was rarely back-pressured: the append stage is slowest → `append`;
 /// 3. the log was back-pressured: the largest queue downstream names the stage in front of it. Appended
 ///    but unsent → `sender`, unless the flow-control window was closed in more than [`WINDOW_CLOSED`] of
-///    the samples (the followers' consumption held the Sender) → `receiver`; sent but uncommitted →
+///    the samples (the followers' consumption held the Sender) or the Sender idled in more than
+///    [`SENDER_IDLE`] of its cycles → `receiver`; sent but uncommitted →
 ///    `receiver`; committed but unapplied → `load` (the harness's own apply loop).
 pub fn classify(e: &StageEvidence) -> Bottleneck {
     let (stage, why) = if e.ingress_full < INGRESS_FULL {
@@ -105,6 +111,8 @@ pub fn classify(e: &StageEvidence) -> Bottleneck {
     } else if e.sender_queue >= e.receiver_queue && e.sender_queue >= e.apply_queue {
         if e.window_closed > WINDOW_CLOSED {
             (Stage::Receiver, "the followers' flow-control window was closed while data waited to be sent")
+        } else if e.sender_idle > SENDER_IDLE {
+            (Stage::Receiver, "the Sender sat idle with data waiting: the followers held it (window or loss recovery)")
         } else {
             (Stage::Sender, "data waited for the Sender with its flow-control window open")
         }
@@ -122,14 +130,15 @@ fn describe(e: &StageEvidence) -> String {
     let kib = |x: f64| format!("{:.0} KiB", x / 1024.0);
     format!(
         "ingress full in {} of bursts; log back-pressured in {} of consensus cycles; queues: unsent {}, uncommitted {}, \
-         unapplied {}; flow-control window closed in {} of samples; idle: consensus {}, sender {}, followers {}; \
-         sender data at {} of S",
+         unapplied {}; flow-control window closed in {} of samples; {:.0} NAKs/s; idle: consensus {}, sender {}, \
+         followers {}; sender data at {} of S",
         pct(e.ingress_full),
         pct(e.log_back_pressured),
         kib(e.sender_queue),
         kib(e.receiver_queue),
         kib(e.apply_queue),
         pct(e.window_closed),
+        e.naks_per_s,
         pct(e.consensus_idle),
         pct(e.sender_idle),
         pct(e.receiver_idle),
@@ -149,6 +158,7 @@ mod tests {
             sender_idle: 0.02,
             sender_share: 0.97,
             window_closed: 0.0,
+            naks_per_s: 0.0,
             receiver_idle: 0.4,
             sender_queue: 8.0 * 1024.0 * 1024.0,
             receiver_queue: 64.0 * 1024.0,
@@ -186,5 +196,8 @@ mod tests {
         assert!(classify(&e).text.starts_with("receiver: the followers' flow-control window was closed"));
         let e = StageEvidence { window_closed: 0.2, ..base() };
         assert_eq!(classify(&e).stage, Stage::Sender);
+        let e = StageEvidence { sender_idle: 0.9, naks_per_s: 100.0, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Receiver);
+        assert!(classify(&e).text.contains("100 NAKs/s"), "{}", classify(&e).text);
     }
 }

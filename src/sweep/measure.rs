@@ -234,6 +234,7 @@ pub fn measure_mu(
         sender_idle: idle_fraction(l0, l1, LEADER_SENDER),
         sender_share: send_datagrams_per_s.map_or(0.0, |s| rate("sender data datagrams") / s),
         window_closed: queues.closed_fraction(),
+        naks_per_s: rate("sender NAKs received"),
         receiver_idle,
         sender_queue: queues.mean(0),
         receiver_queue: queues.mean(1),
