@@ -583,20 +583,21 @@ impl NetworkPublication {
     /// may be shorter) goes to each live destination in one `sendmsg` with `UDP_SEGMENT`.
     ///
     /// The kernel refuses (`EMSGSIZE`) a GSO send whose bytes exceed one UDP datagram's payload, so a run
-    /// holds at most `MAX_UDP_PAYLOAD / segment` segments (7 at MTU 8192).
+    /// stops before 64 KiB (7 full segments at MTU 8192).
     fn send_runs_gso(&mut self, count: usize) -> (usize, usize) {
         if self.send_faults_active {
             return self.send_runs_classic(count);
         }
         let first = self.runs[0];
         let segment = first.length;
-        let max_segments = count.min((MAX_UDP_PAYLOAD / segment.max(1)).max(1));
         let mut segments = 1;
         let mut end = first.offset + first.advance;
-        while segments < max_segments {
+        while segments < count {
             let next = self.runs[segments];
             let contiguous = next.partition == first.partition && next.offset == end && first.advance == first.length;
-            if !contiguous || next.length > segment {
+            // One GSO send is one UDP datagram to the kernel: its whole payload must fit 64 KiB.
+            let fits = end + next.length - first.offset <= MAX_UDP_PAYLOAD;
+            if !contiguous || !fits || next.length > segment {
                 break;
             }
             segments += 1;

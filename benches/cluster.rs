@@ -1,0 +1,1082 @@
+//! Cluster benchmark (issue 4): a 3-node quorumcast cluster over UDP loopback in one process.
+//!
+//! `cargo bench --bench cluster` (about 3 minutes), `cargo bench --bench cluster -- --quick` (a smoke run),
+//! `-- --only <text>` runs the variants whose name contains the text, `-- --no-c` skips the C runs.
+//!
+//! What it measures, for 128-byte messages at MTU 1408 and 8192, in every send mode with separate commit
+//! frames and with the commit piggybacked:
+//! - sustained committed messages per second at saturation: the load generator offers as fast as the
+//!   leader's ingress takes (retrying on back pressure) and the rate is the slowest node's applied entries
+//!   per second, median of 3 windows;
+//! - serial offer-to-apply latency (one message at a time, until the leader applies it);
+//! - pipelined offer-to-apply latency with 256 messages in flight;
+//! - the model's C: for each idle strategy of the leader's consensus agent, at a paced moderate load, the
+//!   leader Sender's control syscalls per second (and data syscalls, commit frames) per second.
+//!
+//! Thread layouts (this machine has 2 cores; busy-spinning threads never outnumber them):
+//! - throughput and latency: every node in invoker mode. Bench thread 0 (pinned to core 0) is the load
+//!   generator and drives the leader (its consensus, sender and receiver agents) and the leader's apply;
+//!   bench thread 1 (pinned to core 1) drives both followers and their apply. Two spinning threads.
+//! - C per idle strategy: the leader in `shared-network` mode, its consensus agent alone on core 1 with
+//!   the strategy under test, its sender+receiver thread on core 0 with `backoff`; each follower in `shared`
+//!   mode with `backoff` on core 0; the bench thread (pacer and apply of every node) on core 0, sleeping
+//!   between bursts. At most one busy-spinning thread.
+//!
+//! Results: a table beside BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
+//! (`target/cluster/latest` points at the newest).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use quorumcast::agent::ThreadingMode;
+use quorumcast::channel::ChannelConfig;
+use quorumcast::counters::CountersReader;
+use quorumcast::idle::IdleStrategyConfig;
+use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::transport::{SendMode, SocketOptions};
+use serde_json::{json, Value};
+
+/// Counts the bytes the process allocates, to report allocation per committed entry.
+struct CountingAllocator;
+
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator, which upholds GlobalAlloc's contract;
+// the only addition is a relaxed counter increment.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's layout is passed through as GlobalAlloc::alloc requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by System with `layout` (every allocation goes through `alloc`).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.fetch_add(new_size as u64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged; `ptr` came from System with `layout`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Message length of every run.
+const MESSAGE: usize = 128;
+/// Messages in flight in the pipelined latency run (a power of two: the offer times live in a ring).
+const PIPELINE_WINDOW: usize = 256;
+/// Paced load of the C runs.
+const C_RATE: u64 = 100_000;
+/// Consensus idle strategies of the C runs.
+const C_IDLES: [&str; 5] = ["noop", "busy-spin", "yield", "sleep-ns:1000", "backoff"];
+
+/// How long each part runs.
+#[derive(Clone, Debug)]
+struct Settings {
+    quick: bool,
+    only: Option<String>,
+    skip_c: bool,
+    warmup: Duration,
+    window: Duration,
+    windows: usize,
+    serial_samples: usize,
+    pipeline_time: Duration,
+    c_time: Duration,
+    c_serial_samples: usize,
+}
+
+impl Settings {
+    fn from_args() -> Self {
+        let args: Vec<String> = std::env::args().collect();
+        let quick = args.iter().any(|a| a == "--quick");
+        let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1).cloned());
+        let skip_c = args.iter().any(|a| a == "--no-c");
+        if quick {
+            Self {
+                quick,
+                only,
+                skip_c,
+                warmup: Duration::from_millis(200),
+                window: Duration::from_millis(300),
+                windows: 3,
+                serial_samples: 1_000,
+                pipeline_time: Duration::from_millis(300),
+                c_time: Duration::from_millis(500),
+                c_serial_samples: 200,
+            }
+        } else {
+            Self {
+                quick,
+                only,
+                skip_c,
+                warmup: Duration::from_millis(500),
+                window: Duration::from_secs(1),
+                windows: 3,
+                serial_samples: 5_000,
+                pipeline_time: Duration::from_secs(1),
+                c_time: Duration::from_secs(2),
+                c_serial_samples: 1_000,
+            }
+        }
+    }
+}
+
+/// One configuration of the log channel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Variant {
+    mtu: usize,
+    mode: SendMode,
+    piggyback: bool,
+}
+
+impl Variant {
+    fn control(&self) -> &'static str {
+        if self.piggyback {
+            "piggyback"
+        } else {
+            "separate"
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("mtu{} {} {}", self.mtu, self.mode.as_str(), self.control())
+    }
+}
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
+}
+
+fn members() -> Vec<Member> {
+    (0..3).map(|id| Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_port())) }).collect()
+}
+
+/// A node directory in shared memory (so the logs never touch a disk), unique per run and node.
+fn node_dir(run: &str, id: i32) -> PathBuf {
+    let base = Path::new("/dev/shm");
+    let base = if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() };
+    base.join(format!("qc-bench-{}-{run}-{id}", std::process::id()))
+}
+
+fn channel(variant: &Variant) -> ChannelConfig {
+    let term_length = 16 << 20;
+    ChannelConfig {
+        mtu: variant.mtu,
+        term_length,
+        send_mode: variant.mode,
+        receiver_window: 2 << 20,
+        socket: SocketOptions { send_buffer: Some(4 << 20), receive_buffer: Some(4 << 20) },
+        ..ChannelConfig::default()
+    }
+}
+
+fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBuilder {
+    NodeBuilder::new(id, members.to_vec())
+        .leader(0)
+        .directory(node_dir(run, id))
+        .clean_stale(true)
+        .channel(channel(variant))
+        .commit_piggyback(variant.piggyback)
+}
+
+fn pin(core: usize) {
+    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core)) {
+        core_affinity::set_for_current(id);
+    }
+}
+
+fn message(buffer: &mut [u8; MESSAGE], seq: u64) {
+    buffer[..8].copy_from_slice(&seq.to_le_bytes());
+}
+
+fn seq_of(entry: &[u8]) -> u64 {
+    entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// CPU seconds this process has used (user + system), from `/proc/self/stat`; 0 where unreadable.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // After the command: state is field 3, utime and stime are fields 14 and 15, in clock ticks (100/s).
+    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(14) + ticks(15)) / 100.0
+}
+
+/// The 1-minute load average (other processes competing for the 2 cores make every figure worse).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Counter values of a node, by label.
+#[derive(Clone, Debug, Default)]
+struct Snapshot(Vec<(String, i64)>);
+
+impl Snapshot {
+    fn of(reader: &CountersReader) -> Self {
+        let mut all = Vec::new();
+        reader.for_each(|_, _, label, value| all.push((label.to_owned(), value)));
+        Self(all)
+    }
+
+    fn get(&self, label: &str) -> i64 {
+        self.0.iter().find(|(l, _)| l == label).map_or(0, |(_, v)| *v)
+    }
+
+    /// `self - earlier` for `label`.
+    fn delta(&self, earlier: &Snapshot, label: &str) -> i64 {
+        self.get(label) - earlier.get(label)
+    }
+}
+
+fn counters_of(run: &str, id: i32) -> CountersReader {
+    CountersReader::open(node_dir(run, id).join("counters.dat")).expect("the node's counters file")
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Invoker layout: thread 0 drives the leader and offers, thread 1 drives the followers.
+
+/// What the followers' thread publishes.
+#[derive(Default)]
+struct FollowerState {
+    stop: AtomicBool,
+    applied: [AtomicU64; 2],
+    out_of_order: AtomicU64,
+    loops: AtomicU64,
+    idle_loops: AtomicU64,
+}
+
+/// A cluster whose followers run on their own bench thread and whose leader the calling thread drives.
+struct InvokerCluster {
+    run: String,
+    leader: Node,
+    client: quorumcast::node::Client,
+    followers: Arc<FollowerState>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+    applied: u64,
+    offered: u64,
+    out_of_order: u64,
+    buffer: [u8; MESSAGE],
+}
+
+impl InvokerCluster {
+    fn start(run: &str, variant: Variant) -> Result<Self, String> {
+        let members = members();
+        let state = Arc::new(FollowerState::default());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = {
+            let (state, members, run) = (Arc::clone(&state), members.clone(), run.to_owned());
+            std::thread::Builder::new()
+                .name("followers".into())
+                .spawn(move || drive_followers(&run, &members, variant, &state, ready_tx))
+                .map_err(|e| e.to_string())?
+        };
+        ready_rx.recv().map_err(|_| "the followers' thread ended before starting".to_string())??;
+        pin(0);
+        let leader = builder(run, 0, &members, &variant)
+            .threading(ThreadingMode::Invoker)
+            .start()
+            .map_err(|e| format!("leader: {e}"))?;
+        let client = leader.client();
+        let mut cluster = Self {
+            run: run.to_owned(),
+            leader,
+            client,
+            followers: state,
+            thread: Some(thread),
+            applied: 0,
+            offered: 0,
+            out_of_order: 0,
+            buffer: [7u8; MESSAGE],
+        };
+        cluster.warm_up()?;
+        Ok(cluster)
+    }
+
+    /// Commits a first message on every node, so that every receiver is live before timing starts.
+    fn warm_up(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let images = |run: &str| (1..3).all(|id| counters_of(run, id).find("receiver images").unwrap_or(0) >= 1);
+        while !images(&self.run) {
+            if Instant::now() > deadline {
+                return Err("the followers made no image in 10 s".into());
+            }
+            self.drive(|_| {});
+        }
+        while !self.offer() {
+            self.drive(|_| {});
+        }
+        while self.applied < 1 || self.follower_applied().into_iter().any(|a| a < 1) {
+            if Instant::now() > deadline {
+                return Err("the cluster did not commit its first message in 10 s".into());
+            }
+            self.drive(|_| {});
+        }
+        Ok(())
+    }
+
+    /// Offers the next message; false when back-pressured.
+    fn offer(&mut self) -> bool {
+        message(&mut self.buffer, self.offered);
+        match self.client.offer(&self.buffer) {
+            Ok(_) => {
+                self.offered += 1;
+                true
+            }
+            Err(OfferError::BackPressured) => false,
+            Err(e) => panic!("offer failed: {e}"),
+        }
+    }
+
+    /// One duty cycle of the leader's agents and its apply; `on_apply(seq)` for every entry applied.
+    fn drive(&mut self, mut on_apply: impl FnMut(u64)) -> usize {
+        let work = self.leader.invoke().expect("the leader's agents run");
+        let (applied, out_of_order) = (&mut self.applied, &mut self.out_of_order);
+        let read = self.leader.poll_committed(4096, |entry| {
+            let seq = seq_of(entry);
+            if seq != *applied {
+                *out_of_order += 1;
+            }
+            *applied = seq + 1;
+            on_apply(seq);
+        });
+        work + read
+    }
+
+    fn follower_applied(&self) -> [u64; 2] {
+        [self.followers.applied[0].load(Ordering::Acquire), self.followers.applied[1].load(Ordering::Acquire)]
+    }
+
+    /// Every node's applied count, the leader first.
+    fn all_applied(&self) -> [u64; 3] {
+        let [a, b] = self.follower_applied();
+        [self.applied, a, b]
+    }
+
+    fn snapshot(&self) -> [Snapshot; 3] {
+        [
+            Snapshot::of(&self.leader.counters().reader()),
+            Snapshot::of(&counters_of(&self.run, 1)),
+            Snapshot::of(&counters_of(&self.run, 2)),
+        ]
+    }
+
+    fn close(mut self) -> Result<u64, String> {
+        self.followers.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.join().map_err(|_| "the followers' thread panicked".to_string())??;
+        }
+        let out_of_order = self.out_of_order + self.followers.out_of_order.load(Ordering::Acquire);
+        self.leader.close().map_err(|e| e.to_string())?;
+        Ok(out_of_order)
+    }
+}
+
+fn drive_followers(
+    run: &str,
+    members: &[Member],
+    variant: Variant,
+    state: &FollowerState,
+    ready: mpsc::Sender<Result<(), String>>,
+) -> Result<(), String> {
+    pin(1);
+    let start = |id| builder(run, id, members, &variant).threading(ThreadingMode::Invoker).start();
+    let mut nodes = match (start(1), start(2)) {
+        (Ok(a), Ok(b)) => [a, b],
+        (a, b) => {
+            let error = format!("followers: {:?} {:?}", a.err(), b.err());
+            let _ = ready.send(Err(error.clone()));
+            return Err(error);
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut next = [0u64; 2];
+    let (mut loops, mut idle) = (0u64, 0u64);
+    while !state.stop.load(Ordering::Acquire) {
+        let mut work = 0;
+        for (i, node) in nodes.iter_mut().enumerate() {
+            work += node.invoke().map_err(|e| e.to_string())?;
+            let next = &mut next[i];
+            work += node.poll_committed(4096, |entry| {
+                let seq = seq_of(entry);
+                if seq != *next {
+                    state.out_of_order.fetch_add(1, Ordering::Relaxed);
+                }
+                *next = seq + 1;
+            });
+            state.applied[i].store(*next, Ordering::Release);
+        }
+        loops += 1;
+        if work == 0 {
+            idle += 1;
+            std::hint::spin_loop();
+        }
+        if loops % 1024 == 0 {
+            state.loops.store(loops, Ordering::Relaxed);
+            state.idle_loops.store(idle, Ordering::Relaxed);
+        }
+    }
+    for node in nodes {
+        node.close().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// What the saturation run found.
+#[derive(Clone, Debug, Default)]
+struct Saturation {
+    /// Committed (applied on every node) messages per second of each window.
+    rates: Vec<f64>,
+    /// Leader Sender control and data syscalls per second over all windows.
+    control_per_s: f64,
+    data_per_s: f64,
+    commit_frames_per_s: f64,
+    alloc_bytes_per_entry: f64,
+    /// CPU seconds the process used per wall second (2.0 = both cores).
+    cpu_util: f64,
+    diagnosis: Vec<String>,
+}
+
+impl Saturation {
+    fn median(&self) -> f64 {
+        let mut r = self.rates.clone();
+        r.sort_by(f64::total_cmp);
+        r.get(r.len() / 2).copied().unwrap_or(0.0)
+    }
+}
+
+/// Offers as fast as the leader's ingress takes, for the warm-up and then `windows` windows.
+fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
+    let end_warmup = Instant::now() + settings.warmup;
+    while Instant::now() < end_warmup {
+        offer_burst(cluster);
+        cluster.drive(|_| {});
+    }
+    let mut result = Saturation::default();
+    let first_counters = cluster.snapshot();
+    let follower_loops =
+        (cluster.followers.loops.load(Ordering::Relaxed), cluster.followers.idle_loops.load(Ordering::Relaxed));
+    let alloc_start = ALLOCATED.load(Ordering::Relaxed);
+    let cpu_start = cpu_seconds();
+    let (mut loops, mut idle_loops, mut refused) = (0u64, 0u64, 0u64);
+    let started = Instant::now();
+    let first_applied = cluster.all_applied();
+    let mut window_start = (started, first_applied);
+    for _ in 0..settings.windows {
+        let end = window_start.0 + settings.window;
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            let offered = offer_burst(cluster);
+            if offered < 1024 {
+                refused += 1;
+            }
+            let work = cluster.drive(|_| {});
+            loops += 1;
+            if work == 0 {
+                idle_loops += 1;
+            }
+        }
+        let now = Instant::now();
+        let applied = cluster.all_applied();
+        let seconds = (now - window_start.0).as_secs_f64();
+        let slowest = (0..3).map(|i| applied[i] - window_start.1[i]).min().unwrap_or(0);
+        result.rates.push(slowest as f64 / seconds);
+        window_start = (now, applied);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    result.cpu_util = (cpu_seconds() - cpu_start) / seconds;
+    let last_applied = cluster.all_applied();
+    let entries = last_applied[0] - first_applied[0];
+    result.alloc_bytes_per_entry = (ALLOCATED.load(Ordering::Relaxed) - alloc_start) as f64 / entries.max(1) as f64;
+    let last = cluster.snapshot();
+    let l = |label: &str| last[0].delta(&first_counters[0], label) as f64 / seconds;
+    result.control_per_s = l("sender control syscalls");
+    result.data_per_s = l("sender data syscalls");
+    result.commit_frames_per_s = l("consensus commit frames");
+    let follower_loops = (
+        cluster.followers.loops.load(Ordering::Relaxed) - follower_loops.0,
+        cluster.followers.idle_loops.load(Ordering::Relaxed) - follower_loops.1,
+    );
+    let f = |i: usize, label: &str| last[i].delta(&first_counters[i], label) as f64 / seconds;
+    let datagrams = l("sender data datagrams");
+    result.diagnosis = vec![
+        format!(
+            "process CPU {:.2} cores of 2 (load average {:.1}); thread 0 (load + leader): {:.0} loops/s, {:.1}% idle, {:.1}% of loops the ingress was full; appended {:.0}/s, \
+             log back pressure {:.0}/s, flow-control stalls {:.0}/s",
+            result.cpu_util,
+            load_average(),
+            loops as f64 / seconds,
+            100.0 * idle_loops as f64 / loops.max(1) as f64,
+            100.0 * refused as f64 / loops.max(1) as f64,
+            l("consensus messages appended"),
+            l("consensus back pressure"),
+            l("sender flow control stalls"),
+        ),
+        format!(
+            "leader sender: {:.0} data syscalls/s, {:.0} datagrams/s (both followers), {:.1} msgs/datagram, \
+             {:.0} control syscalls/s, {:.0} commit frames/s, {:.0} status msgs/s in, short sends {:.0}/s",
+            result.data_per_s,
+            datagrams,
+            2.0 * l("consensus messages appended") / datagrams.max(1.0),
+            result.control_per_s,
+            result.commit_frames_per_s,
+            l("sender status messages received"),
+            l("sender short sends"),
+        ),
+        format!(
+            "thread 1 (2 followers): {:.0} loops/s, {:.1}% idle; follower 1 receives {:.0} datagrams/s in {:.0} recv \
+             syscalls/s, NAKs {:.0}/s, follower 2 {:.0} datagrams/s",
+            follower_loops.0 as f64 / seconds,
+            100.0 * follower_loops.1 as f64 / follower_loops.0.max(1) as f64,
+            f(1, "receiver datagrams"),
+            f(1, "receiver recv syscalls"),
+            f(1, "receiver NAKs sent"),
+            f(2, "receiver datagrams"),
+        ),
+    ];
+    result
+}
+
+/// Offers up to one consensus drain's worth of messages; returns how many were taken.
+fn offer_burst(cluster: &mut InvokerCluster) -> usize {
+    let mut taken = 0;
+    while taken < 1024 && cluster.offer() {
+        taken += 1;
+    }
+    taken
+}
+
+/// Lets everything offered so far be applied everywhere.
+fn drain(cluster: &mut InvokerCluster) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.all_applied().into_iter().any(|a| a < cluster.offered) && Instant::now() < deadline {
+        cluster.drive(|_| {});
+    }
+}
+
+/// One message at a time: offer, then drive the leader until it applies that message.
+fn serial(cluster: &mut InvokerCluster, samples: usize) -> Histogram<u64> {
+    let mut histogram = histogram();
+    for _ in 0..samples {
+        let start = Instant::now();
+        while !cluster.offer() {
+            cluster.drive(|_| {});
+        }
+        let target = cluster.offered;
+        while cluster.applied < target {
+            cluster.drive(|_| {});
+        }
+        let _ = histogram.record(start.elapsed().as_nanos() as u64);
+    }
+    histogram
+}
+
+/// Up to `PIPELINE_WINDOW` messages in flight; records each message's offer-to-apply latency.
+fn pipeline(cluster: &mut InvokerCluster, time: Duration) -> (Histogram<u64>, f64) {
+    let mut histogram = histogram();
+    let mut offered_at = [Instant::now(); PIPELINE_WINDOW];
+    let first = cluster.applied;
+    let start = Instant::now();
+    let end = start + time;
+    while Instant::now() < end {
+        while cluster.offered - cluster.applied < PIPELINE_WINDOW as u64 {
+            let seq = cluster.offered;
+            let now = Instant::now();
+            if !cluster.offer() {
+                break;
+            }
+            offered_at[seq as usize % PIPELINE_WINDOW] = now;
+        }
+        let (h, at) = (&mut histogram, &offered_at);
+        cluster.drive(|seq| {
+            let _ = h.record(at[seq as usize % PIPELINE_WINDOW].elapsed().as_nanos() as u64);
+        });
+    }
+    let rate = (cluster.applied - first) as f64 / start.elapsed().as_secs_f64();
+    (histogram, rate)
+}
+
+/// Everything measured for one variant in the invoker layout.
+#[derive(Clone, Debug)]
+struct VariantResult {
+    variant: Variant,
+    saturation: Saturation,
+    serial: (f64, f64),
+    pipeline: (f64, f64, f64),
+    warnings: Vec<String>,
+    out_of_order: u64,
+}
+
+fn us(histogram: &Histogram<u64>, quantile: f64) -> f64 {
+    histogram.value_at_quantile(quantile) as f64 / 1000.0
+}
+
+fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<VariantResult, String> {
+    let run = format!("v{index}");
+    let mut cluster = InvokerCluster::start(&run, variant)?;
+    let warnings = cluster.leader.warnings().to_vec();
+    let saturation = saturate(&mut cluster, settings);
+    drain(&mut cluster);
+    let serial_histogram = serial(&mut cluster, settings.serial_samples);
+    let (pipeline_histogram, pipeline_rate) = pipeline(&mut cluster, settings.pipeline_time);
+    drain(&mut cluster);
+    let out_of_order = cluster.close()?;
+    Ok(VariantResult {
+        variant,
+        saturation,
+        serial: (us(&serial_histogram, 0.5), us(&serial_histogram, 0.99)),
+        pipeline: (us(&pipeline_histogram, 0.5), us(&pipeline_histogram, 0.99), pipeline_rate),
+        warnings,
+        out_of_order,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Threaded layout for C: the leader's consensus agent on its own thread with the strategy under test.
+
+/// What one C run found.
+#[derive(Clone, Debug)]
+struct CResult {
+    variant: Variant,
+    idle: String,
+    achieved: f64,
+    control_per_s: f64,
+    data_per_s: f64,
+    commit_frames_per_s: f64,
+    consensus_cycles_per_s: f64,
+    serial: (f64, f64),
+}
+
+fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Result<CResult, String> {
+    let run = format!("c{index}");
+    let members = members();
+    let backoff = IdleStrategyConfig::default();
+    let consensus: IdleStrategyConfig = idle.parse().map_err(|e| format!("{e}"))?;
+    pin(0);
+    let follower = |id| {
+        builder(&run, id, &members, &variant)
+            .threading(ThreadingMode::Shared)
+            .idle(backoff, backoff, backoff)
+            .cores(Some(0), Some(0), Some(0))
+            .start()
+            .map_err(|e| format!("follower {id}: {e}"))
+    };
+    // Followers first, and nothing offered until both have an image at position 0 (a follower that misses
+    // the leader's first SETUP joins where the sender is when it answers a later one).
+    let followers = [follower(1)?, follower(2)?];
+    let leader = builder(&run, 0, &members, &variant)
+        .threading(ThreadingMode::SharedNetwork)
+        .idle(consensus, backoff, backoff)
+        .cores(Some(1), Some(0), Some(0))
+        .start()
+        .map_err(|e| format!("leader: {e}"))?;
+    let [f1, f2] = followers;
+    let mut nodes = [leader, f1, f2];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nodes[1..].iter().any(|n| n.counters().reader().find("receiver images").unwrap_or(0) < 1) {
+        if Instant::now() > deadline {
+            return Err("followers made no image in 10 s".into());
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let client = nodes[0].client();
+    let mut buffer = [7u8; MESSAGE];
+    let mut offered = 0u64;
+    let mut applied = [0u64; 3];
+    let apply = |nodes: &mut [Node; 3], applied: &mut [u64; 3]| {
+        for (node, count) in nodes.iter_mut().zip(applied.iter_mut()) {
+            node.poll_committed(4096, |_| *count += 1);
+        }
+    };
+    // Warm up: the first message committed everywhere.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while applied.iter().any(|&a| a < 1) {
+        if offered == 0 && client.offer(&buffer).is_ok() {
+            offered = 1;
+        }
+        apply(&mut nodes, &mut applied);
+        if Instant::now() > deadline {
+            return Err(format!("C run {idle}: no first commit in 10 s"));
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    // Paced load: the warm-up third of the time, then the measured window.
+    let warmup = settings.c_time / 3;
+    let start = Instant::now();
+    let base = offered;
+    let mut first: Option<(Instant, Snapshot, [u64; 3])> = None;
+    loop {
+        let elapsed = start.elapsed();
+        if elapsed >= warmup + settings.c_time {
+            break;
+        }
+        if first.is_none() && elapsed >= warmup {
+            first = Some((Instant::now(), Snapshot::of(&nodes[0].counters().reader()), applied));
+        }
+        let due = base + (C_RATE as u128 * elapsed.as_nanos() / 1_000_000_000) as u64;
+        while offered < due {
+            message(&mut buffer, offered);
+            if client.offer(&buffer).is_err() {
+                break;
+            }
+            offered += 1;
+        }
+        apply(&mut nodes, &mut applied);
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let (t0, s0, a0) = first.expect("the warm-up ends before the window");
+    let seconds = t0.elapsed().as_secs_f64();
+    let s1 = Snapshot::of(&nodes[0].counters().reader());
+    let rate = |label: &str| s1.delta(&s0, label) as f64 / seconds;
+    let achieved = (0..3).map(|i| applied[i] - a0[i]).min().unwrap_or(0) as f64 / seconds;
+    let (control_per_s, data_per_s) = (rate("sender control syscalls"), rate("sender data syscalls"));
+    let (commit_frames_per_s, consensus_cycles_per_s) =
+        (rate("consensus commit frames"), rate("consensus duty cycles"));
+    // Serial latency in this layout.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while applied.iter().any(|&a| a < offered) && Instant::now() < deadline {
+        apply(&mut nodes, &mut applied);
+        std::thread::yield_now();
+    }
+    let mut histogram = histogram();
+    for _ in 0..settings.c_serial_samples {
+        let t = Instant::now();
+        message(&mut buffer, offered);
+        while client.offer(&buffer).is_err() {
+            std::thread::yield_now();
+        }
+        offered += 1;
+        while applied[0] < offered {
+            nodes[0].poll_committed(16, |_| applied[0] += 1);
+            if applied[0] < offered {
+                std::thread::yield_now();
+            }
+        }
+        let _ = histogram.record(t.elapsed().as_nanos() as u64);
+    }
+    for node in nodes {
+        node.close().map_err(|e| e.to_string())?;
+    }
+    Ok(CResult {
+        variant,
+        idle: idle.to_owned(),
+        achieved,
+        control_per_s,
+        data_per_s,
+        commit_frames_per_s,
+        consensus_cycles_per_s,
+        serial: (us(&histogram, 0.5), us(&histogram, 0.99)),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Output.
+
+fn host() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown".to_string(), |(_, v)| v.trim().to_string());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    json!({ "cpu": cpu, "cores": quorumcast::agent::available_cores(), "kernel": kernel, "load_average_1m": load_average() })
+}
+
+fn rate(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{:.2}M", value / 1e6)
+    } else if value >= 1e3 {
+        format!("{:.0}k", value / 1e3)
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
+    println!();
+    println!(
+        "## Raft table (layout of BASELINE.md): 3 nodes in one process, 128 B messages, committed = applied on all 3"
+    );
+    println!();
+    println!("| Engine | Variant / completion level | Serial p50 | Serial p99 | Pipeline (window 256) sustained, p50 / p99 | Saturation sustained, median (min / max of 3 windows) | Allocation/entry |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in results {
+        let s = &r.saturation;
+        let min = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = s.rates.iter().copied().fold(0.0, f64::max);
+        println!(
+            "| quorumcast | UDP loopback · MTU {} · {} · commit {} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
+            r.variant.mtu,
+            r.variant.mode.as_str(),
+            r.variant.control(),
+            r.serial.0,
+            r.serial.1,
+            rate(r.pipeline.2),
+            r.pipeline.0,
+            r.pipeline.1,
+            rate(s.median()),
+            rate(min),
+            rate(max),
+            s.alloc_bytes_per_entry,
+        );
+    }
+    let other = "TC.Tier Core.Net (another system: .NET 8, i5-12400, 12 cores, Windows 11; BASELINE.md)";
+    println!("| {other} | InProcess · applied | 90us | — | 606k op/s (800 in flight) | 1.18M (308k / 1.60M, round p10/p90) | ~2.0KB |");
+    println!("| {other} | TCP · applied | 250us | — | 142k op/s (800 in flight) | 397k (155k / 497k, round p10/p90) | ~12.5KB |");
+    println!("| {other} | TCP · committed | 220us | — | 147k op/s (800 in flight) | 517k (174k / 635k, round p10/p90) | ~12.7KB |");
+    println!();
+    println!("Saturation detail (leader Sender at saturation):");
+    println!();
+    println!("| Variant | committed msg/s | data syscalls/s | control syscalls/s (C) | commit frames/s |");
+    println!("|---|---|---|---|---|");
+    for r in results {
+        let s = &r.saturation;
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            r.variant.name(),
+            rate(s.median()),
+            rate(s.data_per_s),
+            rate(s.control_per_s),
+            rate(s.commit_frames_per_s)
+        );
+    }
+    if !c_results.is_empty() {
+        println!();
+        println!(
+            "## C per consensus idle strategy, paced at {} msg/s (leader consensus alone on core 1; everything else on core 0 with backoff)",
+            rate(C_RATE as f64)
+        );
+        println!();
+        println!("| Variant | Consensus idle | achieved msg/s | C: control syscalls/s | data syscalls/s | commit frames/s | consensus cycles/s | serial p50 / p99 |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for c in c_results {
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {:.0}us / {:.0}us |",
+                c.variant.name(),
+                c.idle,
+                rate(c.achieved),
+                rate(c.control_per_s),
+                rate(c.data_per_s),
+                rate(c.commit_frames_per_s),
+                rate(c.consensus_cycles_per_s),
+                c.serial.0,
+                c.serial.1
+            );
+        }
+    }
+}
+
+fn rows(results: &[VariantResult], c_results: &[CResult]) -> Vec<Value> {
+    let mut rows: Vec<Value> = results
+        .iter()
+        .map(|r| {
+            json!({
+                "mtu": r.variant.mtu,
+                "msg": MESSAGE,
+                "send_mode": r.variant.mode.as_str(),
+                "control": r.variant.control(),
+                "idle": "invoker-spin",
+                "layout": "invoker: thread 0 = load generator + leader (core 0), thread 1 = both followers (core 1)",
+                "committed_msgs_per_s": r.saturation.median(),
+                "committed_msgs_per_s_windows": r.saturation.rates,
+                "serial_us": { "p50": r.serial.0, "p99": r.serial.1 },
+                "pipeline": { "window": PIPELINE_WINDOW, "msgs_per_s": r.pipeline.2, "p50_us": r.pipeline.0, "p99_us": r.pipeline.1 },
+                "c_per_s": r.saturation.control_per_s,
+                "data_syscalls_per_s": r.saturation.data_per_s,
+                "commit_frames_per_s": r.saturation.commit_frames_per_s,
+                "alloc_bytes_per_entry": r.saturation.alloc_bytes_per_entry,
+                "cpu_cores_used": r.saturation.cpu_util,
+                "out_of_order": r.out_of_order,
+            })
+        })
+        .collect();
+    rows.extend(c_results.iter().map(|c| {
+        json!({
+            "mtu": c.variant.mtu,
+            "msg": MESSAGE,
+            "send_mode": c.variant.mode.as_str(),
+            "control": c.variant.control(),
+            "idle": c.idle,
+            "layout": "leader shared-network: consensus alone on core 1 with `idle`, sender+receiver backoff on core 0; followers shared backoff on core 0; bench thread on core 0",
+            "offered_msgs_per_s": C_RATE,
+            "committed_msgs_per_s": c.achieved,
+            "serial_us": { "p50": c.serial.0, "p99": c.serial.1 },
+            "c_per_s": c.control_per_s,
+            "data_syscalls_per_s": c.data_per_s,
+            "commit_frames_per_s": c.commit_frames_per_s,
+            "consensus_cycles_per_s": c.consensus_cycles_per_s,
+        })
+    }));
+    rows
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC.
+fn timestamp() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + (month <= 2) as i64;
+    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn write_summary(summary: &Value) -> std::io::Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let base = target.join("cluster");
+    let stamp = timestamp();
+    let dir = base.join(&stamp);
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("summary.json");
+    std::fs::write(&file, serde_json::to_string_pretty(summary).expect("JSON of plain values"))?;
+    let latest = base.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    std::os::unix::fs::symlink(&stamp, &latest)?;
+    Ok(file)
+}
+
+fn variants(settings: &Settings) -> Vec<Variant> {
+    let mut all = Vec::new();
+    for mtu in [1408, 8192] {
+        if settings.quick {
+            all.push(Variant { mtu, mode: SendMode::Classic, piggyback: false });
+            all.push(Variant { mtu, mode: SendMode::Gso, piggyback: true });
+            continue;
+        }
+        for mode in SendMode::ALL {
+            for piggyback in [false, true] {
+                all.push(Variant { mtu, mode, piggyback });
+            }
+        }
+    }
+    all
+}
+
+fn selected(settings: &Settings, name: &str) -> bool {
+    settings.only.as_deref().is_none_or(|only| name.contains(only))
+}
+
+fn main() {
+    let settings = Settings::from_args();
+    let started = Instant::now();
+    let load_at_start = load_average();
+    println!(
+        "cluster bench{}: 3 nodes over UDP loopback in one process, {MESSAGE} B messages, {} cores",
+        if settings.quick { " (quick)" } else { "" },
+        quorumcast::agent::available_cores()
+    );
+    println!("throughput/latency layout: every node in invoker mode; bench thread 0 on core 0 = load generator + leader agents + leader apply; bench thread 1 on core 1 = both followers' agents + apply (2 spinning threads on 2 cores)");
+    let mut results = Vec::new();
+    for (index, variant) in variants(&settings).into_iter().enumerate() {
+        if !selected(&settings, &variant.name()) {
+            continue;
+        }
+        match run_variant(variant, &settings, index) {
+            Ok(r) => {
+                println!(
+                    "{:<28} committed {:>7}/s (windows {}), serial p50 {:.1}us p99 {:.1}us, pipeline {} op/s p50 {:.0}us p99 {:.0}us",
+                    variant.name(),
+                    rate(r.saturation.median()),
+                    r.saturation.rates.iter().map(|&x| rate(x)).collect::<Vec<_>>().join(" "),
+                    r.serial.0,
+                    r.serial.1,
+                    rate(r.pipeline.2),
+                    r.pipeline.0,
+                    r.pipeline.1
+                );
+                for line in &r.saturation.diagnosis {
+                    println!("    {line}");
+                }
+                for w in &r.warnings {
+                    println!("    warning: {w}");
+                }
+                if r.out_of_order > 0 {
+                    println!("    ERROR: {} entries applied out of order", r.out_of_order);
+                }
+                results.push(r);
+            }
+            Err(e) => println!("{:<28} FAILED: {e}", variant.name()),
+        }
+    }
+    let best = results
+        .iter()
+        .filter(|r| r.variant.mtu == 8192)
+        .max_by(|a, b| a.saturation.median().total_cmp(&b.saturation.median()))
+        .map(|r| r.variant);
+    let mut c_variants = vec![Variant { mtu: 1408, mode: SendMode::Classic, piggyback: false }];
+    c_variants.extend(best.filter(|b| b.mode != SendMode::Classic || b.piggyback));
+    println!("C layout: leader in shared-network mode, its consensus agent alone on core 1 with the strategy under test, its sender+receiver on core 0 with backoff; followers in shared mode with backoff on core 0; bench thread (pacer, apply of every node) on core 0; paced at {C_RATE} msg/s");
+    let mut c_results = Vec::new();
+    let mut index = 0;
+    if settings.skip_c {
+        c_variants.clear();
+    }
+    for variant in c_variants {
+        for idle in C_IDLES {
+            index += 1;
+            if !selected(&settings, &format!("C {} {idle}", variant.name())) {
+                continue;
+            }
+            match run_c(variant, idle, &settings, index) {
+                Ok(c) => {
+                    println!(
+                        "C {:<28} {:<14} achieved {:>6}/s, control {:>6}/s, data {:>6}/s, commit frames {:>6}/s, consensus cycles {:>6}/s, serial p50 {:.0}us p99 {:.0}us",
+                        variant.name(),
+                        idle,
+                        rate(c.achieved),
+                        rate(c.control_per_s),
+                        rate(c.data_per_s),
+                        rate(c.commit_frames_per_s),
+                        rate(c.consensus_cycles_per_s),
+                        c.serial.0,
+                        c.serial.1
+                    );
+                    c_results.push(c);
+                }
+                Err(e) => println!("C {} {idle} FAILED: {e}", variant.name()),
+            }
+        }
+    }
+    print_tables(&results, &c_results);
+    let summary = json!({
+        "bench": "cluster",
+        "quick": settings.quick,
+        "host": host(),
+        "load_average_1m_at_start": load_at_start,
+        "message_bytes": MESSAGE,
+        "rows": rows(&results, &c_results),
+    });
+    match write_summary(&summary) {
+        Ok(path) => println!("\nsummary: {} ({:.0} s)", path.display(), started.elapsed().as_secs_f64()),
+        Err(e) => println!("\nsummary not written: {e}"),
+    }
+}
