@@ -27,7 +27,12 @@ fn main() -> ExitCode {
     match run(&options) {
         Ok(outcome) => {
             println!("summary: {}", outcome.dir.join("summary.json").display());
-            ExitCode::SUCCESS
+            if outcome.failures.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("{} configurations failed (see above); the report has the others", outcome.failures.len());
+                ExitCode::FAILURE
+            }
         }
         Err(e) => {
             eprintln!("sweep failed: {e}");

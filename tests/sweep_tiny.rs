@@ -20,6 +20,7 @@ fn the_tiny_sweep_writes_a_whole_report() {
     let options =
         SweepOptions { profile: Profile::tiny(), out: out.clone(), layout: Layout::unpinned(), progress: false };
     let outcome = run(&options).expect("the tiny sweep runs");
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
     assert!(outcome.dir.starts_with(&out));
     let latest = std::fs::read_link(out.join("latest")).expect("latest is a link");
     assert_eq!(out.join(latest), outcome.dir);

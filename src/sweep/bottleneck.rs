@@ -57,10 +57,13 @@ pub struct StageEvidence {
     /// The Sender's data datagrams per second (each follower's copy counted) over the probe's S for its
     /// mode and MTU: the share of S the log took.
     pub sender_share: f64,
-    /// Flow-control stalls per Sender duty cycle.
-    pub flow_control_stalled: f64,
+    /// Fraction of samples in which data waited but the flow-control window was closed: the followers'
+    /// consumption (which the harness applies once committed) held the Sender back.
+    pub window_closed: f64,
     /// Fraction of the busier follower thread's duty cycles that did no work.
     pub receiver_idle: f64,
+    /// NAKs the leader's Sender received per second: loss recovery, which stalls the followers' windows.
+    pub naks_per_s: f64,
     /// Mean bytes appended but not yet sent: the queue in front of the Sender.
     pub sender_queue: f64,
     /// Mean bytes sent but not yet committed: the queue in the network and the followers.
@@ -74,16 +77,20 @@ pub struct StageEvidence {
 pub const INGRESS_FULL: f64 = 0.05;
 /// Above this fraction of consensus cycles back-pressured, the log is held back downstream of the append.
 pub const LOG_BACK_PRESSURED: f64 = 0.02;
-/// Above this many flow-control stalls per Sender cycle, a queue in front of the Sender is the
-/// receivers' doing.
-pub const FLOW_CONTROL_STALLED: f64 = 0.5;
+/// Above this fraction of samples with the flow-control window closed while data waited, the Sender
+/// spent too much of the run held back to be the bottleneck: the followers' consumption was.
+pub const WINDOW_CLOSED: f64 = 0.25;
+
+/// Above this fraction of its duty cycles idle, a Sender with data waiting was held back, not saturated.
+pub const SENDER_IDLE: f64 = 0.5;
 
 /// The stage that saturated first, and the evidence as one line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bottleneck {
     /// The stage.
     pub stage: Stage,
-    /// e.g. `sender (idle 2% of cycles, 97% of S; ...)`: the stage, then its evidence.
+    /// e.g. `sender: data waited for the Sender with its window open (ingress full in ...)`: the stage,
+    /// why, then the evidence.
     pub text: String,
 }
 
@@ -91,26 +98,30 @@ pub struct Bottleneck {
 ///
 /// 1. the ingress was rarely full: the load generator could not offer faster → `load`;
 /// 2. the ingress filled but the log was rarely back-pressured: the append stage is slowest → `append`;
-/// 3. the log was back-pressured: the largest queue downstream names the stage in front of it: appended
-///    but unsent → `sender` (or `receiver` when flow control stalled the Sender), sent but uncommitted →
-///    `receiver`, committed but unapplied → `load` (the harness's own apply loop).
+/// 3. the log was back-pressured: the largest queue downstream names the stage in front of it. Appended
+///    but unsent → `sender`, unless the flow-control window was closed in more than [`WINDOW_CLOSED`] of
+///    the samples (the followers' consumption held the Sender) or the Sender idled in more than
+///    [`SENDER_IDLE`] of its cycles → `receiver`; sent but uncommitted →
+///    `receiver`; committed but unapplied → `load` (the harness's own apply loop).
 pub fn classify(e: &StageEvidence) -> Bottleneck {
-    let stage = if e.ingress_full < INGRESS_FULL {
-        Stage::Load
+    let (stage, why) = if e.ingress_full < INGRESS_FULL {
+        (Stage::Load, "the load generator could not fill the ingress")
     } else if e.log_back_pressured < LOG_BACK_PRESSURED {
-        Stage::Append
+        (Stage::Append, "the consensus agent could not drain the ingress into the log")
     } else if e.sender_queue >= e.receiver_queue && e.sender_queue >= e.apply_queue {
-        if e.flow_control_stalled > FLOW_CONTROL_STALLED {
-            Stage::Receiver
+        if e.window_closed > WINDOW_CLOSED {
+            (Stage::Receiver, "the followers' flow-control window was closed while data waited to be sent")
+        } else if e.sender_idle > SENDER_IDLE {
+            (Stage::Receiver, "the Sender sat idle with data waiting: the followers held it (window or loss recovery)")
         } else {
-            Stage::Sender
+            (Stage::Sender, "data waited for the Sender with its flow-control window open")
         }
     } else if e.receiver_queue >= e.apply_queue {
-        Stage::Receiver
+        (Stage::Receiver, "sent data waited for the followers' acknowledgements")
     } else {
-        Stage::Load
+        (Stage::Load, "committed entries waited for the harness to apply them")
     };
-    Bottleneck { stage, text: format!("{stage} ({})", describe(e)) }
+    Bottleneck { stage, text: format!("{stage}: {why} ({})", describe(e)) }
 }
 
 /// The evidence as one line.
@@ -119,17 +130,19 @@ fn describe(e: &StageEvidence) -> String {
     let kib = |x: f64| format!("{:.0} KiB", x / 1024.0);
     format!(
         "ingress full in {} of bursts; log back-pressured in {} of consensus cycles; queues: unsent {}, uncommitted {}, \
-         unapplied {}; idle: consensus {}, sender {}, followers {}; sender at {} of S, {:.2} flow-control stalls/cycle",
+         unapplied {}; flow-control window closed in {} of samples; {:.0} NAKs/s; idle: consensus {}, sender {}, \
+         followers {}; sender data at {} of S",
         pct(e.ingress_full),
         pct(e.log_back_pressured),
         kib(e.sender_queue),
         kib(e.receiver_queue),
         kib(e.apply_queue),
+        pct(e.window_closed),
+        e.naks_per_s,
         pct(e.consensus_idle),
         pct(e.sender_idle),
         pct(e.receiver_idle),
-        pct(e.sender_share),
-        e.flow_control_stalled
+        pct(e.sender_share)
     )
 }
 
@@ -144,7 +157,8 @@ mod tests {
             log_back_pressured: 0.4,
             sender_idle: 0.02,
             sender_share: 0.97,
-            flow_control_stalled: 0.0,
+            window_closed: 0.0,
+            naks_per_s: 0.0,
             receiver_idle: 0.4,
             sender_queue: 8.0 * 1024.0 * 1024.0,
             receiver_queue: 64.0 * 1024.0,
@@ -156,9 +170,9 @@ mod tests {
     fn a_queue_in_front_of_a_busy_sender_names_the_sender() {
         let b = classify(&base());
         assert_eq!(b.stage, Stage::Sender);
-        assert!(b.text.starts_with("sender (ingress full in 90% of bursts; log back-pressured in 40%"), "{}", b.text);
+        assert!(b.text.starts_with("sender: data waited for the Sender with its flow-control window open (ingress full in 90% of bursts; log back-pressured in 40%"), "{}", b.text);
         assert!(b.text.contains("unsent 8192 KiB, uncommitted 64 KiB, unapplied 1 KiB"), "{}", b.text);
-        assert!(b.text.contains("sender at 97% of S"), "{}", b.text);
+        assert!(b.text.contains("sender data at 97% of S"), "{}", b.text);
     }
 
     #[test]
@@ -177,7 +191,13 @@ mod tests {
         assert_eq!(classify(&e).stage, Stage::Receiver);
         let e = StageEvidence { apply_queue: 9e6, ..base() };
         assert_eq!(classify(&e).stage, Stage::Load);
-        let e = StageEvidence { flow_control_stalled: 0.9, ..base() };
+        let e = StageEvidence { window_closed: 0.3, ..base() };
         assert_eq!(classify(&e).stage, Stage::Receiver);
+        assert!(classify(&e).text.starts_with("receiver: the followers' flow-control window was closed"));
+        let e = StageEvidence { window_closed: 0.2, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Sender);
+        let e = StageEvidence { sender_idle: 0.9, naks_per_s: 100.0, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Receiver);
+        assert!(classify(&e).text.contains("100 NAKs/s"), "{}", classify(&e).text);
     }
 }

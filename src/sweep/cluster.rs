@@ -162,6 +162,9 @@ pub struct Positions {
     pub appended: i64,
     /// Sent by the Sender.
     pub sent: i64,
+    /// How far flow control lets the Sender go (`snd-lmt`): the slowest follower's consumption plus its
+    /// receiver window.
+    pub limit: i64,
     /// Acknowledged by both followers (their slowest).
     pub acknowledged: i64,
     /// Committed (a quorum acknowledged it).
@@ -229,7 +232,9 @@ fn channel(spec: &ClusterSpec) -> ChannelConfig {
         mtu: spec.mtu,
         term_length: 16 << 20,
         send_mode: spec.send_mode,
-        receiver_window: 2 << 20,
+        // As large as the receive buffer this host allows by default (net.core.rmem_max, 4 MiB here), so
+        // flow control holds the Sender back only when the followers' consumption really lags.
+        receiver_window: 4 << 20,
         socket: SocketOptions { send_buffer: Some(4 << 20), receive_buffer: Some(4 << 20) },
         ..ChannelConfig::default()
     }
@@ -396,6 +401,7 @@ impl LoadCluster {
         Positions {
             appended: get("consensus append position"),
             sent: get("snd-pos"),
+            limit: get("snd-lmt"),
             acknowledged: get("ack position of member 1").min(get("ack position of member 2")),
             committed: get("consensus commit position"),
             applied: self.nodes[0].applied_position(),

@@ -132,10 +132,15 @@ pub struct MuRun {
 /// How often a saturating run samples the leader's log positions.
 const QUEUE_SAMPLE_INTERVAL: Duration = Duration::from_millis(2);
 
-/// Sums of the byte gaps between pipeline stages: unsent, uncommitted, unapplied.
+/// A flow-control window smaller than this (one datagram at the largest preset MTU) counts as closed.
+const CLOSED_WINDOW: i64 = 8192;
+
+/// Sums of the byte gaps between pipeline stages (unsent, uncommitted, unapplied), and how many samples
+/// found the flow-control window closed with data waiting.
 #[derive(Debug, Default)]
 struct QueueSamples {
     sums: [f64; 3],
+    closed: u32,
     samples: u32,
 }
 
@@ -145,7 +150,14 @@ impl QueueSamples {
         for (sum, gap) in self.sums.iter_mut().zip(gaps) {
             *sum += gap.max(0) as f64;
         }
+        if p.appended > p.sent && p.limit - p.sent < CLOSED_WINDOW {
+            self.closed += 1;
+        }
         self.samples += 1;
+    }
+
+    fn closed_fraction(&self) -> f64 {
+        f64::from(self.closed) / f64::from(self.samples.max(1))
     }
 
     fn mean(&self, i: usize) -> f64 {
@@ -214,7 +226,6 @@ pub fn measure_mu(
     let rate = |label: &str| l1.delta(l0, label) as f64 / seconds;
     let (control_per_s, data_per_s) = (rate("sender control syscalls"), rate("sender data syscalls"));
     let consensus_cycles = l1.delta(l0, &format!("{LEADER_CONSENSUS} duty cycles")).max(1) as f64;
-    let sender_cycles = l1.delta(l0, &format!("{LEADER_SENDER} duty cycles")).max(1) as f64;
     let receiver_idle = (1..3).map(|i| idle_fraction(&before[i], &after[i], FOLLOWER)).fold(1.0, f64::min);
     let evidence = StageEvidence {
         ingress_full: full as f64 / bursts.max(1) as f64,
@@ -222,7 +233,8 @@ pub fn measure_mu(
         log_back_pressured: l1.delta(l0, "consensus back pressure") as f64 / consensus_cycles,
         sender_idle: idle_fraction(l0, l1, LEADER_SENDER),
         sender_share: send_datagrams_per_s.map_or(0.0, |s| rate("sender data datagrams") / s),
-        flow_control_stalled: l1.delta(l0, "sender flow control stalls") as f64 / sender_cycles,
+        window_closed: queues.closed_fraction(),
+        naks_per_s: rate("sender NAKs received"),
         receiver_idle,
         sender_queue: queues.mean(0),
         receiver_queue: queues.mean(1),

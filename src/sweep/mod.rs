@@ -175,6 +175,8 @@ pub struct SweepOutcome {
     pub dir: PathBuf,
     /// What `summary.json` holds.
     pub report: SweepReport,
+    /// Configurations that failed (cluster error), each with its error; they are not in the report.
+    pub failures: Vec<String>,
 }
 
 /// Prints lines beside the progress bar (or plainly when it is hidden).
@@ -284,19 +286,25 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     }
 
     let mut results = Vec::with_capacity(configs.len());
+    let mut failures = Vec::new();
     let mut times = SendTimes::new();
     for (index, config) in configs.iter().enumerate() {
         let remaining = profile.config_estimate() * (configs.len() - index) as u32;
         progress.bar.set_message(format!("[{}/{}] {config}: mu", index + 1, configs.len()));
         let times = &mut times;
         let (rates, c_probe, dir, progress) = (&rates, &c_probe, &dir, &progress);
-        let result = on_harness_thread(|| run_config(options, config, rates, c_probe, times, dir, progress))?;
+        match on_harness_thread(|| run_config(options, config, rates, c_probe, times, dir, progress)) {
+            Ok(result) => results.push(result),
+            Err(e) => {
+                progress.line(&format!("{config}: FAILED, left out of the report: {e}"));
+                failures.push(format!("{config}: {e}"));
+            }
+        }
         progress.line(&format!(
             "   elapsed {:.0} s, about {:.0} s left",
             clock.elapsed().as_secs_f64(),
             remaining.saturating_sub(profile.config_estimate()).as_secs_f64()
         ));
-        results.push(result);
     }
 
     let report = SweepReport {
@@ -322,7 +330,10 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     report::link_latest(&dir)?;
     progress.bar.finish_and_clear();
     progress.line(&format!("report: {} ({:.0} s)", dir.display(), clock.elapsed().as_secs_f64()));
-    Ok(SweepOutcome { dir, report })
+    for failure in &failures {
+        progress.line(&format!("failed configuration: {failure}"));
+    }
+    Ok(SweepOutcome { dir, report, failures })
 }
 
 /// The S and C of a configuration's prediction: S for its mode and MTU, C for its idle strategy.
