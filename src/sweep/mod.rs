@@ -281,6 +281,14 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
             rate(c.data_per_s),
             rate(c.committed_per_s)
         ));
+        if c.committed_per_s < 0.5 * t.c_rate {
+            progress.line(&format!(
+                "   warning: the C probe carried {}/s of the {}/s it offered: the cluster stalled (a loaded host or \
+                 loss recovery); this C is not at a moderate load",
+                rate(c.committed_per_s),
+                rate(t.c_rate)
+            ));
+        }
         c_probe.push(CProbe { idle: idle.to_string(), c_per_s: c.c_per_s, data_syscalls_per_s: c.data_per_s });
         progress.step("C probe", t.c_warmup + t.c_window + Duration::from_millis(400));
     }
