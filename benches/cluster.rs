@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use quorumcast::agent::ThreadingMode;
@@ -48,6 +48,9 @@ use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 use quorumcast::transport::{SendMode, SocketOptions};
 use serde_json::{json, Value};
+
+mod common;
+use common::{host, write_summary};
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
 struct CountingAllocator;
@@ -849,17 +852,6 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
 // ---------------------------------------------------------------------------------------------------------
 // Output.
 
-fn host() -> Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or("unknown".to_string(), |(_, v)| v.trim().to_string());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
-    json!({ "cpu": cpu, "cores": quorumcast::agent::available_cores(), "kernel": kernel, "load_average_1m": load_average() })
-}
-
 fn rate(value: f64) -> String {
     if value >= 1e6 {
         format!("{:.2}M", value / 1e6)
@@ -1006,39 +998,6 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
     rows
 }
 
-/// `YYYYmmdd-HHMMSS` in UTC.
-fn timestamp() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + (month <= 2) as i64;
-    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-fn write_summary(summary: &Value) -> std::io::Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let base = target.join("cluster");
-    let stamp = timestamp();
-    let dir = base.join(&stamp);
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("summary.json");
-    std::fs::write(&file, serde_json::to_string_pretty(summary).expect("JSON of plain values"))?;
-    let latest = base.join("latest");
-    let _ = std::fs::remove_file(&latest);
-    std::os::unix::fs::symlink(&stamp, &latest)?;
-    Ok(file)
-}
-
 fn variants(settings: &Settings) -> Vec<Variant> {
     let mut all = Vec::new();
     for mtu in [1408, 8192] {
@@ -1152,7 +1111,7 @@ fn main() {
         "pinned": settings.pin,
         "rows": rows(&settings, &results, &c_results),
     });
-    match write_summary(&summary) {
+    match write_summary("cluster", &summary) {
         Ok(path) => println!("\nsummary: {} ({:.0} s)", path.display(), started.elapsed().as_secs_f64()),
         Err(e) => println!("\nsummary not written: {e}"),
     }

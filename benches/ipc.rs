@@ -11,15 +11,17 @@
 //! an empty poll; `QC_BENCH_ONLY=32,1344` runs only the throughput of those sizes and writes nothing.
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use quorumcast::ipc::{IpcPublication, OfferError};
 use quorumcast::log_buffer::LogConfig;
 use serde_json::json;
+
+mod common;
+use common::{host, median, new_histogram, record, write_summary};
 
 /// Message sizes of the throughput runs, how many messages each run sends, and the term length of its log.
 ///
@@ -132,7 +134,7 @@ fn main() {
         "floor": { "rtt_ns_p50": floor_p50, "memcpy_gbps": memcpy_64k },
         "host": host(),
     });
-    match write_summary(&summary) {
+    match write_summary("ipc", &summary) {
         Ok(path) => println!("wrote {}", path.display()),
         Err(e) => eprintln!("could not write the summary: {e}"),
     }
@@ -359,70 +361,4 @@ fn ipc_throughput(cores: &Cores, size: usize, count: u64, term_length: usize) ->
 
 fn term_override() -> Option<usize> {
     std::env::var("QC_BENCH_TERM").ok().and_then(|t| t.parse().ok())
-}
-
-fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap()
-}
-
-fn record(histogram: &mut Histogram<u64>, elapsed: Duration) {
-    histogram.saturating_record(elapsed.as_nanos() as u64);
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn host() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|k| k.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into());
-    json!({ "cpu": cpu, "cores": cores, "kernel": kernel })
-}
-
-/// Writes `target/ipc/<UTC timestamp>/summary.json` and points `target/ipc/latest` at that directory.
-fn write_summary(summary: &serde_json::Value) -> std::io::Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let root = target.join("ipc");
-    let stamp = utc_timestamp();
-    let dir = root.join(&stamp);
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("summary.json");
-    std::fs::write(&path, serde_json::to_string_pretty(summary)? + "\n")?;
-    let latest = root.join("latest");
-    if latest.symlink_metadata().is_ok() {
-        std::fs::remove_file(&latest)?;
-    }
-    std::os::unix::fs::symlink(&stamp, &latest)?;
-    Ok(path)
-}
-
-/// `YYYYMMDDTHHMMSSZ` of now, UTC.
-fn utc_timestamp() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
 }

@@ -90,7 +90,8 @@ pub struct NodeConfig {
     pub ack_interval: Duration,
     /// Bytes of the client ingress ring (a power of two).
     pub ingress_capacity: usize,
-    /// A follower that restarts with its log applied up to here asks the leader for the rest.
+    /// A follower that restarts with its log applied up to here asks the leader for the rest; a
+    /// follower without it starts at position 0.
     pub resume_from: Option<i64>,
 }
 
@@ -665,7 +666,9 @@ fn follower_parts(
     let mut channel = ReceiveChannelConfig::new(me.endpoint, config.stream_id);
     channel.channel = config.channel.clone();
     channel.image_dir = Some(directory.path().to_path_buf());
-    channel.join_position = config.resume_from;
+    // A follower's log must start where its state does (0 for a fresh one), never where the leader's
+    // sender happens to be when the SETUP arrives: it would acknowledge and apply a log it does not have.
+    channel.join_position = Some(config.resume_from.unwrap_or(0));
     channel.follower = Some(FollowerLink {
         member_id: config.id,
         commit: commit.clone(),

@@ -208,3 +208,42 @@ fn two_nodes_commit_while_a_follower_is_down_and_it_catches_up_on_restart() {
         node.close().unwrap();
     }
 }
+
+#[test]
+fn a_follower_that_starts_late_applies_the_log_from_its_start() {
+    let members = members(3);
+    let mut nodes: Vec<Node> = (0..2).map(|id| builder("late", id, &members, false).start().unwrap()).collect();
+    // The leader and member 1 commit 3000 messages (a quorum of two) before member 2 exists.
+    let client = nodes[0].client();
+    let mut offered = 0u64;
+    let mut applied = [0u64; 3];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while applied[..2].iter().any(|&a| a < 3000) {
+        assert!(Instant::now() < deadline, "two nodes stalled: offered {offered}, applied {applied:?}");
+        while offered < 3000 && client.offer(&message(offered)).is_ok() {
+            offered += 1;
+        }
+        for (node, next) in nodes.iter_mut().zip(applied.iter_mut()) {
+            node.invoke().unwrap();
+            apply(node, next);
+        }
+        std::thread::yield_now();
+    }
+    // Member 2 starts fresh: it must apply from message 0, never from wherever the leader is now.
+    nodes.push(builder("late", 2, &members, false).start().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while applied.iter().any(|&a| a < 5000) {
+        assert!(Instant::now() < deadline, "late follower stalled: offered {offered}, applied {applied:?}");
+        while applied[2] >= 3000 && offered < 5000 && client.offer(&message(offered)).is_ok() {
+            offered += 1;
+        }
+        for (node, next) in nodes.iter_mut().zip(applied.iter_mut()) {
+            node.invoke().unwrap();
+            apply(node, next);
+        }
+        std::thread::yield_now();
+    }
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
