@@ -21,7 +21,7 @@ use quorumcast::log_buffer::LogConfig;
 use serde_json::json;
 
 mod common;
-use common::{host, median, new_histogram, record, write_summary};
+use common::{host, median, new_histogram, record, write_summary, Cores};
 
 /// Message sizes of the throughput runs, how many messages each run sends, and the term length of its log.
 ///
@@ -137,43 +137,6 @@ fn main() {
     match write_summary("ipc", &summary) {
         Ok(path) => println!("wrote {}", path.display()),
         Err(e) => eprintln!("could not write the summary: {e}"),
-    }
-}
-
-/// The two cores the bench threads are pinned to, when the host lets us pin.
-struct Cores(Option<[core_affinity::CoreId; 2]>);
-
-impl Cores {
-    fn detect() -> Self {
-        let ids = core_affinity::get_core_ids().unwrap_or_default();
-        Self((ids.len() >= 2).then(|| [ids[0], ids[1]]))
-    }
-
-    fn describe(&self) -> String {
-        match &self.0 {
-            Some([a, b]) => format!("threads pinned to cores {} and {}", a.id, b.id),
-            None => "threads not pinned (core ids unavailable)".into(),
-        }
-    }
-
-    /// Runs `a` and `b` on two threads, pinned, and returns both results.
-    fn run<RA: Send, RB: Send>(&self, a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB + Send) -> (RA, RB) {
-        let pin = |i: usize| {
-            if let Some(ids) = &self.0 {
-                core_affinity::set_for_current(ids[i]);
-            }
-        };
-        std::thread::scope(|s| {
-            let ha = s.spawn(|| {
-                pin(0);
-                a()
-            });
-            let hb = s.spawn(|| {
-                pin(1);
-                b()
-            });
-            (ha.join().unwrap(), hb.join().unwrap())
-        })
     }
 }
 
