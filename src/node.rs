@@ -526,7 +526,8 @@ impl Node {
         self.directory.as_ref().map(|d| d.path())
     }
 
-    /// In invoker mode, runs one duty cycle of every agent on the calling thread; returns the work done.
+    /// In a mode that [invokes](ThreadingMode::invokes) agents, runs one duty cycle of every invoked agent on
+    /// the calling thread; returns the work done (0 in other modes).
     pub fn invoke(&mut self) -> Result<usize, NodeError> {
         match self.handles.as_mut().and_then(|h| h.invoker.as_mut()) {
             Some(invoker) => invoker.invoke().map_err(|f| NodeError::Agents(vec![f])),
@@ -769,7 +770,7 @@ fn session_id_for(member: i32) -> i32 {
 /// ack_interval = "200ms"
 ///
 /// [agents]
-/// threading = "dedicated"      # dedicated, shared-network, shared or invoker
+/// threading = "dedicated"      # dedicated, shared-network, shared, invoker or shared-network-invoker
 /// force_layout = false
 /// idle = "backoff:10,5,1us,1ms"   # every agent without an idle of its own
 /// consensus = { idle = "noop", core = 1 }

@@ -31,17 +31,30 @@ pub struct SendRate {
     pub syscalls_per_s: f64,
 }
 
+/// Where the probe's two threads run: the sending thread where the cluster's Sender runs, the draining
+/// thread where its receivers run, so that S is measured on the cores that will spend it. `None` leaves a
+/// thread unpinned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeCores {
+    /// Core of the sending thread.
+    pub sender: Option<usize>,
+    /// Core of the draining thread.
+    pub drain: Option<usize>,
+}
+
 /// Datagrams per `sendmmsg` or GSO call in the batched modes.
 pub const PROBE_BATCH: usize = 16;
 
 /// Measures the send rate of one thread for datagrams of `datagram_bytes` to `destinations` loopback
-/// receivers, in `mode`: `windows` windows of `window` each; returns the median window.
+/// receivers, in `mode`: `windows` windows of `window` each; returns the median window. The sending thread
+/// and the draining thread run on `cores`.
 pub fn probe_s(
     mode: SendMode,
     datagram_bytes: usize,
     destinations: usize,
     window: Duration,
     windows: usize,
+    cores: ProbeCores,
 ) -> std::io::Result<SendRate> {
     let options = SocketOptions { send_buffer: Some(4 << 20), receive_buffer: Some(8 << 20) };
     let loopback: SocketAddr = "127.0.0.1:0".parse().expect("an address");
@@ -53,12 +66,31 @@ pub fn probe_s(
     let running = Arc::new(AtomicBool::new(true));
     let drainer = {
         let running = Arc::clone(&running);
-        std::thread::spawn(move || drain(receivers, datagram_bytes, &running))
+        std::thread::spawn(move || {
+            pin(cores.drain);
+            drain(receivers, datagram_bytes, &running)
+        })
     };
-    let result = send_windows(mode, datagram_bytes, &addrs, &options, window, windows.max(1));
+    let result = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                pin(cores.sender);
+                send_windows(mode, datagram_bytes, &addrs, &options, window, windows.max(1))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the probe's sending thread panicked")))
+    });
     running.store(false, Ordering::Release);
     let _ = drainer.join();
     result
+}
+
+/// Pins the calling thread to `core`, when given and present.
+pub fn pin(core: Option<usize>) {
+    let Some(core) = core else { return };
+    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core)) {
+        core_affinity::set_for_current(id);
+    }
 }
 
 fn drain(receivers: Vec<UdpEndpoint>, datagram_bytes: usize, running: &AtomicBool) {
@@ -160,9 +192,9 @@ mod tests {
             if mode == SendMode::Gso && !crate::transport::probe_gso() {
                 continue;
             }
-            let rate = probe_s(mode, 1408, 2, Duration::from_millis(20), 1).unwrap();
+            let rate = probe_s(mode, 1408, 2, Duration::from_millis(20), 1, ProbeCores::default()).unwrap();
             assert!(rate.datagrams_per_s > 0.0 && rate.syscalls_per_s > 0.0, "{rate:?}");
-            let jumbo = probe_s(mode, 8192, 2, Duration::from_millis(20), 1).unwrap();
+            let jumbo = probe_s(mode, 8192, 2, Duration::from_millis(20), 1, ProbeCores::default()).unwrap();
             assert!(jumbo.datagrams_per_s > 0.0, "{jumbo:?}");
             assert_eq!((rate.destinations, rate.datagram_bytes), (2, 1408));
             let per_call = rate.datagrams_per_s / rate.syscalls_per_s;

@@ -59,13 +59,16 @@ fn thread_names(layout: &AgentLayout) -> Vec<&str> {
 
 #[test]
 fn threading_modes_parse_and_print() {
-    for text in ["dedicated", "shared-network", "shared", "invoker"] {
+    for text in ["dedicated", "shared-network", "shared", "invoker", "shared-network-invoker"] {
         let mode: ThreadingMode = text.parse().unwrap();
         assert_eq!(mode.to_string(), text);
     }
     assert_eq!(ThreadingMode::default(), ThreadingMode::Dedicated);
     let error = "SHARED".parse::<ThreadingMode>().unwrap_err();
-    assert!(error.to_string().contains("dedicated, shared-network, shared or invoker"), "{error}");
+    assert!(
+        error.to_string().contains("dedicated, shared-network, shared, invoker or shared-network-invoker"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -86,6 +89,12 @@ fn each_mode_plans_its_threads() {
     let invoker = plan(ThreadingMode::Invoker);
     assert_eq!(invoker.thread_count(), 0);
     assert_eq!(invoker.invoked_name(), Some("consensus+sender+receiver"));
+
+    let network_thread = plan(ThreadingMode::SharedNetworkInvoker);
+    assert_eq!(thread_names(&network_thread), ["sender+receiver"]);
+    assert_eq!(network_thread.invoked_name(), Some("consensus"));
+    assert!(ThreadingMode::SharedNetworkInvoker.invokes() && ThreadingMode::Invoker.invokes());
+    assert!(!ThreadingMode::SharedNetwork.invokes());
 }
 
 #[test]

@@ -159,7 +159,7 @@ fn run(args: &Args) -> Result<(), Failure> {
         )));
     }
     let app_idle = file.application_idle();
-    let invoker = config.threading == ThreadingMode::Invoker;
+    let invoker = config.threading.invokes();
     describe(&config, &file);
     install_signal_handlers().map_err(|e| Failure::Run(format!("cannot install signal handlers: {e}")))?;
     if app_idle.sleeps() {
@@ -433,8 +433,13 @@ fn layout_lines(config: &NodeConfig, file: &NodeFile) -> Vec<String> {
         ThreadingMode::SharedNetwork => lines.extend([thread(&[0]), thread(&[1, 2])]),
         ThreadingMode::Shared => lines.push(thread(&[0, 1, 2])),
         ThreadingMode::Invoker => {}
+        ThreadingMode::SharedNetworkInvoker => lines.push(thread(&[1, 2])),
     }
-    let runs = if config.threading == ThreadingMode::Invoker { " and consensus+sender+receiver" } else { "" };
+    let runs = match config.threading {
+        ThreadingMode::Invoker => " and consensus+sender+receiver",
+        ThreadingMode::SharedNetworkInvoker => " and consensus",
+        _ => "",
+    };
     lines.push(format!(
         "application thread{runs}: idle {}, core {}",
         file.application_idle(),

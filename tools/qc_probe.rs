@@ -45,8 +45,8 @@ struct Args {
 fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
     let profile = if args.quick { Profile::quick() } else { Profile::full() };
     let timings = profile.timings;
-    let rates = probe_send_rates(&args.mtu, &args.send_mode, &timings)?;
     let layout = Layout::for_host();
+    let rates = probe_send_rates(&args.mtu, &args.send_mode, &timings, layout.probe_cores())?;
     if !args.json {
         println!("layout: {}", layout.describe(profile.sender_idle));
         for r in &rates {

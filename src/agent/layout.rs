@@ -19,14 +19,28 @@ pub enum ThreadingMode {
     Shared,
     /// `invoker`: no threads; the application runs every agent through one [`AgentInvoker`].
     Invoker,
+    /// `shared-network-invoker`: the sender and receiver share a thread, as in `shared-network`; the
+    /// application runs every other agent (the consensus agent) through one [`AgentInvoker`]. For a host
+    /// that can give the Sender a core of its own and wants everything else on one more thread, with no
+    /// context switch between them.
+    SharedNetworkInvoker,
 }
 
-const MODE_NAMES: [(ThreadingMode, &str); 4] = [
+const MODE_NAMES: [(ThreadingMode, &str); 5] = [
     (ThreadingMode::Dedicated, "dedicated"),
     (ThreadingMode::SharedNetwork, "shared-network"),
     (ThreadingMode::Shared, "shared"),
     (ThreadingMode::Invoker, "invoker"),
+    (ThreadingMode::SharedNetworkInvoker, "shared-network-invoker"),
 ];
+
+impl ThreadingMode {
+    /// True when the application runs some agents through an [`AgentInvoker`] (`invoker` and
+    /// `shared-network-invoker`).
+    pub fn invokes(self) -> bool {
+        matches!(self, Self::Invoker | Self::SharedNetworkInvoker)
+    }
+}
 
 impl fmt::Display for ThreadingMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -56,7 +70,11 @@ pub struct ThreadingModeParseError {
 
 impl fmt::Display for ThreadingModeParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown threading mode `{}`; use dedicated, shared-network, shared or invoker", self.input)
+        write!(
+            f,
+            "unknown threading mode `{}`; use dedicated, shared-network, shared, invoker or shared-network-invoker",
+            self.input
+        )
     }
 }
 
@@ -173,6 +191,8 @@ impl fmt::Debug for ThreadPlan {
 /// - `shared`: one composite thread of every agent, in the order given;
 /// - `invoker`: no thread; one composite of every agent for an [`AgentInvoker`]. Idle strategies and cores
 ///   are ignored (the application idles and pins its own thread).
+/// - `shared-network-invoker`: the network agents on one thread, as in `shared-network`; the others in one
+///   composite for an [`AgentInvoker`], whose idle strategies and cores are ignored as in `invoker`.
 ///
 /// A thread that runs several agents takes the idle strategy and core of the first of them in the order
 /// given; the others' settings are not used.
@@ -198,6 +218,15 @@ impl AgentLayout {
             ThreadingMode::Shared => {}
             ThreadingMode::Invoker if !agents.is_empty() => layout.invoked = Some(group(agents).agent),
             ThreadingMode::Invoker => {}
+            ThreadingMode::SharedNetworkInvoker => {
+                let (network, others): (Vec<_>, Vec<_>) = agents.into_iter().partition(|a| a.role.is_network());
+                if !network.is_empty() {
+                    layout.threads = vec![group(network)];
+                }
+                if !others.is_empty() {
+                    layout.invoked = Some(group(others).agent);
+                }
+            }
         }
         Ok(layout)
     }
@@ -217,7 +246,8 @@ impl AgentLayout {
         self.threads.len()
     }
 
-    /// The name of the agent an invoker will run (invoker mode with at least one agent).
+    /// The name of the agent an invoker will run (a mode that [invokes](ThreadingMode::invokes) agents,
+    /// with at least one agent to invoke).
     pub fn invoked_name(&self) -> Option<&str> {
         self.invoked.as_ref().map(|a| a.name())
     }

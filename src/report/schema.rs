@@ -81,10 +81,22 @@ pub struct ConfigResult {
     pub send_mode: String,
     /// How commits travel: `separate` commit frames or `piggyback`ed on data.
     pub control: String,
-    /// The S used in the prediction (per second).
+    /// The S used in the prediction (per second): the S probe's rate for this send mode and MTU.
     pub s: f64,
-    /// The C used in the prediction (per second).
+    /// The C used in the prediction (per second): every control syscall the leader's Sender made during the
+    /// saturated run (commit frames to each follower, polls that read acknowledgements and status messages,
+    /// heartbeats), the budget that control traffic really took from data while mu was measured.
     pub c: f64,
+    /// The C probe's value for this idle strategy, measured at the probe's moderate load (per second); 0
+    /// when the probe did not measure this strategy.
+    #[serde(default)]
+    pub c_probe: f64,
+    /// The model's capacity with `c_probe` for C: what a sizing from the two probes alone predicts.
+    #[serde(default)]
+    pub mu_predicted_probe_c: f64,
+    /// The leader Sender's data syscalls per second during the saturated run, as a fraction of S.
+    #[serde(default)]
+    pub sender_share: f64,
     /// Destinations per log datagram (followers).
     pub d: u32,
     /// Messages per datagram: `floor(usable_MTU / framed_msg)`.
@@ -260,6 +272,9 @@ mod tests {
             control: "separate".into(),
             s: 0.0,
             c: 0.0,
+            c_probe: 0.0,
+            mu_predicted_probe_c: 0.0,
+            sender_share: 0.0,
             d: 2,
             m_pkt: 8,
             mu_predicted: 0.0,

@@ -93,8 +93,10 @@ pub(crate) fn c_table(r: &SweepReport) -> Table {
 
 /// The model's capacity against the measured one, a row per configuration.
 pub(crate) fn capacity_table(r: &SweepReport) -> Table {
-    let note =
-        "mu predicted = (S - C) / D x M_pkt; mu measured = sustained committed messages/s under saturating load.";
+    let note = "mu predicted = (S - C) / D x M_pkt, with S from the S probe and C the leader Sender's control \
+                syscalls/s during the saturated run; with probe C: the same with the C probe's value (moderate \
+                load). mu measured = sustained committed messages/s under saturating load. S used: the Sender's \
+                data syscalls/s in that run as a share of S.";
     let mut t = Table::new(
         "Capacity: model against measurement",
         note,
@@ -111,6 +113,9 @@ pub(crate) fn capacity_table(r: &SweepReport) -> Table {
             ("mu predicted", true),
             ("mu measured", true),
             ("error", true),
+            ("S used", true),
+            ("probe C /s", true),
+            ("with probe C", true),
             ("bottleneck", false),
         ],
     );
@@ -129,6 +134,9 @@ pub(crate) fn capacity_table(r: &SweepReport) -> Table {
             rate(c.mu_predicted),
             rate(c.mu_measured),
             error,
+            format!("{:.0}%", c.sender_share * 100.0),
+            rate(c.c_probe),
+            rate(c.mu_predicted_probe_c),
             c.bottleneck.clone(),
         ]);
     }

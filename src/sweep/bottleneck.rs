@@ -71,6 +71,9 @@ pub struct StageEvidence {
     /// Mean bytes committed but not yet applied by the harness: the queue in front of the load generator's
     /// own apply loop.
     pub apply_queue: f64,
+    /// The harness thread also runs the leader's consensus agent and both followers (the layout of a host
+    /// with fewer than 4 cores), so a saturated harness is all of those stages at once.
+    pub harness_runs_agents: bool,
 }
 
 /// Above this fraction of bursts finding the ingress full, the load generator is not the bottleneck.
@@ -81,8 +84,12 @@ pub const LOG_BACK_PRESSURED: f64 = 0.02;
 /// spent too much of the run held back to be the bottleneck: the followers' consumption was.
 pub const WINDOW_CLOSED: f64 = 0.25;
 
-/// Above this fraction of its duty cycles idle, a Sender with data waiting was held back, not saturated.
+/// Above this fraction of its duty cycles idle, a Sender with data waiting was held back, not saturated,
+/// unless its data syscalls still took at least [`SENDER_SHARE_SATURATED`] of S (a cycle that sends takes
+/// tens of microseconds, an idle one a fraction of one, so many idle cycles can cost little time).
 pub const SENDER_IDLE: f64 = 0.5;
+/// At or above this share of S spent on data, the Sender counts as saturated whatever its idle cycles.
+pub const SENDER_SHARE_SATURATED: f64 = 0.6;
 
 /// The stage that saturated first, and the evidence as one line.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,17 +108,23 @@ pub struct Bottleneck {
 /// 3. the log was back-pressured: the largest queue downstream names the stage in front of it. Appended
 ///    but unsent → `sender`, unless the flow-control window was closed in more than [`WINDOW_CLOSED`] of
 ///    the samples (the followers' consumption held the Sender) or the Sender idled in more than
-///    [`SENDER_IDLE`] of its cycles → `receiver`; sent but uncommitted →
+///    [`SENDER_IDLE`] of its cycles while taking less than [`SENDER_SHARE_SATURATED`] of S → `receiver`; sent but uncommitted →
 ///    `receiver`; committed but unapplied → `load` (the harness's own apply loop).
 pub fn classify(e: &StageEvidence) -> Bottleneck {
-    let (stage, why) = if e.ingress_full < INGRESS_FULL {
+    let (stage, why) = if e.ingress_full < INGRESS_FULL && e.harness_runs_agents {
+        (
+            Stage::Load,
+            "the harness thread, which on this host also runs the consensus append and both followers, could not \
+             fill the ingress while the Sender had time to spare",
+        )
+    } else if e.ingress_full < INGRESS_FULL {
         (Stage::Load, "the load generator could not fill the ingress")
     } else if e.log_back_pressured < LOG_BACK_PRESSURED {
         (Stage::Append, "the consensus agent could not drain the ingress into the log")
     } else if e.sender_queue >= e.receiver_queue && e.sender_queue >= e.apply_queue {
         if e.window_closed > WINDOW_CLOSED {
             (Stage::Receiver, "the followers' flow-control window was closed while data waited to be sent")
-        } else if e.sender_idle > SENDER_IDLE {
+        } else if e.sender_idle > SENDER_IDLE && e.sender_share < SENDER_SHARE_SATURATED {
             (Stage::Receiver, "the Sender sat idle with data waiting: the followers held it (window or loss recovery)")
         } else {
             (Stage::Sender, "data waited for the Sender with its flow-control window open")
@@ -163,6 +176,7 @@ mod tests {
             sender_queue: 8.0 * 1024.0 * 1024.0,
             receiver_queue: 64.0 * 1024.0,
             apply_queue: 1024.0,
+            harness_runs_agents: false,
         }
     }
 
@@ -196,8 +210,17 @@ mod tests {
         assert!(classify(&e).text.starts_with("receiver: the followers' flow-control window was closed"));
         let e = StageEvidence { window_closed: 0.2, ..base() };
         assert_eq!(classify(&e).stage, Stage::Sender);
-        let e = StageEvidence { sender_idle: 0.9, naks_per_s: 100.0, ..base() };
+        let e = StageEvidence { sender_idle: 0.9, sender_share: 0.3, naks_per_s: 100.0, ..base() };
         assert_eq!(classify(&e).stage, Stage::Receiver);
         assert!(classify(&e).text.contains("100 NAKs/s"), "{}", classify(&e).text);
+        let e = StageEvidence { sender_idle: 0.9, sender_share: 0.8, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Sender, "idle cycles are cheap; 80% of S on data is saturated");
+    }
+
+    #[test]
+    fn a_harness_that_runs_the_agents_is_named_as_such() {
+        let b = classify(&StageEvidence { ingress_full: 0.0, harness_runs_agents: true, ..base() });
+        assert_eq!(b.stage, Stage::Load);
+        assert!(b.text.contains("also runs the consensus append and both followers"), "{}", b.text);
     }
 }

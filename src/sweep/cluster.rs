@@ -2,12 +2,15 @@
 //!
 //! The calling thread is the harness: the load generator (it offers through the leader's client) and the
 //! applier of all three nodes (it calls `poll_committed` on each, so logs and receive windows drain). The
-//! nodes run their agents on threads of their own, placed by a [`Layout`]:
+//! leader's Sender (with its idle Receiver) always runs on a thread of its own, with a core of its own where
+//! the host has one: it is the stage the model describes. The rest is placed by a [`Layout`]:
 //!
-//! - the leader in `shared-network` mode: its consensus agent alone on a thread with the idle strategy
-//!   under test (this sets C), its Sender (and its idle Receiver) on another thread, with a core of its own
-//!   where the host has one;
-//! - each follower in `shared` mode (consensus, sender, receiver on one thread) with `backoff`.
+//! - on a host with fewer than 4 cores, everything else runs on the harness thread, with no context switch:
+//!   the leader in `shared-network-invoker` mode and both followers in `invoker` mode, the harness invoking
+//!   them in its loop and idling with the consensus idle strategy under test (this sets C: the consensus
+//!   agent runs once per harness cycle);
+//! - on 4 cores or more, the leader in `shared-network` mode with its consensus agent alone on a thread with
+//!   the idle strategy under test, and each follower in `shared` mode on one more core, with `backoff`.
 //!
 //! Latency is taken when the harness applies an entry on the leader through [`Node::poll_committed`],
 //! which hands out only entries below the leader's commit position: "offer to commit" is offer to the
@@ -21,8 +24,9 @@ use std::time::{Duration, Instant};
 use crate::agent::ThreadingMode;
 use crate::channel::ChannelConfig;
 use crate::counters::CountersReader;
-use crate::idle::IdleStrategyConfig;
+use crate::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use crate::node::{Client, Member, Node, NodeBuilder, OfferError};
+use crate::probe::ProbeCores;
 use crate::transport::{SendMode, SocketOptions};
 
 use super::profile::Control;
@@ -31,15 +35,20 @@ use super::SweepError;
 /// How long the harness waits for a cluster to come up or drain.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Which core each thread of the harness runs on.
+/// Which core each thread of the harness runs on, and which agents the harness runs itself.
 ///
 /// Invariant: busy-spinning threads never outnumber the host's cores. The Sender busy-spins (`noop`) only
-/// when it gets a core of its own; every other thread yields or parks when idle, except a consensus agent
-/// whose idle strategy under test spins, which [`Layout::describe`] then says shares a core.
+/// when it gets a core of its own. When `invoked`, the harness is the only other thread and idles with the
+/// consensus idle strategy under test (two busy threads at most, on two cores). Otherwise every other
+/// thread yields or parks when idle, except a consensus agent whose idle strategy under test spins, which
+/// has a core of its own (4 cores or more) or, in an explicit layout, shares one as
+/// [`Layout::describe`] says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// Cores the process may run on.
     pub cores: usize,
+    /// The harness thread runs the leader's consensus agent and both followers through their invokers.
+    pub invoked: bool,
     /// Core of the harness thread (load generator and appliers).
     pub harness: Option<usize>,
     /// Core of the leader's sender+receiver thread.
@@ -51,14 +60,24 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout that suits `cores` cores: the Sender alone on core 1, the harness on core 0, the consensus
-    /// agent on core 2 and the followers on core 3 where those exist, else on core 0.
+    /// The layout that suits `cores` cores: the Sender alone on core 1 and the harness on core 0; with 4
+    /// cores or more, the consensus agent on core 2 and the followers on core 3, else all of them invoked
+    /// by the harness on core 0. One core: nothing pinned, everything but the Sender invoked.
     pub fn for_cores(cores: usize) -> Self {
-        if cores < 2 {
-            return Self { cores, harness: None, sender: None, consensus: None, followers: None };
+        match cores {
+            0 | 1 => Self { cores, invoked: true, harness: None, sender: None, consensus: None, followers: None },
+            2 | 3 => {
+                Self { cores, invoked: true, harness: Some(0), sender: Some(1), consensus: Some(0), followers: Some(0) }
+            }
+            _ => Self {
+                cores,
+                invoked: false,
+                harness: Some(0),
+                sender: Some(1),
+                consensus: Some(2),
+                followers: Some(3),
+            },
         }
-        let or_zero = |core: usize| Some(if core < cores { core } else { 0 });
-        Self { cores, harness: Some(0), sender: Some(1), consensus: or_zero(2), followers: or_zero(3) }
     }
 
     /// This host's layout.
@@ -66,9 +85,17 @@ impl Layout {
         Self::for_cores(crate::agent::available_cores())
     }
 
-    /// No pinning at all (the test suite's layout: it shares the machine with other tests).
+    /// No pinning at all, everything but the Sender invoked by the harness (the test suite's layout: it
+    /// shares the machine with other tests).
     pub fn unpinned() -> Self {
-        Self { cores: crate::agent::available_cores(), harness: None, sender: None, consensus: None, followers: None }
+        Self {
+            cores: crate::agent::available_cores(),
+            invoked: true,
+            harness: None,
+            sender: None,
+            consensus: None,
+            followers: None,
+        }
     }
 
     /// The Sender's idle strategy this layout allows: `wanted` when the Sender has a core of its own or
@@ -81,24 +108,44 @@ impl Layout {
         }
     }
 
+    /// The cores of the S probe's threads: sending where the Sender runs, draining where the harness
+    /// (which runs the followers' receivers when invoked) runs.
+    pub fn probe_cores(&self) -> ProbeCores {
+        ProbeCores { sender: self.sender, drain: if self.invoked { self.harness } else { self.followers } }
+    }
+
     /// One line per thread, and what the layout implies for S.
     pub fn describe(&self, sender_idle: IdleStrategyConfig) -> String {
         let core = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| format!("core {c}"));
-        let sender_alone =
-            self.sender.is_some() && ![self.harness, self.consensus, self.followers].contains(&self.sender);
-        format!(
-            "{} cores; harness (load generator + apply of all 3 nodes): {}; leader consensus (idle under test): {}; \
-             leader sender+receiver ({}): {}{}; followers (shared mode, backoff, one thread each): {}. \
-             S is probed with one sending thread and one draining thread; in the cluster the Sender {}, and on \
-             loopback each sendmsg also runs the receive path on the Sender's CPU, as in the probe. Where the \
-             consensus idle strategy spins it competes for its core with the threads it shares it with.",
-            self.cores,
-            core(self.harness),
-            core(self.consensus),
+        let others = [self.harness, self.consensus, self.followers];
+        let sender_alone = self.sender.is_some() && !others.contains(&self.sender);
+        let sender = format!(
+            "leader sender+receiver thread ({}): {}{}",
             self.sender_idle(sender_idle),
             core(self.sender),
-            if sender_alone { " alone" } else { "" },
-            core(self.followers),
+            if sender_alone { " alone" } else { "" }
+        );
+        let rest = if self.invoked {
+            format!(
+                "harness thread: {}: load generator, apply of all 3 nodes, and the leader's consensus agent and \
+                 both followers run through their invokers, idling with the consensus idle strategy under test \
+                 (so C comes from one consensus cycle per harness cycle)",
+                core(self.harness)
+            )
+        } else {
+            format!(
+                "harness (load generator + apply of all 3 nodes): {}; leader consensus thread (idle under test): \
+                 {}; followers (shared mode, backoff, one thread each): {}",
+                core(self.harness),
+                core(self.consensus),
+                core(self.followers)
+            )
+        };
+        format!(
+            "{} cores; {sender}; {rest}. S is probed with one sending thread and one draining thread; in the \
+             cluster the Sender {}, and on loopback each sendmsg also runs the receive path on the Sender's CPU, \
+             as in the probe.",
+            self.cores,
             if sender_alone {
                 "has its core to itself, so the probe's S applies"
             } else {
@@ -178,6 +225,11 @@ pub struct LoadCluster {
     /// The leader first, then the two followers.
     nodes: Vec<Node>,
     client: Client,
+    /// The harness runs every node's invoker each cycle (see [`Layout::invoked`]).
+    invoked: bool,
+    /// How the harness idles when a cycle found no work: the consensus idle strategy under test when it
+    /// invokes the consensus agent, else `yield`.
+    idle: Idle,
     payload: Vec<u8>,
     offered: u64,
     applied: [u64; 3],
@@ -204,13 +256,7 @@ fn node_dir(run: u64, id: i32) -> PathBuf {
     base.join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
 }
 
-/// Pins the calling thread to `core`, if given and present.
-pub fn pin_current(core: Option<usize>) {
-    let Some(core) = core else { return };
-    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core)) {
-        core_affinity::set_for_current(id);
-    }
-}
+pub use crate::probe::pin as pin_current;
 
 /// Runs `work` on a fresh thread: the harness thread, which pins itself once its cluster has started.
 /// Cluster nodes are started from it while it still has the caller's whole affinity mask (agent threads
@@ -263,29 +309,44 @@ impl LoadCluster {
                 .commit_piggyback(spec.control == Control::Piggyback)
         };
         let layout = spec.layout;
+        let sender_idle = layout.sender_idle(spec.sender_idle);
+        let (follower_mode, leader_mode) = if layout.invoked {
+            (ThreadingMode::Invoker, ThreadingMode::SharedNetworkInvoker)
+        } else {
+            (ThreadingMode::Shared, ThreadingMode::SharedNetwork)
+        };
         let follower = |id: i32| {
             base(id)
-                .threading(ThreadingMode::Shared)
+                .threading(follower_mode)
                 .idle(backoff, backoff, backoff)
                 .cores(layout.followers, layout.followers, layout.followers)
                 .start()
                 .map_err(|e| SweepError::Cluster(format!("follower {id} did not start: {e}")))
         };
         let mut nodes = vec![follower(1)?, follower(2)?];
-        let sender_idle = layout.sender_idle(spec.sender_idle);
         let leader = base(0)
-            .threading(ThreadingMode::SharedNetwork)
+            .threading(leader_mode)
             .idle(spec.consensus_idle, sender_idle, sender_idle)
             .cores(layout.consensus, layout.sender, layout.sender)
             .start()
             .map_err(|e| SweepError::Cluster(format!("leader did not start: {e}")))?;
         nodes.insert(0, leader);
         pin_current(layout.harness);
-        let warnings = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
+        let harness_idle = if layout.invoked { spec.consensus_idle } else { IdleStrategyConfig::Yield };
+        let idle = harness_idle.to_idle().map_err(|e| SweepError::Config(format!("idle strategy: {e}")))?;
+        let mut warnings: Vec<String> = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
+        if harness_idle.sleeps() {
+            // As the agent runner does for its sleeping threads: park for the period asked, not 50 us more.
+            if let Err(e) = set_timer_slack(Duration::from_nanos(1)) {
+                warnings.push(format!("could not lower the harness thread's timer slack: {e}"));
+            }
+        }
         let client = nodes[0].client();
         let mut cluster = Self {
             nodes,
             client,
+            invoked: layout.invoked,
+            idle,
             payload: vec![0x5A; spec.msg],
             offered: 0,
             applied: [0; 3],
@@ -301,11 +362,13 @@ impl LoadCluster {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         while self.nodes[1..].iter().any(|n| Counts::of(n).get("receiver images") < 1) {
             self.check(deadline, "the followers made no image of the leader's log")?;
-            std::thread::sleep(Duration::from_micros(200));
+            let work = self.poll(|_| {});
+            self.idle(work);
         }
         while !self.offer()? {
             self.check(deadline, "the leader's ingress took no first message")?;
-            std::thread::yield_now();
+            let work = self.poll(|_| {});
+            self.idle(work);
         }
         self.drain(SETTLE_TIMEOUT)
     }
@@ -340,14 +403,21 @@ impl LoadCluster {
         }
     }
 
-    /// Applies what is committed on every node; `on_commit(seq)` for each entry the leader applies.
-    /// Returns the entries applied on all nodes.
+    /// One harness cycle: runs every node's invoked agents (when [`Layout::invoked`]), then applies what is
+    /// committed on every node, calling `on_commit(seq)` for each entry the leader applies. Returns the work
+    /// done (agent work plus entries applied); pass it to [`idle`](Self::idle).
     pub fn poll(&mut self, mut on_commit: impl FnMut(u64)) -> usize {
-        let mut read = 0;
+        let mut work = 0;
+        if self.invoked {
+            for node in &mut self.nodes {
+                // A failed agent is reported by `check` through `Node::failures`.
+                work += node.invoke().unwrap_or(0);
+            }
+        }
         let (applied, out_of_order) = (&mut self.applied, &mut self.out_of_order);
         for (i, node) in self.nodes.iter_mut().enumerate() {
             let next = &mut applied[i];
-            read += node.poll_committed(4096, |entry| {
+            work += node.poll_committed(4096, |entry| {
                 let seq = entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().unwrap_or([0xFF; 8])));
                 if seq != *next {
                     *out_of_order += 1;
@@ -358,7 +428,12 @@ impl LoadCluster {
                 }
             });
         }
-        read
+        work
+    }
+
+    /// Idles after a harness cycle that did `work`, with the harness's idle strategy.
+    pub fn idle(&mut self, work: usize) {
+        self.idle.idle(work);
     }
 
     /// Polls until every node applied everything offered, or `timeout` passes.
@@ -366,11 +441,15 @@ impl LoadCluster {
         let deadline = Instant::now() + timeout;
         while self.applied.iter().any(|&a| a < self.offered) {
             self.check(deadline, "the cluster did not apply everything offered")?;
-            if self.poll(|_| {}) == 0 {
-                std::thread::yield_now();
-            }
+            let work = self.poll(|_| {});
+            self.idle(work);
         }
         Ok(())
+    }
+
+    /// True when the harness runs the leader's consensus agent and the followers (see [`Layout::invoked`]).
+    pub fn invokes_agents(&self) -> bool {
+        self.invoked
     }
 
     /// Messages offered so far (the next sequence number).
@@ -444,11 +523,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_cores_give_the_sender_core_one_alone() {
+    fn two_cores_give_the_sender_core_one_alone_and_invoke_the_rest() {
         let layout = Layout::for_cores(2);
         assert_eq!(layout.sender, Some(1));
+        assert!(layout.invoked);
         assert_eq!((layout.harness, layout.consensus, layout.followers), (Some(0), Some(0), Some(0)));
-        assert!(layout.describe(IdleStrategyConfig::NoOp).contains("core 1 alone"));
+        let text = layout.describe(IdleStrategyConfig::NoOp);
+        assert!(text.contains("core 1 alone") && text.contains("through their invokers"), "{text}");
         assert_eq!(layout.sender_idle(IdleStrategyConfig::NoOp), IdleStrategyConfig::NoOp);
     }
 
@@ -462,9 +543,11 @@ mod tests {
     #[test]
     fn four_cores_spread_the_threads() {
         let layout = Layout::for_cores(4);
+        assert!(!layout.invoked);
         assert_eq!(
             (layout.harness, layout.sender, layout.consensus, layout.followers),
             (Some(0), Some(1), Some(2), Some(3))
         );
+        assert!(layout.describe(IdleStrategyConfig::NoOp).contains("leader consensus thread"));
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::probe::{probe_s, SendRate};
+use crate::probe::{probe_s, ProbeCores, SendRate};
 use crate::transport::{probe_gso, SendMode};
 
 use super::bottleneck::StageEvidence;
@@ -28,16 +28,22 @@ const LEADER_CONSENSUS: &str = "consensus";
 const LEADER_SENDER: &str = "sender+receiver";
 const FOLLOWER: &str = "consensus+sender+receiver";
 
-/// S for every (MTU, send mode): datagrams of one MTU to [`D`] loopback destinations from one thread.
+/// S for every (MTU, send mode): datagrams of one MTU to [`D`] loopback destinations from one thread, on
+/// `cores`.
 /// GSO is skipped where the kernel lacks it; a mode whose probe fails is reported with its error.
-pub fn probe_send_rates(mtus: &[usize], modes: &[SendMode], timings: &Timings) -> Result<Vec<SendRate>, SweepError> {
+pub fn probe_send_rates(
+    mtus: &[usize],
+    modes: &[SendMode],
+    timings: &Timings,
+    cores: ProbeCores,
+) -> Result<Vec<SendRate>, SweepError> {
     let mut rates = Vec::new();
     for &mtu in mtus {
         for &mode in modes {
             if mode == SendMode::Gso && !probe_gso() {
                 continue;
             }
-            let rate = probe_s(mode, mtu, D, timings.s_window, timings.s_windows)
+            let rate = probe_s(mode, mtu, D, timings.s_window, timings.s_windows, cores)
                 .map_err(|e| SweepError::Probe(format!("S probe of {mode} at {mtu} B failed: {e}")))?;
             rates.push(rate);
         }
@@ -88,8 +94,8 @@ pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings) -> Result<Con
     let pace = |cluster: &mut LoadCluster, until: Instant| -> Result<(), SweepError> {
         while Instant::now() < until {
             offer_due(cluster, start, base, timings.c_rate)?;
-            cluster.poll(|_| {});
-            std::thread::sleep(Duration::from_micros(50));
+            let work = cluster.poll(|_| {});
+            cluster.idle(work);
         }
         Ok(())
     };
@@ -239,6 +245,7 @@ pub fn measure_mu(
         sender_queue: queues.mean(0),
         receiver_queue: queues.mean(1),
         apply_queue: queues.mean(2),
+        harness_runs_agents: cluster.invokes_agents(),
     };
     let datagrams = rate("sender data datagrams");
     let messages_per_datagram =
@@ -367,16 +374,14 @@ pub fn run_point(
             service.saturating_record(committed.saturating_sub(actual).max(1));
             last_commit_ns = committed;
         });
-        if work == 0 {
-            if Instant::now() > deadline {
-                return Err(SweepError::Cluster(format!(
-                    "point rho {rho}: {} of {messages} messages committed within {} s",
-                    cluster.committed().saturating_sub(first),
-                    (timings.point + SETTLE_TIMEOUT).as_secs()
-                )));
-            }
-            std::thread::yield_now();
+        if work == 0 && Instant::now() > deadline {
+            return Err(SweepError::Cluster(format!(
+                "point rho {rho}: {} of {messages} messages committed within {} s",
+                cluster.committed().saturating_sub(first),
+                (timings.point + SETTLE_TIMEOUT).as_secs()
+            )));
         }
+        cluster.idle(work);
     }
     cluster.drain(SETTLE_TIMEOUT)?;
     let achieved = messages as f64 / (last_commit_ns.max(1) as f64 / 1e9);

@@ -240,7 +240,8 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     let clock = Instant::now();
 
     progress.bar.set_message("S probe");
-    let rates = measure::probe_send_rates(&profile.mtus, &profile.send_modes, &profile.timings)?;
+    let rates =
+        measure::probe_send_rates(&profile.mtus, &profile.send_modes, &profile.timings, options.layout.probe_cores())?;
     for r in &rates {
         progress.line(&format!(
             "S  {:>5} B {:<7} {:>8} datagrams/s in {:>8} syscalls/s (D = {D})",
@@ -344,17 +345,25 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     Ok(SweepOutcome { dir, report, failures })
 }
 
-/// The S and C of a configuration's prediction: S for its mode and MTU, C for its idle strategy.
-fn prediction_inputs(config: &ConfigSpec, rates: &[SendRate], c_probe: &[CProbe], observed_control: f64) -> (f64, f64) {
+/// The S of a configuration's prediction (the probe's rate for its mode and MTU, 0 when not probed) and the
+/// C probe's value for its idle strategy (0 when not probed).
+fn prediction_inputs(config: &ConfigSpec, rates: &[SendRate], c_probe: &[CProbe]) -> (f64, f64) {
     let s = measure::rate_for(rates, config.send_mode, config.mtu).map_or(0.0, |r| r.datagrams_per_s);
-    let c = match config.control {
-        Control::Separate => {
-            let idle = config.idle.to_string();
-            c_probe.iter().find(|c| c.idle == idle).map_or(observed_control, |c| c.c_per_s)
-        }
-        Control::Piggyback => observed_control,
-    };
+    let idle = config.idle.to_string();
+    let c = c_probe.iter().find(|c| c.idle == idle).map_or(0.0, |c| c.c_per_s);
     (s, c)
+}
+
+/// The model's mu and M_pkt for `config` with `s` and `c`; mu is 0 (and `why` says why) when the model
+/// cannot predict.
+fn predict(config: &ConfigSpec, s: f64, c: f64) -> (u32, f64, Option<String>) {
+    match Model::new(s, c, D as u32).and_then(|m| m.analyze(config.mtu, config.msg)) {
+        Ok(capacity) => (capacity.packing.per_datagram().floor() as u32, capacity.mu, None),
+        Err(e) => {
+            let m_pkt = crate::model::messages_per_datagram(config.mtu, config.msg).map_or(0, |p| p.messages as u32);
+            (m_pkt, 0.0, Some(e.to_string()))
+        }
+    }
 }
 
 fn run_config(
@@ -405,14 +414,13 @@ fn measure_config(
     let s_probe = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
     let mu = measure::measure_mu(cluster, t, s_probe)?;
     let bottleneck = bottleneck::classify(&mu.evidence);
-    let (s, c) = prediction_inputs(config, rates, c_probe, mu.c_per_s);
-    let (m_pkt, mu_predicted) = match Model::new(s, c, D as u32).and_then(|m| m.analyze(config.mtu, config.msg)) {
-        Ok(capacity) => (capacity.packing.per_datagram().floor() as u32, capacity.mu),
-        Err(e) => {
-            progress.line(&format!("   no prediction: {e}"));
-            (crate::model::messages_per_datagram(config.mtu, config.msg).map_or(0, |p| p.messages as u32), 0.0)
-        }
-    };
+    let (s, c_probe) = prediction_inputs(config, rates, c_probe);
+    let c = mu.control_per_s;
+    let (m_pkt, mu_predicted, why) = predict(config, s, c);
+    if let Some(why) = why {
+        progress.line(&format!("   no prediction: {why}"));
+    }
+    let mu_predicted_probe_c = if c_probe > 0.0 { predict(config, s, c_probe).1 } else { 0.0 };
     let mut result = ConfigResult {
         mtu: config.mtu as u32,
         idle: config.idle.to_string(),
@@ -421,6 +429,9 @@ fn measure_config(
         control: config.control.as_str().to_string(),
         s,
         c,
+        c_probe,
+        mu_predicted_probe_c,
+        sender_share: if s > 0.0 { mu.data_per_s / s } else { 0.0 },
         d: D as u32,
         m_pkt,
         mu_predicted,
@@ -430,16 +441,20 @@ fn measure_config(
     };
     let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
     progress.line(&format!(
-        "{config}: mu measured {} msg/s (windows {}), predicted ({} - {}) / {D} x {m_pkt} = {} msg/s, error {error}; \
-         sender {} data + {} control syscalls/s (C in this run {}/s), {:.1} msgs/datagram; bottleneck: {}",
+        "{config}: mu measured {} msg/s (windows {}), predicted ({} - {}) / {D} x {m_pkt} = {} msg/s, error {error} \
+         (with the C probe's {}/s: {}); sender {} data syscalls/s ({:.0}% of S) + {} control ({}/s commit frames x \
+         {D}), {:.1} msgs/datagram; bottleneck: {}",
         rate(mu.mu),
         mu.windows.iter().map(|&w| rate(w)).collect::<Vec<_>>().join(" "),
         rate(s),
         rate(c),
         rate(mu_predicted),
+        rate(c_probe),
+        rate(mu_predicted_probe_c),
         rate(mu.data_per_s),
+        result.sender_share * 100.0,
         rate(mu.control_per_s),
-        rate(mu.c_per_s),
+        rate(mu.c_per_s / D as f64),
         mu.messages_per_datagram,
         bottleneck.text
     ));
@@ -519,7 +534,7 @@ mod tests {
     }
 
     #[test]
-    fn separate_commits_take_c_from_the_probe_and_piggyback_from_the_run() {
+    fn predictions_take_s_for_the_mode_and_the_probe_c_for_the_idle_strategy() {
         let rates = [SendRate {
             send_mode: SendMode::Classic,
             datagram_bytes: 1408,
@@ -535,10 +550,14 @@ mod tests {
             send_mode: SendMode::Classic,
             control: Control::Separate,
         };
-        assert_eq!(prediction_inputs(&config, &rates, &c_probe, 7.0), (200_000.0, 40_000.0));
-        config.control = Control::Piggyback;
-        assert_eq!(prediction_inputs(&config, &rates, &c_probe, 7.0), (200_000.0, 7.0));
+        assert_eq!(prediction_inputs(&config, &rates, &c_probe), (200_000.0, 40_000.0));
+        let (m_pkt, mu, why) = predict(&config, 200_000.0, 40_000.0);
+        assert_eq!((m_pkt, why), (8, None));
+        assert!((mu - 640_000.0).abs() < 1.0, "{mu}");
+        config.idle = IdleStrategyConfig::Yield;
+        assert_eq!(prediction_inputs(&config, &rates, &c_probe).1, 0.0);
         config.send_mode = SendMode::Gso;
-        assert_eq!(prediction_inputs(&config, &rates, &c_probe, 7.0).0, 0.0);
+        assert_eq!(prediction_inputs(&config, &rates, &c_probe).0, 0.0);
+        assert!(predict(&config, 0.0, 0.0).2.is_some(), "no S, no prediction");
     }
 }
