@@ -43,6 +43,9 @@ pub struct SenderCounters {
     pub data_syscalls: Counter,
     /// Every other syscall of the send path: setups, heartbeats, retransmits, control polls, consensus frames.
     pub control_syscalls: Counter,
+    /// The control polls (also in `control_syscalls`) made on duty cycles that sent nothing: they spend the
+    /// Sender's idle time, not its data budget, so the model's C leaves them out.
+    pub idle_polls: Counter,
     /// First-time data datagrams put on the wire (counting each destination).
     pub datagrams: Counter,
     /// First-time data bytes put on the wire (counting each destination).
@@ -93,6 +96,7 @@ impl SenderCounters {
             invalid_packets: allocate("sender invalid packets"),
             position: allocate("snd-pos"),
             limit: allocate("snd-lmt"),
+            idle_polls: allocate("sender idle control polls"),
         }
     }
 
@@ -660,11 +664,15 @@ impl NetworkPublication {
     }
 
     /// Reads the control traffic waiting on the publication's sockets (status messages, NAKs, and frames
-    /// for the control handler); returns the number of datagrams read.
-    pub fn poll_control(&mut self, now_ns: u64, batch: &mut RecvBatch) -> usize {
+    /// for the control handler); returns the number of datagrams read. `idle_cycle`: the Sender's duty cycle
+    /// sent nothing, so the polls are counted as idle polls too.
+    pub fn poll_control(&mut self, now_ns: u64, batch: &mut RecvBatch, idle_cycle: bool) -> usize {
         let mut work = 0;
         for s in 0..self.sockets.endpoints().len() {
             self.counters.control_syscalls.increment();
+            if idle_cycle {
+                self.counters.idle_polls.increment();
+            }
             let received = match self.sockets.endpoints()[s].recv_batch(batch) {
                 Ok(n) => n,
                 Err(_) => {

@@ -289,13 +289,32 @@ impl fmt::Debug for Receiver {
 }
 
 /// Parks in `epoll_wait` on the receive sockets, so readiness ends an idle park.
+///
+/// The sockets join the epoll set on the first park, not before: a socket in an epoll set makes every
+/// datagram the kernel queues on it run the epoll callback under a lock, on the sending CPU, which on
+/// loopback is the leader's Sender. A Receiver that never parks (invoked, or spinning) never pays that.
 struct ReadinessPark {
     poll: Poll,
     events: Events,
+    /// The sockets to register, by channel index; emptied once they are registered.
+    pending: Vec<RawFd>,
+}
+
+impl ReadinessPark {
+    fn register_pending(&mut self) {
+        for (i, fd) in self.pending.drain(..).enumerate() {
+            // A socket that cannot join the set is still polled every duty cycle: only its wake-up is lost,
+            // and the park's timeout bounds that.
+            let _ = self.poll.registry().register(&mut SourceFd(&fd), Token(i), Interest::READABLE);
+        }
+    }
 }
 
 impl Park for ReadinessPark {
     fn park(&mut self, timeout: Duration) {
+        if !self.pending.is_empty() {
+            self.register_pending();
+        }
         // An error (EINTR) only ends this park early; the next duty cycle polls the sockets anyway.
         let _ = self.poll.poll(&mut self.events, Some(timeout));
     }
@@ -308,16 +327,16 @@ impl Receiver {
         counters: ReceiverCounters,
     ) -> std::io::Result<(Self, Vec<Subscription>, Vec<String>)> {
         let poll = Poll::new()?;
+        let mut pending = Vec::with_capacity(configs.len());
         let mut channels = Vec::with_capacity(configs.len());
         let mut subscriptions = Vec::with_capacity(configs.len());
         let mut warnings = Vec::new();
         let mut max_datagram = 0;
-        for (i, config) in configs.into_iter().enumerate() {
+        for config in configs {
             config.channel.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
             let (endpoint, w) = UdpEndpoint::bind(config.bind, &config.channel.socket)?;
             warnings.extend(w);
-            let fd: RawFd = endpoint.raw_fd();
-            poll.registry().register(&mut SourceFd(&fd), Token(i), Interest::READABLE)?;
+            pending.push(endpoint.raw_fd());
             let c = &config.channel;
             let timers = ImageTimers {
                 nak_delay_ns: nanos(c.nak_delay),
@@ -343,7 +362,7 @@ impl Receiver {
             });
         }
         let batch = RecvBatch::new(MAX_BATCH.min(32), max_datagram.max(frame::MAX_UDP_PAYLOAD_LENGTH.min(9000)));
-        let parker = ReadinessPark { poll, events: Events::with_capacity(channels.len().max(1)) };
+        let parker = ReadinessPark { poll, events: Events::with_capacity(channels.len().max(1)), pending };
         let receiver = Self { channels, batch, clock: NanoClock::new(), counters, parker };
         Ok((receiver, subscriptions, warnings))
     }

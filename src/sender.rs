@@ -87,7 +87,7 @@ impl Sender {
         let mut read = 0;
         if sent == 0 || self.cycles_since_poll >= CONTROL_POLL_RATIO || now_ns >= self.next_poll_ns {
             for publication in &mut self.publications {
-                read += publication.poll_control(now_ns, &mut self.batch);
+                read += publication.poll_control(now_ns, &mut self.batch, sent == 0);
                 publication.on_idle(now_ns);
             }
             self.cycles_since_poll = 0;

@@ -59,7 +59,7 @@ fn gso_runs_of_full_mtu_datagrams_stay_within_one_udp_datagram() {
     let deadline = Instant::now() + Duration::from_secs(10);
     while publication.flow_control().live_count() == 0 {
         assert!(Instant::now() < deadline, "the status message never arrived");
-        publication.poll_control(0, &mut control);
+        publication.poll_control(0, &mut control, true);
         std::thread::yield_now();
     }
 

@@ -83,9 +83,11 @@ pub struct ConfigResult {
     pub control: String,
     /// The S used in the prediction (per second): the S probe's rate for this send mode and MTU.
     pub s: f64,
-    /// The C used in the prediction (per second): every control syscall the leader's Sender made during the
-    /// saturated run (commit frames to each follower, polls that read acknowledgements and status messages,
-    /// heartbeats), the budget that control traffic really took from data while mu was measured.
+    /// The C used in the prediction (per second): the control syscalls the leader's Sender made during the
+    /// saturated run on duty cycles that also sent data, plus every control frame it sent (commit frames to
+    /// each follower, polls for acknowledgements and status messages, heartbeats): the budget control
+    /// traffic really took from data while mu was measured. Polls on cycles that sent nothing are idle time
+    /// and are left out.
     pub c: f64,
     /// The C probe's value for this idle strategy, measured at the probe's moderate load (per second); 0
     /// when the probe did not measure this strategy.

@@ -125,8 +125,11 @@ pub struct MuRun {
     pub windows: Vec<f64>,
     /// Which stage was busy, from the counters over all windows.
     pub evidence: StageEvidence,
-    /// The leader Sender's control syscalls per second during the windows.
+    /// The leader Sender's control syscalls per second during the windows, less its polls on cycles that
+    /// sent nothing: the control syscalls that took from the data budget (the C of the prediction).
     pub control_per_s: f64,
+    /// The leader Sender's control polls per second on cycles that sent nothing (idle time, not budget).
+    pub idle_polls_per_s: f64,
     /// Commit frames x D per second during the windows: C as the saturated cluster had it.
     pub c_per_s: f64,
     /// The leader Sender's data syscalls per second during the windows.
@@ -230,7 +233,9 @@ pub fn measure_mu(
     let after = cluster.counts();
     let (l0, l1) = (&before[0], &after[0]);
     let rate = |label: &str| l1.delta(l0, label) as f64 / seconds;
-    let (control_per_s, data_per_s) = (rate("sender control syscalls"), rate("sender data syscalls"));
+    let idle_polls_per_s = rate("sender idle control polls");
+    let control_per_s = rate("sender control syscalls") - idle_polls_per_s;
+    let data_per_s = rate("sender data syscalls");
     let consensus_cycles = l1.delta(l0, &format!("{LEADER_CONSENSUS} duty cycles")).max(1) as f64;
     let receiver_idle = (1..3).map(|i| idle_fraction(&before[i], &after[i], FOLLOWER)).fold(1.0, f64::min);
     let evidence = StageEvidence {
@@ -255,7 +260,7 @@ pub fn measure_mu(
     let mu = sorted[sorted.len() / 2];
     cluster.drain(SETTLE_TIMEOUT)?;
     let c_per_s = rate("consensus commit frames") * D as f64;
-    Ok(MuRun { mu, windows, evidence, control_per_s, c_per_s, data_per_s, messages_per_datagram })
+    Ok(MuRun { mu, windows, evidence, control_per_s, idle_polls_per_s, c_per_s, data_per_s, messages_per_datagram })
 }
 
 /// Each in-flight message's intended and actual offer times (ns from the point's start), in a ring

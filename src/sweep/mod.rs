@@ -431,7 +431,7 @@ fn measure_config(
         c,
         c_probe,
         mu_predicted_probe_c,
-        sender_share: if s > 0.0 { mu.data_per_s / s } else { 0.0 },
+        sender_share: mu.evidence.sender_share,
         d: D as u32,
         m_pkt,
         mu_predicted,
@@ -443,7 +443,7 @@ fn measure_config(
     progress.line(&format!(
         "{config}: mu measured {} msg/s (windows {}), predicted ({} - {}) / {D} x {m_pkt} = {} msg/s, error {error} \
          (with the C probe's {}/s: {}); sender {} data syscalls/s ({:.0}% of S) + {} control ({}/s commit frames x \
-         {D}), {:.1} msgs/datagram; bottleneck: {}",
+         {D}; {} idle polls/s left out), {:.1} msgs/datagram; bottleneck: {}",
         rate(mu.mu),
         mu.windows.iter().map(|&w| rate(w)).collect::<Vec<_>>().join(" "),
         rate(s),
@@ -455,6 +455,7 @@ fn measure_config(
         result.sender_share * 100.0,
         rate(mu.control_per_s),
         rate(mu.c_per_s / D as f64),
+        rate(mu.idle_polls_per_s),
         mu.messages_per_datagram,
         bottleneck.text
     ));
