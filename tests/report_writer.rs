@@ -317,6 +317,17 @@ fn synthetic_run_writes_a_complete_report() {
     assert!(html.contains("(S − C) / D × M_pkt"));
     assert!(html.contains("&lt;synthetic&gt;"), "the host's text is escaped");
 
+    // Each configuration's latency chart is also a file of its own, named for the configuration.
+    let charts: Vec<String> = std::fs::read_dir(dir.join("charts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(charts.len(), report.configs.len(), "{charts:?}");
+    let first = &report.configs[0];
+    let name = format!("mtu{}-{}-msg{}-classic-separate.svg", first.mtu, first.idle.replace(':', "_"), first.msg);
+    let svg = std::fs::read_to_string(dir.join("charts").join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{name}");
+
     // latest points at the report, relatively, and moves to a newer one.
     let latest = scratch.join(LATEST);
     assert_eq!(std::fs::read_link(&latest).unwrap(), Path::new("20261201-102030"));

@@ -139,7 +139,21 @@ pub fn write_report(dir: &Path, report: &SweepReport, histograms: &[PointHistogr
     let json = serde_json::to_string_pretty(report).map_err(ReportError::Json)?;
     write_file(&dir.join("summary.json"), json + "\n")?;
     write_file(&dir.join("summary.md"), markdown::render(report))?;
-    write_file(&dir.join("report.html"), html::render(report)?)
+    write_file(&dir.join("report.html"), html::render(report)?)?;
+    write_latency_charts(dir, report)
+}
+
+/// Writes each configuration's latency-against-rho chart as `charts/<config>.svg` too, for pages that
+/// embed one picture (the README does).
+fn write_latency_charts(dir: &Path, report: &SweepReport) -> Result<(), ReportError> {
+    let charts_dir = dir.join("charts");
+    for config in report.configs.iter().filter(|c| !c.points.is_empty()) {
+        std::fs::create_dir_all(&charts_dir).map_err(|e| ReportError::io(&charts_dir, e))?;
+        let stem = config.point_stem(0.0);
+        let name = stem.strip_suffix("-rho0.00").unwrap_or(&stem);
+        write_file(&charts_dir.join(format!("{name}.svg")), charts::latency_vs_rho(config)?)?;
+    }
+    Ok(())
 }
 
 /// Points `<parent of dir>/latest` at `dir`, as a relative symbolic link (just the directory's name), and

@@ -81,7 +81,8 @@ pub struct ConfigResult {
     pub send_mode: String,
     /// How commits travel: `separate` commit frames or `piggyback`ed on data.
     pub control: String,
-    /// The S used in the prediction (per second): the S probe's rate for this send mode and MTU.
+    /// The S used in the prediction (per second): the S probe's rate for this send mode and MTU, probed
+    /// again just before this configuration ran (the report's `s_probe` holds the first probe).
     pub s: f64,
     /// The C used in the prediction (per second): the control syscalls the leader's Sender made during the
     /// saturated run on duty cycles that also sent data, plus every control frame it sent (commit frames to

@@ -93,9 +93,9 @@ pub(crate) fn c_table(r: &SweepReport) -> Table {
 
 /// The model's capacity against the measured one, a row per configuration.
 pub(crate) fn capacity_table(r: &SweepReport) -> Table {
-    let note = "mu predicted = (S - C) / D x M_pkt, with S from the S probe and C the leader Sender's control \
-                syscalls/s during the saturated run; with probe C: the same with the C probe's value (moderate \
-                load). mu measured = sustained committed messages/s under saturating load. S used: the Sender's \
+    let note = "mu predicted = (S - C) / D x M_pkt, with S from an S probe run just before the configuration and \
+                C the leader Sender's control syscalls/s during the saturated run (less its polls on cycles that \
+                sent nothing); with probe C: the same with the C probe's value (moderate load). mu measured = sustained committed messages/s under saturating load. S used: the Sender's \
                 data syscalls/s in that run as a share of S.";
     let mut t = Table::new(
         "Capacity: model against measurement",

@@ -377,6 +377,10 @@ fn run_config(
 ) -> Result<ConfigResult, SweepError> {
     let profile = &options.profile;
     let t = &profile.timings;
+    // S drifts on a shared host (by a third, minute to minute, on a small VM): probe it again for this mode
+    // and MTU just before the cluster starts, so that the prediction and mu see the same machine.
+    let fresh = measure::probe_send_rates(&[config.mtu], &[config.send_mode], t, options.layout.probe_cores())?;
+    let rates = if fresh.is_empty() { rates } else { &fresh[..] };
     let spec = ClusterSpec {
         mtu: config.mtu,
         send_mode: config.send_mode,
@@ -394,7 +398,10 @@ fn run_config(
     let closed = cluster.close();
     let result = outcome?;
     closed?;
-    progress.step(&format!("{config}"), Duration::from_millis(500) + t.mu_warmup + t.mu_window * t.mu_windows as u32);
+    progress.step(
+        &format!("{config}"),
+        Duration::from_millis(500) + t.s_window * t.s_windows as u32 + t.mu_warmup + t.mu_window * t.mu_windows as u32,
+    );
     Ok(result)
 }
 
