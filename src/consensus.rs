@@ -10,7 +10,11 @@
 //!    small updates, a sleeping or backing-off one coalesces them, which is what sets the model's C.
 //!
 //! With `commit_piggyback`, the commit position rides in the reserved value of every data frame appended,
-//! and a separate commit frame is sent only on a cycle that appended nothing. When the commit position has
+//! and a separate commit frame is sent only on a cycle that appended nothing, or when the commit moved
+//! `piggyback_refresh` bytes past the last commit frame: a data frame carries the commit of the moment it
+//! was appended, so behind a deep send queue its value is stale by the queue's depth, and followers that
+//! apply (and so free their flow-control window) only up to the commit they know would hold the Sender
+//! back for it. When the commit position has
 //! not moved for `commit_heartbeat`, it is sent again, so a lost commit frame delays followers' apply by at
 //! most that much.
 
@@ -127,9 +131,12 @@ pub struct LeaderConsensus {
     commands: OneToOneRingBuffer,
     identity: LogIdentity,
     piggyback: bool,
+    piggyback_refresh: i64,
     commit_heartbeat_ns: u64,
     next_heartbeat_ns: u64,
     commit: i64,
+    /// The commit position of the last commit frame handed to the Sender.
+    frame_commit: i64,
     clock: NanoClock,
     counters: ConsensusCounters,
 }
@@ -158,6 +165,9 @@ pub struct LeaderParts {
     pub identity: LogIdentity,
     /// Carry the commit position in data frames.
     pub piggyback: bool,
+    /// With `piggyback`, also send a commit frame when the commit moved this many bytes past the last one
+    /// (a quarter of the followers' receiver window keeps their window from closing on a stale commit).
+    pub piggyback_refresh: i64,
     /// Resend an unchanged commit position this often.
     pub commit_heartbeat_ns: u64,
     /// Counters.
@@ -176,9 +186,11 @@ impl LeaderConsensus {
             commands: parts.commands,
             identity: parts.identity,
             piggyback: parts.piggyback,
+            piggyback_refresh: parts.piggyback_refresh.max(1),
             commit_heartbeat_ns: parts.commit_heartbeat_ns,
             next_heartbeat_ns: 0,
             commit: 0,
+            frame_commit: 0,
             clock: NanoClock::new(),
             counters: parts.counters,
         }
@@ -191,7 +203,8 @@ impl LeaderConsensus {
         let appended = self.drain_ingress();
         let mut work = appended + committed as usize;
         let heartbeat_due = now_ns >= self.next_heartbeat_ns && self.commit > 0;
-        if (committed && !(self.piggyback && appended > 0)) || heartbeat_due {
+        let piggybacked = self.piggyback && appended > 0 && self.commit - self.frame_commit < self.piggyback_refresh;
+        if (committed && !piggybacked) || heartbeat_due {
             work += self.send_commit() as usize;
             self.next_heartbeat_ns = now_ns + self.commit_heartbeat_ns;
         }
@@ -258,6 +271,7 @@ impl LeaderConsensus {
         // A full command ring means the Sender is far behind: the next cycle sends a newer position anyway.
         let sent = self.commands.write(COMMAND_CONTROL_FRAME, &bytes[..length]).is_ok();
         if sent {
+            self.frame_commit = self.commit;
             self.counters.commit_frames.increment();
         }
         sent

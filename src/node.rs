@@ -642,6 +642,7 @@ fn leader_parts(
             leadership_term_id: 0,
         },
         piggyback: config.commit_piggyback,
+        piggyback_refresh: (config.channel.receiver_window / 4) as i64,
         commit_heartbeat_ns: nanos(config.commit_heartbeat),
         counters,
     });
