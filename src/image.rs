@@ -110,7 +110,7 @@ impl PublicationImage {
     /// `log` must have the publication's term length, MTU and initial term id.
     pub fn new(log: LogBuffer, source: SocketAddr, join_position: i64, timers: ImageTimers, now_ns: u64) -> Self {
         let config = *log.config();
-        let rebuilder = TermRebuilder::new(&log);
+        let rebuilder = TermRebuilder::joining_at(&log, join_position);
         Self {
             session_id: config.session_id,
             stream_id: config.stream_id,

@@ -61,8 +61,11 @@ impl std::error::Error for AppendError {}
 ///
 /// Invariants: `position == position(term_id, term_offset)`; `term_offset <= term_length` and is a
 /// multiple of 32; every frame before `term_offset` in the active term is committed; the bytes from
-/// `term_offset` to the end of the active term, and the whole next partition, are zero. The appender
-/// never moves `position` beyond `limit`, which must be at most the slowest consumer + `term_length / 2`.
+/// `term_offset` to the end of the active term are zero, and so are the bytes of the next partition below
+/// `term_offset` (rounded up to [`CLEAN_CHUNK`]): the appender zeroes the next partition a chunk at a time
+/// as it fills the active one, so the partition is clean when it becomes active and no append ever zeroes
+/// a whole term at once (16 MiB takes milliseconds). The appender never moves `position` beyond `limit`,
+/// which must be at most the slowest consumer + `term_length / 2`.
 #[derive(Debug)]
 pub struct ExclusiveAppender {
     terms: [AtomicBuffer; PARTITION_COUNT],
@@ -79,9 +82,16 @@ pub struct ExclusiveAppender {
     term_offset: usize,
     position: i64,
     limit: i64,
+    /// The next partition held an old term and is being zeroed ahead of use.
+    clean_ahead: bool,
+    /// Bytes of the next partition zeroed so far while in the active term.
+    clean_offset: usize,
     closed: bool,
     taken: Arc<AtomicBool>,
 }
+
+/// The appender zeroes the next partition this many bytes at a time (a page).
+pub const CLEAN_CHUNK: usize = 4096;
 
 impl ExclusiveAppender {
     pub(super) fn new(log: &LogBuffer, taken: Arc<AtomicBool>) -> Self {
@@ -106,6 +116,10 @@ impl ExclusiveAppender {
             term_offset,
             position: position(term_id, term_offset, c.initial_term_id, bits),
             limit: 0,
+            // The next partition held term `term_count - 2` if there was one; zero it from the start (again:
+            // what an earlier appender zeroed is zero still, and nothing of the next term is written yet).
+            clean_ahead: term_count >= 2,
+            clean_offset: 0,
             closed: log.end_of_stream_position().is_some(),
             taken,
         }
@@ -262,9 +276,10 @@ impl ExclusiveAppender {
 
     /// Fills the rest of the active term with a PAD frame and makes the next term active.
     ///
-    /// The partition after the new active one held term `T - 1` (two terms before the new `T + 1`) and
-    /// will hold `T + 2`; it is zeroed now. No consumer can be reading it: consumers are at most
-    /// `term_length / 2` behind, so at this point all of them are in term `T` or later.
+    /// The new active partition was zeroed while the old term filled. The partition after it held term
+    /// `T - 1` (two terms before the new `T + 1`) and will hold `T + 2`; appends into `T + 1` zero it a
+    /// chunk at a time. No consumer can be reading it: consumers are at most `term_length / 2` behind, so
+    /// from now on all of them are in term `T` or later.
     #[cold]
     fn pad_and_rotate(&mut self, remaining: usize) {
         let old = self.partition();
@@ -274,15 +289,15 @@ impl ExclusiveAppender {
             self.terms[old].put_i32_release(offset + FRAME_LENGTH_OFFSET, remaining as i32);
             self.advance(remaining);
         }
+        self.clean_next_to(self.term_length);
         self.term_count = self.term_count.wrapping_add(1);
         self.active = self.term_count as u32 as usize % PARTITION_COUNT;
         self.term_id = self.term_id.wrapping_add(1);
         self.term_offset = 0;
         let next = self.partition();
-        if self.term_count >= 2 {
-            // Never used before the third term: fresh memory is zero already, and touching it would fault pages in.
-            self.terms[(next + 1) % PARTITION_COUNT].set_memory(0, self.term_length, 0);
-        }
+        // Never used before the third term: fresh memory is zero already, and touching it would fault pages in.
+        self.clean_ahead = self.term_count >= 2;
+        self.clean_offset = 0;
         self.metadata.put_i64_release(tail_counter_offset(next), pack_tail(self.term_id, 0));
         self.metadata.put_i32_release(ACTIVE_TERM_COUNT_OFFSET, self.term_count);
     }
@@ -297,9 +312,27 @@ impl ExclusiveAppender {
     fn advance(&mut self, length: usize) -> i64 {
         self.term_offset += length;
         self.position += length as i64;
+        if self.clean_ahead && self.term_offset > self.clean_offset {
+            self.clean_next_to(self.term_offset);
+        }
         let raw = pack_tail(self.term_id, self.term_offset as u32);
         self.metadata.put_i64_release(tail_counter_offset(self.partition()), raw);
         self.position
+    }
+
+    /// Zeroes the next partition up to `offset` rounded up to [`CLEAN_CHUNK`] (at most the term length),
+    /// when it held an old term.
+    #[cold]
+    fn clean_next_to(&mut self, offset: usize) {
+        if !self.clean_ahead {
+            return;
+        }
+        let end = offset.next_multiple_of(CLEAN_CHUNK).min(self.term_length);
+        if end > self.clean_offset {
+            let next = (self.active + 1) % PARTITION_COUNT;
+            self.terms[next].set_memory(self.clean_offset, end - self.clean_offset, 0);
+            self.clean_offset = end;
+        }
     }
 
     /// Writes every header field but `frame_length`, which stays 0 (uncommitted).
@@ -494,7 +527,7 @@ mod tests {
     }
 
     #[test]
-    fn pads_rotates_and_zeroes_the_partition_two_terms_ahead() {
+    fn pads_rotates_and_zeroes_the_next_partition_as_the_active_one_fills() {
         let log = log(8192);
         let mut a = log.appender().unwrap();
         a.set_limit(i64::MAX);
@@ -509,13 +542,22 @@ mod tests {
         assert_eq!(t0.get_i32_acquire(64256), 1280);
         assert_eq!(t0.get_u16(64256 + TYPE_OFFSET), TYPE_PAD);
         assert_eq!(log.term(1).get_i32(TERM_ID_OFFSET), 6);
-        // Fill terms 1 and 2 and rotate into term 3 (partition 0): partition 1 must be zeroed then.
+        // Fill terms 1 and 2 and rotate into term 3 (partition 0), which was zeroed while term 2 filled.
         while a.position() < 3 * 65536 {
             a.append(&message).unwrap();
         }
-        assert!(log.term(1).bytes(0, 65536).iter().all(|&b| b == 0));
+        assert_eq!(a.position(), 3 * 65536 + 8032);
         assert_eq!(log.term(0).get_i32(TERM_ID_OFFSET), 8);
+        assert!(log.term(0).bytes(8032, 65536 - 8032).iter().all(|&b| b == 0), "term 0's frames are gone");
         assert_eq!(log.producer_position(), a.position());
+        // Partition 1 (term 1, next term 4) is zeroed a chunk at a time as term 3 fills: up to 8192 now.
+        let t1 = log.term(1);
+        assert!(t1.bytes(0, 8192).iter().all(|&b| b == 0));
+        assert_ne!(t1.bytes(8192, 65536 - 8192).iter().filter(|&&b| b != 0).count(), 0, "the rest holds term 1");
+        while a.position() < 4 * 65536 {
+            a.append(&message).unwrap();
+        }
+        assert!(log.term(1).bytes(8032, 65536 - 8032).iter().all(|&b| b == 0), "all of it once term 3 is full");
     }
 
     #[test]

@@ -54,26 +54,35 @@ impl std::error::Error for RebuildError {}
 /// `frame_length` release-stored last; a frame slot already holding a frame is never written again
 /// (duplicates are dropped). The caller keeps the highest received position within `term_length / 2`
 /// of the slowest consumer, and calls [`clean_behind`](Self::clean_behind) with that consumer's
-/// position, so partitions are zeroed before being reused and never while being read.
+/// position, so partitions are zeroed before being reused and never while being read. Cleaning trails the
+/// consumer by one term and goes a little at a time, as the consumer moves, so that no call zeroes a
+/// whole term at once (16 MiB takes milliseconds).
 #[derive(Debug)]
 pub struct TermRebuilder {
     terms: [AtomicBuffer; PARTITION_COUNT],
     term_length: usize,
     initial_term_id: i32,
     bits: u32,
-    cleaned_term_count: i64,
+    /// Every byte of the image below this position that can be reused has been zeroed.
+    clean_position: i64,
 }
 
 impl TermRebuilder {
-    /// A rebuilder of the image `log` (whose initial term id is the publication's).
+    /// A rebuilder of the fresh (all zero) image `log` (whose initial term id is the publication's).
     pub fn new(log: &LogBuffer) -> Self {
+        Self::joining_at(log, 0)
+    }
+
+    /// A rebuilder of the fresh image `log` whose first received byte will be at `join_position`: nothing
+    /// below it was ever written, so cleaning starts there.
+    pub fn joining_at(log: &LogBuffer, join_position: i64) -> Self {
         let term_length = log.term_length();
         Self {
             terms: log.terms().clone(),
             term_length,
             initial_term_id: log.config().initial_term_id,
             bits: position_bits_to_shift(term_length),
-            cleaned_term_count: -1,
+            clean_position: join_position.max(0),
         }
     }
 
@@ -166,16 +175,18 @@ impl TermRebuilder {
         Some(Gap { term_id, term_offset: start, length: offset - start })
     }
 
-    /// Zeroes the partitions of every term before the one preceding `consumer_position` (the slowest
-    /// consumer's), once each, so they are clean when reused three terms later. No consumer reads them
-    /// any more, and the received data stays within `term_length / 2` of the consumer, so none is
-    /// written to them yet.
+    /// Zeroes the image from where the last call stopped up to one term behind `consumer_position` (the
+    /// slowest consumer's). No consumer reads those bytes any more, and they are next written three terms
+    /// on, beyond the `term_length / 2` the received data may run ahead of the consumer. Each call zeroes
+    /// only what the consumer moved past since the last one.
     pub fn clean_behind(&mut self, consumer_position: i64) {
-        let previous = term_count(consumer_position, self.bits) - 1;
-        while self.cleaned_term_count < previous {
-            self.cleaned_term_count += 1;
-            let partition = (self.cleaned_term_count % PARTITION_COUNT as i64) as usize;
-            self.terms[partition].set_memory(0, self.term_length, 0);
+        let target = consumer_position - self.term_length as i64;
+        while self.clean_position < target {
+            let partition = partition_index(self.clean_position, self.bits);
+            let offset = term_offset(self.clean_position, self.term_length);
+            let length = (self.term_length - offset).min((target - self.clean_position) as usize);
+            self.terms[partition].set_memory(offset, length, 0);
+            self.clean_position += length as i64;
         }
     }
 }
@@ -250,16 +261,30 @@ mod tests {
     }
 
     #[test]
-    fn cleans_each_partition_once_behind_the_consumer() {
+    fn cleans_one_term_behind_the_consumer_a_little_at_a_time() {
         let (_, image) = pair();
         let mut r = TermRebuilder::new(&image);
         image.term(0).put_u8(100, 1);
+        image.term(0).put_u8(200, 1);
         image.term(1).put_u8(100, 1);
-        r.clean_behind(65536 + 10); // consumer in term 1: term 0 may go
-        assert_eq!(image.term(0).get_u8(100), 0);
-        assert_eq!(image.term(1).get_u8(100), 1);
+        r.clean_behind(65536 + 10); // one term behind: [0, 10) only
+        assert_eq!(image.term(0).get_u8(100), 1);
+        r.clean_behind(65536 + 150);
+        assert_eq!((image.term(0).get_u8(100), image.term(0).get_u8(200)), (0, 1), "cleaned up to 150 only");
+        assert_eq!(image.term(1).get_u8(100), 1, "the term before the consumer's is still readable");
         image.term(0).put_u8(100, 2); // term 3 written there later
-        r.clean_behind(65536 + 20);
+        r.clean_behind(65536 + 160);
         assert_eq!(image.term(0).get_u8(100), 2, "not cleaned twice");
+        r.clean_behind(2 * 65536 + 300); // across a term boundary
+        assert_eq!((image.term(0).get_u8(200), image.term(1).get_u8(100)), (0, 0));
+    }
+
+    #[test]
+    fn a_late_joiner_cleans_nothing_below_its_join_position() {
+        let (_, image) = pair();
+        image.term(1).put_u8(5, 9); // below the join position: never written by this image, left alone
+        let mut r = TermRebuilder::joining_at(&image, 2 * 65536);
+        r.clean_behind(3 * 65536 + 100);
+        assert_eq!(image.term(1).get_u8(5), 9);
     }
 }
