@@ -237,6 +237,9 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         dir.display()
     ));
     progress.line(&format!("layout: {layout}"));
+    if let Some(warning) = cluster::window_warning() {
+        progress.line(&format!("warning: {warning}"));
+    }
     let clock = Instant::now();
 
     progress.bar.set_message("S probe");
