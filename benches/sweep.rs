@@ -3,7 +3,7 @@
 //! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]`
 //!
 //! The model against a running 3-node loopback cluster (see `quorumcast::sweep`). With no arguments it runs
-//! the quick profile (about 2.5 minutes on a 2-core machine); `--full` runs MODEL.md's whole table (about
+//! the quick profile (about 2 minutes on a 2-core machine); `--full` runs MODEL.md's whole table (about
 //! 35 minutes). The report goes to `<out>/<timestamp>/` (default `target/sweep`), and `<out>/latest`
 //! points at it.
 

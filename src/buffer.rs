@@ -24,6 +24,9 @@ compile_error!("quorumcast lays out shared memory and frames little-endian and s
 /// x86_64 and the 128-byte lines of some aarch64 parts (the same choice as `crossbeam_utils::CachePadded`).
 pub const CACHE_LINE_LENGTH: usize = 128;
 
+/// Bytes between two prefetches of [`AtomicBuffer::prefetch`]: one hardware cache line.
+pub const PREFETCH_STRIDE: usize = 64;
+
 /// Size of a page of the mappings we create.
 pub const PAGE_LENGTH: usize = 4096;
 
@@ -341,6 +344,19 @@ impl AtomicBuffer {
         unsafe { std::ptr::write_bytes(d, value, length) }
     }
 
+    /// [`prefetch`](Self::prefetch) for every cache line of `length` bytes at `offset`. The Sender issues
+    /// it for the datagrams it is about to scan and send, so that lines another core has just written
+    /// travel in parallel, instead of one per dependent load as the frame-by-frame scan would fetch them.
+    #[inline]
+    pub fn prefetch_range(&self, offset: usize, length: usize) {
+        let end = offset.saturating_add(length).min(self.length);
+        let mut line = offset;
+        while line < end {
+            self.prefetch(line);
+            line += PREFETCH_STRIDE;
+        }
+    }
+
     /// Borrows `length` bytes at `offset` as a slice.
     ///
     /// The bytes must not be written while the slice lives. Every reader in the crate only borrows frames
@@ -367,6 +383,18 @@ mod tests {
         assert_eq!(part.len(), 256);
         assert!(std::panic::catch_unwind(|| part.get_i64(256)).is_err());
         assert!(std::panic::catch_unwind(|| whole.view(4000, 200)).is_err());
+    }
+
+    #[test]
+    fn prefetching_a_range_stops_at_the_view_and_changes_nothing() {
+        let whole = AtomicBuffer::anonymous(4096).unwrap();
+        whole.put_i64(4088, 7);
+        let part = whole.view(1024, 1024);
+        part.prefetch_range(1000, 1 << 20); // past the end: clamped to the view, no panic, no access
+        part.prefetch_range(usize::MAX, 64);
+        whole.prefetch_range(0, 4096);
+        assert_eq!(whole.get_i64(4088), 7);
+        assert!(whole.bytes(0, 4088).iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -14,15 +14,18 @@
 //!    load (classic, separate commit frames). The Sender's "control syscalls" counter also counts its polls
 //!    of the control socket, one per duty cycle, which at a moderate load are mostly idle cycles and take
 //!    nothing from the data budget; the sweep prints that total beside C.
-//! 3. Per configuration: start a cluster ([`cluster::LoadCluster`], layout printed), measure mu under a
-//!    saturating load and name the bottleneck ([`bottleneck::classify`]); then per rho offer
-//!    `lambda = rho x mu` open loop and record latency histograms ([`measure::run_point`]).
-//! 4. Write `summary.json`, `summary.md`, `report.html` and the `.hgrm` files into `<out>/<timestamp>/`, and
-//!    point `<out>/latest` at it.
+//! 3. Per configuration: probe S again for its mode and MTU (S drifts on a shared host), start a cluster
+//!    ([`cluster::LoadCluster`], layout printed), measure mu under a saturating load and name the
+//!    bottleneck ([`bottleneck::classify`]); then per rho offer `lambda = rho x mu` open loop and record
+//!    latency histograms ([`measure::run_point`]).
+//! 4. Write `summary.json`, `summary.md`, `report.html`, the `.hgrm` files and one SVG chart per
+//!    configuration into `<out>/<timestamp>/`, and point `<out>/latest` at it.
 //!
-//! The prediction's C: for separate commit frames, the C probe's value for the configuration's idle
-//! strategy; for piggyback, the commit frames x D per second observed during the configuration's own
-//! saturating run (the probe measures separate frames only).
+//! The prediction: S from the probe just before the configuration; C the leader Sender's control syscalls
+//! per second during the configuration's own saturated run, less its polls on duty cycles that sent
+//! nothing (commit frames to each follower, acknowledgement reads, heartbeats: what control traffic took
+//! from the data budget while mu was measured). The C probe's value, at a moderate load, gives a second
+//! prediction beside it (`mu_predicted_probe_c`).
 
 pub mod bottleneck;
 pub mod cluster;

@@ -4,8 +4,8 @@
 //!
 //! - `quick` (the default of `cargo bench --bench sweep`): 128 B messages at MTU 1408 and 8192, the
 //!   consensus idle strategy `backoff`, classic send mode with separate commit frames (the model's case) and,
-//!   beside it, mmsg, gso and classic with the commit piggybacked; five utilisation points. About 2.5 minutes
-//!   on a 2-core machine (at most 4).
+//!   beside it, every send mode with separate and piggybacked commits (12 configurations); five utilisation
+//!   points. About 2 minutes on a 2-core machine (at most 4).
 //! - `full`: every message size of `MODEL.md`'s table (32, 128, 224, 512, 1344 B) at both MTUs, the idle
 //!   strategies `noop`, `sleep-ns:1000` and `backoff` in classic/separate, and the other send modes and
 //!   piggyback beside them at the first idle strategy; nine utilisation points and longer windows. About
