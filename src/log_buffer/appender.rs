@@ -62,7 +62,7 @@ impl std::error::Error for AppendError {}
 /// Invariants: `position == position(term_id, term_offset)`; `term_offset <= term_length` and is a
 /// multiple of 32; every frame before `term_offset` in the active term is committed; the bytes from
 /// `term_offset` to the end of the active term are zero, and so are the bytes of the next partition below
-/// `term_offset` (rounded up to [`CLEAN_CHUNK`]): the appender zeroes the next partition a chunk at a time
+/// `term_offset` (rounded up to a 4 KiB chunk): the appender zeroes the next partition a chunk at a time
 /// as it fills the active one, so the partition is clean when it becomes active and no append ever zeroes
 /// a whole term at once (16 MiB takes milliseconds). The appender never moves `position` beyond `limit`,
 /// which must be at most the slowest consumer + `term_length / 2`.
