@@ -280,14 +280,15 @@ pub const TERM_LENGTH: usize = 16 << 20;
 pub const WANTED_WINDOW: usize = TERM_LENGTH / 2;
 
 /// The followers' receiver window (and SO_RCVBUF) for this host: [`WANTED_WINDOW`], or less where
-/// `net.core.rmem_max` caps the receive buffer (a window larger than the socket buffer is refused). With a
+/// `net.core.rmem_max` caps the receive buffer (a window larger than the socket buffer is refused; Linux's
+/// default cap is 208 KiB, which the sweep then uses, with a warning). With a
 /// 4 MiB window at 1408 B the Sender idled some 60k cycles a second on a closed window.
 pub fn receiver_window() -> usize {
     let rmem_max = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
         .ok()
         .and_then(|text| text.trim().parse::<usize>().ok())
         .unwrap_or(WANTED_WINDOW);
-    WANTED_WINDOW.min(rmem_max).max(1 << 20)
+    WANTED_WINDOW.min(rmem_max)
 }
 
 /// A warning when this host's `net.core.rmem_max` holds the receiver window below [`WANTED_WINDOW`].
