@@ -59,6 +59,11 @@ fn the_tiny_sweep_writes_a_whole_report() {
     );
     assert!(config["mu_measured"].as_f64().unwrap() > 0.0);
     assert!(config["mu_predicted"].as_f64().unwrap() > 0.0);
+    // S was probed before and after mu, and the prediction took their mean.
+    let (before, after, s) =
+        (config["s_before"].as_f64().unwrap(), config["s_after"].as_f64().unwrap(), config["s"].as_f64().unwrap());
+    assert!(before > 0.0 && after > 0.0, "{before} {after}");
+    assert!((s - (before + after) / 2.0).abs() < 1e-6 * s, "{s} {before} {after}");
     let stage = config["bottleneck"].as_str().unwrap();
     assert!(["load", "append", "sender", "receiver"].iter().any(|s| stage.starts_with(s)), "{stage}");
 

@@ -81,9 +81,15 @@ pub struct ConfigResult {
     pub send_mode: String,
     /// How commits travel: `separate` commit frames or `piggyback`ed on data.
     pub control: String,
-    /// The S used in the prediction (per second): the S probe's rate for this send mode and MTU, probed
-    /// again just before this configuration ran (the report's `s_probe` holds the first probe).
+    /// The S used in the prediction (per second): the mean of the S probed for this send mode and MTU just
+    /// before and just after mu was measured (the report's `s_probe` holds the sweep's first probe).
     pub s: f64,
+    /// S probed just before mu was measured (per second).
+    #[serde(default)]
+    pub s_before: f64,
+    /// S probed just after mu was measured (per second).
+    #[serde(default)]
+    pub s_after: f64,
     /// The C used in the prediction (per second): the control syscalls the leader's Sender made during the
     /// saturated run on duty cycles that also sent data, plus every control frame it sent (commit frames to
     /// each follower, polls for acknowledgements and status messages, heartbeats): the budget control
@@ -274,6 +280,8 @@ mod tests {
             send_mode: "classic".into(),
             control: "separate".into(),
             s: 0.0,
+            s_before: 0.0,
+            s_after: 0.0,
             c: 0.0,
             c_probe: 0.0,
             mu_predicted_probe_c: 0.0,

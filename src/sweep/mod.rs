@@ -14,14 +14,14 @@
 //!    load (classic, separate commit frames). The Sender's "control syscalls" counter also counts its polls
 //!    of the control socket, one per duty cycle, which at a moderate load are mostly idle cycles and take
 //!    nothing from the data budget; the sweep prints that total beside C.
-//! 3. Per configuration: probe S again for its mode and MTU (S drifts on a shared host), start a cluster
-//!    ([`cluster::LoadCluster`], layout printed), measure mu under a saturating load and name the
-//!    bottleneck ([`bottleneck::classify`]); then per rho offer `lambda = rho x mu` open loop and record
-//!    latency histograms ([`measure::run_point`]).
+//! 3. Per configuration: probe S for its mode and MTU, start a cluster ([`cluster::LoadCluster`], layout
+//!    printed), measure mu under a saturating load and name the bottleneck ([`bottleneck::classify`]),
+//!    close it and probe S again (S drifts on a shared host); then, on a fresh cluster, per rho offer
+//!    `lambda = rho x mu` open loop and record latency histograms ([`measure::run_point`]).
 //! 4. Write `summary.json`, `summary.md`, `report.html`, the `.hgrm` files and one SVG chart per
 //!    configuration into `<out>/<timestamp>/`, and point `<out>/latest` at it.
 //!
-//! The prediction: S from the probe just before the configuration; C the leader Sender's control syscalls
+//! The prediction: S the mean of the probes just before and just after mu; C the leader Sender's control syscalls
 //! per second during the configuration's own saturated run, less its polls on duty cycles that sent
 //! nothing (commit frames to each follower, acknowledgement reads, heartbeats: what control traffic took
 //! from the data budget while mu was measured). The C probe's value, at a moderate load, gives a second
@@ -351,13 +351,19 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     Ok(SweepOutcome { dir, report, failures })
 }
 
-/// The S of a configuration's prediction (the probe's rate for its mode and MTU, 0 when not probed) and the
-/// C probe's value for its idle strategy (0 when not probed).
-fn prediction_inputs(config: &ConfigSpec, rates: &[SendRate], c_probe: &[CProbe]) -> (f64, f64) {
-    let s = measure::rate_for(rates, config.send_mode, config.mtu).map_or(0.0, |r| r.datagrams_per_s);
+/// The mean of the S probed before and after mu, or the one that was measured (0 when neither was).
+fn band_mean((before, after): (f64, f64)) -> f64 {
+    if before > 0.0 && after > 0.0 {
+        (before + after) / 2.0
+    } else {
+        before.max(after)
+    }
+}
+
+/// The C probe's value for `config`'s idle strategy (0 when not probed).
+fn probe_c_for(config: &ConfigSpec, c_probe: &[CProbe]) -> f64 {
     let idle = config.idle.to_string();
-    let c = c_probe.iter().find(|c| c.idle == idle).map_or(0.0, |c| c.c_per_s);
-    (s, c)
+    c_probe.iter().find(|c| c.idle == idle).map_or(0.0, |c| c.c_per_s)
 }
 
 /// The model's mu and M_pkt for `config` with `s` and `c`; mu is 0 (and `why` says why) when the model
@@ -383,10 +389,15 @@ fn run_config(
 ) -> Result<ConfigResult, SweepError> {
     let profile = &options.profile;
     let t = &profile.timings;
-    // S drifts on a shared host (by a third, minute to minute, on a small VM): probe it again for this mode
-    // and MTU just before the cluster starts, so that the prediction and mu see the same machine.
-    let fresh = measure::probe_send_rates(&[config.mtu], &[config.send_mode], t, options.layout.probe_cores())?;
-    let rates = if fresh.is_empty() { rates } else { &fresh[..] };
+    // S drifts on a shared host (by a third, minute to minute, on a small VM): probe it for this mode and
+    // MTU just before and just after mu is measured, and predict with the mean, so that the prediction and
+    // mu see the same machine; the two probes stay in the report as the band S moved in.
+    let probe = || -> Result<Option<f64>, SweepError> {
+        let fresh = measure::probe_send_rates(&[config.mtu], &[config.send_mode], t, options.layout.probe_cores())?;
+        Ok(measure::rate_for(&fresh, config.send_mode, config.mtu).map(|r| r.datagrams_per_s))
+    };
+    let first = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
+    let s_before = probe()?.or(first);
     let spec = ClusterSpec {
         mtu: config.mtu,
         send_mode: config.send_mode,
@@ -396,72 +407,92 @@ fn run_config(
         msg: config.msg,
         layout: options.layout,
     };
-    let mut cluster = LoadCluster::start(&spec)?;
-    for warning in cluster.warnings() {
-        progress.line(&format!("   warning: {warning}"));
-    }
-    let outcome = measure_config(&mut cluster, options, config, rates, c_probe, times, dir, progress);
-    let closed = cluster.close();
-    let result = outcome?;
-    closed?;
+    let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, s_before))?;
+    let s_after = probe()?.or(s_before);
+    let mut result = summarize(config, c_probe, &mu, (s_before.unwrap_or(0.0), s_after.unwrap_or(0.0)), progress);
+    with_cluster(&spec, progress, |cluster| {
+        measure_points(cluster, profile, &mut result, mu.mu, times, dir, progress)
+    })?;
     progress.step(
         &format!("{config}"),
-        Duration::from_millis(500) + t.s_window * t.s_windows as u32 + t.mu_warmup + t.mu_window * t.mu_windows as u32,
+        Duration::from_millis(1000)
+            + t.s_window * 2 * t.s_windows as u32
+            + t.mu_warmup
+            + t.mu_window * t.mu_windows as u32,
     );
     Ok(result)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn measure_config(
-    cluster: &mut LoadCluster,
-    options: &SweepOptions,
-    config: &ConfigSpec,
-    rates: &[SendRate],
-    c_probe: &[CProbe],
-    times: &mut SendTimes,
-    dir: &Path,
+/// Starts a cluster for `spec`, runs `work` on it, and closes it; an error of `work` comes first, then one
+/// of closing.
+fn with_cluster<T>(
+    spec: &ClusterSpec,
     progress: &Progress,
-) -> Result<ConfigResult, SweepError> {
-    let profile = &options.profile;
-    let t = &profile.timings;
-    let s_probe = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
-    let mu = measure::measure_mu(cluster, t, s_probe)?;
-    let bottleneck = bottleneck::classify(&mu.evidence);
-    let (s, c_probe) = prediction_inputs(config, rates, c_probe);
+    work: impl FnOnce(&mut LoadCluster) -> Result<T, SweepError>,
+) -> Result<T, SweepError> {
+    let mut cluster = LoadCluster::start(spec)?;
+    for warning in cluster.warnings() {
+        progress.line(&format!("   warning: {warning}"));
+    }
+    let outcome = work(&mut cluster);
+    let closed = cluster.close();
+    let value = outcome?;
+    closed?;
+    Ok(value)
+}
+
+/// The configuration's result without its points: the prediction from the mean of the S probed before and
+/// after mu (`s_band`, 0 when not probed) and the C of the saturated run, beside the measured mu; printed.
+fn summarize(
+    config: &ConfigSpec,
+    c_probe: &[CProbe],
+    mu: &measure::MuRun,
+    s_band: (f64, f64),
+    progress: &Progress,
+) -> ConfigResult {
+    let (s_before, s_after) = s_band;
+    let s = band_mean(s_band);
+    let c_probe = probe_c_for(config, c_probe);
     let c = mu.control_per_s;
     let (m_pkt, mu_predicted, why) = predict(config, s, c);
     if let Some(why) = why {
         progress.line(&format!("   no prediction: {why}"));
     }
     let mu_predicted_probe_c = if c_probe > 0.0 { predict(config, s, c_probe).1 } else { 0.0 };
-    let mut result = ConfigResult {
+    // The evidence measured the Sender's share against the S probed before; restate it against the mean.
+    let sender_share = if s > 0.0 { mu.evidence.sender_share * s_before / s } else { 0.0 };
+    let result = ConfigResult {
         mtu: config.mtu as u32,
         idle: config.idle.to_string(),
         msg: config.msg as u32,
         send_mode: config.send_mode.as_str().to_string(),
         control: config.control.as_str().to_string(),
         s,
+        s_before,
+        s_after,
         c,
         c_probe,
         mu_predicted_probe_c,
-        sender_share: mu.evidence.sender_share,
+        sender_share,
         d: D as u32,
         m_pkt,
         mu_predicted,
         mu_measured: mu.mu,
-        bottleneck: bottleneck.text.clone(),
-        points: Vec::with_capacity(profile.rhos.len()),
+        bottleneck: bottleneck::classify(&mu.evidence).text,
+        points: Vec::new(),
     };
     let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
     progress.line(&format!(
         "{config}: mu measured {} msg/s (windows {}), predicted ({} - {}) / {D} x {m_pkt} = {} msg/s, error {error} \
-         (with the C probe's {}/s: {}); sender {} data syscalls/s ({:.0}% of S) + {} control ({}/s commit frames x \
-         {D}; {} idle polls/s left out), {:.1} msgs/datagram; bottleneck: {}",
+         (S {} before, {} after; with the C probe's {}/s: {}); sender {} data syscalls/s ({:.0}% of S) + {} \
+         control ({}/s commit frames x {D}; {} idle polls/s left out), {:.1} msgs/datagram; bottleneck: {}",
         rate(mu.mu),
         mu.windows.iter().map(|&w| rate(w)).collect::<Vec<_>>().join(" "),
         rate(s),
         rate(c),
         rate(mu_predicted),
+        rate(s_before),
+        rate(s_after),
         rate(c_probe),
         rate(mu_predicted_probe_c),
         rate(mu.data_per_s),
@@ -470,11 +501,27 @@ fn measure_config(
         rate(mu.c_per_s / D as f64),
         rate(mu.idle_polls_per_s),
         mu.messages_per_datagram,
-        bottleneck.text
+        result.bottleneck
     ));
+    result
+}
+
+/// Runs every utilisation point of the profile at `rho x mu` on `cluster`, writing each point's
+/// histograms under `dir` and adding it to `result`.
+fn measure_points(
+    cluster: &mut LoadCluster,
+    profile: &Profile,
+    result: &mut ConfigResult,
+    mu: f64,
+    times: &mut SendTimes,
+    dir: &Path,
+    progress: &Progress,
+) -> Result<(), SweepError> {
+    let t = &profile.timings;
+    let config = result.label();
     for &rho in &profile.rhos {
         progress.bar.set_message(format!("{config}: rho {rho:.2}"));
-        let point = measure::run_point(cluster, rho, mu.mu, t, times)?;
+        let point = measure::run_point(cluster, rho, mu, t, times)?;
         let stem = result.point_stem(rho);
         report::write_point_histograms(dir, &stem, &point.latency, &point.service)?;
         let entry = PointResult::from_histograms(
@@ -503,7 +550,7 @@ fn measure_config(
         result.points.push(entry);
         progress.step(&format!("{config}: rho {rho:.2}"), t.point + Duration::from_millis(100));
     }
-    Ok(result)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -548,14 +595,10 @@ mod tests {
     }
 
     #[test]
-    fn predictions_take_s_for_the_mode_and_the_probe_c_for_the_idle_strategy() {
-        let rates = [SendRate {
-            send_mode: SendMode::Classic,
-            datagram_bytes: 1408,
-            destinations: 2,
-            datagrams_per_s: 200_000.0,
-            syscalls_per_s: 200_000.0,
-        }];
+    fn predictions_take_the_mean_s_and_the_probe_c_for_the_idle_strategy() {
+        assert_eq!(band_mean((200_000.0, 300_000.0)), 250_000.0);
+        assert_eq!(band_mean((200_000.0, 0.0)), 200_000.0, "one probe missing: the other");
+        assert_eq!(band_mean((0.0, 0.0)), 0.0);
         let c_probe = [CProbe { idle: "noop".into(), c_per_s: 40_000.0, data_syscalls_per_s: 1.0 }];
         let mut config = ConfigSpec {
             mtu: 1408,
@@ -564,14 +607,12 @@ mod tests {
             send_mode: SendMode::Classic,
             control: Control::Separate,
         };
-        assert_eq!(prediction_inputs(&config, &rates, &c_probe), (200_000.0, 40_000.0));
+        assert_eq!(probe_c_for(&config, &c_probe), 40_000.0);
         let (m_pkt, mu, why) = predict(&config, 200_000.0, 40_000.0);
         assert_eq!((m_pkt, why), (8, None));
         assert!((mu - 640_000.0).abs() < 1.0, "{mu}");
         config.idle = IdleStrategyConfig::Yield;
-        assert_eq!(prediction_inputs(&config, &rates, &c_probe).1, 0.0);
-        config.send_mode = SendMode::Gso;
-        assert_eq!(prediction_inputs(&config, &rates, &c_probe).0, 0.0);
+        assert_eq!(probe_c_for(&config, &c_probe), 0.0);
         assert!(predict(&config, 0.0, 0.0).2.is_some(), "no S, no prediction");
     }
 }

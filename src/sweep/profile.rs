@@ -257,8 +257,8 @@ impl Profile {
     /// A rough estimate of one configuration's run time.
     pub fn config_estimate(&self) -> Duration {
         let t = &self.timings;
-        Duration::from_millis(500)
-            + t.s_window * t.s_windows as u32
+        Duration::from_millis(1000)
+            + t.s_window * 2 * t.s_windows as u32
             + t.mu_warmup
             + t.mu_window * t.mu_windows as u32
             + (t.point + Duration::from_millis(100)) * self.rhos.len() as u32
