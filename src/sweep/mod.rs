@@ -308,7 +308,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         progress.bar.set_message(format!("[{}/{}] {config}: mu", index + 1, configs.len()));
         let times = &mut times;
         let (rates, c_probe, dir, progress) = (&rates, &c_probe, &dir, &progress);
-        match on_harness_thread(|| run_config(options, config, rates, c_probe, times, dir, progress)) {
+        match run_config(options, config, rates, c_probe, times, dir, progress) {
             Ok(result) => results.push(result),
             Err(e) => {
                 progress.line(&format!("{config}: FAILED, left out of the report: {e}"));
@@ -423,22 +423,25 @@ fn run_config(
     Ok(result)
 }
 
-/// Starts a cluster for `spec`, runs `work` on it, and closes it; an error of `work` comes first, then one
-/// of closing.
-fn with_cluster<T>(
+/// Starts a cluster for `spec` on a fresh harness thread ([`on_harness_thread`]: the nodes start with the
+/// whole affinity mask, then the thread pins itself), runs `work` on it, and closes it; an error of `work`
+/// comes first, then one of closing.
+fn with_cluster<T: Send>(
     spec: &ClusterSpec,
     progress: &Progress,
-    work: impl FnOnce(&mut LoadCluster) -> Result<T, SweepError>,
+    work: impl FnOnce(&mut LoadCluster) -> Result<T, SweepError> + Send,
 ) -> Result<T, SweepError> {
-    let mut cluster = LoadCluster::start(spec)?;
-    for warning in cluster.warnings() {
-        progress.line(&format!("   warning: {warning}"));
-    }
-    let outcome = work(&mut cluster);
-    let closed = cluster.close();
-    let value = outcome?;
-    closed?;
-    Ok(value)
+    on_harness_thread(|| {
+        let mut cluster = LoadCluster::start(spec)?;
+        for warning in cluster.warnings() {
+            progress.line(&format!("   warning: {warning}"));
+        }
+        let outcome = work(&mut cluster);
+        let closed = cluster.close();
+        let value = outcome?;
+        closed?;
+        Ok(value)
+    })
 }
 
 /// The configuration's result without its points: the prediction from the mean of the S probed before and
