@@ -462,8 +462,10 @@ fn summarize(
         progress.line(&format!("   no prediction: {why}"));
     }
     let mu_predicted_probe_c = if c_probe > 0.0 { predict(config, s, c_probe).1 } else { 0.0 };
-    // The evidence measured the Sender's share against the S probed before; restate it against the mean.
+    // The evidence measured the Sender's share against the S probed before; restate it against the mean,
+    // and name the bottleneck from that.
     let sender_share = if s > 0.0 { mu.evidence.sender_share * s_before / s } else { 0.0 };
+    let evidence = bottleneck::StageEvidence { sender_share, ..mu.evidence };
     let result = ConfigResult {
         mtu: config.mtu as u32,
         idle: config.idle.to_string(),
@@ -481,7 +483,7 @@ fn summarize(
         m_pkt,
         mu_predicted,
         mu_measured: mu.mu,
-        bottleneck: bottleneck::classify(&mu.evidence).text,
+        bottleneck: bottleneck::classify(&evidence).text,
         points: Vec::new(),
     };
     let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
