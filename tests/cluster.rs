@@ -14,6 +14,9 @@ use quorumcast::consensus::Role;
 use quorumcast::fault::FaultConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
+mod support;
+use support::dump;
+
 fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -110,20 +113,6 @@ fn run(nodes: &mut [Node], total: u64) {
             std::thread::yield_now();
         }
     }
-}
-
-/// Every counter of every node, for a failure message.
-fn dump(nodes: &[Node]) -> String {
-    let mut out = String::new();
-    for node in nodes {
-        out += &format!("node {}:\n", node.id());
-        node.counters().reader().for_each(|_, _, label, value| {
-            if value != 0 {
-                out += &format!("  {label}: {value}\n");
-            }
-        });
-    }
-    out
 }
 
 fn start(test: &str, faults: bool) -> Vec<Node> {

@@ -20,6 +20,9 @@ use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
+mod support;
+use support::dump;
+
 /// Messages offered after warm-up in the invoker tests.
 const MESSAGES: u64 = 30_000;
 /// Messages offered before each leader duty cycle: the ingress is never empty while the load runs.
@@ -88,20 +91,6 @@ fn counter_id(node: &Node, label: &str) -> i32 {
         }
     });
     found.unwrap_or_else(|| panic!("no counter `{label}`"))
-}
-
-/// Every non-zero counter of every node, for a failure message.
-fn dump(nodes: &[Node]) -> String {
-    let mut out = String::new();
-    for node in nodes {
-        out += &format!("node {}:\n", node.id());
-        node.counters().reader().for_each(|_, _, label, value| {
-            if value != 0 {
-                out += &format!("  {label}: {value}\n");
-            }
-        });
-    }
-    out
 }
 
 fn value(node: &Node, id: i32) -> i64 {

@@ -14,7 +14,7 @@ use quorumcast::report::{
 use serde_json::Value;
 
 mod support;
-use support::ScratchDir;
+use support::{ScratchDir, SWEEP_CONFIG_KEYS};
 
 /// A small deterministic generator (xorshift64*), so the synthetic run is the same every time.
 struct Rng(u64);
@@ -233,22 +233,7 @@ fn synthetic_run_writes_a_complete_report() {
     let configs = raw["configs"].as_array().unwrap();
     assert_eq!(configs.len(), 2);
     for c in configs {
-        let config_keys = [
-            "mtu",
-            "idle",
-            "msg",
-            "send_mode",
-            "control",
-            "s",
-            "c",
-            "d",
-            "m_pkt",
-            "mu_predicted",
-            "mu_measured",
-            "bottleneck",
-            "points",
-        ];
-        assert_has_keys(c, &config_keys, "a config");
+        assert_has_keys(c, SWEEP_CONFIG_KEYS, "a config");
         let points = c["points"].as_array().unwrap();
         assert_eq!(points.len(), 3);
         for p in points {

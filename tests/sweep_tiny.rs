@@ -9,6 +9,9 @@ use quorumcast::sweep::profile::Profile;
 use quorumcast::sweep::{run, SweepOptions};
 use serde_json::Value;
 
+mod support;
+use support::SWEEP_CONFIG_KEYS;
+
 fn out_dir() -> PathBuf {
     std::env::temp_dir().join(format!("qc-test-{}-sweep-tiny", std::process::id()))
 }
@@ -37,20 +40,7 @@ fn the_tiny_sweep_writes_a_whole_report() {
     let configs = summary["configs"].as_array().unwrap();
     assert_eq!(configs.len(), 1);
     let config = &configs[0];
-    for key in [
-        "mtu",
-        "idle",
-        "msg",
-        "send_mode",
-        "s",
-        "c",
-        "d",
-        "m_pkt",
-        "mu_predicted",
-        "mu_measured",
-        "bottleneck",
-        "points",
-    ] {
+    for &key in SWEEP_CONFIG_KEYS {
         assert!(config.get(key).is_some(), "config lacks {key}");
     }
     assert_eq!(

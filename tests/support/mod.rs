@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use quorumcast::node::Node;
+
 /// A scratch directory unique to this process and test, emptied at creation and removed on drop (kept
 /// when `QC_KEEP` is set, for looking at what a failing test left).
 pub struct ScratchDir(PathBuf);
@@ -36,3 +38,34 @@ impl Drop for ScratchDir {
         }
     }
 }
+
+/// Every non-zero counter of every node, for a failure message.
+pub fn dump(nodes: &[Node]) -> String {
+    let mut out = String::new();
+    for node in nodes {
+        out += &format!("node {}:\n", node.id());
+        node.counters().reader().for_each(|_, _, label, value| {
+            if value != 0 {
+                out += &format!("  {label}: {value}\n");
+            }
+        });
+    }
+    out
+}
+
+/// The keys every entry of `configs` in a sweep's summary.json has (the schema).
+pub const SWEEP_CONFIG_KEYS: &[&str] = &[
+    "mtu",
+    "idle",
+    "msg",
+    "send_mode",
+    "control",
+    "s",
+    "c",
+    "d",
+    "m_pkt",
+    "mu_predicted",
+    "mu_measured",
+    "bottleneck",
+    "points",
+];
