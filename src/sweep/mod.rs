@@ -413,13 +413,7 @@ fn run_config(
     with_cluster(&spec, progress, |cluster| {
         measure_points(cluster, profile, &mut result, mu.mu, times, dir, progress)
     })?;
-    progress.step(
-        &format!("{config}"),
-        Duration::from_millis(1000)
-            + t.s_window * 2 * t.s_windows as u32
-            + t.mu_warmup
-            + t.mu_window * t.mu_windows as u32,
-    );
+    progress.step(&format!("{config}"), t.mu_phase_estimate());
     Ok(result)
 }
 

@@ -77,6 +77,17 @@ pub struct Timings {
     pub point_messages: u64,
 }
 
+impl Timings {
+    /// A rough estimate of one configuration's run time before its utilisation points: the S probes
+    /// before and after mu, two cluster starts, the warm-up and the mu windows.
+    pub fn mu_phase_estimate(&self) -> Duration {
+        Duration::from_millis(1000)
+            + self.s_window * 2 * self.s_windows as u32
+            + self.mu_warmup
+            + self.mu_window * self.mu_windows as u32
+    }
+}
+
 /// A sweep's grid and timings.
 ///
 /// Invariant (checked by [`Profile::validate`]): every list is non-empty, every message is at least
@@ -256,12 +267,7 @@ impl Profile {
 
     /// A rough estimate of one configuration's run time.
     pub fn config_estimate(&self) -> Duration {
-        let t = &self.timings;
-        Duration::from_millis(1000)
-            + t.s_window * 2 * t.s_windows as u32
-            + t.mu_warmup
-            + t.mu_window * t.mu_windows as u32
-            + (t.point + Duration::from_millis(100)) * self.rhos.len() as u32
+        self.timings.mu_phase_estimate() + (self.timings.point + Duration::from_millis(100)) * self.rhos.len() as u32
     }
 }
 
