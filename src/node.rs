@@ -535,6 +535,21 @@ impl Node {
         }
     }
 
+    /// Parks the node's agent threads between duty cycles, waiting up to `timeout` for each, so that their
+    /// cores are free (a measurement that needs them, maintenance); true when all parked. A paused node
+    /// sends and reads nothing, and its peers see silence: resume well inside their liveness timeouts (a
+    /// channel's `receiver_timeout`). Agents run by [`invoke`](Self::invoke) run only when invoked anyway.
+    pub fn pause_agents(&self, timeout: Duration) -> bool {
+        self.handles.as_ref().is_none_or(|h| h.pause(timeout))
+    }
+
+    /// Lets the agent threads that [`pause_agents`](Self::pause_agents) parked go on.
+    pub fn resume_agents(&self) {
+        if let Some(handles) = &self.handles {
+            handles.resume();
+        }
+    }
+
     /// Agent failures so far (an agent that failed has stopped; the node should be closed).
     pub fn failures(&self) -> Vec<AgentFailure> {
         self.handles.as_ref().map(AgentHandles::failures).unwrap_or_default()

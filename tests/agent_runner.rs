@@ -157,6 +157,51 @@ fn stop_wakes_a_parked_thread() {
 }
 
 #[test]
+fn a_paused_runner_runs_no_cycle_until_resumed() {
+    let log = Log::default();
+    let agent = Scripted::new("pausable", &log, Ending::Never);
+    let cycles = Arc::clone(&agent.cycles);
+    let runner = AgentRunner::start(agent, idle("sleep-ns:100s"), None, AgentCounters::detached()).unwrap();
+    let counters = runner.counters().clone();
+    wait_until("the first cycle ran", || counters.duty_cycles.get() >= 1);
+    // The 100 s sleep ends early only because pause() wakes the thread.
+    assert!(runner.pause(Duration::from_secs(30)), "the thread parked at its pause point");
+    assert!(runner.is_paused());
+    let frozen = cycles.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        std::thread::yield_now();
+    }
+    assert_eq!(cycles.load(Ordering::Relaxed), frozen, "no duty cycle while paused");
+    assert!(runner.pause(Duration::from_secs(30)), "pausing a paused runner holds");
+    assert!(matches!(runner.status(), RunnerStatus::Running));
+
+    runner.resume();
+    wait_until("a cycle ran after resume", || cycles.load(Ordering::Relaxed) > frozen);
+    assert!(!runner.is_paused());
+    runner.close().unwrap();
+    assert_eq!(log.events(), ["pausable:start", "pausable:close"]);
+}
+
+#[test]
+fn a_paused_runner_stops_and_a_stopped_one_does_not_pause() {
+    let log = Log::default();
+    let runner = AgentRunner::start(
+        Scripted::new("parked", &log, Ending::Never),
+        idle("yield"),
+        None,
+        AgentCounters::detached(),
+    )
+    .unwrap();
+    assert!(runner.pause(Duration::from_secs(30)));
+    runner.stop();
+    wait_until("the paused thread stopped", || matches!(runner.status(), RunnerStatus::Stopped));
+    assert!(!runner.pause(Duration::from_secs(30)), "a stopped runner cannot pause");
+    runner.resume();
+    runner.join().unwrap();
+    assert!(log.contains("parked:close"));
+}
+
+#[test]
 fn an_error_is_reported_by_status_and_join() {
     let log = Log::default();
     let runner = AgentRunner::start(

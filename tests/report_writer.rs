@@ -76,6 +76,7 @@ fn config(
         s,
         s_before: s * 0.95,
         s_after: s * 1.05,
+        s_slices: vec![s * 0.95, s * 0.98, s * 1.05],
         c,
         c_probe: c * 1.5,
         mu_predicted_probe_c: (s - c * 1.5) / f64::from(d) * f64::from(m_pkt),

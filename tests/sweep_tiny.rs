@@ -49,11 +49,14 @@ fn the_tiny_sweep_writes_a_whole_report() {
     );
     assert!(config["mu_measured"].as_f64().unwrap() > 0.0);
     assert!(config["mu_predicted"].as_f64().unwrap() > 0.0);
-    // S was probed before and after mu, and the prediction took their mean.
-    let (before, after, s) =
-        (config["s_before"].as_f64().unwrap(), config["s_after"].as_f64().unwrap(), config["s"].as_f64().unwrap());
-    assert!(before > 0.0 && after > 0.0, "{before} {after}");
-    assert!((s - (before + after) / 2.0).abs() < 1e-6 * s, "{s} {before} {after}");
+    // S was probed in a slice before each mu window and after the last (the tiny profile has two), with the
+    // cluster paused, and the prediction took their mean.
+    let slices: Vec<f64> = config["s_slices"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(slices.len(), 3, "{slices:?}");
+    assert!(slices.iter().all(|&s| s > 0.0), "{slices:?}");
+    let s = config["s"].as_f64().unwrap();
+    assert!((s - slices.iter().sum::<f64>() / 3.0).abs() < 1e-6 * s, "{s} {slices:?}");
+    assert_eq!((config["s_before"].as_f64(), config["s_after"].as_f64()), (Some(slices[0]), Some(slices[2])));
     let stage = config["bottleneck"].as_str().unwrap();
     assert!(["load", "append", "sender", "receiver"].iter().any(|s| stage.starts_with(s)), "{stage}");
 

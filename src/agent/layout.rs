@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use super::{Agent, AgentCounters, AgentFailure, AgentInvoker, AgentRunner, CompositeAgent, Warning};
 use crate::idle::{IdleConfigError, IdleStrategyConfig};
@@ -328,6 +329,19 @@ impl AgentHandles {
     pub fn stop(&self) {
         for runner in &self.runners {
             runner.stop();
+        }
+    }
+
+    /// Parks every runner at its pause point (see [`AgentRunner::pause`]), each waiting up to `timeout`;
+    /// true when all parked. The invoker, driven by its caller, needs no pausing.
+    pub fn pause(&self, timeout: Duration) -> bool {
+        self.runners.iter().filter(|runner| !runner.pause(timeout)).count() == 0
+    }
+
+    /// Lets every paused runner go on.
+    pub fn resume(&self) {
+        for runner in &self.runners {
+            runner.resume();
         }
     }
 

@@ -1,8 +1,8 @@
 //! An agent on a thread of its own.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,11 @@ const SLEEPING_TIMER_SLACK: Duration = Duration::from_nanos(1);
 const RUNNING: u8 = 0;
 const STOPPED: u8 = 1;
 const FAILED: u8 = 2;
+
+/// The owner's command to the thread, read once per duty cycle.
+const RUN: u8 = 0;
+const PAUSE: u8 = 1;
+const STOP: u8 = 2;
 
 /// What a runner's thread is doing, as seen from its owner.
 #[derive(Clone, Debug)]
@@ -30,8 +35,12 @@ pub enum RunnerStatus {
 /// State shared between a runner's owner and its thread.
 #[derive(Debug)]
 struct Shared {
-    /// Cleared by the owner to ask the thread to stop; read once per duty cycle.
-    running: AtomicBool,
+    /// RUN, PAUSE or STOP, set by the owner; read once per duty cycle. STOP is final.
+    command: AtomicU8,
+    /// True while the thread is parked at a pause point (between duty cycles), so that its core is free.
+    paused: Mutex<bool>,
+    /// Signalled when `paused` changes.
+    paused_changed: Condvar,
     /// RUNNING, then STOPPED or FAILED. FAILED is stored after `failure` is filled in.
     state: AtomicU8,
     /// The failure, once there is one. Never locked while agent code runs, so never poisoned by it.
@@ -39,6 +48,26 @@ struct Shared {
 }
 
 impl Shared {
+    fn paused(&self) -> MutexGuard<'_, bool> {
+        self.paused.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The thread's pause point: parks while the command is PAUSE, saying so through `paused`. Returns
+    /// false when the thread must stop.
+    fn pause_point(&self) -> bool {
+        self.set_paused(true);
+        while self.command.load(Ordering::Acquire) == PAUSE {
+            thread::park();
+        }
+        self.set_paused(false);
+        self.command.load(Ordering::Acquire) != STOP
+    }
+
+    fn set_paused(&self, paused: bool) {
+        *self.paused() = paused;
+        self.paused_changed.notify_all();
+    }
+
     fn failure(&self) -> MutexGuard<'_, Option<AgentFailure>> {
         self.failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -89,7 +118,9 @@ impl AgentRunner {
     ) -> io::Result<AgentRunner> {
         let name = agent.name().to_owned();
         let shared = Arc::new(Shared {
-            running: AtomicBool::new(true),
+            command: AtomicU8::new(RUN),
+            paused: Mutex::new(false),
+            paused_changed: Condvar::new(),
             state: AtomicU8::new(RUNNING),
             failure: Mutex::new(None),
         });
@@ -124,7 +155,49 @@ impl AgentRunner {
 
     /// Asks the thread to stop after its current duty cycle, and wakes it if it is parked. Returns at once.
     pub fn stop(&self) {
-        self.shared.running.store(false, Ordering::Release);
+        self.shared.command.store(STOP, Ordering::Release);
+        self.wake();
+    }
+
+    /// Asks the thread to park after its current duty cycle, and waits up to `timeout` until it has: then
+    /// it runs no agent code and takes no CPU until [`resume`](Self::resume). For a measurement that needs
+    /// the thread's core, or for maintenance; peers see the agent fall silent, so keep a pause well inside
+    /// their liveness timeouts (a channel's `receiver_timeout`). Returns false when the thread did not park
+    /// in time (it is still asked to) or has ended.
+    pub fn pause(&self, timeout: Duration) -> bool {
+        if self.shared.command.compare_exchange(RUN, PAUSE, Ordering::AcqRel, Ordering::Acquire) == Err(STOP) {
+            return false;
+        }
+        self.wake();
+        let deadline = Instant::now() + timeout;
+        let mut paused = self.shared.paused();
+        while !*paused && self.is_running() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            paused = self
+                .shared
+                .paused_changed
+                .wait_timeout(paused, left.min(Duration::from_millis(10)))
+                .map_or_else(|poisoned| poisoned.into_inner().0, |(guard, _)| guard);
+        }
+        *paused
+    }
+
+    /// Lets a paused thread go on with its duty cycles (nothing when it is not paused or is stopping).
+    pub fn resume(&self) {
+        if self.shared.command.compare_exchange(PAUSE, RUN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.wake();
+        }
+    }
+
+    /// True while the thread is parked at its pause point.
+    pub fn is_paused(&self) -> bool {
+        *self.shared.paused()
+    }
+
+    fn wake(&self) {
         if let Some(thread) = &self.thread {
             thread.thread().unpark();
         }
@@ -239,7 +312,7 @@ fn start_and_loop<A: Agent>(
         Err(AgentError::Terminate) => return Ok(()),
         Err(AgentError::Failed(error)) => return Err(AgentFailure::error(name, AgentPhase::Start, error)),
     }
-    match catch_panic(name, AgentPhase::Work, || duty_loop(agent, idle, &shared.running, counters))? {
+    match catch_panic(name, AgentPhase::Work, || duty_loop(agent, idle, shared, counters))? {
         Ok(()) | Err(AgentError::Terminate) => Ok(()),
         Err(AgentError::Failed(error)) => Err(AgentFailure::error(name, AgentPhase::Work, error)),
     }
@@ -249,11 +322,22 @@ fn start_and_loop<A: Agent>(
 fn duty_loop<A: Agent>(
     agent: &mut A,
     idle: &mut Idle,
-    running: &AtomicBool,
+    shared: &Shared,
     counters: &AgentCounters,
 ) -> Result<(), AgentError> {
     let mut cycle_start = Instant::now();
-    while running.load(Ordering::Acquire) {
+    loop {
+        match shared.command.load(Ordering::Acquire) {
+            RUN => {}
+            PAUSE => {
+                if !shared.pause_point() {
+                    return Ok(());
+                }
+                cycle_start = Instant::now();
+                continue;
+            }
+            _ => return Ok(()),
+        }
         let work = agent.do_work()?;
         counters.record_cycle(work);
         if work == 0 {
@@ -270,5 +354,4 @@ fn duty_loop<A: Agent>(
             cycle_start = cycle_end;
         }
     }
-    Ok(())
 }

@@ -81,15 +81,19 @@ pub struct ConfigResult {
     pub send_mode: String,
     /// How commits travel: `separate` commit frames or `piggyback`ed on data.
     pub control: String,
-    /// The S used in the prediction (per second): the mean of the S probed for this send mode and MTU just
-    /// before and just after mu was measured (the report's `s_probe` holds the sweep's first probe).
+    /// The S used in the prediction (per second): the mean of `s_slices`, probed for this send mode and
+    /// MTU between the mu windows (the report's `s_probe` holds the sweep's first probe).
     pub s: f64,
-    /// S probed just before mu was measured (per second).
+    /// The first S slice, probed just before the first mu window (per second).
     #[serde(default)]
     pub s_before: f64,
-    /// S probed just after mu was measured (per second).
+    /// The last S slice, probed just after the last mu window (per second).
     #[serde(default)]
     pub s_after: f64,
+    /// Every S slice, in time order: one before the first mu window and one after each (per second), with
+    /// the cluster's agent threads paused so that the probe had their cores.
+    #[serde(default)]
+    pub s_slices: Vec<f64>,
     /// The C used in the prediction (per second): the control syscalls the leader's Sender made during the
     /// saturated run on duty cycles that also sent data, plus every control frame it sent (commit frames to
     /// each follower, polls for acknowledgements and status messages, heartbeats): the budget control
@@ -207,6 +211,17 @@ impl ConfigResult {
     pub fn mu_error_percent(&self) -> Option<f64> {
         (self.mu_predicted > 0.0).then(|| (self.mu_measured - self.mu_predicted) / self.mu_predicted * 100.0)
     }
+
+    /// The lowest and highest S slice: how far S moved while mu was measured (the first and last slice
+    /// for a report without slices).
+    pub fn s_band(&self) -> (f64, f64) {
+        let lowest = self.s_slices.iter().copied().reduce(f64::min);
+        let highest = self.s_slices.iter().copied().reduce(f64::max);
+        match (lowest, highest) {
+            (Some(lowest), Some(highest)) => (lowest, highest),
+            _ => (self.s_before.min(self.s_after), self.s_before.max(self.s_after)),
+        }
+    }
 }
 
 impl PointResult {
@@ -282,6 +297,7 @@ mod tests {
             s: 0.0,
             s_before: 0.0,
             s_after: 0.0,
+            s_slices: Vec::new(),
             c: 0.0,
             c_probe: 0.0,
             mu_predicted_probe_c: 0.0,

@@ -93,9 +93,9 @@ pub(crate) fn c_table(r: &SweepReport) -> Table {
 
 /// The model's capacity against the measured one, a row per configuration.
 pub(crate) fn capacity_table(r: &SweepReport) -> Table {
-    let note = "mu predicted = (S - C) / D x M_pkt, with S the mean of the S probed just before and just after \
-                mu (both under S band) and C the leader Sender's control syscalls/s during the saturated run (less its polls on cycles that \
-                sent nothing); with probe C: the same with the C probe's value (moderate load). mu measured = sustained committed messages/s under saturating load. S used: the Sender's \
+    let note = "mu predicted = (S - C) / D x M_pkt, with S the mean of the S slices probed between the mu \
+                windows with the cluster paused (lowest and highest under S band) and C the leader Sender's control syscalls/s during the saturated run (less its polls on cycles that \
+                sent nothing); with probe C: the same with the C probe's value (moderate load). mu measured = sustained committed messages/s under saturating load, over the windows. S used: the Sender's \
                 data syscalls/s in that run as a share of S.";
     let mut t = Table::new(
         "Capacity: model against measurement",
@@ -129,7 +129,10 @@ pub(crate) fn capacity_table(r: &SweepReport) -> Table {
             c.send_mode.clone(),
             c.control.clone(),
             rate(c.s),
-            format!("{} - {}", rate(c.s_before), rate(c.s_after)),
+            {
+                let (lowest, highest) = c.s_band();
+                format!("{} - {}", rate(lowest), rate(highest))
+            },
             rate(c.c),
             c.d.to_string(),
             c.m_pkt.to_string(),

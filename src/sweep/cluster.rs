@@ -200,6 +200,17 @@ impl Counts {
     pub fn delta(&self, earlier: &Counts, label: &str) -> i64 {
         self.get(label) - earlier.get(label)
     }
+
+    /// Adds `after - before` of every counter of `after` to this sum of deltas (windows apart in time).
+    pub fn add_delta(&mut self, before: &Counts, after: &Counts) {
+        for (label, value) in &after.0 {
+            let delta = value - before.get(label);
+            match self.0.iter_mut().find(|(l, _)| l == label) {
+                Some((_, sum)) => *sum += delta,
+                None => self.0.push((label.clone(), delta)),
+            }
+        }
+    }
 }
 
 /// Log positions (bytes) along the leader's pipeline, in pipeline order.
@@ -244,6 +255,9 @@ impl std::fmt::Debug for LoadCluster {
 }
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// How long [`LoadCluster::paused`] waits for each agent thread to park.
+const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn free_port() -> Result<u16, SweepError> {
     Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -466,6 +480,25 @@ impl LoadCluster {
     /// Idles after a harness cycle that did `work`, with the harness's idle strategy.
     pub fn idle(&mut self, work: usize) {
         self.idle.idle(work);
+    }
+
+    /// Runs `work` with every node's agent threads parked (see [`Node::pause_agents`]), so that the cores
+    /// the cluster runs on are free for it (an S probe between two mu windows); the harness offers and
+    /// invokes nothing meanwhile. Resumes the threads whatever `work` returns.
+    pub fn paused<T>(&mut self, work: impl FnOnce() -> Result<T, SweepError>) -> Result<T, SweepError> {
+        let parked = self.nodes.iter().filter(|n| !n.pause_agents(PAUSE_TIMEOUT)).count() == 0;
+        let outcome = if parked {
+            work()
+        } else {
+            Err(SweepError::Cluster(format!(
+                "the nodes' agent threads did not pause within {} s",
+                PAUSE_TIMEOUT.as_secs()
+            )))
+        };
+        for node in &self.nodes {
+            node.resume_agents();
+        }
+        outcome
     }
 
     /// Polls until every node applied everything offered, or `timeout` passes.

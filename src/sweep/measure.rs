@@ -119,11 +119,15 @@ pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings) -> Result<Con
 /// What a saturating run found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MuRun {
-    /// The median window's committed messages per second: the measured mu.
+    /// Committed messages per second over all windows: the measured mu.
     pub mu: f64,
     /// Committed messages per second of each window.
     pub windows: Vec<f64>,
-    /// Which stage was busy, from the counters over all windows.
+    /// S (datagrams per second) of each slice probed around the windows, in time order: one before the
+    /// first window and one after each.
+    pub s_slices: Vec<f64>,
+    /// Which stage was busy, from the counters over all windows (the Sender's share against the slices'
+    /// mean S).
     pub evidence: StageEvidence,
     /// The leader Sender's control syscalls per second during the windows, less its polls on cycles that
     /// sent nothing: the control syscalls that took from the data budget (the C of the prediction).
@@ -184,83 +188,128 @@ fn offer_burst(cluster: &mut LoadCluster) -> Result<bool, SweepError> {
     Ok(false)
 }
 
-/// The idle fraction of `thread`'s duty cycles between two snapshots (1 when it ran no cycle).
-fn idle_fraction(before: &Counts, after: &Counts, thread: &str) -> f64 {
-    let cycles = after.delta(before, &format!("{thread} duty cycles"));
+/// The idle fraction of `thread`'s duty cycles in `deltas` (counter changes over the windows; 1 when it
+/// ran no cycle).
+fn idle_fraction(deltas: &Counts, thread: &str) -> f64 {
+    let cycles = deltas.get(&format!("{thread} duty cycles"));
     if cycles <= 0 {
         return 1.0;
     }
-    after.delta(before, &format!("{thread} idle cycles")) as f64 / cycles as f64
+    deltas.get(&format!("{thread} idle cycles")) as f64 / cycles as f64
 }
 
-/// mu: offers as fast as the leader's ingress takes for the warm-up, then `mu_windows` windows; the
-/// median window's committed (leader-applied) rate. `send_datagrams_per_s` is the probe's S for the
-/// configuration's mode and MTU (for the share of S the Sender's data datagrams took).
-pub fn measure_mu(
-    cluster: &mut LoadCluster,
-    timings: &Timings,
-    send_datagrams_per_s: Option<f64>,
-) -> Result<MuRun, SweepError> {
-    let warm_end = Instant::now() + timings.mu_warmup;
-    while Instant::now() < warm_end {
+/// Offers as fast as the leader's ingress takes, and polls, for `period`.
+fn saturate(cluster: &mut LoadCluster, period: Duration) -> Result<(), SweepError> {
+    let end = Instant::now() + period;
+    while Instant::now() < end {
         offer_burst(cluster)?;
         cluster.poll(|_| {});
     }
-    let before = cluster.counts();
-    let (mut bursts, mut full) = (0u64, 0u64);
-    let started = Instant::now();
-    let mut windows = Vec::with_capacity(timings.mu_windows);
-    let mut window = (started, cluster.committed());
-    let mut queues = QueueSamples::default();
-    for _ in 0..timings.mu_windows.max(1) {
-        let end = window.0 + timings.mu_window;
-        let mut next_sample = Instant::now();
+    Ok(())
+}
+
+/// What the saturating windows saw, summed over them.
+#[derive(Debug, Default)]
+struct Saturated {
+    /// Counter changes of each node over the windows.
+    deltas: [Counts; 3],
+    /// Committed messages per second of each window.
+    windows: Vec<f64>,
+    committed: u64,
+    seconds: f64,
+    bursts: u64,
+    full: u64,
+    queues: QueueSamples,
+}
+
+impl Saturated {
+    /// One window of `period` under saturating load.
+    fn window(&mut self, cluster: &mut LoadCluster, period: Duration) -> Result<(), SweepError> {
+        let before = cluster.counts();
+        let (started, committed) = (Instant::now(), cluster.committed());
+        let end = started + period;
+        let mut next_sample = started;
         while Instant::now() < end {
-            bursts += 1;
-            full += u64::from(offer_burst(cluster)?);
+            self.bursts += 1;
+            self.full += u64::from(offer_burst(cluster)?);
             cluster.poll(|_| {});
             if Instant::now() >= next_sample {
-                queues.add(cluster.positions());
+                self.queues.add(cluster.positions());
                 next_sample += QUEUE_SAMPLE_INTERVAL;
             }
         }
-        let now = Instant::now();
-        let committed = cluster.committed();
-        windows.push((committed - window.1) as f64 / (now - window.0).as_secs_f64());
-        window = (now, committed);
+        let seconds = started.elapsed().as_secs_f64();
+        let after = cluster.counts();
+        for (sum, (b, a)) in self.deltas.iter_mut().zip(before.iter().zip(&after)) {
+            sum.add_delta(b, a);
+        }
+        let committed = cluster.committed() - committed;
+        self.windows.push(committed as f64 / seconds);
+        self.committed += committed;
+        self.seconds += seconds;
+        Ok(())
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let after = cluster.counts();
-    let (l0, l1) = (&before[0], &after[0]);
-    let rate = |label: &str| l1.delta(l0, label) as f64 / seconds;
-    let idle_polls_per_s = rate("sender idle control polls");
-    let control_per_s = rate("sender control syscalls") - idle_polls_per_s;
-    let data_per_s = rate("sender data syscalls");
-    let consensus_cycles = l1.delta(l0, &format!("{LEADER_CONSENSUS} duty cycles")).max(1) as f64;
-    let receiver_idle = (1..3).map(|i| idle_fraction(&before[i], &after[i], FOLLOWER)).fold(1.0, f64::min);
+
+    /// The leader's counter `label`, per second of the windows.
+    fn rate(&self, label: &str) -> f64 {
+        self.deltas[0].get(label) as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// mu: a saturating load (as fast as the leader's ingress takes) for the warm-up, then `mu_windows`
+/// windows, each between two S slices: `probe_s` runs with the cluster's agent threads paused (so that
+/// it has their cores), and the load resumes for `mu_resume` before the next window. S and mu so see the
+/// same host moments, on a host whose S drifts by a third within seconds. mu is the windows' committed
+/// messages over their time; the counters' rates are over the windows alone.
+pub fn measure_mu(
+    cluster: &mut LoadCluster,
+    timings: &Timings,
+    mut probe_s: impl FnMut() -> Result<Option<f64>, SweepError>,
+) -> Result<MuRun, SweepError> {
+    saturate(cluster, timings.mu_warmup)?;
+    let mut s_slices = Vec::with_capacity(timings.mu_windows + 1);
+    s_slices.extend(cluster.paused(&mut probe_s)?);
+    let mut run = Saturated::default();
+    for _ in 0..timings.mu_windows.max(1) {
+        saturate(cluster, timings.mu_resume)?;
+        run.window(cluster, timings.mu_window)?;
+        s_slices.extend(cluster.paused(&mut probe_s)?);
+    }
+    let s = if s_slices.is_empty() { 0.0 } else { s_slices.iter().sum::<f64>() / s_slices.len() as f64 };
+    let [l, f1, f2] = &run.deltas;
+    let idle_polls_per_s = run.rate("sender idle control polls");
+    let control_per_s = run.rate("sender control syscalls") - idle_polls_per_s;
+    let data_per_s = run.rate("sender data syscalls");
+    let datagrams = run.rate("sender data datagrams");
+    let consensus_cycles = l.get(&format!("{LEADER_CONSENSUS} duty cycles")).max(1) as f64;
     let evidence = StageEvidence {
-        ingress_full: full as f64 / bursts.max(1) as f64,
-        consensus_idle: idle_fraction(l0, l1, LEADER_CONSENSUS),
-        log_back_pressured: l1.delta(l0, "consensus back pressure") as f64 / consensus_cycles,
-        sender_idle: idle_fraction(l0, l1, LEADER_SENDER),
-        sender_share: send_datagrams_per_s.map_or(0.0, |s| rate("sender data datagrams") / s),
-        window_closed: queues.closed_fraction(),
-        naks_per_s: rate("sender NAKs received"),
-        receiver_idle,
-        sender_queue: queues.mean(0),
-        receiver_queue: queues.mean(1),
-        apply_queue: queues.mean(2),
+        ingress_full: run.full as f64 / run.bursts.max(1) as f64,
+        consensus_idle: idle_fraction(l, LEADER_CONSENSUS),
+        log_back_pressured: l.get("consensus back pressure") as f64 / consensus_cycles,
+        sender_idle: idle_fraction(l, LEADER_SENDER),
+        sender_share: if s > 0.0 { datagrams / s } else { 0.0 },
+        window_closed: run.queues.closed_fraction(),
+        naks_per_s: run.rate("sender NAKs received"),
+        receiver_idle: idle_fraction(f1, FOLLOWER).min(idle_fraction(f2, FOLLOWER)),
+        sender_queue: run.queues.mean(0),
+        receiver_queue: run.queues.mean(1),
+        apply_queue: run.queues.mean(2),
         harness_runs_agents: cluster.invokes_agents(),
     };
-    let datagrams = rate("sender data datagrams");
     let messages_per_datagram =
-        if datagrams > 0.0 { D as f64 * rate("consensus messages appended") / datagrams } else { 0.0 };
-    let mut sorted = windows.clone();
-    sorted.sort_by(f64::total_cmp);
-    let mu = sorted[sorted.len() / 2];
+        if datagrams > 0.0 { D as f64 * run.rate("consensus messages appended") / datagrams } else { 0.0 };
     cluster.drain(SETTLE_TIMEOUT)?;
-    let c_per_s = rate("consensus commit frames") * D as f64;
-    Ok(MuRun { mu, windows, evidence, control_per_s, idle_polls_per_s, c_per_s, data_per_s, messages_per_datagram })
+    Ok(MuRun {
+        mu: run.committed as f64 / run.seconds,
+        windows: run.windows.clone(),
+        s_slices,
+        evidence,
+        control_per_s,
+        idle_polls_per_s,
+        c_per_s: run.rate("consensus commit frames") * D as f64,
+        data_per_s,
+        messages_per_datagram,
+    })
 }
 
 /// Each in-flight message's intended and actual offer times (ns from the point's start), in a ring
@@ -409,10 +458,15 @@ mod tests {
 
     #[test]
     fn idle_fraction_reads_the_threads_counters() {
-        let before = Counts::default();
-        let after = counts(&[("x duty cycles", 100), ("x idle cycles", 25)]);
-        assert_eq!(idle_fraction(&before, &after, "x"), 0.25);
-        assert_eq!(idle_fraction(&before, &after, "y"), 1.0);
+        let (before, after) = (
+            counts(&[("x duty cycles", 50), ("x idle cycles", 5)]),
+            counts(&[("x duty cycles", 150), ("x idle cycles", 30)]),
+        );
+        let mut deltas = Counts::default();
+        deltas.add_delta(&before, &after);
+        deltas.add_delta(&Counts::default(), &counts(&[("x duty cycles", 100), ("x idle cycles", 25)]));
+        assert_eq!(idle_fraction(&deltas, "x"), 0.25, "two windows' deltas, summed");
+        assert_eq!(idle_fraction(&deltas, "y"), 1.0);
     }
 
     fn counts(values: &[(&str, i64)]) -> Counts {

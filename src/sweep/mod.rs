@@ -14,14 +14,15 @@
 //!    load (classic, separate commit frames). The Sender's "control syscalls" counter also counts its polls
 //!    of the control socket, one per duty cycle, which at a moderate load are mostly idle cycles and take
 //!    nothing from the data budget; the sweep prints that total beside C.
-//! 3. Per configuration: probe S for its mode and MTU, start a cluster ([`cluster::LoadCluster`], layout
-//!    printed), measure mu under a saturating load and name the bottleneck ([`bottleneck::classify`]),
-//!    close it and probe S again (S drifts on a shared host); then, on a fresh cluster, per rho offer
-//!    `lambda = rho x mu` open loop and record latency histograms ([`measure::run_point`]).
+//! 3. Per configuration: start a cluster ([`cluster::LoadCluster`], layout printed), measure mu under a
+//!    saturating load in windows, with S for the configuration's mode and MTU probed in slices between
+//!    them while the cluster's threads are paused (S drifts on a shared host), and name the bottleneck
+//!    ([`bottleneck::classify`]); then, on a fresh cluster, per rho offer `lambda = rho x mu` open loop and
+//!    record latency histograms ([`measure::run_point`]).
 //! 4. Write `summary.json`, `summary.md`, `report.html`, the `.hgrm` files and one SVG chart per
 //!    configuration into `<out>/<timestamp>/`, and point `<out>/latest` at it.
 //!
-//! The prediction: S the mean of the probes just before and just after mu; C the leader Sender's control syscalls
+//! The prediction: S the mean of the slices probed between the mu windows; C the leader Sender's control syscalls
 //! per second during the configuration's own saturated run, less its polls on duty cycles that sent
 //! nothing (commit frames to each follower, acknowledgement reads, heartbeats: what control traffic took
 //! from the data budget while mu was measured). The C probe's value, at a moderate load, gives a second
@@ -351,12 +352,12 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     Ok(SweepOutcome { dir, report, failures })
 }
 
-/// The mean of the S probed before and after mu, or the one that was measured (0 when neither was).
-fn band_mean((before, after): (f64, f64)) -> f64 {
-    if before > 0.0 && after > 0.0 {
-        (before + after) / 2.0
+/// The mean of the S slices probed around the mu windows (0 when none was).
+fn slices_mean(slices: &[f64]) -> f64 {
+    if slices.is_empty() {
+        0.0
     } else {
-        before.max(after)
+        slices.iter().sum::<f64>() / slices.len() as f64
     }
 }
 
@@ -389,15 +390,14 @@ fn run_config(
 ) -> Result<ConfigResult, SweepError> {
     let profile = &options.profile;
     let t = &profile.timings;
-    // S drifts on a shared host (by a third, minute to minute, on a small VM): probe it for this mode and
-    // MTU just before and just after mu is measured, and predict with the mean, so that the prediction and
-    // mu see the same machine; the two probes stay in the report as the band S moved in.
+    // S drifts on a shared host (by a third within seconds, on a small VM): probe it for this mode and MTU
+    // in slices between the mu windows, with the cluster paused, and predict with the slices' mean, so
+    // that the prediction and mu see the same machine; the slices stay in the report.
+    let cores = options.layout.probe_cores();
     let probe = || -> Result<Option<f64>, SweepError> {
-        let fresh = measure::probe_send_rates(&[config.mtu], &[config.send_mode], t, options.layout.probe_cores())?;
+        let fresh = measure::probe_send_rates(&[config.mtu], &[config.send_mode], t, cores)?;
         Ok(measure::rate_for(&fresh, config.send_mode, config.mtu).map(|r| r.datagrams_per_s))
     };
-    let first = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
-    let s_before = probe()?.or(first);
     let spec = ClusterSpec {
         mtu: config.mtu,
         send_mode: config.send_mode,
@@ -407,9 +407,13 @@ fn run_config(
         msg: config.msg,
         layout: options.layout,
     };
-    let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, s_before))?;
-    let s_after = probe()?.or(s_before);
-    let mut result = summarize(config, c_probe, &mu, (s_before.unwrap_or(0.0), s_after.unwrap_or(0.0)), progress);
+    let mut mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
+    if mu.s_slices.is_empty() {
+        // No slice measured a rate (a probe that found nothing): fall back on the sweep's first probe.
+        let first = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
+        mu.s_slices.extend(first);
+    }
+    let mut result = summarize(config, c_probe, &mu, progress);
     with_cluster(&spec, progress, |cluster| {
         measure_points(cluster, profile, &mut result, mu.mu, times, dir, progress)
     })?;
@@ -438,17 +442,10 @@ fn with_cluster<T: Send>(
     })
 }
 
-/// The configuration's result without its points: the prediction from the mean of the S probed before and
-/// after mu (`s_band`, 0 when not probed) and the C of the saturated run, beside the measured mu; printed.
-fn summarize(
-    config: &ConfigSpec,
-    c_probe: &[CProbe],
-    mu: &measure::MuRun,
-    s_band: (f64, f64),
-    progress: &Progress,
-) -> ConfigResult {
-    let (s_before, s_after) = s_band;
-    let s = band_mean(s_band);
+/// The configuration's result without its points: the prediction from the mean of the S slices probed
+/// around the mu windows and the C of the saturated run, beside the measured mu; printed.
+fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progress: &Progress) -> ConfigResult {
+    let s = slices_mean(&mu.s_slices);
     let c_probe = probe_c_for(config, c_probe);
     let c = mu.control_per_s;
     let (m_pkt, mu_predicted, why) = predict(config, s, c);
@@ -456,10 +453,7 @@ fn summarize(
         progress.line(&format!("   no prediction: {why}"));
     }
     let mu_predicted_probe_c = if c_probe > 0.0 { predict(config, s, c_probe).1 } else { 0.0 };
-    // The evidence measured the Sender's share against the S probed before; restate it against the mean,
-    // and name the bottleneck from that.
-    let sender_share = if s > 0.0 { mu.evidence.sender_share * s_before / s } else { 0.0 };
-    let evidence = bottleneck::StageEvidence { sender_share, ..mu.evidence };
+    let sender_share = mu.evidence.sender_share;
     let result = ConfigResult {
         mtu: config.mtu as u32,
         idle: config.idle.to_string(),
@@ -467,8 +461,9 @@ fn summarize(
         send_mode: config.send_mode.as_str().to_string(),
         control: config.control.as_str().to_string(),
         s,
-        s_before,
-        s_after,
+        s_before: mu.s_slices.first().copied().unwrap_or(0.0),
+        s_after: mu.s_slices.last().copied().unwrap_or(0.0),
+        s_slices: mu.s_slices.clone(),
         c,
         c_probe,
         mu_predicted_probe_c,
@@ -477,21 +472,23 @@ fn summarize(
         m_pkt,
         mu_predicted,
         mu_measured: mu.mu,
-        bottleneck: bottleneck::classify(&evidence).text,
+        bottleneck: bottleneck::classify(&mu.evidence).text,
         points: Vec::new(),
     };
+    let (s_min, s_max) = result.s_band();
     let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
     progress.line(&format!(
         "{config}: mu measured {} msg/s (windows {}), predicted ({} - {}) / {D} x {m_pkt} = {} msg/s, error {error} \
-         (S {} before, {} after; with the C probe's {}/s: {}); sender {} data syscalls/s ({:.0}% of S) + {} \
+         (S {} slices {}-{}; with the C probe's {}/s: {}); sender {} data syscalls/s ({:.0}% of S) + {} \
          control ({}/s commit frames x {D}; {} idle polls/s left out), {:.1} msgs/datagram; bottleneck: {}",
         rate(mu.mu),
         mu.windows.iter().map(|&w| rate(w)).collect::<Vec<_>>().join(" "),
         rate(s),
         rate(c),
         rate(mu_predicted),
-        rate(s_before),
-        rate(s_after),
+        mu.s_slices.len(),
+        rate(s_min),
+        rate(s_max),
         rate(c_probe),
         rate(mu_predicted_probe_c),
         rate(mu.data_per_s),
@@ -595,9 +592,8 @@ mod tests {
 
     #[test]
     fn predictions_take_the_mean_s_and_the_probe_c_for_the_idle_strategy() {
-        assert_eq!(band_mean((200_000.0, 300_000.0)), 250_000.0);
-        assert_eq!(band_mean((200_000.0, 0.0)), 200_000.0, "one probe missing: the other");
-        assert_eq!(band_mean((0.0, 0.0)), 0.0);
+        assert_eq!(slices_mean(&[200_000.0, 300_000.0, 250_000.0]), 250_000.0);
+        assert_eq!(slices_mean(&[]), 0.0);
         let c_probe = [CProbe { idle: "noop".into(), c_per_s: 40_000.0, data_syscalls_per_s: 1.0 }];
         let mut config = ConfigSpec {
             mtu: 1408,

@@ -57,7 +57,8 @@ impl fmt::Display for Control {
 pub struct Timings {
     /// One window of the S probe.
     pub s_window: Duration,
-    /// Windows of the S probe (the median is kept).
+    /// Windows of one S probe (the median is kept): the sweep's first probe, and each slice probed between
+    /// two mu windows.
     pub s_windows: usize,
     /// Warm-up before the C window.
     pub c_warmup: Duration,
@@ -67,9 +68,11 @@ pub struct Timings {
     pub c_rate: f64,
     /// Saturating load before the first mu window.
     pub mu_warmup: Duration,
+    /// Saturating load after each S slice, before the next mu window (the pipeline refills).
+    pub mu_resume: Duration,
     /// One mu window.
     pub mu_window: Duration,
-    /// mu windows (the median is kept).
+    /// mu windows, each between two S slices (mu is their mean).
     pub mu_windows: usize,
     /// How long each utilisation point offers its paced load.
     pub point: Duration,
@@ -78,13 +81,13 @@ pub struct Timings {
 }
 
 impl Timings {
-    /// A rough estimate of one configuration's run time before its utilisation points: the S probes
-    /// before and after mu, two cluster starts, the warm-up and the mu windows.
+    /// A rough estimate of one configuration's run time before its utilisation points: two cluster starts,
+    /// the warm-up, and the mu windows with the S slices around them.
     pub fn mu_phase_estimate(&self) -> Duration {
         Duration::from_millis(1000)
-            + self.s_window * 2 * self.s_windows as u32
+            + self.s_window * ((self.mu_windows + 1) * self.s_windows) as u32
             + self.mu_warmup
-            + self.mu_window * self.mu_windows as u32
+            + (self.mu_resume + self.mu_window) * self.mu_windows as u32
     }
 }
 
@@ -134,12 +137,13 @@ impl Profile {
             controls: vec![Control::Separate, Control::Piggyback],
             rhos: vec![0.1, 0.3, 0.5, 0.7, 0.9],
             timings: Timings {
-                s_window: Duration::from_millis(200),
+                s_window: Duration::from_millis(100),
                 s_windows: 3,
                 c_warmup: Duration::from_millis(300),
                 c_window: Duration::from_millis(1000),
                 c_rate: 50_000.0,
                 mu_warmup: Duration::from_millis(400),
+                mu_resume: Duration::from_millis(100),
                 mu_window: Duration::from_millis(500),
                 mu_windows: 3,
                 point: Duration::from_millis(1500),
@@ -160,14 +164,15 @@ impl Profile {
             controls: vec![Control::Separate, Control::Piggyback],
             rhos: vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
             timings: Timings {
-                s_window: Duration::from_millis(300),
-                s_windows: 5,
+                s_window: Duration::from_millis(150),
+                s_windows: 3,
                 c_warmup: Duration::from_millis(500),
                 c_window: Duration::from_secs(2),
                 c_rate: 50_000.0,
                 mu_warmup: Duration::from_millis(500),
+                mu_resume: Duration::from_millis(200),
                 mu_window: Duration::from_secs(1),
-                mu_windows: 3,
+                mu_windows: 4,
                 point: Duration::from_secs(2),
                 point_messages: 10_000_000,
             },
@@ -192,8 +197,9 @@ impl Profile {
                 c_window: Duration::from_millis(100),
                 c_rate: 10_000.0,
                 mu_warmup: Duration::from_millis(50),
+                mu_resume: Duration::from_millis(20),
                 mu_window: Duration::from_millis(100),
-                mu_windows: 1,
+                mu_windows: 2,
                 point: Duration::from_millis(300),
                 point_messages: 3_000,
             },
