@@ -5,8 +5,15 @@
 //!
 //! - `rebuild_position`: everything before it has arrived, contiguously;
 //! - `hwm`: the highest position any datagram (or heartbeat) reached;
-//! - the consumption position: the slowest subscription's position, read from the log's consumer slots;
-//!   it is what status messages report, so the sender never gets more than a window ahead of it.
+//! - the consumption position: the slowest subscription's position, read from the log's consumer slots.
+//!
+//! Status messages report the rebuild position with the window `min(receiver window, consumption +
+//! term_length / 2 - rebuild_position)`, so the sender's limit (position + window) is the tighter of two
+//! bounds: the receiver window beyond what has arrived (the socket buffer it protects is drained by the
+//! receiver, not by the subscriptions), and half a term beyond the slowest subscription (what the log can
+//! hold). Aeron reports the consumption position with the whole window, which ties the sender to its
+//! slowest subscription's pace even when the log has room: for a cluster follower, whose subscription
+//! reads only committed entries, to the whole commit round trip (aeron-io/aeron#1601).
 //!
 //! Invariants: a datagram is inserted only if it ends within `consumption + term_length / 2` (so the
 //! rebuilder never writes a partition that is still being read or not yet cleaned) and does not end at or
@@ -86,7 +93,8 @@ pub struct PublicationImage {
     rebuild_position: i64,
     hwm: i64,
     timers: ImageTimers,
-    last_status_position: i64,
+    /// The limit (position + window) the last status message gave the sender.
+    last_status_limit: i64,
     next_status_ns: u64,
     gap: Option<Gap>,
     next_nak_ns: u64,
@@ -124,7 +132,7 @@ impl PublicationImage {
             rebuild_position: join_position,
             hwm: join_position,
             timers,
-            last_status_position: join_position,
+            last_status_limit: join_position,
             next_status_ns: now_ns,
             gap: None,
             next_nak_ns: 0,
@@ -246,21 +254,28 @@ impl PublicationImage {
     /// The status message or NAK due at `now_ns`, at most one of each per call (status first).
     pub fn feedback(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
         let mut sent = 0;
-        let consumption = self.consumption_position();
-        let threshold = self.last_status_position + self.timers.window / 4;
-        if self.status_requested || consumption >= threshold || now_ns >= self.next_status_ns {
+        let (position, window) = self.advertised();
+        let threshold = self.last_status_limit + self.timers.window / 4;
+        if self.status_requested || position + window >= threshold || now_ns >= self.next_status_ns {
             send(Feedback::Status {
-                term_id: term_id(consumption, self.initial_term_id, self.bits),
-                term_offset: term_offset(consumption, self.term_length) as i32,
-                window: self.timers.window as i32,
+                term_id: term_id(position, self.initial_term_id, self.bits),
+                term_offset: term_offset(position, self.term_length) as i32,
+                window: window as i32,
             });
-            self.last_status_position = consumption;
+            self.last_status_limit = position + window;
             self.next_status_ns = now_ns + self.timers.status_interval_ns;
             self.status_requested = false;
             sent += 1;
         }
         sent += self.ack_check(now_ns, &mut send);
         sent + self.loss_check(now_ns, send)
+    }
+
+    /// The position and window a status message reports (see the [module](self) docs): the rebuild
+    /// position, and the receiver window cut to what the log holds beyond the slowest subscription.
+    fn advertised(&self) -> (i64, i64) {
+        let log_end = self.consumption_position() + (self.term_length / 2) as i64;
+        (self.rebuild_position, self.timers.window.min(log_end - self.rebuild_position).max(0))
     }
 
     fn ack_check(&mut self, now_ns: u64, send: &mut impl FnMut(Feedback)) -> usize {
@@ -468,7 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn heartbeats_reveal_tail_loss_and_status_follows_consumption() {
+    fn heartbeats_reveal_tail_loss() {
         let (log, image_log) = logs();
         let mut appender = log.appender().unwrap();
         appender.set_limit(i64::MAX);
@@ -482,10 +497,43 @@ mod tests {
         image.feedback(0, |f| out.push(f));
         image.feedback(1_000, |f| out.push(f));
         assert!(matches!(out.last(), Some(Feedback::Nak(Gap { term_offset: 0, length: 160, .. }))), "{out:?}");
-        consumer.set(8 * 1024);
-        out.clear();
-        image.feedback(2_000, |f| out.push(f));
-        assert!(matches!(out[0], Feedback::Status { term_offset: 8192, .. }), "{out:?}");
+        drop(consumer);
         assert!(log_span(&[0u8; 40]).is_none(), "a zero frame length is malformed");
+    }
+
+    #[test]
+    fn status_reports_what_arrived_with_the_window_cut_to_what_the_log_holds() {
+        // Term 64 KiB: the log holds half a term (32 KiB) beyond the slowest subscription; window 16 KiB.
+        let (log, image_log) = logs();
+        let mut appender = log.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        for i in 0..30u8 {
+            appender.append(&[i; 1000]).unwrap();
+        }
+        let end = appender.position();
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let consumer = image.register_consumer().unwrap();
+        for (h, d) in datagrams(&log, end) {
+            assert_eq!(image.insert(&h, &d), InsertOutcome::Inserted);
+        }
+        image.track_rebuild();
+        assert_eq!(image.rebuild_position(), end);
+        let status = |image: &mut PublicationImage, now_ns| {
+            let mut out = Vec::new();
+            image.feedback(now_ns, |f| out.push(f));
+            out.into_iter().find_map(|f| match f {
+                Feedback::Status { term_offset, window, .. } => Some((i64::from(term_offset), i64::from(window))),
+                _ => None,
+            })
+        };
+        // Nothing consumed: the sender may go to half a term beyond it, less than a window past the data.
+        assert_eq!(status(&mut image, 0), Some((end, 32 * 1024 - end)), "answering the setup");
+        assert_eq!(status(&mut image, 10), None, "nothing moved, the interval has not passed");
+        // The subscription read everything: the whole window beyond the data, at once (the limit moved
+        // by more than a quarter window).
+        consumer.set(end);
+        assert_eq!(status(&mut image, 20), Some((end, 16 * 1024)));
+        assert_eq!(status(&mut image, 30), None);
+        assert_eq!(status(&mut image, 1_000_030), Some((end, 16 * 1024)), "the interval");
     }
 }
