@@ -304,17 +304,27 @@ pub struct AgentCounters {
     pub idle_cycles: Counter,
     /// The longest duty cycle seen, in nanoseconds (see [`AgentRunner`] for what is measured).
     pub max_cycle_ns: Counter,
+    /// Nanoseconds spent in duty cycles that did work: over a window, the share of the thread's time it
+    /// was busy (what is left went to idle cycles and idling).
+    pub work_ns: Counter,
 }
 
 impl AgentCounters {
-    /// Counters over the given handles.
-    pub fn new(duty_cycles: Counter, work: Counter, idle_cycles: Counter, max_cycle_ns: Counter) -> Self {
-        Self { duty_cycles, work, idle_cycles, max_cycle_ns }
+    /// Counters allocated with `allocate(suffix)`: `duty cycles`, `work`, `idle cycles`, `max cycle ns`,
+    /// `work ns`.
+    pub fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+        Self {
+            duty_cycles: allocate("duty cycles"),
+            work: allocate("work"),
+            idle_cycles: allocate("idle cycles"),
+            max_cycle_ns: allocate("max cycle ns"),
+            work_ns: allocate("work ns"),
+        }
     }
 
     /// Counters in private memory, for agents run without a counters file.
     pub fn detached() -> Self {
-        Self::new(Counter::detached(), Counter::detached(), Counter::detached(), Counter::detached())
+        Self::new(|_| Counter::detached())
     }
 
     /// Records one duty cycle that did `work`.
@@ -328,11 +338,14 @@ impl AgentCounters {
         }
     }
 
-    /// Records a duty cycle that ran from `start` to `end`.
+    /// Records a duty cycle that ran from `start` to `end`; `worked`: it did work.
     #[inline]
-    fn record_duration(&self, start: Instant, end: Instant) {
-        let ns = end.saturating_duration_since(start).as_nanos();
-        self.max_cycle_ns.set_max(i64::try_from(ns).unwrap_or(i64::MAX));
+    fn record_duration(&self, start: Instant, end: Instant, worked: bool) {
+        let ns = i64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(i64::MAX);
+        self.max_cycle_ns.set_max(ns);
+        if worked {
+            self.work_ns.add(ns);
+        }
     }
 }
 
@@ -364,12 +377,14 @@ mod tests {
         counters.record_cycle(0);
         counters.record_cycle(2);
         let start = Instant::now();
-        counters.record_duration(start, start + std::time::Duration::from_nanos(500));
-        counters.record_duration(start, start + std::time::Duration::from_nanos(200));
+        counters.record_duration(start, start + std::time::Duration::from_nanos(500), true);
+        counters.record_duration(start, start + std::time::Duration::from_nanos(900), false);
+        counters.record_duration(start, start + std::time::Duration::from_nanos(200), true);
         assert_eq!(counters.duty_cycles.get(), 3);
         assert_eq!(counters.work.get(), 5);
         assert_eq!(counters.idle_cycles.get(), 1);
-        assert_eq!(counters.max_cycle_ns.get(), 500);
+        assert_eq!(counters.max_cycle_ns.get(), 900);
+        assert_eq!(counters.work_ns.get(), 700, "only the cycles that worked");
     }
 
     #[test]

@@ -721,10 +721,9 @@ fn start_agents(
     warnings.extend(layout_warnings.iter().map(Warning::to_string));
     let mut handles = layout
         .start(|name| {
-            let c = |what: &str| {
+            AgentCounters::new(|what| {
                 counters.allocate(&format!("{name} {what}"), TYPE_USER_MIN).unwrap_or_else(|_| Counter::detached())
-            };
-            AgentCounters::new(c("duty cycles"), c("work"), c("idle cycles"), c("max cycle ns"))
+            })
         })
         .map_err(NodeError::Layout)?;
     warnings.extend(handles.warnings.iter().map(Warning::to_string));

@@ -65,7 +65,7 @@ impl<A: Agent> AgentInvoker<A> {
         let end = Instant::now();
         let work = self.settle(AgentPhase::Work, outcome)?;
         self.counters.record_cycle(work);
-        self.counters.record_duration(start, end);
+        self.counters.record_duration(start, end, work > 0);
         Ok(work)
     }
 

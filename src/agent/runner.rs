@@ -341,7 +341,7 @@ fn duty_loop<A: Agent>(
         let work = agent.do_work()?;
         counters.record_cycle(work);
         if work == 0 {
-            counters.record_duration(cycle_start, Instant::now());
+            counters.record_duration(cycle_start, Instant::now(), false);
             match agent.parker() {
                 Some(park) => idle.idle_with(0, park),
                 None => idle.idle(0),
@@ -350,7 +350,7 @@ fn duty_loop<A: Agent>(
         } else {
             idle.idle(work);
             let cycle_end = Instant::now();
-            counters.record_duration(cycle_start, cycle_end);
+            counters.record_duration(cycle_start, cycle_end, true);
             cycle_start = cycle_end;
         }
     }
