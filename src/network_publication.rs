@@ -58,6 +58,11 @@ pub struct SenderCounters {
     pub status_messages: Counter,
     /// Times data was waiting but the flow-control window was closed.
     pub flow_control_stalls: Counter,
+    /// Duty cycles that sent no data because the flow-control window was closed with data waiting.
+    pub window_closed_cycles: Counter,
+    /// Duty cycles that sent no data with the window open: the Sender had caught up with the appender
+    /// (or the next frame was still being written).
+    pub caught_up_cycles: Counter,
     /// Sends the kernel did not take (socket full, peer refused), per destination.
     pub short_sends: Counter,
     /// Sends that failed with an unexpected error.
@@ -97,6 +102,8 @@ impl SenderCounters {
             position: allocate("snd-pos"),
             limit: allocate("snd-lmt"),
             idle_polls: allocate("sender idle control polls"),
+            window_closed_cycles: allocate("sender window-closed cycles"),
+            caught_up_cycles: allocate("sender caught-up cycles"),
         }
     }
 
@@ -457,11 +464,15 @@ impl NetworkPublication {
         let window = self.window();
         self.counters.limit.set(self.sender_position + window.max(0));
         if window <= 0 {
+            if self.log.producer_position() > self.sender_position {
+                self.counters.window_closed_cycles.increment();
+            }
             self.note_stall();
             return 0;
         }
         let batch = self.collect_runs(window as usize);
         if batch == 0 {
+            self.counters.caught_up_cycles.increment();
             return 0;
         }
         let (delivered, advance) = match self.mode {

@@ -1,11 +1,13 @@
 //! Which stage saturated first, from the counters of a saturating run.
 //!
-//! A stage whose thread's "idle cycles" barely grow while its "work" grows is saturated. The stages, in
-//! pipeline order: the load generator (the harness thread offering into the leader's ingress), the
-//! consensus append (the leader's consensus agent copying the ingress into the log), the Sender (the
-//! leader's sender thread), the receivers (the followers' threads). Back pressure tells which side of a
-//! stage is slower: a full ingress means the load generator outruns the append stage; a back-pressured log
-//! means the append stage outruns the Sender (or the receivers' flow-control windows).
+//! The stages, in pipeline order: the load generator (the harness thread offering into the leader's
+//! ingress), the consensus append (the leader's consensus agent copying the ingress into the log), the
+//! Sender (the leader's sender thread), the receivers (the followers). The Sender's own time says first
+//! whether it is the bottleneck: a saturated Sender spends nearly all its time in duty cycles that send.
+//! When it does not, its cycles that sent nothing say what it waited for: a closed flow-control window
+//! (the followers), or nothing to send (a stage upstream, which back pressure then names: a full ingress
+//! means the load generator outruns the append stage; a back-pressured log with the Sender caught up
+//! means the log waited on the commit, which waits on the followers' acknowledgements).
 
 use std::fmt;
 
@@ -54,6 +56,13 @@ pub struct StageEvidence {
     pub log_back_pressured: f64,
     /// Fraction of the leader sender thread's duty cycles that did no work.
     pub sender_idle: f64,
+    /// Fraction of the window time the leader's sender thread spent in duty cycles that did work.
+    pub sender_busy: f64,
+    /// The Sender's duty cycles per second that sent nothing because it had caught up with the appender.
+    pub sender_caught_up_per_s: f64,
+    /// The Sender's duty cycles per second that sent nothing because the flow-control window was closed
+    /// with data waiting.
+    pub sender_window_closed_per_s: f64,
     /// The Sender's data datagrams per second (each follower's copy counted) over the probe's S for its
     /// mode and MTU: the share of S the log took.
     pub sender_share: f64,
@@ -84,12 +93,8 @@ pub const LOG_BACK_PRESSURED: f64 = 0.02;
 /// spent too much of the run held back to be the bottleneck: the followers' consumption was.
 pub const WINDOW_CLOSED: f64 = 0.25;
 
-/// Above this fraction of its duty cycles idle, a Sender with data waiting was held back, not saturated,
-/// unless its data syscalls still took at least [`SENDER_SHARE_SATURATED`] of S (a cycle that sends takes
-/// tens of microseconds, an idle one a fraction of one, so many idle cycles can cost little time).
-pub const SENDER_IDLE: f64 = 0.5;
-/// At or above this share of S spent on data, the Sender counts as saturated whatever its idle cycles.
-pub const SENDER_SHARE_SATURATED: f64 = 0.6;
+/// At or above this fraction of its time in duty cycles that sent, the Sender counts as saturated.
+pub const SENDER_BUSY_SATURATED: f64 = 0.9;
 
 /// The stage that saturated first, and the evidence as one line.
 #[derive(Clone, Debug, PartialEq)]
@@ -103,36 +108,34 @@ pub struct Bottleneck {
 
 /// Names the bottleneck stage from `e`:
 ///
-/// 1. the ingress was rarely full: the load generator could not offer faster → `load`;
-/// 2. the ingress filled but the log was rarely back-pressured: the append stage is slowest → `append`;
-/// 3. the log was back-pressured: the largest queue downstream names the stage in front of it. Appended
-///    but unsent → `sender`, unless the flow-control window was closed in more than [`WINDOW_CLOSED`] of
-///    the samples (the followers' consumption held the Sender) or the Sender idled in more than
-///    [`SENDER_IDLE`] of its cycles while taking less than [`SENDER_SHARE_SATURATED`] of S → `receiver`; sent but uncommitted →
-///    `receiver`; committed but unapplied → `load` (the harness's own apply loop).
+/// 1. the Sender was busy at least [`SENDER_BUSY_SATURATED`] of the time → `sender`;
+/// 2. else, if more of its empty cycles met a closed flow-control window than found nothing to send, or
+///    the window was closed in more than [`WINDOW_CLOSED`] of the samples → `receiver`;
+/// 3. else the Sender caught up with the appender, and upstream is named: the ingress was rarely full →
+///    `load` (the load generator, or on a small host the harness thread that also runs the consensus
+///    append and the followers); the ingress filled but the log was rarely back-pressured → `append`;
+///    the log was back-pressured (its limit is half a term past the leader's applied position) → the
+///    larger queue behind the Sender: sent but uncommitted → `receiver`, committed but unapplied → `load`
+///    (the harness's apply loop).
 pub fn classify(e: &StageEvidence) -> Bottleneck {
-    let (stage, why) = if e.ingress_full < INGRESS_FULL && e.harness_runs_agents {
+    let (stage, why) = if e.sender_busy >= SENDER_BUSY_SATURATED {
+        (Stage::Sender, "data waited for the Sender, busy sending nearly all the time")
+    } else if e.sender_window_closed_per_s > e.sender_caught_up_per_s || e.window_closed > WINDOW_CLOSED {
+        (Stage::Receiver, "the Sender waited on the followers' flow-control window")
+    } else if e.ingress_full < INGRESS_FULL && e.harness_runs_agents {
         (
             Stage::Load,
             "the harness thread, which on this host also runs the consensus append and both followers, could not \
-             fill the ingress while the Sender had time to spare",
+             keep the log ahead of the Sender",
         )
     } else if e.ingress_full < INGRESS_FULL {
         (Stage::Load, "the load generator could not fill the ingress")
     } else if e.log_back_pressured < LOG_BACK_PRESSURED {
-        (Stage::Append, "the consensus agent could not drain the ingress into the log")
-    } else if e.sender_queue >= e.receiver_queue && e.sender_queue >= e.apply_queue {
-        if e.window_closed > WINDOW_CLOSED {
-            (Stage::Receiver, "the followers' flow-control window was closed while data waited to be sent")
-        } else if e.sender_idle > SENDER_IDLE && e.sender_share < SENDER_SHARE_SATURATED {
-            (Stage::Receiver, "the Sender sat idle with data waiting: the followers held it (window or loss recovery)")
-        } else {
-            (Stage::Sender, "data waited for the Sender with its flow-control window open")
-        }
+        (Stage::Append, "the consensus agent could not drain the ingress into the log as fast as the Sender sent it")
     } else if e.receiver_queue >= e.apply_queue {
-        (Stage::Receiver, "sent data waited for the followers' acknowledgements")
+        (Stage::Receiver, "the log waited for the commit, which waited for the followers' acknowledgements")
     } else {
-        (Stage::Load, "committed entries waited for the harness to apply them")
+        (Stage::Load, "the log waited for the harness to apply committed entries")
     };
     Bottleneck { stage, text: format!("{stage}: {why} ({})", describe(e)) }
 }
@@ -144,7 +147,8 @@ fn describe(e: &StageEvidence) -> String {
     format!(
         "ingress full in {} of bursts; log back-pressured in {} of consensus cycles; queues: unsent {}, uncommitted {}, \
          unapplied {}; flow-control window closed in {} of samples; {:.0} NAKs/s; idle: consensus {}, sender {}, \
-         followers {}; sender data at {} of S",
+         followers {}; sender busy {} of the time, empty cycles {:.0}/s caught up and {:.0}/s window closed; sender \
+         data at {} of S",
         pct(e.ingress_full),
         pct(e.log_back_pressured),
         kib(e.sender_queue),
@@ -155,6 +159,9 @@ fn describe(e: &StageEvidence) -> String {
         pct(e.consensus_idle),
         pct(e.sender_idle),
         pct(e.receiver_idle),
+        pct(e.sender_busy),
+        e.sender_caught_up_per_s,
+        e.sender_window_closed_per_s,
         pct(e.sender_share)
     )
 }
@@ -169,6 +176,9 @@ mod tests {
             consensus_idle: 0.5,
             log_back_pressured: 0.4,
             sender_idle: 0.02,
+            sender_busy: 0.97,
+            sender_caught_up_per_s: 100.0,
+            sender_window_closed_per_s: 0.0,
             sender_share: 0.97,
             window_closed: 0.0,
             naks_per_s: 0.0,
@@ -184,42 +194,55 @@ mod tests {
     fn a_queue_in_front_of_a_busy_sender_names_the_sender() {
         let b = classify(&base());
         assert_eq!(b.stage, Stage::Sender);
-        assert!(b.text.starts_with("sender: data waited for the Sender with its flow-control window open (ingress full in 90% of bursts; log back-pressured in 40%"), "{}", b.text);
+        assert!(b.text.starts_with("sender: data waited for the Sender, busy sending nearly all the time (ingress full in 90% of bursts; log back-pressured in 40%"), "{}", b.text);
+        assert!(
+            b.text.contains("sender busy 97% of the time, empty cycles 100/s caught up and 0/s window closed"),
+            "{}",
+            b.text
+        );
         assert!(b.text.contains("unsent 8192 KiB, uncommitted 64 KiB, unapplied 1 KiB"), "{}", b.text);
         assert!(b.text.contains("sender data at 97% of S"), "{}", b.text);
     }
 
+    /// The Sender waited (busy 50%) having caught up with the appender.
+    fn caught_up() -> StageEvidence {
+        StageEvidence { sender_busy: 0.5, sender_caught_up_per_s: 50_000.0, ..base() }
+    }
+
     #[test]
     fn an_ingress_that_never_fills_blames_the_load_generator() {
-        assert_eq!(classify(&StageEvidence { ingress_full: 0.01, ..base() }).stage, Stage::Load);
+        assert_eq!(classify(&StageEvidence { ingress_full: 0.01, ..caught_up() }).stage, Stage::Load);
+        assert_eq!(
+            classify(&StageEvidence { ingress_full: 0.01, ..base() }).stage,
+            Stage::Sender,
+            "a busy Sender is the bottleneck whatever the load did"
+        );
     }
 
     #[test]
     fn a_full_ingress_without_log_back_pressure_blames_the_append() {
-        assert_eq!(classify(&StageEvidence { log_back_pressured: 0.0, ..base() }).stage, Stage::Append);
+        assert_eq!(classify(&StageEvidence { log_back_pressured: 0.0, ..caught_up() }).stage, Stage::Append);
     }
 
     #[test]
-    fn the_largest_downstream_queue_names_the_stage() {
-        let e = StageEvidence { receiver_queue: 9e6, ..base() };
+    fn a_sender_that_waited_names_what_it_waited_for() {
+        let e = StageEvidence { sender_window_closed_per_s: 60_000.0, ..caught_up() };
         assert_eq!(classify(&e).stage, Stage::Receiver);
-        let e = StageEvidence { apply_queue: 9e6, ..base() };
+        assert!(classify(&e).text.starts_with("receiver: the Sender waited on the followers' flow-control window"));
+        let e = StageEvidence { window_closed: 0.3, ..caught_up() };
+        assert_eq!(classify(&e).stage, Stage::Receiver, "the sampled window agrees");
+        // Caught up with a back-pressured log: the log waited on the commit; the larger queue names why.
+        let e = StageEvidence { receiver_queue: 9e6, ..caught_up() };
+        assert_eq!(classify(&e).stage, Stage::Receiver);
+        let e = StageEvidence { apply_queue: 9e6, ..caught_up() };
         assert_eq!(classify(&e).stage, Stage::Load);
-        let e = StageEvidence { window_closed: 0.3, ..base() };
-        assert_eq!(classify(&e).stage, Stage::Receiver);
-        assert!(classify(&e).text.starts_with("receiver: the followers' flow-control window was closed"));
-        let e = StageEvidence { window_closed: 0.2, ..base() };
-        assert_eq!(classify(&e).stage, Stage::Sender);
-        let e = StageEvidence { sender_idle: 0.9, sender_share: 0.3, naks_per_s: 100.0, ..base() };
-        assert_eq!(classify(&e).stage, Stage::Receiver);
-        assert!(classify(&e).text.contains("100 NAKs/s"), "{}", classify(&e).text);
-        let e = StageEvidence { sender_idle: 0.9, sender_share: 0.8, ..base() };
-        assert_eq!(classify(&e).stage, Stage::Sender, "idle cycles are cheap; 80% of S on data is saturated");
+        let e = StageEvidence { sender_busy: 0.95, sender_window_closed_per_s: 60_000.0, ..base() };
+        assert_eq!(classify(&e).stage, Stage::Sender, "empty cycles are short: a Sender busy 95% is saturated");
     }
 
     #[test]
     fn a_harness_that_runs_the_agents_is_named_as_such() {
-        let b = classify(&StageEvidence { ingress_full: 0.0, harness_runs_agents: true, ..base() });
+        let b = classify(&StageEvidence { ingress_full: 0.0, harness_runs_agents: true, ..caught_up() });
         assert_eq!(b.stage, Stage::Load);
         assert!(b.text.contains("also runs the consensus append and both followers"), "{}", b.text);
     }
