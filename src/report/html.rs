@@ -102,8 +102,8 @@ fn model_card(out: &mut String, r: &SweepReport) {
         r.c_probe.iter().map(|c| format!("{}/s with {}", rate(c.c_per_s), escape(&c.idle))).collect();
     let _ = writeln!(
         out,
-        "<p><b>S</b> (single-thread sendmsg/s, measured first; each configuration probes it again just before and \
-         just after its mu and predicts with the mean): {}.<br><b>C</b> (the Sender's control syscalls/s; the C probe at a moderate load): {}. Each \
+        "<p><b>S</b> (single-thread sendmsg/s, measured first; each configuration probes it again in slices \
+         between its mu windows, with the cluster paused, and predicts with their mean): {}.<br><b>C</b> (the Sender's control syscalls/s; the C probe at a moderate load): {}. Each \
          configuration's prediction takes the C of its own saturated run, the control syscalls that really took \
          from the data budget.<br><b>D</b> = {} followers.</p>",
         or_none(&s_list),
