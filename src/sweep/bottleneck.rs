@@ -66,8 +66,8 @@ pub struct StageEvidence {
     /// The Sender's data datagrams per second (each follower's copy counted) over the probe's S for its
     /// mode and MTU: the share of S the log took.
     pub sender_share: f64,
-    /// Fraction of samples in which data waited but the flow-control window was closed: the followers'
-    /// consumption (which the harness applies once committed) held the Sender back.
+    /// Fraction of samples in which data waited but the flow-control window was closed: the followers held
+    /// the Sender back (what they had received, or their log's bound past what they had applied).
     pub window_closed: f64,
     /// Fraction of the busier follower thread's duty cycles that did no work.
     pub receiver_idle: f64,

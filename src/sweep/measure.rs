@@ -142,6 +142,22 @@ pub struct MuRun {
     pub messages_per_datagram: f64,
 }
 
+impl MuRun {
+    /// The S of the prediction: the mean of the slices (0 when none measured a rate).
+    pub fn s(&self) -> f64 {
+        mean(&self.s_slices)
+    }
+}
+
+/// The mean of `values`, 0 when there are none.
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
 /// How often a saturating run samples the leader's log positions.
 const QUEUE_SAMPLE_INTERVAL: Duration = Duration::from_millis(2);
 
@@ -275,7 +291,7 @@ pub fn measure_mu(
         run.window(cluster, timings.mu_window)?;
         s_slices.extend(cluster.paused(&mut probe_s)?);
     }
-    let s = if s_slices.is_empty() { 0.0 } else { s_slices.iter().sum::<f64>() / s_slices.len() as f64 };
+    let s = mean(&s_slices);
     let [l, f1, f2] = &run.deltas;
     let idle_polls_per_s = run.rate("sender idle control polls");
     let control_per_s = run.rate("sender control syscalls") - idle_polls_per_s;
@@ -457,6 +473,12 @@ mod tests {
         assert_eq!(t.get(3), (20, 21));
         t.set(4, 30, 31);
         assert_eq!(t.get(4), (30, 31));
+    }
+
+    #[test]
+    fn s_is_the_mean_of_the_slices() {
+        assert_eq!(mean(&[200_000.0, 300_000.0, 250_000.0]), 250_000.0);
+        assert_eq!(mean(&[]), 0.0, "no slice, no S (and no prediction)");
     }
 
     #[test]

@@ -352,15 +352,6 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     Ok(SweepOutcome { dir, report, failures })
 }
 
-/// The mean of the S slices probed around the mu windows (0 when none was).
-fn slices_mean(slices: &[f64]) -> f64 {
-    if slices.is_empty() {
-        0.0
-    } else {
-        slices.iter().sum::<f64>() / slices.len() as f64
-    }
-}
-
 /// The C probe's value for `config`'s idle strategy (0 when not probed).
 fn probe_c_for(config: &ConfigSpec, c_probe: &[CProbe]) -> f64 {
     let idle = config.idle.to_string();
@@ -393,10 +384,12 @@ fn run_config(
     // S drifts on a shared host (by a third within seconds, on a small VM): probe it for this mode and MTU
     // in slices between the mu windows, with the cluster paused, and predict with the slices' mean, so
     // that the prediction and mu see the same machine; the slices stay in the report.
+    // A slice that measured nothing (a probe that found no rate) takes the sweep's first probe.
     let cores = options.layout.probe_cores();
+    let first = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
     let probe = || -> Result<Option<f64>, SweepError> {
         let fresh = measure::probe_send_rates(&[config.mtu], &[config.send_mode], t, cores)?;
-        Ok(measure::rate_for(&fresh, config.send_mode, config.mtu).map(|r| r.datagrams_per_s))
+        Ok(measure::rate_for(&fresh, config.send_mode, config.mtu).map(|r| r.datagrams_per_s).or(first))
     };
     let spec = ClusterSpec {
         mtu: config.mtu,
@@ -407,12 +400,7 @@ fn run_config(
         msg: config.msg,
         layout: options.layout,
     };
-    let mut mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
-    if mu.s_slices.is_empty() {
-        // No slice measured a rate (a probe that found nothing): fall back on the sweep's first probe.
-        let first = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
-        mu.s_slices.extend(first);
-    }
+    let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
     let mut result = summarize(config, c_probe, &mu, progress);
     with_cluster(&spec, progress, |cluster| {
         measure_points(cluster, profile, &mut result, mu.mu, times, dir, progress)
@@ -445,7 +433,7 @@ fn with_cluster<T: Send>(
 /// The configuration's result without its points: the prediction from the mean of the S slices probed
 /// around the mu windows and the C of the saturated run, beside the measured mu; printed.
 fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progress: &Progress) -> ConfigResult {
-    let s = slices_mean(&mu.s_slices);
+    let s = mu.s();
     let c_probe = probe_c_for(config, c_probe);
     let c = mu.control_per_s;
     let (m_pkt, mu_predicted, why) = predict(config, s, c);
@@ -591,9 +579,7 @@ mod tests {
     }
 
     #[test]
-    fn predictions_take_the_mean_s_and_the_probe_c_for_the_idle_strategy() {
-        assert_eq!(slices_mean(&[200_000.0, 300_000.0, 250_000.0]), 250_000.0);
-        assert_eq!(slices_mean(&[]), 0.0);
+    fn predictions_take_the_probe_c_for_the_idle_strategy() {
         let c_probe = [CProbe { idle: "noop".into(), c_per_s: 40_000.0, data_syscalls_per_s: 1.0 }];
         let mut config = ConfigSpec {
             mtu: 1408,
