@@ -422,8 +422,8 @@ impl LoadCluster {
 
     /// An error if an agent failed or `deadline` passed (`what` says what did not happen).
     fn check(&self, deadline: Instant, what: &str) -> Result<(), SweepError> {
-        if let Some(failure) = self.nodes.iter().flat_map(|n| n.failures()).next() {
-            return Err(SweepError::Cluster(format!("an agent failed: {failure}")));
+        if let Some(failed) = self.agent_failure() {
+            return Err(failed);
         }
         if Instant::now() > deadline {
             return Err(SweepError::Cluster(format!(
@@ -434,6 +434,12 @@ impl LoadCluster {
             )));
         }
         Ok(())
+    }
+
+    /// The first agent failure of any node, as an error.
+    fn agent_failure(&self) -> Option<SweepError> {
+        let failure = self.nodes.iter().flat_map(|n| n.failures()).next()?;
+        Some(SweepError::Cluster(format!("an agent failed: {failure}")))
     }
 
     /// Offers the next message (its sequence number in the first 8 bytes). `Ok(false)` when the ingress
@@ -490,6 +496,8 @@ impl LoadCluster {
         let parked = self.nodes.iter().filter(|n| !n.pause_agents(PAUSE_TIMEOUT)).count() == 0;
         let outcome = if parked {
             work()
+        } else if let Some(failed) = self.agent_failure() {
+            Err(failed) // a thread that ended cannot park: say why it ended
         } else {
             Err(SweepError::Cluster(format!(
                 "the nodes' agent threads did not pause within {} s",
