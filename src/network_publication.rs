@@ -467,15 +467,18 @@ impl NetworkPublication {
         let window = self.window();
         self.counters.limit.set(self.sender_position + window.max(0));
         if window <= 0 {
-            if self.log.producer_position() > self.sender_position {
-                self.counters.window_closed_cycles.increment();
-            }
-            self.note_stall();
+            self.note_window_closed();
             return 0;
         }
         let batch = self.collect_runs(window as usize);
         if batch == 0 {
-            self.counters.caught_up_cycles.increment();
+            // A committed frame is at most one MTU, so a window of a whole MTU takes it: found nothing then
+            // means caught up (or the next frame is still being written); a smaller window may not fit it.
+            if (window as usize) < self.config.mtu && self.log.producer_position() > self.sender_position {
+                self.note_window_closed();
+            } else {
+                self.counters.caught_up_cycles.increment();
+            }
             return 0;
         }
         let (delivered, advance) = match self.mode {
@@ -494,8 +497,14 @@ impl NetworkPublication {
         advance
     }
 
-    fn note_stall(&mut self) {
-        if !self.stalled && self.flow_control.live_count() > 0 && self.log.producer_position() > self.sender_position {
+    /// Counts a cycle the flow-control window kept from sending data that waits (none waiting: nothing to
+    /// count), and the first of a run of such cycles as a stall.
+    fn note_window_closed(&mut self) {
+        if self.log.producer_position() <= self.sender_position {
+            return;
+        }
+        self.counters.window_closed_cycles.increment();
+        if !self.stalled && self.flow_control.live_count() > 0 {
             self.stalled = true;
             self.counters.flow_control_stalls.increment();
         }
@@ -514,9 +523,6 @@ impl NetworkPublication {
         while count < self.config.batch_limit && remaining > 0 {
             let found = scan(&self.log, position, remaining.min(mtu));
             if found.available == 0 {
-                if count == 0 && self.log.producer_position() > position {
-                    self.note_stall();
-                }
                 break;
             }
             self.runs[count] = Run {
