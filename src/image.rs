@@ -400,6 +400,16 @@ mod tests {
         out
     }
 
+    /// Appends `count` messages of `length` bytes, message `i` filled with `i`; returns the end position.
+    fn append_numbered(log: &LogBuffer, count: u8, length: usize) -> i64 {
+        let mut appender = log.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        for i in 0..count {
+            appender.append(&vec![i; length]).unwrap();
+        }
+        appender.position()
+    }
+
     fn source() -> SocketAddr {
         "127.0.0.1:9".parse().unwrap()
     }
@@ -407,12 +417,7 @@ mod tests {
     #[test]
     fn loss_is_naked_after_the_delay_and_filled_by_the_resend() {
         let (log, image_log) = logs();
-        let mut appender = log.appender().unwrap();
-        appender.set_limit(i64::MAX);
-        for i in 0..20u8 {
-            appender.append(&[i; 300]).unwrap();
-        }
-        let all = datagrams(&log, appender.position());
+        let all = datagrams(&log, append_numbered(&log, 20, 300));
         let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
         let consumer = image.register_consumer().unwrap();
         for (i, (h, d)) in all.iter().enumerate() {
@@ -505,12 +510,7 @@ mod tests {
     fn status_reports_what_arrived_with_the_window_cut_to_what_the_log_holds() {
         // Term 64 KiB: the log holds half a term (32 KiB) beyond the slowest subscription; window 16 KiB.
         let (log, image_log) = logs();
-        let mut appender = log.appender().unwrap();
-        appender.set_limit(i64::MAX);
-        for i in 0..30u8 {
-            appender.append(&[i; 1000]).unwrap();
-        }
-        let end = appender.position();
+        let end = append_numbered(&log, 30, 1000);
         let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
         let consumer = image.register_consumer().unwrap();
         for (h, d) in datagrams(&log, end) {
