@@ -217,8 +217,8 @@ fn pin(core: usize) {
     if !PIN.load(Ordering::Relaxed) {
         return;
     }
-    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core)) {
-        core_affinity::set_for_current(id);
+    if let Err(e) = quorumcast::agent::pin_current_thread(core) {
+        eprintln!("warning: --pin: {e}; this thread runs unpinned");
     }
 }
 

@@ -40,7 +40,7 @@ pub use layout::{
     available_cores, check_cores, AgentHandles, AgentLayout, AgentRole, AgentSpec, BusyThread, CoreProblem,
     LayoutError, ThreadPlan, ThreadingMode, ThreadingModeParseError,
 };
-pub use runner::{AgentRunner, RunnerStatus};
+pub use runner::{pin_current_thread, AgentRunner, RunnerStatus};
 
 /// A unit of duty-cycle work.
 ///

@@ -67,29 +67,33 @@ pub fn probe_s(
     let drainer = {
         let running = Arc::clone(&running);
         std::thread::spawn(move || {
-            pin(cores.drain);
-            drain(receivers, datagram_bytes, &running)
+            // Drains even when unpinned, so the sending thread never waits on full sockets; the error
+            // comes out once it has stopped.
+            let pinned = pin(cores.drain);
+            drain(receivers, datagram_bytes, &running);
+            pinned
         })
     };
     let result = std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                pin(cores.sender);
+                pin(cores.sender)?;
                 send_windows(mode, datagram_bytes, &addrs, &options, window, windows.max(1))
             })
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the probe's sending thread panicked")))
     });
     running.store(false, Ordering::Release);
-    let _ = drainer.join();
-    result
+    let drained = drainer.join().unwrap_or_else(|_| Err(std::io::Error::other("the probe's draining thread panicked")));
+    result.and_then(|rate| drained.map(|()| rate))
 }
 
-/// Pins the calling thread to `core`, when given and present.
-pub fn pin(core: Option<usize>) {
-    let Some(core) = core else { return };
-    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core)) {
-        core_affinity::set_for_current(id);
+/// Pins the calling thread to `core`, when given. An S measured on other cores than asked is not the S
+/// of the layout it is read against, so a refused pin is an error, not a silent fallback.
+pub fn pin(core: Option<usize>) -> std::io::Result<()> {
+    match core {
+        Some(core) => crate::agent::pin_current_thread(core).map_err(std::io::Error::other),
+        None => Ok(()),
     }
 }
 

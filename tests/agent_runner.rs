@@ -334,6 +334,38 @@ fn a_runner_pinned_to_the_first_core_runs_there() {
     assert_eq!(seen.lock().unwrap().as_deref(), Some(core.id.to_string().as_str()));
 }
 
+/// The bug this guards against: a thread inherits its creator's affinity mask, so a check against the
+/// calling thread's mask refused every other core once the caller was pinned (the sweep's S probe then ran
+/// beside its drainer on the harness core, unnoticed).
+#[test]
+fn a_runner_started_from_a_pinned_thread_is_pinned_to_another_core() {
+    let Some(ids) = core_affinity::get_core_ids().filter(|ids| ids.len() >= 2) else {
+        eprintln!("skipped: fewer than 2 cores to pin to here");
+        return;
+    };
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let (first, last) = (ids[0].id, ids[ids.len() - 1].id);
+    let seen = Arc::new(Mutex::new(None));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            quorumcast::agent::pin_current_thread(first).unwrap();
+            assert_eq!(allowed_cpus(), first.to_string());
+            let runner = AgentRunner::start(
+                AffinityProbe(Arc::clone(&seen)),
+                idle("yield"),
+                Some(last),
+                AgentCounters::detached(),
+            )
+            .unwrap();
+            assert!(runner.warnings().is_empty(), "{:?}", runner.warnings());
+            runner.join().unwrap();
+        });
+    });
+    assert_eq!(seen.lock().unwrap().as_deref(), Some(last.to_string().as_str()));
+}
+
 #[test]
 fn a_core_that_cannot_be_pinned_is_a_warning() {
     let seen = Arc::new(Mutex::new(None));

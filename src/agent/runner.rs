@@ -272,16 +272,23 @@ fn set_up_thread<A: Agent>(agent: &A, idle: &Idle, core: Option<usize>) -> Vec<W
 }
 
 /// Pins the calling thread to `core`, or says why not.
-fn pin_current_thread(core: usize) -> Result<(), String> {
-    let cores = core_affinity::get_core_ids().ok_or("the cores of this process cannot be listed")?;
-    if !cores.iter().any(|c| c.id == core) {
-        let ids: Vec<String> = cores.iter().map(|c| c.id.to_string()).collect();
-        return Err(format!("core {core} is not one this process may run on ({})", ids.join(", ")));
+///
+/// The kernel decides whether `core` is allowed, not the calling thread's current affinity mask: a thread
+/// inherits the mask of the thread that spawned it, so one spawned by a thread pinned to core 0 lists only
+/// core 0 (which is all `core_affinity::get_core_ids` reports), yet may still move to core 1.
+pub fn pin_current_thread(core: usize) -> Result<(), String> {
+    // `CPU_SET` indexes a fixed-size set: a core beyond it is refused here rather than out of bounds there.
+    if core >= libc::CPU_SETSIZE as usize {
+        return Err(format!("core {core} is beyond the {} cores an affinity mask holds", libc::CPU_SETSIZE));
     }
     if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
         Ok(())
     } else {
-        Err(format!("the kernel refused to set the affinity to core {core}"))
+        Err(format!(
+            "the kernel refused to run this thread on core {core} (offline, or outside this process's cpuset: see \
+             `taskset -p {}`)",
+            std::process::id()
+        ))
     }
 }
 

@@ -270,8 +270,6 @@ fn node_dir(run: u64, id: i32) -> PathBuf {
     base.join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
 }
 
-pub use crate::probe::pin as pin_current;
-
 /// Runs `work` on a fresh thread: the harness thread, which pins itself once its cluster has started.
 /// Cluster nodes are started from it while it still has the caller's whole affinity mask (agent threads
 /// inherit it, and a node checks its cores against it), and the caller is never pinned, so the next
@@ -378,10 +376,14 @@ impl LoadCluster {
             .start()
             .map_err(|e| SweepError::Cluster(format!("leader did not start: {e}")))?;
         nodes.insert(0, leader);
-        pin_current(layout.harness);
+        let mut warnings: Vec<String> = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
+        if let Some(core) = layout.harness {
+            if let Err(e) = crate::agent::pin_current_thread(core) {
+                warnings.push(format!("the harness thread runs unpinned: {e}"));
+            }
+        }
         let harness_idle = if layout.invoked { spec.consensus_idle } else { IdleStrategyConfig::Yield };
         let idle = harness_idle.to_idle().map_err(|e| SweepError::Config(format!("idle strategy: {e}")))?;
-        let mut warnings: Vec<String> = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
         if harness_idle.sleeps() {
             // As the agent runner does for its sleeping threads: park for the period asked, not 50 us more.
             if let Err(e) = set_timer_slack(Duration::from_nanos(1)) {
