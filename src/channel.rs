@@ -36,7 +36,10 @@ pub struct ChannelConfig {
     pub batch_limit: usize,
     /// Socket buffer sizes.
     pub socket: SocketOptions,
-    /// Receiver window advertised in status messages; at most `term_length / 2`.
+    /// Receiver window advertised in status messages; at most `term_length / 2` and at most `SO_RCVBUF`.
+    /// Keep it at half of `SO_RCVBUF` or less: the kernel charges each queued datagram its whole
+    /// allocation (2,304 B for 1,088 B of data), which only the doubling of `SO_RCVBUF` covers, and not
+    /// for datagrams less than half full (see `tuning/README.md`).
     pub receiver_window: usize,
     /// A receiver silent for this long is dropped from flow control.
     pub receiver_timeout: Duration,

@@ -288,45 +288,60 @@ pub fn on_harness_thread<T: Send>(work: impl FnOnce() -> Result<T, SweepError> +
 /// The term length of the sweep's logs.
 pub const TERM_LENGTH: usize = 16 << 20;
 
-/// The receiver window the sweep wants: half a term, the most a log allows.
-pub const WANTED_WINDOW: usize = TERM_LENGTH / 2;
+/// The followers' `SO_RCVBUF` the sweep wants: half a term.
+pub const WANTED_RECEIVE_BUFFER: usize = TERM_LENGTH / 2;
 
-/// The followers' receiver window (and SO_RCVBUF) for this host: [`WANTED_WINDOW`], or less where
-/// `net.core.rmem_max` caps the receive buffer (a window larger than the socket buffer is refused; Linux's
-/// default cap is 208 KiB, which the sweep then uses, with a warning). Status messages count the window
-/// from what has arrived, so 4 MiB rarely closes it here (at most ~300 closed-window cycles a second at
-/// 1408 B on the 2-core development VM).
-pub fn receiver_window() -> usize {
+/// The followers' `SO_RCVBUF` for this host: [`WANTED_RECEIVE_BUFFER`], or less where `net.core.rmem_max`
+/// caps it (Linux's default cap is 208 KiB, which the sweep then uses, with a warning).
+pub fn receive_buffer() -> usize {
     let rmem_max = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
         .ok()
         .and_then(|text| text.trim().parse::<usize>().ok())
-        .unwrap_or(WANTED_WINDOW);
-    WANTED_WINDOW.min(rmem_max)
+        .unwrap_or(WANTED_RECEIVE_BUFFER);
+    WANTED_RECEIVE_BUFFER.min(rmem_max)
 }
 
-/// A warning when this host's `net.core.rmem_max` holds the receiver window below [`WANTED_WINDOW`].
+/// The followers' receiver window for a receive buffer of `receive_buffer` bytes: half of it.
+///
+/// The kernel doubles `SO_RCVBUF` and charges each queued datagram its whole allocation (its `truesize`,
+/// measured on Linux 6.18 over loopback: 832 B for a 64 B datagram, 1,280 B for 544 B, 2,304 B for 1,088
+/// or 1,408 B, 16,640 B for 8,192 B). A window as large as `SO_RCVBUF` therefore overflows the socket when
+/// datagrams fill less than half their allocation: at MTU 1408 with 512 B messages (two frames, 1,088 B a
+/// datagram) a 4 MiB window over a 4 MiB buffer dropped 57-298 datagrams per follower in half the runs,
+/// each a NAK and a stall of the commit. Half the buffer (a quarter of what the kernel accounts) holds any
+/// datagram of 576 B or more, and so any full one. Status messages count the window from what has
+/// arrived, so even 2 MiB rarely closes it.
+pub fn receiver_window(receive_buffer: usize) -> usize {
+    receive_buffer / 2
+}
+
+/// A warning when this host's `net.core.rmem_max` holds the followers' receive buffer, and so their window,
+/// below what the sweep wants.
 pub fn window_warning() -> Option<String> {
-    let window = receiver_window();
-    (window < WANTED_WINDOW).then(|| {
+    let buffer = receive_buffer();
+    (buffer < WANTED_RECEIVE_BUFFER).then(|| {
         format!(
-            "net.core.rmem_max caps the followers' receiver window at {} KiB (the sweep wants {} KiB): flow control \
-             may hold the Sender back at high rates; as root: sysctl -w net.core.rmem_max={WANTED_WINDOW}",
-            window >> 10,
-            WANTED_WINDOW >> 10
+            "net.core.rmem_max caps the followers' receive buffer at {} KiB and their window at {} KiB (the sweep \
+             wants {} and {} KiB): flow control may hold the Sender back at high rates; as root: sysctl -w \
+             net.core.rmem_max={WANTED_RECEIVE_BUFFER}",
+            buffer >> 10,
+            receiver_window(buffer) >> 10,
+            WANTED_RECEIVE_BUFFER >> 10,
+            receiver_window(WANTED_RECEIVE_BUFFER) >> 10
         )
     })
 }
 
 fn channel(spec: &ClusterSpec) -> ChannelConfig {
-    let window = receiver_window();
+    let buffer = receive_buffer();
     ChannelConfig {
         mtu: spec.mtu,
         term_length: TERM_LENGTH,
         send_mode: spec.send_mode,
         // As large as this host lets the followers' socket buffers be, so flow control holds the Sender back
-        // only when the followers' consumption really lags.
-        receiver_window: window,
-        socket: SocketOptions { send_buffer: Some(4 << 20), receive_buffer: Some(window) },
+        // only when the followers' consumption really lags, and small enough never to overflow them.
+        receiver_window: receiver_window(buffer),
+        socket: SocketOptions { send_buffer: Some(4 << 20), receive_buffer: Some(buffer) },
         ..ChannelConfig::default()
     }
 }
