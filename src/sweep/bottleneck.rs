@@ -137,7 +137,15 @@ pub fn classify(e: &StageEvidence) -> Bottleneck {
     } else {
         (Stage::Load, "the log waited for the harness to apply committed entries")
     };
-    Bottleneck { stage, text: format!("{stage}: {why} ({})", describe(e)) }
+    // On a small host the followers are no stage of their own: they lag because the thread they run on
+    // also offers the load, appends and applies, and the reader is told so.
+    let shared = if stage == Stage::Receiver && e.harness_runs_agents {
+        ", and the followers run on the harness thread, which also offers the load, runs the consensus append \
+         and applies on every node"
+    } else {
+        ""
+    };
+    Bottleneck { stage, text: format!("{stage}: {why}{shared} ({})", describe(e)) }
 }
 
 /// The evidence as one line.
@@ -245,5 +253,18 @@ mod tests {
         let b = classify(&StageEvidence { ingress_full: 0.0, harness_runs_agents: true, ..caught_up() });
         assert_eq!(b.stage, Stage::Load);
         assert!(b.text.contains("also runs the consensus append and both followers"), "{}", b.text);
+        let e = StageEvidence { sender_window_closed_per_s: 60_000.0, harness_runs_agents: true, ..caught_up() };
+        let b = classify(&e);
+        assert_eq!(b.stage, Stage::Receiver);
+        assert!(
+            b.text.starts_with(
+                "receiver: the Sender waited on the followers' flow-control window, and the followers run on the \
+                 harness thread"
+            ),
+            "{}",
+            b.text
+        );
+        let alone = classify(&StageEvidence { sender_window_closed_per_s: 60_000.0, ..caught_up() });
+        assert!(!alone.text.contains("harness thread"), "followers with threads of their own: {}", alone.text);
     }
 }
