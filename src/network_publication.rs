@@ -606,7 +606,9 @@ impl NetworkPublication {
         let messages = match outcome {
             SendOutcome::Sent(n) => n,
             other => {
-                let addr = self.destinations[0].addr;
+                // A failed sendmmsg sent nothing: its first message, to the first live destination, failed.
+                let first_live = (0..self.destinations.len()).find(|&d| self.flow_control.is_live(d)).unwrap_or(0);
+                let addr = self.destinations[first_live].addr;
                 account(other, datagrams[0].len(), 0, addr, &self.config, &self.counters, &mut self.failure);
                 0
             }
