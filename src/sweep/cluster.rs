@@ -62,7 +62,8 @@ pub struct Layout {
 impl Layout {
     /// The layout that suits `cores` cores: the Sender alone on core 1 and the harness on core 0; with 4
     /// cores or more, the consensus agent on core 2 and the followers on core 3, else all of them invoked
-    /// by the harness on core 0. One core: nothing pinned, everything but the Sender invoked.
+    /// by the harness on core 0. One core: nothing pinned, everything but the Sender invoked. The cores are
+    /// counted from 0 here; [`on_cores`](Self::on_cores) puts them on a process's own cores.
     pub fn for_cores(cores: usize) -> Self {
         match cores {
             0 | 1 => Self { cores, invoked: true, harness: None, sender: None, consensus: None, followers: None },
@@ -80,9 +81,23 @@ impl Layout {
         }
     }
 
-    /// This host's layout.
+    /// This host's layout, on the cores this process may run on (a cpuset of cores 2 and 3 puts the
+    /// harness on core 2 and the Sender on core 3, where pinning them to cores 0 and 1 would be refused).
     pub fn for_host() -> Self {
-        Self::for_cores(crate::agent::available_cores())
+        let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+        Self::for_cores(crate::agent::available_cores()).on_cores(&ids)
+    }
+
+    /// This layout with its `i`-th core replaced by `ids[i]` (a core beyond `ids` stays as it is).
+    pub fn on_cores(self, ids: &[usize]) -> Self {
+        let map = |core: Option<usize>| core.map(|i| ids.get(i).copied().unwrap_or(i));
+        Self {
+            harness: map(self.harness),
+            sender: map(self.sender),
+            consensus: map(self.consensus),
+            followers: map(self.followers),
+            ..self
+        }
     }
 
     /// No pinning at all, everything but the Sender invoked by the harness (the test suite's layout: it
@@ -640,5 +655,17 @@ mod tests {
             (Some(0), Some(1), Some(2), Some(3))
         );
         assert!(layout.describe(IdleStrategyConfig::NoOp).contains("leader consensus thread"));
+    }
+
+    #[test]
+    fn a_layout_lands_on_the_process_s_own_cores() {
+        let layout = Layout::for_cores(2).on_cores(&[2, 3]);
+        assert_eq!(
+            (layout.harness, layout.sender, layout.consensus, layout.followers),
+            (Some(2), Some(3), Some(2), Some(2))
+        );
+        assert_eq!(layout.probe_cores().sender, Some(3));
+        assert_eq!(Layout::for_cores(2).on_cores(&[0, 1]), Layout::for_cores(2));
+        assert_eq!(Layout::for_cores(1).on_cores(&[5]), Layout::for_cores(1), "nothing pinned stays unpinned");
     }
 }
