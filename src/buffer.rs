@@ -42,6 +42,28 @@ pub struct Region {
     map: MmapMut,
 }
 
+/// Reserves the blocks of `file`'s first `length` bytes now (`posix_fallocate`), so that a full file
+/// system (a full `/dev/shm`) is an error here, naming the file and the size, and never a `SIGBUS` on
+/// the first write into a sparse page of the mapping later. File systems that cannot preallocate
+/// (`EOPNOTSUPP`) keep the sparse file: their pages are then reserved on first touch only.
+fn reserve(file: &File, length: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = libc::off_t::try_from(length) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{length} bytes is too large to map")));
+    };
+    // SAFETY: `posix_fallocate` reads only its integer arguments; the descriptor is owned by `file`, which
+    // outlives the call.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        libc::ENOSPC => Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!("no space to reserve {length} bytes ({} MiB): the file system is full; free space or lower the term length", length >> 20),
+        )),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
 impl Region {
     /// Maps `length` bytes of fresh, zeroed anonymous memory (page aligned), for use within one process.
     pub fn anonymous(length: usize) -> io::Result<Arc<Self>> {
@@ -49,13 +71,20 @@ impl Region {
         Ok(Arc::new(Self { map }))
     }
 
-    /// Creates (or truncates) the file at `path` with `length` zeroed bytes and maps it shared.
+    /// Creates (or truncates) the file at `path` with `length` zeroed bytes, reserved on the file system
+    /// (`posix_fallocate`: a full file system fails here, naming the size, not with `SIGBUS` later), and maps
+    /// it shared.
     ///
     /// When `pre_touch` is true every page is written once now, so that the first use on the hot path
     /// does not take a page fault.
     pub fn create_file(path: &Path, length: usize, pre_touch: bool) -> io::Result<Arc<Self>> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
         file.set_len(length as u64)?;
+        if let Err(e) = reserve(&file, length) {
+            // Leave no sparse file behind: a later write into it would be the SIGBUS this call prevents.
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         let region = Self::map_file(&file)?;
         if pre_touch {
             let buffer = AtomicBuffer::new(Arc::clone(&region));
