@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::auth::{AuthKey, TAG_LENGTH};
 use crate::fault::FaultConfig;
+use crate::flow_control::FlowControlMode;
 use crate::frame::DATA_HEADER_LENGTH;
 use crate::transport::{SendMode, SocketOptions, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD};
 
@@ -26,6 +28,20 @@ pub const DEFAULT_TERM_LENGTH: usize = 16 * 1024 * 1024;
 pub struct ChannelConfig {
     /// Where the Sender sends each datagram: one entry per follower (multi-destination cast).
     pub destinations: Vec<SocketAddr>,
+    /// The local address every datagram of a publication is sent from: a node's member endpoint, the one
+    /// source its followers accept (bound with `SO_REUSEPORT`, one socket per destination). `None` sends
+    /// from an ephemeral port, for streams whose receivers accept any source.
+    pub source: Option<SocketAddr>,
+    /// A hash of the cluster's member list ([`membership_tag`]), carried in SETUPs and status messages: a
+    /// peer whose tag differs is refused, counted and logged. `None` for plain streams.
+    pub membership: Option<i64>,
+    /// The shared key that tags and checks every datagram ([`crate::auth`]); `None` on isolated networks.
+    pub auth: Option<AuthKey>,
+    /// Which receivers' windows the Sender waits for: all of them (a stream), or a quorum (a cluster leader).
+    pub flow_control: FlowControlMode,
+    /// Most bytes retransmitted to one receiver per second (NAK repair), so that NAKs, forged or not,
+    /// cannot make the Sender resend without bound; 0 means unlimited.
+    pub max_retransmit_rate: u64,
     /// Largest datagram, header included: a multiple of 32 in `64..=65504`, at most `term_length / 8`.
     pub mtu: usize,
     /// Length of each of the log's three terms: a power of two in 64 KiB ..= 1 GiB.
@@ -65,6 +81,11 @@ impl Default for ChannelConfig {
     fn default() -> Self {
         Self {
             destinations: Vec::new(),
+            source: None,
+            membership: None,
+            auth: None,
+            flow_control: FlowControlMode::Min,
+            max_retransmit_rate: 64 << 20,
             mtu: MTU_1408,
             term_length: DEFAULT_TERM_LENGTH,
             send_mode: SendMode::Classic,
@@ -84,6 +105,20 @@ impl Default for ChannelConfig {
     }
 }
 
+/// The membership tag of a cluster: an FNV-1a hash of its `(member id, endpoint)` pairs in id order, the
+/// same on every node configured with the same members, whatever order its file lists them in.
+pub fn membership_tag(members: &[(i32, SocketAddr)]) -> i64 {
+    let mut sorted = members.to_vec();
+    sorted.sort_by_key(|(id, _)| *id);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (id, endpoint) in sorted {
+        for byte in format!("{id}={endpoint};").bytes() {
+            hash = (hash ^ byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash as i64
+}
+
 /// A configuration value that breaks a rule; the message names both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -100,11 +135,24 @@ fn refuse(message: String) -> Result<(), ConfigError> {
     Err(ConfigError(message))
 }
 
+/// The longest timer accepted: longer is a typo, not a choice.
+pub const MAX_TIMER: Duration = Duration::from_secs(3600);
+
+/// Checks the timer `[timers] key`: more than zero and at most [`MAX_TIMER`].
+pub fn validate_timer(key: &str, value: Duration) -> Result<(), ConfigError> {
+    if value.is_zero() || value > MAX_TIMER {
+        return refuse(format!(
+            "[timers] {key} = {value:?}: must be more than 0 and at most 1 hour (a zero interval sends or checks in every duty cycle, a flood)"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a term length: a power of two from 64 KiB to 1 GiB.
 pub fn validate_term_length(term_length: usize) -> Result<(), ConfigError> {
     if !term_length.is_power_of_two() || !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) {
         return refuse(format!(
-            "term length {term_length} must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)"
+            "[channel] term_length = {term_length}: a term length must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)"
         ));
     }
     Ok(())
@@ -114,12 +162,12 @@ pub fn validate_term_length(term_length: usize) -> Result<(), ConfigError> {
 pub fn validate_mtu(mtu: usize, term_length: usize) -> Result<(), ConfigError> {
     if mtu % 32 != 0 || !(MIN_MTU..=MAX_UDP_PAYLOAD).contains(&mtu) {
         return refuse(format!(
-            "MTU {mtu} must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD} (the largest UDP payload); the presets are 1408 and 8192"
+            "[channel] mtu = {mtu}: the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD} (the largest UDP payload); the presets are 1408 and 8192"
         ));
     }
     if mtu > term_length / 8 {
         return refuse(format!(
-            "MTU {mtu} is larger than term length / 8 = {} (term length {term_length}); lower the MTU or raise the term length to at least {}",
+            "[channel] mtu = {mtu}: MTU {mtu} is larger than term length / 8 = {} (term length {term_length}); lower the MTU or raise the term length to at least {}",
             term_length / 8,
             (mtu * 8).next_power_of_two()
         ));
@@ -137,9 +185,15 @@ impl ChannelConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_term_length(self.term_length)?;
         validate_mtu(self.mtu, self.term_length)?;
+        if self.auth.is_some() && self.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD + 3 {
+            return refuse(format!(
+                "[channel] mtu = {}: with authentication every datagram carries a {TAG_LENGTH}-byte tag, and MTU + tag must fit the largest UDP payload (65507); lower the MTU",
+                self.mtu
+            ));
+        }
         if self.receiver_window < self.mtu || self.receiver_window > self.term_length / 2 {
             return refuse(format!(
-                "receiver window {} must be at least the MTU ({}) and at most term length / 2 ({})",
+                "[channel] receiver_window = {}: the receiver window must be at least the MTU ({}) and at most term length / 2 ({})",
                 self.receiver_window,
                 self.mtu,
                 self.term_length / 2
@@ -148,13 +202,16 @@ impl ChannelConfig {
         if let Some(rcvbuf) = self.socket.receive_buffer {
             if self.receiver_window > rcvbuf {
                 return refuse(format!(
-                    "receiver window {} is larger than SO_RCVBUF {rcvbuf}: a full window would overflow the socket; raise receive_buffer or lower the window",
+                    "[channel] receiver_window = {}: larger than SO_RCVBUF {rcvbuf}: a full window would overflow the socket; raise receive_buffer or lower the window",
                     self.receiver_window
                 ));
             }
         }
         if !(1..=MAX_GSO_SEGMENTS).contains(&self.batch_limit) {
-            return refuse(format!("batch limit {} must be from 1 to {MAX_GSO_SEGMENTS}", self.batch_limit));
+            return refuse(format!(
+                "[channel] batch_limit = {}: must be from 1 to {MAX_GSO_SEGMENTS}",
+                self.batch_limit
+            ));
         }
         for faults in [&self.send_faults, &self.receive_faults] {
             faults.validate().map_err(ConfigError)?;
@@ -162,13 +219,39 @@ impl ChannelConfig {
         if self.destinations.iter().any(|d| d.port() == 0) {
             return refuse("a destination needs a port other than 0".into());
         }
+        self.validate_timers()
+    }
+
+    /// Checks the timers: none zero, none absurd (over an hour), and a receiver time-out that spans at
+    /// least two status intervals (else live receivers time out between their status messages, and the
+    /// Sender re-sends SETUPs in a loop).
+    fn validate_timers(&self) -> Result<(), ConfigError> {
+        let timers = [
+            ("status_interval", self.status_interval),
+            ("nak_delay", self.nak_delay),
+            ("nak_retry_delay", self.nak_retry_delay),
+            ("retransmit_linger", self.retransmit_linger),
+            ("receiver_timeout", self.receiver_timeout),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("setup_interval", self.setup_interval),
+        ];
+        for (key, value) in timers {
+            validate_timer(key, value)?;
+        }
+        if self.receiver_timeout < self.status_interval * 2 {
+            return refuse(format!(
+                "[timers] receiver_timeout = {:?}: must be at least twice status_interval ({:?}), or receivers time out between their status messages; raise receiver_timeout",
+                self.receiver_timeout, self.status_interval
+            ));
+        }
         Ok(())
     }
 
     /// Checks that the MTU fits the path to a destination whose largest unfragmented UDP payload is
     /// `path_max_payload` (read from the kernel after connecting, see `UdpEndpoint::path_max_payload`).
     pub fn validate_path(&self, destination: SocketAddr, path_max_payload: usize) -> Result<(), ConfigError> {
-        if self.mtu > path_max_payload {
+        let tag = if self.auth.is_some() { TAG_LENGTH } else { 0 };
+        if self.mtu + tag > path_max_payload {
             // IP and UDP headers: 20 + 8 bytes over IPv4, 40 + 8 over IPv6.
             let overhead = if destination.is_ipv6() { 48 } else { 28 };
             return refuse(format!(
@@ -222,6 +305,27 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(e.contains("SO_RCVBUF"), "{e}");
+    }
+
+    #[test]
+    fn zero_absurd_and_inconsistent_timers_are_refused_with_their_key() {
+        let e = ChannelConfig { receiver_timeout: Duration::ZERO, ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("[timers] receiver_timeout"), "{e}");
+        let e = ChannelConfig { status_interval: Duration::ZERO, ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("[timers] status_interval"), "{e}");
+        let e = ChannelConfig { heartbeat_interval: Duration::from_secs(7200), ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("[timers] heartbeat_interval") && e.contains("1 hour"), "{e}");
+        let e = ChannelConfig { receiver_timeout: Duration::from_millis(300), ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("twice status_interval"), "{e}");
+    }
+
+    #[test]
+    fn the_membership_tag_ignores_order_and_tells_lists_apart() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        assert_eq!(membership_tag(&[(0, a), (1, b)]), membership_tag(&[(1, b), (0, a)]));
+        assert_ne!(membership_tag(&[(0, a), (1, b)]), membership_tag(&[(0, b), (1, a)]));
+        assert_ne!(membership_tag(&[(0, a)]), membership_tag(&[(0, a), (1, b)]));
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub const FRAME_HEADER_LENGTH: usize = 8;
 pub const DATA_HEADER_LENGTH: usize = 32;
 /// Length of a SETUP frame.
 pub const SETUP_LENGTH: usize = 40;
+/// Length of a SETUP frame carrying quorumcast's 8-byte membership tag at offset 40.
+pub const SETUP_WITH_MEMBERSHIP_LENGTH: usize = SETUP_LENGTH + 8;
 /// Length of a STATUS MESSAGE frame without the optional group tag.
 pub const STATUS_MESSAGE_LENGTH: usize = 36;
 /// Length of a STATUS MESSAGE frame carrying the optional 8-byte group tag at offset 36.
@@ -49,6 +51,8 @@ pub const RTTM_LENGTH: usize = 40;
 pub const APPEND_POSITION_LENGTH: usize = 40;
 /// Length of a COMMIT_POSITION frame.
 pub const COMMIT_POSITION_LENGTH: usize = 40;
+/// Length of a BEHIND_RETAINED frame.
+pub const BEHIND_RETAINED_LENGTH: usize = 40;
 /// Largest UDP payload a frame run may fill: 65535 - 8 (UDP) - 20 (IPv4), rounded down to 32.
 pub const MAX_UDP_PAYLOAD_LENGTH: usize = 65504;
 /// Protocol version carried in every frame.
@@ -110,6 +114,10 @@ pub const TYPE_RTTM: u16 = 0x06;
 pub const TYPE_APPEND_POSITION: u16 = 0x40;
 /// Consensus: the leader announces the committed log position (quorumcast's own type).
 pub const TYPE_COMMIT_POSITION: u16 = 0x41;
+
+/// The publisher tells a receiver that its position is older than anything the publisher still retains,
+/// so its NAKs cannot be answered (quorumcast's own type).
+pub const TYPE_BEHIND_RETAINED: u16 = 0x50;
 
 /// Rounds `length` up to [`FRAME_ALIGNMENT`]. `length` must be at most `usize::MAX - 31`.
 #[inline]
@@ -367,6 +375,32 @@ pub struct CommitPositionFrame {
     pub reserved: i32,
 }
 
+/// BEHIND_RETAINED (40 bytes, quorumcast's own): publisher -> receiver, "you are at `receiver_position`,
+/// but I retain the log only from `oldest_retained` (and have sent up to `sender_position`): I cannot
+/// repair your gap". Sent instead of answering such a receiver's NAKs, at most once per status interval.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BehindRetainedFrame {
+    /// [`BEHIND_RETAINED_LENGTH`].
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// No flags defined.
+    pub flags: u8,
+    /// [`TYPE_BEHIND_RETAINED`].
+    pub frame_type: u16,
+    /// Publication session.
+    pub session_id: i32,
+    /// Stream within the channel.
+    pub stream_id: i32,
+    /// The position the receiver reported (offset 16).
+    pub receiver_position: i64,
+    /// The oldest position the publisher can still resend (offset 24).
+    pub oldest_retained: i64,
+    /// The publisher's sender position (offset 32).
+    pub sender_position: i64,
+}
+
 // Sizes, and the field offsets of REFERENCE A.1-A.3 (our consensus frames: our own choice).
 macro_rules! assert_layout {
     ($t:ty, $len:expr, $($field:ident @ $off:expr),* $(,)?) => {
@@ -388,6 +422,8 @@ assert_layout!(RttmFrame, RTTM_LENGTH, session_id @ 8, stream_id @ 12, echo_time
     reception_delta @ 24, receiver_id @ 32);
 assert_layout!(AppendPositionFrame, APPEND_POSITION_LENGTH, session_id @ 8, stream_id @ 12,
     leadership_term_id @ 16, log_position @ 24, member_id @ 32, reserved @ 36);
+assert_layout!(BehindRetainedFrame, BEHIND_RETAINED_LENGTH, session_id @ 8, stream_id @ 12, receiver_position @ 16,
+    oldest_retained @ 24, sender_position @ 32);
 assert_layout!(CommitPositionFrame, COMMIT_POSITION_LENGTH, session_id @ 8, stream_id @ 12,
     leadership_term_id @ 16, log_position @ 24, leader_member_id @ 32, reserved @ 36);
 
@@ -633,6 +669,35 @@ control_frame!(NakFrame, TYPE_NAK, NAK_LENGTH);
 control_frame!(RttmFrame, TYPE_RTTM, RTTM_LENGTH);
 control_frame!(AppendPositionFrame, TYPE_APPEND_POSITION, APPEND_POSITION_LENGTH);
 control_frame!(CommitPositionFrame, TYPE_COMMIT_POSITION, COMMIT_POSITION_LENGTH);
+control_frame!(BehindRetainedFrame, TYPE_BEHIND_RETAINED, BEHIND_RETAINED_LENGTH);
+
+impl SetupFrame {
+    /// Writes the frame followed by `membership` (48 bytes, `frame_length` set to 48); returns 48.
+    ///
+    /// The membership tag is a hash of the cluster's member list: a receiver configured with another list
+    /// refuses the stream instead of replicating a log it cannot take part in.
+    pub fn encode_with_membership(&self, dst: &mut [u8], membership: i64) -> Result<usize, EncodeError> {
+        if dst.len() < SETUP_WITH_MEMBERSHIP_LENGTH {
+            return Err(EncodeError::BufferTooShort { need: SETUP_WITH_MEMBERSHIP_LENGTH, have: dst.len() });
+        }
+        let frame = Self { frame_length: SETUP_WITH_MEMBERSHIP_LENGTH as i32, ..*self };
+        let (head, tail) = dst.split_at_mut(SETUP_LENGTH);
+        write_bytes(head, bytemuck::bytes_of(&frame))?;
+        write_bytes(tail, &membership.to_le_bytes())?;
+        Ok(SETUP_WITH_MEMBERSHIP_LENGTH)
+    }
+}
+
+/// The membership tag of the SETUP frame at the start of `datagram`, when its `frame_length` covers one
+/// (see [`SetupFrame::encode_with_membership`]); `None` for a plain 40-byte SETUP or anything else.
+pub fn setup_membership(datagram: &[u8]) -> Option<i64> {
+    let setup: SetupFrame = read_pod(datagram).ok()?;
+    if setup.frame_type != TYPE_SETUP || usize::try_from(setup.frame_length).ok()? < SETUP_WITH_MEMBERSHIP_LENGTH {
+        return None;
+    }
+    let tag = datagram.get(SETUP_LENGTH..SETUP_WITH_MEMBERSHIP_LENGTH)?;
+    Some(i64::from_le_bytes(tag.try_into().ok()?))
+}
 
 impl StatusMessageFrame {
     /// Writes the frame followed by `group_tag` (44 bytes, `frame_length` set to 44); returns 44.
@@ -684,6 +749,8 @@ pub enum Frame<'a> {
     AppendPosition(AppendPositionFrame),
     /// The leader's commit position.
     CommitPosition(CommitPositionFrame),
+    /// The publisher no longer retains the receiver's position.
+    BehindRetained(BehindRetainedFrame),
 }
 
 impl Frame<'_> {
@@ -698,6 +765,7 @@ impl Frame<'_> {
             Self::Rttm(_) => TYPE_RTTM,
             Self::AppendPosition(_) => TYPE_APPEND_POSITION,
             Self::CommitPosition(_) => TYPE_COMMIT_POSITION,
+            Self::BehindRetained(_) => TYPE_BEHIND_RETAINED,
         }
     }
 
@@ -713,6 +781,7 @@ impl Frame<'_> {
             Self::Rttm(f) => f.frame_length,
             Self::AppendPosition(f) => f.frame_length,
             Self::CommitPosition(f) => f.frame_length,
+            Self::BehindRetained(f) => f.frame_length,
         };
         // Parsed frames have non-negative lengths; 0 only for hand-built values, which is harmless.
         usize::try_from(length).unwrap_or(0)
@@ -810,6 +879,7 @@ pub fn parse(datagram: &[u8]) -> Result<Frame<'_>, FrameError> {
         TYPE_RTTM => parse_control(datagram, &common).map(Frame::Rttm),
         TYPE_APPEND_POSITION => parse_control(datagram, &common).map(Frame::AppendPosition),
         TYPE_COMMIT_POSITION => parse_control(datagram, &common).map(Frame::CommitPosition),
+        TYPE_BEHIND_RETAINED => parse_control(datagram, &common).map(Frame::BehindRetained),
         frame_type => Err(FrameError::UnknownType { frame_type }),
     }
 }

@@ -102,6 +102,9 @@ pub struct PublicationImage {
     /// Highest end of data (or heartbeat position) seen beyond the window: the image is catching up.
     seen: i64,
     ack: Option<AckTimer>,
+    /// The publisher said it no longer retains this image's rebuild position: its gaps cannot be repaired,
+    /// so they are no longer NAKed.
+    behind_retained: bool,
 }
 
 /// When a follower's image acknowledges its append position.
@@ -139,6 +142,7 @@ impl PublicationImage {
             status_requested: true,
             seen: join_position,
             ack: None,
+            behind_retained: false,
         }
     }
 
@@ -191,6 +195,21 @@ impl PublicationImage {
     /// The slowest subscription's position (the rebuild position when none is registered).
     pub fn consumption_position(&self) -> i64 {
         self.log.min_consumer_position().unwrap_or(self.rebuild_position)
+    }
+
+    /// Takes the publisher's word that it retains its log only from `oldest_retained`: when that is past the
+    /// rebuild position, the gap can never be repaired, so this image stops NAKing (a publisher would refuse
+    /// every NAK) and returns true. Status messages go on, so the publisher still knows where it is.
+    pub fn on_behind_retained(&mut self, oldest_retained: i64) -> bool {
+        if oldest_retained > self.rebuild_position {
+            self.behind_retained = true;
+        }
+        self.behind_retained
+    }
+
+    /// Whether the publisher has left this image behind its retained log.
+    pub fn is_behind_retained(&self) -> bool {
+        self.behind_retained
     }
 
     /// Asks for a status message on the next [`feedback`](Self::feedback) (on a new SETUP).
@@ -325,7 +344,9 @@ impl PublicationImage {
     }
 
     fn loss_check(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
-        let gap = if self.rebuild_position < self.hwm {
+        let gap = if self.behind_retained {
+            None
+        } else if self.rebuild_position < self.hwm {
             self.rebuilder.scan_for_gap(self.rebuild_position, self.hwm)
         } else if self.seen > self.hwm {
             self.catch_up_gap()

@@ -20,12 +20,14 @@
 //!   `.hgrm`, Markdown and HTML).
 
 pub mod agent;
+pub mod auth;
 pub mod buffer;
 pub mod channel;
 pub mod clock;
 pub mod consensus;
 pub mod counters;
 pub mod directory;
+pub mod event_log;
 pub mod fault;
 pub mod flow_control;
 pub mod frame;

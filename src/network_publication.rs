@@ -28,9 +28,12 @@ use socket2::SockAddr;
 use crate::channel::{ChannelConfig, ConfigError};
 use crate::clock::nanos;
 use crate::counters::Counter;
+use crate::event_log::{RateLimited, LOG_INTERVAL_NS};
 use crate::fault::FaultInjector;
-use crate::flow_control::{MinFlowControl, StatusChange};
-use crate::frame::{self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETUP_LENGTH, UNFRAGMENTED};
+use crate::flow_control::{FlowControl, StatusChange};
+use crate::frame::{
+    self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETUP_WITH_MEMBERSHIP_LENGTH, UNFRAGMENTED,
+};
 use crate::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
 use crate::retransmit::{NakOutcome, RetransmitHandler};
@@ -52,6 +55,8 @@ pub struct SenderCounters {
     pub bytes: Counter,
     /// Retransmitted datagrams.
     pub retransmits: Counter,
+    /// Retransmitted bytes.
+    pub retransmitted_bytes: Counter,
     /// NAKs received.
     pub naks_received: Counter,
     /// Status messages received.
@@ -75,6 +80,19 @@ pub struct SenderCounters {
     pub receivers_timed_out: Counter,
     /// Control datagrams that were malformed, foreign or for another stream.
     pub invalid_packets: Counter,
+    /// Of `invalid_packets`, control datagrams from a source that is not a destination (`mmsg` mode; the
+    /// connected sockets of the other modes never see them).
+    pub foreign: Counter,
+    /// Of `invalid_packets`, control datagrams whose authentication tag was missing or wrong.
+    pub forged: Counter,
+    /// Status messages refused for carrying another member list's tag.
+    pub membership_refused: Counter,
+    /// NAKs not acted on because the receiver's retransmit budget was spent.
+    pub retransmits_throttled: Counter,
+    /// NAKs for positions the log no longer retains.
+    pub naks_behind_retained: Counter,
+    /// BEHIND_RETAINED frames sent to receivers the log has left behind.
+    pub behind_retained_sent: Counter,
     /// The sender position (`snd-pos`).
     pub position: Counter,
     /// The flow-control limit (`snd-lmt`).
@@ -90,6 +108,7 @@ impl SenderCounters {
             datagrams: allocate("sender data datagrams"),
             bytes: allocate("sender data bytes"),
             retransmits: allocate("sender retransmits"),
+            retransmitted_bytes: allocate("sender retransmitted bytes"),
             naks_received: allocate("sender NAKs received"),
             status_messages: allocate("sender status messages received"),
             flow_control_stalls: allocate("sender flow control stalls"),
@@ -99,6 +118,12 @@ impl SenderCounters {
             setups: allocate("sender setups"),
             receivers_timed_out: allocate("sender receivers timed out"),
             invalid_packets: allocate("sender invalid packets"),
+            foreign: allocate("sender foreign control dropped"),
+            membership_refused: allocate("sender membership refused"),
+            forged: allocate("sender forged control dropped"),
+            retransmits_throttled: allocate("sender retransmits throttled"),
+            naks_behind_retained: allocate("sender NAKs behind retained log"),
+            behind_retained_sent: allocate("sender behind-retained sent"),
             position: allocate("snd-pos"),
             limit: allocate("snd-lmt"),
             idle_polls: allocate("sender idle control polls"),
@@ -204,6 +229,8 @@ struct Run {
 struct Destination {
     addr: SocketAddr,
     next_setup_ns: u64,
+    /// When this receiver may next be told it is behind the retained log.
+    next_behind_ns: u64,
     setup_requested: bool,
     /// Faults on the datagrams sent to this destination.
     faults: Option<FaultInjector>,
@@ -221,7 +248,7 @@ pub struct NetworkPublication {
     mode: SendMode,
     sockets: Sockets,
     destinations: Vec<Destination>,
-    flow_control: MinFlowControl,
+    flow_control: FlowControl,
     retransmit: RetransmitHandler,
     consumer: ConsumerPosition,
     sender_position: i64,
@@ -237,6 +264,14 @@ pub struct NetworkPublication {
     failure: Option<PublicationError>,
     counters: SenderCounters,
     warnings: Vec<String>,
+    logs: PublicationLogs,
+}
+
+/// The rate-limited log lines of a publication.
+#[derive(Default)]
+struct PublicationLogs {
+    membership: RateLimited,
+    behind: RateLimited,
 }
 
 impl fmt::Debug for NetworkPublication {
@@ -266,7 +301,12 @@ impl NetworkPublication {
             .into());
         }
         let mut warnings = Vec::new();
-        let mode = resolve_mode(config.send_mode, &mut warnings);
+        let mut mode = resolve_mode(config.send_mode, &mut warnings);
+        if mode == SendMode::Gso && config.auth.is_some() {
+            // The kernel cuts a GSO run into datagrams itself and cannot tag each one.
+            warnings.push("send mode gso cannot tag each datagram for authentication: using mmsg".to_string());
+            mode = if transport::probe_mmsg() { SendMode::Mmsg } else { SendMode::Classic };
+        }
         let sockets = open_sockets(&config, mode, &mut warnings)?;
         let start = log.producer_position();
         let consumer = log.register_consumer(start).map_err(|e| PublicationError::Log(e.to_string()))?;
@@ -277,13 +317,22 @@ impl NetworkPublication {
             .map(|&addr| Destination {
                 addr,
                 next_setup_ns: 0,
+                next_behind_ns: 0,
                 setup_requested: true,
                 faults: faults(&config.send_faults),
                 control_faults: faults(&config.receive_faults),
             })
             .collect();
-        let flow_control = MinFlowControl::new(config.destinations.len(), nanos(config.receiver_timeout));
-        let retransmit = RetransmitHandler::new(nanos(config.retransmit_linger));
+        let receivers = config.destinations.len();
+        // A responsive receiver speaks at least every status interval; three missed ones mean stopped.
+        let flow_control = FlowControl::new(receivers, config.flow_control, nanos(config.receiver_timeout))
+            .with_lag_bound((config.term_length / 2) as i64, 3 * nanos(config.status_interval));
+        let retransmit = RetransmitHandler::new(
+            receivers,
+            nanos(config.retransmit_linger),
+            config.max_retransmit_rate,
+            config.receiver_window,
+        );
         let send_faults_active = config.send_faults.is_active();
         let live_addrs = Vec::with_capacity(config.destinations.len());
         counters.position.set(start);
@@ -307,6 +356,7 @@ impl NetworkPublication {
             failure: None,
             counters,
             warnings,
+            logs: PublicationLogs::default(),
             config,
         })
     }
@@ -337,7 +387,7 @@ impl NetworkPublication {
     }
 
     /// Flow control's view of the receivers.
-    pub fn flow_control(&self) -> &MinFlowControl {
+    pub fn flow_control(&self) -> &FlowControl {
         &self.flow_control
     }
 
@@ -404,9 +454,13 @@ impl NetworkPublication {
             let due = !self.flow_control.is_live(d) && now_ns >= dest.next_setup_ns;
             if due || dest.setup_requested {
                 let setup = self.setup_frame();
-                let mut bytes = [0u8; SETUP_LENGTH];
-                setup.encode(&mut bytes).expect("a setup frame fits its own length");
-                self.send_counted(d, &bytes);
+                let mut bytes = [0u8; SETUP_WITH_MEMBERSHIP_LENGTH];
+                let length = match self.config.membership {
+                    Some(tag) => setup.encode_with_membership(&mut bytes, tag),
+                    None => setup.encode(&mut bytes),
+                };
+                let length = length.expect("a setup frame fits its own length");
+                self.send_counted(d, &bytes[..length]);
                 self.counters.setups.increment();
                 let dest = &mut self.destinations[d];
                 dest.setup_requested = false;
@@ -456,15 +510,15 @@ impl NetworkPublication {
     }
 
     /// The window the sender may fill now: flow control's limit, less the sender position.
-    fn window(&self) -> i64 {
-        match self.flow_control.limit(self.oldest_retained()) {
+    fn window(&self, now_ns: u64) -> i64 {
+        match self.flow_control.limit(self.oldest_retained(), now_ns) {
             Some(limit) => limit - self.sender_position,
             None => 0,
         }
     }
 
     fn send_data(&mut self, now_ns: u64) -> usize {
-        let window = self.window();
+        let window = self.window(now_ns);
         self.counters.limit.set(self.sender_position + window.max(0));
         if window <= 0 {
             self.note_window_closed();
@@ -727,8 +781,14 @@ impl NetworkPublication {
                 let datagram = batch.datagram(i);
                 let Some(d) = self.destination_of(s, datagram.source) else {
                     self.counters.invalid_packets.increment();
+                    self.counters.foreign.increment();
                     continue;
                 };
+                if datagram.forged {
+                    self.counters.invalid_packets.increment();
+                    self.counters.forged.increment();
+                    continue;
+                }
                 if datagram.truncated {
                     self.counters.invalid_packets.increment();
                     continue;
@@ -768,10 +828,23 @@ impl NetworkPublication {
     fn on_control(&mut self, d: usize, datagram: &[u8], now_ns: u64) {
         let c = *self.log.config();
         match frame::parse(datagram) {
-            Ok(Frame::StatusMessage { frame, .. })
+            Ok(Frame::StatusMessage { frame, group_tag })
                 if frame.session_id == c.session_id && frame.stream_id == c.stream_id =>
             {
                 self.counters.status_messages.increment();
+                if self.config.membership.is_some_and(|mine| group_tag != Some(mine)) {
+                    self.counters.membership_refused.increment();
+                    let (addr, mine) = (self.destinations[d].addr, self.config.membership.unwrap_or(0));
+                    self.logs.membership.warn(now_ns, || {
+                        format!(
+                            "status message from {addr} refused: it carries member-list tag {}, this node's is \
+                             {mine:#018x}: the two nodes are configured with different `members`; give every node \
+                             the same list",
+                            group_tag.map_or("none".to_string(), |t| format!("{t:#018x}"))
+                        )
+                    });
+                    return;
+                }
                 if frame.flags & frame::SM_SEND_SETUP_FLAG != 0 {
                     // A receiver without an image asks for a SETUP; its position and window mean nothing yet.
                     self.destinations[d].setup_requested = true;
@@ -786,6 +859,9 @@ impl NetworkPublication {
                 );
                 let window = frame.receiver_window as i64;
                 let change = self.flow_control.on_status_message(d, frame.receiver_id(), pos, window, now_ns);
+                if pos < self.oldest_retained() {
+                    self.tell_behind(d, pos, now_ns);
+                }
                 if change == StatusChange::Joined && pos + window < self.sender_position {
                     // Its SETUP went out a while ago and the stream has moved on past its window: tell it
                     // where the stream is now, so an image that has received nothing can join there.
@@ -804,6 +880,9 @@ impl NetworkPublication {
         }
     }
 
+    /// Answers a NAK: only for a range the log retains and the sender has sent, at most once per range
+    /// per linger, at most a window per resend and within the receiver's byte budget (see
+    /// [`RetransmitHandler`]). A receiver that NAKs what the log no longer holds is told so instead.
     fn on_nak(&mut self, d: usize, nak_term_id: i32, nak_offset: i32, length: i32, now_ns: u64) {
         let c = *self.log.config();
         let bits = self.log.position_bits_to_shift();
@@ -812,19 +891,56 @@ impl NetworkPublication {
             return;
         }
         let from = position(nak_term_id, nak_offset as usize, c.initial_term_id, bits);
-        if !self.is_retained(from) || from >= self.sender_position {
+        if from >= self.sender_position {
             self.counters.invalid_packets.increment();
             return;
         }
-        let mut ranges = [(0i32, 0i32, 0i32); 1];
-        let outcome =
-            self.retransmit.on_nak(d, nak_term_id, nak_offset, length, now_ns, |t, o, l| ranges[0] = (t, o, l));
-        if outcome == NakOutcome::Resent {
-            let (_, offset, length) = ranges[0];
-            let end = (from + length as i64).min(self.sender_position);
-            let term_end = from - offset as i64 + c.term_length as i64;
-            self.resend(d, from, end.min(term_end));
+        if !self.is_retained(from) {
+            self.counters.naks_behind_retained.increment();
+            self.tell_behind(d, from, now_ns);
+            return;
         }
+        match self.retransmit.on_nak(d, nak_term_id, nak_offset, length, now_ns) {
+            NakOutcome::Resend { length } => {
+                let end = (from + length as i64).min(self.sender_position);
+                let term_end = from - nak_offset as i64 + c.term_length as i64;
+                let sent = self.resend(d, from, end.min(term_end));
+                self.retransmit.spent(d, sent);
+            }
+            NakOutcome::Lingering => {}
+            NakOutcome::Throttled => self.counters.retransmits_throttled.increment(),
+        }
+    }
+
+    /// Tells receiver `d`, at most once a second, that its position `at` is older than anything the log
+    /// retains: its NAKs cannot be answered, and it does not hold the stream back (see
+    /// [`FlowControl::limit`]). Logged here too, naming the positions.
+    fn tell_behind(&mut self, d: usize, at: i64, now_ns: u64) {
+        if now_ns < self.destinations[d].next_behind_ns {
+            return;
+        }
+        self.destinations[d].next_behind_ns = now_ns + LOG_INTERVAL_NS;
+        let c = *self.log.config();
+        let (oldest, sender) = (self.oldest_retained(), self.sender_position);
+        let frame = frame::BehindRetainedFrame {
+            session_id: c.session_id,
+            stream_id: c.stream_id,
+            receiver_position: at,
+            oldest_retained: oldest,
+            sender_position: sender,
+            ..frame::BehindRetainedFrame::default()
+        };
+        let mut bytes = [0u8; frame::BEHIND_RETAINED_LENGTH];
+        if frame.encode(&mut bytes).is_ok() && self.send_counted(d, &bytes) {
+            self.counters.behind_retained_sent.increment();
+        }
+        let addr = self.destinations[d].addr;
+        self.logs.behind.warn(now_ns, || {
+            format!(
+                "receiver {addr} is at position {at}, behind the oldest position this log retains ({oldest}; sent \
+                 up to {sender}): it cannot catch up from memory and no longer holds the stream back"
+            )
+        });
     }
 
     /// Whether the log still holds `position` intact, now and for as long as the sender is busy with it.
@@ -846,8 +962,10 @@ impl NetworkPublication {
         ((term_count(furthest_producer, bits) - 1).max(0)) << bits
     }
 
-    /// Resends `[from, to)` of the log to destination `d`, in datagrams of whole frames up to the MTU.
-    fn resend(&mut self, d: usize, mut from: i64, to: i64) {
+    /// Resends `[from, to)` of the log to destination `d`, in datagrams of whole frames up to the MTU;
+    /// returns the bytes sent.
+    fn resend(&mut self, d: usize, mut from: i64, to: i64) -> usize {
+        let start = from;
         let term_length = self.log.term_length();
         let bits = self.log.position_bits_to_shift();
         while from < to {
@@ -865,8 +983,10 @@ impl NetworkPublication {
                 break;
             }
             self.counters.retransmits.increment();
+            self.counters.retransmitted_bytes.add(found.available as i64);
             from += found.advance() as i64;
         }
+        (from - start) as usize
     }
 }
 
@@ -946,8 +1066,7 @@ fn open_sockets(
 ) -> Result<Sockets, PublicationError> {
     let mut connected = Vec::with_capacity(config.destinations.len());
     for &destination in &config.destinations {
-        let local = unspecified_like(destination);
-        let (mut endpoint, w) = UdpEndpoint::bind(local, &config.socket)?;
+        let (mut endpoint, w) = bind_source(config, destination)?;
         warnings.extend(w);
         endpoint.connect(destination)?;
         if let Some(payload) = endpoint.path_max_payload() {
@@ -958,10 +1077,21 @@ fn open_sockets(
     if mode != SendMode::Mmsg {
         return Ok(Sockets::PerDestination(connected));
     }
-    let local = config.destinations.first().map_or("0.0.0.0:0".parse().unwrap(), |&d| unspecified_like(d));
-    let (endpoint, _) = UdpEndpoint::bind(local, &config.socket)?;
+    let first = config.destinations.first().copied().unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
+    let (endpoint, _) = bind_source(config, first)?;
     let addrs = config.destinations.iter().map(|&d| SockAddr::from(d)).collect();
     Ok(Sockets::Shared { endpoint, addrs })
+}
+
+/// A socket for sending to `destination`: on the channel's `source` (shared with the publication's other
+/// sockets) when it has one, else on an ephemeral port of the destination's family.
+fn bind_source(config: &ChannelConfig, destination: SocketAddr) -> std::io::Result<(UdpEndpoint, Vec<String>)> {
+    let (mut endpoint, warnings) = match config.source {
+        Some(source) => UdpEndpoint::bind_shared(source, &config.socket)?,
+        None => UdpEndpoint::bind(unspecified_like(destination), &config.socket)?,
+    };
+    endpoint.set_auth(config.auth);
+    Ok((endpoint, warnings))
 }
 
 /// The kernel's path MTU to `destination`, read through a socket connected for the purpose: the shared

@@ -31,14 +31,16 @@ use crate::agent::{
     available_cores, Agent, AgentCounters, AgentFailure, AgentHandles, AgentLayout, AgentRole, AgentSpec, LayoutError,
     ThreadingMode, Warning,
 };
+use crate::auth::AuthKey;
 use crate::buffer::{AtomicBuffer, Region};
-use crate::channel::{ChannelConfig, ConfigError};
+use crate::channel::{membership_tag, validate_timer, ChannelConfig, ConfigError};
 use crate::clock::nanos;
 use crate::consensus::{
     ConsensusCounters, FollowerConsensus, LeaderConsensus, LeaderParts, LogIdentity, Role, INGRESS_MESSAGE,
 };
 use crate::counters::{Counter, CountersManager, TYPE_USER_MIN};
 use crate::directory::{DirectoryError, NodeDirectory, StalePolicy};
+use crate::flow_control::FlowControlMode;
 use crate::frame::Frame;
 use crate::idle::IdleStrategyConfig;
 use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogReader};
@@ -113,7 +115,18 @@ impl NodeConfig {
         for idle in &self.idle {
             idle.validate().map_err(|e| NodeError::Config(e.to_string()))?;
         }
+        validate_timer("commit_heartbeat", self.commit_heartbeat)?;
+        validate_timer("ack_interval", self.ack_interval)?;
         Ok(())
+    }
+
+    /// This cluster's member-list tag (see [`membership_tag`]).
+    fn membership(&self) -> i64 {
+        membership_tag(&self.members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
+    }
+
+    fn leader_endpoint(&self) -> SocketAddr {
+        self.members.iter().find(|m| m.id == self.leader).expect("validated").endpoint
     }
 
     fn role(&self) -> Role {
@@ -197,6 +210,12 @@ impl NodeBuilder {
         self
     }
 
+    /// Tags and checks every datagram of the log channel with this shared key (every member needs it).
+    pub fn auth_key(mut self, key: AuthKey) -> Self {
+        self.config.channel.auth = Some(key);
+        self
+    }
+
     /// The send mode of the log channel.
     pub fn send_mode(mut self, mode: SendMode) -> Self {
         self.config.channel.send_mode = mode;
@@ -251,6 +270,12 @@ impl NodeBuilder {
     /// Carry the commit position in data frames while data flows.
     pub fn commit_piggyback(mut self, piggyback: bool) -> Self {
         self.config.commit_piggyback = piggyback;
+        self
+    }
+
+    /// Bytes of the client ingress ring (a power of two).
+    pub fn ingress_capacity(mut self, bytes: usize) -> Self {
+        self.config.ingress_capacity = bytes;
         self
     }
 
@@ -453,11 +478,11 @@ impl Node {
         let policy = if config.clean_stale { StalePolicy::Clean } else { StalePolicy::Refuse };
         let directory = NodeDirectory::create(&path, policy).map_err(NodeError::Directory)?;
         let counters = CountersManager::create(directory.file("counters.dat"), 512).map_err(other)?;
-        let ingress_region = Region::create_file(
-            &directory.file("ingress.ring"),
-            ring_buffer::required_length(config.ingress_capacity),
-            true,
-        )?;
+        let ingress_path = directory.file("ingress.ring");
+        let ingress_length = ring_buffer::required_length(config.ingress_capacity);
+        let ingress_region = Region::create_file(&ingress_path, ingress_length, true).map_err(|e| {
+            NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
+        })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region)).map_err(other)?);
         let allocate = |label: &str| counters.allocate(label, TYPE_USER_MIN).expect("counters file has room");
         let parts = match config.role() {
@@ -625,17 +650,30 @@ fn leader_parts(
     let reader = LogReader::new(&log);
     let consumer = log.register_consumer(0).map_err(other)?;
     let followers: Vec<&Member> = config.followers().collect();
-    let channel =
-        ChannelConfig { destinations: followers.iter().map(|m| m.endpoint).collect(), ..config.channel.clone() };
+    // The leader sends from its member endpoint, the one source its followers accept, and waits for the
+    // followers a commit needs (a majority, less itself), not for the slowest.
+    let needed = config.members.len() / 2;
+    let channel = ChannelConfig {
+        destinations: followers.iter().map(|m| m.endpoint).collect(),
+        source: Some(config.leader_endpoint()),
+        membership: Some(config.membership()),
+        flow_control: FlowControlMode::Quorum(needed),
+        ..config.channel.clone()
+    };
     let mut publication = NetworkPublication::new(log, channel, SenderCounters::new(allocate)).map_err(other)?;
     let mut warnings = publication.warnings().to_vec();
     let acks: Vec<Counter> = followers.iter().map(|m| allocate(&format!("ack position of member {}", m.id))).collect();
     let ack_members: Vec<(i32, Counter)> = followers.iter().map(|m| m.id).zip(acks.iter().cloned()).collect();
-    publication.set_control_handler(Box::new(move |_, frame| {
-        if let Frame::AppendPosition(ack) = frame {
-            if let Some((_, counter)) = ack_members.iter().find(|(id, _)| *id == ack.member_id) {
+    let refused_acks = allocate("leader acknowledgements refused");
+    publication.set_control_handler(Box::new(move |destination, frame| {
+        // A follower acknowledges for itself only, and only this log: destination `d` is follower `d`.
+        match (frame, ack_members.get(destination)) {
+            (Frame::AppendPosition(ack), Some((id, counter)))
+                if ack.member_id == *id && ack.session_id == session_id =>
+            {
                 counter.set_max(ack.log_position);
             }
+            _ => refused_acks.increment(),
         }
     }));
     let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
@@ -681,7 +719,10 @@ fn follower_parts(
     let me = config.members.iter().find(|m| m.id == config.id).expect("validated");
     let commit = allocate("follower commit position");
     let mut channel = ReceiveChannelConfig::new(me.endpoint, config.stream_id);
-    channel.channel = config.channel.clone();
+    channel.channel = ChannelConfig { membership: Some(config.membership()), ..config.channel.clone() };
+    // Only the leader's endpoint may send the log; the other members' datagrams are counted apart.
+    channel.peers = vec![config.leader_endpoint()];
+    channel.members = config.members.iter().map(|m| m.endpoint).filter(|e| *e != me.endpoint).collect();
     channel.image_dir = Some(directory.path().to_path_buf());
     // A follower's log must start where its state does (0 for a fresh one), never where the leader's
     // sender happens to be when the SETUP arrives: it would acknowledge and apply a log it does not have.
@@ -772,6 +813,8 @@ fn session_id_for(member: i32) -> i32 {
 /// receive_buffer = "2MiB"      # SO_RCVBUF
 /// send_faults = "drop=0.01,seed=7"      # fault injection, for tests
 /// receive_faults = ""
+/// auth_key = "<64 hex digits>"  # tag every datagram with a keyed BLAKE3 (same key on every member)
+/// max_retransmit_rate = "64MiB" # bytes per second NAKs may make the leader resend to one follower
 ///
 /// [timers]                     # durations: a number with ns, us, ms or s
 /// status_interval = "200ms"
@@ -837,6 +880,8 @@ struct ChannelSection {
     receive_buffer: Option<FileSize>,
     send_faults: Option<Parsed<crate::fault::FaultConfig>>,
     receive_faults: Option<Parsed<crate::fault::FaultConfig>>,
+    auth_key: Option<Parsed<AuthKey>>,
+    max_retransmit_rate: Option<FileSize>,
 }
 
 /// The `[timers]` table.
@@ -908,7 +953,7 @@ impl NodeFile {
             ingress_capacity);
         let (c, o) = (&mut self.channel, over.channel);
         merge_fields!(c, o; mtu, term_length, send_mode, batch_limit, receiver_window, send_buffer,
-            receive_buffer, send_faults, receive_faults);
+            receive_buffer, send_faults, receive_faults, auth_key, max_retransmit_rate);
         let (t, o) = (&mut self.timers, over.timers);
         merge_fields!(t, o; status_interval, nak_delay, nak_retry_delay, retransmit_linger, receiver_timeout,
             heartbeat_interval, setup_interval, commit_heartbeat, ack_interval);
@@ -999,6 +1044,10 @@ impl ChannelSection {
         }
         set(&mut channel.send_faults, self.send_faults.map(|f| f.0));
         set(&mut channel.receive_faults, self.receive_faults.map(|f| f.0));
+        if let Some(key) = self.auth_key {
+            channel.auth = Some(key.0);
+        }
+        set(&mut channel.max_retransmit_rate, self.max_retransmit_rate.map(|r| r.0 as u64));
     }
 }
 

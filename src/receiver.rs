@@ -26,6 +26,7 @@ use crate::agent::{Agent, AgentError};
 use crate::channel::ChannelConfig;
 use crate::clock::{nanos, NanoClock};
 use crate::counters::Counter;
+use crate::event_log::RateLimited;
 use crate::fault::FaultInjector;
 use crate::frame::{
     self, AppendPositionFrame, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG,
@@ -51,6 +52,9 @@ pub struct ReceiveChannelConfig {
     pub stream_id: i32,
     /// Accepted sources (the publisher's address); empty accepts any source.
     pub peers: Vec<SocketAddr>,
+    /// The other known endpoints (the cluster's members): a datagram from one of them that is not a peer is
+    /// counted apart from a stranger's, and logged as a member that wrongly claims to lead.
+    pub members: Vec<SocketAddr>,
     /// Timers, window, socket buffers and faults (`receive_faults` act on what this channel receives).
     pub channel: ChannelConfig,
     /// Where image logs are made (a node directory); `None` maps them anonymously.
@@ -84,6 +88,7 @@ impl ReceiveChannelConfig {
             bind,
             stream_id,
             peers: Vec::new(),
+            members: Vec::new(),
             channel: ChannelConfig::default(),
             image_dir: None,
             join_position: None,
@@ -123,8 +128,28 @@ pub struct ReceiverCounters {
     pub out_of_window: Counter,
     /// Malformed or truncated datagrams.
     pub malformed: Counter,
-    /// Datagrams from sources that are not configured peers.
+    /// Datagrams from sources that are not configured peers (strangers and members alike).
     pub foreign: Counter,
+    /// Of `foreign`, those from a configured member that is not a peer (a member claiming to lead).
+    pub foreign_members: Counter,
+    /// Of `foreign`, data, pad and heartbeat frames.
+    pub foreign_data: Counter,
+    /// Of `foreign`, SETUP frames.
+    pub foreign_setups: Counter,
+    /// Of `foreign`, commit-position frames.
+    pub foreign_commits: Counter,
+    /// SETUPs refused: a term length or MTU other than the channel's, or another member list.
+    pub setups_refused: Counter,
+    /// SETUPs of a new session refused because the follower's log already holds another session's data.
+    pub sessions_refused: Counter,
+    /// Commit-position frames for a session other than the image's.
+    pub commits_refused: Counter,
+    /// Datagrams whose authentication tag was missing or wrong (with a shared key configured).
+    pub forged: Counter,
+    /// Image log files removed because their session ended (a newer image replaced them).
+    pub images_removed: Counter,
+    /// BEHIND_RETAINED frames received: the publisher no longer retains this receiver's position.
+    pub behind_retained: Counter,
     /// Datagrams for another stream or a session without an image.
     pub unknown_stream: Counter,
     /// Images created.
@@ -150,6 +175,16 @@ impl ReceiverCounters {
             out_of_window: allocate("receiver out-of-window dropped"),
             malformed: allocate("receiver malformed dropped"),
             foreign: allocate("receiver foreign source dropped"),
+            foreign_members: allocate("receiver foreign member dropped"),
+            foreign_data: allocate("receiver foreign data dropped"),
+            foreign_setups: allocate("receiver foreign setups dropped"),
+            foreign_commits: allocate("receiver foreign commits dropped"),
+            setups_refused: allocate("receiver setups refused"),
+            sessions_refused: allocate("receiver new sessions refused"),
+            commits_refused: allocate("receiver commits refused"),
+            images_removed: allocate("receiver images removed"),
+            forged: allocate("receiver forged dropped"),
+            behind_retained: allocate("receiver behind-retained received"),
             unknown_stream: allocate("receiver unknown stream or session dropped"),
             images: allocate("receiver images"),
             recv_errors: allocate("receiver recv errors"),
@@ -274,6 +309,18 @@ struct ReceiveChannel {
     faults: Option<FaultInjector>,
     timers: ImageTimers,
     next_elicit_ns: u64,
+    /// The file of the newest image, removed when a newer one replaces it.
+    image_file: Option<PathBuf>,
+    logs: ChannelLogs,
+}
+
+/// The rate-limited log lines of one receive channel.
+#[derive(Default)]
+struct ChannelLogs {
+    foreign: RateLimited,
+    setup: RateLimited,
+    session: RateLimited,
+    behind: RateLimited,
 }
 
 /// The Receiver agent.
@@ -337,7 +384,8 @@ impl Receiver {
         let mut max_datagram = 0;
         for config in configs {
             config.channel.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            let (endpoint, w) = UdpEndpoint::bind(config.bind, &config.channel.socket)?;
+            let (mut endpoint, w) = UdpEndpoint::bind(config.bind, &config.channel.socket)?;
+            endpoint.set_auth(config.channel.auth);
             warnings.extend(w);
             pending.push(endpoint.raw_fd());
             let c = &config.channel;
@@ -362,6 +410,8 @@ impl Receiver {
                 faults,
                 timers,
                 next_elicit_ns: 0,
+                image_file: None,
+                logs: ChannelLogs::default(),
             });
         }
         let batch = RecvBatch::new(MAX_BATCH.min(32), max_datagram.max(frame::MAX_UDP_PAYLOAD_LENGTH.min(9000)));
@@ -409,6 +459,10 @@ impl Receiver {
                 self.counters.datagrams.increment();
                 self.counters.bytes.add(datagram.bytes.len() as i64);
                 let channel = &mut self.channels[c];
+                if datagram.forged {
+                    self.counters.forged.increment();
+                    continue;
+                }
                 if datagram.truncated {
                     self.counters.malformed.increment();
                     continue;
@@ -416,7 +470,7 @@ impl Receiver {
                 let Some(source) =
                     datagram.source.filter(|s| channel.config.peers.is_empty() || channel.config.peers.contains(s))
                 else {
-                    self.counters.foreign.increment();
+                    on_foreign(channel, &self.counters, datagram.source, datagram.bytes, now_ns);
                     continue;
                 };
                 match channel.faults.take() {
@@ -446,6 +500,7 @@ impl Receiver {
                 stream_id: image.stream_id(),
                 receiver_id: channel.config.receiver_id,
                 member_id: channel.config.follower.as_ref().map(|f| f.member_id),
+                membership: channel.config.channel.membership,
             };
             let source = image.source();
             let endpoint = &channel.endpoint;
@@ -472,6 +527,7 @@ struct FeedbackIdentity {
     stream_id: i32,
     receiver_id: i64,
     member_id: Option<i32>,
+    membership: Option<i64>,
 }
 
 fn send_feedback_frame(
@@ -481,7 +537,7 @@ fn send_feedback_frame(
     id: FeedbackIdentity,
     feedback: Feedback,
 ) {
-    let FeedbackIdentity { session_id, stream_id, receiver_id, member_id } = id;
+    let FeedbackIdentity { session_id, stream_id, receiver_id, member_id, membership } = id;
     let mut bytes = [0u8; 64];
     let length = match feedback {
         Feedback::Status { term_id, term_offset, window } => {
@@ -495,7 +551,7 @@ fn send_feedback_frame(
             };
             sm.set_receiver_id(receiver_id);
             counters.status_messages.increment();
-            sm.encode(&mut bytes)
+            encode_status(&sm, membership, &mut bytes)
         }
         Feedback::Ack { position } => {
             let ack = AppendPositionFrame {
@@ -526,6 +582,51 @@ fn send_feedback_frame(
     }
 }
 
+/// Counts (by source kind and frame type) and drops a datagram from a source that is not a peer.
+fn on_foreign(
+    channel: &mut ReceiveChannel,
+    counters: &ReceiverCounters,
+    source: Option<SocketAddr>,
+    bytes: &[u8],
+    now_ns: u64,
+) {
+    counters.foreign.increment();
+    let member = source.is_some_and(|s| channel.config.members.contains(&s));
+    if member {
+        counters.foreign_members.increment();
+    }
+    let frame_type = bytes.get(frame::TYPE_OFFSET..frame::TYPE_OFFSET + 2).map(|t| u16::from_le_bytes([t[0], t[1]]));
+    match frame_type {
+        Some(frame::TYPE_DATA | frame::TYPE_PAD) => counters.foreign_data.increment(),
+        Some(frame::TYPE_SETUP) => counters.foreign_setups.increment(),
+        Some(frame::TYPE_COMMIT_POSITION) => counters.foreign_commits.increment(),
+        _ => {}
+    }
+    let stream = channel.config.stream_id;
+    let kind = if member { "a member that is not the leader" } else { "a source that is not a member" };
+    let peers = &channel.config.peers;
+    channel.logs.foreign.warn(now_ns, || {
+        let source = source.map_or("an unknown address".to_string(), |s| s.to_string());
+        format!(
+            "stream {stream}: dropped a datagram (type {}) from {source}, {kind}; only {peers:?} may send it",
+            frame_type.map_or("unreadable".to_string(), |t| format!("{t:#04x}"))
+        )
+    });
+}
+
+/// Writes a status message, with the member-list tag as its group tag when the channel has one (the
+/// publisher refuses status messages of another cluster's members).
+fn encode_status(
+    sm: &StatusMessageFrame,
+    membership: Option<i64>,
+    bytes: &mut [u8],
+) -> Result<usize, frame::EncodeError> {
+    match membership {
+        Some(tag) => sm.encode_with_group_tag(bytes, tag),
+        None => sm.encode(bytes),
+    }
+}
+
 /// Dispatches one datagram of channel `channel` from `source`.
 fn on_datagram(
     channel: &mut ReceiveChannel,
@@ -547,16 +648,49 @@ fn on_datagram(
                 None => elicit_setup(channel, counters, source, &header, now_ns),
             }
         }
-        Ok(Frame::Setup(setup)) => on_setup(channel, counters, source, &setup, now_ns),
+        Ok(Frame::Setup(setup)) => on_setup(channel, counters, source, &setup, bytes, now_ns),
         Ok(Frame::CommitPosition(commit)) => match &channel.config.follower {
             Some(follower) if commit.stream_id == channel.config.stream_id => {
                 counters.commits.increment();
-                follower.commit.set_max(commit.log_position);
+                // Only the image's own session commits its log: a commit of another log would let the
+                // follower apply entries no quorum of this log has acknowledged.
+                if channel.images.iter().any(|i| i.session_id() == commit.session_id && i.source() == source) {
+                    follower.commit.set_max(commit.log_position);
+                } else {
+                    counters.commits_refused.increment();
+                }
             }
             _ => counters.unknown_stream.increment(),
         },
+        Ok(Frame::BehindRetained(behind)) => on_behind_retained(channel, counters, source, &behind, now_ns),
         Ok(_) => counters.unknown_stream.increment(),
         Err(_) => counters.malformed.increment(),
+    }
+}
+
+/// The publisher says it no longer retains this receiver's position: stop NAKing, and say so.
+fn on_behind_retained(
+    channel: &mut ReceiveChannel,
+    counters: &ReceiverCounters,
+    source: SocketAddr,
+    behind: &frame::BehindRetainedFrame,
+    now_ns: u64,
+) {
+    let image = channel.images.iter_mut().find(|i| i.session_id() == behind.session_id && i.source() == source);
+    let Some(image) = image.filter(|_| behind.stream_id == channel.config.stream_id) else {
+        counters.unknown_stream.increment();
+        return;
+    };
+    counters.behind_retained.increment();
+    if image.on_behind_retained(behind.oldest_retained) {
+        let (at, oldest, sender) = (image.rebuild_position(), behind.oldest_retained, behind.sender_position);
+        channel.logs.behind.warn(now_ns, || {
+            format!(
+                "the publisher at {source} no longer retains this log at position {at} (it keeps it from {oldest}, \
+                 and has sent up to {sender}): this node cannot catch up from it; restart it with a clean node \
+                 directory once the log can be recovered from disk"
+            )
+        });
     }
 }
 
@@ -640,10 +774,49 @@ fn elicit_setup(
     sm.flags = SM_SEND_SETUP_FLAG;
     sm.set_receiver_id(channel.config.receiver_id);
     let mut bytes = [0u8; 64];
-    if let Ok(length) = sm.encode(&mut bytes) {
+    if let Ok(length) = encode_status(&sm, channel.config.channel.membership, &mut bytes) {
         counters.status_messages.increment();
         let _ = channel.endpoint.send(&bytes[..length], Some(&SockAddr::from(source)));
     }
+}
+
+/// Why a SETUP is refused before any image is made for it, if it is.
+fn refuse_setup(config: &ReceiveChannelConfig, setup: &SetupFrame, bytes: &[u8]) -> Option<String> {
+    let c = &config.channel;
+    if i64::from(setup.term_length) != c.term_length as i64 || i64::from(setup.mtu) != c.mtu as i64 {
+        return Some(format!(
+            "asks for term length {} and MTU {}, but this channel is configured for term length {} and MTU {}; \
+             set the same [channel] term_length and mtu on every member",
+            setup.term_length, setup.mtu, c.term_length, c.mtu
+        ));
+    }
+    if let Some(mine) = c.membership {
+        let theirs = frame::setup_membership(bytes);
+        if theirs != Some(mine) {
+            return Some(format!(
+                "carries member-list tag {}, this node's is {mine:#018x}: the two nodes are configured with \
+                 different `members`; give every node the same list",
+                theirs.map_or("none".to_string(), |t| format!("{t:#018x}"))
+            ));
+        }
+    }
+    None
+}
+
+/// A follower's log holds one session: a SETUP for another session from the leader, once the image has
+/// data, would make it drop its log and rejoin a different one (re-applying from its join position).
+/// Until elections hand a log from one leader to the next, such a SETUP is refused and the log kept.
+fn refuse_new_session(channel: &ReceiveChannel, setup: &SetupFrame) -> Option<String> {
+    channel.config.follower.as_ref()?;
+    let image = channel.images.iter().find(|i| i.session_id() != setup.session_id && i.hwm() > i.join_position())?;
+    Some(format!(
+        "starts a new log (session {}) while this follower holds session {} up to position {}: refused, the \
+         follower keeps its log; a leader that restarted with a new log cannot be followed until elections \
+         exist: restart the followers too",
+        setup.session_id,
+        image.session_id(),
+        image.rebuild_position()
+    ))
 }
 
 fn on_setup(
@@ -651,6 +824,7 @@ fn on_setup(
     counters: &ReceiverCounters,
     source: SocketAddr,
     setup: &SetupFrame,
+    bytes: &[u8],
     now_ns: u64,
 ) {
     counters.setups.increment();
@@ -671,6 +845,18 @@ fn on_setup(
         counters.malformed.increment();
         return;
     }
+    let refused = match refuse_setup(&channel.config, setup, bytes) {
+        Some(why) => Some((&counters.setups_refused, &mut channel.logs.setup, why)),
+        None => {
+            refuse_new_session(channel, setup).map(|why| (&counters.sessions_refused, &mut channel.logs.session, why))
+        }
+    };
+    if let Some((counter, log, why)) = refused {
+        counter.increment();
+        let session = setup.session_id;
+        log.warn(now_ns, || format!("SETUP from {source} (session {session}) refused: it {why}"));
+        return;
+    }
     let bits = log_config.term_length.trailing_zeros();
     let setup_position = position(setup.active_term_id, setup.term_offset as usize, setup.initial_term_id, bits);
     if let Some(image) = channel.images.iter_mut().find(|i| i.session_id() == setup.session_id && i.source() == source)
@@ -683,15 +869,22 @@ fn on_setup(
             return;
         }
     }
-    let log = match &channel.config.image_dir {
-        Some(dir) => {
-            LogBuffer::create(&dir.join(format!("image-{}-{}.log", setup.stream_id, setup.session_id)), log_config)
-        }
+    let file = channel
+        .config
+        .image_dir
+        .as_ref()
+        .map(|dir| dir.join(format!("image-{}-{}.log", setup.stream_id, setup.session_id)));
+    let log = match &file {
+        Some(path) => LogBuffer::create(path, log_config),
         None => LogBuffer::create_anonymous(log_config),
     };
-    let Ok(log) = log else {
-        counters.malformed.increment();
-        return;
+    let log = match log {
+        Ok(log) => log,
+        Err(e) => {
+            counters.setups_refused.increment();
+            channel.logs.setup.warn(now_ns, || format!("SETUP from {source}: cannot make the image: {e}"));
+            return;
+        }
     };
     let join = channel.config.join_position.map_or(setup_position, |p| p.min(setup_position));
     let mut image = PublicationImage::new(log, source, join, channel.timers, now_ns);
@@ -704,8 +897,14 @@ fn on_setup(
     };
     let handoff = ImageHandoff { reader: LogReader::new(image.log()), consumer, position: join };
     // Only the newest image of a channel is kept: an older session is over once its publisher restarted.
+    // Its file goes with it (a subscription still reading it keeps its mapping; the name is freed).
     channel.images.clear();
     channel.images.push(image);
+    if let Some(old) = std::mem::replace(&mut channel.image_file, file) {
+        if channel.image_file.as_ref() != Some(&old) && std::fs::remove_file(&old).is_ok() {
+            counters.images_removed.increment();
+        }
+    }
     *channel.shared.newest.lock().expect("image hand-off lock") = Some(handoff);
     channel.shared.generation.fetch_add(1, Ordering::Release);
     counters.images.increment();

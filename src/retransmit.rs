@@ -1,30 +1,35 @@
-//! Retransmission on NAK, with a linger that keeps loss from becoming a storm.
+//! Retransmission on NAK: one outstanding retransmit per receiver, a linger that keeps loss from becoming
+//! a storm, and a byte budget that keeps NAKs (lost data or forged requests) from costing without bound.
 //!
 //! A NAK names a range `(term_id, term_offset, length)` that a receiver is missing. The handler resends it
-//! at once to that receiver and then *lingers*: for `linger` it ignores NAKs from the same receiver that
-//! fall inside a range it has just resent, because those datagrams are already on their way. So each
-//! range has at most one retransmit in flight per receiver, however many NAKs arrive.
+//! to that receiver and then *lingers* for `linger`: NAKs from the same receiver that fall inside the range
+//! it has just resent are ignored, because those datagrams are on their way. Each receiver has one
+//! retransmit action (Aeron's unicast semantics): a NAK outside the lingering range replaces it.
 //!
-//! Actions live in a fixed pool sized at start ([`MAX_ACTIONS`]); when it is full the NAK is not acted on
-//! and counted as an overflow (the receiver NAKs again after its retry delay).
+//! What one receiver can make the Sender resend is bounded twice:
+//! - one resend covers at most `max_resend` bytes (the receiver's window: its socket could take no more
+//!   at once); the receiver NAKs the rest after its retry delay;
+//! - each receiver has a token bucket of `rate` bytes per second, `max_resend` deep: a NAK that finds the
+//!   bucket empty is throttled (counted, not acted on).
+//!
+//! The state is one slot per receiver, sized at start: the hot path does not allocate.
 
-/// Most retransmits lingering at once.
-pub const MAX_ACTIONS: usize = 16;
-
+/// One receiver's retransmit state.
 #[derive(Clone, Copy, Debug, Default)]
-struct Action {
-    active: bool,
-    destination: usize,
+struct Slot {
+    lingering: bool,
     term_id: i32,
     term_offset: i32,
     length: i32,
     expires_ns: u64,
+    /// Bytes this receiver may still be sent, refilled at the configured rate.
+    tokens: u64,
+    refilled_ns: u64,
 }
 
-impl Action {
-    fn covers(&self, destination: usize, term_id: i32, term_offset: i32) -> bool {
-        self.active
-            && self.destination == destination
+impl Slot {
+    fn covers(&self, term_id: i32, term_offset: i32) -> bool {
+        self.lingering
             && self.term_id == term_id
             && term_offset >= self.term_offset
             && (term_offset as i64) < self.term_offset as i64 + self.length as i64
@@ -34,60 +39,91 @@ impl Action {
 /// What the handler did with a NAK.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NakOutcome {
-    /// The range was resent now.
-    Resent,
+    /// Resend `length` bytes from the NAK's start now (possibly less than it asked for).
+    Resend {
+        /// Bytes to resend, at most the NAK's length, `max_resend` and the receiver's budget.
+        length: i32,
+    },
     /// A retransmit of this range to this receiver is still lingering: nothing to do.
     Lingering,
-    /// Every action slot is busy; the receiver will NAK again.
-    Overflow,
+    /// The receiver's retransmit budget is spent: nothing to do until it refills.
+    Throttled,
 }
 
-/// Retransmit actions of one publication.
+/// Retransmit state of one publication's receivers.
 #[derive(Debug)]
 pub struct RetransmitHandler {
-    actions: [Action; MAX_ACTIONS],
+    slots: Box<[Slot]>,
     linger_ns: u64,
+    /// Bytes per second per receiver; 0 is unlimited.
+    rate: u64,
+    max_resend: u64,
 }
 
 impl RetransmitHandler {
-    /// A handler whose resent ranges linger for `linger_ns`.
-    pub fn new(linger_ns: u64) -> Self {
-        Self { actions: [Action::default(); MAX_ACTIONS], linger_ns }
+    /// A handler for `receivers` receivers whose resent ranges linger for `linger_ns`, each resend at most
+    /// `max_resend` bytes, each receiver at most `rate` bytes per second (0: unlimited).
+    pub fn new(receivers: usize, linger_ns: u64, rate: u64, max_resend: usize) -> Self {
+        let max_resend = max_resend.max(1) as u64;
+        let slot = Slot { tokens: max_resend, ..Slot::default() };
+        Self { slots: vec![slot; receivers].into_boxed_slice(), linger_ns, rate, max_resend }
     }
 
-    /// Handles a NAK from the receiver at `destination`: unless a lingering action covers it, calls
-    /// `resend(term_id, term_offset, length)` now and lingers on that range.
-    pub fn on_nak(
-        &mut self,
-        destination: usize,
-        term_id: i32,
-        term_offset: i32,
-        length: i32,
-        now_ns: u64,
-        resend: impl FnOnce(i32, i32, i32),
-    ) -> NakOutcome {
-        self.expire(now_ns);
-        if self.actions.iter().any(|a| a.covers(destination, term_id, term_offset)) {
+    /// Handles a NAK of `length` bytes at (`term_id`, `term_offset`) from `receiver`: says how much to
+    /// resend now, and lingers on that range. The caller resends and then reports the bytes it sent with
+    /// [`Self::spent`].
+    pub fn on_nak(&mut self, receiver: usize, term_id: i32, term_offset: i32, length: i32, now_ns: u64) -> NakOutcome {
+        let (linger_ns, max_resend) = (self.linger_ns, self.max_resend);
+        let budget = self.refill(receiver, now_ns);
+        let slot = &mut self.slots[receiver];
+        if slot.lingering && now_ns >= slot.expires_ns {
+            slot.lingering = false;
+        }
+        if slot.covers(term_id, term_offset) {
             return NakOutcome::Lingering;
         }
-        let Some(slot) = self.actions.iter_mut().find(|a| !a.active) else {
-            return NakOutcome::Overflow;
-        };
-        *slot = Action { active: true, destination, term_id, term_offset, length, expires_ns: now_ns + self.linger_ns };
-        resend(term_id, term_offset, length);
-        NakOutcome::Resent
+        if budget == 0 {
+            return NakOutcome::Throttled;
+        }
+        let length = (length.max(0) as u64).min(max_resend).min(budget) as i32;
+        *slot = Slot { lingering: true, term_id, term_offset, length, expires_ns: now_ns + linger_ns, ..*slot };
+        NakOutcome::Resend { length }
+    }
+
+    /// Takes `bytes` resent to `receiver` from its budget.
+    pub fn spent(&mut self, receiver: usize, bytes: usize) {
+        if self.rate > 0 {
+            let slot = &mut self.slots[receiver];
+            slot.tokens = slot.tokens.saturating_sub(bytes as u64);
+        }
+    }
+
+    /// Refills `receiver`'s bucket for the time since the last refill; returns its tokens (`u64::MAX`
+    /// when unlimited).
+    fn refill(&mut self, receiver: usize, now_ns: u64) -> u64 {
+        if self.rate == 0 {
+            return u64::MAX;
+        }
+        let slot = &mut self.slots[receiver];
+        let elapsed = now_ns.saturating_sub(slot.refilled_ns);
+        let earned = (elapsed as u128 * self.rate as u128 / 1_000_000_000) as u64;
+        if earned > 0 {
+            slot.tokens = slot.tokens.saturating_add(earned).min(self.max_resend);
+            slot.refilled_ns = now_ns;
+        }
+        slot.tokens
     }
 
     /// Ends the lingers that have run their time.
     pub fn expire(&mut self, now_ns: u64) {
-        for a in self.actions.iter_mut().filter(|a| a.active && now_ns >= a.expires_ns) {
-            a.active = false;
+        for slot in self.slots.iter_mut().filter(|s| s.lingering && now_ns >= s.expires_ns) {
+            slot.lingering = false;
         }
     }
 
-    /// How many actions are lingering.
+    /// How many receivers have a lingering retransmit.
     pub fn active(&self) -> usize {
-        self.actions.iter().filter(|a| a.active).count()
+        self.slots.iter().filter(|s| s.lingering).count()
     }
 }
 
@@ -96,38 +132,52 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+    const UNLIMITED: u64 = 0;
 
-    #[test]
-    fn resends_once_then_lingers_then_resends_again() {
-        let mut h = RetransmitHandler::new(10 * MS);
-        let mut resent = Vec::new();
-        assert_eq!(h.on_nak(0, 5, 1024, 512, 0, |t, o, l| resent.push((t, o, l))), NakOutcome::Resent);
-        assert_eq!(h.on_nak(0, 5, 1024, 512, MS, |t, o, l| resent.push((t, o, l))), NakOutcome::Lingering);
-        assert_eq!(h.on_nak(0, 5, 1024 + 256, 64, MS, |t, o, l| resent.push((t, o, l))), NakOutcome::Lingering);
-        assert_eq!(h.on_nak(0, 5, 1024, 512, 10 * MS, |t, o, l| resent.push((t, o, l))), NakOutcome::Resent);
-        assert_eq!(resent, vec![(5, 1024, 512), (5, 1024, 512)]);
+    fn resend(length: i32) -> NakOutcome {
+        NakOutcome::Resend { length }
     }
 
     #[test]
-    fn ranges_and_receivers_are_independent() {
-        let mut h = RetransmitHandler::new(10 * MS);
-        let mut n = 0;
-        assert_eq!(h.on_nak(0, 5, 0, 512, 0, |_, _, _| n += 1), NakOutcome::Resent);
-        assert_eq!(h.on_nak(1, 5, 0, 512, 0, |_, _, _| n += 1), NakOutcome::Resent, "another receiver");
-        assert_eq!(h.on_nak(0, 5, 512, 512, 0, |_, _, _| n += 1), NakOutcome::Resent, "the next range");
-        assert_eq!(h.on_nak(0, 6, 0, 512, 0, |_, _, _| n += 1), NakOutcome::Resent, "another term");
-        assert_eq!(n, 4);
-        assert_eq!(h.active(), 4);
+    fn resends_once_then_lingers_then_resends_again() {
+        let mut h = RetransmitHandler::new(1, 10 * MS, UNLIMITED, 1 << 20);
+        assert_eq!(h.on_nak(0, 5, 1024, 512, 0), resend(512));
+        assert_eq!(h.on_nak(0, 5, 1024, 512, MS), NakOutcome::Lingering);
+        assert_eq!(h.on_nak(0, 5, 1024 + 256, 64, MS), NakOutcome::Lingering);
+        assert_eq!(h.on_nak(0, 5, 1024, 512, 10 * MS), resend(512));
+    }
+
+    #[test]
+    fn receivers_are_independent_and_a_newer_range_replaces_the_lingering_one() {
+        let mut h = RetransmitHandler::new(2, 10 * MS, UNLIMITED, 1 << 20);
+        assert_eq!(h.on_nak(0, 5, 0, 512, 0), resend(512));
+        assert_eq!(h.on_nak(1, 5, 0, 512, 0), resend(512), "another receiver");
+        assert_eq!(h.active(), 2);
+        assert_eq!(h.on_nak(0, 5, 512, 512, 0), resend(512), "the next range replaces the first");
+        assert_eq!(h.on_nak(0, 5, 0, 512, 0), resend(512), "so the first is no longer lingering");
         h.expire(10 * MS);
         assert_eq!(h.active(), 0);
     }
 
     #[test]
-    fn a_full_pool_overflows_instead_of_growing() {
-        let mut h = RetransmitHandler::new(10 * MS);
-        for i in 0..MAX_ACTIONS as i32 {
-            assert_eq!(h.on_nak(0, 1, i * 64, 32, 0, |_, _, _| {}), NakOutcome::Resent);
-        }
-        assert_eq!(h.on_nak(0, 2, 0, 32, 0, |_, _, _| panic!("must not resend")), NakOutcome::Overflow);
+    fn one_resend_covers_at_most_max_resend_bytes() {
+        let mut h = RetransmitHandler::new(1, 10 * MS, UNLIMITED, 4096);
+        assert_eq!(h.on_nak(0, 1, 0, 11 << 20, 0), resend(4096), "an 11 MB NAK costs one window");
+        assert_eq!(h.on_nak(0, 1, 0, -5, 20 * MS), resend(0), "a negative length resends nothing");
+    }
+
+    #[test]
+    fn a_receiver_that_spent_its_budget_is_throttled_until_it_refills() {
+        // 1 MB/s, 64 KiB deep.
+        let mut h = RetransmitHandler::new(2, 0, 1_000_000, 65536);
+        assert_eq!(h.on_nak(0, 1, 0, 65536, 0), resend(65536));
+        h.spent(0, 65536);
+        assert_eq!(h.on_nak(0, 1, 65536, 1024, 1), NakOutcome::Throttled);
+        assert_eq!(h.on_nak(1, 1, 0, 1024, 1), resend(1024), "another receiver has its own budget");
+        // 1 ms later: 1,000 bytes earned.
+        assert_eq!(h.on_nak(0, 1, 65536, 4096, MS + 1), resend(1000));
+        h.spent(0, 1000);
+        // A second later the bucket is full again, and never deeper than 64 KiB.
+        assert_eq!(h.on_nak(0, 1, 0, 1 << 20, 10_000 * MS), resend(65536));
     }
 }

@@ -22,6 +22,8 @@ use std::str::FromStr;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::auth::{AuthKey, TAG_LENGTH};
+
 /// Most datagrams one `sendmmsg` or `recvmmsg` call handles here.
 pub const MAX_BATCH: usize = 64;
 
@@ -123,6 +125,7 @@ pub struct UdpEndpoint {
     socket: Socket,
     local: SocketAddr,
     peer: Option<SocketAddr>,
+    auth: Option<AuthKey>,
 }
 
 impl UdpEndpoint {
@@ -132,7 +135,24 @@ impl UdpEndpoint {
     /// Returns the endpoint and the warnings to print: a buffer size the kernel clamped, with the sysctl
     /// that raises the ceiling.
     pub fn bind(local: SocketAddr, options: &SocketOptions) -> io::Result<(Self, Vec<String>)> {
+        Self::bind_inner(local, options, false)
+    }
+
+    /// As [`bind`](Self::bind), with `SO_REUSEADDR` and `SO_REUSEPORT`, so that several sockets of this
+    /// process share one local address: a node's Sender sends from its member endpoint, the one address its
+    /// peers accept, with one socket connected to each follower. The kernel hands a datagram to the socket
+    /// connected to its source before any unconnected one, so each follower's feedback reaches its own
+    /// socket. Only sockets of the same user can join the group.
+    pub fn bind_shared(local: SocketAddr, options: &SocketOptions) -> io::Result<(Self, Vec<String>)> {
+        Self::bind_inner(local, options, true)
+    }
+
+    fn bind_inner(local: SocketAddr, options: &SocketOptions, shared: bool) -> io::Result<(Self, Vec<String>)> {
         let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+        if shared {
+            socket.set_reuse_address(true)?;
+            socket.set_reuse_port(true)?;
+        }
         socket.set_nonblocking(true)?;
         if local.is_ipv6() {
             socket.set_only_v6(true)?;
@@ -147,9 +167,11 @@ impl UdpEndpoint {
             check_buffer("SO_RCVBUF", bytes, socket.recv_buffer_size()?, "net.core.rmem_max", &mut warnings);
         }
         refuse_fragmentation(&socket, local.is_ipv6())?;
-        socket.bind(&SockAddr::from(local))?;
+        socket
+            .bind(&SockAddr::from(local))
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot bind UDP {local}: {e}")))?;
         let local = socket.local_addr()?.as_socket().expect("a UDP socket has an IP address");
-        Ok((Self { socket, local, peer: None }, warnings))
+        Ok((Self { socket, local, peer: None, auth: None }, warnings))
     }
 
     /// Connects the socket to `peer`: sends need no address (10-25% cheaper per call on this host's
@@ -158,6 +180,12 @@ impl UdpEndpoint {
         self.socket.connect(&SockAddr::from(peer))?;
         self.peer = Some(peer);
         Ok(())
+    }
+
+    /// Tags every datagram this socket sends with `key`, and marks every datagram it receives whose tag
+    /// is missing or wrong as [`Received::forged`] (see [`crate::auth`]); `None` turns that off.
+    pub fn set_auth(&mut self, key: Option<AuthKey>) {
+        self.auth = key;
     }
 
     /// The bound address.
@@ -198,17 +226,18 @@ impl UdpEndpoint {
     /// Sends one datagram with one `sendmsg`, to the connected peer or to `dest`.
     #[inline]
     pub fn send(&self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
-        let mut iov = iovec(datagram);
+        let tag = self.auth.map(|key| key.tag(datagram));
+        let mut iov = [iovec(datagram), iovec(tag.as_ref().map_or(&[][..], |t| &t[..]))];
         // SAFETY: an all-zero msghdr is a valid empty header.
         let mut msg: libc::msghdr = unsafe { zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = if tag.is_some() { 2 } else { 1 };
         if let Some(addr) = dest {
             msg.msg_name = addr.as_ptr() as *mut libc::c_void;
             msg.msg_namelen = addr.len();
         }
-        // SAFETY: msg points at one iovec over `datagram` and, when given, at `dest`'s address; both
-        // outlive the call, and sendmsg only reads them.
+        // SAFETY: msg points at the iovecs over `datagram` and its tag and, when given, at `dest`'s
+        // address; all outlive the call, and sendmsg only reads them.
         let rc = unsafe { libc::sendmsg(self.fd(), &msg, 0) };
         self.outcome(rc as i64, datagram.len(), 1)
     }
@@ -222,6 +251,17 @@ impl UdpEndpoint {
         let segments = data.len().div_ceil(segment);
         if segments <= 1 {
             return self.send(data, None);
+        }
+        if self.auth.is_some() {
+            // Each datagram needs its own tag, which the kernel's segmentation cannot add: one send each.
+            for chunk in data.chunks(segment) {
+                if let other @ (SendOutcome::WouldBlock | SendOutcome::TooLarge { .. } | SendOutcome::Failed(_)) =
+                    self.send(chunk, None)
+                {
+                    return other;
+                }
+            }
+            return SendOutcome::Sent(segments);
         }
         let mut iov = iovec(data);
         let mut control = CmsgBuffer::zeroed();
@@ -262,15 +302,23 @@ impl UdpEndpoint {
         let mut sent = 0;
         let mut calls = 0;
         let largest = datagrams.iter().map(|d| d.len()).max().unwrap_or(0);
+        assert!(datagrams.len() <= scratch.tags.len(), "at most {} datagrams per send_mmsg", scratch.tags.len());
+        let iov_per_msg = if self.auth.is_some() { 2 } else { 1 };
+        if let Some(key) = self.auth {
+            for (tag, datagram) in scratch.tags.iter_mut().zip(datagrams) {
+                *tag = key.tag(datagram);
+            }
+        }
         while sent < total {
             let batch = (total - sent).min(MAX_BATCH);
             for i in 0..batch {
                 let k = sent + i;
                 let datagram = datagrams[k / fan];
-                scratch.iov[i] = iovec(datagram);
+                scratch.iov[2 * i] = iovec(datagram);
+                scratch.iov[2 * i + 1] = iovec(&scratch.tags[k / fan]);
                 let hdr = &mut scratch.msgs[i].msg_hdr;
-                hdr.msg_iov = &mut scratch.iov[i];
-                hdr.msg_iovlen = 1;
+                hdr.msg_iov = &mut scratch.iov[2 * i];
+                hdr.msg_iovlen = iov_per_msg;
                 match dests.get(k % fan) {
                     Some(addr) => {
                         hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
@@ -282,8 +330,9 @@ impl UdpEndpoint {
                     }
                 }
             }
-            // SAFETY: the first `batch` headers point at iovecs over slices of `datagrams` and at addresses
-            // of `dests`, all borrowed for this call; sendmmsg reads them and writes only `msg_len`.
+            // SAFETY: the first `batch` headers point at iovecs over slices of `datagrams` and their tags
+            // (in `scratch`) and at addresses of `dests`, all borrowed for this call; sendmmsg reads them
+            // and writes only `msg_len`.
             let rc = unsafe { libc::sendmmsg(self.fd(), scratch.msgs.as_mut_ptr(), batch as u32, 0) };
             calls += 1;
             match self.outcome(rc as i64, largest, rc.max(0) as usize) {
@@ -336,6 +385,9 @@ impl UdpEndpoint {
             };
         }
         batch.count = rc as usize;
+        if let Some(key) = self.auth {
+            batch.authenticate(&key);
+        }
         Ok(batch.count)
     }
 
@@ -392,7 +444,10 @@ impl CmsgBuffer {
 /// Preallocated headers for [`UdpEndpoint::send_mmsg`], so that the hot path does not allocate.
 pub struct MmsgScratch {
     msgs: Box<[libc::mmsghdr]>,
+    /// Two per message: the datagram and its authentication tag (unused without a key).
     iov: Box<[libc::iovec]>,
+    /// The tag of each datagram of a call, computed once for all its destinations.
+    tags: Box<[[u8; TAG_LENGTH]]>,
 }
 
 // SAFETY: the raw pointers inside are only set and used within one `send_mmsg` call, which borrows the
@@ -403,8 +458,9 @@ impl Default for MmsgScratch {
     fn default() -> Self {
         // SAFETY: all-zero mmsghdr and iovec values are valid (null pointers, zero lengths).
         let msgs = (0..MAX_BATCH).map(|_| unsafe { zeroed::<libc::mmsghdr>() }).collect();
-        let iov = (0..MAX_BATCH).map(|_| iovec(&[])).collect();
-        Self { msgs, iov }
+        let iov = (0..2 * MAX_BATCH).map(|_| iovec(&[])).collect();
+        let tags = vec![[0; TAG_LENGTH]; MAX_GSO_SEGMENTS.max(MAX_BATCH)].into_boxed_slice();
+        Self { msgs, iov, tags }
     }
 }
 
@@ -425,6 +481,8 @@ pub struct RecvBatch {
     iov: Box<[libc::iovec]>,
     msgs: Box<[libc::mmsghdr]>,
     count: usize,
+    /// Per datagram of the last call: its authentication tag was missing or wrong.
+    forged: Box<[bool]>,
 }
 
 #[repr(C, align(64))]
@@ -452,7 +510,8 @@ impl RecvBatch {
         let iov = (0..capacity).map(|_| iovec(&[])).collect();
         // SAFETY: as above.
         let msgs = (0..capacity).map(|_| unsafe { zeroed::<libc::mmsghdr>() }).collect();
-        Self { buffers, datagram_capacity: stride * 64, addrs, iov, msgs, count: 0 }
+        let forged = vec![false; capacity].into_boxed_slice();
+        Self { buffers, datagram_capacity: stride * 64, addrs, iov, msgs, count: 0, forged }
     }
 
     /// How many datagrams one call can receive.
@@ -483,8 +542,23 @@ impl RecvBatch {
             hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
             hdr.msg_flags = 0;
             self.msgs[i].msg_len = 0;
+            self.forged[i] = false;
         }
         self.count = 0;
+    }
+
+    /// Checks the tag of every datagram received: a good one is cut off (the datagram is its body), a bad
+    /// one marks the datagram [`Received::forged`].
+    fn authenticate(&mut self, key: &AuthKey) {
+        for i in 0..self.count {
+            let len = (self.msgs[i].msg_len as usize).min(self.datagram_capacity);
+            let start = i * self.datagram_capacity;
+            let verified = key.verify(&bytemuck_bytes(&self.buffers)[start..start + len]);
+            match verified {
+                Some(body) => self.msgs[i].msg_len = body as u32,
+                None => self.forged[i] = true,
+            }
+        }
     }
 
     /// The `i`-th received datagram and its sender; `truncated` is true when it did not fit the buffer.
@@ -495,7 +569,7 @@ impl RecvBatch {
         let start = i * self.datagram_capacity;
         let bytes: &[u8] = bytemuck_bytes(&self.buffers);
         let source = sockaddr_to_std(&self.addrs[i], self.msgs[i].msg_hdr.msg_namelen);
-        Received { bytes: &bytes[start..start + len], source, truncated }
+        Received { bytes: &bytes[start..start + len], source, truncated, forged: self.forged[i] }
     }
 }
 
@@ -537,6 +611,8 @@ pub struct Received<'a> {
     pub source: Option<SocketAddr>,
     /// True when the datagram was longer than the buffer and was cut.
     pub truncated: bool,
+    /// True when the socket authenticates and the datagram's tag was missing or wrong: drop it unread.
+    pub forged: bool,
 }
 
 /// Whether this kernel accepts `UDP_SEGMENT` on a UDP socket (probed once, by the Sender at start).

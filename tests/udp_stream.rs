@@ -275,7 +275,13 @@ fn a_stopped_receiver_is_dropped_and_a_restarted_one_joins_again() {
     let mut driver = Driver { counters: counters.clone(), appender, next_offer: 0, buf: Vec::new() };
     message(0, &mut driver.buf);
     let (mut next_a, mut next_b) = (Some(0), Some(0));
-
+    // Both images first: a receiver whose SETUP is answered after the stream has passed its window joins
+    // where the stream is (Aeron's rule for a late subscriber), and this test reads both from message 0.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(sub_a.is_connected() && sub_b.is_connected()) {
+        assert!(Instant::now() < deadline, "the receivers never got a SETUP");
+        std::thread::yield_now();
+    }
     driver.pump(&mut [(&mut sub_a, &mut next_a), (&mut sub_b, &mut next_b)], |n| n >= 50_000);
     runner_b.close().unwrap();
     drop(sub_b);

@@ -110,7 +110,29 @@ fn install_signal_handlers() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Prints the node's log lines (bad input, refused peers) to standard error, as its own lines are.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            eprintln!("qc-node: {}: {}", record.level().as_str().to_lowercase(), record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: StderrLog = StderrLog;
+
 fn main() -> ExitCode {
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -139,7 +161,11 @@ fn load(args: &Args) -> Result<(NodeConfig, NodeFile), Failure> {
     for profile in &args.profile {
         file = file.merge(NodeFile::load(profile).map_err(|e| Failure::Usage(e.to_string()))?);
     }
-    let mut config = file.clone().into_config().map_err(|e| Failure::Usage(e.to_string()))?;
+    let mut config = file.clone().into_config().map_err(|e| {
+        let files: Vec<String> =
+            std::iter::once(&args.config).chain(&args.profile).map(|p| p.display().to_string()).collect();
+        Failure::Usage(format!("{}: {e}", files.join(" with profile ")))
+    })?;
     if let Some(directory) = &args.directory {
         config.directory = Some(directory.clone());
     }

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use quorumcast::node::Node;
 
+pub mod cluster;
+
 /// A scratch directory unique to this process and test, emptied at creation and removed on drop (kept
 /// when `QC_KEEP` is set, for looking at what a failing test left).
 pub struct ScratchDir(PathBuf);
