@@ -251,6 +251,55 @@ fn an_unknown_key_is_refused_with_its_name() {
     assert!(stderr.contains("`nak_dealy`") && stderr.contains("node.toml"), "{stderr}");
 }
 
+/// Runs qc-node on node 0's file edited by `edit`; returns its exit code and standard error.
+fn refused(name: &str, edit: impl Fn(&str) -> String) -> (Option<i32>, String, PathBuf) {
+    let scratch = ScratchDir::new(name);
+    let file = scratch.join("node.toml");
+    let text = std::fs::read_to_string(tuning("cluster/node0.toml")).unwrap();
+    std::fs::write(&file, edit(&text)).unwrap();
+    let output = Command::new(QC_NODE)
+        .args(["--config", file.to_str().unwrap(), "--directory"])
+        .arg(scratch.join("dir"))
+        .output()
+        .unwrap();
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned(), file)
+}
+
+#[test]
+fn harmful_values_are_refused_naming_the_file_the_key_and_the_fix() {
+    let cases: [(&str, &str, &str, &str); 4] = [
+        ("receiver_timeout = \"2s\"", "receiver_timeout = \"0s\"", "[timers] receiver_timeout", "more than 0"),
+        ("status_interval = \"10ms\"", "status_interval = \"0ns\"", "[timers] status_interval", "more than 0"),
+        ("mtu = 8192", "mtu = 1400", "[channel] mtu", "multiple of 32"),
+        ("term_length = \"16MiB\"", "term_length = 100000", "[channel] term_length", "power of two"),
+    ];
+    for (from, to, key, rule) in cases {
+        let (code, stderr, file) = refused("node-proc-harmful", |text| {
+            assert!(text.contains(from), "node0.toml has `{from}`");
+            text.replace(from, to)
+        });
+        assert_eq!(code, Some(2), "{to}: {stderr}");
+        let named = stderr.contains(&file.display().to_string()) && stderr.contains(key) && stderr.contains(rule);
+        assert!(named, "{to}: the message names the file, `{key}` and the rule: {stderr}");
+    }
+}
+
+#[test]
+fn an_endpoint_in_use_is_refused_naming_the_address() {
+    let busy = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let address = busy.local_addr().unwrap().to_string();
+    let (code, stderr, _) = refused("node-proc-in-use", |text| {
+        // Member 1's endpoint is already bound: node 1 cannot listen there.
+        let mut table: toml::Table = text.parse().unwrap();
+        table.insert("id".into(), 1.into());
+        let members = table["members"].as_array_mut().unwrap();
+        members[1].as_table_mut().unwrap().insert("endpoint".into(), address.clone().into());
+        toml::to_string(&table).unwrap()
+    });
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&address), "the bind error names {address}: {stderr}");
+}
+
 #[test]
 fn every_node_file_with_every_profile_is_a_valid_config() {
     use quorumcast::agent::ThreadingMode;
