@@ -1005,14 +1005,14 @@ fn print_segment_table(rows: &[Row<'_>]) {
         "Segments (ours: this host, median of {REPEATS}; BASELINE: another system on another machine, reference only)"
     );
     println!(
-        "| {:<40} | {:<48} | {:<48} | {:<30} | {:<28} |",
+        "| {:<40} | {:<56} | {:<56} | {:<30} | {:<28} |",
         "segment", "our UDP", "our IPC", "BASELINE TCP loopback (ref)", "BASELINE InProcess (ref)"
     );
-    println!("|{:-<42}|{:-<50}|{:-<50}|{:-<32}|{:-<30}|", "", "", "", "", "");
+    println!("|{:-<42}|{:-<58}|{:-<58}|{:-<32}|{:-<30}|", "", "", "", "", "");
     for row in rows {
         let ipc = row.ipc.as_ref().map_or("n/a (IPC not on main yet)".to_string(), |f| f.describe(row.segment.shape));
         println!(
-            "| {:<40} | {:<48} | {:<48} | {:<30} | {:<28} |",
+            "| {:<40} | {:<56} | {:<56} | {:<30} | {:<28} |",
             row.segment.name,
             row.udp.describe(row.segment.shape),
             ipc,
