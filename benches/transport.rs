@@ -1200,9 +1200,10 @@ fn run_segments(cores: &Cores, scale: usize, only: Option<&str>) -> Vec<Row<'sta
         };
         let t = Instant::now();
         let udp = run_segment(cores, segment, a, b, mtu, scale, segment.shape == Shape::Rtt);
+        let trips = udp.rtt.map_or(String::new(), |p| format!(", {} round trips", p.count));
         let floor = udp.floor.map_or(String::new(), |f| format!(", bare UDP ping-pong {}", f.describe()));
         println!(
-            "udp  {:<40} {:<48} ({:.1} s{floor})",
+            "udp  {:<40} {:<48} ({:.1} s{trips}{floor})",
             segment.name,
             udp.describe(segment.shape),
             t.elapsed().as_secs_f64()
