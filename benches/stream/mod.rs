@@ -17,6 +17,11 @@
 //! window to the receipt of its last message. C is the publication's control syscalls per second over the
 //! same time, less its control polls on duty cycles that sent nothing (they spend idle time, not the data
 //! budget: the sweep's C). For `mmsg` and `gso`, S is the probe's datagrams per second, as in the sweep.
+//!
+//! What held the row below the model, by the first rule that applies: `sender` when its data datagrams
+//! reached 90% of S; `receiver` when the flow-control window kept waiting data from the Sender in 10% or
+//! more of its duty cycles (the subscriber's core did not keep up); `appending` when the publisher took
+//! 10% or more of the Sender thread's time; otherwise `unclear`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -91,6 +96,8 @@ pub struct StreamRow {
     capacity: Option<Capacity>,
     /// Share of the Sender thread's time spent appending.
     append_share: f64,
+    /// Share of the Sender's duty cycles in which the flow-control window kept waiting data back.
+    window_closed_share: f64,
     /// Retransmitted datagrams (0 on a clean loopback).
     retransmits: i64,
     seconds: f64,
@@ -100,6 +107,24 @@ impl StreamRow {
     /// Measured over the model's prediction.
     fn ratio(&self) -> Option<f64> {
         self.capacity.map(|c| self.msgs_per_s / c.mu)
+    }
+
+    /// Data datagrams as a share of S.
+    fn s_used(&self) -> f64 {
+        self.datagrams_per_s / self.s
+    }
+
+    /// What held the row back (see the module's documentation for the rules).
+    fn limit(&self) -> &'static str {
+        if self.s_used() >= 0.9 {
+            "sender"
+        } else if self.window_closed_share >= 0.1 {
+            "receiver"
+        } else if self.append_share >= 0.1 {
+            "appending"
+        } else {
+            "unclear"
+        }
     }
 
     /// `{mtu, msg, mode, msgs_per_s, s, c, m_pkt, model, ratio, ...}`.
@@ -116,9 +141,11 @@ impl StreamRow {
             "ratio": self.ratio(),
             "d": 1,
             "datagrams_per_s": self.datagrams_per_s,
-            "s_used": self.datagrams_per_s / self.s,
+            "s_used": self.s_used(),
             "s_probes": self.s_probes,
             "append_share": self.append_share,
+            "window_closed_share": self.window_closed_share,
+            "limit": self.limit(),
             "retransmits": self.retransmits,
             "seconds": self.seconds,
         })
@@ -133,12 +160,13 @@ pub fn run(cores: &Cores, plan: &StreamPlan) -> Vec<StreamRow> {
             for &msg in &plan.msgs {
                 let row = run_row(cores, plan, mtu, msg, mode);
                 println!(
-                    "stream mtu {mtu} {msg:>4} B {mode:<7} {:>8} msg/s, S {}, C {}, model {}, measured/model {}",
+                    "stream mtu {mtu} {msg:>4} B {mode:<7} {:>8} msg/s, S {}, C {}, model {}, measured/model {}, limit {}",
                     si(row.msgs_per_s),
                     si(row.s),
                     si(row.c),
                     row.capacity.map_or("n/a".into(), |c| si(c.mu)),
-                    row.ratio().map_or("n/a".into(), |r| format!("{r:.2}"))
+                    row.ratio().map_or("n/a".into(), |r| format!("{r:.2}")),
+                    row.limit()
                 );
                 rows.push(row);
             }
@@ -168,6 +196,7 @@ fn run_row(cores: &Cores, plan: &StreamPlan, mtu: usize, msg: usize, mode: SendM
         c,
         capacity,
         append_share: run.appending / run.seconds,
+        window_closed_share: run.window_closed_cycles / run.cycles,
         retransmits: run.retransmits,
         seconds: run.seconds,
     }
@@ -215,6 +244,7 @@ struct Snapshot {
     control_syscalls: i64,
     idle_polls: i64,
     retransmits: i64,
+    window_closed_cycles: i64,
 }
 
 impl Publisher {
@@ -239,9 +269,9 @@ impl Publisher {
     }
 
     /// Appends and sends for `window`, then publishes the sequence number after the last message and runs
-    /// the Sender until the subscriber has it all (`done`). Returns the start and the time spent
-    /// appending.
-    fn publish(&mut self, window: Duration, end: &AtomicU64, done: &AtomicBool) -> (Instant, Duration) {
+    /// the Sender until the subscriber has it all (`done`). Returns the start, the time spent appending
+    /// and the Sender's duty cycles.
+    fn publish(&mut self, window: Duration, end: &AtomicU64, done: &AtomicBool) -> (Instant, Duration, u64) {
         let start = Instant::now();
         let mut appending = Duration::ZERO;
         let mut cycles = 0u64;
@@ -260,8 +290,9 @@ impl Publisher {
         end.store(self.next, Ordering::Release);
         while !done.load(Ordering::Acquire) {
             self.sender.poll_once();
+            cycles += 1;
         }
-        (start, appending)
+        (start, appending, cycles)
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -271,6 +302,7 @@ impl Publisher {
             control_syscalls: c.control_syscalls.get(),
             idle_polls: c.idle_polls.get(),
             retransmits: c.retransmits.get(),
+            window_closed_cycles: c.window_closed_cycles.get(),
         }
     }
 }
@@ -369,6 +401,9 @@ struct StreamRun {
     seconds: f64,
     /// Seconds the Sender thread spent appending.
     appending: f64,
+    /// The Sender's duty cycles, and those in which the flow-control window kept waiting data back.
+    cycles: f64,
+    window_closed_cycles: f64,
 }
 
 /// Streams for `window` on the two cores: the publisher and Sender on the first, the Receiver and
@@ -378,7 +413,7 @@ fn stream_once(cores: &Cores, publisher: &mut Publisher, subscriber: &mut Subscr
     let done = AtomicBool::new(false);
     let (first, before) = (publisher.next, publisher.snapshot());
     let deadline = Instant::now() + window + STALL;
-    let ((start, appending), received) =
+    let ((start, appending, cycles), received) =
         cores.run(|| publisher.publish(window, &end, &done), || subscriber.consume(&end, &done, deadline));
     let after = publisher.snapshot();
     assert!(
@@ -394,6 +429,8 @@ fn stream_once(cores: &Cores, publisher: &mut Publisher, subscriber: &mut Subscr
         retransmits: after.retransmits - before.retransmits,
         seconds: received.duration_since(start).as_secs_f64(),
         appending: appending.as_secs_f64(),
+        cycles: cycles.max(1) as f64,
+        window_closed_cycles: (after.window_closed_cycles - before.window_closed_cycles) as f64,
     }
 }
 
@@ -411,7 +448,7 @@ pub fn print_table(rows: &[StreamRow], cores: &Cores) {
         cores.describe()
     );
     println!(
-        "| {:>5} | {:>5} | {:<7} | {:>9} | {:>11} | {:>7} | {:>6} | {:>5} | {:>22} | {:>14} | {:>6} | {:>9} |",
+        "| {:>5} | {:>5} | {:<7} | {:>9} | {:>11} | {:>7} | {:>6} | {:>5} | {:>22} | {:>14} | {:>6} | {:>9} | {:>13} | {:<9} |",
         "MTU",
         "msg B",
         "mode",
@@ -423,15 +460,17 @@ pub fn print_table(rows: &[StreamRow], cores: &Cores) {
         "model (S - C)/1 x M_pkt",
         "measured/model",
         "S used",
-        "appending"
+        "appending",
+        "window closed",
+        "limit"
     );
     println!(
-        "|{:->7}|{:->7}|{:-<9}|{:->11}|{:->13}|{:->9}|{:->8}|{:->7}|{:->24}|{:->16}|{:->8}|{:->11}|",
-        ":", ":", "", ":", ":", ":", ":", ":", ":", ":", ":", ":"
+        "|{:->7}|{:->7}|{:-<9}|{:->11}|{:->13}|{:->9}|{:->8}|{:->7}|{:->24}|{:->16}|{:->8}|{:->11}|{:->15}|{:-<11}|",
+        ":", ":", "", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ""
     );
     for row in rows {
         println!(
-            "| {:>5} | {:>5} | {:<7} | {:>9} | {:>11} | {:>7} | {:>6} | {:>5} | {:>22} | {:>14} | {:>5.0}% | {:>8.0}% |",
+            "| {:>5} | {:>5} | {:<7} | {:>9} | {:>11} | {:>7} | {:>6} | {:>5} | {:>22} | {:>14} | {:>5.0}% | {:>8.0}% | {:>12.0}% | {:<9} |",
             row.mtu,
             row.msg,
             row.mode.as_str(),
@@ -442,8 +481,10 @@ pub fn print_table(rows: &[StreamRow], cores: &Cores) {
             row.capacity.map_or("n/a".into(), |c| c.packing.to_string()),
             row.capacity.map_or("n/a".into(), |c| si(c.mu)),
             row.ratio().map_or("n/a".into(), |r| format!("{r:.2}")),
-            100.0 * row.datagrams_per_s / row.s,
-            100.0 * row.append_share
+            100.0 * row.s_used(),
+            100.0 * row.append_share,
+            100.0 * row.window_closed_share,
+            row.limit()
         );
     }
 }
