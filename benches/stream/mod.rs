@@ -7,7 +7,8 @@
 //! Sender always has whole datagrams to send, and the time it spends appending is measured. Bench thread 2
 //! (the second core) runs the Receiver's duty cycles and polls the subscription, checking that every
 //! message arrives whole and in order. The model's Sender has a core of its own; here appending shares it,
-//! which the table shows as "appending" (the share of the Sender thread's time spent appending).
+//! which the table shows as "appending" (the share of the Sender thread's time spent appending), beside
+//! "Sender idle" (its time in duty cycles that sent no data).
 //!
 //! Each row (MTU x message size x send mode) runs on a fresh publication: S probed with
 //! `quorumcast::probe` (one destination, datagrams of the MTU, the row's send mode, the sending thread on
@@ -19,9 +20,11 @@
 //! budget: the sweep's C). For `mmsg` and `gso`, S is the probe's datagrams per second, as in the sweep.
 //!
 //! What held the row below the model, by the first rule that applies: `sender` when its data datagrams
-//! reached 90% of S; `receiver` when the flow-control window kept waiting data from the Sender in 10% or
-//! more of its duty cycles (the subscriber's core did not keep up); `appending` when the publisher took
-//! 10% or more of the Sender thread's time; otherwise `unclear`.
+//! reached 90% of S; `receiver` when the Sender thread spent 10% or more of its time in duty cycles that
+//! sent no data ("Sender idle") and most of those found the flow-control window closed on waiting data
+//! (the subscriber's core did not keep up); `appending` when the publisher took 10% or more of the Sender
+//! thread's time; otherwise `unclear` (the Sender thread neither waited nor appended, yet sent below S:
+//! S moved during the row, or the thread lost its core to other work on the host).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -96,7 +99,9 @@ pub struct StreamRow {
     capacity: Option<Capacity>,
     /// Share of the Sender thread's time spent appending.
     append_share: f64,
-    /// Share of the Sender's duty cycles in which the flow-control window kept waiting data back.
+    /// Share of the Sender thread's time spent in duty cycles that sent no data.
+    idle_share: f64,
+    /// Share of those cycles in which the flow-control window kept waiting data back.
     window_closed_share: f64,
     /// Retransmitted datagrams (0 on a clean loopback).
     retransmits: i64,
@@ -118,7 +123,7 @@ impl StreamRow {
     fn limit(&self) -> &'static str {
         if self.s_used() >= 0.9 {
             "sender"
-        } else if self.window_closed_share >= 0.1 {
+        } else if self.idle_share >= 0.1 && self.window_closed_share >= 0.5 {
             "receiver"
         } else if self.append_share >= 0.1 {
             "appending"
@@ -144,7 +149,8 @@ impl StreamRow {
             "s_used": self.s_used(),
             "s_probes": self.s_probes,
             "append_share": self.append_share,
-            "window_closed_share": self.window_closed_share,
+            "sender_idle_share": self.idle_share,
+            "window_closed_share_of_idle_cycles": self.window_closed_share,
             "limit": self.limit(),
             "retransmits": self.retransmits,
             "seconds": self.seconds,
@@ -196,7 +202,8 @@ fn run_row(cores: &Cores, plan: &StreamPlan, mtu: usize, msg: usize, mode: SendM
         c,
         capacity,
         append_share: run.appending / run.seconds,
-        window_closed_share: run.window_closed_cycles / run.cycles,
+        idle_share: run.idle / run.seconds,
+        window_closed_share: run.window_closed_cycles / run.idle_cycles.max(1.0),
         retransmits: run.retransmits,
         seconds: run.seconds,
     }
@@ -237,7 +244,26 @@ struct Subscriber {
     size: usize,
 }
 
-/// The counters a stream is measured by, in the order of [`Publisher::snapshot`].
+/// How the publisher's thread spent a stream.
+#[derive(Clone, Copy, Debug)]
+struct Publishing {
+    /// The first append.
+    start: Instant,
+    /// Time spent appending.
+    appending: Duration,
+    /// Time spent in duty cycles that sent no data.
+    idle: Duration,
+    cycles: u64,
+    idle_cycles: u64,
+}
+
+impl Default for Publishing {
+    fn default() -> Self {
+        Self { start: Instant::now(), appending: Duration::ZERO, idle: Duration::ZERO, cycles: 0, idle_cycles: 0 }
+    }
+}
+
+/// The counters a stream is measured by, read by [`Publisher::snapshot`].
 #[derive(Clone, Copy, Debug)]
 struct Snapshot {
     datagrams: i64,
@@ -269,30 +295,37 @@ impl Publisher {
     }
 
     /// Appends and sends for `window`, then publishes the sequence number after the last message and runs
-    /// the Sender until the subscriber has it all (`done`). Returns the start, the time spent appending
-    /// and the Sender's duty cycles.
-    fn publish(&mut self, window: Duration, end: &AtomicU64, done: &AtomicBool) -> (Instant, Duration, u64) {
-        let start = Instant::now();
-        let mut appending = Duration::ZERO;
-        let mut cycles = 0u64;
+    /// the Sender until the subscriber has it all (`done`).
+    fn publish(&mut self, window: Duration, end: &AtomicU64, done: &AtomicBool) -> Publishing {
+        let mut publishing = Publishing { start: Instant::now(), ..Publishing::default() };
         loop {
             if self.needs_top_up() {
                 let t = Instant::now();
                 self.top_up();
-                appending += t.elapsed();
+                publishing.appending += t.elapsed();
             }
-            self.sender.poll_once();
-            cycles += 1;
-            if cycles % 64 == 0 && start.elapsed() >= window {
+            self.duty_cycle(&mut publishing);
+            if publishing.cycles % 64 == 0 && publishing.start.elapsed() >= window {
                 break;
             }
         }
         end.store(self.next, Ordering::Release);
         while !done.load(Ordering::Acquire) {
-            self.sender.poll_once();
-            cycles += 1;
+            self.duty_cycle(&mut publishing);
         }
-        (start, appending, cycles)
+        publishing
+    }
+
+    /// One duty cycle of the Sender, its time counted as idle when it sent no data.
+    #[inline]
+    fn duty_cycle(&mut self, publishing: &mut Publishing) {
+        let (t, datagrams) = (Instant::now(), self.counters.datagrams.get());
+        self.sender.poll_once();
+        publishing.cycles += 1;
+        if self.counters.datagrams.get() == datagrams {
+            publishing.idle += t.elapsed();
+            publishing.idle_cycles += 1;
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -401,8 +434,10 @@ struct StreamRun {
     seconds: f64,
     /// Seconds the Sender thread spent appending.
     appending: f64,
-    /// The Sender's duty cycles, and those in which the flow-control window kept waiting data back.
-    cycles: f64,
+    /// Seconds the Sender thread spent in duty cycles that sent no data.
+    idle: f64,
+    /// Those cycles, and the ones among all in which the flow-control window kept waiting data back.
+    idle_cycles: f64,
     window_closed_cycles: f64,
 }
 
@@ -413,7 +448,7 @@ fn stream_once(cores: &Cores, publisher: &mut Publisher, subscriber: &mut Subscr
     let done = AtomicBool::new(false);
     let (first, before) = (publisher.next, publisher.snapshot());
     let deadline = Instant::now() + window + STALL;
-    let ((start, appending, cycles), received) =
+    let (publishing, received) =
         cores.run(|| publisher.publish(window, &end, &done), || subscriber.consume(&end, &done, deadline));
     let after = publisher.snapshot();
     assert!(
@@ -427,9 +462,10 @@ fn stream_once(cores: &Cores, publisher: &mut Publisher, subscriber: &mut Subscr
         datagrams: (after.datagrams - before.datagrams) as f64,
         control_syscalls: control as f64,
         retransmits: after.retransmits - before.retransmits,
-        seconds: received.duration_since(start).as_secs_f64(),
-        appending: appending.as_secs_f64(),
-        cycles: cycles.max(1) as f64,
+        seconds: received.duration_since(publishing.start).as_secs_f64(),
+        appending: publishing.appending.as_secs_f64(),
+        idle: publishing.idle.as_secs_f64(),
+        idle_cycles: publishing.idle_cycles as f64,
         window_closed_cycles: (after.window_closed_cycles - before.window_closed_cycles) as f64,
     }
 }
@@ -461,7 +497,7 @@ pub fn print_table(rows: &[StreamRow], cores: &Cores) {
         "measured/model",
         "S used",
         "appending",
-        "window closed",
+        "Sender idle",
         "limit"
     );
     println!(
@@ -483,7 +519,7 @@ pub fn print_table(rows: &[StreamRow], cores: &Cores) {
             row.ratio().map_or("n/a".into(), |r| format!("{r:.2}")),
             100.0 * row.s_used(),
             100.0 * row.append_share,
-            100.0 * row.window_closed_share,
+            100.0 * row.idle_share,
             row.limit()
         );
     }
