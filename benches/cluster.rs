@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hdrhistogram::Histogram;
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
@@ -110,13 +111,33 @@ struct Settings {
     c_serial_samples: usize,
 }
 
+/// A 3-node quorumcast cluster over UDP loopback in one process: committed messages per second at
+/// saturation, serial and pipelined offer-to-apply latency, and the model's C per consensus idle strategy
+/// (about 3 minutes; `--quick` for a smoke run).
+#[derive(Debug, Parser)]
+#[command(name = "cluster", bin_name = "cargo bench --bench cluster --", args_override_self = true)]
+struct Cli {
+    /// A smoke run: shorter windows and fewer samples.
+    #[arg(long)]
+    quick: bool,
+    /// Runs only the variants whose name contains TEXT (e.g. `mtu1408 classic`).
+    #[arg(long, value_name = "TEXT")]
+    only: Option<String>,
+    /// Skips the C runs (control syscalls per consensus idle strategy).
+    #[arg(long = "no-c")]
+    no_c: bool,
+    /// Pins the bench and agent threads to cores 0 and 1 (see the layouts in the bench's docs).
+    #[arg(long)]
+    pin: bool,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 impl Settings {
+    /// The settings the command line asks for.
     fn from_args() -> Self {
-        let args: Vec<String> = std::env::args().collect();
-        let quick = args.iter().any(|a| a == "--quick");
-        let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1).cloned());
-        let skip_c = args.iter().any(|a| a == "--no-c");
-        let pin = args.iter().any(|a| a == "--pin");
+        let Cli { quick, only, no_c: skip_c, pin, bench: _ } = Cli::parse();
         if quick {
             Self {
                 quick,

@@ -1,10 +1,17 @@
 //! IPC benchmark: throughput and ping-pong round trip of the IPC medium, read against floors measured in
-//! the same run on the same two threads (a raw one-cache-line handoff, and memcpy bandwidth).
+//! the same run on the same two threads (a raw one-cache-line handoff, a plain SPSC ring, and memcpy
+//! bandwidth).
 //!
-//! Run with `cargo bench --bench ipc`. Two threads, pinned to cores 0 and 1 when the host allows, busy-spin
-//! for the whole run (this is a bench; the machine has 2 cores). Prints a table with each figure, its ratio
-//! to the floor and the targets (IPC RTT p50 within 2x the raw handoff floor; >= 30M msg/s of 32 bytes),
-//! and writes `target/ipc/<timestamp>/summary.json`, pointed at by the symlink `target/ipc/latest`.
+//! Run with `cargo bench --bench ipc` (`-- --quick` for a smoke run with a tenth of every count, `-- --help`
+//! for the options). Two threads, pinned to cores 0 and 1 when the host allows, busy-spin for the whole run
+//! (this is a bench; the machine has 2 cores). Prints a table with each figure, its ratio to the floor and
+//! the targets (IPC RTT p50 within 2x the raw handoff floor; >= 30M msg/s of 32 bytes), and writes
+//! `target/ipc/<timestamp>/summary.json`, pointed at by the symlink `target/ipc/latest`.
+//!
+//! Throughput: for each message size, [`RUNS`] runs over the IPC log alternate with as many over the SPSC
+//! ring (`benches/spsc`, a ring of one term's bytes; the same two threads, the same subscriber idling), so
+//! both see the same host. Each figure is the median of its runs; the slowest run is reported beside it
+//! (slowest / median).
 //!
 //! Knobs for exploring (not needed for the standard run): `QC_BENCH_TERM` (bytes, a power of two) overrides
 //! the term length of the throughput logs; `QC_BENCH_IDLE` the `PAUSE`s a throughput subscriber spends after
@@ -14,14 +21,17 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use clap::Parser;
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
-use quorumcast::ipc::{IpcPublication, OfferError};
+use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
 use quorumcast::log_buffer::LogConfig;
 use serde_json::json;
 
 mod common;
+mod spsc;
 use common::{host, median, new_histogram, record, write_summary, Cores};
+use spsc::{Consumer, Producer, SpscRing};
 
 /// Message sizes of the throughput runs, how many messages each run sends, and the term length of its log.
 ///
@@ -29,7 +39,7 @@ use common::{host, median, new_histogram, record, write_summary, Cores};
 /// 1 MiB terms they ran at half the rate. Small messages do better with 1 MiB terms (fewer rotations).
 const THROUGHPUT: [(usize, u64, usize); 3] =
     [(32, 20_000_000, 1 << 20), (128, 10_000_000, 1 << 20), (1344, 2_000_000, 1 << 18)];
-/// Throughput runs per size; the median is reported.
+/// Measured throughput runs per size and medium; the median is reported, and the slowest beside it.
 const RUNS: usize = 5;
 /// `PAUSE`s (~14 ns each here) a throughput subscriber spends after a poll that found nothing.
 ///
@@ -52,10 +62,24 @@ const RTT_MESSAGE: usize = 32;
 const TARGET_RTT_RATIO: f64 = 2.0;
 const TARGET_MSGS_PER_S_32: f64 = 30e6;
 
+/// IPC throughput and ping-pong round trip beside floors measured in the same run on the same two threads:
+/// a raw one-cache-line handoff (round trip), a plain SPSC ring (throughput) and memcpy (bandwidth).
+#[derive(Debug, Parser)]
+#[command(name = "ipc", bin_name = "cargo bench --bench ipc --", args_override_self = true)]
+struct Cli {
+    /// A smoke run: a tenth of the messages, round trips and copies (its figures are not results).
+    #[arg(long)]
+    quick: bool,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() {
-    // cargo passes `--bench`; there is nothing to configure on the command line.
+    let cli = Cli::parse();
+    let scale = if cli.quick { 10 } else { 1 };
     let cores = Cores::detect();
-    println!("ipc bench: {}", cores.describe());
+    println!("ipc bench{}: {}", if cli.quick { " (quick: a tenth of every count)" } else { "" }, cores.describe());
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         // Other work on the two cores distorts every figure here: say so when there is some.
         println!("load average before the run: {}", load.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
@@ -63,23 +87,23 @@ fn main() {
 
     if let Ok(only) = std::env::var("QC_BENCH_ONLY") {
         for &(size, count, term) in THROUGHPUT.iter().filter(|(size, ..)| only.contains(&size.to_string())) {
-            ipc_throughput(&cores, size, count, term_override().unwrap_or(term));
+            throughput(&cores, size, count / scale, term_override().unwrap_or(term));
         }
         return;
     }
-    let memcpy_8k = memcpy_gbps(8 * 1024);
-    let memcpy_64k = memcpy_gbps(64 * 1024);
-    let floor_rtt = raw_handoff_rtt(&cores);
-    let ipc_rtt = ipc_rtt(&cores);
-    let throughput: Vec<(usize, f64)> = THROUGHPUT
+    let memcpy_8k = memcpy_gbps(8 * 1024, scale);
+    let memcpy_64k = memcpy_gbps(64 * 1024, scale);
+    let round_trips = ROUND_TRIPS / scale as usize;
+    let floor_rtt = raw_handoff_rtt(&cores, round_trips);
+    let ipc_rtt = ipc_rtt(&cores, round_trips);
+    let throughput: Vec<Throughput> = THROUGHPUT
         .iter()
-        .map(|&(size, count, term)| (size, ipc_throughput(&cores, size, count, term_override().unwrap_or(term))))
+        .map(|&(size, count, term)| throughput(&cores, size, count / scale, term_override().unwrap_or(term)))
         .collect();
 
     let p = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q);
     let floor_p50 = p(&floor_rtt, 0.5);
     let rtt_ratio = p(&ipc_rtt, 0.5) as f64 / floor_p50 as f64;
-    let msgs_32 = throughput[0].1;
 
     println!();
     println!("{:<34} {:>14} {:>16}", "figure", "value", "vs floor");
@@ -97,15 +121,8 @@ fn main() {
             ""
         );
     }
-    for &(size, rate) in &throughput {
-        let mb = rate * size as f64 / 1e6;
-        println!(
-            "{:<34} {:>9.2} M/s {:>9.0} MB/s  {:.1}% of memcpy 64 KiB",
-            format!("IPC throughput {size} B"),
-            rate / 1e6,
-            mb,
-            100.0 * mb / 1e3 / memcpy_64k
-        );
+    for t in &throughput {
+        print_throughput(t, memcpy_64k);
     }
     println!();
     let verdict = |ok: bool| if ok { "PASS" } else { "MISS" };
@@ -114,30 +131,56 @@ fn main() {
         rtt_ratio,
         verdict(rtt_ratio <= TARGET_RTT_RATIO)
     );
+    let t32 = &throughput[0];
     println!(
-        "target: 32-byte throughput >= {:.0}M msg/s: {:.2}M  {}",
+        "target: 32-byte throughput >= {:.0}M msg/s: {:.2}M (median of {RUNS}; slowest {:.2}M, {:.2}x the median)  {}",
         TARGET_MSGS_PER_S_32 / 1e6,
-        msgs_32 / 1e6,
-        verdict(msgs_32 >= TARGET_MSGS_PER_S_32)
+        t32.ipc.median() / 1e6,
+        t32.ipc.slowest() / 1e6,
+        t32.ipc.slowest_over_median(),
+        verdict(t32.ipc.median() >= TARGET_MSGS_PER_S_32)
     );
 
-    let by_size = |f: &dyn Fn(usize, f64) -> f64| -> serde_json::Map<String, serde_json::Value> {
-        throughput.iter().map(|&(size, rate)| (size.to_string(), json!(f(size, rate)))).collect()
+    let by_size = |f: &dyn Fn(&Throughput) -> serde_json::Value| -> serde_json::Map<String, serde_json::Value> {
+        throughput.iter().map(|t| (t.size.to_string(), f(t))).collect()
     };
     let summary = json!({
-        "throughput_msgs_per_s": by_size(&|_, rate| rate),
-        "mb_per_s": by_size(&|size, rate| rate * size as f64 / 1e6),
+        "quick": cli.quick,
+        "throughput_msgs_per_s": by_size(&|t| json!(t.ipc.median())),
+        "mb_per_s": by_size(&|t| json!(t.ipc.median() * t.size as f64 / 1e6)),
+        "throughput": by_size(&Throughput::to_json),
         "rtt_ns": {
             "p50": p(&ipc_rtt, 0.5), "p90": p(&ipc_rtt, 0.9), "p99": p(&ipc_rtt, 0.99),
-            "p999": p(&ipc_rtt, 0.999), "max": p(&ipc_rtt, 1.0),
+            "p999": p(&ipc_rtt, 0.999), "max": p(&ipc_rtt, 1.0), "round_trips": ipc_rtt.len(),
         },
-        "floor": { "rtt_ns_p50": floor_p50, "memcpy_gbps": memcpy_64k },
+        "floor": {
+            "rtt_ns_p50": floor_p50,
+            "memcpy_gbps": memcpy_64k,
+            "spsc_msgs_per_s": by_size(&|t| json!(t.spsc.median())),
+        },
         "host": host(),
     });
     match write_summary("ipc", &summary) {
         Ok(path) => println!("wrote {}", path.display()),
         Err(e) => eprintln!("could not write the summary: {e}"),
     }
+}
+
+/// One line of the table: the IPC log's median beside the SPSC ring's, and its slowest run.
+fn print_throughput(t: &Throughput, memcpy_64k: f64) {
+    let (ipc, spsc) = (t.ipc.median(), t.spsc.median());
+    println!("{:<34} {:>9.2} M/s {:>9.2}x", format!("floor: SPSC ring {} B", t.size), spsc / 1e6, 1.0);
+    let mb = ipc * t.size as f64 / 1e6;
+    println!(
+        "{:<34} {:>9.2} M/s {:>9.2}x  slowest of {RUNS} {:.2}M ({:.2}x the median); {:.0} MB/s, {:.1}% of memcpy 64 KiB",
+        format!("IPC throughput {} B", t.size),
+        ipc / 1e6,
+        ipc / spsc,
+        t.ipc.slowest() / 1e6,
+        t.ipc.slowest_over_median(),
+        mb,
+        100.0 * mb / 1e3 / memcpy_64k
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -149,13 +192,14 @@ fn main() {
 #[derive(Clone, Copy)]
 struct Block([u8; 64]);
 
-/// Hot copy bandwidth between two 64-byte-aligned buffers of `length` bytes, GB/s (median of 5).
-fn memcpy_gbps(length: usize) -> f64 {
+/// Hot copy bandwidth between two 64-byte-aligned buffers of `length` bytes, GB/s (median of 5 runs of
+/// 4 GiB each, divided by `scale`).
+fn memcpy_gbps(length: usize, scale: u64) -> f64 {
     let mut src = vec![Block([1; 64]); length / 64];
     let mut dst = vec![Block([0; 64]); length / 64];
     let mut runs = Vec::new();
     for _ in 0..5 {
-        let copies = (1usize << 32) / length; // 4 GiB per run
+        let copies = (1usize << 32) / length / scale as usize; // 4 GiB per run
         let start = Instant::now();
         for i in 0..copies {
             let n = src.len();
@@ -178,10 +222,10 @@ struct Slot {
 /// Ping-pong of 32 bytes through one cache line per direction, the floor of any handoff between the two
 /// threads: write the payload, release-store the sequence; the other side spins on the sequence, reads
 /// the payload and answers the same way.
-fn raw_handoff_rtt(cores: &Cores) -> Histogram<u64> {
+fn raw_handoff_rtt(cores: &Cores, round_trips: usize) -> Histogram<u64> {
     let ping = CachePadded::new(Slot::default());
     let pong = CachePadded::new(Slot::default());
-    let total = (WARM_UP_ROUND_TRIPS + ROUND_TRIPS) as u64;
+    let total = (WARM_UP_ROUND_TRIPS + round_trips) as u64;
     let (histogram, ()) = cores.run(
         || {
             let mut histogram = new_histogram();
@@ -236,13 +280,14 @@ fn offer_spinning(publication: &mut IpcPublication, message: &[u8]) {
     }
 }
 
-/// Ping-pong RTT of 32-byte messages over two IPC logs, busy-polling both sides.
-fn ipc_rtt(cores: &Cores) -> Histogram<u64> {
+/// Ping-pong RTT of 32-byte messages over two IPC logs, busy-polling both sides: `round_trips` measured
+/// after the warm-up.
+fn ipc_rtt(cores: &Cores, round_trips: usize) -> Histogram<u64> {
     let mut ping = IpcPublication::create_anonymous(log_config(RTT_TERM, 1)).unwrap();
     let mut ping_sub = ping.subscribe().unwrap();
     let mut pong = IpcPublication::create_anonymous(log_config(RTT_TERM, 2)).unwrap();
     let mut pong_sub = pong.subscribe().unwrap();
-    let total = WARM_UP_ROUND_TRIPS + ROUND_TRIPS;
+    let total = WARM_UP_ROUND_TRIPS + round_trips;
     let (histogram, ()) = cores.run(
         || {
             let mut histogram = new_histogram();
@@ -271,51 +316,153 @@ fn ipc_rtt(cores: &Cores) -> Histogram<u64> {
     histogram
 }
 
-/// Messages per second from a publisher offering `count` messages of `size` bytes as fast as it can to a
-/// subscriber polling with a large fragment limit (median of [`RUNS`]; the first run also faults the log in).
-fn ipc_throughput(cores: &Cores, size: usize, count: u64, term_length: usize) -> f64 {
+// ---------------------------------------------------------------------------------------------------
+// Throughput: the IPC log beside the SPSC ring
+// ---------------------------------------------------------------------------------------------------
+
+/// The rates of the measured runs of one throughput figure, messages per second.
+struct Runs(Vec<f64>);
+
+impl Runs {
+    fn median(&self) -> f64 {
+        median(self.0.clone())
+    }
+
+    fn slowest(&self) -> f64 {
+        self.0.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    /// The slowest run over the median: how far one run can fall on this host now.
+    fn slowest_over_median(&self) -> f64 {
+        self.slowest() / self.median()
+    }
+
+    /// `35.10M 36.02M ...`, in run order.
+    fn describe(&self) -> String {
+        self.0.iter().map(|r| format!("{:.2}M", r / 1e6)).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// The throughput of one message size over the IPC log and over the SPSC ring, run for run.
+struct Throughput {
+    size: usize,
+    ipc: Runs,
+    spsc: Runs,
+}
+
+impl Throughput {
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "median_msgs_per_s": self.ipc.median(),
+            "slowest_msgs_per_s": self.ipc.slowest(),
+            "slowest_over_median": self.ipc.slowest_over_median(),
+            "runs": self.ipc.0,
+            "spsc_median_msgs_per_s": self.spsc.median(),
+            "spsc_runs": self.spsc.0,
+            "ratio_to_spsc": self.ipc.median() / self.spsc.median(),
+        })
+    }
+}
+
+/// The publishing end of a throughput run.
+trait Sink: Send {
+    /// Hands `message` over, spinning while the medium is full.
+    fn offer_spinning(&mut self, message: &[u8]);
+}
+
+/// The subscribing end of a throughput run.
+trait Source: Send {
+    /// Hands every message available (up to a large limit) to `handler`; returns how many.
+    fn poll(&mut self, handler: impl FnMut(&[u8])) -> usize;
+}
+
+impl Sink for IpcPublication {
+    #[inline]
+    fn offer_spinning(&mut self, message: &[u8]) {
+        offer_spinning(self, message);
+    }
+}
+
+impl Source for IpcSubscription {
+    #[inline]
+    fn poll(&mut self, handler: impl FnMut(&[u8])) -> usize {
+        IpcSubscription::poll(self, handler, 1 << 20)
+    }
+}
+
+impl Sink for Producer<'_> {
+    #[inline]
+    fn offer_spinning(&mut self, message: &[u8]) {
+        while !self.push(message) {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Source for Consumer<'_> {
+    #[inline]
+    fn poll(&mut self, handler: impl FnMut(&[u8])) -> usize {
+        self.drain(handler)
+    }
+}
+
+/// [`RUNS`] runs of `count` messages of `size` bytes over the IPC log (term `term_length`) and, in
+/// alternation (the host drifts), over an SPSC ring of as many bytes as one term; each after one warm-up
+/// run of a tenth of the count that also faults its memory in. Prints the runs.
+fn throughput(cores: &Cores, size: usize, count: u64, term_length: usize) -> Throughput {
     let mut publication = IpcPublication::create_anonymous(log_config(term_length, 3)).unwrap();
-    let mut sub = publication.subscribe().unwrap();
-    let mut runs = Vec::new();
+    let mut subscription = publication.subscribe().unwrap();
+    let mut ring = SpscRing::new(size, term_length);
+    let mut ipc_run = |count| run_once(cores, &mut publication, &mut subscription, size, count);
+    let mut spsc_run = |count| {
+        let (mut producer, mut consumer) = ring.split();
+        run_once(cores, &mut producer, &mut consumer, size, count)
+    };
+    ipc_run((count / 10).max(1));
+    spsc_run((count / 10).max(1));
+    let (mut ipc, mut spsc) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
     for _ in 0..RUNS {
-        let (start, (end, checksum)) = cores.run(
-            || {
-                let mut message = vec![0u8; size];
-                let start = Instant::now();
-                for i in 0..count {
-                    message[0] = i as u8;
-                    offer_spinning(&mut publication, &message);
-                }
-                start
-            },
-            || {
-                let mut received = 0u64;
-                let mut checksum = 0u64;
-                let idle: u32 =
-                    std::env::var("QC_BENCH_IDLE").ok().and_then(|t| t.parse().ok()).unwrap_or(SUBSCRIBER_IDLE_PAUSES);
-                while received < count {
-                    if sub.poll(
-                        |m| {
-                            received += 1;
-                            checksum = checksum.wrapping_add(m[0] as u64 + m.len() as u64);
-                        },
-                        1 << 20,
-                    ) == 0
-                    {
-                        for _ in 0..idle {
-                            std::hint::spin_loop();
-                        }
+        ipc.push(ipc_run(count));
+        spsc.push(spsc_run(count));
+    }
+    let (ipc, spsc) = (Runs(ipc), Runs(spsc));
+    println!("throughput {size:>4} B, term {term_length}: IPC {} msg/s; SPSC ring {}", ipc.describe(), spsc.describe());
+    Throughput { size, ipc, spsc }
+}
+
+/// Messages per second from `sink`, offering `count` messages of `size` bytes as fast as it can on the
+/// first thread, to `source`, polled on the second; from the first offer to the receipt of the last.
+fn run_once(cores: &Cores, sink: &mut impl Sink, source: &mut impl Source, size: usize, count: u64) -> f64 {
+    let idle: u32 = std::env::var("QC_BENCH_IDLE").ok().and_then(|t| t.parse().ok()).unwrap_or(SUBSCRIBER_IDLE_PAUSES);
+    let (start, (end, checksum)) = cores.run(
+        || {
+            let mut message = vec![0u8; size];
+            let start = Instant::now();
+            for i in 0..count {
+                message[0] = i as u8;
+                sink.offer_spinning(&message);
+            }
+            start
+        },
+        || {
+            let mut received = 0u64;
+            let mut checksum = 0u64;
+            while received < count {
+                let polled = source.poll(|m| {
+                    received += 1;
+                    checksum = checksum.wrapping_add(m[0] as u64 + m.len() as u64);
+                });
+                if polled == 0 {
+                    for _ in 0..idle {
+                        std::hint::spin_loop();
                     }
                 }
-                (Instant::now(), checksum)
-            },
-        );
-        black_box(checksum);
-        runs.push(count as f64 / end.duration_since(start).as_secs_f64());
-    }
-    let rates: Vec<String> = runs.iter().map(|r| format!("{:.2}M", r / 1e6)).collect();
-    println!("throughput {size:>4} B, term {term_length}: {} msg/s", rates.join(" "));
-    median(runs)
+            }
+            (Instant::now(), checksum)
+        },
+    );
+    black_box(checksum);
+    count as f64 / end.duration_since(start).as_secs_f64()
 }
 
 // ---------------------------------------------------------------------------------------------------

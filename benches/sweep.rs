@@ -1,6 +1,6 @@
-//! `cargo bench --bench sweep -- [--quick|--full] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff]
+//! `cargo bench --bench sweep -- [--quick|--full|--tiny] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff]
 //! [--msg 32,128,224,512,1344] [--send-mode classic,mmsg,gso] [--control separate,piggyback]
-//! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]`
+//! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]` (`-- --help` lists them).
 //!
 //! The model against a running 3-node loopback cluster (see `quorumcast::sweep`). With no arguments it runs
 //! the quick profile (about 2 minutes on a 2-core machine); `--full` runs MODEL.md's whole table (about
@@ -10,14 +10,85 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use quorumcast::sweep::{parse_args, run};
 
+/// The model `(S - C) / D x M_pkt` against a running 3-node loopback cluster: this host's S and C, then
+/// per configuration the cluster's capacity mu beside the prediction, the stage that saturated first, and
+/// the latency at each utilization rho.
+///
+/// A profile picks the grid and the timings (quick when none is given; the last one given wins); each list
+/// then replaces that axis of the grid.
+#[derive(Debug, Parser)]
+#[command(name = "sweep", bin_name = "cargo bench --bench sweep --", args_override_self = true)]
+struct Cli {
+    /// The quick profile (the default): MTU 1408 and 8192, backoff, 128 B, every send mode and commit
+    /// mode, rho 0.1-0.9 in steps of 0.2; a few minutes on 2 cores.
+    #[arg(long, overrides_with_all = ["full", "tiny"])]
+    quick: bool,
+    /// MODEL.md's whole table: 3 idle strategies, all 5 message sizes, rho 0.1-0.9 in steps of 0.1.
+    #[arg(long, overrides_with_all = ["quick", "tiny"])]
+    full: bool,
+    /// The test suite's profile: one configuration, two points, a few seconds.
+    #[arg(long, overrides_with_all = ["quick", "full"])]
+    tiny: bool,
+    /// MTUs (bytes), e.g. `1408,8192`.
+    #[arg(long, value_name = "LIST")]
+    mtu: Option<String>,
+    /// Consensus idle strategies, e.g. `noop,sleep-ns:1000,backoff`.
+    #[arg(long, value_name = "LIST")]
+    idle: Option<String>,
+    /// Message sizes (bytes), e.g. `32,128,224,512,1344`.
+    #[arg(long, value_name = "LIST")]
+    msg: Option<String>,
+    /// Send modes: `classic`, `mmsg`, `gso`.
+    #[arg(long, value_name = "LIST")]
+    send_mode: Option<String>,
+    /// Commit frames: `separate`, `piggyback`.
+    #[arg(long, value_name = "LIST")]
+    control: Option<String>,
+    /// Utilizations of the latency points, e.g. `0.1,0.3,0.5,0.7,0.9`.
+    #[arg(long, value_name = "LIST")]
+    rho: Option<String>,
+    /// Where the report directories and the `latest` link go [default: target/sweep].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+impl Cli {
+    /// The arguments in the spelling of [`parse_args`], which turns them into the sweep's options (the
+    /// one reading of the lists, the one the tests check): clap owns the syntax (`--mtu=1408`, `--help`,
+    /// misspelt flags), the library the meaning.
+    fn to_args(&self) -> Vec<String> {
+        let profile = [("--quick", self.quick), ("--full", self.full), ("--tiny", self.tiny)];
+        let lists = [
+            ("--mtu", &self.mtu),
+            ("--idle", &self.idle),
+            ("--msg", &self.msg),
+            ("--send-mode", &self.send_mode),
+            ("--control", &self.control),
+            ("--rho", &self.rho),
+        ];
+        let out = self.out.as_ref().map(|dir| dir.to_string_lossy().into_owned());
+        let mut args: Vec<String> = profile.iter().filter(|(_, on)| *on).map(|(flag, _)| flag.to_string()).collect();
+        for (flag, value) in lists.into_iter().chain([("--out", &out)]) {
+            if let Some(value) = value {
+                args.extend([flag.to_string(), value.clone()]);
+            }
+        }
+        args
+    }
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cli = Cli::parse();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let options = match parse_args(&args, &target.join("sweep")) {
+    let options = match parse_args(&cli.to_args(), &target.join("sweep")) {
         Ok(options) => options,
         Err(e) => {
             eprintln!("{e}");

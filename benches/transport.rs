@@ -1,12 +1,13 @@
 //! Transport benchmark (issue 3): BASELINE.md's segments over our UDP stream and our IPC medium, the raw
-//! datagram rate of our Sender in each send mode next to bare `sendmsg`, and our request round trip next
-//! to a bare UDP ping-pong, all in one run.
+//! datagram rate of our Sender in each send mode next to bare `sendmsg`, our request round trip next to a
+//! bare UDP ping-pong, and one publication streaming to one subscriber next to the model, all in one run.
 //!
-//! Run with `cargo bench --bench transport` (`-- --quick` cuts every count and window by 10x for a smoke
-//! run). Exactly two busy threads, pinned to cores 0 and 1 when the host allows. Prints the segment table
-//! in BASELINE.md's layout (BASELINE's figures are another system on another machine: reference only) and
-//! the sender-rate table with the two targets, and writes `target/transport/<timestamp>/summary.json`,
-//! pointed at by `target/transport/latest`.
+//! Run with `cargo bench --bench transport` (`-- --help` lists the options: `--part segments,rates,stream`
+//! picks parts, `--mtu`, `--msg`, `--send-mode` and `--seconds` shape the stream; `--quick` cuts every count
+//! and window by 10x for a smoke run). Exactly two busy threads, pinned to cores 0 and 1 when the host
+//! allows. Prints the segment table in BASELINE.md's layout (BASELINE's figures are another system on
+//! another machine: reference only), the round-trip table, the sender-rate table, the stream table and the
+//! targets, and writes `target/transport/<timestamp>/summary.json`, pointed at by `target/transport/latest`.
 //!
 //! How a segment runs over UDP: two nodes in one process, A and B, each with a Sender (one network
 //! publication to the other node), a Receiver (one channel from the other node) and a subscription. Thread
@@ -18,22 +19,32 @@
 //! The "datagram" and "stream" segments are the same publication -> subscription path (our log is a
 //! message stream either way); they differ only in sizes and counts, as in BASELINE.
 //!
+//! Round trips: every RTT figure (our UDP and IPC request round trips, and the bare UDP ping-pong floor)
+//! rests on [`RTT_ROUND_TRIPS`] (100k) round trips, in three runs, each of ours after one of the floor's,
+//! merged into one histogram; the table gives p50, p99, p99.9, max and mean. `--quick` takes 10k and says
+//! so.
+//!
 //! Sender rate: one publication per send mode and size, to two plain sockets that the second thread
 //! drains with `recvmmsg`; the bench thread keeps the log topped up with one frame of exactly the datagram
 //! size per message and acknowledges the Sender's own position about once a millisecond; both are kept
 //! out of the measured time. Windows of bare `sendmsg` (two connected sockets, alternated) run in the
 //! same rounds, so each point is read against the bare rate of its own round.
 //!
+//! Stream: see `benches/stream` (one row per MTU x message size x send mode, about 1.5 s each).
+//!
 //! Exploration knobs: `QC_BENCH_ONLY=<substring>` runs only the matching segments (and `QC_BENCH_RATES=1`
-//! adds the sender-rate part); `QC_BENCH_DIAG=1` prints counters after each segment and rate window.
+//! adds the sender-rate and stream parts); `QC_BENCH_DIAG=1` prints counters after each segment and rate
+//! window.
 
 mod common;
+mod stream;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{median, new_histogram, record, si, Cores, Percentiles};
+use clap::{Parser, ValueEnum};
+use common::{median, new_histogram, record, si, Cores, Percentiles, SetOnDrop};
 use hdrhistogram::Histogram;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::counters::Counter;
@@ -47,6 +58,7 @@ use quorumcast::sender::Sender;
 use quorumcast::transport::{RecvBatch, SendMode, SendOutcome, SocketOptions, UdpEndpoint};
 use serde_json::json;
 use socket2::SockAddr;
+use stream::StreamPlan;
 
 /// Stream id of every bench stream.
 const STREAM: i32 = 1001;
@@ -60,6 +72,9 @@ const REPEATS: usize = 3;
 const STALL: Duration = Duration::from_secs(30);
 /// Rounds of sender-rate windows (each round: bare, classic, mmsg, gso, one window each).
 const RATE_ROUNDS: usize = 5;
+/// Round trips behind every RTT figure (ours and the bare UDP ping-pong floor's), in [`REPEATS`] runs
+/// interleaved with the floor's; `--quick` takes a tenth and says so.
+const RTT_ROUND_TRIPS: usize = 100_000;
 /// Targets.
 const TARGET_CLASSIC_OVER_BARE: f64 = 0.90;
 const TARGET_RTT_OVER_FLOOR: f64 = 1.5;
@@ -135,10 +150,10 @@ const SEGMENTS: [Segment; 6] = [
         baseline_inprocess: "5.77M msg/s (by reference)",
     },
     Segment {
-        name: "request RTT 64B x 2k",
+        name: "request RTT 64B x 100k",
         shape: Shape::Rtt,
         size: 64,
-        count: 2_000,
+        count: RTT_ROUND_TRIPS,
         geometry: Geometry::Small,
         baseline_tcp: "mean 86 · p50 81 · p99 165 us",
         baseline_inprocess: "mean 2 us",
@@ -177,16 +192,16 @@ const SEGMENTS: [Segment; 6] = [
 struct Figures {
     msgs_per_s: f64,
     mb_per_s: f64,
+    /// Round trips, for the RTT segment.
     rtt: Option<Percentiles>,
-    floor_p50_us: Option<f64>,
+    /// The bare UDP ping-pong's round trips, beside the UDP RTT segment.
+    floor: Option<Percentiles>,
 }
 
 impl Figures {
     fn describe(&self, shape: Shape) -> String {
         match (shape, &self.rtt) {
-            (Shape::Rtt, Some(rtt)) => {
-                format!("mean {:.1} · p50 {:.1} · p99 {:.1} us", rtt.mean, rtt.p50, rtt.p99)
-            }
+            (Shape::Rtt, Some(rtt)) => rtt.describe(),
             (Shape::Pipeline, _) => format!("{} op/s", si(self.msgs_per_s)),
             _ => format!("{} msg/s ({:.0} MB/s)", si(self.msgs_per_s), self.mb_per_s),
         }
@@ -464,11 +479,16 @@ fn respond(b: &mut dyn Side, stop: &AtomicBool) {
     }
 }
 
-/// One request at a time; returns the round-trip histogram (ns) of the `count` measured ones and the
-/// requests per second.
+/// Unmeasured round trips before `count` measured ones.
+fn warm_up(count: usize) -> usize {
+    (count / 10).max(100)
+}
+
+/// One request at a time; returns the round-trip histogram (ns) of the `count` measured ones (after
+/// [`warm_up`] more) and the requests per second.
 fn rtt(cores: &Cores, a: &mut dyn Side, b: &mut dyn Side, size: usize, count: usize) -> (Histogram<u64>, f64) {
     let stop = AtomicBool::new(false);
-    let warm_up = count / 2;
+    let warm_up = warm_up(count);
     let (result, ()) = cores.run(
         || {
             let mut histogram = new_histogram();
@@ -540,7 +560,7 @@ fn pipeline(cores: &Cores, a: &mut dyn Side, b: &mut dyn Side, size: usize, coun
 }
 
 /// Bare UDP ping-pong of `size` bytes between two non-blocking sockets busy-polled by the two threads;
-/// returns the round-trip histogram (ns) of `count` measured round trips.
+/// returns the round-trip histogram (ns) of `count` measured round trips (after [`warm_up`] more).
 fn udp_floor(cores: &Cores, size: usize, count: usize) -> Histogram<u64> {
     let ping = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let pong = UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -548,7 +568,7 @@ fn udp_floor(cores: &Cores, size: usize, count: usize) -> Histogram<u64> {
     pong.connect(ping.local_addr().unwrap()).unwrap();
     ping.set_nonblocking(true).unwrap();
     pong.set_nonblocking(true).unwrap();
-    let warm_up = count / 2;
+    let warm_up = warm_up(count);
     let total = warm_up + count;
     let (histogram, ()) = cores.run(
         || {
@@ -591,8 +611,10 @@ fn udp_floor(cores: &Cores, size: usize, count: usize) -> Histogram<u64> {
     histogram
 }
 
-/// Runs one segment over one pair: a warm-up run, then [`REPEATS`] measured ones; the median.
-/// For the RTT segment, each repetition is preceded by a bare UDP ping-pong floor run.
+/// Runs one segment over one pair. Throughput: a warm-up run, then [`REPEATS`] measured ones; the median.
+/// RTT: [`REPEATS`] runs of a third of the count each, every one preceded by as long a bare UDP ping-pong
+/// floor run when `with_floor` (the host drifts: both see it), their histograms merged, so each figure
+/// rests on the whole count.
 fn run_segment(
     cores: &Cores,
     segment: &Segment,
@@ -612,23 +634,23 @@ fn run_segment(
             Figures { msgs_per_s: rate, mb_per_s: rate * size as f64 / 1e6, ..Figures::default() }
         }
         Shape::Rtt => {
-            let mut runs = Vec::new();
-            let mut floors = Vec::new();
+            let per_run = count.div_ceil(REPEATS);
+            let (mut ours, mut floor) = (new_histogram(), new_histogram());
+            let mut rates = Vec::with_capacity(REPEATS);
             for _ in 0..REPEATS {
                 if with_floor {
-                    floors.push(Percentiles::of(&udp_floor(cores, size, count)).p50);
+                    floor.add(udp_floor(cores, size, per_run)).expect("histograms of the same bounds");
                 }
-                let (histogram, rate) = rtt(cores, a, b, size, count);
-                runs.push((Percentiles::of(&histogram), rate));
+                let (histogram, rate) = rtt(cores, a, b, size, per_run);
+                ours.add(histogram).expect("histograms of the same bounds");
+                rates.push(rate);
             }
-            // Report the run with the median p50, whole.
-            runs.sort_by(|x, y| x.0.p50.total_cmp(&y.0.p50));
-            let (percentiles, rate) = runs[runs.len() / 2];
+            let rate = median(rates);
             Figures {
                 msgs_per_s: rate,
                 mb_per_s: rate * size as f64 / 1e6,
-                rtt: Some(percentiles),
-                floor_p50_us: with_floor.then(|| median(floors)),
+                rtt: Some(Percentiles::of(&ours)),
+                floor: with_floor.then(|| Percentiles::of(&floor)),
             }
         }
         Shape::Pipeline => {
@@ -691,15 +713,6 @@ fn drain(endpoints: &[UdpEndpoint; 2], stop: &AtomicBool) {
         for endpoint in endpoints {
             let _ = endpoint.recv_batch(&mut batch);
         }
-    }
-}
-
-/// Sets its flag when dropped.
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -910,7 +923,7 @@ fn sender_rates(cores: &Cores, seconds: f64, rounds: usize) -> Vec<RatePoint> {
     let (points, ()) = cores.run(
         || {
             // Stops the drain however this thread ends (a panic included), so the run never hangs.
-            let _stop = StopOnDrop(&stop);
+            let _stop = SetOnDrop(&stop);
             let mut points = Vec::new();
             for (k, &datagram) in [1408usize, 8192].iter().enumerate() {
                 let bare: [UdpEndpoint; 2] = [0, 1].map(|i| {
@@ -992,14 +1005,14 @@ fn print_segment_table(rows: &[Row<'_>]) {
         "Segments (ours: this host, median of {REPEATS}; BASELINE: another system on another machine, reference only)"
     );
     println!(
-        "| {:<40} | {:<36} | {:<30} | {:<30} | {:<28} |",
+        "| {:<40} | {:<56} | {:<56} | {:<30} | {:<28} |",
         "segment", "our UDP", "our IPC", "BASELINE TCP loopback (ref)", "BASELINE InProcess (ref)"
     );
-    println!("|{:-<42}|{:-<38}|{:-<32}|{:-<32}|{:-<30}|", "", "", "", "", "");
+    println!("|{:-<42}|{:-<58}|{:-<58}|{:-<32}|{:-<30}|", "", "", "", "", "");
     for row in rows {
         let ipc = row.ipc.as_ref().map_or("n/a (IPC not on main yet)".to_string(), |f| f.describe(row.segment.shape));
         println!(
-            "| {:<40} | {:<36} | {:<30} | {:<30} | {:<28} |",
+            "| {:<40} | {:<56} | {:<56} | {:<30} | {:<28} |",
             row.segment.name,
             row.udp.describe(row.segment.shape),
             ipc,
@@ -1060,34 +1073,137 @@ fn print_rate_table(points: &[RatePoint]) -> bool {
     pass
 }
 
-fn main() {
-    // cargo passes `--bench`; only `--quick` means anything here.
-    let quick = std::env::args().any(|a| a == "--quick");
-    let scale = if quick { 10 } else { 1 };
-    let cores = Cores::detect();
-    let started = Instant::now();
-    println!("transport bench{}: {}", if quick { " (quick)" } else { "" }, cores.describe());
+/// Every round-trip figure: ours over UDP and IPC, and the bare UDP ping-pong floor.
+fn print_rtt_table(rows: &[Row<'_>], quick: bool) {
+    let mut figures = Vec::new();
+    for row in rows.iter().filter(|r| r.segment.shape == Shape::Rtt) {
+        figures.extend(row.udp.rtt.map(|p| ("our UDP request", p)));
+        figures.extend(row.ipc.as_ref().and_then(|f| f.rtt).map(|p| ("our IPC request", p)));
+        figures.extend(row.udp.floor.map(|p| ("bare UDP ping-pong (floor)", p)));
+    }
+    if figures.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "Round trips, {} B, one at a time ({} runs interleaved with the floor's, merged){}",
+        SEGMENTS.iter().find(|s| s.shape == Shape::Rtt).map_or(0, |s| s.size),
+        REPEATS,
+        if quick { "; quick: fewer round trips than the 100k a figure needs, not a result" } else { "" }
+    );
+    println!(
+        "| {:<28} | {:>11} | {:>9} | {:>9} | {:>9} | {:>9} | {:>9} |",
+        "round trip", "round trips", "p50 us", "p99 us", "p99.9 us", "max us", "mean us"
+    );
+    println!("|{:-<30}|{:->13}|{:->11}|{:->11}|{:->11}|{:->11}|{:->11}|", "", ":", ":", ":", ":", ":", ":");
+    for (name, p) in figures {
+        println!(
+            "| {name:<28} | {:>11} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} |",
+            p.count, p.p50, p.p99, p.p999, p.max, p.mean
+        );
+    }
+}
 
-    // 1 and 3: segments over UDP, then over IPC (in the same round, as BASELINE runs TCP then InProcess);
-    // the bare UDP ping-pong floor beside the UDP RTT segment.
+/// The parts of the bench.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Part {
+    /// BASELINE.md's segments over UDP and IPC, with the RTT figures and the bare UDP ping-pong floor.
+    Segments,
+    /// The Sender's raw datagram rate in each send mode beside bare `sendmsg`.
+    Rates,
+    /// One publication streaming to one subscriber (D = 1) beside the model's (S - C) / 1 x M_pkt.
+    Stream,
+}
+
+/// BASELINE.md's segments over our UDP stream and our IPC medium, the Sender's raw datagram rate beside
+/// bare `sendmsg`, and a publication streaming to one subscriber beside the model, in one run.
+#[derive(Debug, Parser)]
+#[command(name = "transport", bin_name = "cargo bench --bench transport --", args_override_self = true)]
+struct Cli {
+    /// A smoke run: a tenth of every count and window (an RTT figure then rests on 10k round trips, not
+    /// the 100k of a result) and 0.2 s per stream row.
+    #[arg(long)]
+    quick: bool,
+    /// The parts to run, comma-separated [default: all].
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    part: Vec<Part>,
+    /// Stream: MTUs (bytes).
+    #[arg(long, value_delimiter = ',', value_name = "LIST", default_value = "1408,8192")]
+    mtu: Vec<usize>,
+    /// Stream: message sizes (bytes, at least 8).
+    #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = message_size,
+          default_value = "32,128,224,512,1344")]
+    msg: Vec<usize>,
+    /// Stream: send modes (`classic`, `mmsg`, `gso`) [default: classic and the best this kernel supports:
+    /// gso, else mmsg].
+    #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = str::parse::<SendMode>)]
+    send_mode: Vec<SendMode>,
+    /// Stream: seconds each row streams [default: 1, or 0.2 with --quick].
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    seconds: Option<f64>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+impl Cli {
+    fn runs(&self, part: Part) -> bool {
+        self.part.is_empty() || self.part.contains(&part)
+    }
+
+    fn stream_plan(&self) -> StreamPlan {
+        let seconds = self.seconds.unwrap_or(if self.quick { 0.2 } else { 1.0 });
+        StreamPlan {
+            mtus: self.mtu.clone(),
+            msgs: self.msg.clone(),
+            modes: if self.send_mode.is_empty() { StreamPlan::default_modes() } else { self.send_mode.clone() },
+            window: Duration::from_secs_f64(seconds),
+            s_window: Duration::from_millis(if self.quick { 30 } else { 100 }),
+            s_windows: if self.quick { 1 } else { 3 },
+        }
+    }
+}
+
+/// A message size the stream can number: at least 8 bytes.
+fn message_size(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(size) if size >= 8 => Ok(size),
+        Ok(_) => Err("messages carry an 8-byte sequence number: use 8 or more".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A positive number of seconds.
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() => Ok(s),
+        Ok(_) => Err("give a positive number of seconds".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Runs every segment over UDP, then over IPC (in the same round, as BASELINE runs TCP then InProcess),
+/// the bare UDP ping-pong floor beside the UDP RTT segment; `only` keeps the segments whose name
+/// contains it.
+fn run_segments(cores: &Cores, scale: usize, only: Option<&str>) -> Vec<Row<'static>> {
     let (mut small_a, mut small_b) = udp_pair(Geometry::Small);
     let (mut large_a, mut large_b) = udp_pair(Geometry::Large);
     let (mut ipc_small_a, mut ipc_small_b) = ipc_pair(Geometry::Small);
     let (mut ipc_large_a, mut ipc_large_b) = ipc_pair(Geometry::Large);
     let mut rows = Vec::new();
-    let only = std::env::var("QC_BENCH_ONLY").ok();
     let diagnose = std::env::var_os("QC_BENCH_DIAG").is_some();
-    for segment in SEGMENTS.iter().filter(|s| only.as_ref().is_none_or(|o| s.name.contains(o.as_str()))) {
+    for segment in SEGMENTS.iter().filter(|s| only.is_none_or(|o| s.name.contains(o))) {
         let mtu = segment.geometry.mtu();
         let (a, b): (&mut dyn Side, &mut dyn Side) = match segment.geometry {
             Geometry::Small => (&mut small_a, &mut small_b),
             Geometry::Large => (&mut large_a, &mut large_b),
         };
         let t = Instant::now();
-        let udp = run_segment(&cores, segment, a, b, mtu, scale, segment.shape == Shape::Rtt);
-        let floor = udp.floor_p50_us.map_or(String::new(), |f| format!(", bare UDP ping-pong p50 {f:.1} us"));
+        let udp = run_segment(cores, segment, a, b, mtu, scale, segment.shape == Shape::Rtt);
+        let trips = udp.rtt.map_or(String::new(), |p| format!(", {} round trips", p.count));
+        let floor = udp.floor.map_or(String::new(), |f| format!(", bare UDP ping-pong {}", f.describe()));
         println!(
-            "udp  {:<40} {:<40} ({:.1} s{floor})",
+            "udp  {:<40} {:<48} ({:.1} s{trips}{floor})",
             segment.name,
             udp.describe(segment.shape),
             t.elapsed().as_secs_f64()
@@ -1100,41 +1216,38 @@ fn main() {
             Geometry::Large => (&mut ipc_large_a, &mut ipc_large_b),
         };
         let t = Instant::now();
-        let ipc = run_segment(&cores, segment, a, b, mtu, scale, false);
-        println!("ipc  {:<40} {:<40} ({:.1} s)", segment.name, ipc.describe(segment.shape), t.elapsed().as_secs_f64());
+        let ipc = run_segment(cores, segment, a, b, mtu, scale, false);
+        println!("ipc  {:<40} {:<48} ({:.1} s)", segment.name, ipc.describe(segment.shape), t.elapsed().as_secs_f64());
         rows.push(Row { segment, udp, ipc: Some(ipc) });
     }
-    drop((small_a, small_b, large_a, large_b));
-    let rates_only = std::env::var_os("QC_BENCH_RATES").is_some();
-    if only.is_some() && !rates_only {
-        return;
-    }
+    rows
+}
 
-    // 2: sender raw datagram rate.
-    let seconds = if quick { 0.1 } else { 1.0 };
-    let points = sender_rates(&cores, seconds, RATE_ROUNDS);
-
-    print_segment_table(&rows);
-    let rates_pass = print_rate_table(&points);
+/// The PASS/MISS lines of the targets the run measured.
+fn print_targets(rows: &[Row<'_>], rates_pass: Option<bool>) {
     let verdict = |ok: bool| if ok { "PASS" } else { "MISS" };
     println!();
-    println!(
-        "target: classic Sender >= {:.0}% of bare sendmsg at every size: {}",
-        TARGET_CLASSIC_OVER_BARE * 100.0,
-        verdict(rates_pass)
-    );
+    if let Some(pass) = rates_pass {
+        println!(
+            "target: classic Sender >= {:.0}% of bare sendmsg at every size: {}",
+            TARGET_CLASSIC_OVER_BARE * 100.0,
+            verdict(pass)
+        );
+    }
     if let Some(rtt_row) = rows.iter().find(|r| r.segment.shape == Shape::Rtt) {
-        let (ours, floor) = (rtt_row.udp.rtt.expect("RTT figures").p50, rtt_row.udp.floor_p50_us.expect("a floor"));
+        let (ours, floor) = (rtt_row.udp.rtt.expect("RTT figures").p50, rtt_row.udp.floor.expect("a floor").p50);
         let rtt_ratio = ours / floor;
         println!(
             "target: request RTT p50 within {TARGET_RTT_OVER_FLOOR}x of the bare UDP ping-pong: {ours:.1} us vs floor {floor:.1} us = {rtt_ratio:.2}x  {}",
             verdict(rtt_ratio <= TARGET_RTT_OVER_FLOOR)
         );
     }
+}
 
-    // 5: summary.json
+/// The segments as `summary.json`'s `segments` array.
+fn segments_json(rows: &[Row<'_>]) -> serde_json::Value {
     let mut segments = Vec::new();
-    for row in &rows {
+    for row in rows {
         for (medium, figures) in [("udp", Some(&row.udp)), ("ipc", row.ipc.as_ref())] {
             let Some(f) = figures else { continue };
             let mut entry = json!({
@@ -1144,13 +1257,21 @@ fn main() {
                 "mb_per_s": f.mb_per_s,
             });
             if let Some(rtt) = f.rtt {
-                entry["rtt_us"] =
-                    json!({ "p50": rtt.p50, "p99": rtt.p99, "mean": rtt.mean, "floor_p50": f.floor_p50_us });
+                entry["rtt_us"] = rtt.to_json();
+            }
+            if let Some(floor) = f.floor {
+                entry["rtt_us"]["floor_p50"] = json!(floor.p50);
+                entry["floor_rtt_us"] = floor.to_json();
             }
             segments.push(entry);
         }
     }
-    let sender_rate: Vec<serde_json::Value> = points
+    segments.into()
+}
+
+/// The sender-rate points as `summary.json`'s `sender_rate` array.
+fn sender_rate_json(points: &[RatePoint]) -> serde_json::Value {
+    points
         .iter()
         .filter_map(|p| {
             p.mode.map(|mode| {
@@ -1164,8 +1285,45 @@ fn main() {
                 })
             })
         })
-        .collect();
-    let summary = json!({ "segments": segments, "sender_rate": sender_rate, "host": common::host() });
+        .collect()
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let scale = if cli.quick { 10 } else { 1 };
+    let cores = Cores::detect();
+    let started = Instant::now();
+    println!("transport bench{}: {}", if cli.quick { " (quick)" } else { "" }, cores.describe());
+
+    let only = std::env::var("QC_BENCH_ONLY").ok();
+    let rows = if cli.runs(Part::Segments) { run_segments(&cores, scale, only.as_deref()) } else { Vec::new() };
+    if only.is_some() && std::env::var_os("QC_BENCH_RATES").is_none() {
+        return;
+    }
+    let points = if cli.runs(Part::Rates) {
+        sender_rates(&cores, if cli.quick { 0.1 } else { 1.0 }, RATE_ROUNDS)
+    } else {
+        Vec::new()
+    };
+    let stream_rows = if cli.runs(Part::Stream) { stream::run(&cores, &cli.stream_plan()) } else { Vec::new() };
+
+    if !rows.is_empty() {
+        print_segment_table(&rows);
+        print_rtt_table(&rows, cli.quick);
+    }
+    let rates_pass = (!points.is_empty()).then(|| print_rate_table(&points));
+    if !stream_rows.is_empty() {
+        stream::print_table(&stream_rows, &cores);
+    }
+    print_targets(&rows, rates_pass);
+
+    let summary = json!({
+        "quick": cli.quick,
+        "segments": segments_json(&rows),
+        "sender_rate": sender_rate_json(&points),
+        "stream": stream::to_json(&stream_rows),
+        "host": common::host(),
+    });
     match common::write_summary("transport", &summary) {
         Ok(path) => println!("wrote {} ({:.0} s in all)", path.display(), started.elapsed().as_secs_f64()),
         Err(e) => eprintln!("could not write the summary: {e}"),

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
@@ -29,11 +30,19 @@ impl Cores {
         }
     }
 
-    /// Runs `a` on core 0 and `b` on core 1 (scoped threads) and returns both results.
+    /// The two core ids, when the threads are pinned.
+    pub fn ids(&self) -> Option<[usize; 2]> {
+        self.0.map(|[a, b]| [a.id, b.id])
+    }
+
+    /// Runs `a` on core 0 and `b` on core 1 (scoped threads) and returns both results. A pin the kernel
+    /// refuses is reported, and that thread runs unpinned.
     pub fn run<RA: Send, RB: Send>(&self, a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB + Send) -> (RA, RB) {
         let pin = |i: usize| {
-            if let Some(ids) = &self.0 {
-                core_affinity::set_for_current(ids[i]);
+            if let Some(ids) = self.ids() {
+                if let Err(e) = quorumcast::agent::pin_current_thread(ids[i]) {
+                    eprintln!("warning: bench thread {}: {e}; it runs unpinned", i + 1);
+                }
             }
         };
         std::thread::scope(|s| {
@@ -47,6 +56,16 @@ impl Cores {
             });
             (ha.join().expect("bench thread 1 panicked"), hb.join().expect("bench thread 2 panicked"))
         })
+    }
+}
+
+/// Sets its flag when dropped: a thread that holds one tells the other it has stopped however it ends (a
+/// panic included), so that the other never waits forever.
+pub struct SetOnDrop<'a>(pub &'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -67,23 +86,41 @@ pub struct Percentiles {
     pub p50: f64,
     /// 99th percentile, us.
     pub p99: f64,
+    /// 99.9th percentile, us.
+    pub p999: f64,
+    /// Largest sample, us.
+    pub max: f64,
     /// Mean, us.
     pub mean: f64,
+    /// Samples.
+    pub count: u64,
 }
 
 impl Percentiles {
-    /// p50, p99 and mean of a histogram recorded in nanoseconds.
+    /// The summary of a histogram recorded in nanoseconds.
     pub fn of(histogram: &Histogram<u64>) -> Self {
+        let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
         Self {
-            p50: histogram.value_at_quantile(0.5) as f64 / 1e3,
-            p99: histogram.value_at_quantile(0.99) as f64 / 1e3,
+            p50: us(0.5),
+            p99: us(0.99),
+            p999: us(0.999),
+            max: histogram.max() as f64 / 1e3,
             mean: histogram.mean() / 1e3,
+            count: histogram.len(),
         }
     }
 
-    /// `p50 8.1 us · p99 20.3 us · mean 9.0 us`.
+    /// `p50 8.1 · p99 20.3 · p99.9 41.0 · max 230.4 us`.
     pub fn describe(&self) -> String {
-        format!("p50 {:.1} us · p99 {:.1} us · mean {:.1} us", self.p50, self.p99, self.mean)
+        format!("p50 {:.1} · p99 {:.1} · p99.9 {:.1} · max {:.1} us", self.p50, self.p99, self.p999, self.max)
+    }
+
+    /// `{p50, p99, p999, max, mean, round_trips}`, microseconds.
+    pub fn to_json(self) -> serde_json::Value {
+        json!({
+            "p50": self.p50, "p99": self.p99, "p999": self.p999, "max": self.max, "mean": self.mean,
+            "round_trips": self.count,
+        })
     }
 }
 
