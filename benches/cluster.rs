@@ -12,6 +12,11 @@
 //!   per second, median of 3 windows;
 //! - serial offer-to-apply latency (one message at a time, until the leader applies it);
 //! - pipelined offer-to-apply latency with 256 messages in flight;
+//! - with authentication (`auth` rows: every datagram carries a keyed BLAKE3 tag), classic and mmsg (GSO
+//!   cannot tag each datagram) beside the same rows without, in the same run;
+//! - the stall of a stopped follower: at a paced 200k msg/s, member 2 is not run for 2 s, and the longest
+//!   time the leader's commit position stood still is reported before, during and after (`--no-stall`
+//!   skips it; `--only stall` runs only it);
 //! - the model's C: for each idle strategy of the leader's consensus agent, at a paced moderate load, the
 //!   leader Sender's control syscalls per second (and data syscalls, commit frames) per second.
 //!
@@ -97,6 +102,7 @@ struct Settings {
     quick: bool,
     only: Option<String>,
     skip_c: bool,
+    skip_stall: bool,
     warmup: Duration,
     window: Duration,
     windows: usize,
@@ -126,6 +132,9 @@ struct Cli {
     /// Skips the C runs (control syscalls per consensus idle strategy).
     #[arg(long = "no-c")]
     no_c: bool,
+    /// Skips the stopped-follower run (the longest gap between commits while one follower is stopped).
+    #[arg(long = "no-stall")]
+    no_stall: bool,
     /// Pins the bench and agent threads to cores 0 and 1 (see the layouts in the bench's docs).
     #[arg(long)]
     pin: bool,
@@ -137,12 +146,13 @@ struct Cli {
 impl Settings {
     /// The settings the command line asks for.
     fn from_args() -> Self {
-        let Cli { quick, only, no_c: skip_c, pin, bench: _ } = Cli::parse();
+        let Cli { quick, only, no_c: skip_c, no_stall: skip_stall, pin, bench: _ } = Cli::parse();
         if quick {
             Self {
                 quick,
                 only,
                 skip_c,
+                skip_stall,
                 warmup: Duration::from_millis(200),
                 window: Duration::from_millis(300),
                 windows: 3,
@@ -158,6 +168,7 @@ impl Settings {
                 quick,
                 only,
                 skip_c,
+                skip_stall,
                 warmup: Duration::from_millis(500),
                 window: Duration::from_secs(1),
                 windows: 3,
@@ -178,6 +189,11 @@ struct Variant {
     mtu: usize,
     mode: SendMode,
     piggyback: bool,
+    /// Every datagram tagged with a keyed BLAKE3 (`[channel] auth_key`).
+    auth: bool,
+    /// Status messages every 10 ms instead of 200 ms (as `tuning/cluster`): a stopped follower is noticed
+    /// after 30 ms.
+    fast_status: bool,
 }
 
 impl Variant {
@@ -190,7 +206,13 @@ impl Variant {
     }
 
     fn name(&self) -> String {
-        format!("mtu{} {} {}", self.mtu, self.mode.as_str(), self.control())
+        let auth = if self.auth { " auth" } else { "" };
+        format!("mtu{} {} {}{auth}", self.mtu, self.mode.as_str(), self.control())
+    }
+
+    /// A plain variant: no authentication.
+    const fn plain(mtu: usize, mode: SendMode, piggyback: bool) -> Self {
+        Self { mtu, mode, piggyback, auth: false, fast_status: false }
     }
 }
 
@@ -209,6 +231,9 @@ fn node_dir(run: &str, id: i32) -> PathBuf {
     base.join(format!("qc-bench-{}-{run}-{id}", std::process::id()))
 }
 
+/// The shared key of the authenticated variants (any 32 bytes; the bench measures the tag's cost).
+const AUTH_KEY: &str = "6a09e667bb67ae853c6ef372a54ff53a510e527f9b05688c1f83d9ab5be0cd19";
+
 fn channel(variant: &Variant) -> ChannelConfig {
     let term_length = 16 << 20;
     ChannelConfig {
@@ -217,6 +242,8 @@ fn channel(variant: &Variant) -> ChannelConfig {
         send_mode: variant.mode,
         receiver_window: 2 << 20,
         socket: SocketOptions { send_buffer: Some(4 << 20), receive_buffer: Some(4 << 20) },
+        auth: variant.auth.then(|| AUTH_KEY.parse().expect("a valid key")),
+        status_interval: Duration::from_millis(if variant.fast_status { 10 } else { 200 }),
         ..ChannelConfig::default()
     }
 }
@@ -312,6 +339,8 @@ fn idle() {
 #[derive(Default)]
 struct FollowerState {
     stop: AtomicBool,
+    /// A follower whose flag is set is not run at all (a stopped process, as far as its peers can tell).
+    paused: [AtomicBool; 2],
     applied: [AtomicU64; 2],
     out_of_order: AtomicU64,
     loops: AtomicU64,
@@ -471,6 +500,9 @@ fn drive_followers(
     while !state.stop.load(Ordering::Acquire) {
         let mut work = 0;
         for (i, node) in nodes.iter_mut().enumerate() {
+            if state.paused[i].load(Ordering::Acquire) {
+                continue;
+            }
             work += node.invoke().map_err(|e| e.to_string())?;
             let next = &mut next[i];
             work += node.poll_committed(4096, |entry| {
@@ -496,6 +528,62 @@ fn drive_followers(
         node.close().map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The stall a stopped follower causes: the longest time the leader's commit position stood still in
+/// each phase of a paced run (before, while member 2 is stopped, after it runs again).
+#[derive(Clone, Debug)]
+struct StallResult {
+    offered_per_s: f64,
+    /// Longest gap between commit advances on the leader, in ms: before, stopped, after.
+    gaps_ms: [f64; 3],
+    /// Committed messages per second in each phase.
+    committed_per_s: [f64; 3],
+    /// Whether member 2 was told it is behind the retained log (it was stopped long enough to be).
+    told_behind: bool,
+}
+
+/// Phases of the stall run: before, member 2 stopped for 2 s, after.
+const STALL_PHASES: [(&str, Duration); 3] =
+    [("before", Duration::from_secs(1)), ("stopped", Duration::from_secs(2)), ("after", Duration::from_secs(1))];
+
+/// Offered load of the stall run, messages per second: moderate, well below saturation.
+const STALL_RATE: f64 = 200_000.0;
+
+fn run_stall() -> Result<StallResult, String> {
+    let variant = Variant { fast_status: true, ..Variant::plain(1408, SendMode::Classic, false) };
+    let mut cluster = InvokerCluster::start("stall", variant)?;
+    let mut gaps_ms = [0f64; 3];
+    let mut committed_per_s = [0f64; 3];
+    for (phase, (_, length)) in STALL_PHASES.iter().enumerate() {
+        cluster.followers.paused[1].store(phase == 1, Ordering::Release);
+        let started = Instant::now();
+        let (offered_at_start, committed_at_start) = (cluster.offered, cluster.leader.commit_position());
+        let (mut commit, mut last_advance) = (committed_at_start, started);
+        let applied_at_start = cluster.applied;
+        while started.elapsed() < *length {
+            let due = offered_at_start + (started.elapsed().as_secs_f64() * STALL_RATE) as u64;
+            while cluster.offered < due && cluster.offer() {}
+            cluster.drive(|_| {});
+            let now = Instant::now();
+            let c = cluster.leader.commit_position();
+            if c > commit {
+                commit = c;
+                last_advance = now;
+            } else if cluster.offered > cluster.applied {
+                gaps_ms[phase] = gaps_ms[phase].max((now - last_advance).as_secs_f64() * 1e3);
+            }
+        }
+        committed_per_s[phase] = (cluster.applied - applied_at_start) as f64 / length.as_secs_f64();
+    }
+    let told_behind = counters_of(&cluster.run, 2).find("receiver behind-retained received").unwrap_or(0) > 0;
+    if std::env::var_os("QC_BENCH_DEBUG").is_some() {
+        for (id, snapshot) in cluster.snapshot().iter().enumerate() {
+            println!("node {id}: {:?}", snapshot.0.iter().filter(|(_, v)| *v != 0).collect::<Vec<_>>());
+        }
+    }
+    cluster.close()?;
+    Ok(StallResult { offered_per_s: STALL_RATE, gaps_ms, committed_per_s, told_behind })
 }
 
 /// What the saturation run found.
@@ -983,6 +1071,7 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
                 "msg": MESSAGE,
                 "send_mode": r.variant.mode.as_str(),
                 "control": r.variant.control(),
+                "auth": r.variant.auth,
                 "idle": "invoker: spin, yield when idle",
                 "layout": invoker_layout(settings),
                 "committed_msgs_per_s": r.saturation.median(),
@@ -1023,17 +1112,35 @@ fn variants(settings: &Settings) -> Vec<Variant> {
     let mut all = Vec::new();
     for mtu in [1408, 8192] {
         if settings.quick && settings.only.is_none() {
-            all.push(Variant { mtu, mode: SendMode::Classic, piggyback: false });
-            all.push(Variant { mtu, mode: SendMode::Gso, piggyback: true });
+            all.push(Variant::plain(mtu, SendMode::Classic, false));
+            all.push(Variant::plain(mtu, SendMode::Gso, true));
+            all.push(Variant { auth: true, ..Variant::plain(mtu, SendMode::Classic, false) });
             continue;
         }
         for mode in SendMode::ALL {
             for piggyback in [false, true] {
-                all.push(Variant { mtu, mode, piggyback });
+                all.push(Variant::plain(mtu, mode, piggyback));
             }
+        }
+        // With authentication: classic, and the best mode that can tag each datagram (GSO cannot: mmsg).
+        for mode in [SendMode::Classic, SendMode::Mmsg] {
+            all.push(Variant { auth: true, ..Variant::plain(mtu, mode, false) });
         }
     }
     all
+}
+
+fn print_stall(s: &StallResult) {
+    println!(
+        "\nStopped follower (mtu1408 classic separate, status interval 10 ms), paced at {}/s:",
+        rate(s.offered_per_s)
+    );
+    println!("| phase | seconds | committed /s | longest gap between commits on the leader |");
+    println!("|---|---:|---:|---:|");
+    for (i, (name, length)) in STALL_PHASES.iter().enumerate() {
+        println!("| {name} | {:.0} | {} | {:.2} ms |", length.as_secs_f64(), rate(s.committed_per_s[i]), s.gaps_ms[i]);
+    }
+    println!("member 2 told it is behind the retained log when it ran again: {}", s.told_behind);
 }
 
 fn selected(settings: &Settings, name: &str) -> bool {
@@ -1085,10 +1192,10 @@ fn main() {
     }
     let best = results
         .iter()
-        .filter(|r| r.variant.mtu == 8192)
+        .filter(|r| r.variant.mtu == 8192 && !r.variant.auth)
         .max_by(|a, b| a.saturation.median().total_cmp(&b.saturation.median()))
         .map(|r| r.variant);
-    let mut c_variants = vec![Variant { mtu: 1408, mode: SendMode::Classic, piggyback: false }];
+    let mut c_variants = vec![Variant::plain(1408, SendMode::Classic, false)];
     c_variants.extend(best.filter(|b| b.mode != SendMode::Classic || b.piggyback));
     println!("C layout: {}; paced at {C_RATE} msg/s", c_layout(&settings));
     let mut c_results = Vec::new();
@@ -1123,6 +1230,20 @@ fn main() {
         }
     }
     print_tables(&results, &c_results);
+    let stall = if settings.skip_stall || !selected(&settings, "stall") {
+        None
+    } else {
+        match run_stall() {
+            Ok(stall) => {
+                print_stall(&stall);
+                Some(stall)
+            }
+            Err(e) => {
+                println!("stall FAILED: {e}");
+                None
+            }
+        }
+    };
     let summary = json!({
         "bench": "cluster",
         "quick": settings.quick,
@@ -1131,6 +1252,14 @@ fn main() {
         "message_bytes": MESSAGE,
         "pinned": settings.pin,
         "rows": rows(&settings, &results, &c_results),
+        "stopped_follower": stall.map(|s| json!({
+            "variant": "mtu1408 classic separate, status_interval 10ms",
+            "offered_msgs_per_s": s.offered_per_s,
+            "phases": STALL_PHASES.iter().map(|(name, length)| json!({"phase": name, "seconds": length.as_secs_f64()})).collect::<Vec<_>>(),
+            "longest_commit_gap_ms": { "before": s.gaps_ms[0], "stopped": s.gaps_ms[1], "after": s.gaps_ms[2] },
+            "committed_msgs_per_s": { "before": s.committed_per_s[0], "stopped": s.committed_per_s[1], "after": s.committed_per_s[2] },
+            "told_behind_retained": s.told_behind,
+        })),
     });
     match write_summary("cluster", &summary) {
         Ok(path) => println!("\nsummary: {} ({:.0} s)", path.display(), started.elapsed().as_secs_f64()),

@@ -28,7 +28,7 @@ use socket2::SockAddr;
 use crate::channel::{ChannelConfig, ConfigError};
 use crate::clock::nanos;
 use crate::counters::Counter;
-use crate::event_log::{RateLimited, LOG_INTERVAL_NS};
+use crate::event_log::RateLimited;
 use crate::fault::FaultInjector;
 use crate::flow_control::{FlowControl, StatusChange};
 use crate::frame::{
@@ -912,14 +912,15 @@ impl NetworkPublication {
         }
     }
 
-    /// Tells receiver `d`, at most once a second, that its position `at` is older than anything the log
+    /// Tells receiver `d`, at most once per status interval (and logs it at most once a second), that its
+    /// position `at` is older than anything the log
     /// retains: its NAKs cannot be answered, and it does not hold the stream back (see
     /// [`FlowControl::limit`]). Logged here too, naming the positions.
     fn tell_behind(&mut self, d: usize, at: i64, now_ns: u64) {
         if now_ns < self.destinations[d].next_behind_ns {
             return;
         }
-        self.destinations[d].next_behind_ns = now_ns + LOG_INTERVAL_NS;
+        self.destinations[d].next_behind_ns = now_ns + nanos(self.config.status_interval);
         let c = *self.log.config();
         let (oldest, sender) = (self.oldest_retained(), self.sender_position);
         let frame = frame::BehindRetainedFrame {
