@@ -884,6 +884,74 @@ pub fn parse(datagram: &[u8]) -> Result<Frame<'_>, FrameError> {
     }
 }
 
+/// The data frames of one datagram, checked in one walk (see [`data_run`]): where they go in the log and
+/// what a receiver needs from them, so that it never walks them again before its one copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataRun {
+    /// The first frame's header: session, stream, term id and term offset of the whole run.
+    pub first: DataHeader,
+    /// Bytes of log the run covers: its frames aligned, a PAD's whole padding included.
+    pub span: usize,
+    /// The highest reserved value of its data frames (a piggybacked commit position), if it has one.
+    pub max_reserved: Option<i64>,
+}
+
+/// Checks that `datagram` is a run of data frames as a Sender sends them, in one walk, and describes it.
+///
+/// The rules: every frame is a data frame (`frame_length` at least 32) or a PAD; all of one session,
+/// stream and term; each at the term offset where the one before it ends, so the run is contiguous; each
+/// data frame whole within the datagram, and frames 32-byte aligned in it; a PAD (its header alone on
+/// the wire) only last, since it fills its term. So the datagram's bytes are the log's bytes from the
+/// first term offset on, and a receiver can copy them in one piece.
+pub fn data_run(datagram: &[u8]) -> Result<DataRun, FrameError> {
+    let first = parse_run_header(datagram)?;
+    let mut run = DataRun { first, span: 0, max_reserved: None };
+    let mut src = 0;
+    while src < datagram.len() {
+        let rest = &datagram[src..];
+        let header = if src == 0 { first } else { parse_run_header(rest)? };
+        let same = header.session_id == first.session_id
+            && header.stream_id == first.stream_id
+            && header.term_id == first.term_id;
+        let expected = i64::from(first.term_offset) + run.span as i64;
+        if !same || i64::from(header.term_offset) != expected {
+            return Err(FrameError::BadTermOffset { term_offset: header.term_offset });
+        }
+        let aligned = align_frame(header.frame_length as usize);
+        run.span += aligned;
+        if header.frame_type == TYPE_PAD {
+            if rest.len() > DATA_HEADER_LENGTH {
+                return Err(FrameError::BadLength {
+                    frame_type: TYPE_PAD,
+                    frame_length: header.frame_length,
+                    problem: LengthProblem::BeyondDatagram { have: rest.len() },
+                });
+            }
+            break;
+        }
+        run.max_reserved = Some(run.max_reserved.map_or(header.reserved_value, |m| m.max(header.reserved_value)));
+        src += aligned;
+    }
+    Ok(run)
+}
+
+/// Reads and checks the header of one frame of a data run: a data frame whole in `rest`, or a PAD.
+fn parse_run_header(rest: &[u8]) -> Result<DataHeader, FrameError> {
+    let common = peek_header(rest)?;
+    if common.frame_type != TYPE_DATA && common.frame_type != TYPE_PAD {
+        return Err(FrameError::UnknownType { frame_type: common.frame_type });
+    }
+    match parse_data_like(rest, &common)? {
+        Frame::Data { header, .. } | Frame::Pad(header) => Ok(header),
+        // A heartbeat (frame_length 0) stands alone; inside a run it is malformed.
+        _ => Err(FrameError::BadLength {
+            frame_type: common.frame_type,
+            frame_length: common.frame_length,
+            problem: LengthProblem::BelowMinimum { min: DATA_HEADER_LENGTH },
+        }),
+    }
+}
+
 /// Iterator over the frames of one datagram; see [`frames`].
 #[derive(Clone, Debug)]
 pub struct Frames<'a> {
@@ -1216,5 +1284,41 @@ mod tests {
             commit.encode(&mut storage[shift..]).unwrap();
             assert_eq!(parse(&storage[shift..]), Ok(Frame::CommitPosition(commit)));
         }
+    }
+
+    /// Two data frames at `offset` and after it, then optionally a PAD covering `pad` bytes.
+    fn run_bytes(offset: i32, second_offset: i32, pad: Option<usize>) -> Vec<u8> {
+        let mut bytes = vec![0u8; 256];
+        let first = DataHeader { reserved_value: 7, ..DataHeader::new(5, 6, 9, offset, UNFRAGMENTED) };
+        let n = encode_data(&mut bytes, &first, &[1; 40]).unwrap();
+        let second = DataHeader { reserved_value: 11, ..DataHeader::new(5, 6, 9, second_offset, UNFRAGMENTED) };
+        let at = align_frame(n);
+        let m = encode_data(&mut bytes[at..], &second, &[2; 10]).unwrap();
+        let mut end = at + m;
+        if let Some(pad) = pad {
+            end = at + align_frame(m);
+            let header = DataHeader { frame_type: TYPE_PAD, ..DataHeader::new(5, 6, 9, second_offset + 64, 0) };
+            end += encode_pad(&mut bytes[end..], &header, pad).unwrap();
+        }
+        bytes.truncate(end);
+        bytes
+    }
+
+    #[test]
+    fn a_data_run_is_checked_in_one_walk() {
+        let run = data_run(&run_bytes(1024, 1024 + 96, Some(4096))).unwrap();
+        assert_eq!((run.first.term_offset, run.span, run.max_reserved), (1024, 96 + 64 + 4096, Some(11)));
+        let run = data_run(&run_bytes(0, 96, None)).unwrap();
+        assert_eq!(run.span, 96 + 64, "the last frame may end unpadded");
+        assert!(data_run(&run_bytes(0, 128, None)).is_err(), "a gap inside the run");
+        let mut padded = run_bytes(0, 96, Some(64));
+        padded.extend_from_slice(&[0; 32]);
+        assert!(data_run(&padded).is_err(), "bytes after a PAD");
+        let mut other_session = run_bytes(0, 96, None);
+        other_session[96 + SESSION_ID_OFFSET] ^= 1;
+        assert!(data_run(&other_session).is_err(), "a frame of another session");
+        let mut heartbeat = run_bytes(0, 96, None);
+        heartbeat[96..100].copy_from_slice(&0i32.to_le_bytes());
+        assert!(data_run(&heartbeat).is_err(), "a heartbeat inside a run");
     }
 }

@@ -24,7 +24,7 @@
 
 use std::net::SocketAddr;
 
-use crate::frame::{align_frame, DataHeader, DATA_HEADER_LENGTH, TYPE_PAD};
+use crate::frame::{self, DataHeader, DataRun};
 use crate::log_buffer::descriptor::{position, position_bits_to_shift, term_id, term_offset};
 use crate::log_buffer::{ConsumerPosition, Gap, LogBuffer, TermRebuilder};
 
@@ -217,21 +217,29 @@ impl PublicationImage {
         self.status_requested = true;
     }
 
-    /// Inserts the frames of one data datagram that starts at `term_offset` of `term_id`.
-    pub fn insert(&mut self, header: &DataHeader, datagram: &[u8]) -> InsertOutcome {
-        let Some(span) = log_span(datagram) else {
-            return InsertOutcome::Malformed;
-        };
+    /// Checks the frames of one data datagram ([`frame::data_run`]) and inserts them; a datagram that
+    /// breaks a rule is [`InsertOutcome::Malformed`] and nothing of it is written.
+    pub fn insert(&mut self, datagram: &[u8]) -> InsertOutcome {
+        match frame::data_run(datagram) {
+            Ok(run) => self.insert_run(&run, datagram),
+            Err(_) => InsertOutcome::Malformed,
+        }
+    }
+
+    /// Inserts a datagram whose frames [`frame::data_run`] has checked, as `run` describes them: one copy
+    /// into the image, unless the datagram is a duplicate, impossible, or beyond the window.
+    pub fn insert_run(&mut self, run: &DataRun, datagram: &[u8]) -> InsertOutcome {
+        let header = &run.first;
         // Frames never cross a term's end (padding fills it): a datagram that does is impossible, not
         // merely ahead of the window or behind the rebuild position (which its aliased position may be).
         let Ok(term_offset) = usize::try_from(header.term_offset) else {
             return InsertOutcome::Malformed;
         };
-        if span > self.term_length.saturating_sub(term_offset) {
+        if run.span > self.term_length.saturating_sub(term_offset) {
             return InsertOutcome::Malformed;
         }
         let start = position(header.term_id, term_offset, self.initial_term_id, self.bits);
-        let end = start + span as i64;
+        let end = start + run.span as i64;
         if end <= self.rebuild_position || start < self.join_position {
             return InsertOutcome::Duplicate;
         }
@@ -240,7 +248,7 @@ impl PublicationImage {
             self.seen = self.seen.max(end);
             return InsertOutcome::OutOfWindow;
         }
-        if self.rebuilder.insert(header.term_id, term_offset, datagram).is_err() {
+        if self.rebuilder.insert_run(header.term_id, term_offset, datagram).is_err() {
             return InsertOutcome::Malformed;
         }
         self.hwm = self.hwm.max(end);
@@ -374,23 +382,6 @@ impl PublicationImage {
     }
 }
 
-/// Bytes of log a datagram of whole frames covers (a PAD header covers its whole padding), or `None`
-/// when its first frame header is unreadable.
-fn log_span(datagram: &[u8]) -> Option<usize> {
-    let mut offset = 0;
-    let mut span = 0;
-    while offset + DATA_HEADER_LENGTH <= datagram.len() {
-        let header: DataHeader = bytemuck::pod_read_unaligned(&datagram[offset..offset + DATA_HEADER_LENGTH]);
-        if header.frame_length < DATA_HEADER_LENGTH as i32 {
-            return None;
-        }
-        let aligned = align_frame(header.frame_length as usize);
-        span += aligned;
-        offset += if header.frame_type == TYPE_PAD { DATA_HEADER_LENGTH } else { aligned };
-    }
-    (span > 0).then_some(span)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,9 +432,9 @@ mod tests {
         let all = datagrams(&log, append_numbered(&log, 20, 300));
         let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
         let consumer = image.register_consumer().unwrap();
-        for (i, (h, d)) in all.iter().enumerate() {
+        for (i, (_, d)) in all.iter().enumerate() {
             if i != 1 {
-                assert_eq!(image.insert(h, d), InsertOutcome::Inserted);
+                assert_eq!(image.insert(d), InsertOutcome::Inserted);
             }
         }
         image.track_rebuild();
@@ -456,11 +447,11 @@ mod tests {
         assert_eq!((gap.term_id, gap.term_offset as i32, gap.length), (7, all[1].0.term_offset, all[1].1.len()));
         assert_eq!(image.feedback(5_000, |f| out.push(f)), 0, "no repeat before the retry delay");
         assert_eq!(image.feedback(10_100, |f| out.push(f)), 1, "repeated until filled");
-        assert_eq!(image.insert(&all[1].0, &all[1].1), InsertOutcome::Inserted);
-        assert_eq!(image.insert(&all[1].0, &all[1].1), InsertOutcome::Inserted, "a late copy inside the hwm");
+        assert_eq!(image.insert(&all[1].1), InsertOutcome::Inserted);
+        assert_eq!(image.insert(&all[1].1), InsertOutcome::Inserted, "a late copy inside the hwm");
         image.track_rebuild();
         assert_eq!(image.rebuild_position(), image.hwm());
-        assert_eq!(image.insert(&all[0].0, &all[0].1), InsertOutcome::Duplicate);
+        assert_eq!(image.insert(&all[0].1), InsertOutcome::Duplicate);
         let reader = LogReader::new(image.log());
         let mut got = Vec::new();
         reader.poll(0, 100, |payload, _| got.push(payload[0]));
@@ -480,7 +471,7 @@ mod tests {
         let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
         let _consumer = image.register_consumer().unwrap();
         let beyond = all.iter().find(|(h, d)| h.term_offset as usize + d.len() > 32 * 1024).unwrap();
-        assert_eq!(image.insert(&beyond.0, &beyond.1), InsertOutcome::OutOfWindow);
+        assert_eq!(image.insert(&beyond.1), InsertOutcome::OutOfWindow);
         assert_eq!(image.hwm(), 0);
     }
 
@@ -495,15 +486,15 @@ mod tests {
             crate::frame::encode_data(&mut bytes, &header, &[1; 32]).unwrap();
             (bytemuck::pod_read_unaligned::<DataHeader>(&bytes[..32]), bytes)
         };
-        let (h, d) = frame(7, 0);
-        assert_eq!(image.insert(&h, &d), InsertOutcome::Inserted);
+        let (_, d) = frame(7, 0);
+        assert_eq!(image.insert(&d), InsertOutcome::Inserted);
         image.track_rebuild();
         // Offsets at or across the end of the first term (7) alias positions beyond the window, and the end
         // of the term before it aliases position 0, already rebuilt: all are impossible frames, counted as
         // such, not as "out of window" or "duplicate".
         for (term_id, offset) in [(7, 65536), (7, 65536 - 32), (7, 1 << 30), (6, 65536)] {
-            let (h, d) = frame(term_id, offset);
-            assert_eq!(image.insert(&h, &d), InsertOutcome::Malformed, "term {term_id} offset {offset}");
+            let (_, d) = frame(term_id, offset);
+            assert_eq!(image.insert(&d), InsertOutcome::Malformed, "term {term_id} offset {offset}");
         }
         assert_eq!(image.hwm(), 64);
     }
@@ -524,7 +515,7 @@ mod tests {
         image.feedback(1_000, |f| out.push(f));
         assert!(matches!(out.last(), Some(Feedback::Nak(Gap { term_offset: 0, length: 160, .. }))), "{out:?}");
         drop(consumer);
-        assert!(log_span(&[0u8; 40]).is_none(), "a zero frame length is malformed");
+        assert!(crate::frame::data_run(&[0u8; 40]).is_err(), "a zero frame length is malformed");
     }
 
     #[test]
@@ -534,8 +525,8 @@ mod tests {
         let end = append_numbered(&log, 30, 1000);
         let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
         let consumer = image.register_consumer().unwrap();
-        for (h, d) in datagrams(&log, end) {
-            assert_eq!(image.insert(&h, &d), InsertOutcome::Inserted);
+        for (_, d) in datagrams(&log, end) {
+            assert_eq!(image.insert(&d), InsertOutcome::Inserted);
         }
         image.track_rebuild();
         assert_eq!(image.rebuild_position(), end);

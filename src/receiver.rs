@@ -717,32 +717,22 @@ fn on_data(
         counters.unknown_stream.increment();
         return;
     }
-    // Every frame of the datagram must parse, and be of the first frame's session and stream, before any
-    // of it is written.
-    let same_stream = |h: &DataHeader| h.session_id == header.session_id && h.stream_id == header.stream_id;
-    let whole = frame::frames(bytes).all(|f| match f {
-        Ok(Frame::Data { header: h, .. }) | Ok(Frame::Pad(h)) | Ok(Frame::Heartbeat(h)) => same_stream(&h),
-        _ => false,
-    });
-    if !whole {
+    // One walk checks every frame of the datagram (one session, stream and term, contiguous, whole) before
+    // any of it is written, and tells where it goes and what commit it carries; then one copy.
+    let Ok(run) = frame::data_run(bytes) else {
         counters.malformed.increment();
         return;
-    }
+    };
     let Some(image) = find_image(channel, header, source) else {
         counters.unknown_stream.increment();
         elicit_setup(channel, counters, source, header, now_ns);
         return;
     };
-    match image.insert(header, bytes) {
+    match image.insert_run(&run, bytes) {
         InsertOutcome::Inserted => {
-            if let Some(follower) = channel.config.follower.as_ref().filter(|f| f.piggyback) {
-                let reserved = frame::frames(bytes).filter_map(|f| match f {
-                    Ok(Frame::Data { header, .. }) => Some(header.reserved_value),
-                    _ => None,
-                });
-                if let Some(commit) = reserved.max() {
-                    follower.commit.set_max(commit);
-                }
+            let piggyback = channel.config.follower.as_ref().filter(|f| f.piggyback);
+            if let (Some(follower), Some(commit)) = (piggyback, run.max_reserved) {
+                follower.commit.set_max(commit);
             }
         }
         InsertOutcome::Duplicate => counters.duplicates.increment(),

@@ -132,6 +132,33 @@ impl TermRebuilder {
         Ok(())
     }
 
+    /// Inserts a run of frames that [`crate::frame::data_run`] has checked (contiguous, of term `term_id`
+    /// from `term_offset`, a PAD only last): when the first frame's slot is free, the datagram's bytes are
+    /// the log's bytes, so they go in with one copy, the first `frame_length` release-stored last (a reader
+    /// reaches the later frames only through it). When the first slot is taken (a resend batched
+    /// differently from the first send), it falls back to [`insert`](Self::insert), frame by frame. Frames
+    /// after a free first slot may be overwritten with the same bytes: no reader is past that slot.
+    pub fn insert_run(&self, term_id: i32, term_offset: usize, frames: &[u8]) -> Result<(), RebuildError> {
+        let length = frames.len();
+        if term_offset % FRAME_ALIGNMENT != 0
+            || term_offset >= self.term_length
+            || length > self.term_length - term_offset
+        {
+            return Err(RebuildError::OutsideTerm { term_offset, length, term_length: self.term_length });
+        }
+        if length < DATA_HEADER_LENGTH {
+            return Err(RebuildError::Malformed("datagram ends inside a frame header"));
+        }
+        let term = &self.terms[partition_of_term(term_id, self.initial_term_id)];
+        if term.get_i32(term_offset + FRAME_LENGTH_OFFSET) != 0 {
+            return self.insert(term_id, term_offset, frames);
+        }
+        let frame_length = i32::from_le_bytes([frames[0], frames[1], frames[2], frames[3]]);
+        term.put_bytes(term_offset + 4, &frames[4..]);
+        term.put_i32_release(term_offset + FRAME_LENGTH_OFFSET, frame_length);
+        Ok(())
+    }
+
     /// The end of the contiguous frames received from `position`, following them into later terms up to
     /// `hwm` (the highest position received): the new rebuild position.
     pub fn rebuild_position(&self, position: i64, hwm: i64) -> i64 {
