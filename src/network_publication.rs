@@ -72,6 +72,10 @@ pub struct SenderCounters {
     pub short_sends: Counter,
     /// Sends that failed with an unexpected error.
     pub send_errors: Counter,
+    /// GSO sends the kernel refused at run time, after which the publication sends `classic`.
+    pub gso_fallbacks: Counter,
+    /// Control receives (`recvmmsg`) that failed with an unexpected error.
+    pub recv_errors: Counter,
     /// Heartbeats sent.
     pub heartbeats: Counter,
     /// Setup frames sent.
@@ -114,6 +118,8 @@ impl SenderCounters {
             flow_control_stalls: allocate("sender flow control stalls"),
             short_sends: allocate("sender short sends"),
             send_errors: allocate("sender send errors"),
+            recv_errors: allocate("sender recv errors"),
+            gso_fallbacks: allocate("sender gso fallbacks"),
             heartbeats: allocate("sender heartbeats"),
             setups: allocate("sender setups"),
             receivers_timed_out: allocate("sender receivers timed out"),
@@ -713,13 +719,26 @@ impl NetworkPublication {
             unreachable!("gso mode always has per-destination sockets");
         };
         let mut taken = false;
+        let mut refused = None;
         for (d, dest) in self.destinations.iter().enumerate() {
             if self.flow_control.is_live(d) {
                 self.counters.data_syscalls.increment();
                 let outcome = endpoints[d].send_gso(bytes, segment);
+                if let SendOutcome::Failed(e) = &outcome {
+                    if is_gso_refusal(e) {
+                        refused = Some((dest.addr, e.to_string()));
+                    }
+                }
                 taken |=
                     account(outcome, segment, segments, dest.addr, &self.config, &self.counters, &mut self.failure);
             }
+        }
+        if let Some((addr, error)) = refused {
+            // The probe at start passed, but this path refuses segmentation (a device without checksum
+            // offload, a tunnel): fall back to classic once, for good, and say so.
+            self.mode = SendMode::Classic;
+            self.counters.gso_fallbacks.increment();
+            log::warn!("GSO send to {addr} refused by the kernel ({error}): falling back to classic sends");
         }
         if !taken {
             return (0, 0);
@@ -773,7 +792,7 @@ impl NetworkPublication {
             let received = match self.sockets.endpoints()[s].recv_batch(batch) {
                 Ok(n) => n,
                 Err(_) => {
-                    self.counters.send_errors.increment();
+                    self.counters.recv_errors.increment();
                     0
                 }
             };
@@ -1042,6 +1061,11 @@ fn account(
             false
         }
     }
+}
+
+/// Whether a failed GSO send means the kernel will not segment on this path (rather than a passing error).
+fn is_gso_refusal(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT))
 }
 
 /// Falls back to `classic` with a warning when the kernel refuses the asked mode.

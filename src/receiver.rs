@@ -35,7 +35,7 @@ use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
 use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogReader};
-use crate::transport::{RecvBatch, UdpEndpoint, MAX_BATCH};
+use crate::transport::{RecvBatch, SendOutcome, UdpEndpoint, MAX_BATCH};
 
 /// Most `recvmmsg` batches one socket gets per duty cycle (16 x 32 = 512 datagrams, about half a
 /// millisecond of draining here), so one busy socket cannot starve the others for long. A receiver
@@ -156,6 +156,9 @@ pub struct ReceiverCounters {
     pub images: Counter,
     /// Receive calls that failed with an unexpected error.
     pub recv_errors: Counter,
+    /// Status messages, NAKs and acknowledgements the socket did not take (full, or an error): the timers
+    /// send the next one.
+    pub feedback_send_failures: Counter,
     /// Commit-position frames received.
     pub commits: Counter,
 }
@@ -188,6 +191,7 @@ impl ReceiverCounters {
             unknown_stream: allocate("receiver unknown stream or session dropped"),
             images: allocate("receiver images"),
             recv_errors: allocate("receiver recv errors"),
+            feedback_send_failures: allocate("receiver feedback send failures"),
             commits: allocate("receiver commit frames received"),
         }
     }
@@ -578,7 +582,9 @@ fn send_feedback_frame(
     };
     if let Ok(length) = length {
         // A full socket loses this frame; the timers send the next one.
-        let _ = endpoint.send(&bytes[..length], Some(&SockAddr::from(source)));
+        if !matches!(endpoint.send(&bytes[..length], Some(&SockAddr::from(source))), SendOutcome::Sent(_)) {
+            counters.feedback_send_failures.increment();
+        }
     }
 }
 
@@ -766,7 +772,9 @@ fn elicit_setup(
     let mut bytes = [0u8; 64];
     if let Ok(length) = encode_status(&sm, channel.config.channel.membership, &mut bytes) {
         counters.status_messages.increment();
-        let _ = channel.endpoint.send(&bytes[..length], Some(&SockAddr::from(source)));
+        if !matches!(channel.endpoint.send(&bytes[..length], Some(&SockAddr::from(source))), SendOutcome::Sent(_)) {
+            counters.feedback_send_failures.increment();
+        }
     }
 }
 

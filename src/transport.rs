@@ -402,12 +402,21 @@ fn iovec(bytes: &[u8]) -> libc::iovec {
 }
 
 fn check_buffer(name: &str, asked: usize, got: usize, sysctl: &str, warnings: &mut Vec<String>) {
-    // Linux doubles the value it stores to account for bookkeeping; a clamp shows as got < asked.
-    if got < asked {
-        warnings.push(format!(
-            "{name}: asked for {asked} bytes, the kernel gave {got}; raise the ceiling with `sysctl -w {sysctl}={asked}`"
-        ));
+    if let Some(warning) = buffer_clamp(name, asked, got, sysctl) {
+        warnings.push(warning);
     }
+}
+
+/// The warning for a socket buffer the kernel clamped, if it did. Linux stores (and reports) double the
+/// size asked for, to account for its bookkeeping, and clamps the request to `net.core.[rw]mem_max`
+/// before doubling: so a buffer was granted in full only when it reads back at least twice the request.
+fn buffer_clamp(name: &str, asked: usize, got: usize, sysctl: &str) -> Option<String> {
+    let granted = got / 2;
+    (granted < asked).then(|| {
+        format!(
+            "{name}: asked for {asked} bytes, the kernel granted {granted} (it reports {got}, double); raise the ceiling with `sysctl -w {sysctl}={asked}`"
+        )
+    })
 }
 
 fn refuse_fragmentation(socket: &Socket, ipv6: bool) -> io::Result<()> {
@@ -681,6 +690,13 @@ mod tests {
             assert_eq!(mode.to_string().parse::<SendMode>().unwrap(), mode);
         }
         assert!("fast".parse::<SendMode>().unwrap_err().contains("classic, mmsg or gso"));
+    }
+
+    #[test]
+    fn a_clamped_buffer_is_told_from_the_kernels_doubling() {
+        assert_eq!(buffer_clamp("SO_RCVBUF", 4 << 20, 8 << 20, "net.core.rmem_max"), None, "granted in full");
+        let clamped = buffer_clamp("SO_RCVBUF", 8 << 20, 8 << 20, "net.core.rmem_max").unwrap();
+        assert!(clamped.contains("granted 4194304") && clamped.contains("rmem_max=8388608"), "{clamped}");
     }
 
     #[test]
