@@ -677,14 +677,8 @@ impl SetupFrame {
     /// The membership tag is a hash of the cluster's member list: a receiver configured with another list
     /// refuses the stream instead of replicating a log it cannot take part in.
     pub fn encode_with_membership(&self, dst: &mut [u8], membership: i64) -> Result<usize, EncodeError> {
-        if dst.len() < SETUP_WITH_MEMBERSHIP_LENGTH {
-            return Err(EncodeError::BufferTooShort { need: SETUP_WITH_MEMBERSHIP_LENGTH, have: dst.len() });
-        }
         let frame = Self { frame_length: SETUP_WITH_MEMBERSHIP_LENGTH as i32, ..*self };
-        let (head, tail) = dst.split_at_mut(SETUP_LENGTH);
-        write_bytes(head, bytemuck::bytes_of(&frame))?;
-        write_bytes(tail, &membership.to_le_bytes())?;
-        Ok(SETUP_WITH_MEMBERSHIP_LENGTH)
+        write_with_tail(dst, bytemuck::bytes_of(&frame), membership)
     }
 }
 
@@ -702,15 +696,21 @@ pub fn setup_membership(datagram: &[u8]) -> Option<i64> {
 impl StatusMessageFrame {
     /// Writes the frame followed by `group_tag` (44 bytes, `frame_length` set to 44); returns 44.
     pub fn encode_with_group_tag(&self, dst: &mut [u8], group_tag: i64) -> Result<usize, EncodeError> {
-        if dst.len() < STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH {
-            return Err(EncodeError::BufferTooShort { need: STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH, have: dst.len() });
-        }
         let frame = Self { frame_length: STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH as i32, ..*self };
-        let (head, tail) = dst.split_at_mut(STATUS_MESSAGE_LENGTH);
-        write_bytes(head, bytemuck::bytes_of(&frame))?;
-        write_bytes(tail, &group_tag.to_le_bytes())?;
-        Ok(STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH)
+        write_with_tail(dst, bytemuck::bytes_of(&frame), group_tag)
     }
+}
+
+/// Writes `frame` (whose `frame_length` already covers the tail) then the i64 `tail`; returns the length.
+fn write_with_tail(dst: &mut [u8], frame: &[u8], tail: i64) -> Result<usize, EncodeError> {
+    let need = frame.len() + 8;
+    if dst.len() < need {
+        return Err(EncodeError::BufferTooShort { need, have: dst.len() });
+    }
+    let (head, rest) = dst.split_at_mut(frame.len());
+    write_bytes(head, frame)?;
+    write_bytes(rest, &tail.to_le_bytes())?;
+    Ok(need)
 }
 
 // ---------------------------------------------------------------------------------------------------

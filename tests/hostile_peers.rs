@@ -33,6 +33,25 @@ fn start(scratch: &ScratchDir, members: &[Member], channel: ChannelConfig) -> Ve
     (0..3).map(|id| test_builder(scratch, id, members, channel.clone()).start().unwrap()).collect()
 }
 
+/// A 3-node cluster that has committed and applied 5,000 messages everywhere, and the session of its log.
+struct Running {
+    scratch: ScratchDir,
+    members: Vec<Member>,
+    nodes: Vec<Node>,
+    driver: Driver,
+    session: i32,
+}
+
+fn running(name: &str, channel: ChannelConfig) -> Running {
+    let scratch = ScratchDir::new(name);
+    let members = members(3);
+    let mut nodes = start(&scratch, &members, channel);
+    let mut driver = Driver::new(3);
+    driver.run_to(&mut nodes, &ALL, 5_000, DEADLINE);
+    let session = image_session(&nodes[1]);
+    Running { scratch, members, nodes, driver, session }
+}
+
 /// The session of the leader's log, as the follower's image file names it.
 fn image_session(node: &Node) -> i32 {
     let sessions = image_files(node);
@@ -106,12 +125,8 @@ fn assert_converged(nodes: &[Node], driver: &Driver) {
 
 #[test]
 fn forged_setups_data_and_commits_from_a_stranger_are_counted_and_nothing_foreign_is_applied() {
-    let scratch = ScratchDir::new("hostile-stranger");
-    let members = members(3);
-    let mut nodes = start(&scratch, &members, test_channel());
-    let mut driver = Driver::new(3);
-    driver.run_to(&mut nodes, &ALL, 5_000, DEADLINE);
-    let session = image_session(&nodes[1]);
+    let Running { scratch: _scratch, members, mut nodes, mut driver, session } =
+        running("hostile-stranger", test_channel());
 
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
     let target = members[1].endpoint;
@@ -136,12 +151,8 @@ fn forged_setups_data_and_commits_from_a_stranger_are_counted_and_nothing_foreig
 
 #[test]
 fn a_spoofed_leader_can_neither_change_the_geometry_nor_restart_a_followers_log() {
-    let scratch = ScratchDir::new("hostile-spoofed");
-    let members = members(3);
-    let mut nodes = start(&scratch, &members, test_channel());
-    let mut driver = Driver::new(3);
-    driver.run_to(&mut nodes, &ALL, 5_000, DEADLINE);
-    let session = image_session(&nodes[1]);
+    let Running { scratch: _scratch, members, mut nodes, mut driver, session } =
+        running("hostile-spoofed", test_channel());
     let shm_before = image_bytes(&nodes[1]);
 
     // A process of the same user can share the leader's port (SO_REUSEPORT): it sends from the leader's
@@ -260,13 +271,9 @@ fn a_stopped_follower_never_stalls_commits_and_one_left_behind_the_retained_log_
 
 #[test]
 fn with_a_shared_key_untagged_and_wrongly_tagged_datagrams_are_dropped_and_counted() {
-    let scratch = ScratchDir::new("hostile-auth");
-    let members = members(3);
     let key: AuthKey = "5b2ac0cd47a3f1c1e0b9d5d3a8f3b6c19d8e7f6a5b4c3d2e1f0a9b8c7d6e5f40".parse().unwrap();
-    let mut nodes = start(&scratch, &members, ChannelConfig { auth: Some(key), ..test_channel() });
-    let mut driver = Driver::new(3);
-    driver.run_to(&mut nodes, &ALL, 5_000, DEADLINE);
-    let session = image_session(&nodes[1]);
+    let channel = ChannelConfig { auth: Some(key), ..test_channel() };
+    let Running { scratch: _scratch, members, mut nodes, mut driver, session } = running("hostile-auth", channel);
 
     // From the leader's own address, so only the tag can tell: no tag, then another key's tag.
     let (mut spoofer, _) = UdpEndpoint::bind_shared(members[0].endpoint, &SocketOptions::default()).unwrap();
