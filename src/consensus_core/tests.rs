@@ -1,0 +1,505 @@
+//! The core's transitions, one rule at a time.
+
+use super::*;
+
+const MS: u64 = 1_000_000;
+const HASH_OF_123: fn() -> u64 = || config::membership_hash(&[1, 2, 3]);
+
+fn config(id: MemberId) -> CoreConfig {
+    CoreConfig { seed: u64::from(id.unsigned_abs()), ..CoreConfig::new(id, vec![1, 2, 3]) }
+}
+
+fn core(id: MemberId) -> ConsensusCore {
+    ConsensusCore::new(config(id), DurableState::default(), 0).unwrap()
+}
+
+fn log(terms: &[(i64, i64)], append_position: i64) -> TermHistory {
+    let terms = terms.iter().map(|&(leadership_term_id, base_position)| TermBase { leadership_term_id, base_position });
+    TermHistory::from_terms(terms.collect(), append_position).unwrap()
+}
+
+fn core_with(
+    id: MemberId,
+    term: i64,
+    voted_for: Option<MemberId>,
+    terms: &[(i64, i64)],
+    append: i64,
+    commit: i64,
+) -> ConsensusCore {
+    let durable = DurableState {
+        leadership_term_id: term,
+        voted_for,
+        term_history: log(terms, append),
+        append_position: append,
+        commit_position: commit,
+    };
+    ConsensusCore::new(config(id), durable, 0).unwrap()
+}
+
+fn sent(out: &[Output]) -> Vec<(Destination, Message)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Send { to, message } => Some((*to, *message)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn canvass(term: i64, log_term: i64, position: i64) -> Message {
+    Message::Canvass {
+        candidate_term_id: term,
+        log_leadership_term_id: log_term,
+        log_position: position,
+        membership_hash: HASH_OF_123(),
+    }
+}
+
+fn request_vote(term: i64, log_term: i64, position: i64) -> Message {
+    Message::RequestVote {
+        candidate_term_id: term,
+        log_leadership_term_id: log_term,
+        log_position: position,
+        membership_hash: HASH_OF_123(),
+    }
+}
+
+fn granted(out: &[Output]) -> Option<bool> {
+    sent(out).iter().find_map(|(_, m)| match m {
+        Message::Vote { granted, .. } | Message::CanvassReply { granted, .. } => Some(*granted),
+        _ => None,
+    })
+}
+
+/// Drives member 1 through a canvass and an election it wins against 2 and 3; returns it leading term 1.
+fn elected_leader() -> ConsensusCore {
+    let mut leader = core(1);
+    let mut out = Vec::new();
+    leader.tick(1000 * MS, &mut out);
+    leader.on_message(
+        2,
+        Message::CanvassReply { leadership_term_id: 0, candidate_term_id: 1, granted: true },
+        1000 * MS,
+        &mut out,
+    );
+    leader.on_message(
+        2,
+        Message::Vote { leadership_term_id: 1, candidate_term_id: 1, granted: true },
+        1000 * MS,
+        &mut out,
+    );
+    assert_eq!(leader.role(), Role::Leader);
+    leader
+}
+
+#[test]
+fn a_follower_times_out_and_canvasses_without_changing_its_term() {
+    let mut follower = core(1);
+    let mut out = Vec::new();
+    follower.tick(100 * MS, &mut out);
+    assert_eq!(follower.role(), Role::Follower, "no election before the shortest timeout");
+    follower.tick(301 * MS, &mut out);
+    assert_eq!(follower.role(), Role::Canvass);
+    assert_eq!(follower.leadership_term_id(), 0, "a canvass changes no term");
+    assert!(!out.iter().any(|o| matches!(o, Output::Persist { .. })));
+    assert_eq!(sent(&out), vec![(Destination::Others, canvass(1, 0, 0))]);
+}
+
+#[test]
+fn a_canvass_majority_starts_an_election_persisting_the_own_vote_first() {
+    let mut member = core(1);
+    let mut out = Vec::new();
+    member.tick(301 * MS, &mut out);
+    out.clear();
+    member.on_message(
+        3,
+        Message::CanvassReply { leadership_term_id: 0, candidate_term_id: 1, granted: true },
+        302 * MS,
+        &mut out,
+    );
+    assert_eq!(member.role(), Role::Candidate);
+    assert_eq!(member.leadership_term_id(), 1);
+    let persist = out.iter().position(|o| *o == Output::Persist { leadership_term_id: 1, voted_for: Some(1) });
+    let request = out.iter().position(|o| matches!(o, Output::Send { message: Message::RequestVote { .. }, .. }));
+    assert!(persist.unwrap() < request.unwrap(), "persisted before the request goes out: {out:?}");
+}
+
+#[test]
+fn a_candidate_wins_with_a_majority_and_asks_for_the_term_start_marker() {
+    let mut out = Vec::new();
+    let mut member = core(1);
+    member.tick(301 * MS, &mut out);
+    member.on_message(
+        2,
+        Message::CanvassReply { leadership_term_id: 0, candidate_term_id: 1, granted: true },
+        302 * MS,
+        &mut out,
+    );
+    out.clear();
+    member.on_message(
+        3,
+        Message::Vote { leadership_term_id: 1, candidate_term_id: 1, granted: false },
+        303 * MS,
+        &mut out,
+    );
+    assert_eq!(member.role(), Role::Candidate, "a refusal is not a vote");
+    member.on_message(
+        2,
+        Message::Vote { leadership_term_id: 1, candidate_term_id: 1, granted: true },
+        303 * MS,
+        &mut out,
+    );
+    assert_eq!(member.role(), Role::Leader);
+    assert!(out.contains(&Output::RoleChange { role: Role::Leader, leadership_term_id: 1, leader_member_id: Some(1) }));
+    assert!(out.contains(&Output::AppendTermStart { leadership_term_id: 1, position: 0 }));
+}
+
+#[test]
+fn a_pre_vote_is_refused_while_a_leader_is_heard() {
+    let mut follower = core(2);
+    let mut out = Vec::new();
+    let heartbeat = Message::CommitPosition { leadership_term_id: 1, log_position: 0 };
+    follower.on_message(1, heartbeat, 10 * MS, &mut out);
+    assert_eq!(follower.leader_member_id(), Some(1));
+    out.clear();
+    follower.on_message(3, canvass(2, 0, 0), 50 * MS, &mut out);
+    assert_eq!(granted(&out), Some(false), "the leader was heard 40 ms ago");
+    out.clear();
+    follower.on_message(3, canvass(2, 0, 0), 111 * MS, &mut out);
+    assert_eq!(granted(&out), Some(true), "the leader is silent past the heartbeat timeout");
+    assert_eq!(follower.leadership_term_id(), 1, "granting a canvass changes no term");
+    assert_eq!(follower.voted_for(), None);
+}
+
+#[test]
+fn a_vote_is_granted_once_per_term_and_persisted_before_it_is_sent() {
+    let mut voter = core(1);
+    let mut out = Vec::new();
+    voter.on_message(2, request_vote(1, 0, 0), MS, &mut out);
+    let persist = out.iter().position(|o| *o == Output::Persist { leadership_term_id: 1, voted_for: Some(2) });
+    let vote = out.iter().position(|o| matches!(o, Output::Send { message: Message::Vote { granted: true, .. }, .. }));
+    assert!(persist.unwrap() < vote.unwrap(), "{out:?}");
+    out.clear();
+    voter.on_message(3, request_vote(1, 0, 0), MS, &mut out);
+    assert_eq!(granted(&out), Some(false), "one vote per term");
+    out.clear();
+    voter.on_message(2, request_vote(1, 0, 0), MS, &mut out);
+    assert_eq!(granted(&out), Some(true), "the same candidate may ask again");
+    assert!(!out.iter().any(|o| matches!(o, Output::Persist { .. })), "nothing new to persist");
+    out.clear();
+    voter.on_message(3, request_vote(2, 0, 0), MS, &mut out);
+    assert_eq!(granted(&out), Some(true), "a new term, a new vote");
+}
+
+#[test]
+fn a_vote_survives_a_restart() {
+    let mut voter = core_with(1, 4, Some(2), &[], 0, 0);
+    let mut out = Vec::new();
+    voter.on_message(3, request_vote(4, 0, 0), MS, &mut out);
+    assert_eq!(granted(&out), Some(false));
+}
+
+#[test]
+fn a_stale_log_candidate_is_refused() {
+    let mut voter = core_with(1, 3, None, &[(1, 0), (3, 100)], 150, 0);
+    let mut out = Vec::new();
+    voter.on_message(2, request_vote(4, 2, 500), MS, &mut out);
+    assert_eq!(granted(&out), Some(false), "an older last term loses whatever its length");
+    out.clear();
+    voter.on_message(2, request_vote(5, 3, 149), MS, &mut out);
+    assert_eq!(granted(&out), Some(false), "same last term, shorter log");
+    assert_eq!(voter.voted_for(), None);
+    out.clear();
+    voter.on_message(2, request_vote(6, 3, 150), MS, &mut out);
+    assert_eq!(granted(&out), Some(true), "at least as up to date");
+    out.clear();
+    voter.on_message(3, canvass(7, 2, 900), 1000 * MS, &mut out);
+    assert_eq!(granted(&out), Some(false), "canvasses compare logs too");
+}
+
+#[test]
+fn the_up_to_date_check_can_be_broken_for_the_checker_test() {
+    let mut cfg = config(1);
+    cfg.bugs.skip_up_to_date_check = true;
+    let durable = DurableState {
+        leadership_term_id: 3,
+        term_history: log(&[(3, 0)], 10),
+        append_position: 10,
+        ..Default::default()
+    };
+    let mut voter = ConsensusCore::new(cfg, durable, 0).unwrap();
+    let mut out = Vec::new();
+    voter.on_message(2, request_vote(4, 1, 0), MS, &mut out);
+    assert_eq!(granted(&out), Some(true));
+}
+
+#[test]
+fn a_leader_steps_down_on_a_higher_term() {
+    let mut leader = elected_leader();
+    let mut out = Vec::new();
+    leader.on_message(3, Message::AppendPosition { leadership_term_id: 2, log_position: 0 }, 1001 * MS, &mut out);
+    assert_eq!(leader.role(), Role::Follower);
+    assert_eq!(leader.leadership_term_id(), 2);
+    assert_eq!(out[0], Output::Persist { leadership_term_id: 2, voted_for: None });
+    assert_eq!(leader.counters().step_downs, 1);
+}
+
+#[test]
+fn a_leader_without_a_majority_steps_down() {
+    let mut leader = elected_leader();
+    let mut out = Vec::new();
+    leader.on_append_position(1, 32, 1000 * MS, &mut out);
+    for ms in (1000..1090).step_by(10) {
+        leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 32 }, ms * MS, &mut out);
+        leader.tick(ms * MS, &mut out);
+    }
+    assert_eq!(leader.role(), Role::Leader, "one follower answering is a majority of three");
+    leader.tick(1200 * MS, &mut out);
+    assert_eq!(leader.role(), Role::Follower, "nobody answered for longer than the heartbeat timeout");
+    assert_eq!(leader.leadership_term_id(), 1);
+}
+
+#[test]
+fn a_leader_commits_only_once_its_own_term_is_on_a_majority() {
+    // Member 1 holds bytes of term 1 up to 100, becomes leader of term 2 with base 100.
+    let mut leader = core_with(1, 1, None, &[(1, 0)], 100, 0);
+    let mut out = Vec::new();
+    leader.tick(1000 * MS, &mut out);
+    leader.on_message(
+        2,
+        Message::CanvassReply { leadership_term_id: 1, candidate_term_id: 2, granted: true },
+        1000 * MS,
+        &mut out,
+    );
+    leader.on_message(
+        2,
+        Message::Vote { leadership_term_id: 2, candidate_term_id: 2, granted: true },
+        1000 * MS,
+        &mut out,
+    );
+    assert_eq!(leader.role(), Role::Leader);
+    out.clear();
+    leader.on_message(
+        2,
+        Message::TermQuery { leadership_term_id: 2, log_leadership_term_id: 1, log_position: 100 },
+        1001 * MS,
+        &mut out,
+    );
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 100 }, 1001 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 0, "a majority holds term 1's bytes, but none of term 2 (figure 8)");
+    leader.on_append_position(2, 132, 1002 * MS, &mut out);
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 132 }, 1003 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 132);
+    assert!(out.contains(&Output::Commit { position: 132 }));
+    assert!(sent(&out)
+        .contains(&(Destination::Others, Message::CommitPosition { leadership_term_id: 2, log_position: 132 })));
+}
+
+#[test]
+fn the_leader_answers_a_term_query_with_where_that_term_ends() {
+    let mut leader = core_with(1, 3, None, &[(1, 0), (3, 100)], 150, 0);
+    let mut out = Vec::new();
+    leader.tick(1000 * MS, &mut out);
+    leader.on_message(
+        2,
+        Message::CanvassReply { leadership_term_id: 3, candidate_term_id: 4, granted: true },
+        1000 * MS,
+        &mut out,
+    );
+    leader.on_message(
+        2,
+        Message::Vote { leadership_term_id: 4, candidate_term_id: 4, granted: true },
+        1000 * MS,
+        &mut out,
+    );
+    out.clear();
+    leader.on_message(
+        3,
+        Message::TermQuery { leadership_term_id: 4, log_leadership_term_id: 2, log_position: 120 },
+        1001 * MS,
+        &mut out,
+    );
+    let answer = Message::NewLeadershipTerm {
+        leadership_term_id: 4,
+        log_leadership_term_id: 1,
+        next_leadership_term_id: 3,
+        next_term_base_position: 100,
+        commit_position: 0,
+    };
+    assert_eq!(sent(&out), vec![(Destination::Member(3), answer)]);
+}
+
+fn announcement(term: i64, log_term: i64, next_term: i64, next_base: i64, commit: i64) -> Message {
+    Message::NewLeadershipTerm {
+        leadership_term_id: term,
+        log_leadership_term_id: log_term,
+        next_leadership_term_id: next_term,
+        next_term_base_position: next_base,
+        commit_position: commit,
+    }
+}
+
+#[test]
+fn a_follower_truncates_an_uncommitted_suffix_and_replicates_from_the_common_position() {
+    // The follower holds term 1 to 100 and term 2 (a leader that failed) to 180; commit 60.
+    let mut follower = core_with(2, 2, None, &[(1, 0), (2, 100)], 180, 60);
+    let mut out = Vec::new();
+    // The leader of term 3 holds term 1 to 120 (it heard more of term 1), no term 2.
+    follower.on_message(1, announcement(3, 1, 3, 120, 60), MS, &mut out);
+    assert!(out.contains(&Output::Truncate { position: 100 }), "term 2 is not in the leader's log: {out:?}");
+    assert!(out.contains(&Output::ReplicateFrom { leader_member_id: 1, leadership_term_id: 3, position: 100 }));
+    assert_eq!(follower.append_position(), 100);
+    assert_eq!(follower.term_history().last_term_id(), 1);
+    assert!(sent(&out)
+        .contains(&(Destination::Member(1), Message::AppendPosition { leadership_term_id: 3, log_position: 100 })));
+}
+
+#[test]
+fn a_follower_truncates_within_a_shared_term() {
+    let mut follower = core_with(2, 1, None, &[(1, 0)], 150, 40);
+    let mut out = Vec::new();
+    follower.on_message(1, announcement(3, 1, 3, 120, 40), MS, &mut out);
+    assert!(out.contains(&Output::Truncate { position: 120 }));
+    assert_eq!(follower.append_position(), 120);
+}
+
+#[test]
+fn a_follower_never_truncates_below_its_commit() {
+    let mut follower = core_with(2, 2, None, &[(1, 0), (2, 100)], 180, 150);
+    let mut out = Vec::new();
+    follower.on_message(1, announcement(3, 1, 3, 120, 0), MS, &mut out);
+    assert!(out.contains(&Output::Error(CoreError::TruncateBelowCommit { position: 100, commit_position: 150 })));
+    assert!(!out.iter().any(|o| matches!(o, Output::Truncate { .. } | Output::ReplicateFrom { .. })));
+    assert_eq!(follower.append_position(), 180);
+}
+
+#[test]
+fn a_follower_behind_the_leaders_last_term_asks_and_then_matches() {
+    let mut follower = core_with(2, 1, None, &[(1, 0)], 50, 0);
+    let mut out = Vec::new();
+    follower.on_message(1, announcement(4, 3, 4, 200, 0), MS, &mut out);
+    let query = Message::TermQuery { leadership_term_id: 4, log_leadership_term_id: 1, log_position: 50 };
+    assert_eq!(sent(&out), vec![(Destination::Member(1), query)]);
+    out.clear();
+    // The leader's term 1 ends at 40, where its term 3 starts.
+    follower.on_message(1, announcement(4, 1, 3, 40, 0), MS, &mut out);
+    assert!(out.contains(&Output::Truncate { position: 40 }));
+    assert!(out.contains(&Output::ReplicateFrom { leader_member_id: 1, leadership_term_id: 4, position: 40 }));
+}
+
+#[test]
+fn a_matched_follower_ignores_a_repeated_announcement_and_commits_what_it_holds() {
+    let mut follower = core(2);
+    let mut out = Vec::new();
+    follower.on_message(1, announcement(1, 0, 1, 0, 0), MS, &mut out);
+    follower.on_append_position(1, 64, 2 * MS, &mut out);
+    out.clear();
+    follower.on_message(1, announcement(1, 0, 1, 0, 0), 3 * MS, &mut out);
+    assert!(!out.iter().any(|o| matches!(o, Output::Truncate { .. })), "already matched: {out:?}");
+    assert_eq!(follower.counters().duplicate, 1);
+    follower.on_message(1, Message::CommitPosition { leadership_term_id: 1, log_position: 96 }, 4 * MS, &mut out);
+    assert_eq!(follower.commit_position(), 64, "never past its own log");
+    follower.on_append_position(1, 96, 5 * MS, &mut out);
+    assert_eq!(follower.commit_position(), 96);
+}
+
+#[test]
+fn a_restarted_follower_with_bytes_of_the_current_term_keeps_them() {
+    let mut follower = core_with(2, 3, None, &[(1, 0), (3, 100)], 150, 0);
+    let mut out = Vec::new();
+    follower.on_message(1, Message::CommitPosition { leadership_term_id: 3, log_position: 120 }, MS, &mut out);
+    assert!(matches!(sent(&out)[0].1, Message::TermQuery { log_leadership_term_id: 3, .. }));
+    out.clear();
+    follower.on_message(1, announcement(3, 3, 3, 300, 120), MS, &mut out);
+    assert!(out.contains(&Output::ReplicateFrom { leader_member_id: 1, leadership_term_id: 3, position: 150 }));
+    assert_eq!(follower.commit_position(), 120);
+}
+
+#[test]
+fn stale_duplicate_and_foreign_messages_are_counted_and_dropped() {
+    let mut member = core_with(1, 5, None, &[], 0, 0);
+    let mut out = Vec::new();
+    member.on_message(9, Message::CommitPosition { leadership_term_id: 9, log_position: 0 }, MS, &mut out);
+    member.on_message(1, Message::CommitPosition { leadership_term_id: 9, log_position: 0 }, MS, &mut out);
+    member.on_message(2, Message::CommitPosition { leadership_term_id: 4, log_position: 0 }, MS, &mut out);
+    member.on_message(2, Message::CommitPosition { leadership_term_id: 6, log_position: -1 }, MS, &mut out);
+    member.on_message(2, Message::AppendPosition { leadership_term_id: 5, log_position: 0 }, MS, &mut out);
+    let counters = member.counters();
+    assert_eq!((counters.non_member, counters.stale_term, counters.malformed, counters.unexpected), (2, 1, 1, 1));
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(member.leadership_term_id(), 5);
+}
+
+#[test]
+fn members_with_different_member_lists_refuse_each_other() {
+    let mut member = core(1);
+    let mut out = Vec::new();
+    let foreign = config::membership_hash(&[1, 2, 3, 4]);
+    let request = Message::RequestVote {
+        candidate_term_id: 1,
+        log_leadership_term_id: 0,
+        log_position: 0,
+        membership_hash: foreign,
+    };
+    member.on_message(2, request, 1000 * MS, &mut out);
+    let canvass =
+        Message::Canvass { candidate_term_id: 1, log_leadership_term_id: 0, log_position: 0, membership_hash: foreign };
+    member.on_message(2, canvass, 1000 * MS, &mut out);
+    assert_eq!(member.counters().membership_mismatch, 2);
+    assert_eq!(member.leadership_term_id(), 0, "a foreign request does not move the term");
+    assert!(sent(&out).iter().all(|(_, m)| matches!(
+        m,
+        Message::Vote { granted: false, .. } | Message::CanvassReply { granted: false, .. }
+    )));
+    assert_eq!(config::membership_hash(&[3, 1, 2]), HASH_OF_123(), "order does not matter");
+}
+
+#[test]
+fn a_single_member_elects_itself_and_commits_what_it_appends() {
+    let mut cfg = config(1);
+    cfg.members = vec![1];
+    let mut solo = ConsensusCore::new(cfg, DurableState::default(), 0).unwrap();
+    let mut out = Vec::new();
+    solo.tick(400 * MS, &mut out);
+    assert_eq!(solo.role(), Role::Leader);
+    solo.on_append_position(1, 32, 401 * MS, &mut out);
+    assert_eq!(solo.commit_position(), 32);
+}
+
+#[test]
+fn bad_configuration_names_the_key() {
+    let mut cfg = config(1);
+    cfg.timers.heartbeat_timeout_ns = cfg.timers.heartbeat_interval_ns;
+    assert_eq!(cfg.validate().unwrap_err().key, "heartbeat_timeout_ns");
+    let mut cfg = config(1);
+    cfg.timers.election_timeout_min_ns = cfg.timers.election_timeout_max_ns + 1;
+    assert_eq!(cfg.validate().unwrap_err().key, "election_timeout_min_ns");
+    let mut cfg = config(1);
+    cfg.timers.heartbeat_interval_ns = 0;
+    let error = cfg.validate().unwrap_err();
+    assert_eq!(error.key, "heartbeat_interval_ns");
+    assert!(error.to_string().contains("heartbeat_interval_ns"));
+    assert_eq!(CoreConfig::new(4, vec![1, 2, 3]).validate().unwrap_err().key, "member_id");
+    assert_eq!(CoreConfig::new(1, vec![1, 1]).validate().unwrap_err().key, "members");
+    let durable = DurableState { commit_position: 5, ..Default::default() };
+    assert_eq!(ConsensusCore::new(config(1), durable, 0).unwrap_err().key, "durable.commit_position");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_timeouts() {
+    let run = || {
+        let mut member = core(1);
+        let mut out = Vec::new();
+        let mut at = Vec::new();
+        for ms in 0..3000 {
+            out.clear();
+            member.tick(ms * MS, &mut out);
+            if !out.is_empty() {
+                at.push(ms);
+            }
+        }
+        at
+    };
+    let first = run();
+    assert!(first.len() > 5);
+    assert_eq!(first, run());
+}
