@@ -84,9 +84,11 @@ fn assert_no_violations(seeds: std::ops::Range<u64>) {
     let crashes: u64 = summaries.iter().map(|s| s.crashes).sum();
     let partitions: u64 = summaries.iter().map(|s| s.partitions).sum();
     let committed: usize = summaries.iter().map(|s| s.committed).sum();
+    let candidacies: u64 = summaries.iter().map(|s| s.candidacies).sum();
+    let contested: u64 = summaries.iter().map(|s| s.contested_terms).sum();
     eprintln!(
         "{count} seeds held: {} simulated s, {leaderships} leaderships, {crashes} crashes, {partitions} partitions, \
-         {committed} entries committed",
+         {committed} entries committed, {candidacies} candidacies, {contested} contested terms",
         simulated / 1_000_000_000
     );
 }

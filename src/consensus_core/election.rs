@@ -19,19 +19,54 @@ impl ConsensusCore {
     /// Starts a canvass for the next term (also when a canvass or an election timed out).
     pub(super) fn start_canvass(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         self.counters.canvasses += 1;
-        let ballot = Ballot::new(self.term + 1, self.config.member_id);
-        let (log_leadership_term_id, log_position) = self.log_tip();
-        let canvass = Message::Canvass {
-            candidate_term_id: ballot.term,
-            log_leadership_term_id,
-            log_position,
-            membership_hash: self.membership_hash,
-        };
+        let ballot = Ballot::new(self.term + 1, self.config.member_id, self.next_request_ns(now_ns));
         self.phase = Phase::Canvass(ballot);
         self.reset_election_timer(now_ns);
         self.announce(out);
-        self.send(Destination::Others, canvass, out);
+        self.send(Destination::Others, self.ballot_request(), out);
         self.start_election_if_granted(now_ns, out);
+    }
+
+    /// The canvass or vote request of the current ballot.
+    fn ballot_request(&self) -> Message {
+        let (log_leadership_term_id, log_position) = self.log_tip();
+        let membership_hash = self.membership_hash;
+        match &self.phase {
+            Phase::Canvass(ballot) => Message::Canvass {
+                candidate_term_id: ballot.term,
+                log_leadership_term_id,
+                log_position,
+                membership_hash,
+            },
+            _ => Message::RequestVote {
+                candidate_term_id: self.term,
+                log_leadership_term_id,
+                log_position,
+                membership_hash,
+            },
+        }
+    }
+
+    fn next_request_ns(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_add(self.config.timers.heartbeat_interval_ns)
+    }
+
+    /// Sends the canvass or vote request again, every heartbeat interval, to the members that have not
+    /// granted it: requests and replies may be lost, and a lost one should not cost a whole election
+    /// timeout.
+    pub(super) fn repeat_request(&mut self, now_ns: u64, out: &mut Vec<Output>) {
+        let next = self.next_request_ns(now_ns);
+        let (Phase::Canvass(ballot) | Phase::Candidate(ballot)) = &mut self.phase else { return };
+        if now_ns < ballot.next_request_ns {
+            return;
+        }
+        ballot.next_request_ns = next;
+        let missing: Vec<MemberId> =
+            self.config.members.iter().copied().filter(|id| !ballot.granted.contains(id)).collect();
+        let request = self.ballot_request();
+        for member in missing {
+            self.send(Destination::Member(member), request, out);
+        }
     }
 
     pub(super) fn on_canvass(
@@ -88,17 +123,10 @@ impl ConsensusCore {
         self.term = ballot.term;
         self.voted_for = Some(self.config.member_id);
         self.persist(out);
-        self.phase = Phase::Candidate(Ballot::new(self.term, self.config.member_id));
+        self.phase = Phase::Candidate(Ballot::new(self.term, self.config.member_id, self.next_request_ns(now_ns)));
         self.reset_election_timer(now_ns);
         self.announce(out);
-        let (log_leadership_term_id, log_position) = self.log_tip();
-        let request = Message::RequestVote {
-            candidate_term_id: self.term,
-            log_leadership_term_id,
-            log_position,
-            membership_hash: self.membership_hash,
-        };
-        self.send(Destination::Others, request, out);
+        self.send(Destination::Others, self.ballot_request(), out);
         self.become_leader_if_elected(now_ns, out);
     }
 

@@ -44,11 +44,13 @@ pub(super) struct Ballot {
     pub(super) term: i64,
     /// Members that granted, this one included; no duplicates.
     pub(super) granted: Vec<MemberId>,
+    /// When the request is next sent again to the members that have not granted.
+    pub(super) next_request_ns: u64,
 }
 
 impl Ballot {
-    pub(super) fn new(term: i64, own_id: MemberId) -> Self {
-        Self { term, granted: vec![own_id] }
+    pub(super) fn new(term: i64, own_id: MemberId, next_request_ns: u64) -> Self {
+        Self { term, granted: vec![own_id], next_request_ns }
     }
 
     /// Records a grant; false when `member` had already granted.
@@ -218,13 +220,11 @@ impl ConsensusCore {
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         match &self.phase {
             Phase::Leader(_) => self.tick_leader(now_ns, out),
-            Phase::Follower(_) | Phase::Canvass(_) | Phase::Candidate(_) => {
-                if now_ns >= self.election_deadline_ns {
-                    self.start_canvass(now_ns, out);
-                } else {
-                    self.tick_follower(now_ns, out);
-                }
+            Phase::Follower(_) | Phase::Canvass(_) | Phase::Candidate(_) if now_ns >= self.election_deadline_ns => {
+                self.start_canvass(now_ns, out)
             }
+            Phase::Follower(_) => self.tick_follower(now_ns, out),
+            Phase::Canvass(_) | Phase::Candidate(_) => self.repeat_request(now_ns, out),
         }
     }
 

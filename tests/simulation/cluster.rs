@@ -26,6 +26,8 @@ pub struct SimConfig {
     pub seed: u64,
     pub members: usize,
     pub bugs: Bugs,
+    /// The members' timers: the defaults, or a narrow election timeout range that splits more votes.
+    pub timers: Timers,
     /// Check votes and persisted terms directly (off: leave it to the end-to-end properties).
     pub check_votes: bool,
     /// How long the faults run.
@@ -37,11 +39,23 @@ pub struct SimConfig {
 impl SimConfig {
     /// Even seeds run 3 members, odd seeds 5; faults for 3 to 5 simulated seconds.
     pub fn for_seed(seed: u64) -> Self {
-        let timers = Timers::default();
+        let timers = match Rng::derive(seed, 6).below(4) {
+            0 => Timers::default(),
+            1 => Timers { election_timeout_min_ns: 150 * MS, election_timeout_max_ns: 165 * MS, ..Timers::default() },
+            // Hardly any randomization: members time out, canvass and stand in the same term together.
+            2 => Timers { election_timeout_min_ns: 150 * MS, election_timeout_max_ns: 152 * MS, ..Timers::default() },
+            _ => Timers {
+                heartbeat_interval_ns: 5 * MS,
+                heartbeat_timeout_ns: 25 * MS,
+                election_timeout_min_ns: 30 * MS,
+                election_timeout_max_ns: 36 * MS,
+            },
+        };
         Self {
             seed,
             members: if seed % 2 == 0 { 3 } else { 5 },
             bugs: Bugs::default(),
+            timers,
             check_votes: true,
             chaos_ns: Rng::derive(seed, 1).between(3_000, 5_000) * MS,
             // Time for the slowest member's heartbeat timeout and election timeout to run out, plus
@@ -82,6 +96,9 @@ pub struct Summary {
     pub committed: usize,
     pub crashes: u64,
     pub partitions: u64,
+    pub candidacies: u64,
+    /// Terms with more than one candidate.
+    pub contested_terms: u64,
 }
 
 /// How often each fault strikes during the chaos phase, per step.
@@ -93,6 +110,9 @@ struct FaultRates {
     heal_per_million: u64,
     clock_jump_per_million: u64,
     junk_per_million: u64,
+    /// A member that just persisted a vote for another crashes once the input is done (power lost
+    /// right after the sync), and restarts at once or within 30 ms: where a forgotten vote would count twice.
+    crash_after_vote_per_million: u64,
 }
 
 /// A member: its core while it runs, and what it keeps across a crash.
@@ -129,6 +149,9 @@ pub struct Simulation {
     /// Once the faults stopped: the first entry id appended after.
     healed: Option<u64>,
     live: bool,
+    /// Set while executing outputs: crash the member once its input is done.
+    crash_after_input: bool,
+    candidate_terms: std::collections::HashSet<i64>,
     summary: Summary,
 }
 
@@ -148,10 +171,11 @@ impl Simulation {
             heal_per_million: setup.pick(&[2_000, 10_000]),
             clock_jump_per_million: setup.pick(&[0, 500, 2_000]),
             junk_per_million: setup.pick(&[0, 2_000]),
+            crash_after_vote_per_million: setup.pick(&[0, 50_000, 300_000]),
         };
         let mut simulation = Self {
             config,
-            timers: Timers::default(),
+            timers: config.timers,
             now_ns: 0,
             nodes: Vec::new(),
             network: Network::new(Rng::derive(seed, 3), config.members, faults),
@@ -162,6 +186,8 @@ impl Simulation {
             next_entry_id: 1,
             healed: None,
             live: false,
+            crash_after_input: false,
+            candidate_terms: std::collections::HashSet::new(),
             summary: Summary::default(),
         };
         for id in 1..=config.members as MemberId {
@@ -390,7 +416,12 @@ impl Simulation {
         let Some(core) = self.nodes[index].core.as_mut() else { return Ok(()) };
         let mut out = Vec::new();
         f(core, now, &mut out);
-        out.into_iter().try_for_each(|output| self.execute(index, output))
+        out.into_iter().try_for_each(|output| self.execute(index, output))?;
+        if std::mem::take(&mut self.crash_after_input) && self.healed.is_none() {
+            let down = if self.faults.below(2) == 0 { 0 } else { self.faults.between(MS, 30 * MS) };
+            self.crash(index, self.now_ns + down);
+        }
+        Ok(())
     }
 
     /// Executes one output as a driver must; see `quorumcast::consensus_core::output`.
@@ -402,10 +433,19 @@ impl Simulation {
                 self.checker.on_persist(id, node.term, leadership_term_id, voted_for)?;
                 node.term = leadership_term_id;
                 node.vote = voted_for;
+                if voted_for.is_some_and(|vote| vote != id) {
+                    self.crash_after_input |= self.faults.chance(self.rates.crash_after_vote_per_million);
+                }
             }
             Output::Send { to, message } => self.send(index, to, &message)?,
             Output::RoleChange { role, leadership_term_id, .. } => {
                 self.nodes[index].replicate_from = None;
+                if role == Role::Candidate {
+                    self.summary.candidacies += 1;
+                    if !self.candidate_terms.insert(leadership_term_id) {
+                        self.summary.contested_terms += 1;
+                    }
+                }
                 if role == Role::Leader {
                     self.summary.leaderships += 1;
                     self.checker.on_leader(id, leadership_term_id)?;
@@ -433,7 +473,10 @@ impl Simulation {
             Output::ReplicateFrom { leader_member_id, leadership_term_id, position } => {
                 let node = &mut self.nodes[index];
                 if position != node.log.end() {
-                    return Err(format!("member {id}: replicate from {position}, but its log ends at {}", node.log.end()));
+                    return Err(format!(
+                        "member {id}: replicate from {position}, but its log ends at {}",
+                        node.log.end()
+                    ));
                 }
                 node.replicate_from = Some((leader_member_id, leadership_term_id));
             }
@@ -496,7 +539,9 @@ impl Simulation {
                     self.input(index, |core, now, out| core.on_message(sender, message, now, out))?;
                 }
                 Payload::Fetch { term, position } => self.serve_fetch(index, packet.from, term, position),
-                Payload::Data { term, position, entries } => self.accept_data(index, packet.from, term, position, entries)?,
+                Payload::Data { term, position, entries } => {
+                    self.accept_data(index, packet.from, term, position, entries)?
+                }
             }
         }
         Ok(())
@@ -561,7 +606,8 @@ impl Simulation {
             .filter(|&i| {
                 let node = &self.nodes[i];
                 node.core.as_ref().is_some_and(|c| {
-                    c.role() == Role::Leader && node.log.entries().last().map(|e| e.term) == Some(c.leadership_term_id())
+                    c.role() == Role::Leader
+                        && node.log.entries().last().map(|e| e.term) == Some(c.leadership_term_id())
                 })
             })
             .collect();
@@ -583,7 +629,12 @@ impl Simulation {
         for node in &self.nodes {
             let Some(core) = &node.core else { continue };
             if core.append_position() != node.log.end() {
-                return Err(format!("member {}: core append {} != log end {}", node.id, core.append_position(), node.log.end()));
+                return Err(format!(
+                    "member {}: core append {} != log end {}",
+                    node.id,
+                    core.append_position(),
+                    node.log.end()
+                ));
             }
             if core.commit_position() != node.applied_position {
                 let (commit, applied) = (core.commit_position(), node.applied_position);
