@@ -34,6 +34,8 @@ pub struct SimConfig {
     pub chaos_ns: u64,
     /// Once the faults stop (a majority up, connected, no loss), a client entry must commit within this.
     pub liveness_bound_ns: u64,
+    /// Print role changes, crashes and restarts (`QC_SIM_TRACE=1`, for replaying one seed).
+    pub trace: bool,
 }
 
 impl SimConfig {
@@ -43,7 +45,7 @@ impl SimConfig {
             0 => Timers::default(),
             1 => Timers { election_timeout_min_ns: 150 * MS, election_timeout_max_ns: 165 * MS, ..Timers::default() },
             // Hardly any randomization: members time out, canvass and stand in the same term together.
-            2 => Timers { election_timeout_min_ns: 150 * MS, election_timeout_max_ns: 152 * MS, ..Timers::default() },
+            2 => Timers { election_timeout_min_ns: 150 * MS, election_timeout_max_ns: 160 * MS, ..Timers::default() },
             _ => Timers {
                 heartbeat_interval_ns: 5 * MS,
                 heartbeat_timeout_ns: 25 * MS,
@@ -61,6 +63,7 @@ impl SimConfig {
             // Time for the slowest member's heartbeat timeout and election timeout to run out, plus
             // eight more rounds of election timeouts for split canvasses and votes.
             liveness_bound_ns: timers.heartbeat_timeout_ns + 10 * timers.election_timeout_max_ns,
+            trace: std::env::var_os("QC_SIM_TRACE").is_some(),
         }
     }
 }
@@ -171,7 +174,7 @@ impl Simulation {
             heal_per_million: setup.pick(&[2_000, 10_000]),
             clock_jump_per_million: setup.pick(&[0, 500, 2_000]),
             junk_per_million: setup.pick(&[0, 2_000]),
-            crash_after_vote_per_million: setup.pick(&[0, 50_000, 300_000]),
+            crash_after_vote_per_million: setup.pick(&[0, 200_000, 1_000_000]),
         };
         let mut simulation = Self {
             config,
@@ -277,6 +280,7 @@ impl Simulation {
     }
 
     fn crash(&mut self, index: usize, until_ns: u64) {
+        self.trace(format_args!("member {} crashes until {} ms", index + 1, until_ns / MS));
         let node = &mut self.nodes[index];
         if node.core.take().is_some() {
             self.summary.crashes += 1;
@@ -301,6 +305,7 @@ impl Simulation {
             }
         }
         self.healed = Some(self.next_entry_id);
+        self.trace(format_args!("faults stop; {stay_down} member(s) stay down; timers {:?}", self.timers));
     }
 
     fn restart_due(&mut self) -> Check {
@@ -406,6 +411,12 @@ impl Simulation {
     // Driving the cores
     // -----------------------------------------------------------------------------------------------
 
+    fn trace(&self, event: fmt::Arguments<'_>) {
+        if self.config.trace {
+            eprintln!("{:>8.3} ms  {event}", self.now_ns as f64 / MS as f64);
+        }
+    }
+
     fn local_now(&self, index: usize) -> u64 {
         self.now_ns + self.nodes[index].clock_offset_ns
     }
@@ -418,7 +429,7 @@ impl Simulation {
         f(core, now, &mut out);
         out.into_iter().try_for_each(|output| self.execute(index, output))?;
         if std::mem::take(&mut self.crash_after_input) && self.healed.is_none() {
-            let down = if self.faults.below(2) == 0 { 0 } else { self.faults.between(MS, 30 * MS) };
+            let down = if self.faults.below(3) > 0 { 0 } else { self.faults.between(MS, 30 * MS) };
             self.crash(index, self.now_ns + down);
         }
         Ok(())
@@ -438,7 +449,10 @@ impl Simulation {
                 }
             }
             Output::Send { to, message } => self.send(index, to, &message)?,
-            Output::RoleChange { role, leadership_term_id, .. } => {
+            Output::RoleChange { role, leadership_term_id, leader_member_id } => {
+                self.trace(format_args!(
+                    "member {id}: {role} in term {leadership_term_id}, leader {leader_member_id:?}"
+                ));
                 self.nodes[index].replicate_from = None;
                 if role == Role::Candidate {
                     self.summary.candidacies += 1;
