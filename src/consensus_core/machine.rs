@@ -1,6 +1,6 @@
 //! The state machine: a member's consensus state, its inputs, and the transitions every role shares
 //! (adopting a newer term, following a leader, announcing the role). The role-specific rules live in
-//! [`election`](super::election), [`leadership`](super::leadership) and [`following`](super::following).
+//! `election.rs`, `leadership.rs` and `following.rs`.
 
 use std::fmt;
 

@@ -32,8 +32,9 @@
 //! Files: [`config`] (membership, timers, validation), [`message`] (what members say to each other),
 //! [`wire`] (their frames), [`output`] (what the driver must do), [`term_history`] (the log's terms),
 //! [`durable`] (what survives a restart), [`counters`] (what was dropped and why), [`prng`] (election
-//! timeouts), and the state machine itself: [`machine`] (state, inputs, role changes), [`election`]
-//! (canvass and votes), [`leadership`] (the leader's side), [`following`] (the follower's side).
+//! timeouts), and the state machine itself: [`machine`] (state, inputs, role changes), `election.rs`
+//! (canvass and votes), `leadership.rs` (the leader's side) and `following.rs` (the follower's side),
+//! each opening with the rules it keeps.
 
 pub mod config;
 pub mod counters;

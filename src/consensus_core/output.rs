@@ -10,16 +10,18 @@
 //!   crash of the voter; if the persist fails, the driver must stop the member rather than go on.
 //! - [`Output::Truncate`] and [`Output::AppendTermStart`] change the local log; the core has already
 //!   updated its own view of the log ([`Output::Truncate`]) or learns of the append through
-//!   [`ConsensusCore::on_append_position`](super::ConsensusCore::on_append_position) when it is done.
+//!   [`ConsensusCore::on_append_position`] when it is done.
 //! - Log data from the leader may be appended only after [`Output::ReplicateFrom`] and until the next
 //!   [`Output::RoleChange`], starting exactly at the position it names.
-//! - Client messages may be appended only while the role is [`Role::Leader`](super::Role::Leader) and
+//! - Client messages may be appended only while the role is [`Role::Leader`] and
 //!   after the term-start marker.
 
 use std::fmt;
 
 use super::machine::Role;
 use super::message::Message;
+#[cfg(doc)]
+use super::ConsensusCore;
 use super::MemberId;
 
 /// Where a message goes.

@@ -503,3 +503,80 @@ fn the_same_seed_gives_the_same_timeouts() {
     assert!(first.len() > 5);
     assert_eq!(first, run());
 }
+
+#[test]
+fn a_candidate_repeats_its_request_to_members_that_have_not_granted() {
+    let mut member = core(1);
+    let mut out = Vec::new();
+    member.tick(301 * MS, &mut out);
+    member.on_message(
+        2,
+        Message::CanvassReply { leadership_term_id: 0, candidate_term_id: 1, granted: true },
+        302 * MS,
+        &mut out,
+    );
+    assert_eq!(member.role(), Role::Candidate);
+    out.clear();
+    member.tick(305 * MS, &mut out);
+    assert!(sent(&out).is_empty(), "not before a heartbeat interval");
+    member.tick(312 * MS, &mut out);
+    let repeated =
+        vec![(Destination::Member(2), request_vote(1, 0, 0)), (Destination::Member(3), request_vote(1, 0, 0))];
+    assert_eq!(sent(&out), repeated);
+    out.clear();
+    member.on_message(
+        2,
+        Message::Vote { leadership_term_id: 1, candidate_term_id: 1, granted: false },
+        313 * MS,
+        &mut out,
+    );
+    member.on_message(
+        3,
+        Message::Vote { leadership_term_id: 1, candidate_term_id: 1, granted: true },
+        313 * MS,
+        &mut out,
+    );
+    assert_eq!(member.role(), Role::Leader);
+}
+
+#[test]
+fn an_idle_leader_heartbeats_every_interval_and_announces_its_term_to_the_silent() {
+    let mut leader = elected_leader();
+    let mut out = Vec::new();
+    leader.on_append_position(1, 32, 1000 * MS, &mut out);
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 32 }, 1001 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 32);
+    out.clear();
+    leader.tick(1005 * MS, &mut out);
+    assert!(sent(&out).is_empty(), "the commit went out at 1001 ms");
+    leader.tick(1011 * MS, &mut out);
+    let heartbeat = Message::CommitPosition { leadership_term_id: 1, log_position: 32 };
+    assert_eq!(
+        sent(&out),
+        vec![(Destination::Others, heartbeat), (Destination::Member(3), announcement(1, 0, 1, 0, 32))]
+    );
+}
+
+#[test]
+fn a_candidate_that_hears_the_leader_of_its_term_follows_it() {
+    let mut member = core(1);
+    let mut out = Vec::new();
+    member.tick(301 * MS, &mut out);
+    member.on_message(
+        2,
+        Message::CanvassReply { leadership_term_id: 0, candidate_term_id: 1, granted: true },
+        302 * MS,
+        &mut out,
+    );
+    assert_eq!(member.role(), Role::Candidate);
+    out.clear();
+    member.on_message(3, announcement(1, 0, 1, 0, 0), 303 * MS, &mut out);
+    assert_eq!(member.role(), Role::Follower);
+    assert_eq!(member.leader_member_id(), Some(3));
+    assert!(out.contains(&Output::RoleChange {
+        role: Role::Follower,
+        leadership_term_id: 1,
+        leader_member_id: Some(3)
+    }));
+    assert_eq!(member.voted_for(), Some(1), "its vote in the term stands");
+}
