@@ -22,11 +22,11 @@ use super::MemberId;
 
 /// What the leader's log says about one of its terms: `log_term` is followed directly by `next_term`,
 /// which starts at `next_base`.
-#[derive(Clone, Copy, Debug)]
-struct LeaderTerm {
-    log_term: i64,
-    next_term: i64,
-    next_base: i64,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LeaderTerm {
+    pub(super) log_term: i64,
+    pub(super) next_term: i64,
+    pub(super) next_base: i64,
 }
 
 /// The outcome of comparing the local log with the leader's.
@@ -40,23 +40,16 @@ enum Agreement {
 }
 
 impl ConsensusCore {
+    /// The leader of `leadership_term_id` announces it, or answers a term query, saying `said` of its log.
     pub(super) fn on_new_leadership_term(
         &mut self,
         from: MemberId,
-        message: Message,
+        leadership_term_id: i64,
+        said: LeaderTerm,
+        commit_position: i64,
         now_ns: u64,
         out: &mut Vec<Output>,
     ) {
-        let Message::NewLeadershipTerm {
-            leadership_term_id,
-            log_leadership_term_id,
-            next_leadership_term_id,
-            next_term_base_position,
-            commit_position,
-        } = message
-        else {
-            return;
-        };
         if !self.observe_term(leadership_term_id, now_ns, out) || !self.follow(from, now_ns, out) {
             return;
         }
@@ -65,11 +58,6 @@ impl ConsensusCore {
             self.send_ack(now_ns, out);
             return;
         }
-        let said = LeaderTerm {
-            log_term: log_leadership_term_id,
-            next_term: next_leadership_term_id,
-            next_base: next_term_base_position,
-        };
         match self.agreement(said, out) {
             Agreement::UpTo(position) => self.matched(from, position, commit_position, now_ns, out),
             Agreement::Ask => self.send_term_query(from, out),

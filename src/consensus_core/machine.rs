@@ -7,6 +7,7 @@ use std::fmt;
 use super::config::{ConfigError, CoreConfig};
 use super::counters::CoreCounters;
 use super::durable::DurableState;
+use super::following::LeaderTerm;
 use super::message::Message;
 use super::output::{CoreError, Destination, Output};
 use super::prng::SplitMix64;
@@ -202,7 +203,20 @@ impl ConsensusCore {
             Message::Vote { leadership_term_id, candidate_term_id, granted } => {
                 self.on_vote(from, leadership_term_id, candidate_term_id, granted, now_ns, out)
             }
-            Message::NewLeadershipTerm { .. } => self.on_new_leadership_term(from, message, now_ns, out),
+            Message::NewLeadershipTerm {
+                leadership_term_id,
+                log_leadership_term_id,
+                next_leadership_term_id,
+                next_term_base_position,
+                commit_position,
+            } => {
+                let said = LeaderTerm {
+                    log_term: log_leadership_term_id,
+                    next_term: next_leadership_term_id,
+                    next_base: next_term_base_position,
+                };
+                self.on_new_leadership_term(from, leadership_term_id, said, commit_position, now_ns, out)
+            }
             Message::TermQuery { leadership_term_id, log_leadership_term_id, .. } => {
                 self.on_term_query(from, leadership_term_id, log_leadership_term_id, now_ns, out)
             }

@@ -271,7 +271,9 @@ impl Simulation {
         }
         if self.faults.chance(rates.clock_jump_per_million) {
             let index = self.faults.below(self.nodes.len() as u64) as usize;
-            self.nodes[index].clock_offset_ns += self.faults.between(10, 1_000) * MS;
+            let jump = self.faults.between(10, 1_000) * MS;
+            self.nodes[index].clock_offset_ns += jump;
+            self.trace(format_args!("member {}'s clock jumps {} ms forward", index + 1, jump / MS));
         }
         if self.faults.chance(rates.junk_per_million) {
             self.inject_junk()?;
