@@ -100,6 +100,8 @@ pub struct Summary {
     pub crashes: u64,
     pub partitions: u64,
     pub candidacies: u64,
+    /// Uncommitted suffixes cut from followers' logs.
+    pub truncations: u64,
     /// Terms with more than one candidate.
     pub contested_terms: u64,
 }
@@ -482,6 +484,7 @@ impl Simulation {
             Output::Truncate { position } => {
                 let node = &mut self.nodes[index];
                 self.checker.on_truncate(id, position, node.applied_position)?;
+                self.summary.truncations += 1;
                 if !node.log.truncate(position) {
                     return Err(format!("member {id}: truncation to {position}, not an entry boundary"));
                 }
