@@ -17,8 +17,9 @@ use super::prng::Rng;
 /// One simulated millisecond per step.
 pub const STEP_NS: u64 = 1_000_000;
 const MS: u64 = 1_000_000;
-/// Entries a leader sends per fetch.
-const FETCH_BATCH: usize = 16;
+/// Most entries a leader sends per fetch (each fetch: a random number up to this, so acknowledgements
+/// stop anywhere, a new term's base included).
+const FETCH_BATCH: u64 = 16;
 
 /// One run: its seed, and everything derived from it.
 #[derive(Clone, Copy, Debug)]
@@ -118,6 +119,9 @@ struct FaultRates {
     /// A member that just persisted a vote for another crashes once the input is done (power lost
     /// right after the sync), and restarts at once or within 30 ms: where a forgotten vote would count twice.
     crash_after_vote_per_million: u64,
+    /// A leader whose commit position just advanced crashes once the input is done: where a leader
+    /// that committed an earlier term's entries by counting replicas would leave them to be lost.
+    crash_after_commit_per_million: u64,
 }
 
 /// A member: its core while it runs, and what it keeps across a crash.
@@ -177,6 +181,7 @@ impl Simulation {
             clock_jump_per_million: setup.pick(&[0, 500, 2_000]),
             junk_per_million: setup.pick(&[0, 2_000]),
             crash_after_vote_per_million: setup.pick(&[0, 200_000, 1_000_000]),
+            crash_after_commit_per_million: setup.pick(&[0, 2_000, 20_000]),
         };
         let mut simulation = Self {
             config,
@@ -499,7 +504,12 @@ impl Simulation {
                 }
                 node.replicate_from = Some((leader_member_id, leadership_term_id));
             }
-            Output::Commit { position } => self.apply(index, position)?,
+            Output::Commit { position } => {
+                self.apply(index, position)?;
+                if self.nodes[index].core.as_ref().is_some_and(|core| core.role() == Role::Leader) {
+                    self.crash_after_input |= self.faults.chance(self.rates.crash_after_commit_per_million);
+                }
+            }
             Output::Error(error) => return Err(format!("member {id}: the core refused: {error}")),
         }
         Ok(())
@@ -584,12 +594,13 @@ impl Simulation {
 
     /// The leader of `term` sends its log from `position` (the Sender's stand-in).
     fn serve_fetch(&mut self, index: usize, to: MemberId, term: i64, position: i64) {
+        let batch = self.faults.between(1, FETCH_BATCH) as usize;
         let node = &self.nodes[index];
         let Some(core) = &node.core else { return };
         if core.role() != Role::Leader || core.leadership_term_id() != term {
             return;
         }
-        if let Some(entries) = node.log.entries_from(position, FETCH_BATCH).filter(|e| !e.is_empty()) {
+        if let Some(entries) = node.log.entries_from(position, batch).filter(|e| !e.is_empty()) {
             let payload = Payload::Data { term, position, entries: entries.to_vec() };
             let packet = Packet { from: node.id, to, payload };
             self.network.send(packet, self.now_ns);
