@@ -122,6 +122,9 @@ struct FaultRates {
     /// A leader whose commit position just advanced crashes once the input is done: where a leader
     /// that committed an earlier term's entries by counting replicas would leave them to be lost.
     crash_after_commit_per_million: u64,
+    /// A member that just won an election crashes once the input is done, before its term-start
+    /// marker reaches anyone: its term's bytes then live in its log alone.
+    crash_after_election_per_million: u64,
 }
 
 /// A member: its core while it runs, and what it keeps across a crash.
@@ -182,6 +185,7 @@ impl Simulation {
             junk_per_million: setup.pick(&[0, 2_000]),
             crash_after_vote_per_million: setup.pick(&[0, 200_000, 1_000_000]),
             crash_after_commit_per_million: setup.pick(&[0, 2_000, 20_000]),
+            crash_after_election_per_million: setup.pick(&[0, 100_000, 300_000]),
         };
         let mut simulation = Self {
             config,
@@ -470,6 +474,7 @@ impl Simulation {
                     }
                 }
                 if role == Role::Leader {
+                    self.crash_after_input |= self.faults.chance(self.rates.crash_after_election_per_million);
                     self.summary.leaderships += 1;
                     self.checker.on_leader(id, leadership_term_id)?;
                 } else {
