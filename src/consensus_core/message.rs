@@ -1,8 +1,8 @@
 //! What members say to each other. The sender's id travels beside a message (the transport knows it,
 //! and the [`wire`](super::wire) frames carry it), not inside it.
 
-/// One consensus message. Every leadership term id and position is non-negative; the core drops (and
-/// counts as malformed) a message that says otherwise.
+/// One consensus message. Every leadership term id and position is in `0..i64::MAX` (so a next term
+/// always exists); the core drops, and counts as malformed, a message that says otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Message {
     /// Pre-vote (Aeron's canvass): "would you vote for me in `candidate_term_id`?". Changes no term.
@@ -102,7 +102,7 @@ impl Message {
         }
     }
 
-    /// True when every term id and position in the message is non-negative.
+    /// True when every term id and position in the message is in `0..i64::MAX`.
     pub fn is_well_formed(&self) -> bool {
         let values: &[i64] = match self {
             Self::Canvass { candidate_term_id, log_leadership_term_id, log_position, .. }
@@ -130,6 +130,6 @@ impl Message {
             Self::AppendPosition { leadership_term_id, log_position }
             | Self::CommitPosition { leadership_term_id, log_position } => &[*leadership_term_id, *log_position],
         };
-        values.iter().all(|&v| v >= 0)
+        values.iter().all(|&v| (0..i64::MAX).contains(&v))
     }
 }

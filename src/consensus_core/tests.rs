@@ -580,3 +580,114 @@ fn a_candidate_that_hears_the_leader_of_its_term_follows_it() {
     }));
     assert_eq!(member.voted_for(), Some(1), "its vote in the term stands");
 }
+
+mod arbitrary_inputs {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Input {
+        Message(MemberId, Message),
+        Tick(u64),
+        Append(i64, i64),
+    }
+
+    fn value() -> impl Strategy<Value = i64> {
+        prop_oneof![0i64..8, 0i64..512, Just(i64::MAX - 1), Just(i64::MAX), Just(-1)]
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        let hash = prop_oneof![Just(HASH_OF_123()), any::<u64>()];
+        prop_oneof![
+            (value(), value(), value(), hash.clone()).prop_map(|(a, b, c, h)| Message::Canvass {
+                candidate_term_id: a,
+                log_leadership_term_id: b,
+                log_position: c,
+                membership_hash: h
+            }),
+            (value(), value(), any::<bool>()).prop_map(|(a, b, granted)| Message::CanvassReply {
+                leadership_term_id: a,
+                candidate_term_id: b,
+                granted
+            }),
+            (value(), value(), value(), hash).prop_map(|(a, b, c, h)| Message::RequestVote {
+                candidate_term_id: a,
+                log_leadership_term_id: b,
+                log_position: c,
+                membership_hash: h
+            }),
+            (value(), value(), any::<bool>()).prop_map(|(a, b, granted)| Message::Vote {
+                leadership_term_id: a,
+                candidate_term_id: b,
+                granted
+            }),
+            (value(), value(), value(), value(), value()).prop_map(|(a, b, c, d, e)| announcement(a, b, c, d, e)),
+            (value(), value(), value()).prop_map(|(a, b, c)| Message::TermQuery {
+                leadership_term_id: a,
+                log_leadership_term_id: b,
+                log_position: c
+            }),
+            (value(), value()).prop_map(|(a, b)| Message::AppendPosition { leadership_term_id: a, log_position: b }),
+            (value(), value()).prop_map(|(a, b)| Message::CommitPosition { leadership_term_id: a, log_position: b }),
+        ]
+    }
+
+    fn input() -> impl Strategy<Value = Input> {
+        prop_oneof![
+            4 => (0i32..5, message()).prop_map(|(from, m)| Input::Message(from, m)),
+            1 => (0u64..400).prop_map(|ms| Input::Tick(ms * MS)),
+            1 => (value(), value()).prop_map(|(term, grow)| Input::Append(term, grow)),
+        ]
+    }
+
+    proptest! {
+        /// Whatever arrives, in any order, the core never panics, its term and commit position never go
+        /// back, the commit never passes the log, and a vote once cast stands for its term.
+        #[test]
+        fn never_panic_and_keep_the_invariants(inputs in prop::collection::vec(input(), 1..200)) {
+            let mut member = core(1);
+            let mut now = 0u64;
+            let mut out = Vec::new();
+            for input in inputs {
+                let (term, commit, vote) = (member.leadership_term_id(), member.commit_position(), member.voted_for());
+                out.clear();
+                match input {
+                    Input::Message(from, message) => member.on_message(from, message, now, &mut out),
+                    Input::Tick(step) => {
+                        now += step;
+                        member.tick(now, &mut out);
+                    }
+                    Input::Append(append_term, grow) => {
+                        let position = member.append_position().saturating_add(grow.clamp(-1, 1 << 20));
+                        member.on_append_position(append_term, position, now, &mut out);
+                    }
+                }
+                prop_assert!(member.leadership_term_id() >= term);
+                prop_assert!(member.commit_position() >= commit);
+                prop_assert!(member.commit_position() <= member.append_position());
+                if member.leadership_term_id() == term && vote.is_some() {
+                    prop_assert_eq!(member.voted_for(), vote);
+                }
+                for output in &out {
+                    if let Output::Truncate { position } = output {
+                        prop_assert!(*position >= commit, "truncated to {} below commit {}", position, commit);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Regression (found by `never_panic_and_keep_the_invariants`): a member's message with term
+/// `i64::MAX` was adopted, and the next canvass overflowed computing `term + 1`.
+#[test]
+fn a_term_with_no_successor_is_dropped_as_malformed() {
+    let mut member = core(1);
+    let mut out = Vec::new();
+    member.on_message(2, Message::CommitPosition { leadership_term_id: i64::MAX, log_position: 0 }, MS, &mut out);
+    assert_eq!(member.counters().malformed, 1);
+    assert_eq!(member.leadership_term_id(), 0);
+    member.on_message(2, Message::CommitPosition { leadership_term_id: i64::MAX - 1, log_position: 0 }, MS, &mut out);
+    member.tick(1000 * MS, &mut out);
+    assert_eq!(member.role(), Role::Canvass, "the last term still has a next one to canvass for");
+}
