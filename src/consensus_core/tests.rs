@@ -691,3 +691,96 @@ fn a_term_with_no_successor_is_dropped_as_malformed() {
     member.tick(1000 * MS, &mut out);
     assert_eq!(member.role(), Role::Canvass, "the last term still has a next one to canvass for");
 }
+
+/// Delivers the messages in `outputs`, sent by `from`, to each of `to` that they address; returns the
+/// outputs of the receivers, each with its member id.
+fn route(
+    cores: &mut [ConsensusCore],
+    from: MemberId,
+    outputs: &[Output],
+    to: &[MemberId],
+    now_ns: u64,
+) -> Vec<(MemberId, Output)> {
+    let mut produced = Vec::new();
+    for (destination, message) in sent(outputs) {
+        for &member in to {
+            let addressed = match destination {
+                Destination::Member(id) => id == member,
+                Destination::Others => member != from,
+            };
+            if addressed {
+                let mut out = Vec::new();
+                cores[member as usize - 1].on_message(from, message, now_ns, &mut out);
+                produced.extend(out.into_iter().map(|o| (member, o)));
+            }
+        }
+    }
+    produced
+}
+
+fn outputs_of(produced: &[(MemberId, Output)], member: MemberId) -> Vec<Output> {
+    produced.iter().filter(|(id, _)| *id == member).map(|(_, o)| *o).collect()
+}
+
+/// Raft's figure 8 over positions. Member 1 led term 1 and alone holds its bytes 60..100; member 2 led
+/// term 2 and alone holds its marker at 60..92; member 3 holds term 1 up to 60. Member 1 wins term 3
+/// with member 3, which catches up to 100: a majority holds 0..100, but none of it is of term 3, so
+/// nothing commits. Member 1 crashes; member 2 wins term 4 with member 3 (its last term, 2, beats 1)
+/// and member 3 truncates 60..100, which was never committed. Had member 1 committed by counting, that
+/// truncation would have dropped committed bytes.
+#[test]
+fn figure_8_a_new_leader_commits_nothing_of_earlier_terms_by_counting() {
+    let mut cores = vec![
+        core_with(1, 2, None, &[(1, 0)], 100, 0),
+        core_with(2, 2, Some(2), &[(1, 0), (2, 60)], 92, 0),
+        core_with(3, 2, Some(2), &[(1, 0)], 60, 0),
+    ];
+    let mut now = 1000 * MS;
+    let mut out = Vec::new();
+    cores[0].tick(now, &mut out);
+    let replies = route(&mut cores, 1, &out, &[3], now);
+    out.clear();
+    route(&mut cores, 3, &outputs_of(&replies, 3), &[1], now).into_iter().for_each(|(_, o)| out.push(o));
+    let votes = route(&mut cores, 1, &out, &[3], now);
+    out.clear();
+    route(&mut cores, 3, &outputs_of(&votes, 3), &[1], now).into_iter().for_each(|(_, o)| out.push(o));
+    assert_eq!(cores[0].role(), Role::Leader, "member 1 leads term 3: {out:?}");
+    assert!(out.contains(&Output::AppendTermStart { leadership_term_id: 3, position: 100 }));
+    let mut marker = Vec::new();
+    cores[0].on_append_position(3, 132, now, &mut marker);
+
+    // Member 3 joins at 60, copies member 1's term 1 bytes up to 100 (not yet the marker) and says so.
+    let joined = route(&mut cores, 1, &out, &[3], now);
+    assert!(outputs_of(&joined, 3).contains(&Output::ReplicateFrom {
+        leader_member_id: 1,
+        leadership_term_id: 3,
+        position: 60
+    }));
+    let mut copied = Vec::new();
+    cores[2].on_append_position(1, 100, now, &mut copied);
+    let acked = route(&mut cores, 3, &copied, &[1], now);
+    assert_eq!(cores[0].commit_position(), 0, "0..100 is on a majority but holds nothing of term 3: {acked:?}");
+
+    // Member 1 crashes. Once member 3 stops hearing it, member 2 wins term 4.
+    now += 1000 * MS;
+    let mut canvass = Vec::new();
+    cores[1].tick(now, &mut canvass);
+    let mut produced = route(&mut cores, 2, &canvass, &[3], now);
+    for _ in 0..6 {
+        let from_3 = outputs_of(&produced, 3);
+        let mut from_2: Vec<Output> = route(&mut cores, 3, &from_3, &[2], now).into_iter().map(|(_, o)| o).collect();
+        if cores[1].role() != Role::Leader && from_2.is_empty() {
+            now += 400 * MS;
+            cores[1].tick(now, &mut from_2);
+        }
+        produced = route(&mut cores, 2, &from_2, &[3], now);
+        if outputs_of(&produced, 3).iter().any(|o| matches!(o, Output::Truncate { .. })) {
+            break;
+        }
+    }
+    assert_eq!((cores[1].role(), cores[1].leadership_term_id()), (Role::Leader, 4));
+    let truncation = outputs_of(&produced, 3);
+    assert!(truncation.contains(&Output::Truncate { position: 60 }), "{truncation:?}");
+    assert!(!truncation.iter().any(|o| matches!(o, Output::Error(_))));
+    assert_eq!(cores[2].append_position(), 60);
+}
