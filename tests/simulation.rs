@@ -1,6 +1,6 @@
 //! Deterministic simulation of the consensus core, after TigerBeetle's VOPR and FoundationDB's
 //! simulation testing: 3- and 5-member clusters of `ConsensusCore`s over a simulated network (loss,
-//! duplication, reordering, delay, partitions that heal), simulated clocks (with jumps forward), and
+//! duplication, reordering, delay, partitions (some one-way) that heal), simulated clocks (with jumps forward), and
 //! crashes and restarts of any member, leader included, all from one `u64` seed per run. No wall clock
 //! and no other randomness: a seed replays exactly.
 //!
@@ -115,7 +115,7 @@ fn every_property_holds_on_every_seed() {
 fn assert_caught(bugs: Bugs, check_votes: bool) -> Violation {
     let (violations, _) = run_seeds(0..DEFAULT_SEEDS, |config| SimConfig { bugs, check_votes, ..config }, true);
     let first = violations.into_iter().next().unwrap_or_else(|| panic!("{bugs:?}: no seed caught the broken core"));
-    eprintln!("{bugs:?} caught: {first}");
+    eprintln!("caught: {first}");
     first
 }
 

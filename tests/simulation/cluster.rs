@@ -74,21 +74,19 @@ impl SimConfig {
 pub struct Violation {
     pub seed: u64,
     pub members: usize,
+    pub bugs: Bugs,
     pub at_ns: u64,
     pub what: String,
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "seed {} ({} members) at {} ms: {}\n  replay: QC_SIM_SEED={} cargo test --test simulation",
-            self.seed,
-            self.members,
-            self.at_ns / MS,
-            self.what,
-            self.seed
-        )
+        write!(f, "seed {} ({} members) at {} ms: {}", self.seed, self.members, self.at_ns / MS, self.what)?;
+        if self.bugs == Bugs::default() {
+            write!(f, "\n  replay: QC_SIM_SEED={} cargo test --test simulation", self.seed)
+        } else {
+            write!(f, " (core broken on purpose: {:?})", self.bugs)
+        }
     }
 }
 
@@ -228,7 +226,8 @@ impl Simulation {
         match self.run_steps() {
             Ok(()) => Ok(self.summary),
             Err(what) => {
-                Err(Violation { seed: self.config.seed, members: self.config.members, at_ns: self.now_ns, what })
+                let (seed, members, bugs) = (self.config.seed, self.config.members, self.config.bugs);
+                Err(Violation { seed, members, bugs, at_ns: self.now_ns, what })
             }
         }
     }

@@ -44,8 +44,10 @@ impl Faults {
 pub struct Network {
     rng: Rng,
     pub faults: Faults,
-    /// Side of each member (index `id - 1`); members on different sides cannot reach each other.
+    /// Side of each member (index `id - 1`); members on different sides cannot reach each other...
     sides: Vec<u8>,
+    /// ...except, in a one-way partition, from side 1 to side 0.
+    one_way: bool,
     in_flight: BinaryHeap<Reverse<(u64, u64)>>,
     packets: Vec<Option<Packet>>,
     free: Vec<usize>,
@@ -58,6 +60,7 @@ impl Network {
             rng,
             faults,
             sides: vec![0; members],
+            one_way: false,
             in_flight: BinaryHeap::new(),
             packets: Vec::new(),
             free: Vec::new(),
@@ -69,19 +72,23 @@ impl Network {
         self.sides.iter().any(|&side| side != self.sides[0])
     }
 
-    /// Splits the members into two random sides (possibly all on one).
+    /// Splits the members into two random sides (possibly all on one); one partition in three lets
+    /// packets through one way (a member that hears but is not heard, or the reverse).
     pub fn partition(&mut self, rng: &mut Rng) {
         for side in &mut self.sides {
             *side = rng.below(2) as u8;
         }
+        self.one_way = rng.below(3) == 0;
     }
 
     pub fn heal(&mut self) {
         self.sides.fill(0);
     }
 
-    pub fn connected(&self, a: MemberId, b: MemberId) -> bool {
-        self.sides[a as usize - 1] == self.sides[b as usize - 1]
+    /// Whether a packet from `from` reaches `to`.
+    pub fn connected(&self, from: MemberId, to: MemberId) -> bool {
+        let (from, to) = (self.sides[from as usize - 1], self.sides[to as usize - 1]);
+        from == to || (self.one_way && from == 1)
     }
 
     /// Sends a packet at `now_ns`: it may be lost, duplicated, and is delayed.
