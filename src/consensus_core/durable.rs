@@ -24,6 +24,10 @@ impl DurableState {
     /// Checks the state is consistent; the error names the offending field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let last_term = self.term_history.last_term_id();
+        if !(0..i64::MAX).contains(&self.leadership_term_id) {
+            let message = format!("({}) must be in 0..i64::MAX", self.leadership_term_id);
+            return Err(ConfigError::new("durable.leadership_term_id", message));
+        }
         if self.leadership_term_id < last_term {
             let message = format!("({}) is below the log's last term {last_term}", self.leadership_term_id);
             return Err(ConfigError::new("durable.leadership_term_id", message));

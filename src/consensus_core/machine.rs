@@ -149,7 +149,8 @@ pub struct ConsensusCore {
 
 impl ConsensusCore {
     /// A core starting from `durable` (a new member: [`DurableState::default`]) at `now_ns`, as a
-    /// follower that knows no leader. Refuses an invalid configuration or state, naming the key.
+    /// follower that knows no leader (no [`Output::RoleChange`] is pushed for that). Refuses an invalid
+    /// configuration or state, naming the key.
     pub fn new(config: CoreConfig, durable: DurableState, now_ns: u64) -> Result<Self, ConfigError> {
         config.validate()?;
         durable.validate()?;

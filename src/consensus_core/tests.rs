@@ -482,6 +482,10 @@ fn bad_configuration_names_the_key() {
     assert_eq!(CoreConfig::new(1, vec![1, 1]).validate().unwrap_err().key, "members");
     let durable = DurableState { commit_position: 5, ..Default::default() };
     assert_eq!(ConsensusCore::new(config(1), durable, 0).unwrap_err().key, "durable.commit_position");
+    let durable = DurableState { leadership_term_id: i64::MAX, ..Default::default() };
+    assert_eq!(ConsensusCore::new(config(1), durable, 0).unwrap_err().key, "durable.leadership_term_id");
+    let durable = DurableState { append_position: 64, ..Default::default() };
+    assert_eq!(ConsensusCore::new(config(1), durable, 0).unwrap_err().key, "durable.append_position");
 }
 
 #[test]
