@@ -9,8 +9,9 @@
 //! with a liveness check: faults run for 3 to 5 simulated seconds, then stop (the network heals and
 //! loses nothing, clocks stop jumping, every member restarts but, in half the runs, a minority that
 //! stays down), and from then on a leader must be elected and commit a client entry appended after the
-//! faults stopped within `heartbeat_timeout + 10 x election_timeout_max` of simulated time (3.1 s with
-//! the default timers, 0.4 s with the fast profile).
+//! faults stopped within `150 ms + heartbeat_timeout + 10 x election_timeout_max` of simulated time
+//! (3.25 s with the default timers, 0.54 s with the fast profile; 150 ms is the longest a packet sent
+//! before the faults stopped may still be in flight).
 //!
 //! A restart keeps what a member persisted: its term and vote (the cores' `Persist` outputs), its whole
 //! log (an uncommitted suffix too, which a later leader may have truncated), and what its state machine

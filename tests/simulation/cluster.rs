@@ -17,9 +17,13 @@ use super::prng::Rng;
 /// One simulated millisecond per step.
 pub const STEP_NS: u64 = 1_000_000;
 const MS: u64 = 1_000_000;
-/// Most entries a leader sends per fetch (each fetch: a random number up to this, so acknowledgements
-/// stop anywhere, a new term's base included).
-const FETCH_BATCH: u64 = 16;
+/// Most entries a leader sends per fetch: each fetch sends a random number up to one of these, so
+/// acknowledgements stop anywhere (a new term's base included) and a member back from a long crash
+/// still catches up within the liveness bound.
+const FETCH_BATCHES: [u64; 2] = [16, 256];
+/// The longest a packet is delayed (see `Network::schedule`): packets sent before the faults stopped
+/// may arrive this much later.
+const MAX_DELAY_NS: u64 = 150 * MS;
 
 /// One run: its seed, and everything derived from it.
 #[derive(Clone, Copy, Debug)]
@@ -61,9 +65,10 @@ impl SimConfig {
             timers,
             check_votes: true,
             chaos_ns: Rng::derive(seed, 1).between(3_000, 5_000) * MS,
-            // Time for the slowest member's heartbeat timeout and election timeout to run out, plus
-            // eight more rounds of election timeouts for split canvasses and votes.
-            liveness_bound_ns: timers.heartbeat_timeout_ns + 10 * timers.election_timeout_max_ns,
+            // Time for the packets delayed before the faults stopped to arrive, for the slowest
+            // member's heartbeat timeout and election timeout to run out, then nine more election
+            // timeouts for split canvasses and votes and for a lagging member to catch up.
+            liveness_bound_ns: MAX_DELAY_NS + timers.heartbeat_timeout_ns + 10 * timers.election_timeout_max_ns,
             trace: std::env::var_os("QC_SIM_TRACE").is_some(),
         }
     }
@@ -172,7 +177,7 @@ impl Simulation {
         let faults = Faults {
             loss_per_million: setup.pick(&[0, 10_000, 50_000, 200_000]),
             duplicate_per_million: setup.pick(&[0, 10_000, 50_000]),
-            max_delay_ns: setup.pick(&[1, 5, 30, 150]) * MS,
+            max_delay_ns: setup.pick(&[MS, 5 * MS, 30 * MS, MAX_DELAY_NS]),
         };
         let rates = FaultRates {
             crash_per_million: setup.pick(&[0, 1_000, 3_000, 10_000]),
@@ -598,7 +603,8 @@ impl Simulation {
 
     /// The leader of `term` sends its log from `position` (the Sender's stand-in).
     fn serve_fetch(&mut self, index: usize, to: MemberId, term: i64, position: i64) {
-        let batch = self.faults.between(1, FETCH_BATCH) as usize;
+        let most = self.faults.pick(&FETCH_BATCHES);
+        let batch = self.faults.between(1, most) as usize;
         let node = &self.nodes[index];
         let Some(core) = &node.core else { return };
         if core.role() != Role::Leader || core.leadership_term_id() != term {
