@@ -29,6 +29,36 @@
 //! - the leader's heartbeats are its commit positions, sent at least every heartbeat interval; a leader
 //!   that has not heard from a majority for the heartbeat timeout steps down.
 //!
+//! # Driving a core
+//!
+//! A driver feeds the core its inputs and executes the outputs in order ([`output`] says how): here a
+//! member alone, which elects itself, appends its term-start marker, and commits it.
+//!
+//! ```
+//! use quorumcast::consensus_core::{ConsensusCore, CoreConfig, DurableState, Output, Role};
+//!
+//! let mut core = ConsensusCore::new(CoreConfig::new(7, vec![7]), DurableState::default(), 0).unwrap();
+//! let now_ns = 1_000_000_000; // past any election timeout
+//! let mut pending = Vec::new();
+//! core.tick(now_ns, &mut pending);
+//! let mut log_end = 0;
+//! while !pending.is_empty() {
+//!     for output in std::mem::take(&mut pending) {
+//!         match output {
+//!             Output::Persist { .. } => {} // write and sync it before anything that follows
+//!             Output::Send { .. } => {}    // wire::encode it and send it
+//!             Output::AppendTermStart { leadership_term_id, position } => {
+//!                 log_end = position + 32; // append a 32-byte marker of the new term
+//!                 core.on_append_position(leadership_term_id, log_end, now_ns, &mut pending);
+//!             }
+//!             Output::Commit { position } => assert_eq!(position, log_end),
+//!             _ => {}
+//!         }
+//!     }
+//! }
+//! assert_eq!((core.role(), core.leadership_term_id(), core.commit_position()), (Role::Leader, 1, 32));
+//! ```
+//!
 //! Files: [`config`] (membership, timers, validation), [`message`] (what members say to each other),
 //! [`wire`] (their frames), [`output`] (what the driver must do), [`term_history`] (the log's terms),
 //! [`durable`] (what survives a restart), [`counters`] (what was dropped and why), [`prng`] (election
