@@ -318,6 +318,17 @@ impl ConsensusCore {
         self.commit_position
     }
 
+    /// While leading: the position `member` acknowledged in this term (its log agrees with the leader's
+    /// up to there), 0 until it does; this member's own append position for itself. `None` when not
+    /// leading or not a member.
+    pub fn acknowledged_position(&self, member: MemberId) -> Option<i64> {
+        let Phase::Leader(leadership) = &self.phase else { return None };
+        if member == self.config.member_id {
+            return Some(self.append_position);
+        }
+        leadership.peers.iter().find(|peer| peer.id == member).map(|peer| peer.matched_position)
+    }
+
     /// The local log's terms.
     pub fn term_history(&self) -> &TermHistory {
         &self.history

@@ -289,6 +289,8 @@ fn a_leader_commits_only_once_its_own_term_is_on_a_majority() {
     leader.on_append_position(2, 132, 1002 * MS, &mut out);
     leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 132 }, 1003 * MS, &mut out);
     assert_eq!(leader.commit_position(), 132);
+    assert_eq!((leader.acknowledged_position(2), leader.acknowledged_position(3)), (Some(132), Some(0)));
+    assert_eq!((leader.acknowledged_position(1), leader.acknowledged_position(9)), (Some(132), None));
     assert!(out.contains(&Output::Commit { position: 132 }));
     assert!(sent(&out)
         .contains(&(Destination::Others, Message::CommitPosition { leadership_term_id: 2, log_position: 132 })));
