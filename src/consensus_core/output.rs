@@ -15,6 +15,11 @@
 //!   [`Output::RoleChange`], starting exactly at the position it names.
 //! - Client messages may be appended only while the role is [`Role::Leader`] and
 //!   after the term-start marker.
+//!
+//! Outputs of a call the driver makes while executing an output (`on_append_position` after
+//! [`Output::AppendTermStart`]) may be executed at once or after the rest of the first call's; either
+//! way every [`Output::Persist`] is executed before the outputs pushed after it. Nothing the core asks
+//! for may be skipped, except a [`Output::Send`], which the network may lose anyway.
 
 use std::fmt;
 
