@@ -14,7 +14,8 @@
 //!   configuration), [`fault`] (in-process loss, duplication, reordering);
 //! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
 //! - the receive path: [`image`], [`receiver`];
-//! - replication: [`consensus`] (append stage and quorum commit), [`node`];
+//! - replication: [`consensus`] (append stage and quorum commit), [`consensus_core`] (elections and commit as
+//!   one I/O-free state machine), [`node`];
 //! - measurement: [`model`] (the throughput model), [`probe`] (this host's S), [`sweep`] (the model against a
 //!   running cluster), [`report`] (the sweep report: JSON,
 //!   `.hgrm`, Markdown and HTML).
@@ -25,6 +26,7 @@ pub mod buffer;
 pub mod channel;
 pub mod clock;
 pub mod consensus;
+pub mod consensus_core;
 pub mod counters;
 pub mod directory;
 pub mod event_log;

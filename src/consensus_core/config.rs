@@ -1,0 +1,160 @@
+//! The consensus core's configuration: who the members are, the timers, the seed of the election
+//! timeouts, and (for tests only) fault switches.
+
+use std::fmt;
+
+use super::MemberId;
+
+/// The consensus timers, in nanoseconds.
+///
+/// Invariants checked by [`CoreConfig::validate`]: every timer is non-zero,
+/// `heartbeat_timeout_ns > heartbeat_interval_ns`, and `election_timeout_min_ns <= election_timeout_max_ns`.
+/// An election timeout of at least the heartbeat timeout keeps a follower from canvassing members that
+/// still hear the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timers {
+    /// The leader sends its commit position (its heartbeat) at least this often, and a follower its
+    /// append position.
+    pub heartbeat_interval_ns: u64,
+    /// A follower that heard from its leader within this long refuses canvasses; a leader that has not
+    /// heard from a majority within this long steps down.
+    pub heartbeat_timeout_ns: u64,
+    /// Shortest randomized election timeout.
+    pub election_timeout_min_ns: u64,
+    /// Longest randomized election timeout.
+    pub election_timeout_max_ns: u64,
+}
+
+impl Default for Timers {
+    /// 10 ms heartbeats, a 100 ms heartbeat timeout, election timeouts of 150 to 300 ms.
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ns: 10_000_000,
+            heartbeat_timeout_ns: 100_000_000,
+            election_timeout_min_ns: 150_000_000,
+            election_timeout_max_ns: 300_000_000,
+        }
+    }
+}
+
+/// Faults the tests switch on to prove the simulation catches a broken core. All off by default; never
+/// set them outside tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bugs {
+    /// On restart, ignore the persisted vote (as if votes were not persisted).
+    pub forget_vote_on_restart: bool,
+    /// Grant votes (and canvasses) without comparing logs.
+    pub skip_up_to_date_check: bool,
+}
+
+/// Everything a member's consensus core is configured with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreConfig {
+    /// This member's id; one of `members`.
+    pub member_id: MemberId,
+    /// Every member's id, this one included; static, without duplicates.
+    pub members: Vec<MemberId>,
+    /// The timers.
+    pub timers: Timers,
+    /// Seed of the PRNG the randomized election timeouts come from.
+    pub seed: u64,
+    /// Test-only fault switches.
+    #[doc(hidden)]
+    pub bugs: Bugs,
+}
+
+impl CoreConfig {
+    /// A configuration with the default timers and seed 0, and no faults.
+    pub fn new(member_id: MemberId, members: Vec<MemberId>) -> Self {
+        Self { member_id, members, timers: Timers::default(), seed: 0, bugs: Bugs::default() }
+    }
+
+    /// Checks the configuration; the error names the offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.members.is_empty() {
+            return Err(ConfigError::new("members", "must list at least one member".into()));
+        }
+        let mut sorted = self.members.clone();
+        sorted.sort_unstable();
+        if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(ConfigError::new("members", format!("lists member {} twice", pair[0])));
+        }
+        if !self.members.contains(&self.member_id) {
+            return Err(ConfigError::new(
+                "member_id",
+                format!("{} is not one of members {:?}", self.member_id, self.members),
+            ));
+        }
+        self.timers.validate()
+    }
+
+    /// The hash of the member list that canvass and vote requests carry: members configured with
+    /// different lists refuse each other.
+    pub fn membership_hash(&self) -> u64 {
+        membership_hash(&self.members)
+    }
+}
+
+impl Timers {
+    /// Checks the timers; the error names the offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let named = [
+            ("heartbeat_interval_ns", self.heartbeat_interval_ns),
+            ("heartbeat_timeout_ns", self.heartbeat_timeout_ns),
+            ("election_timeout_min_ns", self.election_timeout_min_ns),
+            ("election_timeout_max_ns", self.election_timeout_max_ns),
+        ];
+        if let Some((key, _)) = named.iter().find(|(_, value)| *value == 0) {
+            return Err(ConfigError::new(key, "must be greater than zero".into()));
+        }
+        if self.heartbeat_timeout_ns <= self.heartbeat_interval_ns {
+            let message = format!(
+                "({}) must be greater than heartbeat_interval_ns ({}), or every follower times out between heartbeats",
+                self.heartbeat_timeout_ns, self.heartbeat_interval_ns
+            );
+            return Err(ConfigError::new("heartbeat_timeout_ns", message));
+        }
+        if self.election_timeout_min_ns > self.election_timeout_max_ns {
+            let message = format!(
+                "({}) must be at most election_timeout_max_ns ({})",
+                self.election_timeout_min_ns, self.election_timeout_max_ns
+            );
+            return Err(ConfigError::new("election_timeout_min_ns", message));
+        }
+        Ok(())
+    }
+}
+
+/// FNV-1a over the sorted member ids: the same for the same set of members in any order.
+pub fn membership_hash(members: &[MemberId]) -> u64 {
+    let mut sorted = members.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .iter()
+        .flat_map(|id| id.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// A configuration value the core refuses, and which key holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The offending key, e.g. `heartbeat_timeout_ns`.
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(key: &'static str, message: String) -> Self {
+        Self { key, message }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "consensus core configuration: {} {}", self.key, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,464 @@
+//! The state machine: a member's consensus state, its inputs, and the transitions every role shares
+//! (adopting a newer term, following a leader, announcing the role). The role-specific rules live in
+//! `election.rs`, `leadership.rs` and `following.rs`.
+
+use std::fmt;
+
+use super::config::{ConfigError, CoreConfig};
+use super::counters::CoreCounters;
+use super::durable::DurableState;
+use super::following::LeaderTerm;
+use super::message::Message;
+use super::output::{CoreError, Destination, Output};
+use super::prng::SplitMix64;
+use super::term_history::TermHistory;
+use super::MemberId;
+
+/// A member's role in the current leadership term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Replicates a leader's log, or waits for one.
+    Follower,
+    /// Asks the others whether they would vote for it (pre-vote), without changing its term.
+    Canvass,
+    /// Stands for election in its current term, having voted for itself.
+    Candidate,
+    /// Leads the current term: appends, replicates and commits.
+    Leader,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Follower => "follower",
+            Role::Canvass => "canvass",
+            Role::Candidate => "candidate",
+            Role::Leader => "leader",
+        })
+    }
+}
+
+/// The grants collected in a canvass or an election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Ballot {
+    /// The term the canvass or election is for.
+    pub(super) term: i64,
+    /// Members that granted, this one included; no duplicates.
+    pub(super) granted: Vec<MemberId>,
+    /// When the request is next sent again to the members that have not granted.
+    pub(super) next_request_ns: u64,
+}
+
+impl Ballot {
+    pub(super) fn new(term: i64, own_id: MemberId, next_request_ns: u64) -> Self {
+        Self { term, granted: vec![own_id], next_request_ns }
+    }
+
+    /// Records a grant; false when `member` had already granted.
+    pub(super) fn grant(&mut self, member: MemberId) -> bool {
+        let new = !self.granted.contains(&member);
+        if new {
+            self.granted.push(member);
+        }
+        new
+    }
+}
+
+/// A follower's view of its leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Following {
+    /// The leader of the current term, once heard from.
+    pub(super) leader: Option<MemberId>,
+    /// When the leader was last heard from.
+    pub(super) last_contact_ns: u64,
+    /// Whether the local log is known to agree with the leader's up to the append position.
+    pub(super) matched: bool,
+    /// The highest commit position heard from the leader.
+    pub(super) leader_commit: i64,
+    /// When the append position is next due to the leader even if it has not moved.
+    pub(super) next_ack_ns: u64,
+}
+
+impl Following {
+    pub(super) fn new(leader: Option<MemberId>, now_ns: u64) -> Self {
+        Self { leader, last_contact_ns: now_ns, matched: false, leader_commit: 0, next_ack_ns: now_ns }
+    }
+}
+
+/// What the leader knows of one other member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Peer {
+    pub(super) id: MemberId,
+    /// Highest position it acknowledged in this term: its log agrees with the leader's up to there.
+    pub(super) matched_position: i64,
+    /// Whether it has answered in this term (until it does, the term is announced to it again).
+    pub(super) heard: bool,
+    /// When it last answered (the start of the term until it does).
+    pub(super) last_heard_ns: u64,
+}
+
+/// The leader's state for its term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Leadership {
+    /// Where the term starts: the leader's append position when it won.
+    pub(super) term_base: i64,
+    /// The term of the leader's last byte before the term started.
+    pub(super) previous_term_id: i64,
+    /// When the commit position is next due as a heartbeat.
+    pub(super) next_heartbeat_ns: u64,
+    /// Every other member.
+    pub(super) peers: Vec<Peer>,
+    /// Scratch for the quorum computation, one per peer.
+    pub(super) positions: Vec<i64>,
+}
+
+/// The role-specific state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    Follower(Following),
+    Canvass(Ballot),
+    Candidate(Ballot),
+    Leader(Leadership),
+}
+
+/// A member's consensus state machine; see the [module docs](super).
+///
+/// Invariants (each kept by the method that could break it):
+/// - `leadership_term_id` never decreases, and every change of it or of the vote is pushed as an
+///   [`Output::Persist`] before anything that depends on it;
+/// - at most one vote per term (`voted_for` is only set when `None`, and reset only by a newer term);
+/// - the commit position never decreases and never passes the append position;
+/// - the log is never truncated below the commit position.
+#[derive(Clone, Debug)]
+pub struct ConsensusCore {
+    pub(super) config: CoreConfig,
+    pub(super) membership_hash: u64,
+    pub(super) majority: usize,
+    pub(super) rng: SplitMix64,
+    pub(super) term: i64,
+    pub(super) voted_for: Option<MemberId>,
+    pub(super) history: TermHistory,
+    pub(super) append_position: i64,
+    pub(super) commit_position: i64,
+    pub(super) phase: Phase,
+    pub(super) election_deadline_ns: u64,
+    /// The role, term and leader last pushed as [`Output::RoleChange`].
+    announced: (Role, i64, Option<MemberId>),
+    pub(super) counters: CoreCounters,
+}
+
+impl ConsensusCore {
+    /// A core starting from `durable` (a new member: [`DurableState::default`]) at `now_ns`, as a
+    /// follower that knows no leader (no [`Output::RoleChange`] is pushed for that). Refuses an invalid
+    /// configuration or state, naming the key.
+    pub fn new(config: CoreConfig, durable: DurableState, now_ns: u64) -> Result<Self, ConfigError> {
+        config.validate()?;
+        durable.validate()?;
+        let voted_for = if config.bugs.forget_vote_on_restart { None } else { durable.voted_for };
+        let mut core = Self {
+            membership_hash: config.membership_hash(),
+            majority: config.members.len() / 2 + 1,
+            rng: SplitMix64::new(config.seed),
+            config,
+            term: durable.leadership_term_id,
+            voted_for,
+            history: durable.term_history,
+            append_position: durable.append_position,
+            commit_position: durable.commit_position,
+            phase: Phase::Follower(Following::new(None, now_ns)),
+            election_deadline_ns: 0,
+            announced: (Role::Follower, durable.leadership_term_id, None),
+            counters: CoreCounters::default(),
+        };
+        core.reset_election_timer(now_ns);
+        Ok(core)
+    }
+
+    // -----------------------------------------------------------------------------------------------
+    // Inputs
+    // -----------------------------------------------------------------------------------------------
+
+    /// Handles `message` from member `from`. Messages from non-members, malformed, stale, duplicated or
+    /// out of place are counted in [`counters`](Self::counters) and dropped.
+    pub fn on_message(&mut self, from: MemberId, message: Message, now_ns: u64, out: &mut Vec<Output>) {
+        if from == self.config.member_id || !self.config.members.contains(&from) {
+            self.counters.non_member += 1;
+            return;
+        }
+        if !message.is_well_formed() {
+            self.counters.malformed += 1;
+            return;
+        }
+        match message {
+            Message::Canvass { candidate_term_id, log_leadership_term_id, log_position, membership_hash } => {
+                let log = (log_leadership_term_id, log_position);
+                self.on_canvass(from, candidate_term_id, log, membership_hash, now_ns, out)
+            }
+            Message::CanvassReply { leadership_term_id, candidate_term_id, granted } => {
+                self.on_canvass_reply(from, leadership_term_id, candidate_term_id, granted, now_ns, out)
+            }
+            Message::RequestVote { candidate_term_id, log_leadership_term_id, log_position, membership_hash } => {
+                let log = (log_leadership_term_id, log_position);
+                self.on_request_vote(from, candidate_term_id, log, membership_hash, now_ns, out)
+            }
+            Message::Vote { leadership_term_id, candidate_term_id, granted } => {
+                self.on_vote(from, leadership_term_id, candidate_term_id, granted, now_ns, out)
+            }
+            Message::NewLeadershipTerm {
+                leadership_term_id,
+                log_leadership_term_id,
+                next_leadership_term_id,
+                next_term_base_position,
+                commit_position,
+            } => {
+                let said = LeaderTerm {
+                    log_term: log_leadership_term_id,
+                    next_term: next_leadership_term_id,
+                    next_base: next_term_base_position,
+                };
+                self.on_new_leadership_term(from, leadership_term_id, said, commit_position, now_ns, out)
+            }
+            Message::TermQuery { leadership_term_id, log_leadership_term_id, .. } => {
+                self.on_term_query(from, leadership_term_id, log_leadership_term_id, now_ns, out)
+            }
+            Message::AppendPosition { leadership_term_id, log_position } => {
+                self.on_append_ack(from, leadership_term_id, log_position, now_ns, out)
+            }
+            Message::CommitPosition { leadership_term_id, log_position } => {
+                self.on_commit_position(from, leadership_term_id, log_position, now_ns, out)
+            }
+        }
+    }
+
+    /// Advances the timers to `now_ns`: heartbeats, acknowledgements, election timeouts, and the
+    /// leader's check that a majority still answers. Call it at least every heartbeat interval.
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Output>) {
+        match &self.phase {
+            Phase::Leader(_) => self.tick_leader(now_ns, out),
+            Phase::Follower(_) | Phase::Canvass(_) | Phase::Candidate(_) if now_ns >= self.election_deadline_ns => {
+                self.start_canvass(now_ns, out)
+            }
+            Phase::Follower(_) => self.tick_follower(now_ns, out),
+            Phase::Canvass(_) | Phase::Candidate(_) => self.repeat_request(now_ns, out),
+        }
+    }
+
+    /// The local log now ends at `position`, and the bytes since the previous append position are of
+    /// `leadership_term_id` (report each term's bytes separately). Appends come from the driver; a
+    /// position behind the known one, or a term older than the log's last, is refused as an
+    /// [`Output::Error`].
+    pub fn on_append_position(&mut self, leadership_term_id: i64, position: i64, now_ns: u64, out: &mut Vec<Output>) {
+        if position < self.append_position {
+            let append_position = self.append_position;
+            out.push(Output::Error(CoreError::AppendPositionWentBack { append_position, position }));
+            return;
+        }
+        let last_term_id = self.history.last_term_id();
+        if leadership_term_id < last_term_id.max(1) {
+            out.push(Output::Error(CoreError::AppendTermWentBack { last_term_id, leadership_term_id }));
+            return;
+        }
+        if position == self.append_position {
+            return;
+        }
+        self.history.append(leadership_term_id, self.append_position);
+        self.append_position = position;
+        match self.phase {
+            Phase::Leader(_) => self.update_commit(now_ns, out),
+            Phase::Follower(_) => self.on_follower_append(now_ns, out),
+            Phase::Canvass(_) | Phase::Candidate(_) => {}
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------------
+    // State
+    // -----------------------------------------------------------------------------------------------
+
+    /// This member's id.
+    pub fn member_id(&self) -> MemberId {
+        self.config.member_id
+    }
+
+    /// The current role.
+    pub fn role(&self) -> Role {
+        match self.phase {
+            Phase::Follower(_) => Role::Follower,
+            Phase::Canvass(_) => Role::Canvass,
+            Phase::Candidate(_) => Role::Candidate,
+            Phase::Leader(_) => Role::Leader,
+        }
+    }
+
+    /// The current leadership term.
+    pub fn leadership_term_id(&self) -> i64 {
+        self.term
+    }
+
+    /// The leader of the current term, when known.
+    pub fn leader_member_id(&self) -> Option<MemberId> {
+        match &self.phase {
+            Phase::Leader(_) => Some(self.config.member_id),
+            Phase::Follower(following) => following.leader,
+            Phase::Canvass(_) | Phase::Candidate(_) => None,
+        }
+    }
+
+    /// The vote cast in the current term.
+    pub fn voted_for(&self) -> Option<MemberId> {
+        self.voted_for
+    }
+
+    /// The local log's end.
+    pub fn append_position(&self) -> i64 {
+        self.append_position
+    }
+
+    /// The commit position.
+    pub fn commit_position(&self) -> i64 {
+        self.commit_position
+    }
+
+    /// While leading: the position `member` acknowledged in this term (its log agrees with the leader's
+    /// up to there), 0 until it does; this member's own append position for itself. `None` when not
+    /// leading or not a member.
+    pub fn acknowledged_position(&self, member: MemberId) -> Option<i64> {
+        let Phase::Leader(leadership) = &self.phase else { return None };
+        if member == self.config.member_id {
+            return Some(self.append_position);
+        }
+        leadership.peers.iter().find(|peer| peer.id == member).map(|peer| peer.matched_position)
+    }
+
+    /// The local log's terms.
+    pub fn term_history(&self) -> &TermHistory {
+        &self.history
+    }
+
+    /// What was dropped, and the elections taken part in.
+    pub fn counters(&self) -> &CoreCounters {
+        &self.counters
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CoreConfig {
+        &self.config
+    }
+
+    // -----------------------------------------------------------------------------------------------
+    // Shared transitions
+    // -----------------------------------------------------------------------------------------------
+
+    /// Checks the term of a message that carries its sender's term: a newer term is adopted (as a
+    /// follower that knows no leader yet); false for an older one, which is counted and dropped.
+    pub(super) fn observe_term(&mut self, term: i64, now_ns: u64, out: &mut Vec<Output>) -> bool {
+        if term < self.term {
+            self.counters.stale_term += 1;
+            return false;
+        }
+        if term > self.term {
+            self.adopt_term(term, now_ns, out);
+        }
+        true
+    }
+
+    /// Moves to the newer `term` as a follower with no vote and no leader, persisting the term.
+    pub(super) fn adopt_term(&mut self, term: i64, now_ns: u64, out: &mut Vec<Output>) {
+        debug_assert!(term > self.term, "terms only grow");
+        if matches!(self.phase, Phase::Leader(_)) {
+            self.counters.step_downs += 1;
+        }
+        self.term = term;
+        self.voted_for = None;
+        self.persist(out);
+        self.phase = Phase::Follower(Following::new(None, now_ns));
+        self.reset_election_timer(now_ns);
+        self.announce(out);
+    }
+
+    /// Takes `leader` as the leader of the current term (the term was checked). False, counted as
+    /// unexpected, when this member leads the term or follows another leader in it.
+    pub(super) fn follow(&mut self, leader: MemberId, now_ns: u64, out: &mut Vec<Output>) -> bool {
+        match &mut self.phase {
+            Phase::Leader(_) => {
+                self.counters.unexpected += 1;
+                return false;
+            }
+            Phase::Follower(following) if following.leader == Some(leader) => following.last_contact_ns = now_ns,
+            Phase::Follower(Following { leader: Some(_), .. }) => {
+                self.counters.unexpected += 1;
+                return false;
+            }
+            Phase::Follower(_) | Phase::Canvass(_) | Phase::Candidate(_) => {
+                self.phase = Phase::Follower(Following::new(Some(leader), now_ns));
+            }
+        }
+        self.reset_election_timer(now_ns);
+        self.announce(out);
+        true
+    }
+
+    /// Becomes a follower of the current term that knows no leader (a leader that lost its majority).
+    pub(super) fn step_down(&mut self, now_ns: u64, out: &mut Vec<Output>) {
+        self.counters.step_downs += 1;
+        self.phase = Phase::Follower(Following::new(None, now_ns));
+        self.reset_election_timer(now_ns);
+        self.announce(out);
+    }
+
+    /// Pushes the term and vote to be persisted.
+    pub(super) fn persist(&self, out: &mut Vec<Output>) {
+        out.push(Output::Persist { leadership_term_id: self.term, voted_for: self.voted_for });
+    }
+
+    /// Pushes a [`Output::RoleChange`] when the role, term or leader differ from the last one pushed.
+    pub(super) fn announce(&mut self, out: &mut Vec<Output>) {
+        let now = (self.role(), self.term, self.leader_member_id());
+        if now != self.announced {
+            self.announced = now;
+            out.push(Output::RoleChange { role: now.0, leadership_term_id: now.1, leader_member_id: now.2 });
+        }
+    }
+
+    /// Draws the next randomized election timeout from now.
+    pub(super) fn reset_election_timer(&mut self, now_ns: u64) {
+        let timers = &self.config.timers;
+        let timeout = self.rng.between(timers.election_timeout_min_ns, timers.election_timeout_max_ns);
+        self.election_deadline_ns = now_ns.saturating_add(timeout);
+    }
+
+    /// Cuts the log back to `position`, unless that would drop committed log (then an error output,
+    /// and false). A position at or past the end changes nothing.
+    pub(super) fn truncate(&mut self, position: i64, out: &mut Vec<Output>) -> bool {
+        if position < self.commit_position {
+            let commit_position = self.commit_position;
+            out.push(Output::Error(CoreError::TruncateBelowCommit { position, commit_position }));
+            return false;
+        }
+        if position < self.append_position {
+            self.history.truncate(position);
+            self.append_position = position;
+            self.counters.truncations += 1;
+            out.push(Output::Truncate { position });
+        }
+        true
+    }
+
+    /// Raises the commit position to `position`, never lowering it nor passing the append position.
+    pub(super) fn advance_commit(&mut self, position: i64, out: &mut Vec<Output>) {
+        let position = position.min(self.append_position);
+        if position > self.commit_position {
+            self.commit_position = position;
+            out.push(Output::Commit { position });
+        }
+    }
+
+    /// Sends `message` to `to`.
+    pub(super) fn send(&self, to: Destination, message: Message, out: &mut Vec<Output>) {
+        out.push(Output::Send { to, message });
+    }
+
+    /// The log's (last term, append position), what elections compare.
+    pub(super) fn log_tip(&self) -> (i64, i64) {
+        (self.history.last_term_id(), self.append_position)
+    }
+}
