@@ -307,11 +307,48 @@ pub struct AgentCounters {
     /// Nanoseconds spent in duty cycles that did work: over a window, the share of the thread's time it
     /// was busy (what is left went to idle cycles and idling).
     pub work_ns: Counter,
+    /// Duty cycles by length, in powers of two: bucket `i` counts cycles of at most
+    /// [`cycle_bucket_ns`]`(i)` (the first from 0, the last also every longer one). Deltas over a window give
+    /// the distribution of the agent's cycle times ([`cycle_quantile_ns`]), so a stall names its stage.
+    pub cycle_buckets: [Counter; CYCLE_BUCKETS],
+}
+
+/// How many duty-cycle length buckets an agent has: from 1 us (2^10 ns) to 2 s (2^31 ns).
+pub const CYCLE_BUCKETS: usize = 22;
+
+/// The longest cycle (ns) bucket `i` counts: `2^(10 + i)`.
+pub const fn cycle_bucket_ns(i: usize) -> u64 {
+    1 << (10 + i)
+}
+
+/// The bucket of a cycle of `ns` nanoseconds.
+#[inline]
+fn cycle_bucket(ns: u64) -> usize {
+    let log2_ceiling = 64 - ns.saturating_sub(1).leading_zeros() as usize;
+    log2_ceiling.clamp(10, 10 + CYCLE_BUCKETS - 1) - 10
+}
+
+/// The `q` quantile (0..=1) of the cycles counted in `counts` (per bucket, e.g. deltas over a window), as
+/// the upper bound of the bucket it falls in; 0 when nothing was counted.
+pub fn cycle_quantile_ns(counts: &[i64; CYCLE_BUCKETS], q: f64) -> u64 {
+    let total: i64 = counts.iter().sum();
+    if total <= 0 {
+        return 0;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as i64).max(1);
+    let mut seen = 0;
+    for (i, &count) in counts.iter().enumerate() {
+        seen += count;
+        if seen >= rank {
+            return cycle_bucket_ns(i);
+        }
+    }
+    cycle_bucket_ns(CYCLE_BUCKETS - 1)
 }
 
 impl AgentCounters {
     /// Counters allocated with `allocate(suffix)`: `duty cycles`, `work`, `idle cycles`, `max cycle ns`,
-    /// `work ns`.
+    /// `work ns`, and `cycles to <n> ns` for each bucket.
     pub fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
         Self {
             duty_cycles: allocate("duty cycles"),
@@ -319,6 +356,7 @@ impl AgentCounters {
             idle_cycles: allocate("idle cycles"),
             max_cycle_ns: allocate("max cycle ns"),
             work_ns: allocate("work ns"),
+            cycle_buckets: std::array::from_fn(|i| allocate(&format!("cycles to {} ns", cycle_bucket_ns(i)))),
         }
     }
 
@@ -343,6 +381,7 @@ impl AgentCounters {
     fn record_duration(&self, start: Instant, end: Instant, worked: bool) {
         let ns = i64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(i64::MAX);
         self.max_cycle_ns.set_max(ns);
+        self.cycle_buckets[cycle_bucket(ns as u64)].increment();
         if worked {
             self.work_ns.add(ns);
         }
@@ -358,6 +397,20 @@ fn catch_panic<T>(agent: &str, phase: AgentPhase, f: impl FnOnce() -> T) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cycle_lengths_fall_in_power_of_two_buckets_and_quantiles_read_them_back() {
+        assert_eq!([0, 1, 1024, 1025, 2048, 1 << 40].map(cycle_bucket), [0, 0, 0, 1, 1, CYCLE_BUCKETS - 1]);
+        let mut counts = [0i64; CYCLE_BUCKETS];
+        counts[0] = 990; // 990 cycles of at most 1 us
+        counts[5] = 9; // 9 of at most 32 us
+        counts[10] = 1; // one of at most 1 ms
+        assert_eq!(cycle_quantile_ns(&counts, 0.5), 1024);
+        assert_eq!(cycle_quantile_ns(&counts, 0.99), 1024);
+        assert_eq!(cycle_quantile_ns(&counts, 0.995), 32 * 1024);
+        assert_eq!(cycle_quantile_ns(&counts, 1.0), 1 << 20);
+        assert_eq!(cycle_quantile_ns(&[0; CYCLE_BUCKETS], 0.5), 0);
+    }
 
     #[test]
     fn failure_messages_name_agent_phase_and_cause() {
