@@ -15,6 +15,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 use support::ScratchDir;
 
@@ -25,7 +26,7 @@ const MSG_SIZE: usize = 64;
 const DEADLINE: Duration = Duration::from_secs(300);
 
 fn tuning(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning").join(path)
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("tuning").join(path)
 }
 
 fn free_port() -> u16 {
@@ -303,7 +304,7 @@ fn an_endpoint_in_use_is_refused_naming_the_address() {
 #[test]
 fn every_node_file_with_every_profile_is_a_valid_config() {
     use quorumcast::agent::ThreadingMode;
-    use quorumcast::node::NodeFile;
+    use quorumcast::config::NodeFile;
     for profile in ["latency", "balanced", "small-host"] {
         for id in 0..3 {
             let node = NodeFile::load(tuning(&format!("cluster/node{id}.toml"))).unwrap();

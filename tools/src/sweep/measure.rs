@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::probe::{probe_s, ProbeCores, SendRate};
-use crate::transport::{probe_gso, SendMode};
+use quorumcast::transport::{probe_gso, SendMode};
 
 use super::bottleneck::StageEvidence;
 use super::cluster::{Counts, LoadCluster, Positions, SETTLE_TIMEOUT};
@@ -495,7 +495,7 @@ mod tests {
     }
 
     fn counts(values: &[(&str, i64)]) -> Counts {
-        let manager = crate::counters::CountersManager::anonymous(8).unwrap();
+        let manager = quorumcast::counters::CountersManager::anonymous(8).unwrap();
         for (label, value) in values {
             manager.allocate(label, 0).unwrap().set(*value);
         }

@@ -15,8 +15,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::idle::IdleStrategyConfig;
-use crate::transport::SendMode;
+use quorumcast::idle::IdleStrategyConfig;
+use quorumcast::transport::SendMode;
 
 /// How commit positions travel from the leader to the followers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,13 +21,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::agent::ThreadingMode;
-use crate::channel::ChannelConfig;
-use crate::counters::CountersReader;
-use crate::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
-use crate::node::{Client, Member, Node, NodeBuilder, OfferError};
 use crate::probe::ProbeCores;
-use crate::transport::{SendMode, SocketOptions};
+use quorumcast::agent::ThreadingMode;
+use quorumcast::channel::ChannelConfig;
+use quorumcast::counters::CountersReader;
+use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::node::{Client, Member, Node, NodeBuilder, OfferError};
+use quorumcast::transport::{SendMode, SocketOptions};
 
 use super::profile::Control;
 use super::SweepError;
@@ -85,7 +85,7 @@ impl Layout {
     /// harness on core 2 and the Sender on core 3, where pinning them to cores 0 and 1 would be refused).
     pub fn for_host() -> Self {
         let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
-        Self::for_cores(crate::agent::available_cores()).on_cores(&ids)
+        Self::for_cores(quorumcast::agent::available_cores()).on_cores(&ids)
     }
 
     /// This layout with its `i`-th core replaced by `ids[i]` (a core beyond `ids` stays as it is).
@@ -104,7 +104,7 @@ impl Layout {
     /// shares the machine with other tests).
     pub fn unpinned() -> Self {
         Self {
-            cores: crate::agent::available_cores(),
+            cores: quorumcast::agent::available_cores(),
             invoked: true,
             harness: None,
             sender: None,
@@ -408,7 +408,7 @@ impl LoadCluster {
         nodes.insert(0, leader);
         let mut warnings: Vec<String> = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
         if let Some(core) = layout.harness {
-            if let Err(e) = crate::agent::pin_current_thread(core) {
+            if let Err(e) = quorumcast::agent::pin_current_thread(core) {
                 warnings.push(format!("the harness thread runs unpinned: {e}"));
             }
         }

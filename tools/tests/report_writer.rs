@@ -7,12 +7,13 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use quorumcast::report::{
+use quorumcast_tools::report::{
     link_latest, write_point_histograms, write_report, CProbe, ConfigResult, Host, PointHistograms, PointResult,
     ReportError, SProbe, SProbeEntry, SweepReport, LATEST, NS_PER_US,
 };
 use serde_json::Value;
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 use support::{ScratchDir, SWEEP_CONFIG_KEYS};
 

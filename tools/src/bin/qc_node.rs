@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
-//! it in order and wins where both set a key (see `quorumcast::node::NodeFile` and `tuning/README.md`).
+//! it in order and wins where both set a key (see `quorumcast::config::NodeFile` and `tuning/README.md`).
 //!
 //! The main thread is the application: it offers (`--offer N` on the leader: N generated messages of
 //! `--msg-size` bytes, each led by its sequence number, retried while the log is back-pressured), applies
@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use quorumcast::agent::ThreadingMode;
+use quorumcast::config::NodeFile;
 use quorumcast::consensus::Role;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
-use quorumcast::node::{Client, Node, NodeConfig, NodeFile, OfferError};
+use quorumcast::node::{Client, Node, NodeConfig, OfferError};
 
 /// Most committed fragments handed over per application duty cycle.
 const FRAGMENT_LIMIT: usize = 1024;
