@@ -1,4 +1,4 @@
-//! Cluster benchmark (issue 4): a 3-node quorumcast cluster over UDP loopback in one process.
+//! Cluster benchmark: a 3-node quorumcast cluster over UDP loopback in one process.
 //!
 //! `cargo bench --bench cluster` (about 3 minutes), `cargo bench --bench cluster -- --quick` (a smoke run),
 //! `-- --only <text>` runs the variants whose name contains the text, `-- --no-c` skips the C runs,
@@ -33,7 +33,7 @@
 //!   bursts. At most one busy-spinning thread. With `--pin`, the consensus thread is on core 1 and every
 //!   other thread on core 0.
 //!
-//! Results: a table beside BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
+//! Results: a table beside docs/BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
 //! (`target/cluster/latest` points at the newest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -974,7 +974,7 @@ fn rate(value: f64) -> String {
 fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     println!();
     println!(
-        "## Raft table (layout of BASELINE.md): 3 nodes in one process, 128 B messages, committed = applied on all 3"
+        "## Raft table (layout of docs/BASELINE.md): 3 nodes in one process, 128 B messages, committed = applied on all 3"
     );
     println!();
     println!("| Engine | Variant / completion level | Serial p50 | Serial p99 | Pipeline (window 256) sustained, p50 / p99 | Saturation sustained, median (min / max of 3 windows) | Allocation/entry |");
@@ -999,7 +999,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
             s.alloc_bytes_per_entry,
         );
     }
-    let other = "TC.Tier Core.Net (another system: .NET 8, i5-12400, 12 cores, Windows 11; BASELINE.md)";
+    let other = "TC.Tier Core.Net (another system: .NET 8, i5-12400, 12 cores, Windows 11; docs/BASELINE.md)";
     println!("| {other} | InProcess · applied | 90us | — | 606k op/s (800 in flight) | 1.18M (308k / 1.60M, round p10/p90) | ~2.0KB |");
     println!("| {other} | TCP · applied | 250us | — | 142k op/s (800 in flight) | 397k (155k / 497k, round p10/p90) | ~12.5KB |");
     println!("| {other} | TCP · committed | 220us | — | 147k op/s (800 in flight) | 517k (174k / 635k, round p10/p90) | ~12.7KB |");

@@ -3,7 +3,7 @@
 //! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]` (`-- --help` lists them).
 //!
 //! The model against a running 3-node loopback cluster (see `quorumcast_tools::sweep`). With no arguments it runs
-//! the quick profile (about 2 minutes on a 2-core machine); `--full` runs MODEL.md's whole table (about
+//! the quick profile (about 2 minutes on a 2-core machine); `--full` runs docs/MODEL.md's whole table (about
 //! 35 minutes). The report goes to `<out>/<timestamp>/` (default `target/sweep`), and `<out>/latest`
 //! points at it.
 
@@ -26,7 +26,7 @@ struct Cli {
     /// mode, rho 0.1-0.9 in steps of 0.2; a few minutes on 2 cores.
     #[arg(long, overrides_with_all = ["full", "tiny"])]
     quick: bool,
-    /// MODEL.md's whole table: 3 idle strategies, all 5 message sizes, rho 0.1-0.9 in steps of 0.1.
+    /// docs/MODEL.md's whole table: 3 idle strategies, all 5 message sizes, rho 0.1-0.9 in steps of 0.1.
     #[arg(long, overrides_with_all = ["quick", "tiny"])]
     full: bool,
     /// The test suite's profile: one configuration, two points, a few seconds.

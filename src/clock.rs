@@ -1,6 +1,6 @@
 //! The cached nanosecond clock of a duty cycle.
 //!
-//! An agent reads the clock once per duty cycle (`Instant::now` costs ~31 ns on this host, see HOST.md)
+//! An agent reads the clock once per duty cycle (`Instant::now` costs ~31 ns on an x86 host with an invariant TSC)
 //! and passes `now_ns` to every step, as Aeron's agents do, so a cycle sees one consistent time.
 
 use std::time::{Duration, Instant};

@@ -150,7 +150,8 @@ pub struct NodeBuilder {
 }
 
 impl NodeBuilder {
-    /// A node with member id `id` of the cluster `members`; member 0... is not assumed leader: set one.
+    /// A node with member id `id` of the cluster `members`, led by the first member of `members` until
+    /// [`leader`](Self::leader) names another.
     pub fn new(id: i32, members: Vec<Member>) -> Self {
         let backoff = IdleStrategyConfig::default();
         Self {
@@ -180,7 +181,7 @@ impl NodeBuilder {
         Self { config }
     }
 
-    /// The leader's member id.
+    /// The leader's member id (by default the first member's).
     pub fn leader(mut self, id: i32) -> Self {
         self.config.leader = id;
         self

@@ -16,7 +16,7 @@
 //! # Copies and the CPU's `rep movsb` pitfall
 //!
 //! Payloads start at 32-byte-aligned term offsets. glibc copies of 2112 bytes or more use `rep movsb`,
-//! which on the project's reference host (Zen 3, see HOST.md) slows ~25x when `(dst - src) mod 4096` is
+//! which on a Zen 3 CPU (measured on the project's first host) slows ~25x when `(dst - src) mod 4096` is
 //! a small positive number (1..=31), and a caller's buffer can lie anywhere. The appender therefore
 //! copies payloads of 2 KiB or more in 2048-byte chunks (`copy_in_chunks` in the appender), below that
 //! threshold, which keeps glibc on its vector loop whatever the caller's buffer address. The

@@ -55,7 +55,8 @@ pub fn dump(nodes: &[Node]) -> String {
     out
 }
 
-/// The keys every entry of `configs` in a sweep's summary.json has (the schema).
+/// The keys every entry of `configs` in a sweep's summary.json has (the report schema, kept here apart
+/// from the code that writes it).
 pub const SWEEP_CONFIG_KEYS: &[&str] = &[
     "mtu",
     "idle",

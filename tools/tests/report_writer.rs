@@ -34,7 +34,7 @@ impl Rng {
     }
 }
 
-/// Latencies in ns shaped like MODEL.md's regimes: a fixed pipeline time, queueing that grows as
+/// Latencies in ns shaped like docs/MODEL.md's regimes: a fixed pipeline time, queueing that grows as
 /// rho / (1 - rho), and a plateau at the bounded window's drain time once saturated.
 fn latency_histograms(rng: &mut Rng, rho: f64, samples: usize) -> (Histogram<u64>, Histogram<u64>) {
     let mut intended = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();

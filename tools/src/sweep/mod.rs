@@ -1,4 +1,4 @@
-//! The sweep (issue 5): measure this host's S and C, then, for each configuration, a 3-node loopback
+//! The sweep: measure this host's S and C, then, for each configuration, a 3-node loopback
 //! cluster's sustained capacity mu beside the model's `(S - C) / D x M_pkt`, the stage that saturated
 //! first, and the latency at paced fractions of mu; written as a report (see [`crate::report`]).
 //!
