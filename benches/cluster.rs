@@ -37,8 +37,8 @@
 //! (`target/cluster/latest` points at the newest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -53,6 +53,7 @@ use quorumcast::counters::CountersReader;
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 use quorumcast::transport::{SendMode, SocketOptions};
+use quorumcast_tools::harness::{free_loopback_port, shared_memory};
 use serde_json::{json, Value};
 
 mod common;
@@ -216,19 +217,13 @@ impl Variant {
     }
 }
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
-}
-
 fn members() -> Vec<Member> {
-    (0..3).map(|id| Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_port())) }).collect()
+    (0..3).map(|id| Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_loopback_port())) }).collect()
 }
 
 /// A node directory in shared memory (so the logs never touch a disk), unique per run and node.
 fn node_dir(run: &str, id: i32) -> PathBuf {
-    let base = Path::new("/dev/shm");
-    let base = if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() };
-    base.join(format!("qc-bench-{}-{run}-{id}", std::process::id()))
+    shared_memory().join(format!("qc-bench-{}-{run}-{id}", std::process::id()))
 }
 
 /// The shared key of the authenticated variants (any 32 bytes; the bench measures the tag's cost).

@@ -16,6 +16,9 @@ use quorumcast::log_buffer::descriptor::{
 };
 use quorumcast::log_buffer::{scan, AppendError, FragmentAssembler, LogBuffer, LogConfig, LogReader, TermRebuilder};
 
+mod support;
+use support::ScratchDir;
+
 const TERM: usize = 64 * 1024;
 const SESSION: i32 = 42;
 const STREAM: i32 = 7;
@@ -295,8 +298,7 @@ fn back_pressure_writes_nothing() {
 #[test]
 fn concurrent_appender_and_reader_agree() {
     const COUNT: u64 = 1_000_000;
-    let dir = std::env::temp_dir().join(format!("qc-test-{}-log-concurrent", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("log-concurrent");
     let path = dir.join("log");
     let log = LogBuffer::create(&path, LogConfig { pre_touch: true, ..LogConfig::new(TERM, 1408) }).unwrap();
     let opened = LogBuffer::open(&path).unwrap();
@@ -345,7 +347,6 @@ fn concurrent_appender_and_reader_agree() {
         });
     });
     drop((log, opened, consumer));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Sets its flag when dropped, also while unwinding from a failed assertion.

@@ -7,11 +7,14 @@
 //! - [`probe`]: this host's S, measured with the engine's own sockets (behind `qc-probe`);
 //! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
 //!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
-//! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML).
+//! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
+//! - [`harness`]: ports, scratch directories and waits for in-process clusters (the engine's tests use it
+//!   too).
 //!
 //! The binaries: `qc-stat` (a running node's counters), `qc-model`, `qc-probe`, and `qc-node` (one node of a
 //! cluster from a TOML file).
 
+pub mod harness;
 pub mod model;
 pub mod probe;
 pub mod report;

@@ -15,9 +15,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-use support::ScratchDir;
+use quorumcast_tools::harness::{free_loopback_port, ScratchDir};
 
 const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
 const MESSAGES: u64 = 100_000;
@@ -29,13 +27,9 @@ fn tuning(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("tuning").join(path)
 }
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Copies of the tuning node files with the members' ports replaced by free ones; returns their paths.
 fn node_files(scratch: &Path) -> Vec<PathBuf> {
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     (0..3)
         .map(|id| {
             let text = std::fs::read_to_string(tuning(&format!("cluster/node{id}.toml"))).unwrap();

@@ -13,9 +13,10 @@ use quorumcast_tools::report::{
 };
 use serde_json::Value;
 
-#[path = "../../tests/support/mod.rs"]
+use quorumcast_tools::harness::ScratchDir;
+
 mod support;
-use support::{ScratchDir, SWEEP_CONFIG_KEYS};
+use support::SWEEP_CONFIG_KEYS;
 
 /// A small deterministic generator (xorshift64*), so the synthetic run is the same every time.
 struct Rng(u64);

@@ -9,7 +9,6 @@ use quorumcast_tools::sweep::profile::Profile;
 use quorumcast_tools::sweep::{run, SweepOptions};
 use serde_json::Value;
 
-#[path = "../../tests/support/mod.rs"]
 mod support;
 use support::SWEEP_CONFIG_KEYS;
 

@@ -16,18 +16,20 @@
 //! which hands out only entries below the leader's commit position: "offer to commit" is offer to the
 //! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
 
-use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::probe::ProbeCores;
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::counters::CountersReader;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::node::{Client, Member, Node, NodeBuilder, OfferError};
 use quorumcast::transport::{SendMode, SocketOptions};
+
+use crate::harness;
+use crate::probe::ProbeCores;
 
 use super::profile::Control;
 use super::SweepError;
@@ -274,15 +276,9 @@ static RUNS: AtomicU64 = AtomicU64::new(0);
 /// How long [`LoadCluster::paused`] waits for each agent thread to park.
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn free_port() -> Result<u16, SweepError> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// A node directory in shared memory where there is one (so logs never touch a disk), unique per run.
 fn node_dir(run: u64, id: i32) -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-    base.join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
+    harness::shared_memory().join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
 }
 
 /// Runs `work` on a fresh thread: the harness thread, which pins itself once its cluster has started.
@@ -372,7 +368,10 @@ impl LoadCluster {
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
         let mut members = Vec::with_capacity(3);
         for id in 0..3 {
-            members.push(Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_port()?)) });
+            members.push(Member {
+                id,
+                endpoint: SocketAddr::from(([127, 0, 0, 1], harness::free_port(Ipv4Addr::LOCALHOST.into())?)),
+            });
         }
         let backoff = IdleStrategyConfig::default();
         let base = |id: i32| {
