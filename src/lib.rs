@@ -14,8 +14,8 @@
 //!   configuration), [`auth`] (datagram tags), [`fault`] (in-process loss, duplication, reordering);
 //! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
 //! - the receive path: [`image`], [`receiver`];
-//! - replication: [`consensus`] (append stage and quorum commit), [`node`]; with the `config` feature,
-//!   `config` (node files in TOML).
+//! - replication: [`consensus`] (append stage and quorum commit), [`node`], [`stats`] (its counters by
+//!   type); with the `config` feature, `config` (node files in TOML).
 //!
 //! Raw-pointer code is confined to [`buffer`] (mapped memory and its atomic views) and [`transport`] (the
 //! `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single libc calls (`flock` in
@@ -45,4 +45,5 @@ pub mod receiver;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
+pub mod stats;
 pub mod transport;

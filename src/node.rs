@@ -38,7 +38,7 @@ use crate::clock::nanos;
 use crate::consensus::{
     ConsensusCounters, FollowerConsensus, LeaderConsensus, LeaderParts, LogIdentity, Role, INGRESS_MESSAGE,
 };
-use crate::counters::{Counter, CountersManager, TYPE_USER_MIN};
+use crate::counters::{Counter, CountersManager};
 use crate::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::flow_control::FlowControlMode;
 use crate::frame::Frame;
@@ -48,6 +48,7 @@ use crate::network_publication::{NetworkPublication, SenderCounters};
 use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use crate::ring_buffer::{self, ManyToOneRingBuffer, OneToOneRingBuffer, RingError};
 use crate::sender::Sender;
+use crate::stats::{agent_type_of, type_of, Stats, TYPE_ACK_POSITION};
 use crate::transport::SendMode;
 
 /// One member of the cluster: its id and the endpoint its receiver listens on for the log.
@@ -486,10 +487,9 @@ impl Node {
             NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region)).map_err(other)?);
-        let allocate = |label: &str| counters.allocate(label, TYPE_USER_MIN).expect("counters file has room");
         let parts = match config.role() {
-            Role::Leader => leader_parts(&config, &directory, &ingress, &allocate)?,
-            Role::Follower => follower_parts(&config, &directory, &allocate)?,
+            Role::Leader => leader_parts(&config, &directory, &ingress, &counters)?,
+            Role::Follower => follower_parts(&config, &directory, &counters)?,
         };
         let Parts { consensus, sender, receiver, commit, reader, mut warnings } = parts;
         let handles = start_agents(&config, consensus, sender, receiver, &counters, &mut warnings)?;
@@ -546,6 +546,11 @@ impl Node {
     /// The node's counters (for `qc-stat` in-process, and benchmarks).
     pub fn counters(&self) -> &CountersManager {
         &self.counters
+    }
+
+    /// The node's counters as read now, by what they count: `node.stats().sender().naks_received()`.
+    pub fn stats(&self) -> Stats {
+        Stats::read(&self.counters.reader())
     }
 
     /// The node directory.
@@ -638,8 +643,9 @@ fn leader_parts(
     config: &NodeConfig,
     directory: &NodeDirectory,
     ingress: &Arc<ManyToOneRingBuffer>,
-    allocate: &dyn Fn(&str) -> Counter,
+    counters: &CountersManager,
 ) -> Result<Parts, NodeError> {
+    let allocate = |label: &str| node_counter(counters, label);
     let session_id = session_id_for(config.id);
     let log_config = LogConfig {
         session_id,
@@ -664,7 +670,13 @@ fn leader_parts(
     };
     let mut publication = NetworkPublication::new(log, channel, SenderCounters::new(allocate)).map_err(other)?;
     let mut warnings = publication.warnings().to_vec();
-    let acks: Vec<Counter> = followers.iter().map(|m| allocate(&format!("ack position of member {}", m.id))).collect();
+    let acks: Vec<Counter> = followers
+        .iter()
+        .map(|m| {
+            let label = format!("ack position of member {}", m.id);
+            counters.allocate_owned(&label, TYPE_ACK_POSITION, m.id.into()).expect("counters file has room")
+        })
+        .collect();
     let ack_members: Vec<(i32, Counter)> = followers.iter().map(|m| m.id).zip(acks.iter().cloned()).collect();
     let refused_acks = allocate("leader acknowledgements refused");
     publication.set_control_handler(Box::new(move |destination, frame| {
@@ -716,8 +728,9 @@ fn leader_parts(
 fn follower_parts(
     config: &NodeConfig,
     directory: &NodeDirectory,
-    allocate: &dyn Fn(&str) -> Counter,
+    counters: &CountersManager,
 ) -> Result<Parts, NodeError> {
+    let allocate = |label: &str| node_counter(counters, label);
     let me = config.members.iter().find(|m| m.id == config.id).expect("validated");
     let commit = allocate("follower commit position");
     let mut channel = ReceiveChannelConfig::new(me.endpoint, config.stream_id);
@@ -765,7 +778,9 @@ fn start_agents(
     let mut handles = layout
         .start(|name| {
             AgentCounters::new(|what| {
-                counters.allocate(&format!("{name} {what}"), TYPE_USER_MIN).unwrap_or_else(|_| Counter::detached())
+                counters
+                    .allocate(&format!("{name} {what}"), agent_type_of(what))
+                    .unwrap_or_else(|_| Counter::detached())
             })
         })
         .map_err(NodeError::Layout)?;
@@ -774,6 +789,11 @@ fn start_agents(
         invoker.start().map_err(|f| NodeError::Agents(vec![f]))?;
     }
     Ok(handles)
+}
+
+/// Allocates the node counter labelled `label`, with the type id the catalogue gives it.
+fn node_counter(counters: &CountersManager, label: &str) -> Counter {
+    counters.allocate(label, type_of(label)).expect("counters file has room")
 }
 
 /// A session id for the log of a leader: distinct per member and per start, so followers tell a restarted
