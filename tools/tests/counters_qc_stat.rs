@@ -52,6 +52,27 @@ fn once_prints_every_counter_with_value_and_rate() {
 }
 
 #[test]
+fn json_prints_one_object_per_sample() {
+    let scratch = ScratchDir::new("stat-json");
+    let path = scratch.join("node");
+    let (dir, _manager) = node(&path);
+    let output = qc_stat(&["--once", "--json", "--dir", path.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", text(&output.stderr));
+    assert_eq!(stdout.trim_end().lines().count(), 1, "{stdout}");
+    let sample: serde_json::Value = serde_json::from_str(stdout.trim_end()).unwrap();
+    assert!(sample["interval_s"].as_f64().is_some_and(|s| s > 0.0), "{sample}");
+    let counters = sample["counters"].as_array().unwrap();
+    assert_eq!(counters.len(), 3);
+    assert_eq!(
+        (&counters[0]["label"], &counters[0]["value"], &counters[0]["rate"]),
+        (&"Bytes sent".into(), &1_234_567.into(), &0.0.into())
+    );
+    assert_eq!((&counters[1]["type_id"], &counters[1]["value"]), (&TYPE_SENDER_POSITION.into(), &(-42).into()));
+    drop(dir);
+}
+
+#[test]
 fn a_node_name_resolves_under_the_default_root() {
     let name = format!("qc-test-{}-stat-by-name", std::process::id());
     let path = NodeDirectory::default_path(&name);

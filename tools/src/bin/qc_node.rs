@@ -38,6 +38,7 @@ use quorumcast::config::NodeFile;
 use quorumcast::consensus::Role;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::node::{Client, Node, NodeConfig, OfferError};
+use quorumcast::stats::TYPE_ACK_POSITION;
 
 /// Most committed fragments handed over per application duty cycle.
 const FRAGMENT_LIMIT: usize = 1024;
@@ -246,7 +247,8 @@ struct App {
     digest: Fnv1a64,
     deadline: Option<Instant>,
     linger: Duration,
-    ack_labels: Vec<String>,
+    /// On the leader, the followers whose acknowledgements it records.
+    followers: Vec<i32>,
     next_failure_check: Instant,
 }
 
@@ -258,14 +260,8 @@ impl App {
             Some(secs) => return Err(Failure::Usage(format!("--timeout {secs} must be a positive number of seconds"))),
             None => None,
         };
-        let ack_labels = node
-            .counters()
-            .reader()
-            .snapshot()
-            .into_iter()
-            .map(|c| c.label)
-            .filter(|label| label.starts_with("ack position of member"))
-            .collect();
+        let followers =
+            node.stats().iter().filter(|c| c.type_id == TYPE_ACK_POSITION).map(|c| c.owner_id as i32).collect();
         Ok(Self {
             client: node.client(),
             invoker,
@@ -280,7 +276,7 @@ impl App {
             digest: Fnv1a64::new(),
             deadline,
             linger: Duration::from_millis(args.linger_ms),
-            ack_labels,
+            followers,
             next_failure_check: Instant::now(),
         })
     }
@@ -355,8 +351,8 @@ impl App {
     /// True when every follower has acknowledged at least what this leader applied.
     fn followers_acknowledged(&self) -> bool {
         let applied = self.node.applied_position();
-        let reader = self.node.counters().reader();
-        self.ack_labels.iter().all(|label| reader.find(label).is_some_and(|ack| ack >= applied))
+        let stats = self.node.stats();
+        self.followers.iter().all(|&member| stats.ack_position(member).is_some_and(|ack| ack >= applied))
     }
 
     /// On an idle cycle: the timeout, and now and then the agents' failures.
@@ -388,9 +384,12 @@ impl App {
     }
 
     fn acks(&self) -> String {
-        let reader = self.node.counters().reader();
-        let acks: Vec<String> =
-            self.ack_labels.iter().map(|l| format!("{l}: {}", reader.find(l).unwrap_or(-1))).collect();
+        let stats = self.node.stats();
+        let acks: Vec<String> = self
+            .followers
+            .iter()
+            .map(|&m| format!("ack position of member {m}: {}", stats.ack_position(m).unwrap_or(-1)))
+            .collect();
         acks.join(", ")
     }
 }

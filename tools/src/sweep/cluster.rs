@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
-use quorumcast::counters::CountersReader;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::node::{Client, Member, Node, NodeBuilder, OfferError};
+use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
 
 use crate::harness;
@@ -189,45 +189,6 @@ pub struct ClusterSpec {
     pub msg: usize,
     /// Where the threads go.
     pub layout: Layout,
-}
-
-/// Counter values of one node, by label.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Counts(Vec<(String, i64)>);
-
-impl Counts {
-    /// Every counter of `node`.
-    pub fn of(node: &Node) -> Self {
-        Self::of_reader(&node.counters().reader())
-    }
-
-    /// Every counter `reader` shows.
-    pub fn of_reader(reader: &CountersReader) -> Self {
-        let mut all = Vec::new();
-        reader.for_each(|_, _, label, value| all.push((label.to_owned(), value)));
-        Self(all)
-    }
-
-    /// The value of `label`, 0 when there is no such counter.
-    pub fn get(&self, label: &str) -> i64 {
-        self.0.iter().find(|(l, _)| l == label).map_or(0, |(_, v)| *v)
-    }
-
-    /// `self - earlier` for `label`.
-    pub fn delta(&self, earlier: &Counts, label: &str) -> i64 {
-        self.get(label) - earlier.get(label)
-    }
-
-    /// Adds `after - before` of every counter of `after` to this sum of deltas (windows apart in time).
-    pub fn add_delta(&mut self, before: &Counts, after: &Counts) {
-        for (label, value) in &after.0 {
-            let delta = value - before.get(label);
-            match self.0.iter_mut().find(|(l, _)| l == label) {
-                Some((_, sum)) => *sum += delta,
-                None => self.0.push((label.clone(), delta)),
-            }
-        }
-    }
 }
 
 /// Log positions (bytes) along the leader's pipeline, in pipeline order.
@@ -438,7 +399,7 @@ impl LoadCluster {
     /// Waits for both followers' images, then commits one message everywhere.
     fn warm_up(&mut self) -> Result<(), SweepError> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
-        while self.nodes[1..].iter().any(|n| Counts::of(n).get("receiver images") < 1) {
+        while self.nodes[1..].iter().any(|n| n.stats().receiver().images() < 1) {
             self.check(deadline, "the followers made no image of the leader's log")?;
             let work = self.poll(|_| {});
             self.idle(work);
@@ -580,21 +541,20 @@ impl LoadCluster {
     /// Where the log stands on the leader: appended, sent, acknowledged by both followers, committed and
     /// applied by the harness.
     pub fn positions(&self) -> Positions {
-        let reader = self.nodes[0].counters().reader();
-        let get = |label: &str| reader.find(label).unwrap_or(0);
+        let stats = self.nodes[0].stats();
         Positions {
-            appended: get("consensus append position"),
-            sent: get("snd-pos"),
-            limit: get("snd-lmt"),
-            acknowledged: get("ack position of member 1").min(get("ack position of member 2")),
-            committed: get("consensus commit position"),
+            appended: stats.consensus().append_position(),
+            sent: stats.sender().position(),
+            limit: stats.sender().limit(),
+            acknowledged: stats.slowest_ack_position().unwrap_or(0),
+            committed: stats.consensus().commit_position(),
             applied: self.nodes[0].applied_position(),
         }
     }
 
     /// Every node's counters, the leader first.
-    pub fn counts(&self) -> [Counts; 3] {
-        [Counts::of(&self.nodes[0]), Counts::of(&self.nodes[1]), Counts::of(&self.nodes[2])]
+    pub fn stats(&self) -> [Stats; 3] {
+        [self.nodes[0].stats(), self.nodes[1].stats(), self.nodes[2].stats()]
     }
 
     /// Start-up warnings of every node.
