@@ -50,7 +50,7 @@ use quorumcast::channel::ChannelConfig;
 use quorumcast::counters::Counter;
 use quorumcast::frame::{StatusMessageFrame, DATA_HEADER_LENGTH};
 use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
-use quorumcast::log_buffer::descriptor::{position_bits_to_shift, term_id, term_offset};
+use quorumcast::log_buffer::{position_bits_to_shift, term_id, term_offset};
 use quorumcast::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 use quorumcast::network_publication::{NetworkPublication, SenderCounters};
 use quorumcast::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};

@@ -16,10 +16,8 @@ pub const MTU_1408: usize = 1408;
 pub const MTU_8192: usize = 8192;
 /// Smallest MTU accepted: a data header plus one 32-byte aligned payload.
 pub const MIN_MTU: usize = 64;
-/// Smallest term length (64 KiB).
-pub const TERM_MIN_LENGTH: usize = 64 * 1024;
-/// Largest term length (1 GiB).
-pub const TERM_MAX_LENGTH: usize = 1024 * 1024 * 1024;
+/// The term lengths a log takes (64 KiB to 1 GiB), as the log buffer defines them.
+pub use crate::log_buffer::descriptor::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
 /// Default term length of a network log (16 MiB, as Aeron's UDP default).
 pub const DEFAULT_TERM_LENGTH: usize = 16 * 1024 * 1024;
 

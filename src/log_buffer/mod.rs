@@ -25,7 +25,7 @@
 //! `copy_distance_probe` in `tests/log_buffer_props.rs` measures both forms on the machine at hand.
 
 mod appender;
-pub mod descriptor;
+pub(crate) mod descriptor;
 mod reader;
 mod rebuilder;
 mod scanner;
@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use appender::{AppendError, BufferClaim, ExclusiveAppender};
+pub use descriptor::{partition_index, partition_of_term, position, position_bits_to_shift, term_id, term_offset};
 pub use reader::{FragmentAssembler, LogReader};
 pub use rebuilder::{Gap, RebuildError, TermRebuilder};
 pub use scanner::{scan, Scan};
@@ -289,7 +290,7 @@ impl LogBuffer {
     }
 
     /// The metadata section (see [`LogMetadata`] for its layout).
-    pub fn metadata(&self) -> &AtomicBuffer {
+    pub(crate) fn metadata(&self) -> &AtomicBuffer {
         &self.metadata
     }
 
