@@ -37,7 +37,7 @@
 //! (`target/cluster/latest` points at the newest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::SocketAddr;
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -54,7 +54,7 @@ use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
-use quorumcast_tools::harness::{free_loopback_port, shared_memory};
+use quorumcast_tools::harness::{members_on, shared_memory};
 use serde_json::{json, Value};
 
 mod common;
@@ -219,7 +219,7 @@ impl Variant {
 }
 
 fn members() -> Vec<Member> {
-    (0..3).map(|id| Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_loopback_port())) }).collect()
+    members_on(Ipv4Addr::LOCALHOST.into(), 3).expect("free loopback ports")
 }
 
 /// A node directory in shared memory (so the logs never touch a disk), unique per run and node.

@@ -2,14 +2,13 @@
 //! (nothing busy-spins), numbered messages whose bytes are derived from their number, and a driver that
 //! offers through the leader and applies on every node, checking order and content.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
-use super::{dump, free_port, ScratchDir};
+use super::{dump, ScratchDir};
 
 /// `n` members on loopback ports, ids `0..n`.
 pub fn members(n: i32) -> Vec<Member> {
@@ -18,7 +17,7 @@ pub fn members(n: i32) -> Vec<Member> {
 
 /// `n` members on free ports of `ip` (`127.0.0.1` or `::1`).
 pub fn members_on(ip: std::net::IpAddr, n: i32) -> Vec<Member> {
-    (0..n).map(|id| Member { id, endpoint: SocketAddr::new(ip, free_port(ip).expect("a free port")) }).collect()
+    super::harness::members_on(ip, n).expect("free ports")
 }
 
 /// A small-term channel with fast timers, for tests.

@@ -1,13 +1,15 @@
 //! What every in-process cluster needs around it, whoever drives it (the sweep, the benches, the tests):
 //! loopback ports that two callers are never given twice, a scratch directory, and a bounded wait.
 //!
-//! Only `std`: the engine's own integration tests compile this file into their shared support module
-//! (`tests/support`), so that they use the very same code without depending on this crate.
+//! Only `std` and the engine: the engine's own integration tests compile this file into their shared
+//! support module (`tests/support`), so that they use the very same code without depending on this crate.
 
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use quorumcast::node::Member;
 
 /// Ports handed out so far by this process.
 static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
@@ -40,6 +42,11 @@ pub fn free_port(ip: IpAddr) -> std::io::Result<u16> {
 /// A free loopback (`127.0.0.1`) port; panics when there is none (see [`free_port`]).
 pub fn free_loopback_port() -> u16 {
     free_port(IpAddr::V4(Ipv4Addr::LOCALHOST)).expect("a free loopback port")
+}
+
+/// `n` members with ids `0..n`, each on its own [`free_port`] of `ip` (`127.0.0.1`, or `::1`).
+pub fn members_on(ip: IpAddr, n: i32) -> std::io::Result<Vec<Member>> {
+    (0..n).map(|id| Ok(Member { id, endpoint: SocketAddr::new(ip, free_port(ip)?) })).collect()
 }
 
 /// The first port of the kernel's ephemeral range (32768 when it cannot be read).

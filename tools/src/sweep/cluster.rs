@@ -16,7 +16,7 @@
 //! which hands out only entries below the leader's commit position: "offer to commit" is offer to the
 //! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
-use quorumcast::node::{Client, Member, Node, NodeBuilder, OfferError};
+use quorumcast::node::{Client, Node, NodeBuilder, OfferError};
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
 
@@ -327,13 +327,7 @@ impl LoadCluster {
             return Err(SweepError::Config(format!("message size {} is below 8 bytes", spec.msg)));
         }
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
-        let mut members = Vec::with_capacity(3);
-        for id in 0..3 {
-            members.push(Member {
-                id,
-                endpoint: SocketAddr::from(([127, 0, 0, 1], harness::free_port(Ipv4Addr::LOCALHOST.into())?)),
-            });
-        }
+        let members = harness::members_on(Ipv4Addr::LOCALHOST.into(), 3)?;
         let backoff = IdleStrategyConfig::default();
         let base = |id: i32| {
             NodeBuilder::new(id, members.clone())
