@@ -21,6 +21,9 @@ pub const TYPE_ACK_POSITION: i32 = 300;
 /// Type id of an agent's nanoseconds in duty cycles that did work.
 pub const TYPE_AGENT_WORK_NS: i32 = 5;
 
+/// Type id of an agent counter that has no type of its own here (its label says what it counts).
+pub const TYPE_AGENT_OTHER: i32 = 9;
+
 /// Declares the catalogue (type id and label of every counter kind) and a typed view per part of the node.
 macro_rules! catalogue {
     ($(
@@ -303,7 +306,7 @@ pub(crate) fn agent_type_of(what: &str) -> i32 {
         "idle cycles" => TYPE_AGENT_IDLE_CYCLES,
         "max cycle ns" => TYPE_AGENT_MAX_CYCLE_NS,
         "work ns" => TYPE_AGENT_WORK_NS,
-        _ => TYPE_SYSTEM,
+        _ => TYPE_AGENT_OTHER,
     }
 }
 
@@ -320,7 +323,7 @@ mod tests {
         labels.sort_unstable();
         labels.dedup();
         assert_eq!((ids.len(), labels.len()), (CATALOGUE.len(), CATALOGUE.len()));
-        assert!(ids.iter().all(|&id| id > TYPE_AGENT_WORK_NS && id < crate::counters::TYPE_USER_MIN));
+        assert!(ids.iter().all(|&id| id > TYPE_AGENT_OTHER && id < crate::counters::TYPE_USER_MIN));
         assert_ne!(TYPE_ACK_POSITION, TYPE_SYSTEM);
         assert!(!ids.contains(&TYPE_ACK_POSITION));
     }
