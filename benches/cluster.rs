@@ -1,4 +1,4 @@
-//! Cluster benchmark (issue 4): a 3-node quorumcast cluster over UDP loopback in one process.
+//! Cluster benchmark: a 3-node quorumcast cluster over UDP loopback in one process.
 //!
 //! `cargo bench --bench cluster` (about 3 minutes), `cargo bench --bench cluster -- --quick` (a smoke run),
 //! `-- --only <text>` runs the variants whose name contains the text, `-- --no-c` skips the C runs,
@@ -33,12 +33,12 @@
 //!   bursts. At most one busy-spinning thread. With `--pin`, the consensus thread is on core 1 and every
 //!   other thread on core 0.
 //!
-//! Results: a table beside BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
+//! Results: a table beside docs/BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
 //! (`target/cluster/latest` points at the newest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -52,7 +52,9 @@ use quorumcast::channel::ChannelConfig;
 use quorumcast::counters::CountersReader;
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
+use quorumcast_tools::harness::{members_on, shared_memory};
 use serde_json::{json, Value};
 
 mod common;
@@ -216,19 +218,13 @@ impl Variant {
     }
 }
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
-}
-
 fn members() -> Vec<Member> {
-    (0..3).map(|id| Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_port())) }).collect()
+    members_on(Ipv4Addr::LOCALHOST.into(), 3).expect("free loopback ports")
 }
 
 /// A node directory in shared memory (so the logs never touch a disk), unique per run and node.
 fn node_dir(run: &str, id: i32) -> PathBuf {
-    let base = Path::new("/dev/shm");
-    let base = if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() };
-    base.join(format!("qc-bench-{}-{run}-{id}", std::process::id()))
+    shared_memory().join(format!("qc-bench-{}-{run}-{id}", std::process::id()))
 }
 
 /// The shared key of the authenticated variants (any 32 bytes; the bench measures the tag's cost).
@@ -297,27 +293,6 @@ fn load_average() -> f64 {
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
-}
-
-/// Counter values of a node, by label.
-#[derive(Clone, Debug, Default)]
-struct Snapshot(Vec<(String, i64)>);
-
-impl Snapshot {
-    fn of(reader: &CountersReader) -> Self {
-        let mut all = Vec::new();
-        reader.for_each(|_, _, label, value| all.push((label.to_owned(), value)));
-        Self(all)
-    }
-
-    fn get(&self, label: &str) -> i64 {
-        self.0.iter().find(|(l, _)| l == label).map_or(0, |(_, v)| *v)
-    }
-
-    /// `self - earlier` for `label`.
-    fn delta(&self, earlier: &Snapshot, label: &str) -> i64 {
-        self.get(label) - earlier.get(label)
-    }
 }
 
 fn counters_of(run: &str, id: i32) -> CountersReader {
@@ -397,7 +372,7 @@ impl InvokerCluster {
     /// Commits a first message on every node, so that every receiver is live before timing starts.
     fn warm_up(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
-        let images = |run: &str| (1..3).all(|id| counters_of(run, id).find("receiver images").unwrap_or(0) >= 1);
+        let images = |run: &str| (1..3).all(|id| Stats::read(&counters_of(run, id)).receiver().images() >= 1);
         while !images(&self.run) {
             if Instant::now() > deadline {
                 return Err("the followers made no image in 10 s".into());
@@ -458,12 +433,8 @@ impl InvokerCluster {
         [self.applied, a, b]
     }
 
-    fn snapshot(&self) -> [Snapshot; 3] {
-        [
-            Snapshot::of(&self.leader.counters().reader()),
-            Snapshot::of(&counters_of(&self.run, 1)),
-            Snapshot::of(&counters_of(&self.run, 2)),
-        ]
+    fn snapshot(&self) -> [Stats; 3] {
+        [self.leader.stats(), Stats::read(&counters_of(&self.run, 1)), Stats::read(&counters_of(&self.run, 2))]
     }
 
     fn close(mut self) -> Result<u64, String> {
@@ -576,10 +547,11 @@ fn run_stall() -> Result<StallResult, String> {
         }
         committed_per_s[phase] = (cluster.applied - applied_at_start) as f64 / length.as_secs_f64();
     }
-    let told_behind = counters_of(&cluster.run, 2).find("receiver behind-retained received").unwrap_or(0) > 0;
+    let told_behind = Stats::read(&counters_of(&cluster.run, 2)).receiver().behind_retained_received() > 0;
     if std::env::var_os("QC_BENCH_DEBUG").is_some() {
         for (id, snapshot) in cluster.snapshot().iter().enumerate() {
-            println!("node {id}: {:?}", snapshot.0.iter().filter(|(_, v)| *v != 0).collect::<Vec<_>>());
+            let moved: Vec<_> = snapshot.iter().filter(|c| c.value != 0).map(|c| (&c.label, c.value)).collect();
+            println!("node {id}: {moved:?}");
         }
     }
     cluster.close()?;
@@ -656,16 +628,17 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
     let entries = last_applied[0] - first_applied[0];
     result.alloc_bytes_per_entry = (ALLOCATED.load(Ordering::Relaxed) - alloc_start) as f64 / entries.max(1) as f64;
     let last = cluster.snapshot();
-    let l = |label: &str| last[0].delta(&first_counters[0], label) as f64 / seconds;
-    result.control_per_s = l("sender control syscalls");
-    result.data_per_s = l("sender data syscalls");
-    result.commit_frames_per_s = l("consensus commit frames");
+    let [leader, f1, f2] = [0, 1, 2].map(|i| last[i].since(&first_counters[i]));
+    let (sender, consensus) = (leader.sender(), leader.consensus());
+    let per_s = |count: i64| count as f64 / seconds;
+    result.control_per_s = per_s(sender.control_syscalls());
+    result.data_per_s = per_s(sender.data_syscalls());
+    result.commit_frames_per_s = per_s(consensus.commit_frames());
     let follower_loops = (
         cluster.followers.loops.load(Ordering::Relaxed) - follower_loops.0,
         cluster.followers.idle_loops.load(Ordering::Relaxed) - follower_loops.1,
     );
-    let f = |i: usize, label: &str| last[i].delta(&first_counters[i], label) as f64 / seconds;
-    let datagrams = l("sender data datagrams");
+    let datagrams = per_s(sender.data_datagrams());
     result.diagnosis = vec![
         format!(
             "process CPU {:.2} cores of 2 (load average {:.1}); thread 0 (load + leader): {:.0} loops/s, {:.1}% idle, {:.1}% of loops the ingress was full; appended {:.0}/s, \
@@ -675,30 +648,30 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
             loops as f64 / seconds,
             100.0 * idle_loops as f64 / loops.max(1) as f64,
             100.0 * refused as f64 / loops.max(1) as f64,
-            l("consensus messages appended"),
-            l("consensus back pressure"),
-            l("sender flow control stalls"),
+            per_s(consensus.messages_appended()),
+            per_s(consensus.back_pressure()),
+            per_s(sender.flow_control_stalls()),
         ),
         format!(
             "leader sender: {:.0} data syscalls/s, {:.0} datagrams/s (both followers), {:.1} msgs/datagram, \
              {:.0} control syscalls/s, {:.0} commit frames/s, {:.0} status msgs/s in, short sends {:.0}/s",
             result.data_per_s,
             datagrams,
-            2.0 * l("consensus messages appended") / datagrams.max(1.0),
+            2.0 * per_s(consensus.messages_appended()) / datagrams.max(1.0),
             result.control_per_s,
             result.commit_frames_per_s,
-            l("sender status messages received"),
-            l("sender short sends"),
+            per_s(sender.status_messages_received()),
+            per_s(sender.short_sends()),
         ),
         format!(
             "thread 1 (2 followers): {:.0} loops/s, {:.1}% idle; follower 1 receives {:.0} datagrams/s in {:.0} recv \
              syscalls/s, NAKs {:.0}/s, follower 2 {:.0} datagrams/s",
             follower_loops.0 as f64 / seconds,
             100.0 * follower_loops.1 as f64 / follower_loops.0.max(1) as f64,
-            f(1, "receiver datagrams"),
-            f(1, "receiver recv syscalls"),
-            f(1, "receiver NAKs sent"),
-            f(2, "receiver datagrams"),
+            per_s(f1.receiver().datagrams()),
+            per_s(f1.receiver().recv_syscalls()),
+            per_s(f1.receiver().naks_sent()),
+            per_s(f2.receiver().datagrams()),
         ),
     ];
     result
@@ -794,11 +767,8 @@ fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<Va
         let after = cluster.snapshot();
         println!("serial samples {}", serial_histogram.len());
         for i in 0..3 {
-            for (label, value) in &after[i].0 {
-                let d = value - before[i].get(label);
-                if d != 0 {
-                    println!("  node {i} {label}: {d}");
-                }
+            for counter in after[i].since(&before[i]).iter().filter(|c| c.value != 0) {
+                println!("  node {i} {}: {}", counter.label, counter.value);
             }
         }
     }
@@ -858,7 +828,7 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     let [f1, f2] = followers;
     let mut nodes = [leader, f1, f2];
     let deadline = Instant::now() + Duration::from_secs(10);
-    while nodes[1..].iter().any(|n| n.counters().reader().find("receiver images").unwrap_or(0) < 1) {
+    while nodes[1..].iter().any(|n| n.stats().receiver().images() < 1) {
         if Instant::now() > deadline {
             return Err("followers made no image in 10 s".into());
         }
@@ -889,14 +859,14 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     let warmup = settings.c_time / 3;
     let start = Instant::now();
     let base = offered;
-    let mut first: Option<(Instant, Snapshot, [u64; 3])> = None;
+    let mut first: Option<(Instant, Stats, [u64; 3])> = None;
     loop {
         let elapsed = start.elapsed();
         if elapsed >= warmup + settings.c_time {
             break;
         }
         if first.is_none() && elapsed >= warmup {
-            first = Some((Instant::now(), Snapshot::of(&nodes[0].counters().reader()), applied));
+            first = Some((Instant::now(), nodes[0].stats(), applied));
         }
         let due = base + (C_RATE as u128 * elapsed.as_nanos() / 1_000_000_000) as u64;
         while offered < due {
@@ -911,12 +881,12 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     }
     let (t0, s0, a0) = first.expect("the warm-up ends before the window");
     let seconds = t0.elapsed().as_secs_f64();
-    let s1 = Snapshot::of(&nodes[0].counters().reader());
-    let rate = |label: &str| s1.delta(&s0, label) as f64 / seconds;
+    let leader = nodes[0].stats().since(&s0);
+    let rate = |count: i64| count as f64 / seconds;
     let achieved = (0..3).map(|i| applied[i] - a0[i]).min().unwrap_or(0) as f64 / seconds;
-    let (control_per_s, data_per_s) = (rate("sender control syscalls"), rate("sender data syscalls"));
+    let (control_per_s, data_per_s) = (rate(leader.sender().control_syscalls()), rate(leader.sender().data_syscalls()));
     let (commit_frames_per_s, consensus_cycles_per_s) =
-        (rate("consensus commit frames"), rate("consensus duty cycles"));
+        (rate(leader.consensus().commit_frames()), rate(leader.labelled("consensus duty cycles")));
     // Serial latency in this layout.
     let deadline = Instant::now() + Duration::from_secs(10);
     while applied.iter().any(|&a| a < offered) && Instant::now() < deadline {
@@ -974,7 +944,7 @@ fn rate(value: f64) -> String {
 fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     println!();
     println!(
-        "## Raft table (layout of BASELINE.md): 3 nodes in one process, 128 B messages, committed = applied on all 3"
+        "## Raft table (layout of docs/BASELINE.md): 3 nodes in one process, 128 B messages, committed = applied on all 3"
     );
     println!();
     println!("| Engine | Variant / completion level | Serial p50 | Serial p99 | Pipeline (window 256) sustained, p50 / p99 | Saturation sustained, median (min / max of 3 windows) | Allocation/entry |");
@@ -999,7 +969,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
             s.alloc_bytes_per_entry,
         );
     }
-    let other = "TC.Tier Core.Net (another system: .NET 8, i5-12400, 12 cores, Windows 11; BASELINE.md)";
+    let other = "TC.Tier Core.Net (another system: .NET 8, i5-12400, 12 cores, Windows 11; docs/BASELINE.md)";
     println!("| {other} | InProcess · applied | 90us | — | 606k op/s (800 in flight) | 1.18M (308k / 1.60M, round p10/p90) | ~2.0KB |");
     println!("| {other} | TCP · applied | 250us | — | 142k op/s (800 in flight) | 397k (155k / 497k, round p10/p90) | ~12.5KB |");
     println!("| {other} | TCP · committed | 220us | — | 147k op/s (800 in flight) | 517k (174k / 635k, round p10/p90) | ~12.7KB |");

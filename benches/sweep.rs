@@ -2,16 +2,16 @@
 //! [--msg 32,128,224,512,1344] [--send-mode classic,mmsg,gso] [--control separate,piggyback]
 //! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]` (`-- --help` lists them).
 //!
-//! The model against a running 3-node loopback cluster (see `quorumcast::sweep`). With no arguments it runs
-//! the quick profile (about 2 minutes on a 2-core machine); `--full` runs MODEL.md's whole table (about
+//! The model against a running 3-node loopback cluster (see `quorumcast_tools::sweep`). With no arguments it runs
+//! the quick profile (about 2 minutes on a 2-core machine); `--full` runs docs/MODEL.md's whole table (about
 //! 35 minutes). The report goes to `<out>/<timestamp>/` (default `target/sweep`), and `<out>/latest`
 //! points at it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use quorumcast::sweep::{parse_args, run};
+use quorumcast_tools::sweep::{parse_args, run};
 
 /// The model `(S - C) / D x M_pkt` against a running 3-node loopback cluster: this host's S and C, then
 /// per configuration the cluster's capacity mu beside the prediction, the stage that saturated first, and
@@ -26,7 +26,7 @@ struct Cli {
     /// mode, rho 0.1-0.9 in steps of 0.2; a few minutes on 2 cores.
     #[arg(long, overrides_with_all = ["full", "tiny"])]
     quick: bool,
-    /// MODEL.md's whole table: 3 idle strategies, all 5 message sizes, rho 0.1-0.9 in steps of 0.1.
+    /// docs/MODEL.md's whole table: 3 idle strategies, all 5 message sizes, rho 0.1-0.9 in steps of 0.1.
     #[arg(long, overrides_with_all = ["quick", "tiny"])]
     full: bool,
     /// The test suite's profile: one configuration, two points, a few seconds.
@@ -85,9 +85,9 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ is in the workspace").join("target")
+    });
     let options = match parse_args(&cli.to_args(), &target.join("sweep")) {
         Ok(options) => options,
         Err(e) => {

@@ -1,11 +1,11 @@
-//! Transport benchmark (issue 3): BASELINE.md's segments over our UDP stream and our IPC medium, the raw
+//! Transport benchmark: the segments of `docs/BASELINE.md` over our UDP stream and our IPC medium, the raw
 //! datagram rate of our Sender in each send mode next to bare `sendmsg`, our request round trip next to a
 //! bare UDP ping-pong, and one publication streaming to one subscriber next to the model, all in one run.
 //!
 //! Run with `cargo bench --bench transport` (`-- --help` lists the options: `--part segments,rates,stream`
 //! picks parts, `--mtu`, `--msg`, `--send-mode` and `--seconds` shape the stream; `--quick` cuts every count
 //! and window by 10x for a smoke run). Exactly two busy threads, pinned to cores 0 and 1 when the host
-//! allows. Prints the segment table in BASELINE.md's layout (BASELINE's figures are another system on
+//! allows. Prints the segment table in docs/BASELINE.md's layout (BASELINE's figures are another system on
 //! another machine: reference only), the round-trip table, the sender-rate table, the stream table and the
 //! targets, and writes `target/transport/<timestamp>/summary.json`, pointed at by `target/transport/latest`.
 //!
@@ -50,7 +50,7 @@ use quorumcast::channel::ChannelConfig;
 use quorumcast::counters::Counter;
 use quorumcast::frame::{StatusMessageFrame, DATA_HEADER_LENGTH};
 use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
-use quorumcast::log_buffer::descriptor::{position_bits_to_shift, term_id, term_offset};
+use quorumcast::log_buffer::{position_bits_to_shift, term_id, term_offset};
 use quorumcast::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 use quorumcast::network_publication::{NetworkPublication, SenderCounters};
 use quorumcast::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
@@ -119,7 +119,7 @@ impl Geometry {
     }
 }
 
-/// One of BASELINE.md's segments, with BASELINE's figures (another system, another machine) beside it.
+/// One of docs/BASELINE.md's segments, with BASELINE's figures (another system, another machine) beside it.
 struct Segment {
     name: &'static str,
     shape: Shape,
@@ -1107,7 +1107,7 @@ fn print_rtt_table(rows: &[Row<'_>], quick: bool) {
 /// The parts of the bench.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Part {
-    /// BASELINE.md's segments over UDP and IPC, with the RTT figures and the bare UDP ping-pong floor.
+    /// docs/BASELINE.md's segments over UDP and IPC, with the RTT figures and the bare UDP ping-pong floor.
     Segments,
     /// The Sender's raw datagram rate in each send mode beside bare `sendmsg`.
     Rates,
@@ -1115,7 +1115,7 @@ enum Part {
     Stream,
 }
 
-/// BASELINE.md's segments over our UDP stream and our IPC medium, the Sender's raw datagram rate beside
+/// docs/BASELINE.md's segments over our UDP stream and our IPC medium, the Sender's raw datagram rate beside
 /// bare `sendmsg`, and a publication streaming to one subscriber beside the model, in one run.
 #[derive(Debug, Parser)]
 #[command(name = "transport", bin_name = "cargo bench --bench transport --", args_override_self = true)]

@@ -391,8 +391,11 @@ impl AtomicBuffer {
     /// The bytes must not be written while the slice lives. Every reader in the crate only borrows frames
     /// whose committed length it has loaded with acquire, and writers never touch a committed frame again
     /// until flow control has moved every reader past it (publication limit = slowest reader + term/2).
+    ///
+    /// Crate-private: outside the crate nothing can keep that promise, so other code copies bytes out with
+    /// [`get_bytes`](Self::get_bytes).
     #[inline]
-    pub fn bytes(&self, offset: usize, length: usize) -> &[u8] {
+    pub(crate) fn bytes(&self, offset: usize, length: usize) -> &[u8] {
         let p = self.at(offset, length);
         // SAFETY: in bounds, alive as long as `self`; not written while borrowed, by the protocol above.
         unsafe { std::slice::from_raw_parts(p, length) }

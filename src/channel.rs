@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::auth::{AuthKey, TAG_LENGTH};
 use crate::fault::FaultConfig;
 use crate::flow_control::FlowControlMode;
-use crate::frame::DATA_HEADER_LENGTH;
-use crate::transport::{SendMode, SocketOptions, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD};
+use crate::frame::{DATA_HEADER_LENGTH, MAX_UDP_PAYLOAD_LENGTH};
+use crate::transport::{SendMode, SocketOptions, MAX_GSO_SEGMENTS};
 
 /// The conservative MTU that crosses Ethernet with PPPoE, and the clouds, unfragmented.
 pub const MTU_1408: usize = 1408;
@@ -16,10 +16,8 @@ pub const MTU_1408: usize = 1408;
 pub const MTU_8192: usize = 8192;
 /// Smallest MTU accepted: a data header plus one 32-byte aligned payload.
 pub const MIN_MTU: usize = 64;
-/// Smallest term length (64 KiB).
-pub const TERM_MIN_LENGTH: usize = 64 * 1024;
-/// Largest term length (1 GiB).
-pub const TERM_MAX_LENGTH: usize = 1024 * 1024 * 1024;
+/// The term lengths a log takes (64 KiB to 1 GiB), as the log buffer defines them.
+pub use crate::log_buffer::descriptor::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
 /// Default term length of a network log (16 MiB, as Aeron's UDP default).
 pub const DEFAULT_TERM_LENGTH: usize = 16 * 1024 * 1024;
 
@@ -160,9 +158,9 @@ pub fn validate_term_length(term_length: usize) -> Result<(), ConfigError> {
 
 /// Checks an MTU against the UDP limits and the term length.
 pub fn validate_mtu(mtu: usize, term_length: usize) -> Result<(), ConfigError> {
-    if mtu % 32 != 0 || !(MIN_MTU..=MAX_UDP_PAYLOAD).contains(&mtu) {
+    if mtu % 32 != 0 || !(MIN_MTU..=MAX_UDP_PAYLOAD_LENGTH).contains(&mtu) {
         return refuse(format!(
-            "[channel] mtu = {mtu}: the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD} (the largest UDP payload); the presets are 1408 and 8192"
+            "[channel] mtu = {mtu}: the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD_LENGTH} (the largest UDP payload); the presets are 1408 and 8192"
         ));
     }
     if mtu > term_length / 8 {
@@ -185,7 +183,7 @@ impl ChannelConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_term_length(self.term_length)?;
         validate_mtu(self.mtu, self.term_length)?;
-        if self.auth.is_some() && self.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD + 3 {
+        if self.auth.is_some() && self.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD_LENGTH + 3 {
             return refuse(format!(
                 "[channel] mtu = {}: with authentication every datagram carries a {TAG_LENGTH}-byte tag, and MTU + tag must fit the largest UDP payload (65507); lower the MTU",
                 self.mtu

@@ -34,6 +34,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::clock::{parse_duration, BareNumber};
+
 /// The wait of a parking idle strategy.
 ///
 /// Invariant: `park(timeout)` returns within about `timeout` (it may return earlier: a wake-up, readiness).
@@ -568,7 +570,9 @@ impl FromStr for IdleStrategyConfig {
             ("noop", None) => IdleStrategyConfig::NoOp,
             ("yield", None) => IdleStrategyConfig::Yield,
             ("sleep-ns", None) => IdleStrategyConfig::SleepNs { period: DEFAULT_SLEEP_PERIOD },
-            ("sleep-ns", Some(arg)) => IdleStrategyConfig::SleepNs { period: parse_duration(arg).map_err(err)? },
+            ("sleep-ns", Some(arg)) => {
+                IdleStrategyConfig::SleepNs { period: parse_duration(arg, BareNumber::Nanos).map_err(err)? }
+            }
             ("backoff", None) => IdleStrategyConfig::Backoff(BackoffParams::DEFAULT),
             ("backoff", Some(args)) => IdleStrategyConfig::Backoff(parse_backoff(args).map_err(err)?),
             ("busy-spin" | "noop" | "yield", Some(_)) => return Err(err(format!("`{name}` takes no arguments"))),
@@ -590,27 +594,9 @@ fn parse_backoff(args: &str) -> Result<BackoffParams, String> {
     Ok(BackoffParams {
         max_spins: count("max-spins", spins)?,
         max_yields: count("max-yields", yields)?,
-        min_park: parse_duration(min_park)?,
-        max_park: parse_duration(max_park)?,
+        min_park: parse_duration(min_park, BareNumber::Nanos)?,
+        max_park: parse_duration(max_park, BareNumber::Nanos)?,
     })
-}
-
-/// Parses `<digits>[ns|us|ms|s]`; a bare number is nanoseconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, suffix) = text.split_at(digits_end);
-    let bad = || format!("duration `{text}` is not a whole number with an optional ns, us, ms or s suffix");
-    let value: u64 = digits.parse().map_err(|_| bad())?;
-    let ns_per_unit: u64 = match suffix {
-        "" | "ns" => 1,
-        "us" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        _ => return Err(bad()),
-    };
-    let ns = value.checked_mul(ns_per_unit).ok_or_else(|| format!("duration `{text}` is too long"))?;
-    Ok(Duration::from_nanos(ns))
 }
 
 /// An idle strategy text or parameters that do not describe a valid strategy. The message names the

@@ -37,7 +37,7 @@ use crate::frame::{
 use crate::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
 use crate::retransmit::{NakOutcome, RetransmitHandler};
-use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH, MAX_UDP_PAYLOAD};
+use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH};
 
 /// The counters of one publication's send path.
 #[derive(Debug, Clone)]
@@ -703,7 +703,7 @@ impl NetworkPublication {
             let next = self.runs[segments];
             let contiguous = next.partition == first.partition && next.offset == end && first.advance == first.length;
             // One GSO send is one UDP datagram to the kernel: its whole payload must fit 64 KiB.
-            let fits = end + next.length - first.offset <= MAX_UDP_PAYLOAD;
+            let fits = end + next.length - first.offset <= frame::MAX_UDP_PAYLOAD_LENGTH;
             if !contiguous || !fits || next.length > segment {
                 break;
             }

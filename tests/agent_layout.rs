@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorumcast::agent::{
     check_cores, Agent, AgentCounters, AgentError, AgentLayout, AgentRole, AgentSpec, CoreProblem, LayoutError,
@@ -12,13 +12,11 @@ use quorumcast::agent::{
 };
 use quorumcast::idle::IdleStrategyConfig;
 
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::yield_now();
-    }
-}
+mod support;
+use support::wait_until;
+
+/// How long a wait may take before the test fails: far beyond any normal run.
+const WAIT: Duration = Duration::from_secs(30);
 
 /// Counts its duty cycles; does no work (so backoff strategies back off).
 struct Ticker {
@@ -204,7 +202,7 @@ fn a_started_layout_runs_every_agent_and_closes() {
     assert_eq!(names, ["consensus", "sender+receiver"]);
     assert_eq!(handles.runners.len(), 2);
     assert!(handles.invoker.is_none());
-    wait_until("every agent ran", || cycles.iter().all(|c| c.load(Ordering::Relaxed) >= 10));
+    wait_until("every agent ran", WAIT, || cycles.iter().all(|c| c.load(Ordering::Relaxed) >= 10));
     assert!(handles.failures().is_empty());
     handles.close().unwrap();
 }

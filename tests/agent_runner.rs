@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorumcast::agent::{
     Agent, AgentCounters, AgentError, AgentInvoker, AgentPhase, AgentRunner, CompositeAgent, FailureCause,
@@ -13,14 +13,11 @@ use quorumcast::agent::{
 };
 use quorumcast::idle::{Idle, IdleStrategyConfig};
 
-/// Polls `condition` (yielding) until it holds; panics after a deadline far beyond any normal run.
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::yield_now();
-    }
-}
+mod support;
+use support::wait_until;
+
+/// How long a wait may take before the test fails: far beyond any normal run.
+const WAIT: Duration = Duration::from_secs(30);
 
 fn idle(text: &str) -> Idle {
     text.parse::<IdleStrategyConfig>().unwrap().to_idle().unwrap()
@@ -125,7 +122,7 @@ fn runner_runs_until_stopped_and_counts() {
     assert_eq!(runner.name(), "counted");
     assert!(runner.warnings().is_empty(), "{:?}", runner.warnings());
     let counters = runner.counters().clone();
-    wait_until("1000 duty cycles ran", || counters.duty_cycles.get() >= 1000);
+    wait_until("1000 duty cycles ran", WAIT, || counters.duty_cycles.get() >= 1000);
     assert!(runner.is_running());
     assert!(matches!(runner.status(), RunnerStatus::Running));
     runner.close().unwrap();
@@ -151,7 +148,7 @@ fn stop_wakes_a_parked_thread() {
     )
     .unwrap();
     let counters = runner.counters().clone();
-    wait_until("the first cycle ran", || counters.duty_cycles.get() >= 1);
+    wait_until("the first cycle ran", WAIT, || counters.duty_cycles.get() >= 1);
     runner.close().unwrap();
     assert!(log.contains("sleepy:close"));
 }
@@ -163,7 +160,7 @@ fn a_paused_runner_runs_no_cycle_until_resumed() {
     let cycles = Arc::clone(&agent.cycles);
     let runner = AgentRunner::start(agent, idle("sleep-ns:100s"), None, AgentCounters::detached()).unwrap();
     let counters = runner.counters().clone();
-    wait_until("the first cycle ran", || counters.duty_cycles.get() >= 1);
+    wait_until("the first cycle ran", WAIT, || counters.duty_cycles.get() >= 1);
     // The 100 s sleep ends early only because pause() wakes the thread.
     assert!(runner.pause(Duration::from_secs(30)), "the thread parked at its pause point");
     assert!(runner.is_paused());
@@ -176,7 +173,7 @@ fn a_paused_runner_runs_no_cycle_until_resumed() {
     assert!(matches!(runner.status(), RunnerStatus::Running));
 
     runner.resume();
-    wait_until("a cycle ran after resume", || cycles.load(Ordering::Relaxed) > frozen);
+    wait_until("a cycle ran after resume", WAIT, || cycles.load(Ordering::Relaxed) > frozen);
     assert!(!runner.is_paused());
     runner.close().unwrap();
     assert_eq!(log.events(), ["pausable:start", "pausable:close"]);
@@ -194,7 +191,7 @@ fn a_paused_runner_stops_and_a_stopped_one_does_not_pause() {
     .unwrap();
     assert!(runner.pause(Duration::from_secs(30)));
     runner.stop();
-    wait_until("the paused thread stopped", || matches!(runner.status(), RunnerStatus::Stopped));
+    wait_until("the paused thread stopped", WAIT, || matches!(runner.status(), RunnerStatus::Stopped));
     assert!(!runner.pause(Duration::from_secs(30)), "a stopped runner cannot pause");
     runner.resume();
     runner.join().unwrap();
@@ -211,7 +208,7 @@ fn an_error_is_reported_by_status_and_join() {
         AgentCounters::detached(),
     )
     .unwrap();
-    wait_until("the agent failed", || !runner.is_running());
+    wait_until("the agent failed", WAIT, || !runner.is_running());
     let RunnerStatus::Failed(failure) = runner.status() else {
         panic!("expected a failure, got {:?}", runner.status())
     };
@@ -235,7 +232,7 @@ fn a_panic_is_reported_and_the_agent_closed() {
         AgentCounters::detached(),
     )
     .unwrap();
-    wait_until("the agent failed", || runner.failure().is_some());
+    wait_until("the agent failed", WAIT, || runner.failure().is_some());
     let failure = runner.join().unwrap_err();
     assert!(failure.is_panic());
     assert_eq!(failure.phase, AgentPhase::Work);
@@ -268,7 +265,7 @@ fn terminate_stops_cleanly() {
     )
     .unwrap();
     let counters = runner.counters().clone();
-    wait_until("the agent stopped", || !runner.is_running());
+    wait_until("the agent stopped", WAIT, || !runner.is_running());
     assert!(matches!(runner.status(), RunnerStatus::Stopped));
     runner.join().unwrap();
     // The terminating cycle ends the loop before it is counted.
@@ -287,7 +284,7 @@ fn dropping_a_runner_stops_and_joins_it() {
     )
     .unwrap();
     let counters = runner.counters().clone();
-    wait_until("a cycle ran", || counters.duty_cycles.get() >= 1);
+    wait_until("a cycle ran", WAIT, || counters.duty_cycles.get() >= 1);
     drop(runner);
     assert_eq!(log.events(), ["dropped:start", "dropped:close"]);
 }

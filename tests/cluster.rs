@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use quorumcast::channel::ChannelConfig;
 use quorumcast::consensus::Role;
+use quorumcast::counters::TYPE_SYSTEM;
 use quorumcast::fault::FaultConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
@@ -76,9 +77,33 @@ fn three_nodes_commit_a_million_messages_in_order() {
     run(&mut nodes, 1_000_000);
     let commit = nodes[0].commit_position();
     assert!(commit > 0);
+    check_typed_counters(&nodes, commit);
     for node in nodes {
         node.close().unwrap();
     }
+}
+
+/// Every counter a node allocates has a type (an agent's, or one of the node catalogue's), and the typed
+/// readers read what the labels show.
+fn check_typed_counters(nodes: &[Node], commit: i64) {
+    for node in nodes {
+        let stats = node.stats();
+        for counter in stats.iter() {
+            assert_ne!(counter.type_id, TYPE_SYSTEM, "node {}: `{}` has no type", node.id(), counter.label);
+        }
+        assert_eq!(stats.consensus().commit_position(), stats.labelled("consensus commit position"));
+        assert_eq!(stats.receiver().datagrams(), stats.labelled("receiver datagrams"));
+    }
+    let leader = nodes[0].stats();
+    assert_eq!(leader.sender().data_datagrams(), leader.labelled("sender data datagrams"));
+    assert!(leader.sender().data_datagrams() > 0);
+    assert_eq!(leader.consensus().commit_position(), commit);
+    for member in [1, 2] {
+        let ack = leader.ack_position(member).expect("the leader records each follower's acknowledgement");
+        assert_eq!(ack, leader.labelled(&format!("ack position of member {member}")));
+    }
+    assert_eq!(leader.ack_position(0), None, "the leader does not acknowledge to itself");
+    assert!(nodes[1].stats().receiver().images() >= 1);
 }
 
 #[test]

@@ -12,8 +12,6 @@
 //!
 //! Invoker-mode tests drive every node from the test thread; nothing busy-spins.
 
-use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
@@ -21,26 +19,21 @@ use quorumcast::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
 mod support;
-use support::dump;
+use support::cluster::members;
+use support::{dump, ScratchDir};
 
 /// Messages offered after warm-up in the invoker tests.
 const MESSAGES: u64 = 30_000;
 /// Messages offered before each leader duty cycle: the ingress is never empty while the load runs.
 const BURST: u64 = 16;
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn members() -> Vec<Member> {
-    (0..3).map(|id| Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_port())) }).collect()
-}
-
-fn dir(test: &str, id: i32) -> PathBuf {
-    std::env::temp_dir().join(format!("qc-control-{}-{test}-{id}", std::process::id()))
-}
-
-fn builder(test: &str, id: i32, members: &[Member], piggyback: bool, threading: ThreadingMode) -> NodeBuilder {
+fn builder(
+    scratch: &ScratchDir,
+    id: i32,
+    members: &[Member],
+    piggyback: bool,
+    threading: ThreadingMode,
+) -> NodeBuilder {
     let channel = ChannelConfig {
         mtu: 1408,
         term_length: 1 << 20,
@@ -50,7 +43,7 @@ fn builder(test: &str, id: i32, members: &[Member], piggyback: bool, threading: 
     };
     let mut config = NodeBuilder::new(id, members.to_vec())
         .leader(0)
-        .directory(dir(test, id))
+        .directory(scratch.join(format!("node-{id}")))
         .clean_stale(true)
         .channel(channel)
         .threading(threading)
@@ -115,9 +108,10 @@ struct Cycles {
 /// applied everything, checking each leader cycle with `check(commit moved, messages appended, frames,
 /// commit position after the cycle)`.
 fn run_invoker(test: &str, piggyback: bool, mut check: impl FnMut(bool, i64, i64, i64)) -> Cycles {
-    let members = members();
+    let members = members(3);
+    let scratch = ScratchDir::new(test);
     let mut nodes: Vec<Node> =
-        (0..3).map(|id| builder(test, id, &members, piggyback, ThreadingMode::Invoker).start().unwrap()).collect();
+        (0..3).map(|id| builder(&scratch, id, &members, piggyback, ThreadingMode::Invoker).start().unwrap()).collect();
     let client = nodes[0].client();
     let frames_id = counter_id(&nodes[0], "consensus commit frames");
     let appended_id = counter_id(&nodes[0], "consensus messages appended");
@@ -237,11 +231,12 @@ fn piggyback_sends_far_fewer_commit_frames_than_separate_frames_under_the_same_c
 fn with_threads_commit_frames_never_outnumber_consensus_duty_cycles() {
     for piggyback in [false, true] {
         let test = if piggyback { "threads-piggyback" } else { "threads-separate" };
-        let members = members();
+        let members = members(3);
+        let scratch = ScratchDir::new(test);
         // Followers first, and no offer until each has an image: a follower that misses the leader's
         // first SETUP joins the log where the leader's sender is when it answers a later one, and would
         // never see the messages before that.
-        let start = |id| builder(test, id, &members, piggyback, ThreadingMode::Dedicated).start().unwrap();
+        let start = |id| builder(&scratch, id, &members, piggyback, ThreadingMode::Dedicated).start().unwrap();
         let followers = [start(1), start(2)];
         let leader = start(0);
         let mut nodes: Vec<Node> = std::iter::once(leader).chain(followers).collect();

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use quorumcast::counters::{CountersManager, CountersReader, TYPE_AGENT_WORK, TYPE_SYSTEM};
 
+mod support;
+use support::ScratchDir;
+
 /// Env var carrying the counters file's path to the child.
 const CHILD_FILE_VAR: &str = "QC_TEST_CHILD_COUNTERS_FILE";
 /// Labels the parent allocates, the last one multi-byte UTF-8 and as long as allowed.
@@ -48,9 +51,7 @@ fn child_reads_counters_from_another_process() {
 
 #[test]
 fn another_process_sees_labels_and_rising_values() {
-    let dir = std::env::temp_dir().join(format!("qc-test-{}-counters-two-process", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("counters-two-process");
     let path = dir.join("counters.dat");
     let manager = CountersManager::create(&path, 8).unwrap();
     let counters: Vec<_> = LABELS
@@ -78,7 +79,6 @@ fn another_process_sees_labels_and_rising_values() {
         thread::sleep(Duration::from_millis(1));
     }
     let output = child.wait_with_output().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
     assert!(
         output.status.success(),
         "child failed ({}):\n{}\n{}",

@@ -9,25 +9,11 @@ use std::time::{Duration, Instant};
 
 use quorumcast::directory::{DirectoryError, DirectoryStatus, NodeDirectory, StalePolicy, LOCK_FILE_NAME};
 
+mod support;
+use support::ScratchDir;
+
 /// Env var telling the child test where to create its node directory.
 const CHILD_DIR_VAR: &str = "QC_TEST_CHILD_NODE_DIR";
-
-/// A unique temp root for one test, removed at the end.
-struct TempRoot(PathBuf);
-
-impl TempRoot {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("qc-test-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        Self(path)
-    }
-}
-
-impl Drop for TempRoot {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 fn lock_text(dir: &Path) -> String {
     fs::read_to_string(dir.join(LOCK_FILE_NAME)).unwrap()
@@ -35,8 +21,9 @@ fn lock_text(dir: &Path) -> String {
 
 #[test]
 fn create_makes_the_directory_and_drop_removes_it() {
-    let root = TempRoot::new("dir-drop");
-    let path = root.0.join("parents/node");
+    let scratch = ScratchDir::new("dir-drop");
+    let root = scratch.join("node");
+    let path = root.join("parents/node");
     let dir = NodeDirectory::create(&path, StalePolicy::Refuse).unwrap();
     assert_eq!(dir.path(), path);
     assert_eq!(dir.file("counters.dat"), path.join("counters.dat"));
@@ -47,7 +34,7 @@ fn create_makes_the_directory_and_drop_removes_it() {
     assert!(lock_text(&path).starts_with(&format!("{} ", std::process::id())));
     drop(dir);
     assert!(!path.exists());
-    assert!(root.0.join("parents").exists(), "only the node directory is removed");
+    assert!(root.join("parents").exists(), "only the node directory is removed");
 
     let dir = NodeDirectory::create(&path, StalePolicy::Refuse).unwrap();
     dir.close().unwrap();
@@ -56,32 +43,34 @@ fn create_makes_the_directory_and_drop_removes_it() {
 
 #[test]
 fn a_second_create_is_refused_while_the_first_lives_even_in_the_same_process() {
-    let root = TempRoot::new("dir-running");
-    let first = NodeDirectory::create(&root.0, StalePolicy::Clean).unwrap();
+    let scratch = ScratchDir::new("dir-running");
+    let root = scratch.join("node");
+    let first = NodeDirectory::create(&root, StalePolicy::Clean).unwrap();
     for policy in [StalePolicy::Refuse, StalePolicy::Clean] {
-        match NodeDirectory::create(&root.0, policy) {
+        match NodeDirectory::create(&root, policy) {
             Err(DirectoryError::AlreadyRunning { path, pid }) => {
-                assert_eq!(path, root.0);
+                assert_eq!(path, root);
                 assert_eq!(pid, Some(std::process::id()));
             }
             other => panic!("expected AlreadyRunning, got {other:?}"),
         }
     }
     assert!(first.file(LOCK_FILE_NAME).exists(), "a refused create touches nothing");
-    assert!(matches!(NodeDirectory::status(&root.0), DirectoryStatus::Running(o) if o.pid == Some(std::process::id())));
+    assert!(matches!(NodeDirectory::status(&root), DirectoryStatus::Running(o) if o.pid == Some(std::process::id())));
     drop(first);
-    let again = NodeDirectory::create(&root.0, StalePolicy::Refuse).unwrap();
+    let again = NodeDirectory::create(&root, StalePolicy::Refuse).unwrap();
     assert_eq!(again.cleaned(), None);
 }
 
 #[test]
 fn a_leaked_directory_is_stale_until_cleaned() {
-    let root = TempRoot::new("dir-stale");
-    let dir = NodeDirectory::create(&root.0, StalePolicy::Refuse).unwrap();
+    let scratch = ScratchDir::new("dir-stale");
+    let root = scratch.join("node");
+    let dir = NodeDirectory::create(&root, StalePolicy::Refuse).unwrap();
     fs::write(dir.file("counters.dat"), b"old run").unwrap();
-    let old_lock = lock_text(&root.0);
+    let old_lock = lock_text(&root);
     let path = dir.leak();
-    assert_eq!(path, root.0);
+    assert_eq!(path, root);
     assert!(path.join("counters.dat").exists(), "leak keeps the files");
 
     let status = NodeDirectory::status(&path);
@@ -109,30 +98,32 @@ fn a_leaked_directory_is_stale_until_cleaned() {
 
 #[test]
 fn a_directory_of_files_without_a_lock_file_is_stale() {
-    let root = TempRoot::new("dir-nolock");
-    fs::create_dir_all(&root.0).unwrap();
-    fs::write(root.0.join("counters.dat"), b"?").unwrap();
-    assert_eq!(NodeDirectory::status(&root.0), DirectoryStatus::NoLockFile);
-    let error = NodeDirectory::create(&root.0, StalePolicy::Refuse).unwrap_err();
+    let scratch = ScratchDir::new("dir-nolock");
+    let root = scratch.join("node");
+    fs::create_dir_all(&root).unwrap();
+    fs::write(root.join("counters.dat"), b"?").unwrap();
+    assert_eq!(NodeDirectory::status(&root), DirectoryStatus::NoLockFile);
+    let error = NodeDirectory::create(&root, StalePolicy::Refuse).unwrap_err();
     assert!(matches!(error, DirectoryError::Stale { pid: None, .. }), "{error:?}");
-    let dir = NodeDirectory::create(&root.0, StalePolicy::Clean).unwrap();
+    let dir = NodeDirectory::create(&root, StalePolicy::Clean).unwrap();
     assert!(!dir.file("counters.dat").exists());
 }
 
 #[test]
 fn attach_neither_locks_nor_removes() {
-    let root = TempRoot::new("dir-attach");
-    assert!(matches!(NodeDirectory::attach(&root.0), Err(DirectoryError::Missing { .. })));
-    assert_eq!(NodeDirectory::status(&root.0), DirectoryStatus::Missing);
-    let owner = NodeDirectory::create(&root.0, StalePolicy::Refuse).unwrap();
-    let reader = NodeDirectory::attach(&root.0).unwrap();
+    let scratch = ScratchDir::new("dir-attach");
+    let root = scratch.join("node");
+    assert!(matches!(NodeDirectory::attach(&root), Err(DirectoryError::Missing { .. })));
+    assert_eq!(NodeDirectory::status(&root), DirectoryStatus::Missing);
+    let owner = NodeDirectory::create(&root, StalePolicy::Refuse).unwrap();
+    let reader = NodeDirectory::attach(&root).unwrap();
     assert!(!reader.is_owner());
     assert!(matches!(reader.current_status(), DirectoryStatus::Running(_)));
     drop(reader);
-    assert!(root.0.exists(), "dropping an attached directory removes nothing");
-    assert!(matches!(NodeDirectory::create(&root.0, StalePolicy::Clean), Err(DirectoryError::AlreadyRunning { .. })));
+    assert!(root.exists(), "dropping an attached directory removes nothing");
+    assert!(matches!(NodeDirectory::create(&root, StalePolicy::Clean), Err(DirectoryError::AlreadyRunning { .. })));
     drop(owner);
-    assert!(!root.0.exists());
+    assert!(!root.exists());
 }
 
 /// Child side of the crash test: creates a node directory, says it is ready, and waits to be killed.
@@ -152,8 +143,9 @@ fn child_holds_a_node_directory_until_killed() {
 
 #[test]
 fn a_killed_owner_leaves_a_stale_directory_that_clean_recovers() {
-    let root = TempRoot::new("dir-crash");
-    let path = root.0.join("node");
+    let scratch = ScratchDir::new("dir-crash");
+    let root = scratch.join("node");
+    let path = root.join("node");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_holds_a_node_directory_until_killed", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_VAR, &path)

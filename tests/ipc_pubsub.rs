@@ -10,6 +10,9 @@ use quorumcast::frame::framed_length;
 use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
 use quorumcast::log_buffer::LogConfig;
 
+mod support;
+use support::ScratchDir;
+
 const TERM: usize = 65536;
 const WINDOW: i64 = (TERM / 2) as i64;
 const MTU: usize = 1408;
@@ -180,8 +183,7 @@ fn the_slowest_of_two_subscribers_governs_and_a_closed_one_no_longer_counts() {
 
 #[test]
 fn a_file_log_is_read_to_its_end_after_the_publication_is_dropped() {
-    let dir = std::env::temp_dir().join(format!("qc-test-{}-ipc-file", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("ipc-file");
     let path = dir.join("ipc-7.log");
     std::fs::write(&path, b"an old file, replaced not truncated").unwrap();
     let mut publication = IpcPublication::create(&path, LogConfig::new(TERM, MTU)).unwrap();
@@ -197,5 +199,4 @@ fn a_file_log_is_read_to_its_end_after_the_publication_is_dropped() {
     drain(&mut sub, &mut received);
     assert!(sub.is_end_of_stream());
     assert_eq!(received, (0..10).map(|s| message(s, 3000)).collect::<Vec<_>>());
-    std::fs::remove_dir_all(&dir).unwrap();
 }

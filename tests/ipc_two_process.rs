@@ -10,6 +10,9 @@ use crossbeam_utils::Backoff;
 use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
 use quorumcast::log_buffer::LogConfig;
 
+mod support;
+use support::ScratchDir;
+
 /// Env var carrying the log file's path to the child.
 const CHILD_LOG_VAR: &str = "QC_TEST_CHILD_IPC_LOG";
 /// Messages the parent publishes.
@@ -111,8 +114,7 @@ impl KillOnDrop {
 
 #[test]
 fn a_million_messages_reach_another_process_in_order() {
-    let dir = std::env::temp_dir().join(format!("qc-test-{}-ipc-two-process", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("ipc-two-process");
     let path = dir.join("ipc-1.log");
     let config = LogConfig { pre_touch: true, ..LogConfig::new(1 << 20, 1408) };
     let mut publication = IpcPublication::create(&path, config).unwrap();
@@ -157,5 +159,4 @@ fn a_million_messages_reach_another_process_in_order() {
     assert!(output.status.success(), "the child failed:\n{log}");
     assert!(log.contains("child_subscribes_and_checks_every_message ... ok"), "the child ran its test:\n{log}");
     drop(publication);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -171,11 +171,12 @@ pub fn host() -> serde_json::Value {
     json!({ "cpu": cpu, "cores": cores, "kernel": kernel })
 }
 
-/// The cargo target directory: `CARGO_TARGET_DIR`, else the manifest directory's `target/`.
+/// The cargo target directory: `CARGO_TARGET_DIR`, else the workspace's `target/` (the benches are targets of
+/// `tools/`, one level below the workspace root).
 pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ is in the workspace").join("target")
+    })
 }
 
 /// Writes `target/<bench>/<UTC timestamp>/summary.json` and points `target/<bench>/latest` at that

@@ -11,7 +11,7 @@
 //! "Sender idle" (its time in duty cycles that sent no data).
 //!
 //! Each row (MTU x message size x send mode) runs on a fresh publication: S probed with
-//! `quorumcast::probe` (one destination, datagrams of the MTU, the row's send mode, the sending thread on
+//! `quorumcast_tools::probe` (one destination, datagrams of the MTU, the row's send mode, the sending thread on
 //! the first core and the draining one on the second), one unmeasured warm-up stream of a tenth of the
 //! window, the measured stream, and S probed again; the row's S is the mean of the two probes (S drifts on
 //! a shared host). The measured rate is the messages received over the time from the first append of the
@@ -31,12 +31,12 @@ use std::time::{Duration, Instant};
 
 use quorumcast::channel::ChannelConfig;
 use quorumcast::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
-use quorumcast::model::{Capacity, Model};
 use quorumcast::network_publication::{NetworkPublication, SenderCounters};
-use quorumcast::probe::{probe_s, ProbeCores};
 use quorumcast::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use quorumcast::sender::Sender;
 use quorumcast::transport::{probe_gso, SendMode, SocketOptions};
+use quorumcast_tools::model::{Capacity, Model};
+use quorumcast_tools::probe::{probe_s, ProbeCores};
 use serde_json::json;
 
 use crate::common::{si, Cores, SetOnDrop};

@@ -26,7 +26,18 @@ use quorumcast::frame::{
 fuzz_target!(|datagram: &[u8]| {
     check_peek_against_parse(datagram);
     check_walk(datagram);
+    check_data_run(datagram);
 });
+
+/// A data run the receiver would copy in one piece is contiguous whole frames of the datagram: its span
+/// covers every byte of it, in 32-byte steps, and it starts where its first frame says.
+fn check_data_run(datagram: &[u8]) {
+    if let Ok(run) = quorumcast::frame::data_run(datagram) {
+        assert!(run.span % FRAME_ALIGNMENT == 0 && run.span >= datagram.len().min(DATA_HEADER_LENGTH));
+        assert!(run.first.term_offset >= 0 && run.first.term_offset % FRAME_ALIGNMENT as i32 == 0);
+        assert_eq!(bytemuck::bytes_of(&run.first), &datagram[..DATA_HEADER_LENGTH]);
+    }
+}
 
 /// `peek_header` and `parse` agree on the common header.
 fn check_peek_against_parse(datagram: &[u8]) {
@@ -123,6 +134,7 @@ fn check_frame(datagram: &[u8], rest: &[u8], frame: &Frame<'_>) {
         Frame::Rttm(f) => check_control(rest, f, f.frame_length),
         Frame::AppendPosition(f) => check_control(rest, f, f.frame_length),
         Frame::CommitPosition(f) => check_control(rest, f, f.frame_length),
+        Frame::BehindRetained(f) => check_control(rest, f, f.frame_length),
     }
 }
 

@@ -12,7 +12,8 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use quorumcast::frame::{
-    align_frame, encode_data, encode_heartbeat, encode_pad, frames, AppendPositionFrame, CommitPositionFrame,
+    align_frame, encode_data, encode_heartbeat, encode_pad, frames, AppendPositionFrame, BehindRetainedFrame,
+    CommitPositionFrame,
     DataHeader, Frame, NakFrame, RttmFrame, SetupFrame, StatusMessageFrame, MAX_UDP_PAYLOAD_LENGTH, TYPE_DATA,
     TYPE_PAD,
 };
@@ -66,6 +67,7 @@ enum Expected {
     Rttm(RttmFrame),
     AppendPosition(AppendPositionFrame),
     CommitPosition(CommitPositionFrame),
+    BehindRetained(BehindRetainedFrame),
 }
 
 fuzz_target!(|specs: Vec<Spec>| {
@@ -210,5 +212,6 @@ fn observed(datagram: &[u8], frame: Frame<'_>) -> Expected {
         Frame::Rttm(f) => Expected::Rttm(f),
         Frame::AppendPosition(f) => Expected::AppendPosition(f),
         Frame::CommitPosition(f) => Expected::CommitPosition(f),
+        Frame::BehindRetained(f) => Expected::BehindRetained(f),
     }
 }

@@ -27,7 +27,7 @@ pub const PAGE_MIN_SIZE: usize = 4 * 1024;
 /// Largest page size a log file may be rounded to.
 pub const PAGE_MAX_SIZE: usize = 1024 * 1024 * 1024;
 /// Largest MTU: the largest UDP payload over IPv4 (65535 - 8 - 20), rounded down to a multiple of 32.
-pub const MTU_MAX_LENGTH: usize = 65504;
+pub const MTU_MAX_LENGTH: usize = crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 /// Bytes of the metadata structure at the end of a log file.
 pub const LOG_METADATA_LENGTH: usize = 4096;
 /// Number of consumer position slots in the metadata (subscribers of the IPC medium).

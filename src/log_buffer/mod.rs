@@ -16,7 +16,7 @@
 //! # Copies and the CPU's `rep movsb` pitfall
 //!
 //! Payloads start at 32-byte-aligned term offsets. glibc copies of 2112 bytes or more use `rep movsb`,
-//! which on the project's reference host (Zen 3, see HOST.md) slows ~25x when `(dst - src) mod 4096` is
+//! which on a Zen 3 CPU (measured on the project's first host) slows ~25x when `(dst - src) mod 4096` is
 //! a small positive number (1..=31), and a caller's buffer can lie anywhere. The appender therefore
 //! copies payloads of 2 KiB or more in 2048-byte chunks (`copy_in_chunks` in the appender), below that
 //! threshold, which keeps glibc on its vector loop whatever the caller's buffer address. The
@@ -25,7 +25,7 @@
 //! `copy_distance_probe` in `tests/log_buffer_props.rs` measures both forms on the machine at hand.
 
 mod appender;
-pub mod descriptor;
+pub(crate) mod descriptor;
 mod reader;
 mod rebuilder;
 mod scanner;
@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use appender::{AppendError, BufferClaim, ExclusiveAppender};
+pub use descriptor::{partition_index, partition_of_term, position, position_bits_to_shift, term_id, term_offset};
 pub use reader::{FragmentAssembler, LogReader};
 pub use rebuilder::{Gap, RebuildError, TermRebuilder};
 pub use scanner::{scan, Scan};
@@ -289,7 +290,7 @@ impl LogBuffer {
     }
 
     /// The metadata section (see [`LogMetadata`] for its layout).
-    pub fn metadata(&self) -> &AtomicBuffer {
+    pub(crate) fn metadata(&self) -> &AtomicBuffer {
         &self.metadata
     }
 

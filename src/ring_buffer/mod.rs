@@ -1,8 +1,8 @@
 //! Many-to-one and one-to-one rings of variable-length messages over shared memory, after Agrona's.
 //!
 //! A ring is laid out in any [`AtomicBuffer`] (an anonymous mapping within a process, or a file mapping
-//! shared with other processes): a power-of-two data area followed by a trailer of positions (see
-//! [`descriptor`]). [`ManyToOneRingBuffer`] is the client ingress of the replicated log: any number of
+//! shared with other processes): a power-of-two data area followed by a trailer of positions (tail, head
+//! cache, head, correlation counter, consumer heartbeat), each alone on a 128-byte line. [`ManyToOneRingBuffer`] is the client ingress of the replicated log: any number of
 //! threads or processes offer messages and one agent consumes them. [`OneToOneRingBuffer`] carries
 //! commands from one agent to another. Both are the same [`RingBuffer`]; only the way producers claim
 //! space differs ([`ManyProducers`]: compare-and-set on the tail; [`OneProducer`]: a plain release store).
@@ -27,7 +27,7 @@
 //! Exactly one consumer reads a ring at a time, and a [`OneToOneRingBuffer`] has exactly one producer at a
 //! time (in any process); these are protocols of the users, which the types cannot see across processes.
 
-pub mod descriptor;
+mod descriptor;
 mod many_to_one;
 mod one_to_one;
 
@@ -69,7 +69,7 @@ pub enum RingError {
         msg_type_id: i32,
     },
     /// The buffer is not `required_length(capacity)` bytes for a power-of-two capacity within
-    /// [`descriptor::MIN_CAPACITY`] ..= [`descriptor::MAX_CAPACITY`].
+    /// [`CACHE_LINE_LENGTH`](crate::buffer::CACHE_LINE_LENGTH) ..= 1 GiB.
     InvalidCapacity {
         /// Length of the buffer given.
         buffer_length: usize,

@@ -2,7 +2,6 @@
 //! (nothing busy-spins), numbered messages whose bytes are derived from their number, and a driver that
 //! offers through the leader and applies on every node, checking order and content.
 
-use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
@@ -11,11 +10,6 @@ use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
 use super::{dump, ScratchDir};
 
-/// A loopback UDP port that was free a moment ago (bound, then released).
-pub fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// `n` members on loopback ports, ids `0..n`.
 pub fn members(n: i32) -> Vec<Member> {
     members_on([127, 0, 0, 1].into(), n)
@@ -23,12 +17,7 @@ pub fn members(n: i32) -> Vec<Member> {
 
 /// `n` members on free ports of `ip` (`127.0.0.1` or `::1`).
 pub fn members_on(ip: std::net::IpAddr, n: i32) -> Vec<Member> {
-    (0..n)
-        .map(|id| {
-            let port = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap().local_addr().unwrap().port();
-            Member { id, endpoint: SocketAddr::new(ip, port) }
-        })
-        .collect()
+    super::harness::members_on(ip, n).expect("free ports")
 }
 
 /// A small-term channel with fast timers, for tests.

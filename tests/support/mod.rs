@@ -1,45 +1,16 @@
 //! What several integration tests share.
 #![allow(dead_code)] // each test crate uses its own subset
 
-use std::path::{Path, PathBuf};
-
 use quorumcast::node::Node;
 
 pub mod cluster;
 
-/// A scratch directory unique to this process and test, emptied at creation and removed on drop (kept
-/// when `QC_KEEP` is set, for looking at what a failing test left).
-pub struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    /// `<temp>/qc-test-<pid>-<name>`, fresh.
-    pub fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("qc-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// A path inside it.
-    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        if std::env::var_os("QC_KEEP").is_some() {
-            eprintln!("kept {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+// The harness the sweep and the benches use too (ports, scratch directories, waits), compiled in here so
+// that the engine's tests do not depend on the tools crate.
+#[path = "../../tools/src/harness.rs"]
+mod harness;
+#[allow(unused_imports)] // as `dead_code` above: each test crate uses its own subset
+pub use harness::{free_loopback_port, free_port, wait_until, ScratchDir};
 
 /// Every non-zero counter of every node, for a failure message.
 pub fn dump(nodes: &[Node]) -> String {
@@ -54,20 +25,3 @@ pub fn dump(nodes: &[Node]) -> String {
     }
     out
 }
-
-/// The keys every entry of `configs` in a sweep's summary.json has (the schema).
-pub const SWEEP_CONFIG_KEYS: &[&str] = &[
-    "mtu",
-    "idle",
-    "msg",
-    "send_mode",
-    "control",
-    "s",
-    "c",
-    "d",
-    "m_pkt",
-    "mu_predicted",
-    "mu_measured",
-    "bottleneck",
-    "points",
-];

@@ -16,18 +16,20 @@
 //! which hands out only entries below the leader's commit position: "offer to commit" is offer to the
 //! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
 
-use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::agent::ThreadingMode;
-use crate::channel::ChannelConfig;
-use crate::counters::CountersReader;
-use crate::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
-use crate::node::{Client, Member, Node, NodeBuilder, OfferError};
+use quorumcast::agent::ThreadingMode;
+use quorumcast::channel::ChannelConfig;
+use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::node::{Client, Node, NodeBuilder, OfferError};
+use quorumcast::stats::Stats;
+use quorumcast::transport::{SendMode, SocketOptions};
+
+use crate::harness;
 use crate::probe::ProbeCores;
-use crate::transport::{SendMode, SocketOptions};
 
 use super::profile::Control;
 use super::SweepError;
@@ -85,7 +87,7 @@ impl Layout {
     /// harness on core 2 and the Sender on core 3, where pinning them to cores 0 and 1 would be refused).
     pub fn for_host() -> Self {
         let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
-        Self::for_cores(crate::agent::available_cores()).on_cores(&ids)
+        Self::for_cores(quorumcast::agent::available_cores()).on_cores(&ids)
     }
 
     /// This layout with its `i`-th core replaced by `ids[i]` (a core beyond `ids` stays as it is).
@@ -104,7 +106,7 @@ impl Layout {
     /// shares the machine with other tests).
     pub fn unpinned() -> Self {
         Self {
-            cores: crate::agent::available_cores(),
+            cores: quorumcast::agent::available_cores(),
             invoked: true,
             harness: None,
             sender: None,
@@ -189,45 +191,6 @@ pub struct ClusterSpec {
     pub layout: Layout,
 }
 
-/// Counter values of one node, by label.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Counts(Vec<(String, i64)>);
-
-impl Counts {
-    /// Every counter of `node`.
-    pub fn of(node: &Node) -> Self {
-        Self::of_reader(&node.counters().reader())
-    }
-
-    /// Every counter `reader` shows.
-    pub fn of_reader(reader: &CountersReader) -> Self {
-        let mut all = Vec::new();
-        reader.for_each(|_, _, label, value| all.push((label.to_owned(), value)));
-        Self(all)
-    }
-
-    /// The value of `label`, 0 when there is no such counter.
-    pub fn get(&self, label: &str) -> i64 {
-        self.0.iter().find(|(l, _)| l == label).map_or(0, |(_, v)| *v)
-    }
-
-    /// `self - earlier` for `label`.
-    pub fn delta(&self, earlier: &Counts, label: &str) -> i64 {
-        self.get(label) - earlier.get(label)
-    }
-
-    /// Adds `after - before` of every counter of `after` to this sum of deltas (windows apart in time).
-    pub fn add_delta(&mut self, before: &Counts, after: &Counts) {
-        for (label, value) in &after.0 {
-            let delta = value - before.get(label);
-            match self.0.iter_mut().find(|(l, _)| l == label) {
-                Some((_, sum)) => *sum += delta,
-                None => self.0.push((label.clone(), delta)),
-            }
-        }
-    }
-}
-
 /// Log positions (bytes) along the leader's pipeline, in pipeline order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Positions {
@@ -274,15 +237,9 @@ static RUNS: AtomicU64 = AtomicU64::new(0);
 /// How long [`LoadCluster::paused`] waits for each agent thread to park.
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn free_port() -> Result<u16, SweepError> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// A node directory in shared memory where there is one (so logs never touch a disk), unique per run.
 fn node_dir(run: u64, id: i32) -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-    base.join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
+    harness::shared_memory().join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
 }
 
 /// Runs `work` on a fresh thread: the harness thread, which pins itself once its cluster has started.
@@ -370,10 +327,7 @@ impl LoadCluster {
             return Err(SweepError::Config(format!("message size {} is below 8 bytes", spec.msg)));
         }
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
-        let mut members = Vec::with_capacity(3);
-        for id in 0..3 {
-            members.push(Member { id, endpoint: SocketAddr::from(([127, 0, 0, 1], free_port()?)) });
-        }
+        let members = harness::members_on(Ipv4Addr::LOCALHOST.into(), 3)?;
         let backoff = IdleStrategyConfig::default();
         let base = |id: i32| {
             NodeBuilder::new(id, members.clone())
@@ -408,7 +362,7 @@ impl LoadCluster {
         nodes.insert(0, leader);
         let mut warnings: Vec<String> = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
         if let Some(core) = layout.harness {
-            if let Err(e) = crate::agent::pin_current_thread(core) {
+            if let Err(e) = quorumcast::agent::pin_current_thread(core) {
                 warnings.push(format!("the harness thread runs unpinned: {e}"));
             }
         }
@@ -439,7 +393,7 @@ impl LoadCluster {
     /// Waits for both followers' images, then commits one message everywhere.
     fn warm_up(&mut self) -> Result<(), SweepError> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
-        while self.nodes[1..].iter().any(|n| Counts::of(n).get("receiver images") < 1) {
+        while self.nodes[1..].iter().any(|n| n.stats().receiver().images() < 1) {
             self.check(deadline, "the followers made no image of the leader's log")?;
             let work = self.poll(|_| {});
             self.idle(work);
@@ -581,21 +535,20 @@ impl LoadCluster {
     /// Where the log stands on the leader: appended, sent, acknowledged by both followers, committed and
     /// applied by the harness.
     pub fn positions(&self) -> Positions {
-        let reader = self.nodes[0].counters().reader();
-        let get = |label: &str| reader.find(label).unwrap_or(0);
+        let stats = self.nodes[0].stats();
         Positions {
-            appended: get("consensus append position"),
-            sent: get("snd-pos"),
-            limit: get("snd-lmt"),
-            acknowledged: get("ack position of member 1").min(get("ack position of member 2")),
-            committed: get("consensus commit position"),
+            appended: stats.consensus().append_position(),
+            sent: stats.sender().position(),
+            limit: stats.sender().limit(),
+            acknowledged: stats.slowest_ack_position().unwrap_or(0),
+            committed: stats.consensus().commit_position(),
             applied: self.nodes[0].applied_position(),
         }
     }
 
     /// Every node's counters, the leader first.
-    pub fn counts(&self) -> [Counts; 3] {
-        [Counts::of(&self.nodes[0]), Counts::of(&self.nodes[1]), Counts::of(&self.nodes[2])]
+    pub fn stats(&self) -> [Stats; 3] {
+        [self.nodes[0].stats(), self.nodes[1].stats(), self.nodes[2].stats()]
     }
 
     /// Start-up warnings of every node.

@@ -1,4 +1,4 @@
-//! The model against `MODEL.md`: its measured table (S = 400K, C = 160K, D = 2), its worked examples,
+//! The model against `docs/MODEL.md`: its measured table (S = 400K, C = 160K, D = 2), its worked examples,
 //! its regimes and its MTU decision rule; and the `qc-model` binary printing the table.
 //!
 //! Peaks are compared with the table's rounding: the table gives two significant figures ("~2.5M" for
@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use quorumcast::model::{
+use quorumcast_tools::model::{
     framed_length, messages_per_datagram, recommend_mtu, regime, saturation_latency, usable_mtu, utilization, Model,
     MtuChoice, Packing, Regime, TABLE_MESSAGE_SIZES, TABLE_MTUS,
 };
@@ -16,7 +16,7 @@ use quorumcast::model::{
 /// Relative tolerance of a peak against the table's rounded figure.
 const PEAK_TOLERANCE: f64 = 0.025;
 
-/// One row of `MODEL.md`'s table, verbatim: message, framed, and (M_pkt, peak) at MTU 1408 and 8192.
+/// One row of `docs/MODEL.md`'s table, verbatim: message, framed, and (M_pkt, peak) at MTU 1408 and 8192.
 struct Row {
     msg: usize,
     framed: usize,
@@ -28,13 +28,13 @@ const TABLE: [Row; 5] = [
     Row { msg: 32, framed: 64, at_1408: (21, 2.5e6), at_8192: (127, 15e6) },
     Row { msg: 128, framed: 160, at_1408: (8, 960e3), at_8192: (50, 6.0e6) },
     Row { msg: 224, framed: 256, at_1408: (5, 600e3), at_8192: (31, 3.8e6) },
-    // MODEL.md prints 15 -> 1.8M at 8192; see `erratum_512_bytes_at_8192`.
+    // docs/MODEL.md prints 15 -> 1.8M at 8192; see `erratum_512_bytes_at_8192`.
     Row { msg: 512, framed: 544, at_1408: (2, 240e3), at_8192: (15, 1.8e6) },
-    // MODEL.md prints "~1" at 1408: 1376 B framed exceeds 1368 usable but fits one 1408 B datagram.
+    // docs/MODEL.md prints "~1" at 1408: 1376 B framed exceeds 1368 usable but fits one 1408 B datagram.
     Row { msg: 1344, framed: 1376, at_1408: (1, 120e3), at_8192: (5, 600e3) },
 ];
 
-/// The one cell where `MODEL.md` contradicts its own formula: 512 B at MTU 8192.
+/// The one cell where `docs/MODEL.md` contradicts its own formula: 512 B at MTU 8192.
 const ERRATUM: (usize, usize) = (512, 8192);
 
 fn m7i() -> Model {
@@ -43,7 +43,7 @@ fn m7i() -> Model {
 
 fn assert_peak(computed: f64, table: f64, what: &str) {
     let error = (computed - table).abs() / table;
-    assert!(error <= PEAK_TOLERANCE, "{what}: computed {computed}, MODEL.md {table} ({:.1}% off)", error * 100.0);
+    assert!(error <= PEAK_TOLERANCE, "{what}: computed {computed}, docs/MODEL.md {table} ({:.1}% off)", error * 100.0);
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn reproduces_model_md_table() {
     }
 }
 
-/// `MODEL.md` gives 15 -> ~1.8M for 512 B at 8192, but 15 x 544 = 8160 B > 8152 usable, so its own
+/// `docs/MODEL.md` gives 15 -> ~1.8M for 512 B at 8192, but 15 x 544 = 8160 B > 8152 usable, so its own
 /// formula gives 14 -> 1.68M. (No overhead reproduces the whole column: 512 B needs one of at most 32 B,
 /// 128 B's 50 needs more than 32 B.) The model follows the formula.
 #[test]
@@ -93,7 +93,7 @@ fn regimes_at_the_boundaries() {
     assert_eq!(regime(1.01), Regime::Saturated);
 }
 
-/// `MODEL.md`'s rho examples for 128 B at 1408 use the *measured* ceiling, mu = 790K (500K -> 0.63,
+/// `docs/MODEL.md`'s rho examples for 128 B at 1408 use the *measured* ceiling, mu = 790K (500K -> 0.63,
 /// 800K -> 1.01). The formula's mu is 960K, which puts 800K at 0.83: in the knee, not saturated.
 #[test]
 fn examples_at_1408_use_the_measured_790k() {
@@ -126,7 +126,7 @@ fn example_224_bytes_at_1408_saturates() {
     assert_eq!(regime(utilization(800_000.0, mu).unwrap()), Regime::Saturated);
 }
 
-/// `MODEL.md`'s "termLength/2 / drain ≈ 220 ms": with a 64 MiB term (our assumption; MODEL.md does not
+/// `docs/MODEL.md`'s "termLength/2 / drain ≈ 220 ms": with a 64 MiB term (our assumption; docs/MODEL.md does not
 /// name it) and 128 B at 1408 draining at the formula's 960K x 160 B = 153.6 MB/s, the bound is
 /// 32 MiB / 153.6 MB/s = 218.45 ms. (The measured ~173 ms tail is not derived here.)
 #[test]
@@ -153,7 +153,7 @@ fn decision_rule_cases() {
     assert_eq!(choice(1.01, false), MtuChoice::Switch8192);
     // Safe (< 0.5) with doubtful jumbo frames: stay.
     assert_eq!(choice(0.49, false), MtuChoice::Stay1408);
-    // 0.5..0.7, which MODEL.md leaves open: stay, with a warning about headroom.
+    // 0.5..0.7, which docs/MODEL.md leaves open: stay, with a warning about headroom.
     let gap = recommend_mtu(0.6, false).unwrap();
     assert_eq!(gap.choice, MtuChoice::Stay1408);
     assert!(gap.reason.contains("thin headroom"), "{}", gap.reason);

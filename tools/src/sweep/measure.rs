@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::probe::{probe_s, ProbeCores, SendRate};
-use crate::transport::{probe_gso, SendMode};
+use quorumcast::stats::Stats;
+use quorumcast::transport::{probe_gso, SendMode};
 
 use super::bottleneck::StageEvidence;
-use super::cluster::{Counts, LoadCluster, Positions, SETTLE_TIMEOUT};
+use super::cluster::{LoadCluster, Positions, SETTLE_TIMEOUT};
 use super::profile::Timings;
 use super::SweepError;
 
@@ -100,16 +101,16 @@ pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings) -> Result<Con
         Ok(())
     };
     pace(cluster, start + timings.c_warmup)?;
-    let (t0, before, committed0) = (Instant::now(), cluster.counts(), cluster.committed());
+    let (t0, before, committed0) = (Instant::now(), cluster.stats(), cluster.committed());
     pace(cluster, t0 + timings.c_window)?;
     let seconds = t0.elapsed().as_secs_f64();
-    let after = cluster.counts();
-    let rate = |label: &str| after[0].delta(&before[0], label) as f64 / seconds;
+    let leader = cluster.stats()[0].since(&before[0]);
+    let rate = |value: i64| value as f64 / seconds;
     let result = ControlRate {
-        c_per_s: rate("consensus commit frames") * D as f64,
-        control_per_s: rate("sender control syscalls"),
-        data_per_s: rate("sender data syscalls"),
-        commit_frames_per_s: rate("consensus commit frames"),
+        c_per_s: rate(leader.consensus().commit_frames()) * D as f64,
+        control_per_s: rate(leader.sender().control_syscalls()),
+        data_per_s: rate(leader.sender().data_syscalls()),
+        commit_frames_per_s: rate(leader.consensus().commit_frames()),
         committed_per_s: (cluster.committed() - committed0) as f64 / seconds,
     };
     cluster.drain(SETTLE_TIMEOUT)?;
@@ -206,12 +207,12 @@ fn offer_burst(cluster: &mut LoadCluster) -> Result<bool, SweepError> {
 
 /// The idle fraction of `thread`'s duty cycles in `deltas` (counter changes over the windows; 1 when it
 /// ran no cycle).
-fn idle_fraction(deltas: &Counts, thread: &str) -> f64 {
-    let cycles = deltas.get(&format!("{thread} duty cycles"));
+fn idle_fraction(deltas: &Stats, thread: &str) -> f64 {
+    let cycles = deltas.labelled(&format!("{thread} duty cycles"));
     if cycles <= 0 {
         return 1.0;
     }
-    deltas.get(&format!("{thread} idle cycles")) as f64 / cycles as f64
+    deltas.labelled(&format!("{thread} idle cycles")) as f64 / cycles as f64
 }
 
 /// Offers as fast as the leader's ingress takes, and polls, for `period`.
@@ -228,7 +229,7 @@ fn saturate(cluster: &mut LoadCluster, period: Duration) -> Result<(), SweepErro
 #[derive(Debug, Default)]
 struct Saturated {
     /// Counter changes of each node over the windows.
-    deltas: [Counts; 3],
+    deltas: [Stats; 3],
     /// Committed messages per second of each window.
     windows: Vec<f64>,
     committed: u64,
@@ -241,7 +242,7 @@ struct Saturated {
 impl Saturated {
     /// One window of `period` under saturating load.
     fn window(&mut self, cluster: &mut LoadCluster, period: Duration) -> Result<(), SweepError> {
-        let before = cluster.counts();
+        let before = cluster.stats();
         let (started, committed) = (Instant::now(), cluster.committed());
         let end = started + period;
         let mut next_sample = started;
@@ -255,9 +256,9 @@ impl Saturated {
             }
         }
         let seconds = started.elapsed().as_secs_f64();
-        let after = cluster.counts();
+        let after = cluster.stats();
         for (sum, (b, a)) in self.deltas.iter_mut().zip(before.iter().zip(&after)) {
-            sum.add_delta(b, a);
+            sum.accumulate(&a.since(b));
         }
         let committed = cluster.committed() - committed;
         self.windows.push(committed as f64 / seconds);
@@ -266,9 +267,9 @@ impl Saturated {
         Ok(())
     }
 
-    /// The leader's counter `label`, per second of the windows.
-    fn rate(&self, label: &str) -> f64 {
-        self.deltas[0].get(label) as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    /// A count over the windows, per second of them.
+    fn per_second(&self, count: i64) -> f64 {
+        count as f64 / self.seconds.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -293,22 +294,23 @@ pub fn measure_mu(
     }
     let s = mean(&s_slices);
     let [l, f1, f2] = &run.deltas;
-    let idle_polls_per_s = run.rate("sender idle control polls");
-    let control_per_s = run.rate("sender control syscalls") - idle_polls_per_s;
-    let data_per_s = run.rate("sender data syscalls");
-    let datagrams = run.rate("sender data datagrams");
-    let consensus_cycles = l.get(&format!("{LEADER_CONSENSUS} duty cycles")).max(1) as f64;
+    let (sender, consensus) = (l.sender(), l.consensus());
+    let idle_polls_per_s = run.per_second(sender.idle_control_polls());
+    let control_per_s = run.per_second(sender.control_syscalls()) - idle_polls_per_s;
+    let data_per_s = run.per_second(sender.data_syscalls());
+    let datagrams = run.per_second(sender.data_datagrams());
+    let consensus_cycles = l.labelled(&format!("{LEADER_CONSENSUS} duty cycles")).max(1) as f64;
     let evidence = StageEvidence {
         ingress_full: run.full as f64 / run.bursts.max(1) as f64,
         consensus_idle: idle_fraction(l, LEADER_CONSENSUS),
-        log_back_pressured: l.get("consensus back pressure") as f64 / consensus_cycles,
+        log_back_pressured: consensus.back_pressure() as f64 / consensus_cycles,
         sender_idle: idle_fraction(l, LEADER_SENDER),
-        sender_busy: l.get(&format!("{LEADER_SENDER} work ns")) as f64 / (run.seconds * 1e9).max(1.0),
-        sender_caught_up_per_s: run.rate("sender caught-up cycles"),
-        sender_window_closed_per_s: run.rate("sender window-closed cycles"),
+        sender_busy: l.labelled(&format!("{LEADER_SENDER} work ns")) as f64 / (run.seconds * 1e9).max(1.0),
+        sender_caught_up_per_s: run.per_second(sender.caught_up_cycles()),
+        sender_window_closed_per_s: run.per_second(sender.window_closed_cycles()),
         sender_share: if s > 0.0 { datagrams / s } else { 0.0 },
         window_closed: run.queues.closed_fraction(),
-        naks_per_s: run.rate("sender NAKs received"),
+        naks_per_s: run.per_second(sender.naks_received()),
         receiver_idle: idle_fraction(f1, FOLLOWER).min(idle_fraction(f2, FOLLOWER)),
         sender_queue: run.queues.mean(0),
         receiver_queue: run.queues.mean(1),
@@ -316,7 +318,7 @@ pub fn measure_mu(
         harness_runs_agents: cluster.invokes_agents(),
     };
     let messages_per_datagram =
-        if datagrams > 0.0 { D as f64 * run.rate("consensus messages appended") / datagrams } else { 0.0 };
+        if datagrams > 0.0 { D as f64 * run.per_second(consensus.messages_appended()) / datagrams } else { 0.0 };
     cluster.drain(SETTLE_TIMEOUT)?;
     Ok(MuRun {
         mu: run.committed as f64 / run.seconds,
@@ -325,7 +327,7 @@ pub fn measure_mu(
         evidence,
         control_per_s,
         idle_polls_per_s,
-        c_per_s: run.rate("consensus commit frames") * D as f64,
+        c_per_s: run.per_second(consensus.commit_frames()) * D as f64,
         data_per_s,
         messages_per_datagram,
     })
@@ -487,18 +489,18 @@ mod tests {
             counts(&[("x duty cycles", 50), ("x idle cycles", 5)]),
             counts(&[("x duty cycles", 150), ("x idle cycles", 30)]),
         );
-        let mut deltas = Counts::default();
-        deltas.add_delta(&before, &after);
-        deltas.add_delta(&Counts::default(), &counts(&[("x duty cycles", 100), ("x idle cycles", 25)]));
+        let mut deltas = Stats::default();
+        deltas.accumulate(&after.since(&before));
+        deltas.accumulate(&counts(&[("x duty cycles", 100), ("x idle cycles", 25)]));
         assert_eq!(idle_fraction(&deltas, "x"), 0.25, "two windows' deltas, summed");
         assert_eq!(idle_fraction(&deltas, "y"), 1.0);
     }
 
-    fn counts(values: &[(&str, i64)]) -> Counts {
-        let manager = crate::counters::CountersManager::anonymous(8).unwrap();
+    fn counts(values: &[(&str, i64)]) -> Stats {
+        let manager = quorumcast::counters::CountersManager::anonymous(8).unwrap();
         for (label, value) in values {
             manager.allocate(label, 0).unwrap().set(*value);
         }
-        Counts::of_reader(&manager.reader())
+        Stats::read(&manager.reader())
     }
 }

@@ -1,4 +1,4 @@
-//! The throughput model of a single-threaded sender (`MODEL.md` of the project), as pure functions.
+//! The throughput model of a single-threaded sender (`docs/MODEL.md` of the project), as pure functions.
 //!
 //! ```text
 //! framed     = align32(msg + 32)                      bytes a message takes in the log
@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::channel::{MTU_1408, MTU_8192, TERM_MAX_LENGTH};
-use crate::frame::{self, DATA_HEADER_LENGTH, MAX_UDP_PAYLOAD_LENGTH};
+use quorumcast::channel::{MTU_1408, MTU_8192, TERM_MAX_LENGTH};
+use quorumcast::frame::{self, DATA_HEADER_LENGTH, MAX_UDP_PAYLOAD_LENGTH};
 
-/// Bytes of each datagram the model takes off the MTU before packing frames: `MODEL.md`'s
+/// Bytes of each datagram the model takes off the MTU before packing frames: `docs/MODEL.md`'s
 /// "~40 (UDP/Aeron header)", an allowance for per-datagram header and packing overhead. It makes `M_pkt`
 /// conservative: this crate's datagrams carry up to the full MTU of frames.
 pub const MODEL_HEADER_OVERHEAD: usize = 40;
@@ -33,16 +33,16 @@ pub const MIN_MODEL_MTU: usize = MODEL_HEADER_OVERHEAD + DATA_HEADER_LENGTH;
 pub const MAX_MODEL_MTU: usize = MAX_UDP_PAYLOAD_LENGTH;
 /// Largest message the model takes: `term_length / 8` of the longest term (1 GiB), the crate's limit.
 pub const MAX_MODEL_MESSAGE: usize = TERM_MAX_LENGTH / 8;
-/// Utilisation where the knee starts: below it latency is the fixed pipeline time (`MODEL.md`: design
+/// Utilisation where the knee starts: below it latency is the fixed pipeline time (`docs/MODEL.md`: design
 /// for `rho < 0.7`).
 pub const KNEE_START: f64 = 0.7;
 /// Utilisation where saturation starts: above it the load exceeds capacity and the queue fills.
 pub const SATURATION_START: f64 = 1.0;
 /// Below this utilisation at MTU 1408, and with doubtful jumbo frames, the decision rule stays at 1408.
 pub const STAY_BELOW: f64 = 0.5;
-/// The message sizes of `MODEL.md`'s measured table, in bytes.
+/// The message sizes of `docs/MODEL.md`'s measured table, in bytes.
 pub const TABLE_MESSAGE_SIZES: [usize; 5] = [32, 128, 224, 512, 1344];
-/// The MTUs of `MODEL.md`'s measured table.
+/// The MTUs of `docs/MODEL.md`'s measured table.
 pub const TABLE_MTUS: [usize; 2] = [MTU_1408, MTU_8192];
 
 /// A model input out of range; the message says which value and what to change.
@@ -150,7 +150,7 @@ impl fmt::Display for Packing {
 
 /// `M_pkt`, messages per datagram.
 ///
-/// - When `framed <= usable`: `floor(usable / framed)` messages in one datagram (`MODEL.md`'s formula).
+/// - When `framed <= usable`: `floor(usable / framed)` messages in one datagram (`docs/MODEL.md`'s formula).
 /// - Otherwise the message does not share a datagram. The sender fragments it as the log appender does,
 ///   into frames of at most `mtu - 32` payload bytes, one datagram each, so it takes
 ///   `k = ceil(msg / (mtu - 32))` datagrams and `M_pkt = 1/k`. A message whose frame exceeds the model's
@@ -166,7 +166,7 @@ pub fn messages_per_datagram(mtu: usize, msg: usize) -> Result<Packing, ModelErr
     Ok(Packing { messages: 1, datagrams: msg.div_ceil(max_payload) })
 }
 
-/// The sender's syscall budget: `S`, `C` and `D` of `MODEL.md`.
+/// The sender's syscall budget: `S`, `C` and `D` of `docs/MODEL.md`.
 ///
 /// Invariants (checked by [`Model::new`]): `S` and `C` are finite, `0 <= C < S`, and `D >= 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -265,7 +265,7 @@ pub fn utilization(lambda: f64, mu: f64) -> Result<f64, ModelError> {
     Ok(lambda / mu)
 }
 
-/// The latency regime of an operating point (`MODEL.md`, "Peak TPS is not latency").
+/// The latency regime of an operating point (`docs/MODEL.md`, "Peak TPS is not latency").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Regime {
     /// `rho < 0.7`: latency is the fixed pipeline time, with a tight tail.
@@ -319,7 +319,7 @@ pub fn saturation_latency(term_length: usize, drain_bytes_per_s: f64) -> Result<
         .map_err(|_| ModelError::InvalidRate { name: "drain", value: drain_bytes_per_s })
 }
 
-/// The MTU `MODEL.md`'s decision rule picks.
+/// The MTU `docs/MODEL.md`'s decision rule picks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum MtuChoice {
     /// Switch to MTU 8192 (jumbo frames on every hop).
@@ -337,13 +337,13 @@ pub struct MtuRecommendation {
     pub reason: &'static str,
 }
 
-/// `MODEL.md`'s MTU decision rule, from the utilisation at MTU 1408 and whether jumbo frames
+/// `docs/MODEL.md`'s MTU decision rule, from the utilisation at MTU 1408 and whether jumbo frames
 /// (NIC MTU >= 9001) are reliable on every hop:
 ///
 /// 1. jumbo frames reliable → 8192 (headroom and a lower tail at little risk);
 /// 2. `rho >= 0.7` (at or past the knee) → 8192, after making jumbo frames reliable on every hop;
 /// 3. `rho < 0.5` → 1408 (already safe; 8192's gain is negligible, its black-hole risk is not);
-/// 4. `0.5 <= rho < 0.7` (which `MODEL.md` leaves open) → 1408, still safe, with a reason that says the
+/// 4. `0.5 <= rho < 0.7` (which `docs/MODEL.md` leaves open) → 1408, still safe, with a reason that says the
 ///    headroom is thin.
 ///
 /// Errors when `rho_at_1408` is negative or not finite.

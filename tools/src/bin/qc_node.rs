@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
-//! it in order and wins where both set a key (see `quorumcast::node::NodeFile` and `tuning/README.md`).
+//! it in order and wins where both set a key (see `quorumcast::config::NodeFile` and `tuning/README.md`).
 //!
 //! The main thread is the application: it offers (`--offer N` on the leader: N generated messages of
 //! `--msg-size` bytes, each led by its sequence number, retried while the log is back-pressured), applies
@@ -34,9 +34,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use quorumcast::agent::ThreadingMode;
+use quorumcast::config::NodeFile;
 use quorumcast::consensus::Role;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
-use quorumcast::node::{Client, Node, NodeConfig, NodeFile, OfferError};
+use quorumcast::node::{Client, Node, NodeConfig, OfferError};
+use quorumcast::stats::TYPE_ACK_POSITION;
 
 /// Most committed fragments handed over per application duty cycle.
 const FRAGMENT_LIMIT: usize = 1024;
@@ -245,7 +247,8 @@ struct App {
     digest: Fnv1a64,
     deadline: Option<Instant>,
     linger: Duration,
-    ack_labels: Vec<String>,
+    /// On the leader, the followers whose acknowledgements it records.
+    followers: Vec<i32>,
     next_failure_check: Instant,
 }
 
@@ -257,14 +260,8 @@ impl App {
             Some(secs) => return Err(Failure::Usage(format!("--timeout {secs} must be a positive number of seconds"))),
             None => None,
         };
-        let ack_labels = node
-            .counters()
-            .reader()
-            .snapshot()
-            .into_iter()
-            .map(|c| c.label)
-            .filter(|label| label.starts_with("ack position of member"))
-            .collect();
+        let followers =
+            node.stats().iter().filter(|c| c.type_id == TYPE_ACK_POSITION).map(|c| c.owner_id as i32).collect();
         Ok(Self {
             client: node.client(),
             invoker,
@@ -279,7 +276,7 @@ impl App {
             digest: Fnv1a64::new(),
             deadline,
             linger: Duration::from_millis(args.linger_ms),
-            ack_labels,
+            followers,
             next_failure_check: Instant::now(),
         })
     }
@@ -354,8 +351,8 @@ impl App {
     /// True when every follower has acknowledged at least what this leader applied.
     fn followers_acknowledged(&self) -> bool {
         let applied = self.node.applied_position();
-        let reader = self.node.counters().reader();
-        self.ack_labels.iter().all(|label| reader.find(label).is_some_and(|ack| ack >= applied))
+        let stats = self.node.stats();
+        self.followers.iter().all(|&member| stats.ack_position(member).is_some_and(|ack| ack >= applied))
     }
 
     /// On an idle cycle: the timeout, and now and then the agents' failures.
@@ -387,9 +384,12 @@ impl App {
     }
 
     fn acks(&self) -> String {
-        let reader = self.node.counters().reader();
-        let acks: Vec<String> =
-            self.ack_labels.iter().map(|l| format!("{l}: {}", reader.find(l).unwrap_or(-1))).collect();
+        let stats = self.node.stats();
+        let acks: Vec<String> = self
+            .followers
+            .iter()
+            .map(|&m| format!("ack position of member {m}: {}", stats.ack_position(m).unwrap_or(-1)))
+            .collect();
         acks.join(", ")
     }
 }

@@ -7,14 +7,16 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use quorumcast::report::{
+use quorumcast_tools::report::{
     link_latest, write_point_histograms, write_report, CProbe, ConfigResult, Host, PointHistograms, PointResult,
     ReportError, SProbe, SProbeEntry, SweepReport, LATEST, NS_PER_US,
 };
 use serde_json::Value;
 
+use quorumcast_tools::harness::ScratchDir;
+
 mod support;
-use support::{ScratchDir, SWEEP_CONFIG_KEYS};
+use support::SWEEP_CONFIG_KEYS;
 
 /// A small deterministic generator (xorshift64*), so the synthetic run is the same every time.
 struct Rng(u64);
@@ -33,7 +35,7 @@ impl Rng {
     }
 }
 
-/// Latencies in ns shaped like MODEL.md's regimes: a fixed pipeline time, queueing that grows as
+/// Latencies in ns shaped like docs/MODEL.md's regimes: a fixed pipeline time, queueing that grows as
 /// rho / (1 - rho), and a plateau at the bounded window's drain time once saturated.
 fn latency_histograms(rng: &mut Rng, rho: f64, samples: usize) -> (Histogram<u64>, Histogram<u64>) {
     let mut intended = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();

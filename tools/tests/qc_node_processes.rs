@@ -15,8 +15,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-mod support;
-use support::ScratchDir;
+use quorumcast_tools::harness::{free_loopback_port, ScratchDir};
 
 const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
 const MESSAGES: u64 = 100_000;
@@ -25,16 +24,12 @@ const MSG_SIZE: usize = 64;
 const DEADLINE: Duration = Duration::from_secs(300);
 
 fn tuning(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning").join(path)
-}
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("tuning").join(path)
 }
 
 /// Copies of the tuning node files with the members' ports replaced by free ones; returns their paths.
 fn node_files(scratch: &Path) -> Vec<PathBuf> {
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     (0..3)
         .map(|id| {
             let text = std::fs::read_to_string(tuning(&format!("cluster/node{id}.toml"))).unwrap();
@@ -303,7 +298,7 @@ fn an_endpoint_in_use_is_refused_naming_the_address() {
 #[test]
 fn every_node_file_with_every_profile_is_a_valid_config() {
     use quorumcast::agent::ThreadingMode;
-    use quorumcast::node::NodeFile;
+    use quorumcast::config::NodeFile;
     for profile in ["latency", "balanced", "small-host"] {
         for id in 0..3 {
             let node = NodeFile::load(tuning(&format!("cluster/node{id}.toml"))).unwrap();

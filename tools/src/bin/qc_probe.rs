@@ -14,11 +14,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
-use quorumcast::sweep::measure::{probe_control, probe_send_rates, D};
-use quorumcast::sweep::profile::{Control, Profile};
-use quorumcast::sweep::SweepError;
 use quorumcast::transport::SendMode;
+use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
+use quorumcast_tools::sweep::measure::{probe_control, probe_send_rates, D};
+use quorumcast_tools::sweep::profile::{Control, Profile};
+use quorumcast_tools::sweep::SweepError;
 use serde_json::json;
 
 /// Command line of qc-probe.
@@ -97,7 +97,7 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
         }));
     }
     Ok(json!({
-        "host": quorumcast::sweep::host(),
+        "host": quorumcast_tools::sweep::host(),
         "layout": layout.describe(profile.sender_idle),
         "s_probe": rates,
         "c_probe": c_rows,

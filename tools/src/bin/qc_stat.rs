@@ -1,12 +1,17 @@
 //! `qc-stat`: prints the counters of a quorumcast node, like Aeron's AeronStat.
 //!
 //! ```text
-//! qc-stat [--once] [--interval-ms 1000] [--allow-stale] (--dir PATH | NAME)
+//! qc-stat [--once] [--json] [--interval-ms 1000] [--allow-stale] (--dir PATH | NAME)
 //! ```
 //!
 //! Attaches to the node directory (`NAME` means `/dev/shm/quorumcast/NAME`, or the temp-dir fallback),
 //! reads its `counters.dat` and prints, every interval, each counter's id, value, rate per second since
 //! the previous sample (blank on the first sample) and label. It never writes to the node's files.
+//!
+//! `--json` prints each sample as one JSON object on one line instead, for scripts:
+//! `{"node", "state", "unix_ms", "interval_s", "counters": [{"id", "type_id", "owner_id", "key", "label",
+//! "value", "rate"}]}`, where `key` names a node counter's typed reader (`sender.naks_received`; null for
+//! agent and application counters) and `interval_s` and `rate` are null on the first sample.
 //!
 //! `--once` takes two samples 100 ms apart and prints the second, with rates over those 100 ms, then
 //! exits: a single print still shows what is moving. Rates over 100 ms are coarse for slow counters.
@@ -20,11 +25,13 @@ use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{ArgGroup, Parser};
 use quorumcast::counters::{CounterSnapshot, CountersReader, COUNTERS_FILE_NAME};
 use quorumcast::directory::{DirectoryStatus, NodeDirectory};
+use quorumcast::stats::CounterKind;
+use serde_json::{json, Value};
 
 /// Window of the double sample taken by `--once`.
 const ONCE_WINDOW: Duration = Duration::from_millis(100);
@@ -37,6 +44,9 @@ struct Args {
     /// Print once (rates over a 100 ms double sample) and exit.
     #[arg(long)]
     once: bool,
+    /// Print each sample as one JSON object on a line (see the tool's documentation for the keys).
+    #[arg(long)]
+    json: bool,
     /// Milliseconds between samples.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     interval_ms: u64,
@@ -78,7 +88,7 @@ fn run(args: &Args, path: &Path) -> Result<(), String> {
         let first = Sample::take(&reader);
         thread::sleep(ONCE_WINDOW);
         let second = Sample::take(&reader);
-        print(&render(path, &state, &reader, &second, Some(&first)), false);
+        print(&output(args, path, &state, &reader, &second, Some(&first)), false);
         return Ok(());
     }
     sample_forever(args, path, &reader, state)
@@ -87,16 +97,21 @@ fn run(args: &Args, path: &Path) -> Result<(), String> {
 /// Prints a sample every interval until the node directory goes away.
 fn sample_forever(args: &Args, path: &Path, reader: &CountersReader, mut state: String) -> Result<(), String> {
     let interval = Duration::from_millis(args.interval_ms);
-    let clear = std::io::stdout().is_terminal();
+    let clear = !args.json && std::io::stdout().is_terminal();
     let mut previous: Option<Sample> = None;
     loop {
         let sample = Sample::take(reader);
-        print(&render(path, &state, reader, &sample, previous.as_ref()), clear);
+        print(&output(args, path, &state, reader, &sample, previous.as_ref()), clear);
         previous = Some(sample);
         thread::sleep(interval);
         match NodeDirectory::status(path) {
             DirectoryStatus::Missing => {
-                println!("node in {} has shut down", path.display());
+                let message = format!("node in {} has shut down", path.display());
+                if args.json {
+                    eprintln!("qc-stat: {message}");
+                } else {
+                    println!("{message}");
+                }
                 return Ok(());
             }
             DirectoryStatus::Stale(owner) if !args.allow_stale => {
@@ -128,13 +143,73 @@ fn describe(status: &DirectoryStatus, path: &Path, allow_stale: bool) -> Result<
 /// The counters at one instant.
 struct Sample {
     at: Instant,
+    unix_ms: u128,
     counters: Vec<CounterSnapshot>,
 }
 
 impl Sample {
     fn take(reader: &CountersReader) -> Self {
-        Self { at: Instant::now(), counters: reader.snapshot() }
+        let unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        Self { at: Instant::now(), unix_ms, counters: reader.snapshot() }
     }
+
+    /// Each counter with its rate per second since `previous` (None on the first sample), and the
+    /// seconds between the two.
+    fn rates<'a>(
+        &'a self,
+        previous: Option<&Sample>,
+    ) -> (Option<f64>, impl Iterator<Item = (&'a CounterSnapshot, Option<f64>)>) {
+        let before: HashMap<i32, i64> =
+            previous.map(|p| p.counters.iter().map(|c| (c.id, c.value)).collect()).unwrap_or_default();
+        let seconds = previous.map(|p| self.at.duration_since(p.at).as_secs_f64()).filter(|s| *s > 0.0);
+        let rates = self.counters.iter().map(move |counter| {
+            let rate = seconds.zip(before.get(&counter.id)).map(|(s, &old)| counter.value.wrapping_sub(old) as f64 / s);
+            (counter, rate)
+        });
+        (seconds, rates)
+    }
+}
+
+/// The sample as `--json` or the table asks.
+fn output(
+    args: &Args,
+    path: &Path,
+    state: &str,
+    reader: &CountersReader,
+    sample: &Sample,
+    previous: Option<&Sample>,
+) -> String {
+    if args.json {
+        render_json(path, state, sample, previous)
+    } else {
+        render(path, state, reader, sample, previous)
+    }
+}
+
+/// The sample as one line of JSON.
+fn render_json(path: &Path, state: &str, sample: &Sample, previous: Option<&Sample>) -> String {
+    let (seconds, rates) = sample.rates(previous);
+    let counters: Vec<Value> = rates
+        .map(|(c, rate)| {
+            json!({
+                "id": c.id,
+                "type_id": c.type_id,
+                "owner_id": c.owner_id,
+                "key": CounterKind::of_type(c.type_id).map(|kind| kind.key),
+                "label": c.label,
+                "value": c.value,
+                "rate": rate,
+            })
+        })
+        .collect();
+    let object = json!({
+        "node": path.display().to_string(),
+        "state": state,
+        "unix_ms": sample.unix_ms as u64,
+        "interval_s": seconds,
+        "counters": counters,
+    });
+    object.to_string()
 }
 
 /// The table for `sample`, with rates against `previous` when given.
@@ -148,14 +223,8 @@ fn render(path: &Path, state: &str, reader: &CountersReader, sample: &Sample, pr
         reader.capacity()
     );
     let _ = writeln!(out, "{:>5}  {:>26}  {:>22}  label", "id", "value", "rate/s");
-    let before: HashMap<i32, i64> =
-        previous.map(|p| p.counters.iter().map(|c| (c.id, c.value)).collect()).unwrap_or_default();
-    let seconds = previous.map(|p| sample.at.duration_since(p.at).as_secs_f64()).filter(|s| *s > 0.0);
-    for counter in &sample.counters {
-        let rate = match (seconds, before.get(&counter.id)) {
-            (Some(seconds), Some(&old)) => format_rate(counter.value.wrapping_sub(old) as f64 / seconds),
-            _ => String::new(),
-        };
+    for (counter, rate) in sample.rates(previous).1 {
+        let rate = rate.map(format_rate).unwrap_or_default();
         let _ =
             writeln!(out, "{:>5}  {:>26}  {:>22}  {}", counter.id, group_digits(counter.value), rate, counter.label);
     }
@@ -222,7 +291,7 @@ mod tests {
         let reader = manager.reader();
         let first = Sample::take(&reader);
         counter.add(500);
-        let second = Sample { at: first.at + Duration::from_millis(500), counters: reader.snapshot() };
+        let second = Sample { at: first.at + Duration::from_millis(500), unix_ms: 0, counters: reader.snapshot() };
         let table = render(Path::new("/n"), "running", &reader, &first, None);
         let row = table.lines().nth(2).unwrap();
         assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["0", "0", "work"]);
@@ -230,5 +299,28 @@ mod tests {
         let row = table.lines().nth(2).unwrap();
         assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["0", "500", "1,000.0", "work"]);
         assert!(table.starts_with("quorumcast node /n (running); 1 of 4 counters"));
+    }
+
+    #[test]
+    fn json_is_one_object_a_sample_with_typed_keys_and_rates_after_the_first() {
+        let manager = quorumcast::counters::CountersManager::anonymous(4).unwrap();
+        let label = "sender NAKs received";
+        let kind = quorumcast::stats::CATALOGUE.iter().find(|kind| kind.label == label).unwrap();
+        let naks = manager.allocate(label, kind.type_id).unwrap();
+        manager.allocate("consensus work", 2).unwrap();
+        let reader = manager.reader();
+        let first = Sample::take(&reader);
+        naks.add(50);
+        let second = Sample { at: first.at + Duration::from_millis(500), unix_ms: 7, counters: reader.snapshot() };
+        let line = render_json(Path::new("/n"), "running", &first, None);
+        assert_eq!(line.lines().count(), 1);
+        let object: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!((&object["node"], &object["interval_s"]), (&json!("/n"), &Value::Null));
+        assert_eq!(object["counters"][0]["key"], "sender.naks_received");
+        assert_eq!((&object["counters"][0]["rate"], &object["counters"][1]["key"]), (&Value::Null, &Value::Null));
+        let object: Value =
+            serde_json::from_str(&render_json(Path::new("/n"), "running", &second, Some(&first))).unwrap();
+        assert_eq!((&object["unix_ms"], &object["interval_s"]), (&json!(7), &json!(0.5)));
+        assert_eq!((&object["counters"][0]["value"], &object["counters"][0]["rate"]), (&json!(50), &json!(100.0)));
     }
 }

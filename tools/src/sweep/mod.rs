@@ -1,4 +1,4 @@
-//! The sweep (issue 5): measure this host's S and C, then, for each configuration, a 3-node loopback
+//! The sweep: measure this host's S and C, then, for each configuration, a 3-node loopback
 //! cluster's sustained capacity mu beside the model's `(S - C) / D x M_pkt`, the stage that saturated
 //! first, and the latency at paced fractions of mu; written as a report (see [`crate::report`]).
 //!
@@ -39,13 +39,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::idle::IdleStrategyConfig;
 use crate::model::{Model, ModelError};
 use crate::probe::SendRate;
 use crate::report::{
     self, CProbe, ConfigResult, Host, PointResult, ReportError, SProbe, SProbeEntry, SweepReport, NS_PER_US,
 };
-use crate::transport::SendMode;
+use quorumcast::idle::IdleStrategyConfig;
+use quorumcast::transport::SendMode;
 
 use cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use measure::{SendTimes, D};
@@ -169,7 +169,7 @@ pub fn host() -> Host {
         .and_then(|l| l.split_once(':'))
         .map_or_else(|| "unknown".to_string(), |(_, v)| v.trim().to_string());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
-    Host { cpu, cores: crate::agent::available_cores() as u32, kernel }
+    Host { cpu, cores: quorumcast::agent::available_cores() as u32, kernel }
 }
 
 /// What a finished sweep left.

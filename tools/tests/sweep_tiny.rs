@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use quorumcast::sweep::cluster::Layout;
-use quorumcast::sweep::profile::Profile;
-use quorumcast::sweep::{run, SweepOptions};
+use quorumcast_tools::sweep::cluster::Layout;
+use quorumcast_tools::sweep::profile::Profile;
+use quorumcast_tools::sweep::{run, SweepOptions};
 use serde_json::Value;
 
 mod support;

@@ -1,4 +1,4 @@
-//! `qc-model`: the throughput model of `MODEL.md` as a calculator.
+//! `qc-model`: the throughput model of `docs/MODEL.md` as a calculator.
 //!
 //! ```text
 //! qc-model --s S --c C [--d 2] --mtu MTU --msg BYTES [--lambda MSGS_PER_S] [--term-length BYTES] [--json]
@@ -7,7 +7,7 @@
 //!
 //! The first form prints the framed size, usable MTU, `M_pkt` and `mu` of one configuration; with
 //! `--lambda`, the utilisation `rho` and its regime; with `--term-length`, the saturated latency bound
-//! `(term_length / 2) / (mu x framed)`. `--table` prints `MODEL.md`'s table: message sizes 32, 128, 224,
+//! `(term_length / 2) / (mu x framed)`. `--table` prints `docs/MODEL.md`'s table: message sizes 32, 128, 224,
 //! 512 and 1344 B at MTU 1408 and 8192. `--json` prints the same as one JSON object.
 //!
 //! Exit status: 0 on success, 1 when the model rejects an input (the message says what to change),
@@ -16,7 +16,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use quorumcast::model::{
+use quorumcast_tools::model::{
     regime, saturation_latency, utilization, Capacity, Model, ModelError, Regime, TABLE_MESSAGE_SIZES, TABLE_MTUS,
 };
 use serde::Serialize;
@@ -50,7 +50,7 @@ struct Args {
     /// The log's term length in bytes, for the saturated latency bound.
     #[arg(long, conflicts_with = "table")]
     term_length: Option<usize>,
-    /// Print MODEL.md's table (32..1344 B at MTU 1408 and 8192) instead of one configuration.
+    /// Print docs/MODEL.md's table (32..1344 B at MTU 1408 and 8192) instead of one configuration.
     #[arg(long, conflicts_with_all = ["mtu", "msg"])]
     table: bool,
     /// Print JSON instead of text.
@@ -84,7 +84,7 @@ struct Saturation {
     latency_s: f64,
 }
 
-/// MODEL.md's table: one row per message size, one column per MTU.
+/// docs/MODEL.md's table: one row per message size, one column per MTU.
 #[derive(Debug, Serialize)]
 struct Table {
     model: Model,

@@ -6,7 +6,7 @@
 //!   consensus idle strategy `backoff`, classic send mode with separate commit frames (the model's case) and,
 //!   beside it, every send mode with separate and piggybacked commits (12 configurations); five utilisation
 //!   points. About 2 minutes on a 2-core machine (at most 4).
-//! - `full`: every message size of `MODEL.md`'s table (32, 128, 224, 512, 1344 B) at both MTUs, the idle
+//! - `full`: every message size of `docs/MODEL.md`'s table (32, 128, 224, 512, 1344 B) at both MTUs, the idle
 //!   strategies `noop`, `sleep-ns:1000` and `backoff` in classic/separate, and the other send modes and
 //!   piggyback beside them at the first idle strategy; nine utilisation points and longer windows. About
 //!   80 configurations of ~24 s: 35 minutes.
@@ -15,8 +15,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::idle::IdleStrategyConfig;
-use crate::transport::SendMode;
+use quorumcast::idle::IdleStrategyConfig;
+use quorumcast::transport::SendMode;
 
 /// How commit positions travel from the leader to the followers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +153,7 @@ impl Profile {
         }
     }
 
-    /// The whole table of `MODEL.md`, every idle strategy, every send mode (about 35 minutes).
+    /// The whole table of `docs/MODEL.md`, every idle strategy, every send mode (about 35 minutes).
     pub fn full() -> Self {
         Self {
             name: "full".into(),

@@ -4,7 +4,7 @@
 //!
 //! - `hgrm/<point>.hgrm` and `hgrm/<point>.service.hgrm`: each point's latency histograms (from intended and
 //!   from actual offer time) in HdrHistogram's percentile-distribution text, in microseconds ([`hgrm`]);
-//! - `summary.json`: the [`SweepReport`], field names as issue 5's schema;
+//! - `summary.json`: the [`SweepReport`], its field names the report schema's keys;
 //! - `summary.md`: the tables a person reads in a terminal;
 //! - `report.html`: one self-contained page (inline CSS and SVG, nothing fetched) with the charts.
 //!

@@ -2,19 +2,14 @@
 //! node shutting down under a sampling loop.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use quorumcast::counters::{CountersManager, COUNTERS_FILE_NAME, TYPE_SENDER_POSITION, TYPE_SYSTEM};
 use quorumcast::directory::{NodeDirectory, StalePolicy};
-
-fn temp_node(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("qc-test-{}-stat-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&path);
-    path
-}
+use quorumcast_tools::harness::ScratchDir;
 
 fn qc_stat(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_qc-stat")).args(args).output().unwrap()
@@ -42,7 +37,8 @@ fn row(stdout: &str, label: &str) -> Vec<String> {
 
 #[test]
 fn once_prints_every_counter_with_value_and_rate() {
-    let path = temp_node("once");
+    let scratch = ScratchDir::new("stat-once");
+    let path = scratch.join("node");
     let (dir, _manager) = node(&path);
     let output = qc_stat(&["--once", "--dir", path.to_str().unwrap()]);
     let stdout = text(&output.stdout);
@@ -52,6 +48,27 @@ fn once_prints_every_counter_with_value_and_rate() {
     assert_eq!(row(&stdout, "Bytes sent"), ["0", "1,234,567", "0.0", "Bytes", "sent"]);
     assert_eq!(row(&stdout, "snd-pos: stream 3"), ["1", "-42", "0.0", "snd-pos:", "stream", "3"]);
     assert_eq!(row(&stdout, "idle"), ["2", "0", "0.0", "idle"]);
+    drop(dir);
+}
+
+#[test]
+fn json_prints_one_object_per_sample() {
+    let scratch = ScratchDir::new("stat-json");
+    let path = scratch.join("node");
+    let (dir, _manager) = node(&path);
+    let output = qc_stat(&["--once", "--json", "--dir", path.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", text(&output.stderr));
+    assert_eq!(stdout.trim_end().lines().count(), 1, "{stdout}");
+    let sample: serde_json::Value = serde_json::from_str(stdout.trim_end()).unwrap();
+    assert!(sample["interval_s"].as_f64().is_some_and(|s| s > 0.0), "{sample}");
+    let counters = sample["counters"].as_array().unwrap();
+    assert_eq!(counters.len(), 3);
+    assert_eq!(
+        (&counters[0]["label"], &counters[0]["value"], &counters[0]["rate"]),
+        (&"Bytes sent".into(), &1_234_567.into(), &0.0.into())
+    );
+    assert_eq!((&counters[1]["type_id"], &counters[1]["value"]), (&TYPE_SENDER_POSITION.into(), &(-42).into()));
     drop(dir);
 }
 
@@ -69,7 +86,8 @@ fn a_node_name_resolves_under_the_default_root() {
 
 #[test]
 fn a_missing_directory_or_counters_file_is_a_clear_error() {
-    let path = temp_node("missing");
+    let scratch = ScratchDir::new("stat-missing");
+    let path = scratch.join("node");
     let output = qc_stat(&["--once", "--dir", path.to_str().unwrap()]);
     assert!(!output.status.success());
     let stderr = text(&output.stderr);
@@ -88,7 +106,8 @@ fn a_missing_directory_or_counters_file_is_a_clear_error() {
 
 #[test]
 fn a_stale_directory_is_refused_unless_asked_for() {
-    let path = temp_node("stale");
+    let scratch = ScratchDir::new("stat-stale");
+    let path = scratch.join("node");
     let (dir, manager) = node(&path);
     drop(manager);
     let path = dir.leak();
@@ -107,7 +126,8 @@ fn a_stale_directory_is_refused_unless_asked_for() {
 
 #[test]
 fn the_sampling_loop_ends_when_the_node_shuts_down() {
-    let path = temp_node("loop");
+    let scratch = ScratchDir::new("stat-loop");
+    let path = scratch.join("node");
     let (dir, manager) = node(&path);
     let mut child = Command::new(env!("CARGO_BIN_EXE_qc-stat"))
         .args(["--interval-ms", "20", "--dir", path.to_str().unwrap()])

@@ -1,6 +1,6 @@
 //! The sweep report's data: the types `summary.json` is made of.
 //!
-//! Field names are the JSON keys of issue 5's report schema, exactly; the few extra fields
+//! Field names are the report schema's JSON keys, which scripts read, exactly; the few extra fields
 //! (`profile`, `timestamp`, `layout`, `c_probe`, `service_hgrm`) are additions, never renames. All rates
 //! are per second, all latencies are in microseconds.
 

@@ -1,0 +1,122 @@
+//! What every in-process cluster needs around it, whoever drives it (the sweep, the benches, the tests):
+//! loopback ports that two callers are never given twice, a scratch directory, and a bounded wait.
+//!
+//! Only `std` and the engine: the engine's own integration tests compile this file into their shared
+//! support module (`tests/support`), so that they use the very same code without depending on this crate.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use quorumcast::node::Member;
+
+/// Ports handed out so far by this process.
+static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
+
+/// The first port [`free_port`] hands out from; the range ends where the kernel's ephemeral range starts.
+const FIRST_PORT: u16 = 10_000;
+
+/// A UDP port on `ip` for a node to bind, that no other caller in this process is given and that no
+/// port-0 bind anywhere on the host can take in the meantime.
+///
+/// Binding port 0 and releasing the socket, the usual way, races: the kernel may give the same port to the
+/// next port-0 bind (another test's, in parallel) before the node binds it. So the ports come from below
+/// the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), which port-0 binds never use, each one
+/// at most once per process, from a start that depends on the process id so that concurrent processes
+/// start apart; a port something holds now is skipped.
+pub fn free_port(ip: IpAddr) -> std::io::Result<u16> {
+    let end = ephemeral_start().max(FIRST_PORT + 1_000);
+    let span = u32::from(end - FIRST_PORT);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let n = HANDED_OUT.fetch_add(1, Ordering::Relaxed);
+        let port = FIRST_PORT + ((start + n) % span) as u16;
+        if UdpSocket::bind((ip, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("no free UDP port on {ip} below {end}")))
+}
+
+/// A free loopback (`127.0.0.1`) port; panics when there is none (see [`free_port`]).
+pub fn free_loopback_port() -> u16 {
+    free_port(IpAddr::V4(Ipv4Addr::LOCALHOST)).expect("a free loopback port")
+}
+
+/// `n` members with ids `0..n`, each on its own [`free_port`] of `ip` (`127.0.0.1`, or `::1`).
+pub fn members_on(ip: IpAddr, n: i32) -> std::io::Result<Vec<Member>> {
+    (0..n).map(|id| Ok(Member { id, endpoint: SocketAddr::new(ip, free_port(ip)?) })).collect()
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// Polls `condition` (yielding) until it holds; panics naming `what` after `deadline`.
+pub fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
+    let until = Instant::now() + deadline;
+    while !condition() {
+        assert!(Instant::now() < until, "timed out after {deadline:?} waiting until {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// Where node directories of a measured cluster go: `/dev/shm` where there is one (so logs never touch a
+/// disk), else the temporary directory.
+pub fn shared_memory() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// A scratch directory unique to this process and name, emptied at creation and removed on drop (kept
+/// when `QC_KEEP` is set, for looking at what a failing run left).
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// `<temp>/qc-test-<pid>-<name>`, fresh.
+    pub fn new(name: &str) -> Self {
+        Self::under(&std::env::temp_dir(), &format!("qc-test-{}-{name}", std::process::id()))
+    }
+
+    /// `/dev/shm/qc-<pid>-<name>` where there is a `/dev/shm` (so node logs never touch a disk), else
+    /// under the temporary directory; fresh.
+    pub fn in_shared_memory(name: &str) -> Self {
+        Self::under(&shared_memory(), &format!("qc-{}-{name}", std::process::id()))
+    }
+
+    fn under(base: &Path, name: &str) -> Self {
+        let path = base.join(name);
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        Self(path)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::env::var_os("QC_KEEP").is_some() {
+            eprintln!("kept {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

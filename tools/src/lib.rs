@@ -1,0 +1,21 @@
+//! # quorumcast-tools
+//!
+//! What is built around the engine rather than into it: the measurements that hold quorumcast to its
+//! throughput model `peak_TPS = (S - C) / D x M_pkt`, and the command-line tools that run and watch nodes.
+//!
+//! - [`model`]: the throughput model as pure functions (the calculator behind `qc-model`);
+//! - [`probe`]: this host's S, measured with the engine's own sockets (behind `qc-probe`);
+//! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
+//!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
+//! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
+//! - [`harness`]: ports, scratch directories and waits for in-process clusters (the engine's tests use it
+//!   too).
+//!
+//! The binaries: `qc-stat` (a running node's counters), `qc-model`, `qc-probe`, and `qc-node` (one node of a
+//! cluster from a TOML file).
+
+pub mod harness;
+pub mod model;
+pub mod probe;
+pub mod report;
+pub mod sweep;
