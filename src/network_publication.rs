@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 
 use socket2::SockAddr;
 
+use crate::auth::TAG_LENGTH;
 use crate::channel::{ChannelConfig, ConfigError};
 use crate::clock::nanos;
 use crate::counters::Counter;
@@ -210,6 +211,15 @@ impl Sockets {
         match self {
             Sockets::PerDestination(endpoints) => endpoints[destination].send(bytes, None),
             Sockets::Shared { endpoint, addrs } => endpoint.send(bytes, Some(&addrs[destination])),
+        }
+    }
+
+    /// As [`send`](Self::send), with the authentication tag of `bytes` already computed (or `None`).
+    #[inline]
+    fn send_with_tag(&self, destination: usize, bytes: &[u8], tag: Option<&[u8; TAG_LENGTH]>) -> SendOutcome {
+        match self {
+            Sockets::PerDestination(endpoints) => endpoints[destination].send_with_tag(bytes, tag, None),
+            Sockets::Shared { endpoint, addrs } => endpoint.send_with_tag(bytes, tag, Some(&addrs[destination])),
         }
     }
 
@@ -625,10 +635,18 @@ impl NetworkPublication {
         let mut advance = 0;
         for run in &self.runs[..count] {
             let bytes = self.log.term(run.partition).bytes(run.offset, run.length);
+            // With a key, the datagram is hashed once for every destination (fault injection aside).
+            let tag = self.config.auth.filter(|_| !self.send_faults_active).map(|key| key.tag(bytes));
             let mut taken = false;
             for (d, dest) in self.destinations.iter_mut().enumerate() {
                 if self.flow_control.is_live(d) {
-                    let outcome = transmit(&self.sockets, dest, d, bytes, &self.counters.data_syscalls);
+                    let outcome = match &tag {
+                        Some(tag) => {
+                            self.counters.data_syscalls.increment();
+                            self.sockets.send_with_tag(d, bytes, Some(tag))
+                        }
+                        None => transmit(&self.sockets, dest, d, bytes, &self.counters.data_syscalls),
+                    };
                     taken |=
                         account(outcome, bytes.len(), 1, dest.addr, &self.config, &self.counters, &mut self.failure);
                 }

@@ -226,7 +226,21 @@ impl UdpEndpoint {
     #[inline]
     pub fn send(&self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
         let tag = self.auth.map(|key| key.tag(datagram));
-        let mut iov = [iovec(datagram), iovec(tag.as_ref().map_or(&[][..], |t| &t[..]))];
+        self.send_with_tag(datagram, tag.as_ref(), dest)
+    }
+
+    /// As [`send`](Self::send), with the datagram's authentication tag computed by the caller, so that a
+    /// datagram sent to several destinations is hashed once: `tag` must be this socket's key's tag of
+    /// `datagram` ([`AuthKey::tag`]), and `None` only for a socket without a key.
+    #[inline]
+    pub fn send_with_tag(
+        &self,
+        datagram: &[u8],
+        tag: Option<&[u8; TAG_LENGTH]>,
+        dest: Option<&SockAddr>,
+    ) -> SendOutcome {
+        debug_assert_eq!(tag.is_some(), self.auth.is_some(), "a tag exactly when the socket authenticates");
+        let mut iov = [iovec(datagram), iovec(tag.map_or(&[][..], |t| &t[..]))];
         // SAFETY: an all-zero msghdr is a valid empty header.
         let mut msg: libc::msghdr = unsafe { zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
