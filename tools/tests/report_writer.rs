@@ -89,6 +89,7 @@ fn config(
         mu_measured: mu_predicted * (0.88 + 0.2 * rng.next_f64()),
         bottleneck: if mtu > 4000 { "append".into() } else { "sender".into() },
         points: Vec::new(),
+        agents: Vec::new(),
     };
     for &rho in rhos {
         let stem = cfg.point_stem(rho);

@@ -27,7 +27,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 
 pub use hgrm::{format_hgrm, write_hgrm, TICKS_PER_HALF_DISTANCE};
-pub use schema::{CProbe, ConfigResult, Host, Percentiles, PointResult, SProbe, SProbeEntry, SweepReport};
+pub use schema::{
+    AgentDutyCycles, CProbe, ConfigResult, CycleQuantiles, Host, Percentiles, PointResult, SProbe, SProbeEntry,
+    SweepReport,
+};
 
 /// Histogram units per reported microsecond: the sweep records nanoseconds.
 pub const NS_PER_US: f64 = 1000.0;

@@ -122,6 +122,9 @@ pub struct ConfigResult {
     pub bottleneck: String,
     /// One entry per utilization point, in the order they ran.
     pub points: Vec<PointResult>,
+    /// The agents' duty-cycle lengths at the point nearest rho 0.5 (each point has its own in `points`).
+    #[serde(default)]
+    pub agents: Vec<AgentDutyCycles>,
 }
 
 /// One operating point: a paced open-loop load at `rho x mu_measured`.
@@ -141,6 +144,34 @@ pub struct PointResult {
     pub hgrm: String,
     /// The `.hgrm` file of `service_latency_us`, relative to the report directory.
     pub service_hgrm: String,
+    /// Each agent thread's duty-cycle lengths during the point (so that a stall names its stage).
+    #[serde(default)]
+    pub agents: Vec<AgentDutyCycles>,
+}
+
+/// One agent thread's duty-cycle lengths over a point, from power-of-two buckets: each figure is the
+/// upper bound of the bucket it falls in (at most twice the true length).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentDutyCycles {
+    /// `node <id> <thread>`.
+    pub name: String,
+    /// Duty cycles run during the point.
+    pub cycles: i64,
+    /// The quantiles, ns.
+    pub duty_cycle_ns: CycleQuantiles,
+}
+
+/// Quantiles of duty-cycle lengths, ns.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CycleQuantiles {
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// The longest bucket reached.
+    pub max: u64,
 }
 
 /// Summary statistics of one latency histogram, in microseconds.
@@ -254,6 +285,7 @@ impl PointResult {
             service_latency_us: Percentiles::from_histogram(service, unit_divisor),
             hgrm: Self::hgrm_path(stem),
             service_hgrm: Self::service_hgrm_path(stem),
+            agents: Vec::new(),
         }
     }
 }
@@ -308,6 +340,7 @@ mod tests {
             mu_measured: 0.0,
             bottleneck: "sender".into(),
             points: vec![],
+            agents: vec![],
         };
         assert_eq!(c.point_stem(0.7), "mtu1408-sleep-ns_1000-msg128-classic-separate-rho0.70");
         assert_eq!(c.mu_error_percent(), None);

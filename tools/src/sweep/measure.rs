@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::probe::{probe_s, ProbeCores, SendRate};
+use quorumcast::agent::{cycle_bucket_ns, cycle_quantile_ns, CYCLE_BUCKETS};
 use quorumcast::stats::Stats;
 use quorumcast::transport::{probe_gso, SendMode};
 
@@ -394,6 +395,50 @@ pub struct PointRun {
     /// The largest gap between a message's intended and actual offer time, ns: when large, the load
     /// generator (or the ingress) fell behind the schedule.
     pub max_offer_lag_ns: u64,
+    /// Each agent thread's duty-cycle lengths during the point, so that a stall names its stage.
+    pub agents: Vec<AgentCycles>,
+}
+
+/// The distribution of one agent thread's duty-cycle lengths over a window, from its power-of-two buckets
+/// (each quantile is the upper bound of the bucket it falls in, so it is at most 2x the true value).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentCycles {
+    /// `node <id> <thread>`, e.g. `node 0 sender+receiver`.
+    pub name: String,
+    /// Duty cycles in the window.
+    pub cycles: i64,
+    /// Median, 99th and 99.9th percentile, and the longest bucket reached, ns.
+    pub p50_ns: u64,
+    /// See `p50_ns`.
+    pub p99_ns: u64,
+    /// See `p50_ns`.
+    pub p999_ns: u64,
+    /// See `p50_ns`.
+    pub max_ns: u64,
+}
+
+/// Every agent thread's cycle distribution in `deltas` (one [`Stats`] of counter changes per node).
+pub fn agent_cycles(deltas: &[Stats]) -> Vec<AgentCycles> {
+    const FIRST_BUCKET: &str = " cycles to 1024 ns";
+    let mut agents = Vec::new();
+    for (node, stats) in deltas.iter().enumerate() {
+        let threads = stats.iter().filter_map(|c| c.label.strip_suffix(FIRST_BUCKET)).map(str::to_owned);
+        for thread in threads.collect::<Vec<_>>() {
+            let counts: [i64; CYCLE_BUCKETS] = std::array::from_fn(|i| {
+                stats.labelled(&format!("{thread} cycles to {} ns", cycle_bucket_ns(i))).max(0)
+            });
+            let top = counts.iter().rposition(|&c| c > 0).map_or(0, cycle_bucket_ns);
+            agents.push(AgentCycles {
+                name: format!("node {node} {thread}"),
+                cycles: counts.iter().sum(),
+                p50_ns: cycle_quantile_ns(&counts, 0.5),
+                p99_ns: cycle_quantile_ns(&counts, 0.99),
+                p999_ns: cycle_quantile_ns(&counts, 0.999),
+                max_ns: top,
+            });
+        }
+    }
+    agents
 }
 
 /// Offers `lambda = rho x mu` messages per second, open loop, for `timings.point` (at most
@@ -418,6 +463,7 @@ pub fn run_point(
     let first = cluster.offered();
     let end = first + messages;
     let (mut back_pressured, mut max_lag, mut last_commit_ns) = (0u64, 0u64, 0u64);
+    let before = cluster.stats();
     let start = Instant::now();
     let deadline = start + timings.point + SETTLE_TIMEOUT;
     let ns = |start: Instant| start.elapsed().as_nanos() as u64;
@@ -458,9 +504,21 @@ pub fn run_point(
         }
         cluster.idle(work);
     }
+    let deltas: Vec<Stats> = cluster.stats().iter().zip(&before).map(|(after, before)| after.since(before)).collect();
     cluster.drain(SETTLE_TIMEOUT)?;
     let achieved = messages as f64 / (last_commit_ns.max(1) as f64 / 1e9);
-    Ok(PointRun { rho, lambda, achieved, latency, service, messages, back_pressured, max_offer_lag_ns: max_lag })
+    let agents = agent_cycles(&deltas);
+    Ok(PointRun {
+        rho,
+        lambda,
+        achieved,
+        latency,
+        service,
+        messages,
+        back_pressured,
+        max_offer_lag_ns: max_lag,
+        agents,
+    })
 }
 
 #[cfg(test)]
@@ -494,6 +552,19 @@ mod tests {
         deltas.accumulate(&counts(&[("x duty cycles", 100), ("x idle cycles", 25)]));
         assert_eq!(idle_fraction(&deltas, "x"), 0.25, "two windows' deltas, summed");
         assert_eq!(idle_fraction(&deltas, "y"), 1.0);
+    }
+
+    #[test]
+    fn agent_cycles_name_each_thread_and_read_its_buckets() {
+        let node0 = counts(&[("sender cycles to 1024 ns", 99), ("sender cycles to 262144 ns", 1), ("other", 5)]);
+        let node1 = counts(&[("followers cycles to 1024 ns", 0)]);
+        let agents = agent_cycles(&[node0, node1]);
+        assert_eq!(agents.len(), 2);
+        let sender = &agents[0];
+        assert_eq!(sender.name, "node 0 sender");
+        assert_eq!((sender.cycles, sender.p50_ns, sender.p99_ns), (100, 1024, 1024));
+        assert_eq!((sender.p999_ns, sender.max_ns), (262_144, 262_144));
+        assert_eq!((agents[1].name.as_str(), agents[1].cycles, agents[1].max_ns), ("node 1 followers", 0, 0));
     }
 
     fn counts(values: &[(&str, i64)]) -> Stats {

@@ -42,7 +42,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::model::{Model, ModelError};
 use crate::probe::SendRate;
 use crate::report::{
-    self, CProbe, ConfigResult, Host, PointResult, ReportError, SProbe, SProbeEntry, SweepReport, NS_PER_US,
+    self, AgentDutyCycles, CProbe, ConfigResult, CycleQuantiles, Host, PointResult, ReportError, SProbe, SProbeEntry,
+    SweepReport, NS_PER_US,
 };
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::transport::SendMode;
@@ -462,6 +463,7 @@ fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progr
         mu_measured: mu.mu,
         bottleneck: bottleneck::classify(&mu.evidence).text,
         points: Vec::new(),
+        agents: Vec::new(),
     };
     let (s_min, s_max) = result.s_band();
     let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
@@ -508,7 +510,7 @@ fn measure_points(
         let point = measure::run_point(cluster, rho, mu, t, times)?;
         let stem = result.point_stem(rho);
         report::write_point_histograms(dir, &stem, &point.latency, &point.service)?;
-        let entry = PointResult::from_histograms(
+        let mut entry = PointResult::from_histograms(
             &stem,
             rho,
             point.lambda,
@@ -517,6 +519,7 @@ fn measure_points(
             &point.service,
             NS_PER_US,
         );
+        entry.agents = point.agents.iter().map(duty_cycles).collect();
         progress.line(&format!(
             "   rho {rho:.2}: lambda {} achieved {} msg/s; from intended p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.0} us; \
              from offer p50 {:.1} p99 {:.1} us; {} back-pressured offers, max offer lag {:.0} us",
@@ -531,10 +534,32 @@ fn measure_points(
             point.back_pressured,
             point.max_offer_lag_ns as f64 / 1e3
         ));
+        if let Some(worst) = entry.agents.iter().max_by_key(|a| a.duty_cycle_ns.max) {
+            progress.line(&format!(
+                "            longest agent duty cycle: {} up to {} us (its p99 {} us, p99.9 {} us)",
+                worst.name,
+                worst.duty_cycle_ns.max / 1000,
+                worst.duty_cycle_ns.p99 / 1000,
+                worst.duty_cycle_ns.p999 / 1000
+            ));
+        }
+        let nearest_half = result.points.iter().all(|p| (p.rho - 0.5).abs() > (rho - 0.5).abs());
+        if nearest_half {
+            result.agents = entry.agents.clone();
+        }
         result.points.push(entry);
         progress.step(&format!("{config}: rho {rho:.2}"), t.point + Duration::from_millis(100));
     }
     Ok(())
+}
+
+/// The report's form of one agent's cycle distribution.
+fn duty_cycles(a: &measure::AgentCycles) -> AgentDutyCycles {
+    AgentDutyCycles {
+        name: a.name.clone(),
+        cycles: a.cycles,
+        duty_cycle_ns: CycleQuantiles { p50: a.p50_ns, p99: a.p99_ns, p999: a.p999_ns, max: a.max_ns },
+    }
 }
 
 #[cfg(test)]
