@@ -107,9 +107,9 @@ fn synthetic(grid: &[(u32, &str, u32)], rhos: &[f64]) -> (SweepReport, Vec<Point
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut hist = Vec::new();
     let c_probe = vec![
-        CProbe { idle: "noop".into(), c_per_s: 21_500.0, data_syscalls_per_s: 96_000.0 },
-        CProbe { idle: "sleep-ns:1000".into(), c_per_s: 9_800.0, data_syscalls_per_s: 101_000.0 },
-        CProbe { idle: "backoff".into(), c_per_s: 12_300.0, data_syscalls_per_s: 99_500.0 },
+        CProbe { idle: "noop".into(), c_per_s: 21_500.0, data_syscalls_per_s: 96_000.0, loads: vec![] },
+        CProbe { idle: "sleep-ns:1000".into(), c_per_s: 9_800.0, data_syscalls_per_s: 101_000.0, loads: vec![] },
+        CProbe { idle: "backoff".into(), c_per_s: 12_300.0, data_syscalls_per_s: 99_500.0, loads: vec![] },
     ];
     let c_of = |idle: &str| c_probe.iter().find(|p| p.idle == idle).map_or(0.0, |p| p.c_per_s);
     let configs =

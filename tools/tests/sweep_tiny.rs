@@ -36,7 +36,20 @@ fn the_tiny_sweep_writes_a_whole_report() {
     assert_eq!(summary["profile"], "tiny");
     assert_eq!(summary["s_probe"]["d"], 2);
     assert!(summary["s_probe"]["sizes"][0]["s"].as_f64().unwrap() > 0.0);
-    assert_eq!(summary["c_probe"][0]["idle"], "backoff:10,5,1us,1ms");
+    // C per strategy (the profile's, and noop, sleep-ns and backoff to compare), at three paced loads.
+    let c_probe = summary["c_probe"].as_array().unwrap();
+    let idles: Vec<&str> = c_probe.iter().map(|c| c["idle"].as_str().unwrap()).collect();
+    assert!(idles.contains(&"backoff:10,5,1us,1ms") && idles.contains(&"noop"), "{idles:?}");
+    for c in c_probe {
+        let loads = c["loads"].as_array().unwrap();
+        assert_eq!(loads.len(), 3, "{c}");
+        for key in
+            ["rho", "commit_frames_per_s", "control_syscalls_per_s", "idle_polls_per_s", "consensus_cycles_per_s"]
+        {
+            assert!(loads.iter().all(|l| l[key].as_f64().is_some()), "c_probe load lacks {key}: {c}");
+        }
+        assert!(loads.iter().all(|l| l["consensus_cycles_per_s"].as_f64().unwrap() > 0.0), "{c}");
+    }
     let configs = summary["configs"].as_array().unwrap();
     assert_eq!(configs.len(), 1);
     let config = &configs[0];
@@ -57,6 +70,14 @@ fn the_tiny_sweep_writes_a_whole_report() {
     let s = config["s"].as_f64().unwrap();
     assert!((s - slices.iter().sum::<f64>() / 3.0).abs() < 1e-6 * s, "{s} {slices:?}");
     assert_eq!((config["s_before"].as_f64(), config["s_after"].as_f64()), (Some(slices[0]), Some(slices[2])));
+    // Each agent thread's duty-cycle distribution, per configuration (at the point nearest rho 0.5).
+    let agents = config["agents"].as_array().unwrap();
+    assert!(agents.iter().any(|a| a["name"].as_str().unwrap().starts_with("node 0 ")), "{agents:?}");
+    for a in agents {
+        let q = &a["duty_cycle_ns"];
+        let (p50, p99, max) = (q["p50"].as_u64().unwrap(), q["p99"].as_u64().unwrap(), q["max"].as_u64().unwrap());
+        assert!(p50 <= p99 && p99 <= max, "{a}");
+    }
     let stage = config["bottleneck"].as_str().unwrap();
     assert!(["load", "append", "sender", "receiver"].iter().any(|s| stage.starts_with(s)), "{stage}");
 

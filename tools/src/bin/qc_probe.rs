@@ -68,11 +68,11 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
             consensus_idle: idle,
             sender_idle: profile.sender_idle,
             msg: 128,
-            layout,
+            layout: layout.for_c_probe(),
         };
         let c = on_harness_thread(|| {
             let mut cluster = LoadCluster::start(&spec)?;
-            let c = probe_control(&mut cluster, &timings);
+            let c = probe_control(&mut cluster, &timings, timings.c_rate);
             cluster.close()?;
             c
         })?;
@@ -93,6 +93,8 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
             "control_syscalls_per_s": c.control_per_s,
             "commit_frames_per_s": c.commit_frames_per_s,
             "data_syscalls_per_s": c.data_per_s,
+            "idle_polls_per_s": c.idle_polls_per_s,
+            "consensus_cycles_per_s": c.consensus_cycles_per_s,
             "load_msgs_per_s": c.committed_per_s,
         }));
     }

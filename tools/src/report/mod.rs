@@ -28,8 +28,8 @@ use hdrhistogram::Histogram;
 
 pub use hgrm::{format_hgrm, write_hgrm, TICKS_PER_HALF_DISTANCE};
 pub use schema::{
-    AgentDutyCycles, CProbe, ConfigResult, CycleQuantiles, Host, Percentiles, PointResult, SProbe, SProbeEntry,
-    SweepReport,
+    AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, Percentiles, PointResult, SProbe,
+    SProbeEntry, SweepReport,
 };
 
 /// Histogram units per reported microsecond: the sweep records nanoseconds.

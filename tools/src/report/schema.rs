@@ -62,10 +62,34 @@ pub struct SProbeEntry {
 pub struct CProbe {
     /// The idle strategy in its text form (`noop`, `sleep-ns:1000`, `backoff`, ...).
     pub idle: String,
-    /// Control (non-data) syscalls per second of the leader's Sender: the model's C.
+    /// The model's C with this strategy: commit frames x D per second at the middle load of `loads` (rho
+    /// 0.3), the C the predictions "with probe C" use.
     pub c_per_s: f64,
     /// Data syscalls per second of the leader's Sender during the same window.
     pub data_syscalls_per_s: f64,
+    /// What the consensus agent and the Sender did at each paced load.
+    #[serde(default)]
+    pub loads: Vec<CProbeLoad>,
+}
+
+/// The C probe at one paced load, with the consensus agent on a core of its own running its own duty
+/// cycle with the strategy under test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CProbeLoad {
+    /// The load as a share of the model's capacity for MTU 1408, 128 B, classic (from the S probe).
+    pub rho: f64,
+    /// Messages per second offered.
+    pub offered_msgs_per_s: f64,
+    /// Messages per second committed.
+    pub committed_msgs_per_s: f64,
+    /// Commit frames per second the consensus agent sent (each costs the Sender D syscalls: that is C).
+    pub commit_frames_per_s: f64,
+    /// Every control (non-data) syscall of the leader's Sender per second, idle polls included.
+    pub control_syscalls_per_s: f64,
+    /// Of those, the Sender's polls of empty control sockets on cycles that sent nothing.
+    pub idle_polls_per_s: f64,
+    /// The consensus agent's duty cycles per second.
+    pub consensus_cycles_per_s: f64,
 }
 
 /// One configuration of the sweep: the model's prediction, the measured capacity, and the latency points.

@@ -81,12 +81,51 @@ pub(crate) fn s_table(r: &SweepReport) -> Table {
     t
 }
 
-/// C per idle strategy.
+/// C per idle strategy and paced load.
 pub(crate) fn c_table(r: &SweepReport) -> Table {
-    let note = "Control syscalls per second of the leader's Sender (the model's C), beside its data syscalls.";
-    let mut t = Table::new("C probe", note, &[("idle", false), ("C /s", true), ("data syscalls /s", true)]);
+    let note = "The leader's consensus agent alone on a core, running its own duty cycle with the strategy under \
+                test, at paced loads (rho of the model's capacity for MTU 1408, 128 B, classic). C = commit frames \
+                x D; control syscalls include the Sender's polls of empty control sockets (idle polls, apart).";
+    let columns = [
+        ("idle", false),
+        ("rho", true),
+        ("offered /s", true),
+        ("committed /s", true),
+        ("commit frames /s", true),
+        ("C /s", true),
+        ("control syscalls /s", true),
+        ("idle polls /s", true),
+        ("consensus cycles /s", true),
+    ];
+    let mut t = Table::new("C probe", note, &columns);
     for c in &r.c_probe {
-        t.push(vec![c.idle.clone(), rate(c.c_per_s), rate(c.data_syscalls_per_s)]);
+        if c.loads.is_empty() {
+            let blank = || "-".to_string();
+            t.push(vec![
+                c.idle.clone(),
+                blank(),
+                blank(),
+                blank(),
+                blank(),
+                rate(c.c_per_s),
+                blank(),
+                blank(),
+                blank(),
+            ]);
+        }
+        for l in &c.loads {
+            t.push(vec![
+                c.idle.clone(),
+                format!("{:.1}", l.rho),
+                rate(l.offered_msgs_per_s),
+                rate(l.committed_msgs_per_s),
+                rate(l.commit_frames_per_s),
+                rate(l.commit_frames_per_s * r.s_probe.d as f64),
+                rate(l.control_syscalls_per_s),
+                rate(l.idle_polls_per_s),
+                rate(l.consensus_cycles_per_s),
+            ]);
+        }
     }
     t
 }

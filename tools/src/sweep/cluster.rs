@@ -115,10 +115,23 @@ impl Layout {
         }
     }
 
+    /// The C probe's layout: the leader's consensus agent on a thread and a core of its own, running its
+    /// own duty cycle with the idle strategy under test (so C follows that strategy), and nothing else
+    /// busy-spinning. With 4 cores or more, this layout already is such; on 2 or 3, the consensus agent
+    /// takes the Sender's core and the Sender, the followers and the harness share the other, none of them
+    /// spinning (the load is paced, well below capacity).
+    pub fn for_c_probe(&self) -> Self {
+        if !self.invoked || self.sender.is_none() {
+            return *self;
+        }
+        Self { invoked: false, consensus: self.sender, sender: self.harness, followers: self.harness, ..*self }
+    }
+
     /// The Sender's idle strategy this layout allows: `wanted` when the Sender has a core of its own or
     /// `wanted` does not spin, else `backoff`.
     pub fn sender_idle(&self, wanted: IdleStrategyConfig) -> IdleStrategyConfig {
-        if wanted.is_busy() && self.sender.is_none() {
+        let shares_its_core = [self.harness, self.consensus, self.followers].contains(&self.sender);
+        if wanted.is_busy() && (self.sender.is_none() || shares_its_core) {
             IdleStrategyConfig::default()
         } else {
             wanted

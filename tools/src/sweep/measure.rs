@@ -72,6 +72,13 @@ pub struct ControlRate {
     pub data_per_s: f64,
     /// Commit frames per second the consensus agent sent.
     pub commit_frames_per_s: f64,
+    /// The Sender's polls of its control sockets on duty cycles that sent nothing (also in
+    /// `control_per_s`): idle time, not data budget.
+    pub idle_polls_per_s: f64,
+    /// The leader consensus agent's duty cycles per second: what sets how often commit frames can go.
+    pub consensus_cycles_per_s: f64,
+    /// The paced load offered, messages per second.
+    pub offered_per_s: f64,
     /// Committed messages per second (the load actually carried).
     pub committed_per_s: f64,
 }
@@ -88,14 +95,15 @@ fn offer_due(cluster: &mut LoadCluster, start: Instant, base: u64, rate: f64) ->
     Ok(true)
 }
 
-/// C: the leader Sender's consensus control syscalls per second (and all its control syscalls) while the cluster carries `timings.c_rate`
-/// messages per second, over `timings.c_window` after `timings.c_warmup`.
-pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings) -> Result<ControlRate, SweepError> {
+/// C: the leader Sender's consensus control syscalls per second (and all its control syscalls) while the
+/// cluster carries `rate` messages per second, over `timings.c_window` after `timings.c_warmup`.
+pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings, rate: f64) -> Result<ControlRate, SweepError> {
+    let offered_per_s = rate;
     let start = Instant::now();
     let base = cluster.offered();
     let pace = |cluster: &mut LoadCluster, until: Instant| -> Result<(), SweepError> {
         while Instant::now() < until {
-            offer_due(cluster, start, base, timings.c_rate)?;
+            offer_due(cluster, start, base, offered_per_s)?;
             let work = cluster.poll(|_| {});
             cluster.idle(work);
         }
@@ -112,6 +120,9 @@ pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings) -> Result<Con
         control_per_s: rate(leader.sender().control_syscalls()),
         data_per_s: rate(leader.sender().data_syscalls()),
         commit_frames_per_s: rate(leader.consensus().commit_frames()),
+        idle_polls_per_s: rate(leader.sender().idle_control_polls()),
+        consensus_cycles_per_s: rate(leader.labelled(&format!("{LEADER_CONSENSUS} duty cycles"))),
+        offered_per_s,
         committed_per_s: (cluster.committed() - committed0) as f64 / seconds,
     };
     cluster.drain(SETTLE_TIMEOUT)?;

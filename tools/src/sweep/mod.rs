@@ -42,8 +42,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::model::{Model, ModelError};
 use crate::probe::SendRate;
 use crate::report::{
-    self, AgentDutyCycles, CProbe, ConfigResult, CycleQuantiles, Host, PointResult, ReportError, SProbe, SProbeEntry,
-    SweepReport, NS_PER_US,
+    self, AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, PointResult, ReportError, SProbe,
+    SProbeEntry, SweepReport, NS_PER_US,
 };
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::transport::SendMode;
@@ -263,44 +263,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     progress
         .step("S probe", (t.s_window * t.s_windows as u32) * (profile.mtus.len() * profile.send_modes.len()) as u32);
 
-    let mut c_probe = Vec::new();
-    for &idle in &profile.idles {
-        progress.bar.set_message(format!("C probe, consensus idle {idle}"));
-        let spec = ClusterSpec {
-            mtu: profile.mtus[0],
-            send_mode: SendMode::Classic,
-            control: Control::Separate,
-            consensus_idle: idle,
-            sender_idle: profile.sender_idle,
-            msg: profile.msgs[0],
-            layout: options.layout,
-        };
-        let c = on_harness_thread(|| {
-            let mut cluster = LoadCluster::start(&spec)?;
-            let c = measure::probe_control(&mut cluster, t);
-            cluster.close()?;
-            c
-        })?;
-        progress.line(&format!(
-            "C  consensus idle {:<20} C = {:>7}/s ({} commit frames/s x {D}); all control syscalls {}/s, data {}/s at {} msg/s",
-            idle.to_string(),
-            rate(c.c_per_s),
-            rate(c.commit_frames_per_s),
-            rate(c.control_per_s),
-            rate(c.data_per_s),
-            rate(c.committed_per_s)
-        ));
-        if c.committed_per_s < 0.5 * t.c_rate {
-            progress.line(&format!(
-                "   warning: the C probe carried {}/s of the {}/s it offered: the cluster stalled (a loaded host or \
-                 loss recovery); this C is not at a moderate load",
-                rate(c.committed_per_s),
-                rate(t.c_rate)
-            ));
-        }
-        c_probe.push(CProbe { idle: idle.to_string(), c_per_s: c.c_per_s, data_syscalls_per_s: c.data_per_s });
-        progress.step("C probe", t.c_warmup + t.c_window + Duration::from_millis(400));
-    }
+    let c_probe = probe_c(options, profile, &rates, &progress)?;
 
     let mut results = Vec::with_capacity(configs.len());
     let mut failures = Vec::new();
@@ -351,6 +314,96 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         progress.line(&format!("failed configuration: {failure}"));
     }
     Ok(SweepOutcome { dir, report, failures })
+}
+
+/// The consensus idle strategies every C probe compares (the profile's own are added): the model's lever
+/// is that a sleeping or backing-off consensus agent coalesces commit updates, so it sends fewer control
+/// packets than a spinning one.
+const C_PROBE_IDLES: [&str; 3] = ["noop", "sleep-ns:1000", "backoff"];
+
+/// The paced loads of the C probe, as shares of the model's capacity for MTU 1408, 128 B, classic.
+const C_PROBE_RHOS: [f64; 3] = [0.1, 0.3, 0.5];
+
+/// The C probe: for each consensus idle strategy, a cluster whose consensus agent runs its own duty cycle
+/// on a core of its own ([`Layout::for_c_probe`]), paced at [`C_PROBE_RHOS`] of the model's capacity for
+/// MTU 1408, 128 B, classic (from this host's S probe), counting commit frames, the Sender's control
+/// syscalls and idle polls, and the consensus agent's duty cycles.
+fn probe_c(
+    options: &SweepOptions,
+    profile: &Profile,
+    rates: &[crate::probe::SendRate],
+    progress: &Progress,
+) -> Result<Vec<CProbe>, SweepError> {
+    let t = &profile.timings;
+    let (mtu, msg) = (1408, 128);
+    let s = measure::rate_for(rates, SendMode::Classic, mtu).map_or(0.0, |r| r.datagrams_per_s);
+    let capacity = predict(&ConfigSpec::c_probe(mtu, msg), s, 0.0).1;
+    let capacity = if capacity > 0.0 { capacity } else { t.c_rate / C_PROBE_RHOS[1] };
+    let mut idles: Vec<IdleStrategyConfig> =
+        C_PROBE_IDLES.iter().map(|i| i.parse().expect("a valid idle strategy")).collect();
+    idles.extend(profile.idles.iter().filter(|i| !idles.contains(i)).copied().collect::<Vec<_>>());
+    let layout = options.layout.for_c_probe();
+    progress.line(&format!("C probe layout: {}", layout.describe(IdleStrategyConfig::default())));
+    let mut probes = Vec::new();
+    for idle in idles {
+        progress.bar.set_message(format!("C probe, consensus idle {idle}"));
+        let spec = ClusterSpec {
+            mtu,
+            send_mode: SendMode::Classic,
+            control: Control::Separate,
+            consensus_idle: idle,
+            sender_idle: IdleStrategyConfig::default(),
+            msg,
+            layout,
+        };
+        let loads = on_harness_thread(|| {
+            let mut cluster = LoadCluster::start(&spec)?;
+            let loads: Result<Vec<_>, _> =
+                C_PROBE_RHOS.iter().map(|&rho| measure::probe_control(&mut cluster, t, rho * capacity)).collect();
+            cluster.close()?;
+            loads
+        })?;
+        for (rho, c) in C_PROBE_RHOS.iter().zip(&loads) {
+            progress.line(&format!(
+                "C  consensus idle {:<20} rho {rho:.1} ({:>6}/s offered, {:>6}/s committed): commit frames {:>6}/s (C = {:>6}/s), \
+                 control syscalls {:>7}/s of which idle polls {:>7}/s, consensus cycles {:>7}/s",
+                idle.to_string(),
+                rate(c.offered_per_s),
+                rate(c.committed_per_s),
+                rate(c.commit_frames_per_s),
+                rate(c.c_per_s),
+                rate(c.control_per_s),
+                rate(c.idle_polls_per_s),
+                rate(c.consensus_cycles_per_s)
+            ));
+            if c.committed_per_s < 0.5 * c.offered_per_s {
+                progress.line(
+                    "   warning: the cluster carried under half the load it was offered; this C is not at that load",
+                );
+            }
+        }
+        let middle = &loads[1];
+        probes.push(CProbe {
+            idle: idle.to_string(),
+            c_per_s: middle.c_per_s,
+            data_syscalls_per_s: middle.data_per_s,
+            loads: C_PROBE_RHOS
+                .iter()
+                .zip(&loads)
+                .map(|(&rho, c)| CProbeLoad {
+                    rho,
+                    offered_msgs_per_s: c.offered_per_s,
+                    committed_msgs_per_s: c.committed_per_s,
+                    commit_frames_per_s: c.commit_frames_per_s,
+                    control_syscalls_per_s: c.control_per_s,
+                    idle_polls_per_s: c.idle_polls_per_s,
+                    consensus_cycles_per_s: c.consensus_cycles_per_s,
+                })
+                .collect(),
+        });
+        progress.step("C probe", (t.c_warmup + t.c_window) * C_PROBE_RHOS.len() as u32 + Duration::from_millis(400));
+    }
+    Ok(probes)
 }
 
 /// The C probe's value for `config`'s idle strategy (0 when not probed).
@@ -605,7 +658,7 @@ mod tests {
 
     #[test]
     fn predictions_take_the_probe_c_for_the_idle_strategy() {
-        let c_probe = [CProbe { idle: "noop".into(), c_per_s: 40_000.0, data_syscalls_per_s: 1.0 }];
+        let c_probe = [CProbe { idle: "noop".into(), c_per_s: 40_000.0, data_syscalls_per_s: 1.0, loads: vec![] }];
         let mut config = ConfigSpec {
             mtu: 1408,
             idle: IdleStrategyConfig::NoOp,

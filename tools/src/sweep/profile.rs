@@ -293,6 +293,11 @@ pub struct ConfigSpec {
 }
 
 impl ConfigSpec {
+    /// The model's case at `mtu` and `msg` (the idle strategy does not change the prediction).
+    pub fn c_probe(mtu: usize, msg: usize) -> Self {
+        Self { mtu, idle: IdleStrategyConfig::default(), msg, send_mode: SendMode::Classic, control: Control::Separate }
+    }
+
     /// True for the model's case: classic send mode with separate commit frames.
     pub fn is_model_case(&self) -> bool {
         self.send_mode == SendMode::Classic && self.control == Control::Separate
