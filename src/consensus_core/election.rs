@@ -105,11 +105,7 @@ impl ConsensusCore {
             self.counters.stale_term += 1;
             return;
         };
-        if ballot.term != candidate_term_id {
-            self.counters.stale_term += 1;
-        } else if granted && !ballot.grant(from) {
-            self.counters.duplicate += 1;
-        }
+        ballot.tally(from, candidate_term_id, granted, &mut self.counters);
         self.start_election_if_granted(now_ns, out);
     }
 
@@ -182,11 +178,7 @@ impl ConsensusCore {
             self.counters.duplicate += 1;
             return;
         };
-        if ballot.term != candidate_term_id {
-            self.counters.stale_term += 1;
-        } else if granted && !ballot.grant(from) {
-            self.counters.duplicate += 1;
-        }
+        ballot.tally(from, candidate_term_id, granted, &mut self.counters);
         self.become_leader_if_elected(now_ns, out);
     }
 

@@ -62,6 +62,22 @@ impl Ballot {
         }
         new
     }
+
+    /// Counts `member`'s reply for `candidate_term_id`: a grant for this ballot's term once, a reply for
+    /// another term as stale, a second grant as a duplicate.
+    pub(super) fn tally(
+        &mut self,
+        member: MemberId,
+        candidate_term_id: i64,
+        granted: bool,
+        counters: &mut CoreCounters,
+    ) {
+        if self.term != candidate_term_id {
+            counters.stale_term += 1;
+        } else if granted && !self.grant(member) {
+            counters.duplicate += 1;
+        }
+    }
 }
 
 /// A follower's view of its leader.
