@@ -355,8 +355,12 @@ fn other<E: fmt::Display>(e: E) -> NodeError {
 pub enum OfferError {
     /// The ingress is full: the leader's log is back-pressured. Retry later.
     BackPressured,
-    /// This node is not the leader: offer on the leader.
-    NotLeader,
+    /// This node is not the leader, and appended nothing: offer on `leader` (the member id of the leader
+    /// this node knows, `None` while it knows none).
+    NotLeader {
+        /// The leader's member id, if known.
+        leader: Option<i32>,
+    },
     /// The node is closed.
     Closed,
     /// The message is longer than the ingress takes (capacity / 8).
@@ -365,12 +369,13 @@ pub enum OfferError {
 
 impl fmt::Display for OfferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::BackPressured => "back pressured: the leader's ingress is full; retry",
-            Self::NotLeader => "not the leader: offer on the leader",
-            Self::Closed => "the node is closed",
-            Self::TooLong => "message longer than the ingress takes (capacity / 8)",
-        })
+        match self {
+            Self::BackPressured => f.write_str("back pressured: the leader's ingress is full; retry"),
+            Self::NotLeader { leader: Some(id) } => write!(f, "not the leader: offer on member {id}, the leader"),
+            Self::NotLeader { leader: None } => f.write_str("not the leader, and no leader is known yet: retry"),
+            Self::Closed => f.write_str("the node is closed"),
+            Self::TooLong => f.write_str("message longer than the ingress takes (capacity / 8)"),
+        }
     }
 }
 
@@ -380,10 +385,16 @@ impl std::error::Error for OfferError {}
 #[derive(Debug)]
 struct Shared {
     role: AtomicU8,
+    /// The leader's member id as this node knows it (fixed by configuration until elections are wired).
+    leader: i32,
     closed: AtomicBool,
 }
 
 impl Shared {
+    fn leader(&self) -> Option<i32> {
+        Some(self.leader)
+    }
+
     fn role(&self) -> Role {
         if self.role.load(Ordering::Acquire) == 0 {
             Role::Leader
@@ -406,7 +417,7 @@ impl Client {
             return Err(OfferError::Closed);
         }
         if self.shared.role() != Role::Leader {
-            return Err(OfferError::NotLeader);
+            return Err(OfferError::NotLeader { leader: self.shared.leader() });
         }
         Ok(())
     }
@@ -494,7 +505,8 @@ impl Node {
         let Parts { consensus, sender, receiver, commit, reader, mut warnings } = parts;
         let handles = start_agents(&config, consensus, sender, receiver, &counters, &mut warnings)?;
         let role = if config.role() == Role::Leader { 0 } else { 1 };
-        let shared = Arc::new(Shared { role: AtomicU8::new(role), closed: AtomicBool::new(false) });
+        let shared =
+            Arc::new(Shared { role: AtomicU8::new(role), leader: config.leader, closed: AtomicBool::new(false) });
         Ok(Node {
             config,
             shared,
@@ -522,6 +534,16 @@ impl Node {
     /// This node's member id.
     pub fn id(&self) -> i32 {
         self.config.id
+    }
+
+    /// The member id of the leader this node knows (`None` while it knows none).
+    pub fn leader_id(&self) -> Option<i32> {
+        self.shared.leader()
+    }
+
+    /// The leadership term this node is in (0 while the leader is fixed by configuration).
+    pub fn leadership_term_id(&self) -> i64 {
+        0
     }
 
     /// The commit position this node knows.

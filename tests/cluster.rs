@@ -73,7 +73,8 @@ fn three_nodes_commit_a_million_messages_in_order() {
     let mut nodes = start(&scratch, false);
     assert_eq!(nodes[0].role(), Role::Leader);
     assert_eq!(nodes[1].role(), Role::Follower);
-    assert_eq!(nodes[1].client().offer(b"x"), Err(OfferError::NotLeader));
+    assert_eq!(nodes[1].client().offer(b"x"), Err(OfferError::NotLeader { leader: Some(0) }));
+    assert_eq!((nodes[1].leader_id(), nodes[1].leadership_term_id()), (Some(0), 0));
     run(&mut nodes, 1_000_000);
     let commit = nodes[0].commit_position();
     assert!(commit > 0);
