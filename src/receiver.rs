@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use mio::unix::SourceFd;
@@ -34,7 +34,7 @@ use crate::frame::{
 use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
-use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogReader};
+use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogError, LogReader};
 use crate::transport::{RecvBatch, SendOutcome, UdpEndpoint, MAX_BATCH};
 
 /// Most `recvmmsg` batches one socket gets per duty cycle (16 x 32 = 512 datagrams, about half a
@@ -315,6 +315,8 @@ struct ReceiveChannel {
     next_elicit_ns: u64,
     /// The file of the newest image, removed when a newer one replaces it.
     image_file: Option<PathBuf>,
+    /// An image whose file is being made off the receive loop.
+    pending: Option<PendingImage>,
     logs: ChannelLogs,
 }
 
@@ -415,6 +417,7 @@ impl Receiver {
                 timers,
                 next_elicit_ns: 0,
                 image_file: None,
+                pending: None,
                 logs: ChannelLogs::default(),
             });
         }
@@ -444,6 +447,7 @@ impl Receiver {
         let now_ns = self.clock.now_ns();
         let mut work = 0;
         for c in 0..self.channels.len() {
+            work += install_pending(&mut self.channels[c], &self.counters, now_ns) as usize;
             work += self.receive(c, now_ns);
             work += self.send_feedback(c, now_ns);
         }
@@ -867,16 +871,76 @@ fn on_setup(
             return;
         }
     }
-    let file = channel
-        .config
-        .image_dir
-        .as_ref()
-        .map(|dir| dir.join(format!("image-{}-{}.log", setup.stream_id, setup.session_id)));
-    let log = match &file {
-        Some(path) => LogBuffer::create(path, log_config),
-        None => LogBuffer::create_anonymous(log_config),
+    let join = channel.config.join_position.map_or(setup_position, |p| p.min(setup_position));
+    let Some(dir) = channel.config.image_dir.as_ref() else {
+        let made = LogBuffer::create_anonymous(log_config);
+        install_image(channel, counters, NewImage { source, join, file: None }, made, now_ns);
+        return;
     };
-    let log = match log {
+    if channel.pending.is_some() {
+        return; // an image file is being made; the publisher repeats its SETUP until it is answered
+    }
+    // A file-backed image reserves its whole log on the file system (tens of milliseconds for 48 MiB):
+    // that is done on a thread of its own, never on the receive loop; the image joins when it is made.
+    let path = dir.join(format!("image-{}-{}.log", setup.stream_id, setup.session_id));
+    let (done, made) = mpsc::channel();
+    let creating = path.clone();
+    let spawned = std::thread::Builder::new()
+        .name("image-create".into())
+        .spawn(move || drop(done.send(LogBuffer::create(&creating, log_config))));
+    match spawned {
+        Ok(_) => {
+            let image = NewImage { source, join, file: Some(path) };
+            channel.pending = Some(PendingImage { image, made });
+        }
+        Err(e) => {
+            counters.setups_refused.increment();
+            channel.logs.setup.warn(now_ns, || format!("SETUP from {source}: cannot start making the image: {e}"));
+        }
+    }
+}
+
+/// Where a new image comes from, where it starts, and its file.
+struct NewImage {
+    source: SocketAddr,
+    join: i64,
+    file: Option<PathBuf>,
+}
+
+/// An image whose log file a thread of its own is making.
+struct PendingImage {
+    image: NewImage,
+    made: mpsc::Receiver<Result<LogBuffer, LogError>>,
+}
+
+/// Installs the image being made for `channel`, once its file is ready; returns whether it did.
+fn install_pending(channel: &mut ReceiveChannel, counters: &ReceiverCounters, now_ns: u64) -> bool {
+    let Some(pending) = channel.pending.as_ref() else {
+        return false;
+    };
+    let made = match pending.made.try_recv() {
+        Ok(made) => made,
+        Err(mpsc::TryRecvError::Empty) => return false,
+        Err(mpsc::TryRecvError::Disconnected) => Err(LogError::NotALog {
+            path: pending.image.file.clone().unwrap_or_default(),
+            reason: "the thread making it stopped".into(),
+        }),
+    };
+    let pending = channel.pending.take().expect("checked above");
+    install_image(channel, counters, pending.image, made, now_ns);
+    true
+}
+
+/// Makes `made` the channel's image (or counts and logs why it could not be made).
+fn install_image(
+    channel: &mut ReceiveChannel,
+    counters: &ReceiverCounters,
+    new: NewImage,
+    made: Result<LogBuffer, LogError>,
+    now_ns: u64,
+) {
+    let NewImage { source, join, file } = new;
+    let log = match made {
         Ok(log) => log,
         Err(e) => {
             counters.setups_refused.increment();
@@ -884,7 +948,6 @@ fn on_setup(
             return;
         }
     };
-    let join = channel.config.join_position.map_or(setup_position, |p| p.min(setup_position));
     let mut image = PublicationImage::new(log, source, join, channel.timers, now_ns);
     if let Some(follower) = &channel.config.follower {
         image.acknowledge_every(nanos(follower.ack_interval));

@@ -126,7 +126,13 @@ fn run_invoker(test: &str, piggyback: bool, mut check: impl FnMut(bool, i64, i64
             apply(node, next);
         }
     };
-    // Warm-up.
+    // Warm-up: every follower has its image (made off the receive loop) before the first offer, so the one
+    // commit frame of the warm-up reaches every follower.
+    while nodes[1..].iter().any(|n| n.stats().receiver().images() < 1) {
+        assert!(Instant::now() < deadline, "the followers never made their images");
+        drive_all(&mut nodes, &mut applied);
+        std::thread::yield_now();
+    }
     client.offer(&message(0)).unwrap();
     offered += 1;
     while applied.iter().any(|&a| a < 1) {
