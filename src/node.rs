@@ -43,7 +43,7 @@ use crate::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::flow_control::FlowControlMode;
 use crate::frame::Frame;
 use crate::idle::IdleStrategyConfig;
-use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogReader};
+use crate::log_buffer::{LogBuffer, LogConfig, LogReader, MessageReader};
 use crate::network_publication::{NetworkPublication, SenderCounters};
 use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use crate::ring_buffer::{self, ManyToOneRingBuffer, OneToOneRingBuffer, RingError};
@@ -448,7 +448,7 @@ fn ring_error(e: RingError) -> OfferError {
 
 /// How this node reads its committed entries.
 enum CommittedReader {
-    Leader { reader: LogReader, consumer: ConsumerPosition, position: i64 },
+    Leader(MessageReader),
     Follower { subscription: Subscription },
 }
 
@@ -459,7 +459,6 @@ pub struct Node {
     ingress: Arc<ManyToOneRingBuffer>,
     commit: Counter,
     reader: CommittedReader,
-    reassembler: FragmentAssembler<()>,
     handles: Option<AgentHandles>,
     counters: CountersManager,
     directory: Option<NodeDirectory>,
@@ -513,7 +512,6 @@ impl Node {
             ingress,
             commit,
             reader,
-            reassembler: FragmentAssembler::new(()),
             handles: Some(handles),
             counters,
             directory: Some(directory),
@@ -555,7 +553,7 @@ impl Node {
     /// restarts passes to [`NodeBuilder::resume_from`]).
     pub fn applied_position(&self) -> i64 {
         match &self.reader {
-            CommittedReader::Leader { position, .. } => *position,
+            CommittedReader::Leader(reader) => reader.position(),
             CommittedReader::Follower { subscription } => subscription.position().unwrap_or(0),
         }
     }
@@ -611,29 +609,11 @@ impl Node {
 
     /// Hands up to `fragment_limit` fragments' worth of committed entries, in log order, to `handler`;
     /// returns the fragments read.
-    pub fn poll_committed(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
+    pub fn poll_committed(&mut self, fragment_limit: usize, handler: impl FnMut(&[u8])) -> usize {
         let commit = self.commit.get();
         match &mut self.reader {
             CommittedReader::Follower { subscription } => subscription.poll_bounded(commit, fragment_limit, handler),
-            CommittedReader::Leader { reader, consumer, position } => {
-                let reassembler = &mut self.reassembler;
-                let mut deliver = |payload: &[u8], _: &crate::frame::DataHeader| handler(payload);
-                let mut fragments = 0;
-                while fragments < fragment_limit {
-                    let mut read = 0;
-                    let next = reader.poll_bounded(*position, commit, fragment_limit - fragments, |payload, header| {
-                        read += 1;
-                        reassembler.on_fragment_with(payload, header, &mut deliver);
-                    });
-                    if next == *position {
-                        break;
-                    }
-                    fragments += read;
-                    *position = next;
-                }
-                consumer.set(*position);
-                fragments
-            }
+            CommittedReader::Leader(reader) => reader.poll_bounded(commit, fragment_limit, handler),
         }
     }
 
@@ -742,7 +722,7 @@ fn leader_parts(
         sender,
         receiver,
         commit,
-        reader: CommittedReader::Leader { reader, consumer, position: 0 },
+        reader: CommittedReader::Leader(MessageReader::new(reader, consumer, 0)),
         warnings,
     })
 }

@@ -34,7 +34,7 @@ use crate::frame::{
 use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
-use crate::log_buffer::{ConsumerPosition, FragmentAssembler, LogBuffer, LogConfig, LogError, LogReader};
+use crate::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogError, LogReader, MessageReader};
 use crate::transport::{RecvBatch, SendOutcome, UdpEndpoint, MAX_BATCH};
 
 /// Most `recvmmsg` batches one socket gets per duty cycle (16 x 32 = 512 datagrams, about half a
@@ -225,8 +225,7 @@ struct ChannelShared {
 pub struct Subscription {
     shared: Arc<ChannelShared>,
     generation: u64,
-    current: Option<(LogReader, ConsumerPosition, i64)>,
-    reassembler: FragmentAssembler<()>,
+    current: Option<MessageReader>,
 }
 
 impl fmt::Debug for Subscription {
@@ -237,7 +236,7 @@ impl fmt::Debug for Subscription {
 
 impl Subscription {
     fn new(shared: Arc<ChannelShared>) -> Self {
-        Self { shared, generation: 0, current: None, reassembler: FragmentAssembler::new(()) }
+        Self { shared, generation: 0, current: None }
     }
 
     /// Whether an image is connected.
@@ -248,7 +247,7 @@ impl Subscription {
 
     /// The position read up to, if connected.
     pub fn position(&self) -> Option<i64> {
-        self.current.as_ref().map(|c| c.2)
+        self.current.as_ref().map(MessageReader::position)
     }
 
     fn refresh(&mut self) {
@@ -256,51 +255,25 @@ impl Subscription {
         if generation != self.generation {
             self.generation = generation;
             if let Some(handoff) = self.shared.newest.lock().expect("image hand-off lock").take() {
-                self.current = Some((handoff.reader, handoff.consumer, handoff.position));
-                self.reassembler = FragmentAssembler::new(());
+                self.current = Some(MessageReader::new(handoff.reader, handoff.consumer, handoff.position));
             }
         }
     }
 
     /// Hands up to `fragment_limit` fragments' worth of whole messages to `handler`; returns the number
     /// of fragments read. The position is published once per call.
-    pub fn poll(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
-        self.poll_bounded(i64::MAX, fragment_limit, &mut handler)
+    pub fn poll(&mut self, fragment_limit: usize, handler: impl FnMut(&[u8])) -> usize {
+        self.poll_bounded(i64::MAX, fragment_limit, handler)
     }
 
     /// As [`poll`](Self::poll), reading nothing beyond `limit_position` (a follower applies only what the
     /// leader has committed).
-    pub fn poll_bounded(
-        &mut self,
-        limit_position: i64,
-        fragment_limit: usize,
-        mut handler: impl FnMut(&[u8]),
-    ) -> usize {
+    pub fn poll_bounded(&mut self, limit_position: i64, fragment_limit: usize, handler: impl FnMut(&[u8])) -> usize {
         self.refresh();
-        let Some((reader, consumer, position)) = self.current.as_mut() else {
-            return 0;
-        };
-        let mut fragments = 0;
-        let reassembler = &mut self.reassembler;
-        let mut next = *position;
-        while fragments < fragment_limit {
-            let mut read = 0;
-            let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
-            let after = reader.poll_bounded(next, limit_position, fragment_limit - fragments, |payload, header| {
-                read += 1;
-                reassembler.on_fragment_with(payload, header, &mut deliver);
-            });
-            if after == next {
-                break;
-            }
-            fragments += read;
-            next = after;
+        match self.current.as_mut() {
+            Some(reader) => reader.poll_bounded(limit_position, fragment_limit, handler),
+            None => 0,
         }
-        if next != *position {
-            *position = next;
-            consumer.set(next);
-        }
-        fragments
     }
 }
 

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 pub use appender::{AppendError, BufferClaim, ExclusiveAppender};
 pub use descriptor::{partition_index, partition_of_term, position, position_bits_to_shift, term_id, term_offset};
-pub use reader::{FragmentAssembler, LogReader};
+pub use reader::{FragmentAssembler, LogReader, MessageReader};
 pub use rebuilder::{Gap, RebuildError, TermRebuilder};
 pub use scanner::{scan, Scan};
 

@@ -224,6 +224,67 @@ impl Reassembly {
     }
 }
 
+/// Reads whole messages from one log through a consumer slot: fragments reassembled, reads bounded by a
+/// limit position (a follower and a leader apply only what is committed), the position published to the
+/// slot once per poll. The one reader of committed entries, for the leader's own log and a follower's image.
+///
+/// Invariant: `position` is a frame boundary, every frame before it has been handed on, and the consumer
+/// slot holds it after every poll.
+#[derive(Debug)]
+pub struct MessageReader {
+    reader: LogReader,
+    consumer: super::ConsumerPosition,
+    position: i64,
+    assembler: FragmentAssembler<()>,
+}
+
+impl MessageReader {
+    /// A reader of `reader`'s log from `position`, publishing its progress to `consumer`.
+    pub fn new(reader: LogReader, consumer: super::ConsumerPosition, position: i64) -> Self {
+        Self { reader, consumer, position, assembler: FragmentAssembler::new(()) }
+    }
+
+    /// The position read up to.
+    pub fn position(&self) -> i64 {
+        self.position
+    }
+
+    /// Hands up to `fragment_limit` fragments' worth of whole messages, reading nothing at or beyond
+    /// `limit_position`, to `handler`; returns the fragments read. Follows the log across term boundaries.
+    pub fn poll_bounded(
+        &mut self,
+        limit_position: i64,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&[u8]),
+    ) -> usize {
+        let start = self.position;
+        let assembler = &mut self.assembler;
+        let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
+        let mut fragments = 0;
+        while fragments < fragment_limit {
+            let mut read = 0;
+            let next = self.reader.poll_bounded(
+                self.position,
+                limit_position,
+                fragment_limit - fragments,
+                |payload, header| {
+                    read += 1;
+                    assembler.on_fragment_with(payload, header, &mut deliver);
+                },
+            );
+            if next == self.position {
+                break;
+            }
+            fragments += read;
+            self.position = next;
+        }
+        if self.position != start {
+            self.consumer.set(self.position);
+        }
+        fragments
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
