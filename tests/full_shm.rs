@@ -58,7 +58,10 @@ fn a_leader_whose_log_does_not_fit_fails_to_start_naming_the_file() {
         .start()
         .expect_err("a 3 MiB log in a 2 MiB tmpfs");
     let text = error.to_string();
-    assert!(matches!(error, NodeError::Io(_) | NodeError::Config(_)), "{error:?}");
+    assert!(
+        matches!(error, NodeError::Io(_) | NodeError::Log(_)),
+        "an I/O error, not a configuration error: {error:?}"
+    );
     assert!(text.contains(&tmpfs.path().display().to_string()) && text.contains("no space"), "{text}");
 }
 

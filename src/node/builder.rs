@@ -1,0 +1,262 @@
+//! A node's members and configuration, the rules a configuration keeps, and the builder.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::agent::ThreadingMode;
+use crate::auth::AuthKey;
+use crate::channel::{membership_tag, validate_timer, ChannelConfig};
+use crate::consensus::Role;
+use crate::idle::IdleStrategyConfig;
+use crate::transport::SendMode;
+
+use super::{Node, NodeError};
+
+/// One member of the cluster: its id and the endpoint its receiver listens on for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
+pub struct Member {
+    /// Member id, unique in the cluster.
+    pub id: i32,
+    /// Where this member receives the replicated log.
+    pub endpoint: SocketAddr,
+}
+
+/// Everything a node is started from. Build it with [`NodeBuilder`].
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's member id.
+    pub id: i32,
+    /// Every member, this one included.
+    pub members: Vec<Member>,
+    /// The leader's id (fixed until elections exist).
+    pub leader: i32,
+    /// The node directory; `None` uses `/dev/shm/quorumcast/node-<id>`.
+    pub directory: Option<PathBuf>,
+    /// Remove a stale directory of a crashed run instead of refusing to start.
+    pub clean_stale: bool,
+    /// The log channel: MTU, term length, send mode, timers, socket buffers and faults.
+    pub channel: ChannelConfig,
+    /// Stream id of the log.
+    pub stream_id: i32,
+    /// Idle strategies of the consensus, sender and receiver agents.
+    pub idle: [IdleStrategyConfig; 3],
+    /// Cores to pin the consensus, sender and receiver agents to.
+    pub cores: [Option<usize>; 3],
+    /// How the agents are put on threads.
+    pub threading: ThreadingMode,
+    /// Start a layout with more busy-spinning threads than cores anyway (with a warning).
+    pub force_layout: bool,
+    /// Carry the commit position in data frames while data flows.
+    pub commit_piggyback: bool,
+    /// Resend an unchanged commit position this often.
+    pub commit_heartbeat: Duration,
+    /// A follower acknowledges its append position at least this often.
+    pub ack_interval: Duration,
+    /// Bytes of the client ingress ring (a power of two).
+    pub ingress_capacity: usize,
+    /// A follower that restarts with its log applied up to here asks the leader for the rest; a
+    /// follower without it starts at position 0.
+    pub resume_from: Option<i64>,
+}
+
+impl NodeConfig {
+    pub(crate) fn validate(&self) -> Result<(), NodeError> {
+        let ids: Vec<i32> = self.members.iter().map(|m| m.id).collect();
+        if !ids.contains(&self.id) {
+            return Err(NodeError::Config(format!("node id {} is not among the members {ids:?}", self.id)));
+        }
+        if !ids.contains(&self.leader) {
+            return Err(NodeError::Config(format!("leader id {} is not among the members {ids:?}", self.leader)));
+        }
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        if sorted.len() != ids.len() {
+            return Err(NodeError::Config(format!("member ids must be unique: {ids:?}")));
+        }
+        for idle in &self.idle {
+            idle.validate().map_err(|e| NodeError::Config(e.to_string()))?;
+        }
+        validate_timer("commit_heartbeat", self.commit_heartbeat)?;
+        validate_timer("ack_interval", self.ack_interval)?;
+        Ok(())
+    }
+
+    /// This cluster's member-list tag (see [`membership_tag`]).
+    pub(super) fn membership(&self) -> i64 {
+        membership_tag(&self.members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
+    }
+
+    pub(super) fn leader_endpoint(&self) -> SocketAddr {
+        self.members.iter().find(|m| m.id == self.leader).expect("validated").endpoint
+    }
+
+    pub(super) fn role(&self) -> Role {
+        if self.id == self.leader {
+            Role::Leader
+        } else {
+            Role::Follower
+        }
+    }
+
+    pub(super) fn followers(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(move |m| m.id != self.leader)
+    }
+}
+
+/// Builds a [`NodeConfig`] and starts the node.
+#[derive(Clone, Debug)]
+pub struct NodeBuilder {
+    config: NodeConfig,
+}
+
+impl NodeBuilder {
+    /// A node with member id `id` of the cluster `members`, led by the first member of `members` until
+    /// [`leader`](Self::leader) names another.
+    pub fn new(id: i32, members: Vec<Member>) -> Self {
+        let backoff = IdleStrategyConfig::default();
+        Self {
+            config: NodeConfig {
+                id,
+                leader: members.first().map_or(0, |m| m.id),
+                members,
+                directory: None,
+                clean_stale: false,
+                channel: ChannelConfig::default(),
+                stream_id: 1001,
+                idle: [backoff, backoff, backoff],
+                cores: [None; 3],
+                threading: ThreadingMode::Dedicated,
+                force_layout: false,
+                commit_piggyback: false,
+                commit_heartbeat: Duration::from_millis(100),
+                ack_interval: Duration::from_millis(200),
+                ingress_capacity: 4 << 20,
+                resume_from: None,
+            },
+        }
+    }
+
+    /// A builder from a whole configuration.
+    pub fn from_config(config: NodeConfig) -> Self {
+        Self { config }
+    }
+
+    /// The leader's member id (by default the first member's).
+    pub fn leader(mut self, id: i32) -> Self {
+        self.config.leader = id;
+        self
+    }
+
+    /// The node directory.
+    pub fn directory(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.directory = Some(path.into());
+        self
+    }
+
+    /// Remove a stale node directory left by a crashed run.
+    pub fn clean_stale(mut self, clean: bool) -> Self {
+        self.config.clean_stale = clean;
+        self
+    }
+
+    /// The MTU of the log channel (1408 or 8192 are the presets).
+    pub fn mtu(mut self, mtu: usize) -> Self {
+        self.config.channel.mtu = mtu;
+        self
+    }
+
+    /// The term length of the log.
+    pub fn term_length(mut self, term_length: usize) -> Self {
+        self.config.channel.term_length = term_length;
+        self.config.channel.receiver_window = self.config.channel.receiver_window.min(term_length / 2);
+        self
+    }
+
+    /// Tags and checks every datagram of the log channel with this shared key (every member needs it).
+    pub fn auth_key(mut self, key: AuthKey) -> Self {
+        self.config.channel.auth = Some(key);
+        self
+    }
+
+    /// The send mode of the log channel.
+    pub fn send_mode(mut self, mode: SendMode) -> Self {
+        self.config.channel.send_mode = mode;
+        self
+    }
+
+    /// The whole channel configuration (timers, socket buffers, faults); destinations are filled in.
+    pub fn channel(mut self, channel: ChannelConfig) -> Self {
+        self.config.channel = channel;
+        self
+    }
+
+    /// The idle strategy of every agent, in its text form (`backoff`, `sleep-ns:1000`, `noop`, ...).
+    ///
+    /// # Panics
+    /// On a string that is not an idle strategy; use [`NodeBuilder::idle`] to handle the error.
+    pub fn idle_all(mut self, idle: &str) -> Self {
+        let idle: IdleStrategyConfig = idle.parse().expect("an idle strategy");
+        self.config.idle = [idle; 3];
+        self
+    }
+
+    /// The idle strategies of the consensus, sender and receiver agents.
+    pub fn idle(
+        mut self,
+        consensus: IdleStrategyConfig,
+        sender: IdleStrategyConfig,
+        receiver: IdleStrategyConfig,
+    ) -> Self {
+        self.config.idle = [consensus, sender, receiver];
+        self
+    }
+
+    /// The cores of the consensus, sender and receiver agents.
+    pub fn cores(mut self, consensus: Option<usize>, sender: Option<usize>, receiver: Option<usize>) -> Self {
+        self.config.cores = [consensus, sender, receiver];
+        self
+    }
+
+    /// The threading mode.
+    pub fn threading(mut self, mode: ThreadingMode) -> Self {
+        self.config.threading = mode;
+        self
+    }
+
+    /// Start even when busy-spinning threads outnumber cores (a warning instead of a refusal).
+    pub fn force_layout(mut self, force: bool) -> Self {
+        self.config.force_layout = force;
+        self
+    }
+
+    /// Carry the commit position in data frames while data flows.
+    pub fn commit_piggyback(mut self, piggyback: bool) -> Self {
+        self.config.commit_piggyback = piggyback;
+        self
+    }
+
+    /// Bytes of the client ingress ring (a power of two).
+    pub fn ingress_capacity(mut self, bytes: usize) -> Self {
+        self.config.ingress_capacity = bytes;
+        self
+    }
+
+    /// A follower restarting with its state applied up to `position` catches up from there.
+    pub fn resume_from(mut self, position: i64) -> Self {
+        self.config.resume_from = Some(position);
+        self
+    }
+
+    /// The configuration built so far.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// Starts the node.
+    pub fn start(self) -> Result<Node, NodeError> {
+        Node::start(self.config)
+    }
+}

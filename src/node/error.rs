@@ -1,0 +1,125 @@
+//! Why a node could not start, and why an offer was not taken.
+
+use std::fmt;
+
+use crate::agent::{AgentFailure, LayoutError};
+use crate::channel::ConfigError;
+use crate::counters::CountersError;
+use crate::directory::DirectoryError;
+use crate::log_buffer::LogError;
+use crate::network_publication::PublicationError;
+use crate::ring_buffer::RingError;
+
+/// Why a node could not start or failed.
+#[derive(Debug)]
+pub enum NodeError {
+    /// The configuration breaks a rule.
+    Config(String),
+    /// The node directory is in use or stale.
+    Directory(DirectoryError),
+    /// An I/O error while making its files or sockets.
+    Io(std::io::Error),
+    /// The node's log could not be made or mapped (its file, the file system's room, the log's rules).
+    Log(LogError),
+    /// The node's counters file could not be made.
+    Counters(CountersError),
+    /// The log's network publication could not start (sockets, the path MTU to a follower).
+    Publication(PublicationError),
+    /// A ring buffer (client ingress, consensus-to-sender commands) could not be laid out.
+    Ring(RingError),
+    /// The agent layout was refused (too many busy threads for the cores).
+    Layout(LayoutError),
+    /// An agent failed.
+    Agents(Vec<AgentFailure>),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "configuration: {e}"),
+            Self::Directory(e) => write!(f, "{e}"),
+            Self::Io(e) => write!(f, "{e}"),
+            Self::Log(e) => write!(f, "{e}"),
+            Self::Counters(e) => write!(f, "counters: {e}"),
+            Self::Publication(e) => write!(f, "log channel: {e}"),
+            Self::Ring(e) => write!(f, "ring buffer: {e}"),
+            Self::Layout(e) => write!(f, "{e}"),
+            Self::Agents(failures) => {
+                write!(f, "agents failed:")?;
+                for failure in failures {
+                    write!(f, " {failure};")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+impl From<std::io::Error> for NodeError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+impl From<ConfigError> for NodeError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e.0)
+    }
+}
+
+impl From<LogError> for NodeError {
+    fn from(e: LogError) -> Self {
+        Self::Log(e)
+    }
+}
+
+impl From<CountersError> for NodeError {
+    fn from(e: CountersError) -> Self {
+        Self::Counters(e)
+    }
+}
+
+impl From<PublicationError> for NodeError {
+    fn from(e: PublicationError) -> Self {
+        Self::Publication(e)
+    }
+}
+
+impl From<RingError> for NodeError {
+    fn from(e: RingError) -> Self {
+        Self::Ring(e)
+    }
+}
+
+/// Why an offer was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OfferError {
+    /// The ingress is full: the leader's log is back-pressured. Retry later.
+    BackPressured,
+    /// This node is not the leader, and appended nothing: offer on `leader` (the member id of the leader
+    /// this node knows, `None` while it knows none).
+    NotLeader {
+        /// The leader's member id, if known.
+        leader: Option<i32>,
+    },
+    /// The node is closed.
+    Closed,
+    /// The message is longer than the ingress takes (capacity / 8).
+    TooLong,
+}
+
+impl fmt::Display for OfferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BackPressured => f.write_str("back pressured: the leader's ingress is full; retry"),
+            Self::NotLeader { leader: Some(id) } => write!(f, "not the leader: offer on member {id}, the leader"),
+            Self::NotLeader { leader: None } => f.write_str("not the leader, and no leader is known yet: retry"),
+            Self::Closed => f.write_str("the node is closed"),
+            Self::TooLong => f.write_str("message longer than the ingress takes (capacity / 8)"),
+        }
+    }
+}
+
+impl std::error::Error for OfferError {}
