@@ -49,3 +49,4 @@ pub mod ring_buffer;
 pub mod sender;
 pub mod stats;
 pub mod transport;
+pub mod vote_file;
