@@ -595,6 +595,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_c_probe_gives_the_consensus_agent_a_core_of_its_own_and_nothing_else_spins() {
+        let two = Layout::for_cores(2).for_c_probe();
+        assert!(!two.invoked, "the consensus agent runs its own duty cycle");
+        assert_eq!((two.consensus, two.sender, two.followers, two.harness), (Some(1), Some(0), Some(0), Some(0)));
+        let noop: IdleStrategyConfig = "noop".parse().unwrap();
+        assert_eq!(two.sender_idle(noop), IdleStrategyConfig::default(), "a Sender sharing a core backs off");
+        let four = Layout::for_cores(4);
+        assert_eq!(four.for_c_probe(), four, "with 4 cores the consensus agent has core 2 already");
+        assert_eq!(four.sender_idle(noop), noop, "a Sender alone on its core may spin");
+        let one = Layout::for_cores(1);
+        assert_eq!(one.for_c_probe(), one, "one core: nothing to pin");
+    }
+
+    #[test]
     fn two_cores_give_the_sender_core_one_alone_and_invoke_the_rest() {
         let layout = Layout::for_cores(2);
         assert_eq!(layout.sender, Some(1));
