@@ -335,3 +335,35 @@ fn ipv6_destinations_stream_too() {
     sender.close().unwrap();
     runner.close().unwrap();
 }
+
+#[test]
+fn a_log_that_starts_past_zero_is_joined_where_it_starts() {
+    // A new leader continues the cluster's log at its own append position: its publication's log starts
+    // there, mid-term, and a receiver that gets its SETUP joins at that position and reads on from it.
+    let start = 3 * TERM_LENGTH as i64 + 4096;
+    let channel = ChannelConfig { mtu: 1408, term_length: TERM_LENGTH, ..ChannelConfig::default() };
+    let (runner, mut sub, addr) = receiver_on("127.0.0.1:0".parse().unwrap(), &channel);
+    let config = LogConfig { session_id: 7, stream_id: STREAM, ..LogConfig::new(TERM_LENGTH, 1408) };
+    let log = LogBuffer::create_anonymous_at(config, start).unwrap();
+    let appender = log.appender().unwrap();
+    let counters = SenderCounters::detached();
+    let publication =
+        NetworkPublication::new(log, ChannelConfig { destinations: vec![addr], ..channel }, counters.clone()).unwrap();
+    assert_eq!(publication.sender_position(), start);
+    let idle = Idle::new(&"backoff:10,5,1us,100us".parse::<IdleStrategyConfig>().unwrap()).unwrap();
+    let sender = AgentRunner::start(Sender::new(vec![publication]), idle, None, AgentCounters::detached()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sub.is_connected() {
+        assert!(Instant::now() < deadline, "the receiver never got a SETUP");
+        std::thread::yield_now();
+    }
+    assert_eq!(sub.position(), Some(start), "joined where the log starts");
+    let mut driver = Driver { counters, appender, next_offer: 0, buf: Vec::new() };
+    message(0, &mut driver.buf);
+    let mut next = Some(0);
+    driver.pump(&mut [(&mut sub, &mut next)], |n| n >= 20_000);
+    assert_eq!(next, Some(20_000), "every message from the start on, in order");
+    assert!(sub.position().unwrap() > start + TERM_LENGTH as i64, "read on across term boundaries");
+    sender.close().unwrap();
+    runner.close().unwrap();
+}

@@ -42,7 +42,7 @@ pub use rebuilder::{Gap, RebuildError, TermRebuilder};
 pub use scanner::{scan, Scan};
 
 use crate::buffer::{AtomicBuffer, Region};
-use crate::frame::DATA_HEADER_LENGTH;
+use crate::frame::{DATA_HEADER_LENGTH, FRAME_ALIGNMENT};
 use descriptor::*;
 
 /// How to lay out a new log.
@@ -132,6 +132,8 @@ pub enum LogError {
     },
     /// Every consumer slot of the log is taken.
     NoFreeConsumerSlot,
+    /// A start position that is negative, not a multiple of the frame alignment, or too far.
+    InvalidStartPosition(i64),
     /// An appender of this log is alive in this process already.
     AppenderInUse,
 }
@@ -153,6 +155,9 @@ impl fmt::Display for LogError {
             Self::NotALog { path, reason } => write!(f, "{} is not a quorumcast log: {reason}", path.display()),
             Self::NoFreeConsumerSlot => {
                 write!(f, "all {CONSUMER_SLOT_COUNT} consumer slots of the log are taken; close a subscriber first")
+            }
+            Self::InvalidStartPosition(p) => {
+                write!(f, "start position {p} must be a non-negative multiple of {FRAME_ALIGNMENT}, within 2^31 terms")
             }
             Self::AppenderInUse => write!(f, "the log has an appender already; drop it before taking another"),
         }
@@ -182,18 +187,34 @@ pub struct LogBuffer {
 impl LogBuffer {
     /// Creates (or truncates) the log file at `path` laid out by `config`.
     pub fn create(path: &Path, config: LogConfig) -> Result<Self, LogError> {
+        Self::create_at(path, config, 0)
+    }
+
+    /// As [`create`](Self::create), for a log whose first byte is at `start_position` rather than 0: the
+    /// appender, and a consumer that joins, start there, in the term and at the offset that position falls
+    /// in. A log continued by another publisher (a new leader continuing the cluster's one log at its own
+    /// append position) starts so. `start_position` must be a non-negative multiple of the frame alignment.
+    pub fn create_at(path: &Path, config: LogConfig, start_position: i64) -> Result<Self, LogError> {
         config.validate()?;
+        check_start(&config, start_position)?;
         let length = log_length(config.term_length, config.page_size);
         let region = Region::create_file(path, length, config.pre_touch).map_err(|e| io_error(path, e))?;
-        Ok(Self::initialise(region, config))
+        Ok(Self::initialise(region, config, start_position))
     }
 
     /// Creates a log in anonymous memory, for use within one process (tests, in-process IPC).
     pub fn create_anonymous(config: LogConfig) -> Result<Self, LogError> {
+        Self::create_anonymous_at(config, 0)
+    }
+
+    /// As [`create_anonymous`](Self::create_anonymous), starting at `start_position` (see
+    /// [`create_at`](Self::create_at)).
+    pub fn create_anonymous_at(config: LogConfig, start_position: i64) -> Result<Self, LogError> {
         config.validate()?;
+        check_start(&config, start_position)?;
         let length = log_length(config.term_length, config.page_size);
         let region = Region::anonymous(length).map_err(|e| io_error(Path::new("<anonymous>"), e))?;
-        Ok(Self::initialise(region, config))
+        Ok(Self::initialise(region, config, start_position))
     }
 
     /// Maps an existing log created by another process and reads its configuration from the metadata.
@@ -229,15 +250,25 @@ impl LogBuffer {
         Ok(Self::from_views(&whole, config))
     }
 
-    fn initialise(region: Arc<Region>, config: LogConfig) -> Self {
+    /// Lays out fresh metadata with the tail at `start_position`: the active term is the one that position
+    /// falls in, and the two other partitions hold (empty) the two terms before it, as after rotations.
+    fn initialise(region: Arc<Region>, config: LogConfig, start_position: i64) -> Self {
         let whole = AtomicBuffer::new(region);
         let log = Self::from_views(&whole, config);
+        let bits = position_bits_to_shift(config.term_length);
+        let count = (start_position >> bits) as i32;
+        let active_term = config.initial_term_id.wrapping_add(count);
+        let offset = (start_position & (config.term_length as i64 - 1)) as u32;
+        let mut tail_counters = [0i64; PARTITION_COUNT];
+        for back in 0..PARTITION_COUNT as i32 {
+            // Term `active - back` lives in partition `(count - back) mod 3`.
+            let partition = (count - back).rem_euclid(PARTITION_COUNT as i32) as usize;
+            let term_offset = if back == 0 { offset } else { 0 };
+            tail_counters[partition] = pack_tail(active_term.wrapping_sub(back), term_offset);
+        }
         let meta = LogMetadata {
-            tail_counters: [
-                pack_tail(config.initial_term_id, 0),
-                pack_tail(config.initial_term_id.wrapping_sub(2), 0),
-                pack_tail(config.initial_term_id.wrapping_sub(1), 0),
-            ],
+            tail_counters,
+            active_term_count: count,
             end_of_stream_position: i64::MAX,
             initial_term_id: config.initial_term_id,
             term_length: config.term_length as i32,
@@ -375,6 +406,15 @@ fn consumer_limit(metadata: &AtomicBuffer, term_length: usize) -> Option<i64> {
     min_consumer_position(metadata).map(|p| p + (term_length / 2) as i64)
 }
 
+/// Refuses a start position that is negative, not frame aligned, or further than an i32 of terms.
+fn check_start(config: &LogConfig, start_position: i64) -> Result<(), LogError> {
+    let terms = start_position >> position_bits_to_shift(config.term_length);
+    if start_position < 0 || start_position % FRAME_ALIGNMENT as i64 != 0 || terms >= i32::MAX as i64 {
+        return Err(LogError::InvalidStartPosition(start_position));
+    }
+    Ok(())
+}
+
 fn io_error(path: &Path, source: std::io::Error) -> LogError {
     LogError::Io { path: path.to_path_buf(), source }
 }
@@ -417,6 +457,40 @@ impl Drop for ConsumerPosition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_that_starts_at_a_position_appends_and_reads_from_there_across_terms() {
+        const TERM: i64 = 65536;
+        let config = LogConfig { initial_term_id: 40, session_id: 5, ..LogConfig::new(TERM as usize, 1408) };
+        for start in [0, 4096, TERM - 64, TERM, 2 * TERM + 96, 5 * TERM + 1024] {
+            let log = LogBuffer::create_anonymous_at(config, start).unwrap();
+            assert_eq!(log.producer_position(), start, "start {start}");
+            let consumer = log.register_consumer(start).unwrap();
+            let mut appender = log.appender().unwrap();
+            appender.refresh_limit_from_consumers();
+            // 200 messages of 300 B (352 B framed): about 70 KB, past at least one term boundary.
+            let mut appended = 0;
+            let reader = LogReader::new(&log);
+            let (mut position, mut read) = (start, Vec::new());
+            while read.len() < 200 {
+                while appended < 200 && appender.append(&[appended as u8; 300]).is_ok() {
+                    appended += 1;
+                }
+                position = reader.poll(position, 64, |payload, header| {
+                    assert_eq!((header.session_id, payload.len()), (5, 300));
+                    read.push(payload[0]);
+                });
+                consumer.set(position);
+                appender.refresh_limit_from_consumers();
+            }
+            assert_eq!(read, (0..200).map(|i| i as u8).collect::<Vec<_>>(), "start {start}");
+            assert!(position > start + 200 * 352 - 1, "start {start}: read to {position}");
+            assert_eq!(position, log.producer_position());
+        }
+        for bad in [-32, 33, TERM << 31] {
+            assert!(matches!(LogBuffer::create_anonymous_at(config, bad), Err(LogError::InvalidStartPosition(_))));
+        }
+    }
 
     #[test]
     fn config_rules_name_the_value() {
