@@ -10,8 +10,8 @@ use super::descriptor::*;
 use super::LogBuffer;
 use crate::buffer::AtomicBuffer;
 use crate::frame::{
-    framed_length, DataHeader, BEGIN_FLAG, CURRENT_VERSION, DATA_HEADER_LENGTH, END_FLAG, FRAME_LENGTH_OFFSET,
-    RESERVED_VALUE_OFFSET, TYPE_DATA, TYPE_OFFSET, TYPE_PAD, UNFRAGMENTED,
+    framed_length, DataHeader, BEGIN_FLAG, CURRENT_VERSION, DATA_HEADER_LENGTH, END_FLAG, FRAME_ALIGNMENT,
+    FRAME_LENGTH_OFFSET, RESERVED_VALUE_OFFSET, TYPE_DATA, TYPE_OFFSET, TYPE_PAD, UNFRAGMENTED,
 };
 
 /// Copies at least this long are split into chunks of this length (see [`copy_in_chunks`]).
@@ -187,6 +187,35 @@ impl ExclusiveAppender {
         copy_in_chunks(term, offset + DATA_HEADER_LENGTH, message);
         term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + message.len()) as i32);
         Ok(self.advance(required))
+    }
+
+    /// Appends one frame as another log holds it: `payload` with the fragment `flags` and `reserved` value
+    /// it carries there. Copying a log's frames in order, from a position where both logs start, puts
+    /// each at the same position as in the source (framing and term-end padding depend on positions only);
+    /// see [`copy_frames`](super::copy_frames). `payload` is at most `mtu - 32` bytes.
+    pub fn append_frame(&mut self, payload: &[u8], flags: u8, reserved: i64) -> Result<i64, AppendError> {
+        if payload.len() > self.max_payload {
+            return Err(AppendError::ClaimLengthExceeded { length: payload.len(), max: self.max_payload });
+        }
+        let required = framed_length(payload.len());
+        let offset = self.reserve(required)?;
+        self.write_header(offset, flags, TYPE_DATA, reserved);
+        let term = &self.terms[self.active];
+        copy_in_chunks(term, offset + DATA_HEADER_LENGTH, payload);
+        term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + payload.len()) as i32);
+        Ok(self.advance(required))
+    }
+
+    /// Appends a PAD frame of `length` bytes (a multiple of 32, within the active term): the copy of a gap
+    /// that an abandoned claim left in another log.
+    pub fn append_padding(&mut self, length: usize) -> Result<i64, AppendError> {
+        if length == 0 || length % FRAME_ALIGNMENT != 0 || length > self.term_length - self.term_offset {
+            return Err(AppendError::ClaimLengthExceeded { length, max: self.term_length - self.term_offset });
+        }
+        let offset = self.reserve(length)?;
+        self.write_header(offset, UNFRAGMENTED, TYPE_PAD, 0);
+        self.terms[self.active].put_i32_release(offset + FRAME_LENGTH_OFFSET, length as i32);
+        Ok(self.advance(length))
     }
 
     /// Appends the concatenation of `parts` as one message.

@@ -25,6 +25,7 @@
 //! `copy_distance_probe` in `tests/log_buffer_props.rs` measures both forms on the machine at hand.
 
 mod appender;
+mod copy;
 pub(crate) mod descriptor;
 mod reader;
 mod rebuilder;
@@ -36,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use appender::{AppendError, BufferClaim, ExclusiveAppender};
+pub use copy::{copy_frames, CopyError};
 pub use descriptor::{partition_index, partition_of_term, position, position_bits_to_shift, term_id, term_offset};
 pub use reader::{FragmentAssembler, LogReader, MessageReader};
 pub use rebuilder::{Gap, RebuildError, TermRebuilder};
