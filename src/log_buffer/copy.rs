@@ -140,4 +140,34 @@ mod tests {
         let mut other = log(3, 64).appender().unwrap();
         assert_eq!(copy_frames(&source, 0, end, &mut other), Err(CopyError::NotAligned { from: 0, appender: 64 }));
     }
+
+    #[test]
+    fn a_reader_goes_on_in_the_next_log_and_a_message_split_across_the_switch_arrives_whole() {
+        use crate::log_buffer::MessageReader;
+        let old = log(1, 0);
+        let mut appender = old.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        appender.append(&[1u8; 500]).unwrap();
+        let split_message = vec![2u8; 3000]; // three fragments of at most 1376 B
+        appender.append(&split_message).unwrap();
+        appender.append(&[3u8; 40]).unwrap();
+        let end = appender.position();
+        // The switch falls after the split message's first fragment: 544 B for the first message, then
+        // one 1408 B frame.
+        let switch = 544 + 1408;
+        let new = log(2, switch);
+        let mut new_appender = new.appender().unwrap();
+        new_appender.set_limit(i64::MAX);
+        copy_frames(&old, switch, end, &mut new_appender).unwrap();
+
+        let mut reader = MessageReader::new(LogReader::new(&old), old.register_consumer(0).unwrap(), 0);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        reader.poll_bounded(switch, 100, |m| got.push(m.to_vec()));
+        assert_eq!(got, vec![vec![1u8; 500]], "the split message is not delivered from half of it");
+        assert_eq!(reader.position(), switch);
+        reader.continue_in(LogReader::new(&new), new.register_consumer(switch).unwrap());
+        reader.poll_bounded(end, 100, |m| got.push(m.to_vec()));
+        assert_eq!(got, vec![vec![1u8; 500], split_message, vec![3u8; 40]]);
+        assert_eq!(reader.position(), end);
+    }
 }

@@ -249,6 +249,16 @@ impl MessageReader {
         self.position
     }
 
+    /// Goes on reading from the same position in another log: the log of the next leader, which holds the
+    /// same bytes from here on (it starts here, or was copied from here with [`super::copy_frames`]). The
+    /// reassembly goes on too, so a message whose first fragments were in the old log is delivered whole.
+    /// `consumer` is the new log's slot; the caller has made sure the new log holds this position.
+    pub fn continue_in(&mut self, reader: LogReader, consumer: super::ConsumerPosition) {
+        consumer.set(self.position);
+        self.reader = reader;
+        self.consumer = consumer;
+    }
+
     /// Hands up to `fragment_limit` fragments' worth of whole messages, reading nothing at or beyond
     /// `limit_position`, to `handler`; returns the fragments read. Follows the log across term boundaries.
     pub fn poll_bounded(
