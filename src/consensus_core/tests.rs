@@ -73,22 +73,28 @@ fn granted(out: &[Output]) -> Option<bool> {
 /// Drives member 1 through a canvass and an election it wins against 2 and 3; returns it leading term 1.
 fn elected_leader() -> ConsensusCore {
     let mut leader = core(1);
-    let mut out = Vec::new();
-    leader.tick(1000 * MS, &mut out);
-    leader.on_message(
-        2,
-        Message::CanvassReply { leadership_term_id: 0, candidate_term_id: 1, granted: true },
-        1000 * MS,
-        &mut out,
-    );
-    leader.on_message(
-        2,
-        Message::Vote { leadership_term_id: 1, candidate_term_id: 1, granted: true },
-        1000 * MS,
-        &mut out,
-    );
-    assert_eq!(leader.role(), Role::Leader);
+    win(&mut leader, &mut Vec::new());
     leader
+}
+
+/// Makes `leader` (member 1, not yet canvassing) time out, canvass and win the next term with member 2's
+/// grant and vote; its outputs go to `out`.
+fn win(leader: &mut ConsensusCore, out: &mut Vec<Output>) {
+    let (prior, candidate) = (leader.leadership_term_id(), leader.leadership_term_id() + 1);
+    leader.tick(1000 * MS, out);
+    leader.on_message(
+        2,
+        Message::CanvassReply { leadership_term_id: prior, candidate_term_id: candidate, granted: true },
+        1000 * MS,
+        out,
+    );
+    leader.on_message(
+        2,
+        Message::Vote { leadership_term_id: candidate, candidate_term_id: candidate, granted: true },
+        1000 * MS,
+        out,
+    );
+    assert_eq!((leader.role(), leader.leadership_term_id()), (Role::Leader, candidate));
 }
 
 #[test]
@@ -263,19 +269,7 @@ fn a_leader_commits_only_once_its_own_term_is_on_a_majority() {
     // Member 1 holds bytes of term 1 up to 100, becomes leader of term 2 with base 100.
     let mut leader = core_with(1, 1, None, &[(1, 0)], 100, 0);
     let mut out = Vec::new();
-    leader.tick(1000 * MS, &mut out);
-    leader.on_message(
-        2,
-        Message::CanvassReply { leadership_term_id: 1, candidate_term_id: 2, granted: true },
-        1000 * MS,
-        &mut out,
-    );
-    leader.on_message(
-        2,
-        Message::Vote { leadership_term_id: 2, candidate_term_id: 2, granted: true },
-        1000 * MS,
-        &mut out,
-    );
+    win(&mut leader, &mut out);
     assert_eq!(leader.role(), Role::Leader);
     out.clear();
     leader.on_message(
@@ -300,19 +294,7 @@ fn a_leader_commits_only_once_its_own_term_is_on_a_majority() {
 fn the_leader_answers_a_term_query_with_where_that_term_ends() {
     let mut leader = core_with(1, 3, None, &[(1, 0), (3, 100)], 150, 0);
     let mut out = Vec::new();
-    leader.tick(1000 * MS, &mut out);
-    leader.on_message(
-        2,
-        Message::CanvassReply { leadership_term_id: 3, candidate_term_id: 4, granted: true },
-        1000 * MS,
-        &mut out,
-    );
-    leader.on_message(
-        2,
-        Message::Vote { leadership_term_id: 4, candidate_term_id: 4, granted: true },
-        1000 * MS,
-        &mut out,
-    );
+    win(&mut leader, &mut out);
     out.clear();
     leader.on_message(
         3,
