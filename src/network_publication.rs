@@ -635,18 +635,12 @@ impl NetworkPublication {
         let mut advance = 0;
         for run in &self.runs[..count] {
             let bytes = self.log.term(run.partition).bytes(run.offset, run.length);
-            // With a key, the datagram is hashed once for every destination (fault injection aside).
-            let tag = self.config.auth.filter(|_| !self.send_faults_active).map(|key| key.tag(bytes));
+            // With a key, the datagram is hashed once for every destination.
+            let tag = self.config.auth.map(|key| key.tag(bytes));
             let mut taken = false;
             for (d, dest) in self.destinations.iter_mut().enumerate() {
                 if self.flow_control.is_live(d) {
-                    let outcome = match &tag {
-                        Some(tag) => {
-                            self.counters.data_syscalls.increment();
-                            self.sockets.send_with_tag(d, bytes, Some(tag))
-                        }
-                        None => transmit(&self.sockets, dest, d, bytes, &self.counters.data_syscalls),
-                    };
+                    let outcome = transmit(&self.sockets, dest, d, bytes, tag.as_ref(), &self.counters.data_syscalls);
                     taken |=
                         account(outcome, bytes.len(), 1, dest.addr, &self.config, &self.counters, &mut self.failure);
                 }
@@ -767,7 +761,7 @@ impl NetworkPublication {
     /// Sends a control frame to destination `d`, counted as a control syscall; true when it went.
     fn send_counted(&mut self, d: usize, bytes: &[u8]) -> bool {
         let dest = &mut self.destinations[d];
-        let outcome = transmit(&self.sockets, dest, d, bytes, &self.counters.control_syscalls);
+        let outcome = transmit(&self.sockets, dest, d, bytes, None, &self.counters.control_syscalls);
         match outcome {
             SendOutcome::Sent(_) => true,
             SendOutcome::WouldBlock => {
@@ -1015,7 +1009,7 @@ impl NetworkPublication {
             let partition = partition_index(from, bits);
             let bytes = self.log.term(partition).bytes(term_offset(from, term_length), found.available);
             let dest = &mut self.destinations[d];
-            let outcome = transmit(&self.sockets, dest, d, bytes, &self.counters.control_syscalls);
+            let outcome = transmit(&self.sockets, dest, d, bytes, None, &self.counters.control_syscalls);
             if !matches!(outcome, SendOutcome::Sent(_)) {
                 self.counters.short_sends.increment();
                 break;
@@ -1030,11 +1024,25 @@ impl NetworkPublication {
 
 /// Sends `bytes` to destination `d` through its send-side fault injector when there is one, counting each
 /// syscall on `syscalls`. With faults, the outcome is that of the last syscall (a drop counts as sent).
-fn transmit(sockets: &Sockets, dest: &mut Destination, d: usize, bytes: &[u8], syscalls: &Counter) -> SendOutcome {
+///
+/// `tag` is `bytes`' authentication tag when the caller computed it once for several destinations (`None`:
+/// the socket computes it, if it authenticates). Fault injection may send other, held-back bytes in this
+/// call, so it leaves the tags to the socket.
+fn transmit(
+    sockets: &Sockets,
+    dest: &mut Destination,
+    d: usize,
+    bytes: &[u8],
+    tag: Option<&[u8; TAG_LENGTH]>,
+    syscalls: &Counter,
+) -> SendOutcome {
     match dest.faults.as_mut() {
         None => {
             syscalls.increment();
-            sockets.send(d, bytes)
+            match tag {
+                Some(tag) => sockets.send_with_tag(d, bytes, Some(tag)),
+                None => sockets.send(d, bytes),
+            }
         }
         Some(faults) => {
             let mut outcome = SendOutcome::Sent(1);
