@@ -132,8 +132,9 @@ fn free_endpoint() -> Result<SocketAddr, std::io::Error> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let members: Vec<Member> =
-        (0..3).map(|id| Ok(Member { id, endpoint: free_endpoint()? })).collect::<Result<_, std::io::Error>>()?;
+    let members: Vec<Member> = (0..3)
+        .map(|id| Ok(Member { id, endpoint: free_endpoint()?, consensus: free_endpoint()? }))
+        .collect::<Result<_, std::io::Error>>()?;
     let base = std::env::temp_dir().join(format!("qc-kv-store-{}", std::process::id()));
     let mut nodes: Vec<Node> = (0..3)
         .map(|id| {

@@ -21,19 +21,27 @@ use crate::transport::SendMode;
 ///
 /// Every key is optional in a file, so that a node file (identity, membership, channel) and a profile
 /// (threading, idle strategies, cores) can each hold only their part: [`NodeFile::merge`] lays a profile
-/// over a node file, and [`NodeFile::into_config`] demands the keys a node needs (`id`, `leader`,
-/// `members`) and takes [`NodeBuilder::new`]'s defaults for the rest. Unknown keys are an error that names
+/// over a node file, and [`NodeFile::into_config`] demands the keys a node needs (`id`, `members`) and
+/// takes [`NodeBuilder::new`]'s defaults for the rest. Unknown keys are an error that names
 /// the key. The keys:
 ///
 /// ```toml
 /// id = 0                       # this node's member id (required)
-/// leader = 0                   # the leader's member id (required)
+/// leader = 0                   # the preferred first leader (optional: the members elect one anyway)
 /// directory = "/dev/shm/quorumcast/node-0"   # default: /dev/shm/quorumcast/node-<id>
+/// data_dir = "/var/lib/quorumcast/node-0"    # the persisted term and vote; default: <directory>-data
 /// clean_stale = true           # remove a crashed run's directory instead of refusing to start
 /// stream_id = 1001
 /// commit_piggyback = true      # carry the commit position in data frames
 /// ingress_capacity = "4MiB"    # client ingress ring, a power of two
-/// members = [ { id = 0, endpoint = "127.0.0.1:40501" }, { id = 1, endpoint = "127.0.0.1:40502" } ]
+/// members = [ { id = 0, endpoint = "127.0.0.1:40501", consensus = "127.0.0.1:40601" },
+///             { id = 1, endpoint = "127.0.0.1:40502" } ]   # consensus: default the endpoint's port + 100
+///
+/// [consensus]                  # elections; see the README for how to choose
+/// heartbeat_interval = "10ms"  # the leader's heartbeat (its commit position) at least this often
+/// heartbeat_timeout = "100ms"  # a leader not heard from for this long may be replaced
+/// election_timeout_min = "150ms"   # a follower canvasses after a random timeout in this range
+/// election_timeout_max = "300ms"
 ///
 /// [channel]
 /// mtu = 8192
@@ -79,6 +87,7 @@ pub struct NodeFile {
     leader: Option<i32>,
     members: Option<Vec<MemberEntry>>,
     directory: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
     clean_stale: Option<bool>,
     stream_id: Option<i32>,
     commit_piggyback: Option<bool>,
@@ -88,7 +97,19 @@ pub struct NodeFile {
     #[serde(default)]
     timers: TimerSection,
     #[serde(default)]
+    consensus: ConsensusSection,
+    #[serde(default)]
     agents: AgentSection,
+}
+
+/// The `[consensus]` table: the election timers.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsensusSection {
+    heartbeat_interval: Option<FileDuration>,
+    heartbeat_timeout: Option<FileDuration>,
+    election_timeout_min: Option<FileDuration>,
+    election_timeout_max: Option<FileDuration>,
 }
 
 /// A `members` entry.
@@ -97,6 +118,7 @@ pub struct NodeFile {
 struct MemberEntry {
     id: i32,
     endpoint: SocketAddr,
+    consensus: Option<SocketAddr>,
 }
 
 /// The `[channel]` table.
@@ -181,8 +203,10 @@ impl NodeFile {
     /// This file with every key that `over` sets replaced by `over`'s value (tables merge key by key,
     /// `members` is replaced whole). So `node.merge(profile)`: the profile wins where both set a key.
     pub fn merge(mut self, over: NodeFile) -> NodeFile {
-        merge_fields!(self, over; id, leader, members, directory, clean_stale, stream_id, commit_piggyback,
-            ingress_capacity);
+        merge_fields!(self, over; id, leader, members, directory, data_dir, clean_stale, stream_id,
+            commit_piggyback, ingress_capacity);
+        let (c, o) = (&mut self.consensus, over.consensus);
+        merge_fields!(c, o; heartbeat_interval, heartbeat_timeout, election_timeout_min, election_timeout_max);
         let (c, o) = (&mut self.channel, over.channel);
         merge_fields!(c, o; mtu, term_length, send_mode, batch_limit, receiver_window, send_buffer,
             receive_buffer, send_faults, receive_faults, auth_key, max_retransmit_rate);
@@ -217,20 +241,27 @@ impl NodeFile {
         entry.idle.or(self.agents.idle).map_or_else(IdleStrategyConfig::default, |p| p.0)
     }
 
-    /// The node configuration this file describes; fails when `id`, `leader` or `members` is missing, or
+    /// The node configuration this file describes; fails when `id` or `members` is missing, or
     /// when the configuration breaks a rule of [`Node::start`](crate::node::Node::start) (checked here so a file is refused early).
     pub fn into_config(self) -> Result<NodeConfig, NodeError> {
         let missing = |key: &str, what: &str| NodeError::Config(format!("missing key `{key}` ({what})"));
         let id = self.id.ok_or_else(|| missing("id", "this node's member id"))?;
-        let leader = self.leader.ok_or_else(|| missing("leader", "the leader's member id"))?;
         let members = self.members.as_ref().ok_or_else(|| {
             missing(
                 "members",
                 "every member's id and endpoint, e.g. members = [{ id = 0, endpoint = \"127.0.0.1:40501\" }]",
             )
         })?;
-        let members = members.iter().map(|m| Member { id: m.id, endpoint: m.endpoint }).collect();
-        let mut config = NodeBuilder::new(id, members).leader(leader).config().clone();
+        let members = members
+            .iter()
+            .map(|m| Member {
+                consensus: m.consensus.unwrap_or(Member::new(m.id, m.endpoint).consensus),
+                ..Member::new(m.id, m.endpoint)
+            })
+            .collect();
+        let mut config = NodeBuilder::new(id, members).config().clone();
+        config.leader = self.leader;
+        config.data_dir = self.data_dir.clone();
         let agents = &self.agents;
         config.idle = [agents.consensus, agents.sender, agents.receiver].map(|entry| self.agent_idle(&entry));
         config.cores = [agents.consensus.core, agents.sender.core, agents.receiver.core];
@@ -251,6 +282,7 @@ impl NodeFile {
         }
         self.channel.apply(&mut config.channel);
         self.timers.apply(&mut config);
+        self.consensus.apply(&mut config);
         config.validate()?;
         config.channel.validate()?;
         Ok(config)
@@ -280,6 +312,17 @@ impl ChannelSection {
             channel.auth = Some(key.0);
         }
         set(&mut channel.max_retransmit_rate, self.max_retransmit_rate.map(|r| r.0 as u64));
+    }
+}
+
+impl ConsensusSection {
+    fn apply(&self, config: &mut NodeConfig) {
+        let ns = |t: Option<FileDuration>| t.map(|t| crate::clock::nanos(t.0));
+        let timers = &mut config.timers;
+        set(&mut timers.heartbeat_interval_ns, ns(self.heartbeat_interval));
+        set(&mut timers.heartbeat_timeout_ns, ns(self.heartbeat_timeout));
+        set(&mut timers.election_timeout_min_ns, ns(self.election_timeout_min));
+        set(&mut timers.election_timeout_max_ns, ns(self.election_timeout_max));
     }
 }
 
@@ -416,7 +459,7 @@ mod file_tests {
     #[test]
     fn a_node_file_sets_every_part_of_the_config() {
         let config = NodeConfig::from_toml(NODE).unwrap();
-        assert_eq!((config.id, config.leader, config.members.len()), (1, 0, 3));
+        assert_eq!((config.id, config.leader, config.members.len()), (1, Some(0), 3));
         assert_eq!(config.members[2].endpoint, "127.0.0.1:40503".parse().unwrap());
         assert!(config.clean_stale);
         assert_eq!((config.channel.mtu, config.channel.term_length), (8192, 16 << 20));

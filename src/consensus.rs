@@ -1,29 +1,26 @@
-//! Consensus: the leader's append stage and quorum commit, and the follower's side of it.
+//! Consensus on the leader's data path: the append stage, and the quorum rule.
 //!
-//! The leader's consensus agent, per duty cycle:
-//! 1. takes client messages from the many-to-one ingress ring and appends each exactly once into the log
-//!    (the consensus append stage); a message the log has no room for yet stays in the ring;
-//! 2. reads the followers' acknowledged append positions (counters the Sender's control handler raises);
-//! 3. computes the commit position, [`quorum_position`], and publishes it to the local state machine
-//!    through the commit counter and, when it moved, to the followers as one commit-position frame handed
-//!    to the Sender. So a commit update goes out at most once per duty cycle: a spinning agent sends many
-//!    small updates, a sleeping or backing-off one coalesces them, which is what sets the model's C.
+//! Every decision (who leads, in which term, what is committed) is the consensus core's
+//! ([`crate::consensus_core`]); the node's consensus agent feeds it and carries out what it says. While
+//! the core says this member leads, the agent runs an [`AppendStage`] per duty cycle:
+//! 1. it takes client messages from the many-to-one ingress ring and appends each exactly once into the
+//!    log (the consensus append stage); a message the log has no room for yet stays in the ring;
+//! 2. when the core's commit position moved, it hands one commit-position frame to the Sender. So a commit
+//!    update goes out at most once per duty cycle: a spinning agent sends many small updates, a sleeping
+//!    or backing-off one coalesces them, which is what sets the model's C.
 //!
 //! With `commit_piggyback`, the commit position rides in the reserved value of every data frame appended,
 //! and a separate commit frame is sent only on a cycle that appended nothing, or when the commit moved
 //! `piggyback_refresh` bytes past the last commit frame: a data frame carries the commit of the moment it
 //! was appended, so behind a deep send queue its value is stale by the queue's depth, and followers that
 //! apply (and so free their flow-control window) only up to the commit they know would hold the Sender
-//! back for it. When the commit position has
-//! not moved for `commit_heartbeat`, it is sent again, so a lost commit frame delays followers' apply by at
-//! most that much.
+//! back for it. When the commit position has not moved for `commit_heartbeat`, it is sent again, so a
+//! lost commit frame delays followers' apply by at most that much.
 
 use std::fmt;
 
-use crate::agent::{Agent, AgentError};
-use crate::clock::NanoClock;
 use crate::counters::Counter;
-use crate::frame::CommitPositionFrame;
+use crate::frame::{CommitPositionFrame, TERM_START_FLAG, UNFRAGMENTED};
 use crate::log_buffer::{AppendError, ExclusiveAppender};
 use crate::ring_buffer::{ManyToOneRingBuffer, OneToOneRingBuffer};
 
@@ -55,25 +52,9 @@ pub fn quorum_position(leader: i64, followers: &[i64]) -> i64 {
     best.min(leader).max(0)
 }
 
-/// A member's role, kept where an election will change it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Appends client messages and commits by quorum.
-    Leader,
-    /// Replicates the leader's log and applies what is committed.
-    Follower,
-}
+pub use crate::consensus_core::Role;
 
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Role::Leader => "leader",
-            Role::Follower => "follower",
-        })
-    }
-}
-
-/// The counters of the leader's consensus agent.
+/// The counters of a node's consensus agent.
 #[derive(Clone, Debug)]
 pub struct ConsensusCounters {
     /// The commit position (what the state machine may apply up to).
@@ -112,53 +93,53 @@ impl ConsensusCounters {
 /// Identity of the replicated log, written into commit frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogIdentity {
-    /// Session of the log publication.
+    /// Session of the log publication (new for every leadership term).
     pub session_id: i32,
     /// Stream of the log.
     pub stream_id: i32,
     /// The leader's member id.
     pub leader_member_id: i32,
-    /// The leadership term (fixed until elections exist).
+    /// The leadership term.
     pub leadership_term_id: i64,
 }
 
-/// The leader's consensus agent.
-pub struct LeaderConsensus {
-    ingress: ManyToOneRingBuffer,
+/// The leader's append stage for one leadership term: client messages from the ingress ring into the
+/// log, each exactly once, and commit-position frames to the Sender.
+///
+/// It decides nothing: the commit position it sends is the consensus core's, and it appends only while
+/// the core says this member leads and has started its term.
+pub struct AppendStage {
     appender: ExclusiveAppender,
-    acks: Vec<Counter>,
-    ack_positions: Vec<i64>,
     commands: OneToOneRingBuffer,
     identity: LogIdentity,
     piggyback: bool,
     piggyback_refresh: i64,
     commit_heartbeat_ns: u64,
     next_heartbeat_ns: u64,
+    /// The commit position last handed to [`AppendStage::on_commit`].
     commit: i64,
     /// The commit position of the last commit frame handed to the Sender.
     frame_commit: i64,
-    clock: NanoClock,
+    /// Whether the commit moved since the last duty cycle's decision to send a frame or not.
+    owed: bool,
     counters: ConsensusCounters,
 }
 
-impl fmt::Debug for LeaderConsensus {
+impl fmt::Debug for AppendStage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaderConsensus")
+        f.debug_struct("AppendStage")
+            .field("identity", &self.identity)
             .field("commit", &self.commit)
             .field("append", &self.appender.position())
             .finish()
     }
 }
 
-/// Everything the leader's consensus agent is made of.
+/// Everything an [`AppendStage`] is made of.
 #[derive(Debug)]
-pub struct LeaderParts {
-    /// Client ingress.
-    pub ingress: ManyToOneRingBuffer,
-    /// The log's appender.
+pub struct AppendParts {
+    /// The term's log appender, at the end of the log.
     pub appender: ExclusiveAppender,
-    /// Each follower's acknowledged position, raised by the Sender's control handler.
-    pub acks: Vec<Counter>,
     /// Where commit frames go to the Sender.
     pub commands: OneToOneRingBuffer,
     /// Identity written into commit frames.
@@ -170,68 +151,70 @@ pub struct LeaderParts {
     pub piggyback_refresh: i64,
     /// Resend an unchanged commit position this often.
     pub commit_heartbeat_ns: u64,
+    /// The commit position when the term starts.
+    pub commit: i64,
     /// Counters.
     pub counters: ConsensusCounters,
 }
 
-impl LeaderConsensus {
-    /// A leader's consensus agent.
-    pub fn new(parts: LeaderParts) -> Self {
-        let followers = parts.acks.len();
+impl AppendStage {
+    /// The append stage of one leadership term.
+    pub fn new(parts: AppendParts) -> Self {
         Self {
-            ingress: parts.ingress,
             appender: parts.appender,
-            acks: parts.acks,
-            ack_positions: vec![0; followers],
             commands: parts.commands,
             identity: parts.identity,
             piggyback: parts.piggyback,
             piggyback_refresh: parts.piggyback_refresh.max(1),
             commit_heartbeat_ns: parts.commit_heartbeat_ns,
             next_heartbeat_ns: 0,
-            commit: 0,
-            frame_commit: 0,
-            clock: NanoClock::new(),
+            commit: parts.commit,
+            frame_commit: parts.commit,
+            owed: false,
             counters: parts.counters,
         }
     }
 
-    /// One duty cycle; returns the work done.
-    pub fn poll_once(&mut self) -> usize {
-        let now_ns = self.clock.now_ns();
-        let committed = self.update_commit();
-        let appended = self.drain_ingress();
-        let mut work = appended + committed as usize;
-        let heartbeat_due = now_ns >= self.next_heartbeat_ns && self.commit > 0;
-        let piggybacked = self.piggyback && appended > 0 && self.commit - self.frame_commit < self.piggyback_refresh;
-        if (committed && !piggybacked) || heartbeat_due {
-            work += self.send_commit() as usize;
-            self.next_heartbeat_ns = now_ns + self.commit_heartbeat_ns;
-        }
-        work
+    /// The log's append position.
+    pub fn position(&self) -> i64 {
+        self.appender.position()
     }
 
-    /// Recomputes the commit position; true when it moved.
-    fn update_commit(&mut self) -> bool {
-        for (position, ack) in self.ack_positions.iter_mut().zip(&self.acks) {
-            *position = ack.get();
-        }
-        let commit = quorum_position(self.appender.position(), &self.ack_positions);
+    /// The identity of the log.
+    pub fn identity(&self) -> LogIdentity {
+        self.identity
+    }
+
+    /// Appends the term-start marker of this leadership term: the first frame of the term; returns the
+    /// position after it.
+    pub fn append_term_start(&mut self) -> Result<i64, AppendError> {
+        let payload = self.identity.leadership_term_id.to_le_bytes();
+        let flags = UNFRAGMENTED | TERM_START_FLAG;
+        let result = self.appender.append_frame(&payload, flags, self.commit).or_else(|e| match e {
+            AppendError::BackPressured => {
+                self.appender.refresh_limit_from_consumers();
+                self.appender.append_frame(&payload, flags, self.commit)
+            }
+            other => Err(other),
+        });
+        result.inspect(|&position| self.counters.append.set(position))
+    }
+
+    /// The core moved the commit position to `commit`.
+    pub fn on_commit(&mut self, commit: i64) {
         if commit > self.commit {
             self.commit = commit;
-            self.counters.commit.set(commit);
-            return true;
+            self.owed = true;
         }
-        false
     }
 
-    /// Appends what the ingress holds, as far as the log has room; returns the messages appended.
-    fn drain_ingress(&mut self) -> usize {
+    /// Appends what `ingress` holds, as far as the log has room; returns the messages appended.
+    pub fn drain(&mut self, ingress: &ManyToOneRingBuffer) -> usize {
         let appender = &mut self.appender;
         let counters = &self.counters;
         let reserved = if self.piggyback { self.commit } else { 0 };
         let mut blocked = false;
-        let appended = self.ingress.read_while(
+        let appended = ingress.read_while(
             |_, message| match append(appender, message, reserved) {
                 Ok(()) => true,
                 Err(AppendError::BackPressured) => {
@@ -253,6 +236,21 @@ impl LeaderConsensus {
             self.counters.append.set(self.appender.position());
         }
         appended
+    }
+
+    /// Sends the commit position to the followers through the Sender when it is owed (it moved, and no
+    /// data frame appended on this cycle carried it fresh enough) or the heartbeat is due; returns the
+    /// frames handed over. So a commit update goes out at most once per duty cycle.
+    pub fn send_commit_if_due(&mut self, appended: usize, now_ns: u64) -> usize {
+        let heartbeat_due = now_ns >= self.next_heartbeat_ns && self.commit > 0;
+        let piggybacked = self.piggyback && appended > 0 && self.commit - self.frame_commit < self.piggyback_refresh;
+        // A move is owed on the cycle it happened only: appended data carries it on, or a frame does now.
+        let owed = std::mem::take(&mut self.owed);
+        if !((owed && !piggybacked) || heartbeat_due) {
+            return 0;
+        }
+        self.next_heartbeat_ns = now_ns + self.commit_heartbeat_ns;
+        self.send_commit() as usize
     }
 
     fn send_commit(&mut self) -> bool {
@@ -286,31 +284,6 @@ fn append(appender: &mut ExclusiveAppender, message: &[u8], reserved: i64) -> Re
             appender.append_with_reserved(message, reserved).map(|_| ())
         }
         other => other.map(|_| ()),
-    }
-}
-
-impl Agent for LeaderConsensus {
-    fn name(&self) -> &str {
-        "consensus"
-    }
-
-    fn do_work(&mut self) -> Result<usize, AgentError> {
-        Ok(self.poll_once())
-    }
-}
-
-/// A follower's consensus agent. Replication itself runs on the Receiver (acknowledgements, commit
-/// positions); until elections exist this agent only keeps the follower's place in the layout.
-#[derive(Debug, Default)]
-pub struct FollowerConsensus;
-
-impl Agent for FollowerConsensus {
-    fn name(&self) -> &str {
-        "consensus"
-    }
-
-    fn do_work(&mut self) -> Result<usize, AgentError> {
-        Ok(0)
     }
 }
 

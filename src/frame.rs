@@ -85,6 +85,12 @@ pub const END_FLAG: u8 = 0x40;
 pub const UNFRAGMENTED: u8 = BEGIN_FLAG | END_FLAG;
 /// Data flag: end of stream (set with [`UNFRAGMENTED`] on the last heartbeat of a closed publication).
 pub const EOS_FLAG: u8 = 0x20;
+/// Data flag: a term-start marker. A leader opens each leadership term it leads with one unfragmented data
+/// frame flagged so, whose 8-byte payload is the leadership term id (little-endian); every byte of the log
+/// after it, up to the next marker, belongs to that term. Readers of messages skip it.
+pub const TERM_START_FLAG: u8 = 0x10;
+/// Payload length of a term-start marker: the leadership term id.
+pub const TERM_START_LENGTH: usize = 8;
 /// STATUS MESSAGE flag: the receiver asks the sender for a SETUP frame.
 pub const SM_SEND_SETUP_FLAG: u8 = 0x80;
 /// STATUS MESSAGE flag: the receiver is leaving (end of stream).
@@ -894,6 +900,32 @@ pub struct DataRun {
     pub span: usize,
     /// The highest reserved value of its data frames (a piggybacked commit position), if it has one.
     pub max_reserved: Option<i64>,
+    /// The term-start markers in the run, in order: `(term offset, leadership term id)`; the first
+    /// `term_start_count` are set.
+    pub term_starts: [(i32, i64); MAX_TERM_STARTS_PER_RUN],
+    /// How many of `term_starts` are set.
+    pub term_start_count: usize,
+}
+
+/// Most term-start markers one datagram may carry (a leader writes one per term it leads, so even a
+/// repair of a log with many short terms carries few per datagram); a run with more is malformed.
+pub const MAX_TERM_STARTS_PER_RUN: usize = 4;
+
+impl DataRun {
+    /// The term-start markers of the run: `(term offset, leadership term id)`, in log order.
+    pub fn term_starts(&self) -> &[(i32, i64)] {
+        &self.term_starts[..self.term_start_count]
+    }
+}
+
+/// The leadership term a term-start marker frame names: its payload, when `flags` mark one and the payload
+/// is a term id. A marker with a negative term, or of the wrong length, is not a marker.
+pub fn term_start_of(flags: u8, payload: &[u8]) -> Option<i64> {
+    if flags & TERM_START_FLAG == 0 || payload.len() != TERM_START_LENGTH {
+        return None;
+    }
+    let term = i64::from_le_bytes(payload.try_into().ok()?);
+    (term >= 0).then_some(term)
 }
 
 /// Checks that `datagram` is a run of data frames as a Sender sends them, in one walk, and describes it.
@@ -905,7 +937,13 @@ pub struct DataRun {
 /// first term offset on, and a receiver can copy them in one piece.
 pub fn data_run(datagram: &[u8]) -> Result<DataRun, FrameError> {
     let first = parse_run_header(datagram)?;
-    let mut run = DataRun { first, span: 0, max_reserved: None };
+    let mut run = DataRun {
+        first,
+        span: 0,
+        max_reserved: None,
+        term_starts: [(0, 0); MAX_TERM_STARTS_PER_RUN],
+        term_start_count: 0,
+    };
     let mut src = 0;
     while src < datagram.len() {
         let rest = &datagram[src..];
@@ -930,6 +968,19 @@ pub fn data_run(datagram: &[u8]) -> Result<DataRun, FrameError> {
             break;
         }
         run.max_reserved = Some(run.max_reserved.map_or(header.reserved_value, |m| m.max(header.reserved_value)));
+        if header.flags & TERM_START_FLAG != 0 {
+            let payload = &rest[DATA_HEADER_LENGTH..header.frame_length as usize];
+            let term = term_start_of(header.flags, payload).ok_or(FrameError::BadLength {
+                frame_type: TYPE_DATA,
+                frame_length: header.frame_length,
+                problem: LengthProblem::BelowMinimum { min: DATA_HEADER_LENGTH + TERM_START_LENGTH },
+            })?;
+            if run.term_start_count == MAX_TERM_STARTS_PER_RUN {
+                return Err(FrameError::BadTermOffset { term_offset: header.term_offset });
+            }
+            run.term_starts[run.term_start_count] = (header.term_offset, term);
+            run.term_start_count += 1;
+        }
         src += aligned;
     }
     Ok(run)

@@ -48,5 +48,6 @@ pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
 pub mod stats;
+pub mod term_starts;
 pub mod transport;
 pub mod vote_file;

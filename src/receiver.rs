@@ -35,6 +35,7 @@ use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
 use crate::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogError, LogReader, MessageReader};
+use crate::term_starts::TermStarts;
 use crate::transport::{RecvBatch, SendOutcome, UdpEndpoint, MAX_BATCH};
 
 /// Most `recvmmsg` batches one socket gets per duty cycle (16 x 32 = 512 datagrams, about half a
@@ -66,6 +67,9 @@ pub struct ReceiveChannelConfig {
     pub receiver_id: i64,
     /// Set when this channel carries a replicated log to a follower: acknowledge, and track commits.
     pub follower: Option<FollowerLink>,
+    /// Bind with `SO_REUSEPORT`, beside the sockets a cluster member sends the log from while it leads
+    /// (on the same endpoint) and beside the Receiver of its previous term, until that one is dropped.
+    pub reuse_port: bool,
 }
 
 /// A follower's side of the replicated log: what it acknowledges and where it learns the commit position.
@@ -79,6 +83,10 @@ pub struct FollowerLink {
     pub piggyback: bool,
     /// Acknowledge at least this often, even when the log does not move.
     pub ack_interval: Duration,
+    /// Where the follower's rebuilt (contiguous) position is published, for its consensus agent.
+    pub append: Counter,
+    /// Where the term-start markers rebuilt into the log are reported, for its consensus agent.
+    pub term_starts: Arc<TermStarts>,
 }
 
 impl ReceiveChannelConfig {
@@ -94,6 +102,7 @@ impl ReceiveChannelConfig {
             join_position: None,
             receiver_id: unique_receiver_id(),
             follower: None,
+            reuse_port: false,
         }
     }
 }
@@ -204,6 +213,7 @@ impl ReceiverCounters {
 
 /// An image handed from the Receiver to the channel's subscriptions.
 struct ImageHandoff {
+    log: LogBuffer,
     reader: LogReader,
     consumer: ConsumerPosition,
     position: i64,
@@ -258,6 +268,20 @@ impl Subscription {
                 self.current = Some(MessageReader::new(handoff.reader, handoff.consumer, handoff.position));
             }
         }
+    }
+
+    /// Takes the newest image's log, to read it with a reader of the caller's: the log, its reader, its
+    /// consumer slot, and the position the image starts at. `None` until an image is made (or when this
+    /// image was already taken). A subscription that hands its image out reads nothing itself.
+    pub fn take_image(&mut self) -> Option<(LogBuffer, LogReader, ConsumerPosition, i64)> {
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        if generation == self.generation {
+            return None;
+        }
+        self.generation = generation;
+        let handoff = self.shared.newest.lock().expect("image hand-off lock").take()?;
+        self.current = None;
+        Some((handoff.log, handoff.reader, handoff.consumer, handoff.position))
     }
 
     /// Hands up to `fragment_limit` fragments' worth of whole messages to `handler`; returns the number
@@ -363,7 +387,11 @@ impl Receiver {
         let mut max_datagram = 0;
         for config in configs {
             config.channel.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            let (mut endpoint, w) = UdpEndpoint::bind(config.bind, &config.channel.socket)?;
+            let (mut endpoint, w) = if config.reuse_port {
+                UdpEndpoint::bind_shared(config.bind, &config.channel.socket)?
+            } else {
+                UdpEndpoint::bind(config.bind, &config.channel.socket)?
+            };
             endpoint.set_auth(config.channel.auth);
             warnings.extend(w);
             pending.push(endpoint.raw_fd());
@@ -476,6 +504,9 @@ impl Receiver {
         let mut work = 0;
         for image in channel.images.iter_mut() {
             work += image.track_rebuild() as usize;
+            if let Some(follower) = &channel.config.follower {
+                follower.append.set_max(image.rebuild_position());
+            }
             let id = FeedbackIdentity {
                 session_id: image.session_id(),
                 stream_id: image.stream_id(),
@@ -706,21 +737,40 @@ fn on_data(
         counters.malformed.increment();
         return;
     };
-    let Some(image) = find_image(channel, header, source) else {
+    let follower = channel.config.follower.as_ref();
+    let Some(image) = channel
+        .images
+        .iter_mut()
+        .find(|i| i.session_id() == header.session_id && i.stream_id() == header.stream_id && i.source() == source)
+    else {
         counters.unknown_stream.increment();
         elicit_setup(channel, counters, source, header, now_ns);
         return;
     };
     match image.insert_run(&run, bytes) {
         InsertOutcome::Inserted => {
-            let piggyback = channel.config.follower.as_ref().filter(|f| f.piggyback);
-            if let (Some(follower), Some(commit)) = (piggyback, run.max_reserved) {
-                follower.commit.set_max(commit);
+            if let Some(follower) = follower {
+                if let (true, Some(commit)) = (follower.piggyback, run.max_reserved) {
+                    follower.commit.set_max(commit);
+                }
+                report_term_starts(follower, image.log(), &run);
             }
         }
         InsertOutcome::Duplicate => counters.duplicates.increment(),
         InsertOutcome::OutOfWindow => counters.out_of_window.increment(),
         InsertOutcome::Malformed => counters.malformed.increment(),
+    }
+}
+
+/// Hands the term-start markers of an inserted run to the follower's consensus agent, by log position.
+fn report_term_starts(follower: &FollowerLink, log: &LogBuffer, run: &frame::DataRun) {
+    if run.term_start_count == 0 {
+        return;
+    }
+    let (initial, bits) = (log.config().initial_term_id, log.position_bits_to_shift());
+    for &(term_offset, leadership_term_id) in run.term_starts() {
+        let at = position(run.first.term_id, term_offset as usize, initial, bits);
+        follower.term_starts.report(at, leadership_term_id);
     }
 }
 
@@ -929,7 +979,8 @@ fn install_image(
         counters.malformed.increment();
         return;
     };
-    let handoff = ImageHandoff { reader: LogReader::new(image.log()), consumer, position: join };
+    let handoff =
+        ImageHandoff { log: image.log().clone(), reader: LogReader::new(image.log()), consumer, position: join };
     // Only the newest image of a channel is kept: an older session is over once its publisher restarted.
     // Its file goes with it (a subscription still reading it keeps its mapping; the name is freed).
     channel.images.clear();

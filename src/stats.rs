@@ -196,6 +196,35 @@ catalogue! {
         commit_frames = 204, "consensus commit frames";
     }
 
+    /// The consensus agent's elections: frames on the consensus endpoint, role changes, what was dropped.
+    election: ElectionStats {
+        /// Frames received on the consensus endpoint.
+        frames_received = 400, "election frames received";
+        /// Frames sent from the consensus endpoint (once per recipient).
+        frames_sent = 401, "election frames sent";
+        /// Frames from an address that is not a member's consensus endpoint, or forged, or naming another
+        /// member than the one at their source.
+        foreign_dropped = 402, "election frames from non-members dropped";
+        /// Frames that do not decode.
+        malformed_dropped = 403, "election frames malformed";
+        /// Changes of role, term or known leader.
+        role_changes = 404, "election role changes";
+        /// The leadership term this node is in.
+        leadership_term = 405, "election leadership term";
+        /// Client messages in the ingress ring when this node stopped leading: dropped, never appended.
+        ingress_dropped = 406, "election ingress dropped on step-down";
+        /// Outputs the consensus core refused (an invariant it was asked to break).
+        core_errors = 407, "election refused outputs";
+        /// Frames of an older term, repeated, or out of place: dropped by the core.
+        stale_dropped = 408, "election stale or duplicate dropped";
+        /// Canvass and vote requests from a member configured with another member list: refused.
+        refused_membership = 409, "election other member list refused";
+        /// Elections this node stood in as a candidate.
+        elections = 410, "election elections";
+        /// Truncations of this node's log (bytes it held that were never committed).
+        truncations = 411, "election truncations";
+    }
+
     /// The node's role-specific counters outside the agents.
     membership: MembershipStats {
         /// Acknowledgements the leader refused (another log, or a follower speaking for another).

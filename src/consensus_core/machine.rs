@@ -259,6 +259,16 @@ impl ConsensusCore {
         }
     }
 
+    /// Canvasses now instead of at the election timeout, when this member follows no known leader: how a
+    /// preferred first leader (Aeron's appointed leader) shortens the first election. The canvass is
+    /// refused by members that hear a live leader, so a campaign cannot depose one; otherwise it is an
+    /// election timeout that came early.
+    pub fn campaign(&mut self, now_ns: u64, out: &mut Vec<Output>) {
+        if matches!(&self.phase, Phase::Follower(following) if following.leader.is_none()) {
+            self.start_canvass(now_ns, out);
+        }
+    }
+
     /// The local log now ends at `position`, and the bytes since the previous append position are of
     /// `leadership_term_id` (report each term's bytes separately). Appends come from the driver; a
     /// position behind the known one, or a term older than the log's last, is refused as an

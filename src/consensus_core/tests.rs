@@ -772,3 +772,29 @@ fn figure_8_a_new_leader_commits_nothing_of_earlier_terms_by_counting() {
     assert!(!truncation.iter().any(|o| matches!(o, Output::Error(_))));
     assert_eq!(cores[2].append_position(), 60);
 }
+
+#[test]
+fn a_campaign_canvasses_at_once_only_while_no_leader_is_known() {
+    let mut follower = core(1);
+    let mut out = Vec::new();
+    follower.campaign(MS, &mut out);
+    assert_eq!(follower.role(), Role::Canvass, "a preferred leader canvasses before any timeout");
+    assert!(sent(&out).iter().any(|(to, m)| *to == Destination::Others && matches!(m, Message::Canvass { .. })));
+    assert_eq!(follower.leadership_term_id(), 0, "a canvass changes no term");
+
+    // A follower of a known leader does not campaign: its leader is live until the timers say otherwise.
+    let mut leader = elected_leader();
+    let mut follower = core(2);
+    let mut out = Vec::new();
+    leader.tick(1100 * MS, &mut out);
+    for (to, message) in sent(&out) {
+        if to == Destination::Others || to == Destination::Member(2) {
+            follower.on_message(leader.member_id(), message, 1100 * MS, &mut Vec::new());
+        }
+    }
+    assert_eq!(follower.leader_member_id(), Some(leader.member_id()));
+    let mut out = Vec::new();
+    follower.campaign(1101 * MS, &mut out);
+    assert_eq!(follower.role(), Role::Follower);
+    assert!(sent(&out).is_empty());
+}

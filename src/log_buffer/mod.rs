@@ -177,8 +177,9 @@ impl std::error::Error for LogError {
 
 /// A mapped log: three terms and the metadata.
 ///
-/// Cheap to share by reference; the views it hands out keep the mapping alive on their own.
-#[derive(Debug)]
+/// Cheap to share by reference; the views it hands out keep the mapping alive on their own. A clone maps
+/// the same log and shares its one appender.
+#[derive(Clone, Debug)]
 pub struct LogBuffer {
     terms: [AtomicBuffer; PARTITION_COUNT],
     metadata: AtomicBuffer,

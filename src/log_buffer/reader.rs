@@ -6,7 +6,8 @@ use super::descriptor::{partition_index, position_bits_to_shift, term_offset, PA
 use super::LogBuffer;
 use crate::buffer::AtomicBuffer;
 use crate::frame::{
-    align_frame, DataHeader, BEGIN_FLAG, DATA_HEADER_LENGTH, END_FLAG, FRAME_LENGTH_OFFSET, TYPE_PAD, UNFRAGMENTED,
+    align_frame, DataHeader, BEGIN_FLAG, DATA_HEADER_LENGTH, END_FLAG, FRAME_LENGTH_OFFSET, TERM_START_FLAG, TYPE_PAD,
+    UNFRAGMENTED,
 };
 
 /// How far ahead of the frame being read [`LogReader::poll_to`] prefetches (bytes).
@@ -279,7 +280,10 @@ impl MessageReader {
                 fragment_limit - fragments,
                 |payload, header| {
                     read += 1;
-                    assembler.on_fragment_with(payload, header, &mut deliver);
+                    // A term-start marker is the log's own bookkeeping, not a message.
+                    if header.flags & TERM_START_FLAG == 0 {
+                        assembler.on_fragment_with(payload, header, &mut deliver);
+                    }
                 },
             );
             if next == self.position {

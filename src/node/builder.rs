@@ -7,20 +7,38 @@ use std::time::Duration;
 use crate::agent::ThreadingMode;
 use crate::auth::AuthKey;
 use crate::channel::{membership_tag, validate_timer, ChannelConfig};
-use crate::consensus::Role;
+use crate::consensus_core::Timers;
+use crate::directory::NodeDirectory;
 use crate::idle::IdleStrategyConfig;
 use crate::transport::SendMode;
 
 use super::{Node, NodeError};
 
-/// One member of the cluster: its id and the endpoint its receiver listens on for the log.
+/// One member of the cluster: its id, the endpoint its receiver listens on for the log, and the endpoint
+/// its consensus agent listens on for elections and heartbeats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
 pub struct Member {
     /// Member id, unique in the cluster.
     pub id: i32,
-    /// Where this member receives the replicated log.
+    /// Where this member receives the replicated log (and, while it leads, sends it from).
     pub endpoint: SocketAddr,
+    /// Where this member's consensus agent sends and receives election and heartbeat frames (Aeron
+    /// Cluster's consensus channel).
+    pub consensus: SocketAddr,
+}
+
+/// How far above its log endpoint's port a member's consensus endpoint is when not given.
+pub const CONSENSUS_PORT_OFFSET: u16 = 100;
+
+impl Member {
+    /// Member `id` with its log at `endpoint` and its consensus endpoint [`CONSENSUS_PORT_OFFSET`] ports
+    /// above it on the same address (members on consecutive ports do not collide); give both explicitly
+    /// where ports are assigned.
+    pub fn new(id: i32, endpoint: SocketAddr) -> Self {
+        let consensus = SocketAddr::new(endpoint.ip(), endpoint.port().wrapping_add(CONSENSUS_PORT_OFFSET));
+        Self { id, endpoint, consensus }
+    }
 }
 
 /// Everything a node is started from. Build it with [`NodeBuilder`].
@@ -28,12 +46,19 @@ pub struct Member {
 pub struct NodeConfig {
     /// This node's member id.
     pub id: i32,
-    /// Every member, this one included.
+    /// Every member, this one included. Membership is static.
     pub members: Vec<Member>,
-    /// The leader's id (fixed until elections exist).
-    pub leader: i32,
+    /// The preferred first leader, if any: it stands for election at start instead of after an election
+    /// timeout. Any member may lead later; the members elect their leader.
+    pub leader: Option<i32>,
+    /// The consensus timers: heartbeat interval, heartbeat timeout, election timeout range.
+    pub timers: Timers,
     /// The node directory; `None` uses `/dev/shm/quorumcast/node-<id>`.
     pub directory: Option<PathBuf>,
+    /// Where what must outlive the node directory is kept (the persisted term and vote); `None` uses the
+    /// node directory's path with `-data` appended. A clean shutdown removes the node directory, never
+    /// this one.
+    pub data_dir: Option<PathBuf>,
     /// Remove a stale directory of a crashed run instead of refusing to start.
     pub clean_stale: bool,
     /// The log channel: MTU, term length, send mode, timers, socket buffers and faults.
@@ -67,8 +92,8 @@ impl NodeConfig {
         if !ids.contains(&self.id) {
             return Err(NodeError::Config(format!("node id {} is not among the members {ids:?}", self.id)));
         }
-        if !ids.contains(&self.leader) {
-            return Err(NodeError::Config(format!("leader id {} is not among the members {ids:?}", self.leader)));
+        if let Some(leader) = self.leader.filter(|l| !ids.contains(l)) {
+            return Err(NodeError::Config(format!("leader id {leader} is not among the members {ids:?}")));
         }
         let mut sorted = ids.clone();
         sorted.sort();
@@ -76,9 +101,19 @@ impl NodeConfig {
         if sorted.len() != ids.len() {
             return Err(NodeError::Config(format!("member ids must be unique: {ids:?}")));
         }
+        let mut endpoints: Vec<SocketAddr> = self.members.iter().flat_map(|m| [m.endpoint, m.consensus]).collect();
+        endpoints.sort();
+        if let Some(pair) = endpoints.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(NodeError::Config(format!(
+                "endpoint {} is given twice among the members' log and consensus endpoints: every member needs \
+                 two endpoints of its own",
+                pair[0]
+            )));
+        }
         for idle in &self.idle {
             idle.validate().map_err(|e| NodeError::Config(e.to_string()))?;
         }
+        self.timers.validate().map_err(|e| NodeError::Config(format!("consensus timers: {} {}", e.key, e.message)))?;
         validate_timer("commit_heartbeat", self.commit_heartbeat)?;
         validate_timer("ack_interval", self.ack_interval)?;
         Ok(())
@@ -89,20 +124,28 @@ impl NodeConfig {
         membership_tag(&self.members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
     }
 
-    pub(super) fn leader_endpoint(&self) -> SocketAddr {
-        self.members.iter().find(|m| m.id == self.leader).expect("validated").endpoint
+    /// This node's member entry.
+    pub(super) fn me(&self) -> &Member {
+        self.members.iter().find(|m| m.id == self.id).expect("validated")
     }
 
-    pub(super) fn role(&self) -> Role {
-        if self.id == self.leader {
-            Role::Leader
-        } else {
-            Role::Follower
-        }
+    /// Member `id`'s entry.
+    pub(super) fn member(&self, id: i32) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
     }
 
-    pub(super) fn followers(&self) -> impl Iterator<Item = &Member> {
-        self.members.iter().filter(move |m| m.id != self.leader)
+    /// The node directory's path.
+    pub(super) fn directory_path(&self) -> PathBuf {
+        self.directory.clone().unwrap_or_else(|| NodeDirectory::default_path(&format!("node-{}", self.id)))
+    }
+
+    /// The data directory's path.
+    pub(super) fn data_dir_path(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(|| {
+            let mut path = self.directory_path().into_os_string();
+            path.push("-data");
+            PathBuf::from(path)
+        })
     }
 }
 
@@ -113,16 +156,17 @@ pub struct NodeBuilder {
 }
 
 impl NodeBuilder {
-    /// A node with member id `id` of the cluster `members`, led by the first member of `members` until
-    /// [`leader`](Self::leader) names another.
+    /// A node with member id `id` of the cluster `members`; the members elect their leader.
     pub fn new(id: i32, members: Vec<Member>) -> Self {
         let backoff = IdleStrategyConfig::default();
         Self {
             config: NodeConfig {
                 id,
-                leader: members.first().map_or(0, |m| m.id),
+                leader: None,
                 members,
+                timers: Timers::default(),
                 directory: None,
+                data_dir: None,
                 clean_stale: false,
                 channel: ChannelConfig::default(),
                 stream_id: 1001,
@@ -144,9 +188,22 @@ impl NodeBuilder {
         Self { config }
     }
 
-    /// The leader's member id (by default the first member's).
+    /// The preferred first leader: it stands for election as soon as it starts (by default every member
+    /// waits an election timeout first).
     pub fn leader(mut self, id: i32) -> Self {
-        self.config.leader = id;
+        self.config.leader = Some(id);
+        self
+    }
+
+    /// The consensus timers (see [`Timers`]; the `latency` profile's are [`Timers::latency`]).
+    pub fn timers(mut self, timers: Timers) -> Self {
+        self.config.timers = timers;
+        self
+    }
+
+    /// Where the persisted term and vote are kept (see [`NodeConfig::data_dir`]).
+    pub fn data_dir(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.data_dir = Some(path.into());
         self
     }
 

@@ -1,33 +1,111 @@
 //! Offering messages to the cluster through a node, from any thread.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::consensus::{Role, INGRESS_MESSAGE};
+use crate::log_buffer::{ConsumerPosition, LogReader};
 use crate::ring_buffer::{self, ManyToOneRingBuffer, RingError};
 
-use super::OfferError;
+use super::{OfferError, RoleChange};
 
-/// What nodes and their clients share.
-#[derive(Debug)]
+/// Where the node's reader of committed entries goes on in another log: at `at`, reading stops in the
+/// current log, and goes on in `next` once the consensus agent has it (a follower's image is made when
+/// the leader's SETUP arrives).
+pub(super) struct Switch {
+    pub(super) at: i64,
+    pub(super) next: Option<(LogReader, ConsumerPosition)>,
+}
+
+/// What a node, its clients and its consensus agent share.
 pub(super) struct Shared {
-    pub(super) role: AtomicU8,
-    /// The leader's member id as this node knows it (fixed by configuration until elections are wired).
-    pub(super) leader: i32,
+    role: AtomicU8,
+    /// The leader's member id as this node knows it, or -1.
+    leader: AtomicI32,
+    term: AtomicI64,
     pub(super) closed: AtomicBool,
+    /// The log switches the node's reader has still to make, oldest first.
+    pub(super) switches: Mutex<VecDeque<Switch>>,
+    pub(super) switch_generation: AtomicU64,
+    /// Role changes not yet handed to the application's callbacks.
+    pub(super) events: Mutex<Vec<RoleChange>>,
+    pub(super) event_generation: AtomicU64,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("role", &self.role()).field("leader", &self.leader()).finish()
+    }
 }
 
 impl Shared {
+    pub(super) fn new() -> Self {
+        Self {
+            role: AtomicU8::new(0),
+            leader: AtomicI32::new(-1),
+            term: AtomicI64::new(0),
+            closed: AtomicBool::new(false),
+            switches: Mutex::new(VecDeque::new()),
+            switch_generation: AtomicU64::new(0),
+            events: Mutex::new(Vec::new()),
+            event_generation: AtomicU64::new(0),
+        }
+    }
+
     pub(super) fn leader(&self) -> Option<i32> {
-        Some(self.leader)
+        Some(self.leader.load(Ordering::Acquire)).filter(|&id| id >= 0)
     }
 
     pub(super) fn role(&self) -> Role {
-        if self.role.load(Ordering::Acquire) == 0 {
-            Role::Leader
-        } else {
-            Role::Follower
+        match self.role.load(Ordering::Acquire) {
+            3 => Role::Leader,
+            2 => Role::Candidate,
+            1 => Role::Canvass,
+            _ => Role::Follower,
         }
+    }
+
+    pub(super) fn leadership_term_id(&self) -> i64 {
+        self.term.load(Ordering::Acquire)
+    }
+
+    /// Publishes a change of role, term or leader, and queues it for the callbacks.
+    pub(super) fn publish(&self, change: RoleChange) {
+        let role = match change.role {
+            Role::Follower => 0,
+            Role::Canvass => 1,
+            Role::Candidate => 2,
+            Role::Leader => 3,
+        };
+        self.term.store(change.leadership_term_id, Ordering::Release);
+        self.leader.store(change.leader.unwrap_or(-1), Ordering::Release);
+        self.role.store(role, Ordering::Release);
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(change);
+        self.event_generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Queues a switch of the reader to another log at `at`; a queued switch still without its log is
+    /// replaced (no byte of a log that never arrived was read, and this member's log agrees with the
+    /// newer leader's up to the newer position, which is at most the older one).
+    pub(super) fn push_switch(&self, at: i64, next: Option<(LogReader, ConsumerPosition)>) {
+        let mut switches = self.switches.lock().unwrap_or_else(|e| e.into_inner());
+        if switches.back().is_some_and(|s| s.next.is_none()) {
+            switches.pop_back();
+        }
+        switches.push_back(Switch { at, next });
+        drop(switches);
+        self.switch_generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Gives the newest queued switch at `at` its log (a follower's image has been made).
+    pub(super) fn complete_switch(&self, at: i64, next: (LogReader, ConsumerPosition)) {
+        let mut switches = self.switches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(switch) = switches.back_mut().filter(|s| s.at == at && s.next.is_none()) {
+            switch.next = Some(next);
+        }
+        drop(switches);
+        self.switch_generation.fetch_add(1, Ordering::Release);
     }
 }
 

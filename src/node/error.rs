@@ -9,6 +9,7 @@ use crate::directory::DirectoryError;
 use crate::log_buffer::LogError;
 use crate::network_publication::PublicationError;
 use crate::ring_buffer::RingError;
+use crate::vote_file::VoteFileError;
 
 /// Why a node could not start or failed.
 #[derive(Debug)]
@@ -31,6 +32,8 @@ pub enum NodeError {
     Layout(LayoutError),
     /// An agent failed.
     Agents(Vec<AgentFailure>),
+    /// The persisted term and vote could not be read (a node that cannot read or write them never votes).
+    Vote(VoteFileError),
 }
 
 impl fmt::Display for NodeError {
@@ -44,6 +47,7 @@ impl fmt::Display for NodeError {
             Self::Publication(e) => write!(f, "log channel: {e}"),
             Self::Ring(e) => write!(f, "ring buffer: {e}"),
             Self::Layout(e) => write!(f, "{e}"),
+            Self::Vote(e) => write!(f, "{e}"),
             Self::Agents(failures) => {
                 write!(f, "agents failed:")?;
                 for failure in failures {

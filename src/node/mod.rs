@@ -3,60 +3,83 @@
 //! ```no_run
 //! use quorumcast::node::{Member, NodeBuilder};
 //!
+//! // Each member: its id, its log endpoint, and its consensus endpoint (here the default, port + 100).
 //! let members = vec![
-//!     Member { id: 0, endpoint: "127.0.0.1:40100".parse().unwrap() },
-//!     Member { id: 1, endpoint: "127.0.0.1:40101".parse().unwrap() },
-//!     Member { id: 2, endpoint: "127.0.0.1:40102".parse().unwrap() },
+//!     Member::new(0, "127.0.0.1:40100".parse().unwrap()),
+//!     Member::new(1, "127.0.0.1:40101".parse().unwrap()),
+//!     Member::new(2, "127.0.0.1:40102".parse().unwrap()),
 //! ];
 //! let mut node = NodeBuilder::new(0, members).leader(0).mtu(8192).idle_all("backoff").start().unwrap();
+//! node.on_role_change(|change| println!("now {} in term {}", change.role, change.leadership_term_id));
 //! let client = node.client();
-//! client.offer(b"set x = 1").unwrap();
-//! node.poll_committed(10, |entry| println!("apply {entry:?}"));
+//! // Offers are taken only while this node leads; elsewhere they say who does.
+//! if client.offer(b"set x = 1").is_ok() {
+//!     node.poll_committed(10, |entry| println!("apply {entry:?}"));
+//! }
 //! node.close().unwrap();
 //! ```
 //!
-//! Every node runs three agents (consensus, sender, receiver) in the configured threading mode. The leader
-//! takes client messages from its ingress ring (any thread of the process, or another process, through a
-//! [`Client`]), appends each once into its log, replicates the log to the followers over UDP, and commits by
-//! quorum. Every node hands committed entries, in log order, to [`Node::poll_committed`].
-
+//! Every node runs three agents in the configured threading mode: the consensus agent, which drives the
+//! node's consensus core (elections, votes, commit; see [`crate::consensus_core`]), and the places of the
+//! Sender and the Receiver, which run what the role needs (`wiring`). The members elect their leader;
+//! it takes client messages from its ingress ring (any thread of the process, or another process,
+//! through a [`Client`]), appends each once into its log, replicates the log to the followers over UDP,
+//! and commits by quorum. When it dies, the others elect another, which continues the same log. Every
+//! node hands committed entries, in log order, to [`Node::poll_committed`], across changes of leader.
 //!
 //! Files: `builder` (members, configuration and its rules, the builder), `client` (offers from any
-//! thread), `error` (why a start or an offer fails), `wiring` (the agents a role is made of, and their
-//! threads); node files in TOML are read by [`crate::config`] (feature `config`).
+//! thread, and what the node shares with its agents), `driver` (the consensus agent), `slot` (an agent
+//! place whose agent changes with the role), `error` (why a start or an offer fails), `wiring` (what a
+//! role is made of, and the threads); node files in TOML are read by [`crate::config`] (feature
+//! `config`).
 
 mod builder;
 mod client;
+mod driver;
 mod error;
+mod slot;
 mod wiring;
 
-pub use builder::{Member, NodeBuilder, NodeConfig};
+pub use builder::{Member, NodeBuilder, NodeConfig, CONSENSUS_PORT_OFFSET};
 pub use client::Client;
 pub use error::{NodeError, OfferError};
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::{AgentFailure, AgentHandles};
 use crate::buffer::{AtomicBuffer, Region};
 use crate::consensus::Role;
+use crate::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::counters::{Counter, CountersManager};
 use crate::directory::{NodeDirectory, StalePolicy};
 use crate::log_buffer::MessageReader;
-use crate::receiver::Subscription;
 use crate::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::stats::Stats;
+use crate::transport::UdpEndpoint;
+use crate::vote_file::VoteFile;
 
 use self::client::Shared;
-use self::wiring::{follower_parts, leader_parts, start_agents, Parts};
+use self::driver::{ConsensusAgent, DriverCounters, DriverParts};
+use self::slot::Slot;
+use self::wiring::{node_counter, start_agents, NodeCounters, Wiring};
 
-/// How this node reads its committed entries.
-pub(super) enum CommittedReader {
-    Leader(MessageReader),
-    Follower { subscription: Subscription },
+/// A change of this node's role, leadership term or known leader, as handed to
+/// [`Node::on_role_change`] callbacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoleChange {
+    /// The new role.
+    pub role: Role,
+    /// The leadership term it is in.
+    pub leadership_term_id: i64,
+    /// The leader this node knows in that term, if any.
+    pub leader: Option<i32>,
 }
+
+/// A callback for role changes.
+type RoleCallback = Box<dyn FnMut(&RoleChange) + Send>;
 
 /// A running cluster node.
 pub struct Node {
@@ -64,7 +87,13 @@ pub struct Node {
     shared: Arc<Shared>,
     ingress: Arc<ManyToOneRingBuffer>,
     commit: Counter,
-    reader: CommittedReader,
+    /// The reader of committed entries: `None` until this node has a log.
+    reader: Option<MessageReader>,
+    /// Where reading stops next to go on in another log, as last read from the shared queue.
+    next_switch: Option<i64>,
+    switch_generation: u64,
+    event_generation: u64,
+    callbacks: Vec<RoleCallback>,
     handles: Option<AgentHandles>,
     counters: CountersManager,
     directory: Option<NodeDirectory>,
@@ -78,14 +107,12 @@ impl fmt::Debug for Node {
 }
 
 impl Node {
-    /// Starts a node from `config`.
+    /// Starts a node from `config`: a follower of no known leader, which elects or joins one.
     pub fn start(config: NodeConfig) -> Result<Node, NodeError> {
         config.validate()?;
         config.channel.validate()?;
-        let path =
-            config.directory.clone().unwrap_or_else(|| NodeDirectory::default_path(&format!("node-{}", config.id)));
         let policy = if config.clean_stale { StalePolicy::Clean } else { StalePolicy::Refuse };
-        let directory = NodeDirectory::create(&path, policy).map_err(NodeError::Directory)?;
+        let directory = NodeDirectory::create(config.directory_path(), policy).map_err(NodeError::Directory)?;
         let counters = CountersManager::create(directory.file("counters.dat"), 512)?;
         let ingress_path = directory.file("ingress.ring");
         let ingress_length = ring_buffer::required_length(config.ingress_capacity);
@@ -93,21 +120,40 @@ impl Node {
             NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
-        let parts = match config.role() {
-            Role::Leader => leader_parts(&config, &directory, &ingress, &counters)?,
-            Role::Follower => follower_parts(&config, &directory, &counters)?,
-        };
-        let Parts { consensus, sender, receiver, commit, reader, mut warnings } = parts;
-        let handles = start_agents(&config, consensus, sender, receiver, &counters, &mut warnings)?;
-        let role = if config.role() == Role::Leader { 0 } else { 1 };
-        let shared =
-            Arc::new(Shared { role: AtomicU8::new(role), leader: config.leader, closed: AtomicBool::new(false) });
+        let core = start_core(&config)?;
+        let (socket, mut warnings) = bind_consensus(&config)?;
+        let node_counters = NodeCounters::allocate(&config, &counters);
+        let commit = node_counters.consensus.commit.clone();
+        let (sender, sender_handle) = Slot::new("sender");
+        let (receiver, receiver_handle) = Slot::new("receiver");
+        let shared = Arc::new(Shared::new());
+        let votes = VoteFile::new(&config.data_dir_path(), config.id, config.membership());
+        let agent = ConsensusAgent::new(DriverParts {
+            core,
+            wiring: Wiring {
+                config: config.clone(),
+                directory: directory.path().to_path_buf(),
+                counters: node_counters,
+                sender: sender_handle,
+                receiver: receiver_handle,
+            },
+            socket,
+            votes,
+            ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
+            shared: Arc::clone(&shared),
+            counters: DriverCounters::new(|label| node_counter(&counters, label)),
+        });
+        let handles = start_agents(&config, Box::new(agent), sender, receiver, &counters, &mut warnings)?;
         Ok(Node {
             config,
             shared,
             ingress,
             commit,
-            reader,
+            reader: None,
+            next_switch: None,
+            switch_generation: 0,
+            event_generation: 0,
+            callbacks: Vec::new(),
             handles: Some(handles),
             counters,
             directory: Some(directory),
@@ -130,14 +176,20 @@ impl Node {
         self.config.id
     }
 
-    /// The member id of the leader this node knows (`None` while it knows none).
+    /// The member id of the leader this node knows (`None` while it knows none: an election runs).
     pub fn leader_id(&self) -> Option<i32> {
         self.shared.leader()
     }
 
-    /// The leadership term this node is in (0 while the leader is fixed by configuration).
+    /// The leadership term this node is in.
     pub fn leadership_term_id(&self) -> i64 {
-        0
+        self.shared.leadership_term_id()
+    }
+
+    /// Registers `callback` for changes of role, leadership term or leader. Callbacks run on the thread that
+    /// calls [`Node::poll_committed`] (or [`Node::invoke`]), in the order the changes happened.
+    pub fn on_role_change(&mut self, callback: impl FnMut(&RoleChange) + Send + 'static) {
+        self.callbacks.push(Box::new(callback));
     }
 
     /// The commit position this node knows.
@@ -145,13 +197,9 @@ impl Node {
         self.commit.get()
     }
 
-    /// The log position this node has applied up to through [`Node::poll_committed`] (what a follower that
-    /// restarts passes to [`NodeBuilder::resume_from`]).
+    /// The log position this node has applied up to through [`Node::poll_committed`].
     pub fn applied_position(&self) -> i64 {
-        match &self.reader {
-            CommittedReader::Leader(reader) => reader.position(),
-            CommittedReader::Follower { subscription } => subscription.position().unwrap_or(0),
-        }
+        self.reader.as_ref().map_or(0, MessageReader::position)
     }
 
     /// Warnings from start-up (layout, socket buffers, send mode fallbacks).
@@ -204,12 +252,65 @@ impl Node {
     }
 
     /// Hands up to `fragment_limit` fragments' worth of committed entries, in log order, to `handler`;
-    /// returns the fragments read.
-    pub fn poll_committed(&mut self, fragment_limit: usize, handler: impl FnMut(&[u8])) -> usize {
+    /// returns the fragments read. Entries below [`NodeConfig::resume_from`] are read and not handed on
+    /// (the application has them). Role-change callbacks run first.
+    pub fn poll_committed(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
+        self.deliver_role_changes();
         let commit = self.commit.get();
-        match &mut self.reader {
-            CommittedReader::Follower { subscription } => subscription.poll_bounded(commit, fragment_limit, handler),
-            CommittedReader::Leader(reader) => reader.poll_bounded(commit, fragment_limit, handler),
+        let skip_below = self.config.resume_from.unwrap_or(0);
+        let mut fragments = 0;
+        loop {
+            self.refresh_switch();
+            let end = self.next_switch.unwrap_or(i64::MAX);
+            if let Some(reader) = self.reader.as_mut() {
+                let bound = commit.min(end);
+                if reader.position() < skip_below {
+                    fragments += reader.poll_bounded(bound.min(skip_below), fragment_limit - fragments, |_| {});
+                }
+                fragments += reader.poll_bounded(bound, fragment_limit - fragments, &mut handler);
+            }
+            if fragments >= fragment_limit || self.applied_position() != end || !self.switch_log() {
+                return fragments;
+            }
+        }
+    }
+
+    /// Reads where the next switch of logs is, when the consensus agent queued or completed one.
+    fn refresh_switch(&mut self) {
+        let generation = self.shared.switch_generation.load(Ordering::Acquire);
+        if generation != self.switch_generation {
+            self.switch_generation = generation;
+            self.next_switch = self.shared.switches.lock().unwrap_or_else(|e| e.into_inner()).front().map(|s| s.at);
+        }
+    }
+
+    /// At the next switch's position, goes on in its log, once it is there; true when it did.
+    fn switch_log(&mut self) -> bool {
+        let mut switches = self.shared.switches.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((reader, consumer)) = switches.front_mut().and_then(|s| s.next.take()) else {
+            return false;
+        };
+        let at = switches.pop_front().map_or(0, |s| s.at);
+        self.next_switch = switches.front().map(|s| s.at);
+        drop(switches);
+        match self.reader.as_mut() {
+            Some(current) => current.continue_in(reader, consumer),
+            None => self.reader = Some(MessageReader::new(reader, consumer, at)),
+        }
+        true
+    }
+
+    fn deliver_role_changes(&mut self) {
+        let generation = self.shared.event_generation.load(Ordering::Acquire);
+        if generation == self.event_generation {
+            return;
+        }
+        self.event_generation = generation;
+        let events = std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|e| e.into_inner()));
+        for event in &events {
+            for callback in &mut self.callbacks {
+                callback(event);
+            }
         }
     }
 
@@ -235,4 +336,53 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
+}
+
+/// The consensus core of a starting node: its persisted term and vote, a log it does not have yet.
+fn start_core(config: &NodeConfig) -> Result<ConsensusCore, NodeError> {
+    let data_dir = config.data_dir_path();
+    std::fs::create_dir_all(&data_dir).map_err(|e| {
+        NodeError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot create the data directory {}: {e}", data_dir.display()),
+        ))
+    })?;
+    let votes = VoteFile::new(&data_dir, config.id, config.membership());
+    let durable = match votes.load().map_err(NodeError::Vote)? {
+        Some(vote) => DurableState {
+            leadership_term_id: vote.leadership_term_id,
+            voted_for: vote.voted_for,
+            ..DurableState::default()
+        },
+        None => DurableState::default(),
+    };
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        ^ (config.id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let core_config = CoreConfig {
+        member_id: config.id,
+        members: config.members.iter().map(|m| m.id).collect(),
+        timers: config.timers,
+        seed,
+        bugs: Default::default(),
+    };
+    let now_ns = crate::clock::NanoClock::new().now_ns();
+    ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))
+}
+
+/// Binds this member's consensus endpoint, after checking that its log endpoint can be bound too (the
+/// Sender or Receiver of each role binds it later, beside each other with `SO_REUSEPORT`: an address
+/// another program holds is refused now, naming it, not at the first election).
+fn bind_consensus(config: &NodeConfig) -> Result<(UdpEndpoint, Vec<String>), NodeError> {
+    let me = config.me();
+    drop(UdpEndpoint::bind_shared(me.endpoint, &config.channel.socket).map_err(|e| {
+        NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the log endpoint {}: {e}", me.endpoint)))
+    })?);
+    let (mut socket, warnings) = UdpEndpoint::bind(me.consensus, &config.channel.socket).map_err(|e| {
+        NodeError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot bind the consensus endpoint {}: {e}", me.consensus),
+        ))
+    })?;
+    socket.set_auth(config.channel.auth);
+    Ok((socket, warnings))
 }

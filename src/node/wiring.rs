@@ -1,160 +1,249 @@
-//! The agents a role is made of, and putting them on threads.
+//! What a role is made of: the leader's publication and Sender, a follower's Receiver, and putting the
+//! node's agents on threads.
+//!
+//! A node lays out three agents once: the consensus agent, and the places of the Sender and the
+//! Receiver ([`Slot`]s). The consensus agent builds, on each change of role, what runs in those places:
+//! the leader of a term gets a new log continued at its append position and one Sender replicating it
+//! to every follower; a follower gets a Receiver that accepts that leader's log from the position its
+//! own log agrees up to. Nothing runs in a place the role does not use.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::agent::{available_cores, Agent, AgentCounters, AgentHandles, AgentLayout, AgentRole, AgentSpec, Warning};
 use crate::buffer::AtomicBuffer;
 use crate::channel::ChannelConfig;
-use crate::clock::nanos;
-use crate::consensus::{ConsensusCounters, FollowerConsensus, LeaderConsensus, LeaderParts, LogIdentity};
+use crate::consensus::ConsensusCounters;
 use crate::counters::{Counter, CountersManager};
-use crate::directory::NodeDirectory;
 use crate::flow_control::FlowControlMode;
 use crate::frame::Frame;
-use crate::log_buffer::{LogBuffer, LogConfig, LogReader, MessageReader};
+use crate::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfig};
 use crate::network_publication::{NetworkPublication, SenderCounters};
-use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters};
-use crate::ring_buffer::{self, ManyToOneRingBuffer, OneToOneRingBuffer};
+use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use crate::ring_buffer::{self, OneToOneRingBuffer};
 use crate::sender::Sender;
 use crate::stats::{agent_type_of, type_of, TYPE_ACK_POSITION};
+use crate::term_starts::TermStarts;
 
-use super::{CommittedReader, Member, NodeConfig, NodeError};
+use super::slot::{Slot, SlotHandle};
+use super::{NodeConfig, NodeError};
 
-/// The agents and endpoints a node is made of, before they are put on threads.
-pub(super) struct Parts {
-    pub(super) consensus: Box<dyn Agent>,
-    pub(super) sender: Sender,
-    pub(super) receiver: Receiver,
-    pub(super) commit: Counter,
-    pub(super) reader: CommittedReader,
-    pub(super) warnings: Vec<String>,
+/// The counters a node allocates once and every role's agents share.
+#[derive(Clone, Debug)]
+pub(super) struct NodeCounters {
+    pub(super) sender: SenderCounters,
+    pub(super) receiver: ReceiverCounters,
+    /// The leader's record of each other member's acknowledged position (for `qc-stat`; the consensus
+    /// core gets each term's acknowledgements from counters of that term alone).
+    pub(super) acks: Vec<(i32, Counter)>,
+    pub(super) refused_acks: Counter,
+    pub(super) follower_commit: Counter,
+    pub(super) consensus: ConsensusCounters,
 }
 
-pub(super) fn leader_parts(
-    config: &NodeConfig,
-    directory: &NodeDirectory,
-    ingress: &Arc<ManyToOneRingBuffer>,
-    counters: &CountersManager,
-) -> Result<Parts, NodeError> {
-    let allocate = |label: &str| node_counter(counters, label);
-    let session_id = session_id_for(config.id);
-    let log_config = LogConfig {
-        session_id,
-        stream_id: config.stream_id,
-        pre_touch: true,
-        ..LogConfig::new(config.channel.term_length, config.channel.mtu)
-    };
-    let log = LogBuffer::create(&directory.file("log.dat"), log_config)?;
-    let appender = log.appender()?;
-    let reader = LogReader::new(&log);
-    let consumer = log.register_consumer(0)?;
-    let followers: Vec<&Member> = config.followers().collect();
-    // The leader sends from its member endpoint, the one source its followers accept, and waits for the
-    // followers a commit needs (a majority, less itself), not for the slowest.
-    let needed = config.members.len() / 2;
-    let channel = ChannelConfig {
-        destinations: followers.iter().map(|m| m.endpoint).collect(),
-        source: Some(config.leader_endpoint()),
-        membership: Some(config.membership()),
-        flow_control: FlowControlMode::Quorum(needed),
-        ..config.channel.clone()
-    };
-    let mut publication = NetworkPublication::new(log, channel, SenderCounters::new(allocate))?;
-    let mut warnings = publication.warnings().to_vec();
-    let acks: Vec<Counter> = followers
-        .iter()
-        .map(|m| {
-            let label = format!("ack position of member {}", m.id);
-            counters.allocate_owned(&label, TYPE_ACK_POSITION, m.id.into()).expect("counters file has room")
-        })
-        .collect();
-    let ack_members: Vec<(i32, Counter)> = followers.iter().map(|m| m.id).zip(acks.iter().cloned()).collect();
-    let refused_acks = allocate("leader acknowledgements refused");
-    publication.set_control_handler(Box::new(move |destination, frame| {
-        // A follower acknowledges for itself only, and only this log: destination `d` is follower `d`.
-        match (frame, ack_members.get(destination)) {
-            (Frame::AppendPosition(ack), Some((id, counter)))
-                if ack.member_id == *id && ack.session_id == session_id =>
-            {
-                counter.set_max(ack.log_position);
-            }
-            _ => refused_acks.increment(),
+impl NodeCounters {
+    pub(super) fn allocate(config: &NodeConfig, counters: &CountersManager) -> Self {
+        let allocate = |label: &str| node_counter(counters, label);
+        let acks = config
+            .members
+            .iter()
+            .filter(|m| m.id != config.id)
+            .map(|m| {
+                let label = format!("ack position of member {}", m.id);
+                (m.id, counters.allocate_owned(&label, TYPE_ACK_POSITION, m.id.into()).expect("counters file has room"))
+            })
+            .collect();
+        Self {
+            sender: SenderCounters::new(allocate),
+            receiver: ReceiverCounters::new(allocate),
+            acks,
+            refused_acks: allocate("leader acknowledgements refused"),
+            follower_commit: allocate("follower commit position"),
+            consensus: ConsensusCounters::new(allocate),
         }
-    }));
-    let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
-    let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
-    let sender_commands = OneToOneRingBuffer::new(command_buffer)?;
-    let mut sender = Sender::new(vec![publication]);
-    sender.add_command_ring(sender_commands, 0);
-    let counters = ConsensusCounters::new(allocate);
-    let commit = counters.commit.clone();
-    let consensus = LeaderConsensus::new(LeaderParts {
-        ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
-        appender,
-        acks,
-        commands,
-        identity: LogIdentity {
+    }
+}
+
+/// Builds each role's agents and hands them to their places.
+pub(super) struct Wiring {
+    pub(super) config: NodeConfig,
+    pub(super) directory: PathBuf,
+    pub(super) counters: NodeCounters,
+    pub(super) sender: SlotHandle<Sender>,
+    pub(super) receiver: SlotHandle<Receiver>,
+}
+
+/// A leader's log for one term, its Sender handed to its place.
+pub(super) struct Leadership {
+    /// The log, continued from the previous one at the term's start position.
+    pub(super) log: LogBuffer,
+    /// Where the log's first copied byte is.
+    pub(super) start: i64,
+    /// Its file.
+    pub(super) file: PathBuf,
+    /// The log's appender, at the term's start position.
+    pub(super) appender: ExclusiveAppender,
+    /// Where commit frames go to the Sender.
+    pub(super) commands: OneToOneRingBuffer,
+    /// Each follower's acknowledged position in this term, raised by the Sender's control handler.
+    pub(super) acks: Vec<(i32, Counter)>,
+    /// The session of this term's log.
+    pub(super) session_id: i32,
+}
+
+/// A follower's Receiver of one leader's log, handed to its place.
+pub(super) struct Followership {
+    /// Where the leader's log will be read, once its image is made.
+    pub(super) subscription: Subscription,
+    /// The rebuilt position of the image.
+    pub(super) append: Counter,
+    /// The term-start markers rebuilt.
+    pub(super) term_starts: Arc<TermStarts>,
+}
+
+impl Wiring {
+    /// Stops whatever runs in the Sender's and the Receiver's places (they are dropped on their threads).
+    pub(super) fn clear(&self) {
+        self.sender.replace(None);
+        self.receiver.replace(None);
+    }
+
+    /// Starts leading `leadership_term_id` at `position`: a new log whose first bytes are copied from
+    /// `previous` (what a follower behind this leader still needs), up to `position`, and a Sender for it.
+    pub(super) fn lead(
+        &self,
+        leadership_term_id: i64,
+        position: i64,
+        previous: Option<(&LogBuffer, i64)>,
+    ) -> Result<Leadership, NodeError> {
+        let config = &self.config;
+        let session_id = session_id_for(config.id, leadership_term_id);
+        let log_config = LogConfig {
             session_id,
             stream_id: config.stream_id,
-            leader_member_id: config.id,
-            leadership_term_id: 0,
-        },
-        piggyback: config.commit_piggyback,
-        piggyback_refresh: (config.channel.receiver_window / 4) as i64,
-        commit_heartbeat_ns: nanos(config.commit_heartbeat),
-        counters,
-    });
-    let (receiver, _, w) = Receiver::new(Vec::new(), ReceiverCounters::new(allocate))?;
-    warnings.extend(w);
-    Ok(Parts {
-        consensus: Box::new(consensus),
-        sender,
-        receiver,
-        commit,
-        reader: CommittedReader::Leader(MessageReader::new(reader, consumer, 0)),
-        warnings,
-    })
+            pre_touch: true,
+            ..LogConfig::new(config.channel.term_length, config.channel.mtu)
+        };
+        let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
+        let (log, start, appender) = continue_log(&file, log_config, position, previous)?;
+        let others: Vec<_> = config.members.iter().filter(|m| m.id != config.id).collect();
+        // The leader sends from its member endpoint, the one source its followers accept, and waits for the
+        // followers a commit needs (a majority, less itself), not for the slowest.
+        let channel = ChannelConfig {
+            destinations: others.iter().map(|m| m.endpoint).collect(),
+            source: Some(config.me().endpoint),
+            membership: Some(config.membership()),
+            flow_control: FlowControlMode::Quorum(config.members.len() / 2),
+            ..config.channel.clone()
+        };
+        let mut publication = NetworkPublication::new(log.clone(), channel, self.counters.sender.clone())?;
+        let acks: Vec<(i32, Counter)> = others.iter().map(|m| (m.id, Counter::detached())).collect();
+        let for_handler = acks.clone();
+        let mirrors: Vec<Counter> = self.counters.acks.iter().map(|(_, c)| c.clone()).collect();
+        mirrors.iter().for_each(|c| c.set(0));
+        let refused = self.counters.refused_acks.clone();
+        publication.set_control_handler(Box::new(move |destination, frame| {
+            // A follower acknowledges for itself only, and only this term's log: destination `d` is
+            // follower `d`.
+            match (frame, for_handler.get(destination)) {
+                (Frame::AppendPosition(ack), Some((id, counter)))
+                    if ack.member_id == *id && ack.session_id == session_id =>
+                {
+                    counter.set_max(ack.log_position);
+                    if let Some(mirror) = mirrors.get(destination) {
+                        mirror.set_max(ack.log_position);
+                    }
+                }
+                _ => refused.increment(),
+            }
+        }));
+        let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
+        let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
+        let mut sender = Sender::new(vec![publication]);
+        sender.add_command_ring(OneToOneRingBuffer::new(command_buffer)?, 0);
+        self.receiver.replace(None);
+        self.sender.replace(Some(sender));
+        Ok(Leadership { log, start, file, appender, commands, acks, session_id })
+    }
+
+    /// Starts following `leader` from `position`: a Receiver that accepts only the leader's log, and
+    /// makes its image start at `position`.
+    pub(super) fn follow(&self, leader: i32, position: i64) -> Result<Followership, NodeError> {
+        let config = &self.config;
+        let me = config.me();
+        let leader = config.member(leader).ok_or_else(|| NodeError::Config(format!("no member {leader}")))?;
+        let mut channel = ReceiveChannelConfig::new(me.endpoint, config.stream_id);
+        channel.channel = ChannelConfig { membership: Some(config.membership()), ..config.channel.clone() };
+        // Only the leader's endpoint may send the log; the other members' datagrams are counted apart.
+        channel.peers = vec![leader.endpoint];
+        channel.members = config.members.iter().map(|m| m.endpoint).filter(|e| *e != me.endpoint).collect();
+        channel.image_dir = Some(self.directory.clone());
+        // The image starts where this member's log agrees with the leader's, never where the leader's
+        // sender happens to be when the SETUP arrives: it would acknowledge a log it does not have.
+        channel.join_position = Some(position);
+        channel.reuse_port = true;
+        let append = Counter::detached();
+        append.set(position);
+        let term_starts = Arc::new(TermStarts::default());
+        channel.follower = Some(FollowerLink {
+            member_id: config.id,
+            // The commit positions of this leader's log bound what the node applies (the consensus core gets
+            // them too): every byte below one is in this member's log, from the leader's log or agreeing
+            // with it up to `position`.
+            commit: self.counters.consensus.commit.clone(),
+            piggyback: config.commit_piggyback,
+            ack_interval: config.ack_interval,
+            append: append.clone(),
+            term_starts: Arc::clone(&term_starts),
+        });
+        let (receiver, mut subscriptions, _warnings) = Receiver::new(vec![channel], self.counters.receiver.clone())?;
+        self.sender.replace(None);
+        self.receiver.replace(Some(receiver));
+        Ok(Followership { subscription: subscriptions.remove(0), append, term_starts })
+    }
 }
 
-pub(super) fn follower_parts(
-    config: &NodeConfig,
-    directory: &NodeDirectory,
-    counters: &CountersManager,
-) -> Result<Parts, NodeError> {
-    let allocate = |label: &str| node_counter(counters, label);
-    let me = config.members.iter().find(|m| m.id == config.id).expect("validated");
-    let commit = allocate("follower commit position");
-    let mut channel = ReceiveChannelConfig::new(me.endpoint, config.stream_id);
-    channel.channel = ChannelConfig { membership: Some(config.membership()), ..config.channel.clone() };
-    // Only the leader's endpoint may send the log; the other members' datagrams are counted apart.
-    channel.peers = vec![config.leader_endpoint()];
-    channel.members = config.members.iter().map(|m| m.endpoint).filter(|e| *e != me.endpoint).collect();
-    channel.image_dir = Some(directory.path().to_path_buf());
-    // A follower's log must start where its state does (0 for a fresh one), never where the leader's
-    // sender happens to be when the SETUP arrives: it would acknowledge and apply a log it does not have.
-    channel.join_position = Some(config.resume_from.unwrap_or(0));
-    channel.follower = Some(FollowerLink {
-        member_id: config.id,
-        commit: commit.clone(),
-        piggyback: config.commit_piggyback,
-        ack_interval: config.ack_interval,
-    });
-    let (receiver, mut subscriptions, warnings) = Receiver::new(vec![channel], ReceiverCounters::new(allocate))?;
-    Ok(Parts {
-        consensus: Box::new(FollowerConsensus),
-        sender: Sender::new(Vec::new()),
-        receiver,
-        commit,
-        reader: CommittedReader::Follower { subscription: subscriptions.remove(0) },
-        warnings,
-    })
+/// Makes the log of a new term at `file`, ending at `position`: its first bytes copied from `previous`
+/// (a log and where its first byte is) as far back as the previous log still holds them, up to the
+/// term before `position`'s; returns the log, where it starts, and its appender at `position`.
+fn continue_log(
+    file: &std::path::Path,
+    config: LogConfig,
+    position: i64,
+    previous: Option<(&LogBuffer, i64)>,
+) -> Result<(LogBuffer, i64, ExclusiveAppender), NodeError> {
+    let term_length = config.term_length as i64;
+    let term_start = position - position % term_length;
+    let Some((source, source_start)) = previous.filter(|(_, start)| *start < position) else {
+        let log = LogBuffer::create_at(file, config, position)?;
+        let appender = log.appender()?;
+        return Ok((log, position, appender));
+    };
+    // The furthest back first; a copy that finds the source already overwritten there tries nearer.
+    let candidates = [(term_start - term_length).max(source_start), term_start.max(source_start), position];
+    let mut last_error = None;
+    for from in candidates {
+        let log = LogBuffer::create_at(file, config, from)?;
+        let mut appender = log.appender()?;
+        if from == position {
+            return Ok((log, from, appender));
+        }
+        // No consumer reads the new log yet: the copy may fill it up to the term's start.
+        appender.set_limit(position);
+        match copy_frames(source, from, position, &mut appender) {
+            Ok(_) => return Ok((log, from, appender)),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(NodeError::Config(format!("cannot continue the log at {position}: {last_error:?}")))
 }
 
+/// Lays the consensus agent and the two places out on threads, and starts them.
 pub(super) fn start_agents(
     config: &NodeConfig,
     consensus: Box<dyn Agent>,
-    sender: Sender,
-    receiver: Receiver,
+    sender: Slot<Sender>,
+    receiver: Slot<Receiver>,
     counters: &CountersManager,
     warnings: &mut Vec<String>,
 ) -> Result<AgentHandles, NodeError> {
@@ -187,9 +276,10 @@ pub(super) fn node_counter(counters: &CountersManager, label: &str) -> Counter {
     counters.allocate(label, type_of(label)).expect("counters file has room")
 }
 
-/// A session id for the log of a leader: distinct per member and per start, so followers tell a restarted
-/// leader's log from the old one.
-pub(super) fn session_id_for(member: i32) -> i32 {
+/// A session id for the log of a leader's term: distinct per member, per term and per start, so followers
+/// tell each term's log, and a restarted leader's, from the others.
+pub(super) fn session_id_for(member: i32, leadership_term_id: i64) -> i32 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    (nanos as i32 & 0x7FFF_0000) | (member & 0xFFFF)
+    let term = (leadership_term_id as u32).wrapping_mul(0x9E37_79B9);
+    ((nanos ^ term) as i32 & 0x7FFF_0000) | (member & 0xFFFF)
 }

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
+use quorumcast::consensus::Role;
+use quorumcast::consensus_core::Timers;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
 use super::{dump, ScratchDir};
@@ -34,10 +36,25 @@ pub fn test_channel() -> ChannelConfig {
     }
 }
 
-/// A node of `members` with id `id`, led by member 0, its directory under `scratch`, in invoker mode.
+/// Consensus timers for tests whose threads may stall (a loaded CI host, a test thread that invokes
+/// every node in turn): a leader is replaced only after seconds of silence, so no test sees an election
+/// it did not cause.
+pub fn patient_timers() -> Timers {
+    Timers {
+        heartbeat_interval_ns: 20_000_000,
+        heartbeat_timeout_ns: 3_000_000_000,
+        election_timeout_min_ns: 4_000_000_000,
+        election_timeout_max_ns: 6_000_000_000,
+    }
+}
+
+/// A node of `members` with id `id`, member 0 preferred as the first leader, its directory under
+/// `scratch`, in invoker mode, with [`patient_timers`].
 pub fn test_builder(scratch: &ScratchDir, id: i32, members: &[Member], channel: ChannelConfig) -> NodeBuilder {
     NodeBuilder::new(id, members.to_vec())
         .leader(0)
+        .timers(patient_timers())
+        .data_dir(scratch.join(format!("data-{id}")))
         .directory(scratch.join(format!("node-{id}")))
         .clean_stale(true)
         .channel(channel)
@@ -67,7 +84,7 @@ pub fn apply(node: &mut Node, next: &mut u64) -> usize {
     })
 }
 
-/// Drives a cluster of `nodes` (node 0 leads) by hand: offers numbered messages through the leader and
+/// Drives a cluster of `nodes` by hand: offers numbered messages through the leader (none while there is none) and
 /// applies on every node that `active` selects.
 pub struct Driver {
     /// Messages offered so far.
@@ -85,12 +102,12 @@ impl Driver {
     /// One round: offers up to 256 messages (up to `limit`), runs one duty cycle of every active node and
     /// applies what each has committed; returns the work done.
     pub fn round(&mut self, nodes: &mut [Node], active: &[bool], limit: u64) -> usize {
-        let client = nodes[0].client();
+        let leader = nodes.iter().zip(active).find(|(n, &on)| on && n.role() == Role::Leader).map(|(n, _)| n.client());
         let mut work = 0;
-        while self.offered < limit {
+        while let (true, Some(client)) = (self.offered < limit, leader.as_ref()) {
             match client.offer(&message(self.offered)) {
                 Ok(_) => self.offered += 1,
-                Err(OfferError::BackPressured) => break,
+                Err(OfferError::BackPressured | OfferError::NotLeader { .. }) => break,
                 Err(e) => panic!("{e}"),
             }
             work += 1;
@@ -135,4 +152,26 @@ pub fn counter(node: &Node, label: &str) -> i64 {
         }
     });
     found.unwrap_or_else(|| panic!("node {} has no counter `{label}`", node.id()))
+}
+
+/// Invokes `nodes` until member `leader` leads, has committed the start of its term, and every other node
+/// follows it; panics after `deadline` with every node's counters.
+pub fn elect(nodes: &mut [Node], leader: usize, deadline: Duration) {
+    let until = Instant::now() + deadline;
+    loop {
+        let led = nodes[leader].role() == Role::Leader && nodes[leader].commit_position() > 0;
+        let followed = nodes.iter().all(|n| n.leader_id() == Some(nodes[leader].id()));
+        if led && followed {
+            return;
+        }
+        assert!(Instant::now() < until, "no leader elected\n{}", dump(nodes));
+        let mut work = 0;
+        for node in nodes.iter_mut() {
+            work += node.invoke().unwrap();
+            work += node.poll_committed(64, |_| {});
+        }
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
 }

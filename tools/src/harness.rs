@@ -46,7 +46,12 @@ pub fn free_loopback_port() -> u16 {
 
 /// `n` members with ids `0..n`, each on its own [`free_port`] of `ip` (`127.0.0.1`, or `::1`).
 pub fn members_on(ip: IpAddr, n: i32) -> std::io::Result<Vec<Member>> {
-    (0..n).map(|id| Ok(Member { id, endpoint: SocketAddr::new(ip, free_port(ip)?) })).collect()
+    (0..n)
+        .map(|id| {
+            let endpoint = SocketAddr::new(ip, free_port(ip)?);
+            Ok(Member { id, endpoint, consensus: SocketAddr::new(ip, free_port(ip)?) })
+        })
+        .collect()
 }
 
 /// The first port of the kernel's ephemeral range (32768 when it cannot be read).

@@ -30,6 +30,7 @@ fn tuning(path: &str) -> PathBuf {
 /// Copies of the tuning node files with the members' ports replaced by free ones; returns their paths.
 fn node_files(scratch: &Path) -> Vec<PathBuf> {
     let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
+    let consensus: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     (0..3)
         .map(|id| {
             let text = std::fs::read_to_string(tuning(&format!("cluster/node{id}.toml"))).unwrap();
@@ -40,6 +41,7 @@ fn node_files(scratch: &Path) -> Vec<PathBuf> {
                 let member = member.as_table_mut().unwrap();
                 let member_id = member["id"].as_integer().unwrap() as usize;
                 member.insert("endpoint".into(), format!("127.0.0.1:{}", ports[member_id]).into());
+                member.insert("consensus".into(), format!("127.0.0.1:{}", consensus[member_id]).into());
             }
             let path = scratch.join(format!("node{id}.toml"));
             std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
@@ -201,7 +203,7 @@ fn three_processes_apply_100k_messages_with_the_same_digest() {
     let expected = format!("applied {MESSAGES} digest {}", expected_digest(MESSAGES, MSG_SIZE));
     for (id, process) in processes.iter_mut().enumerate() {
         let status = process.status.unwrap();
-        let stdout = process.all_stdout();
+        let stdout: Vec<String> = process.all_stdout().into_iter().filter(|l| l.starts_with("applied")).collect();
         assert!(status.success(), "node {id} exited with {status}:\n{}", process.all_stderr());
         assert_eq!(stdout, vec![expected.clone()], "node {id} applied a different sequence");
         assert!(!scratch.join(format!("dir{id}")).exists(), "node {id} left its directory behind");
@@ -305,7 +307,7 @@ fn every_node_file_with_every_profile_is_a_valid_config() {
             let merged = node.merge(NodeFile::load(tuning(&format!("profiles/{profile}.toml"))).unwrap());
             let busy_app = merged.application_idle().is_busy();
             let config = merged.into_config().unwrap_or_else(|e| panic!("node{id} + {profile}: {e}"));
-            assert_eq!((config.id, config.leader, config.members.len()), (id, 0, 3));
+            assert_eq!((config.id, config.leader, config.members.len()), (id, Some(0), 3));
             assert_eq!((config.channel.mtu, config.channel.term_length), (8192, 16 << 20));
             let busy = config.idle.iter().filter(|i| i.is_busy()).count();
             match profile {
@@ -315,4 +317,166 @@ fn every_node_file_with_every_profile_is_a_valid_config() {
             }
         }
     }
+}
+
+/// What one qc-node process printed on stdout so far: its checkpoints (applied count, digest) and its
+/// role changes (role, term).
+#[derive(Default)]
+struct Progress {
+    checkpoints: std::collections::BTreeMap<u64, String>,
+    roles: Vec<(String, i64)>,
+}
+
+impl Progress {
+    fn read(&mut self, process: &Process) {
+        for line in process.stdout.try_iter() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["applied", n, "digest", digest] => {
+                    self.checkpoints.insert(n.parse().unwrap(), digest.to_string());
+                }
+                ["role", role, "term", term, "leader", _] => self.roles.push((role.to_string(), term.parse().unwrap())),
+                _ => {}
+            }
+        }
+    }
+
+    fn applied(&self) -> u64 {
+        self.checkpoints.keys().next_back().copied().unwrap_or(0)
+    }
+
+    fn leads_after(&self, term: i64) -> Option<i64> {
+        self.roles.iter().rev().find(|(role, t)| role == "leader" && *t > term).map(|(_, t)| *t)
+    }
+}
+
+/// Spawns member `id` of the failover cluster: it offers while it leads (20k messages a second) and
+/// prints a checkpoint every 1000 entries.
+fn failover_node(scratch: &ScratchDir, files: &[PathBuf], id: usize) -> Process {
+    let dir = scratch.join(format!("dir{id}"));
+    let profile = tuning("profiles/small-host.toml");
+    let timeout = DEADLINE.as_secs().to_string();
+    let args = [
+        "--config",
+        files[id].to_str().unwrap(),
+        "--profile",
+        profile.to_str().unwrap(),
+        "--directory",
+        dir.to_str().unwrap(),
+        "--offer",
+        "1000000000",
+        "--rate",
+        "20000",
+        "--in-flight",
+        "20000",
+        "--checkpoint",
+        "1000",
+        "--timeout",
+        &timeout,
+    ];
+    Process::spawn(&format!("node {id}"), &args)
+}
+
+/// Reads every process's output until `done` holds; panics at the deadline with what each printed.
+fn await_progress(
+    processes: &mut [Option<Process>],
+    progress: &mut [Progress],
+    what: &str,
+    mut done: impl FnMut(&[Progress]) -> bool,
+) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        for (process, progress) in processes.iter().zip(progress.iter_mut()) {
+            if let Some(process) = process {
+                progress.read(process);
+            }
+        }
+        if done(progress) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let report: Vec<String> = processes
+                .iter_mut()
+                .flatten()
+                .zip(progress.iter())
+                .map(|(p, g)| {
+                    format!("--- {} applied {} roles {:?}:\n{}", p.name, g.applied(), g.roles, p.all_stderr())
+                })
+                .collect();
+            panic!("{what}: not reached in time\n{}", report.join("\n"));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every checkpoint `a` and `b` both reached has the same digest: they applied the same entries.
+fn assert_same_prefix(a: &Progress, b: &Progress, what: &str) {
+    let common: Vec<u64> = a.checkpoints.keys().filter(|n| b.checkpoints.contains_key(n)).copied().collect();
+    assert!(!common.is_empty(), "{what}: no common checkpoint");
+    for n in common {
+        assert_eq!(a.checkpoints[&n], b.checkpoints[&n], "{what}: the first {n} entries differ");
+    }
+}
+
+#[test]
+fn killing_the_leader_process_elects_another_and_loses_no_committed_entry() {
+    let scratch = ScratchDir::new("node-proc-failover");
+    let files = node_files(scratch.path());
+    let mut processes: Vec<Option<Process>> = (0..3).map(|id| Some(failover_node(&scratch, &files, id))).collect();
+    let mut progress: Vec<Progress> = (0..3).map(|_| Progress::default()).collect();
+    await_progress(&mut processes, &mut progress, "member 0 leads and all apply 5000", |p| {
+        p[0].leads_after(0).is_some() && p.iter().all(|p| p.applied() >= 5_000)
+    });
+    let first_term = progress[0].leads_after(0).unwrap();
+
+    // kill -9 the leader mid-stream. What it applied was committed: every member must apply the same.
+    let mut leader = processes[0].take().unwrap();
+    leader.child.kill().unwrap();
+    leader.child.wait().unwrap();
+    progress[0].read(&leader);
+    let killed = std::mem::take(&mut progress[0]);
+    let applied_at_kill = killed.applied();
+    await_progress(&mut processes, &mut progress, "a new leader and 10000 more applied", |p| {
+        p[1..].iter().any(|p| p.leads_after(first_term).is_some())
+            && p[1..].iter().all(|p| p.applied() >= applied_at_kill + 10_000)
+    });
+    for (survivor, progress) in progress.iter().enumerate().skip(1) {
+        assert_eq!(
+            progress.checkpoints.get(&applied_at_kill),
+            killed.checkpoints.get(&applied_at_kill),
+            "member {survivor} lost or reordered entries the old leader had applied"
+        );
+        assert_same_prefix(progress, &killed, "survivor and killed leader");
+    }
+    assert_same_prefix(&progress[1], &progress[2], "the two survivors");
+    let new_term = progress[1..].iter().filter_map(|p| p.leads_after(first_term)).max().unwrap();
+    eprintln!("killed the leader of term {first_term} at {applied_at_kill} applied; term {new_term} goes on");
+
+    // The old leader comes back, first with its directories kept (the term and vote it persisted), then
+    // killed again and back with both removed: each time it follows and applies the same sequence.
+    for clean in [false, true] {
+        if clean {
+            let mut again = processes[0].take().unwrap();
+            again.child.kill().unwrap();
+            again.child.wait().unwrap();
+            std::fs::remove_dir_all(scratch.join("dir0")).unwrap();
+            std::fs::remove_dir_all(scratch.join("dir0-data")).unwrap();
+        }
+        processes[0] = Some(failover_node(&scratch, &files, 0));
+        progress[0] = Progress::default();
+        let target = progress[1].applied().max(progress[2].applied()) + 5_000;
+        await_progress(&mut processes, &mut progress, "the restarted member catches up", |p| {
+            p.iter().all(|p| p.applied() >= target)
+        });
+        assert!(progress[0].roles.iter().any(|(role, _)| role == "follower"), "it rejoined as a follower");
+        assert_same_prefix(&progress[0], &progress[1], "restarted member");
+        assert_same_prefix(&progress[1], &progress[2], "the two others");
+        eprintln!("restarted member 0 (clean: {clean}) applied {} entries, the same", progress[0].applied());
+    }
+    for process in processes.iter_mut().flatten() {
+        let pid = process.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    }
+    let mut all: Vec<Process> = processes.into_iter().flatten().collect();
+    wait_all(&mut all, Instant::now() + DEADLINE);
 }

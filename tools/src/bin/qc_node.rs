@@ -9,8 +9,9 @@
 //! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
 //! it in order and wins where both set a key (see `quorumcast::config::NodeFile` and `tuning/README.md`).
 //!
-//! The main thread is the application: it offers (`--offer N` on the leader: N generated messages of
-//! `--msg-size` bytes, each led by its sequence number, retried while the log is back-pressured), applies
+//! The main thread is the application: it offers (`--offer N`: while this node leads, N generated
+//! messages of `--msg-size` bytes, each led by its sequence number, retried while the log is
+//! back-pressured, at most `--rate` a second; a node that does not lead offers nothing until it does), applies
 //! committed entries into a running FNV-1a 64 digest (of each entry's length, as 4 little-endian bytes,
 //! then its bytes), and in invoker mode runs the node's agents itself. It idles with the
 //! `agents.application` idle strategy.
@@ -24,7 +25,11 @@
 //! A follower started by `qc-node` has an empty state machine, so it joins the log at position 0 whenever
 //! it starts: followers may start before or after the leader (within the leader's retained log).
 //!
-//! Start-up facts (layout, warnings) go to stderr; stdout carries only the `applied` line.
+//! With `--checkpoint K` it also prints `applied N digest <hex>` each time N reaches a multiple of K, so
+//! runs of different members can be compared entry by entry. Each change of role, term or leader is
+//! printed on stdout as `role <role> term <term> leader <id or ->`.
+//!
+//! Start-up facts (layout, warnings) go to stderr; stdout carries only the `applied` and `role` lines.
 //! Exit status: 0 on success or on a signal, 1 on a failure (start, agents, timeout), 2 on bad arguments.
 
 use std::path::PathBuf;
@@ -82,6 +87,12 @@ struct Args {
     /// Print the node's non-zero counters before closing it.
     #[arg(long)]
     print_counters: bool,
+    /// Offer at most this many messages per second (0: as fast as the log takes them).
+    #[arg(long, value_name = "MSGS", default_value_t = 0)]
+    rate: u64,
+    /// Print `applied N digest <hex>` on stdout each time N, the entries applied, reaches a multiple of K.
+    #[arg(long, value_name = "K")]
+    checkpoint: Option<u64>,
 }
 
 /// Set by the SIGINT/SIGTERM handler; the main loop polls it.
@@ -171,21 +182,11 @@ fn load(args: &Args) -> Result<(NodeConfig, NodeFile), Failure> {
     if let Some(directory) = &args.directory {
         config.directory = Some(directory.clone());
     }
-    if config.id != config.leader && config.resume_from.is_none() {
-        // A fresh state machine: take the log from its start, even if the leader started first.
-        config.resume_from = Some(0);
-    }
     Ok((config, file))
 }
 
 fn run(args: &Args) -> Result<(), Failure> {
     let (config, file) = load(args)?;
-    if args.offer > 0 && config.id != config.leader {
-        return Err(Failure::Usage(format!(
-            "--offer needs the leader: node {} is a follower of {}",
-            config.id, config.leader
-        )));
-    }
     let app_idle = file.application_idle();
     let invoker = config.threading.invokes();
     describe(&config, &file);
@@ -211,6 +212,11 @@ fn run(args: &Args) -> Result<(), Failure> {
         node.role(),
         node.directory().map_or_else(|| "-".into(), |d| d.display().to_string())
     );
+    let mut node = node;
+    node.on_role_change(|change| {
+        let leader = change.leader.map_or_else(|| "-".to_string(), |id| id.to_string());
+        println!("role {} term {} leader {leader}", change.role, change.leadership_term_id);
+    });
     let mut app = App::new(node, args, invoker, app_idle)?;
     let outcome = app.run();
     if args.print_counters {
@@ -250,6 +256,11 @@ struct App {
     /// On the leader, the followers whose acknowledgements it records.
     followers: Vec<i32>,
     next_failure_check: Instant,
+    checkpoint: Option<u64>,
+    /// With `--rate`: nanoseconds between offers, and when the rate allows the next one.
+    offer_interval_ns: u64,
+    /// The rate counts from here: when this node last found it did not lead, and what it had offered.
+    rate_base: (Instant, u64),
 }
 
 impl App {
@@ -278,6 +289,9 @@ impl App {
             linger: Duration::from_millis(args.linger_ms),
             followers,
             next_failure_check: Instant::now(),
+            checkpoint: args.checkpoint.filter(|&k| k > 0),
+            offer_interval_ns: if args.rate == 0 { 0 } else { 1_000_000_000 / args.rate.max(1) },
+            rate_base: (Instant::now(), 0),
         })
     }
 
@@ -325,13 +339,22 @@ impl App {
     /// Offers up to a burst of the remaining generated messages; returns how many were taken.
     fn offer(&mut self) -> Result<usize, Failure> {
         let window_end = self.applied.saturating_add(self.in_flight);
-        let end = self.to_offer.min(self.offered + OFFER_BURST).min(window_end);
+        let mut end = self.to_offer.min(self.offered + OFFER_BURST).min(window_end);
+        let (since, base) = self.rate_base;
+        if let Some(allowed) = (since.elapsed().as_nanos() as u64).checked_div(self.offer_interval_ns) {
+            end = end.min(base + allowed);
+        }
         let start = self.offered;
         while self.offered < end {
             fill_message(&mut self.message, self.offered);
             match self.client.offer(&self.message) {
                 Ok(_) => self.offered += 1,
                 Err(OfferError::BackPressured) => break,
+                // Not the leader (yet, or any more): offer again once this node leads, at the rate from then.
+                Err(OfferError::NotLeader { .. }) => {
+                    self.rate_base = (Instant::now(), self.offered);
+                    break;
+                }
                 Err(e) => return Err(Failure::Run(format!("offer {}: {e}", self.offered))),
             }
         }
@@ -340,11 +363,14 @@ impl App {
 
     /// Applies committed entries into the digest; returns the fragments read.
     fn apply(&mut self) -> usize {
-        let (digest, applied) = (&mut self.digest, &mut self.applied);
+        let (digest, applied, checkpoint) = (&mut self.digest, &mut self.applied, self.checkpoint);
         self.node.poll_committed(FRAGMENT_LIMIT, |entry| {
             digest.update(&(entry.len() as u32).to_le_bytes());
             digest.update(entry);
             *applied += 1;
+            if checkpoint.is_some_and(|k| *applied % k == 0) {
+                println!("applied {} digest {:016x}", *applied, digest.value());
+            }
         })
     }
 
@@ -427,7 +453,11 @@ impl Fnv1a64 {
 /// Prints the node's identity, channel and agent layout to stderr.
 fn describe(config: &NodeConfig, file: &NodeFile) {
     let members: Vec<String> = config.members.iter().map(|m| format!("{}={}", m.id, m.endpoint)).collect();
-    let role = if config.id == config.leader { "leader".to_string() } else { format!("follower of {}", config.leader) };
+    let role = match config.leader {
+        Some(leader) if leader == config.id => "the preferred first leader".to_string(),
+        Some(leader) => format!("member {leader} preferred as the first leader"),
+        None => "no preferred first leader".to_string(),
+    };
     eprintln!("qc-node: node {} ({role}), members {}", config.id, members.join(" "));
     let c = &config.channel;
     eprintln!(

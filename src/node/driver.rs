@@ -1,0 +1,513 @@
+//! The node's consensus agent: it feeds the consensus core and carries out what the core decides.
+//!
+//! Every decision (role, term, vote, where logs agree, what is committed) is the core's
+//! ([`ConsensusCore`]); this agent only moves inputs in and outputs out, once per duty cycle:
+//!
+//! 1. election and heartbeat frames from the other members' consensus endpoints (a socket of its own,
+//!    Aeron Cluster's consensus channel), each checked for its source and decoded, to
+//!    [`ConsensusCore::on_message`];
+//! 2. the data path's positions: on the leader, each follower's acknowledged position (raised by the
+//!    Sender from acknowledgement frames of this term's log) as an append position from that member;
+//!    on a follower, the rebuilt position of the leader's log, split by the term-start markers the
+//!    Receiver found, to [`ConsensusCore::on_append_position`], and the commit positions the leader sent
+//!    as its commit messages;
+//! 3. a [`ConsensusCore::tick`] with the time;
+//! 4. the outputs, in order: a vote is written to the vote file (and synced) before anything after it
+//!    runs; a role change stops the Sender or Receiver of the old role; a term to lead gets a new log
+//!    continued from this member's log and a Sender; a leader to follow gets a Receiver from the position
+//!    the logs agree up to; a commit raises the commit position;
+//! 5. on the leader, once its term has started, the append stage: client messages from the ingress ring
+//!    into the log, and commit frames to the Sender.
+//!
+//! The data path's own acknowledgements and commit frames carry positions at the rate data moves; the
+//! consensus endpoint carries them at heartbeat rate only (the core's sends of them are thinned to one
+//! per half heartbeat interval), so elections cost the steady state nothing measurable.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use socket2::SockAddr;
+
+use crate::agent::{Agent, AgentError};
+use crate::clock::NanoClock;
+use crate::consensus::{AppendParts, AppendStage, LogIdentity};
+use crate::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
+use crate::counters::Counter;
+use crate::event_log::RateLimited;
+use crate::log_buffer::{LogBuffer, LogReader};
+use crate::receiver::Subscription;
+use crate::ring_buffer::ManyToOneRingBuffer;
+use crate::term_starts::TermStarts;
+use crate::transport::{RecvBatch, UdpEndpoint};
+use crate::vote_file::{TermVote, VoteFile};
+
+use super::client::Shared;
+use super::wiring::Wiring;
+use super::RoleChange;
+
+/// Most consensus frames read per duty cycle.
+const MAX_FRAMES_PER_CYCLE: usize = 64;
+
+/// The counters of the consensus agent's own work (the core's drop reasons are mirrored beside them).
+#[derive(Clone, Debug)]
+pub(super) struct DriverCounters {
+    pub(super) frames_received: Counter,
+    pub(super) frames_sent: Counter,
+    pub(super) foreign_dropped: Counter,
+    pub(super) malformed_dropped: Counter,
+    pub(super) role_changes: Counter,
+    pub(super) leadership_term: Counter,
+    pub(super) ingress_dropped: Counter,
+    pub(super) core_errors: Counter,
+    pub(super) stale_dropped: Counter,
+    pub(super) refused_membership: Counter,
+    pub(super) elections: Counter,
+    pub(super) truncations: Counter,
+}
+
+impl DriverCounters {
+    pub(super) fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+        Self {
+            frames_received: allocate("election frames received"),
+            frames_sent: allocate("election frames sent"),
+            foreign_dropped: allocate("election frames from non-members dropped"),
+            malformed_dropped: allocate("election frames malformed"),
+            role_changes: allocate("election role changes"),
+            leadership_term: allocate("election leadership term"),
+            ingress_dropped: allocate("election ingress dropped on step-down"),
+            core_errors: allocate("election refused outputs"),
+            stale_dropped: allocate("election stale or duplicate dropped"),
+            refused_membership: allocate("election other member list refused"),
+            elections: allocate("election elections"),
+            truncations: allocate("election truncations"),
+        }
+    }
+}
+
+/// Another member's consensus endpoint.
+struct Peer {
+    id: i32,
+    addr: SocketAddr,
+    sockaddr: SockAddr,
+}
+
+/// This member's log: the one that holds its bytes up to the core's append position.
+struct MemberLog {
+    log: LogBuffer,
+    /// Where its first byte is.
+    start: i64,
+    /// Its file, removed when a newer log replaces it (the mapping stays while a reader holds it).
+    file: Option<std::path::PathBuf>,
+}
+
+/// What the data path does in the current role.
+enum Current {
+    /// No log moves: an election runs, or the leader is not yet matched with.
+    Idle,
+    Leading(Box<Leading>),
+    Following(Box<Following>),
+}
+
+struct Leading {
+    term: i64,
+    stage: AppendStage,
+    /// Each follower's acknowledged position in this term, and the last one handed to the core.
+    acks: Vec<(i32, Counter, i64)>,
+}
+
+struct Following {
+    leader: i32,
+    term: i64,
+    subscription: Option<Subscription>,
+    /// Where the image starts.
+    join: i64,
+    append: Counter,
+    term_starts: Arc<TermStarts>,
+    reported: u64,
+    /// Markers not yet passed by the rebuilt position, by position.
+    pending: Vec<(i64, i64)>,
+    /// The position and the term of the last byte handed to the core.
+    fed: i64,
+    fed_term: i64,
+    commit_fed: i64,
+}
+
+/// The consensus agent of a node.
+pub(super) struct ConsensusAgent {
+    core: ConsensusCore,
+    outputs: Vec<Output>,
+    wiring: Wiring,
+    socket: UdpEndpoint,
+    batch: RecvBatch,
+    peers: Vec<Peer>,
+    votes: VoteFile,
+    ingress: ManyToOneRingBuffer,
+    clock: NanoClock,
+    current: Current,
+    log: Option<MemberLog>,
+    shared: Arc<Shared>,
+    counters: DriverCounters,
+    /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
+    last_position_send_ns: u64,
+    preferred_leader: bool,
+    logs: RateLimited,
+}
+
+/// What a consensus agent is made of.
+pub(super) struct DriverParts {
+    pub(super) core: ConsensusCore,
+    pub(super) wiring: Wiring,
+    pub(super) socket: UdpEndpoint,
+    pub(super) votes: VoteFile,
+    pub(super) ingress: ManyToOneRingBuffer,
+    pub(super) shared: Arc<Shared>,
+    pub(super) counters: DriverCounters,
+}
+
+impl ConsensusAgent {
+    pub(super) fn new(parts: DriverParts) -> Self {
+        let config = &parts.wiring.config;
+        let peers = config
+            .members
+            .iter()
+            .filter(|m| m.id != config.id)
+            .map(|m| Peer { id: m.id, addr: m.consensus, sockaddr: SockAddr::from(m.consensus) })
+            .collect();
+        let preferred_leader = config.leader == Some(config.id);
+        Self {
+            core: parts.core,
+            outputs: Vec::with_capacity(16),
+            socket: parts.socket,
+            batch: RecvBatch::new(16, wire::MAX_CONSENSUS_FRAME_LENGTH.max(64) + 64),
+            peers,
+            votes: parts.votes,
+            ingress: parts.ingress,
+            clock: NanoClock::new(),
+            current: Current::Idle,
+            log: None,
+            shared: parts.shared,
+            counters: parts.counters,
+            last_position_send_ns: 0,
+            preferred_leader,
+            logs: RateLimited::default(),
+            wiring: parts.wiring,
+        }
+    }
+
+    /// One duty cycle; returns the work done.
+    fn poll_once(&mut self) -> Result<usize, AgentError> {
+        let now_ns = self.clock.now_ns();
+        if std::mem::take(&mut self.preferred_leader) {
+            self.core.campaign(now_ns, &mut self.outputs);
+        }
+        let mut work = self.receive(now_ns);
+        work += self.feed(now_ns);
+        self.core.tick(now_ns, &mut self.outputs);
+        work += self.execute(now_ns)?;
+        work += self.append(now_ns);
+        work += self.execute(now_ns)?;
+        self.mirror_counters();
+        Ok(work)
+    }
+
+    /// Reads consensus frames and hands each, from a member's consensus endpoint, to the core.
+    fn receive(&mut self, now_ns: u64) -> usize {
+        let mut work = 0;
+        while work < MAX_FRAMES_PER_CYCLE {
+            let received = self.socket.recv_batch(&mut self.batch).unwrap_or(0);
+            for i in 0..received {
+                let datagram = self.batch.datagram(i);
+                self.counters.frames_received.increment();
+                let peer = datagram.source.and_then(|s| self.peers.iter().find(|p| p.addr == s));
+                let (Some(peer), false) = (peer, datagram.forged) else {
+                    self.counters.foreign_dropped.increment();
+                    continue;
+                };
+                match wire::decode(datagram.bytes) {
+                    Ok((sender, message)) if sender == peer.id => {
+                        self.core.on_message(sender, message, now_ns, &mut self.outputs)
+                    }
+                    Ok(_) => self.counters.foreign_dropped.increment(),
+                    Err(_) => self.counters.malformed_dropped.increment(),
+                }
+            }
+            work += received;
+            if received < self.batch.capacity() {
+                break;
+            }
+        }
+        work
+    }
+
+    /// Hands the data path's positions to the core.
+    fn feed(&mut self, now_ns: u64) -> usize {
+        match &mut self.current {
+            Current::Idle => 0,
+            Current::Leading(leading) => {
+                let mut work = 0;
+                for (member, counter, fed) in leading.acks.iter_mut() {
+                    let position = counter.get();
+                    if position > *fed {
+                        *fed = position;
+                        let message =
+                            Message::AppendPosition { leadership_term_id: leading.term, log_position: position };
+                        self.core.on_message(*member, message, now_ns, &mut self.outputs);
+                        work += 1;
+                    }
+                }
+                work
+            }
+            Current::Following(following) => {
+                let mut work = 0;
+                if following.subscription.is_some() {
+                    work += take_image(following, &mut self.log, &self.shared) as usize;
+                }
+                work += feed_follower(following, &mut self.core, now_ns, &mut self.outputs);
+                let commit = self.wiring.counters.consensus.commit.get();
+                if commit > following.commit_fed {
+                    following.commit_fed = commit;
+                    let message = Message::CommitPosition { leadership_term_id: following.term, log_position: commit };
+                    self.core.on_message(following.leader, message, now_ns, &mut self.outputs);
+                }
+                work
+            }
+        }
+    }
+
+    /// On the leader whose term has started: client messages into the log.
+    fn append(&mut self, now_ns: u64) -> usize {
+        let Current::Leading(leading) = &mut self.current else {
+            return 0;
+        };
+        // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
+        leading.stage.on_commit(self.core.commit_position());
+        let appended = leading.stage.drain(&self.ingress);
+        if appended > 0 {
+            self.core.on_append_position(leading.term, leading.stage.position(), now_ns, &mut self.outputs);
+        }
+        appended + leading.stage.send_commit_if_due(appended, now_ns)
+    }
+
+    /// Carries out the core's outputs, in order, and those they lead to.
+    fn execute(&mut self, now_ns: u64) -> Result<usize, AgentError> {
+        let mut work = 0;
+        while !self.outputs.is_empty() {
+            for output in std::mem::take(&mut self.outputs) {
+                work += 1;
+                self.execute_one(output, now_ns)?;
+            }
+        }
+        Ok(work)
+    }
+
+    fn execute_one(&mut self, output: Output, now_ns: u64) -> Result<(), AgentError> {
+        match output {
+            Output::Persist { leadership_term_id, voted_for } => {
+                // Nothing after a vote may run before the vote is on stable storage: a member that cannot
+                // persist stops rather than vote.
+                self.votes.store(TermVote { leadership_term_id, voted_for }).map_err(AgentError::new)?;
+            }
+            Output::Send { to, message } => self.send(to, message, now_ns),
+            Output::RoleChange { role, leadership_term_id, leader_member_id } => {
+                self.on_role_change(role, leadership_term_id, leader_member_id)
+            }
+            Output::AppendTermStart { leadership_term_id, position } => {
+                self.start_term(leadership_term_id, position, now_ns)?
+            }
+            Output::Truncate { position } => {
+                self.counters.truncations.increment();
+                let dropped = self.log.as_ref().map_or(0, |l| l.log.producer_position() - position);
+                self.logs.warn(now_ns, || {
+                    format!("log cut back to {position}: {dropped} bytes this member held were never committed")
+                });
+            }
+            Output::ReplicateFrom { leader_member_id, leadership_term_id, position } => {
+                self.replicate_from(leader_member_id, leadership_term_id, position)?
+            }
+            Output::Commit { position } => {
+                self.wiring.counters.consensus.commit.set_max(position);
+            }
+            Output::Error(error) => {
+                self.counters.core_errors.increment();
+                self.logs.warn(now_ns, || format!("consensus core refused: {error}"));
+                if let CoreError::AppendPositionWentBack { .. } | CoreError::AppendTermWentBack { .. } = error {
+                    return Err(AgentError::msg(format!("the log and the consensus core disagree: {error}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `message` on the consensus endpoint; commit and append positions at most once per half
+    /// heartbeat interval (the data path carries them at data rate).
+    fn send(&mut self, to: Destination, message: Message, now_ns: u64) {
+        if let Message::CommitPosition { .. } | Message::AppendPosition { .. } = message {
+            let interval = self.core.config().timers.heartbeat_interval_ns / 2;
+            if now_ns.saturating_sub(self.last_position_send_ns) < interval {
+                return;
+            }
+            self.last_position_send_ns = now_ns;
+        }
+        let mut bytes = [0u8; wire::MAX_CONSENSUS_FRAME_LENGTH];
+        let Ok(length) = wire::encode(self.core.member_id(), &message, &mut bytes) else {
+            return;
+        };
+        for peer in self.peers.iter().filter(|p| matches!(to, Destination::Others) || to == Destination::Member(p.id)) {
+            // A lost send is what the network does anyway: the core repeats what matters.
+            let _ = self.socket.send(&bytes[..length], Some(&peer.sockaddr));
+            self.counters.frames_sent.increment();
+        }
+    }
+
+    fn on_role_change(&mut self, role: Role, leadership_term_id: i64, leader: Option<i32>) {
+        self.counters.role_changes.increment();
+        self.counters.leadership_term.set(leadership_term_id);
+        if role == Role::Candidate {
+            self.counters.elections.increment();
+        }
+        // Whatever ran for the old role stops: a leader's Sender, a follower's Receiver.
+        // (A leader's log stays this member's log: its bytes up to the core's append position are kept.)
+        if let Current::Leading(_) = std::mem::replace(&mut self.current, Current::Idle) {
+            // Messages taken for a term that is over are not this cluster's to append any more.
+            let dropped = self.ingress.read(|_, _| {}, usize::MAX);
+            self.counters.ingress_dropped.add(dropped as i64);
+        }
+        self.wiring.clear();
+        self.shared.publish(RoleChange { role, leadership_term_id, leader });
+    }
+
+    /// Leads `term` from `position`: a new log continued from this member's, a Sender, the marker.
+    fn start_term(&mut self, term: i64, position: i64, now_ns: u64) -> Result<(), AgentError> {
+        let previous = self.log.as_ref().map(|l| (&l.log, l.start));
+        let leadership = self.wiring.lead(term, position, previous).map_err(AgentError::new)?;
+        let reader = LogReader::new(&leadership.log);
+        let consumer = leadership.log.register_consumer(position).map_err(AgentError::new)?;
+        let config = &self.wiring.config;
+        let mut stage = AppendStage::new(AppendParts {
+            appender: leadership.appender,
+            commands: leadership.commands,
+            identity: LogIdentity {
+                session_id: leadership.session_id,
+                stream_id: config.stream_id,
+                leader_member_id: config.id,
+                leadership_term_id: term,
+            },
+            piggyback: config.commit_piggyback,
+            piggyback_refresh: (config.channel.receiver_window / 4) as i64,
+            commit_heartbeat_ns: crate::clock::nanos(config.commit_heartbeat),
+            commit: self.core.commit_position(),
+            counters: self.wiring.counters.consensus.clone(),
+        });
+        let end = stage.append_term_start().map_err(AgentError::new)?;
+        self.replace_log(MemberLog { log: leadership.log, start: leadership.start, file: Some(leadership.file) });
+        self.shared.push_switch(position, Some((reader, consumer)));
+        let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
+        self.current = Current::Leading(Box::new(Leading { term, stage, acks }));
+        self.core.on_append_position(term, end, now_ns, &mut self.outputs);
+        Ok(())
+    }
+
+    /// Follows `leader` in `term` from `position`, where this member's log agrees with the leader's.
+    fn replicate_from(&mut self, leader: i32, term: i64, position: i64) -> Result<(), AgentError> {
+        let followership = self.wiring.follow(leader, position).map_err(AgentError::new)?;
+        self.shared.push_switch(position, None);
+        let fed_term = self.core.term_history().last_term_id();
+        self.current = Current::Following(Box::new(Following {
+            leader,
+            term,
+            subscription: Some(followership.subscription),
+            join: position,
+            append: followership.append,
+            term_starts: followership.term_starts,
+            reported: 0,
+            pending: Vec::new(),
+            fed: position,
+            fed_term,
+            commit_fed: 0,
+        }));
+        Ok(())
+    }
+
+    fn replace_log(&mut self, log: MemberLog) {
+        if let Some(file) = self.log.take().and_then(|old| old.file) {
+            // Unlinked, the file's memory stays mapped for a reader still on it, and is freed with it.
+            let _ = std::fs::remove_file(file);
+        }
+        self.log = Some(log);
+    }
+
+    fn mirror_counters(&self) {
+        let core = self.core.counters();
+        self.counters.stale_dropped.set((core.stale_term + core.duplicate + core.unexpected) as i64);
+        self.counters.refused_membership.set(core.membership_mismatch as i64);
+        if let Current::Following(_) = self.current {
+            self.wiring.counters.follower_commit.set_max(self.wiring.counters.consensus.commit.get());
+        }
+    }
+}
+
+/// Once the leader's image is made: it becomes this member's log, and the node's reader goes on in it at
+/// the position it starts at. Returns whether it was made.
+fn take_image(following: &mut Following, log: &mut Option<MemberLog>, shared: &Shared) -> bool {
+    let Some((image_log, reader, consumer, join)) = following.subscription.as_mut().and_then(Subscription::take_image)
+    else {
+        return false;
+    };
+    following.subscription = None;
+    if join != following.join {
+        return false;
+    }
+    if let Some(file) = log.take().and_then(|old| old.file) {
+        let _ = std::fs::remove_file(file);
+    }
+    *log = Some(MemberLog { log: image_log, start: join, file: None });
+    shared.complete_switch(join, (reader, consumer));
+    true
+}
+
+/// Hands the follower's newly rebuilt bytes to the core, one term at a time, split at the term-start
+/// markers the Receiver found; returns the positions handed over.
+fn feed_follower(following: &mut Following, core: &mut ConsensusCore, now_ns: u64, out: &mut Vec<Output>) -> usize {
+    let rebuilt = following.append.get();
+    let reported = following.term_starts.reported();
+    if reported != following.reported {
+        following.reported = reported;
+        if following.term_starts.take(&mut following.pending) {
+            // Markers were lost: the terms of the log cannot be told. Report bytes no further; the
+            // member stays in the cluster's count as one that has not caught up.
+            following.fed = i64::MAX;
+            return 0;
+        }
+        following.pending.sort_unstable();
+        following.pending.dedup();
+    }
+    if rebuilt <= following.fed {
+        return 0;
+    }
+    let mut fed = 0;
+    for &(at, term) in &following.pending {
+        if at < following.fed || at >= rebuilt {
+            continue;
+        }
+        if at > following.fed {
+            core.on_append_position(following.fed_term, at, now_ns, out);
+            following.fed = at;
+            fed += 1;
+        }
+        following.fed_term = term;
+    }
+    following.pending.retain(|(at, _)| *at >= rebuilt);
+    core.on_append_position(following.fed_term, rebuilt, now_ns, out);
+    following.fed = rebuilt;
+    fed + 1
+}
+
+impl Agent for ConsensusAgent {
+    fn name(&self) -> &str {
+        "consensus"
+    }
+
+    fn do_work(&mut self) -> Result<usize, AgentError> {
+        self.poll_once()
+    }
+}
