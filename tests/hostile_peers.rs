@@ -219,7 +219,8 @@ fn a_member_with_another_member_list_is_refused_on_both_sides() {
     // Member 2's file lists a fourth member the others do not have.
     let mut other = members.clone();
     other.push(Member::new(3, "127.0.0.1:9".parse().unwrap()));
-    nodes.push(test_builder(&scratch, 2, &other, test_channel()).start().unwrap());
+    // It also prefers itself as the first leader: it canvasses at once, with its own member list.
+    nodes.push(test_builder(&scratch, 2, &other, test_channel()).leader(2).start().unwrap());
     let mut driver = Driver::new(3);
     driver.run_to(&mut nodes, &[true, true, false], 5_000, DEADLINE);
     for _ in 0..200 {
@@ -229,6 +230,9 @@ fn a_member_with_another_member_list_is_refused_on_both_sides() {
     assert!(counter(&nodes[2], "receiver setups refused") >= 1, "the follower refuses the leader's SETUP");
     assert_eq!(driver.applied[2], 0, "member 2 joined nothing");
     assert_eq!(counter(&nodes[2], "receiver images"), 0);
+    let refused: i64 = nodes[..2].iter().map(|n| counter(n, "election other member list refused")).sum();
+    assert!(refused >= 1, "the members refuse to vote for a member with another member list");
+    assert_ne!(nodes[0].leader_id(), Some(2));
 }
 
 #[test]

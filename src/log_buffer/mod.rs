@@ -205,6 +205,22 @@ impl LogBuffer {
         Ok(Self::initialise(region, config, start_position))
     }
 
+    /// As [`create_at`](Self::create_at), in a region made beforehand (a file reserved and pre-touched off
+    /// the thread that needs the log, see [`log_length`]): `region` must be fresh (all zeros) and exactly
+    /// the log's length.
+    pub fn create_in(region: Arc<Region>, config: LogConfig, start_position: i64) -> Result<Self, LogError> {
+        config.validate()?;
+        check_start(&config, start_position)?;
+        let length = log_length(config.term_length, config.page_size);
+        if region.len() != length {
+            return Err(LogError::NotALog {
+                path: Path::new("<region>").to_path_buf(),
+                reason: format!("{} bytes made for a log of {length}", region.len()),
+            });
+        }
+        Ok(Self::initialise(region, config, start_position))
+    }
+
     /// Creates a log in anonymous memory, for use within one process (tests, in-process IPC).
     pub fn create_anonymous(config: LogConfig) -> Result<Self, LogError> {
         Self::create_anonymous_at(config, 0)

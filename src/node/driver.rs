@@ -151,6 +151,7 @@ pub(super) struct ConsensusAgent {
     last_position_send_ns: u64,
     preferred_leader: bool,
     logs: RateLimited,
+    membership_log: RateLimited,
 }
 
 /// What a consensus agent is made of.
@@ -190,6 +191,7 @@ impl ConsensusAgent {
             last_position_send_ns: 0,
             preferred_leader,
             logs: RateLimited::default(),
+            membership_log: RateLimited::default(),
             wiring: parts.wiring,
         }
     }
@@ -206,7 +208,7 @@ impl ConsensusAgent {
         work += self.execute(now_ns)?;
         work += self.append(now_ns);
         work += self.execute(now_ns)?;
-        self.mirror_counters();
+        self.mirror_counters(now_ns);
         Ok(work)
     }
 
@@ -288,13 +290,28 @@ impl ConsensusAgent {
         appended + leading.stage.send_commit_if_due(appended, now_ns)
     }
 
-    /// Carries out the core's outputs, in order, and those they lead to.
+    /// Carries out the core's outputs, in order, and those they lead to; except that a new term's log is
+    /// made after the rest of the call's outputs: the term's announcement goes out first, so the followers
+    /// get ready while the log is made (what the announcement says of the log holds either way).
     fn execute(&mut self, now_ns: u64) -> Result<usize, AgentError> {
         let mut work = 0;
         while !self.outputs.is_empty() {
+            let mut term_start = None;
+            let mut deferred = Vec::new();
             for output in std::mem::take(&mut self.outputs) {
                 work += 1;
-                self.execute_one(output, now_ns)?;
+                // A send after the term start goes first, unless a vote it may depend on waits behind it.
+                let hoisted = matches!(output, Output::Send { .. })
+                    && !deferred.iter().any(|o| matches!(o, Output::Persist { .. }));
+                match output {
+                    Output::AppendTermStart { .. } if term_start.is_none() => term_start = Some(output),
+                    _ if term_start.is_none() || hoisted => self.execute_one(output, now_ns)?,
+                    _ => deferred.push(output),
+                }
+            }
+            if let Some(start) = term_start {
+                self.execute_one(start, now_ns)?;
+                self.outputs.splice(0..0, deferred);
             }
         }
         Ok(work)
@@ -360,6 +377,8 @@ impl ConsensusAgent {
     }
 
     fn on_role_change(&mut self, role: Role, leadership_term_id: i64, leader: Option<i32>) {
+        let id = self.wiring.config.id;
+        log::info!("member {id}: {role} in term {leadership_term_id}, leader {leader:?}");
         self.counters.role_changes.increment();
         self.counters.leadership_term.set(leadership_term_id);
         if role == Role::Candidate {
@@ -379,7 +398,14 @@ impl ConsensusAgent {
     /// Leads `term` from `position`: a new log continued from this member's, a Sender, the marker.
     fn start_term(&mut self, term: i64, position: i64, now_ns: u64) -> Result<(), AgentError> {
         let previous = self.log.as_ref().map(|l| (&l.log, l.start));
+        let making = std::time::Instant::now();
         let leadership = self.wiring.lead(term, position, previous).map_err(AgentError::new)?;
+        log::info!(
+            "member {} leads term {term} from position {position}: its log (from {}) made in {:?}",
+            self.wiring.config.id,
+            leadership.start,
+            making.elapsed()
+        );
         let reader = LogReader::new(&leadership.log);
         let consumer = leadership.log.register_consumer(position).map_err(AgentError::new)?;
         let config = &self.wiring.config;
@@ -436,8 +462,17 @@ impl ConsensusAgent {
         self.log = Some(log);
     }
 
-    fn mirror_counters(&self) {
-        let core = self.core.counters();
+    fn mirror_counters(&mut self, now_ns: u64) {
+        let core = *self.core.counters();
+        if core.membership_mismatch as i64 > self.counters.refused_membership.get() {
+            let members: Vec<i32> = self.wiring.config.members.iter().map(|m| m.id).collect();
+            self.membership_log.warn(now_ns, || {
+                format!(
+                    "refused a canvass or vote request from a member configured with another member list (this \
+                     node's members are {members:?}): give every node the same `members`"
+                )
+            });
+        }
         self.counters.stale_dropped.set((core.stale_term + core.duplicate + core.unexpected) as i64);
         self.counters.refused_membership.set(core.membership_mismatch as i64);
         if let Current::Following(_) = self.current {

@@ -130,13 +130,13 @@ impl Node {
         let votes = VoteFile::new(&config.data_dir_path(), config.id, config.membership());
         let agent = ConsensusAgent::new(DriverParts {
             core,
-            wiring: Wiring {
-                config: config.clone(),
-                directory: directory.path().to_path_buf(),
-                counters: node_counters,
-                sender: sender_handle,
-                receiver: receiver_handle,
-            },
+            wiring: Wiring::new(
+                config.clone(),
+                directory.path().to_path_buf(),
+                node_counters,
+                sender_handle,
+                receiver_handle,
+            ),
             socket,
             votes,
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,

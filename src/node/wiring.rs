@@ -8,16 +8,18 @@
 //! own log agrees up to. Nothing runs in a place the role does not use.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 use crate::agent::{available_cores, Agent, AgentCounters, AgentHandles, AgentLayout, AgentRole, AgentSpec, Warning};
 use crate::buffer::AtomicBuffer;
+use crate::buffer::Region;
 use crate::channel::ChannelConfig;
 use crate::consensus::ConsensusCounters;
 use crate::counters::{Counter, CountersManager};
 use crate::flow_control::FlowControlMode;
 use crate::frame::Frame;
-use crate::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfig};
+use crate::log_buffer::descriptor::log_length;
+use crate::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfig, LogError};
 use crate::network_publication::{NetworkPublication, SenderCounters};
 use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use crate::ring_buffer::{self, OneToOneRingBuffer};
@@ -64,6 +66,9 @@ impl NodeCounters {
     }
 }
 
+/// A spare log file made off the consensus agent's thread: its path and mapping, or why it failed.
+type SpareLog = Result<(PathBuf, Arc<Region>), String>;
+
 /// Builds each role's agents and hands them to their places.
 pub(super) struct Wiring {
     pub(super) config: NodeConfig,
@@ -71,6 +76,10 @@ pub(super) struct Wiring {
     pub(super) counters: NodeCounters,
     pub(super) sender: SlotHandle<Sender>,
     pub(super) receiver: SlotHandle<Receiver>,
+    /// A log file being made (reserved and pre-touched) off the consensus agent's thread, for the next
+    /// term this member leads: making one takes tens of milliseconds, which would add to every failover.
+    spare: Option<mpsc::Receiver<SpareLog>>,
+    spares_made: u64,
 }
 
 /// A leader's log for one term, its Sender handed to its place.
@@ -102,6 +111,46 @@ pub(super) struct Followership {
 }
 
 impl Wiring {
+    pub(super) fn new(
+        config: NodeConfig,
+        directory: PathBuf,
+        counters: NodeCounters,
+        sender: SlotHandle<Sender>,
+        receiver: SlotHandle<Receiver>,
+    ) -> Self {
+        let mut wiring = Self { config, directory, counters, sender, receiver, spare: None, spares_made: 0 };
+        wiring.make_spare();
+        wiring
+    }
+
+    /// Starts making the next spare log file on a thread of its own.
+    fn make_spare(&mut self) {
+        let channel = &self.config.channel;
+        let length = log_length(channel.term_length, LogConfig::new(channel.term_length, channel.mtu).page_size);
+        let path = self.directory.join(format!("log-spare-{}.dat", self.spares_made));
+        self.spares_made += 1;
+        let (done, made) = mpsc::channel();
+        let spawned = std::thread::Builder::new().name("log-spare".into()).spawn(move || {
+            let region = Region::create_file(&path, length, true).map_err(|e| format!("{}: {e}", path.display()));
+            drop(done.send(region.map(|r| (path, r))));
+        });
+        self.spare = spawned.ok().map(|_| made);
+    }
+
+    /// The spare log file, renamed to `file`, if it is ready; a new one is started either way.
+    fn take_spare(&mut self, file: &std::path::Path) -> Option<Arc<Region>> {
+        let made = match self.spare.as_ref()?.try_recv() {
+            Ok(made) => made,
+            // Still being made: this term makes its own, the spare stays for the next.
+            Err(mpsc::TryRecvError::Empty) => return None,
+            Err(mpsc::TryRecvError::Disconnected) => Err("the thread making it stopped".into()),
+        };
+        self.make_spare();
+        let (path, region) = made.ok()?;
+        std::fs::rename(&path, file).ok()?;
+        Some(region)
+    }
+
     /// Stops whatever runs in the Sender's and the Receiver's places (they are dropped on their threads).
     pub(super) fn clear(&self) {
         self.sender.replace(None);
@@ -111,11 +160,13 @@ impl Wiring {
     /// Starts leading `leadership_term_id` at `position`: a new log whose first bytes are copied from
     /// `previous` (what a follower behind this leader still needs), up to `position`, and a Sender for it.
     pub(super) fn lead(
-        &self,
+        &mut self,
         leadership_term_id: i64,
         position: i64,
         previous: Option<(&LogBuffer, i64)>,
     ) -> Result<Leadership, NodeError> {
+        let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
+        let mut spare = self.take_spare(&file);
         let config = &self.config;
         let session_id = session_id_for(config.id, leadership_term_id);
         let log_config = LogConfig {
@@ -124,8 +175,11 @@ impl Wiring {
             pre_touch: true,
             ..LogConfig::new(config.channel.term_length, config.channel.mtu)
         };
-        let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
-        let (log, start, appender) = continue_log(&file, log_config, position, previous)?;
+        let make = |from: i64| match spare.take() {
+            Some(region) => LogBuffer::create_in(region, log_config, from),
+            None => LogBuffer::create_at(&file, log_config, from),
+        };
+        let (log, start, appender) = continue_log(make, position, previous)?;
         let others: Vec<_> = config.members.iter().filter(|m| m.id != config.id).collect();
         // The leader sends from its member endpoint, the one source its followers accept, and waits for the
         // followers a commit needs (a majority, less itself), not for the slowest.
@@ -203,27 +257,26 @@ impl Wiring {
     }
 }
 
-/// Makes the log of a new term at `file`, ending at `position`: its first bytes copied from `previous`
-/// (a log and where its first byte is) as far back as the previous log still holds them, up to the
-/// term before `position`'s; returns the log, where it starts, and its appender at `position`.
+/// Makes the log of a new term with `make(start)`, ending at `position`: its first bytes copied from
+/// `previous` (a log and where its first byte is) as far back as the previous log still holds them, up to
+/// the term before `position`'s; returns the log, where it starts, and its appender at `position`.
 fn continue_log(
-    file: &std::path::Path,
-    config: LogConfig,
+    mut make: impl FnMut(i64) -> Result<LogBuffer, LogError>,
     position: i64,
     previous: Option<(&LogBuffer, i64)>,
 ) -> Result<(LogBuffer, i64, ExclusiveAppender), NodeError> {
-    let term_length = config.term_length as i64;
-    let term_start = position - position % term_length;
     let Some((source, source_start)) = previous.filter(|(_, start)| *start < position) else {
-        let log = LogBuffer::create_at(file, config, position)?;
+        let log = make(position)?;
         let appender = log.appender()?;
         return Ok((log, position, appender));
     };
     // The furthest back first; a copy that finds the source already overwritten there tries nearer.
+    let term_length = source.term_length() as i64;
+    let term_start = position - position % term_length;
     let candidates = [(term_start - term_length).max(source_start), term_start.max(source_start), position];
     let mut last_error = None;
     for from in candidates {
-        let log = LogBuffer::create_at(file, config, from)?;
+        let log = make(from)?;
         let mut appender = log.appender()?;
         if from == position {
             return Ok((log, from, appender));

@@ -1,0 +1,362 @@
+//! Failover benchmark: how long a 3-node cluster under a steady load goes without committing when its
+//! leader stops, for the default consensus timers and the `latency` profile's.
+//!
+//! `cargo bench --bench failover` (about 2 minutes), `-- --trials N` (default 50 per timer set), `-- --rate R`
+//! (offered messages a second, default 20000), `-- --timers latency` (one set only).
+//!
+//! Each node runs its three agents on one thread of its own (`shared` mode, `backoff`: nothing spins); the
+//! bench thread offers 16-byte messages at the rate to whichever member leads and applies on every member,
+//! keeping a running digest of each member's applied entries. A trial:
+//! 1. waits until a leader has held its term for half a second and every member has caught up;
+//! 2. stops the leader: its agents are frozen where they are (as `SIGSTOP` or a long pause would freeze a
+//!    process), so from that instant it sends and reads nothing; the bench no longer offers to it;
+//! 3. measures, from that instant, the time until the new leader applies (so: has committed) the first
+//!    message offered after the stop (`kill_to_commit_ms`), and until the surviving follower applies it
+//!    (`kill_to_apply_ms`);
+//! 4. resumes the old leader, which finds a newer term, steps down, cuts what it held that was never
+//!    committed, and follows; the trial ends when it has caught up;
+//! 5. checks that nothing the old leader had applied before it stopped is missing or different on the two
+//!    others (`lost_committed` counts members whose first N entries differ, N being what the old leader
+//!    had applied; expected 0).
+//!
+//! Results: a table and `target/failover/latest/summary.json` with `rows`, one per timer set:
+//! `timers`, `trials`, `timeouts`, `kill_to_commit_ms` and `kill_to_apply_ms` ({p50, p99, max}),
+//! `lost_committed`. The target on a LAN-class host with the `latency` timers: p99 kill-to-commit at most
+//! 300 ms.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use quorumcast::agent::ThreadingMode;
+use quorumcast::channel::ChannelConfig;
+use quorumcast::consensus::Role;
+use quorumcast::consensus_core::Timers;
+use quorumcast::node::{Member, Node, NodeBuilder};
+use quorumcast_tools::harness::{members_on, shared_memory};
+use serde_json::{json, Value};
+
+/// Command line of the failover benchmark.
+#[derive(Debug, Parser)]
+#[command(name = "failover", about = "Time from a leader's stop to the next commit, per timer set")]
+struct Args {
+    /// Trials per timer set.
+    #[arg(long, default_value_t = 50)]
+    trials: usize,
+    /// Messages offered per second.
+    #[arg(long, default_value_t = 20_000)]
+    rate: u64,
+    /// Timer sets to run: `default`, `latency`, or both (comma-separated).
+    #[arg(long, default_value = "default,latency")]
+    timers: String,
+    /// Accepted and ignored (cargo bench passes it).
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Longest a trial may take before it counts as a timeout.
+const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// A leader must hold its term this long before it is stopped.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// FNV-1a 64 over each entry, running.
+#[derive(Clone, Copy)]
+struct Digest(u64);
+
+impl Digest {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// Digests kept per member: enough for the entries of one trial at the highest rate.
+const HISTORY: usize = 1 << 18;
+
+/// One member as the bench sees it.
+struct Running {
+    node: Node,
+    applied: u64,
+    digest: Digest,
+    /// The sequence number of the newest entry applied.
+    last_seq: u64,
+    /// The digest after each of the newest applied entries: (applied count, digest).
+    history: std::collections::VecDeque<(u64, u64)>,
+}
+
+impl Running {
+    /// The digest of the first `count` entries, if still in the history.
+    fn digest_at(&self, count: u64) -> Option<u64> {
+        let first = self.history.front()?.0;
+        self.history.get(count.checked_sub(first)? as usize).filter(|(c, _)| *c == count).map(|(_, d)| *d)
+    }
+}
+
+struct Cluster {
+    members: Vec<Running>,
+    offered: u64,
+    started: Instant,
+    rate: u64,
+    frozen: Option<usize>,
+}
+
+impl Cluster {
+    fn start(run: &str, timers: Timers, rate: u64) -> Self {
+        let members = members_on(Ipv4Addr::LOCALHOST.into(), 3).expect("free ports");
+        let nodes = (0..3).map(|id| builder(run, id, &members, timers).start().expect("the node starts"));
+        let members = nodes
+            .map(|node| Running {
+                node,
+                applied: 0,
+                digest: Digest::new(),
+                last_seq: 0,
+                history: std::collections::VecDeque::with_capacity(HISTORY),
+            })
+            .collect();
+        Self { members, offered: 0, started: Instant::now(), rate, frozen: None }
+    }
+
+    /// The live member that leads, if any.
+    fn leader(&self) -> Option<usize> {
+        (0..3).find(|&i| Some(i) != self.frozen && self.members[i].node.role() == Role::Leader)
+    }
+
+    /// Offers up to what the rate allows by now, to the leader; then applies on every live member.
+    fn step(&mut self) {
+        let due = self.started.elapsed().as_nanos() as u64 * self.rate / 1_000_000_000;
+        if let Some(leader) = self.leader() {
+            let client = self.members[leader].node.client();
+            let term = self.members[leader].node.leadership_term_id() as u64;
+            while self.offered < due {
+                let mut message = [0u8; 16];
+                message[..8].copy_from_slice(&self.offered.to_le_bytes());
+                message[8..].copy_from_slice(&term.to_le_bytes());
+                if client.offer(&message).is_err() {
+                    break;
+                }
+                self.offered += 1;
+            }
+        }
+        for (i, member) in self.members.iter_mut().enumerate() {
+            if Some(i) == self.frozen {
+                continue;
+            }
+            let (applied, digest, last_seq, history) =
+                (&mut member.applied, &mut member.digest, &mut member.last_seq, &mut member.history);
+            member.node.poll_committed(4096, |entry| {
+                digest.update(entry);
+                *applied += 1;
+                *last_seq = u64::from_le_bytes(entry[..8].try_into().expect("16-byte entries"));
+                if history.len() == HISTORY {
+                    history.pop_front();
+                }
+                history.push_back((*applied, digest.0));
+            });
+        }
+    }
+
+    /// Steps until `done`; false on the trial timeout.
+    fn step_until(&mut self, mut done: impl FnMut(&Cluster) -> bool) -> bool {
+        let until = Instant::now() + TRIAL_TIMEOUT;
+        while !done(self) {
+            if Instant::now() > until {
+                return false;
+            }
+            self.step();
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    fn close(self) {
+        for member in self.members {
+            member.node.resume_agents();
+            let _ = member.node.close();
+        }
+    }
+}
+
+fn builder(run: &str, id: i32, members: &[Member], timers: Timers) -> NodeBuilder {
+    let dir = shared_memory().join(format!("quorumcast-failover-{}-{run}-{id}", std::process::id()));
+    NodeBuilder::new(id, members.to_vec())
+        .leader(0)
+        .timers(timers)
+        .directory(&dir)
+        .data_dir(dir.with_extension("data"))
+        .clean_stale(true)
+        .channel(ChannelConfig {
+            mtu: 8192,
+            term_length: 16 << 20,
+            receiver_window: 2 << 20,
+            status_interval: Duration::from_millis(10),
+            ..ChannelConfig::default()
+        })
+        .threading(ThreadingMode::Shared)
+        .idle_all("backoff")
+}
+
+/// The figures of one timer set.
+struct Row {
+    timers: &'static str,
+    trials: usize,
+    timeouts: usize,
+    commit: Histogram<u64>,
+    apply: Histogram<u64>,
+    lost_committed: usize,
+}
+
+fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
+    let mut cluster = Cluster::start(name, timers, args.rate);
+    let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+    let mut row =
+        Row { timers: name, trials: 0, timeouts: 0, commit: histogram(), apply: histogram(), lost_committed: 0 };
+    for trial in 0..args.trials {
+        // A settled leader, every member caught up.
+        let mut held_since: Option<(usize, i64, Instant)> = None;
+        let settled = cluster.step_until(|c| {
+            let Some(leader) = c.leader() else { return false };
+            let term = c.members[leader].node.leadership_term_id();
+            let caught_up = c.members.iter().all(|m| m.applied + 2 * c.rate / 100 >= c.members[leader].applied);
+            match held_since {
+                Some((l, t, since)) if l == leader && t == term => caught_up && since.elapsed() >= SETTLE,
+                _ => {
+                    held_since = Some((leader, term, Instant::now()));
+                    false
+                }
+            }
+        });
+        if !settled {
+            eprintln!("trial {trial}: the cluster did not settle");
+            row.timeouts += 1;
+            continue;
+        }
+        let leader = cluster.leader().expect("settled");
+        let old_term = cluster.members[leader].node.leadership_term_id();
+        // Stop it: from here it sends and reads nothing.
+        let stopped = Instant::now();
+        cluster.members[leader].node.pause_agents(Duration::from_secs(1));
+        cluster.frozen = Some(leader);
+        let first_after = cluster.offered;
+        let applied_at_stop = cluster.members[leader].applied;
+        let digest_at_stop = cluster.members[leader].digest.0;
+        let (mut commit_at, mut apply_at) = (None, None);
+        let done = cluster.step_until(|c| {
+            for (i, member) in c.members.iter().enumerate() {
+                if i == leader || member.applied == 0 || member.last_seq < first_after {
+                    continue;
+                }
+                let at = stopped.elapsed();
+                if member.node.role() == Role::Leader && member.node.leadership_term_id() > old_term {
+                    commit_at.get_or_insert(at);
+                } else {
+                    apply_at.get_or_insert(at);
+                }
+            }
+            commit_at.is_some() && apply_at.is_some()
+        });
+        cluster.members[leader].node.resume_agents();
+        cluster.frozen = None;
+        if !done {
+            eprintln!("trial {trial}: no commit by a new leader within {} s", TRIAL_TIMEOUT.as_secs());
+            row.timeouts += 1;
+            continue;
+        }
+        let ms = |d: Duration| (d.as_micros() as u64).max(1);
+        row.commit.record(ms(commit_at.expect("done"))).expect("in bounds");
+        row.apply.record(ms(apply_at.expect("done"))).expect("in bounds");
+        row.trials += 1;
+        // The old leader rejoins; the others must hold what it had applied.
+        let target = cluster.members.iter().map(|m| m.applied).max().unwrap_or(0);
+        cluster.step_until(|c| c.members.iter().all(|m| m.applied >= target));
+        for (i, member) in cluster.members.iter().enumerate() {
+            if i != leader && applied_at_stop > 0 && member.digest_at(applied_at_stop) != Some(digest_at_stop) {
+                row.lost_committed += 1;
+            }
+        }
+    }
+    cluster.close();
+    row
+}
+
+fn quantiles_ms(h: &Histogram<u64>) -> Value {
+    let ms = |us: u64| us as f64 / 1000.0;
+    json!({ "p50": ms(h.value_at_quantile(0.5)), "p99": ms(h.value_at_quantile(0.99)), "max": ms(h.max()) })
+}
+
+fn main() {
+    let args = Args::parse();
+    let mut rows = Vec::new();
+    for name in args.timers.split(',').map(str::trim) {
+        let (name, timers) = match name {
+            "default" => ("default", Timers::default()),
+            "latency" => ("latency", Timers::latency()),
+            other => {
+                eprintln!("--timers: `{other}` is neither `default` nor `latency`");
+                std::process::exit(2);
+            }
+        };
+        eprintln!(
+            "failover: timers {name} (heartbeat {} ms, timeout {} ms, election {}-{} ms), {} trials at {} msg/s",
+            timers.heartbeat_interval_ns / 1_000_000,
+            timers.heartbeat_timeout_ns / 1_000_000,
+            timers.election_timeout_min_ns / 1_000_000,
+            timers.election_timeout_max_ns / 1_000_000,
+            args.trials,
+            args.rate
+        );
+        rows.push((timers, run_timers(name, timers, &args)));
+    }
+    println!(
+        "{:<8} {:>6} {:>8} | {:>26} | {:>26} | lost",
+        "timers", "trials", "timeouts", "kill->commit ms p50/p99/max", "kill->apply ms p50/p99/max"
+    );
+    let mut json_rows = Vec::new();
+    for (timers, row) in &rows {
+        let f = |h: &Histogram<u64>| {
+            format!(
+                "{:.1}/{:.1}/{:.1}",
+                h.value_at_quantile(0.5) as f64 / 1e3,
+                h.value_at_quantile(0.99) as f64 / 1e3,
+                h.max() as f64 / 1e3
+            )
+        };
+        println!(
+            "{:<8} {:>6} {:>8} | {:>26} | {:>26} | {}",
+            row.timers,
+            row.trials,
+            row.timeouts,
+            f(&row.commit),
+            f(&row.apply),
+            row.lost_committed
+        );
+        json_rows.push(json!({
+            "timers": row.timers,
+            "heartbeat_interval_ms": timers.heartbeat_interval_ns as f64 / 1e6,
+            "heartbeat_timeout_ms": timers.heartbeat_timeout_ns as f64 / 1e6,
+            "election_timeout_ms": [timers.election_timeout_min_ns as f64 / 1e6, timers.election_timeout_max_ns as f64 / 1e6],
+            "trials": row.trials,
+            "timeouts": row.timeouts,
+            "kill_to_commit_ms": quantiles_ms(&row.commit),
+            "kill_to_apply_ms": quantiles_ms(&row.apply),
+            "lost_committed": row.lost_committed,
+        }));
+    }
+    let summary = json!({
+        "bench": "failover",
+        "rate": args.rate,
+        "stop": "the leader's agents frozen in process",
+        "rows": json_rows,
+    });
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/failover/latest");
+    std::fs::create_dir_all(&dir).expect("the results directory");
+    std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&summary).expect("json"))
+        .expect("summary.json written");
+    eprintln!("failover: wrote {}", dir.join("summary.json").display());
+}
