@@ -206,7 +206,7 @@ impl LogBuffer {
     }
 
     /// As [`create_at`](Self::create_at), in a region made beforehand (a file reserved and pre-touched off
-    /// the thread that needs the log, see [`log_length`]): `region` must be fresh (all zeros) and exactly
+    /// the thread that needs the log): `region` must be fresh (all zeros) and exactly
     /// the log's length.
     pub fn create_in(region: Arc<Region>, config: LogConfig, start_position: i64) -> Result<Self, LogError> {
         config.validate()?;
