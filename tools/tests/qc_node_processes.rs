@@ -394,7 +394,8 @@ fn await_progress(
         if done(progress) {
             return;
         }
-        if Instant::now() >= deadline {
+        let exited = processes.iter_mut().flatten().any(Process::poll);
+        if exited || Instant::now() >= deadline {
             let report: Vec<String> = processes
                 .iter_mut()
                 .flatten()
@@ -403,7 +404,7 @@ fn await_progress(
                     format!("--- {} applied {} roles {:?}:\n{}", p.name, g.applied(), g.roles, p.all_stderr())
                 })
                 .collect();
-            panic!("{what}: not reached in time\n{}", report.join("\n"));
+            panic!("{what}: not reached (a member exited: {exited})\n{}", report.join("\n"));
         }
         thread::sleep(Duration::from_millis(20));
     }
@@ -479,4 +480,171 @@ fn killing_the_leader_process_elects_another_and_loses_no_committed_entry() {
     }
     let mut all: Vec<Process> = processes.into_iter().flatten().collect();
     wait_all(&mut all, Instant::now() + DEADLINE);
+}
+
+/// Three network namespaces on one bridge, each member in its own; removed on drop.
+struct Namespaces {
+    names: Vec<String>,
+    bridge: String,
+    /// The bridge-side end of each member's veth pair: setting it down cuts that member off.
+    links: Vec<String>,
+}
+
+impl Namespaces {
+    /// Makes the namespaces, or says why they cannot be made here.
+    fn create() -> Result<Self, String> {
+        let tag = std::process::id() % 100_000;
+        let names: Vec<String> = (0..3).map(|i| format!("qc{tag}n{i}")).collect();
+        let bridge = format!("qc{tag}br");
+        let links: Vec<String> = (0..3).map(|i| format!("qc{tag}b{i}")).collect();
+        let made = Self { names: names.clone(), bridge: bridge.clone(), links: links.clone() };
+        ip(&["link", "add", &bridge, "type", "bridge"])?;
+        ip(&["link", "set", &bridge, "up"])?;
+        for i in 0..3 {
+            let inside = format!("qc{tag}v{i}");
+            ip(&["netns", "add", &names[i]])?;
+            ip(&["link", "add", &inside, "type", "veth", "peer", "name", &links[i]])?;
+            ip(&["link", "set", &inside, "netns", &names[i]])?;
+            ip(&["link", "set", &links[i], "master", &bridge])?;
+            ip(&["link", "set", &links[i], "up"])?;
+            let address = format!("10.77.0.{}/24", i + 1);
+            ip(&["netns", "exec", &names[i], "ip", "addr", "add", &address, "dev", &inside])?;
+            ip(&["netns", "exec", &names[i], "ip", "link", "set", &inside, "up"])?;
+            ip(&["netns", "exec", &names[i], "ip", "link", "set", "lo", "up"])?;
+        }
+        Ok(made)
+    }
+
+    fn set_link(&self, member: usize, up: bool) {
+        ip(&["link", "set", &self.links[member], if up { "up" } else { "down" }]).expect("ip link set");
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in &self.names {
+            let _ = ip(&["netns", "del", name]);
+        }
+        for link in &self.links {
+            let _ = ip(&["link", "del", link]);
+        }
+        let _ = ip(&["link", "del", &self.bridge]);
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let output = Command::new("ip").args(args).output().map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr).trim()))
+    }
+}
+
+#[test]
+fn a_partitioned_leader_cannot_commit_the_majority_goes_on_and_it_converges_when_the_links_return() {
+    let namespaces = match Namespaces::create() {
+        Ok(namespaces) => namespaces,
+        Err(why) => {
+            eprintln!("skipped: network namespaces cannot be made here: {why}");
+            return;
+        }
+    };
+    let scratch = ScratchDir::new("node-proc-partition");
+    // The node files with each member on its own namespace's address.
+    let files: Vec<PathBuf> = node_files(scratch.path())
+        .into_iter()
+        .map(|path| {
+            let mut table: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+            for member in table["members"].as_array_mut().unwrap() {
+                let member = member.as_table_mut().unwrap();
+                let host = format!("10.77.0.{}", member["id"].as_integer().unwrap() + 1);
+                member.insert("endpoint".into(), format!("{host}:40501").into());
+                member.insert("consensus".into(), format!("{host}:40601").into());
+            }
+            // A veth carries 1500-byte frames: the MTU that fits them.
+            table["channel"].as_table_mut().unwrap().insert("mtu".into(), 1408.into());
+            std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+            path
+        })
+        .collect();
+    let spawn = |id: usize| {
+        let dir = scratch.join(format!("dir{id}"));
+        let profile = tuning("profiles/small-host.toml");
+        let timeout = DEADLINE.as_secs().to_string();
+        let args = [
+            "netns",
+            "exec",
+            &namespaces.names[id],
+            QC_NODE,
+            "--config",
+            files[id].to_str().unwrap(),
+            "--profile",
+            profile.to_str().unwrap(),
+            "--directory",
+            dir.to_str().unwrap(),
+            "--offer",
+            "1000000000",
+            "--rate",
+            "20000",
+            "--in-flight",
+            "20000",
+            "--checkpoint",
+            "1000",
+            "--timeout",
+            &timeout,
+        ];
+        let mut child = Command::new("ip")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ip netns exec qc-node starts");
+        let stdout = lines(child.stdout.take().unwrap());
+        let stderr = lines(child.stderr.take().unwrap());
+        Process { name: format!("node {id}"), child, stdout, stderr, status: None }
+    };
+    let mut processes: Vec<Option<Process>> = (0..3).map(|id| Some(spawn(id))).collect();
+    let mut progress: Vec<Progress> = (0..3).map(|_| Progress::default()).collect();
+    await_progress(&mut processes, &mut progress, "member 0 leads and all apply 5000", |p| {
+        p[0].leads_after(0).is_some() && p.iter().all(|p| p.applied() >= 5_000)
+    });
+    let first_term = progress[0].leads_after(0).unwrap();
+
+    // Cut the leader off. The majority elects another and goes on; the old leader commits nothing more.
+    namespaces.set_link(0, false);
+    let cut = Instant::now();
+    await_progress(&mut processes, &mut progress, "the majority elects and commits 10000 more", |p| {
+        p[1..].iter().any(|p| p.leads_after(first_term).is_some()) && p[1].applied() >= p[0].applied() + 10_000
+    });
+    let minority = progress[0].applied();
+    // Whatever it applied after the cut was committed before it (its last commit frames): give that a
+    // moment to land, then it must stand still while cut off.
+    thread::sleep(Duration::from_millis(500).saturating_sub(cut.elapsed()));
+    progress[0].read(processes[0].as_ref().unwrap());
+    let standing = progress[0].applied();
+    thread::sleep(Duration::from_millis(1000));
+    progress[0].read(processes[0].as_ref().unwrap());
+    assert_eq!(progress[0].applied(), standing, "the cut-off leader committed without a majority");
+    assert!(standing <= minority + 1_000, "it applied {standing} after the cut, {minority} at the majority's progress");
+
+    // The links return: the old leader learns the newer term, steps down, and converges.
+    namespaces.set_link(0, true);
+    let target = progress[1].applied().max(progress[2].applied()) + 5_000;
+    await_progress(&mut processes, &mut progress, "the old leader converges", |p| {
+        p.iter().all(|p| p.applied() >= target)
+    });
+    let second_term = progress[1..].iter().filter_map(|p| p.leads_after(first_term)).max().unwrap();
+    assert!(
+        progress[0].roles.iter().any(|(role, term)| role == "follower" && *term >= second_term),
+        "the old leader stepped down: {:?}",
+        progress[0].roles
+    );
+    assert_same_prefix(&progress[0], &progress[1], "old leader after the partition");
+    assert_same_prefix(&progress[1], &progress[2], "the majority");
+    eprintln!("partition: term {first_term} cut off at {standing} applied; term {second_term} went on; converged");
+    for process in processes.iter_mut().flatten() {
+        let _ = process.child.kill();
+    }
 }
