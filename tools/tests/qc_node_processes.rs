@@ -552,10 +552,10 @@ fn a_partitioned_leader_cannot_commit_the_majority_goes_on_and_it_converges_when
     };
     let scratch = ScratchDir::new("node-proc-partition");
     // The node files with each member on its own namespace's address.
-    let files: Vec<PathBuf> = node_files(scratch.path())
-        .into_iter()
-        .map(|path| {
-            let mut table: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+    let files: Vec<PathBuf> = node_files(scratch.path());
+    for path in &files {
+        {
+            let mut table: toml::Table = std::fs::read_to_string(path).unwrap().parse().unwrap();
             for member in table["members"].as_array_mut().unwrap() {
                 let member = member.as_table_mut().unwrap();
                 let host = format!("10.77.0.{}", member["id"].as_integer().unwrap() + 1);
@@ -564,10 +564,9 @@ fn a_partitioned_leader_cannot_commit_the_majority_goes_on_and_it_converges_when
             }
             // A veth carries 1500-byte frames: the MTU that fits them.
             table["channel"].as_table_mut().unwrap().insert("mtu".into(), 1408.into());
-            std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
-            path
-        })
-        .collect();
+            std::fs::write(path, toml::to_string(&table).unwrap()).unwrap();
+        }
+    }
     let spawn = |id: usize| {
         let dir = scratch.join(format!("dir{id}"));
         let profile = tuning("profiles/small-host.toml");
