@@ -311,7 +311,10 @@ fn every_node_file_with_every_profile_is_a_valid_config() {
             assert_eq!((config.channel.mtu, config.channel.term_length), (8192, 16 << 20));
             let busy = config.idle.iter().filter(|i| i.is_busy()).count();
             match profile {
-                "latency" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 3, true)),
+                "latency" => {
+                    assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 3, true));
+                    assert_eq!(config.timers, quorumcast::consensus_core::Timers::latency());
+                }
                 "balanced" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 0, false)),
                 _ => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Invoker, 0, false)),
             }
@@ -554,18 +557,16 @@ fn a_partitioned_leader_cannot_commit_the_majority_goes_on_and_it_converges_when
     // The node files with each member on its own namespace's address.
     let files: Vec<PathBuf> = node_files(scratch.path());
     for path in &files {
-        {
-            let mut table: toml::Table = std::fs::read_to_string(path).unwrap().parse().unwrap();
-            for member in table["members"].as_array_mut().unwrap() {
-                let member = member.as_table_mut().unwrap();
-                let host = format!("10.77.0.{}", member["id"].as_integer().unwrap() + 1);
-                member.insert("endpoint".into(), format!("{host}:40501").into());
-                member.insert("consensus".into(), format!("{host}:40601").into());
-            }
-            // A veth carries 1500-byte frames: the MTU that fits them.
-            table["channel"].as_table_mut().unwrap().insert("mtu".into(), 1408.into());
-            std::fs::write(path, toml::to_string(&table).unwrap()).unwrap();
+        let mut table: toml::Table = std::fs::read_to_string(path).unwrap().parse().unwrap();
+        for member in table["members"].as_array_mut().unwrap() {
+            let member = member.as_table_mut().unwrap();
+            let host = format!("10.77.0.{}", member["id"].as_integer().unwrap() + 1);
+            member.insert("endpoint".into(), format!("{host}:40501").into());
+            member.insert("consensus".into(), format!("{host}:40601").into());
         }
+        // A veth carries 1500-byte frames: the MTU that fits them.
+        table["channel"].as_table_mut().unwrap().insert("mtu".into(), 1408.into());
+        std::fs::write(path, toml::to_string(&table).unwrap()).unwrap();
     }
     let spawn = |id: usize| {
         let dir = scratch.join(format!("dir{id}"));
