@@ -1126,3 +1126,6 @@ fn unspecified_like(destination: SocketAddr) -> SocketAddr {
     };
     SocketAddr::new(ip, 0)
 }
+
+#[cfg(test)]
+mod tests;

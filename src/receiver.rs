@@ -960,3 +960,6 @@ impl<T: Transport> Agent for Receiver<T> {
         Some(&mut self.parker)
     }
 }
+
+#[cfg(test)]
+mod tests;
