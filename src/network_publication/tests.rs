@@ -67,16 +67,6 @@ fn publication<N: Network>(
     (publication, appender)
 }
 
-/// The datagrams waiting at `rx`.
-fn receive(rx: &mut MemoryEndpoint) -> Vec<Vec<u8>> {
-    let mut batch = RecvBatch::new(64, 2048);
-    let mut got = Vec::new();
-    while rx.recv_batch(&mut batch).unwrap() > 0 {
-        got.extend((0..batch.len()).map(|i| batch.datagram(i).bytes.to_vec()));
-    }
-    got
-}
-
 /// The term offsets and lengths of the data datagrams among `datagrams`.
 fn data_runs(datagrams: &[Vec<u8>]) -> Vec<(i32, usize)> {
     datagrams
@@ -136,7 +126,7 @@ fn a_setup_repeats_until_a_status_message_makes_the_receiver_live() {
     assert_eq!(publication.flow_control().live_count(), 0);
 
     publication.send(0);
-    let got = receive(&mut rx);
+    let got = rx.drain();
     assert_eq!(got.len(), 1);
     let Ok(Frame::Setup(setup)) = frame::parse(&got[0]) else { panic!("not a SETUP: {got:?}") };
     assert_eq!((setup.session_id, setup.stream_id), (SESSION, STREAM));
@@ -144,16 +134,16 @@ fn a_setup_repeats_until_a_status_message_makes_the_receiver_live() {
     assert_eq!((setup.term_length, setup.mtu), (TERM as i32, MTU as i32));
 
     publication.send(MS / 2);
-    assert!(receive(&mut rx).is_empty(), "not again within the setup interval");
+    assert!(rx.drain().is_empty(), "not again within the setup interval");
     publication.send(MS);
-    assert_eq!(receive(&mut rx).len(), 1, "again after it");
+    assert_eq!(rx.drain().len(), 1, "again after it");
 
     status(&mut rx, from, 0, 4096);
     assert_eq!(control(&mut publication, MS), 1);
     assert_eq!(publication.counters().status_messages.get(), 1);
     assert_eq!(publication.flow_control().live_count(), 1);
     publication.send(3 * MS);
-    let got = receive(&mut rx);
+    let got = rx.drain();
     assert!(got.iter().all(|d| !matches!(frame::parse(d), Ok(Frame::Setup(_)))), "no SETUP to a live receiver");
     assert!(matches!(frame::parse(&got[0]), Ok(Frame::Heartbeat(_))), "an idle stream heartbeats: {got:?}");
     assert_eq!(publication.counters().setups.get(), 2);
@@ -170,13 +160,13 @@ fn the_sender_stops_at_the_receiver_window_and_goes_on_when_it_moves() {
     }
     publication.send(0);
     assert_eq!(publication.sender_position(), 0, "no data before a receiver is live");
-    receive(&mut rx);
+    rx.drain();
 
     status(&mut rx, from, 0, 4096);
     control(&mut publication, 0);
     publication.send(1);
     assert_eq!(publication.sender_position(), 4096);
-    let runs = data_runs(&receive(&mut rx));
+    let runs = data_runs(&rx.drain());
     assert_eq!(
         runs,
         [(0, 1280), (1280, 1280), (2560, 1280), (3840, 256)],
@@ -186,7 +176,7 @@ fn the_sender_stops_at_the_receiver_window_and_goes_on_when_it_moves() {
 
     publication.send(2);
     assert_eq!(publication.sender_position(), 4096, "the window is closed");
-    assert!(data_runs(&receive(&mut rx)).is_empty());
+    assert!(data_runs(&rx.drain()).is_empty());
     assert_eq!(publication.counters().flow_control_stalls.get(), 1);
     assert!(publication.counters().window_closed_cycles.get() >= 1);
 
@@ -209,27 +199,27 @@ fn a_nak_is_answered_by_resending_the_range_once_per_linger() {
     status(&mut rx, from, 0, 8192);
     control(&mut publication, 0);
     publication.send(0);
-    let sent: Vec<Vec<u8>> = receive(&mut rx).into_iter().filter(|d| frame::data_run(d).is_ok()).collect();
+    let sent: Vec<Vec<u8>> = rx.drain().into_iter().filter(|d| frame::data_run(d).is_ok()).collect();
     assert_eq!(publication.sender_position(), 16 * 256);
 
     nak(&mut rx, from, 1280, 1280);
     control(&mut publication, 10);
-    assert_eq!(receive(&mut rx), vec![sent[1].clone()], "the second datagram, byte for byte");
+    assert_eq!(rx.drain(), vec![sent[1].clone()], "the second datagram, byte for byte");
     assert_eq!(publication.counters().naks_received.get(), 1);
     assert_eq!(publication.counters().retransmits.get(), 1);
 
     nak(&mut rx, from, 1280, 1280);
     control(&mut publication, 20);
-    assert!(receive(&mut rx).is_empty(), "the same range is not resent within the linger");
+    assert!(rx.drain().is_empty(), "the same range is not resent within the linger");
     publication.send(2 * MS); // ends the linger
-    receive(&mut rx);
+    rx.drain();
     nak(&mut rx, from, 1280, 1280);
     control(&mut publication, 2 * MS);
-    assert_eq!(receive(&mut rx), vec![sent[1].clone()]);
+    assert_eq!(rx.drain(), vec![sent[1].clone()]);
 
     nak(&mut rx, from, 8192, 256);
     control(&mut publication, 3 * MS);
-    assert!(receive(&mut rx).is_empty(), "nothing beyond what was sent");
+    assert!(rx.drain().is_empty(), "nothing beyond what was sent");
     assert_eq!(publication.counters().invalid_packets.get(), 1);
 }
 

@@ -69,16 +69,6 @@ fn send(from: &mut MemoryEndpoint, to: SocketAddr, bytes: &[u8]) {
     assert!(matches!(from.send(bytes, Some(&socket2::SockAddr::from(to))), SendOutcome::Sent(1)));
 }
 
-/// The frames waiting at `endpoint`, as received.
-fn received(endpoint: &mut MemoryEndpoint) -> Vec<Vec<u8>> {
-    let mut batch = RecvBatch::new(32, 2048);
-    let mut got = Vec::new();
-    while endpoint.recv_batch(&mut batch).unwrap() > 0 {
-        got.extend((0..batch.len()).map(|i| batch.datagram(i).bytes.to_vec()));
-    }
-    got
-}
-
 fn status_messages(frames: &[Vec<u8>]) -> Vec<StatusMessageFrame> {
     frames
         .iter()
@@ -103,14 +93,14 @@ fn a_setup_for_another_term_length_or_mtu_is_refused_and_a_matching_one_makes_th
     assert_eq!((counters.setups.get(), counters.setups_refused.get()), (2, 2));
     assert!(receiver.images(0).is_empty());
     assert!(!subscription.is_connected());
-    assert!(received(&mut publisher).is_empty(), "a refused SETUP is not answered");
+    assert!(publisher.drain().is_empty(), "a refused SETUP is not answered");
 
     send(&mut publisher, at, &setup(TERM, MTU));
     receiver.poll_at(US);
     assert_eq!(receiver.counters().images.get(), 1);
     assert_eq!(receiver.images(0).len(), 1);
     assert!(subscription.is_connected());
-    let answers = status_messages(&received(&mut publisher));
+    let answers = status_messages(&publisher.drain());
     assert_eq!(answers.len(), 1, "the new image says where it is and how much it takes");
     let sm = answers[0];
     assert_eq!(
@@ -129,7 +119,7 @@ fn a_gap_is_naked_after_the_delay_and_the_resent_frame_completes_the_log() {
     let mut publisher = net.bind(loopback(), false).unwrap();
     send(&mut publisher, at, &setup(TERM, MTU));
     receiver.poll_at(0);
-    received(&mut publisher);
+    publisher.drain();
 
     // The frame at 256 is lost.
     send(&mut publisher, at, &data(STREAM, 0, 1));
@@ -147,10 +137,10 @@ fn a_gap_is_naked_after_the_delay_and_the_resent_frame_completes_the_log() {
             })
             .collect()
     };
-    assert!(naks(received(&mut publisher)).is_empty(), "not before the NAK delay");
+    assert!(naks(publisher.drain()).is_empty(), "not before the NAK delay");
 
     receiver.poll_at(200 * US);
-    let sent = naks(received(&mut publisher));
+    let sent = naks(publisher.drain());
     assert_eq!(sent.len(), 1);
     assert_eq!((sent[0].session_id, sent[0].stream_id), (SESSION, STREAM));
     assert_eq!((sent[0].term_id, sent[0].term_offset, sent[0].length), (INITIAL_TERM, FRAME as i32, FRAME as i32));
@@ -182,7 +172,7 @@ fn strangers_malformed_datagrams_and_other_streams_are_counted_and_dropped() {
     assert_eq!((counters.foreign.get(), counters.foreign_setups.get(), counters.foreign_data.get()), (2, 1, 1));
     assert_eq!(counters.foreign_members.get(), 0);
     assert!(receiver.images(0).is_empty());
-    assert!(received(&mut stranger).is_empty(), "a stranger gets no answer");
+    assert!(stranger.drain().is_empty(), "a stranger gets no answer");
 
     send(&mut publisher, at, &setup(TERM, MTU));
     send(&mut publisher, at, &[0xee; 20]);
@@ -210,7 +200,7 @@ fn data_without_an_image_asks_for_a_setup_once_per_status_interval() {
     send(&mut publisher, at, &data(STREAM, 0, 1));
     send(&mut publisher, at, &data(STREAM, FRAME, 2));
     receiver.poll_at(0);
-    let asked = status_messages(&received(&mut publisher));
+    let asked = status_messages(&publisher.drain());
     assert_eq!(asked.len(), 1, "once for both datagrams");
     assert_ne!(asked[0].flags & SM_SEND_SETUP_FLAG, 0);
     assert_eq!((asked[0].session_id, asked[0].stream_id), (SESSION, STREAM));
@@ -218,8 +208,8 @@ fn data_without_an_image_asks_for_a_setup_once_per_status_interval() {
 
     send(&mut publisher, at, &data(STREAM, 2 * FRAME, 3));
     receiver.poll_at(500 * US);
-    assert!(received(&mut publisher).is_empty(), "not again within the status interval");
+    assert!(publisher.drain().is_empty(), "not again within the status interval");
     send(&mut publisher, at, &data(STREAM, 3 * FRAME, 4));
     receiver.poll_at(1_000 * US);
-    assert_eq!(status_messages(&received(&mut publisher)).len(), 1);
+    assert_eq!(status_messages(&publisher.drain()).len(), 1);
 }

@@ -215,6 +215,12 @@ impl MemoryEndpoint {
         self.network.lock().slots[self.id].as_ref().map_or(0, |s| s.queue.len())
     }
 
+    /// Takes every datagram waiting, without a [`RecvBatch`]: for a test to look at what was sent here.
+    pub fn drain(&mut self) -> Vec<Vec<u8>> {
+        let mut state = self.network.lock();
+        state.slots[self.id].as_mut().map_or_else(Vec::new, |s| s.queue.drain(..).map(|(bytes, _)| bytes).collect())
+    }
+
     fn send_to(&self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
         if datagram.len() > MAX_UDP_PAYLOAD_LENGTH {
             return SendOutcome::TooLarge { datagram: datagram.len(), path_mtu: None };
