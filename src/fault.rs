@@ -543,6 +543,25 @@ mod tests {
     }
 
     #[test]
+    fn a_faulty_transport_without_faults_passes_every_call_through() {
+        use crate::transport::memory::MemoryNetwork;
+        let net = MemoryNetwork::new();
+        let mut rx = net.bind(loopback(), false).unwrap();
+        let off = FaultConfig::default();
+        let mut tx = FaultyTransport::new(net.bind(loopback(), false).unwrap(), off, off);
+        let to = [SockAddr::from(rx.local_addr())];
+        let (outcome, calls) = tx.send_mmsg(&[&[1; 4], &[2; 4]], &to, &mut MmsgScratch::default());
+        assert!(matches!(outcome, SendOutcome::Sent(2)) && calls == 1, "one call, as the wrapped transport makes");
+        tx.connect(rx.local_addr()).unwrap();
+        assert!(matches!(tx.send_gso(&[3; 12], 4), SendOutcome::Sent(3)));
+        assert!(matches!(tx.send(&[4; 4], None), SendOutcome::Sent(1)));
+        assert_eq!(tx.flush(), 0);
+        let got: Vec<u32> = drain(&mut rx).into_iter().map(|(v, _)| v).collect();
+        assert_eq!(got, [1, 2, 3, 3, 3, 4].map(|b| u32::from_le_bytes([b; 4])));
+        assert_eq!(tx.stats(), (FaultStats::default(), FaultStats::default()));
+    }
+
+    #[test]
     fn same_seed_same_fates() {
         let config = FaultConfig { drop: 0.1, duplicate: 0.1, reorder: 0.1, seed: 3 };
         assert_eq!(run(config, 5000).0, run(config, 5000).0);

@@ -397,12 +397,16 @@ fn a_subscriber_that_stops_reading_holds_the_sender_at_half_a_term() {
 }
 
 #[test]
-fn a_stream_is_rebuilt_whole_through_faults_on_both_sides() {
+fn a_stream_is_rebuilt_whole_through_faults_on_both_sides_in_every_send_mode() {
     let faults = |seed| FaultConfig { drop: 0.05, duplicate: 0.02, reorder: 0.02, seed };
-    let send = ChannelConfig { send_faults: faults(1), receive_faults: faults(2), ..channel(vec![]) };
-    let receive = ChannelConfig { receive_faults: faults(3), ..channel(vec![]) };
-    let mut s: Stream<FaultyTransport<MemoryEndpoint>, _> = stream(Faulty(MemoryNetwork::new()), send, receive);
-    s.run(3000, 400_000);
-    assert!(s.receiver.counters().naks.get() > 0);
-    assert!(s.publication().counters().retransmits.get() > 0);
+    for mode in SendMode::ALL {
+        let send =
+            ChannelConfig { send_mode: mode, send_faults: faults(1), receive_faults: faults(2), ..channel(vec![]) };
+        let receive = ChannelConfig { receive_faults: faults(3), ..channel(vec![]) };
+        let mut s: Stream<FaultyTransport<MemoryEndpoint>, _> = stream(Faulty(MemoryNetwork::new()), send, receive);
+        assert_eq!(s.publication().send_mode(), mode);
+        s.run(3000, 400_000);
+        assert!(s.receiver.counters().naks.get() > 0, "{mode}");
+        assert!(s.publication().counters().retransmits.get() > 0, "{mode}");
+    }
 }
