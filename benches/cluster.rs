@@ -38,7 +38,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -54,7 +53,7 @@ use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
-use quorumcast_tools::harness::{members_on, shared_memory};
+use quorumcast_tools::harness::{self, members_on, number, Applier};
 use serde_json::{json, Value};
 
 mod common;
@@ -222,11 +221,6 @@ fn members() -> Vec<Member> {
     members_on(Ipv4Addr::LOCALHOST.into(), 3).expect("free loopback ports")
 }
 
-/// A node directory in shared memory (so the logs never touch a disk), unique per run and node.
-fn node_dir(run: &str, id: i32) -> PathBuf {
-    shared_memory().join(format!("qc-bench-{}-{run}-{id}", std::process::id()))
-}
-
 /// The shared key of the authenticated variants (any 32 bytes; the bench measures the tag's cost).
 const AUTH_KEY: &str = "6a09e667bb67ae853c6ef372a54ff53a510e527f9b05688c1f83d9ab5be0cd19";
 
@@ -247,7 +241,7 @@ fn channel(variant: &Variant) -> ChannelConfig {
 fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBuilder {
     NodeBuilder::new(id, members.to_vec())
         .leader(0)
-        .directory(node_dir(run, id))
+        .directory(harness::node_dir("bench", run, id))
         .clean_stale(true)
         .channel(channel(variant))
         .commit_piggyback(variant.piggyback)
@@ -264,14 +258,6 @@ fn pin(core: usize) {
     if let Err(e) = quorumcast::agent::pin_current_thread(core) {
         eprintln!("warning: --pin: {e}; this thread runs unpinned");
     }
-}
-
-fn message(buffer: &mut [u8; MESSAGE], seq: u64) {
-    buffer[..8].copy_from_slice(&seq.to_le_bytes());
-}
-
-fn seq_of(entry: &[u8]) -> u64 {
-    entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
 }
 
 /// CPU seconds this process has used (user + system), from `/proc/self/stat`; 0 where unreadable.
@@ -296,7 +282,7 @@ fn histogram() -> Histogram<u64> {
 }
 
 fn counters_of(run: &str, id: i32) -> CountersReader {
-    CountersReader::open(node_dir(run, id).join("counters.dat")).expect("the node's counters file")
+    CountersReader::open(harness::node_dir("bench", run, id).join("counters.dat")).expect("the node's counters file")
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -329,9 +315,9 @@ struct InvokerCluster {
     client: quorumcast::node::Client,
     followers: Arc<FollowerState>,
     thread: Option<JoinHandle<Result<(), String>>>,
-    applied: u64,
+    /// The leader's.
+    applier: Applier,
     offered: u64,
-    out_of_order: u64,
     buffer: [u8; MESSAGE],
 }
 
@@ -360,9 +346,8 @@ impl InvokerCluster {
             client,
             followers: state,
             thread: Some(thread),
-            applied: 0,
+            applier: Applier::default(),
             offered: 0,
-            out_of_order: 0,
             buffer: [7u8; MESSAGE],
         };
         cluster.warm_up()?;
@@ -382,7 +367,7 @@ impl InvokerCluster {
         while !self.offer() {
             self.drive(|_| {});
         }
-        while self.applied < 1 || self.follower_applied().into_iter().any(|a| a < 1) {
+        while self.applied() < 1 || self.follower_applied().into_iter().any(|a| a < 1) {
             if Instant::now() > deadline {
                 return Err("the cluster did not commit its first message in 10 s".into());
             }
@@ -393,7 +378,7 @@ impl InvokerCluster {
 
     /// Offers the next message; false when back-pressured.
     fn offer(&mut self) -> bool {
-        message(&mut self.buffer, self.offered);
+        number(&mut self.buffer, self.offered);
         match self.client.offer(&self.buffer) {
             Ok(_) => {
                 self.offered += 1;
@@ -405,22 +390,18 @@ impl InvokerCluster {
     }
 
     /// One duty cycle of the leader's agents and its apply; `on_apply(seq)` for every entry applied.
-    fn drive(&mut self, mut on_apply: impl FnMut(u64)) -> usize {
+    fn drive(&mut self, on_apply: impl FnMut(u64)) -> usize {
         let work = self.leader.invoke().expect("the leader's agents run");
-        let (applied, out_of_order) = (&mut self.applied, &mut self.out_of_order);
-        let read = self.leader.poll_committed(4096, |entry| {
-            let seq = seq_of(entry);
-            if seq != *applied {
-                *out_of_order += 1;
-            }
-            *applied = seq + 1;
-            on_apply(seq);
-        });
-        let work = work + read;
+        let work = work + self.applier.poll(&mut self.leader, 4096, on_apply);
         if work == 0 {
             idle();
         }
         work
+    }
+
+    /// Entries the leader applied (committed).
+    fn applied(&self) -> u64 {
+        self.applier.applied()
     }
 
     fn follower_applied(&self) -> [u64; 2] {
@@ -430,7 +411,7 @@ impl InvokerCluster {
     /// Every node's applied count, the leader first.
     fn all_applied(&self) -> [u64; 3] {
         let [a, b] = self.follower_applied();
-        [self.applied, a, b]
+        [self.applied(), a, b]
     }
 
     fn snapshot(&self) -> [Stats; 3] {
@@ -442,7 +423,7 @@ impl InvokerCluster {
         if let Some(thread) = self.thread.take() {
             thread.join().map_err(|_| "the followers' thread panicked".to_string())??;
         }
-        let out_of_order = self.out_of_order + self.followers.out_of_order.load(Ordering::Acquire);
+        let out_of_order = self.applier.out_of_order() + self.followers.out_of_order.load(Ordering::Acquire);
         self.leader.close().map_err(|e| e.to_string())?;
         Ok(out_of_order)
     }
@@ -466,7 +447,7 @@ fn drive_followers(
         }
     };
     let _ = ready.send(Ok(()));
-    let mut next = [0u64; 2];
+    let mut appliers = [Applier::default(); 2];
     let (mut loops, mut idle_loops) = (0u64, 0u64);
     while !state.stop.load(Ordering::Acquire) {
         let mut work = 0;
@@ -475,15 +456,8 @@ fn drive_followers(
                 continue;
             }
             work += node.invoke().map_err(|e| e.to_string())?;
-            let next = &mut next[i];
-            work += node.poll_committed(4096, |entry| {
-                let seq = seq_of(entry);
-                if seq != *next {
-                    state.out_of_order.fetch_add(1, Ordering::Relaxed);
-                }
-                *next = seq + 1;
-            });
-            state.applied[i].store(*next, Ordering::Release);
+            work += appliers[i].poll(node, 4096, |_| {});
+            state.applied[i].store(appliers[i].applied(), Ordering::Release);
         }
         loops += 1;
         if work == 0 {
@@ -495,6 +469,7 @@ fn drive_followers(
             state.idle_loops.store(idle_loops, Ordering::Relaxed);
         }
     }
+    state.out_of_order.store(appliers.iter().map(Applier::out_of_order).sum(), Ordering::Release);
     for node in nodes {
         node.close().map_err(|e| e.to_string())?;
     }
@@ -531,7 +506,7 @@ fn run_stall() -> Result<StallResult, String> {
         let started = Instant::now();
         let (offered_at_start, committed_at_start) = (cluster.offered, cluster.leader.commit_position());
         let (mut commit, mut last_advance) = (committed_at_start, started);
-        let applied_at_start = cluster.applied;
+        let applied_at_start = cluster.applied();
         while started.elapsed() < *length {
             let due = offered_at_start + (started.elapsed().as_secs_f64() * STALL_RATE) as u64;
             while cluster.offered < due && cluster.offer() {}
@@ -541,11 +516,11 @@ fn run_stall() -> Result<StallResult, String> {
             if c > commit {
                 commit = c;
                 last_advance = now;
-            } else if cluster.offered > cluster.applied {
+            } else if cluster.offered > cluster.applied() {
                 gaps_ms[phase] = gaps_ms[phase].max((now - last_advance).as_secs_f64() * 1e3);
             }
         }
-        committed_per_s[phase] = (cluster.applied - applied_at_start) as f64 / length.as_secs_f64();
+        committed_per_s[phase] = (cluster.applied() - applied_at_start) as f64 / length.as_secs_f64();
     }
     let told_behind = Stats::read(&counters_of(&cluster.run, 2)).receiver().behind_retained_received() > 0;
     if std::env::var_os("QC_BENCH_DEBUG").is_some() {
@@ -707,7 +682,7 @@ fn serial(cluster: &mut InvokerCluster, samples: usize, time: Duration) -> Histo
             cluster.drive(|_| {});
         }
         let target = cluster.offered;
-        while cluster.applied < target {
+        while cluster.applied() < target {
             cluster.drive(|_| {});
         }
         let _ = histogram.record(start.elapsed().as_nanos() as u64);
@@ -719,11 +694,11 @@ fn serial(cluster: &mut InvokerCluster, samples: usize, time: Duration) -> Histo
 fn pipeline(cluster: &mut InvokerCluster, time: Duration) -> (Histogram<u64>, f64) {
     let mut histogram = histogram();
     let mut offered_at = [Instant::now(); PIPELINE_WINDOW];
-    let first = cluster.applied;
+    let first = cluster.applied();
     let start = Instant::now();
     let end = start + time;
     while Instant::now() < end {
-        while cluster.offered - cluster.applied < PIPELINE_WINDOW as u64 {
+        while cluster.offered - cluster.applied() < PIPELINE_WINDOW as u64 {
             let seq = cluster.offered;
             let now = Instant::now();
             if !cluster.offer() {
@@ -736,7 +711,7 @@ fn pipeline(cluster: &mut InvokerCluster, time: Duration) -> (Histogram<u64>, f6
             let _ = h.record(at[seq as usize % PIPELINE_WINDOW].elapsed().as_nanos() as u64);
         });
     }
-    let rate = (cluster.applied - first) as f64 / start.elapsed().as_secs_f64();
+    let rate = (cluster.applied() - first) as f64 / start.elapsed().as_secs_f64();
     (histogram, rate)
 }
 
@@ -836,20 +811,23 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     }
     let client = nodes[0].client();
     let mut buffer = [7u8; MESSAGE];
+    number(&mut buffer, 0);
     let mut offered = 0u64;
-    let mut applied = [0u64; 3];
-    let apply = |nodes: &mut [Node; 3], applied: &mut [u64; 3]| {
-        for (node, count) in nodes.iter_mut().zip(applied.iter_mut()) {
-            node.poll_committed(4096, |_| *count += 1);
+    let mut appliers = [Applier::default(); 3];
+    let apply = |nodes: &mut [Node; 3], appliers: &mut [Applier; 3]| {
+        for (node, applier) in nodes.iter_mut().zip(appliers.iter_mut()) {
+            applier.poll(node, 4096, |_| {});
         }
+        appliers.map(|a| a.applied())
     };
     // Warm up: the first message committed everywhere.
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut applied = [0u64; 3];
     while applied.iter().any(|&a| a < 1) {
         if offered == 0 && client.offer(&buffer).is_ok() {
             offered = 1;
         }
-        apply(&mut nodes, &mut applied);
+        applied = apply(&mut nodes, &mut appliers);
         if Instant::now() > deadline {
             return Err(format!("C run {idle}: no first commit in 10 s"));
         }
@@ -870,13 +848,13 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
         }
         let due = base + (C_RATE as u128 * elapsed.as_nanos() / 1_000_000_000) as u64;
         while offered < due {
-            message(&mut buffer, offered);
+            number(&mut buffer, offered);
             if client.offer(&buffer).is_err() {
                 break;
             }
             offered += 1;
         }
-        apply(&mut nodes, &mut applied);
+        applied = apply(&mut nodes, &mut appliers);
         std::thread::sleep(Duration::from_micros(50));
     }
     let (t0, s0, a0) = first.expect("the warm-up ends before the window");
@@ -890,7 +868,7 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     // Serial latency in this layout.
     let deadline = Instant::now() + Duration::from_secs(10);
     while applied.iter().any(|&a| a < offered) && Instant::now() < deadline {
-        apply(&mut nodes, &mut applied);
+        applied = apply(&mut nodes, &mut appliers);
         std::thread::yield_now();
     }
     let mut histogram = histogram();
@@ -900,14 +878,14 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
             break;
         }
         let t = Instant::now();
-        message(&mut buffer, offered);
+        number(&mut buffer, offered);
         while client.offer(&buffer).is_err() {
             std::thread::yield_now();
         }
         offered += 1;
-        while applied[0] < offered {
-            nodes[0].poll_committed(16, |_| applied[0] += 1);
-            if applied[0] < offered {
+        while appliers[0].applied() < offered {
+            appliers[0].poll(&mut nodes[0], 16, |_| {});
+            if appliers[0].applied() < offered {
                 std::thread::yield_now();
             }
         }
@@ -915,6 +893,10 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     }
     for node in nodes {
         node.close().map_err(|e| e.to_string())?;
+    }
+    let out_of_order: u64 = appliers.iter().map(Applier::out_of_order).sum();
+    if out_of_order > 0 {
+        return Err(format!("C run {idle}: {out_of_order} entries applied out of order"));
     }
     Ok(CResult {
         variant,

@@ -1,13 +1,25 @@
 //! Fault injection: drop, duplicate and reorder datagrams, on send or on receive, for tests.
 //!
 //! `tc netem` is not available everywhere (it is not on our CI hosts), so loss, duplication and
-//! reordering are injected in-process. A channel holds an `Option<FaultInjector>` per direction: `None`
-//! (the default) costs one predictable branch per datagram, and nothing else.
+//! reordering are injected in-process, by [`FaultyTransport`]: a [`Transport`] wrapped around another, as
+//! Aeron's loss generators wrap its transport, so that the publication and the Receiver know nothing of
+//! faults. A direction without faults passes each call straight through, for one predictable branch per
+//! call; [`Faulty`] opens such wrapped endpoints for a channel's `send_faults` and `receive_faults`.
 //!
 //! Decisions come from a seeded xorshift generator, so a failing run can be replayed with its seed.
 
 use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::str::FromStr;
+
+use socket2::SockAddr;
+
+use crate::auth::TAG_LENGTH;
+use crate::channel::ChannelConfig;
+use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
+use crate::transport::{MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport};
 
 /// Rates (each in `0.0..=1.0`) of the faults to inject on one direction of a channel, and the seed.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -94,12 +106,14 @@ pub struct FaultStats {
     pub reordered: u64,
 }
 
-/// A seeded source of datagram fates, with the one datagram it may be holding back.
+/// A seeded source of datagram fates, with the one datagram it may be holding back (and that datagram's
+/// address: where it goes, or where it came from).
 #[derive(Debug)]
 pub struct FaultInjector {
     config: FaultConfig,
     state: u64,
     held: Vec<u8>,
+    held_addr: Option<SocketAddr>,
     holding: bool,
     stats: FaultStats,
 }
@@ -110,7 +124,14 @@ impl FaultInjector {
     pub fn new(config: FaultConfig, max_datagram: usize) -> Self {
         // xorshift has one forbidden state, zero; mix the seed so that small seeds differ widely.
         let state = config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        Self { config, state, held: Vec::with_capacity(max_datagram), holding: false, stats: FaultStats::default() }
+        Self {
+            config,
+            state,
+            held: Vec::with_capacity(max_datagram),
+            held_addr: None,
+            holding: false,
+            stats: FaultStats::default(),
+        }
     }
 
     /// The configuration.
@@ -150,37 +171,247 @@ impl FaultInjector {
     /// Passes `datagram` through the faults: `deliver` is called zero, one, two or three times (a held
     /// datagram is released after this one), in the order the bytes should reach their destination.
     pub fn apply(&mut self, datagram: &[u8], mut deliver: impl FnMut(&[u8])) {
+        self.apply_addressed(datagram, None, |bytes, _| deliver(bytes));
+    }
+
+    /// As [`apply`](Self::apply) for a datagram with an address (its destination or its source), which
+    /// `deliver` gets with the bytes: a held-back datagram keeps its own.
+    pub fn apply_addressed(
+        &mut self,
+        datagram: &[u8],
+        addr: Option<SocketAddr>,
+        mut deliver: impl FnMut(&[u8], Option<SocketAddr>),
+    ) {
         match self.fate() {
             Fate::Drop => self.stats.dropped += 1,
             Fate::Duplicate => {
                 self.stats.duplicated += 1;
-                deliver(datagram);
-                deliver(datagram);
+                deliver(datagram, addr);
+                deliver(datagram, addr);
             }
             Fate::Reorder if !self.holding => {
                 self.stats.reordered += 1;
                 self.held.clear();
                 self.held.extend_from_slice(datagram);
+                self.held_addr = addr;
                 self.holding = true;
                 return;
             }
-            Fate::Reorder | Fate::Deliver => deliver(datagram),
+            Fate::Reorder | Fate::Deliver => deliver(datagram, addr),
         }
-        self.flush(deliver);
+        self.flush_addressed(deliver);
     }
 
     /// Delivers the held-back datagram, if any (call when a duty cycle found nothing else to do, so that
     /// a reordered datagram is late but never lost).
     pub fn flush(&mut self, mut deliver: impl FnMut(&[u8])) {
+        self.flush_addressed(|bytes, _| deliver(bytes));
+    }
+
+    /// As [`flush`](Self::flush), with the held datagram's address.
+    pub fn flush_addressed(&mut self, mut deliver: impl FnMut(&[u8], Option<SocketAddr>)) {
         if self.holding {
             self.holding = false;
-            deliver(&self.held);
+            deliver(&self.held, self.held_addr);
         }
     }
 
     /// Whether a datagram is being held back.
     pub fn is_holding(&self) -> bool {
         self.holding
+    }
+}
+
+/// A [`Transport`] with faults injected on what it sends, what it receives, or both.
+///
+/// Sends: each datagram (each destination's copy, for `mmsg`; each segment, for `gso`) draws its fate and
+/// goes out with its own `send`; a datagram held back for reordering is sent after the next one, or by
+/// [`flush`](Transport::flush). Receives: each intact datagram received draws its fate; a held one is
+/// delivered after the next, or on the next receive that finds nothing. A call's outcome is that of its
+/// last send (a dropped datagram counts as sent).
+#[derive(Debug)]
+pub struct FaultyTransport<T> {
+    inner: T,
+    send: Option<FaultInjector>,
+    receive: Option<FaultInjector>,
+    /// What `inner` received, before the faults; sized on first use from the caller's batch.
+    scratch: Option<RecvBatch>,
+}
+
+impl<T: Transport> FaultyTransport<T> {
+    /// Wraps `inner`, with `send` faults on what it sends and `receive` faults on what it receives
+    /// (inactive configurations pass everything through).
+    pub fn new(inner: T, send: FaultConfig, receive: FaultConfig) -> Self {
+        let injector =
+            |config: FaultConfig| config.is_active().then(|| FaultInjector::new(config, MAX_UDP_PAYLOAD_LENGTH));
+        Self { inner, send: injector(send), receive: injector(receive), scratch: None }
+    }
+
+    /// The wrapped transport.
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    /// Faults injected so far on sends and on receives.
+    pub fn stats(&self) -> (FaultStats, FaultStats) {
+        let stats = |f: &Option<FaultInjector>| f.as_ref().map_or(FaultStats::default(), FaultInjector::stats);
+        (stats(&self.send), stats(&self.receive))
+    }
+
+    /// Sends `datagram` through the send faults, which must be active.
+    fn send_faulty(inner: &mut T, faults: &mut FaultInjector, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
+        let mut outcome = SendOutcome::Sent(1);
+        faults.apply_addressed(datagram, dest.and_then(SockAddr::as_socket), |bytes, to| {
+            outcome = inner.send(bytes, to.map(SockAddr::from).as_ref());
+        });
+        outcome
+    }
+}
+
+impl<T: Transport> Transport for FaultyTransport<T> {
+    #[inline]
+    fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr()
+    }
+
+    fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
+        self.inner.connect(peer)
+    }
+
+    fn path_max_payload(&self) -> Option<usize> {
+        self.inner.path_max_payload()
+    }
+
+    #[inline]
+    fn send(&mut self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
+        match self.send.as_mut() {
+            None => self.inner.send(datagram, dest),
+            Some(faults) => Self::send_faulty(&mut self.inner, faults, datagram, dest),
+        }
+    }
+
+    #[inline]
+    fn send_with_tag(
+        &mut self,
+        datagram: &[u8],
+        tag: Option<&[u8; TAG_LENGTH]>,
+        dest: Option<&SockAddr>,
+    ) -> SendOutcome {
+        match self.send.as_mut() {
+            None => self.inner.send_with_tag(datagram, tag, dest),
+            // A held-back datagram is sent with other bytes' call: each send computes its own tag.
+            Some(faults) => Self::send_faulty(&mut self.inner, faults, datagram, dest),
+        }
+    }
+
+    #[inline]
+    fn send_mmsg(
+        &mut self,
+        datagrams: &[&[u8]],
+        dests: &[SockAddr],
+        scratch: &mut MmsgScratch,
+    ) -> (SendOutcome, usize) {
+        let Some(faults) = self.send.as_mut() else {
+            return self.inner.send_mmsg(datagrams, dests, scratch);
+        };
+        // Each copy draws its own fate: one send per datagram per destination.
+        let fan = dests.len().max(1);
+        let mut sent = 0;
+        for k in 0..datagrams.len() * fan {
+            match Self::send_faulty(&mut self.inner, faults, datagrams[k / fan], dests.get(k % fan)) {
+                SendOutcome::Sent(_) => sent += 1,
+                other if sent == 0 => return (other, 1),
+                _ => return (SendOutcome::Sent(sent), k + 1),
+            }
+        }
+        (SendOutcome::Sent(sent), sent)
+    }
+
+    #[inline]
+    fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
+        let Some(faults) = self.send.as_mut() else {
+            return self.inner.send_gso(data, segment);
+        };
+        let mut segments = 0;
+        for chunk in data.chunks(segment.max(1)) {
+            match Self::send_faulty(&mut self.inner, faults, chunk, None) {
+                SendOutcome::Sent(_) => segments += 1,
+                other => return other,
+            }
+        }
+        SendOutcome::Sent(segments)
+    }
+
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        let Self { inner, receive, scratch, .. } = self;
+        let Some(faults) = receive.as_mut() else {
+            return inner.recv_batch(batch);
+        };
+        // Each datagram received becomes at most two, and one held back may follow: receive at most
+        // (capacity - 1) / 2, so that what the faults deliver fits the caller's batch.
+        let want = (batch.capacity().saturating_sub(1) / 2).max(1);
+        let fits = |s: &RecvBatch| s.capacity() == want && s.datagram_capacity() == batch.datagram_capacity();
+        let scratch = match scratch {
+            Some(s) if fits(s) => s,
+            _ => scratch.insert(RecvBatch::new(want, batch.datagram_capacity())),
+        };
+        let received = inner.recv_batch(scratch)?;
+        batch.clear();
+        for i in 0..received {
+            let datagram = scratch.datagram(i);
+            if datagram.truncated || datagram.forged {
+                batch.push(datagram); // dropped by the caller anyway: passed through as received
+                continue;
+            }
+            faults.apply_addressed(datagram.bytes, datagram.source, |bytes, source| {
+                batch.push(Received { bytes, source, truncated: false, forged: false });
+            });
+        }
+        if received == 0 {
+            faults.flush_addressed(|bytes, source| {
+                batch.push(Received { bytes, source, truncated: false, forged: false });
+            });
+        }
+        Ok(batch.len())
+    }
+
+    fn flush(&mut self) -> usize {
+        let Self { inner, send, .. } = self;
+        let mut sent = inner.flush();
+        if let Some(faults) = send.as_mut() {
+            faults.flush_addressed(|bytes, to| {
+                sent += 1;
+                let _ = inner.send(bytes, to.map(SockAddr::from).as_ref());
+            });
+        }
+        sent
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        self.inner.readiness_fd()
+    }
+}
+
+/// A [`Network`] whose endpoints are [`FaultyTransport`]s around another's, with the faults of the channel
+/// each is bound for (`send_faults`, `receive_faults`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faulty<N>(pub N);
+
+impl<N: Network> Network for Faulty<N> {
+    type Endpoint = FaultyTransport<N::Endpoint>;
+
+    fn bind(
+        &mut self,
+        local: SocketAddr,
+        channel: &ChannelConfig,
+        shared: bool,
+    ) -> io::Result<(Self::Endpoint, Vec<String>)> {
+        let (endpoint, warnings) = self.0.bind(local, channel, shared)?;
+        Ok((FaultyTransport::new(endpoint, channel.send_faults, channel.receive_faults), warnings))
+    }
+
+    fn supports(&self, mode: SendMode) -> bool {
+        self.0.supports(mode)
     }
 }
 
@@ -236,6 +467,98 @@ mod tests {
         assert!(near(stats.reordered, 0.01), "{stats:?}");
         // Some value arrives after its successor.
         assert!(out.windows(2).any(|w| w[0] > w[1]));
+    }
+
+    fn loopback() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    /// Values of the datagrams waiting at `rx`, with their sources, read in batches of 8.
+    fn drain(rx: &mut impl Transport) -> Vec<(u32, Option<SocketAddr>)> {
+        let mut batch = RecvBatch::new(8, 64);
+        let mut got = Vec::new();
+        while rx.recv_batch(&mut batch).unwrap() > 0 {
+            got.extend((0..batch.len()).map(|i| {
+                let d = batch.datagram(i);
+                (u32::from_le_bytes(d.bytes.try_into().unwrap()), d.source)
+            }));
+        }
+        got
+    }
+
+    /// Every value of `0..n` appears as often as its fate says: once, never (dropped) or twice.
+    fn check_fates(values: &[u32], n: u32, stats: FaultStats) {
+        assert_eq!(values.len() as u64, n as u64 - stats.dropped + stats.duplicated, "{stats:?}");
+        let mut seen = vec![0u32; n as usize];
+        values.iter().for_each(|&v| seen[v as usize] += 1);
+        assert_eq!(seen.iter().filter(|&&c| c == 0).count() as u64, stats.dropped);
+        assert_eq!(seen.iter().filter(|&&c| c == 2).count() as u64, stats.duplicated);
+        assert!(stats.dropped > 0 && stats.duplicated > 0 && stats.reordered > 0, "{stats:?}");
+        assert!(values.windows(2).any(|w| w[0] > w[1]), "something arrives late");
+    }
+
+    #[test]
+    fn a_faulty_transport_sends_each_destination_its_own_datagrams_with_faults() {
+        use crate::transport::memory::MemoryNetwork;
+        let net = MemoryNetwork::new();
+        let mut rxs = [net.bind(loopback(), false).unwrap(), net.bind(loopback(), false).unwrap()];
+        let config = FaultConfig { drop: 0.1, duplicate: 0.1, reorder: 0.1, seed: 9 };
+        let mut tx = FaultyTransport::new(net.bind(loopback(), false).unwrap(), config, FaultConfig::default());
+        let dests = rxs.each_ref().map(|rx| SockAddr::from(rx.local_addr()));
+        let n = 4000u32;
+        for i in 0..n {
+            // Runs of four values to each destination: 0-3 to the first, 4-7 to the second, and so on.
+            tx.send(&i.to_le_bytes(), Some(&dests[(i / 4 % 2) as usize]));
+        }
+        tx.flush();
+        let got: Vec<Vec<u32>> = rxs.iter_mut().map(|rx| drain(rx).into_iter().map(|(v, _)| v).collect()).collect();
+        assert!(
+            got[0].iter().all(|v| v / 4 % 2 == 0) && got[1].iter().all(|v| v / 4 % 2 == 1),
+            "held ones go where sent"
+        );
+        check_fates(&got.concat(), n, tx.stats().0);
+        assert!(got.iter().any(|values| values.windows(2).any(|w| w[0] > w[1])), "a destination's datagram is late");
+    }
+
+    #[test]
+    fn a_faulty_transport_receives_with_faults_and_keeps_each_source() {
+        use crate::transport::memory::MemoryNetwork;
+        let net = MemoryNetwork::new();
+        let config = FaultConfig { drop: 0.1, duplicate: 0.1, reorder: 0.1, seed: 4 };
+        let mut rx = FaultyTransport::new(net.bind(loopback(), false).unwrap(), FaultConfig::default(), config);
+        let mut tx = net.bind(loopback(), false).unwrap();
+        let to = SockAddr::from(rx.local_addr());
+        let n = 5000u32;
+        let mut got = Vec::new();
+        for i in 0..n {
+            tx.send(&i.to_le_bytes(), Some(&to));
+            if i % 50 == 49 {
+                got.extend(drain(&mut rx)); // the last receive finds nothing and releases a held datagram
+            }
+        }
+        got.extend(drain(&mut rx));
+        assert!(got.iter().all(|(_, source)| *source == Some(tx.local_addr())));
+        let values: Vec<u32> = got.into_iter().map(|(v, _)| v).collect();
+        check_fates(&values, n, rx.stats().1);
+    }
+
+    #[test]
+    fn a_faulty_transport_without_faults_passes_every_call_through() {
+        use crate::transport::memory::MemoryNetwork;
+        let net = MemoryNetwork::new();
+        let mut rx = net.bind(loopback(), false).unwrap();
+        let off = FaultConfig::default();
+        let mut tx = FaultyTransport::new(net.bind(loopback(), false).unwrap(), off, off);
+        let to = [SockAddr::from(rx.local_addr())];
+        let (outcome, calls) = tx.send_mmsg(&[&[1; 4], &[2; 4]], &to, &mut MmsgScratch::default());
+        assert!(matches!(outcome, SendOutcome::Sent(2)) && calls == 1, "one call, as the wrapped transport makes");
+        tx.connect(rx.local_addr()).unwrap();
+        assert!(matches!(tx.send_gso(&[3; 12], 4), SendOutcome::Sent(3)));
+        assert!(matches!(tx.send(&[4; 4], None), SendOutcome::Sent(1)));
+        assert_eq!(tx.flush(), 0);
+        let got: Vec<u32> = drain(&mut rx).into_iter().map(|(v, _)| v).collect();
+        assert_eq!(got, [1, 2, 3, 3, 3, 4].map(|b| u32::from_le_bytes([b; 4])));
+        assert_eq!(tx.stats(), (FaultStats::default(), FaultStats::default()));
     }
 
     #[test]

@@ -30,7 +30,7 @@ use crate::channel::{ChannelConfig, ConfigError};
 use crate::clock::nanos;
 use crate::counters::Counter;
 use crate::event_log::RateLimited;
-use crate::fault::FaultInjector;
+use crate::fault::Faulty;
 use crate::flow_control::{FlowControl, StatusChange};
 use crate::frame::{
     self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETUP_WITH_MEMBERSHIP_LENGTH, UNFRAGMENTED,
@@ -38,7 +38,9 @@ use crate::frame::{
 use crate::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
 use crate::retransmit::{NakOutcome, RetransmitHandler};
-use crate::transport::{self, MmsgScratch, RecvBatch, SendMode, SendOutcome, UdpEndpoint, MAX_BATCH};
+use crate::transport::{
+    MmsgScratch, Network, RecvBatch, SendMode, SendOutcome, Transport, Udp, UdpEndpoint, UdpTransport, MAX_BATCH,
+};
 
 /// The counters of one publication's send path.
 #[derive(Debug, Clone)]
@@ -198,16 +200,16 @@ impl From<ConfigError> for PublicationError {
 }
 
 /// How the publication's sockets are arranged for its send mode.
-enum Sockets {
+enum Sockets<T> {
     /// `classic` and `gso`: one socket connected to each destination (cheaper sends, readable path MTU).
-    PerDestination(Vec<UdpEndpoint>),
+    PerDestination(Vec<T>),
     /// `mmsg`: one unconnected socket, the destination named in each message.
-    Shared { endpoint: UdpEndpoint, addrs: Vec<SockAddr> },
+    Shared { endpoint: T, addrs: Vec<SockAddr> },
 }
 
-impl Sockets {
+impl<T: Transport> Sockets<T> {
     #[inline]
-    fn send(&self, destination: usize, bytes: &[u8]) -> SendOutcome {
+    fn send(&mut self, destination: usize, bytes: &[u8]) -> SendOutcome {
         match self {
             Sockets::PerDestination(endpoints) => endpoints[destination].send(bytes, None),
             Sockets::Shared { endpoint, addrs } => endpoint.send(bytes, Some(&addrs[destination])),
@@ -216,17 +218,24 @@ impl Sockets {
 
     /// As [`send`](Self::send), with the authentication tag of `bytes` already computed (or `None`).
     #[inline]
-    fn send_with_tag(&self, destination: usize, bytes: &[u8], tag: Option<&[u8; TAG_LENGTH]>) -> SendOutcome {
+    fn send_with_tag(&mut self, destination: usize, bytes: &[u8], tag: Option<&[u8; TAG_LENGTH]>) -> SendOutcome {
         match self {
             Sockets::PerDestination(endpoints) => endpoints[destination].send_with_tag(bytes, tag, None),
             Sockets::Shared { endpoint, addrs } => endpoint.send_with_tag(bytes, tag, Some(&addrs[destination])),
         }
     }
 
-    fn endpoints(&self) -> &[UdpEndpoint] {
+    fn endpoints(&self) -> &[T] {
         match self {
             Sockets::PerDestination(endpoints) => endpoints,
             Sockets::Shared { endpoint, .. } => std::slice::from_ref(endpoint),
+        }
+    }
+
+    fn endpoints_mut(&mut self) -> &mut [T] {
+        match self {
+            Sockets::PerDestination(endpoints) => endpoints,
+            Sockets::Shared { endpoint, .. } => std::slice::from_mut(endpoint),
         }
     }
 }
@@ -248,21 +257,17 @@ struct Destination {
     /// When this receiver may next be told it is behind the retained log.
     next_behind_ns: u64,
     setup_requested: bool,
-    /// Faults on the datagrams sent to this destination.
-    faults: Option<FaultInjector>,
-    /// Faults on the control datagrams received from it.
-    control_faults: Option<FaultInjector>,
 }
 
 /// A frame of control traffic that is not for the send path itself (for the consensus layer).
 pub type ControlHandler = Box<dyn FnMut(usize, &Frame<'_>) + Send>;
 
-/// One log buffer, replicated to every destination.
-pub struct NetworkPublication {
+/// One log buffer, replicated to every destination, over transport `T` (see [`crate::transport`]).
+pub struct NetworkPublication<T: Transport = UdpTransport> {
     log: LogBuffer,
     config: ChannelConfig,
     mode: SendMode,
-    sockets: Sockets,
+    sockets: Sockets<T>,
     destinations: Vec<Destination>,
     flow_control: FlowControl,
     retransmit: RetransmitHandler,
@@ -272,7 +277,6 @@ pub struct NetworkPublication {
     prefetched: i64,
     last_data_or_heartbeat_ns: u64,
     stalled: bool,
-    send_faults_active: bool,
     live_addrs: Vec<SockAddr>,
     control_handler: Option<ControlHandler>,
     scratch: MmsgScratch,
@@ -290,7 +294,7 @@ struct PublicationLogs {
     behind: RateLimited,
 }
 
-impl fmt::Debug for NetworkPublication {
+impl<T: Transport> fmt::Debug for NetworkPublication<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NetworkPublication")
             .field("mode", &self.mode)
@@ -301,10 +305,23 @@ impl fmt::Debug for NetworkPublication {
 }
 
 impl NetworkPublication {
-    /// Makes the sockets for `config` (probing `mmsg` and `gso` support and falling back to `classic`
-    /// with a warning), checks the path MTU to each destination, and registers the sender as a
-    /// consumer of `log` at its producer position... or at 0 for a fresh log.
+    /// Makes the UDP sockets for `config`, with its fault injection, and the publication over them (see
+    /// [`open`](Self::open)).
     pub fn new(log: LogBuffer, config: ChannelConfig, counters: SenderCounters) -> Result<Self, PublicationError> {
+        Self::open(log, config, counters, &mut Faulty(Udp))
+    }
+}
+
+impl<T: Transport> NetworkPublication<T> {
+    /// Makes the endpoints for `config` on `network` (probing `mmsg` and `gso` support and falling back to
+    /// `classic` with a warning), checks the path MTU to each destination, and registers the sender as a
+    /// consumer of `log` at its producer position... or at 0 for a fresh log.
+    pub fn open<N: Network<Endpoint = T>>(
+        log: LogBuffer,
+        config: ChannelConfig,
+        counters: SenderCounters,
+        network: &mut N,
+    ) -> Result<Self, PublicationError> {
         config.validate()?;
         if log.config().mtu != config.mtu || log.term_length() != config.term_length {
             return Err(ConfigError(format!(
@@ -317,27 +334,19 @@ impl NetworkPublication {
             .into());
         }
         let mut warnings = Vec::new();
-        let mut mode = resolve_mode(config.send_mode, &mut warnings);
+        let mut mode = resolve_mode(config.send_mode, network, &mut warnings);
         if mode == SendMode::Gso && config.auth.is_some() {
             // The kernel cuts a GSO run into datagrams itself and cannot tag each one.
             warnings.push("send mode gso cannot tag each datagram for authentication: using mmsg".to_string());
-            mode = if transport::probe_mmsg() { SendMode::Mmsg } else { SendMode::Classic };
+            mode = if network.supports(SendMode::Mmsg) { SendMode::Mmsg } else { SendMode::Classic };
         }
-        let sockets = open_sockets(&config, mode, &mut warnings)?;
+        let sockets = open_sockets(&config, mode, network, &mut warnings)?;
         let start = log.producer_position();
         let consumer = log.register_consumer(start).map_err(|e| PublicationError::Log(e.to_string()))?;
-        let faults = |c: &crate::fault::FaultConfig| c.is_active().then(|| FaultInjector::new(*c, config.mtu));
         let destinations = config
             .destinations
             .iter()
-            .map(|&addr| Destination {
-                addr,
-                next_setup_ns: 0,
-                next_behind_ns: 0,
-                setup_requested: true,
-                faults: faults(&config.send_faults),
-                control_faults: faults(&config.receive_faults),
-            })
+            .map(|&addr| Destination { addr, next_setup_ns: 0, next_behind_ns: 0, setup_requested: true })
             .collect();
         let receivers = config.destinations.len();
         // A responsive receiver speaks at least every status interval; three missed ones mean stopped.
@@ -349,7 +358,6 @@ impl NetworkPublication {
             config.max_retransmit_rate,
             config.receiver_window,
         );
-        let send_faults_active = config.send_faults.is_active();
         let live_addrs = Vec::with_capacity(config.destinations.len());
         counters.position.set(start);
         Ok(Self {
@@ -364,7 +372,6 @@ impl NetworkPublication {
             last_data_or_heartbeat_ns: 0,
             prefetched: 0,
             stalled: false,
-            send_faults_active,
             live_addrs,
             control_handler: None,
             scratch: MmsgScratch::default(),
@@ -414,7 +421,7 @@ impl NetworkPublication {
 
     /// Local addresses of the publication's sockets (receivers answer to these).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.sockets.endpoints().iter().map(UdpEndpoint::local_addr).collect()
+        self.sockets.endpoints().iter().map(Transport::local_addr).collect()
     }
 
     /// Sets the handler of control frames other than status messages and NAKs (consensus frames).
@@ -638,9 +645,9 @@ impl NetworkPublication {
             // With a key, the datagram is hashed once for every destination.
             let tag = self.config.auth.map(|key| key.tag(bytes));
             let mut taken = false;
-            for (d, dest) in self.destinations.iter_mut().enumerate() {
+            for (d, dest) in self.destinations.iter().enumerate() {
                 if self.flow_control.is_live(d) {
-                    let outcome = transmit(&self.sockets, dest, d, bytes, tag.as_ref(), &self.counters.data_syscalls);
+                    let outcome = transmit(&mut self.sockets, d, bytes, tag.as_ref(), &self.counters.data_syscalls);
                     taken |=
                         account(outcome, bytes.len(), 1, dest.addr, &self.config, &self.counters, &mut self.failure);
                 }
@@ -656,12 +663,9 @@ impl NetworkPublication {
 
     /// `mmsg`: one `sendmmsg` carries every datagram of the batch to every live destination.
     fn send_runs_mmsg(&mut self, count: usize) -> (usize, usize) {
-        let Sockets::Shared { endpoint, addrs } = &self.sockets else {
+        let Sockets::Shared { endpoint, addrs } = &mut self.sockets else {
             unreachable!("mmsg mode always has a shared socket");
         };
-        if self.send_faults_active {
-            return self.send_runs_classic(count); // send-side faults decide per datagram and destination
-        }
         self.live_addrs.clear();
         for (d, addr) in addrs.iter().enumerate() {
             if self.flow_control.is_live(d) {
@@ -704,9 +708,6 @@ impl NetworkPublication {
     /// The kernel refuses (`EMSGSIZE`) a GSO send whose bytes exceed one UDP datagram's payload, so a run
     /// stops before 64 KiB (7 full segments at MTU 8192).
     fn send_runs_gso(&mut self, count: usize) -> (usize, usize) {
-        if self.send_faults_active {
-            return self.send_runs_classic(count);
-        }
         let first = self.runs[0];
         let segment = first.length;
         let mut segments = 1;
@@ -727,7 +728,7 @@ impl NetworkPublication {
         }
         let length = self.runs[segments - 1].offset + self.runs[segments - 1].length - first.offset;
         let bytes = self.log.term(first.partition).bytes(first.offset, length);
-        let Sockets::PerDestination(endpoints) = &self.sockets else {
+        let Sockets::PerDestination(endpoints) = &mut self.sockets else {
             unreachable!("gso mode always has per-destination sockets");
         };
         let mut taken = false;
@@ -760,8 +761,7 @@ impl NetworkPublication {
 
     /// Sends a control frame to destination `d`, counted as a control syscall; true when it went.
     fn send_counted(&mut self, d: usize, bytes: &[u8]) -> bool {
-        let dest = &mut self.destinations[d];
-        let outcome = transmit(&self.sockets, dest, d, bytes, None, &self.counters.control_syscalls);
+        let outcome = transmit(&mut self.sockets, d, bytes, None, &self.counters.control_syscalls);
         match outcome {
             SendOutcome::Sent(_) => true,
             SendOutcome::WouldBlock => {
@@ -769,24 +769,20 @@ impl NetworkPublication {
                 false
             }
             other => {
-                let addr = dest.addr;
+                let addr = self.destinations[d].addr;
                 account(other, bytes.len(), 0, addr, &self.config, &self.counters, &mut self.failure);
                 false
             }
         }
     }
 
-    /// Releases datagrams that send-side reordering held back (on a cycle that sent no data).
+    /// Lets the transports send what they held back (on a cycle that sent no data; see
+    /// [`Transport::flush`]).
     fn flush_held(&mut self) {
-        if !self.send_faults_active {
-            return;
-        }
-        for (d, dest) in self.destinations.iter_mut().enumerate() {
-            if let Some(faults) = dest.faults.as_mut() {
-                faults.flush(|held| {
-                    self.counters.control_syscalls.increment();
-                    let _ = self.sockets.send(d, held);
-                });
+        for endpoint in self.sockets.endpoints_mut() {
+            let sent = endpoint.flush();
+            if sent > 0 {
+                self.counters.control_syscalls.add(sent as i64);
             }
         }
     }
@@ -801,7 +797,7 @@ impl NetworkPublication {
             if idle_cycle {
                 self.counters.idle_polls.increment();
             }
-            let received = match self.sockets.endpoints()[s].recv_batch(batch) {
+            let received = match self.sockets.endpoints_mut()[s].recv_batch(batch) {
                 Ok(n) => n,
                 Err(_) => {
                     self.counters.recv_errors.increment();
@@ -824,23 +820,9 @@ impl NetworkPublication {
                     self.counters.invalid_packets.increment();
                     continue;
                 }
-                match self.destinations[d].control_faults.take() {
-                    None => self.on_control(d, datagram.bytes, now_ns),
-                    Some(mut faults) => {
-                        faults.apply(datagram.bytes, |bytes| self.on_control(d, bytes, now_ns));
-                        self.destinations[d].control_faults = Some(faults);
-                    }
-                }
+                self.on_control(d, datagram.bytes, now_ns);
             }
             work += received;
-        }
-        if work == 0 {
-            for d in 0..self.destinations.len() {
-                if let Some(mut faults) = self.destinations[d].control_faults.take() {
-                    faults.flush(|bytes| self.on_control(d, bytes, now_ns));
-                    self.destinations[d].control_faults = Some(faults);
-                }
-            }
         }
         work
     }
@@ -1008,8 +990,7 @@ impl NetworkPublication {
             }
             let partition = partition_index(from, bits);
             let bytes = self.log.term(partition).bytes(term_offset(from, term_length), found.available);
-            let dest = &mut self.destinations[d];
-            let outcome = transmit(&self.sockets, dest, d, bytes, None, &self.counters.control_syscalls);
+            let outcome = transmit(&mut self.sockets, d, bytes, None, &self.counters.control_syscalls);
             if !matches!(outcome, SendOutcome::Sent(_)) {
                 self.counters.short_sends.increment();
                 break;
@@ -1022,36 +1003,22 @@ impl NetworkPublication {
     }
 }
 
-/// Sends `bytes` to destination `d` through its send-side fault injector when there is one, counting each
-/// syscall on `syscalls`. With faults, the outcome is that of the last syscall (a drop counts as sent).
+/// Sends `bytes` to destination `d`, counting the syscall on `syscalls`.
 ///
 /// `tag` is `bytes`' authentication tag when the caller computed it once for several destinations (`None`:
-/// the socket computes it, if it authenticates). Fault injection may send other, held-back bytes in this
-/// call, so it leaves the tags to the socket.
-fn transmit(
-    sockets: &Sockets,
-    dest: &mut Destination,
+/// the socket computes it, if it authenticates).
+#[inline]
+fn transmit<T: Transport>(
+    sockets: &mut Sockets<T>,
     d: usize,
     bytes: &[u8],
     tag: Option<&[u8; TAG_LENGTH]>,
     syscalls: &Counter,
 ) -> SendOutcome {
-    match dest.faults.as_mut() {
-        None => {
-            syscalls.increment();
-            match tag {
-                Some(tag) => sockets.send_with_tag(d, bytes, Some(tag)),
-                None => sockets.send(d, bytes),
-            }
-        }
-        Some(faults) => {
-            let mut outcome = SendOutcome::Sent(1);
-            faults.apply(bytes, |b| {
-                syscalls.increment();
-                outcome = sockets.send(d, b);
-            });
-            outcome
-        }
+    syscalls.increment();
+    match tag {
+        Some(tag) => sockets.send_with_tag(d, bytes, Some(tag)),
+        None => sockets.send(d, bytes),
     }
 }
 
@@ -1094,14 +1061,9 @@ fn is_gso_refusal(error: &std::io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT))
 }
 
-/// Falls back to `classic` with a warning when the kernel refuses the asked mode.
-fn resolve_mode(asked: SendMode, warnings: &mut Vec<String>) -> SendMode {
-    let supported = match asked {
-        SendMode::Classic => true,
-        SendMode::Mmsg => transport::probe_mmsg(),
-        SendMode::Gso => transport::probe_gso(),
-    };
-    if supported {
+/// Falls back to `classic` with a warning when the network (the kernel) refuses the asked mode.
+fn resolve_mode<N: Network>(asked: SendMode, network: &N, warnings: &mut Vec<String>) -> SendMode {
+    if network.supports(asked) {
         asked
     } else {
         warnings.push(format!("send mode {asked} is not supported by this kernel: falling back to classic"));
@@ -1110,14 +1072,15 @@ fn resolve_mode(asked: SendMode, warnings: &mut Vec<String>) -> SendMode {
 }
 
 /// Opens the sockets of `mode` and checks that the MTU fits the path to every destination.
-fn open_sockets(
+fn open_sockets<N: Network>(
     config: &ChannelConfig,
     mode: SendMode,
+    network: &mut N,
     warnings: &mut Vec<String>,
-) -> Result<Sockets, PublicationError> {
+) -> Result<Sockets<N::Endpoint>, PublicationError> {
     let mut connected = Vec::with_capacity(config.destinations.len());
     for &destination in &config.destinations {
-        let (mut endpoint, w) = bind_source(config, destination)?;
+        let (mut endpoint, w) = bind_source(config, network, destination)?;
         warnings.extend(w);
         endpoint.connect(destination)?;
         if let Some(payload) = endpoint.path_max_payload() {
@@ -1129,20 +1092,22 @@ fn open_sockets(
         return Ok(Sockets::PerDestination(connected));
     }
     let first = config.destinations.first().copied().unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
-    let (endpoint, _) = bind_source(config, first)?;
+    let (endpoint, _) = bind_source(config, network, first)?;
     let addrs = config.destinations.iter().map(|&d| SockAddr::from(d)).collect();
     Ok(Sockets::Shared { endpoint, addrs })
 }
 
 /// A socket for sending to `destination`: on the channel's `source` (shared with the publication's other
 /// sockets) when it has one, else on an ephemeral port of the destination's family.
-fn bind_source(config: &ChannelConfig, destination: SocketAddr) -> std::io::Result<(UdpEndpoint, Vec<String>)> {
-    let (mut endpoint, warnings) = match config.source {
-        Some(source) => UdpEndpoint::bind_shared(source, &config.socket)?,
-        None => UdpEndpoint::bind(unspecified_like(destination), &config.socket)?,
-    };
-    endpoint.set_auth(config.auth);
-    Ok((endpoint, warnings))
+fn bind_source<N: Network>(
+    config: &ChannelConfig,
+    network: &mut N,
+    destination: SocketAddr,
+) -> std::io::Result<(N::Endpoint, Vec<String>)> {
+    match config.source {
+        Some(source) => network.bind(source, config, true),
+        None => network.bind(unspecified_like(destination), config, false),
+    }
 }
 
 /// The kernel's path MTU to `destination`, read through a socket connected for the purpose: the shared
@@ -1161,3 +1126,6 @@ fn unspecified_like(destination: SocketAddr) -> SocketAddr {
     };
     SocketAddr::new(ip, 0)
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,7 +27,7 @@ use crate::channel::ChannelConfig;
 use crate::clock::{nanos, NanoClock};
 use crate::counters::Counter;
 use crate::event_log::RateLimited;
-use crate::fault::FaultInjector;
+use crate::fault::{FaultConfig, Faulty};
 use crate::frame::{
     self, AppendPositionFrame, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG,
 };
@@ -36,7 +36,7 @@ use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
 use crate::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogError, LogReader, MessageReader};
 use crate::term_starts::TermStarts;
-use crate::transport::{RecvBatch, SendOutcome, UdpEndpoint, MAX_BATCH};
+use crate::transport::{Network, RecvBatch, SendOutcome, Transport, Udp, UdpTransport, MAX_BATCH};
 
 /// Most `recvmmsg` batches one socket gets per duty cycle (16 x 32 = 512 datagrams, about half a
 /// millisecond of draining here), so one busy socket cannot starve the others for long. A receiver
@@ -301,13 +301,12 @@ impl Subscription {
     }
 }
 
-/// One receive socket, its images and its subscriptions' shared state.
+/// One receive channel's images and its subscriptions' shared state (its endpoint is the Receiver's
+/// `endpoints[c]`).
 struct ReceiveChannel {
     config: ReceiveChannelConfig,
-    endpoint: UdpEndpoint,
     images: Vec<PublicationImage>,
     shared: Arc<ChannelShared>,
-    faults: Option<FaultInjector>,
     timers: ImageTimers,
     next_elicit_ns: u64,
     /// The file of the newest image, removed when a newer one replaces it.
@@ -326,16 +325,18 @@ struct ChannelLogs {
     behind: RateLimited,
 }
 
-/// The Receiver agent.
-pub struct Receiver {
+/// The Receiver agent, over transport `T` (see [`crate::transport`]).
+pub struct Receiver<T: Transport = UdpTransport> {
     channels: Vec<ReceiveChannel>,
+    /// Channel `c`'s endpoint.
+    endpoints: Vec<T>,
     batch: RecvBatch,
     clock: NanoClock,
     counters: ReceiverCounters,
     parker: ReadinessPark,
 }
 
-impl fmt::Debug for Receiver {
+impl<T: Transport> fmt::Debug for Receiver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receiver").field("channels", &self.channels.len()).finish()
     }
@@ -374,27 +375,38 @@ impl Park for ReadinessPark {
 }
 
 impl Receiver {
-    /// Binds a socket for each channel and returns the Receiver with one subscription per channel, in order.
+    /// Binds a UDP socket for each channel, with its receive faults, and returns the Receiver with one
+    /// subscription per channel, in order (see [`open`](Self::open)).
     pub fn new(
         configs: Vec<ReceiveChannelConfig>,
         counters: ReceiverCounters,
     ) -> std::io::Result<(Self, Vec<Subscription>, Vec<String>)> {
+        Self::open(configs, counters, &mut Faulty(Udp))
+    }
+}
+
+impl<T: Transport> Receiver<T> {
+    /// Binds an endpoint on `network` for each channel and returns the Receiver with one subscription per
+    /// channel, in order.
+    pub fn open<N: Network<Endpoint = T>>(
+        configs: Vec<ReceiveChannelConfig>,
+        counters: ReceiverCounters,
+        network: &mut N,
+    ) -> std::io::Result<(Self, Vec<Subscription>, Vec<String>)> {
         let poll = Poll::new()?;
         let mut pending = Vec::with_capacity(configs.len());
         let mut channels = Vec::with_capacity(configs.len());
+        let mut endpoints = Vec::with_capacity(configs.len());
         let mut subscriptions = Vec::with_capacity(configs.len());
         let mut warnings = Vec::new();
         let mut max_datagram = 0;
         for config in configs {
             config.channel.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            let (mut endpoint, w) = if config.reuse_port {
-                UdpEndpoint::bind_shared(config.bind, &config.channel.socket)?
-            } else {
-                UdpEndpoint::bind(config.bind, &config.channel.socket)?
-            };
-            endpoint.set_auth(config.channel.auth);
+            // `send_faults` act on a publication's sends: the Receiver's status messages and NAKs go out as sent.
+            let bind_as = ChannelConfig { send_faults: FaultConfig::default(), ..config.channel.clone() };
+            let (endpoint, w) = network.bind(config.bind, &bind_as, config.reuse_port)?;
             warnings.extend(w);
-            pending.push(endpoint.raw_fd());
+            pending.extend(endpoint.readiness_fd());
             let c = &config.channel;
             let timers = ImageTimers {
                 nak_delay_ns: nanos(c.nak_delay),
@@ -402,19 +414,14 @@ impl Receiver {
                 status_interval_ns: nanos(c.status_interval),
                 window: c.receiver_window as i64,
             };
-            let faults = c
-                .receive_faults
-                .is_active()
-                .then(|| FaultInjector::new(c.receive_faults, frame::MAX_UDP_PAYLOAD_LENGTH));
             max_datagram = max_datagram.max(frame::MAX_UDP_PAYLOAD_LENGTH.min(c.mtu.max(4096)));
             let shared = Arc::new(ChannelShared::default());
             subscriptions.push(Subscription::new(Arc::clone(&shared)));
+            endpoints.push(endpoint);
             channels.push(ReceiveChannel {
                 config,
-                endpoint,
                 images: Vec::new(),
                 shared,
-                faults,
                 timers,
                 next_elicit_ns: 0,
                 image_file: None,
@@ -424,13 +431,13 @@ impl Receiver {
         }
         let batch = RecvBatch::new(MAX_BATCH.min(32), max_datagram.max(frame::MAX_UDP_PAYLOAD_LENGTH.min(9000)));
         let parker = ReadinessPark { poll, events: Events::with_capacity(channels.len().max(1)), pending };
-        let receiver = Self { channels, batch, clock: NanoClock::new(), counters, parker };
+        let receiver = Self { channels, endpoints, batch, clock: NanoClock::new(), counters, parker };
         Ok((receiver, subscriptions, warnings))
     }
 
     /// The local address of channel `index` (a port 0 bind is resolved here).
     pub fn local_addr(&self, index: usize) -> SocketAddr {
-        self.channels[index].endpoint.local_addr()
+        self.endpoints[index].local_addr()
     }
 
     /// The counters.
@@ -446,6 +453,11 @@ impl Receiver {
     /// One duty cycle; returns the work done.
     pub fn poll_once(&mut self) -> usize {
         let now_ns = self.clock.now_ns();
+        self.poll_at(now_ns)
+    }
+
+    /// One duty cycle at `now_ns` (a test's clock; [`poll_once`](Self::poll_once) reads the real one).
+    pub fn poll_at(&mut self, now_ns: u64) -> usize {
         let mut work = 0;
         for c in 0..self.channels.len() {
             work += install_pending(&mut self.channels[c], &self.counters, now_ns) as usize;
@@ -459,7 +471,7 @@ impl Receiver {
         let mut work = 0;
         for _ in 0..MAX_BATCHES_PER_CYCLE {
             self.counters.recv_syscalls.increment();
-            let received = self.channels[c].endpoint.recv_batch(&mut self.batch).unwrap_or_else(|_| {
+            let received = self.endpoints[c].recv_batch(&mut self.batch).unwrap_or_else(|_| {
                 self.counters.recv_errors.increment();
                 0
             });
@@ -482,14 +494,7 @@ impl Receiver {
                     on_foreign(channel, &self.counters, datagram.source, datagram.bytes, now_ns);
                     continue;
                 };
-                match channel.faults.take() {
-                    None => on_datagram(channel, &self.counters, source, datagram.bytes, now_ns),
-                    Some(mut faults) => {
-                        faults
-                            .apply(datagram.bytes, |bytes| on_datagram(channel, &self.counters, source, bytes, now_ns));
-                        channel.faults = Some(faults);
-                    }
-                }
+                on_datagram(channel, &mut self.endpoints[c], &self.counters, source, datagram.bytes, now_ns);
             }
             work += received;
             if received < self.batch.capacity() {
@@ -515,18 +520,9 @@ impl Receiver {
                 membership: channel.config.channel.membership,
             };
             let source = image.source();
-            let endpoint = &channel.endpoint;
+            let endpoint = &mut self.endpoints[c];
             let counters = &self.counters;
             work += image.feedback(now_ns, |feedback| send_feedback_frame(endpoint, counters, source, id, feedback));
-        }
-        if work == 0 {
-            if let Some(mut faults) = channel.faults.take() {
-                let source = channel.images.last().map(|i| i.source());
-                if let Some(source) = source {
-                    faults.flush(|bytes| on_datagram(channel, &self.counters, source, bytes, now_ns));
-                }
-                channel.faults = Some(faults);
-            }
         }
         work
     }
@@ -542,8 +538,8 @@ struct FeedbackIdentity {
     membership: Option<i64>,
 }
 
-fn send_feedback_frame(
-    endpoint: &UdpEndpoint,
+fn send_feedback_frame<T: Transport>(
+    endpoint: &mut T,
     counters: &ReceiverCounters,
     source: SocketAddr,
     id: FeedbackIdentity,
@@ -641,9 +637,10 @@ fn encode_status(
     }
 }
 
-/// Dispatches one datagram of channel `channel` from `source`.
-fn on_datagram(
+/// Dispatches one datagram of channel `channel` (whose endpoint is `endpoint`) from `source`.
+fn on_datagram<T: Transport>(
     channel: &mut ReceiveChannel,
+    endpoint: &mut T,
     counters: &ReceiverCounters,
     source: SocketAddr,
     bytes: &[u8],
@@ -651,7 +648,7 @@ fn on_datagram(
 ) {
     match frame::parse(bytes) {
         Ok(Frame::Data { header, .. }) | Ok(Frame::Pad(header)) => {
-            on_data(channel, counters, source, &header, bytes, now_ns)
+            on_data(channel, endpoint, counters, source, &header, bytes, now_ns)
         }
         Ok(Frame::Heartbeat(header)) => {
             counters.heartbeats.increment();
@@ -659,7 +656,7 @@ fn on_datagram(
                 Some(image) => {
                     image.on_heartbeat(&header);
                 }
-                None => elicit_setup(channel, counters, source, &header, now_ns),
+                None => elicit_setup(channel, endpoint, counters, source, &header, now_ns),
             }
         }
         Ok(Frame::Setup(setup)) => on_setup(channel, counters, source, &setup, bytes, now_ns),
@@ -719,8 +716,9 @@ fn find_image<'a>(
         .find(|i| i.session_id() == header.session_id && i.stream_id() == header.stream_id && i.source() == source)
 }
 
-fn on_data(
+fn on_data<T: Transport>(
     channel: &mut ReceiveChannel,
+    endpoint: &mut T,
     counters: &ReceiverCounters,
     source: SocketAddr,
     header: &DataHeader,
@@ -744,7 +742,7 @@ fn on_data(
         .find(|i| i.session_id() == header.session_id && i.stream_id() == header.stream_id && i.source() == source)
     else {
         counters.unknown_stream.increment();
-        elicit_setup(channel, counters, source, header, now_ns);
+        elicit_setup(channel, endpoint, counters, source, header, now_ns);
         return;
     };
     match image.insert_run(&run, bytes) {
@@ -775,8 +773,9 @@ fn report_term_starts(follower: &FollowerLink, log: &LogBuffer, run: &frame::Dat
 }
 
 /// Asks an unknown publisher for a SETUP, at most once per status interval per channel.
-fn elicit_setup(
+fn elicit_setup<T: Transport>(
     channel: &mut ReceiveChannel,
+    endpoint: &mut T,
     counters: &ReceiverCounters,
     source: SocketAddr,
     header: &DataHeader,
@@ -799,7 +798,7 @@ fn elicit_setup(
     let mut bytes = [0u8; 64];
     if let Ok(length) = encode_status(&sm, channel.config.channel.membership, &mut bytes) {
         counters.status_messages.increment();
-        if !matches!(channel.endpoint.send(&bytes[..length], Some(&SockAddr::from(source))), SendOutcome::Sent(_)) {
+        if !matches!(endpoint.send(&bytes[..length], Some(&SockAddr::from(source))), SendOutcome::Sent(_)) {
             counters.feedback_send_failures.increment();
         }
     }
@@ -995,7 +994,7 @@ fn install_image(
     counters.images.increment();
 }
 
-impl Agent for Receiver {
+impl<T: Transport> Agent for Receiver<T> {
     fn name(&self) -> &str {
         "receiver"
     }
@@ -1008,3 +1007,6 @@ impl Agent for Receiver {
         Some(&mut self.parker)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,7 +12,7 @@ use crate::agent::{Agent, AgentError};
 use crate::clock::{nanos, NanoClock};
 use crate::network_publication::NetworkPublication;
 use crate::ring_buffer::OneToOneRingBuffer;
-use crate::transport::RecvBatch;
+use crate::transport::{RecvBatch, Transport, UdpTransport};
 
 /// Most control frames taken from a command ring per duty cycle.
 pub const COMMAND_DRAIN_LIMIT: usize = 64;
@@ -23,10 +23,10 @@ pub const CONTROL_POLL_RATIO: u32 = 6;
 /// Control is polled at least this often.
 pub const CONTROL_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The Sender agent.
+/// The Sender agent, over transport `T` (see [`crate::transport`]).
 #[derive(Debug)]
-pub struct Sender {
-    publications: Vec<NetworkPublication>,
+pub struct Sender<T: Transport = UdpTransport> {
+    publications: Vec<NetworkPublication<T>>,
     batch: RecvBatch,
     clock: NanoClock,
     cycles_since_poll: u32,
@@ -35,9 +35,9 @@ pub struct Sender {
     commands: Vec<(OneToOneRingBuffer, usize)>,
 }
 
-impl Sender {
+impl<T: Transport> Sender<T> {
     /// A Sender of `publications`.
-    pub fn new(publications: Vec<NetworkPublication>) -> Self {
+    pub fn new(publications: Vec<NetworkPublication<T>>) -> Self {
         Self {
             publications,
             batch: RecvBatch::new(16, 1024),
@@ -58,12 +58,12 @@ impl Sender {
     }
 
     /// The publications, in the order given.
-    pub fn publications(&self) -> &[NetworkPublication] {
+    pub fn publications(&self) -> &[NetworkPublication<T>] {
         &self.publications
     }
 
     /// The publications, to send control frames through (the consensus layer).
-    pub fn publications_mut(&mut self) -> &mut [NetworkPublication] {
+    pub fn publications_mut(&mut self) -> &mut [NetworkPublication<T>] {
         &mut self.publications
     }
 
@@ -97,7 +97,7 @@ impl Sender {
     }
 }
 
-impl Sender {
+impl<T: Transport> Sender<T> {
     fn drain_commands(&mut self) -> usize {
         let mut work = 0;
         for (ring, index) in &self.commands {
@@ -113,7 +113,7 @@ impl Sender {
     }
 }
 
-impl Agent for Sender {
+impl<T: Transport> Agent for Sender<T> {
     fn name(&self) -> &str {
         "sender"
     }

@@ -8,6 +8,13 @@
 //!
 //! Receiving is batched with `recvmmsg` into preallocated, cache-line-aligned buffers ([`RecvBatch`]).
 //!
+//! The publication and the Receiver reach the network through the [`Transport`] trait, which
+//! [`UdpEndpoint`] implements (authentication included); they are generic over it, so the UDP path is
+//! monomorphized and costs no indirection. Two other implementations sit beside it:
+//! [`crate::fault::FaultyTransport`] wraps any transport to drop, duplicate and reorder datagrams, and
+//! [`memory::MemoryNetwork`] connects endpoints in one process, so the send and receive paths can be
+//! tested without sockets. A [`Network`] opens the endpoints ([`Udp`] for sockets).
+//!
 //! Every call returns what happened as a value ([`SendOutcome`]): `EAGAIN` and the transient errors that
 //! a non-blocking UDP socket reports (`ECONNREFUSED` from an earlier ICMP, `EINTR`) are "nothing sent",
 //! `EMSGSIZE` names the path MTU, everything else is a counted failure. This module is one of the two
@@ -23,6 +30,9 @@ use std::str::FromStr;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::auth::{AuthKey, TAG_LENGTH};
+use crate::channel::ChannelConfig;
+
+pub mod memory;
 
 /// Most datagrams one `sendmmsg` or `recvmmsg` call handles here.
 pub const MAX_BATCH: usize = 64;
@@ -116,6 +126,172 @@ pub enum SendOutcome {
     },
     /// Any other error.
     Failed(io::Error),
+}
+
+/// Sends and receives datagrams: what a publication and the Receiver need of the network.
+///
+/// Implemented by [`UdpEndpoint`] (the production path), [`crate::fault::FaultyTransport`] (faults injected
+/// around another transport) and [`memory::MemoryEndpoint`] (in-process, for tests). Destinations are
+/// either the connected peer (`dest` of `None`) or an address per call; outcomes are those of
+/// [`UdpEndpoint`]'s calls, whatever the implementation.
+pub trait Transport: Send {
+    /// The bound address (the source peers see).
+    fn local_addr(&self) -> SocketAddr;
+
+    /// Connects to `peer`: sends without an address go to it, and only its datagrams are received.
+    fn connect(&mut self, peer: SocketAddr) -> io::Result<()>;
+
+    /// Largest payload the path to the connected peer carries unfragmented, when it can be told.
+    fn path_max_payload(&self) -> Option<usize> {
+        None
+    }
+
+    /// Sends one datagram to the connected peer or to `dest` (see [`UdpEndpoint::send`]).
+    fn send(&mut self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome;
+
+    /// As [`send`](Self::send), with the datagram's authentication tag computed once by the caller (see
+    /// [`UdpEndpoint::send_with_tag`]); a transport that does not authenticate ignores it.
+    fn send_with_tag(
+        &mut self,
+        datagram: &[u8],
+        tag: Option<&[u8; TAG_LENGTH]>,
+        dest: Option<&SockAddr>,
+    ) -> SendOutcome;
+
+    /// Sends every datagram to every destination, datagram-major (see [`UdpEndpoint::send_mmsg`]); returns
+    /// the outcome and the number of calls made.
+    fn send_mmsg(&mut self, datagrams: &[&[u8]], dests: &[SockAddr], scratch: &mut MmsgScratch)
+        -> (SendOutcome, usize);
+
+    /// Sends a run of `segment`-byte datagrams to the connected peer in one call (see
+    /// [`UdpEndpoint::send_gso`]).
+    fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome;
+
+    /// Receives what is waiting into `batch`, without blocking; returns how many datagrams arrived.
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize>;
+
+    /// Sends what the transport held back (a reordered datagram), on a duty cycle with nothing else to
+    /// send; returns the number of datagrams sent. Transports that hold nothing back do nothing.
+    #[inline]
+    fn flush(&mut self) -> usize {
+        0
+    }
+
+    /// A descriptor that polls readable when a datagram waits, for parking in `epoll_wait`; `None` when the
+    /// transport has none (a parked Receiver then sleeps out its timeout).
+    fn readiness_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// Opens the [`Transport`] endpoints of publications and receivers.
+pub trait Network {
+    /// The endpoints it opens.
+    type Endpoint: Transport;
+
+    /// Binds an endpoint to `local` (port 0 picks one) with `channel`'s socket options and key; `shared`
+    /// lets several endpoints of this process share the address (see [`UdpEndpoint::bind_shared`]).
+    /// Returns the endpoint and the warnings to print.
+    fn bind(
+        &mut self,
+        local: SocketAddr,
+        channel: &ChannelConfig,
+        shared: bool,
+    ) -> io::Result<(Self::Endpoint, Vec<String>)>;
+
+    /// Whether `mode` works here (the kernel may refuse `mmsg` or `gso`).
+    fn supports(&self, mode: SendMode) -> bool;
+}
+
+/// The transport of publications and receivers made with `new` (and so of a node): a [`UdpEndpoint`] in
+/// a [`crate::fault::FaultyTransport`], which injects the channel's configured faults and, with none
+/// configured (the default), passes each call straight through. `open` with [`Udp`] makes them on bare
+/// [`UdpEndpoint`]s.
+pub type UdpTransport = crate::fault::FaultyTransport<UdpEndpoint>;
+
+/// UDP sockets: the production [`Network`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Udp;
+
+impl Network for Udp {
+    type Endpoint = UdpEndpoint;
+
+    fn bind(
+        &mut self,
+        local: SocketAddr,
+        channel: &ChannelConfig,
+        shared: bool,
+    ) -> io::Result<(UdpEndpoint, Vec<String>)> {
+        let (mut endpoint, warnings) = if shared {
+            UdpEndpoint::bind_shared(local, &channel.socket)?
+        } else {
+            UdpEndpoint::bind(local, &channel.socket)?
+        };
+        endpoint.set_auth(channel.auth);
+        Ok((endpoint, warnings))
+    }
+
+    fn supports(&self, mode: SendMode) -> bool {
+        match mode {
+            SendMode::Classic => true,
+            SendMode::Mmsg => probe_mmsg(),
+            SendMode::Gso => probe_gso(),
+        }
+    }
+}
+
+impl Transport for UdpEndpoint {
+    #[inline]
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
+        UdpEndpoint::connect(self, peer)
+    }
+
+    fn path_max_payload(&self) -> Option<usize> {
+        UdpEndpoint::path_max_payload(self)
+    }
+
+    #[inline]
+    fn send(&mut self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
+        UdpEndpoint::send(self, datagram, dest)
+    }
+
+    #[inline]
+    fn send_with_tag(
+        &mut self,
+        datagram: &[u8],
+        tag: Option<&[u8; TAG_LENGTH]>,
+        dest: Option<&SockAddr>,
+    ) -> SendOutcome {
+        UdpEndpoint::send_with_tag(self, datagram, tag, dest)
+    }
+
+    #[inline]
+    fn send_mmsg(
+        &mut self,
+        datagrams: &[&[u8]],
+        dests: &[SockAddr],
+        scratch: &mut MmsgScratch,
+    ) -> (SendOutcome, usize) {
+        UdpEndpoint::send_mmsg(self, datagrams, dests, scratch)
+    }
+
+    #[inline]
+    fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
+        UdpEndpoint::send_gso(self, data, segment)
+    }
+
+    #[inline]
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        UdpEndpoint::recv_batch(self, batch)
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        Some(self.fd())
+    }
 }
 
 /// A non-blocking UDP socket with fragmentation refused, optionally connected to one peer.
@@ -551,6 +727,55 @@ impl RecvBatch {
         self.count == 0
     }
 
+    /// Bytes each datagram buffer holds (a longer datagram is cut and marked truncated).
+    pub fn datagram_capacity(&self) -> usize {
+        self.datagram_capacity
+    }
+
+    /// Empties the batch, for a transport that fills it with [`push`](Self::push) instead of `recvmmsg`.
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
+
+    /// Appends a copy of `datagram`, for transports that do not receive with `recvmmsg`: cut to the
+    /// datagram capacity and marked truncated if longer, as the kernel does. Returns false, appending
+    /// nothing, when the batch is full.
+    pub fn push(&mut self, datagram: Received<'_>) -> bool {
+        let Received { bytes, source, truncated, forged } = datagram;
+        let i = self.count;
+        if i == self.msgs.len() {
+            return false;
+        }
+        let len = bytes.len().min(self.datagram_capacity);
+        let start = i * self.datagram_capacity;
+        bytemuck_bytes_mut(&mut self.buffers)[start..start + len].copy_from_slice(&bytes[..len]);
+        // SAFETY: an all-zero sockaddr_storage is valid (family AF_UNSPEC: no source).
+        self.addrs[i] = unsafe { zeroed() };
+        let namelen = match source {
+            Some(addr) => {
+                let addr = SockAddr::from(addr);
+                // SAFETY: `addr` holds `addr.len()` initialised bytes of a socket address, at most the size
+                // of a sockaddr_storage, which `self.addrs[i]` is; the two do not overlap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        addr.as_ptr().cast::<u8>(),
+                        (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast::<u8>(),
+                        addr.len() as usize,
+                    );
+                }
+                addr.len()
+            }
+            None => 0,
+        };
+        let msg = &mut self.msgs[i];
+        msg.msg_len = len as u32;
+        msg.msg_hdr.msg_namelen = namelen;
+        msg.msg_hdr.msg_flags = if truncated || len < bytes.len() { libc::MSG_TRUNC } else { 0 };
+        self.forged[i] = forged;
+        self.count += 1;
+        true
+    }
+
     fn prepare(&mut self) {
         let base = self.buffers.as_mut_ptr() as *mut u8;
         for i in 0..self.msgs.len() {
@@ -598,6 +823,11 @@ impl RecvBatch {
 fn bytemuck_bytes(blocks: &[AlignedBlock]) -> &[u8] {
     // SAFETY: AlignedBlock is a plain array of bytes with no padding; the slice covers exactly its memory.
     unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks)) }
+}
+
+fn bytemuck_bytes_mut(blocks: &mut [AlignedBlock]) -> &mut [u8] {
+    // SAFETY: as `bytemuck_bytes`; the exclusive borrow of `blocks` is the only access for the result's life.
+    unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(blocks)) }
 }
 
 fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {

@@ -77,7 +77,7 @@ pub fn message(seq: u64) -> Vec<u8> {
 /// Applies committed entries of `node`, checking each is the next in sequence and intact.
 pub fn apply(node: &mut Node, next: &mut u64) -> usize {
     node.poll_committed(4096, |entry| {
-        let seq = u64::from_le_bytes(entry[..8].try_into().unwrap());
+        let seq = super::harness::seq_of(entry);
         assert_eq!(seq, *next, "node applied out of order (or something foreign)");
         assert!(entry == message(seq).as_slice(), "entry {seq} corrupted");
         *next += 1;

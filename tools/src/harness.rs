@@ -1,5 +1,7 @@
 //! What every in-process cluster needs around it, whoever drives it (the sweep, the benches, the tests):
-//! loopback ports that two callers are never given twice, a scratch directory, and a bounded wait.
+//! loopback ports that two callers are never given twice, a scratch directory, node directories in shared
+//! memory, a bounded wait, and the load every harness offers and applies: numbered messages, applied in
+//! sequence on every node.
 //!
 //! Only `std` and the engine: the engine's own integration tests compile this file into their shared
 //! support module (`tests/support`), so that they use the very same code without depending on this crate.
@@ -9,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumcast::node::Member;
+use quorumcast::node::{Member, Node};
 
 /// Ports handed out so far by this process.
 static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
@@ -79,6 +81,56 @@ pub fn shared_memory() -> PathBuf {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
+    }
+}
+
+/// The directory of member `id` in run `run` of a measuring harness (`kind`: `bench`, `sweep`): in
+/// [`shared_memory`], unique to this process.
+pub fn node_dir(kind: &str, run: impl std::fmt::Display, id: i32) -> PathBuf {
+    shared_memory().join(format!("qc-{kind}-{}-{run}-{id}", std::process::id()))
+}
+
+/// Numbers `message` (at least 8 bytes) with `seq`: its first 8 bytes, little-endian.
+pub fn number(message: &mut [u8], seq: u64) {
+    message[..8].copy_from_slice(&seq.to_le_bytes());
+}
+
+/// The number [`number`] wrote into `entry`; `u64::MAX` for an entry shorter than 8 bytes.
+pub fn seq_of(entry: &[u8]) -> u64 {
+    entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// Applies one node's committed numbered messages and counts those out of sequence: every node of a
+/// correct cluster applies `0, 1, 2, ...`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Applier {
+    next: u64,
+    out_of_order: u64,
+}
+
+impl Applier {
+    /// Applies up to `limit` committed entries of `node` ([`Node::poll_committed`]), calling `on_apply`
+    /// with each one's number; returns how many it applied.
+    pub fn poll(&mut self, node: &mut Node, limit: usize, mut on_apply: impl FnMut(u64)) -> usize {
+        let Self { next, out_of_order } = self;
+        node.poll_committed(limit, |entry| {
+            let seq = seq_of(entry);
+            if seq != *next {
+                *out_of_order += 1;
+            }
+            *next = seq.wrapping_add(1);
+            on_apply(seq);
+        })
+    }
+
+    /// The number of the next entry expected: how many were applied, when all came in sequence.
+    pub fn applied(&self) -> u64 {
+        self.next
+    }
+
+    /// Entries applied out of sequence so far (a correct cluster has none).
+    pub fn out_of_order(&self) -> u64 {
+        self.out_of_order
     }
 }
 

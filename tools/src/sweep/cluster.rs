@@ -17,7 +17,6 @@
 //! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -28,7 +27,7 @@ use quorumcast::node::{Client, Node, NodeBuilder, OfferError};
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
 
-use crate::harness;
+use crate::harness::{self, Applier};
 use crate::probe::ProbeCores;
 
 use super::profile::Control;
@@ -234,14 +233,14 @@ pub struct LoadCluster {
     idle: Idle,
     payload: Vec<u8>,
     offered: u64,
-    applied: [u64; 3],
-    out_of_order: u64,
+    /// The leader's, then the followers'.
+    appliers: [Applier; 3],
     warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for LoadCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadCluster").field("offered", &self.offered).field("applied", &self.applied).finish()
+        f.debug_struct("LoadCluster").field("offered", &self.offered).field("applied", &self.applied()).finish()
     }
 }
 
@@ -249,11 +248,6 @@ static RUNS: AtomicU64 = AtomicU64::new(0);
 
 /// How long [`LoadCluster::paused`] waits for each agent thread to park.
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A node directory in shared memory where there is one (so logs never touch a disk), unique per run.
-fn node_dir(run: u64, id: i32) -> PathBuf {
-    harness::shared_memory().join(format!("qc-sweep-{}-{run}-{id}", std::process::id()))
-}
 
 /// Runs `work` on a fresh thread: the harness thread, which pins itself once its cluster has started.
 /// Cluster nodes are started from it while it still has the caller's whole affinity mask (agent threads
@@ -345,7 +339,7 @@ impl LoadCluster {
         let base = |id: i32| {
             NodeBuilder::new(id, members.clone())
                 .leader(0)
-                .directory(node_dir(run, id))
+                .directory(harness::node_dir("sweep", run, id))
                 .clean_stale(true)
                 .channel(channel(spec))
                 .commit_piggyback(spec.control == Control::Piggyback)
@@ -395,8 +389,7 @@ impl LoadCluster {
             idle,
             payload: vec![0x5A; spec.msg],
             offered: 0,
-            applied: [0; 3],
-            out_of_order: 0,
+            appliers: [Applier::default(); 3],
             warnings,
         };
         cluster.warm_up()?;
@@ -429,7 +422,7 @@ impl LoadCluster {
                 "{what} within {} s (offered {}, applied {:?})",
                 SETTLE_TIMEOUT.as_secs(),
                 self.offered,
-                self.applied
+                self.applied()
             )));
         }
         Ok(())
@@ -444,7 +437,7 @@ impl LoadCluster {
     /// Offers the next message (its sequence number in the first 8 bytes). `Ok(false)` when the ingress
     /// is full (back pressure); an error when the node refuses for another reason.
     pub fn offer(&mut self) -> Result<bool, SweepError> {
-        self.payload[..8].copy_from_slice(&self.offered.to_le_bytes());
+        harness::number(&mut self.payload, self.offered);
         match self.client.offer(&self.payload) {
             Ok(_) => {
                 self.offered += 1;
@@ -466,15 +459,8 @@ impl LoadCluster {
                 work += node.invoke().unwrap_or(0);
             }
         }
-        let (applied, out_of_order) = (&mut self.applied, &mut self.out_of_order);
-        for (i, node) in self.nodes.iter_mut().enumerate() {
-            let next = &mut applied[i];
-            work += node.poll_committed(4096, |entry| {
-                let seq = entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().unwrap_or([0xFF; 8])));
-                if seq != *next {
-                    *out_of_order += 1;
-                }
-                *next = seq.wrapping_add(1);
+        for (i, (node, applier)) in self.nodes.iter_mut().zip(&mut self.appliers).enumerate() {
+            work += applier.poll(node, 4096, |seq| {
                 if i == 0 {
                     on_commit(seq);
                 }
@@ -512,7 +498,7 @@ impl LoadCluster {
     /// Polls until every node applied everything offered, or `timeout` passes.
     pub fn drain(&mut self, timeout: Duration) -> Result<(), SweepError> {
         let deadline = Instant::now() + timeout;
-        while self.applied.iter().any(|&a| a < self.offered) {
+        while self.applied().iter().any(|&a| a < self.offered) {
             self.check(deadline, "the cluster did not apply everything offered")?;
             let work = self.poll(|_| {});
             self.idle(work);
@@ -532,17 +518,17 @@ impl LoadCluster {
 
     /// Entries applied on the leader so far (committed).
     pub fn committed(&self) -> u64 {
-        self.applied[0]
+        self.appliers[0].applied()
     }
 
     /// Entries applied on each node, the leader first.
     pub fn applied(&self) -> [u64; 3] {
-        self.applied
+        self.appliers.map(|a| a.applied())
     }
 
     /// Entries applied out of sequence so far (must stay 0).
     pub fn out_of_order(&self) -> u64 {
-        self.out_of_order
+        self.appliers.iter().map(Applier::out_of_order).sum()
     }
 
     /// Where the log stands on the leader: appended, sent, acknowledged by both followers, committed and
@@ -572,7 +558,7 @@ impl LoadCluster {
     /// Stops every node (removing its directory); an error names any agent failure, or entries applied
     /// out of order.
     pub fn close(self) -> Result<(), SweepError> {
-        let out_of_order = self.out_of_order;
+        let out_of_order = self.out_of_order();
         let mut errors = Vec::new();
         for node in self.nodes {
             if let Err(e) = node.close() {
