@@ -48,6 +48,12 @@ use super::RoleChange;
 /// Most consensus frames read per duty cycle.
 const MAX_FRAMES_PER_CYCLE: usize = 64;
 
+/// How often the consensus endpoint is read (and the core's counters mirrored) while it is quiet: election
+/// frames and heartbeats come every few milliseconds at most, and a receive call on every duty cycle
+/// would add a syscall to each cycle of a spinning consensus agent, which shares its thread with the
+/// Sender in the shared and invoker layouts.
+const CONSENSUS_POLL_INTERVAL_NS: u64 = 50_000;
+
 /// The counters of the consensus agent's own work (the core's drop reasons are mirrored beside them).
 #[derive(Clone, Debug)]
 pub(super) struct DriverCounters {
@@ -136,6 +142,8 @@ struct Following {
 pub(super) struct ConsensusAgent {
     core: ConsensusCore,
     outputs: Vec<Output>,
+    /// The outputs being carried out (swapped with `outputs`).
+    executing: Vec<Output>,
     wiring: Wiring,
     socket: UdpEndpoint,
     batch: RecvBatch,
@@ -150,6 +158,8 @@ pub(super) struct ConsensusAgent {
     /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
     last_position_send_ns: u64,
     preferred_leader: bool,
+    /// When the consensus endpoint is next read.
+    next_receive_ns: u64,
     logs: RateLimited,
     membership_log: RateLimited,
 }
@@ -178,6 +188,7 @@ impl ConsensusAgent {
         Self {
             core: parts.core,
             outputs: Vec::with_capacity(16),
+            executing: Vec::with_capacity(16),
             socket: parts.socket,
             batch: RecvBatch::new(16, wire::MAX_CONSENSUS_FRAME_LENGTH.max(64) + 64),
             peers,
@@ -190,6 +201,7 @@ impl ConsensusAgent {
             counters: parts.counters,
             last_position_send_ns: 0,
             preferred_leader,
+            next_receive_ns: 0,
             logs: RateLimited::default(),
             membership_log: RateLimited::default(),
             wiring: parts.wiring,
@@ -202,13 +214,19 @@ impl ConsensusAgent {
         if std::mem::take(&mut self.preferred_leader) {
             self.core.campaign(now_ns, &mut self.outputs);
         }
-        let mut work = self.receive(now_ns);
+        let mut work = 0;
+        if now_ns >= self.next_receive_ns {
+            let received = self.receive(now_ns);
+            // While frames arrive (an election), read on every cycle.
+            self.next_receive_ns = if received > 0 { now_ns } else { now_ns + CONSENSUS_POLL_INTERVAL_NS };
+            self.mirror_counters(now_ns);
+            work += received;
+        }
         work += self.feed(now_ns);
         self.core.tick(now_ns, &mut self.outputs);
         work += self.execute(now_ns)?;
         work += self.append(now_ns);
         work += self.execute(now_ns)?;
-        self.mirror_counters(now_ns);
         Ok(work)
     }
 
@@ -298,7 +316,10 @@ impl ConsensusAgent {
         while !self.outputs.is_empty() {
             let mut term_start = None;
             let mut deferred = Vec::new();
-            for output in std::mem::take(&mut self.outputs) {
+            // Two buffers swapped, so that a duty cycle allocates nothing.
+            let mut batch = std::mem::take(&mut self.executing);
+            std::mem::swap(&mut batch, &mut self.outputs);
+            for output in batch.drain(..) {
                 work += 1;
                 // A send after the term start goes first, unless a vote it may depend on waits behind it.
                 let hoisted = matches!(output, Output::Send { .. })
@@ -309,6 +330,7 @@ impl ConsensusAgent {
                     _ => deferred.push(output),
                 }
             }
+            self.executing = batch;
             if let Some(start) = term_start {
                 self.execute_one(start, now_ns)?;
                 self.outputs.splice(0..0, deferred);
