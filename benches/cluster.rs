@@ -241,6 +241,7 @@ fn channel(variant: &Variant) -> ChannelConfig {
 fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBuilder {
     NodeBuilder::new(id, members.to_vec())
         .leader(0)
+        .timers(quorumcast_tools::harness::patient_timers())
         .directory(harness::node_dir("bench", run, id))
         .clean_stale(true)
         .channel(channel(variant))

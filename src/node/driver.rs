@@ -406,6 +406,16 @@ impl ConsensusAgent {
         if role == Role::Candidate {
             self.counters.elections.increment();
         }
+        self.shared.publish(RoleChange { role, leadership_term_id, leader });
+        // A canvass changes no term: the follower keeps replicating its leader meanwhile (a refused
+        // pre-vote must cost the steady state nothing), and so when it hears that leader again.
+        let same_leader = |f: &Following| {
+            f.term == leadership_term_id
+                && (role == Role::Canvass || (role == Role::Follower && leader.is_none_or(|l| l == f.leader)))
+        };
+        if matches!(&self.current, Current::Following(f) if same_leader(f)) {
+            return;
+        }
         // Whatever ran for the old role stops: a leader's Sender, a follower's Receiver.
         // (A leader's log stays this member's log: its bytes up to the core's append position are kept.)
         if let Current::Leading(_) = std::mem::replace(&mut self.current, Current::Idle) {
@@ -414,7 +424,6 @@ impl ConsensusAgent {
             self.counters.ingress_dropped.add(dropped as i64);
         }
         self.wiring.clear();
-        self.shared.publish(RoleChange { role, leadership_term_id, leader });
     }
 
     /// Leads `term` from `position`: a new log continued from this member's, a Sender, the marker.
@@ -457,6 +466,11 @@ impl ConsensusAgent {
 
     /// Follows `leader` in `term` from `position`, where this member's log agrees with the leader's.
     fn replicate_from(&mut self, leader: i32, term: i64, position: i64) -> Result<(), AgentError> {
+        if matches!(&self.current, Current::Following(f) if f.leader == leader && f.term == term && f.fed == position)
+        {
+            // Matched again where this Receiver's image already is (after a refused canvass): go on.
+            return Ok(());
+        }
         let followership = self.wiring.follow(leader, position).map_err(AgentError::new)?;
         self.shared.push_switch(position, None);
         let fed_term = self.core.term_history().last_term_id();

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::consensus::Role;
-use quorumcast::consensus_core::Timers;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
 use super::{dump, ScratchDir};
@@ -36,24 +35,12 @@ pub fn test_channel() -> ChannelConfig {
     }
 }
 
-/// Consensus timers for tests whose threads may stall (a loaded CI host, a test thread that invokes
-/// every node in turn): a leader is replaced only after seconds of silence, so no test sees an election
-/// it did not cause.
-pub fn patient_timers() -> Timers {
-    Timers {
-        heartbeat_interval_ns: 20_000_000,
-        heartbeat_timeout_ns: 3_000_000_000,
-        election_timeout_min_ns: 4_000_000_000,
-        election_timeout_max_ns: 6_000_000_000,
-    }
-}
-
 /// A node of `members` with id `id`, member 0 preferred as the first leader, its directory under
-/// `scratch`, in invoker mode, with [`patient_timers`].
+/// `scratch`, in invoker mode, with [`super::harness::patient_timers`].
 pub fn test_builder(scratch: &ScratchDir, id: i32, members: &[Member], channel: ChannelConfig) -> NodeBuilder {
     NodeBuilder::new(id, members.to_vec())
         .leader(0)
-        .timers(patient_timers())
+        .timers(super::harness::patient_timers())
         .data_dir(scratch.join(format!("data-{id}")))
         .directory(scratch.join(format!("node-{id}")))
         .clean_stale(true)

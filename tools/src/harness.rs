@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use quorumcast::consensus_core::Timers;
 use quorumcast::node::{Member, Node};
 
 /// Ports handed out so far by this process.
@@ -175,5 +176,19 @@ impl Drop for ScratchDir {
         } else {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+}
+
+/// Consensus timers for clusters whose threads stall by design (a test thread invoking every node in
+/// turn, a bench harness thread that offers, applies and runs the followers at saturation, for hundreds of
+/// milliseconds behind at rho 0.9): a leader is replaced only after seconds of silence, so what they
+/// measure is never an election they did not cause. Elections are measured by `cargo bench --bench
+/// failover`, with the default timers and the `latency` profile's.
+pub fn patient_timers() -> Timers {
+    Timers {
+        heartbeat_interval_ns: 20_000_000,
+        heartbeat_timeout_ns: 3_000_000_000,
+        election_timeout_min_ns: 4_000_000_000,
+        election_timeout_max_ns: 6_000_000_000,
     }
 }

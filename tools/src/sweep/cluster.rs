@@ -339,6 +339,7 @@ impl LoadCluster {
         let base = |id: i32| {
             NodeBuilder::new(id, members.clone())
                 .leader(0)
+                .timers(harness::patient_timers())
                 .directory(harness::node_dir("sweep", run, id))
                 .clean_stale(true)
                 .channel(channel(spec))
