@@ -466,8 +466,7 @@ impl ConsensusAgent {
 
     /// Follows `leader` in `term` from `position`, where this member's log agrees with the leader's.
     fn replicate_from(&mut self, leader: i32, term: i64, position: i64) -> Result<(), AgentError> {
-        if matches!(&self.current, Current::Following(f) if f.leader == leader && f.term == term && f.fed == position)
-        {
+        if matches!(&self.current, Current::Following(f) if f.leader == leader && f.term == term && f.fed == position) {
             // Matched again where this Receiver's image already is (after a refused canvass): go on.
             return Ok(());
         }
