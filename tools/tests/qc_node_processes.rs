@@ -353,30 +353,23 @@ impl Progress {
     }
 }
 
-/// Spawns member `id` of the failover cluster: it offers while it leads (20k messages a second) and
-/// prints a checkpoint every 1000 entries.
-fn failover_node(scratch: &ScratchDir, files: &[PathBuf], id: usize) -> Process {
-    let dir = scratch.join(format!("dir{id}"));
+/// The arguments of a failover cluster member: it offers while it leads (20k messages a second) and prints
+/// a checkpoint every 1000 entries.
+fn failover_args(file: &Path, dir: &Path) -> Vec<String> {
     let profile = tuning("profiles/small-host.toml");
-    let timeout = DEADLINE.as_secs().to_string();
-    let args = [
-        "--config",
-        files[id].to_str().unwrap(),
-        "--profile",
-        profile.to_str().unwrap(),
-        "--directory",
-        dir.to_str().unwrap(),
-        "--offer",
-        "1000000000",
-        "--rate",
-        "20000",
-        "--in-flight",
-        "20000",
-        "--checkpoint",
-        "1000",
-        "--timeout",
-        &timeout,
-    ];
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let mut args: Vec<String> =
+        ["--config", &path(file), "--profile", &path(&profile), "--directory", &path(dir)].map(String::from).to_vec();
+    let load = ["--offer", "1000000000", "--rate", "20000", "--in-flight", "20000", "--checkpoint", "1000"];
+    args.extend(load.map(String::from));
+    args.extend(["--timeout".to_string(), DEADLINE.as_secs().to_string()]);
+    args
+}
+
+/// Spawns member `id` of the failover cluster (see [`failover_args`]).
+fn failover_node(scratch: &ScratchDir, files: &[PathBuf], id: usize) -> Process {
+    let args = failover_args(&files[id], &scratch.join(format!("dir{id}")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Process::spawn(&format!("node {id}"), &args)
 }
 
@@ -569,31 +562,9 @@ fn a_partitioned_leader_cannot_commit_the_majority_goes_on_and_it_converges_when
         std::fs::write(path, toml::to_string(&table).unwrap()).unwrap();
     }
     let spawn = |id: usize| {
-        let dir = scratch.join(format!("dir{id}"));
-        let profile = tuning("profiles/small-host.toml");
-        let timeout = DEADLINE.as_secs().to_string();
-        let args = [
-            "netns",
-            "exec",
-            &namespaces.names[id],
-            QC_NODE,
-            "--config",
-            files[id].to_str().unwrap(),
-            "--profile",
-            profile.to_str().unwrap(),
-            "--directory",
-            dir.to_str().unwrap(),
-            "--offer",
-            "1000000000",
-            "--rate",
-            "20000",
-            "--in-flight",
-            "20000",
-            "--checkpoint",
-            "1000",
-            "--timeout",
-            &timeout,
-        ];
+        let mut args: Vec<String> =
+            ["netns", "exec", namespaces.names[id].as_str(), QC_NODE].map(String::from).to_vec();
+        args.extend(failover_args(&files[id], &scratch.join(format!("dir{id}"))));
         let mut child = Command::new("ip")
             .args(args)
             .stdin(Stdio::null())
