@@ -20,12 +20,14 @@ use crate::flow_control::FlowControlMode;
 use crate::frame::Frame;
 use crate::log_buffer::descriptor::log_length;
 use crate::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfig, LogError};
-use crate::network_publication::{NetworkPublication, SenderCounters};
+use crate::fault::Faulty;
+use crate::network_publication::{ControlHandler, NetworkPublication, SenderCounters};
 use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use crate::ring_buffer::{self, OneToOneRingBuffer};
 use crate::sender::Sender;
 use crate::stats::{agent_type_of, type_of, TYPE_ACK_POSITION};
 use crate::term_starts::TermStarts;
+use crate::transport::{Network, Udp};
 
 use super::slot::{Slot, SlotHandle};
 use super::{NodeConfig, NodeError};
@@ -74,8 +76,8 @@ pub(super) struct Wiring {
     pub(super) config: NodeConfig,
     pub(super) directory: PathBuf,
     pub(super) counters: NodeCounters,
-    pub(super) sender: SlotHandle<Sender>,
-    pub(super) receiver: SlotHandle<Receiver>,
+    pub(super) sender: SlotHandle<Box<dyn Agent>>,
+    pub(super) receiver: SlotHandle<Box<dyn Agent>>,
     /// A log file being made (reserved and pre-touched) off the consensus agent's thread, for the next
     /// term this member leads: making one takes tens of milliseconds, which would add to every failover.
     spare: Option<mpsc::Receiver<SpareLog>>,
@@ -115,8 +117,8 @@ impl Wiring {
         config: NodeConfig,
         directory: PathBuf,
         counters: NodeCounters,
-        sender: SlotHandle<Sender>,
-        receiver: SlotHandle<Receiver>,
+        sender: SlotHandle<Box<dyn Agent>>,
+        receiver: SlotHandle<Box<dyn Agent>>,
     ) -> Self {
         let mut wiring = Self { config, directory, counters, sender, receiver, spare: None, spares_made: 0 };
         wiring.make_spare();
@@ -190,13 +192,13 @@ impl Wiring {
             flow_control: FlowControlMode::Quorum(config.members.len() / 2),
             ..config.channel.clone()
         };
-        let mut publication = NetworkPublication::new(log.clone(), channel, self.counters.sender.clone())?;
+        let faults = channel.send_faults.is_active() || channel.receive_faults.is_active();
         let acks: Vec<(i32, Counter)> = others.iter().map(|m| (m.id, Counter::detached())).collect();
         let for_handler = acks.clone();
         let mirrors: Vec<Counter> = self.counters.acks.iter().map(|(_, c)| c.clone()).collect();
         mirrors.iter().for_each(|c| c.set(0));
         let refused = self.counters.refused_acks.clone();
-        publication.set_control_handler(Box::new(move |destination, frame| {
+        let handler: ControlHandler = Box::new(move |destination, frame| {
             // A follower acknowledges for itself only, and only this term's log: destination `d` is
             // follower `d`.
             match (frame, for_handler.get(destination)) {
@@ -210,11 +212,18 @@ impl Wiring {
                 }
                 _ => refused.increment(),
             }
-        }));
+        });
         let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
         let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
-        let mut sender = Sender::new(vec![publication]);
-        sender.add_command_ring(OneToOneRingBuffer::new(command_buffer)?, 0);
+        let sender_commands = OneToOneRingBuffer::new(command_buffer)?;
+        let counters = self.counters.sender.clone();
+        // Fault injection (for tests) wraps the sockets only when configured: the production Sender runs on
+        // bare UDP endpoints.
+        let sender = if faults {
+            sender_on(&mut Faulty(Udp), log.clone(), channel, counters, handler, sender_commands)?
+        } else {
+            sender_on(&mut Udp, log.clone(), channel, counters, handler, sender_commands)?
+        };
         self.receiver.replace(None);
         self.sender.replace(Some(sender));
         Ok(Leadership { log, start, file, appender, commands, acks, session_id })
@@ -250,11 +259,50 @@ impl Wiring {
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),
         });
-        let (receiver, mut subscriptions, _warnings) = Receiver::new(vec![channel], self.counters.receiver.clone())?;
+        let faults = channel.channel.receive_faults.is_active();
+        let counters = self.counters.receiver.clone();
+        let (receiver, subscription) = if faults {
+            receiver_on(&mut Faulty(Udp), channel, counters)?
+        } else {
+            receiver_on(&mut Udp, channel, counters)?
+        };
         self.sender.replace(None);
         self.receiver.replace(Some(receiver));
-        Ok(Followership { subscription: subscriptions.remove(0), append, term_starts })
+        Ok(Followership { subscription, append, term_starts })
     }
+}
+
+/// A Sender of one publication of `log` on `network`'s endpoints, with its control handler and the ring its
+/// commit frames come in by.
+fn sender_on<N: Network>(
+    network: &mut N,
+    log: LogBuffer,
+    channel: ChannelConfig,
+    counters: SenderCounters,
+    handler: ControlHandler,
+    commands: OneToOneRingBuffer,
+) -> Result<Box<dyn Agent>, NodeError>
+where
+    N::Endpoint: 'static,
+{
+    let mut publication = NetworkPublication::open(log, channel, counters, network)?;
+    publication.set_control_handler(handler);
+    let mut sender = Sender::new(vec![publication]);
+    sender.add_command_ring(commands, 0);
+    Ok(Box::new(sender))
+}
+
+/// A Receiver of `channel` on `network`'s endpoints, and its subscription.
+fn receiver_on<N: Network>(
+    network: &mut N,
+    channel: ReceiveChannelConfig,
+    counters: ReceiverCounters,
+) -> Result<(Box<dyn Agent>, Subscription), NodeError>
+where
+    N::Endpoint: 'static,
+{
+    let (receiver, mut subscriptions, _warnings) = Receiver::open(vec![channel], counters, network)?;
+    Ok((Box::new(receiver), subscriptions.remove(0)))
 }
 
 /// Makes the log of a new term with `make(start)`, ending at `position`: its first bytes copied from
@@ -295,8 +343,8 @@ fn continue_log(
 pub(super) fn start_agents(
     config: &NodeConfig,
     consensus: Box<dyn Agent>,
-    sender: Slot<Sender>,
-    receiver: Slot<Receiver>,
+    sender: Slot<Box<dyn Agent>>,
+    receiver: Slot<Box<dyn Agent>>,
     counters: &CountersManager,
     warnings: &mut Vec<String>,
 ) -> Result<AgentHandles, NodeError> {
