@@ -203,10 +203,10 @@ pub trait Network {
     fn supports(&self, mode: SendMode) -> bool;
 }
 
-/// The transport of publications and receivers made with `new` (and so of a node): a [`UdpEndpoint`] in
+/// The transport of publications and receivers made with `new`: a [`UdpEndpoint`] in
 /// a [`crate::fault::FaultyTransport`], which injects the channel's configured faults and, with none
 /// configured (the default), passes each call straight through. `open` with [`Udp`] makes them on bare
-/// [`UdpEndpoint`]s.
+/// [`UdpEndpoint`]s, as a node does unless its channel configures faults.
 pub type UdpTransport = crate::fault::FaultyTransport<UdpEndpoint>;
 
 /// UDP sockets: the production [`Network`].
