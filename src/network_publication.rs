@@ -250,10 +250,18 @@ struct Run {
     advance: usize,
 }
 
+/// The first retry of an unanswered SETUP (see `Destination::setup_retry_ns`).
+const FIRST_SETUP_RETRY_NS: u64 = 1_000_000;
+
 /// Per-destination state besides flow control.
 struct Destination {
     addr: SocketAddr,
     next_setup_ns: u64,
+    /// How long after this SETUP the next goes while the receiver has not answered: from
+    /// [`FIRST_SETUP_RETRY_NS`], doubling up to `setup_interval`, so that a receiver that binds just after
+    /// the first SETUP (a follower of a leader elected a moment ago) joins within milliseconds, and one
+    /// that is down costs a SETUP per `setup_interval`.
+    setup_retry_ns: u64,
     /// When this receiver may next be told it is behind the retained log.
     next_behind_ns: u64,
     setup_requested: bool,
@@ -346,7 +354,13 @@ impl<T: Transport> NetworkPublication<T> {
         let destinations = config
             .destinations
             .iter()
-            .map(|&addr| Destination { addr, next_setup_ns: 0, next_behind_ns: 0, setup_requested: true })
+            .map(|&addr| Destination {
+                addr,
+                next_setup_ns: 0,
+                setup_retry_ns: FIRST_SETUP_RETRY_NS,
+                next_behind_ns: 0,
+                setup_requested: true,
+            })
             .collect();
         let receivers = config.destinations.len();
         // A responsive receiver speaks at least every status interval; three missed ones mean stopped.
@@ -465,6 +479,7 @@ impl<T: Transport> NetworkPublication<T> {
             for (i, d) in self.destinations.iter_mut().enumerate() {
                 if !self.flow_control.is_live(i) {
                     d.setup_requested = true;
+                    d.setup_retry_ns = FIRST_SETUP_RETRY_NS;
                 }
             }
         }
@@ -487,7 +502,9 @@ impl<T: Transport> NetworkPublication<T> {
                 self.counters.setups.increment();
                 let dest = &mut self.destinations[d];
                 dest.setup_requested = false;
-                dest.next_setup_ns = now_ns + nanos(self.config.setup_interval);
+                let interval = nanos(self.config.setup_interval);
+                dest.next_setup_ns = now_ns + dest.setup_retry_ns.min(interval);
+                dest.setup_retry_ns = (dest.setup_retry_ns * 2).min(interval);
                 work += 1;
             }
         }
