@@ -42,6 +42,7 @@ use crate::transport::{RecvBatch, UdpEndpoint};
 use crate::vote_file::{TermVote, VoteFile};
 
 use super::client::Shared;
+use super::recovery;
 use super::wiring::Wiring;
 use super::RoleChange;
 
@@ -153,6 +154,8 @@ pub(super) struct ConsensusAgent {
     clock: NanoClock,
     current: Current,
     log: Option<MemberLog>,
+    /// Where the link to this member's log is kept (see `recovery`).
+    data_dir: std::path::PathBuf,
     shared: Arc<Shared>,
     counters: DriverCounters,
     /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
@@ -166,6 +169,8 @@ pub(super) struct ConsensusAgent {
 
 /// What a consensus agent is made of.
 pub(super) struct DriverParts {
+    /// The log this member kept when its process died, read back from its start (position 0).
+    pub(super) recovered: Option<LogBuffer>,
     pub(super) core: ConsensusCore,
     pub(super) wiring: Wiring,
     pub(super) socket: UdpEndpoint,
@@ -196,7 +201,8 @@ impl ConsensusAgent {
             ingress: parts.ingress,
             clock: NanoClock::new(),
             current: Current::Idle,
-            log: None,
+            log: parts.recovered.map(|log| MemberLog { log, start: 0, file: None }),
+            data_dir: parts.wiring.config.data_dir_path(),
             shared: parts.shared,
             counters: parts.counters,
             last_position_send_ns: 0,
@@ -279,8 +285,21 @@ impl ConsensusAgent {
             }
             Current::Following(following) => {
                 let mut work = 0;
-                if following.subscription.is_some() {
-                    work += take_image(following, &mut self.log, &self.shared) as usize;
+                if following.subscription.is_some() && take_image(following, &mut self.log, &self.shared) {
+                    work += 1;
+                    let session = self.log.as_ref().map_or(0, |l| l.log.config().session_id);
+                    let config = &self.wiring.config;
+                    let file = self.wiring.directory.join(format!("image-{}-{session}.log", config.stream_id));
+                    let meta = recovery::LogMeta {
+                        start: following.join,
+                        start_term: following.fed_term,
+                        stream_id: config.stream_id,
+                        membership: config.membership(),
+                    };
+                    if let Err(e) = recovery::record(&self.data_dir, &file, meta) {
+                        let path = file.display().to_string();
+                        self.logs.warn(now_ns, || format!("cannot keep {path} in the data directory: {e}"));
+                    }
                 }
                 work += feed_follower(following, &mut self.core, now_ns, &mut self.outputs);
                 let commit = self.wiring.counters.consensus.commit.get();
@@ -456,6 +475,8 @@ impl ConsensusAgent {
             counters: self.wiring.counters.consensus.clone(),
         });
         let end = stage.append_term_start().map_err(AgentError::new)?;
+        let start_term = self.term_at(leadership.start);
+        self.keep_log(&leadership.file, leadership.start, start_term);
         self.replace_log(MemberLog { log: leadership.log, start: leadership.start, file: Some(leadership.file) });
         self.shared.push_switch(position, Some((reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
@@ -487,6 +508,23 @@ impl ConsensusAgent {
             commit_fed: 0,
         }));
         Ok(())
+    }
+
+    /// The leadership term of the byte at `position` of this member's log (0 when it has none).
+    fn term_at(&self, position: i64) -> i64 {
+        let terms = self.core.term_history().terms();
+        terms.iter().take_while(|t| t.base_position <= position).last().map_or(0, |t| t.leadership_term_id)
+    }
+
+    /// Links this member's new log in the data directory, so that a crash of the process keeps it.
+    fn keep_log(&mut self, file: &std::path::Path, start: i64, start_term: i64) {
+        let config = &self.wiring.config;
+        let meta =
+            recovery::LogMeta { start, start_term, stream_id: config.stream_id, membership: config.membership() };
+        if let Err(e) = recovery::record(&self.data_dir, file, meta) {
+            let path = file.display().to_string();
+            self.logs.warn(self.clock.now_ns(), || format!("cannot keep {path} in the data directory: {e}"));
+        }
     }
 
     fn replace_log(&mut self, log: MemberLog) {

@@ -37,6 +37,7 @@ mod builder;
 mod client;
 mod driver;
 mod error;
+mod recovery;
 mod slot;
 mod wiring;
 
@@ -55,7 +56,7 @@ use crate::consensus::Role;
 use crate::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::counters::{Counter, CountersManager};
 use crate::directory::{NodeDirectory, StalePolicy};
-use crate::log_buffer::MessageReader;
+use crate::log_buffer::{LogReader, MessageReader};
 use crate::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::stats::Stats;
 use crate::transport::UdpEndpoint;
@@ -120,7 +121,7 @@ impl Node {
             NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
-        let core = start_core(&config)?;
+        let (core, recovered) = start_core(&config)?;
         let (socket, mut warnings) = bind_consensus(&config)?;
         let node_counters = NodeCounters::allocate(&config, &counters);
         let commit = node_counters.consensus.commit.clone();
@@ -128,7 +129,22 @@ impl Node {
         let (receiver, receiver_handle) = Slot::new("receiver");
         let shared = Arc::new(Shared::new());
         let votes = VoteFile::new(&config.data_dir_path(), config.id, config.membership());
+        let mut warnings_at_start = Vec::new();
+        let recovered = match recovered {
+            Some(recovered) => match recovered.log.register_consumer(0) {
+                Ok(consumer) => {
+                    shared.push_switch(0, Some((LogReader::new(&recovered.log), consumer)));
+                    Some(recovered.log)
+                }
+                Err(e) => {
+                    warnings_at_start.push(format!("the kept log cannot be read again: {e}"));
+                    None
+                }
+            },
+            None => None,
+        };
         let agent = ConsensusAgent::new(DriverParts {
+            recovered,
             core,
             wiring: Wiring::new(
                 config.clone(),
@@ -143,6 +159,7 @@ impl Node {
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|label| node_counter(&counters, label)),
         });
+        warnings.extend(warnings_at_start);
         let handles = start_agents(&config, Box::new(agent), sender, receiver, &counters, &mut warnings)?;
         Ok(Node {
             config,
@@ -325,6 +342,8 @@ impl Node {
             Some(handles) => handles.close().map_err(NodeError::Agents),
             None => Ok(()),
         };
+        // A clean shutdown keeps no log to recover: the application closed with its state.
+        recovery::forget(&self.config.data_dir_path());
         if let Some(directory) = self.directory.take() {
             directory.close().map_err(NodeError::Directory)?;
         }
@@ -338,8 +357,9 @@ impl Drop for Node {
     }
 }
 
-/// The consensus core of a starting node: its persisted term and vote, a log it does not have yet.
-fn start_core(config: &NodeConfig) -> Result<ConsensusCore, NodeError> {
+/// The consensus core of a starting node: its persisted term and vote, and the log it kept when its
+/// process died (see `recovery`), or none.
+fn start_core(config: &NodeConfig) -> Result<(ConsensusCore, Option<recovery::Recovered>), NodeError> {
     let data_dir = config.data_dir_path();
     std::fs::create_dir_all(&data_dir).map_err(|e| {
         NodeError::Io(std::io::Error::new(
@@ -348,13 +368,39 @@ fn start_core(config: &NodeConfig) -> Result<ConsensusCore, NodeError> {
         ))
     })?;
     let votes = VoteFile::new(&data_dir, config.id, config.membership());
-    let durable = match votes.load().map_err(NodeError::Vote)? {
+    let mut durable = match votes.load().map_err(NodeError::Vote)? {
         Some(vote) => DurableState {
             leadership_term_id: vote.leadership_term_id,
             voted_for: vote.voted_for,
             ..DurableState::default()
         },
         None => DurableState::default(),
+    };
+    let recovered = match recovery::recover(&data_dir, config.stream_id, config.membership()) {
+        Ok(Some(recovered)) => {
+            let kept = DurableState {
+                term_history: recovered.history.clone(),
+                append_position: recovered.end,
+                leadership_term_id: durable.leadership_term_id.max(recovered.history.last_term_id()),
+                ..durable.clone()
+            };
+            match kept.validate() {
+                Ok(()) => {
+                    log::info!("member {}: kept log recovered up to position {}", config.id, recovered.end);
+                    durable = kept;
+                    Some(recovered)
+                }
+                Err(e) => {
+                    log::warn!("member {}: the kept log is not used: {e}", config.id);
+                    None
+                }
+            }
+        }
+        Ok(None) => None,
+        Err(why) => {
+            log::warn!("member {}: {why}", config.id);
+            None
+        }
     };
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         ^ (config.id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -366,7 +412,8 @@ fn start_core(config: &NodeConfig) -> Result<ConsensusCore, NodeError> {
         bugs: Default::default(),
     };
     let now_ns = crate::clock::NanoClock::new().now_ns();
-    ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))
+    let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
+    Ok((core, recovered))
 }
 
 /// Binds this member's consensus endpoint, after checking that its log endpoint can be bound too (the

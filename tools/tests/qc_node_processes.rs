@@ -461,6 +461,11 @@ fn killing_the_leader_process_elects_another_and_loses_no_committed_entry() {
         }
         processes[0] = Some(failover_node(&scratch, &files, 0));
         progress[0] = Progress::default();
+        if !clean {
+            // Its process died with its log: it reads it back, votes and rejoins with it.
+            let process = processes[0].as_mut().unwrap();
+            process.await_stderr("kept log recovered up to position", Instant::now() + DEADLINE);
+        }
         let target = progress[1].applied().max(progress[2].applied()) + 5_000;
         await_progress(&mut processes, &mut progress, "the restarted member catches up", |p| {
             p.iter().all(|p| p.applied() >= target)
@@ -468,7 +473,11 @@ fn killing_the_leader_process_elects_another_and_loses_no_committed_entry() {
         assert!(progress[0].roles.iter().any(|(role, _)| role == "follower"), "it rejoined as a follower");
         assert_same_prefix(&progress[0], &progress[1], "restarted member");
         assert_same_prefix(&progress[1], &progress[2], "the two others");
-        eprintln!("restarted member 0 (clean: {clean}) applied {} entries, the same", progress[0].applied());
+        let cut = processes[0].as_ref().unwrap().all_stderr().lines().filter(|l| l.contains("cut back")).count();
+        eprintln!(
+            "restarted member 0 (clean: {clean}) applied {} entries, the same; log truncations reported: {cut}",
+            progress[0].applied()
+        );
     }
     for process in processes.iter_mut().flatten() {
         let pid = process.child.id().to_string();
@@ -614,7 +623,17 @@ fn a_partitioned_leader_cannot_commit_the_majority_goes_on_and_it_converges_when
     );
     assert_same_prefix(&progress[0], &progress[1], "old leader after the partition");
     assert_same_prefix(&progress[1], &progress[2], "the majority");
+    let cut: Vec<String> = processes[0]
+        .as_ref()
+        .unwrap()
+        .all_stderr()
+        .lines()
+        .filter(|l| l.contains("cut back"))
+        .map(String::from)
+        .collect();
     eprintln!("partition: term {first_term} cut off at {standing} applied; term {second_term} went on; converged");
+    eprintln!("partition: the old leader's truncations: {cut:?}");
+    assert!(!cut.is_empty(), "the old leader appended offers while cut off: it must have cut them back");
     for process in processes.iter_mut().flatten() {
         let _ = process.child.kill();
     }
