@@ -23,6 +23,7 @@ use crate::counters::Counter;
 use crate::frame::{CommitPositionFrame, TERM_START_FLAG, UNFRAGMENTED};
 use crate::log_buffer::{AppendError, ExclusiveAppender};
 use crate::ring_buffer::{ManyToOneRingBuffer, OneToOneRingBuffer};
+use crate::stats::{kinds, CounterKind};
 
 /// Message type of client messages in the ingress ring.
 pub const INGRESS_MESSAGE: i32 = 1;
@@ -72,15 +73,15 @@ pub struct ConsensusCounters {
 }
 
 impl ConsensusCounters {
-    /// Allocates every counter with `allocate(label)`.
-    pub fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+    /// Allocates every counter with `allocate(kind)`, its kind from the [catalogue](crate::stats::kinds).
+    pub fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
         Self {
-            commit: allocate("consensus commit position"),
-            append: allocate("consensus append position"),
-            appended: allocate("consensus messages appended"),
-            rejected: allocate("consensus messages rejected"),
-            back_pressured: allocate("consensus back pressure"),
-            commit_frames: allocate("consensus commit frames"),
+            commit: allocate(&kinds::consensus::commit_position),
+            append: allocate(&kinds::consensus::append_position),
+            appended: allocate(&kinds::consensus::messages_appended),
+            rejected: allocate(&kinds::consensus::messages_rejected),
+            back_pressured: allocate(&kinds::consensus::back_pressure),
+            commit_frames: allocate(&kinds::consensus::commit_frames),
         }
     }
 

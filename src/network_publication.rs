@@ -38,6 +38,7 @@ use crate::frame::{
 use crate::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::log_buffer::{scan, ConsumerPosition, LogBuffer};
 use crate::retransmit::{NakOutcome, RetransmitHandler};
+use crate::stats::{kinds, CounterKind};
 use crate::transport::{
     MmsgScratch, Network, RecvBatch, SendMode, SendOutcome, Transport, Udp, UdpEndpoint, UdpTransport, MAX_BATCH,
 };
@@ -107,37 +108,37 @@ pub struct SenderCounters {
 }
 
 impl SenderCounters {
-    /// Allocates every counter with `allocate(label)`.
-    pub fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+    /// Allocates every counter with `allocate(kind)`, its kind from the [catalogue](crate::stats::kinds).
+    pub fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
         Self {
-            data_syscalls: allocate("sender data syscalls"),
-            control_syscalls: allocate("sender control syscalls"),
-            datagrams: allocate("sender data datagrams"),
-            bytes: allocate("sender data bytes"),
-            retransmits: allocate("sender retransmits"),
-            retransmitted_bytes: allocate("sender retransmitted bytes"),
-            naks_received: allocate("sender NAKs received"),
-            status_messages: allocate("sender status messages received"),
-            flow_control_stalls: allocate("sender flow control stalls"),
-            short_sends: allocate("sender short sends"),
-            send_errors: allocate("sender send errors"),
-            recv_errors: allocate("sender recv errors"),
-            gso_fallbacks: allocate("sender gso fallbacks"),
-            heartbeats: allocate("sender heartbeats"),
-            setups: allocate("sender setups"),
-            receivers_timed_out: allocate("sender receivers timed out"),
-            invalid_packets: allocate("sender invalid packets"),
-            foreign: allocate("sender foreign control dropped"),
-            membership_refused: allocate("sender membership refused"),
-            forged: allocate("sender forged control dropped"),
-            retransmits_throttled: allocate("sender retransmits throttled"),
-            naks_behind_retained: allocate("sender NAKs behind retained log"),
-            behind_retained_sent: allocate("sender behind-retained sent"),
-            position: allocate("snd-pos"),
-            limit: allocate("snd-lmt"),
-            idle_polls: allocate("sender idle control polls"),
-            window_closed_cycles: allocate("sender window-closed cycles"),
-            caught_up_cycles: allocate("sender caught-up cycles"),
+            data_syscalls: allocate(&kinds::sender::data_syscalls),
+            control_syscalls: allocate(&kinds::sender::control_syscalls),
+            datagrams: allocate(&kinds::sender::data_datagrams),
+            bytes: allocate(&kinds::sender::data_bytes),
+            retransmits: allocate(&kinds::sender::retransmits),
+            retransmitted_bytes: allocate(&kinds::sender::retransmitted_bytes),
+            naks_received: allocate(&kinds::sender::naks_received),
+            status_messages: allocate(&kinds::sender::status_messages_received),
+            flow_control_stalls: allocate(&kinds::sender::flow_control_stalls),
+            short_sends: allocate(&kinds::sender::short_sends),
+            send_errors: allocate(&kinds::sender::send_errors),
+            recv_errors: allocate(&kinds::sender::recv_errors),
+            gso_fallbacks: allocate(&kinds::sender::gso_fallbacks),
+            heartbeats: allocate(&kinds::sender::heartbeats),
+            setups: allocate(&kinds::sender::setups),
+            receivers_timed_out: allocate(&kinds::sender::receivers_timed_out),
+            invalid_packets: allocate(&kinds::sender::invalid_packets),
+            foreign: allocate(&kinds::sender::foreign_control_dropped),
+            membership_refused: allocate(&kinds::sender::membership_refused),
+            forged: allocate(&kinds::sender::forged_control_dropped),
+            retransmits_throttled: allocate(&kinds::sender::retransmits_throttled),
+            naks_behind_retained: allocate(&kinds::sender::naks_behind_retained),
+            behind_retained_sent: allocate(&kinds::sender::behind_retained_sent),
+            position: allocate(&kinds::sender::position),
+            limit: allocate(&kinds::sender::limit),
+            idle_polls: allocate(&kinds::sender::idle_control_polls),
+            window_closed_cycles: allocate(&kinds::sender::window_closed_cycles),
+            caught_up_cycles: allocate(&kinds::sender::caught_up_cycles),
         }
     }
 

@@ -35,6 +35,7 @@ use crate::idle::Park;
 use crate::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
 use crate::log_buffer::descriptor::position;
 use crate::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogError, LogReader, MessageReader};
+use crate::stats::{kinds, CounterKind};
 use crate::term_starts::TermStarts;
 use crate::transport::{Network, RecvBatch, SendOutcome, Transport, Udp, UdpTransport, MAX_BATCH};
 
@@ -173,35 +174,35 @@ pub struct ReceiverCounters {
 }
 
 impl ReceiverCounters {
-    /// Allocates every counter with `allocate(label)`.
-    pub fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+    /// Allocates every counter with `allocate(kind)`, its kind from the [catalogue](crate::stats::kinds).
+    pub fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
         Self {
-            datagrams: allocate("receiver datagrams"),
-            bytes: allocate("receiver bytes"),
-            recv_syscalls: allocate("receiver recv syscalls"),
-            status_messages: allocate("receiver status messages sent"),
-            naks: allocate("receiver NAKs sent"),
-            setups: allocate("receiver setups received"),
-            heartbeats: allocate("receiver heartbeats received"),
-            duplicates: allocate("receiver duplicates dropped"),
-            out_of_window: allocate("receiver out-of-window dropped"),
-            malformed: allocate("receiver malformed dropped"),
-            foreign: allocate("receiver foreign source dropped"),
-            foreign_members: allocate("receiver foreign member dropped"),
-            foreign_data: allocate("receiver foreign data dropped"),
-            foreign_setups: allocate("receiver foreign setups dropped"),
-            foreign_commits: allocate("receiver foreign commits dropped"),
-            setups_refused: allocate("receiver setups refused"),
-            sessions_refused: allocate("receiver new sessions refused"),
-            commits_refused: allocate("receiver commits refused"),
-            images_removed: allocate("receiver images removed"),
-            forged: allocate("receiver forged dropped"),
-            behind_retained: allocate("receiver behind-retained received"),
-            unknown_stream: allocate("receiver unknown stream or session dropped"),
-            images: allocate("receiver images"),
-            recv_errors: allocate("receiver recv errors"),
-            feedback_send_failures: allocate("receiver feedback send failures"),
-            commits: allocate("receiver commit frames received"),
+            datagrams: allocate(&kinds::receiver::datagrams),
+            bytes: allocate(&kinds::receiver::bytes),
+            recv_syscalls: allocate(&kinds::receiver::recv_syscalls),
+            status_messages: allocate(&kinds::receiver::status_messages_sent),
+            naks: allocate(&kinds::receiver::naks_sent),
+            setups: allocate(&kinds::receiver::setups_received),
+            heartbeats: allocate(&kinds::receiver::heartbeats_received),
+            duplicates: allocate(&kinds::receiver::duplicates_dropped),
+            out_of_window: allocate(&kinds::receiver::out_of_window_dropped),
+            malformed: allocate(&kinds::receiver::malformed_dropped),
+            foreign: allocate(&kinds::receiver::foreign_source_dropped),
+            foreign_members: allocate(&kinds::receiver::foreign_member_dropped),
+            foreign_data: allocate(&kinds::receiver::foreign_data_dropped),
+            foreign_setups: allocate(&kinds::receiver::foreign_setups_dropped),
+            foreign_commits: allocate(&kinds::receiver::foreign_commits_dropped),
+            setups_refused: allocate(&kinds::receiver::setups_refused),
+            sessions_refused: allocate(&kinds::receiver::new_sessions_refused),
+            commits_refused: allocate(&kinds::receiver::commits_refused),
+            images_removed: allocate(&kinds::receiver::images_removed),
+            forged: allocate(&kinds::receiver::forged_dropped),
+            behind_retained: allocate(&kinds::receiver::behind_retained_received),
+            unknown_stream: allocate(&kinds::receiver::unknown_stream_dropped),
+            images: allocate(&kinds::receiver::images),
+            recv_errors: allocate(&kinds::receiver::recv_errors),
+            feedback_send_failures: allocate(&kinds::receiver::feedback_send_failures),
+            commits: allocate(&kinds::receiver::commit_frames_received),
         }
     }
 

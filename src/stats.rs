@@ -2,7 +2,9 @@
 //!
 //! Every counter a node allocates has a type id from [`CATALOGUE`] (below [`TYPE_USER_MIN`], which stays
 //! free for applications) and, where it belongs to one, an owner: the follower an acknowledgement position
-//! is of. Labels stay as they were, for people (`qc-stat`) and for scripts that match them.
+//! is of. Labels stay as they were, for people (`qc-stat`) and for scripts that match them. Allocators take
+//! a [`kinds`] entry (`allocate(&kinds::sender::naks_received)`), so a counter's label and type id are
+//! written once, in the catalogue, and a counter outside it cannot be allocated by mistake.
 //!
 //! [`Stats`] is the node's counters as read at one instant: `node.stats().sender().naks_received()`, or,
 //! from another process, `Stats::read(&CountersReader::open(path)?)`. Two readings give deltas
@@ -12,7 +14,7 @@
 
 use crate::counters::{
     CounterSnapshot, CountersReader, TYPE_AGENT_DUTY_CYCLES, TYPE_AGENT_IDLE_CYCLES, TYPE_AGENT_MAX_CYCLE_NS,
-    TYPE_AGENT_WORK, TYPE_COMMIT_POSITION, TYPE_SENDER_LIMIT, TYPE_SENDER_POSITION, TYPE_SYSTEM,
+    TYPE_AGENT_WORK, TYPE_COMMIT_POSITION, TYPE_SENDER_LIMIT, TYPE_SENDER_POSITION,
 };
 
 /// Type id of the leader's record of one follower's acknowledged position; the owner is the follower's id.
@@ -32,10 +34,29 @@ macro_rules! catalogue {
             $( $(#[$doc:meta])* $name:ident = $type_id:expr, $label:literal; )*
         }
     )*) => {
+        /// Every counter kind a node allocates, by part: what allocators take, so that a label and its type
+        /// id are written once, here (`allocate(&kinds::sender::naks_received)`).
+        pub mod kinds {
+            use super::*;
+            $(
+                #[doc = concat!("The `", stringify!($part), "` counters.")]
+                #[allow(non_upper_case_globals)]
+                pub mod $part {
+                    use super::*;
+                    $(
+                        $(#[$doc])*
+                        pub const $name: CounterKind = CounterKind {
+                            type_id: $type_id,
+                            key: concat!(stringify!($part), ".", stringify!($name)),
+                            label: $label,
+                        };
+                    )*
+                }
+            )*
+        }
+
         /// Every counter kind a node allocates once: its type id, its key and its label.
-        pub const CATALOGUE: &[CounterKind] = &[ $( $(
-            CounterKind { type_id: $type_id, key: concat!(stringify!($part), ".", stringify!($name)), label: $label },
-        )* )* ];
+        pub const CATALOGUE: &[CounterKind] = &[ $( $( kinds::$part::$name, )* )* ];
 
         impl Stats {
             $(
@@ -321,12 +342,6 @@ impl Stats {
     }
 }
 
-/// The type id a node gives the counter labelled `label`: its [`CATALOGUE`] entry's, or [`TYPE_SYSTEM`] for
-/// a label the catalogue does not know.
-pub(crate) fn type_of(label: &str) -> i32 {
-    CATALOGUE.iter().find(|kind| kind.label == label).map_or(TYPE_SYSTEM, |kind| kind.type_id)
-}
-
 /// The type id of an agent counter, from the suffix [`AgentCounters`](crate::agent::AgentCounters) gives it.
 pub(crate) fn agent_type_of(what: &str) -> i32 {
     match what {
@@ -353,14 +368,15 @@ mod tests {
         labels.dedup();
         assert_eq!((ids.len(), labels.len()), (CATALOGUE.len(), CATALOGUE.len()));
         assert!(ids.iter().all(|&id| id > TYPE_AGENT_OTHER && id < crate::counters::TYPE_USER_MIN));
-        assert_ne!(TYPE_ACK_POSITION, TYPE_SYSTEM);
+        assert_ne!(TYPE_ACK_POSITION, crate::counters::TYPE_SYSTEM);
         assert!(!ids.contains(&TYPE_ACK_POSITION));
     }
 
     #[test]
     fn deltas_follow_counters_by_id_and_add_up_over_windows() {
         let manager = crate::counters::CountersManager::anonymous(8).unwrap();
-        let naks = manager.allocate("sender NAKs received", type_of("sender NAKs received")).unwrap();
+        let kind = kinds::sender::naks_received;
+        let naks = manager.allocate(kind.label, kind.type_id).unwrap();
         let ack = manager.allocate_owned("ack position of member 2", TYPE_ACK_POSITION, 2).unwrap();
         naks.set(5);
         ack.set(4096);
@@ -375,7 +391,7 @@ mod tests {
         assert_eq!(sum.sender().naks_received(), 6);
         assert_eq!(sum.labelled("sender NAKs received"), 6);
         assert_eq!(sum.receiver().datagrams(), 0, "a counter the node lacks reads 0");
-        let kind = CounterKind::of_type(type_of("sender NAKs received")).unwrap();
+        let kind = CounterKind::of_type(kinds::sender::naks_received.type_id).unwrap();
         assert_eq!((kind.key, kind.label), ("sender.naks_received", "sender NAKs received"));
     }
 }

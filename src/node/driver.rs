@@ -37,6 +37,7 @@ use crate::event_log::RateLimited;
 use crate::log_buffer::{LogBuffer, LogReader};
 use crate::receiver::Subscription;
 use crate::ring_buffer::ManyToOneRingBuffer;
+use crate::stats::{kinds, CounterKind};
 use crate::term_starts::TermStarts;
 use crate::transport::{RecvBatch, UdpEndpoint};
 use crate::vote_file::{TermVote, VoteFile};
@@ -73,20 +74,20 @@ pub(super) struct DriverCounters {
 }
 
 impl DriverCounters {
-    pub(super) fn new(mut allocate: impl FnMut(&str) -> Counter) -> Self {
+    pub(super) fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
         Self {
-            frames_received: allocate("election frames received"),
-            frames_sent: allocate("election frames sent"),
-            foreign_dropped: allocate("election frames from non-members dropped"),
-            malformed_dropped: allocate("election frames malformed"),
-            role_changes: allocate("election role changes"),
-            leadership_term: allocate("election leadership term"),
-            ingress_dropped: allocate("election ingress dropped on step-down"),
-            core_errors: allocate("election refused outputs"),
-            stale_dropped: allocate("election stale or duplicate dropped"),
-            refused_membership: allocate("election other member list refused"),
-            elections: allocate("election elections"),
-            truncations: allocate("election truncations"),
+            frames_received: allocate(&kinds::election::frames_received),
+            frames_sent: allocate(&kinds::election::frames_sent),
+            foreign_dropped: allocate(&kinds::election::foreign_dropped),
+            malformed_dropped: allocate(&kinds::election::malformed_dropped),
+            role_changes: allocate(&kinds::election::role_changes),
+            leadership_term: allocate(&kinds::election::leadership_term),
+            ingress_dropped: allocate(&kinds::election::ingress_dropped),
+            core_errors: allocate(&kinds::election::core_errors),
+            stale_dropped: allocate(&kinds::election::stale_dropped),
+            refused_membership: allocate(&kinds::election::refused_membership),
+            elections: allocate(&kinds::election::elections),
+            truncations: allocate(&kinds::election::truncations),
         }
     }
 }

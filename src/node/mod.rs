@@ -157,7 +157,7 @@ impl Node {
             votes,
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
             shared: Arc::clone(&shared),
-            counters: DriverCounters::new(|label| node_counter(&counters, label)),
+            counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
         });
         warnings.extend(warnings_at_start);
         let handles = start_agents(&config, Box::new(agent), sender, receiver, &counters, &mut warnings)?;

@@ -25,7 +25,7 @@ use crate::network_publication::{ControlHandler, NetworkPublication, SenderCount
 use crate::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use crate::ring_buffer::{self, OneToOneRingBuffer};
 use crate::sender::Sender;
-use crate::stats::{agent_type_of, type_of, TYPE_ACK_POSITION};
+use crate::stats::{agent_type_of, kinds, CounterKind, TYPE_ACK_POSITION};
 use crate::term_starts::TermStarts;
 use crate::transport::{Network, Udp};
 
@@ -47,7 +47,7 @@ pub(super) struct NodeCounters {
 
 impl NodeCounters {
     pub(super) fn allocate(config: &NodeConfig, counters: &CountersManager) -> Self {
-        let allocate = |label: &str| node_counter(counters, label);
+        let allocate = |kind: &CounterKind| node_counter(counters, kind);
         let acks = config
             .members
             .iter()
@@ -61,8 +61,8 @@ impl NodeCounters {
             sender: SenderCounters::new(allocate),
             receiver: ReceiverCounters::new(allocate),
             acks,
-            refused_acks: allocate("leader acknowledgements refused"),
-            follower_commit: allocate("follower commit position"),
+            refused_acks: allocate(&kinds::membership::acknowledgements_refused),
+            follower_commit: allocate(&kinds::membership::follower_commit_position),
             consensus: ConsensusCounters::new(allocate),
         }
     }
@@ -372,9 +372,9 @@ pub(super) fn start_agents(
     Ok(handles)
 }
 
-/// Allocates the node counter labelled `label`, with the type id the catalogue gives it.
-pub(super) fn node_counter(counters: &CountersManager, label: &str) -> Counter {
-    counters.allocate(label, type_of(label)).expect("counters file has room")
+/// Allocates a node counter of `kind`.
+pub(super) fn node_counter(counters: &CountersManager, kind: &CounterKind) -> Counter {
+    counters.allocate(kind.label, kind.type_id).expect("counters file has room")
 }
 
 /// A session id for the log of a leader's term: distinct per member, per term and per start, so followers
