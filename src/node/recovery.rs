@@ -136,3 +136,71 @@ fn scan(log: &LogBuffer, meta: LogMeta) -> Option<(TermHistory, i64)> {
     }
     Some((TermHistory::from_terms(terms, at)?, at))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{TERM_START_FLAG, UNFRAGMENTED};
+    use crate::log_buffer::LogConfig;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("qc-recovery-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A log at `path` of two terms: term 1's marker and 3 messages, term 2's marker and 2 messages.
+    fn two_terms(path: &Path) -> (i64, i64) {
+        let log = LogBuffer::create(path, LogConfig { session_id: 7, stream_id: 1001, ..LogConfig::new(65536, 1408) })
+            .unwrap();
+        let mut appender = log.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        appender.append_frame(&1i64.to_le_bytes(), UNFRAGMENTED | TERM_START_FLAG, 0).unwrap();
+        for _ in 0..3 {
+            appender.append(b"entry of term 1").unwrap();
+        }
+        let second = appender.position();
+        appender.append_frame(&2i64.to_le_bytes(), UNFRAGMENTED | TERM_START_FLAG, 0).unwrap();
+        for _ in 0..2 {
+            appender.append(b"entry of term 2").unwrap();
+        }
+        (second, appender.position())
+    }
+
+    #[test]
+    fn a_kept_log_is_read_back_with_its_terms_and_end() {
+        let dir = scratch("roundtrip");
+        let file = dir.join("log-2.dat");
+        let (second, end) = two_terms(&file);
+        let meta = LogMeta { start: 0, start_term: 1, stream_id: 1001, membership: 42 };
+        record(&dir, &file, meta).unwrap();
+        // The node directory's file goes (a stale directory emptied); the link keeps the log.
+        std::fs::remove_file(&file).unwrap();
+        let recovered = recover(&dir, 1001, 42).unwrap().expect("a kept log");
+        assert_eq!(recovered.end, end);
+        let terms = recovered.history.terms();
+        assert_eq!(terms.len(), 2);
+        assert_eq!((terms[0].leadership_term_id, terms[0].base_position), (1, 0));
+        assert_eq!((terms[1].leadership_term_id, terms[1].base_position), (2, second));
+        forget(&dir);
+        assert!(recover(&dir, 1001, 42).unwrap().is_none(), "a clean shutdown forgets it");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_log_of_another_cluster_or_not_from_the_start_is_not_used() {
+        let dir = scratch("refused");
+        let file = dir.join("log-1.dat");
+        two_terms(&file);
+        record(&dir, &file, LogMeta { start: 0, start_term: 1, stream_id: 1001, membership: 42 }).unwrap();
+        let other = recover(&dir, 1001, 43).err().expect("another member list is refused");
+        assert!(other.contains("another cluster"), "{other}");
+        record(&dir, &file, LogMeta { start: 4096, start_term: 1, stream_id: 1001, membership: 42 }).unwrap();
+        let late = recover(&dir, 1001, 42).err().expect("a log from 4096 is refused");
+        assert!(late.contains("not 0"), "{late}");
+        std::fs::write(dir.join(MEMBER_LOG_META), "start=zero").unwrap();
+        assert!(recover(&dir, 1001, 42).is_err(), "an unreadable meta file is reported, not trusted");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
