@@ -16,6 +16,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
+use quorumcast::consensus::Role;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
 /// Commands offered by the leader.
@@ -141,6 +142,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             NodeBuilder::new(id, members.clone())
                 .leader(0)
                 .directory(base.join(format!("node-{id}")))
+                .data_dir(base.join(format!("data-{id}")))
                 .clean_stale(true)
                 .mtu(8192)
                 .term_length(1 << 20)
@@ -150,7 +152,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect::<Result<_, _>>()?;
     let mut stores: Vec<KvStore> = (0..3).map(|_| KvStore::default()).collect();
-    let client = nodes[0].client();
     let mut encoded = Vec::new();
     let mut offered = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -159,11 +160,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("stalled: offered {offered}, applied {:?}", applied(&stores)).into());
         }
         let mut work = 0;
-        while offered < COMMANDS {
+        // The members elect their leader (member 0 is preferred): offers go to whichever leads, and wait
+        // while none does.
+        let leader = nodes.iter().find(|n| n.role() == Role::Leader).map(Node::client);
+        while let (true, Some(client)) = (offered < COMMANDS, leader.as_ref()) {
             command(offered).encode(&mut encoded);
             match client.offer(&encoded) {
                 Ok(_) => offered += 1,
-                Err(OfferError::BackPressured) => break,
+                Err(OfferError::BackPressured | OfferError::NotLeader { .. }) => break,
                 Err(e) => return Err(e.into()),
             }
             work += 1;
@@ -187,7 +191,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for node in nodes {
         node.close()?;
     }
-    let _ = std::fs::remove_dir(&base);
+    let _ = std::fs::remove_dir_all(&base);
 
     let maps: Vec<BTreeMap<&str, &str>> = stores.iter().map(KvStore::sorted).collect();
     println!("applied {:?} commands; {} keys remain on each node:", applied(&stores), maps[0].len());
