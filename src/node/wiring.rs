@@ -81,6 +81,9 @@ pub(super) struct Wiring {
     /// A log file being made (reserved and pre-touched) off the consensus agent's thread, for the next
     /// term this member leads: making one takes tens of milliseconds, which would add to every failover.
     spare: Option<mpsc::Receiver<SpareLog>>,
+    /// The thread making the newest spare: joined when the wiring goes, so that no spare file is made in
+    /// a node directory being removed.
+    spare_thread: Option<std::thread::JoinHandle<()>>,
     spares_made: u64,
 }
 
@@ -120,7 +123,8 @@ impl Wiring {
         sender: SlotHandle<Box<dyn Agent>>,
         receiver: SlotHandle<Box<dyn Agent>>,
     ) -> Self {
-        let mut wiring = Self { config, directory, counters, sender, receiver, spare: None, spares_made: 0 };
+        let mut wiring =
+            Self { config, directory, counters, sender, receiver, spare: None, spare_thread: None, spares_made: 0 };
         wiring.make_spare();
         wiring
     }
@@ -136,7 +140,11 @@ impl Wiring {
             let region = Region::create_file(&path, length, true).map_err(|e| format!("{}: {e}", path.display()));
             drop(done.send(region.map(|r| (path, r))));
         });
-        self.spare = spawned.ok().map(|_| made);
+        if let Some(previous) = self.spare_thread.take() {
+            let _ = previous.join();
+        }
+        self.spare = spawned.as_ref().ok().map(|_| made);
+        self.spare_thread = spawned.ok();
     }
 
     /// The spare log file, renamed to `file`, if it is ready; a new one is started either way.
@@ -269,6 +277,14 @@ impl Wiring {
         self.sender.replace(None);
         self.receiver.replace(Some(receiver));
         Ok(Followership { subscription, append, term_starts })
+    }
+}
+
+impl Drop for Wiring {
+    fn drop(&mut self) {
+        if let Some(thread) = self.spare_thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
