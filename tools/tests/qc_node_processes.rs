@@ -517,6 +517,11 @@ impl Namespaces {
             ip(&["netns", "exec", &names[i], "ip", "link", "set", &inside, "up"])?;
             ip(&["netns", "exec", &names[i], "ip", "link", "set", "lo", "up"])?;
         }
+        // A program must run inside them (some containers allow the namespaces but not entering them).
+        let entered = Command::new("ip").args(["netns", "exec", &names[0], "true"]).status();
+        if !entered.is_ok_and(|s| s.success()) {
+            return Err(format!("cannot run a program in namespace {}", names[0]));
+        }
         Ok(made)
     }
 
