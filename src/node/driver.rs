@@ -301,6 +301,10 @@ impl ConsensusAgent {
                         let path = file.display().to_string();
                         self.logs.warn(now_ns, || format!("cannot keep {path} in the data directory: {e}"));
                     }
+                    // The image's file goes when a newer log replaces it (its mapping stays while read).
+                    if let Some(log) = self.log.as_mut() {
+                        log.file = Some(file);
+                    }
                 }
                 work += feed_follower(following, &mut self.core, now_ns, &mut self.outputs);
                 let commit = self.wiring.counters.consensus.commit.get();
