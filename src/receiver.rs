@@ -213,11 +213,17 @@ impl ReceiverCounters {
 }
 
 /// An image handed from the Receiver to the channel's subscriptions.
-struct ImageHandoff {
-    log: LogBuffer,
-    reader: LogReader,
-    consumer: ConsumerPosition,
-    position: i64,
+pub struct ImageHandoff {
+    /// The image's log.
+    pub log: LogBuffer,
+    /// A reader of it.
+    pub reader: LogReader,
+    /// The consumer slot registered for the subscription, at `position`.
+    pub consumer: ConsumerPosition,
+    /// Where the image starts.
+    pub position: i64,
+    /// Its file (`None` for an image mapped anonymously).
+    pub file: Option<PathBuf>,
 }
 
 /// What the Receiver and a channel's subscriptions share: the newest image, behind a generation number
@@ -262,27 +268,28 @@ impl Subscription {
     }
 
     fn refresh(&mut self) {
-        let generation = self.shared.generation.load(Ordering::Acquire);
-        if generation != self.generation {
-            self.generation = generation;
-            if let Some(handoff) = self.shared.newest.lock().expect("image hand-off lock").take() {
-                self.current = Some(MessageReader::new(handoff.reader, handoff.consumer, handoff.position));
-            }
+        if let Some(handoff) = self.take_handoff() {
+            self.current = Some(MessageReader::new(handoff.reader, handoff.consumer, handoff.position));
         }
     }
 
-    /// Takes the newest image's log, to read it with a reader of the caller's: the log, its reader, its
-    /// consumer slot, and the position the image starts at. `None` until an image is made (or when this
-    /// image was already taken). A subscription that hands its image out reads nothing itself.
-    pub fn take_image(&mut self) -> Option<(LogBuffer, LogReader, ConsumerPosition, i64)> {
+    /// The image the Receiver handed over since the last look, if any (the lock is taken only then).
+    fn take_handoff(&mut self) -> Option<ImageHandoff> {
         let generation = self.shared.generation.load(Ordering::Acquire);
         if generation == self.generation {
             return None;
         }
         self.generation = generation;
-        let handoff = self.shared.newest.lock().expect("image hand-off lock").take()?;
+        self.shared.newest.lock().expect("image hand-off lock").take()
+    }
+
+    /// Takes the newest image, to read its log with a reader of the caller's. `None` until an image is
+    /// made (or when this image was already taken). A subscription that hands its image out reads nothing
+    /// itself.
+    pub fn take_image(&mut self) -> Option<ImageHandoff> {
+        let handoff = self.take_handoff()?;
         self.current = None;
-        Some((handoff.log, handoff.reader, handoff.consumer, handoff.position))
+        Some(handoff)
     }
 
     /// Hands up to `fragment_limit` fragments' worth of whole messages to `handler`; returns the number
@@ -979,8 +986,13 @@ fn install_image(
         counters.malformed.increment();
         return;
     };
-    let handoff =
-        ImageHandoff { log: image.log().clone(), reader: LogReader::new(image.log()), consumer, position: join };
+    let handoff = ImageHandoff {
+        log: image.log().clone(),
+        reader: LogReader::new(image.log()),
+        consumer,
+        position: join,
+        file: file.clone(),
+    };
     // Only the newest image of a channel is kept: an older session is over once its publisher restarted.
     // Its file goes with it (a subscription still reading it keeps its mapping; the name is freed).
     channel.images.clear();

@@ -35,7 +35,7 @@ use crate::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message
 use crate::counters::Counter;
 use crate::event_log::RateLimited;
 use crate::log_buffer::{LogBuffer, LogReader};
-use crate::receiver::Subscription;
+use crate::receiver::{ImageHandoff, Subscription};
 use crate::ring_buffer::ManyToOneRingBuffer;
 use crate::stats::{kinds, CounterKind};
 use crate::term_starts::TermStarts;
@@ -268,7 +268,8 @@ impl ConsensusAgent {
 
     /// Hands the data path's positions to the core.
     fn feed(&mut self, now_ns: u64) -> usize {
-        match &mut self.current {
+        let mut taken = None;
+        let work = match &mut self.current {
             Current::Idle => 0,
             Current::Leading(leading) => {
                 let mut work = 0;
@@ -286,24 +287,12 @@ impl ConsensusAgent {
             }
             Current::Following(following) => {
                 let mut work = 0;
-                if following.subscription.is_some() && take_image(following, &mut self.log, &self.shared) {
-                    work += 1;
-                    let session = self.log.as_ref().map_or(0, |l| l.log.config().session_id);
-                    let config = &self.wiring.config;
-                    let file = self.wiring.directory.join(format!("image-{}-{session}.log", config.stream_id));
-                    let meta = recovery::LogMeta {
-                        start: following.join,
-                        start_term: following.fed_term,
-                        stream_id: config.stream_id,
-                        membership: config.membership(),
-                    };
-                    if let Err(e) = recovery::record(&self.data_dir, &file, meta) {
-                        let path = file.display().to_string();
-                        self.logs.warn(now_ns, || format!("cannot keep {path} in the data directory: {e}"));
-                    }
-                    // The image's file goes when a newer log replaces it (its mapping stays while read).
-                    if let Some(log) = self.log.as_mut() {
-                        log.file = Some(file);
+                if let Some(image) = following.subscription.as_mut().and_then(Subscription::take_image) {
+                    following.subscription = None;
+                    // An image that does not start where the logs agree is not this member's log.
+                    if image.position == following.join {
+                        taken = Some((image, following.fed_term));
+                        work += 1;
                     }
                 }
                 work += feed_follower(following, &mut self.core, now_ns, &mut self.outputs);
@@ -315,7 +304,22 @@ impl ConsensusAgent {
                 }
                 work
             }
+        };
+        if let Some((image, start_term)) = taken {
+            self.adopt_image(image, start_term);
         }
+        work
+    }
+
+    /// The leader's image is made: it becomes this member's log (kept in the data directory), and the
+    /// node's reader goes on in it at the position it starts at.
+    fn adopt_image(&mut self, image: ImageHandoff, start_term: i64) {
+        if let Some(file) = &image.file {
+            self.keep_log(file, image.position, start_term);
+        }
+        // The image's file goes when a newer log replaces it (its mapping stays while it is read).
+        self.replace_log(MemberLog { log: image.log, start: image.position, file: image.file });
+        self.shared.complete_switch(image.position, (image.reader, image.consumer));
     }
 
     /// On the leader whose term has started: client messages into the log.
@@ -557,25 +561,6 @@ impl ConsensusAgent {
             self.wiring.counters.follower_commit.set_max(self.wiring.counters.consensus.commit.get());
         }
     }
-}
-
-/// Once the leader's image is made: it becomes this member's log, and the node's reader goes on in it at
-/// the position it starts at. Returns whether it was made.
-fn take_image(following: &mut Following, log: &mut Option<MemberLog>, shared: &Shared) -> bool {
-    let Some((image_log, reader, consumer, join)) = following.subscription.as_mut().and_then(Subscription::take_image)
-    else {
-        return false;
-    };
-    following.subscription = None;
-    if join != following.join {
-        return false;
-    }
-    if let Some(file) = log.take().and_then(|old| old.file) {
-        let _ = std::fs::remove_file(file);
-    }
-    *log = Some(MemberLog { log: image_log, start: join, file: None });
-    shared.complete_switch(join, (reader, consumer));
-    true
 }
 
 /// Hands the follower's newly rebuilt bytes to the core, one term at a time, split at the term-start
