@@ -190,14 +190,8 @@ impl AppendStage {
     /// position after it.
     pub fn append_term_start(&mut self) -> Result<i64, AppendError> {
         let payload = self.identity.leadership_term_id.to_le_bytes();
-        let flags = UNFRAGMENTED | TERM_START_FLAG;
-        let result = self.appender.append_frame(&payload, flags, self.commit).or_else(|e| match e {
-            AppendError::BackPressured => {
-                self.appender.refresh_limit_from_consumers();
-                self.appender.append_frame(&payload, flags, self.commit)
-            }
-            other => Err(other),
-        });
+        let (flags, commit) = (UNFRAGMENTED | TERM_START_FLAG, self.commit);
+        let result = refreshing_once(&mut self.appender, |a| a.append_frame(&payload, flags, commit));
         result.inspect(|&position| self.counters.append.set(position))
     }
 
@@ -279,12 +273,22 @@ impl AppendStage {
 
 /// Appends one message, refreshing the publication limit from the consumers once when it is reached.
 fn append(appender: &mut ExclusiveAppender, message: &[u8], reserved: i64) -> Result<(), AppendError> {
-    match appender.append_with_reserved(message, reserved) {
+    refreshing_once(appender, |a| a.append_with_reserved(message, reserved)).map(|_| ())
+}
+
+/// `append(appender)`, and once more after refreshing the publication limit from the consumers when the
+/// first try met it.
+#[inline]
+fn refreshing_once(
+    appender: &mut ExclusiveAppender,
+    mut append: impl FnMut(&mut ExclusiveAppender) -> Result<i64, AppendError>,
+) -> Result<i64, AppendError> {
+    match append(appender) {
         Err(AppendError::BackPressured) => {
             appender.refresh_limit_from_consumers();
-            appender.append_with_reserved(message, reserved).map(|_| ())
+            append(appender)
         }
-        other => other.map(|_| ()),
+        other => other,
     }
 }
 
