@@ -35,7 +35,7 @@ use quorumcast::channel::ChannelConfig;
 use quorumcast::consensus::Role;
 use quorumcast::consensus_core::Timers;
 use quorumcast::node::{Member, Node, NodeBuilder};
-use quorumcast_tools::harness::{members_on, shared_memory};
+use quorumcast_tools::harness::{members_on, shared_memory, Fnv1a64};
 use serde_json::{json, Value};
 
 /// Command line of the failover benchmark.
@@ -61,22 +61,6 @@ const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// A leader must hold its term this long before it is stopped.
 const SETTLE: Duration = Duration::from_millis(500);
 
-/// FNV-1a 64 over each entry, running.
-#[derive(Clone, Copy)]
-struct Digest(u64);
-
-impl Digest {
-    fn new() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-
-    fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-}
-
 /// Digests kept per member: enough for the entries of one trial at the highest rate.
 const HISTORY: usize = 1 << 18;
 
@@ -84,7 +68,7 @@ const HISTORY: usize = 1 << 18;
 struct Running {
     node: Node,
     applied: u64,
-    digest: Digest,
+    digest: Fnv1a64,
     /// The sequence number of the newest entry applied.
     last_seq: u64,
     /// The digest after each of the newest applied entries: (applied count, digest).
@@ -115,7 +99,7 @@ impl Cluster {
             .map(|node| Running {
                 node,
                 applied: 0,
-                digest: Digest::new(),
+                digest: Fnv1a64::new(),
                 last_seq: 0,
                 history: std::collections::VecDeque::with_capacity(HISTORY),
             })
@@ -157,7 +141,7 @@ impl Cluster {
                 if history.len() == HISTORY {
                     history.pop_front();
                 }
-                history.push_back((*applied, digest.0));
+                history.push_back((*applied, digest.value()));
             });
         }
     }
@@ -245,7 +229,7 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         cluster.frozen = Some(leader);
         let first_after = cluster.offered;
         let applied_at_stop = cluster.members[leader].applied;
-        let digest_at_stop = cluster.members[leader].digest.0;
+        let digest_at_stop = cluster.members[leader].digest.value();
         let (mut commit_at, mut apply_at) = (None, None);
         let done = cluster.step_until(|c| {
             for (i, member) in c.members.iter().enumerate() {

@@ -192,3 +192,36 @@ pub fn patient_timers() -> Timers {
         election_timeout_max_ns: 6_000_000_000,
     }
 }
+
+/// FNV-1a, 64 bits: the running digest of applied entries that `qc-node`, its tests and the failover
+/// bench compare across members (equal digests after N entries: the same N entries in the same order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fnv1a64(u64);
+
+impl Fnv1a64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    /// The digest of nothing.
+    pub fn new() -> Self {
+        Self(Self::OFFSET_BASIS)
+    }
+
+    /// Adds `bytes`.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(Self::PRIME);
+        }
+    }
+
+    /// The digest so far.
+    pub fn value(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv1a64 {
+    fn default() -> Self {
+        Self::new()
+    }
+}

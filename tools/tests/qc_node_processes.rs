@@ -15,7 +15,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorumcast_tools::harness::{free_loopback_port, ScratchDir};
+use quorumcast_tools::harness::{free_loopback_port, Fnv1a64, ScratchDir};
 
 const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
 const MESSAGES: u64 = 100_000;
@@ -144,22 +144,17 @@ fn wait_all(processes: &mut [Process], deadline: Instant) {
 /// The digest qc-node prints for the first `n` generated messages of `size` bytes: FNV-1a 64 over each
 /// entry's length (4 bytes, little-endian) and bytes, in sequence order.
 fn expected_digest(n: u64, size: usize) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut update = |bytes: &[u8]| {
-        for &b in bytes {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
+    let mut digest = Fnv1a64::new();
     let mut message = vec![0u8; size];
     for seq in 0..n {
         message[..8].copy_from_slice(&seq.to_le_bytes());
         for (i, byte) in message.iter_mut().enumerate().skip(8) {
             *byte = (seq as usize).wrapping_mul(31).wrapping_add(i) as u8;
         }
-        update(&(size as u32).to_le_bytes());
-        update(&message);
+        digest.update(&(size as u32).to_le_bytes());
+        digest.update(&message);
     }
-    format!("{hash:016x}")
+    format!("{:016x}", digest.value())
 }
 
 #[test]

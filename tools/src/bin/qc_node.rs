@@ -44,6 +44,7 @@ use quorumcast::consensus::Role;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::node::{Client, Node, NodeConfig, OfferError};
 use quorumcast::stats::TYPE_ACK_POSITION;
+use quorumcast_tools::harness::Fnv1a64;
 
 /// Most committed fragments handed over per application duty cycle.
 const FRAGMENT_LIMIT: usize = 1024;
@@ -425,28 +426,6 @@ fn fill_message(message: &mut [u8], seq: u64) {
     message[..8].copy_from_slice(&seq.to_le_bytes());
     for (i, byte) in message.iter_mut().enumerate().skip(8) {
         *byte = (seq as usize).wrapping_mul(31).wrapping_add(i) as u8;
-    }
-}
-
-/// FNV-1a, 64 bits: a running hash of the applied entries.
-struct Fnv1a64(u64);
-
-impl Fnv1a64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-
-    fn new() -> Self {
-        Self(Self::OFFSET_BASIS)
-    }
-
-    fn update(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(Self::PRIME);
-        }
-    }
-
-    fn value(&self) -> u64 {
-        self.0
     }
 }
 
