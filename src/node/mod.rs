@@ -121,28 +121,17 @@ impl Node {
             NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
-        let (core, recovered) = start_core(&config)?;
+        let (core, votes, recovered) = start_core(&config)?;
         let (socket, mut warnings) = bind_consensus(&config)?;
         let node_counters = NodeCounters::allocate(&config, &counters);
         let commit = node_counters.consensus.commit.clone();
         let (sender, sender_handle) = Slot::new("sender");
         let (receiver, receiver_handle) = Slot::new("receiver");
         let shared = Arc::new(Shared::new());
-        let votes = VoteFile::new(&config.data_dir_path(), config.id, config.membership());
-        let mut warnings_at_start = Vec::new();
-        let recovered = match recovered {
-            Some(recovered) => match recovered.log.register_consumer(0) {
-                Ok(consumer) => {
-                    shared.push_switch(0, Some((LogReader::new(&recovered.log), consumer)));
-                    Some(recovered.log)
-                }
-                Err(e) => {
-                    warnings_at_start.push(format!("the kept log cannot be read again: {e}"));
-                    None
-                }
-            },
-            None => None,
-        };
+        let recovered = recovered.map(|kept| {
+            shared.push_switch(0, Some((LogReader::new(&kept.log), kept.consumer)));
+            kept.log
+        });
         let agent = ConsensusAgent::new(DriverParts {
             recovered,
             core,
@@ -159,7 +148,6 @@ impl Node {
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
         });
-        warnings.extend(warnings_at_start);
         let handles = start_agents(&config, Box::new(agent), sender, receiver, &counters, &mut warnings)?;
         Ok(Node {
             config,
@@ -357,9 +345,9 @@ impl Drop for Node {
     }
 }
 
-/// The consensus core of a starting node: its persisted term and vote, and the log it kept when its
-/// process died (see `recovery`), or none.
-fn start_core(config: &NodeConfig) -> Result<(ConsensusCore, Option<recovery::Recovered>), NodeError> {
+/// The consensus core of a starting node, from its persisted term and vote (the vote file it goes on
+/// writing) and the log it kept when its process died (see `recovery`), if any.
+fn start_core(config: &NodeConfig) -> Result<(ConsensusCore, VoteFile, Option<recovery::Recovered>), NodeError> {
     let data_dir = config.data_dir_path();
     std::fs::create_dir_all(&data_dir).map_err(|e| {
         NodeError::Io(std::io::Error::new(
@@ -413,7 +401,7 @@ fn start_core(config: &NodeConfig) -> Result<(ConsensusCore, Option<recovery::Re
     };
     let now_ns = crate::clock::NanoClock::new().now_ns();
     let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
-    Ok((core, recovered))
+    Ok((core, votes, recovered))
 }
 
 /// Binds this member's consensus endpoint, after checking that its log endpoint can be bound too (the

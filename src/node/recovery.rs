@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::consensus_core::{TermBase, TermHistory};
 use crate::frame::{term_start_of, DataHeader};
-use crate::log_buffer::{position, position_bits_to_shift, LogBuffer, LogReader};
+use crate::log_buffer::{position, position_bits_to_shift, ConsumerPosition, LogBuffer, LogReader};
 
 /// The link to the member's current log, in the data directory.
 pub(super) const MEMBER_LOG: &str = "member.log";
@@ -36,6 +36,8 @@ pub(super) struct LogMeta {
 /// A log read back at start.
 pub(super) struct Recovered {
     pub(super) log: LogBuffer,
+    /// The slot the node's reader of committed entries reads it from, at 0.
+    pub(super) consumer: ConsumerPosition,
     pub(super) history: TermHistory,
     pub(super) end: i64,
 }
@@ -89,7 +91,8 @@ pub(super) fn recover(data_dir: &Path, stream_id: i32, membership: i64) -> Resul
     let log = LogBuffer::open(&link).map_err(|e| format!("{}: {e}", link.display()))?;
     let (history, end) =
         scan(&log, meta).ok_or_else(|| format!("{}: its terms are out of order; not used", link.display()))?;
-    Ok(Some(Recovered { log, history, end }))
+    let consumer = log.register_consumer(0).map_err(|e| format!("{}: cannot be read again: {e}", link.display()))?;
+    Ok(Some(Recovered { log, consumer, history, end }))
 }
 
 fn parse(text: &str) -> Option<LogMeta> {
