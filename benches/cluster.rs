@@ -246,6 +246,7 @@ fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBui
         .clean_stale(true)
         .channel(channel(variant))
         .commit_piggyback(variant.piggyback)
+        .memory_log()
 }
 
 /// Set from `--pin`: whether [`pin`] pins.
@@ -787,8 +788,8 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     let follower = |id| {
         builder(&run, id, &members, &variant)
             .threading(ThreadingMode::Shared)
-            .idle(backoff, backoff, backoff)
-            .cores(core(0), core(0), core(0))
+            .idle([backoff; 4])
+            .cores([core(0); 4])
             .start()
             .map_err(|e| format!("follower {id}: {e}"))
     };
@@ -797,8 +798,8 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     let followers = [follower(1)?, follower(2)?];
     let leader = builder(&run, 0, &members, &variant)
         .threading(ThreadingMode::SharedNetwork)
-        .idle(consensus, backoff, backoff)
-        .cores(core(1), core(0), core(0))
+        .idle([consensus, backoff, backoff, backoff])
+        .cores([core(1), core(0), core(0), core(0)])
         .start()
         .map_err(|e| format!("leader: {e}"))?;
     let [f1, f2] = followers;

@@ -14,7 +14,8 @@ use crate::channel::ChannelConfig;
 use crate::clock::{parse_duration, BareNumber};
 use crate::fault::FaultConfig;
 use crate::idle::IdleStrategyConfig;
-use crate::node::{Member, NodeBuilder, NodeConfig, NodeError};
+use crate::node::{LogStorage, Member, NodeBuilder, NodeConfig, NodeError, StorageConfig};
+use crate::recording::SyncPolicy;
 use crate::transport::SendMode;
 
 /// A node configuration file in TOML, or a profile to merge over one.
@@ -67,6 +68,14 @@ use crate::transport::SendMode;
 /// commit_heartbeat = "100ms"
 /// ack_interval = "200ms"
 ///
+/// [storage]
+/// log = "disk"                 # disk (recorded by the recorder agent; the default) or memory
+/// sync = "none"                # none (page cache) or batch (group commit with fdatasync)
+/// recording_dir = "/var/lib/quorumcast/node-0/recording"   # default: recording in data_dir
+/// segment_length = "128MiB"
+/// snapshot_interval = "256MiB"  # or "off": snapshots only on request
+/// snapshots_kept = 2
+///
 /// [agents]
 /// threading = "dedicated"      # dedicated, shared-network, shared, invoker or shared-network-invoker
 /// force_layout = false
@@ -74,6 +83,7 @@ use crate::transport::SendMode;
 /// consensus = { idle = "noop", core = 1 }
 /// sender = { idle = "noop", core = 2 }
 /// receiver = { idle = "noop", core = 3 }
+/// recorder = { idle = "backoff", core = 4 }
 /// application = { idle = "backoff", core = 0 }   # the embedding application's thread (see below)
 /// ```
 ///
@@ -100,6 +110,49 @@ pub struct NodeFile {
     consensus: ConsensusSection,
     #[serde(default)]
     agents: AgentSection,
+    #[serde(default)]
+    storage: StorageSection,
+}
+
+/// The `[storage]` table.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StorageSection {
+    log: Option<LogStorage>,
+    sync: Option<Parsed<SyncPolicy>>,
+    recording_dir: Option<PathBuf>,
+    segment_length: Option<FileSize>,
+    snapshot_interval: Option<Parsed<SnapshotInterval>>,
+    snapshots_kept: Option<usize>,
+}
+
+/// A snapshot interval in a file: a size, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct SnapshotInterval(Option<u64>);
+
+impl std::str::FromStr for SnapshotInterval {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "off" {
+            return Ok(SnapshotInterval(None));
+        }
+        let size = parse_size_text(text).map_err(|e| format!("{e}, or off"))?;
+        Ok(SnapshotInterval(Some(size as u64)))
+    }
+}
+
+impl StorageSection {
+    fn apply(&self, storage: &mut StorageConfig) {
+        set(&mut storage.log, self.log);
+        set(&mut storage.sync, self.sync.map(|p| p.0));
+        storage.recording_dir = self.recording_dir.clone().or(storage.recording_dir.take());
+        set(&mut storage.segment_length, self.segment_length.map(|s| s.0 as u64));
+        if let Some(interval) = self.snapshot_interval {
+            storage.snapshot_interval = interval.0 .0;
+        }
+        set(&mut storage.snapshots_kept, self.snapshots_kept);
+    }
 }
 
 /// The `[consensus]` table: the election timers.
@@ -167,6 +220,8 @@ struct AgentSection {
     #[serde(default)]
     receiver: AgentEntry,
     #[serde(default)]
+    recorder: AgentEntry,
+    #[serde(default)]
     application: AgentEntry,
 }
 
@@ -219,10 +274,13 @@ impl NodeFile {
             (&mut a.consensus, o.consensus),
             (&mut a.sender, o.sender),
             (&mut a.receiver, o.receiver),
+            (&mut a.recorder, o.recorder),
             (&mut a.application, o.application),
         ] {
             merge_fields!(entry, over; idle, core);
         }
+        let (s, o) = (&mut self.storage, over.storage);
+        merge_fields!(s, o; log, sync, recording_dir, segment_length, snapshot_interval, snapshots_kept);
         self
     }
 
@@ -263,8 +321,9 @@ impl NodeFile {
         config.leader = self.leader;
         config.data_dir = self.data_dir.clone();
         let agents = &self.agents;
-        config.idle = [agents.consensus, agents.sender, agents.receiver].map(|entry| self.agent_idle(&entry));
-        config.cores = [agents.consensus.core, agents.sender.core, agents.receiver.core];
+        let entries = [agents.consensus, agents.sender, agents.receiver, agents.recorder];
+        config.idle = entries.map(|entry| self.agent_idle(&entry));
+        config.cores = entries.map(|entry| entry.core);
         if let Some(mode) = agents.threading {
             config.threading = mode.0;
         }
@@ -283,6 +342,7 @@ impl NodeFile {
         self.channel.apply(&mut config.channel);
         self.timers.apply(&mut config);
         self.consensus.apply(&mut config);
+        self.storage.apply(&mut config.storage);
         config.validate()?;
         config.channel.validate()?;
         Ok(config)
@@ -467,8 +527,16 @@ mod file_tests {
         assert_eq!(config.channel.status_interval, Duration::from_millis(10));
         assert_eq!(config.channel.nak_delay, Duration::from_micros(100));
         assert_eq!(config.threading, ThreadingMode::Dedicated);
-        assert_eq!(config.idle, [IdleStrategyConfig::NoOp, IdleStrategyConfig::BusySpin, IdleStrategyConfig::NoOp]);
-        assert_eq!(config.cores, [None, Some(1), None]);
+        assert_eq!(
+            config.idle,
+            [
+                IdleStrategyConfig::NoOp,
+                IdleStrategyConfig::BusySpin,
+                IdleStrategyConfig::NoOp,
+                IdleStrategyConfig::NoOp
+            ]
+        );
+        assert_eq!(config.cores, [None, Some(1), None, None]);
     }
 
     #[test]
@@ -489,8 +557,8 @@ mod file_tests {
         assert_eq!(config.threading, ThreadingMode::Shared);
         let backoff: IdleStrategyConfig = "backoff:10,5,1us,1ms".parse().unwrap();
         // The sender's own idle from the node file stays (the profile set only its core).
-        assert_eq!(config.idle, [backoff, IdleStrategyConfig::BusySpin, backoff]);
-        assert_eq!(config.cores, [None, Some(0), None]);
+        assert_eq!(config.idle, [backoff, IdleStrategyConfig::BusySpin, backoff, backoff]);
+        assert_eq!(config.cores, [None, Some(0), None, None]);
         assert_eq!((config.id, config.channel.mtu), (1, 8192));
     }
 

@@ -102,6 +102,7 @@ pub struct PublicationImage {
     /// Highest end of data (or heartbeat position) seen beyond the window: the image is catching up.
     seen: i64,
     ack: Option<AckTimer>,
+    ack_bound: AckBound,
     /// The publisher said it no longer retains this image's rebuild position: its gaps cannot be repaired,
     /// so they are no longer NAKed.
     behind_retained: bool,
@@ -114,6 +115,11 @@ struct AckTimer {
     last_position: i64,
     next_ns: u64,
 }
+
+/// What an acknowledgement may report: the rebuild position, or (under a `batch` sync policy) no more than
+/// what the recorder has made durable.
+#[derive(Clone, Debug, Default)]
+struct AckBound(Option<crate::counters::Counter>);
 
 impl PublicationImage {
     /// An image of the publication that sent a SETUP from `source`, starting at `join_position`.
@@ -142,6 +148,7 @@ impl PublicationImage {
             status_requested: true,
             seen: join_position,
             ack: None,
+            ack_bound: AckBound::default(),
             behind_retained: false,
         }
     }
@@ -150,6 +157,12 @@ impl PublicationImage {
     /// when it does not (a follower's append position, for the leader's quorum).
     pub fn acknowledge_every(&mut self, interval_ns: u64) {
         self.ack = Some(AckTimer { interval_ns, last_position: i64::MIN, next_ns: 0 });
+    }
+
+    /// Makes this image acknowledge no more than `durable` says (the position a recorder has synced):
+    /// a member counts toward a commit only with bytes that survive its power loss.
+    pub fn acknowledge_up_to(&mut self, durable: crate::counters::Counter) {
+        self.ack_bound = AckBound(Some(durable));
     }
 
     /// The image log (subscriptions read it).
@@ -309,10 +322,11 @@ impl PublicationImage {
         let Some(ack) = self.ack.as_mut() else {
             return 0;
         };
-        if self.rebuild_position > ack.last_position || now_ns >= ack.next_ns {
-            ack.last_position = self.rebuild_position;
+        let position = self.ack_bound.0.as_ref().map_or(self.rebuild_position, |d| d.get().min(self.rebuild_position));
+        if position > ack.last_position || now_ns >= ack.next_ns {
+            ack.last_position = position;
             ack.next_ns = now_ns + ack.interval_ns;
-            send(Feedback::Ack { position: self.rebuild_position });
+            send(Feedback::Ack { position });
             return 1;
         }
         0

@@ -16,7 +16,9 @@
 //! - the receive path: [`image`], [`receiver`];
 //! - replication: [`consensus`] (append stage and quorum commit), [`consensus_core`] (elections and commit as
 //!   one I/O-free state machine), [`node`], [`stats`] (its counters by type); with the `config` feature,
-//!   `config` (node files in TOML).
+//!   `config` (node files in TOML);
+//! - keeping the log: [`recording`] (the log on disk and its recorder agent), [`log_switch`] (how readers
+//!   of the log go from one leadership term's log to the next), [`vote_file`].
 //!
 //! Raw-pointer code is confined to [`buffer`] (mapped memory and its atomic views) and [`transport`] (the
 //! `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single libc calls (`flock` in
@@ -41,9 +43,11 @@ pub mod idle;
 pub mod image;
 pub mod ipc;
 pub mod log_buffer;
+pub mod log_switch;
 pub mod network_publication;
 pub mod node;
 pub mod receiver;
+pub mod recording;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;

@@ -88,6 +88,8 @@ pub struct FollowerLink {
     pub append: Counter,
     /// Where the term-start markers rebuilt into the log are reported, for its consensus agent.
     pub term_starts: Arc<TermStarts>,
+    /// Under a `batch` sync policy: the recorder's synced position, which bounds what is acknowledged.
+    pub durable: Option<Counter>,
 }
 
 impl ReceiveChannelConfig {
@@ -981,6 +983,9 @@ fn install_image(
     let mut image = PublicationImage::new(log, source, join, channel.timers, now_ns);
     if let Some(follower) = &channel.config.follower {
         image.acknowledge_every(nanos(follower.ack_interval));
+        if let Some(durable) = &follower.durable {
+            image.acknowledge_up_to(durable.clone());
+        }
     }
     let Some(consumer) = image.register_consumer() else {
         counters.malformed.increment();

@@ -253,6 +253,28 @@ catalogue! {
         /// The commit position a follower has learned.
         follower_commit_position = 302, "follower commit position";
     }
+
+    /// The recorder: the log on disk (every node allocates them; they stay 0 with the in-memory log).
+    recorder: RecorderStats {
+        /// The position recorded up to (written to the segment files).
+        position = 500, "recorder position";
+        /// The position made durable: under `batch`, what `fdatasync` covered; under `none`, as `position`.
+        synced_position = 501, "recorder synced position";
+        /// Bytes of log recorded.
+        bytes = 502, "recorder bytes";
+        /// Frames recorded (messages and term-start markers).
+        frames = 503, "recorder frames";
+        /// `fdatasync` calls made for the recording (group commits under `batch`).
+        fsyncs = 504, "recorder fsyncs";
+        /// Cuts of the recording back to where this member's log agrees with a new leader's.
+        truncations = 505, "recorder truncations";
+        /// Bytes found torn or damaged at the end of the last segment at start, and cut.
+        torn_bytes = 506, "recorder torn bytes cut at start";
+        /// Segments deleted below the oldest snapshot kept.
+        segments_deleted = 507, "recorder segments deleted";
+        /// Where the recording starts (moves up as segments are deleted).
+        start_position = 508, "recorder start position";
+    }
 }
 
 /// One kind of node counter.

@@ -90,6 +90,8 @@ pub enum AgentRole {
     Sender,
     /// The network receive agent.
     Receiver,
+    /// The recorder of the log on disk.
+    Recorder,
 }
 
 impl AgentRole {
@@ -105,6 +107,7 @@ impl fmt::Display for AgentRole {
             AgentRole::Consensus => "consensus",
             AgentRole::Sender => "sender",
             AgentRole::Receiver => "receiver",
+            AgentRole::Recorder => "recorder",
         })
     }
 }

@@ -245,6 +245,18 @@ impl MessageReader {
         Self { reader, consumer, position, assembler: FragmentAssembler::new(()) }
     }
 
+    /// A reader that goes on from `position` of `reader`'s log with reassembly `assembler` carried over
+    /// from a reader of the same log bytes elsewhere (the recorded log a restarted member replayed).
+    pub fn continuing(
+        reader: LogReader,
+        consumer: super::ConsumerPosition,
+        position: i64,
+        assembler: FragmentAssembler<()>,
+    ) -> Self {
+        consumer.set(position);
+        Self { reader, consumer, position, assembler }
+    }
+
     /// The position read up to.
     pub fn position(&self) -> i64 {
         self.position
@@ -268,12 +280,24 @@ impl MessageReader {
         fragment_limit: usize,
         mut handler: impl FnMut(&[u8]),
     ) -> usize {
+        self.poll_bounded_with_positions(limit_position, fragment_limit, |message, _| handler(message))
+    }
+
+    /// As [`poll_bounded`](Self::poll_bounded), handing each message with the log position it ends at.
+    pub fn poll_bounded_with_positions(
+        &mut self,
+        limit_position: i64,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&[u8], i64),
+    ) -> usize {
         let start = self.position;
         let assembler = &mut self.assembler;
-        let mut deliver = |payload: &[u8], _: &DataHeader| handler(payload);
         let mut fragments = 0;
+        let term_mask = !(self.reader.term_length as i64 - 1);
         while fragments < fragment_limit {
             let mut read = 0;
+            // Every frame of one read is in the term `self.position` is in.
+            let term_base = self.position & term_mask;
             let next = self.reader.poll_bounded(
                 self.position,
                 limit_position,
@@ -282,6 +306,9 @@ impl MessageReader {
                     read += 1;
                     // A term-start marker is the log's own bookkeeping, not a message.
                     if header.flags & TERM_START_FLAG == 0 {
+                        let end =
+                            term_base + header.term_offset as i64 + align_frame(header.frame_length as usize) as i64;
+                        let mut deliver = |message: &[u8], _: &DataHeader| handler(message, end);
                         assembler.on_fragment_with(payload, header, &mut deliver);
                     }
                 },

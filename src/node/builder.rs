@@ -13,6 +13,56 @@ use crate::idle::IdleStrategyConfig;
 use crate::transport::SendMode;
 
 use super::{Node, NodeError};
+use crate::recording::SyncPolicy;
+
+/// Where a node keeps its log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize), serde(rename_all = "lowercase"))]
+pub enum LogStorage {
+    /// Recorded on disk by the recorder agent, in the data directory. The default.
+    #[default]
+    Disk,
+    /// In memory only (the mapped log buffers of the node directory): a restarted member starts empty.
+    Memory,
+}
+
+/// Where and how a node keeps its log, and when it snapshots the application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageConfig {
+    /// Recorded on disk, or in memory only.
+    pub log: LogStorage,
+    /// When recorded bytes are made durable (see [`SyncPolicy`] for what each can lose).
+    pub sync: SyncPolicy,
+    /// The recording's directory; `None` uses `recording` in the data directory.
+    pub recording_dir: Option<PathBuf>,
+    /// A new segment file starts once the current one holds this many bytes.
+    pub segment_length: u64,
+    /// [`Node::poll_state`] takes a snapshot of the application each time this many more bytes of log
+    /// have been applied since the last (`None`: only on request, [`Node::take_snapshot`]).
+    pub snapshot_interval: Option<u64>,
+    /// Snapshots kept (at least 1); the recorded log below the oldest kept is deleted.
+    pub snapshots_kept: usize,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            log: LogStorage::Disk,
+            sync: SyncPolicy::None,
+            recording_dir: None,
+            segment_length: 128 << 20,
+            snapshot_interval: Some(256 << 20),
+            snapshots_kept: 2,
+        }
+    }
+}
+
+impl StorageConfig {
+    /// True when the log is recorded on disk.
+    pub fn records(&self) -> bool {
+        self.log == LogStorage::Disk
+    }
+}
 
 /// One member of the cluster: its id, the endpoint its receiver listens on for the log, and the endpoint
 /// its consensus agent listens on for elections and heartbeats.
@@ -55,20 +105,25 @@ pub struct NodeConfig {
     pub timers: Timers,
     /// The node directory; `None` uses `/dev/shm/quorumcast/node-<id>`.
     pub directory: Option<PathBuf>,
-    /// Where what must outlive the node directory is kept (the persisted term and vote); `None` uses the
-    /// node directory's path with `-data` appended. A clean shutdown removes the node directory, never
-    /// this one.
+    /// Where what must outlive the node directory is kept: the persisted term and vote, the recorded log
+    /// and the snapshots. `None` uses `quorumcast-data/<node directory's path, flattened>` in the system's
+    /// temporary directory (`$TMPDIR`, else `/tmp`): on disk on most hosts, but give every production node
+    /// a directory of its own on a disk that survives a restart. A clean shutdown removes the node
+    /// directory, never this one.
     pub data_dir: Option<PathBuf>,
+    /// Where and how the log is kept: recorded on disk (the default) or in memory only, its sync policy,
+    /// segments and snapshots.
+    pub storage: StorageConfig,
     /// Remove a stale directory of a crashed run instead of refusing to start.
     pub clean_stale: bool,
     /// The log channel: MTU, term length, send mode, timers, socket buffers and faults.
     pub channel: ChannelConfig,
     /// Stream id of the log.
     pub stream_id: i32,
-    /// Idle strategies of the consensus, sender and receiver agents.
-    pub idle: [IdleStrategyConfig; 3],
-    /// Cores to pin the consensus, sender and receiver agents to.
-    pub cores: [Option<usize>; 3],
+    /// Idle strategies of the consensus, sender, receiver and recorder agents.
+    pub idle: [IdleStrategyConfig; 4],
+    /// Cores to pin the consensus, sender, receiver and recorder agents to.
+    pub cores: [Option<usize>; 4],
     /// How the agents are put on threads.
     pub threading: ThreadingMode,
     /// Start a layout with more busy-spinning threads than cores anyway (with a warning).
@@ -116,6 +171,18 @@ impl NodeConfig {
         self.timers.validate().map_err(|e| NodeError::Config(format!("consensus timers: {} {}", e.key, e.message)))?;
         validate_timer("commit_heartbeat", self.commit_heartbeat)?;
         validate_timer("ack_interval", self.ack_interval)?;
+        if !(1 << 16..=1 << 40).contains(&self.storage.segment_length) {
+            return Err(NodeError::Config(format!(
+                "storage.segment_length ({}) must be between 64 KiB and 1 TiB",
+                self.storage.segment_length
+            )));
+        }
+        if self.storage.snapshots_kept == 0 {
+            return Err(NodeError::Config("storage.snapshots_kept must be at least 1".into()));
+        }
+        if self.storage.snapshot_interval == Some(0) {
+            return Err(NodeError::Config("storage.snapshot_interval must be more than 0 bytes".into()));
+        }
         Ok(())
     }
 
@@ -142,10 +209,26 @@ impl NodeConfig {
     /// The data directory's path.
     pub(super) fn data_dir_path(&self) -> PathBuf {
         self.data_dir.clone().unwrap_or_else(|| {
-            let mut path = self.directory_path().into_os_string();
-            path.push("-data");
-            PathBuf::from(path)
+            // One data directory per node directory: its whole path, flattened, names it.
+            let directory = self.directory_path();
+            let name: String = directory
+                .to_string_lossy()
+                .trim_start_matches('/')
+                .chars()
+                .map(|c| if c == '/' { '-' } else { c })
+                .collect();
+            std::env::temp_dir().join("quorumcast-data").join(name)
         })
+    }
+
+    /// The recording's directory (with a recorded log).
+    pub(super) fn recording_dir_path(&self) -> PathBuf {
+        self.storage.recording_dir.clone().unwrap_or_else(|| self.data_dir_path().join("recording"))
+    }
+
+    /// The snapshots' directory.
+    pub(super) fn snapshot_dir_path(&self) -> PathBuf {
+        self.data_dir_path().join("snapshots")
     }
 }
 
@@ -167,11 +250,12 @@ impl NodeBuilder {
                 timers: Timers::default(),
                 directory: None,
                 data_dir: None,
+                storage: StorageConfig::default(),
                 clean_stale: false,
                 channel: ChannelConfig::default(),
                 stream_id: 1001,
-                idle: [backoff, backoff, backoff],
-                cores: [None; 3],
+                idle: [backoff; 4],
+                cores: [None; 4],
                 threading: ThreadingMode::Dedicated,
                 force_layout: false,
                 commit_piggyback: false,
@@ -256,24 +340,38 @@ impl NodeBuilder {
     /// On a string that is not an idle strategy; use [`NodeBuilder::idle`] to handle the error.
     pub fn idle_all(mut self, idle: &str) -> Self {
         let idle: IdleStrategyConfig = idle.parse().expect("an idle strategy");
-        self.config.idle = [idle; 3];
+        self.config.idle = [idle; 4];
         self
     }
 
-    /// The idle strategies of the consensus, sender and receiver agents.
-    pub fn idle(
-        mut self,
-        consensus: IdleStrategyConfig,
-        sender: IdleStrategyConfig,
-        receiver: IdleStrategyConfig,
-    ) -> Self {
-        self.config.idle = [consensus, sender, receiver];
+    /// The idle strategies of the consensus, sender, receiver and recorder agents.
+    pub fn idle(mut self, agents: [IdleStrategyConfig; 4]) -> Self {
+        self.config.idle = agents;
         self
     }
 
-    /// The cores of the consensus, sender and receiver agents.
-    pub fn cores(mut self, consensus: Option<usize>, sender: Option<usize>, receiver: Option<usize>) -> Self {
-        self.config.cores = [consensus, sender, receiver];
+    /// The cores of the consensus, sender, receiver and recorder agents.
+    pub fn cores(mut self, agents: [Option<usize>; 4]) -> Self {
+        self.config.cores = agents;
+        self
+    }
+
+    /// Where and how the log is kept (see [`StorageConfig`]).
+    pub fn storage(mut self, storage: StorageConfig) -> Self {
+        self.config.storage = storage;
+        self
+    }
+
+    /// Keeps the log in memory only (no recording, no recorder agent): what a restart cannot recover.
+    pub fn memory_log(mut self) -> Self {
+        self.config.storage.log = LogStorage::Memory;
+        self
+    }
+
+    /// Records the log on disk with `sync` (the default storage, with sync `none`).
+    pub fn sync(mut self, sync: SyncPolicy) -> Self {
+        self.config.storage.log = LogStorage::Disk;
+        self.config.storage.sync = sync;
         self
     }
 

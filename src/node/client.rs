@@ -1,22 +1,18 @@
 //! Offering messages to the cluster through a node, from any thread.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::consensus::{Role, INGRESS_MESSAGE};
 use crate::log_buffer::{ConsumerPosition, LogReader};
+use crate::log_switch::SwitchQueue;
+use crate::recording::RecorderSource;
 use crate::ring_buffer::{self, ManyToOneRingBuffer, RingError};
 
 use super::{OfferError, RoleChange};
 
-/// Where the node's reader of committed entries goes on in another log: at `at`, reading stops in the
-/// current log, and goes on in `next` once the consensus agent has it (a follower's image is made when
-/// the leader's SETUP arrives).
-pub(super) struct Switch {
-    pub(super) at: i64,
-    pub(super) next: Option<(LogReader, ConsumerPosition)>,
-}
+/// The next log of the node's reader of committed entries: a reader of it and its consumer slot.
+pub(super) type ReaderLog = (LogReader, ConsumerPosition);
 
 /// What a node, its clients and its consensus agent share.
 pub(super) struct Shared {
@@ -25,9 +21,10 @@ pub(super) struct Shared {
     leader: AtomicI32,
     term: AtomicI64,
     pub(super) closed: AtomicBool,
-    /// The log switches the node's reader has still to make, oldest first.
-    pub(super) switches: Mutex<VecDeque<Switch>>,
-    pub(super) switch_generation: AtomicU64,
+    /// The log switches the node's reader has still to make.
+    pub(super) switches: SwitchQueue<ReaderLog>,
+    /// The log switches the recorder has still to make (a node with a recorded log).
+    pub(super) recorder_switches: Arc<SwitchQueue<RecorderSource>>,
     /// Role changes not yet handed to the application's callbacks.
     pub(super) events: Mutex<Vec<RoleChange>>,
     pub(super) event_generation: AtomicU64,
@@ -46,8 +43,8 @@ impl Shared {
             leader: AtomicI32::new(-1),
             term: AtomicI64::new(0),
             closed: AtomicBool::new(false),
-            switches: Mutex::new(VecDeque::new()),
-            switch_generation: AtomicU64::new(0),
+            switches: SwitchQueue::default(),
+            recorder_switches: Arc::default(),
             events: Mutex::new(Vec::new()),
             event_generation: AtomicU64::new(0),
         }
@@ -83,29 +80,6 @@ impl Shared {
         self.role.store(role, Ordering::Release);
         self.events.lock().unwrap_or_else(|e| e.into_inner()).push(change);
         self.event_generation.fetch_add(1, Ordering::Release);
-    }
-
-    /// Queues a switch of the reader to another log at `at`; a queued switch still without its log is
-    /// replaced (no byte of a log that never arrived was read, and this member's log agrees with the
-    /// newer leader's up to the newer position, which is at most the older one).
-    pub(super) fn push_switch(&self, at: i64, next: Option<(LogReader, ConsumerPosition)>) {
-        let mut switches = self.switches.lock().unwrap_or_else(|e| e.into_inner());
-        if switches.back().is_some_and(|s| s.next.is_none()) {
-            switches.pop_back();
-        }
-        switches.push_back(Switch { at, next });
-        drop(switches);
-        self.switch_generation.fetch_add(1, Ordering::Release);
-    }
-
-    /// Gives the newest queued switch at `at` its log (a follower's image has been made).
-    pub(super) fn complete_switch(&self, at: i64, next: (LogReader, ConsumerPosition)) {
-        let mut switches = self.switches.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(switch) = switches.back_mut().filter(|s| s.at == at && s.next.is_none()) {
-            switch.next = Some(next);
-        }
-        drop(switches);
-        self.switch_generation.fetch_add(1, Ordering::Release);
     }
 }
 

@@ -36,6 +36,7 @@ use crate::counters::Counter;
 use crate::event_log::RateLimited;
 use crate::log_buffer::{LogBuffer, LogReader};
 use crate::receiver::{ImageHandoff, Subscription};
+use crate::recording::RecorderSource;
 use crate::ring_buffer::ManyToOneRingBuffer;
 use crate::stats::{kinds, CounterKind};
 use crate::term_starts::TermStarts;
@@ -43,7 +44,6 @@ use crate::transport::{RecvBatch, UdpEndpoint};
 use crate::vote_file::{TermVote, VoteFile};
 
 use super::client::Shared;
-use super::recovery;
 use super::wiring::Wiring;
 use super::RoleChange;
 
@@ -121,6 +121,8 @@ struct Leading {
     stage: AppendStage,
     /// Each follower's acknowledged position in this term, and the last one handed to the core.
     acks: Vec<(i32, Counter, i64)>,
+    /// Under `batch`: the leader's own position last handed to the core.
+    own_fed: i64,
 }
 
 struct Following {
@@ -155,8 +157,10 @@ pub(super) struct ConsensusAgent {
     clock: NanoClock,
     current: Current,
     log: Option<MemberLog>,
-    /// Where the link to this member's log is kept (see `recovery`).
-    data_dir: std::path::PathBuf,
+    /// Under `batch`: the recorder's synced position.
+    synced: Option<Counter>,
+    /// The recorder takes every new log.
+    records: bool,
     shared: Arc<Shared>,
     counters: DriverCounters,
     /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
@@ -170,8 +174,13 @@ pub(super) struct ConsensusAgent {
 
 /// What a consensus agent is made of.
 pub(super) struct DriverParts {
-    /// The log this member kept when its process died, read back from its start (position 0).
-    pub(super) recovered: Option<LogBuffer>,
+    /// The last bytes of this member's recorded log, rebuilt in memory at start, and where they start.
+    pub(super) tail: Option<(LogBuffer, i64)>,
+    /// With a recorded log under `batch`: the position the recorder has synced. This member acknowledges
+    /// (and, leading, counts itself) only up to it.
+    pub(super) synced: Option<Counter>,
+    /// With a recorded log: the recorder's switch queue gets each new log, with a consumer slot of its own.
+    pub(super) records: bool,
     pub(super) core: ConsensusCore,
     pub(super) wiring: Wiring,
     pub(super) socket: UdpEndpoint,
@@ -202,8 +211,9 @@ impl ConsensusAgent {
             ingress: parts.ingress,
             clock: NanoClock::new(),
             current: Current::Idle,
-            log: parts.recovered.map(|log| MemberLog { log, start: 0, file: None }),
-            data_dir: parts.wiring.config.data_dir_path(),
+            log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),
+            synced: parts.synced,
+            records: parts.records,
             shared: parts.shared,
             counters: parts.counters,
             last_position_send_ns: 0,
@@ -229,7 +239,7 @@ impl ConsensusAgent {
             self.mirror_counters(now_ns);
             work += received;
         }
-        work += self.feed(now_ns);
+        work += self.feed(now_ns)?;
         self.core.tick(now_ns, &mut self.outputs);
         work += self.execute(now_ns)?;
         work += self.append(now_ns);
@@ -267,12 +277,21 @@ impl ConsensusAgent {
     }
 
     /// Hands the data path's positions to the core.
-    fn feed(&mut self, now_ns: u64) -> usize {
+    fn feed(&mut self, now_ns: u64) -> Result<usize, AgentError> {
         let mut taken = None;
         let work = match &mut self.current {
             Current::Idle => 0,
             Current::Leading(leading) => {
                 let mut work = 0;
+                if let Some(synced) = &self.synced {
+                    // Under `batch` the leader counts itself as the recorder syncs.
+                    let own = leading.stage.position().min(synced.get());
+                    if own > leading.own_fed {
+                        leading.own_fed = own;
+                        self.core.on_append_position(leading.term, own, now_ns, &mut self.outputs);
+                        work += 1;
+                    }
+                }
                 for (member, counter, fed) in leading.acks.iter_mut() {
                     let position = counter.get();
                     if position > *fed {
@@ -291,11 +310,12 @@ impl ConsensusAgent {
                     following.subscription = None;
                     // An image that does not start where the logs agree is not this member's log.
                     if image.position == following.join {
-                        taken = Some((image, following.fed_term));
+                        taken = Some(image);
                         work += 1;
                     }
                 }
-                work += feed_follower(following, &mut self.core, now_ns, &mut self.outputs);
+                let durable = self.synced.as_ref().map_or(i64::MAX, Counter::get);
+                work += feed_follower(following, durable, &mut self.core, now_ns, &mut self.outputs);
                 let commit = self.wiring.counters.consensus.commit.get();
                 if commit > following.commit_fed {
                     following.commit_fed = commit;
@@ -305,21 +325,23 @@ impl ConsensusAgent {
                 work
             }
         };
-        if let Some((image, start_term)) = taken {
-            self.adopt_image(image, start_term);
+        if let Some(image) = taken {
+            self.adopt_image(image)?;
         }
-        work
+        Ok(work)
     }
 
     /// The leader's image is made: it becomes this member's log (kept in the data directory), and the
     /// node's reader goes on in it at the position it starts at.
-    fn adopt_image(&mut self, image: ImageHandoff, start_term: i64) {
-        if let Some(file) = &image.file {
-            self.keep_log(file, image.position, start_term);
+    fn adopt_image(&mut self, image: ImageHandoff) -> Result<(), AgentError> {
+        if self.records {
+            let consumer = image.log.register_consumer(image.position).map_err(AgentError::new)?;
+            self.shared.recorder_switches.complete(image.position, RecorderSource { log: image.log.clone(), consumer });
         }
+        self.shared.switches.complete(image.position, (image.reader, image.consumer));
         // The image's file goes when a newer log replaces it (its mapping stays while it is read).
         self.replace_log(MemberLog { log: image.log, start: image.position, file: image.file });
-        self.shared.complete_switch(image.position, (image.reader, image.consumer));
+        Ok(())
     }
 
     /// On the leader whose term has started: client messages into the log.
@@ -330,7 +352,7 @@ impl ConsensusAgent {
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
         leading.stage.on_commit(self.core.commit_position());
         let appended = leading.stage.drain(&self.ingress);
-        if appended > 0 {
+        if appended > 0 && self.synced.is_none() {
             self.core.on_append_position(leading.term, leading.stage.position(), now_ns, &mut self.outputs);
         }
         appended + leading.stage.send_commit_if_due(appended, now_ns)
@@ -484,13 +506,19 @@ impl ConsensusAgent {
             counters: self.wiring.counters.consensus.clone(),
         });
         let end = stage.append_term_start().map_err(AgentError::new)?;
-        let start_term = self.term_at(leadership.start);
-        self.keep_log(&leadership.file, leadership.start, start_term);
+        if self.records {
+            let consumer = leadership.log.register_consumer(position).map_err(AgentError::new)?;
+            self.shared
+                .recorder_switches
+                .push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
+        }
         self.replace_log(MemberLog { log: leadership.log, start: leadership.start, file: Some(leadership.file) });
-        self.shared.push_switch(position, Some((reader, consumer)));
+        self.shared.switches.push(position, Some((reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
-        self.current = Current::Leading(Box::new(Leading { term, stage, acks }));
-        self.core.on_append_position(term, end, now_ns, &mut self.outputs);
+        self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position }));
+        if self.synced.is_none() {
+            self.core.on_append_position(term, end, now_ns, &mut self.outputs);
+        }
         Ok(())
     }
 
@@ -500,8 +528,11 @@ impl ConsensusAgent {
             // Matched again where this Receiver's image already is (after a refused canvass): go on.
             return Ok(());
         }
-        let followership = self.wiring.follow(leader, position).map_err(AgentError::new)?;
-        self.shared.push_switch(position, None);
+        let followership = self.wiring.follow(leader, position, self.synced.clone()).map_err(AgentError::new)?;
+        self.shared.switches.push(position, None);
+        if self.records {
+            self.shared.recorder_switches.push(position, None);
+        }
         let fed_term = self.core.term_history().last_term_id();
         self.current = Current::Following(Box::new(Following {
             leader,
@@ -517,23 +548,6 @@ impl ConsensusAgent {
             commit_fed: 0,
         }));
         Ok(())
-    }
-
-    /// The leadership term of the byte at `position` of this member's log (0 when it has none).
-    fn term_at(&self, position: i64) -> i64 {
-        let terms = self.core.term_history().terms();
-        terms.iter().take_while(|t| t.base_position <= position).last().map_or(0, |t| t.leadership_term_id)
-    }
-
-    /// Links this member's new log in the data directory, so that a crash of the process keeps it.
-    fn keep_log(&mut self, file: &std::path::Path, start: i64, start_term: i64) {
-        let config = &self.wiring.config;
-        let meta =
-            recovery::LogMeta { start, start_term, stream_id: config.stream_id, membership: config.membership() };
-        if let Err(e) = recovery::record(&self.data_dir, file, meta) {
-            let path = file.display().to_string();
-            self.logs.warn(self.clock.now_ns(), || format!("cannot keep {path} in the data directory: {e}"));
-        }
     }
 
     fn replace_log(&mut self, log: MemberLog) {
@@ -565,8 +579,15 @@ impl ConsensusAgent {
 
 /// Hands the follower's newly rebuilt bytes to the core, one term at a time, split at the term-start
 /// markers the Receiver found; returns the positions handed over.
-fn feed_follower(following: &mut Following, core: &mut ConsensusCore, now_ns: u64, out: &mut Vec<Output>) -> usize {
-    let rebuilt = following.append.get();
+fn feed_follower(
+    following: &mut Following,
+    durable: i64,
+    core: &mut ConsensusCore,
+    now_ns: u64,
+    out: &mut Vec<Output>,
+) -> usize {
+    // Under `batch` a follower reports only what its recorder has synced.
+    let rebuilt = following.append.get().min(durable);
     let reported = following.term_starts.reported();
     if reported != following.reported {
         following.reported = reported;

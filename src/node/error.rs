@@ -8,6 +8,7 @@ use crate::counters::CountersError;
 use crate::directory::DirectoryError;
 use crate::log_buffer::LogError;
 use crate::network_publication::PublicationError;
+use crate::recording::RecordingError;
 use crate::ring_buffer::RingError;
 use crate::vote_file::VoteFileError;
 
@@ -34,6 +35,11 @@ pub enum NodeError {
     Agents(Vec<AgentFailure>),
     /// The persisted term and vote could not be read (a node that cannot read or write them never votes).
     Vote(VoteFileError),
+    /// The recorded log cannot be used (a damaged or foreign file, a full disk); the message names the file
+    /// and says what to do.
+    Recording(RecordingError),
+    /// A snapshot could not be written or none could be restored.
+    Snapshot(String),
 }
 
 impl fmt::Display for NodeError {
@@ -48,6 +54,8 @@ impl fmt::Display for NodeError {
             Self::Ring(e) => write!(f, "ring buffer: {e}"),
             Self::Layout(e) => write!(f, "{e}"),
             Self::Vote(e) => write!(f, "{e}"),
+            Self::Recording(e) => write!(f, "recorded log: {e}"),
+            Self::Snapshot(e) => write!(f, "snapshot: {e}"),
             Self::Agents(failures) => {
                 write!(f, "agents failed:")?;
                 for failure in failures {

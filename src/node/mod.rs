@@ -38,10 +38,11 @@ mod client;
 mod driver;
 mod error;
 mod recovery;
+mod replay;
 mod slot;
 mod wiring;
 
-pub use builder::{Member, NodeBuilder, NodeConfig, CONSENSUS_PORT_OFFSET};
+pub use builder::{LogStorage, Member, NodeBuilder, NodeConfig, StorageConfig, CONSENSUS_PORT_OFFSET};
 pub use client::Client;
 pub use error::{NodeError, OfferError};
 
@@ -56,7 +57,8 @@ use crate::consensus::Role;
 use crate::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::counters::{Counter, CountersManager};
 use crate::directory::{NodeDirectory, StalePolicy};
-use crate::log_buffer::{LogReader, MessageReader};
+use crate::log_buffer::MessageReader;
+use crate::recording::{Recorder, RecorderCounters, SyncPolicy};
 use crate::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::stats::Stats;
 use crate::transport::UdpEndpoint;
@@ -64,6 +66,7 @@ use crate::vote_file::VoteFile;
 
 use self::client::Shared;
 use self::driver::{ConsensusAgent, DriverCounters, DriverParts};
+use self::replay::Replay;
 use self::slot::Slot;
 use self::wiring::{node_counter, start_agents, NodeCounters, Wiring};
 
@@ -90,6 +93,14 @@ pub struct Node {
     commit: Counter,
     /// The reader of committed entries: `None` until this node has a log.
     reader: Option<MessageReader>,
+    /// The reader of committed entries from the recorded log, before the first log in memory.
+    replay: Option<Replay>,
+    /// Why the replay stopped (a damaged recording), if it did.
+    replay_error: Option<crate::recording::RecordingError>,
+    /// The recorder's counters (with a recorded log): what is recorded bounds the replay.
+    recorder: Option<RecorderCounters>,
+    /// The position below which the recorder may delete segments (the oldest snapshot kept).
+    compact_below: Counter,
     /// Where reading stops next to go on in another log, as last read from the shared queue.
     next_switch: Option<i64>,
     switch_generation: u64,
@@ -121,19 +132,43 @@ impl Node {
             NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
-        let (core, votes, recovered) = start_core(&config)?;
+        let recovered = if config.storage.records() { Some(recovery::open(&config)?) } else { None };
+        let (core, votes) = start_core(&config, recovered.as_ref())?;
         let (socket, mut warnings) = bind_consensus(&config)?;
         let node_counters = NodeCounters::allocate(&config, &counters);
         let commit = node_counters.consensus.commit.clone();
         let (sender, sender_handle) = Slot::new("sender");
         let (receiver, receiver_handle) = Slot::new("receiver");
         let shared = Arc::new(Shared::new());
-        let recovered = recovered.map(|kept| {
-            shared.push_switch(0, Some((LogReader::new(&kept.log), kept.consumer)));
-            kept.log
-        });
+        let compact_below = Counter::detached();
+        let mut tail = None;
+        let mut replay = None;
+        let mut recorder = None;
+        let mut recorder_counters = None;
+        if let Some(recovered) = recovered {
+            let counters = RecorderCounters::new(|kind| node_counter(&counters, kind));
+            counters.torn_bytes.set(recovered.report.torn_bytes as i64);
+            if let Some(torn) = &recovered.report.torn {
+                let message = format!("member {}: cut a torn end off the recorded log: {torn}", config.id);
+                log::warn!("{message}");
+                warnings.push(message);
+            }
+            warn_if_memory_backed(&config, &mut warnings);
+            tail = recovered.tail;
+            replay = Some(Replay::new(recovered.recording.reader(recovered.recording.start())));
+            let switches = Arc::clone(&shared.recorder_switches);
+            recorder_counters = Some(counters.clone());
+            let agent = Recorder::new(recovered.recording, switches, counters, compact_below.clone());
+            recorder = Some(Box::new(agent) as Box<dyn crate::agent::Agent>);
+        }
+        let synced = recorder_counters
+            .as_ref()
+            .filter(|_| config.storage.sync == SyncPolicy::Batch)
+            .map(|c| c.synced_position.clone());
         let agent = ConsensusAgent::new(DriverParts {
-            recovered,
+            tail,
+            synced,
+            records: recorder.is_some(),
             core,
             wiring: Wiring::new(
                 config.clone(),
@@ -148,13 +183,17 @@ impl Node {
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
         });
-        let handles = start_agents(&config, Box::new(agent), sender, receiver, &counters, &mut warnings)?;
+        let handles = start_agents(&config, Box::new(agent), sender, receiver, recorder, &counters, &mut warnings)?;
         Ok(Node {
             config,
             shared,
             ingress,
             commit,
             reader: None,
+            replay,
+            replay_error: None,
+            recorder: recorder_counters,
+            compact_below,
             next_switch: None,
             switch_generation: 0,
             event_generation: 0,
@@ -204,7 +243,17 @@ impl Node {
 
     /// The log position this node has applied up to through [`Node::poll_committed`].
     pub fn applied_position(&self) -> i64 {
-        self.reader.as_ref().map_or(0, MessageReader::position)
+        match (&self.reader, &self.replay) {
+            (Some(reader), _) => reader.position(),
+            (None, Some(replay)) => replay.position(),
+            (None, None) => 0,
+        }
+    }
+
+    /// Why the replay of the recorded log stopped (a damaged segment: the error names it and says what to
+    /// do); committed entries are not handed out past it.
+    pub fn recording_error(&self) -> Option<&crate::recording::RecordingError> {
+        self.replay_error.as_ref()
     }
 
     /// Warnings from start-up (layout, socket buffers, send mode fallbacks).
@@ -257,47 +306,89 @@ impl Node {
     }
 
     /// Hands up to `fragment_limit` fragments' worth of committed entries, in log order, to `handler`;
-    /// returns the fragments read. Entries below [`NodeConfig::resume_from`] are read and not handed on
-    /// (the application has them). Role-change callbacks run first.
+    /// returns the fragments read. After a restart with a recorded log, the entries come first from the
+    /// recording (from its start, or from the snapshot [`restore`](Self::restore) loaded), then from the
+    /// log in memory. Entries below [`NodeConfig::resume_from`] are read and not handed on (the application
+    /// has them). Role-change callbacks run first.
     pub fn poll_committed(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8])) -> usize {
+        self.poll_positions(fragment_limit, |entry, _| handler(entry))
+    }
+
+    /// As [`poll_committed`](Self::poll_committed), with the log position each entry ends at.
+    pub fn poll_positions(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8], i64)) -> usize {
         self.deliver_role_changes();
         let commit = self.commit.get();
         let skip_below = self.config.resume_from.unwrap_or(0);
-        let mut fragments = 0;
+        let mut deliver = |entry: &[u8], end: i64| {
+            if end > skip_below {
+                handler(entry, end)
+            }
+        };
+        let mut fragments = self.poll_replay(commit, fragment_limit, &mut deliver);
         loop {
             self.refresh_switch();
             let end = self.next_switch.unwrap_or(i64::MAX);
             if let Some(reader) = self.reader.as_mut() {
-                let bound = commit.min(end);
-                if reader.position() < skip_below {
-                    fragments += reader.poll_bounded(bound.min(skip_below), fragment_limit - fragments, |_| {});
-                }
-                fragments += reader.poll_bounded(bound, fragment_limit - fragments, &mut handler);
+                fragments +=
+                    reader.poll_bounded_with_positions(commit.min(end), fragment_limit - fragments, &mut deliver);
             }
-            if fragments >= fragment_limit || self.applied_position() != end || !self.switch_log() {
+            if fragments >= fragment_limit
+                || self.replay.is_some()
+                || self.applied_position() != end
+                || !self.switch_log()
+            {
                 return fragments;
             }
         }
     }
 
+    /// Reads committed entries from the recording, up to the first switch to a log in memory, and makes
+    /// that switch once there.
+    fn poll_replay(&mut self, commit: i64, fragment_limit: usize, deliver: &mut impl FnMut(&[u8], i64)) -> usize {
+        if self.replay.is_none() {
+            return 0;
+        }
+        self.refresh_switch();
+        // Nothing is read before this member has joined a leader or leads: only then is its log's end known.
+        let Some(first) = self.next_switch else {
+            return 0;
+        };
+        let recorded = self.recorder.as_ref().map_or(0, |c| c.position.get());
+        let replay = self.replay.as_mut().expect("checked");
+        let fragments = match replay.poll(commit.min(first).min(recorded), fragment_limit, deliver) {
+            Ok(fragments) => fragments,
+            Err(e) => {
+                log::error!("member {}: the replay of the recorded log stopped: {e}", self.config.id);
+                self.replay_error = Some(e);
+                self.replay = None;
+                return 0;
+            }
+        };
+        if replay.position() == first {
+            if let Some((at, (reader, consumer), next)) = self.shared.switches.take() {
+                let replay = self.replay.take().expect("checked");
+                self.reader = Some(MessageReader::continuing(reader, consumer, at, replay.assembler));
+                self.next_switch = next;
+            }
+        }
+        fragments
+    }
+
     /// Reads where the next switch of logs is, when the consensus agent queued or completed one.
     fn refresh_switch(&mut self) {
-        let generation = self.shared.switch_generation.load(Ordering::Acquire);
+        let generation = self.shared.switches.generation();
         if generation != self.switch_generation {
             self.switch_generation = generation;
-            self.next_switch = self.shared.switches.lock().unwrap_or_else(|e| e.into_inner()).front().map(|s| s.at);
+            self.next_switch = self.shared.switches.next_at();
         }
     }
 
     /// At the next switch's position, goes on in its log, once it is there; true when it did.
     fn switch_log(&mut self) -> bool {
-        let mut switches = self.shared.switches.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((reader, consumer)) = switches.front_mut().and_then(|s| s.next.take()) else {
+        let Some((at, (reader, consumer), next)) = self.shared.switches.take() else {
             return false;
         };
-        let at = switches.pop_front().map_or(0, |s| s.at);
-        self.next_switch = switches.front().map(|s| s.at);
-        drop(switches);
+        self.next_switch = next;
         match self.reader.as_mut() {
             Some(current) => current.continue_in(reader, consumer),
             None => self.reader = Some(MessageReader::new(reader, consumer, at)),
@@ -330,8 +421,6 @@ impl Node {
             Some(handles) => handles.close().map_err(NodeError::Agents),
             None => Ok(()),
         };
-        // A clean shutdown keeps no log to recover: the application closed with its state.
-        recovery::forget(&self.config.data_dir_path());
         if let Some(directory) = self.directory.take() {
             directory.close().map_err(NodeError::Directory)?;
         }
@@ -346,8 +435,11 @@ impl Drop for Node {
 }
 
 /// The consensus core of a starting node, from its persisted term and vote (the vote file it goes on
-/// writing) and the log it kept when its process died (see `recovery`), if any.
-fn start_core(config: &NodeConfig) -> Result<(ConsensusCore, VoteFile, Option<recovery::Recovered>), NodeError> {
+/// writing) and its recorded log, if it has one.
+fn start_core(
+    config: &NodeConfig,
+    recovered: Option<&recovery::Recovered>,
+) -> Result<(ConsensusCore, VoteFile), NodeError> {
     let data_dir = config.data_dir_path();
     std::fs::create_dir_all(&data_dir).map_err(|e| {
         NodeError::Io(std::io::Error::new(
@@ -364,32 +456,25 @@ fn start_core(config: &NodeConfig) -> Result<(ConsensusCore, VoteFile, Option<re
         },
         None => DurableState::default(),
     };
-    let recovered = match recovery::recover(&data_dir, config.stream_id, config.membership()) {
-        Ok(Some(recovered)) => {
-            let kept = DurableState {
-                term_history: recovered.history.clone(),
-                append_position: recovered.end,
-                leadership_term_id: durable.leadership_term_id.max(recovered.history.last_term_id()),
-                ..durable.clone()
-            };
-            match kept.validate() {
-                Ok(()) => {
-                    log::info!("member {}: kept log recovered up to position {}", config.id, recovered.end);
-                    durable = kept;
-                    Some(recovered)
-                }
-                Err(e) => {
-                    log::warn!("member {}: the kept log is not used: {e}", config.id);
-                    None
-                }
-            }
-        }
-        Ok(None) => None,
-        Err(why) => {
-            log::warn!("member {}: {why}", config.id);
-            None
-        }
-    };
+    if let Some(recovered) = recovered.filter(|r| r.recording.end() > 0) {
+        let end = recovered.recording.end();
+        durable = DurableState {
+            term_history: recovered.history.clone(),
+            append_position: end,
+            leadership_term_id: durable.leadership_term_id.max(recovered.history.last_term_id()),
+            ..durable
+        };
+        durable.validate().map_err(|e| {
+            NodeError::Recording(crate::recording::RecordingError {
+                path: recovered.recording.dir().to_path_buf(),
+                message: format!(
+                    "its terms and end do not make a log a consensus core can start from ({e}): move the recording \
+                     directory away to start this member empty (it catches up from the leader)"
+                ),
+            })
+        })?;
+        log::info!("member {}: recorded log recovered up to position {end}", config.id);
+    }
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         ^ (config.id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let core_config = CoreConfig {
@@ -401,7 +486,26 @@ fn start_core(config: &NodeConfig) -> Result<(ConsensusCore, VoteFile, Option<re
     };
     let now_ns = crate::clock::NanoClock::new().now_ns();
     let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
-    Ok((core, votes, recovered))
+    Ok((core, votes))
+}
+
+/// Warns when the recording would live in memory (tmpfs, `/dev/shm`): a machine restart loses it.
+fn warn_if_memory_backed(config: &NodeConfig, warnings: &mut Vec<String>) {
+    let dir = config.recording_dir_path();
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `path` is a NUL-terminated string and `fs` a buffer of the size statfs writes.
+    let ok = unsafe { libc::statfs(path.as_ptr(), fs.as_mut_ptr()) } == 0;
+    // SAFETY: statfs succeeded, so it initialised `fs`.
+    if ok && unsafe { fs.assume_init() }.f_type == libc::TMPFS_MAGIC {
+        warnings.push(format!(
+            "the recorded log is in {}, on tmpfs: a machine restart loses it; set data_dir (or \
+             storage.recording_dir) to a directory on disk",
+            dir.display()
+        ));
+    }
 }
 
 /// Binds this member's consensus endpoint, after checking that its log endpoint can be bound too (the

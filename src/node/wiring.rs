@@ -239,7 +239,12 @@ impl Wiring {
 
     /// Starts following `leader` from `position`: a Receiver that accepts only the leader's log, and
     /// makes its image start at `position`.
-    pub(super) fn follow(&self, leader: i32, position: i64) -> Result<Followership, NodeError> {
+    pub(super) fn follow(
+        &self,
+        leader: i32,
+        position: i64,
+        durable: Option<Counter>,
+    ) -> Result<Followership, NodeError> {
         let config = &self.config;
         let me = config.me();
         let leader = config.member(leader).ok_or_else(|| NodeError::Config(format!("no member {leader}")))?;
@@ -266,6 +271,7 @@ impl Wiring {
             ack_interval: config.ack_interval,
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),
+            durable,
         });
         let faults = channel.channel.receive_faults.is_active();
         let counters = self.counters.receiver.clone();
@@ -361,14 +367,23 @@ pub(super) fn start_agents(
     consensus: Box<dyn Agent>,
     sender: Slot<Box<dyn Agent>>,
     receiver: Slot<Box<dyn Agent>>,
+    recorder: Option<Box<dyn Agent>>,
     counters: &CountersManager,
     warnings: &mut Vec<String>,
 ) -> Result<AgentHandles, NodeError> {
-    let specs = vec![
+    let mut specs = vec![
         AgentSpec { role: AgentRole::Consensus, agent: consensus, idle: config.idle[0], core: config.cores[0] },
         AgentSpec { role: AgentRole::Sender, agent: Box::new(sender), idle: config.idle[1], core: config.cores[1] },
         AgentSpec { role: AgentRole::Receiver, agent: Box::new(receiver), idle: config.idle[2], core: config.cores[2] },
     ];
+    if let Some(recorder) = recorder {
+        specs.push(AgentSpec {
+            role: AgentRole::Recorder,
+            agent: recorder,
+            idle: config.idle[3],
+            core: config.cores[3],
+        });
+    }
     let layout = AgentLayout::plan(config.threading, specs).map_err(NodeError::Layout)?;
     let layout_warnings = layout.check_cores(available_cores(), config.force_layout).map_err(NodeError::Layout)?;
     warnings.extend(layout_warnings.iter().map(Warning::to_string));

@@ -355,6 +355,9 @@ fn failover_args(file: &Path, dir: &Path) -> Vec<String> {
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let mut args: Vec<String> =
         ["--config", &path(file), "--profile", &path(&profile), "--directory", &path(dir)].map(String::from).to_vec();
+    let mut data = dir.as_os_str().to_owned();
+    data.push("-data");
+    args.extend(["--data-dir".to_string(), path(Path::new(&data))]);
     let load = ["--offer", "1000000000", "--rate", "20000", "--in-flight", "20000", "--checkpoint", "1000"];
     args.extend(load.map(String::from));
     args.extend(["--timeout".to_string(), DEADLINE.as_secs().to_string()]);
@@ -459,7 +462,7 @@ fn killing_the_leader_process_elects_another_and_loses_no_committed_entry() {
         if !clean {
             // Its process died with its log: it reads it back, votes and rejoins with it.
             let process = processes[0].as_mut().unwrap();
-            process.await_stderr("kept log recovered up to position", Instant::now() + DEADLINE);
+            process.await_stderr("recorded log recovered up to position", Instant::now() + DEADLINE);
         }
         let target = progress[1].applied().max(progress[2].applied()) + 5_000;
         await_progress(&mut processes, &mut progress, "the restarted member catches up", |p| {

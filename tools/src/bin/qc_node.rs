@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! qc-node --config tuning/cluster/node0.toml [--profile tuning/profiles/balanced.toml]...
-//!         [--directory DIR] [--offer N] [--msg-size BYTES] [--expect N] [--timeout SECS]
+//!         [--directory DIR] [--data-dir DIR] [--offer N] [--msg-size BYTES] [--expect N] [--timeout SECS]
 //!         [--in-flight K] [--linger-ms MS] [--print-counters]
 //! ```
 //!
@@ -22,8 +22,9 @@
 //! `timers.commit_heartbeat`) before the leader goes away. Without `--expect` it runs until SIGINT or
 //! SIGTERM. Either way it closes the node, which removes the node directory.
 //!
-//! A follower started by `qc-node` has an empty state machine, so it joins the log at position 0 whenever
-//! it starts: followers may start before or after the leader (within the leader's retained log).
+//! `qc-node`'s state machine is the digest, which it does not snapshot: a node that restarts with its
+//! recorded log (the default storage) replays it from position 0 and goes on from there; one without it
+//! joins the log at position 0, within the leader's retained log.
 //!
 //! With `--checkpoint K` it also prints `applied N digest <hex>` each time N reaches a multiple of K, so
 //! runs of different members can be compared entry by entry. Each change of role, term or leader is
@@ -66,6 +67,9 @@ struct Args {
     /// Overrides the node directory of the files.
     #[arg(long, value_name = "DIR")]
     directory: Option<PathBuf>,
+    /// Overrides the data directory of the files (the vote, the recorded log, the snapshots).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// On the leader: offer N generated messages.
     #[arg(long, value_name = "N", default_value_t = 0)]
     offer: u64,
@@ -182,6 +186,9 @@ fn load(args: &Args) -> Result<(NodeConfig, NodeFile), Failure> {
     })?;
     if let Some(directory) = &args.directory {
         config.directory = Some(directory.clone());
+    }
+    if let Some(data_dir) = &args.data_dir {
+        config.data_dir = Some(data_dir.clone());
     }
     Ok((config, file))
 }

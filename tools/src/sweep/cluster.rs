@@ -342,6 +342,9 @@ impl LoadCluster {
                 .timers(harness::patient_timers())
                 .directory(harness::node_dir("sweep", run, id))
                 .clean_stale(true)
+                // The sweep measures the replication path MODEL.md describes: the log in memory (the cluster
+                // bench measures the recorded log beside it).
+                .memory_log()
                 .channel(channel(spec))
                 .commit_piggyback(spec.control == Control::Piggyback)
         };
@@ -355,16 +358,16 @@ impl LoadCluster {
         let follower = |id: i32| {
             base(id)
                 .threading(follower_mode)
-                .idle(backoff, backoff, backoff)
-                .cores(layout.followers, layout.followers, layout.followers)
+                .idle([backoff; 4])
+                .cores([layout.followers; 4])
                 .start()
                 .map_err(|e| SweepError::Cluster(format!("follower {id} did not start: {e}")))
         };
         let mut nodes = vec![follower(1)?, follower(2)?];
         let leader = base(0)
             .threading(leader_mode)
-            .idle(spec.consensus_idle, sender_idle, sender_idle)
-            .cores(layout.consensus, layout.sender, layout.sender)
+            .idle([spec.consensus_idle, sender_idle, sender_idle, backoff])
+            .cores([layout.consensus, layout.sender, layout.sender, layout.followers])
             .start()
             .map_err(|e| SweepError::Cluster(format!("leader did not start: {e}")))?;
         nodes.insert(0, leader);

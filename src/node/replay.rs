@@ -1,0 +1,131 @@
+//! The node's reader of committed entries while they come from the recorded log: after a restart, from
+//! the snapshot's position (or the recording's start) up to where the first log in memory takes over.
+
+use crate::frame::{DataHeader, Frame, TERM_START_FLAG};
+use crate::log_buffer::FragmentAssembler;
+use crate::recording::{for_each_frame, RecordingError, RecordingReader};
+
+/// Tries a block that fails before calling it damaged: the recorder may be cutting the block being read
+/// (a new leader's log agrees with this member's only up to inside it), which a second read gets whole.
+const READ_ATTEMPTS: u32 = 3;
+
+/// Whole messages from the recording, one block at a time, never past a limit.
+pub(super) struct Replay {
+    reader: RecordingReader,
+    /// The block being handed out, from `offset`.
+    block: Vec<u8>,
+    block_position: i64,
+    offset: usize,
+    pub(super) assembler: FragmentAssembler<()>,
+    failures: u32,
+}
+
+impl Replay {
+    pub(super) fn new(reader: RecordingReader) -> Self {
+        let position = reader.position();
+        Self {
+            reader,
+            block: Vec::new(),
+            block_position: position,
+            offset: 0,
+            assembler: FragmentAssembler::new(()),
+            failures: 0,
+        }
+    }
+
+    /// The position read up to.
+    pub(super) fn position(&self) -> i64 {
+        self.block_position + self.offset as i64
+    }
+
+    /// Hands whole messages that end at or below `limit` to `handler` with the position each ends at, up to
+    /// `fragment_limit` fragments; returns the fragments read. `limit` must not exceed what is recorded.
+    pub(super) fn poll(
+        &mut self,
+        limit: i64,
+        fragment_limit: usize,
+        handler: &mut impl FnMut(&[u8], i64),
+    ) -> Result<usize, RecordingError> {
+        let mut fragments = 0;
+        while fragments < fragment_limit && self.position() < limit {
+            if self.offset >= self.block.len() {
+                if !self.next_block(limit)? {
+                    break;
+                }
+                continue;
+            }
+            let (read, end) = self.poll_block(limit, fragment_limit - fragments, handler);
+            fragments += read;
+            if read == 0 {
+                // A frame that ends past the limit, or a PAD: move on only past a PAD's padding.
+                if end > self.position() && end <= limit {
+                    self.block_position = end;
+                    self.offset = 0;
+                    self.block.clear();
+                    continue;
+                }
+                break;
+            }
+        }
+        Ok(fragments)
+    }
+
+    /// Reads the next block; false when there is none below `limit` yet.
+    fn next_block(&mut self, limit: i64) -> Result<bool, RecordingError> {
+        let at = self.position();
+        match self.reader.next_block(limit) {
+            Ok(Some((bytes, _end))) => {
+                self.block.clear();
+                self.block.extend_from_slice(bytes);
+                self.block_position = at;
+                self.offset = 0;
+                self.failures = 0;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                self.failures += 1;
+                if self.failures >= READ_ATTEMPTS {
+                    return Err(e);
+                }
+                self.reader = self.reader.reopen(at);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Hands out the frames of the current block from its offset that end at or below `limit`; returns the
+    /// fragments read and, when it stopped at a PAD, where the PAD's term ends.
+    fn poll_block(&mut self, limit: i64, fragment_limit: usize, handler: &mut impl FnMut(&[u8], i64)) -> (usize, i64) {
+        let start = self.position();
+        let mut read = 0;
+        let mut consumed = 0usize;
+        let mut pad_end = start;
+        let assembler = &mut self.assembler;
+        for_each_frame(&self.block[self.offset..], start, |at, frame| {
+            if read >= fragment_limit || pad_end != start {
+                return;
+            }
+            match frame {
+                Frame::Data { header, payload } => {
+                    let end = at + crate::frame::align_frame(header.frame_length as usize) as i64;
+                    if end > limit || at != start + consumed as i64 {
+                        return;
+                    }
+                    consumed += (end - at) as usize;
+                    read += 1;
+                    if header.flags & TERM_START_FLAG == 0 {
+                        let mut deliver = |message: &[u8], _: &DataHeader| handler(message, end);
+                        assembler.on_fragment_with(payload, &header, &mut deliver);
+                    }
+                }
+                Frame::Pad(header) if at == start + consumed as i64 => {
+                    pad_end = at + header.frame_length as i64;
+                }
+                _ => {}
+            }
+        });
+        self.offset += consumed;
+        (read, pad_end)
+    }
+}

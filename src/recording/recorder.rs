@@ -1,0 +1,252 @@
+//! The recorder agent: copies the member's log from its mapped log buffers into the recording, on a
+//! thread of its own (never the Sender's or the consensus append's), and makes it durable by the
+//! node's sync policy.
+//!
+//! Each duty cycle it:
+//!
+//! 1. takes the next log switch when it has reached it (its queue is fed by the consensus agent, like the
+//!    node's reader of committed entries), cutting the recording back first when the new log starts below
+//!    its end (a follower's log agreeing with a new leader's only up to there);
+//! 2. records the whole frames its current log holds past the recording's end, in blocks of up to
+//!    [`MAX_BLOCK_LENGTH`] bytes, at most [`MAX_BYTES_PER_CYCLE`], publishing its consumer position so
+//!    the log's writer never overwrites what it has not recorded;
+//! 3. under [`SyncPolicy::Batch`], calls `fdatasync` once for everything the cycle wrote (a group
+//!    commit), then publishes the synced position; under [`SyncPolicy::None`] the synced position is
+//!    the written one;
+//! 4. deletes the segments below a compaction point the application asked for (its oldest snapshot
+//!    kept).
+
+use std::sync::Arc;
+
+use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
+use crate::agent::{Agent, AgentError};
+use crate::counters::Counter;
+use crate::log_buffer::{partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer};
+use crate::log_switch::SwitchQueue;
+use crate::stats::{kinds, CounterKind};
+
+/// Most bytes recorded per duty cycle: what one group commit covers at most.
+pub const MAX_BYTES_PER_CYCLE: usize = 4 << 20;
+
+/// A log for the recorder to record, and its consumer slot in it.
+#[derive(Debug)]
+pub struct RecorderSource {
+    /// The log.
+    pub log: LogBuffer,
+    /// The recorder's consumer slot in it: the log's writer stays within half a term of it.
+    pub consumer: ConsumerPosition,
+}
+
+/// The recorder's counters (see [`kinds::recorder`]).
+#[derive(Clone, Debug)]
+pub struct RecorderCounters {
+    /// The position recorded up to.
+    pub position: Counter,
+    /// The position made durable.
+    pub synced_position: Counter,
+    /// Bytes recorded.
+    pub bytes: Counter,
+    /// Frames recorded.
+    pub frames: Counter,
+    /// `fdatasync` calls.
+    pub fsyncs: Counter,
+    /// Cuts of the recording.
+    pub truncations: Counter,
+    /// Bytes cut at start.
+    pub torn_bytes: Counter,
+    /// Segments deleted by compaction.
+    pub segments_deleted: Counter,
+    /// Where the recording starts.
+    pub start_position: Counter,
+}
+
+impl RecorderCounters {
+    /// Allocates every recorder counter with `allocate`.
+    pub fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
+        Self {
+            position: allocate(&kinds::recorder::position),
+            synced_position: allocate(&kinds::recorder::synced_position),
+            bytes: allocate(&kinds::recorder::bytes),
+            frames: allocate(&kinds::recorder::frames),
+            fsyncs: allocate(&kinds::recorder::fsyncs),
+            truncations: allocate(&kinds::recorder::truncations),
+            torn_bytes: allocate(&kinds::recorder::torn_bytes),
+            segments_deleted: allocate(&kinds::recorder::segments_deleted),
+            start_position: allocate(&kinds::recorder::start_position),
+        }
+    }
+
+    /// Detached counters, for a recorder outside a node.
+    pub fn detached() -> Self {
+        Self::new(|_| Counter::detached())
+    }
+}
+
+/// The recorder agent.
+#[derive(Debug)]
+pub struct Recorder {
+    recording: Recording,
+    switches: Arc<SwitchQueue<RecorderSource>>,
+    generation: u64,
+    source: Option<RecorderSource>,
+    /// Where the current log hands over to the next (`i64::MAX`: no switch queued).
+    bound: i64,
+    counters: RecorderCounters,
+    /// The position below which the application's snapshots make the log unneeded.
+    compact_below: Counter,
+    compacted_to: i64,
+    unsynced: bool,
+}
+
+impl Recorder {
+    /// A recorder writing `recording`, taking its logs from `switches`, deleting segments below what
+    /// `compact_below` says.
+    pub fn new(
+        recording: Recording,
+        switches: Arc<SwitchQueue<RecorderSource>>,
+        counters: RecorderCounters,
+        compact_below: Counter,
+    ) -> Self {
+        counters.position.set(recording.end());
+        counters.synced_position.set(recording.end());
+        counters.start_position.set(recording.start());
+        let compacted_to = recording.start();
+        Self {
+            recording,
+            switches,
+            generation: u64::MAX,
+            source: None,
+            bound: i64::MAX,
+            counters,
+            compact_below,
+            compacted_to,
+            unsynced: false,
+        }
+    }
+
+    /// The recording.
+    pub fn recording(&self) -> &Recording {
+        &self.recording
+    }
+
+    /// Takes the next switch once the recording has reached it (or has no log to record).
+    fn switch_if_due(&mut self) -> Result<usize, AgentError> {
+        let generation = self.switches.generation();
+        if generation != self.generation {
+            self.generation = generation;
+            self.bound = self.switches.next_at().unwrap_or(i64::MAX);
+        }
+        let end = self.recording.end();
+        if self.source.is_some() && self.bound > end {
+            return Ok(0);
+        }
+        // At the switch (or with no log at all): take it once its log is there.
+        let Some((at, source, next)) = self.switches.take() else {
+            return Ok(0);
+        };
+        if at < end {
+            self.cut(at)?;
+        } else if at > end {
+            return Err(AgentError::msg(format!(
+                "the log to record starts at {at} but the recording ends at {end}: {} bytes of this member's \
+                 log are in neither",
+                at - end
+            )));
+        }
+        source.consumer.set(at);
+        self.source = Some(source);
+        self.bound = next.unwrap_or(i64::MAX);
+        Ok(1)
+    }
+
+    fn cut(&mut self, at: i64) -> Result<(), AgentError> {
+        self.recording.truncate(at).map_err(AgentError::new)?;
+        self.counters.truncations.increment();
+        self.counters.position.set(at);
+        self.counters.synced_position.set(at);
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Records what the current log holds past the recording's end; returns the blocks written.
+    fn record(&mut self) -> Result<usize, AgentError> {
+        let Some(source) = &self.source else {
+            return Ok(0);
+        };
+        let log = &source.log;
+        let bits = position_bits_to_shift(log.term_length());
+        let mut blocks = 0;
+        let mut bytes = 0;
+        while bytes < MAX_BYTES_PER_CYCLE {
+            let position = self.recording.end();
+            let room = (self.bound - position).clamp(0, MAX_BLOCK_LENGTH as i64) as usize;
+            if room == 0 {
+                break;
+            }
+            let found = scan(log, position, room);
+            if found.available == 0 {
+                break;
+            }
+            let term = log.term(partition_index(position, bits));
+            let payload = term.bytes(term_offset(position, log.term_length()), found.available);
+            let frames = self.recording.append(position, payload, found.advance()).map_err(AgentError::new)?;
+            source.consumer.set(position + found.advance() as i64);
+            self.counters.frames.add(frames as i64);
+            blocks += 1;
+            bytes += found.available;
+        }
+        if blocks > 0 {
+            self.counters.bytes.add(bytes as i64);
+            self.counters.position.set(self.recording.end());
+            match self.recording.config().sync {
+                SyncPolicy::None => self.counters.synced_position.set(self.recording.end()),
+                SyncPolicy::Batch => self.unsynced = true,
+            }
+        }
+        Ok(blocks)
+    }
+
+    /// Under `batch`: one `fdatasync` for what was written since the last, then the synced position.
+    fn sync_if_due(&mut self) -> Result<usize, AgentError> {
+        if !std::mem::take(&mut self.unsynced) {
+            return Ok(0);
+        }
+        self.recording.sync().map_err(AgentError::new)?;
+        self.counters.fsyncs.increment();
+        self.counters.synced_position.set(self.recording.end());
+        Ok(1)
+    }
+
+    /// Deletes the segments below the compaction point, once it moved.
+    fn compact(&mut self) -> Result<usize, AgentError> {
+        let below = self.compact_below.get().min(self.recording.end());
+        if below <= self.compacted_to {
+            return Ok(0);
+        }
+        self.compacted_to = below;
+        let segments = self.recording.segment_count();
+        let start = self.recording.delete_before(below).map_err(AgentError::new)?;
+        self.counters.segments_deleted.add((segments - self.recording.segment_count()) as i64);
+        self.counters.start_position.set(start);
+        Ok(1)
+    }
+}
+
+impl Agent for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+
+    fn do_work(&mut self) -> Result<usize, AgentError> {
+        let mut work = self.switch_if_due()?;
+        work += self.record()?;
+        work += self.sync_if_due()?;
+        work += self.compact()?;
+        Ok(work)
+    }
+
+    fn on_close(&mut self) {
+        // What was written is made durable on a clean close, whatever the policy.
+        let _ = self.recording.sync();
+    }
+}

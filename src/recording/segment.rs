@@ -1,0 +1,352 @@
+//! One segment file of a recording: a header, then blocks of log frames, each with its own checksum.
+//!
+//! # Layout
+//!
+//! ```text
+//! SegmentHeader (64 bytes)  identity, base position, checksum of the header
+//! BlockHeader   (32 bytes)  position, stored length, log bytes covered, checksum of header and payload
+//! payload                   the log's frames from `position`, exactly as in the term (a data run)
+//! BlockHeader ...
+//! ```
+//!
+//! # Invariants
+//!
+//! - A block's payload is a run of whole frames of one term, starting at `position`, as a Sender would
+//!   send it: when it ends with a PAD frame only the PAD's header is stored, and `advance` (the log bytes
+//!   the block covers) includes the padding; otherwise `advance == length`.
+//! - Blocks are contiguous: each starts at the position where the one before it ends
+//!   (`position + advance`); the first at the segment's base position.
+//! - A block is written whole with one `pwrite` at the end of the file; a crash can leave a torn last
+//!   block (short, or with bytes of another write), which the checksum finds. Nothing after the first
+//!   block that fails is read.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytemuck::{Pod, Zeroable};
+
+use super::RecordingIdentity;
+use crate::frame::FRAME_ALIGNMENT;
+
+/// A segment file's first 8 bytes.
+pub(super) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"qcseg001");
+/// A block header's first 4 bytes.
+const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"qcbk");
+/// Bytes of the segment header.
+pub(super) const SEGMENT_HEADER_LENGTH: u64 = std::mem::size_of::<SegmentHeader>() as u64;
+/// Bytes of a block header.
+pub const BLOCK_HEADER_LENGTH: usize = std::mem::size_of::<BlockHeader>();
+/// The longest block payload a reader accepts: a bound on what a damaged length can make it allocate.
+pub const MAX_BLOCK_LENGTH: usize = 1 << 20;
+
+/// A segment file's header, little-endian.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub(super) struct SegmentHeader {
+    pub(super) magic: u64,
+    pub(super) membership: i64,
+    pub(super) stream_id: i32,
+    pub(super) term_length: u32,
+    /// The log position of the first block's first byte.
+    pub(super) base_position: i64,
+    pub(super) reserved: [u64; 3],
+    /// The first 8 bytes of BLAKE3 over the fields before it.
+    pub(super) checksum: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<SegmentHeader>() == 64);
+
+/// A block's header, little-endian.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockHeader {
+    magic: u32,
+    /// Payload bytes stored after the header: a multiple of 32, at most [`MAX_BLOCK_LENGTH`].
+    pub length: u32,
+    /// The log position of the payload's first byte.
+    pub position: i64,
+    /// Log bytes the block covers: `length`, plus a final PAD frame's body.
+    pub advance: u32,
+    reserved: u32,
+    /// The first 8 bytes of BLAKE3 over the fields before it and the payload.
+    checksum: u64,
+}
+
+const _: () = assert!(BLOCK_HEADER_LENGTH == 32);
+
+impl SegmentHeader {
+    pub(super) fn new(identity: &RecordingIdentity, base_position: i64) -> Self {
+        let mut header = Self {
+            magic: SEGMENT_MAGIC,
+            membership: identity.membership,
+            stream_id: identity.stream_id,
+            term_length: identity.term_length,
+            base_position,
+            reserved: [0; 3],
+            checksum: 0,
+        };
+        header.checksum = checksum(&[&bytemuck::bytes_of(&header)[..56]]);
+        header
+    }
+
+    /// Checks the header is whole and of `identity`; the error says what is wrong.
+    pub(super) fn verify(&self, identity: &RecordingIdentity) -> Result<(), String> {
+        if self.magic != SEGMENT_MAGIC {
+            return Err("is not a segment of a quorumcast recording (no magic number)".into());
+        }
+        if self.checksum != checksum(&[&bytemuck::bytes_of(self)[..56]]) {
+            return Err("its header fails its checksum".into());
+        }
+        if self.membership != identity.membership || self.stream_id != identity.stream_id {
+            return Err(format!(
+                "was written by another cluster (member-list tag {:#x}, stream {}; this node's is {:#x}, stream {})",
+                self.membership, self.stream_id, identity.membership, identity.stream_id
+            ));
+        }
+        if self.term_length != identity.term_length {
+            return Err(format!(
+                "was written with term length {}; this node's is {}",
+                self.term_length, identity.term_length
+            ));
+        }
+        if self.base_position < 0 || self.base_position % FRAME_ALIGNMENT as i64 != 0 {
+            return Err(format!("its base position {} is not a frame boundary", self.base_position));
+        }
+        Ok(())
+    }
+}
+
+impl BlockHeader {
+    /// The header of a block of `payload` at `position` covering `advance` log bytes.
+    pub fn new(position: i64, payload: &[u8], advance: usize) -> Self {
+        let mut header = Self {
+            magic: BLOCK_MAGIC,
+            length: payload.len() as u32,
+            position,
+            advance: advance as u32,
+            reserved: 0,
+            checksum: 0,
+        };
+        header.checksum = checksum(&[&bytemuck::bytes_of(&header)[..24], payload]);
+        header
+    }
+
+    /// The position where the block ends.
+    pub fn end(&self) -> i64 {
+        self.position + i64::from(self.advance)
+    }
+
+    /// Checks the header's own fields, before its payload is read: at `position`, of a sane length.
+    pub fn check_fields(&self, position: i64) -> Result<(), String> {
+        let length = self.length as usize;
+        if self.magic != BLOCK_MAGIC {
+            return Err("no block header (no magic number)".into());
+        }
+        if self.position != position {
+            return Err(format!("a block at position {} where {position} was expected", self.position));
+        }
+        if length == 0 || length > MAX_BLOCK_LENGTH || length % FRAME_ALIGNMENT != 0 {
+            return Err(format!("a block length of {length} bytes"));
+        }
+        if (self.advance as usize) < length || self.advance as usize % FRAME_ALIGNMENT != 0 {
+            return Err(format!("a block covering {} log bytes for {length} stored", self.advance));
+        }
+        Ok(())
+    }
+
+    /// Checks `payload` is the one this header was written with.
+    pub fn check_payload(&self, payload: &[u8]) -> bool {
+        self.checksum == checksum(&[&bytemuck::bytes_of(self)[..24], payload])
+    }
+}
+
+/// The first 8 bytes of BLAKE3 over `parts`.
+fn checksum(parts: &[&[u8]]) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    u64::from_le_bytes(hasher.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// The file name of the segment whose first block starts at `base_position`.
+pub(super) fn file_name(base_position: i64) -> String {
+    format!("segment-{base_position:020}.rec")
+}
+
+/// The base position a segment file name says, if it is one.
+pub(super) fn parse_file_name(name: &str) -> Option<i64> {
+    let digits = name.strip_prefix("segment-")?.strip_suffix(".rec")?;
+    (digits.len() == 20).then(|| digits.parse().ok()).flatten()
+}
+
+/// An open segment: where its blocks end in the file and in the log.
+#[derive(Debug)]
+pub(super) struct Segment {
+    pub(super) path: PathBuf,
+    pub(super) file: File,
+    pub(super) base_position: i64,
+    /// The file length up to the end of the last whole block.
+    pub(super) file_end: u64,
+    /// The log position where the last whole block ends.
+    pub(super) end_position: i64,
+}
+
+/// What walking a segment's blocks found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Walk {
+    /// The file offset and log position after the last block that verified.
+    pub(super) file_end: u64,
+    pub(super) end_position: i64,
+    /// Why the walk stopped before the end of the file, if it did.
+    pub(super) torn: Option<String>,
+}
+
+impl Segment {
+    /// Creates a segment at `base_position`, writing its header (synced when `sync`).
+    pub(super) fn create(
+        dir: &Path,
+        identity: &RecordingIdentity,
+        base_position: i64,
+        sync: bool,
+    ) -> io::Result<Segment> {
+        let path = dir.join(file_name(base_position));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+        file.write_all_at(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)), 0)?;
+        if sync {
+            file.sync_data()?;
+            super::sync_dir(dir)?;
+        }
+        Ok(Segment { path, file, base_position, file_end: SEGMENT_HEADER_LENGTH, end_position: base_position })
+    }
+
+    /// Opens a segment and checks its header against `identity`.
+    pub(super) fn open(path: &Path, identity: &RecordingIdentity) -> Result<Segment, String> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("cannot be opened: {e}"))?;
+        let mut header = SegmentHeader::zeroed();
+        file.read_exact_at(bytemuck::bytes_of_mut(&mut header), 0)
+            .map_err(|e| format!("its header cannot be read: {e}"))?;
+        header.verify(identity)?;
+        Ok(Segment {
+            path: path.to_path_buf(),
+            file,
+            base_position: header.base_position,
+            file_end: SEGMENT_HEADER_LENGTH,
+            end_position: header.base_position,
+        })
+    }
+
+    /// Appends one block; the file is not synced.
+    pub(super) fn append(&mut self, position: i64, payload: &[u8], advance: usize) -> io::Result<()> {
+        debug_assert_eq!(position, self.end_position);
+        let header = BlockHeader::new(position, payload, advance);
+        let mut at = self.file_end;
+        self.file.write_all_at(bytemuck::bytes_of(&header), at)?;
+        at += BLOCK_HEADER_LENGTH as u64;
+        self.file.write_all_at(payload, at)?;
+        self.file_end = at + payload.len() as u64;
+        self.end_position = header.end();
+        Ok(())
+    }
+
+    /// Walks every block from the first, verifying each, and sets where the verified blocks end.
+    pub(super) fn walk(&mut self, scratch: &mut Vec<u8>) -> io::Result<Walk> {
+        let file_length = self.file.metadata()?.len();
+        let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
+        let torn = loop {
+            match reader.next(&self.file, file_length, scratch) {
+                Ok(Some(_)) => {}
+                Ok(None) => break None,
+                Err(why) => break Some(why),
+            }
+        };
+        self.file_end = reader.offset;
+        self.end_position = reader.position;
+        Ok(Walk { file_end: reader.offset, end_position: reader.position, torn })
+    }
+
+    /// Cuts the segment at log position `position` (a frame boundary at or after its base): blocks after it
+    /// go, and a block across it is rewritten to end there.
+    pub(super) fn cut(&mut self, position: i64, scratch: &mut Vec<u8>) -> io::Result<()> {
+        let file_length = self.file.metadata()?.len();
+        let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
+        loop {
+            let block_offset = reader.offset;
+            let header = match reader.next(&self.file, file_length, scratch) {
+                Ok(Some(header)) => header,
+                _ => break,
+            };
+            if header.end() <= position {
+                continue;
+            }
+            // The block crosses `position`, or starts at it.
+            let keep = (position - header.position) as usize;
+            self.file.set_len(block_offset)?;
+            self.file_end = block_offset;
+            self.end_position = header.position;
+            if keep > 0 {
+                let payload = scratch[..keep.min(header.length as usize)].to_vec();
+                self.append(header.position, &payload, keep)?;
+            }
+            return Ok(());
+        }
+        self.file_end = reader.offset;
+        self.end_position = reader.position;
+        self.file.set_len(self.file_end)?;
+        Ok(())
+    }
+}
+
+/// Reads a segment's blocks one at a time, each verified before it is returned.
+#[derive(Debug)]
+pub struct BlockReader {
+    /// The file offset of the next block.
+    pub offset: u64,
+    /// The log position of the next block.
+    pub position: i64,
+}
+
+impl BlockReader {
+    /// A reader of the blocks at `offset`, the first at log position `position`.
+    pub fn new(position: i64, offset: u64) -> Self {
+        Self { offset, position }
+    }
+
+    /// Reads the next block's payload into `payload`: `Ok(None)` at the end of the file, `Err` with why
+    /// when the bytes there are not a whole block that verifies (a torn or damaged block).
+    pub fn next(
+        &mut self,
+        file: &File,
+        file_length: u64,
+        payload: &mut Vec<u8>,
+    ) -> Result<Option<BlockHeader>, String> {
+        if self.offset >= file_length {
+            return Ok(None);
+        }
+        if file_length - self.offset < BLOCK_HEADER_LENGTH as u64 {
+            return Err(format!("{} bytes at the end, shorter than a block header", file_length - self.offset));
+        }
+        let mut header = BlockHeader::zeroed();
+        file.read_exact_at(bytemuck::bytes_of_mut(&mut header), self.offset).map_err(|e| e.to_string())?;
+        header.check_fields(self.position)?;
+        let length = header.length as usize;
+        let payload_at = self.offset + BLOCK_HEADER_LENGTH as u64;
+        if file_length - payload_at < length as u64 {
+            return Err(format!("a block of {length} bytes with {} left in the file", file_length - payload_at));
+        }
+        payload.resize(length, 0);
+        file.read_exact_at(payload, payload_at).map_err(|e| e.to_string())?;
+        if !header.check_payload(payload) {
+            return Err(format!("the block at position {} fails its checksum", header.position));
+        }
+        self.offset = payload_at + length as u64;
+        self.position = header.end();
+        Ok(Some(header))
+    }
+}
