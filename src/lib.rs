@@ -15,8 +15,9 @@
 //! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
 //! - the receive path: [`image`], [`receiver`];
 //! - replication: [`consensus`] (append stage and quorum commit), [`consensus_core`] (elections and commit as
-//!   one I/O-free state machine), [`node`], [`stats`] (its counters by type); with the `config` feature,
-//!   `config` (node files in TOML).
+//!   one I/O-free state machine), [`node`], [`stats`] (its counters by type), [`vote_file`] (the durable
+//!   term and vote), [`snapshot`] (the application's state stored at a log position, so that the log before
+//!   it can go); with the `config` feature, `config` (node files in TOML).
 //!
 //! Raw-pointer code is confined to [`buffer`] (mapped memory and its atomic views) and [`transport`] (the
 //! `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single libc calls (`flock` in
@@ -47,6 +48,7 @@ pub mod receiver;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
+pub mod snapshot;
 pub mod stats;
 pub mod term_starts;
 pub mod transport;
