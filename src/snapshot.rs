@@ -800,6 +800,7 @@ impl Drop for TempFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const IDENTITY: SnapshotIdentity = SnapshotIdentity { membership: 0x0bad_cafe, stream_id: 10 };
 
@@ -1216,5 +1217,42 @@ mod tests {
         assert_eq!(parse_name("snapshot-0000000000000000010a.qcsnap"), None);
         assert_eq!(parse_name("snapshot-+0000000000000000100.qcsnap"), None);
         assert_eq!(parse_name("snapshot-00000000000000000100.qcsnap.0.tmp"), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Any state round-trips through write, send and install; any one flipped bit of its file is
+        /// caught by restore, by open_for_send and by install alike.
+        #[test]
+        fn any_state_round_trips_and_any_flipped_bit_is_caught(
+            state in proptest::collection::vec(any::<u8>(), 0..2_000),
+            position in 0..i64::MAX,
+            term in 0..i64::MAX,
+            flip in any::<prop::sample::Index>(),
+            bit in 0..8u8,
+        ) {
+            let dir = scratch("proptest");
+            let store = SnapshotStore::open(&dir.join("a"), IDENTITY).unwrap();
+            let info = store.write(position, term, |w| w.write_all(&state)).unwrap();
+            let (restored, _) = restore_bytes(&store);
+            prop_assert_eq!(&restored, &state);
+            let mut file = Vec::new();
+            store.open_for_send().unwrap().snapshot.unwrap().read_to_end(&mut file).unwrap();
+            let other = SnapshotStore::open(&dir.join("b"), IDENTITY).unwrap();
+            prop_assert_eq!(other.install(&file[..]).unwrap().position, position);
+
+            let offset = flip.index(file.len());
+            file[offset] ^= 1 << bit;
+            fs::write(&info.path, &file).unwrap();
+            let restored = store.restore(|_| panic!("a damaged snapshot is loaded")).unwrap();
+            prop_assert!(restored.info.is_none());
+            prop_assert_eq!(restored.skipped.len(), 1);
+            prop_assert!(store.open_for_send().unwrap().snapshot.is_none());
+            let third = SnapshotStore::open(&dir.join("c"), IDENTITY).unwrap();
+            prop_assert!(third.install(&file[..]).is_err());
+            prop_assert!(entries(&dir.join("c")).is_empty());
+            fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }
