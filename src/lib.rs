@@ -18,11 +18,13 @@
 //!   one I/O-free state machine), [`node`], [`stats`] (its counters by type); with the `config` feature,
 //!   `config` (node files in TOML);
 //! - keeping the log: [`recording`] (the log on disk and its recorder agent), [`log_switch`] (how readers
-//!   of the log go from one leadership term's log to the next), [`vote_file`].
+//!   of the log go from one leadership term's log to the next), [`vote_file`] (the durable term and vote),
+//!   [`snapshot`] (the application's state stored at a log position, so that the log before it can go).
 //!
 //! Raw-pointer code is confined to [`buffer`] (mapped memory and its atomic views) and [`transport`] (the
 //! `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single libc calls (`flock` in
-//! [`directory`], `prctl` in [`idle`], `posix_fallocate` in [`buffer`]). Each states what makes it sound.
+//! [`directory`], `prctl` in [`idle`], `posix_fallocate` in [`buffer`], `statfs` in [`node`]). Each
+//! states what makes it sound.
 
 pub mod agent;
 pub mod auth;
@@ -51,6 +53,7 @@ pub mod recording;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
+pub mod snapshot;
 pub mod stats;
 pub mod term_starts;
 pub mod transport;
