@@ -60,6 +60,7 @@ use crate::directory::{NodeDirectory, StalePolicy};
 use crate::log_buffer::MessageReader;
 use crate::recording::{Recorder, RecorderCounters, SyncPolicy};
 use crate::ring_buffer::{self, ManyToOneRingBuffer};
+use crate::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 use crate::stats::Stats;
 use crate::transport::UdpEndpoint;
 use crate::vote_file::VoteFile;
@@ -101,6 +102,10 @@ pub struct Node {
     recorder: Option<RecorderCounters>,
     /// The position below which the recorder may delete segments (the oldest snapshot kept).
     compact_below: Counter,
+    /// The application's snapshots (opened by the first restore or snapshot).
+    snapshots: Option<SnapshotStore>,
+    /// The position of the newest snapshot taken or restored.
+    last_snapshot: i64,
     /// Where reading stops next to go on in another log, as last read from the shared queue.
     next_switch: Option<i64>,
     switch_generation: u64,
@@ -194,6 +199,8 @@ impl Node {
             replay_error: None,
             recorder: recorder_counters,
             compact_below,
+            snapshots: None,
+            last_snapshot: 0,
             next_switch: None,
             switch_generation: 0,
             event_generation: 0,
@@ -372,6 +379,90 @@ impl Node {
             }
         }
         fragments
+    }
+
+    /// Restores `machine` from the newest snapshot that verifies (an older one when the newest fails its
+    /// checks; each skip is logged), and makes the replay of the recorded log start at its position.
+    /// Call it once, before the first poll. Returns the snapshot's position, or `None` when there is none
+    /// (the replay starts at the recording's start, which must then be 0).
+    pub fn restore(&mut self, machine: &mut impl StateMachine) -> Result<Option<i64>, NodeError> {
+        if self.applied_position() > 0 {
+            return Err(NodeError::Snapshot("restore before the first poll: entries were already applied".into()));
+        }
+        let store = self.snapshot_store()?;
+        let restored =
+            store.restore(|reader| machine.load_snapshot(reader)).map_err(|e| NodeError::Snapshot(e.to_string()))?;
+        for skipped in &restored.skipped {
+            log::warn!("member {}: {skipped}", self.config.id);
+            self.warnings.push(skipped.clone());
+        }
+        let start = self.replay.as_ref().map_or(0, Replay::position);
+        match (&restored.info, self.replay.as_mut()) {
+            (Some(info), Some(replay)) => {
+                if info.position < start {
+                    return Err(NodeError::Snapshot(format!(
+                        "{}: at position {}, below the recorded log's start {start}; the log between is gone: \
+                         move the data directory away to start this member empty",
+                        info.path.display(),
+                        info.position
+                    )));
+                }
+                *replay = replay.restart_at(info.position);
+                self.last_snapshot = info.position;
+            }
+            (Some(info), None) => self.last_snapshot = info.position,
+            (None, _) if start > 0 => {
+                return Err(NodeError::Snapshot(format!(
+                    "no snapshot verifies, and the recorded log starts at {start}: the state before it cannot be \
+                     rebuilt; restore a snapshot into {}, or move the data directory away to start this member empty",
+                    self.config.snapshot_dir_path().display()
+                )))
+            }
+            (None, _) => {}
+        }
+        Ok(restored.info.map(|info| info.position))
+    }
+
+    /// As [`poll_committed`](Self::poll_committed), applying each entry to `machine`, and taking a snapshot
+    /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied.
+    pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
+        let fragments = self.poll_positions(fragment_limit, |entry, end| machine.apply(end, entry));
+        let due = self
+            .config
+            .storage
+            .snapshot_interval
+            .is_some_and(|every| self.applied_position() - self.last_snapshot >= every as i64);
+        if due {
+            self.take_snapshot(machine)?;
+        }
+        Ok(fragments)
+    }
+
+    /// Takes a snapshot of `machine` at the applied position, keeps the newest
+    /// [`StorageConfig::snapshots_kept`], and lets the recorder delete the log below the oldest kept.
+    pub fn take_snapshot(&mut self, machine: &mut impl StateMachine) -> Result<SnapshotInfo, NodeError> {
+        let position = self.applied_position();
+        let term = self.leadership_term_id();
+        let kept = self.config.storage.snapshots_kept;
+        let store = self.snapshot_store()?;
+        let info = store
+            .write(position, term, |writer| machine.take_snapshot(writer))
+            .map_err(|e| NodeError::Snapshot(e.to_string()))?;
+        if let Some(oldest) = store.retain(kept).map_err(|e| NodeError::Snapshot(e.to_string()))? {
+            self.compact_below.set_max(oldest);
+        }
+        self.last_snapshot = position;
+        Ok(info)
+    }
+
+    fn snapshot_store(&mut self) -> Result<&SnapshotStore, NodeError> {
+        if self.snapshots.is_none() {
+            let identity = SnapshotIdentity { membership: self.config.membership(), stream_id: self.config.stream_id };
+            let store = SnapshotStore::open(&self.config.snapshot_dir_path(), identity)
+                .map_err(|e| NodeError::Snapshot(e.to_string()))?;
+            self.snapshots = Some(store);
+        }
+        Ok(self.snapshots.as_ref().expect("opened"))
     }
 
     /// Reads where the next switch of logs is, when the consensus agent queued or completed one.

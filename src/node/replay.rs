@@ -33,6 +33,11 @@ impl Replay {
         }
     }
 
+    /// A replay of the same recording from `position` instead (after a snapshot restored up to there).
+    pub(super) fn restart_at(&self, position: i64) -> Self {
+        Self::new(self.reader.reopen(position))
+    }
+
     /// The position read up to.
     pub(super) fn position(&self) -> i64 {
         self.block_position + self.offset as i64
