@@ -106,6 +106,8 @@ pub struct Node {
     snapshots: Option<SnapshotStore>,
     /// The position of the newest snapshot taken or restored.
     last_snapshot: i64,
+    /// Committed entries were polled for (a restore after that is refused).
+    polled: bool,
     /// Where reading stops next to go on in another log, as last read from the shared queue.
     next_switch: Option<i64>,
     switch_generation: u64,
@@ -201,6 +203,7 @@ impl Node {
             compact_below,
             snapshots: None,
             last_snapshot: 0,
+            polled: false,
             next_switch: None,
             switch_generation: 0,
             event_generation: 0,
@@ -324,6 +327,7 @@ impl Node {
     /// As [`poll_committed`](Self::poll_committed), with the log position each entry ends at.
     pub fn poll_positions(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8], i64)) -> usize {
         self.deliver_role_changes();
+        self.polled = true;
         let commit = self.commit.get();
         let skip_below = self.config.resume_from.unwrap_or(0);
         let mut deliver = |entry: &[u8], end: i64| {
@@ -386,8 +390,8 @@ impl Node {
     /// Call it once, before the first poll. Returns the snapshot's position, or `None` when there is none
     /// (the replay starts at the recording's start, which must then be 0).
     pub fn restore(&mut self, machine: &mut impl StateMachine) -> Result<Option<i64>, NodeError> {
-        if self.applied_position() > 0 {
-            return Err(NodeError::Snapshot("restore before the first poll: entries were already applied".into()));
+        if self.polled {
+            return Err(NodeError::Snapshot("restore before the first poll: entries may have been applied".into()));
         }
         let store = self.snapshot_store()?;
         let restored =

@@ -1,0 +1,226 @@
+//! The recorded log in one process: a 3-node cluster records its log on disk (sync `none` and `batch`),
+//! is stopped whole and started again from its data directories, replays what it recorded and goes on;
+//! snapshots restore the application's state and let the log below them be deleted; a torn end of a
+//! segment is cut at start, and a damaged index stops the node naming the file.
+//!
+//! Nodes run in invoker mode on the test thread. Every node applies one numbered sequence, each entry
+//! checked in order and content; nothing here asserts on time.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use quorumcast::node::{Member, Node, NodeBuilder, NodeError, StorageConfig};
+use quorumcast::recording::SyncPolicy;
+use quorumcast::snapshot::StateMachine;
+
+mod support;
+use quorumcast::consensus::Role;
+use support::cluster::{members, message, test_builder, test_channel, Driver};
+use support::{dump, ScratchDir};
+
+fn builder(scratch: &ScratchDir, id: i32, members: &[Member], storage: StorageConfig) -> NodeBuilder {
+    test_builder(scratch, id, members, test_channel()).term_length(1 << 20).storage(storage)
+}
+
+fn start_all(scratch: &ScratchDir, members: &[Member], storage: &StorageConfig) -> Vec<Node> {
+    (0..3).map(|id| builder(scratch, id, members, storage.clone()).start().expect("node starts")).collect()
+}
+
+/// Invokes `nodes` until member 0 leads and the others follow it, applying nothing (the tests check every
+/// entry from the first).
+fn elect(nodes: &mut [Node]) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !(nodes[0].role() == Role::Leader && nodes.iter().all(|n| n.leader_id() == Some(0))) {
+        assert!(Instant::now() < until, "no leader elected\n{}", dump(nodes));
+        let work: usize = nodes.iter_mut().map(|n| n.invoke().unwrap()).sum();
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn storage(sync: SyncPolicy) -> StorageConfig {
+    StorageConfig { sync, segment_length: 256 << 10, ..StorageConfig::default() }
+}
+
+#[test]
+fn a_cluster_stopped_whole_replays_its_recorded_log_and_goes_on() {
+    for sync in [SyncPolicy::None, SyncPolicy::Batch] {
+        let scratch = ScratchDir::new(&format!("durable-restart-{sync}"));
+        let members = members(3);
+        let storage = storage(sync);
+        let mut nodes = start_all(&scratch, &members, &storage);
+        elect(&mut nodes);
+        let mut driver = Driver::new(3);
+        driver.run_to(&mut nodes, &[true; 3], 3_000, Duration::from_secs(120));
+        let recorded = nodes[1].stats().recorder().position();
+        assert!(recorded > 0, "{sync}: the follower records\n{}", dump(&nodes));
+        if sync == SyncPolicy::Batch {
+            assert!(nodes[0].stats().recorder().fsyncs() > 0, "batch syncs");
+            assert!(nodes[0].stats().recorder().synced_position() > 0);
+        }
+        for node in nodes {
+            node.close().unwrap();
+        }
+
+        // Started again from the data directories: each node replays the recording from position 0 (the
+        // driver checks every entry from sequence 0 again, in order), then goes on with new entries.
+        let mut nodes = start_all(&scratch, &members, &storage);
+        elect(&mut nodes);
+        let mut again = Driver { offered: driver.offered, applied: vec![0; 3] };
+        again.run_to(&mut nodes, &[true; 3], 5_000, Duration::from_secs(120));
+        assert!(nodes.iter().all(|n| n.recording_error().is_none()));
+        eprintln!(
+            "{sync}: replayed and went on to 5000; leader recorded {} bytes, {} fsyncs",
+            nodes[0].stats().recorder().bytes(),
+            nodes[0].stats().recorder().fsyncs()
+        );
+        for node in nodes {
+            node.close().unwrap();
+        }
+    }
+}
+
+/// The application of the snapshot test: the next sequence number it expects and a digest of what it
+/// applied; its snapshot is both.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Sequence {
+    next: u64,
+    digest: u64,
+}
+
+impl StateMachine for Sequence {
+    fn apply(&mut self, _position: i64, entry: &[u8]) {
+        let seq = u64::from_le_bytes(entry[..8].try_into().expect("a numbered message"));
+        assert_eq!(seq, self.next, "applied out of order");
+        assert!(entry == message(seq).as_slice(), "entry {seq} corrupted");
+        self.next += 1;
+        self.digest = self.digest.rotate_left(5) ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn take_snapshot(&mut self, writer: &mut dyn Write) -> std::io::Result<()> {
+        writer.write_all(&self.next.to_le_bytes())?;
+        writer.write_all(&self.digest.to_le_bytes())
+    }
+
+    fn load_snapshot(&mut self, reader: &mut dyn Read) -> std::io::Result<()> {
+        let mut bytes = [0u8; 16];
+        reader.read_exact(&mut bytes)?;
+        self.next = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        self.digest = u64::from_le_bytes(bytes[8..].try_into().unwrap());
+        Ok(())
+    }
+}
+
+/// Offers through member 0 and applies on every node into its state machine until all reach `target`.
+fn run_states(nodes: &mut [Node], states: &mut [Sequence], offered: &mut u64, target: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while states.iter().any(|s| s.next < target) {
+        assert!(Instant::now() < deadline, "stalled: {states:?}\n{}", dump(nodes));
+        let client = nodes[0].client();
+        while *offered < target && client.offer(&message(*offered)).is_ok() {
+            *offered += 1;
+            if *offered % 256 == 0 {
+                break;
+            }
+        }
+        let mut work = 0;
+        for (node, state) in nodes.iter_mut().zip(states.iter_mut()) {
+            work += node.invoke().unwrap();
+            work += node.poll_state(state, 4096).unwrap();
+        }
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn snapshots_restore_the_state_and_the_log_below_them_is_deleted() {
+    let scratch = ScratchDir::new("durable-snapshots");
+    let members = members(3);
+    let storage = StorageConfig {
+        segment_length: 64 << 10,
+        snapshot_interval: Some(256 << 10),
+        snapshots_kept: 2,
+        ..StorageConfig::default()
+    };
+    let mut nodes = start_all(&scratch, &members, &storage);
+    let mut states = vec![Sequence::default(); 3];
+    for (node, state) in nodes.iter_mut().zip(states.iter_mut()) {
+        assert_eq!(node.restore(state).unwrap(), None, "a new member has no snapshot");
+    }
+    elect(&mut nodes);
+    let mut offered = 0;
+    run_states(&mut nodes, &mut states, &mut offered, 20_000);
+    for node in &nodes {
+        let stats = node.stats();
+        let recorder = stats.recorder();
+        assert!(recorder.segments_deleted() > 0, "member {}: segments below the snapshots go", node.id());
+        assert!(recorder.start_position() > 0);
+    }
+    for node in nodes {
+        node.close().unwrap();
+    }
+
+    // Each member restores its newest snapshot, replays the rest of its recording and goes on.
+    let mut nodes = start_all(&scratch, &members, &storage);
+    let mut restored = vec![Sequence::default(); 3];
+    for (node, state) in nodes.iter_mut().zip(restored.iter_mut()) {
+        let position = node.restore(state).unwrap().expect("a snapshot");
+        assert!(position > 0 && state.next > 0, "restored at {position}: {state:?}");
+    }
+    elect(&mut nodes);
+    run_states(&mut nodes, &mut restored, &mut offered, 25_000);
+    assert!(restored.iter().all(|s| s == &restored[0]), "the members' states differ: {restored:?}");
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
+
+#[test]
+fn a_torn_segment_end_is_cut_at_start_and_a_damaged_index_stops_the_node_naming_it() {
+    let scratch = ScratchDir::new("durable-torn");
+    let members = members(3);
+    let storage = storage(SyncPolicy::None);
+    let mut nodes = start_all(&scratch, &members, &storage);
+    elect(&mut nodes);
+    let mut driver = Driver::new(3);
+    driver.run_to(&mut nodes, &[true; 3], 2_000, Duration::from_secs(120));
+    for node in nodes {
+        node.close().unwrap();
+    }
+    // Member 2's last segment gets a torn block: half of a block header at its end.
+    let recording = scratch.join("data-2").join("recording");
+    let mut segments: Vec<_> = std::fs::read_dir(&recording)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rec"))
+        .collect();
+    segments.sort();
+    let last = segments.last().expect("segments");
+    let mut file = std::fs::OpenOptions::new().append(true).open(last).unwrap();
+    file.write_all(&[0x71, 0x63, 0x62, 0x6b, 0x40, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(file);
+
+    let mut nodes = start_all(&scratch, &members, &storage);
+    assert!(nodes[2].warnings().iter().any(|w| w.contains("torn")), "the cut is reported: {:?}", nodes[2].warnings());
+    assert_eq!(nodes[2].stats().recorder().torn_bytes(), 11);
+    elect(&mut nodes);
+    let mut again = Driver { offered: driver.offered, applied: vec![0; 3] };
+    again.run_to(&mut nodes, &[true; 3], 3_000, Duration::from_secs(120));
+    for node in nodes {
+        node.close().unwrap();
+    }
+
+    // A flipped byte in member 1's index: it refuses to start, naming the file and what to do.
+    let index = scratch.join("data-1").join("recording").join("index.dat");
+    let mut bytes = std::fs::read(&index).unwrap();
+    bytes[20] ^= 0x40;
+    std::fs::write(&index, bytes).unwrap();
+    let error = builder(&scratch, 1, &members, storage.clone()).start().unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, NodeError::Recording(_)), "{text}");
+    assert!(text.contains("index.dat") && text.contains("delete index.dat"), "{text}");
+}
