@@ -292,8 +292,11 @@ impl ConsensusAgent {
                         work += 1;
                     }
                 }
+                // Under `batch` the core's own position is the synced one, which a follower's may pass:
+                // its acknowledgement is handed over up to the leader's, and the rest once the leader syncs.
+                let own = if self.synced.is_some() { leading.own_fed } else { i64::MAX };
                 for (member, counter, fed) in leading.acks.iter_mut() {
-                    let position = counter.get();
+                    let position = counter.get().min(own);
                     if position > *fed {
                         *fed = position;
                         let message =
