@@ -83,8 +83,13 @@ fn run_seeds(
 }
 
 fn assert_no_violations(seeds: std::ops::Range<u64>) {
+    assert_none_broken(seeds, |config| config);
+}
+
+/// Runs `seeds` as `configure` sets them up, and asserts every property held on every one.
+fn assert_none_broken(seeds: std::ops::Range<u64>, configure: impl Fn(SimConfig) -> SimConfig + Sync) {
     let count = seeds.end - seeds.start;
-    let (violations, summaries) = run_seeds(seeds, |config| config, false);
+    let (violations, summaries) = run_seeds(seeds, configure, false);
     for violation in &violations {
         eprintln!("VIOLATION {violation}");
     }
@@ -97,21 +102,38 @@ fn assert_no_violations(seeds: std::ops::Range<u64>) {
     let candidacies: u64 = summaries.iter().map(|s| s.candidacies).sum();
     let contested: u64 = summaries.iter().map(|s| s.contested_terms).sum();
     let truncations: u64 = summaries.iter().map(|s| s.truncations).sum();
+    let batch = summaries.iter().filter(|s| s.batch).count();
+    let power_losses: u64 = summaries.iter().map(|s| s.power_losses).sum();
+    let majority_power_losses: u64 = summaries.iter().map(|s| s.majority_power_losses).sum();
+    let lost_entries: u64 = summaries.iter().map(|s| s.lost_entries).sum();
+    let lost_applied: u64 = summaries.iter().map(|s| s.lost_applied).sum();
+    let syncs: u64 = summaries.iter().map(|s| s.syncs).sum();
+    let cut_tails: u64 = summaries.iter().map(|s| s.cut_tails).sum();
     eprintln!(
         "{count} seeds held: {} simulated s, {leaderships} leaderships, {crashes} crashes, {partitions} partitions, \
-         {committed} entries committed, {candidacies} candidacies, {contested} contested terms, {truncations} truncations",
-        simulated / 1_000_000_000
+         {committed} entries committed, {candidacies} candidacies, {contested} contested terms, {truncations} truncations; \
+         {batch} seeds sync in batches ({syncs} syncs, {cut_tails} un-synced tails cut), {} keep the page cache; \
+         {power_losses} power losses ({majority_power_losses} of a majority at once) took {lost_entries} un-synced \
+         entries and {lost_applied} applied ones",
+        simulated / 1_000_000_000,
+        summaries.len() - batch
     );
+}
+
+/// The seeds to run: `QC_SIM_SEED` alone, or `QC_SIM_SOAK` of them (else `count`) from `QC_SIM_FIRST_SEED`
+/// (else 0).
+fn seeds(count: u64) -> std::ops::Range<u64> {
+    if let Some(seed) = env_u64("QC_SIM_SEED") {
+        seed..seed + 1
+    } else {
+        let first = env_u64("QC_SIM_FIRST_SEED").unwrap_or(0);
+        first..first + env_u64("QC_SIM_SOAK").unwrap_or(count)
+    }
 }
 
 #[test]
 fn every_property_holds_on_every_seed() {
-    if let Some(seed) = env_u64("QC_SIM_SEED") {
-        assert_no_violations(seed..seed + 1);
-    } else {
-        let first = env_u64("QC_SIM_FIRST_SEED").unwrap_or(0);
-        assert_no_violations(first..first + env_u64("QC_SIM_SOAK").unwrap_or(DEFAULT_SEEDS));
-    }
+    assert_no_violations(seeds(DEFAULT_SEEDS));
 }
 
 /// Asserts that the default seeds catch a core broken by `bugs`; prints what caught it.
