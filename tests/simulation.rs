@@ -39,6 +39,7 @@ use std::sync::Mutex;
 use quorumcast::consensus_core::Bugs;
 
 use cluster::{SimConfig, Simulation, Storage, Summary, SyncPolicy, Violation};
+use log::{Entry, SimLog};
 
 /// Seeds `cargo test` runs.
 const DEFAULT_SEEDS: u64 = 2000;
@@ -106,7 +107,6 @@ fn assert_none_broken(seeds: std::ops::Range<u64>, configure: impl Fn(SimConfig)
     let power_losses: u64 = summaries.iter().map(|s| s.power_losses).sum();
     let majority_power_losses: u64 = summaries.iter().map(|s| s.majority_power_losses).sum();
     let lost_entries: u64 = summaries.iter().map(|s| s.lost_entries).sum();
-    let lost_applied: u64 = summaries.iter().map(|s| s.lost_applied).sum();
     let syncs: u64 = summaries.iter().map(|s| s.syncs).sum();
     let cut_tails: u64 = summaries.iter().map(|s| s.cut_tails).sum();
     eprintln!(
@@ -114,7 +114,7 @@ fn assert_none_broken(seeds: std::ops::Range<u64>, configure: impl Fn(SimConfig)
          {committed} entries committed, {candidacies} candidacies, {contested} contested terms, {truncations} truncations; \
          {batch} seeds sync in batches ({syncs} syncs, {cut_tails} un-synced tails cut), {} keep the page cache; \
          {power_losses} power losses ({majority_power_losses} of a majority at once) took {lost_entries} un-synced \
-         entries and {lost_applied} applied ones",
+         entries",
         simulated / 1_000_000_000,
         summaries.len() - batch
     );
@@ -224,6 +224,32 @@ fn the_checker_catches_a_driver_that_acknowledges_unsynced_writes() {
     find_loss(0..400, storage, true, true);
     let violation = find_loss(0..400, storage, false, true);
     assert!(!violation.what.contains(" lost: held by "), "{violation}");
+}
+
+/// The storage model alone: a sync covers what was written before it started, a truncation brings the
+/// synced position (and a sync in flight) down with it, and a power loss keeps what was synced.
+#[test]
+fn a_power_loss_keeps_what_was_synced() {
+    let entry = |id| Entry { term: 1, id, length: 32, client: true };
+    let mut log = SimLog::default();
+    (1..=3).for_each(|id| log.push(entry(id)));
+    assert!(log.start_sync(10));
+    log.push(entry(4));
+    assert!(!log.start_sync(11), "one sync in flight at a time");
+    assert!(!log.complete_sync(9));
+    assert!(log.complete_sync(10));
+    assert_eq!((log.synced(), log.unsynced_entries()), (96, 1));
+    assert!(log.start_sync(20));
+    assert!(log.truncate(64));
+    log.push(entry(5));
+    assert!(log.complete_sync(20));
+    assert_eq!((log.synced(), log.unsynced_entries()), (64, 1), "the truncation capped the sync in flight");
+    log.push(entry(6));
+    log.lose_unsynced(1);
+    let ids: Vec<u64> = log.entries().iter().map(|e| e.id).collect();
+    assert_eq!((ids, log.synced()), (vec![1, 2, 5], 96), "the synced entries and the first un-synced one kept");
+    assert_eq!(log.term_run(0, 96), Some((1, 96)));
+    assert_eq!(log.term_run(0, 80), Some((1, 64)));
 }
 
 #[test]

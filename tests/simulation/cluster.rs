@@ -191,13 +191,11 @@ pub struct Summary {
     pub leaderships: u64,
     pub committed: usize,
     pub crashes: u64,
-    /// Of the crashes, power losses (each member counted), and events where a majority lost power at once.
+    /// Power losses (each member's, running or not), and the events where a majority lost power at once.
     pub power_losses: u64,
     pub majority_power_losses: u64,
-    /// Un-synced entries that power losses took, and entries a power loss took from a member's
-    /// applied state (only under `none`).
+    /// Un-synced entries that power losses took.
     pub lost_entries: u64,
-    pub lost_applied: u64,
     pub syncs: u64,
     /// Un-synced tails cut because the core did not know them (at a term start, or where a follower
     /// replicates from).

@@ -133,7 +133,6 @@ impl Simulation {
                         node.id, node.applied
                     ));
                 }
-                self.summary.lost_applied += (node.applied - count) as u64;
                 node.applied = count;
                 node.applied_position = node.log.end();
             }
