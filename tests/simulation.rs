@@ -1,25 +1,53 @@
 //! Deterministic simulation of the consensus core, after TigerBeetle's VOPR and FoundationDB's
 //! simulation testing: 3- and 5-member clusters of `ConsensusCore`s over a simulated network (loss,
-//! duplication, reordering, delay, partitions (some one-way) that heal), simulated clocks (with jumps forward), and
-//! crashes and restarts of any member, leader included, all from one `u64` seed per run. No wall clock
-//! and no other randomness: a seed replays exactly.
+//! duplication, reordering, delay, partitions (some one-way) that heal), simulated clocks (with jumps forward),
+//! simulated storage, and process crashes and power losses of any member, leader included, or of a
+//! majority at once, with restarts, all from one `u64` seed per run. No wall clock and no other
+//! randomness: a seed replays exactly.
 //!
 //! After every step the checker (`simulation/checker.rs`) checks election safety, one vote per term,
-//! commit positions never moving back, leader completeness and state machine safety. Each run ends
-//! with a liveness check: faults run for 3 to 5 simulated seconds, then stop (the network heals and
-//! loses nothing, clocks stop jumping, every member restarts but, in half the runs, a minority that
-//! stays down), and from then on a leader must be elected and commit a client entry appended after the
-//! faults stopped within `150 ms + heartbeat_timeout + 10 x election_timeout_max` of simulated time
+//! commit positions never moving back, leader completeness and state machine safety, and that no
+//! committed entry is lost (each stays in a majority of the logs: their synced parts under `batch`).
+//! Each run ends with a liveness check: faults run for 3 to 5 simulated seconds, then stop (the network
+//! heals and loses nothing, clocks stop jumping, every member restarts but, in half the runs, a minority
+//! that stays down), and from then on a leader must be elected and commit a client entry appended after
+//! the faults stopped within `150 ms + heartbeat_timeout + 10 x election_timeout_max` of simulated time
 //! (3.25 s with the default timers, 0.54 s with the fast profile; 150 ms is the longest a packet sent
 //! before the faults stopped may still be in flight).
 //!
-//! A restart keeps what a member persisted: its term and vote (the cores' `Persist` outputs), its whole
-//! log (an uncommitted suffix too, which a later leader may have truncated), and what its state machine
-//! applied, given back to the core as a known commit position.
+//! Storage: each member's log has a synced position, and each run one of the product's sync policies
+//! (half the seeds each):
 //!
-//! - `cargo test --test simulation` runs seeds 0..2000 (even: 3 members, odd: 5), about 15 s on two cores;
-//! - `QC_SIM_SEED=<n> cargo test --test simulation` replays seed `n` alone;
-//! - `QC_SIM_SOAK=<count> cargo test --test simulation` runs seeds 0..count, or from
+//! - `none`: writes stay in the page cache (Aeron Archive's default); a member counts (as leader) and
+//!   acknowledges (as follower) its log's end as soon as the bytes are in its log;
+//! - `batch`: group commit: one fsync at a time, taking 0.1 ms up to 0.3, 1, 3 or 20 ms of simulated time
+//!   (by seed), makes durable everything written before it started. The core is handed `min(log end,
+//!   synced)` as its append position, again each time a sync completes, so a member counts, acknowledges,
+//!   commits and applies only what it synced. The leader still sends what it has not synced. Where the
+//!   core names its log's end (a term start, where to replicate from), the driver cuts the un-synced tail
+//!   past it that the core never knew of.
+//!
+//! A truncation is durable at once (a driver syncs it before writing past it), and so is a persisted
+//! term and vote (`Persist`). Crashes are of two kinds:
+//!
+//! - a process crash keeps the page cache, so the member's whole log under both policies (an
+//!   uncommitted suffix too, which a later leader may have truncated); under `batch` the restarted
+//!   driver syncs the log it reads back before its core starts;
+//! - a power loss keeps what was synced and, in half the cases, a random run of entries past it (what
+//!   the operating system happened to write back; a torn entry is cut when the log is read back).
+//!
+//! Either kind keeps the term and vote and what the state machine applied, as far as the surviving log
+//! holds it (after a power loss the application rebuilds from its log: under `batch` that is everything
+//! it applied, under `none` maybe not), given back to the core as a known commit position. Power losses
+//! strike one member, or a majority at once (every member in half of those), and a share of the other
+//! crashes are power losses. The default run gives them to the `batch` seeds only: `none` promises
+//! nothing across a power loss, and `none_loses_committed_entries_when_a_majority_loses_power` shows it
+//! losing commits when a majority loses power, and the checker catching it.
+//!
+//! - `cargo test --test simulation` runs seeds 0..2000 (even: 3 members, odd: 5), and seeds 0..500 of
+//!   `batch` with every crash a power loss, about 15 s on two cores;
+//! - `QC_SIM_SEED=<n> cargo test --test simulation` replays seed `n` alone (in both);
+//! - `QC_SIM_SOAK=<count> cargo test --test simulation` runs seeds 0..count (in both), or from
 //!   `QC_SIM_FIRST_SEED=<n>` on.
 
 #[path = "simulation/checker.rs"]
