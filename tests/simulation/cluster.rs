@@ -388,7 +388,12 @@ impl Simulation {
                     self.crash_after(self.rates.crash_after_vote_per_million);
                 }
             }
-            Output::Send { to, message } => self.send(index, to, &message)?,
+            Output::Send { to, message } => {
+                self.send(index, to, &message)?;
+                if matches!(message, Message::AppendPosition { .. }) {
+                    self.crash_after(self.rates.crash_after_ack_per_million);
+                }
+            }
             Output::RoleChange { role, leadership_term_id, leader_member_id } => {
                 self.trace(format_args!(
                     "member {id}: {role} in term {leadership_term_id}, leader {leader_member_id:?}"

@@ -26,6 +26,10 @@ pub(super) struct FaultRates {
     /// A member that just won an election crashes once the input is done, before its term-start
     /// marker reaches anyone: its term's bytes then live in its log alone.
     pub(super) crash_after_election_per_million: u64,
+    /// A follower that just acknowledged a position crashes once the input is done: as a power loss,
+    /// where a member that acknowledged what it had not synced would take the acknowledged entries
+    /// with it.
+    pub(super) crash_after_ack_per_million: u64,
 }
 
 impl FaultRates {
@@ -41,6 +45,7 @@ impl FaultRates {
             crash_after_vote_per_million: setup.pick(&[0, 200_000, 1_000_000]),
             crash_after_commit_per_million: setup.pick(&[0, 2_000, 20_000]),
             crash_after_election_per_million: setup.pick(&[0, 100_000, 300_000]),
+            crash_after_ack_per_million: setup.pick(&[0, 500, 5_000]),
         }
     }
 }
