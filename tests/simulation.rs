@@ -1,25 +1,53 @@
 //! Deterministic simulation of the consensus core, after TigerBeetle's VOPR and FoundationDB's
 //! simulation testing: 3- and 5-member clusters of `ConsensusCore`s over a simulated network (loss,
-//! duplication, reordering, delay, partitions (some one-way) that heal), simulated clocks (with jumps forward), and
-//! crashes and restarts of any member, leader included, all from one `u64` seed per run. No wall clock
-//! and no other randomness: a seed replays exactly.
+//! duplication, reordering, delay, partitions (some one-way) that heal), simulated clocks (with jumps forward),
+//! simulated storage, and process crashes and power losses of any member, leader included, or of a
+//! majority at once, with restarts, all from one `u64` seed per run. No wall clock and no other
+//! randomness: a seed replays exactly.
 //!
 //! After every step the checker (`simulation/checker.rs`) checks election safety, one vote per term,
-//! commit positions never moving back, leader completeness and state machine safety. Each run ends
-//! with a liveness check: faults run for 3 to 5 simulated seconds, then stop (the network heals and
-//! loses nothing, clocks stop jumping, every member restarts but, in half the runs, a minority that
-//! stays down), and from then on a leader must be elected and commit a client entry appended after the
-//! faults stopped within `150 ms + heartbeat_timeout + 10 x election_timeout_max` of simulated time
+//! commit positions never moving back, leader completeness and state machine safety, and that no
+//! committed entry is lost (each stays in a majority of the logs: their synced parts under `batch`).
+//! Each run ends with a liveness check: faults run for 3 to 5 simulated seconds, then stop (the network
+//! heals and loses nothing, clocks stop jumping, every member restarts but, in half the runs, a minority
+//! that stays down), and from then on a leader must be elected and commit a client entry appended after
+//! the faults stopped within `150 ms + heartbeat_timeout + 10 x election_timeout_max` of simulated time
 //! (3.25 s with the default timers, 0.54 s with the fast profile; 150 ms is the longest a packet sent
 //! before the faults stopped may still be in flight).
 //!
-//! A restart keeps what a member persisted: its term and vote (the cores' `Persist` outputs), its whole
-//! log (an uncommitted suffix too, which a later leader may have truncated), and what its state machine
-//! applied, given back to the core as a known commit position.
+//! Storage: each member's log has a synced position, and each run one of the product's sync policies
+//! (half the seeds each):
 //!
-//! - `cargo test --test simulation` runs seeds 0..2000 (even: 3 members, odd: 5), about 15 s on two cores;
-//! - `QC_SIM_SEED=<n> cargo test --test simulation` replays seed `n` alone;
-//! - `QC_SIM_SOAK=<count> cargo test --test simulation` runs seeds 0..count, or from
+//! - `none`: writes stay in the page cache (Aeron Archive's default); a member counts (as leader) and
+//!   acknowledges (as follower) its log's end as soon as the bytes are in its log;
+//! - `batch`: group commit: one fsync at a time, taking 0.1 ms up to 0.3, 1, 3 or 20 ms of simulated time
+//!   (by seed), makes durable everything written before it started. The core is handed `min(log end,
+//!   synced)` as its append position, again each time a sync completes, so a member counts, acknowledges,
+//!   commits and applies only what it synced. The leader still sends what it has not synced. Where the
+//!   core names its log's end (a term start, where to replicate from), the driver cuts the un-synced tail
+//!   past it that the core never knew of.
+//!
+//! A truncation is durable at once (a driver syncs it before writing past it), and so is a persisted
+//! term and vote (`Persist`). Crashes are of two kinds:
+//!
+//! - a process crash keeps the page cache, so the member's whole log under both policies (an
+//!   uncommitted suffix too, which a later leader may have truncated); under `batch` the restarted
+//!   driver syncs the log it reads back before its core starts;
+//! - a power loss keeps what was synced and, in half the cases, a random run of entries past it (what
+//!   the operating system happened to write back; a torn entry is cut when the log is read back).
+//!
+//! Either kind keeps the term and vote and what the state machine applied, as far as the surviving log
+//! holds it (after a power loss the application rebuilds from its log: under `batch` that is everything
+//! it applied, under `none` maybe not), given back to the core as a known commit position. Power losses
+//! strike one member, or a majority at once (every member in half of those), and a share of the other
+//! crashes are power losses. The default run gives them to the `batch` seeds only: `none` promises
+//! nothing across a power loss, and `none_loses_committed_entries_when_a_majority_loses_power` shows it
+//! losing commits when a majority loses power, and the checker catching it.
+//!
+//! - `cargo test --test simulation` runs seeds 0..2000 (even: 3 members, odd: 5), and seeds 0..500 of
+//!   `batch` with every crash a power loss, about 15 s on two cores;
+//! - `QC_SIM_SEED=<n> cargo test --test simulation` replays seed `n` alone (in both);
+//! - `QC_SIM_SOAK=<count> cargo test --test simulation` runs seeds 0..count (in both), or from
 //!   `QC_SIM_FIRST_SEED=<n>` on.
 
 #[path = "simulation/checker.rs"]
@@ -38,7 +66,8 @@ use std::sync::Mutex;
 
 use quorumcast::consensus_core::Bugs;
 
-use cluster::{SimConfig, Simulation, Summary, Violation};
+use cluster::{SimConfig, Simulation, Storage, Summary, SyncPolicy, Violation};
+use log::{Entry, SimLog};
 
 /// Seeds `cargo test` runs.
 const DEFAULT_SEEDS: u64 = 2000;
@@ -83,8 +112,13 @@ fn run_seeds(
 }
 
 fn assert_no_violations(seeds: std::ops::Range<u64>) {
+    assert_none_broken(seeds, |config| config);
+}
+
+/// Runs `seeds` as `configure` sets them up, and asserts every property held on every one.
+fn assert_none_broken(seeds: std::ops::Range<u64>, configure: impl Fn(SimConfig) -> SimConfig + Sync) {
     let count = seeds.end - seeds.start;
-    let (violations, summaries) = run_seeds(seeds, |config| config, false);
+    let (violations, summaries) = run_seeds(seeds, configure, false);
     for violation in &violations {
         eprintln!("VIOLATION {violation}");
     }
@@ -97,21 +131,37 @@ fn assert_no_violations(seeds: std::ops::Range<u64>) {
     let candidacies: u64 = summaries.iter().map(|s| s.candidacies).sum();
     let contested: u64 = summaries.iter().map(|s| s.contested_terms).sum();
     let truncations: u64 = summaries.iter().map(|s| s.truncations).sum();
+    let batch = summaries.iter().filter(|s| s.batch).count();
+    let power_losses: u64 = summaries.iter().map(|s| s.power_losses).sum();
+    let majority_power_losses: u64 = summaries.iter().map(|s| s.majority_power_losses).sum();
+    let lost_entries: u64 = summaries.iter().map(|s| s.lost_entries).sum();
+    let syncs: u64 = summaries.iter().map(|s| s.syncs).sum();
+    let cut_tails: u64 = summaries.iter().map(|s| s.cut_tails).sum();
     eprintln!(
         "{count} seeds held: {} simulated s, {leaderships} leaderships, {crashes} crashes, {partitions} partitions, \
-         {committed} entries committed, {candidacies} candidacies, {contested} contested terms, {truncations} truncations",
-        simulated / 1_000_000_000
+         {committed} entries committed, {candidacies} candidacies, {contested} contested terms, {truncations} truncations; \
+         {batch} seeds sync in batches ({syncs} syncs, {cut_tails} un-synced tails cut), {} keep the page cache; \
+         {power_losses} power losses ({majority_power_losses} of a majority at once) took {lost_entries} un-synced \
+         entries",
+        simulated / 1_000_000_000,
+        summaries.len() - batch
     );
+}
+
+/// The seeds to run: `QC_SIM_SEED` alone, or `QC_SIM_SOAK` of them (else `count`) from `QC_SIM_FIRST_SEED`
+/// (else 0).
+fn seeds(count: u64) -> std::ops::Range<u64> {
+    if let Some(seed) = env_u64("QC_SIM_SEED") {
+        seed..seed + 1
+    } else {
+        let first = env_u64("QC_SIM_FIRST_SEED").unwrap_or(0);
+        first..first + env_u64("QC_SIM_SOAK").unwrap_or(count)
+    }
 }
 
 #[test]
 fn every_property_holds_on_every_seed() {
-    if let Some(seed) = env_u64("QC_SIM_SEED") {
-        assert_no_violations(seed..seed + 1);
-    } else {
-        let first = env_u64("QC_SIM_FIRST_SEED").unwrap_or(0);
-        assert_no_violations(first..first + env_u64("QC_SIM_SOAK").unwrap_or(DEFAULT_SEEDS));
-    }
+    assert_no_violations(seeds(DEFAULT_SEEDS));
 }
 
 /// Asserts that the default seeds catch a core broken by `bugs`; prints what caught it.
@@ -134,6 +184,100 @@ fn the_checker_catches_a_core_that_forgets_its_vote() {
 #[test]
 fn the_checker_catches_a_core_that_skips_the_up_to_date_check() {
     assert_caught(Bugs { skip_up_to_date_check: true, ..Bugs::default() }, true);
+}
+
+/// Runs `seeds` with `storage` (each seed keeping its own sync latency) until one loses a committed
+/// entry; panics when none does.
+fn find_loss(seeds: std::ops::Range<u64>, storage: Storage, check_durability: bool, ack_unsynced: bool) -> Violation {
+    let configure = |config: SimConfig| SimConfig {
+        storage: Storage { max_sync_ns: config.storage.max_sync_ns, ..storage },
+        check_durability,
+        ack_unsynced,
+        ..config
+    };
+    let (violations, _) = run_seeds(seeds.clone(), configure, true);
+    let first = violations.into_iter().next().unwrap_or_else(|| {
+        panic!("no seed of {seeds:?} lost a committed entry with {storage:?} (ack_unsynced: {ack_unsynced})")
+    });
+    eprintln!("lost: {first}");
+    assert!(!first.what.starts_with("liveness"), "a liveness failure, not a loss: {first}");
+    first
+}
+
+/// Majority power losses, the fault `none` does not survive and `batch` does.
+const MAJORITY_POWER_LOSSES: Storage = Storage {
+    policy: SyncPolicy::None,
+    max_sync_ns: 1_000_000,
+    power_loss_per_million: 0,
+    majority_power_loss_per_million: 2_000,
+    power_crash_share_per_million: 0,
+};
+
+/// Under `none` a write is in the page cache only, and a member counts and acknowledges it at once: when a
+/// majority loses power, committed entries are lost. The checker must find such a loss within a few
+/// hundred seeds, directly (a committed entry no longer held by a majority) and end to end.
+#[test]
+fn none_loses_committed_entries_when_a_majority_loses_power() {
+    let violation = find_loss(0..400, MAJORITY_POWER_LOSSES, true, false);
+    assert!(violation.what.contains(" lost: held by ") && violation.what.contains("power loss"), "{violation}");
+    // Without the direct check, the end-to-end properties (state machine safety, leader completeness,
+    // a core refusing to truncate below its commit) must still catch the loss.
+    let violation = find_loss(0..400, MAJORITY_POWER_LOSSES, false, false);
+    assert!(!violation.what.contains(" lost: held by "), "{violation}");
+}
+
+/// Under `batch` a member counts and acknowledges only what it synced: no power loss, of any number of
+/// members, at any moment, loses a committed entry. Every crash is a power loss, a single member's or a
+/// majority's. Seeds 0..500, or as `QC_SIM_SEED`, `QC_SIM_SOAK` and `QC_SIM_FIRST_SEED` say.
+#[test]
+fn batch_loses_nothing_committed_to_power_losses() {
+    let storage = Storage {
+        policy: SyncPolicy::Batch,
+        max_sync_ns: 0,
+        power_loss_per_million: 5_000,
+        majority_power_loss_per_million: 2_000,
+        power_crash_share_per_million: 1_000_000,
+    };
+    assert_none_broken(seeds(DEFAULT_SEEDS / 4), |config| SimConfig {
+        storage: Storage { max_sync_ns: config.storage.max_sync_ns, ..storage },
+        ..config
+    });
+}
+
+/// The same faults catch a `batch` driver that acknowledges writes before they are synced, directly and
+/// end to end: proof that the test above can fail.
+#[test]
+fn the_checker_catches_a_driver_that_acknowledges_unsynced_writes() {
+    let storage = Storage { policy: SyncPolicy::Batch, ..MAJORITY_POWER_LOSSES };
+    find_loss(0..400, storage, true, true);
+    let violation = find_loss(0..400, storage, false, true);
+    assert!(!violation.what.contains(" lost: held by "), "{violation}");
+}
+
+/// The storage model alone: a sync covers what was written before it started, a truncation brings the
+/// synced position (and a sync in flight) down with it, and a power loss keeps what was synced.
+#[test]
+fn a_power_loss_keeps_what_was_synced() {
+    let entry = |id| Entry { term: 1, id, length: 32, client: true };
+    let mut log = SimLog::default();
+    (1..=3).for_each(|id| log.push(entry(id)));
+    assert!(log.start_sync(10));
+    log.push(entry(4));
+    assert!(!log.start_sync(11), "one sync in flight at a time");
+    assert!(!log.complete_sync(9));
+    assert!(log.complete_sync(10));
+    assert_eq!((log.synced(), log.unsynced_entries()), (96, 1));
+    assert!(log.start_sync(20));
+    assert!(log.truncate(64));
+    log.push(entry(5));
+    assert!(log.complete_sync(20));
+    assert_eq!((log.synced(), log.unsynced_entries()), (64, 1), "the truncation capped the sync in flight");
+    log.push(entry(6));
+    log.lose_unsynced(1);
+    let ids: Vec<u64> = log.entries().iter().map(|e| e.id).collect();
+    assert_eq!((ids, log.synced()), (vec![1, 2, 5], 96), "the synced entries and the first un-synced one kept");
+    assert_eq!(log.term_run(0, 96), Some((1, 96)));
+    assert_eq!(log.term_run(0, 80), Some((1, 64)));
 }
 
 #[test]

@@ -8,13 +8,17 @@
 //! - state machine safety: every member's applied sequence is a prefix of one common sequence;
 //! - leader completeness: an entry committed in term `t` is in the log of every leader of a term after
 //!   `t`;
-//! - nothing committed is ever truncated.
+//! - nothing committed is ever truncated;
+//! - no committed entry is lost: from when it is first applied, every committed entry is held at its
+//!   index by a majority of the members' logs (under `batch`, within what they synced), checked when it
+//!   commits and whenever a log loses entries (a truncation, a cut un-synced tail, a power loss)
+//!   (optional: off to prove the end-to-end properties catch a loss).
 
 use std::collections::HashMap;
 
 use quorumcast::consensus_core::MemberId;
 
-use super::log::SimLog;
+use super::log::{Entry, SimLog};
 
 #[derive(Default)]
 pub struct Checker {
@@ -111,6 +115,23 @@ impl Checker {
                 ));
             }
             checked.1 += 1;
+        }
+        Ok(())
+    }
+
+    /// No committed entry lost: each committed entry from index `from` on is at its index in a majority
+    /// of `logs` (every member's, as far as it counts toward a commit).
+    pub fn check_held(&self, from: usize, logs: &[&[Entry]]) -> Check {
+        let majority = logs.len() / 2 + 1;
+        for index in from..self.committed.len() {
+            let id = self.committed[index];
+            let held = logs.iter().filter(|log| log.get(index).is_some_and(|entry| entry.id == id)).count();
+            if held < majority {
+                let (term, members) = (self.commit_terms[index], logs.len());
+                return Err(format!(
+                    "committed entry {id} (index {index}, applied in term {term}) lost: held by {held} of {members} members' logs"
+                ));
+            }
         }
         Ok(())
     }

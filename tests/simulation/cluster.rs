@@ -1,8 +1,9 @@
-//! The simulated cluster: members (a consensus core, a log, what a restart keeps), the network, the
-//! clocks, the faults and the clients, all driven from one seed. It executes the cores' outputs the way
-//! a driver must (in order, persisting before anything after), moves log data from leader to followers
-//! itself (standing in for the Sender and Receiver), and runs the checker after every step. The faults
-//! are in `faults.rs`, the Sender, Receiver and client stand-ins in `replication.rs`.
+//! The simulated cluster: members (a consensus core, a log and its storage, what a restart keeps), the
+//! network, the clocks, the faults and the clients, all driven from one seed. It executes the cores'
+//! outputs the way a driver must (in order, persisting before anything after), moves log data from
+//! leader to followers itself (standing in for the Sender and Receiver), syncs the logs as the run's
+//! sync policy says, and runs the checker after every step. The faults are in `faults.rs`, the Sender,
+//! Receiver and client stand-ins in `replication.rs`, the storage's syncs in `storage.rs`.
 
 use std::fmt;
 
@@ -17,6 +18,8 @@ use super::prng::Rng;
 mod faults;
 #[path = "replication.rs"]
 mod replication;
+#[path = "storage.rs"]
+mod storage;
 
 use faults::FaultRates;
 
@@ -31,16 +34,83 @@ const FETCH_BATCHES: [u64; 2] = [16, 256];
 /// may arrive this much later.
 const MAX_DELAY_NS: u64 = 150 * MS;
 
+/// When a member's log writes become durable, and when it may count them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Writes go to the page cache only (Aeron Archive's default): a process crash keeps them, a power
+    /// loss keeps only what the operating system happened to write back. A member counts (the leader)
+    /// and acknowledges (a follower) its log's end.
+    None,
+    /// Group commit: one fsync at a time covers everything written before it started. A member counts
+    /// and acknowledges only its synced position, so a commit survives the power loss of any number of
+    /// members.
+    Batch,
+}
+
+/// A run's storage: its sync policy, how long a sync takes, and how often power is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Storage {
+    pub policy: SyncPolicy,
+    /// Each fsync takes between 0.1 ms and this (syncs complete at the step boundary after).
+    pub max_sync_ns: u64,
+    /// Per step of the chaos phase: one member, at random, loses power.
+    pub power_loss_per_million: u64,
+    /// Per step of the chaos phase: a majority of the members (all of them in half the cases) lose power
+    /// at once.
+    pub majority_power_loss_per_million: u64,
+    /// The share of the other crashes (at random, and right after a vote, a commit or an election) that
+    /// are power losses instead of process crashes.
+    pub power_crash_share_per_million: u64,
+}
+
+impl Storage {
+    /// Page cache only, and no power losses: what `none` promises to survive.
+    pub const NONE: Storage = Storage {
+        policy: SyncPolicy::None,
+        max_sync_ns: MS,
+        power_loss_per_million: 0,
+        majority_power_loss_per_million: 0,
+        power_crash_share_per_million: 0,
+    };
+
+    /// The storage of `seed`'s run: half the seeds sync in batches and lose power (some of them, a
+    /// majority at once); the other half keep the page cache alone, which survives process crashes
+    /// only, so they get no power losses (`none` promises nothing across one: see the tests that show it).
+    pub fn for_seed(seed: u64) -> Self {
+        let mut rng = Rng::derive(seed, 7);
+        // Fast and slow disks; the slowest leaves a leader's last few entries un-synced for a while.
+        let max_sync_ns = rng.pick(&[300_000, MS, 3 * MS, 20 * MS]);
+        if rng.below(2) == 0 {
+            return Storage { max_sync_ns, ..Storage::NONE };
+        }
+        Storage {
+            policy: SyncPolicy::Batch,
+            max_sync_ns,
+            power_loss_per_million: rng.pick(&[0, 1_000, 3_000]),
+            majority_power_loss_per_million: rng.pick(&[0, 300, 1_000]),
+            power_crash_share_per_million: rng.pick(&[0, 300_000, 1_000_000]),
+        }
+    }
+}
+
 /// One run: its seed, and everything derived from it.
 #[derive(Clone, Copy, Debug)]
 pub struct SimConfig {
     pub seed: u64,
     pub members: usize,
     pub bugs: Bugs,
+    pub storage: Storage,
     /// The members' timers: the defaults, or a narrow election timeout range that splits more votes.
     pub timers: Timers,
     /// Check votes and persisted terms directly (off: leave it to the end-to-end properties).
     pub check_votes: bool,
+    /// Check directly that every committed entry is held by a majority of the logs (within what they
+    /// synced, under `batch`), and that a power loss under `batch` leaves every member what it applied
+    /// (off: leave it to the end-to-end properties).
+    pub check_durability: bool,
+    /// A driver broken on purpose: under `batch` it still syncs in batches, but hands its core the log's
+    /// end as under `none`, so members count and acknowledge writes not yet synced.
+    pub ack_unsynced: bool,
     /// How long the faults run.
     pub chaos_ns: u64,
     /// Once the faults stop (a majority up, connected, no loss), a client entry must commit within this.
@@ -68,8 +138,11 @@ impl SimConfig {
             seed,
             members: if seed % 2 == 0 { 3 } else { 5 },
             bugs: Bugs::default(),
+            storage: Storage::for_seed(seed),
             timers,
             check_votes: true,
+            check_durability: true,
+            ack_unsynced: false,
             chaos_ns: Rng::derive(seed, 1).between(3_000, 5_000) * MS,
             // Time for the packets delayed before the faults stopped to arrive, for the slowest
             // member's heartbeat timeout and election timeout to run out, then nine more election
@@ -86,14 +159,24 @@ pub struct Violation {
     pub seed: u64,
     pub members: usize,
     pub bugs: Bugs,
+    pub storage: Storage,
+    pub ack_unsynced: bool,
     pub at_ns: u64,
     pub what: String,
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "seed {} ({} members) at {} ms: {}", self.seed, self.members, self.at_ns / MS, self.what)?;
-        if self.bugs == Bugs::default() {
+        let (seed, members, policy) = (self.seed, self.members, self.storage.policy);
+        write!(f, "seed {seed} ({members} members, sync {policy:?}) at {} ms: {}", self.at_ns / MS, self.what)?;
+        if self.storage != Storage::for_seed(seed) || self.ack_unsynced {
+            let ack_unsynced = if self.ack_unsynced { ", acknowledging un-synced writes" } else { "" };
+            write!(f, " (storage set by the test: {:?}{ack_unsynced})", self.storage)?;
+            if self.bugs == Bugs::default() && !self.ack_unsynced && self.storage.policy == SyncPolicy::Batch {
+                write!(f, "\n  replay: QC_SIM_SEED={seed} cargo test --test simulation batch_loses_nothing")?;
+            }
+            Ok(())
+        } else if self.bugs == Bugs::default() {
             write!(f, "\n  replay: QC_SIM_SEED={} cargo test --test simulation", self.seed)
         } else {
             write!(f, " (core broken on purpose: {:?})", self.bugs)
@@ -108,6 +191,17 @@ pub struct Summary {
     pub leaderships: u64,
     pub committed: usize,
     pub crashes: u64,
+    /// Power losses (each member's, running or not), and the events where a majority lost power at once.
+    pub power_losses: u64,
+    pub majority_power_losses: u64,
+    /// Un-synced entries that power losses took.
+    pub lost_entries: u64,
+    pub syncs: u64,
+    /// Un-synced tails cut because the core did not know them (at a term start, or where a follower
+    /// replicates from).
+    pub cut_tails: u64,
+    /// Whether the run synced in batches.
+    pub batch: bool,
     pub partitions: u64,
     pub candidacies: u64,
     /// Uncommitted suffixes cut from followers' logs.
@@ -120,12 +214,14 @@ pub struct Summary {
 struct Node {
     id: MemberId,
     core: Option<ConsensusCore>,
-    /// Durable: the whole log.
+    /// The log: a process crash keeps it whole, a power loss keeps what was synced (and maybe some of the
+    /// rest).
     log: SimLog,
-    /// Durable: the last persisted term and vote.
+    /// Durable (synced before `Persist` returns): the last persisted term and vote.
     term: i64,
     vote: Option<MemberId>,
-    /// Durable (the state machine): entries applied, and the position they end at.
+    /// The state machine: entries applied, and the position they end at. A process crash keeps it; a
+    /// power loss keeps what the surviving log still holds (the application rebuilds from the log).
     applied: usize,
     applied_position: i64,
     /// Volatile: whose log data this member appends, set by `ReplicateFrom`.
@@ -150,8 +246,10 @@ pub struct Simulation {
     /// Once the faults stopped: the first entry id appended after.
     healed: Option<u64>,
     live: bool,
-    /// Set while executing outputs: crash the member once its input is done.
-    crash_after_input: bool,
+    /// Set while executing outputs: crash the member once its input is done (true: a power loss).
+    crash_after_input: Option<bool>,
+    /// Sync latencies.
+    sync_latency: Rng,
     candidate_terms: std::collections::HashSet<i64>,
     summary: Summary,
 }
@@ -179,9 +277,10 @@ impl Simulation {
             next_entry_id: 1,
             healed: None,
             live: false,
-            crash_after_input: false,
+            crash_after_input: None,
+            sync_latency: Rng::derive(seed, 8),
             candidate_terms: std::collections::HashSet::new(),
-            summary: Summary::default(),
+            summary: Summary { batch: config.storage.policy == SyncPolicy::Batch, ..Summary::default() },
         };
         for id in 1..=config.members as MemberId {
             simulation.nodes.push(Node {
@@ -208,7 +307,9 @@ impl Simulation {
             Ok(()) => Ok(self.summary),
             Err(what) => {
                 let (seed, members, bugs) = (self.config.seed, self.config.members, self.config.bugs);
-                Err(Violation { seed, members, bugs, at_ns: self.now_ns, what })
+                let storage = self.config.storage;
+                let ack_unsynced = self.config.ack_unsynced;
+                Err(Violation { seed, members, bugs, storage, ack_unsynced, at_ns: self.now_ns, what })
             }
         }
     }
@@ -220,9 +321,10 @@ impl Simulation {
             if self.now_ns < self.config.chaos_ns {
                 self.inject_faults()?;
             } else if self.healed.is_none() {
-                self.heal();
+                self.heal()?;
             }
             self.restart_due()?;
+            self.complete_syncs()?;
             self.deliver()?;
             self.tick()?;
             self.fetch();
@@ -262,9 +364,13 @@ impl Simulation {
         let mut out = Vec::new();
         f(core, now, &mut out);
         out.into_iter().try_for_each(|output| self.execute(index, output))?;
-        if std::mem::take(&mut self.crash_after_input) && self.healed.is_none() {
+        if let Some(power) = self.crash_after_input.take().filter(|_| self.healed.is_none()) {
             let down = if self.faults.below(3) > 0 { 0 } else { self.faults.between(MS, 30 * MS) };
-            self.crash(index, self.now_ns + down);
+            if power {
+                self.power_loss(&[index], self.now_ns + down)?;
+            } else {
+                self.crash(index, self.now_ns + down);
+            }
         }
         Ok(())
     }
@@ -279,10 +385,15 @@ impl Simulation {
                 node.term = leadership_term_id;
                 node.vote = voted_for;
                 if voted_for.is_some_and(|vote| vote != id) {
-                    self.crash_after_input |= self.faults.chance(self.rates.crash_after_vote_per_million);
+                    self.crash_after(self.rates.crash_after_vote_per_million);
                 }
             }
-            Output::Send { to, message } => self.send(index, to, &message)?,
+            Output::Send { to, message } => {
+                self.send(index, to, &message)?;
+                if matches!(message, Message::AppendPosition { .. }) {
+                    self.crash_after(self.rates.crash_after_ack_per_million);
+                }
+            }
             Output::RoleChange { role, leadership_term_id, leader_member_id } => {
                 self.trace(format_args!(
                     "member {id}: {role} in term {leadership_term_id}, leader {leader_member_id:?}"
@@ -295,7 +406,7 @@ impl Simulation {
                     }
                 }
                 if role == Role::Leader {
-                    self.crash_after_input |= self.faults.chance(self.rates.crash_after_election_per_million);
+                    self.crash_after(self.rates.crash_after_election_per_million);
                     self.summary.leaderships += 1;
                     self.checker.on_leader(id, leadership_term_id)?;
                 } else {
@@ -303,14 +414,11 @@ impl Simulation {
                 }
             }
             Output::AppendTermStart { leadership_term_id, position } => {
+                self.cut_unknown_tail(index, position, "term start")?;
                 let log = &mut self.nodes[index].log;
-                if position != log.end() {
-                    return Err(format!("member {id}: term start at {position}, but its log ends at {}", log.end()));
-                }
                 log.push(Entry { term: leadership_term_id, id: self.next_entry_id, length: 32, client: false });
                 self.next_entry_id += 1;
-                let end = log.end();
-                self.input(index, |core, now, out| core.on_append_position(leadership_term_id, end, now, out))?;
+                self.written(index, leadership_term_id)?;
             }
             Output::Truncate { position } => {
                 let node = &mut self.nodes[index];
@@ -319,26 +427,30 @@ impl Simulation {
                 if !node.log.truncate(position) {
                     return Err(format!("member {id}: truncation to {position}, not an entry boundary"));
                 }
+                self.check_held_after_cut(index, "a truncation")?;
             }
             Output::ReplicateFrom { leader_member_id, leadership_term_id, position } => {
-                let node = &mut self.nodes[index];
-                if position != node.log.end() {
-                    return Err(format!(
-                        "member {id}: replicate from {position}, but its log ends at {}",
-                        node.log.end()
-                    ));
-                }
-                node.replicate_from = Some((leader_member_id, leadership_term_id));
+                self.cut_unknown_tail(index, position, "replicate")?;
+                self.nodes[index].replicate_from = Some((leader_member_id, leadership_term_id));
             }
             Output::Commit { position } => {
                 self.apply(index, position)?;
                 if self.nodes[index].core.as_ref().is_some_and(|core| core.role() == Role::Leader) {
-                    self.crash_after_input |= self.faults.chance(self.rates.crash_after_commit_per_million);
+                    self.crash_after(self.rates.crash_after_commit_per_million);
                 }
             }
             Output::Error(error) => return Err(format!("member {id}: the core refused: {error}")),
         }
         Ok(())
+    }
+
+    /// Sets the member to crash once the current input is done, with probability `per_million`: a
+    /// power loss for the run's share of crashes.
+    fn crash_after(&mut self, per_million: u64) {
+        if self.crash_after_input.is_none() && self.faults.chance(per_million) {
+            let power = self.faults.chance(self.config.storage.power_crash_share_per_million);
+            self.crash_after_input = Some(power);
+        }
     }
 
     /// Applies the log up to the new commit position, checking it against every other member's.
@@ -347,6 +459,7 @@ impl Simulation {
         self.checker.on_commit(node.id, node.applied_position, position, &node.log)?;
         let term = node.core.as_ref().map_or(0, |c| c.leadership_term_id());
         let count = node.log.count_at(position).unwrap_or(node.applied);
+        let known = self.checker.committed.len();
         for entry_index in node.applied..count {
             let entry = node.log.entries()[entry_index];
             self.checker.on_apply(node.id, term, entry_index, entry.id)?;
@@ -356,7 +469,8 @@ impl Simulation {
         }
         node.applied = count;
         node.applied_position = position;
-        Ok(())
+        // Entries committed for the first time: held by a majority, and under `batch` synced by one.
+        self.check_held(known, "commit")
     }
 
     /// Sends through the wire format, as a real driver would.
@@ -410,12 +524,12 @@ impl Simulation {
     fn after_step(&mut self) -> Check {
         for node in &self.nodes {
             let Some(core) = &node.core else { continue };
-            if core.append_position() != node.log.end() {
+            let known = self.known_end(node);
+            if core.append_position() != known {
+                let (append, end, synced) = (core.append_position(), node.log.end(), node.log.synced());
                 return Err(format!(
-                    "member {}: core append {} != log end {}",
-                    node.id,
-                    core.append_position(),
-                    node.log.end()
+                    "member {}: core append {append} != {known} (log end {end}, synced {synced})",
+                    node.id
                 ));
             }
             if core.commit_position() != node.applied_position {

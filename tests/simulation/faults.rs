@@ -1,12 +1,12 @@
-//! The faults of the chaos phase (crashes, partitions, clock jumps, junk messages), the restarts, and
-//! the end of the faults.
+//! The faults of the chaos phase (process crashes, power losses, partitions, clock jumps, junk
+//! messages), the restarts, and the end of the faults.
 
 use quorumcast::consensus_core::{wire, ConsensusCore, CoreConfig, CoreCounters, DurableState, MemberId, Message};
 
 use super::super::checker::Check;
 use super::super::network::Faults;
 use super::super::prng::Rng;
-use super::{Simulation, MS};
+use super::{Simulation, SyncPolicy, MS};
 
 /// How often each fault strikes during the chaos phase, per step.
 #[derive(Clone, Copy, Debug)]
@@ -26,6 +26,10 @@ pub(super) struct FaultRates {
     /// A member that just won an election crashes once the input is done, before its term-start
     /// marker reaches anyone: its term's bytes then live in its log alone.
     pub(super) crash_after_election_per_million: u64,
+    /// A follower that just acknowledged a position crashes once the input is done: as a power loss,
+    /// where a member that acknowledged what it had not synced would take the acknowledged entries
+    /// with it.
+    pub(super) crash_after_ack_per_million: u64,
 }
 
 impl FaultRates {
@@ -41,6 +45,7 @@ impl FaultRates {
             crash_after_vote_per_million: setup.pick(&[0, 200_000, 1_000_000]),
             crash_after_commit_per_million: setup.pick(&[0, 2_000, 20_000]),
             crash_after_election_per_million: setup.pick(&[0, 100_000, 300_000]),
+            crash_after_ack_per_million: setup.pick(&[0, 500, 5_000]),
         }
     }
 }
@@ -48,10 +53,32 @@ impl FaultRates {
 impl Simulation {
     pub(super) fn inject_faults(&mut self) -> Check {
         let rates = self.rates;
+        let storage = self.config.storage;
         if self.faults.chance(rates.crash_per_million) {
             let index = self.faults.below(self.nodes.len() as u64) as usize;
             let down = self.faults.between(MS, rates.max_down_ns);
-            self.crash(index, self.now_ns + down);
+            if self.faults.chance(storage.power_crash_share_per_million) {
+                self.power_loss(&[index], self.now_ns + down)?;
+            } else {
+                self.crash(index, self.now_ns + down);
+            }
+        }
+        if self.faults.chance(storage.power_loss_per_million) {
+            let index = self.faults.below(self.nodes.len() as u64) as usize;
+            let down = self.faults.between(MS, rates.max_down_ns);
+            self.power_loss(&[index], self.now_ns + down)?;
+        }
+        if self.faults.chance(storage.majority_power_loss_per_million) {
+            let members = self.nodes.len();
+            let count = if self.faults.below(2) == 0 { members } else { members / 2 + 1 };
+            let mut indexes: Vec<usize> = (0..members).collect();
+            for i in 0..count {
+                let j = i + self.faults.below((members - i) as u64) as usize;
+                indexes.swap(i, j);
+            }
+            let down = self.faults.between(MS, rates.max_down_ns);
+            self.summary.majority_power_losses += 1;
+            self.power_loss(&indexes[..count], self.now_ns + down)?;
         }
         if self.network.partitioned() {
             if self.faults.chance(rates.heal_per_million) {
@@ -73,6 +100,7 @@ impl Simulation {
         Ok(())
     }
 
+    /// A process crash: the member's core stops, and everything it wrote stays in the page cache.
     pub(super) fn crash(&mut self, index: usize, until_ns: u64) {
         self.trace(format_args!("member {} crashes until {} ms", index + 1, until_ns / MS));
         let node = &mut self.nodes[index];
@@ -84,22 +112,63 @@ impl Simulation {
         self.checker.forget_leader_log(node.id);
     }
 
+    /// The members at `indexes` lose power at once, running or not. Each log keeps what it synced and,
+    /// in half the cases, a random run of entries after that (what the operating system happened to write
+    /// back; a torn entry is cut when the log is read back). The term and vote were synced, so they stay.
+    /// The state machine keeps what the surviving log holds: under `batch` that is everything it applied
+    /// (a member applies only what it synced), under `none` maybe less. Then every committed entry must
+    /// still be held by a majority.
+    pub(super) fn power_loss(&mut self, indexes: &[usize], until_ns: u64) -> Check {
+        let mut cut_from = usize::MAX;
+        for &index in indexes {
+            self.crash(index, until_ns);
+            self.summary.power_losses += 1;
+            let unsynced = self.nodes[index].log.unsynced_entries();
+            let kept = if self.faults.below(2) == 0 { 0 } else { self.faults.below(unsynced as u64 + 1) as usize };
+            self.nodes[index].log.lose_unsynced(kept);
+            self.summary.lost_entries += (unsynced - kept) as u64;
+            let lost = unsynced - kept;
+            self.trace(format_args!("member {} loses power: {lost} of {unsynced} un-synced entries lost", index + 1));
+            let node = &mut self.nodes[index];
+            let count = node.log.entries().len();
+            if node.applied > count {
+                if self.config.storage.policy == SyncPolicy::Batch && self.config.check_durability {
+                    return Err(format!(
+                        "member {} applied {} entries, but only {count} survived its power loss under batch",
+                        node.id, node.applied
+                    ));
+                }
+                node.applied = count;
+                node.applied_position = node.log.end();
+            }
+            cut_from = cut_from.min(count);
+        }
+        let ids: Vec<_> = indexes.iter().map(|&index| self.nodes[index].id).collect();
+        self.check_held(cut_from, &format!("a power loss of members {ids:?}"))
+    }
+
     /// The faults stop: the network heals and loses nothing, clocks stop jumping, and every member
-    /// restarts, except (in half the runs) a minority that stays down.
-    pub(super) fn heal(&mut self) {
+    /// restarts, except (in half the runs) a minority that stays down (crashed, or without power in the
+    /// run's share of crashes).
+    pub(super) fn heal(&mut self) -> Check {
         self.network.heal();
         self.network.faults = Faults::NONE;
         let minority = (self.nodes.len() - 1) / 2;
         let stay_down = if self.faults.below(2) == 0 { self.faults.between(0, minority as u64) as usize } else { 0 };
         for index in 0..self.nodes.len() {
             if index < stay_down {
-                self.crash(index, u64::MAX);
+                if self.faults.chance(self.config.storage.power_crash_share_per_million) {
+                    self.power_loss(&[index], u64::MAX)?;
+                } else {
+                    self.crash(index, u64::MAX);
+                }
             } else if self.nodes[index].down_until.is_some() {
                 self.nodes[index].down_until = Some(self.now_ns);
             }
         }
         self.healed = Some(self.next_entry_id);
         self.trace(format_args!("faults stop; {stay_down} member(s) stay down; timers {:?}", self.timers));
+        Ok(())
     }
 
     pub(super) fn restart_due(&mut self) -> Check {
@@ -112,9 +181,15 @@ impl Simulation {
     }
 
     /// Starts a core from what the member persisted: its term and vote, its log, and what it applied.
+    /// Under `batch` the driver first syncs the log it reads back (after a process crash the page cache
+    /// may hold writes never synced), so the core may count all of it.
     pub(super) fn restart(&mut self, index: usize) -> Check {
         let now = self.local_now(index);
+        let batch = self.config.storage.policy == SyncPolicy::Batch;
         let node = &mut self.nodes[index];
+        if batch {
+            node.log.sync_all();
+        }
         node.down_until = None;
         node.incarnation += 1;
         let config = CoreConfig {

@@ -58,8 +58,7 @@ impl Simulation {
             let run_term = first.term;
             rest[..run].iter().for_each(|&entry| self.nodes[index].log.push(entry));
             rest = &rest[run..];
-            let end = self.nodes[index].log.end();
-            self.input(index, |core, now, out| core.on_append_position(run_term, end, now, out))?;
+            self.written(index, run_term)?;
         }
         Ok(())
     }
@@ -84,10 +83,8 @@ impl Simulation {
         let index = leaders[self.clients.below(leaders.len() as u64) as usize];
         let term = self.nodes[index].core.as_ref().map_or(0, |c| c.leadership_term_id());
         let length = self.clients.between(1, 16) as i64 * 32;
-        let log = &mut self.nodes[index].log;
-        log.push(Entry { term, id: self.next_entry_id, length, client: true });
+        self.nodes[index].log.push(Entry { term, id: self.next_entry_id, length, client: true });
         self.next_entry_id += 1;
-        let end = log.end();
-        self.input(index, |core, now, out| core.on_append_position(term, end, now, out))
+        self.written(index, term)
     }
 }
