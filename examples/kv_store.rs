@@ -1,5 +1,8 @@
 //! A replicated key-value map: three quorumcast nodes in one process, each applying the committed log of
-//! SET and DEL commands to its own `HashMap`. At the end the three maps are equal, and printed.
+//! SET and DEL commands to its own `HashMap`, which implements [`StateMachine`]: the nodes record the log
+//! on disk and snapshot their maps as they go. Halfway, all three stop; started again, each restores its
+//! newest snapshot, replays the log recorded after it, and goes on. At the end the three maps are equal,
+//! and printed.
 //!
 //! ```text
 //! cargo run --example kv_store
@@ -17,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::consensus::Role;
-use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::node::{Member, Node, NodeBuilder, OfferError, StorageConfig};
+use quorumcast::snapshot::StateMachine;
+use std::io::{Read, Write};
 
 /// Commands offered by the leader.
 const COMMANDS: u32 = 20_000;
@@ -91,27 +96,76 @@ impl Command {
     }
 }
 
-/// One node's state machine: the map and how many commands it applied.
+/// One node's state machine: the map, how many commands it applied, and how many it refused.
 #[derive(Default)]
 struct KvStore {
     map: HashMap<String, String>,
     applied: u32,
+    refused: u32,
 }
 
-impl KvStore {
-    fn apply(&mut self, entry: &[u8]) -> Result<(), DecodeError> {
-        match Command::decode(entry)? {
-            Command::Set { key, value } => {
+/// The longest key or value a snapshot may hold: a damaged length cannot make a load allocate more.
+const MAX_FIELD: usize = 1 << 20;
+
+impl StateMachine for KvStore {
+    fn apply(&mut self, _position: i64, entry: &[u8]) {
+        match Command::decode(entry) {
+            Ok(Command::Set { key, value }) => {
                 self.map.insert(key, value);
             }
-            Command::Del { key } => {
+            Ok(Command::Del { key }) => {
                 self.map.remove(&key);
             }
+            // Every node refuses the same bytes the same way, so the maps stay equal.
+            Err(_) => self.refused += 1,
         }
         self.applied += 1;
+    }
+
+    /// The counts, then each pair as key length, key, value length, value (lengths little-endian u32).
+    fn take_snapshot(&mut self, writer: &mut dyn Write) -> std::io::Result<()> {
+        writer.write_all(&self.applied.to_le_bytes())?;
+        writer.write_all(&self.refused.to_le_bytes())?;
+        writer.write_all(&(self.map.len() as u32).to_le_bytes())?;
+        for (key, value) in self.sorted() {
+            for field in [key, value] {
+                writer.write_all(&(field.len() as u32).to_le_bytes())?;
+                writer.write_all(field.as_bytes())?;
+            }
+        }
         Ok(())
     }
 
+    fn load_snapshot(&mut self, reader: &mut dyn Read) -> std::io::Result<()> {
+        let word = |reader: &mut dyn Read| -> std::io::Result<u32> {
+            let mut bytes = [0u8; 4];
+            reader.read_exact(&mut bytes)?;
+            Ok(u32::from_le_bytes(bytes))
+        };
+        let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
+        self.applied = word(reader)?;
+        self.refused = word(reader)?;
+        let pairs = word(reader)?;
+        self.map.clear();
+        for _ in 0..pairs {
+            let field = |reader: &mut dyn Read| -> std::io::Result<String> {
+                let length = word(reader)? as usize;
+                if length > MAX_FIELD {
+                    return Err(bad("a field longer than 1 MiB"));
+                }
+                let mut bytes = vec![0u8; length];
+                reader.read_exact(&mut bytes)?;
+                String::from_utf8(bytes).map_err(|_| bad("a field that is not UTF-8"))
+            };
+            let key = field(reader)?;
+            let value = field(reader)?;
+            self.map.insert(key, value);
+        }
+        Ok(())
+    }
+}
+
+impl KvStore {
     fn sorted(&self) -> BTreeMap<&str, &str> {
         self.map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
     }
@@ -137,57 +191,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|id| Ok(Member { id, endpoint: free_endpoint()?, consensus: free_endpoint()? }))
         .collect::<Result<_, std::io::Error>>()?;
     let base = std::env::temp_dir().join(format!("qc-kv-store-{}", std::process::id()));
-    let mut nodes: Vec<Node> = (0..3)
-        .map(|id| {
-            NodeBuilder::new(id, members.clone())
-                .leader(0)
-                .directory(base.join(format!("node-{id}")))
-                .data_dir(base.join(format!("data-{id}")))
-                .clean_stale(true)
-                .mtu(8192)
-                .term_length(1 << 20)
-                .threading(ThreadingMode::Invoker)
-                .commit_piggyback(true)
-                .start()
-        })
-        .collect::<Result<_, _>>()?;
+    // Small segments and frequent snapshots, so that this short run shows both at work.
+    let storage =
+        StorageConfig { segment_length: 256 << 10, snapshot_interval: Some(256 << 10), ..StorageConfig::default() };
+    let start = |id: i32| {
+        NodeBuilder::new(id, members.clone())
+            .leader(0)
+            .directory(base.join(format!("node-{id}")))
+            .data_dir(base.join(format!("data-{id}")))
+            .storage(storage.clone())
+            .clean_stale(true)
+            .mtu(8192)
+            .term_length(1 << 20)
+            .threading(ThreadingMode::Invoker)
+            .commit_piggyback(true)
+            .start()
+    };
+
+    // First run: the first half of the commands. Each node records the log and snapshots its map.
+    let mut nodes: Vec<Node> = (0..3).map(start).collect::<Result<_, _>>()?;
     let mut stores: Vec<KvStore> = (0..3).map(|_| KvStore::default()).collect();
-    let mut encoded = Vec::new();
     let mut offered = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stores.iter().any(|s| s.applied < COMMANDS) {
-        if Instant::now() > deadline {
-            return Err(format!("stalled: offered {offered}, applied {:?}", applied(&stores)).into());
-        }
-        let mut work = 0;
-        // The members elect their leader (member 0 is preferred): offers go to whichever leads, and wait
-        // while none does.
-        let leader = nodes.iter().find(|n| n.role() == Role::Leader).map(Node::client);
-        while let (true, Some(client)) = (offered < COMMANDS, leader.as_ref()) {
-            command(offered).encode(&mut encoded);
-            match client.offer(&encoded) {
-                Ok(_) => offered += 1,
-                Err(OfferError::BackPressured | OfferError::NotLeader { .. }) => break,
-                Err(e) => return Err(e.into()),
-            }
-            work += 1;
-        }
-        for (node, store) in nodes.iter_mut().zip(stores.iter_mut()) {
-            work += node.invoke()?;
-            let mut failure = None;
-            work += node.poll_committed(1024, |entry| {
-                if let Err(e) = store.apply(entry) {
-                    failure.get_or_insert(e);
-                }
-            });
-            if let Some(e) = failure {
-                return Err(e.into());
-            }
-        }
-        if work == 0 {
-            std::thread::yield_now();
-        }
+    run(&mut nodes, &mut stores, &mut offered, COMMANDS / 2)?;
+    for node in nodes {
+        node.close()?;
     }
+    println!("stopped all three nodes after {} commands", COMMANDS / 2);
+
+    // Second run: each node restores its newest snapshot, replays the log recorded after it, and goes on.
+    let mut nodes: Vec<Node> = (0..3).map(start).collect::<Result<_, _>>()?;
+    let mut stores: Vec<KvStore> = (0..3).map(|_| KvStore::default()).collect();
+    for (node, store) in nodes.iter_mut().zip(stores.iter_mut()) {
+        let at = node.restore(store)?;
+        println!("node {} restored a snapshot at {at:?}: {} commands applied before it", node.id(), store.applied);
+    }
+    run(&mut nodes, &mut stores, &mut offered, COMMANDS)?;
     for node in nodes {
         node.close()?;
     }
@@ -203,6 +241,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("the three maps differ".into());
     }
     println!("the three maps are equal");
+    Ok(())
+}
+
+/// Offers commands up to `target` through whichever node leads, and applies on every node until each has
+/// applied `target`.
+fn run(
+    nodes: &mut [Node],
+    stores: &mut [KvStore],
+    offered: &mut u32,
+    target: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut encoded = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stores.iter().any(|s| s.applied < target) {
+        if Instant::now() > deadline {
+            return Err(format!("stalled: offered {offered}, applied {:?}", applied(stores)).into());
+        }
+        let mut work = 0;
+        // The members elect their leader (member 0 is preferred): offers go to whichever leads, and wait
+        // while none does.
+        let leader = nodes.iter().find(|n| n.role() == Role::Leader).map(Node::client);
+        while let (true, Some(client)) = (*offered < target, leader.as_ref()) {
+            command(*offered).encode(&mut encoded);
+            match client.offer(&encoded) {
+                Ok(_) => *offered += 1,
+                Err(OfferError::BackPressured | OfferError::NotLeader { .. }) => break,
+                Err(e) => return Err(e.into()),
+            }
+            work += 1;
+        }
+        for (node, store) in nodes.iter_mut().zip(stores.iter_mut()) {
+            work += node.invoke()?;
+            work += node.poll_state(store, 1024)?;
+        }
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
     Ok(())
 }
 
