@@ -19,18 +19,22 @@
 //! node.close().unwrap();
 //! ```
 //!
-//! Every node runs three agents in the configured threading mode: the consensus agent, which drives the
-//! node's consensus core (elections, votes, commit; see [`crate::consensus_core`]), and the places of the
-//! Sender and the Receiver, which run what the role needs (`wiring`). The members elect their leader;
+//! Every node runs its agents in the configured threading mode: the consensus agent, which drives the
+//! node's consensus core (elections, votes, commit; see [`crate::consensus_core`]), the places of the
+//! Sender and the Receiver, which run what the role needs (`wiring`), and, with the log on disk (the
+//! default), the recorder ([`crate::recording`]). The members elect their leader;
 //! it takes client messages from its ingress ring (any thread of the process, or another process,
 //! through a [`Client`]), appends each once into its log, replicates the log to the followers over UDP,
 //! and commits by quorum. When it dies, the others elect another, which continues the same log. Every
-//! node hands committed entries, in log order, to [`Node::poll_committed`], across changes of leader.
+//! node hands committed entries, in log order, to [`Node::poll_committed`] (or applies them to a
+//! [`StateMachine`] with [`Node::poll_state`]), across changes of leader, and after a restart first from
+//! its recorded log, from the snapshot [`Node::restore`] loaded.
 //!
 //! Files: `builder` (members, configuration and its rules, the builder), `client` (offers from any
 //! thread, and what the node shares with its agents), `driver` (the consensus agent), `slot` (an agent
 //! place whose agent changes with the role), `error` (why a start or an offer fails), `wiring` (what a
-//! role is made of, and the threads); node files in TOML are read by [`crate::config`] (feature
+//! role is made of, and the threads), `recovery` (the recording opened at start), `replay` (committed
+//! entries read from the recording); node files in TOML are read by [`crate::config`] (feature
 //! `config`).
 
 mod builder;
