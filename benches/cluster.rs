@@ -1,12 +1,13 @@
 //! Cluster benchmark: a 3-node quorumcast cluster over UDP loopback in one process.
 //!
 //! `cargo bench --bench cluster` (about 3 minutes), `cargo bench --bench cluster -- --quick` (a smoke run),
-//! `-- --only <text>` runs the variants whose name contains the text, `-- --no-c` skips the C runs,
-//! `-- --pin` pins threads (see below); `QC_BENCH_DEBUG=1` prints every counter that moved during each
-//! serial run.
+//! `-- --only <text>` runs the variants whose name contains the text (`-- --only durable` the log on disk
+//! with its memory twins), `-- --no-c` skips the C runs, `-- --pin` pins threads (see below);
+//! `QC_BENCH_DEBUG=1` prints every counter that moved during each serial run.
 //!
 //! What it measures, for 128-byte messages at MTU 1408 and 8192, in every send mode with separate commit
-//! frames and with the commit piggybacked:
+//! frames and with the commit piggybacked, with the log in memory (`NodeBuilder::memory_log`) unless said
+//! otherwise:
 //! - sustained committed messages per second at saturation: the load generator offers as fast as the
 //!   leader's ingress takes (retrying on back pressure) and the rate is the slowest node's applied entries
 //!   per second, median of 3 windows;
@@ -14,6 +15,12 @@
 //! - pipelined offer-to-apply latency with 256 messages in flight;
 //! - with authentication (`auth` rows: every datagram carries a keyed BLAKE3 tag), classic and mmsg (GSO
 //!   cannot tag each datagram) beside the same rows without, in the same run;
+//! - with the log recorded on disk (`durable none` and `durable batch` rows, classic with separate commit
+//!   frames, each right after its memory twin): every node's recorder agent writes its log to a fresh data
+//!   directory under `<target>/cluster-data` (on the target directory's disk, not /dev/shm; removed after
+//!   the run). `none` leaves the bytes in the page cache; `batch` calls `fdatasync` once per recorder duty
+//!   cycle that wrote, and a follower acknowledges (the leader counts itself) only up to the synced
+//!   position. The summary's rows say `storage`: `memory`, `none` or `batch`;
 //! - the stall of a stopped follower: at a paced 200k msg/s, member 2 is not run for 2 s, and the longest
 //!   time the leader's commit position stood still is reported before, during and after (`--no-stall`
 //!   skips it; `--only stall` runs only it);
@@ -22,19 +29,20 @@
 //!
 //! Thread layouts (this machine has 2 cores; busy-spinning threads never outnumber them):
 //! - throughput and latency: every node in invoker mode. Bench thread 0 is the load generator and drives
-//!   the leader (its consensus, sender and receiver agents) and the leader's apply; bench thread 1 drives
-//!   both followers and their apply. Two spinning threads. With `--pin`, thread 0 is pinned to core 0 and
-//!   thread 1 to core 1; by default nothing is pinned (on a machine shared with other busy processes a
-//!   pinned thread cannot move away from a spinning neighbour, and every round trip then waits for
-//!   scheduler slices of milliseconds).
+//!   the leader (its consensus, sender and receiver agents, and its recorder with a log on disk: an
+//!   `fdatasync` under `batch` blocks that thread) and the leader's apply; bench thread 1 drives both
+//!   followers (their recorders too) and their apply. Two spinning threads. With `--pin`, thread 0 is
+//!   pinned to core 0 and thread 1 to core 1; by default nothing is pinned (on a machine shared with other
+//!   busy processes a pinned thread cannot move away from a spinning neighbour, and every round trip then
+//!   waits for scheduler slices of milliseconds).
 //! - C per idle strategy: the leader in `shared-network` mode, its consensus agent on a thread of its own
 //!   with the strategy under test, its sender+receiver thread with `backoff`; each follower in `shared`
 //!   mode (one thread) with `backoff`; the bench thread (pacer and apply of every node) sleeping between
 //!   bursts. At most one busy-spinning thread. With `--pin`, the consensus thread is on core 1 and every
 //!   other thread on core 0.
 //!
-//! Results: a table beside docs/BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
-//! (`target/cluster/latest` points at the newest).
+//! Results: a table beside docs/BASELINE.md's raft figures, a C table, and
+//! `target/cluster/<timestamp>/summary.json` (`target/cluster/latest` points at the newest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::Ipv4Addr;
@@ -51,13 +59,14 @@ use quorumcast::channel::ChannelConfig;
 use quorumcast::counters::CountersReader;
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::recording::SyncPolicy;
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
 use quorumcast_tools::harness::{self, members_on, number, Applier};
 use serde_json::{json, Value};
 
 mod common;
-use common::{host, write_summary};
+use common::{host, target_dir, write_summary};
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
 struct CountingAllocator;
@@ -184,7 +193,32 @@ impl Settings {
     }
 }
 
-/// One configuration of the log channel.
+/// Where every node of a run keeps its log.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Storage {
+    /// In memory only (`NodeBuilder::memory_log`): no recorder agent.
+    Memory,
+    /// Recorded on disk by the recorder agent with this sync policy, in a fresh data directory under
+    /// `<target>/cluster-data`.
+    Disk(SyncPolicy),
+}
+
+impl Storage {
+    /// `memory`, `none` or `batch`: the summary's `storage`.
+    fn as_str(self) -> &'static str {
+        match self {
+            Storage::Memory => "memory",
+            Storage::Disk(SyncPolicy::None) => "none",
+            Storage::Disk(SyncPolicy::Batch) => "batch",
+        }
+    }
+
+    fn durable(self) -> bool {
+        self != Storage::Memory
+    }
+}
+
+/// One configuration of the log channel, and where the log is kept.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Variant {
     mtu: usize,
@@ -195,6 +229,8 @@ struct Variant {
     /// Status messages every 10 ms instead of 200 ms (as `tuning/cluster`): a stopped follower is noticed
     /// after 30 ms.
     fast_status: bool,
+    /// In memory, or recorded on disk with a sync policy.
+    storage: Storage,
 }
 
 impl Variant {
@@ -206,14 +242,23 @@ impl Variant {
         }
     }
 
+    /// `mtu1408 classic separate`, with ` auth` when authenticated and ` durable none` / ` durable batch`
+    /// when the log is recorded on disk (`--only durable` selects those, and their memory twins run too).
     fn name(&self) -> String {
         let auth = if self.auth { " auth" } else { "" };
-        format!("mtu{} {} {}{auth}", self.mtu, self.mode.as_str(), self.control())
+        let storage =
+            if self.storage.durable() { format!(" durable {}", self.storage.as_str()) } else { String::new() };
+        format!("mtu{} {} {}{auth}{storage}", self.mtu, self.mode.as_str(), self.control())
     }
 
-    /// A plain variant: no authentication.
+    /// A plain variant: no authentication, the log in memory.
     const fn plain(mtu: usize, mode: SendMode, piggyback: bool) -> Self {
-        Self { mtu, mode, piggyback, auth: false, fast_status: false }
+        Self { mtu, mode, piggyback, auth: false, fast_status: false, storage: Storage::Memory }
+    }
+
+    /// The same variant with the log in memory: what a durable row is compared with.
+    fn memory_twin(&self) -> Self {
+        Self { storage: Storage::Memory, ..*self }
     }
 }
 
@@ -238,15 +283,35 @@ fn channel(variant: &Variant) -> ChannelConfig {
     }
 }
 
+/// Where the runs' data directories live: on the target directory's disk (a recording in /dev/shm would
+/// measure memory, not the disk), one directory per process and run, removed after the run.
+fn data_root(run: &str) -> std::path::PathBuf {
+    target_dir().join("cluster-data").join(format!("{}-{run}", std::process::id()))
+}
+
+/// Removes a run's data directories (the recordings, the votes).
+fn remove_data(run: &str) {
+    let root = data_root(run);
+    if let Err(e) = std::fs::remove_dir_all(&root) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("warning: could not remove {}: {e}", root.display());
+        }
+    }
+}
+
 fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBuilder {
-    NodeBuilder::new(id, members.to_vec())
+    let builder = NodeBuilder::new(id, members.to_vec())
         .leader(0)
         .timers(quorumcast_tools::harness::patient_timers())
         .directory(harness::node_dir("bench", run, id))
+        .data_dir(data_root(run).join(id.to_string()))
         .clean_stale(true)
         .channel(channel(variant))
-        .commit_piggyback(variant.piggyback)
-        .memory_log()
+        .commit_piggyback(variant.piggyback);
+    match variant.storage {
+        Storage::Memory => builder.memory_log(),
+        Storage::Disk(sync) => builder.sync(sync),
+    }
 }
 
 /// Set from `--pin`: whether [`pin`] pins.
@@ -734,7 +799,14 @@ fn us(histogram: &Histogram<u64>, quantile: f64) -> f64 {
 
 fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<VariantResult, String> {
     let run = format!("v{index}");
-    let mut cluster = InvokerCluster::start(&run, variant)?;
+    remove_data(&run);
+    let result = measure_variant(&run, variant, settings);
+    remove_data(&run);
+    result
+}
+
+fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<VariantResult, String> {
+    let mut cluster = InvokerCluster::start(run, variant)?;
     let warnings = cluster.leader.warnings().to_vec();
     let saturation = saturate(&mut cluster, settings);
     drain(&mut cluster);
@@ -780,13 +852,20 @@ struct CResult {
 
 fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Result<CResult, String> {
     let run = format!("c{index}");
+    remove_data(&run);
+    let result = measure_c(&run, variant, idle, settings);
+    remove_data(&run);
+    result
+}
+
+fn measure_c(run: &str, variant: Variant, idle: &str, settings: &Settings) -> Result<CResult, String> {
     let members = members();
     let backoff = IdleStrategyConfig::default();
     let consensus: IdleStrategyConfig = idle.parse().map_err(|e| format!("{e}"))?;
     let core = |c: usize| settings.pin.then_some(c);
     pin(0);
     let follower = |id| {
-        builder(&run, id, &members, &variant)
+        builder(run, id, &members, &variant)
             .threading(ThreadingMode::Shared)
             .idle([backoff; 4])
             .cores([core(0); 4])
@@ -796,7 +875,7 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     // Followers first, and nothing offered until both have an image at position 0 (a follower that misses
     // the leader's first SETUP joins where the sender is when it answers a later one).
     let followers = [follower(1)?, follower(2)?];
-    let leader = builder(&run, 0, &members, &variant)
+    let leader = builder(run, 0, &members, &variant)
         .threading(ThreadingMode::SharedNetwork)
         .idle([consensus, backoff, backoff, backoff])
         .cores([core(1), core(0), core(0), core(0)])
@@ -938,10 +1017,14 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
         let min = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
         let max = s.rates.iter().copied().fold(0.0, f64::max);
         println!(
-            "| quorumcast | UDP loopback · MTU {} · {} · commit {} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
+            "| quorumcast | UDP loopback · MTU {} · {} · commit {}{} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
             r.variant.mtu,
             r.variant.mode.as_str(),
             r.variant.control(),
+            match r.variant.storage {
+                Storage::Memory => String::new(),
+                storage => format!(" · log on disk, sync {}", storage.as_str()),
+            },
             r.serial.0,
             r.serial.1,
             rate(r.pipeline.2),
@@ -1026,6 +1109,7 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
                 "send_mode": r.variant.mode.as_str(),
                 "control": r.variant.control(),
                 "auth": r.variant.auth,
+                "storage": r.variant.storage.as_str(),
                 "idle": "invoker: spin, yield when idle",
                 "layout": invoker_layout(settings),
                 "committed_msgs_per_s": r.saturation.median(),
@@ -1047,6 +1131,7 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
             "msg": MESSAGE,
             "send_mode": c.variant.mode.as_str(),
             "control": c.variant.control(),
+            "storage": c.variant.storage.as_str(),
             "idle": c.idle,
             "layout": c_layout(settings),
             "offered_msgs_per_s": C_RATE,
@@ -1065,8 +1150,13 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
 fn variants(settings: &Settings) -> Vec<Variant> {
     let mut all = Vec::new();
     for mtu in [1408, 8192] {
+        // The log on disk, `none` and `batch`, right after their memory twin (classic, separate commit
+        // frames): the three are compared with each other, measured seconds apart.
+        let durable = [SyncPolicy::None, SyncPolicy::Batch]
+            .map(|sync| Variant { storage: Storage::Disk(sync), ..Variant::plain(mtu, SendMode::Classic, false) });
         if settings.quick && settings.only.is_none() {
             all.push(Variant::plain(mtu, SendMode::Classic, false));
+            all.extend(durable);
             all.push(Variant::plain(mtu, SendMode::Gso, true));
             all.push(Variant { auth: true, ..Variant::plain(mtu, SendMode::Classic, false) });
             continue;
@@ -1074,6 +1164,9 @@ fn variants(settings: &Settings) -> Vec<Variant> {
         for mode in SendMode::ALL {
             for piggyback in [false, true] {
                 all.push(Variant::plain(mtu, mode, piggyback));
+                if mode == SendMode::Classic && !piggyback {
+                    all.extend(durable);
+                }
             }
         }
         // With authentication: classic, and the best mode that can tag each datagram (GSO cannot: mmsg).
@@ -1101,6 +1194,13 @@ fn selected(settings: &Settings, name: &str) -> bool {
     settings.only.as_deref().is_none_or(|only| name.contains(only))
 }
 
+/// Whether to run `variant` of `all`: selected by name, or the memory twin of a durable row that is (a
+/// durable row is always compared with its twin measured in the same run).
+fn wanted(settings: &Settings, variant: &Variant, all: &[Variant]) -> bool {
+    selected(settings, &variant.name())
+        || all.iter().any(|v| v.storage.durable() && v.memory_twin() == *variant && selected(settings, &v.name()))
+}
+
 fn main() {
     let settings = Settings::from_args();
     PIN.store(settings.pin, Ordering::Relaxed);
@@ -1113,14 +1213,15 @@ fn main() {
     );
     println!("throughput/latency layout: {}", invoker_layout(&settings));
     let mut results = Vec::new();
-    for (index, variant) in variants(&settings).into_iter().enumerate() {
-        if !selected(&settings, &variant.name()) {
+    let all = variants(&settings);
+    for (index, &variant) in all.iter().enumerate() {
+        if !wanted(&settings, &variant, &all) {
             continue;
         }
         match run_variant(variant, &settings, index) {
             Ok(r) => {
                 println!(
-                    "{:<28} committed {:>7}/s (windows {}), serial p50 {:.1}us p99 {:.1}us, pipeline {} op/s p50 {:.0}us p99 {:.0}us",
+                    "{:<38} committed {:>7}/s (windows {}), serial p50 {:.1}us p99 {:.1}us, pipeline {} op/s p50 {:.0}us p99 {:.0}us",
                     variant.name(),
                     rate(r.saturation.median()),
                     r.saturation.rates.iter().map(|&x| rate(x)).collect::<Vec<_>>().join(" "),
@@ -1141,12 +1242,12 @@ fn main() {
                 }
                 results.push(r);
             }
-            Err(e) => println!("{:<28} FAILED: {e}", variant.name()),
+            Err(e) => println!("{:<38} FAILED: {e}", variant.name()),
         }
     }
     let best = results
         .iter()
-        .filter(|r| r.variant.mtu == 8192 && !r.variant.auth)
+        .filter(|r| r.variant.mtu == 8192 && !r.variant.auth && !r.variant.storage.durable())
         .max_by(|a, b| a.saturation.median().total_cmp(&b.saturation.median()))
         .map(|r| r.variant);
     let mut c_variants = vec![Variant::plain(1408, SendMode::Classic, false)];
@@ -1187,7 +1288,9 @@ fn main() {
     let stall = if settings.skip_stall || !selected(&settings, "stall") {
         None
     } else {
-        match run_stall() {
+        let stall = run_stall();
+        remove_data("stall");
+        match stall {
             Ok(stall) => {
                 print_stall(&stall);
                 Some(stall)
