@@ -20,7 +20,11 @@
 //!   directory under `<target>/cluster-data` (on the target directory's disk, not /dev/shm; removed after
 //!   the run). `none` leaves the bytes in the page cache; `batch` calls `fdatasync` once per recorder duty
 //!   cycle that wrote, and a follower acknowledges (the leader counts itself) only up to the synced
-//!   position. The summary's rows say `storage`: `memory`, `none` or `batch`;
+//!   position. Reported beside the memory twin: committed msg/s and its ratio to memory, serial p50/p99, the
+//!   leader recorder's fsyncs per second and entries (frames recorded) per fsync, the followers' fsyncs,
+//!   fsyncs per serial message, and the process's CPU per committed message (the recorders' copy into the
+//!   page cache and checksums are CPU the 2 cores no longer give the data path). The summary's rows say
+//!   `storage`: `memory`, `none` or `batch`;
 //! - the stall of a stopped follower: at a paced 200k msg/s, member 2 is not run for 2 s, and the longest
 //!   time the leader's commit position stood still is reported before, during and after (`--no-stall`
 //!   skips it; `--only stall` runs only it);
@@ -41,8 +45,8 @@
 //!   bursts. At most one busy-spinning thread. With `--pin`, the consensus thread is on core 1 and every
 //!   other thread on core 0.
 //!
-//! Results: a table beside docs/BASELINE.md's raft figures, a C table, and
-//! `target/cluster/<timestamp>/summary.json` (`target/cluster/latest` points at the newest).
+//! Results: a table beside docs/BASELINE.md's raft figures, a durable table (disk beside memory), a C
+//! table, and `target/cluster/<timestamp>/summary.json` (`target/cluster/latest` points at the newest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::Ipv4Addr;
@@ -612,10 +616,43 @@ struct Saturation {
     alloc_bytes_per_entry: f64,
     /// CPU seconds the process used per wall second (2.0 = both cores).
     cpu_util: f64,
+    /// The recorders (all 0 with the log in memory).
+    recorder: RecorderRates,
     diagnosis: Vec<String>,
 }
 
+/// What the recorders did over the saturation windows.
+#[derive(Clone, Copy, Debug, Default)]
+struct RecorderRates {
+    /// The leader's recorder's `fdatasync` calls per second (0 under `none`).
+    fsyncs_per_s: f64,
+    /// Frames (entries, and the odd padding frame) the leader's recorder recorded per second.
+    frames_per_s: f64,
+    /// Bytes the leader's recorder wrote per second (block headers not counted).
+    bytes_per_s: f64,
+    /// The followers' recorders' `fdatasync` calls per second, each (the mean of the two).
+    follower_fsyncs_per_s: f64,
+}
+
+impl RecorderRates {
+    /// Entries the leader's recorder made durable per `fdatasync`; `None` when it made none.
+    fn entries_per_fsync(&self) -> Option<f64> {
+        (self.fsyncs_per_s > 0.0).then(|| self.frames_per_s / self.fsyncs_per_s)
+    }
+}
+
 impl Saturation {
+    /// Process CPU microseconds per committed message over the windows (spinning idle loops included):
+    /// what each message costs, whatever share of the cores the process got.
+    fn cpu_per_entry_us(&self) -> f64 {
+        let rate = self.rates.iter().sum::<f64>() / self.rates.len().max(1) as f64;
+        if rate > 0.0 {
+            1e6 * self.cpu_util / rate
+        } else {
+            0.0
+        }
+    }
+
     fn median(&self) -> f64 {
         let mut r = self.rates.clone();
         r.sort_by(f64::total_cmp);
@@ -676,6 +713,12 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
     result.control_per_s = per_s(sender.control_syscalls());
     result.data_per_s = per_s(sender.data_syscalls());
     result.commit_frames_per_s = per_s(consensus.commit_frames());
+    result.recorder = RecorderRates {
+        fsyncs_per_s: per_s(leader.recorder().fsyncs()),
+        frames_per_s: per_s(leader.recorder().frames()),
+        bytes_per_s: per_s(leader.recorder().bytes()),
+        follower_fsyncs_per_s: per_s(f1.recorder().fsyncs() + f2.recorder().fsyncs()) / 2.0,
+    };
     let follower_loops = (
         cluster.followers.loops.load(Ordering::Relaxed) - follower_loops.0,
         cluster.followers.idle_loops.load(Ordering::Relaxed) - follower_loops.1,
@@ -716,6 +759,20 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
             per_s(f2.receiver().datagrams()),
         ),
     ];
+    if result.recorder.frames_per_s > 0.0 {
+        let r = &result.recorder;
+        result.diagnosis.push(format!(
+            "recorders: leader {:.0} MB/s, {:.0} frames/s, {:.0} fsyncs/s ({} entries/fsync); followers {:.0} fsyncs/s each; \
+             at the end the leader's recorder was {} bytes behind its log, its synced position {} behind that",
+            r.bytes_per_s / 1e6,
+            r.frames_per_s,
+            r.fsyncs_per_s,
+            r.entries_per_fsync().map_or("-".into(), |e| format!("{e:.0}")),
+            r.follower_fsyncs_per_s,
+            last[0].consensus().append_position() - last[0].recorder().position(),
+            last[0].recorder().position() - last[0].recorder().synced_position(),
+        ));
+    }
     result
 }
 
@@ -788,6 +845,8 @@ struct VariantResult {
     variant: Variant,
     saturation: Saturation,
     serial: (f64, f64, u64),
+    /// The leader's recorder's `fdatasync` calls per serial message.
+    serial_fsyncs_per_msg: f64,
     pipeline: (f64, f64, f64),
     warnings: Vec<String>,
     out_of_order: u64,
@@ -812,8 +871,10 @@ fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<V
     drain(&mut cluster);
     let before = cluster.snapshot();
     let serial_histogram = serial(&mut cluster, settings.serial_samples, settings.serial_time);
+    let after = cluster.snapshot();
+    let serial_fsyncs_per_msg =
+        after[0].since(&before[0]).recorder().fsyncs() as f64 / serial_histogram.len().max(1) as f64;
     if std::env::var_os("QC_BENCH_DEBUG").is_some() {
-        let after = cluster.snapshot();
         println!("serial samples {}", serial_histogram.len());
         for i in 0..3 {
             for counter in after[i].since(&before[i]).iter().filter(|c| c.value != 0) {
@@ -828,6 +889,7 @@ fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<V
         variant,
         saturation,
         serial: (us(&serial_histogram, 0.5), us(&serial_histogram, 0.99), serial_histogram.len()),
+        serial_fsyncs_per_msg,
         pipeline: (us(&pipeline_histogram, 0.5), us(&pipeline_histogram, 0.99), pipeline_rate),
         warnings,
         out_of_order,
@@ -1056,6 +1118,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
             rate(s.commit_frames_per_s)
         );
     }
+    print_durable(results);
     if !c_results.is_empty() {
         println!();
         println!(
@@ -1082,6 +1145,69 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     }
 }
 
+/// The memory twin measured in the same run, of a durable row.
+fn twin_of<'a>(results: &'a [VariantResult], variant: &Variant) -> Option<&'a VariantResult> {
+    results.iter().find(|t| t.variant == variant.memory_twin())
+}
+
+/// A durable row's committed rate over its memory twin's.
+fn ratio_to_memory(results: &[VariantResult], r: &VariantResult) -> Option<f64> {
+    twin_of(results, &r.variant).map(|t| r.saturation.median() / t.saturation.median())
+}
+
+/// The log on disk beside the same variant in memory, measured in this run.
+fn print_durable(results: &[VariantResult]) {
+    if !results.iter().any(|r| r.variant.storage.durable()) {
+        return;
+    }
+    println!();
+    println!(
+        "## The log on disk (recorder agent; `none` = page cache only, `batch` = fdatasync per recorder cycle, \
+         acknowledged and counted only once synced), beside the log in memory, same run"
+    );
+    println!();
+    println!("| Variant | storage | committed msg/s, median (min / max) | vs memory | serial p50 | serial p99 | leader fsyncs/s | entries/fsync | follower fsyncs/s (each) | leader recorded MB/s | fsyncs per serial msg | process CPU | CPU us per committed msg |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let groups = results.iter().filter(|r| r.variant.storage.durable()).map(|r| r.variant.memory_twin());
+    let mut twins: Vec<Variant> = Vec::new();
+    for twin in groups {
+        if !twins.contains(&twin) {
+            twins.push(twin);
+        }
+    }
+    for twin in twins {
+        for r in results.iter().filter(|r| r.variant.memory_twin() == twin) {
+            let s = &r.saturation;
+            let min = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = s.rates.iter().copied().fold(0.0, f64::max);
+            let durable = r.variant.storage.durable();
+            let rec = &s.recorder;
+            println!(
+                "| {} | {} | {} ({} / {}) | {} | {:.1}us | {:.1}us | {} | {} | {} | {} | {} | {:.2} cores | {:.2} |",
+                twin.name(),
+                r.variant.storage.as_str(),
+                rate(s.median()),
+                rate(min),
+                rate(max),
+                if durable {
+                    ratio_to_memory(results, r).map_or("no twin".into(), |x| format!("{:.0}%", 100.0 * x))
+                } else {
+                    "100%".into()
+                },
+                r.serial.0,
+                r.serial.1,
+                if durable { rate(rec.fsyncs_per_s) } else { "—".into() },
+                rec.entries_per_fsync().map_or("—".into(), |e| format!("{e:.0}")),
+                if durable { rate(rec.follower_fsyncs_per_s) } else { "—".into() },
+                if durable { format!("{:.0}", rec.bytes_per_s / 1e6) } else { "—".into() },
+                if durable { format!("{:.2}", r.serial_fsyncs_per_msg) } else { "—".into() },
+                s.cpu_util,
+                s.cpu_per_entry_us(),
+            );
+        }
+    }
+}
+
 fn invoker_layout(settings: &Settings) -> String {
     let (a, b) = if settings.pin { (" (pinned to core 0)", " (pinned to core 1)") } else { ("", "") };
     format!(
@@ -1103,7 +1229,7 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
     let mut rows: Vec<Value> = results
         .iter()
         .map(|r| {
-            json!({
+            let mut row = json!({
                 "mtu": r.variant.mtu,
                 "msg": MESSAGE,
                 "send_mode": r.variant.mode.as_str(),
@@ -1121,8 +1247,23 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
                 "commit_frames_per_s": r.saturation.commit_frames_per_s,
                 "alloc_bytes_per_entry": r.saturation.alloc_bytes_per_entry,
                 "cpu_cores_used": r.saturation.cpu_util,
+                "cpu_us_per_committed_msg": r.saturation.cpu_per_entry_us(),
                 "out_of_order": r.out_of_order,
-            })
+            });
+            if r.variant.storage.durable() {
+                let rec = &r.saturation.recorder;
+                row["recorder"] = json!({
+                    "leader_fsyncs_per_s": rec.fsyncs_per_s,
+                    "entries_per_fsync": rec.entries_per_fsync(),
+                    "leader_frames_per_s": rec.frames_per_s,
+                    "leader_bytes_per_s": rec.bytes_per_s,
+                    "follower_fsyncs_per_s": rec.follower_fsyncs_per_s,
+                    "serial_fsyncs_per_msg": r.serial_fsyncs_per_msg,
+                    "data_dir": target_dir().join("cluster-data").display().to_string(),
+                });
+                row["committed_vs_memory"] = json!(ratio_to_memory(results, r));
+            }
+            row
         })
         .collect();
     rows.extend(c_results.iter().map(|c| {
