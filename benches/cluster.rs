@@ -1,12 +1,13 @@
 //! Cluster benchmark: a 3-node quorumcast cluster over UDP loopback in one process.
 //!
 //! `cargo bench --bench cluster` (about 3 minutes), `cargo bench --bench cluster -- --quick` (a smoke run),
-//! `-- --only <text>` runs the variants whose name contains the text, `-- --no-c` skips the C runs,
-//! `-- --pin` pins threads (see below); `QC_BENCH_DEBUG=1` prints every counter that moved during each
-//! serial run.
+//! `-- --only <text>` runs the variants whose name contains the text (`-- --only durable` the log on disk
+//! with its memory twins), `-- --no-c` skips the C runs, `-- --pin` pins threads (see below);
+//! `QC_BENCH_DEBUG=1` prints every counter that moved during each serial run.
 //!
 //! What it measures, for 128-byte messages at MTU 1408 and 8192, in every send mode with separate commit
-//! frames and with the commit piggybacked:
+//! frames and with the commit piggybacked, with the log in memory (`NodeBuilder::memory_log`) unless said
+//! otherwise:
 //! - sustained committed messages per second at saturation: the load generator offers as fast as the
 //!   leader's ingress takes (retrying on back pressure) and the rate is the slowest node's applied entries
 //!   per second, median of 3 windows;
@@ -14,6 +15,16 @@
 //! - pipelined offer-to-apply latency with 256 messages in flight;
 //! - with authentication (`auth` rows: every datagram carries a keyed BLAKE3 tag), classic and mmsg (GSO
 //!   cannot tag each datagram) beside the same rows without, in the same run;
+//! - with the log recorded on disk (`durable none` and `durable batch` rows, classic with separate commit
+//!   frames, each right after its memory twin): every node's recorder agent writes its log to a fresh data
+//!   directory under `<target>/cluster-data` (on the target directory's disk, not /dev/shm; removed after
+//!   the run). `none` leaves the bytes in the page cache; `batch` calls `fdatasync` once per recorder duty
+//!   cycle that wrote, and a follower acknowledges (the leader counts itself) only up to the synced
+//!   position. Reported beside the memory twin: committed msg/s and its ratio to memory, serial p50/p99, the
+//!   leader recorder's fsyncs per second and entries (frames recorded) per fsync, the followers' fsyncs,
+//!   fsyncs per serial message, and the process's CPU per committed message (the recorders' copy into the
+//!   page cache and checksums are CPU the 2 cores no longer give the data path). The summary's rows say
+//!   `storage`: `memory`, `none` or `batch`;
 //! - the stall of a stopped follower: at a paced 200k msg/s, member 2 is not run for 2 s, and the longest
 //!   time the leader's commit position stood still is reported before, during and after (`--no-stall`
 //!   skips it; `--only stall` runs only it);
@@ -22,19 +33,20 @@
 //!
 //! Thread layouts (this machine has 2 cores; busy-spinning threads never outnumber them):
 //! - throughput and latency: every node in invoker mode. Bench thread 0 is the load generator and drives
-//!   the leader (its consensus, sender and receiver agents) and the leader's apply; bench thread 1 drives
-//!   both followers and their apply. Two spinning threads. With `--pin`, thread 0 is pinned to core 0 and
-//!   thread 1 to core 1; by default nothing is pinned (on a machine shared with other busy processes a
-//!   pinned thread cannot move away from a spinning neighbour, and every round trip then waits for
-//!   scheduler slices of milliseconds).
+//!   the leader (its consensus, sender and receiver agents, and its recorder with a log on disk: an
+//!   `fdatasync` under `batch` blocks that thread) and the leader's apply; bench thread 1 drives both
+//!   followers (their recorders too) and their apply. Two spinning threads. With `--pin`, thread 0 is
+//!   pinned to core 0 and thread 1 to core 1; by default nothing is pinned (on a machine shared with other
+//!   busy processes a pinned thread cannot move away from a spinning neighbour, and every round trip then
+//!   waits for scheduler slices of milliseconds).
 //! - C per idle strategy: the leader in `shared-network` mode, its consensus agent on a thread of its own
 //!   with the strategy under test, its sender+receiver thread with `backoff`; each follower in `shared`
 //!   mode (one thread) with `backoff`; the bench thread (pacer and apply of every node) sleeping between
 //!   bursts. At most one busy-spinning thread. With `--pin`, the consensus thread is on core 1 and every
 //!   other thread on core 0.
 //!
-//! Results: a table beside docs/BASELINE.md's raft figures, a C table, and `target/cluster/<timestamp>/summary.json`
-//! (`target/cluster/latest` points at the newest).
+//! Results: a table beside docs/BASELINE.md's raft figures, a durable table (disk beside memory), a C
+//! table, and `target/cluster/<timestamp>/summary.json` (`target/cluster/latest` points at the newest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::Ipv4Addr;
@@ -51,13 +63,14 @@ use quorumcast::channel::ChannelConfig;
 use quorumcast::counters::CountersReader;
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::recording::SyncPolicy;
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
 use quorumcast_tools::harness::{self, members_on, number, Applier};
 use serde_json::{json, Value};
 
 mod common;
-use common::{host, write_summary};
+use common::{host, target_dir, write_summary};
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
 struct CountingAllocator;
@@ -184,7 +197,32 @@ impl Settings {
     }
 }
 
-/// One configuration of the log channel.
+/// Where every node of a run keeps its log.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Storage {
+    /// In memory only (`NodeBuilder::memory_log`): no recorder agent.
+    Memory,
+    /// Recorded on disk by the recorder agent with this sync policy, in a fresh data directory under
+    /// `<target>/cluster-data`.
+    Disk(SyncPolicy),
+}
+
+impl Storage {
+    /// `memory`, `none` or `batch`: the summary's `storage`.
+    fn as_str(self) -> &'static str {
+        match self {
+            Storage::Memory => "memory",
+            Storage::Disk(SyncPolicy::None) => "none",
+            Storage::Disk(SyncPolicy::Batch) => "batch",
+        }
+    }
+
+    fn durable(self) -> bool {
+        self != Storage::Memory
+    }
+}
+
+/// One configuration of the log channel, and where the log is kept.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Variant {
     mtu: usize,
@@ -195,6 +233,8 @@ struct Variant {
     /// Status messages every 10 ms instead of 200 ms (as `tuning/cluster`): a stopped follower is noticed
     /// after 30 ms.
     fast_status: bool,
+    /// In memory, or recorded on disk with a sync policy.
+    storage: Storage,
 }
 
 impl Variant {
@@ -206,14 +246,23 @@ impl Variant {
         }
     }
 
+    /// `mtu1408 classic separate`, with ` auth` when authenticated and ` durable none` / ` durable batch`
+    /// when the log is recorded on disk (`--only durable` selects those, and their memory twins run too).
     fn name(&self) -> String {
         let auth = if self.auth { " auth" } else { "" };
-        format!("mtu{} {} {}{auth}", self.mtu, self.mode.as_str(), self.control())
+        let storage =
+            if self.storage.durable() { format!(" durable {}", self.storage.as_str()) } else { String::new() };
+        format!("mtu{} {} {}{auth}{storage}", self.mtu, self.mode.as_str(), self.control())
     }
 
-    /// A plain variant: no authentication.
+    /// A plain variant: no authentication, the log in memory.
     const fn plain(mtu: usize, mode: SendMode, piggyback: bool) -> Self {
-        Self { mtu, mode, piggyback, auth: false, fast_status: false }
+        Self { mtu, mode, piggyback, auth: false, fast_status: false, storage: Storage::Memory }
+    }
+
+    /// The same variant with the log in memory: what a durable row is compared with.
+    fn memory_twin(&self) -> Self {
+        Self { storage: Storage::Memory, ..*self }
     }
 }
 
@@ -238,15 +287,35 @@ fn channel(variant: &Variant) -> ChannelConfig {
     }
 }
 
+/// Where the runs' data directories live: on the target directory's disk (a recording in /dev/shm would
+/// measure memory, not the disk), one directory per process and run, removed after the run.
+fn data_root(run: &str) -> std::path::PathBuf {
+    target_dir().join("cluster-data").join(format!("{}-{run}", std::process::id()))
+}
+
+/// Removes a run's data directories (the recordings, the votes).
+fn remove_data(run: &str) {
+    let root = data_root(run);
+    if let Err(e) = std::fs::remove_dir_all(&root) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("warning: could not remove {}: {e}", root.display());
+        }
+    }
+}
+
 fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBuilder {
-    NodeBuilder::new(id, members.to_vec())
+    let builder = NodeBuilder::new(id, members.to_vec())
         .leader(0)
         .timers(quorumcast_tools::harness::patient_timers())
         .directory(harness::node_dir("bench", run, id))
+        .data_dir(data_root(run).join(id.to_string()))
         .clean_stale(true)
         .channel(channel(variant))
-        .commit_piggyback(variant.piggyback)
-        .memory_log()
+        .commit_piggyback(variant.piggyback);
+    match variant.storage {
+        Storage::Memory => builder.memory_log(),
+        Storage::Disk(sync) => builder.sync(sync),
+    }
 }
 
 /// Set from `--pin`: whether [`pin`] pins.
@@ -547,10 +616,43 @@ struct Saturation {
     alloc_bytes_per_entry: f64,
     /// CPU seconds the process used per wall second (2.0 = both cores).
     cpu_util: f64,
+    /// The recorders (all 0 with the log in memory).
+    recorder: RecorderRates,
     diagnosis: Vec<String>,
 }
 
+/// What the recorders did over the saturation windows.
+#[derive(Clone, Copy, Debug, Default)]
+struct RecorderRates {
+    /// The leader's recorder's `fdatasync` calls per second (0 under `none`).
+    fsyncs_per_s: f64,
+    /// Frames (entries, and the odd padding frame) the leader's recorder recorded per second.
+    frames_per_s: f64,
+    /// Bytes the leader's recorder wrote per second (block headers not counted).
+    bytes_per_s: f64,
+    /// The followers' recorders' `fdatasync` calls per second, each (the mean of the two).
+    follower_fsyncs_per_s: f64,
+}
+
+impl RecorderRates {
+    /// Entries the leader's recorder made durable per `fdatasync`; `None` when it made none.
+    fn entries_per_fsync(&self) -> Option<f64> {
+        (self.fsyncs_per_s > 0.0).then(|| self.frames_per_s / self.fsyncs_per_s)
+    }
+}
+
 impl Saturation {
+    /// Process CPU microseconds per committed message over the windows (spinning idle loops included):
+    /// what each message costs, whatever share of the cores the process got.
+    fn cpu_per_entry_us(&self) -> f64 {
+        let rate = self.rates.iter().sum::<f64>() / self.rates.len().max(1) as f64;
+        if rate > 0.0 {
+            1e6 * self.cpu_util / rate
+        } else {
+            0.0
+        }
+    }
+
     fn median(&self) -> f64 {
         let mut r = self.rates.clone();
         r.sort_by(f64::total_cmp);
@@ -611,6 +713,12 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
     result.control_per_s = per_s(sender.control_syscalls());
     result.data_per_s = per_s(sender.data_syscalls());
     result.commit_frames_per_s = per_s(consensus.commit_frames());
+    result.recorder = RecorderRates {
+        fsyncs_per_s: per_s(leader.recorder().fsyncs()),
+        frames_per_s: per_s(leader.recorder().frames()),
+        bytes_per_s: per_s(leader.recorder().bytes()),
+        follower_fsyncs_per_s: per_s(f1.recorder().fsyncs() + f2.recorder().fsyncs()) / 2.0,
+    };
     let follower_loops = (
         cluster.followers.loops.load(Ordering::Relaxed) - follower_loops.0,
         cluster.followers.idle_loops.load(Ordering::Relaxed) - follower_loops.1,
@@ -651,6 +759,20 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
             per_s(f2.receiver().datagrams()),
         ),
     ];
+    if result.recorder.frames_per_s > 0.0 {
+        let r = &result.recorder;
+        result.diagnosis.push(format!(
+            "recorders: leader {:.0} MB/s, {:.0} frames/s, {:.0} fsyncs/s ({} entries/fsync); followers {:.0} fsyncs/s each; \
+             at the end the leader's recorder was {} bytes behind its log, its synced position {} behind that",
+            r.bytes_per_s / 1e6,
+            r.frames_per_s,
+            r.fsyncs_per_s,
+            r.entries_per_fsync().map_or("-".into(), |e| format!("{e:.0}")),
+            r.follower_fsyncs_per_s,
+            last[0].consensus().append_position() - last[0].recorder().position(),
+            last[0].recorder().position() - last[0].recorder().synced_position(),
+        ));
+    }
     result
 }
 
@@ -723,6 +845,8 @@ struct VariantResult {
     variant: Variant,
     saturation: Saturation,
     serial: (f64, f64, u64),
+    /// The leader's recorder's `fdatasync` calls per serial message.
+    serial_fsyncs_per_msg: f64,
     pipeline: (f64, f64, f64),
     warnings: Vec<String>,
     out_of_order: u64,
@@ -734,14 +858,23 @@ fn us(histogram: &Histogram<u64>, quantile: f64) -> f64 {
 
 fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<VariantResult, String> {
     let run = format!("v{index}");
-    let mut cluster = InvokerCluster::start(&run, variant)?;
+    remove_data(&run);
+    let result = measure_variant(&run, variant, settings);
+    remove_data(&run);
+    result
+}
+
+fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<VariantResult, String> {
+    let mut cluster = InvokerCluster::start(run, variant)?;
     let warnings = cluster.leader.warnings().to_vec();
     let saturation = saturate(&mut cluster, settings);
     drain(&mut cluster);
     let before = cluster.snapshot();
     let serial_histogram = serial(&mut cluster, settings.serial_samples, settings.serial_time);
+    let after = cluster.snapshot();
+    let serial_fsyncs_per_msg =
+        after[0].since(&before[0]).recorder().fsyncs() as f64 / serial_histogram.len().max(1) as f64;
     if std::env::var_os("QC_BENCH_DEBUG").is_some() {
-        let after = cluster.snapshot();
         println!("serial samples {}", serial_histogram.len());
         for i in 0..3 {
             for counter in after[i].since(&before[i]).iter().filter(|c| c.value != 0) {
@@ -756,6 +889,7 @@ fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<Va
         variant,
         saturation,
         serial: (us(&serial_histogram, 0.5), us(&serial_histogram, 0.99), serial_histogram.len()),
+        serial_fsyncs_per_msg,
         pipeline: (us(&pipeline_histogram, 0.5), us(&pipeline_histogram, 0.99), pipeline_rate),
         warnings,
         out_of_order,
@@ -780,13 +914,20 @@ struct CResult {
 
 fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Result<CResult, String> {
     let run = format!("c{index}");
+    remove_data(&run);
+    let result = measure_c(&run, variant, idle, settings);
+    remove_data(&run);
+    result
+}
+
+fn measure_c(run: &str, variant: Variant, idle: &str, settings: &Settings) -> Result<CResult, String> {
     let members = members();
     let backoff = IdleStrategyConfig::default();
     let consensus: IdleStrategyConfig = idle.parse().map_err(|e| format!("{e}"))?;
     let core = |c: usize| settings.pin.then_some(c);
     pin(0);
     let follower = |id| {
-        builder(&run, id, &members, &variant)
+        builder(run, id, &members, &variant)
             .threading(ThreadingMode::Shared)
             .idle([backoff; 4])
             .cores([core(0); 4])
@@ -796,7 +937,7 @@ fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Res
     // Followers first, and nothing offered until both have an image at position 0 (a follower that misses
     // the leader's first SETUP joins where the sender is when it answers a later one).
     let followers = [follower(1)?, follower(2)?];
-    let leader = builder(&run, 0, &members, &variant)
+    let leader = builder(run, 0, &members, &variant)
         .threading(ThreadingMode::SharedNetwork)
         .idle([consensus, backoff, backoff, backoff])
         .cores([core(1), core(0), core(0), core(0)])
@@ -938,10 +1079,14 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
         let min = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
         let max = s.rates.iter().copied().fold(0.0, f64::max);
         println!(
-            "| quorumcast | UDP loopback · MTU {} · {} · commit {} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
+            "| quorumcast | UDP loopback · MTU {} · {} · commit {}{} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
             r.variant.mtu,
             r.variant.mode.as_str(),
             r.variant.control(),
+            match r.variant.storage {
+                Storage::Memory => String::new(),
+                storage => format!(" · log on disk, sync {}", storage.as_str()),
+            },
             r.serial.0,
             r.serial.1,
             rate(r.pipeline.2),
@@ -973,6 +1118,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
             rate(s.commit_frames_per_s)
         );
     }
+    print_durable(results);
     if !c_results.is_empty() {
         println!();
         println!(
@@ -999,6 +1145,69 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     }
 }
 
+/// The memory twin measured in the same run, of a durable row.
+fn twin_of<'a>(results: &'a [VariantResult], variant: &Variant) -> Option<&'a VariantResult> {
+    results.iter().find(|t| t.variant == variant.memory_twin())
+}
+
+/// A durable row's committed rate over its memory twin's.
+fn ratio_to_memory(results: &[VariantResult], r: &VariantResult) -> Option<f64> {
+    twin_of(results, &r.variant).map(|t| r.saturation.median() / t.saturation.median())
+}
+
+/// The log on disk beside the same variant in memory, measured in this run.
+fn print_durable(results: &[VariantResult]) {
+    if !results.iter().any(|r| r.variant.storage.durable()) {
+        return;
+    }
+    println!();
+    println!(
+        "## The log on disk (recorder agent; `none` = page cache only, `batch` = fdatasync per recorder cycle, \
+         acknowledged and counted only once synced), beside the log in memory, same run"
+    );
+    println!();
+    println!("| Variant | storage | committed msg/s, median (min / max) | vs memory | serial p50 | serial p99 | leader fsyncs/s | entries/fsync | follower fsyncs/s (each) | leader recorded MB/s | fsyncs per serial msg | process CPU | CPU us per committed msg |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let groups = results.iter().filter(|r| r.variant.storage.durable()).map(|r| r.variant.memory_twin());
+    let mut twins: Vec<Variant> = Vec::new();
+    for twin in groups {
+        if !twins.contains(&twin) {
+            twins.push(twin);
+        }
+    }
+    for twin in twins {
+        for r in results.iter().filter(|r| r.variant.memory_twin() == twin) {
+            let s = &r.saturation;
+            let min = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = s.rates.iter().copied().fold(0.0, f64::max);
+            let durable = r.variant.storage.durable();
+            let rec = &s.recorder;
+            println!(
+                "| {} | {} | {} ({} / {}) | {} | {:.1}us | {:.1}us | {} | {} | {} | {} | {} | {:.2} cores | {:.2} |",
+                twin.name(),
+                r.variant.storage.as_str(),
+                rate(s.median()),
+                rate(min),
+                rate(max),
+                if durable {
+                    ratio_to_memory(results, r).map_or("no twin".into(), |x| format!("{:.0}%", 100.0 * x))
+                } else {
+                    "100%".into()
+                },
+                r.serial.0,
+                r.serial.1,
+                if durable { rate(rec.fsyncs_per_s) } else { "—".into() },
+                rec.entries_per_fsync().map_or("—".into(), |e| format!("{e:.0}")),
+                if durable { rate(rec.follower_fsyncs_per_s) } else { "—".into() },
+                if durable { format!("{:.0}", rec.bytes_per_s / 1e6) } else { "—".into() },
+                if durable { format!("{:.2}", r.serial_fsyncs_per_msg) } else { "—".into() },
+                s.cpu_util,
+                s.cpu_per_entry_us(),
+            );
+        }
+    }
+}
+
 fn invoker_layout(settings: &Settings) -> String {
     let (a, b) = if settings.pin { (" (pinned to core 0)", " (pinned to core 1)") } else { ("", "") };
     format!(
@@ -1020,12 +1229,13 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
     let mut rows: Vec<Value> = results
         .iter()
         .map(|r| {
-            json!({
+            let mut row = json!({
                 "mtu": r.variant.mtu,
                 "msg": MESSAGE,
                 "send_mode": r.variant.mode.as_str(),
                 "control": r.variant.control(),
                 "auth": r.variant.auth,
+                "storage": r.variant.storage.as_str(),
                 "idle": "invoker: spin, yield when idle",
                 "layout": invoker_layout(settings),
                 "committed_msgs_per_s": r.saturation.median(),
@@ -1037,8 +1247,23 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
                 "commit_frames_per_s": r.saturation.commit_frames_per_s,
                 "alloc_bytes_per_entry": r.saturation.alloc_bytes_per_entry,
                 "cpu_cores_used": r.saturation.cpu_util,
+                "cpu_us_per_committed_msg": r.saturation.cpu_per_entry_us(),
                 "out_of_order": r.out_of_order,
-            })
+            });
+            if r.variant.storage.durable() {
+                let rec = &r.saturation.recorder;
+                row["recorder"] = json!({
+                    "leader_fsyncs_per_s": rec.fsyncs_per_s,
+                    "entries_per_fsync": rec.entries_per_fsync(),
+                    "leader_frames_per_s": rec.frames_per_s,
+                    "leader_bytes_per_s": rec.bytes_per_s,
+                    "follower_fsyncs_per_s": rec.follower_fsyncs_per_s,
+                    "serial_fsyncs_per_msg": r.serial_fsyncs_per_msg,
+                    "data_dir": target_dir().join("cluster-data").display().to_string(),
+                });
+                row["committed_vs_memory"] = json!(ratio_to_memory(results, r));
+            }
+            row
         })
         .collect();
     rows.extend(c_results.iter().map(|c| {
@@ -1047,6 +1272,7 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
             "msg": MESSAGE,
             "send_mode": c.variant.mode.as_str(),
             "control": c.variant.control(),
+            "storage": c.variant.storage.as_str(),
             "idle": c.idle,
             "layout": c_layout(settings),
             "offered_msgs_per_s": C_RATE,
@@ -1065,8 +1291,13 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
 fn variants(settings: &Settings) -> Vec<Variant> {
     let mut all = Vec::new();
     for mtu in [1408, 8192] {
+        // The log on disk, `none` and `batch`, right after their memory twin (classic, separate commit
+        // frames): the three are compared with each other, measured seconds apart.
+        let durable = [SyncPolicy::None, SyncPolicy::Batch]
+            .map(|sync| Variant { storage: Storage::Disk(sync), ..Variant::plain(mtu, SendMode::Classic, false) });
         if settings.quick && settings.only.is_none() {
             all.push(Variant::plain(mtu, SendMode::Classic, false));
+            all.extend(durable);
             all.push(Variant::plain(mtu, SendMode::Gso, true));
             all.push(Variant { auth: true, ..Variant::plain(mtu, SendMode::Classic, false) });
             continue;
@@ -1074,6 +1305,9 @@ fn variants(settings: &Settings) -> Vec<Variant> {
         for mode in SendMode::ALL {
             for piggyback in [false, true] {
                 all.push(Variant::plain(mtu, mode, piggyback));
+                if mode == SendMode::Classic && !piggyback {
+                    all.extend(durable);
+                }
             }
         }
         // With authentication: classic, and the best mode that can tag each datagram (GSO cannot: mmsg).
@@ -1101,6 +1335,13 @@ fn selected(settings: &Settings, name: &str) -> bool {
     settings.only.as_deref().is_none_or(|only| name.contains(only))
 }
 
+/// Whether to run `variant` of `all`: selected by name, or the memory twin of a durable row that is (a
+/// durable row is always compared with its twin measured in the same run).
+fn wanted(settings: &Settings, variant: &Variant, all: &[Variant]) -> bool {
+    selected(settings, &variant.name())
+        || all.iter().any(|v| v.storage.durable() && v.memory_twin() == *variant && selected(settings, &v.name()))
+}
+
 fn main() {
     let settings = Settings::from_args();
     PIN.store(settings.pin, Ordering::Relaxed);
@@ -1113,14 +1354,15 @@ fn main() {
     );
     println!("throughput/latency layout: {}", invoker_layout(&settings));
     let mut results = Vec::new();
-    for (index, variant) in variants(&settings).into_iter().enumerate() {
-        if !selected(&settings, &variant.name()) {
+    let all = variants(&settings);
+    for (index, &variant) in all.iter().enumerate() {
+        if !wanted(&settings, &variant, &all) {
             continue;
         }
         match run_variant(variant, &settings, index) {
             Ok(r) => {
                 println!(
-                    "{:<28} committed {:>7}/s (windows {}), serial p50 {:.1}us p99 {:.1}us, pipeline {} op/s p50 {:.0}us p99 {:.0}us",
+                    "{:<38} committed {:>7}/s (windows {}), serial p50 {:.1}us p99 {:.1}us, pipeline {} op/s p50 {:.0}us p99 {:.0}us",
                     variant.name(),
                     rate(r.saturation.median()),
                     r.saturation.rates.iter().map(|&x| rate(x)).collect::<Vec<_>>().join(" "),
@@ -1141,12 +1383,12 @@ fn main() {
                 }
                 results.push(r);
             }
-            Err(e) => println!("{:<28} FAILED: {e}", variant.name()),
+            Err(e) => println!("{:<38} FAILED: {e}", variant.name()),
         }
     }
     let best = results
         .iter()
-        .filter(|r| r.variant.mtu == 8192 && !r.variant.auth)
+        .filter(|r| r.variant.mtu == 8192 && !r.variant.auth && !r.variant.storage.durable())
         .max_by(|a, b| a.saturation.median().total_cmp(&b.saturation.median()))
         .map(|r| r.variant);
     let mut c_variants = vec![Variant::plain(1408, SendMode::Classic, false)];
@@ -1187,7 +1429,9 @@ fn main() {
     let stall = if settings.skip_stall || !selected(&settings, "stall") {
         None
     } else {
-        match run_stall() {
+        let stall = run_stall();
+        remove_data("stall");
+        match stall {
             Ok(stall) => {
                 print_stall(&stall);
                 Some(stall)
