@@ -220,10 +220,12 @@ impl Segment {
         dir: &Path,
         identity: &RecordingIdentity,
         base_position: i64,
+        reserve_length: u64,
         sync: bool,
     ) -> io::Result<Segment> {
         let path = dir.join(file_name(base_position));
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+        reserve(&file, reserve_length);
         file.write_all_at(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)), 0)?;
         if sync {
             file.sync_data()?;
@@ -311,6 +313,16 @@ impl Segment {
         self.file.set_len(self.file_end)?;
         Ok(())
     }
+}
+
+/// Reserves `length` bytes of disk for `file` without changing its length (`FALLOC_FL_KEEP_SIZE`), so that
+/// appends do not allocate blocks one write at a time. Best effort: a file system without `fallocate`
+/// allocates as it goes, as before.
+fn reserve(file: &File, length: u64) {
+    use std::os::fd::AsRawFd;
+    let Ok(length) = libc::off_t::try_from(length) else { return };
+    // SAFETY: a plain syscall on an open file descriptor this function borrows; it touches no memory.
+    let _ = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, length) };
 }
 
 /// Reads a segment's blocks one at a time, each verified before it is returned.
