@@ -78,7 +78,13 @@ impl Region {
     /// When `pre_touch` is true every page is written once now, so that the first use on the hot path
     /// does not take a page fault.
     pub fn create_file(path: &Path, length: usize, pre_touch: bool) -> io::Result<Arc<Self>> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        // A file already at `path` is unlinked, never truncated: a mapping of it (a reader still on an
+        // earlier log of the same name) keeps its pages, where a truncation would make it fault (SIGBUS).
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
         file.set_len(length as u64)?;
         if let Err(e) = reserve(&file, length) {
             // Leave no sparse file behind: a later write into it would be the SIGBUS this call prevents.

@@ -79,6 +79,23 @@ impl<T> SwitchQueue<T> {
         Some((at, next, switches.front().map(|s| s.at)))
     }
 
+    /// Forgets every queued switch (the reader's position is decided otherwise: a catch-up).
+    pub fn clear(&self) {
+        self.lock().clear();
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Takes the first switch whose log `supersedes` says makes every switch before it moot (a snapshot
+    /// that replaces the state they lead to), dropping those; its position, its log, and where the one
+    /// after is.
+    pub fn take_superseding(&self, supersedes: impl Fn(&T) -> bool) -> Option<(i64, T, Option<i64>)> {
+        let mut switches = self.lock();
+        let index = switches.iter().position(|s| s.next.as_ref().is_some_and(&supersedes))?;
+        switches.drain(..index);
+        let switch = switches.pop_front()?;
+        Some((switch.at, switch.next?, switches.front().map(|s| s.at)))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Switch<T>>> {
         self.switches.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -102,5 +119,10 @@ mod tests {
         queue.complete(80, "image");
         assert!(queue.generation() > before);
         assert_eq!(queue.take(), Some((80, "image", None)));
+        queue.push(100, Some("log"));
+        queue.push(120, Some("snapshot"));
+        queue.push(150, None);
+        assert_eq!(queue.take_superseding(|l| *l == "snapshot"), Some((120, "snapshot", Some(150))));
+        assert_eq!(queue.take(), None, "the switch at 100 went with it; the one at 150 has no log yet");
     }
 }

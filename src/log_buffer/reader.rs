@@ -262,6 +262,11 @@ impl MessageReader {
         self.position
     }
 
+    /// Gives back the reassembly state, to go on in a reader of the same bytes elsewhere.
+    pub fn into_assembler(self) -> FragmentAssembler<()> {
+        self.assembler
+    }
+
     /// Goes on reading from the same position in another log: the log of the next leader, which holds the
     /// same bytes from here on (it starts here, or was copied from here with [`super::copy_frames`]). The
     /// reassembly goes on too, so a message whose first fragments were in the old log is delivered whole.

@@ -6,13 +6,19 @@ use std::sync::{Arc, Mutex};
 use crate::consensus::{Role, INGRESS_MESSAGE};
 use crate::log_buffer::{ConsumerPosition, LogReader};
 use crate::log_switch::SwitchQueue;
-use crate::recording::RecorderSource;
+use crate::recording::{CatchUpChannel, RecorderSource};
 use crate::ring_buffer::{self, ManyToOneRingBuffer, RingError};
 
 use super::{OfferError, RoleChange};
 
-/// The next log of the node's reader of committed entries: a reader of it and its consumer slot.
-pub(super) type ReaderLog = (LogReader, ConsumerPosition);
+/// Where the node's reader of committed entries goes on at a switch.
+pub(super) enum ReaderLog {
+    /// In a log in memory: a reader of it and its consumer slot.
+    Memory(LogReader, ConsumerPosition),
+    /// In the recorded log, which a catch-up filled (after the snapshot installed at `snapshot`, if one
+    /// was), up to the next switch.
+    Recorded { snapshot: Option<i64> },
+}
 
 /// What a node, its clients and its consensus agent share.
 pub(super) struct Shared {
@@ -25,6 +31,8 @@ pub(super) struct Shared {
     pub(super) switches: SwitchQueue<ReaderLog>,
     /// The log switches the recorder has still to make (a node with a recorded log).
     pub(super) recorder_switches: Arc<SwitchQueue<RecorderSource>>,
+    /// The catch-ups the consensus agent asks the recorder for.
+    pub(super) catch_ups: Arc<CatchUpChannel>,
     /// Role changes not yet handed to the application's callbacks.
     pub(super) events: Mutex<Vec<RoleChange>>,
     pub(super) event_generation: AtomicU64,
@@ -45,6 +53,7 @@ impl Shared {
             closed: AtomicBool::new(false),
             switches: SwitchQueue::default(),
             recorder_switches: Arc::default(),
+            catch_ups: Arc::default(),
             events: Mutex::new(Vec::new()),
             event_generation: AtomicU64::new(0),
         }

@@ -36,6 +36,7 @@ use crate::counters::Counter;
 use crate::event_log::RateLimited;
 use crate::log_buffer::{LogBuffer, LogReader};
 use crate::receiver::{ImageHandoff, Subscription};
+use crate::recording::catch_up::{CatchUpRequest, Fetched};
 use crate::recording::RecorderSource;
 use crate::ring_buffer::ManyToOneRingBuffer;
 use crate::stats::{kinds, CounterKind};
@@ -43,7 +44,7 @@ use crate::term_starts::TermStarts;
 use crate::transport::{RecvBatch, UdpEndpoint};
 use crate::vote_file::{TermVote, VoteFile};
 
-use super::client::Shared;
+use super::client::{ReaderLog, Shared};
 use super::wiring::Wiring;
 use super::RoleChange;
 
@@ -140,7 +141,14 @@ struct Following {
     fed: i64,
     fed_term: i64,
     commit_fed: i64,
+    /// The leader's behind-retained frames counted when this followership started or last caught up.
+    behind_seen: i64,
+    /// While a catch-up from the leader's recording runs: when to ask again if it fails.
+    catching_up: Option<u64>,
 }
+
+/// How long a failed catch-up waits before it is asked again.
+const CATCH_UP_RETRY_NS: u64 = 1_000_000_000;
 
 /// The consensus agent of a node.
 pub(super) struct ConsensusAgent {
@@ -279,6 +287,7 @@ impl ConsensusAgent {
     /// Hands the data path's positions to the core.
     fn feed(&mut self, now_ns: u64) -> Result<usize, AgentError> {
         let mut taken = None;
+        let mut caught_up = None;
         let work = match &mut self.current {
             Current::Idle => 0,
             Current::Leading(leading) => {
@@ -317,6 +326,41 @@ impl ConsensusAgent {
                         work += 1;
                     }
                 }
+                if self.records {
+                    match self.shared.catch_ups.take_result() {
+                        Some(Ok(fetched)) => caught_up = Some(fetched),
+                        Some(Err(why)) => {
+                            self.logs.warn(now_ns, || format!("a catch-up from the leader's recording failed: {why}"));
+                            following.catching_up = Some(now_ns + CATCH_UP_RETRY_NS);
+                        }
+                        None => {}
+                    }
+                    let behind = self.wiring.counters.receiver.behind_retained.get();
+                    let due = match following.catching_up {
+                        None => behind > following.behind_seen,
+                        Some(retry_at) => retry_at != u64::MAX && now_ns >= retry_at,
+                    };
+                    if due && following.fed != i64::MAX {
+                        // The leader no longer holds this member's position in memory: its Receiver stops,
+                        // and the recorder fetches the log from the leader's recording.
+                        following.behind_seen = behind;
+                        following.subscription = None;
+                        following.catching_up = Some(u64::MAX);
+                        self.wiring.clear();
+                        let config = &self.wiring.config;
+                        let leader = config.member(following.leader).map(|m| m.consensus);
+                        if let Some(leader) = leader {
+                            let request = CatchUpRequest::new(config.membership(), config.id, following.fed);
+                            self.shared.catch_ups.request(leader, request);
+                            log::info!(
+                                "member {}: catching up from {leader} from position {}",
+                                config.id,
+                                following.fed
+                            );
+                        }
+                        work += 1;
+                    }
+                }
                 let durable = self.synced.as_ref().map_or(i64::MAX, Counter::get);
                 work += feed_follower(following, durable, &mut self.core, now_ns, &mut self.outputs);
                 let commit = self.wiring.counters.consensus.commit.get();
@@ -331,6 +375,9 @@ impl ConsensusAgent {
         if let Some(image) = taken {
             self.adopt_image(image)?;
         }
+        if let Some(fetched) = caught_up {
+            self.join_after_catch_up(fetched)?;
+        }
         Ok(work)
     }
 
@@ -341,9 +388,50 @@ impl ConsensusAgent {
             let consumer = image.log.register_consumer(image.position).map_err(AgentError::new)?;
             self.shared.recorder_switches.complete(image.position, RecorderSource { log: image.log.clone(), consumer });
         }
-        self.shared.switches.complete(image.position, (image.reader, image.consumer));
+        self.shared.switches.complete(image.position, ReaderLog::Memory(image.reader, image.consumer));
         // The image's file goes when a newer log replaces it (its mapping stays while it is read).
         self.replace_log(MemberLog { log: image.log, start: image.position, file: image.file });
+        Ok(())
+    }
+
+    /// The recorder fetched the log up to `fetched.end` (after the snapshot it installed, if any): the
+    /// member's log goes on there. The node's reader replays what was fetched, the core is handed its
+    /// terms and end, and a new Receiver joins the live log at the end: no gap, no duplicate.
+    fn join_after_catch_up(&mut self, fetched: Fetched) -> Result<(), AgentError> {
+        let Current::Following(following) = &mut self.current else {
+            return Ok(());
+        };
+        let followership =
+            self.wiring.follow(following.leader, fetched.end, self.synced.clone()).map_err(AgentError::new)?;
+        let mut terms = fetched.terms.iter();
+        if fetched.snapshot.is_some() {
+            // The bytes between this member's log and the snapshot are not this member's: its log goes on
+            // from the snapshot's position in the snapshot's term (all of it committed, never cut back).
+            if let Some(&(_, term)) = terms.next() {
+                following.fed_term = following.fed_term.max(term);
+            }
+        }
+        for &(base, term) in terms {
+            followership.term_starts.report(base, term);
+        }
+        let snapshot = fetched.snapshot.as_ref().map(|s| s.position);
+        log::info!(
+            "member {}: caught up from {} to {} (snapshot {snapshot:?}); joining the live log there",
+            self.wiring.config.id,
+            following.fed,
+            fetched.end
+        );
+        // The node's reader goes on in the recording from where it is (at or past where the fetch began).
+        let from = if snapshot.is_some() { following.fed } else { fetched.from };
+        self.shared.switches.push(from, Some(ReaderLog::Recorded { snapshot }));
+        self.shared.switches.push(fetched.end, None);
+        self.shared.recorder_switches.push(fetched.end, None);
+        following.subscription = Some(followership.subscription);
+        following.join = fetched.end;
+        following.append = followership.append;
+        following.term_starts = followership.term_starts;
+        following.reported = 0;
+        following.catching_up = None;
         Ok(())
     }
 
@@ -516,7 +604,7 @@ impl ConsensusAgent {
                 .push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
         }
         self.replace_log(MemberLog { log: leadership.log, start: leadership.start, file: Some(leadership.file) });
-        self.shared.switches.push(position, Some((reader, consumer)));
+        self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
         self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position }));
         if self.synced.is_none() {
@@ -549,6 +637,8 @@ impl ConsensusAgent {
             fed: position,
             fed_term,
             commit_fed: 0,
+            behind_seen: self.wiring.counters.receiver.behind_retained.get(),
+            catching_up: None,
         }));
         Ok(())
     }

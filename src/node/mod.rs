@@ -62,6 +62,7 @@ use crate::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::counters::{Counter, CountersManager};
 use crate::directory::{NodeDirectory, StalePolicy};
 use crate::log_buffer::MessageReader;
+use crate::recording::catch_up::CatchUpServer;
 use crate::recording::{Recorder, RecorderCounters, SyncPolicy};
 use crate::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
@@ -69,7 +70,7 @@ use crate::stats::Stats;
 use crate::transport::UdpEndpoint;
 use crate::vote_file::VoteFile;
 
-use self::client::Shared;
+use self::client::{ReaderLog, Shared};
 use self::driver::{ConsensusAgent, DriverCounters, DriverParts};
 use self::replay::Replay;
 use self::slot::Slot;
@@ -112,6 +113,13 @@ pub struct Node {
     last_snapshot: i64,
     /// Committed entries were polled for (a restore after that is refused).
     polled: bool,
+    /// Where the last message handed out ends.
+    applied: i64,
+    /// A reader of the recording, to start replays from (with a recorded log).
+    recording: Option<crate::recording::RecordingReader>,
+    /// A catch-up installed the leader's snapshot at this position: the application loads it
+    /// ([`Node::poll_state`]) before any entry after it is handed out.
+    pending_snapshot: Option<i64>,
     /// Where reading stops next to go on in another log, as last read from the shared queue.
     next_switch: Option<i64>,
     switch_generation: u64,
@@ -121,6 +129,7 @@ pub struct Node {
     counters: CountersManager,
     directory: Option<NodeDirectory>,
     warnings: Vec<String>,
+    logs: crate::event_log::RateLimited,
 }
 
 impl fmt::Debug for Node {
@@ -156,6 +165,7 @@ impl Node {
         let mut replay = None;
         let mut recorder = None;
         let mut recorder_counters = None;
+        let mut recording_template = None;
         if let Some(recovered) = recovered {
             let counters = RecorderCounters::new(|kind| node_counter(&counters, kind));
             counters.torn_bytes.set(recovered.report.torn_bytes as i64);
@@ -167,9 +177,31 @@ impl Node {
             warn_if_memory_backed(&config, &mut warnings);
             tail = recovered.tail;
             replay = Some(Replay::new(recovered.recording.reader(recovered.recording.start())));
+            recording_template = Some(recovered.recording.reader(0));
             let switches = Arc::clone(&shared.recorder_switches);
             recorder_counters = Some(counters.clone());
-            let agent = Recorder::new(recovered.recording, switches, counters, compact_below.clone());
+            let identity = SnapshotIdentity { membership: config.membership(), stream_id: config.stream_id };
+            let snapshot_store = |config: &NodeConfig| {
+                SnapshotStore::open(&config.snapshot_dir_path(), identity)
+                    .map_err(|e| NodeError::Snapshot(e.to_string()))
+            };
+            let others = config.members.iter().filter(|m| m.id != config.id).map(|m| m.consensus.ip()).collect();
+            let server = CatchUpServer::bind(config.me().consensus, others, config.membership(), snapshot_store(&config)?)
+                .map_err(|e| {
+                    let message = format!(
+                        "member {}: cannot serve catch-ups at {} (tcp): {e}; followers far behind cannot catch up from this member",
+                        config.id,
+                        config.me().consensus
+                    );
+                    log::warn!("{message}");
+                    warnings.push(message);
+                })
+                .ok();
+            let agent = Recorder::new(recovered.recording, switches, counters, compact_below.clone()).with_catch_up(
+                server,
+                Arc::clone(&shared.catch_ups),
+                snapshot_store(&config)?,
+            );
             recorder = Some(Box::new(agent) as Box<dyn crate::agent::Agent>);
         }
         let synced = recorder_counters
@@ -194,6 +226,7 @@ impl Node {
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
         });
+        let start_position = replay.as_ref().map_or(0, Replay::position);
         let handles = start_agents(&config, Box::new(agent), sender, receiver, recorder, &counters, &mut warnings)?;
         Ok(Node {
             config,
@@ -208,6 +241,9 @@ impl Node {
             snapshots: None,
             last_snapshot: 0,
             polled: false,
+            applied: start_position,
+            recording: recording_template,
+            pending_snapshot: None,
             next_switch: None,
             switch_generation: 0,
             event_generation: 0,
@@ -216,6 +252,7 @@ impl Node {
             counters,
             directory: Some(directory),
             warnings,
+            logs: crate::event_log::RateLimited::default(),
         })
     }
 
@@ -255,8 +292,16 @@ impl Node {
         self.commit.get()
     }
 
-    /// The log position this node has applied up to through [`Node::poll_committed`].
+    /// The log position this node has applied up to through [`Node::poll_committed`]: where the last
+    /// message handed out ends (a snapshot is taken there: the fragments of a message not yet whole are
+    /// read again after a restore).
     pub fn applied_position(&self) -> i64 {
+        self.applied
+    }
+
+    /// The position the reader of committed entries has read up to (the fragments of a message not yet
+    /// whole included).
+    fn read_position(&self) -> i64 {
         match (&self.reader, &self.replay) {
             (Some(reader), _) => reader.position(),
             (None, Some(replay)) => replay.position(),
@@ -332,9 +377,21 @@ impl Node {
     pub fn poll_positions(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8], i64)) -> usize {
         self.deliver_role_changes();
         self.polled = true;
+        if let Some(position) = self.pending_snapshot {
+            // Only poll_state can load it: nothing after it is handed out until then.
+            self.logs.warn(crate::clock::NanoClock::new().now_ns(), || {
+                format!(
+                    "a catch-up installed the leader's snapshot at {position}: this application polls without a \
+                     StateMachine and cannot load it; use Node::poll_state"
+                )
+            });
+            return 0;
+        }
         let commit = self.commit.get();
         let skip_below = self.config.resume_from.unwrap_or(0);
+        let mut applied = None;
         let mut deliver = |entry: &[u8], end: i64| {
+            applied = Some(end);
             if end > skip_below {
                 handler(entry, end)
             }
@@ -347,14 +404,15 @@ impl Node {
                 fragments +=
                     reader.poll_bounded_with_positions(commit.min(end), fragment_limit - fragments, &mut deliver);
             }
-            if fragments >= fragment_limit
-                || self.replay.is_some()
-                || self.applied_position() != end
-                || !self.switch_log()
+            if fragments >= fragment_limit || self.replay.is_some() || self.read_position() < end || !self.switch_log()
             {
-                return fragments;
+                break;
             }
         }
+        if let Some(end) = applied {
+            self.applied = end;
+        }
+        fragments
     }
 
     /// Reads committed entries from the recording, up to the first switch to a log in memory, and makes
@@ -379,12 +437,8 @@ impl Node {
                 return 0;
             }
         };
-        if replay.position() == first {
-            if let Some((at, (reader, consumer), next)) = self.shared.switches.take() {
-                let replay = self.replay.take().expect("checked");
-                self.reader = Some(MessageReader::continuing(reader, consumer, at, replay.assembler));
-                self.next_switch = next;
-            }
+        if replay.position() >= first {
+            self.switch_log();
         }
         fragments
     }
@@ -417,6 +471,7 @@ impl Node {
                 }
                 *replay = replay.restart_at(info.position);
                 self.last_snapshot = info.position;
+                self.applied = info.position;
             }
             (Some(info), None) => self.last_snapshot = info.position,
             (None, _) if start > 0 => {
@@ -434,13 +489,28 @@ impl Node {
     /// As [`poll_committed`](Self::poll_committed), applying each entry to `machine`, and taking a snapshot
     /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied.
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
+        if let Some(position) = self.pending_snapshot {
+            // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
+            let store = self.snapshot_store()?;
+            let restored = store
+                .restore(|reader| machine.load_snapshot(reader))
+                .map_err(|e| NodeError::Snapshot(e.to_string()))?;
+            if restored.info.as_ref().map(|i| i.position) != Some(position) {
+                return Err(NodeError::Snapshot(format!(
+                    "the snapshot a catch-up installed at {position} does not load"
+                )));
+            }
+            self.pending_snapshot = None;
+            self.last_snapshot = position;
+            self.applied = position;
+        }
         let fragments = self.poll_positions(fragment_limit, |entry, end| machine.apply(end, entry));
         let due = self
             .config
             .storage
             .snapshot_interval
             .is_some_and(|every| self.applied_position() - self.last_snapshot >= every as i64);
-        if due {
+        if due && self.pending_snapshot.is_none() {
             self.take_snapshot(machine)?;
         }
         Ok(fragments)
@@ -449,6 +519,12 @@ impl Node {
     /// Takes a snapshot of `machine` at the applied position, keeps the newest
     /// [`StorageConfig::snapshots_kept`], and lets the recorder delete the log below the oldest kept.
     pub fn take_snapshot(&mut self, machine: &mut impl StateMachine) -> Result<SnapshotInfo, NodeError> {
+        if let Some(position) = self.pending_snapshot {
+            // The state is not yet the installed snapshot's: a snapshot of it now would be wrong.
+            return Err(NodeError::Snapshot(format!(
+                "the snapshot a catch-up installed at {position} is not loaded yet: poll_state first"
+            )));
+        }
         let position = self.applied_position();
         let term = self.leadership_term_id();
         let kept = self.config.storage.snapshots_kept;
@@ -478,19 +554,57 @@ impl Node {
         let generation = self.shared.switches.generation();
         if generation != self.switch_generation {
             self.switch_generation = generation;
+            self.take_installed_snapshot();
             self.next_switch = self.shared.switches.next_at();
         }
     }
 
+    /// A catch-up installed the leader's snapshot: it replaces the state every earlier switch led to, so
+    /// the reader drops them and goes on from the snapshot once the application has loaded it.
+    fn take_installed_snapshot(&mut self) {
+        let installed = |log: &ReaderLog| matches!(log, ReaderLog::Recorded { snapshot: Some(_) });
+        let Some((_, ReaderLog::Recorded { snapshot: Some(position) }, _)) =
+            self.shared.switches.take_superseding(installed)
+        else {
+            return;
+        };
+        let Some(template) = &self.recording else {
+            return;
+        };
+        self.reader = None;
+        self.replay = Some(Replay::new(template.reopen(position)));
+        self.pending_snapshot = Some(position);
+    }
+
     /// At the next switch's position, goes on in its log, once it is there; true when it did.
     fn switch_log(&mut self) -> bool {
-        let Some((at, (reader, consumer), next)) = self.shared.switches.take() else {
+        let Some((at, next_log, next)) = self.shared.switches.take() else {
             return false;
         };
         self.next_switch = next;
-        match self.reader.as_mut() {
-            Some(current) => current.continue_in(reader, consumer),
-            None => self.reader = Some(MessageReader::new(reader, consumer, at)),
+        match next_log {
+            ReaderLog::Memory(reader, consumer) => match (self.reader.as_mut(), self.replay.take()) {
+                (Some(current), _) => current.continue_in(reader, consumer),
+                (None, Some(replay)) => {
+                    self.reader = Some(MessageReader::continuing(reader, consumer, at, replay.assembler))
+                }
+                (None, None) => self.reader = Some(MessageReader::new(reader, consumer, at)),
+            },
+            ReaderLog::Recorded { snapshot } => {
+                // A catch-up filled the recording from here (or from the snapshot it installed).
+                let Some(template) = &self.recording else {
+                    return false;
+                };
+                // The reader may be past `at`: it read a Receiver's image the recorder had not recorded,
+                // which the catch-up fetched again.
+                let from = snapshot.unwrap_or(at.max(self.read_position()));
+                let mut replay = Replay::new(template.reopen(from));
+                if let (Some(reader), None) = (self.reader.take(), snapshot) {
+                    replay.assembler = reader.into_assembler();
+                }
+                self.replay = Some(replay);
+                self.pending_snapshot = snapshot;
+            }
         }
         true
     }

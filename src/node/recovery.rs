@@ -43,7 +43,11 @@ pub(super) fn open(config: &NodeConfig) -> Result<Recovered, NodeError> {
         NodeError::Recording(crate::recording::RecordingError {
             path: recording.dir().join("index.dat"),
             message: format!(
-                "its terms do not make a history ending at {}: delete index.dat to have it rebuilt from the segments",
+                "its terms ({:?} from {} in term {}) do not make a history ending at {}: delete index.dat to have \
+                 it rebuilt from the segments",
+                recording.index().terms,
+                recording.start(),
+                recording.index().start_term,
                 recording.end()
             ),
         })

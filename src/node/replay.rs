@@ -5,9 +5,10 @@ use crate::frame::{DataHeader, Frame, TERM_START_FLAG};
 use crate::log_buffer::FragmentAssembler;
 use crate::recording::{for_each_frame, RecordingError, RecordingReader};
 
-/// Tries a block that fails before calling it damaged: the recorder may be cutting the block being read
-/// (a new leader's log agrees with this member's only up to inside it), which a second read gets whole.
-const READ_ATTEMPTS: u32 = 3;
+/// How long a block may fail to read before it is called damaged: the recorder may be cutting the block
+/// being read (a new leader's log agrees with this member's only up to inside it), which a later read
+/// gets whole, or emptying the recording for a snapshot a catch-up installs, which replaces this replay.
+const READ_FAILING_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whole messages from the recording, one block at a time, never past a limit.
 pub(super) struct Replay {
@@ -17,7 +18,8 @@ pub(super) struct Replay {
     block_position: i64,
     offset: usize,
     pub(super) assembler: FragmentAssembler<()>,
-    failures: u32,
+    /// Since when reads have failed, if they do.
+    failing_since: Option<std::time::Instant>,
 }
 
 impl Replay {
@@ -29,7 +31,7 @@ impl Replay {
             block_position: position,
             offset: 0,
             assembler: FragmentAssembler::new(()),
-            failures: 0,
+            failing_since: None,
         }
     }
 
@@ -84,13 +86,13 @@ impl Replay {
                 self.block.extend_from_slice(bytes);
                 self.block_position = at;
                 self.offset = 0;
-                self.failures = 0;
+                self.failing_since = None;
                 Ok(true)
             }
             Ok(None) => Ok(false),
             Err(e) => {
-                self.failures += 1;
-                if self.failures >= READ_ATTEMPTS {
+                let since = *self.failing_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= READ_FAILING_FOR {
                     return Err(e);
                 }
                 self.reader = self.reader.reopen(at);

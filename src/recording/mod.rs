@@ -20,6 +20,7 @@
 //!   durable; a member acknowledges and counts itself only up to it. Under [`SyncPolicy::None`] the
 //!   synced position is the end of what is written (to the page cache).
 
+pub mod catch_up;
 mod index;
 mod reader;
 mod recorder;
@@ -31,7 +32,7 @@ use std::str::FromStr;
 
 pub use index::{Index, RecordedTerm};
 pub use reader::RecordingReader;
-pub use recorder::{Recorder, RecorderCounters, RecorderSource};
+pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
 pub use segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
 
 use crate::consensus_core::{TermBase, TermHistory};
@@ -285,15 +286,16 @@ impl Recording {
     }
 
     /// The terms of the recorded log, ending at [`end`](Self::end), for a consensus core to start from;
-    /// `None` when the index's terms do not make a history (a recording that starts inside a term is
-    /// given that term at its start).
+    /// `None` when the index's terms do not make a history. A recording that starts past 0 (compacted
+    /// below a snapshot, or begun at an installed snapshot) holds its first term from position 0: every
+    /// byte below its start was committed, so no election and no cut ever asks which term it was.
     pub fn term_history(&self) -> Option<TermHistory> {
         if self.end == self.start() && self.index.terms.is_empty() && self.start() == 0 {
             return Some(TermHistory::new());
         }
         let mut terms: Vec<TermBase> = Vec::with_capacity(self.index.terms.len() + 1);
-        if self.index.terms.first().is_none_or(|t| t.base_position > self.start()) && self.index.start_term > 0 {
-            terms.push(TermBase { leadership_term_id: self.index.start_term, base_position: self.start() });
+        if self.index.terms.first().is_none_or(|t| t.base_position > 0) && self.index.start_term > 0 {
+            terms.push(TermBase { leadership_term_id: self.index.start_term, base_position: 0 });
         }
         terms.extend(
             self.index

@@ -16,13 +16,17 @@
 //! 4. deletes the segments below a compaction point the application asked for (its oldest snapshot
 //!    kept).
 
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use super::catch_up::{self, CatchUpRequest, CatchUpServer, Fetched};
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
 use crate::counters::Counter;
 use crate::log_buffer::{partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer};
 use crate::log_switch::SwitchQueue;
+use crate::snapshot::SnapshotStore;
 use crate::stats::{kinds, CounterKind};
 
 /// Most bytes recorded per duty cycle: what one group commit covers at most.
@@ -35,6 +39,29 @@ pub struct RecorderSource {
     pub log: LogBuffer,
     /// The recorder's consumer slot in it: the log's writer stays within half a term of it.
     pub consumer: ConsumerPosition,
+}
+
+/// How long a catch-up waits on its leader for each read or write before it gives up (to be retried).
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A catch-up the consensus agent asks the recorder for (from a leader, the log from a position), and
+/// what came of it.
+#[derive(Debug, Default)]
+pub struct CatchUpChannel {
+    request: Mutex<Option<(SocketAddr, CatchUpRequest)>>,
+    result: Mutex<Option<Result<Fetched, String>>>,
+}
+
+impl CatchUpChannel {
+    /// Asks for a catch-up (replacing one not yet started).
+    pub fn request(&self, leader: SocketAddr, request: CatchUpRequest) {
+        *self.request.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, request));
+    }
+
+    /// What the last catch-up brought, once it is over.
+    pub fn take_result(&self) -> Option<Result<Fetched, String>> {
+        self.result.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// The recorder's counters (see [`kinds::recorder`]).
@@ -96,6 +123,11 @@ pub struct Recorder {
     compact_below: Counter,
     compacted_to: i64,
     unsynced: bool,
+    /// Serves other members' catch-ups from this recording.
+    server: Option<CatchUpServer>,
+    /// Catch-ups this member makes, and where it installs a snapshot it is sent.
+    catch_ups: Arc<CatchUpChannel>,
+    snapshots: Option<SnapshotStore>,
 }
 
 impl Recorder {
@@ -121,7 +153,60 @@ impl Recorder {
             compact_below,
             compacted_to,
             unsynced: false,
+            server: None,
+            catch_ups: Arc::default(),
+            snapshots: None,
         }
+    }
+
+    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for, installing snapshots into
+    /// `snapshots`.
+    pub fn with_catch_up(
+        mut self,
+        server: Option<CatchUpServer>,
+        catch_ups: Arc<CatchUpChannel>,
+        snapshots: SnapshotStore,
+    ) -> Self {
+        self.server = server;
+        self.catch_ups = catch_ups;
+        self.snapshots = Some(snapshots);
+        self
+    }
+
+    /// Makes the catch-up asked for, once the recording has reached where it starts (cut back to it
+    /// first when it is past it: those bytes were never committed).
+    fn catch_up(&mut self) -> Result<usize, AgentError> {
+        let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((leader, mut request)) = *pending else {
+            return Ok(0);
+        };
+        pending.take();
+        drop(pending);
+        // The catch-up decides where the recording goes on: the logs queued before it (a Receiver's image
+        // it replaces) and the one being recorded are done with; the next comes after it.
+        self.switches.clear();
+        self.source = None;
+        self.bound = i64::MAX;
+        if self.recording.end() > request.from {
+            self.cut(request.from)?;
+        }
+        // What the member holds past the recording (a Receiver's image not yet recorded) is fetched again:
+        // the leader's log has the same bytes there.
+        request.from = request.from.min(self.recording.end());
+        let Some(snapshots) = &self.snapshots else {
+            return Ok(0);
+        };
+        let result = catch_up::fetch(leader, request, &mut self.recording, snapshots, CATCH_UP_TIMEOUT);
+        if let Some(installed) = result.as_ref().ok().and_then(|f| f.snapshot.as_ref()) {
+            self.counters.start_position.set(installed.position);
+        }
+        // Whatever arrived is kept (it verified); it is made durable before it is reported.
+        self.recording.sync().map_err(AgentError::new)?;
+        self.counters.fsyncs.increment();
+        self.counters.position.set(self.recording.end());
+        self.counters.synced_position.set(self.recording.end());
+        *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+        Ok(1)
     }
 
     /// The recording.
@@ -242,6 +327,10 @@ impl Agent for Recorder {
         work += self.record()?;
         work += self.sync_if_due()?;
         work += self.compact()?;
+        work += self.catch_up()?;
+        if let Some(server) = self.server.as_mut() {
+            work += server.poll(&self.recording);
+        }
         Ok(work)
     }
 

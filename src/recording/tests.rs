@@ -210,7 +210,8 @@ fn compaction_deletes_whole_segments_below_a_position_and_a_reset_starts_over() 
     let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
     assert_eq!((recording.start(), recording.end()), (start, end));
     let history = recording.term_history().unwrap();
-    assert_eq!(history.terms()[0].base_position, start, "the start is labelled with its term");
+    assert_eq!(history.terms()[0].base_position, 0, "the compacted start is labelled with its term, from 0");
+    assert_eq!(history.terms()[0].leadership_term_id, 1);
     recording.reset(1 << 20, 5).unwrap();
     assert_eq!((recording.start(), recording.end(), recording.segment_count()), (1 << 20, 1 << 20, 0));
     drop(recording);
