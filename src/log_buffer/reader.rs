@@ -172,6 +172,11 @@ impl<F> FragmentAssembler<F> {
         self.state.on_fragment(payload, header, handler);
     }
 
+    /// True while a message's first fragments are held, waiting for the rest.
+    pub fn is_assembling(&self) -> bool {
+        self.state.in_progress
+    }
+
     /// The message handler.
     pub fn handler_mut(&mut self) -> &mut F {
         &mut self.handler
@@ -260,6 +265,11 @@ impl MessageReader {
     /// The position read up to.
     pub fn position(&self) -> i64 {
         self.position
+    }
+
+    /// True while a message's first fragments are read and the rest are not.
+    pub fn is_assembling(&self) -> bool {
+        self.assembler.is_assembling()
     }
 
     /// Gives back the reassembly state, to go on in a reader of the same bytes elsewhere.

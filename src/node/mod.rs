@@ -292,9 +292,9 @@ impl Node {
         self.commit.get()
     }
 
-    /// The log position this node has applied up to through [`Node::poll_committed`]: where the last
-    /// message handed out ends (a snapshot is taken there: the fragments of a message not yet whole are
-    /// read again after a restore).
+    /// The log position this node has applied up to through [`Node::poll_committed`]: every message
+    /// before it was handed out. It stops before the first fragments of a message not yet whole (a
+    /// snapshot is taken here, and a restore reads them again).
     pub fn applied_position(&self) -> i64 {
         self.applied
     }
@@ -409,7 +409,16 @@ impl Node {
                 break;
             }
         }
-        if let Some(end) = applied {
+        // Every byte below the read position is handed on, unless a message's first fragments wait for
+        // the rest: then what is applied ends with the last whole message.
+        let assembling = match (&self.reader, &self.replay) {
+            (Some(reader), _) => reader.is_assembling(),
+            (None, Some(replay)) => replay.assembler.is_assembling(),
+            (None, None) => false,
+        };
+        if !assembling {
+            self.applied = self.applied.max(self.read_position());
+        } else if let Some(end) = applied {
             self.applied = end;
         }
         fragments
