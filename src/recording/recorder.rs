@@ -64,6 +64,10 @@ impl CatchUpChannel {
     }
 }
 
+/// What a catch-up thread hands back: the recording handle it wrote with and what it fetched (or why it
+/// could not), and the snapshot store it installed into.
+type CatchUpOutcome = (Result<(Recording, Result<Fetched, String>), String>, SnapshotStore);
+
 /// The recorder's counters (see [`kinds::recorder`]).
 #[derive(Clone, Debug)]
 pub struct RecorderCounters {
@@ -125,6 +129,8 @@ pub struct Recorder {
     unsynced: bool,
     /// Serves other members' catch-ups from this recording.
     server: Option<CatchUpServer>,
+    /// The catch-up running on its thread, if one is.
+    catching_up: Option<std::thread::JoinHandle<CatchUpOutcome>>,
     /// Catch-ups this member makes, and where it installs a snapshot it is sent.
     catch_ups: Arc<CatchUpChannel>,
     snapshots: Option<SnapshotStore>,
@@ -154,6 +160,7 @@ impl Recorder {
             compacted_to,
             unsynced: false,
             server: None,
+            catching_up: None,
             catch_ups: Arc::default(),
             snapshots: None,
         }
@@ -173,11 +180,15 @@ impl Recorder {
         self
     }
 
-    /// Makes the catch-up asked for, once the recording has reached where it starts (cut back to it
-    /// first when it is past it: those bytes were never committed).
+    /// Starts the catch-up asked for, on a thread of its own (it waits on the network and the leader; the
+    /// agents sharing this thread, the consensus agent among them, must not), with a second handle on the
+    /// recording: this one writes nothing until the catch-up is over and hands its handle back.
     fn catch_up(&mut self) -> Result<usize, AgentError> {
         let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
         let Some((leader, mut request)) = *pending else {
+            return Ok(0);
+        };
+        let Some(snapshots) = self.snapshots.take() else {
             return Ok(0);
         };
         pending.take();
@@ -190,23 +201,48 @@ impl Recorder {
         if self.recording.end() > request.from {
             self.cut(request.from)?;
         }
+        self.recording.sync().map_err(AgentError::new)?;
         // What the member holds past the recording (a Receiver's image not yet recorded) is fetched again:
         // the leader's log has the same bytes there.
         request.from = request.from.min(self.recording.end());
-        let Some(snapshots) = &self.snapshots else {
-            return Ok(0);
+        let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
+        let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
+            let result = Recording::open(config, identity).map_err(|e| e.to_string()).and_then(|(mut recording, _)| {
+                let fetched = catch_up::fetch(leader, request, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
+                // Whatever arrived is kept (it verified); it is made durable before it is reported.
+                recording.sync().map_err(|e| e.to_string())?;
+                Ok((recording, fetched))
+            });
+            (result, snapshots)
+        });
+        self.catching_up = Some(thread.map_err(AgentError::new)?);
+        Ok(1)
+    }
+
+    /// While a catch-up runs: once it is over, takes the recording back and reports the outcome; true
+    /// while it still runs (nothing else is done meanwhile).
+    fn catch_up_running(&mut self) -> Result<bool, AgentError> {
+        let Some(thread) = self.catching_up.take_if(|t| t.is_finished()) else {
+            return Ok(self.catching_up.is_some());
         };
-        let result = catch_up::fetch(leader, request, &mut self.recording, snapshots, CATCH_UP_TIMEOUT);
+        let (result, snapshots) = thread.join().map_err(|_| AgentError::msg("the catch-up thread panicked"))?;
+        self.snapshots = Some(snapshots);
+        let result = match result {
+            Ok((recording, fetched)) => {
+                self.recording = recording;
+                fetched
+            }
+            Err(why) => Err(why),
+        };
         if let Some(installed) = result.as_ref().ok().and_then(|f| f.snapshot.as_ref()) {
             self.counters.start_position.set(installed.position);
+            self.compacted_to = installed.position;
         }
-        // Whatever arrived is kept (it verified); it is made durable before it is reported.
-        self.recording.sync().map_err(AgentError::new)?;
         self.counters.fsyncs.increment();
         self.counters.position.set(self.recording.end());
         self.counters.synced_position.set(self.recording.end());
         *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-        Ok(1)
+        Ok(false)
     }
 
     /// The recording.
@@ -323,6 +359,9 @@ impl Agent for Recorder {
     }
 
     fn do_work(&mut self) -> Result<usize, AgentError> {
+        if self.catch_up_running()? {
+            return Ok(0);
+        }
         let mut work = self.switch_if_due()?;
         work += self.record()?;
         work += self.sync_if_due()?;
@@ -335,6 +374,10 @@ impl Agent for Recorder {
     }
 
     fn on_close(&mut self) {
+        if let Some(thread) = self.catching_up.take() {
+            // Its reads time out: it ends within the catch-up timeout.
+            let _ = thread.join();
+        }
         // What was written is made durable on a clean close, whatever the policy.
         let _ = self.recording.sync();
     }
