@@ -274,6 +274,14 @@ catalogue! {
         segments_deleted = 507, "recorder segments deleted";
         /// Where the recording starts (moves up as segments are deleted).
         start_position = 508, "recorder start position";
+        /// Catch-ups this member made from its leader's recording (a snapshot first, or not).
+        catch_ups = 509, "recorder catch-ups made";
+        /// Catch-ups that failed (the leader refused, went away or sent what does not verify); retried.
+        catch_ups_failed = 510, "recorder catch-ups failed";
+        /// Catch-ups this member served to others from its recording.
+        catch_ups_served = 511, "recorder catch-ups served";
+        /// Catch-up connections refused: not from a member, another cluster, or a position not held.
+        catch_ups_refused = 512, "recorder catch-ups refused";
     }
 }
 

@@ -264,6 +264,19 @@ fn a_follower_further_behind_than_the_leader_holds_in_memory_catches_up_from_its
     all.run_to(&mut two, &[true; 3], 25_000, Duration::from_secs(120));
     let stats = two[2].stats();
     assert!(stats.receiver().behind_retained_received() > 0, "it was behind: {}", dump(&two));
+    assert!(stats.recorder().catch_ups() >= 1, "it caught up from the leader's recording");
+    assert!(two[0].stats().recorder().catch_ups_served() >= 1);
+    // A request of another cluster is answered "refused" and counted; the leader goes on.
+    let mut stream = std::net::TcpStream::connect(members[0].consensus).unwrap();
+    let mut request = [0u8; 32];
+    request[..8].copy_from_slice(b"qccureq1");
+    request[8..16].copy_from_slice(&12345i64.to_le_bytes());
+    stream.write_all(&request).unwrap();
+    let mut answer = [0u8; 56];
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream.read_exact(&mut answer).unwrap();
+    assert_eq!(u32::from_le_bytes(answer[16..20].try_into().unwrap()), 1, "refused");
+    assert!(two[0].stats().recorder().catch_ups_refused() >= 1);
     assert!(two[2].stats().recorder().position() >= two[0].stats().recorder().position() - (256 << 10));
     for node in two {
         node.close().unwrap();

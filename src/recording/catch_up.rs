@@ -29,7 +29,7 @@ use std::time::Duration;
 use bytemuck::{Pod, Zeroable};
 
 use super::segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
-use super::{Recording, RecordingReader};
+use super::{RecorderCounters, Recording, RecordingReader};
 use crate::snapshot::{SnapshotInfo, SnapshotReader, SnapshotStore};
 
 const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"qccureq1");
@@ -205,7 +205,7 @@ impl CatchUpServer {
     }
 
     /// Takes new connections and moves every session on; returns the work done.
-    pub fn poll(&mut self, recording: &Recording) -> usize {
+    pub fn poll(&mut self, recording: &Recording, counters: &RecorderCounters) -> usize {
         let mut work = 0;
         while self.sessions.len() < MAX_SESSIONS {
             match self.listener.accept() {
@@ -223,19 +223,23 @@ impl CatchUpServer {
                     });
                     work += 1;
                 }
-                Ok(_) => work += 1, // not a member: dropped, closed
+                Ok(_) => {
+                    // Not a member: dropped, closed.
+                    counters.catch_ups_refused.increment();
+                    work += 1;
+                }
                 Err(_) => break,
             }
         }
         for i in 0..self.sessions.len() {
-            work += self.serve(i, recording);
+            work += self.serve(i, recording, counters);
         }
         self.sessions.retain(|s| !s.done);
         work
     }
 
     /// Moves session `i` on: reads its request, then sends up to [`SEND_PER_POLL`] bytes.
-    fn serve(&mut self, i: usize, recording: &Recording) -> usize {
+    fn serve(&mut self, i: usize, recording: &Recording, counters: &RecorderCounters) -> usize {
         let session = &mut self.sessions[i];
         if session.received < session.request.len() {
             match session.stream.read(&mut session.request[session.received..]) {
@@ -248,7 +252,11 @@ impl CatchUpServer {
                 return 1;
             }
             let request: CatchUpRequest = bytemuck::pod_read_unaligned(&session.request);
-            self.answer(i, request, recording);
+            if self.answer(i, request, recording) {
+                counters.catch_ups_served.increment();
+            } else {
+                counters.catch_ups_refused.increment();
+            }
         }
         let session = &mut self.sessions[i];
         let mut moved = 0;
@@ -269,8 +277,9 @@ impl CatchUpServer {
         usize::from(moved > 0)
     }
 
-    /// Lays out the answer to `request` in session `i`: refused, or the terms, the snapshot and the log.
-    fn answer(&mut self, i: usize, request: CatchUpRequest, recording: &Recording) {
+    /// Lays out the answer to `request` in session `i`: refused, or the terms, the snapshot and the log;
+    /// true when served.
+    fn answer(&mut self, i: usize, request: CatchUpRequest, recording: &Recording) -> bool {
         let mut response = CatchUpResponse {
             magic: RESPONSE_MAGIC,
             membership: self.membership,
@@ -327,6 +336,7 @@ impl CatchUpServer {
             session.out.extend_from_slice(bytemuck::bytes_of(&response));
             session.end = i64::MIN;
         }
+        servable
     }
 }
 

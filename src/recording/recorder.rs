@@ -89,6 +89,14 @@ pub struct RecorderCounters {
     pub segments_deleted: Counter,
     /// Where the recording starts.
     pub start_position: Counter,
+    /// Catch-ups made.
+    pub catch_ups: Counter,
+    /// Catch-ups that failed.
+    pub catch_ups_failed: Counter,
+    /// Catch-ups served.
+    pub catch_ups_served: Counter,
+    /// Catch-up connections refused.
+    pub catch_ups_refused: Counter,
 }
 
 impl RecorderCounters {
@@ -104,6 +112,10 @@ impl RecorderCounters {
             torn_bytes: allocate(&kinds::recorder::torn_bytes),
             segments_deleted: allocate(&kinds::recorder::segments_deleted),
             start_position: allocate(&kinds::recorder::start_position),
+            catch_ups: allocate(&kinds::recorder::catch_ups),
+            catch_ups_failed: allocate(&kinds::recorder::catch_ups_failed),
+            catch_ups_served: allocate(&kinds::recorder::catch_ups_served),
+            catch_ups_refused: allocate(&kinds::recorder::catch_ups_refused),
         }
     }
 
@@ -234,9 +246,15 @@ impl Recorder {
             }
             Err(why) => Err(why),
         };
-        if let Some(installed) = result.as_ref().ok().and_then(|f| f.snapshot.as_ref()) {
-            self.counters.start_position.set(installed.position);
-            self.compacted_to = installed.position;
+        match &result {
+            Ok(fetched) => {
+                self.counters.catch_ups.increment();
+                if let Some(installed) = &fetched.snapshot {
+                    self.counters.start_position.set(installed.position);
+                    self.compacted_to = installed.position;
+                }
+            }
+            Err(_) => self.counters.catch_ups_failed.increment(),
         }
         self.counters.fsyncs.increment();
         self.counters.position.set(self.recording.end());
@@ -368,7 +386,7 @@ impl Agent for Recorder {
         work += self.compact()?;
         work += self.catch_up()?;
         if let Some(server) = self.server.as_mut() {
-            work += server.poll(&self.recording);
+            work += server.poll(&self.recording, &self.counters);
         }
         Ok(work)
     }
