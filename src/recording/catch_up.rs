@@ -38,6 +38,9 @@ const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"qccures1");
 pub const MAX_SESSIONS: usize = 8;
 /// Bytes a session sends per duty cycle of the leader's recorder, at most.
 pub const SEND_PER_POLL: usize = 1 << 20;
+/// How often the listener is asked for new connections while no session runs: an `accept` on every duty
+/// cycle would be a syscall per cycle on a recorder that shares its thread with the data path.
+const ACCEPT_INTERVAL_NS: u64 = 1_000_000;
 /// Terms a response may list: a bound on what a damaged count can make a follower allocate.
 const MAX_TERMS: u32 = 1 << 16;
 
@@ -188,6 +191,8 @@ pub struct CatchUpServer {
     members: Vec<IpAddr>,
     membership: i64,
     snapshots: SnapshotStore,
+    clock: crate::clock::NanoClock,
+    next_accept_ns: u64,
 }
 
 impl std::fmt::Debug for CatchUpServer {
@@ -201,12 +206,20 @@ impl CatchUpServer {
     pub fn bind(addr: SocketAddr, members: Vec<IpAddr>, membership: i64, snapshots: SnapshotStore) -> io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
-        Ok(Self { listener, sessions: Vec::new(), members, membership, snapshots })
+        let clock = crate::clock::NanoClock::new();
+        Ok(Self { listener, sessions: Vec::new(), members, membership, snapshots, clock, next_accept_ns: 0 })
     }
 
     /// Takes new connections and moves every session on; returns the work done.
     pub fn poll(&mut self, recording: &Recording, counters: &RecorderCounters) -> usize {
         let mut work = 0;
+        if self.sessions.is_empty() {
+            let now_ns = self.clock.now_ns();
+            if now_ns < self.next_accept_ns {
+                return 0;
+            }
+            self.next_accept_ns = now_ns + ACCEPT_INTERVAL_NS;
+        }
         while self.sessions.len() < MAX_SESSIONS {
             match self.listener.accept() {
                 Ok((stream, peer)) if self.members.contains(&peer.ip()) && stream.set_nonblocking(true).is_ok() => {

@@ -48,6 +48,8 @@ const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
 /// what came of it.
 #[derive(Debug, Default)]
 pub struct CatchUpChannel {
+    /// Set with a request, so that the recorder looks at the lock only then.
+    requested: std::sync::atomic::AtomicBool,
     request: Mutex<Option<(SocketAddr, CatchUpRequest)>>,
     result: Mutex<Option<Result<Fetched, String>>>,
 }
@@ -56,6 +58,7 @@ impl CatchUpChannel {
     /// Asks for a catch-up (replacing one not yet started).
     pub fn request(&self, leader: SocketAddr, request: CatchUpRequest) {
         *self.request.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, request));
+        self.requested.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// What the last catch-up brought, once it is over.
@@ -196,11 +199,15 @@ impl Recorder {
     /// agents sharing this thread, the consensus agent among them, must not), with a second handle on the
     /// recording: this one writes nothing until the catch-up is over and hands its handle back.
     fn catch_up(&mut self) -> Result<usize, AgentError> {
+        if !self.catch_ups.requested.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(0);
+        }
         let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
         let Some((leader, mut request)) = *pending else {
             return Ok(0);
         };
         let Some(snapshots) = self.snapshots.take() else {
+            self.catch_ups.requested.store(true, std::sync::atomic::Ordering::Release);
             return Ok(0);
         };
         pending.take();
