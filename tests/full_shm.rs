@@ -1,6 +1,8 @@
 //! A full `/dev/shm` (a small private tmpfs mounted for the test) is a clear error naming the file and
 //! the size, never a `SIGBUS`: for a leader whose log does not fit at start, and for a follower whose
-//! image does not fit when the leader's SETUP arrives (it refuses the SETUP, counts it, and lives on).
+//! image does not fit when the leader's SETUP arrives (it refuses the SETUP, counts it, and lives on); and a
+//! full disk under a member's recorded log stops that member with the file and the cause named, while the
+//! majority goes on.
 //!
 //! Mounting needs root (or `CAP_SYS_ADMIN`); where the mount fails the test prints why and passes.
 
@@ -96,4 +98,50 @@ fn a_follower_whose_image_does_not_fit_refuses_the_setup_and_lives_on() {
         .filter(|n| n.starts_with("image-"))
         .collect();
     assert!(leftovers.is_empty(), "no sparse image left behind: {leftovers:?}");
+}
+
+#[test]
+fn a_full_disk_under_the_recorded_log_stops_the_member_naming_the_file_and_the_others_go_on() {
+    let tmpfs = match SmallTmpfs::mount("recording", "1m") {
+        Ok(t) => t,
+        Err(why) => return eprintln!("skipped: cannot mount a small tmpfs ({why})"),
+    };
+    let members = members(3);
+    let scratch = ScratchDir::new("full-recording");
+    let mut nodes = vec![
+        test_builder(&scratch, 0, &members, test_channel()).start().unwrap(),
+        test_builder(&scratch, 1, &members, test_channel()).start().unwrap(),
+        test_builder(&scratch, 2, &members, test_channel()).data_dir(tmpfs.path().join("data-2")).start().unwrap(),
+    ];
+    let client = nodes[0].client();
+    let until = Instant::now() + Duration::from_secs(60);
+    let failure = loop {
+        assert!(Instant::now() < until, "member 2's recorder never failed\n{}", support::dump(&nodes));
+        let _ = client.offer(&[7u8; 1000]);
+        nodes[0].invoke().unwrap();
+        nodes[1].invoke().unwrap();
+        match nodes[2].invoke() {
+            Ok(_) => {}
+            Err(NodeError::Agents(failures)) => break format!("{failures:?}"),
+            Err(e) => panic!("{e}"),
+        }
+        for node in nodes.iter_mut() {
+            node.poll_committed(256, |_| {});
+        }
+    };
+    assert!(
+        failure.contains("disk is full") && failure.contains("segment-"),
+        "names the file and the cause: {failure}"
+    );
+    // The other two still commit: the leader and member 1 are a majority.
+    let commit = nodes[0].commit_position();
+    let until = Instant::now() + Duration::from_secs(60);
+    while nodes[0].commit_position() < commit + (64 << 10) {
+        assert!(Instant::now() < until, "the majority stopped committing");
+        let _ = client.offer(&[8u8; 1000]);
+        for node in &mut nodes[..2] {
+            node.invoke().unwrap();
+            node.poll_committed(256, |_| {});
+        }
+    }
 }
