@@ -19,7 +19,8 @@
 //!   `config` (node files in TOML);
 //! - keeping the log: [`recording`] (the log on disk and its recorder agent), [`log_switch`] (how readers
 //!   of the log go from one leadership term's log to the next), [`vote_file`] (the durable term and vote),
-//!   [`snapshot`] (the application's state stored at a log position, so that the log before it can go).
+//!   [`snapshot`] (the application's state stored at a log position, so that the log before it can go);
+//! - remote clients: [`session`] (client sessions as replicated state: exactly-once apply across resends).
 //!
 //! Raw-pointer code is confined to [`buffer`] (mapped memory and its atomic views) and [`transport`] (the
 //! `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single libc calls (`flock` in
@@ -53,6 +54,7 @@ pub mod recording;
 pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
+pub mod session;
 pub mod snapshot;
 pub mod stats;
 pub mod term_starts;

@@ -1,0 +1,416 @@
+//! Client sessions as replicated state (after Aeron Cluster's client sessions): the log entries that open,
+//! keep alive and close a remote client's session and carry its messages, and the table every member
+//! builds from them, the same on every member because it is built from the log alone.
+//!
+//! The table is what makes a client's messages apply exactly once across retries and failovers: each
+//! message carries the session's correlation id, which grows by one per message; a member applies a
+//! message only when its id is the next one, answers a resend of one already applied as a duplicate (the
+//! client learns it was committed), and refuses one past a gap (the client resends from the first it was
+//! not told was committed). Time in the table is the leader's clock as written into each entry, never a
+//! member's own, so sessions time out at the same log position everywhere.
+//!
+//! # Invariants
+//!
+//! - [`SessionTable::apply`] is a pure function of the table and the entry: no clock, no I/O.
+//! - At most [`SessionConfig::max_sessions`] sessions are open; an open past that is refused, never
+//!   stored. A session holds a fixed amount of state whatever its client sends.
+//! - A message of a session is delivered only with the correlation id after the last delivered one.
+//! - Bytes that are not an entry are refused with a reason ([`SessionDecodeError`]), never a panic.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{self, Read, Write};
+
+/// An entry's first byte: what kind of entry it is.
+const OPEN: u8 = 1;
+const MESSAGE: u8 = 2;
+const KEEP_ALIVE: u8 = 3;
+const CLOSE: u8 = 4;
+/// Bytes before a message's payload: kind, session id, timestamp, correlation id.
+pub const MESSAGE_HEADER_LENGTH: usize = 1 + 8 + 8 + 8;
+
+/// One session entry, as the leader appends it to the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEntry<'a> {
+    /// A client opens session `session_id` (chosen by the leader, unique in the log).
+    Open {
+        /// The session.
+        session_id: u64,
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+    },
+    /// A client's message, the `correlation_id`-th of its session (from 1).
+    Message {
+        /// The session.
+        session_id: u64,
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+        /// The message's number in its session.
+        correlation_id: u64,
+        /// The application's bytes.
+        payload: &'a [u8],
+    },
+    /// The client is alive (it sent nothing else for a while).
+    KeepAlive {
+        /// The session.
+        session_id: u64,
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+    },
+    /// The client closes its session.
+    Close {
+        /// The session.
+        session_id: u64,
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+    },
+}
+
+/// Why bytes are not a session entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionDecodeError {
+    /// Shorter than its kind's header.
+    Truncated {
+        /// Bytes the kind needs at least.
+        need: usize,
+        /// Bytes there were.
+        have: usize,
+    },
+    /// A first byte that is no kind of entry.
+    UnknownKind(u8),
+    /// A correlation id of 0 (they count from 1).
+    ZeroCorrelation,
+}
+
+impl fmt::Display for SessionDecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated { need, have } => write!(f, "a session entry of {have} bytes; its kind needs {need}"),
+            Self::UnknownKind(kind) => {
+                write!(f, "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close")
+            }
+            Self::ZeroCorrelation => f.write_str("a message with correlation id 0 (they count from 1)"),
+        }
+    }
+}
+
+impl std::error::Error for SessionDecodeError {}
+
+impl<'a> SessionEntry<'a> {
+    /// The session the entry is about.
+    pub fn session_id(&self) -> u64 {
+        match *self {
+            Self::Open { session_id, .. }
+            | Self::Message { session_id, .. }
+            | Self::KeepAlive { session_id, .. }
+            | Self::Close { session_id, .. } => session_id,
+        }
+    }
+
+    /// The leader's clock in the entry.
+    pub fn timestamp_ns(&self) -> i64 {
+        match *self {
+            Self::Open { timestamp_ns, .. }
+            | Self::Message { timestamp_ns, .. }
+            | Self::KeepAlive { timestamp_ns, .. }
+            | Self::Close { timestamp_ns, .. } => timestamp_ns,
+        }
+    }
+
+    /// Appends the entry's bytes to `out` (little-endian): kind, session id, timestamp, then for a message
+    /// its correlation id and payload.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let kind = match self {
+            Self::Open { .. } => OPEN,
+            Self::Message { .. } => MESSAGE,
+            Self::KeepAlive { .. } => KEEP_ALIVE,
+            Self::Close { .. } => CLOSE,
+        };
+        out.push(kind);
+        out.extend_from_slice(&self.session_id().to_le_bytes());
+        out.extend_from_slice(&self.timestamp_ns().to_le_bytes());
+        if let Self::Message { correlation_id, payload, .. } = self {
+            out.extend_from_slice(&correlation_id.to_le_bytes());
+            out.extend_from_slice(payload);
+        }
+    }
+
+    /// Reads an entry from `bytes` (the payload points into them).
+    pub fn decode(bytes: &'a [u8]) -> Result<Self, SessionDecodeError> {
+        let &kind = bytes.first().ok_or(SessionDecodeError::Truncated { need: 17, have: 0 })?;
+        let need = if kind == MESSAGE { MESSAGE_HEADER_LENGTH } else { 17 };
+        if !(OPEN..=CLOSE).contains(&kind) {
+            return Err(SessionDecodeError::UnknownKind(kind));
+        }
+        if bytes.len() < need {
+            return Err(SessionDecodeError::Truncated { need, have: bytes.len() });
+        }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let (session_id, timestamp_ns) = (word(1), word(9) as i64);
+        Ok(match kind {
+            OPEN => Self::Open { session_id, timestamp_ns },
+            KEEP_ALIVE => Self::KeepAlive { session_id, timestamp_ns },
+            CLOSE => Self::Close { session_id, timestamp_ns },
+            _ => {
+                let correlation_id = word(17);
+                if correlation_id == 0 {
+                    return Err(SessionDecodeError::ZeroCorrelation);
+                }
+                Self::Message { session_id, timestamp_ns, correlation_id, payload: &bytes[MESSAGE_HEADER_LENGTH..] }
+            }
+        })
+    }
+}
+
+/// The rules of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Sessions open at once, at most.
+    pub max_sessions: usize,
+    /// A session with no entry for this long (leader's clock) is closed by the next entry after it.
+    pub timeout_ns: i64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self { max_sessions: 1024, timeout_ns: 10_000_000_000 }
+    }
+}
+
+/// Why a session was closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Its client closed it.
+    Client,
+    /// Nothing came from it for the session timeout.
+    Timeout,
+}
+
+/// Why an entry was not applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No such session is open (never opened, closed, or timed out): the client opens a new one.
+    UnknownSession,
+    /// The table holds [`SessionConfig::max_sessions`] sessions.
+    TooManySessions,
+    /// The session id is open already.
+    AlreadyOpen,
+    /// A message past a gap: `expected` is the id the session applies next (the client resends from it).
+    Gap {
+        /// The correlation id the session applies next.
+        expected: u64,
+    },
+}
+
+/// What applying an entry did, for the application and for the client's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied<'a> {
+    /// A session opened.
+    Opened {
+        /// The session.
+        session_id: u64,
+    },
+    /// A message to apply, exactly once.
+    Deliver {
+        /// Its session.
+        session_id: u64,
+        /// Its number in the session.
+        correlation_id: u64,
+        /// The application's bytes.
+        payload: &'a [u8],
+    },
+    /// A resend of a message already applied: the client is told it was committed; nothing is applied.
+    Duplicate {
+        /// Its session.
+        session_id: u64,
+        /// Its number in the session.
+        correlation_id: u64,
+    },
+    /// A keep-alive was noted.
+    KeptAlive {
+        /// The session.
+        session_id: u64,
+    },
+    /// A session closed.
+    Closed {
+        /// The session.
+        session_id: u64,
+        /// Why.
+        reason: CloseReason,
+    },
+    /// The entry was refused.
+    Refused {
+        /// The session it named.
+        session_id: u64,
+        /// Why.
+        refusal: Refusal,
+    },
+}
+
+/// One open session: a fixed size whatever its client sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Session {
+    /// The last correlation id applied (0: none yet).
+    applied: u64,
+    /// The leader's clock at its last entry.
+    last_active_ns: i64,
+}
+
+/// What the table counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionCounters {
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Resends of messages already applied.
+    pub duplicates: u64,
+    /// Entries refused.
+    pub refused: u64,
+    /// Sessions closed for silence.
+    pub timed_out: u64,
+}
+
+/// Every open session, as built from the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionTable {
+    config: SessionConfig,
+    sessions: BTreeMap<u64, Session>,
+    counters: SessionCounters,
+}
+
+/// A snapshot's first 8 bytes.
+const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcsess01");
+
+impl SessionTable {
+    /// An empty table with `config`.
+    pub fn new(config: SessionConfig) -> Self {
+        Self { config, sessions: BTreeMap::new(), counters: SessionCounters::default() }
+    }
+
+    /// Sessions open.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// True when none is open.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// The last correlation id session `session_id` applied, if it is open.
+    pub fn applied(&self, session_id: u64) -> Option<u64> {
+        self.sessions.get(&session_id).map(|s| s.applied)
+    }
+
+    /// What the table counted.
+    pub fn counters(&self) -> SessionCounters {
+        self.counters
+    }
+
+    /// Closes the sessions silent for the timeout at the entry's time, calling `closed` for each (in
+    /// session id order), then applies `entry`.
+    pub fn apply<'a>(&mut self, entry: &SessionEntry<'a>, mut closed: impl FnMut(u64)) -> Applied<'a> {
+        self.expire(entry.timestamp_ns(), &mut closed);
+        let session_id = entry.session_id();
+        let refused = |table: &mut Self, refusal| {
+            table.counters.refused += 1;
+            Applied::Refused { session_id, refusal }
+        };
+        match *entry {
+            SessionEntry::Open { timestamp_ns, .. } => {
+                if self.sessions.contains_key(&session_id) {
+                    return refused(self, Refusal::AlreadyOpen);
+                }
+                if self.sessions.len() >= self.config.max_sessions {
+                    return refused(self, Refusal::TooManySessions);
+                }
+                self.sessions.insert(session_id, Session { applied: 0, last_active_ns: timestamp_ns });
+                Applied::Opened { session_id }
+            }
+            SessionEntry::Message { timestamp_ns, correlation_id, payload, .. } => {
+                let Some(session) = self.sessions.get_mut(&session_id) else {
+                    return refused(self, Refusal::UnknownSession);
+                };
+                session.last_active_ns = session.last_active_ns.max(timestamp_ns);
+                if correlation_id <= session.applied {
+                    self.counters.duplicates += 1;
+                    return Applied::Duplicate { session_id, correlation_id };
+                }
+                if correlation_id != session.applied + 1 {
+                    let expected = session.applied + 1;
+                    return refused(self, Refusal::Gap { expected });
+                }
+                session.applied = correlation_id;
+                self.counters.delivered += 1;
+                Applied::Deliver { session_id, correlation_id, payload }
+            }
+            SessionEntry::KeepAlive { timestamp_ns, .. } => match self.sessions.get_mut(&session_id) {
+                Some(session) => {
+                    session.last_active_ns = session.last_active_ns.max(timestamp_ns);
+                    Applied::KeptAlive { session_id }
+                }
+                None => refused(self, Refusal::UnknownSession),
+            },
+            SessionEntry::Close { .. } => match self.sessions.remove(&session_id) {
+                Some(_) => Applied::Closed { session_id, reason: CloseReason::Client },
+                None => refused(self, Refusal::UnknownSession),
+            },
+        }
+    }
+
+    /// Closes every session silent for the timeout at `now_ns` (the leader's clock of the entry being
+    /// applied), in session id order.
+    fn expire(&mut self, now_ns: i64, closed: &mut impl FnMut(u64)) {
+        let timeout = self.config.timeout_ns;
+        let before = self.sessions.len();
+        self.sessions.retain(|&id, session| {
+            let alive = now_ns.saturating_sub(session.last_active_ns) < timeout;
+            if !alive {
+                closed(id);
+            }
+            alive
+        });
+        self.counters.timed_out += (before - self.sessions.len()) as u64;
+    }
+
+    /// Writes the table (for the application's snapshot): its sessions, in id order.
+    pub fn write_snapshot(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(&SNAPSHOT_MAGIC.to_le_bytes())?;
+        out.write_all(&(self.sessions.len() as u64).to_le_bytes())?;
+        for (id, session) in &self.sessions {
+            out.write_all(&id.to_le_bytes())?;
+            out.write_all(&session.applied.to_le_bytes())?;
+            out.write_all(&session.last_active_ns.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the sessions with those `input` holds (as [`write_snapshot`](Self::write_snapshot) wrote
+    /// them); a count above the configured maximum is refused before anything is read into the table.
+    pub fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
+        let mut word = || -> io::Result<u64> {
+            let mut bytes = [0u8; 8];
+            input.read_exact(&mut bytes)?;
+            Ok(u64::from_le_bytes(bytes))
+        };
+        let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        if word()? != SNAPSHOT_MAGIC {
+            return Err(invalid("not a session table snapshot".into()));
+        }
+        let count = word()?;
+        if count > self.config.max_sessions as u64 {
+            return Err(invalid(format!("{count} sessions, more than max_sessions {}", self.config.max_sessions)));
+        }
+        let mut sessions = BTreeMap::new();
+        for _ in 0..count {
+            let id = word()?;
+            let applied = word()?;
+            let last_active_ns = word()? as i64;
+            sessions.insert(id, Session { applied, last_active_ns });
+        }
+        self.sessions = sessions;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
