@@ -44,6 +44,7 @@ fn builder(
     let mut config = NodeBuilder::new(id, members.to_vec())
         .leader(0)
         .directory(scratch.join(format!("node-{id}")))
+        .data_dir(scratch.join(format!("data-{id}")))
         .clean_stale(true)
         .channel(channel)
         .threading(threading)

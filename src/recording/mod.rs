@@ -356,8 +356,7 @@ impl Recording {
             }
         }
         let dir = self.config.dir.clone();
-        let reserve = self.config.segment_length + MAX_BLOCK_LENGTH as u64;
-        let segment = Segment::create(&dir, &self.identity, self.end, reserve, false)
+        let segment = Segment::create(&dir, &self.identity, self.end, false)
             .map_err(|e| RecordingError::io(&dir.join(segment::file_name(self.end)), "create", e))?;
         if self.bases.last() != Some(&self.end) {
             self.bases.push(self.end);

@@ -202,7 +202,13 @@ pub(super) struct Segment {
     pub(super) file_end: u64,
     /// The log position where the last whole block ends.
     pub(super) end_position: i64,
+    /// How far the file's disk space is reserved (see [`RESERVE_STEP`]).
+    reserved: u64,
 }
+
+/// Disk space is reserved ahead of the writes this much at a time, so that appends do not allocate ext4
+/// blocks one write at a time, and a small log does not hold a whole segment's worth of disk.
+const RESERVE_STEP: u64 = 8 << 20;
 
 /// What walking a segment's blocks found.
 #[derive(Debug, PartialEq, Eq)]
@@ -220,18 +226,23 @@ impl Segment {
         dir: &Path,
         identity: &RecordingIdentity,
         base_position: i64,
-        reserve_length: u64,
         sync: bool,
     ) -> io::Result<Segment> {
         let path = dir.join(file_name(base_position));
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
-        reserve(&file, reserve_length);
         file.write_all_at(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)), 0)?;
         if sync {
             file.sync_data()?;
             super::sync_dir(dir)?;
         }
-        Ok(Segment { path, file, base_position, file_end: SEGMENT_HEADER_LENGTH, end_position: base_position })
+        Ok(Segment {
+            path,
+            file,
+            base_position,
+            file_end: SEGMENT_HEADER_LENGTH,
+            end_position: base_position,
+            reserved: 0,
+        })
     }
 
     /// Opens a segment and checks its header against `identity`.
@@ -251,6 +262,7 @@ impl Segment {
             base_position: header.base_position,
             file_end: SEGMENT_HEADER_LENGTH,
             end_position: header.base_position,
+            reserved: 0,
         })
     }
 
@@ -258,6 +270,11 @@ impl Segment {
     pub(super) fn append(&mut self, position: i64, payload: &[u8], advance: usize) -> io::Result<()> {
         debug_assert_eq!(position, self.end_position);
         let header = BlockHeader::new(position, payload, advance);
+        let needed = self.file_end + (BLOCK_HEADER_LENGTH + payload.len()) as u64;
+        if needed > self.reserved {
+            self.reserved = needed.next_multiple_of(RESERVE_STEP);
+            reserve(&self.file, self.reserved);
+        }
         let mut at = self.file_end;
         self.file.write_all_at(bytemuck::bytes_of(&header), at)?;
         at += BLOCK_HEADER_LENGTH as u64;
@@ -315,9 +332,8 @@ impl Segment {
     }
 }
 
-/// Reserves `length` bytes of disk for `file` without changing its length (`FALLOC_FL_KEEP_SIZE`), so that
-/// appends do not allocate blocks one write at a time. Best effort: a file system without `fallocate`
-/// allocates as it goes, as before.
+/// Reserves the first `length` bytes of disk for `file` without changing its length
+/// (`FALLOC_FL_KEEP_SIZE`). Best effort: a file system without `fallocate` allocates as it goes.
 fn reserve(file: &File, length: u64) {
     use std::os::fd::AsRawFd;
     let Ok(length) = libc::off_t::try_from(length) else { return };

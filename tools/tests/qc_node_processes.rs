@@ -169,6 +169,7 @@ fn three_processes_apply_100k_messages_with_the_same_digest() {
     let mut processes: Vec<Process> = (0..3)
         .map(|id| {
             let dir = scratch.join(format!("dir{id}"));
+            let data = scratch.join(format!("dir{id}-data"));
             let mut args = vec![
                 "--config",
                 files[id].to_str().unwrap(),
@@ -176,6 +177,8 @@ fn three_processes_apply_100k_messages_with_the_same_digest() {
                 profile.to_str().unwrap(),
                 "--directory",
                 dir.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
                 "--expect",
                 &messages,
                 "--msg-size",
@@ -219,6 +222,8 @@ fn a_signal_closes_the_node_and_removes_its_directory() {
             tuning("profiles/small-host.toml").to_str().unwrap(),
             "--directory",
             dir.to_str().unwrap(),
+            "--data-dir",
+            scratch.join("data").to_str().unwrap(),
         ],
     );
     follower.await_stderr("started as follower", Instant::now() + DEADLINE);
