@@ -28,6 +28,7 @@
 //! states what makes it sound.
 
 pub mod agent;
+mod atomic_file;
 pub mod auth;
 pub mod buffer;
 pub mod channel;

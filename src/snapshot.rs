@@ -688,7 +688,7 @@ impl SnapshotStore {
     }
 
     fn sync_dir(&self) -> Result<(), SnapshotError> {
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io_error(&self.dir, "sync the directory"))
+        crate::atomic_file::sync_dir(&self.dir).map_err(io_error(&self.dir, "sync the directory"))
     }
 }
 

@@ -12,8 +12,7 @@
 //! must not vote.
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use bytemuck::{Pod, Zeroable};
@@ -151,22 +150,11 @@ impl VoteFile {
             checksum: 0,
         };
         record.checksum = record.checksum_of();
-        let tmp = self.path.with_extension("dat.tmp");
-        let io = |path: &Path, action: &'static str| {
-            let path = path.to_path_buf();
-            move |source| VoteFileError::Io { path, action, source }
-        };
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io(&tmp, "create its temporary copy"))?;
-        file.write_all(bytemuck::bytes_of(&record)).map_err(io(&tmp, "write it"))?;
-        file.sync_data().map_err(io(&tmp, "sync it"))?;
-        std::fs::rename(&tmp, &self.path).map_err(io(&self.path, "rename its temporary copy over it"))?;
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir, "sync its directory"))
+        crate::atomic_file::replace(&self.path, bytemuck::bytes_of(&record), true).map_err(|f| VoteFileError::Io {
+            path: f.path,
+            action: f.action,
+            source: f.source,
+        })
     }
 }
 

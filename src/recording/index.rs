@@ -191,18 +191,7 @@ impl Index {
         header.checksum = Self::checksum(&header, &entries);
         let mut bytes = bytemuck::bytes_of(&header).to_vec();
         bytes.extend_from_slice(bytemuck::cast_slice(&entries));
-        let fresh = dir.join("index.dat.tmp");
-        {
-            let mut file = std::fs::File::create(&fresh)?;
-            io::Write::write_all(&mut file, &bytes)?;
-            if sync {
-                file.sync_data()?;
-            }
-        }
-        std::fs::rename(&fresh, dir.join(INDEX_FILE))?;
-        if sync {
-            super::sync_dir(dir)?;
-        }
-        Ok(())
+        crate::atomic_file::replace(&dir.join(INDEX_FILE), &bytes, sync)
+            .map_err(|f| io::Error::new(f.source.kind(), format!("{} {}: {}", f.action, f.path.display(), f.source)))
     }
 }
