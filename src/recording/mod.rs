@@ -185,12 +185,6 @@ impl Recording {
             dir_changed: false,
             scratch: Vec::new(),
         };
-        for &base in &recording.bases {
-            let path = recording.segment_path(base);
-            Segment::open(&path, &identity).map_err(|why| {
-                RecordingError::new(&path, format!("{why}; move it (and the segments after it) away, or the whole recording directory to start this member empty"))
-            })?;
-        }
         let rebuild = loaded.is_none() && !recording.bases.is_empty();
         recording.index = match loaded {
             Some(index) => index,
@@ -206,18 +200,29 @@ impl Recording {
                 ),
             ));
         }
-        if rebuild {
-            report.index_rebuilt = true;
-            for i in 0..recording.bases.len() {
-                recording.collect_terms(i)?;
-            }
-        }
+        report.index_rebuilt = rebuild;
         recording.end = recording.index.start_position;
-        if let Some(&last) = recording.bases.last() {
-            let path = recording.segment_path(last);
-            let mut segment = Segment::open(&path, &identity).map_err(|why| RecordingError::new(&path, why))?;
+        let last = recording.bases.len().saturating_sub(1);
+        for i in 0..recording.bases.len() {
+            let path = recording.segment_path(recording.bases[i]);
+            let mut segment = Segment::open(&path, &identity).map_err(|why| {
+                RecordingError::new(&path, format!("{why}; move it (and the segments after it) away, or the whole recording directory to start this member empty"))
+            })?;
+            // Only the last segment is walked (its tail may be torn), and every one when the index is
+            // rebuilt from their term-start markers; the walk completes the index either way.
+            if i < last && !rebuild {
+                continue;
+            }
             let length = segment.file.metadata().map_err(|e| RecordingError::io(&path, "read", e))?.len();
-            let walk = segment.walk(&mut recording.scratch).map_err(|e| RecordingError::io(&path, "read", e))?;
+            let index = &mut recording.index;
+            let walk = segment
+                .walk(&mut recording.scratch, |header, payload| {
+                    add_markers(index, payload, header.position);
+                })
+                .map_err(|e| RecordingError::io(&path, "read", e))?;
+            if i < last {
+                continue;
+            }
             if let Some(why) = walk.torn {
                 report.torn_bytes = length - walk.file_end;
                 report.torn = Some(format!("{}: {why}", path.display()));
@@ -226,33 +231,10 @@ impl Recording {
             }
             recording.end = walk.end_position;
             recording.active = Some(segment);
-            if !rebuild {
-                recording.collect_terms(recording.bases.len() - 1)?;
-            }
         }
         recording.index.cut(recording.end);
         recording.store_index()?;
         Ok((recording, report))
-    }
-
-    /// Adds the term-start markers in segment `i` that the index lacks.
-    fn collect_terms(&mut self, i: usize) -> Result<(), RecordingError> {
-        let base = self.bases[i];
-        let path = self.segment_path(base);
-        let segment = Segment::open(&path, &self.identity).map_err(|why| RecordingError::new(&path, why))?;
-        let length = segment.file.metadata().map_err(|e| RecordingError::io(&path, "read", e))?.len();
-        let mut reader = segment::BlockReader::new(base, segment::SEGMENT_HEADER_LENGTH);
-        let mut payload = Vec::new();
-        while let Ok(Some(header)) = reader.next(&segment.file, length, &mut payload) {
-            for_each_frame(&payload, header.position, |position, frame| {
-                if let Frame::Data { header, payload } = frame {
-                    if let Some(term) = term_start_of(header.flags, payload) {
-                        self.index.add_term(term, position);
-                    }
-                }
-            });
-        }
-        Ok(())
     }
 
     /// The recording's directory.
@@ -327,16 +309,7 @@ impl Recording {
         let segment = self.active.as_mut().expect("a segment after a roll");
         segment.append(position, payload, advance).map_err(|e| RecordingError::io(&segment.path, "write", e))?;
         self.end = segment.end_position;
-        let mut new_terms = false;
-        let mut frames = 0;
-        for_each_frame(payload, position, |at, frame| {
-            frames += 1;
-            if let Frame::Data { header, payload } = frame {
-                if let Some(term) = term_start_of(header.flags, payload) {
-                    new_terms |= self.index.add_term(term, at);
-                }
-            }
-        });
+        let (frames, new_terms) = add_markers(&mut self.index, payload, position);
         if new_terms {
             self.store_index()?;
         }
@@ -356,7 +329,7 @@ impl Recording {
             }
         }
         let dir = self.config.dir.clone();
-        let segment = Segment::create(&dir, &self.identity, self.end, false)
+        let segment = Segment::create(&dir, &self.identity, self.end)
             .map_err(|e| RecordingError::io(&dir.join(segment::file_name(self.end)), "create", e))?;
         if self.bases.last() != Some(&self.end) {
             self.bases.push(self.end);
@@ -373,7 +346,8 @@ impl Recording {
             segment.file.sync_data().map_err(|e| RecordingError::io(&segment.path, "sync", e))?;
         }
         if std::mem::take(&mut self.dir_changed) {
-            sync_dir(&self.config.dir).map_err(|e| RecordingError::io(&self.config.dir, "sync", e))?;
+            crate::atomic_file::sync_dir(&self.config.dir)
+                .map_err(|e| RecordingError::io(&self.config.dir, "sync", e))?;
         }
         Ok(())
     }
@@ -482,6 +456,21 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, RecordingError> {
     Ok(bases)
 }
 
+/// Adds the term-start markers among the frames of a block's `payload` (at `position`) to `index`; returns
+/// the frames walked and whether the index changed.
+fn add_markers(index: &mut Index, payload: &[u8], position: i64) -> (usize, bool) {
+    let (mut frames, mut changed) = (0, false);
+    for_each_frame(payload, position, |at, frame| {
+        frames += 1;
+        if let Frame::Data { header, payload } = frame {
+            if let Some(term) = term_start_of(header.flags, payload) {
+                changed |= index.add_term(term, at);
+            }
+        }
+    });
+    (frames, changed)
+}
+
 /// Calls `f` with each frame of a block's `payload` and its log position (a block is whole frames: a
 /// frame that does not parse ends the walk).
 pub fn for_each_frame(payload: &[u8], position: i64, mut f: impl FnMut(i64, Frame<'_>)) {
@@ -494,11 +483,6 @@ pub fn for_each_frame(payload: &[u8], position: i64, mut f: impl FnMut(i64, Fram
         f(position + offset as i64, frame);
         offset += length;
     }
-}
-
-/// Syncs a directory, so that a file made, renamed or removed in it stays so after a crash.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -221,20 +221,12 @@ pub(super) struct Walk {
 }
 
 impl Segment {
-    /// Creates a segment at `base_position`, writing its header (synced when `sync`).
-    pub(super) fn create(
-        dir: &Path,
-        identity: &RecordingIdentity,
-        base_position: i64,
-        sync: bool,
-    ) -> io::Result<Segment> {
+    /// Creates a segment at `base_position`, writing its header (not synced: the recording syncs the file
+    /// and its directory with the blocks that follow).
+    pub(super) fn create(dir: &Path, identity: &RecordingIdentity, base_position: i64) -> io::Result<Segment> {
         let path = dir.join(file_name(base_position));
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
         file.write_all_at(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)), 0)?;
-        if sync {
-            file.sync_data()?;
-            super::sync_dir(dir)?;
-        }
         Ok(Segment {
             path,
             file,
@@ -284,13 +276,18 @@ impl Segment {
         Ok(())
     }
 
-    /// Walks every block from the first, verifying each, and sets where the verified blocks end.
-    pub(super) fn walk(&mut self, scratch: &mut Vec<u8>) -> io::Result<Walk> {
+    /// Walks every block from the first, verifying each and handing it to `on_block`, and sets where the
+    /// verified blocks end.
+    pub(super) fn walk(
+        &mut self,
+        scratch: &mut Vec<u8>,
+        mut on_block: impl FnMut(&BlockHeader, &[u8]),
+    ) -> io::Result<Walk> {
         let file_length = self.file.metadata()?.len();
         let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
         let torn = loop {
             match reader.next(&self.file, file_length, scratch) {
-                Ok(Some(_)) => {}
+                Ok(Some(header)) => on_block(&header, scratch),
                 Ok(None) => break None,
                 Err(why) => break Some(why),
             }
