@@ -6,9 +6,7 @@
 //! newest snapshot on, as the commit position allows (`Node::restore`, `Node::poll_committed`).
 
 use crate::consensus_core::TermHistory;
-use crate::log_buffer::{
-    partition_index, position_bits_to_shift, term_id, term_offset, LogBuffer, LogConfig, TermRebuilder,
-};
+use crate::log_buffer::{position_bits_to_shift, term_id, term_offset, LogBuffer, LogConfig, TermRebuilder};
 use crate::recording::{OpenReport, Recording, RecordingConfig, RecordingIdentity, RecordingReader};
 
 use super::{NodeConfig, NodeError};
@@ -70,10 +68,9 @@ fn rebuild_tail(
     let mut reader = RecordingReader::from_block_with(recording.dir().to_path_buf(), *recording.identity(), near);
     let mut blocks = Vec::new();
     let mut start = None;
-    while let Some((bytes, end)) = reader.next_block(recording.end())? {
-        let at = end - bytes.len() as i64;
+    while let Some((at, bytes, _)) = reader.next_block(recording.end())? {
         start.get_or_insert(at);
-        blocks.push((at, bytes.to_vec(), end));
+        blocks.push((at, bytes.to_vec()));
     }
     let Some(start) = start else {
         return Ok(None);
@@ -86,11 +83,9 @@ fn rebuild_tail(
     let rebuilder = TermRebuilder::new(&log);
     let bits = position_bits_to_shift(term_length);
     let initial = log.config().initial_term_id;
-    for (at, bytes, end) in blocks {
-        // A block that ends with a PAD frame covers its padding: only the header is stored, and whole.
-        let _ = end;
+    for (at, bytes) in blocks {
+        // A block is whole frames of one term, a final PAD as its header alone: a run as a Receiver inserts.
         let term = term_id(at, initial, bits);
-        debug_assert_eq!(partition_index(at, bits), crate::log_buffer::partition_of_term(term, initial));
         rebuilder.insert_run(term, term_offset(at, term_length), &bytes).map_err(|e| {
             crate::recording::RecordingError {
                 path: recording.dir().to_path_buf(),

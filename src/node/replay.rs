@@ -81,7 +81,7 @@ impl Replay {
     fn next_block(&mut self, limit: i64) -> Result<bool, RecordingError> {
         let at = self.position();
         match self.reader.next_block(limit) {
-            Ok(Some((bytes, _end))) => {
+            Ok(Some((_, bytes, _))) => {
                 self.block.clear();
                 self.block.extend_from_slice(bytes);
                 self.block_position = at;

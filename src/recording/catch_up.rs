@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
+use super::segment::BlockHeader;
 use super::{RecorderCounters, Recording, RecordingReader};
 use crate::snapshot::{SnapshotInfo, SnapshotReader, SnapshotStore};
 
@@ -372,11 +372,9 @@ fn refill(session: &mut Session) -> bool {
     let Some(reader) = session.reader.as_mut() else {
         return false;
     };
-    let at = reader.position();
     match reader.next_block(session.end) {
-        Ok(Some((bytes, end))) => {
+        Ok(Some((at, bytes, end))) => {
             let header = BlockHeader::new(at, bytes, (end - at) as usize);
-            debug_assert!(bytes.len() <= MAX_BLOCK_LENGTH && BLOCK_HEADER_LENGTH == 32);
             session.out.extend_from_slice(bytemuck::bytes_of(&header));
             session.out.extend_from_slice(bytes);
             true

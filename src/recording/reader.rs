@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use super::segment::{self, BlockReader, SEGMENT_HEADER_LENGTH};
 use super::{list_segments, RecordingError, RecordingIdentity};
 
+/// A block's bytes as a reader hands them out: where they start, the bytes, and where the log goes on.
+pub type Block<'a> = (i64, &'a [u8], i64);
+
 /// A segment being read.
 #[derive(Debug)]
 struct Open {
@@ -53,10 +56,11 @@ impl RecordingReader {
         self.position
     }
 
-    /// The bytes of the log from [`position`](Self::position) to the end of the block that holds it (whole
-    /// frames, a final PAD frame as its header alone), and the position after them; `Ok(None)` when the
-    /// position is at or past `limit`.
-    pub fn next_block(&mut self, limit: i64) -> Result<Option<(&[u8], i64)>, RecordingError> {
+    /// The bytes of the log from [`position`](Self::position) (or from the start of its block, for a reader
+    /// made with [`from_block_with`](Self::from_block_with)) to the end of the block that holds it (whole
+    /// frames, a final PAD frame as its header alone): their position, the bytes, and the position after
+    /// them; `Ok(None)` when the position is at or past `limit`.
+    pub fn next_block(&mut self, limit: i64) -> Result<Option<Block<'_>>, RecordingError> {
         if self.position >= limit {
             return Ok(None);
         }
@@ -72,10 +76,10 @@ impl RecordingReader {
                     if std::mem::take(&mut self.from_block_start) {
                         self.position = header.position;
                     }
-                    let skip = (self.position - header.position) as usize;
+                    let (at, skip) = (self.position, (self.position - header.position) as usize);
                     self.position = header.end();
                     let bytes = self.payload.get(skip..).unwrap_or_default();
-                    return Ok(Some((bytes, header.end())));
+                    return Ok(Some((at, bytes, header.end())));
                 }
                 Ok(None) => {
                     // The segment ends below the limit: the next one starts where it ends.

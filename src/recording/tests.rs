@@ -47,7 +47,7 @@ fn record(recording: &mut Recording, log: &LogBuffer, to: i64, block: usize) {
 fn read_all(recording: &Recording, from: i64, to: i64) -> Result<Vec<u8>, RecordingError> {
     let mut reader = recording.reader(from);
     let mut bytes = Vec::new();
-    while let Some((block, _)) = reader.next_block(to)? {
+    while let Some((_, block, _)) = reader.next_block(to)? {
         bytes.extend_from_slice(block);
     }
     Ok(bytes)
@@ -91,8 +91,8 @@ fn a_torn_or_damaged_last_block_is_cut_and_reported() {
         record(&mut recording, &log, end, 1024);
         let mut last_block_start = 0;
         let mut reader = recording.reader(0);
-        while let Some((bytes, block_end)) = reader.next_block(end).unwrap() {
-            last_block_start = block_end - bytes.len() as i64;
+        while let Some((at, _, _)) = reader.next_block(end).unwrap() {
+            last_block_start = at;
         }
         drop(recording);
         let segment = dir.join(segment::file_name(0));
