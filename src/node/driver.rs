@@ -143,8 +143,19 @@ struct Following {
     commit_fed: i64,
     /// The leader's behind-retained frames counted when this followership started or last caught up.
     behind_seen: i64,
-    /// While a catch-up from the leader's recording runs: when to ask again if it fails.
-    catching_up: Option<u64>,
+    /// A catch-up from the leader's recording.
+    catch_up: CatchUp,
+}
+
+/// Where a follower is with catching up from its leader's recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CatchUp {
+    /// None runs; one starts when the leader says it no longer holds this member's position.
+    Idle,
+    /// The recorder is fetching.
+    Running,
+    /// The last failed: ask again at this time.
+    RetryAt(u64),
 }
 
 /// How long a failed catch-up waits before it is asked again.
@@ -287,7 +298,6 @@ impl ConsensusAgent {
     /// Hands the data path's positions to the core.
     fn feed(&mut self, now_ns: u64) -> Result<usize, AgentError> {
         let mut taken = None;
-        let mut caught_up = None;
         let work = match &mut self.current {
             Current::Idle => 0,
             Current::Leading(leading) => {
@@ -326,41 +336,6 @@ impl ConsensusAgent {
                         work += 1;
                     }
                 }
-                if self.records {
-                    match self.shared.catch_ups.take_result() {
-                        Some(Ok(fetched)) => caught_up = Some(fetched),
-                        Some(Err(why)) => {
-                            self.logs.warn(now_ns, || format!("a catch-up from the leader's recording failed: {why}"));
-                            following.catching_up = Some(now_ns + CATCH_UP_RETRY_NS);
-                        }
-                        None => {}
-                    }
-                    let behind = self.wiring.counters.receiver.behind_retained.get();
-                    let due = match following.catching_up {
-                        None => behind > following.behind_seen,
-                        Some(retry_at) => retry_at != u64::MAX && now_ns >= retry_at,
-                    };
-                    if due && following.fed != i64::MAX {
-                        // The leader no longer holds this member's position in memory: its Receiver stops,
-                        // and the recorder fetches the log from the leader's recording.
-                        following.behind_seen = behind;
-                        following.subscription = None;
-                        following.catching_up = Some(u64::MAX);
-                        self.wiring.clear();
-                        let config = &self.wiring.config;
-                        let leader = config.member(following.leader).map(|m| m.consensus);
-                        if let Some(leader) = leader {
-                            let request = CatchUpRequest::new(config.membership(), config.id, following.fed);
-                            self.shared.catch_ups.request(leader, request);
-                            log::info!(
-                                "member {}: catching up from {leader} from position {}",
-                                config.id,
-                                following.fed
-                            );
-                        }
-                        work += 1;
-                    }
-                }
                 let durable = self.synced.as_ref().map_or(i64::MAX, Counter::get);
                 work += feed_follower(following, durable, &mut self.core, now_ns, &mut self.outputs);
                 let commit = self.wiring.counters.consensus.commit.get();
@@ -375,10 +350,51 @@ impl ConsensusAgent {
         if let Some(image) = taken {
             self.adopt_image(image)?;
         }
-        if let Some(fetched) = caught_up {
-            self.join_after_catch_up(fetched)?;
+        Ok(work + self.poll_catch_up(now_ns)?)
+    }
+
+    /// On a follower with a recorded log: joins the live log after a catch-up the recorder finished, and
+    /// asks for one when the leader said it no longer holds this member's position in memory (or when a
+    /// failed one is due again).
+    fn poll_catch_up(&mut self, now_ns: u64) -> Result<usize, AgentError> {
+        let Current::Following(following) = &mut self.current else {
+            return Ok(0);
+        };
+        if !self.records {
+            return Ok(0);
         }
-        Ok(work)
+        match self.shared.catch_ups.take_result() {
+            Some(Ok(fetched)) => {
+                self.join_after_catch_up(fetched)?;
+                return Ok(1);
+            }
+            Some(Err(why)) => {
+                self.logs.warn(now_ns, || format!("a catch-up from the leader's recording failed: {why}"));
+                following.catch_up = CatchUp::RetryAt(now_ns + CATCH_UP_RETRY_NS);
+            }
+            None => {}
+        }
+        let behind = self.wiring.counters.receiver.behind_retained.get();
+        let due = match following.catch_up {
+            CatchUp::Idle => behind > following.behind_seen,
+            CatchUp::Running => false,
+            CatchUp::RetryAt(at) => now_ns >= at,
+        };
+        if !due || following.fed == i64::MAX {
+            return Ok(0);
+        }
+        // The leader no longer holds this member's position in memory: its Receiver stops, and the recorder
+        // fetches the log from the leader's recording.
+        following.behind_seen = behind;
+        following.subscription = None;
+        following.catch_up = CatchUp::Running;
+        self.wiring.clear();
+        let config = &self.wiring.config;
+        if let Some(leader) = config.member(following.leader).map(|m| m.consensus) {
+            self.shared.catch_ups.request(leader, CatchUpRequest::new(config.membership(), config.id, following.fed));
+            log::info!("member {}: catching up from {leader} from position {}", config.id, following.fed);
+        }
+        Ok(1)
     }
 
     /// The leader's image is made: it becomes this member's log (kept in the data directory), and the
@@ -431,7 +447,7 @@ impl ConsensusAgent {
         following.append = followership.append;
         following.term_starts = followership.term_starts;
         following.reported = 0;
-        following.catching_up = None;
+        following.catch_up = CatchUp::Idle;
         Ok(())
     }
 
@@ -638,7 +654,7 @@ impl ConsensusAgent {
             fed_term,
             commit_fed: 0,
             behind_seen: self.wiring.counters.receiver.behind_retained.get(),
-            catching_up: None,
+            catch_up: CatchUp::Idle,
         }));
         Ok(())
     }
