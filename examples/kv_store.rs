@@ -188,7 +188,7 @@ fn free_endpoint() -> Result<SocketAddr, std::io::Error> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let members: Vec<Member> = (0..3)
-        .map(|id| Ok(Member { id, endpoint: free_endpoint()?, consensus: free_endpoint()? }))
+        .map(|id| Ok(Member::new(id, free_endpoint()?).with_consensus(free_endpoint()?)))
         .collect::<Result<_, std::io::Error>>()?;
     let base = std::env::temp_dir().join(format!("qc-kv-store-{}", std::process::id()));
     // Small segments and frequent snapshots, so that this short run shows both at work.

@@ -14,7 +14,7 @@ use crate::channel::ChannelConfig;
 use crate::clock::{parse_duration, BareNumber};
 use crate::fault::FaultConfig;
 use crate::idle::IdleStrategyConfig;
-use crate::node::{LogStorage, Member, NodeBuilder, NodeConfig, NodeError, StorageConfig};
+use crate::node::{AddressRange, ClientsConfig, LogStorage, Member, NodeBuilder, NodeConfig, NodeError, StorageConfig};
 use crate::recording::SyncPolicy;
 use crate::transport::SendMode;
 
@@ -76,6 +76,13 @@ use crate::transport::SendMode;
 /// snapshot_interval = "256MiB"  # or "off": snapshots only on request
 /// snapshots_kept = 2
 ///
+/// [clients]                    # remote clients (cluster_client): each member's `client` endpoint
+/// enabled = true               # default false; a member's client endpoint defaults to its port + 200
+/// max_sessions = 1024          # the same on every member
+/// session_timeout = "10s"      # the same on every member
+/// window = 4096                # messages in flight per session
+/// allow = ["10.0.0.0/8", "127.0.0.1"]   # default: any address
+///
 /// [agents]
 /// threading = "dedicated"      # dedicated, shared-network, shared, invoker or shared-network-invoker
 /// force_layout = false
@@ -112,6 +119,31 @@ pub struct NodeFile {
     agents: AgentSection,
     #[serde(default)]
     storage: StorageSection,
+    #[serde(default)]
+    clients: ClientsSection,
+}
+
+/// The `[clients]` table.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientsSection {
+    enabled: Option<bool>,
+    max_sessions: Option<usize>,
+    session_timeout: Option<FileDuration>,
+    window: Option<u64>,
+    allow: Option<Vec<Parsed<AddressRange>>>,
+}
+
+impl ClientsSection {
+    fn apply(&self, clients: &mut ClientsConfig) {
+        set(&mut clients.enabled, self.enabled);
+        set(&mut clients.max_sessions, self.max_sessions);
+        set(&mut clients.session_timeout, self.session_timeout.map(|d| d.0));
+        set(&mut clients.window, self.window);
+        if let Some(allow) = &self.allow {
+            clients.allow = allow.iter().map(|p| p.0).collect();
+        }
+    }
 }
 
 /// The `[storage]` table.
@@ -172,6 +204,7 @@ struct MemberEntry {
     id: i32,
     endpoint: SocketAddr,
     consensus: Option<SocketAddr>,
+    client: Option<SocketAddr>,
 }
 
 /// The `[channel]` table.
@@ -314,6 +347,7 @@ impl NodeFile {
             .iter()
             .map(|m| Member {
                 consensus: m.consensus.unwrap_or(Member::new(m.id, m.endpoint).consensus),
+                client: m.client.unwrap_or(Member::new(m.id, m.endpoint).client),
                 ..Member::new(m.id, m.endpoint)
             })
             .collect();
@@ -343,6 +377,7 @@ impl NodeFile {
         self.timers.apply(&mut config);
         self.consensus.apply(&mut config);
         self.storage.apply(&mut config.storage);
+        self.clients.apply(&mut config.clients);
         config.validate()?;
         config.channel.validate()?;
         Ok(config)

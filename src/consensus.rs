@@ -20,7 +20,7 @@
 use std::fmt;
 
 use crate::counters::Counter;
-use crate::frame::{CommitPositionFrame, TERM_START_FLAG, UNFRAGMENTED};
+use crate::frame::{CommitPositionFrame, SESSION_FLAG, TERM_START_FLAG, UNFRAGMENTED};
 use crate::log_buffer::{AppendError, ExclusiveAppender};
 use crate::ring_buffer::{ManyToOneRingBuffer, OneToOneRingBuffer};
 use crate::stats::{kinds, CounterKind};
@@ -231,6 +231,26 @@ impl AppendStage {
             self.counters.append.set(self.appender.position());
         }
         appended
+    }
+
+    /// Appends one client session entry (the concatenation of `parts`), its frames flagged
+    /// [`SESSION_FLAG`], as far as the log has room.
+    pub fn append_session(&mut self, parts: &[&[u8]]) -> Result<i64, AppendError> {
+        let reserved = if self.piggyback { self.commit } else { 0 };
+        match refreshing_once(&mut self.appender, |a| a.append_vectored_flagged(parts, reserved, SESSION_FLAG)) {
+            Ok(position) => {
+                self.counters.appended.increment();
+                self.counters.append.set(position);
+                Ok(position)
+            }
+            Err(e) => {
+                match e {
+                    AppendError::BackPressured => self.counters.back_pressured.increment(),
+                    _ => self.counters.rejected.increment(),
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Sends the commit position to the followers through the Sender when it is owed (it moved, and no

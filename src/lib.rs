@@ -33,6 +33,7 @@ pub mod auth;
 pub mod buffer;
 pub mod channel;
 pub mod clock;
+pub mod cluster_client;
 #[cfg(feature = "config")]
 pub mod config;
 pub mod consensus;

@@ -120,18 +120,32 @@ impl<'a> SessionEntry<'a> {
     /// Appends the entry's bytes to `out` (little-endian): kind, session id, timestamp, then for a message
     /// its correlation id and payload.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let kind = match self {
-            Self::Open { .. } => OPEN,
-            Self::Message { .. } => MESSAGE,
-            Self::KeepAlive { .. } => KEEP_ALIVE,
-            Self::Close { .. } => CLOSE,
-        };
-        out.push(kind);
-        out.extend_from_slice(&self.session_id().to_le_bytes());
-        out.extend_from_slice(&self.timestamp_ns().to_le_bytes());
-        if let Self::Message { correlation_id, payload, .. } = self {
-            out.extend_from_slice(&correlation_id.to_le_bytes());
+        let (header, length) = self.header();
+        out.extend_from_slice(&header[..length]);
+        if let Self::Message { payload, .. } = self {
             out.extend_from_slice(payload);
+        }
+    }
+
+    /// The entry's bytes before a message's payload (all of them for the other kinds), as
+    /// [`encode`](Self::encode) writes them, without allocating: the array and how much of it is used.
+    pub fn header(&self) -> ([u8; MESSAGE_HEADER_LENGTH], usize) {
+        let mut bytes = [0u8; MESSAGE_HEADER_LENGTH];
+        let (kind, correlation) = match self {
+            Self::Open { .. } => (OPEN, None),
+            Self::Message { correlation_id, .. } => (MESSAGE, Some(*correlation_id)),
+            Self::KeepAlive { .. } => (KEEP_ALIVE, None),
+            Self::Close { .. } => (CLOSE, None),
+        };
+        bytes[0] = kind;
+        bytes[1..9].copy_from_slice(&self.session_id().to_le_bytes());
+        bytes[9..17].copy_from_slice(&self.timestamp_ns().to_le_bytes());
+        match correlation {
+            Some(id) => {
+                bytes[17..25].copy_from_slice(&id.to_le_bytes());
+                (bytes, MESSAGE_HEADER_LENGTH)
+            }
+            None => (bytes, 17),
         }
     }
 
@@ -160,6 +174,29 @@ impl<'a> SessionEntry<'a> {
             }
         })
     }
+}
+
+/// A committed entry, as the application applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The application's bytes.
+    pub payload: &'a [u8],
+    /// The log position the entry ends at.
+    pub position: i64,
+    /// The remote client's session and message number, when a client sent it through a session (then
+    /// it is applied exactly once, and a response written for it goes back to the client).
+    pub client: Option<ClientMessage>,
+}
+
+/// Which client message an entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientMessage {
+    /// The session.
+    pub session_id: u64,
+    /// The message's number in its session (from 1).
+    pub correlation_id: u64,
+    /// The leader's clock (epoch ns) when it appended the message: the same on every member.
+    pub timestamp_ns: i64,
 }
 
 /// The rules of the table.

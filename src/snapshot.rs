@@ -87,6 +87,15 @@ use bytemuck::{Pod, Zeroable};
 pub trait StateMachine {
     /// Applies one committed entry (the log's message payload) that ends at log `position`.
     fn apply(&mut self, position: i64, entry: &[u8]);
+    /// Applies one committed entry, which may be a remote client's message ([`Entry::client`]); what it
+    /// writes to `response` goes back to that client with the message's commit (on the leader). By
+    /// default the entry's payload goes to [`apply`](StateMachine::apply) and there is no response.
+    ///
+    /// [`Entry::client`]: crate::session::Entry::client
+    fn apply_entry(&mut self, entry: &crate::session::Entry<'_>, response: &mut Vec<u8>) {
+        let _ = response;
+        self.apply(entry.position, entry.payload);
+    }
     /// Writes the whole state to `writer`.
     fn take_snapshot(&mut self, writer: &mut dyn Write) -> io::Result<()>;
     /// Replaces the whole state with the one `reader` holds (as written by [`take_snapshot`]); the reader

@@ -283,6 +283,48 @@ catalogue! {
         /// Catch-up connections refused: not from a member, another cluster, or a position not held.
         catch_ups_refused = 512, "recorder catch-ups refused";
     }
+    /// Remote clients: a member's client endpoint ([`crate::cluster_client`]) and its sessions' answers.
+    clients: ClientStats {
+        /// Client datagrams received.
+        datagrams_received = 600, "client datagrams received";
+        /// Client records received.
+        records_received = 601, "client records received";
+        /// Client datagrams dropped as malformed or foreign (another protocol or version), and records of
+        /// no known kind.
+        malformed_dropped = 602, "client datagrams malformed";
+        /// Client datagrams dropped for coming from an address outside `clients.allow`.
+        address_refused = 603, "client datagrams from refused addresses";
+        /// Records for a session this leader does not know, answered "not connected".
+        unknown_session = 604, "client records of unknown sessions";
+        /// Records for a session from another address than its own, dropped.
+        source_mismatch = 605, "client records from another address";
+        /// Session opens appended to the log.
+        sessions_opened = 606, "client sessions opened";
+        /// Session opens refused (`clients.max_sessions` reached).
+        sessions_refused = 607, "client sessions refused";
+        /// Client messages appended to the log.
+        messages_appended = 608, "client messages appended";
+        /// Messages refused for being further ahead than `clients.window`.
+        window_exceeded = 609, "client messages past the window";
+        /// Gaps found in a session's messages, each answered with a NAK.
+        gaps = 610, "client message gaps";
+        /// Client records not appended because the log had no room.
+        back_pressured = 611, "client records back-pressured";
+        /// Redirects sent by a member that does not lead.
+        redirects = 612, "client redirects";
+        /// Egress datagrams sent to clients.
+        egress_datagrams = 613, "client egress datagrams";
+        /// Egress records sent to clients.
+        egress_records = 614, "client egress records";
+        /// Egress records dropped: the egress ring was full, or the session had no address here.
+        egress_dropped = 615, "client egress dropped";
+        /// Sessions this member's client endpoint holds (on the leader).
+        connections = 616, "client connections";
+        /// Resent messages answered as duplicates (applied before, not again).
+        duplicates = 617, "client duplicates";
+        /// Responses longer than an egress record can carry, not sent (the commit is).
+        responses_too_long = 618, "client responses too long";
+    }
 }
 
 /// One kind of node counter.

@@ -174,7 +174,7 @@ impl ExclusiveAppender {
         if message.len() <= self.max_payload {
             return self.append_unfragmented(message, reserved);
         }
-        self.append_parts(&[message], message.len(), reserved)
+        self.append_parts(&[message], message.len(), reserved, 0)
     }
 
     /// The hot path: one frame, header, copy, commit, tail.
@@ -220,7 +220,13 @@ impl ExclusiveAppender {
 
     /// Appends the concatenation of `parts` as one message.
     pub fn append_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, AppendError> {
-        self.append_parts(parts, parts.iter().map(|p| p.len()).sum(), 0)
+        self.append_parts(parts, parts.iter().map(|p| p.len()).sum(), 0, 0)
+    }
+
+    /// As [`append_vectored`](Self::append_vectored), with `reserved` in every frame and `flags` (such as
+    /// [`crate::frame::SESSION_FLAG`]) set on every fragment beside the fragment flags.
+    pub fn append_vectored_flagged(&mut self, parts: &[&[u8]], reserved: i64, flags: u8) -> Result<i64, AppendError> {
+        self.append_parts(parts, parts.iter().map(|p| p.len()).sum(), reserved, flags & !UNFRAGMENTED)
     }
 
     /// Claims a frame for a payload of `length` bytes (at most `mtu - 32`) to be written in place.
@@ -248,7 +254,7 @@ impl ExclusiveAppender {
         self.closed
     }
 
-    fn append_parts(&mut self, parts: &[&[u8]], length: usize, reserved: i64) -> Result<i64, AppendError> {
+    fn append_parts(&mut self, parts: &[&[u8]], length: usize, reserved: i64, extra: u8) -> Result<i64, AppendError> {
         if length > self.max_message {
             return Err(AppendError::MaxMessageLengthExceeded { length, max: self.max_message });
         }
@@ -256,7 +262,7 @@ impl ExclusiveAppender {
         let mut offset = self.reserve(required)?;
         let mut source = Parts { parts, index: 0, offset: 0 };
         if length <= self.max_payload {
-            self.write_frame(offset, UNFRAGMENTED, reserved, &mut source, length);
+            self.write_frame(offset, UNFRAGMENTED | extra, reserved, &mut source, length);
         } else {
             let mut remaining = length;
             let mut flags = BEGIN_FLAG;
@@ -266,7 +272,7 @@ impl ExclusiveAppender {
                 if remaining == 0 {
                     flags |= END_FLAG;
                 }
-                self.write_frame(offset, flags, reserved, &mut source, chunk);
+                self.write_frame(offset, flags | extra, reserved, &mut source, chunk);
                 offset += framed_length(chunk);
                 flags = 0;
             }

@@ -305,6 +305,17 @@ impl MessageReader {
         fragment_limit: usize,
         mut handler: impl FnMut(&[u8], i64),
     ) -> usize {
+        self.poll_bounded_with_flags(limit_position, fragment_limit, |message, end, _| handler(message, end))
+    }
+
+    /// As [`poll_bounded_with_positions`](Self::poll_bounded_with_positions), with the flags of each
+    /// message's last frame (such as [`crate::frame::SESSION_FLAG`]).
+    pub fn poll_bounded_with_flags(
+        &mut self,
+        limit_position: i64,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&[u8], i64, u8),
+    ) -> usize {
         let start = self.position;
         let assembler = &mut self.assembler;
         let mut fragments = 0;
@@ -323,7 +334,7 @@ impl MessageReader {
                     if header.flags & TERM_START_FLAG == 0 {
                         let end =
                             term_base + header.term_offset as i64 + align_frame(header.frame_length as usize) as i64;
-                        let mut deliver = |message: &[u8], _: &DataHeader| handler(message, end);
+                        let mut deliver = |message: &[u8], last: &DataHeader| handler(message, end, last.flags);
                         assembler.on_fragment_with(payload, header, &mut deliver);
                     }
                 },

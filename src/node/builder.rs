@@ -76,18 +76,134 @@ pub struct Member {
     /// Where this member's consensus agent sends and receives election and heartbeat frames (Aeron
     /// Cluster's consensus channel).
     pub consensus: SocketAddr,
+    /// Where this member takes remote clients' datagrams (Aeron Cluster's ingress channel), when
+    /// [`ClientsConfig::enabled`]; a member that does not lead redirects them to the leader's.
+    pub client: SocketAddr,
 }
 
 /// How far above its log endpoint's port a member's consensus endpoint is when not given.
 pub const CONSENSUS_PORT_OFFSET: u16 = 100;
+/// How far above its log endpoint's port a member's client endpoint is when not given.
+pub const CLIENT_PORT_OFFSET: u16 = 200;
 
 impl Member {
-    /// Member `id` with its log at `endpoint` and its consensus endpoint [`CONSENSUS_PORT_OFFSET`] ports
-    /// above it on the same address (members on consecutive ports do not collide); give both explicitly
-    /// where ports are assigned.
+    /// Member `id` with its log at `endpoint`, its consensus endpoint [`CONSENSUS_PORT_OFFSET`] ports
+    /// above it and its client endpoint [`CLIENT_PORT_OFFSET`] above it, on the same address (members on
+    /// consecutive ports do not collide); give them explicitly where ports are assigned.
     pub fn new(id: i32, endpoint: SocketAddr) -> Self {
-        let consensus = SocketAddr::new(endpoint.ip(), endpoint.port().wrapping_add(CONSENSUS_PORT_OFFSET));
-        Self { id, endpoint, consensus }
+        let above = |offset: u16| SocketAddr::new(endpoint.ip(), endpoint.port().wrapping_add(offset));
+        Self { id, endpoint, consensus: above(CONSENSUS_PORT_OFFSET), client: above(CLIENT_PORT_OFFSET) }
+    }
+
+    /// This member with its consensus endpoint at `consensus`.
+    pub fn with_consensus(self, consensus: SocketAddr) -> Self {
+        Self { consensus, ..self }
+    }
+
+    /// This member with its client endpoint at `client`.
+    pub fn with_client(self, client: SocketAddr) -> Self {
+        Self { client, ..self }
+    }
+}
+
+/// Remote clients ([`crate::cluster_client`]): whether members take them, and the limits every member
+/// applies to them. `max_sessions` and `session_timeout` decide what the replicated session table does,
+/// so every member must have the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientsConfig {
+    /// Members bind their client endpoints and take sessions. Off by default.
+    pub enabled: bool,
+    /// Sessions open at once, at most; an open past it is refused (with a reason), never stored.
+    pub max_sessions: usize,
+    /// A session that sends nothing for this long (the leader's clock, as written into the log) is
+    /// closed; its client is told, and may open a new one.
+    pub session_timeout: Duration,
+    /// How far past the last message applied a session's message may be numbered (messages in flight);
+    /// further is refused as `WindowExceeded`.
+    pub window: u64,
+    /// Client datagrams are taken only from these address ranges (empty: from anywhere).
+    pub allow: Vec<AddressRange>,
+}
+
+impl Default for ClientsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_sessions: 1024,
+            session_timeout: Duration::from_secs(10),
+            window: 4096,
+            allow: Vec::new(),
+        }
+    }
+}
+
+impl ClientsConfig {
+    /// True when `ip` may send client datagrams.
+    pub fn allows(&self, ip: std::net::IpAddr) -> bool {
+        self.allow.is_empty() || self.allow.iter().any(|range| range.contains(ip))
+    }
+
+    /// The rules of the replicated session table.
+    pub(crate) fn session_config(&self) -> crate::session::SessionConfig {
+        crate::session::SessionConfig {
+            max_sessions: self.max_sessions,
+            timeout_ns: self.session_timeout.as_nanos().min(i64::MAX as u128) as i64,
+        }
+    }
+}
+
+/// A range of IP addresses: `10.0.0.0/8`, `fd00::/8`, or one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressRange {
+    network: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl AddressRange {
+    /// True when `ip` is in the range.
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let ip = match (self.network, ip) {
+            (IpAddr::V6(_), IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+            (IpAddr::V4(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            _ => ip,
+        };
+        let bits = |ip: IpAddr| match ip {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32u32),
+            IpAddr::V6(v6) => (u128::from(v6), 128u32),
+        };
+        let ((network, width), (address, other)) = (bits(self.network), bits(ip));
+        if width != other {
+            return false;
+        }
+        let host_bits = width - u32::from(self.prefix);
+        host_bits >= 128 || (network >> host_bits) == (address >> host_bits)
+    }
+}
+
+impl std::str::FromStr for AddressRange {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (address, prefix) = text.split_once('/').unwrap_or((text, ""));
+        let network: std::net::IpAddr =
+            address.trim().parse().map_err(|_| format!("{text:?} is not an address range like 10.0.0.0/8"))?;
+        let width = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix.trim() {
+            "" => width,
+            bits => bits
+                .parse::<u8>()
+                .ok()
+                .filter(|&b| b <= width)
+                .ok_or_else(|| format!("{text:?}: the prefix must be 0 to {width} bits"))?,
+        };
+        Ok(Self { network, prefix })
+    }
+}
+
+impl std::fmt::Display for AddressRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
     }
 }
 
@@ -139,6 +255,8 @@ pub struct NodeConfig {
     /// A follower that restarts with its log applied up to here asks the leader for the rest; a
     /// follower without it starts at position 0.
     pub resume_from: Option<i64>,
+    /// Remote clients: off by default.
+    pub clients: ClientsConfig,
 }
 
 impl NodeConfig {
@@ -156,12 +274,14 @@ impl NodeConfig {
         if sorted.len() != ids.len() {
             return Err(NodeError::Config(format!("member ids must be unique: {ids:?}")));
         }
-        let mut endpoints: Vec<SocketAddr> = self.members.iter().flat_map(|m| [m.endpoint, m.consensus]).collect();
+        let client = |m: &Member| Some(m.client).filter(|_| self.clients.enabled);
+        let mut endpoints: Vec<SocketAddr> =
+            self.members.iter().flat_map(|m| [Some(m.endpoint), Some(m.consensus), client(m)]).flatten().collect();
         endpoints.sort();
         if let Some(pair) = endpoints.windows(2).find(|pair| pair[0] == pair[1]) {
             return Err(NodeError::Config(format!(
-                "endpoint {} is given twice among the members' log and consensus endpoints: every member needs \
-                 two endpoints of its own",
+                "endpoint {} is given twice among the members' log, consensus and client endpoints: every \
+                 member needs endpoints of its own",
                 pair[0]
             )));
         }
@@ -176,6 +296,15 @@ impl NodeConfig {
                 "storage.segment_length ({}) must be between 64 KiB and 1 TiB",
                 self.storage.segment_length
             )));
+        }
+        if self.clients.enabled {
+            if self.clients.max_sessions == 0 {
+                return Err(NodeError::Config("clients.max_sessions must be at least 1".into()));
+            }
+            if self.clients.window == 0 {
+                return Err(NodeError::Config("clients.window must be at least 1 message".into()));
+            }
+            validate_timer("clients.session_timeout", self.clients.session_timeout)?;
         }
         if self.storage.snapshots_kept == 0 {
             return Err(NodeError::Config("storage.snapshots_kept must be at least 1".into()));
@@ -263,6 +392,7 @@ impl NodeBuilder {
                 ack_interval: Duration::from_millis(200),
                 ingress_capacity: 4 << 20,
                 resume_from: None,
+                clients: ClientsConfig::default(),
             },
         }
     }
@@ -402,6 +532,13 @@ impl NodeBuilder {
     /// A follower restarting with its state applied up to `position` catches up from there.
     pub fn resume_from(mut self, position: i64) -> Self {
         self.config.resume_from = Some(position);
+        self
+    }
+
+    /// Takes remote clients ([`crate::cluster_client`]) at each member's client endpoint, with `clients`'
+    /// limits (`enabled` is set).
+    pub fn clients(mut self, clients: ClientsConfig) -> Self {
+        self.config.clients = ClientsConfig { enabled: true, ..clients };
         self
     }
 

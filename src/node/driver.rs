@@ -45,6 +45,7 @@ use crate::transport::{RecvBatch, UdpEndpoint};
 use crate::vote_file::{TermVote, VoteFile};
 
 use super::client::{ReaderLog, Shared};
+use super::ingress::{Appending, ClientIngress};
 use super::wiring::Wiring;
 use super::RoleChange;
 
@@ -173,6 +174,8 @@ pub(super) struct ConsensusAgent {
     peers: Vec<Peer>,
     votes: VoteFile,
     ingress: ManyToOneRingBuffer,
+    /// The client endpoint, when remote clients are taken.
+    clients: Option<ClientIngress>,
     clock: NanoClock,
     current: Current,
     log: Option<MemberLog>,
@@ -204,6 +207,7 @@ pub(super) struct DriverParts {
     pub(super) wiring: Wiring,
     pub(super) socket: UdpEndpoint,
     pub(super) votes: VoteFile,
+    pub(super) clients: Option<ClientIngress>,
     pub(super) ingress: ManyToOneRingBuffer,
     pub(super) shared: Arc<Shared>,
     pub(super) counters: DriverCounters,
@@ -228,6 +232,7 @@ impl ConsensusAgent {
             peers,
             votes: parts.votes,
             ingress: parts.ingress,
+            clients: parts.clients,
             clock: NanoClock::new(),
             current: Current::Idle,
             log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),
@@ -451,14 +456,20 @@ impl ConsensusAgent {
         Ok(())
     }
 
-    /// On the leader whose term has started: client messages into the log.
+    /// On the leader whose term has started: client messages into the log (from the ingress ring and the
+    /// client endpoint). Elsewhere the client endpoint redirects clients to the leader.
     fn append(&mut self, now_ns: u64) -> usize {
         let Current::Leading(leading) = &mut self.current else {
-            return 0;
+            let leader = self.shared.leader();
+            return self.clients.as_mut().map_or(0, |clients| clients.poll(now_ns, None, leader));
         };
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
         leading.stage.on_commit(self.core.commit_position());
-        let appended = leading.stage.drain(&self.ingress);
+        let mut appended = leading.stage.drain(&self.ingress);
+        if let Some(clients) = self.clients.as_mut() {
+            let appending = Appending { stage: &mut leading.stage, term: leading.term };
+            appended += clients.poll(now_ns, Some(appending), Some(self.core.member_id()));
+        }
         if appended > 0 && self.synced.is_none() {
             self.core.on_append_position(leading.term, leading.stage.position(), now_ns, &mut self.outputs);
         }
@@ -579,6 +590,9 @@ impl ConsensusAgent {
             // Messages taken for a term that is over are not this cluster's to append any more.
             let dropped = self.ingress.read(|_, _| {}, usize::MAX);
             self.counters.ingress_dropped.add(dropped as i64);
+        }
+        if let Some(clients) = self.clients.as_mut() {
+            clients.on_role_change();
         }
         self.wiring.clear();
     }

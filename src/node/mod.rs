@@ -41,12 +41,17 @@ mod builder;
 mod client;
 mod driver;
 mod error;
+mod ingress;
 mod recovery;
 mod replay;
+mod sessions;
 mod slot;
 mod wiring;
 
-pub use builder::{LogStorage, Member, NodeBuilder, NodeConfig, StorageConfig, CONSENSUS_PORT_OFFSET};
+pub use builder::{
+    AddressRange, ClientsConfig, LogStorage, Member, NodeBuilder, NodeConfig, StorageConfig, CLIENT_PORT_OFFSET,
+    CONSENSUS_PORT_OFFSET,
+};
 pub use client::Client;
 pub use error::{NodeError, OfferError};
 
@@ -61,10 +66,12 @@ use crate::consensus::Role;
 use crate::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::counters::{Counter, CountersManager};
 use crate::directory::{NodeDirectory, StalePolicy};
+use crate::frame::SESSION_FLAG;
 use crate::log_buffer::MessageReader;
 use crate::recording::catch_up::CatchUpServer;
 use crate::recording::{Recorder, RecorderCounters, SyncPolicy};
 use crate::ring_buffer::{self, ManyToOneRingBuffer};
+use crate::session::Entry;
 use crate::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 use crate::stats::Stats;
 use crate::transport::UdpEndpoint;
@@ -72,7 +79,9 @@ use crate::vote_file::VoteFile;
 
 use self::client::{ReaderLog, Shared};
 use self::driver::{ConsensusAgent, DriverCounters, DriverParts};
+use self::ingress::{ClientIngress, IngressCounters};
 use self::replay::Replay;
+use self::sessions::{ClientSessions, SessionCounters};
 use self::slot::Slot;
 use self::wiring::{node_counter, start_agents, NodeCounters, Wiring};
 
@@ -107,6 +116,8 @@ pub struct Node {
     recorder: Option<RecorderCounters>,
     /// The position below which the recorder may delete segments (the oldest snapshot kept).
     compact_below: Counter,
+    /// Remote clients' sessions, as the log builds them (taken while a poll runs).
+    sessions: Option<ClientSessions>,
     /// The application's snapshots (opened by the first restore or snapshot).
     snapshots: Option<SnapshotStore>,
     /// The position of the newest snapshot taken or restored.
@@ -155,6 +166,7 @@ impl Node {
         let recovered = if config.storage.records() { Some(recovery::open(&config)?) } else { None };
         let (core, votes) = start_core(&config, recovered.as_ref())?;
         let (socket, mut warnings) = bind_consensus(&config)?;
+        let (clients, sessions) = start_clients(&config, &counters)?;
         let node_counters = NodeCounters::allocate(&config, &counters);
         let commit = node_counters.consensus.commit.clone();
         let (sender, sender_handle) = Slot::new("sender");
@@ -222,6 +234,7 @@ impl Node {
             ),
             socket,
             votes,
+            clients,
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
@@ -238,6 +251,7 @@ impl Node {
             replay_error: None,
             recorder: recorder_counters,
             compact_below,
+            sessions: Some(sessions),
             snapshots: None,
             last_snapshot: 0,
             polled: false,
@@ -375,6 +389,16 @@ impl Node {
 
     /// As [`poll_committed`](Self::poll_committed), with the log position each entry ends at.
     pub fn poll_positions(&mut self, fragment_limit: usize, mut handler: impl FnMut(&[u8], i64)) -> usize {
+        self.poll_service(fragment_limit, |entry, _| handler(entry.payload, entry.position))
+    }
+
+    /// As [`poll_committed`](Self::poll_committed), for a service of remote clients
+    /// ([`crate::cluster_client`]): each entry with its position and, for a client's message, its session
+    /// and number. A client's message is handed out exactly once whatever its client resends; what the
+    /// handler writes to the response buffer goes back to the client with the message's commit (from the
+    /// leader). Session entries (opens, keep-alives, closes) are applied to the replicated session table
+    /// and not handed out.
+    pub fn poll_service(&mut self, fragment_limit: usize, mut handler: impl FnMut(&Entry<'_>, &mut Vec<u8>)) -> usize {
         self.deliver_role_changes();
         self.polled = true;
         if let Some(position) = self.pending_snapshot {
@@ -389,11 +413,16 @@ impl Node {
         }
         let commit = self.commit.get();
         let skip_below = self.config.resume_from.unwrap_or(0);
+        let leading = self.shared.role() == Role::Leader;
+        let mut sessions = self.sessions.take().expect("the session table is put back after every poll");
         let mut applied = None;
-        let mut deliver = |entry: &[u8], end: i64| {
+        let mut deliver = |entry: &[u8], end: i64, flags: u8| {
             applied = Some(end);
-            if end > skip_below {
-                handler(entry, end)
+            let handed = end > skip_below;
+            if flags & SESSION_FLAG != 0 {
+                sessions.on_entry(entry, end, leading, handed, &mut handler);
+            } else {
+                sessions.on_plain(entry, end, handed, &mut handler);
             }
         };
         let mut fragments = self.poll_replay(commit, fragment_limit, &mut deliver);
@@ -401,14 +430,14 @@ impl Node {
             self.refresh_switch();
             let end = self.next_switch.unwrap_or(i64::MAX);
             if let Some(reader) = self.reader.as_mut() {
-                fragments +=
-                    reader.poll_bounded_with_positions(commit.min(end), fragment_limit - fragments, &mut deliver);
+                fragments += reader.poll_bounded_with_flags(commit.min(end), fragment_limit - fragments, &mut deliver);
             }
             if fragments >= fragment_limit || self.replay.is_some() || self.read_position() < end || !self.switch_log()
             {
                 break;
             }
         }
+        self.sessions = Some(sessions);
         // Every byte below the read position is handed on, unless a message's first fragments wait for
         // the rest: then what is applied ends with the last whole message.
         let assembling = match (&self.reader, &self.replay) {
@@ -426,7 +455,7 @@ impl Node {
 
     /// Reads committed entries from the recording, up to the first switch to a log in memory, and makes
     /// that switch once there.
-    fn poll_replay(&mut self, commit: i64, fragment_limit: usize, deliver: &mut impl FnMut(&[u8], i64)) -> usize {
+    fn poll_replay(&mut self, commit: i64, fragment_limit: usize, deliver: &mut impl FnMut(&[u8], i64, u8)) -> usize {
         if self.replay.is_none() {
             return 0;
         }
@@ -460,9 +489,10 @@ impl Node {
         if self.polled {
             return Err(NodeError::Snapshot("restore before the first poll: entries may have been applied".into()));
         }
-        let store = self.snapshot_store()?;
-        let restored =
-            store.restore(|reader| machine.load_snapshot(reader)).map_err(|e| NodeError::Snapshot(e.to_string()))?;
+        let (store, sessions) = self.store_and_sessions()?;
+        let restored = store
+            .restore(|reader| load_snapshot(sessions, machine, reader))
+            .map_err(|e| NodeError::Snapshot(e.to_string()))?;
         for skipped in &restored.skipped {
             log::warn!("member {}: {skipped}", self.config.id);
             self.warnings.push(skipped.clone());
@@ -500,9 +530,9 @@ impl Node {
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
         if let Some(position) = self.pending_snapshot {
             // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
-            let store = self.snapshot_store()?;
+            let (store, sessions) = self.store_and_sessions()?;
             let restored = store
-                .restore(|reader| machine.load_snapshot(reader))
+                .restore(|reader| load_snapshot(sessions, machine, reader))
                 .map_err(|e| NodeError::Snapshot(e.to_string()))?;
             if restored.info.as_ref().map(|i| i.position) != Some(position) {
                 return Err(NodeError::Snapshot(format!(
@@ -513,7 +543,7 @@ impl Node {
             self.last_snapshot = position;
             self.applied = position;
         }
-        let fragments = self.poll_positions(fragment_limit, |entry, end| machine.apply(end, entry));
+        let fragments = self.poll_service(fragment_limit, |entry, response| machine.apply_entry(entry, response));
         let due = self
             .config
             .storage
@@ -537,9 +567,12 @@ impl Node {
         let position = self.applied_position();
         let term = self.leadership_term_id();
         let kept = self.config.storage.snapshots_kept;
-        let store = self.snapshot_store()?;
+        let (store, sessions) = self.store_and_sessions()?;
         let info = store
-            .write(position, term, |writer| machine.take_snapshot(writer))
+            .write(position, term, |writer| {
+                sessions.write_snapshot(writer)?;
+                machine.take_snapshot(writer)
+            })
             .map_err(|e| NodeError::Snapshot(e.to_string()))?;
         if let Some(oldest) = store.retain(kept).map_err(|e| NodeError::Snapshot(e.to_string()))? {
             self.compact_below.set_max(oldest);
@@ -548,14 +581,17 @@ impl Node {
         Ok(info)
     }
 
-    fn snapshot_store(&mut self) -> Result<&SnapshotStore, NodeError> {
+    /// The snapshot store (opened the first time) and the session table, which every snapshot holds
+    /// before the application's state.
+    fn store_and_sessions(&mut self) -> Result<(&SnapshotStore, &mut ClientSessions), NodeError> {
         if self.snapshots.is_none() {
             let identity = SnapshotIdentity { membership: self.config.membership(), stream_id: self.config.stream_id };
             let store = SnapshotStore::open(&self.config.snapshot_dir_path(), identity)
                 .map_err(|e| NodeError::Snapshot(e.to_string()))?;
             self.snapshots = Some(store);
         }
-        Ok(self.snapshots.as_ref().expect("opened"))
+        let sessions = self.sessions.as_mut().expect("the session table is put back after every poll");
+        Ok((self.snapshots.as_ref().expect("opened"), sessions))
     }
 
     /// Reads where the next switch of logs is, when the consensus agent queued or completed one.
@@ -746,4 +782,48 @@ fn bind_consensus(config: &NodeConfig) -> Result<(UdpEndpoint, Vec<String>), Nod
     })?;
     socket.set_auth(config.channel.auth);
     Ok((socket, warnings))
+}
+
+/// Loads a snapshot: the session table, then the application's state.
+fn load_snapshot(
+    sessions: &mut ClientSessions,
+    machine: &mut impl StateMachine,
+    reader: &mut dyn std::io::Read,
+) -> std::io::Result<()> {
+    sessions.read_snapshot(reader)?;
+    machine.load_snapshot(reader)
+}
+
+/// Bytes of the egress ring from the node's reader to the client endpoint.
+const EGRESS_CAPACITY: usize = 1 << 20;
+
+/// The client endpoint (when `clients.enabled`) and the session table every node keeps.
+fn start_clients(
+    config: &NodeConfig,
+    counters: &CountersManager,
+) -> Result<(Option<ClientIngress>, ClientSessions), NodeError> {
+    let ingress_counters = IngressCounters::new(|kind| node_counter(counters, kind));
+    let session_counters = SessionCounters {
+        egress_dropped: ingress_counters.egress_dropped.clone(),
+        duplicates: node_counter(counters, &crate::stats::kinds::clients::duplicates),
+        responses_too_long: node_counter(counters, &crate::stats::kinds::clients::responses_too_long),
+        malformed: ingress_counters.malformed_dropped.clone(),
+    };
+    let datagram_capacity = config.channel.mtu;
+    let max_response = crate::cluster_client::wire::DatagramWriter::new(datagram_capacity).max_payload();
+    if !config.clients.enabled {
+        let sessions = ClientSessions::new(config.clients.session_config(), None, max_response, session_counters);
+        return Ok((None, sessions));
+    }
+    let egress = Arc::new(crate::ring_buffer::OneToOneRingBuffer::new(AtomicBuffer::anonymous(
+        ring_buffer::required_length(EGRESS_CAPACITY),
+    )?)?);
+    let me = config.me();
+    let (socket, _) = UdpEndpoint::bind(me.client, &config.channel.socket).map_err(|e| {
+        NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the client endpoint {}: {e}", me.client)))
+    })?;
+    let ingress =
+        ClientIngress::new(socket, config.clients.clone(), datagram_capacity, Arc::clone(&egress), ingress_counters);
+    let sessions = ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
+    Ok((Some(ingress), sessions))
 }

@@ -51,7 +51,7 @@ impl Replay {
         &mut self,
         limit: i64,
         fragment_limit: usize,
-        handler: &mut impl FnMut(&[u8], i64),
+        handler: &mut impl FnMut(&[u8], i64, u8),
     ) -> Result<usize, RecordingError> {
         let mut fragments = 0;
         while fragments < fragment_limit && self.position() < limit {
@@ -103,7 +103,12 @@ impl Replay {
 
     /// Hands out the frames of the current block from its offset that end at or below `limit`; returns the
     /// fragments read and, when it stopped at a PAD, where the PAD's term ends.
-    fn poll_block(&mut self, limit: i64, fragment_limit: usize, handler: &mut impl FnMut(&[u8], i64)) -> (usize, i64) {
+    fn poll_block(
+        &mut self,
+        limit: i64,
+        fragment_limit: usize,
+        handler: &mut impl FnMut(&[u8], i64, u8),
+    ) -> (usize, i64) {
         let start = self.position();
         let mut read = 0;
         let mut consumed = 0usize;
@@ -122,7 +127,7 @@ impl Replay {
                     consumed += (end - at) as usize;
                     read += 1;
                     if header.flags & TERM_START_FLAG == 0 {
-                        let mut deliver = |message: &[u8], _: &DataHeader| handler(message, end);
+                        let mut deliver = |message: &[u8], last: &DataHeader| handler(message, end, last.flags);
                         assembler.on_fragment_with(payload, &header, &mut deliver);
                     }
                 }

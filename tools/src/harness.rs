@@ -52,7 +52,9 @@ pub fn members_on(ip: IpAddr, n: i32) -> std::io::Result<Vec<Member>> {
     (0..n)
         .map(|id| {
             let endpoint = SocketAddr::new(ip, free_port(ip)?);
-            Ok(Member { id, endpoint, consensus: SocketAddr::new(ip, free_port(ip)?) })
+            Ok(Member::new(id, endpoint)
+                .with_consensus(SocketAddr::new(ip, free_port(ip)?))
+                .with_client(SocketAddr::new(ip, free_port(ip)?)))
         })
         .collect()
 }

@@ -14,6 +14,7 @@
 //! The binaries: `qc-stat` (a running node's counters), `qc-model`, `qc-probe`, and `qc-node` (one node of a
 //! cluster from a TOML file).
 
+pub mod client_load;
 pub mod harness;
 pub mod model;
 pub mod probe;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use quorumcast_tools::harness::{free_loopback_port, Fnv1a64, ScratchDir};
 
 const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
+const QC_CLIENT: &str = env!("CARGO_BIN_EXE_qc-client");
 const MESSAGES: u64 = 100_000;
 const MSG_SIZE: usize = 64;
 /// Generous: the test machine may be shared with other builds; the run itself takes seconds.
@@ -29,6 +30,26 @@ fn tuning(path: &str) -> PathBuf {
 
 /// Copies of the tuning node files with the members' ports replaced by free ones; returns their paths.
 fn node_files(scratch: &Path) -> Vec<PathBuf> {
+    node_files_with(scratch, |_| {})
+}
+
+/// As [`node_files`], with remote clients taken at free client endpoints.
+fn client_node_files(scratch: &Path) -> Vec<PathBuf> {
+    let clients: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
+    node_files_with(scratch, |table| {
+        for member in table["members"].as_array_mut().unwrap() {
+            let member = member.as_table_mut().unwrap();
+            let id = member["id"].as_integer().unwrap() as usize;
+            member.insert("client".into(), format!("127.0.0.1:{}", clients[id]).into());
+        }
+        let mut section = toml::Table::new();
+        section.insert("enabled".into(), true.into());
+        table.insert("clients".into(), section.into());
+    })
+}
+
+/// Copies of the tuning node files with free ports, each changed by `edit`.
+fn node_files_with(scratch: &Path, edit: impl Fn(&mut toml::Table)) -> Vec<PathBuf> {
     let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     let consensus: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     (0..3)
@@ -43,6 +64,7 @@ fn node_files(scratch: &Path) -> Vec<PathBuf> {
                 member.insert("endpoint".into(), format!("127.0.0.1:{}", ports[member_id]).into());
                 member.insert("consensus".into(), format!("127.0.0.1:{}", consensus[member_id]).into());
             }
+            edit(&mut table);
             let path = scratch.join(format!("node{id}.toml"));
             std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
             path
@@ -61,7 +83,11 @@ struct Process {
 
 impl Process {
     fn spawn(name: &str, args: &[&str]) -> Self {
-        let mut child = Command::new(QC_NODE)
+        Self::spawn_binary(QC_NODE, name, args)
+    }
+
+    fn spawn_binary(binary: &str, name: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(binary)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -721,4 +747,196 @@ fn killing_random_members_at_random_moments_loses_no_committed_entry() {
     }
     let mut all: Vec<Process> = processes.into_iter().flatten().collect();
     wait_all(&mut all, Instant::now() + DEADLINE);
+}
+
+/// A member of a cluster that serves remote clients: it runs until a signal, writes each client
+/// message it applies to `<dir>-applied.log`, and prints a checkpoint every 1000 entries.
+fn client_cluster_node(scratch: &ScratchDir, files: &[PathBuf], id: usize) -> Process {
+    let dir = scratch.join(format!("dir{id}"));
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let profile = tuning("profiles/small-host.toml");
+    let args = [
+        "--config".into(),
+        path(&files[id]),
+        "--profile".into(),
+        path(&profile),
+        "--directory".into(),
+        path(&dir),
+        "--data-dir".into(),
+        path(&scratch.join(format!("dir{id}-data"))),
+        "--applied-log".into(),
+        path(&scratch.join(format!("applied{id}.log"))),
+        "--checkpoint".into(),
+        "1000".into(),
+        "--timeout".into(),
+        DEADLINE.as_secs().to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Process::spawn(&format!("node {id}"), &args)
+}
+
+/// A qc-client process against the cluster of `file`.
+fn client_process(file: &Path, name: &str, load: &[&str]) -> Process {
+    let mut args = vec!["--cluster", file.to_str().unwrap(), "--msg-size", "128"];
+    args.extend_from_slice(load);
+    args.extend(["--timeout", "240"]);
+    Process::spawn_binary(QC_CLIENT, name, &args)
+}
+
+/// What a finished qc-client printed: its session and `key value` counts.
+fn client_outcome(process: &mut Process) -> (u64, std::collections::HashMap<String, f64>) {
+    let status = process.status.unwrap();
+    let stdout = process.all_stdout();
+    assert!(
+        status.success(),
+        "{} exited with {status}:\n{}\n{}",
+        process.name,
+        stdout.join("\n"),
+        process.all_stderr()
+    );
+    let mut values = std::collections::HashMap::new();
+    for line in &stdout {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.chunks(2) {
+            if let [key, value] = pair {
+                if let Ok(value) = value.parse::<f64>() {
+                    values.insert(key.to_string(), value);
+                }
+            }
+        }
+    }
+    let session = values.get("session").copied().unwrap_or_else(|| panic!("{}: no session:\n{stdout:?}", process.name));
+    (session as u64, values)
+}
+
+/// The client messages a member applied, by session, in log order.
+fn applied_by_session(path: &Path) -> std::collections::BTreeMap<u64, Vec<u64>> {
+    let mut sessions = std::collections::BTreeMap::<u64, Vec<u64>>::new();
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        let mut words = line.split_whitespace().map(|w| w.parse::<u64>().unwrap());
+        if let (Some(session), Some(id)) = (words.next(), words.next()) {
+            sessions.entry(session).or_default().push(id);
+        }
+    }
+    sessions
+}
+
+/// Waits until the members' applied logs hold `count` messages of each of `sessions`.
+fn await_applied(
+    scratch: &ScratchDir,
+    members: &[usize],
+    sessions: &[u64],
+    count: usize,
+    nodes: &mut [Option<Process>],
+) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let done = members.iter().all(|&id| {
+            let applied = applied_by_session(&scratch.join(format!("applied{id}.log")));
+            sessions.iter().all(|s| applied.get(s).map_or(0, Vec::len) >= count)
+        });
+        if done {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let report: Vec<String> =
+                nodes.iter_mut().flatten().map(|p| format!("--- {}:\n{}", p.name, p.all_stderr())).collect();
+            panic!("the members did not apply every client message:\n{}", report.join("\n"));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every session's messages, 1 to `count`, each exactly once and in order, on every one of `members`.
+fn assert_exactly_once(scratch: &ScratchDir, members: &[usize], sessions: &[u64], count: u64) {
+    let expected: Vec<u64> = (1..=count).collect();
+    for &id in members {
+        let applied = applied_by_session(&scratch.join(format!("applied{id}.log")));
+        for session in sessions {
+            let got = applied.get(session).map(Vec::as_slice).unwrap_or_default();
+            if got != expected.as_slice() {
+                let mut seen = std::collections::HashMap::new();
+                for c in got {
+                    *seen.entry(*c).or_insert(0) += 1;
+                }
+                let doubled = seen.values().filter(|&&n| n > 1).count();
+                let missing = expected.iter().filter(|c| !seen.contains_key(c)).count();
+                panic!("member {id}, session {session}: {} applied, {doubled} doubled, {missing} missing", got.len());
+            }
+        }
+    }
+}
+
+fn terminate(processes: Vec<Option<Process>>) {
+    let mut all: Vec<Process> = processes.into_iter().flatten().collect();
+    for process in &mut all {
+        if !process.poll() {
+            let pid = process.child.id().to_string();
+            assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        }
+    }
+    wait_all(&mut all, Instant::now() + DEADLINE);
+}
+
+#[test]
+fn four_client_processes_commit_100k_messages_exactly_once_with_their_responses() {
+    let scratch = ScratchDir::new("client-proc-cluster");
+    let files = client_node_files(scratch.path());
+    let mut nodes: Vec<Option<Process>> = (0..3).map(|id| Some(client_cluster_node(&scratch, &files, id))).collect();
+    let per_client = (MESSAGES / 4).to_string();
+    let mut clients: Vec<Process> = (0..4)
+        .map(|i| client_process(&files[i % 3], &format!("client {i}"), &["--offer", &per_client, "--window", "64"]))
+        .collect();
+    wait_all(&mut clients, Instant::now() + DEADLINE);
+    let mut sessions = Vec::new();
+    for client in &mut clients {
+        let (session, values) = client_outcome(client);
+        eprintln!("{}: {:?}", client.name, values);
+        assert_eq!(values["committed"], (MESSAGES / 4) as f64);
+        assert_eq!(values["reported_twice"], 0.0);
+        assert_eq!(values["bad_responses"], 0.0);
+        assert_eq!(values["not_applied"], 0.0);
+        assert_eq!(values["responses"] + values["duplicates"], values["committed"], "a response for every message");
+        sessions.push(session);
+    }
+    await_applied(&scratch, &[0, 1, 2], &sessions, (MESSAGES / 4) as usize, &mut nodes);
+    terminate(nodes);
+    assert_exactly_once(&scratch, &[0, 1, 2], &sessions, MESSAGES / 4);
+}
+
+#[test]
+fn killing_the_leader_under_steady_clients_applies_every_message_exactly_once() {
+    let scratch = ScratchDir::new("client-proc-failover");
+    let files = client_node_files(scratch.path());
+    let mut nodes: Vec<Option<Process>> = (0..3).map(|id| Some(client_cluster_node(&scratch, &files, id))).collect();
+    let mut progress: Vec<Progress> = (0..3).map(|_| Progress::default()).collect();
+    await_progress(&mut nodes, &mut progress, "member 0 leads", |p| p[0].leads_after(0).is_some());
+    // Four clients at 2000 messages a second each, for about 10 s; the leader dies after the first 8000.
+    let per_client: u64 = 20_000;
+    let count = per_client.to_string();
+    let mut clients: Vec<Process> = (0..4)
+        .map(|i| {
+            let load = ["--offer", &count, "--rate", "2000", "--window", "1024", "--leader-timeout", "0.5"];
+            client_process(&files[(i + 1) % 3], &format!("client {i}"), &load)
+        })
+        .collect();
+    await_progress(&mut nodes, &mut progress, "8000 client messages applied", |p| p[1].applied() >= 8_000);
+    let mut leader = nodes[0].take().unwrap();
+    leader.child.kill().unwrap();
+    leader.child.wait().unwrap();
+    eprintln!("killed the leader at {} applied on member 1", progress[1].applied());
+    wait_all(&mut clients, Instant::now() + DEADLINE);
+    let mut sessions = Vec::new();
+    for client in &mut clients {
+        let (session, values) = client_outcome(client);
+        eprintln!("{}: {:?}", client.name, values);
+        assert_eq!(values["committed"], per_client as f64);
+        assert_eq!(values["reported_twice"], 0.0);
+        assert_eq!(values["not_applied"], 0.0);
+        assert!(values["reconnects"] >= 1.0, "{} found the new leader", client.name);
+        sessions.push(session);
+    }
+    await_applied(&scratch, &[1, 2], &sessions, per_client as usize, &mut nodes);
+    terminate(nodes);
+    assert_exactly_once(&scratch, &[1, 2], &sessions, per_client);
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! qc-node --config tuning/cluster/node0.toml [--profile tuning/profiles/balanced.toml]...
 //!         [--directory DIR] [--data-dir DIR] [--offer N] [--msg-size BYTES] [--expect N] [--timeout SECS]
-//!         [--in-flight K] [--linger-ms MS] [--print-counters]
+//!         [--in-flight K] [--linger-ms MS] [--print-counters] [--applied-log FILE]
 //! ```
 //!
 //! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
@@ -26,6 +26,11 @@
 //! recorded log (the default storage) replays it from position 0 and goes on from there; one without it
 //! joins the log at position 0, within the leader's retained log.
 //!
+//! Remote clients (`[clients] enabled = true` in the node file; see `qc-client`) are served too: each
+//! client message is applied into the digest like any entry, answered with its correlation id, and,
+//! with `--applied-log FILE`, written there as `<session> <correlation id>`, so that a test can check
+//! every member applied each exactly once.
+//!
 //! With `--checkpoint K` it also prints `applied N digest <hex>` each time N reaches a multiple of K, so
 //! runs of different members can be compared entry by entry. Each change of role, term or leader is
 //! printed on stdout as `role <role> term <term> leader <id or ->`.
@@ -33,6 +38,7 @@
 //! Start-up facts (layout, warnings) go to stderr; stdout carries only the `applied` and `role` lines.
 //! Exit status: 0 on success or on a signal, 1 on a failure (start, agents, timeout), 2 on bad arguments.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,6 +104,9 @@ struct Args {
     /// Print `applied N digest <hex>` on stdout each time N, the entries applied, reaches a multiple of K.
     #[arg(long, value_name = "K")]
     checkpoint: Option<u64>,
+    /// Write `<session> <correlation id>` here for each remote client message applied, in log order.
+    #[arg(long, value_name = "FILE")]
+    applied_log: Option<PathBuf>,
 }
 
 /// Set by the SIGINT/SIGTERM handler; the main loop polls it.
@@ -265,6 +274,8 @@ struct App {
     followers: Vec<i32>,
     next_failure_check: Instant,
     checkpoint: Option<u64>,
+    /// With `--applied-log`: where each client message applied is written.
+    applied_log: Option<std::io::BufWriter<std::fs::File>>,
     /// With `--rate`: nanoseconds between offers, and when the rate allows the next one.
     offer_interval_ns: u64,
     /// The rate counts from here: when this node last found it did not lead, and what it had offered.
@@ -281,6 +292,13 @@ impl App {
         };
         let followers =
             node.stats().iter().filter(|c| c.type_id == TYPE_ACK_POSITION).map(|c| c.owner_id as i32).collect();
+        let applied_log = match &args.applied_log {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .map_err(|e| Failure::Usage(format!("--applied-log {}: {e}", path.display())))?,
+            )),
+            None => None,
+        };
         Ok(Self {
             client: node.client(),
             invoker,
@@ -298,6 +316,7 @@ impl App {
             followers,
             next_failure_check: Instant::now(),
             checkpoint: args.checkpoint.filter(|&k| k > 0),
+            applied_log,
             offer_interval_ns: if args.rate == 0 { 0 } else { 1_000_000_000 / args.rate.max(1) },
             rate_base: (Instant::now(), 0),
         })
@@ -338,6 +357,9 @@ impl App {
                 phase => phase,
             };
             if work == 0 {
+                if let Some(log) = self.applied_log.as_mut() {
+                    log.flush().map_err(|e| Failure::Run(format!("--applied-log: {e}")))?;
+                }
                 self.check(phase)?;
             }
             self.idle.idle(work);
@@ -369,10 +391,19 @@ impl App {
         Ok((self.offered - start) as usize)
     }
 
-    /// Applies committed entries into the digest; returns the fragments read.
+    /// Applies committed entries into the digest; returns the fragments read. A remote client's message
+    /// is answered with its correlation id (8 bytes, little-endian), and written to `--applied-log`.
     fn apply(&mut self) -> usize {
         let (digest, applied, checkpoint) = (&mut self.digest, &mut self.applied, self.checkpoint);
-        self.node.poll_committed(FRAGMENT_LIMIT, |entry| {
+        let applied_log = &mut self.applied_log;
+        self.node.poll_service(FRAGMENT_LIMIT, |entry, response| {
+            if let Some(client) = entry.client {
+                response.extend_from_slice(&client.correlation_id.to_le_bytes());
+                if let Some(log) = applied_log.as_mut() {
+                    let _ = writeln!(log, "{} {}", client.session_id, client.correlation_id);
+                }
+            }
+            let entry = entry.payload;
             digest.update(&(entry.len() as u32).to_le_bytes());
             digest.update(entry);
             *applied += 1;

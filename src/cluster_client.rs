@@ -1,0 +1,650 @@
+//! A client of a cluster from another process or host (Aeron Cluster's `AeronCluster`): it finds the
+//! leader, opens a session, offers messages over UDP, and learns for each whether it was committed, with
+//! the service's response; across a change of leader it finds the new one and resends what it was not
+//! told was committed, and the replicated session table applies each message exactly once.
+//!
+//! ```no_run
+//! use quorumcast::cluster_client::{ClientConfig, ClusterClient, Event};
+//! use std::time::Duration;
+//!
+//! // Each member's id and client endpoint (`Member::client`).
+//! let members = vec![(0, "10.0.0.1:40300".parse().unwrap()), (1, "10.0.0.2:40300".parse().unwrap())];
+//! let mut client = ClusterClient::new(ClientConfig::new(members)).unwrap();
+//! client.connect(Duration::from_secs(5)).unwrap();
+//! let id = client.offer(b"set x = 1").unwrap();
+//! let mut done = false;
+//! while !done {
+//!     client.poll(|event| {
+//!         if let Event::Committed { correlation_id, response, .. } = event {
+//!             done = correlation_id == id;
+//!             println!("{correlation_id} committed, response {response:?}");
+//!         }
+//!     });
+//! }
+//! ```
+//!
+//! Messages are numbered from 1 in their session (the correlation id); a message is at most one
+//! datagram's payload ([`ClusterClient::max_message_length`]), and many are batched per datagram: an
+//! offer is sent by the next [`ClusterClient::poll`] (or when the datagram fills). At most
+//! [`ClientConfig::window`] messages are in flight; past that an offer is back-pressured.
+//!
+//! # Invariants
+//!
+//! - Every offered message ends in exactly one [`Event::Committed`] or [`Event::NotApplied`], unless
+//!   the client is dropped first.
+//! - A message is kept (and resent after a loss or a change of leader) until it is reported committed or
+//!   not applied; the session table makes sure a resend is never applied twice.
+//! - Only datagrams from the members' client endpoints are read.
+
+pub mod wire;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use socket2::SockAddr;
+
+use crate::clock::NanoClock;
+use crate::transport::{RecvBatch, SocketOptions, UdpEndpoint};
+
+use self::wire::{DatagramWriter, RecordHeader, Records, RefusalCode};
+
+/// How a client reaches a cluster, and its timeouts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Each member's id and client endpoint ([`crate::node::Member::client`]).
+    pub members: Vec<(i32, SocketAddr)>,
+    /// Bytes of a datagram, at most (the cluster's MTU).
+    pub mtu: usize,
+    /// Messages in flight (offered, not yet reported), at most; at most the cluster's `clients.window`.
+    pub window: usize,
+    /// A keep-alive goes to the leader when nothing else has for this long.
+    pub keepalive_interval: Duration,
+    /// Nothing heard from the leader for this long: the client looks for the leader again.
+    pub leader_timeout: Duration,
+    /// The oldest message in flight unanswered for this long is resent, with those after it.
+    pub resend_timeout: Duration,
+    /// While connecting, an open (or reconnect) is sent again this often, to the next member when the
+    /// last one did not answer.
+    pub connect_retry: Duration,
+    /// The local address to bind (port 0: any).
+    pub bind: Option<SocketAddr>,
+}
+
+impl ClientConfig {
+    /// A client of `members`, with the default limits and timeouts.
+    pub fn new(members: Vec<(i32, SocketAddr)>) -> Self {
+        Self {
+            members,
+            mtu: 1408,
+            window: 1024,
+            keepalive_interval: Duration::from_millis(100),
+            leader_timeout: Duration::from_secs(1),
+            resend_timeout: Duration::from_millis(200),
+            connect_retry: Duration::from_millis(20),
+            bind: None,
+        }
+    }
+}
+
+/// Why an offer was not taken (nothing was sent; the caller may offer again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OfferError {
+    /// No session is open (connecting, reconnecting to a new leader, or closed): poll, then offer again.
+    NotConnected,
+    /// [`ClientConfig::window`] messages are in flight: poll for their outcomes first.
+    BackPressured,
+    /// Longer than a datagram can carry.
+    TooLong {
+        /// The longest message.
+        max: usize,
+    },
+}
+
+impl fmt::Display for OfferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotConnected => f.write_str("not connected to the cluster's leader"),
+            Self::BackPressured => f.write_str("the window of messages in flight is full"),
+            Self::TooLong { max } => write!(f, "a client message is at most {max} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for OfferError {}
+
+/// Why [`ClusterClient::connect`] failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// No leader answered in time.
+    TimedOut,
+    /// The leader refused the session.
+    Refused(RefusalCode),
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TimedOut => f.write_str("no leader opened a session in time"),
+            Self::Refused(code) => write!(f, "the leader refused the session: {code}"),
+            Self::Io(e) => write!(f, "client socket: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// What [`ClusterClient::poll`] reports.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A session is open at the leader `leader` (first, or again after a change of leader).
+    Connected {
+        /// The session.
+        session_id: u64,
+        /// The leader's member id.
+        leader: i32,
+    },
+    /// The message `correlation_id` was committed and applied, exactly once.
+    Committed {
+        /// The message.
+        correlation_id: u64,
+        /// Where its entry ends in the log: of the resend that found it applied, for a duplicate;
+        /// `None` when the commit is known only from a later one (its own answer was lost).
+        position: Option<i64>,
+        /// The service's response (empty when it wrote none, or it was lost with a change of leader).
+        response: &'a [u8],
+        /// True when it was found applied by a resend (after a loss or a change of leader).
+        duplicate: bool,
+    },
+    /// The message `correlation_id` was not applied and never will be (its session closed).
+    NotApplied {
+        /// The message.
+        correlation_id: u64,
+        /// Why.
+        reason: RefusalCode,
+    },
+    /// The session closed (the client may [`connect`](ClusterClient::connect) again for a new one).
+    SessionClosed {
+        /// Closed for silence (`clients.session_timeout`), not by this client.
+        timed_out: bool,
+    },
+    /// The leader refused a new session.
+    ConnectRefused {
+        /// Why.
+        reason: RefusalCode,
+    },
+}
+
+/// One message in flight.
+#[derive(Debug)]
+struct Pending {
+    correlation_id: u64,
+    bytes: Vec<u8>,
+    sent_ns: u64,
+}
+
+/// Where the client is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// No session, and none asked for.
+    Idle,
+    /// Asking for a new session.
+    Opening,
+    /// Asking a (new) leader to go on with the session.
+    Reconnecting,
+    /// The session is open at the leader.
+    Connected,
+}
+
+/// A client of a cluster; see the module documentation.
+pub struct ClusterClient {
+    socket: UdpEndpoint,
+    config: ClientConfig,
+    /// The members' client endpoints, as socket addresses.
+    addrs: Vec<SockAddr>,
+    clock: NanoClock,
+    state: State,
+    session_id: u64,
+    /// The nonce of the open being asked for.
+    nonce: u64,
+    /// The member asked (or connected to), by index in `members`.
+    target: usize,
+    next_correlation: u64,
+    in_flight: VecDeque<Pending>,
+    free: Vec<Vec<u8>>,
+    out: DatagramWriter,
+    /// Taken while a poll reads from it (records borrow from it while the client changes).
+    batch: Option<RecvBatch>,
+    last_heard_ns: u64,
+    last_sent_ns: u64,
+    /// When an open or reconnect is next sent.
+    next_ask_ns: u64,
+    /// A NAK's resend from this id has been made (no second resend for a repeat of it).
+    resent_from: u64,
+    /// Records of the datagram being read that reported outcomes.
+    closing: Option<Closing>,
+}
+
+/// A session closed while its messages were in flight: they are reported not applied.
+#[derive(Clone, Copy, Debug)]
+struct Closing {
+    reason: RefusalCode,
+    timed_out: bool,
+}
+
+impl fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterClient")
+            .field("state", &self.state)
+            .field("session_id", &self.session_id)
+            .field("leader", &self.leader())
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+impl ClusterClient {
+    /// A client of the cluster `config` names, its socket bound; not yet connected.
+    pub fn new(config: ClientConfig) -> io::Result<Self> {
+        if config.members.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a cluster client needs the members' endpoints"));
+        }
+        let bind = config.bind.unwrap_or_else(|| {
+            let ip: std::net::IpAddr = if config.members[0].1.is_ipv6() {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            };
+            SocketAddr::new(ip, 0)
+        });
+        let options = SocketOptions { send_buffer: Some(1 << 20), receive_buffer: Some(4 << 20) };
+        let (socket, _) = UdpEndpoint::bind(bind, &options)?;
+        let addrs = config.members.iter().map(|&(_, addr)| SockAddr::from(addr)).collect();
+        let seed = NanoClock::new().now_ns() ^ u64::from(std::process::id()).rotate_left(32);
+        Ok(Self {
+            socket,
+            addrs,
+            clock: NanoClock::new(),
+            state: State::Idle,
+            session_id: 0,
+            nonce: seed | 1,
+            target: 0,
+            next_correlation: 1,
+            in_flight: VecDeque::with_capacity(config.window),
+            free: Vec::new(),
+            out: DatagramWriter::new(config.mtu),
+            batch: Some(RecvBatch::new(16, config.mtu.max(2048) + 64)),
+            last_heard_ns: 0,
+            last_sent_ns: 0,
+            next_ask_ns: 0,
+            resent_from: 0,
+            closing: None,
+            config,
+        })
+    }
+
+    /// The local address the client sends from.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.socket.local_addr()
+    }
+
+    /// The open session, if one is.
+    pub fn session_id(&self) -> Option<u64> {
+        Some(self.session_id).filter(|_| self.state == State::Connected)
+    }
+
+    /// The member the client is connected to (or asking), by id.
+    pub fn leader(&self) -> Option<i32> {
+        Some(self.config.members[self.target].0).filter(|_| self.state == State::Connected)
+    }
+
+    /// The correlation id the next offer gets.
+    pub fn next_correlation_id(&self) -> u64 {
+        self.next_correlation
+    }
+
+    /// Messages offered and not yet reported.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The longest message [`offer`](Self::offer) takes.
+    pub fn max_message_length(&self) -> usize {
+        self.out.max_payload()
+    }
+
+    /// Opens a session with the leader, polling until it is open or `timeout` passes (events of the
+    /// session before, if any, are reported to nobody: poll them first).
+    pub fn connect(&mut self, timeout: Duration) -> Result<u64, ConnectError> {
+        self.start_connect();
+        let deadline = self.clock.now_ns() + timeout.as_nanos() as u64;
+        let mut refused = None;
+        while self.state != State::Connected {
+            if self.clock.now_ns() >= deadline {
+                self.state = State::Idle;
+                return Err(ConnectError::TimedOut);
+            }
+            if self.poll(|event| {
+                if let Event::ConnectRefused { reason } = event {
+                    refused = Some(reason);
+                }
+            }) == 0
+            {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            if let Some(reason) = refused {
+                return Err(ConnectError::Refused(reason));
+            }
+        }
+        Ok(self.session_id)
+    }
+
+    /// Starts opening a new session (the previous one, if any, is forgotten); [`poll`](Self::poll)
+    /// reports [`Event::Connected`] once it is open.
+    pub fn start_connect(&mut self) {
+        self.state = State::Opening;
+        self.nonce = self.nonce.wrapping_add(2);
+        self.next_correlation = 1;
+        self.resent_from = 0;
+        for pending in self.in_flight.drain(..) {
+            self.free.push(pending.bytes);
+        }
+        self.next_ask_ns = 0;
+    }
+
+    /// Offers `message`; returns its correlation id. It is sent by the next [`poll`](Self::poll) (or
+    /// sooner, when the datagram being filled is full). Never blocks.
+    pub fn offer(&mut self, message: &[u8]) -> Result<u64, OfferError> {
+        if self.state != State::Connected {
+            return Err(OfferError::NotConnected);
+        }
+        if message.len() > self.out.max_payload() {
+            return Err(OfferError::TooLong { max: self.out.max_payload() });
+        }
+        if self.in_flight.len() >= self.config.window {
+            return Err(OfferError::BackPressured);
+        }
+        let correlation_id = self.next_correlation;
+        self.next_correlation += 1;
+        let mut bytes = self.free.pop().unwrap_or_default();
+        bytes.clear();
+        bytes.extend_from_slice(message);
+        let now = self.clock.now_ns();
+        self.push_message(correlation_id, message);
+        self.in_flight.push_back(Pending { correlation_id, bytes, sent_ns: now });
+        Ok(correlation_id)
+    }
+
+    /// Closes the session (the leader is told; nothing in flight is resent after this).
+    pub fn close(&mut self) {
+        if self.state == State::Connected {
+            self.push(RecordHeader::new(wire::CLOSE, self.session_id), &[]);
+            self.flush();
+        }
+        self.state = State::Idle;
+    }
+
+    /// Sends what was offered, reads the cluster's answers and reports them to `handler`, and keeps the
+    /// session alive (keep-alives, resends, finding a new leader); returns the work done.
+    pub fn poll(&mut self, mut handler: impl FnMut(Event<'_>)) -> usize {
+        let mut work = self.flush();
+        let now = self.clock.now_ns();
+        let mut batch = self.batch.take().expect("put back after every poll");
+        loop {
+            let received = self.socket.recv_batch(&mut batch).unwrap_or(0);
+            for i in 0..received {
+                let datagram = batch.datagram(i);
+                let Some(member) = datagram.source.and_then(|s| self.config.members.iter().position(|m| m.1 == s))
+                else {
+                    continue;
+                };
+                let Ok(records) = Records::parse(datagram.bytes) else {
+                    continue;
+                };
+                for (record, payload) in records {
+                    on_record(&mut self.view(now), member, record, payload, &mut handler);
+                }
+            }
+            work += received;
+            if received < batch.capacity() {
+                break;
+            }
+        }
+        self.batch = Some(batch);
+        if let Some(closing) = self.closing.take() {
+            for pending in self.in_flight.drain(..) {
+                handler(Event::NotApplied { correlation_id: pending.correlation_id, reason: closing.reason });
+                self.free.push(pending.bytes);
+            }
+            handler(Event::SessionClosed { timed_out: closing.timed_out });
+        }
+        work += self.on_timers(now);
+        work + self.flush()
+    }
+
+    fn view(&mut self, now: u64) -> View<'_> {
+        View { client: self, now }
+    }
+
+    /// Keep-alives, resends, and asking for a session or a leader.
+    fn on_timers(&mut self, now: u64) -> usize {
+        match self.state {
+            State::Idle => 0,
+            State::Opening | State::Reconnecting => {
+                if now < self.next_ask_ns {
+                    return 0;
+                }
+                self.next_ask_ns = now + self.config.connect_retry.as_nanos() as u64;
+                let record = if self.state == State::Opening {
+                    RecordHeader::new(wire::OPEN, 0).correlation(self.nonce)
+                } else {
+                    RecordHeader::new(wire::RECONNECT, self.session_id)
+                };
+                self.push(record, &[]);
+                let sent = self.flush();
+                // The next ask goes to the next member, unless an answer names the leader first.
+                self.target = (self.target + 1) % self.config.members.len();
+                sent
+            }
+            State::Connected => {
+                if now.saturating_sub(self.last_heard_ns) >= self.config.leader_timeout.as_nanos() as u64 {
+                    // The leader is silent: look for the leader, from the next member.
+                    self.state = State::Reconnecting;
+                    self.target = (self.target + 1) % self.config.members.len();
+                    self.next_ask_ns = 0;
+                    return 1;
+                }
+                if let Some(oldest) = self.in_flight.front() {
+                    if now.saturating_sub(oldest.sent_ns) >= self.config.resend_timeout.as_nanos() as u64 {
+                        let from = oldest.correlation_id;
+                        return self.resend_from(from, now);
+                    }
+                }
+                if now.saturating_sub(self.last_sent_ns) >= self.config.keepalive_interval.as_nanos() as u64 {
+                    self.push(RecordHeader::new(wire::KEEP_ALIVE, self.session_id), &[]);
+                    return self.flush();
+                }
+                0
+            }
+        }
+    }
+
+    /// Resends every message in flight from `from` on; returns the datagrams sent.
+    fn resend_from(&mut self, from: u64, now: u64) -> usize {
+        let mut sent = 0;
+        let session = self.session_id;
+        for i in 0..self.in_flight.len() {
+            if self.in_flight[i].correlation_id < from {
+                continue;
+            }
+            let record = RecordHeader::new(wire::MESSAGE, session).correlation(self.in_flight[i].correlation_id);
+            if !self.out.fits(self.in_flight[i].bytes.len()) {
+                sent += self.flush();
+            }
+            self.out.push(record, &self.in_flight[i].bytes);
+            self.in_flight[i].sent_ns = now;
+        }
+        sent + self.flush()
+    }
+
+    fn push_message(&mut self, correlation_id: u64, message: &[u8]) {
+        self.push(RecordHeader::new(wire::MESSAGE, self.session_id).correlation(correlation_id), message);
+    }
+
+    fn push(&mut self, record: RecordHeader, payload: &[u8]) {
+        if !self.out.fits(payload.len()) {
+            self.flush();
+        }
+        self.out.push(record, payload);
+    }
+
+    /// Sends the datagram being filled to the member asked or connected to; returns the datagrams sent.
+    fn flush(&mut self) -> usize {
+        if self.out.is_empty() {
+            return 0;
+        }
+        let _ = self.socket.send(self.out.finish(), Some(&self.addrs[self.target]));
+        self.out.clear();
+        self.last_sent_ns = self.clock.now_ns();
+        1
+    }
+}
+
+/// The client while it reads one record.
+struct View<'a> {
+    client: &'a mut ClusterClient,
+    now: u64,
+}
+
+/// One record from member `member` (by index).
+fn on_record(
+    view: &mut View<'_>,
+    member: usize,
+    record: RecordHeader,
+    payload: &[u8],
+    handler: &mut impl FnMut(Event<'_>),
+) {
+    let now = view.now;
+    let client = &mut *view.client;
+    let ours = record.session_id == client.session_id;
+    match record.kind {
+        wire::REDIRECT => {
+            let leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
+            if let (Some(leader), State::Opening | State::Reconnecting) = (leader, client.state) {
+                if leader != member || client.target != leader {
+                    client.target = leader;
+                    client.next_ask_ns = 0;
+                }
+            } else if client.state == State::Connected && member == client.target {
+                // The member this client was connected to does not lead any more.
+                client.state = State::Reconnecting;
+                client.target = leader.unwrap_or((member + 1) % client.config.members.len());
+                client.next_ask_ns = 0;
+            }
+        }
+        wire::OPENED if client.state == State::Opening && record.correlation_id == client.nonce => {
+            client.session_id = record.session_id;
+            client.state = State::Connected;
+            client.target = member;
+            client.last_heard_ns = now;
+            handler(Event::Connected { session_id: record.session_id, leader: client.config.members[member].0 });
+        }
+        wire::RECONNECTED if ours && client.state == State::Reconnecting => {
+            client.state = State::Connected;
+            client.target = member;
+            client.last_heard_ns = now;
+            acknowledge_up_to(client, record.value as u64, handler);
+            handler(Event::Connected { session_id: client.session_id, leader: client.config.members[member].0 });
+            client.resent_from = 0;
+            if let Some(first) = client.in_flight.front().map(|p| p.correlation_id) {
+                client.resend_from(first, now);
+            }
+        }
+        wire::COMMITTED if ours => {
+            if member == client.target {
+                client.last_heard_ns = now;
+            }
+            // The table applies a session's messages in order: any before this one were applied too.
+            acknowledge_up_to(client, record.correlation_id.saturating_sub(1), handler);
+            if client.in_flight.front().is_some_and(|p| p.correlation_id == record.correlation_id) {
+                let pending = client.in_flight.pop_front().expect("checked");
+                handler(Event::Committed {
+                    correlation_id: record.correlation_id,
+                    position: Some(record.value),
+                    response: payload,
+                    duplicate: record.code == wire::DUPLICATE,
+                });
+                client.free.push(pending.bytes);
+            }
+        }
+        wire::HEARTBEAT if ours && member == client.target => client.last_heard_ns = now,
+        wire::NAK if ours && client.state == State::Connected => {
+            let from = record.value as u64;
+            if from != client.resent_from {
+                client.resent_from = from;
+                client.resend_from(from, now);
+            }
+        }
+        wire::REFUSED => on_refused(client, member, record, now, handler),
+        wire::CLOSED if ours && client.state != State::Idle => {
+            client.state = State::Idle;
+            let timed_out = record.code == wire::TIMED_OUT;
+            client.closing = Some(Closing { reason: RefusalCode::UnknownSession, timed_out });
+        }
+        _ => {}
+    }
+}
+
+fn on_refused(
+    client: &mut ClusterClient,
+    member: usize,
+    record: RecordHeader,
+    now: u64,
+    handler: &mut impl FnMut(Event<'_>),
+) {
+    let Some(code) = RefusalCode::from_u8(record.code) else {
+        return;
+    };
+    let ours = record.session_id == client.session_id;
+    match code {
+        RefusalCode::TooManySessions if client.state == State::Opening && record.correlation_id == client.nonce => {
+            client.state = State::Idle;
+            handler(Event::ConnectRefused { reason: code });
+        }
+        RefusalCode::UnknownSession | RefusalCode::TooManySessions if ours && client.state != State::Idle => {
+            client.state = State::Idle;
+            client.closing = Some(Closing { reason: RefusalCode::UnknownSession, timed_out: false });
+        }
+        RefusalCode::Gap | RefusalCode::WindowExceeded if ours && client.state == State::Connected => {
+            let from = if code == RefusalCode::Gap { record.value as u64 } else { record.correlation_id };
+            if from != client.resent_from {
+                client.resent_from = from;
+                client.resend_from(from, now);
+            }
+        }
+        RefusalCode::NotConnected if ours && client.state == State::Connected && member == client.target => {
+            // The leader does not know this session (it was elected since): go on with it there.
+            client.state = State::Reconnecting;
+            client.next_ask_ns = 0;
+        }
+        _ => {}
+    }
+}
+
+/// Reports every message in flight up to `correlation_id` as committed (known from a later answer).
+fn acknowledge_up_to(client: &mut ClusterClient, correlation_id: u64, handler: &mut impl FnMut(Event<'_>)) {
+    while client.in_flight.front().is_some_and(|p| p.correlation_id <= correlation_id) {
+        let pending = client.in_flight.pop_front().expect("checked");
+        handler(Event::Committed {
+            correlation_id: pending.correlation_id,
+            position: None,
+            response: &[],
+            duplicate: true,
+        });
+        client.free.push(pending.bytes);
+    }
+}

@@ -1,0 +1,172 @@
+//! The node's side of remote clients' sessions: the replicated session table, applied as the node's
+//! reader applies the log, and the answers it makes for the clients (through the egress ring, to the
+//! consensus agent's client endpoint, on the leader only).
+//!
+//! # Invariants
+//!
+//! - Every member applies every session entry of the log to its table, in log order, leader or not, and
+//!   below `resume_from` too: the tables of all members are the same at the same position.
+//! - The application sees a client's message exactly once, when the table delivers it.
+//! - Answers are written only while this member leads; a full egress ring drops an answer (counted),
+//!   never blocks the reader: the client resends, and is answered as a duplicate.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use crate::cluster_client::wire::{self, RecordHeader, RefusalCode};
+use crate::counters::Counter;
+use crate::ring_buffer::OneToOneRingBuffer;
+use crate::session::{Applied, ClientMessage, CloseReason, Entry, Refusal, SessionConfig, SessionEntry, SessionTable};
+
+use super::ingress::KEPT_ALIVE;
+
+/// The counters the reader's side keeps.
+#[derive(Clone, Debug)]
+pub(super) struct SessionCounters {
+    pub(super) egress_dropped: Counter,
+    pub(super) duplicates: Counter,
+    pub(super) responses_too_long: Counter,
+    pub(super) malformed: Counter,
+}
+
+/// The session table and the way back to the clients.
+pub(super) struct ClientSessions {
+    table: SessionTable,
+    egress: Option<Arc<OneToOneRingBuffer>>,
+    /// The application's response to the message being applied.
+    response: Vec<u8>,
+    /// The longest response an egress record carries.
+    max_response: usize,
+    counters: SessionCounters,
+}
+
+impl ClientSessions {
+    pub(super) fn new(
+        config: SessionConfig,
+        egress: Option<Arc<OneToOneRingBuffer>>,
+        max_response: usize,
+        counters: SessionCounters,
+    ) -> Self {
+        Self { table: SessionTable::new(config), egress, response: Vec::new(), max_response, counters }
+    }
+
+    /// Hands a committed entry that is not a session entry to `handler` (with `deliver`).
+    pub(super) fn on_plain(
+        &mut self,
+        payload: &[u8],
+        position: i64,
+        deliver: bool,
+        handler: &mut impl FnMut(&Entry<'_>, &mut Vec<u8>),
+    ) {
+        if deliver {
+            self.response.clear();
+            handler(&Entry { payload, position, client: None }, &mut self.response);
+        }
+    }
+
+    /// Applies a session entry to the table; a message it delivers goes to `handler` (with `deliver`),
+    /// and, on the leader (`leading`), every answer goes to the client.
+    pub(super) fn on_entry(
+        &mut self,
+        bytes: &[u8],
+        position: i64,
+        leading: bool,
+        deliver: bool,
+        handler: &mut impl FnMut(&Entry<'_>, &mut Vec<u8>),
+    ) {
+        let Ok(entry) = SessionEntry::decode(bytes) else {
+            self.counters.malformed.increment();
+            return;
+        };
+        let Self { table, egress, response, max_response, counters } = self;
+        let egress = egress.as_deref().filter(|_| leading);
+        let answer = |record: RecordHeader, payload: &[u8]| send(egress, &counters.egress_dropped, record, payload);
+        let applied = table.apply(&entry, |closed| {
+            answer(RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT), &[]);
+        });
+        match applied {
+            Applied::Deliver { session_id, correlation_id, payload } => {
+                response.clear();
+                if deliver {
+                    let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
+                    handler(&Entry { payload, position, client: Some(client) }, response);
+                }
+                let response = if response.len() > *max_response {
+                    counters.responses_too_long.increment();
+                    &[][..]
+                } else {
+                    &response[..]
+                };
+                let record = RecordHeader::new(wire::COMMITTED, session_id).correlation(correlation_id).value(position);
+                answer(record, response);
+            }
+            Applied::Duplicate { session_id, correlation_id } => {
+                counters.duplicates.increment();
+                let record = RecordHeader::new(wire::COMMITTED, session_id)
+                    .correlation(correlation_id)
+                    .value(position)
+                    .code(wire::DUPLICATE);
+                answer(record, &[]);
+            }
+            Applied::Opened { session_id } => answer(RecordHeader::new(wire::OPENED, session_id), &[]),
+            Applied::KeptAlive { session_id } => {
+                let applied = table.applied(session_id).unwrap_or(0);
+                answer(RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
+            }
+            Applied::Closed { session_id, reason } => {
+                let code = if reason == CloseReason::Timeout { wire::TIMED_OUT } else { 0 };
+                answer(RecordHeader::new(wire::CLOSED, session_id).code(code), &[]);
+            }
+            Applied::Refused { session_id, refusal } => {
+                let correlation = match entry {
+                    SessionEntry::Message { correlation_id, .. } => correlation_id,
+                    _ => 0,
+                };
+                let (code, expected) = match refusal {
+                    Refusal::UnknownSession => (RefusalCode::UnknownSession, 0),
+                    Refusal::TooManySessions => (RefusalCode::TooManySessions, 0),
+                    // A session id is given once: an open of one already open is the leader's bug, not the
+                    // client's; the client that asked hears nothing and asks again.
+                    Refusal::AlreadyOpen => return,
+                    Refusal::Gap { expected } => (RefusalCode::Gap, expected),
+                };
+                let record = RecordHeader::new(wire::REFUSED, session_id)
+                    .correlation(correlation)
+                    .code(code as u8)
+                    .value(expected as i64);
+                answer(record, &[]);
+            }
+        }
+    }
+
+    /// Writes the table into a snapshot (before the application's state).
+    pub(super) fn write_snapshot(&self, out: &mut dyn Write) -> io::Result<()> {
+        self.table.write_snapshot(out)
+    }
+
+    /// Reads the table from a snapshot (before the application's state).
+    pub(super) fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
+        self.table.read_snapshot(input)
+    }
+}
+
+/// Puts one answer into the egress ring, if there is one to this member's clients.
+fn send(egress: Option<&OneToOneRingBuffer>, dropped: &Counter, record: RecordHeader, payload: &[u8]) {
+    let Some(ring) = egress else {
+        return;
+    };
+    let length = wire::RECORD_HEADER_LENGTH + payload.len();
+    match ring.try_claim(i32::from(record.kind), length) {
+        Ok(mut claim) => {
+            let header = RecordHeader { length: payload.len() as u32, ..record };
+            let written = claim
+                .put_bytes(0, bytemuck::bytes_of(&header))
+                .and_then(|()| claim.put_bytes(wire::RECORD_HEADER_LENGTH, payload));
+            match written {
+                Ok(()) => claim.commit(),
+                Err(_) => claim.abort(),
+            }
+        }
+        Err(_) => dropped.increment(),
+    }
+}

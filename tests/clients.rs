@@ -1,0 +1,322 @@
+//! Remote clients in one process: `ClusterClient`s over UDP loopback against a 3-node cluster in invoker
+//! mode, driven by the test thread (nothing busy-spins). Every node applies through `poll_service`, and
+//! every check is on what was applied and answered, never on time: a session timeout is reached by
+//! letting the wall clock pass, and the test waits for its effect.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use quorumcast::cluster_client::wire::{self, DatagramWriter, RecordHeader};
+use quorumcast::cluster_client::{ClientConfig, ClusterClient, Event, OfferError};
+use quorumcast::node::{ClientsConfig, Member, Node};
+
+mod support;
+use support::cluster::{elect, members, test_builder, test_channel};
+use support::{dump, ScratchDir};
+
+/// What one node applied: per session, the correlation ids in order, and a digest of the payloads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Applied {
+    sessions: BTreeMap<u64, Vec<u64>>,
+    plain: u64,
+    digest: u64,
+}
+
+impl Applied {
+    fn record(&mut self, entry: &quorumcast::session::Entry<'_>) {
+        for &b in entry.payload {
+            self.digest = (self.digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        match entry.client {
+            Some(client) => self.sessions.entry(client.session_id).or_default().push(client.correlation_id),
+            None => self.plain += 1,
+        }
+    }
+}
+
+fn start(scratch: &ScratchDir, members: &[Member], clients: &ClientsConfig) -> Vec<Node> {
+    (0..3)
+        .map(|id| {
+            test_builder(scratch, id, members, test_channel()).memory_log().clients(clients.clone()).start().unwrap()
+        })
+        .collect()
+}
+
+fn client_config(members: &[Member], order: &[usize]) -> ClientConfig {
+    let mut config = ClientConfig::new(order.iter().map(|&i| (members[i].id, members[i].client)).collect());
+    config.leader_timeout = Duration::from_secs(5);
+    config
+}
+
+/// The response a node writes for a message: its correlation id and length.
+fn response(entry: &quorumcast::session::Entry<'_>, out: &mut Vec<u8>) {
+    if let Some(client) = entry.client {
+        out.extend_from_slice(&client.correlation_id.to_le_bytes());
+        out.extend_from_slice(&(entry.payload.len() as u32).to_le_bytes());
+    }
+}
+
+/// One round: every node invoked and polled (applying into `applied`).
+fn run_nodes(nodes: &mut [Node], applied: &mut [Applied]) -> usize {
+    let mut work = 0;
+    for (node, applied) in nodes.iter_mut().zip(applied.iter_mut()) {
+        work += node.invoke().unwrap();
+        work += node.poll_service(1024, |entry, out| {
+            applied.record(entry);
+            response(entry, out);
+        });
+    }
+    work
+}
+
+/// Runs nodes and polls `client` until `done` says so, collecting its events.
+fn drive(
+    nodes: &mut [Node],
+    applied: &mut [Applied],
+    clients: &mut [&mut ClusterClient],
+    events: &mut [Vec<String>],
+    mut done: impl FnMut(&[&mut ClusterClient], &[Vec<String>]) -> bool,
+    what: &str,
+) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !done(clients, events) {
+        assert!(Instant::now() < until, "{what}: stalled\n{}", dump(nodes));
+        let mut work = run_nodes(nodes, applied);
+        for (client, events) in clients.iter_mut().zip(events.iter_mut()) {
+            work += client.poll(|event| events.push(describe(&event)));
+        }
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn describe(event: &Event<'_>) -> String {
+    match event {
+        Event::Committed { correlation_id, response, .. } => {
+            let echoed = response.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+            format!("committed {correlation_id} response {echoed:?}")
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+fn connect(nodes: &mut [Node], applied: &mut [Applied], client: &mut ClusterClient) -> u64 {
+    client.start_connect();
+    let mut events = vec![Vec::new()];
+    drive(nodes, applied, &mut [client], &mut events, |c, _| c[0].session_id().is_some(), "connect");
+    client.session_id().unwrap()
+}
+
+#[test]
+fn two_clients_messages_commit_once_each_with_their_responses() {
+    let scratch = ScratchDir::new("clients-exactly-once");
+    let members = members(3);
+    let mut nodes = start(&scratch, &members, &ClientsConfig::default());
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    let mut applied = vec![Applied::default(); 3];
+    let mut a = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
+    let mut b = ClusterClient::new(client_config(&members, &[2, 1, 0])).unwrap();
+    let sa = connect(&mut nodes, &mut applied, &mut a);
+    let sb = connect(&mut nodes, &mut applied, &mut b);
+    assert_ne!(sa, sb);
+    assert_eq!(b.leader(), Some(0), "b asked member 2 first and was redirected to the leader");
+    assert!(nodes[2].stats().clients().redirects() > 0, "{}", dump(&nodes));
+
+    const N: u64 = 5_000;
+    let mut events = vec![Vec::new(), Vec::new()];
+    let mut offered = [0u64; 2];
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let committed = |e: &Vec<String>| e.iter().filter(|s| s.starts_with("committed")).count() as u64;
+        if committed(&events[0]) == N && committed(&events[1]) == N {
+            break;
+        }
+        assert!(Instant::now() < until, "stalled at {offered:?}\n{}", dump(&nodes));
+        for (i, client) in [&mut a, &mut b].into_iter().enumerate() {
+            while offered[i] < N {
+                let size = 16 + (offered[i] % 200) as usize;
+                match client.offer(&vec![i as u8; size]) {
+                    Ok(id) => {
+                        offered[i] += 1;
+                        assert_eq!(id, offered[i]);
+                    }
+                    Err(OfferError::BackPressured) => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        let mut work = run_nodes(&mut nodes, &mut applied);
+        for (client, events) in [&mut a, &mut b].into_iter().zip(events.iter_mut()) {
+            work += client.poll(|event| events.push(describe(&event)));
+        }
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+    // Every message answered once, in order, with its own response.
+    for events in &events {
+        let expected: Vec<String> = (1..=N).map(|id| format!("committed {id} response Some({id})")).collect();
+        assert_eq!(events, &expected);
+    }
+    // Every node applied each message exactly once, in order.
+    let until = Instant::now() + Duration::from_secs(60);
+    while applied.iter().any(|a| a.sessions.values().map(Vec::len).sum::<usize>() < 2 * N as usize) {
+        assert!(Instant::now() < until, "followers stalled\n{}", dump(&nodes));
+        if run_nodes(&mut nodes, &mut applied) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    for node_applied in &applied {
+        assert_eq!(node_applied.sessions[&sa], (1..=N).collect::<Vec<_>>());
+        assert_eq!(node_applied.sessions[&sb], (1..=N).collect::<Vec<_>>());
+        assert_eq!(node_applied, &applied[0]);
+    }
+    eprintln!("leader: {}", dump(&nodes[..1]));
+}
+
+#[test]
+fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
+    let scratch = ScratchDir::new("clients-timeout");
+    let members = members(3);
+    let clients = ClientsConfig { session_timeout: Duration::from_millis(300), ..ClientsConfig::default() };
+    let mut nodes = start(&scratch, &members, &clients);
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    let mut applied = vec![Applied::default(); 3];
+    let mut quiet = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
+    let mut busy = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
+    let first = connect(&mut nodes, &mut applied, &mut quiet);
+    connect(&mut nodes, &mut applied, &mut busy);
+    quiet.offer(b"before").unwrap();
+    let mut events = vec![Vec::new()];
+    drive(&mut nodes, &mut applied, &mut [&mut quiet], &mut events, |c, _| c[0].in_flight() == 0, "first");
+
+    // `quiet` stops polling (no keep-alives) while `busy` keeps entries flowing: the table closes the
+    // silent session at the first entry past the timeout, by the leader's clock in the log.
+    let silent_from = Instant::now();
+    let mut offered = 0;
+    while silent_from.elapsed() < Duration::from_millis(900) || offered < 3 {
+        if busy.offer(b"tick").is_ok() {
+            offered += 1;
+        }
+        run_nodes(&mut nodes, &mut applied);
+        busy.poll(|_| {});
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut events = vec![Vec::new()];
+    drive(
+        &mut nodes,
+        &mut applied,
+        &mut [&mut quiet],
+        &mut events,
+        |_, e| e[0].iter().any(|s| s.contains("SessionClosed")),
+        "told of the close",
+    );
+    assert!(events[0].contains(&"SessionClosed { timed_out: true }".to_string()), "{:?}", events[0]);
+    assert_eq!(quiet.offer(b"after"), Err(OfferError::NotConnected));
+    let second = connect(&mut nodes, &mut applied, &mut quiet);
+    assert_ne!(first, second, "a new session");
+    quiet.offer(b"after").unwrap();
+    let mut events = vec![Vec::new()];
+    drive(&mut nodes, &mut applied, &mut [&mut quiet], &mut events, |c, _| c[0].in_flight() == 0, "second");
+    assert_eq!(events[0], vec!["committed 1 response Some(1)".to_string()]);
+}
+
+/// Sends `bytes` from `socket` to `to`.
+fn send(socket: &UdpSocket, to: SocketAddr, bytes: &[u8]) {
+    socket.send_to(bytes, to).unwrap();
+}
+
+#[test]
+fn malformed_and_foreign_client_datagrams_are_counted_and_change_nothing() {
+    let scratch = ScratchDir::new("clients-malformed");
+    let members = members(3);
+    let allow = vec!["127.0.0.1".parse().unwrap()];
+    let mut nodes = start(&scratch, &members, &ClientsConfig { allow, ..ClientsConfig::default() });
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    let mut applied = vec![Applied::default(); 3];
+    let mut client = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
+    let session = connect(&mut nodes, &mut applied, &mut client);
+    let leader = members[0].client;
+
+    // Garbage, another protocol, a truncated record, a record running past the datagram, an unknown
+    // kind, a message of a session that is not open, a message of a real session from another address,
+    // a window-busting correlation id, and a datagram from an address outside `clients.allow`.
+    let rogue = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&rogue, leader, b"garbage");
+    send(&rogue, leader, &[0u8; 64]);
+    let mut writer = DatagramWriter::new(1408);
+    writer.push(RecordHeader::new(wire::MESSAGE, session).correlation(1), b"stolen session");
+    let good = writer.finish().to_vec();
+    send(&rogue, leader, &good);
+    send(&rogue, leader, &good[..good.len() - 12]);
+    let mut long = good.clone();
+    long[16 + 4..16 + 8].copy_from_slice(&1_000_000u32.to_le_bytes());
+    send(&rogue, leader, &long);
+    writer.clear();
+    writer.push(RecordHeader::new(99, session), &[]);
+    send(&rogue, leader, writer.finish());
+    writer.clear();
+    writer.push(RecordHeader::new(wire::MESSAGE, 12345).correlation(1), b"no such session");
+    send(&rogue, leader, writer.finish());
+    let outside = UdpSocket::bind("127.0.0.2:0").unwrap();
+    send(&outside, leader, &good);
+    // Floods of opens: the rogue may open sessions, but never more than max_sessions (1024 here).
+    for nonce in 0..2000u64 {
+        writer.clear();
+        writer.push(RecordHeader::new(wire::OPEN, 0).correlation(nonce), &[]);
+        send(&rogue, leader, writer.finish());
+        if nonce % 64 == 0 {
+            run_nodes(&mut nodes, &mut applied);
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(60);
+    let stats = |n: &Node| n.stats();
+    while stats(&nodes[0]).clients().address_refused() < 1 || stats(&nodes[0]).clients().sessions_refused() == 0 {
+        assert!(Instant::now() < until, "not all counted\n{}", dump(&nodes));
+        if run_nodes(&mut nodes, &mut applied) == 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    // The real client's messages still commit, once each, and nothing else was applied anywhere.
+    for i in 0..100u8 {
+        client.offer(&[i; 32]).unwrap();
+    }
+    let mut events = vec![Vec::new()];
+    drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |c, _| c[0].in_flight() == 0, "real");
+    let until = Instant::now() + Duration::from_secs(60);
+    while applied.iter().any(|a| a.sessions.get(&session).map_or(0, Vec::len) < 100) {
+        assert!(Instant::now() < until, "followers stalled\n{}", dump(&nodes));
+        if run_nodes(&mut nodes, &mut applied) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let leader_stats = stats(&nodes[0]);
+    let clients = leader_stats.clients();
+    eprintln!("leader: {}", dump(&nodes[..1]));
+    assert!(clients.malformed_dropped() >= 5, "garbage, foreign, truncated, past the end, unknown kind");
+    assert!(clients.source_mismatch() >= 1, "a real session's message from another address");
+    assert!(clients.unknown_session() >= 1, "a message of no session");
+    assert_eq!(clients.address_refused(), 1, "the datagram from outside clients.allow");
+    assert!(clients.sessions_refused() >= 1, "opens past max_sessions are refused");
+    assert!(clients.connections() <= 1024, "connections are bounded by max_sessions");
+    let mut digest = Applied::default();
+    for i in 0..100u64 {
+        let payload = [i as u8; 32];
+        digest.record(&quorumcast::session::Entry {
+            payload: &payload,
+            position: 0,
+            client: Some(quorumcast::session::ClientMessage {
+                session_id: session,
+                correlation_id: i + 1,
+                timestamp_ns: 0,
+            }),
+        });
+    }
+    for node_applied in &applied {
+        assert_eq!(node_applied.sessions.len(), 1, "only the real session applied messages");
+        assert_eq!(node_applied.digest, digest.digest, "the applied digest is the real client's alone");
+    }
+}

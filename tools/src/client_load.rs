@@ -1,0 +1,186 @@
+//! A load generator for a cluster's remote clients: drives one [`ClusterClient`] closed loop (a fixed
+//! window of messages in flight) or open loop (a fixed rate, latency from each message's intended send
+//! time, so a stall counts against every message it delays), and records offer-to-commit-acknowledgement
+//! latency in an HDR histogram. `qc-client`, the client bench and the sweep's client option run it.
+//!
+//! Each message leads with its correlation id (8 bytes, little-endian); a service that answers with
+//! those 8 bytes (qc-node does) has its responses checked against the message they answer.
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use quorumcast::cluster_client::{ClusterClient, Event, OfferError};
+
+/// What to offer.
+#[derive(Clone, Debug)]
+pub struct ClientLoad {
+    /// Messages to have committed.
+    pub messages: u64,
+    /// Bytes of each (at least 8).
+    pub msg_size: usize,
+    /// Messages a second (open loop); `None`: closed loop, as fast as the window allows.
+    pub rate: Option<f64>,
+    /// Messages in flight at most.
+    pub window: usize,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// Messages before latency is recorded (the first connections, caches).
+    pub warmup: u64,
+}
+
+/// What a run measured.
+#[derive(Debug)]
+pub struct ClientRun {
+    /// The session the messages went through (the same across a change of leader).
+    pub session_id: u64,
+    /// Messages reported committed.
+    pub committed: u64,
+    /// Of those, found committed by a resend (after a loss or a change of leader).
+    pub duplicates: u64,
+    /// Messages reported not applied (their session closed).
+    pub not_applied: u64,
+    /// Responses that matched the message they answered.
+    pub responses: u64,
+    /// Responses that did not.
+    pub bad_responses: u64,
+    /// Times the client connected to a leader after the first.
+    pub reconnects: u64,
+    /// From the first offer to the last commit acknowledgement.
+    pub elapsed: Duration,
+    /// Offer (or intended offer) to commit acknowledgement, in nanoseconds, after the warm-up.
+    pub latency_ns: Histogram<u64>,
+    /// Correlation ids reported committed more than once (must stay 0).
+    pub reported_twice: u64,
+}
+
+impl ClientRun {
+    /// Committed messages a second over the run.
+    pub fn rate(&self) -> f64 {
+        self.committed as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Fills `message` for correlation id `id`: the id, then bytes derived from it.
+pub fn fill(message: &mut [u8], id: u64) {
+    message[..8].copy_from_slice(&id.to_le_bytes());
+    for (i, byte) in message.iter_mut().enumerate().skip(8) {
+        *byte = (id as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+}
+
+/// Runs `load` through `client`, which must be connected; `idle` is called on a duty cycle without work.
+pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut()) -> Result<ClientRun, String> {
+    let session_id = client.session_id().ok_or("the client is not connected")?;
+    let mut message = vec![0u8; load.msg_size.max(8)];
+    // Intended send times of the messages in flight, by correlation id modulo the ring's size.
+    let ring = load.window.next_power_of_two().max(1);
+    let mut sent_at = vec![0u64; ring];
+    let mut reported = vec![false; ring];
+    let mut run = ClientRun {
+        session_id,
+        committed: 0,
+        duplicates: 0,
+        not_applied: 0,
+        responses: 0,
+        bad_responses: 0,
+        reconnects: 0,
+        elapsed: Duration::ZERO,
+        latency_ns: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
+        reported_twice: 0,
+    };
+    let start = Instant::now();
+    let deadline = start + load.timeout;
+    let ns = |at: Instant| at.duration_since(start).as_nanos() as u64;
+    let interval_ns = load.rate.map(|r| 1e9 / r.max(1e-3));
+    let mut offered = 0u64;
+    while run.committed + run.not_applied < load.messages {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out: {} of {} committed, {} in flight",
+                run.committed,
+                load.messages,
+                client.in_flight()
+            ));
+        }
+        let mut work = 0;
+        while offered < load.messages && client.in_flight() < load.window {
+            let intended = match interval_ns {
+                Some(interval) => {
+                    let at = (offered as f64 * interval) as u64;
+                    if at > ns(Instant::now()) {
+                        break;
+                    }
+                    at
+                }
+                None => ns(Instant::now()),
+            };
+            fill(&mut message, client.next_correlation_id());
+            match client.offer(&message) {
+                Ok(correlation_id) => {
+                    let slot = (correlation_id as usize) & (ring - 1);
+                    sent_at[slot] = intended;
+                    reported[slot] = false;
+                    offered += 1;
+                    work += 1;
+                }
+                Err(OfferError::NotConnected | OfferError::BackPressured) => break,
+                Err(e) => return Err(format!("offer: {e}")),
+            }
+        }
+        let now = ns(Instant::now());
+        work += client.poll(|event| match event {
+            Event::Committed { correlation_id, response, duplicate, .. } => {
+                let slot = (correlation_id as usize) & (ring - 1);
+                if std::mem::replace(&mut reported[slot], true) {
+                    run.reported_twice += 1;
+                    return;
+                }
+                run.committed += 1;
+                run.duplicates += u64::from(duplicate);
+                if !response.is_empty() {
+                    if response.get(..8) == Some(&correlation_id.to_le_bytes()[..]) {
+                        run.responses += 1;
+                    } else {
+                        run.bad_responses += 1;
+                    }
+                }
+                if correlation_id > load.warmup {
+                    let _ = run.latency_ns.record(now.saturating_sub(sent_at[slot]).max(1));
+                }
+            }
+            Event::NotApplied { .. } => run.not_applied += 1,
+            Event::Connected { .. } => run.reconnects += 1,
+            _ => {}
+        });
+        if work == 0 {
+            idle();
+        }
+    }
+    run.elapsed = start.elapsed();
+    Ok(run)
+}
+
+/// The run as one line of `key value` pairs, and its latency percentiles in microseconds.
+pub fn summary(run: &ClientRun) -> String {
+    let h = &run.latency_ns;
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    format!(
+        "session {} committed {} duplicates {} not_applied {} responses {} bad_responses {} reported_twice {} \
+         reconnects {}\nrate {:.0} msg/s over {:.3} s\nlatency_us p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}",
+        run.session_id,
+        run.committed,
+        run.duplicates,
+        run.not_applied,
+        run.responses,
+        run.bad_responses,
+        run.reported_twice,
+        run.reconnects,
+        run.rate(),
+        run.elapsed.as_secs_f64(),
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        h.max() as f64 / 1e3
+    )
+}
