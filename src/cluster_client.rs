@@ -51,6 +51,9 @@ use crate::transport::{RecvBatch, SocketOptions, UdpEndpoint};
 
 use self::wire::{DatagramWriter, RecordHeader, Records, RefusalCode};
 
+/// The largest UDP payload: what a receive must have room for, whatever MTU the other side uses.
+pub(crate) const MAX_DATAGRAM: usize = 65_536;
+
 /// How a client reaches a cluster, and its timeouts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -277,7 +280,8 @@ impl ClusterClient {
             in_flight: VecDeque::with_capacity(config.window),
             free: Vec::new(),
             out: DatagramWriter::new(config.mtu),
-            batch: Some(RecvBatch::new(16, config.mtu.max(2048) + 64)),
+            // Room for the largest UDP datagram: the cluster's MTU may be larger than this client's.
+            batch: Some(RecvBatch::new(16, MAX_DATAGRAM)),
             last_heard_ns: 0,
             last_sent_ns: 0,
             next_ask_ns: 0,

@@ -163,7 +163,8 @@ impl ClientIngress {
     ) -> Self {
         Self {
             socket,
-            batch: RecvBatch::new(16, datagram_capacity.max(wire::DATAGRAM_HEADER_LENGTH) + 64),
+            // Room for the largest UDP datagram: a client's MTU may be larger than the cluster's.
+            batch: RecvBatch::new(16, crate::cluster_client::MAX_DATAGRAM),
             config,
             datagram_capacity,
             connections: HashMap::new(),
