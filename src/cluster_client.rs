@@ -539,8 +539,10 @@ fn on_record(
         wire::REDIRECT => {
             let leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
             if let (Some(leader), State::Opening | State::Reconnecting) = (leader, client.state) {
-                if leader != member || client.target != leader {
-                    client.target = leader;
+                client.target = leader;
+                // Named another member: ask it now. Named itself (its term is starting): ask again on
+                // the retry timer, not at once.
+                if leader != member {
                     client.next_ask_ns = 0;
                 }
             } else if client.state == State::Connected && member == client.target {

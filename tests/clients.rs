@@ -186,8 +186,10 @@ fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
     let mut applied = vec![Applied::default(); 3];
     let mut quiet = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let mut busy = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
+    let mut alive = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let first = connect(&mut nodes, &mut applied, &mut quiet);
     connect(&mut nodes, &mut applied, &mut busy);
+    let kept = connect(&mut nodes, &mut applied, &mut alive);
     quiet.offer(b"before").unwrap();
     let mut events = vec![Vec::new()];
     drive(&mut nodes, &mut applied, &mut [&mut quiet], &mut events, |c, _| c[0].in_flight() == 0, "first");
@@ -202,6 +204,8 @@ fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
         }
         run_nodes(&mut nodes, &mut applied);
         busy.poll(|_| {});
+        // `alive` offers nothing but polls: its keep-alives keep its session open.
+        alive.poll(|event| panic!("the polling client's session must stay open: {event:?}"));
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut events = vec![Vec::new()];
@@ -220,6 +224,11 @@ fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
     quiet.offer(b"after").unwrap();
     let mut events = vec![Vec::new()];
     drive(&mut nodes, &mut applied, &mut [&mut quiet], &mut events, |c, _| c[0].in_flight() == 0, "second");
+    assert_eq!(events[0], vec!["committed 1 response Some(1)".to_string()]);
+    assert_eq!(alive.session_id(), Some(kept));
+    alive.offer(b"still here").unwrap();
+    let mut events = vec![Vec::new()];
+    drive(&mut nodes, &mut applied, &mut [&mut alive], &mut events, |c, _| c[0].in_flight() == 0, "kept alive");
     assert_eq!(events[0], vec!["committed 1 response Some(1)".to_string()]);
 }
 
@@ -262,6 +271,38 @@ fn malformed_and_foreign_client_datagrams_are_counted_and_change_nothing() {
     send(&rogue, leader, writer.finish());
     let outside = UdpSocket::bind("127.0.0.2:0").unwrap();
     send(&outside, leader, &good);
+    // A session of the rogue's own, whose message is numbered far past the window: refused with a NAK
+    // naming the message expected, never appended.
+    writer.clear();
+    writer.push(RecordHeader::new(wire::OPEN, 0).correlation(7), &[]);
+    send(&rogue, leader, writer.finish());
+    rogue.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    let mut buffer = [0u8; 65_536];
+    let until = Instant::now() + Duration::from_secs(60);
+    let rogue_session = loop {
+        assert!(Instant::now() < until, "the rogue's session never opened\n{}", dump(&nodes));
+        run_nodes(&mut nodes, &mut applied);
+        let Ok(length) = rogue.recv(&mut buffer) else { continue };
+        let records = wire::Records::parse(&buffer[..length]).unwrap();
+        if let Some((opened, _)) = records.into_iter().find(|(r, _)| r.kind == wire::OPENED) {
+            break opened.session_id;
+        }
+    };
+    writer.clear();
+    writer.push(RecordHeader::new(wire::MESSAGE, rogue_session).correlation(1_000_000), b"far ahead");
+    send(&rogue, leader, writer.finish());
+    let nak = loop {
+        assert!(Instant::now() < until, "no NAK for the message past the window\n{}", dump(&nodes));
+        run_nodes(&mut nodes, &mut applied);
+        let Ok(length) = rogue.recv(&mut buffer) else { continue };
+        let records = wire::Records::parse(&buffer[..length]).unwrap();
+        if let Some((nak, _)) = records.into_iter().find(|(r, _)| r.kind == wire::NAK) {
+            break nak;
+        }
+    };
+    assert_eq!(nak.value, 1, "the NAK names the message the session takes next");
+    assert_eq!(nodes[0].stats().clients().window_exceeded(), 1);
+
     // Floods of opens: the rogue may open sessions, but never more than max_sessions (1024 here).
     for nonce in 0..2000u64 {
         writer.clear();
@@ -317,6 +358,278 @@ fn malformed_and_foreign_client_datagrams_are_counted_and_change_nothing() {
     }
     for node_applied in &applied {
         assert_eq!(node_applied.sessions.len(), 1, "only the real session applied messages");
+        assert!(!node_applied.sessions.contains_key(&rogue_session));
         assert_eq!(node_applied.digest, digest.digest, "the applied digest is the real client's alone");
     }
+}
+
+/// A UDP relay between one client and the leader's client endpoint that loses, duplicates and delays
+/// datagrams by a fixed pseudo-random sequence (the same on every run).
+struct LossyRelay {
+    /// The client sends here (it stands for member 0's client endpoint).
+    front: UdpSocket,
+    /// The relay sends to the leader from here.
+    back: UdpSocket,
+    leader: SocketAddr,
+    client: Option<SocketAddr>,
+    state: u64,
+    /// A datagram held back, released after the next one (reordering).
+    held: Option<(bool, Vec<u8>)>,
+    dropped: u64,
+    duplicated: u64,
+    reordered: u64,
+}
+
+impl LossyRelay {
+    fn new(leader: SocketAddr) -> Self {
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        front.set_nonblocking(true).unwrap();
+        back.set_nonblocking(true).unwrap();
+        Self {
+            front,
+            back,
+            leader,
+            client: None,
+            state: 0x9E37_79B9_7F4A_7C15,
+            held: None,
+            dropped: 0,
+            duplicated: 0,
+            reordered: 0,
+        }
+    }
+
+    fn roll(&mut self) -> u64 {
+        // xorshift64*: deterministic.
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_F491_4F6C_DD1D) % 100
+    }
+
+    fn forward(&mut self, to_leader: bool, bytes: &[u8]) {
+        let (socket, to) = if to_leader { (&self.back, self.leader) } else { (&self.front, self.client.unwrap()) };
+        let _ = socket.send_to(bytes, to);
+    }
+
+    /// Moves what is waiting each way: 5% lost, 3% sent twice, 3% held back behind the next.
+    fn pump(&mut self) -> usize {
+        let mut buffer = [0u8; 65_536];
+        let mut moved = 0;
+        loop {
+            let (to_leader, length) = match self.front.recv_from(&mut buffer) {
+                Ok((length, from)) => {
+                    self.client = Some(from);
+                    (true, length)
+                }
+                Err(_) => match self.back.recv_from(&mut buffer) {
+                    Ok((length, _)) if self.client.is_some() => (false, length),
+                    Ok(_) => continue,
+                    Err(_) => return moved,
+                },
+            };
+            moved += 1;
+            let bytes = buffer[..length].to_vec();
+            match self.roll() {
+                0..5 => self.dropped += 1,
+                5..8 => {
+                    self.duplicated += 1;
+                    self.forward(to_leader, &bytes);
+                    self.forward(to_leader, &bytes);
+                }
+                8..11 if self.held.is_none() => {
+                    self.reordered += 1;
+                    self.held = Some((to_leader, bytes));
+                }
+                _ => {
+                    self.forward(to_leader, &bytes);
+                    if let Some((way, held)) = self.held.take() {
+                        self.forward(way, &held);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_client_behind_a_lossy_path_still_has_each_message_applied_once() {
+    let scratch = ScratchDir::new("clients-lossy");
+    let members = members(3);
+    let mut nodes = start(&scratch, &members, &ClientsConfig::default());
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    let mut applied = vec![Applied::default(); 3];
+    let mut relay = LossyRelay::new(members[0].client);
+    let mut config = client_config(&members, &[0, 1, 2]);
+    config.members[0].1 = relay.front.local_addr().unwrap();
+    config.resend_timeout = Duration::from_millis(20);
+    // A small window: many datagrams, so the relay's losses hit all kinds of them.
+    config.window = 4;
+    let mut client = ClusterClient::new(config).unwrap();
+    client.start_connect();
+    let until = Instant::now() + Duration::from_secs(60);
+    while client.session_id().is_none() {
+        assert!(Instant::now() < until, "no session through the relay\n{}", dump(&nodes));
+        run_nodes(&mut nodes, &mut applied);
+        relay.pump();
+        client.poll(|_| {});
+    }
+    let session = client.session_id().unwrap();
+
+    const N: u64 = 3_000;
+    let (mut offered, mut events) = (0u64, Vec::new());
+    let until = Instant::now() + Duration::from_secs(120);
+    while events.iter().filter(|e: &&String| e.starts_with("committed")).count() < N as usize {
+        assert!(Instant::now() < until, "stalled at {offered}, {} reported\n{}", events.len(), dump(&nodes));
+        while offered < N && client.offer(&(offered + 1).to_le_bytes()).is_ok() {
+            offered += 1;
+        }
+        let mut work = run_nodes(&mut nodes, &mut applied) + relay.pump();
+        work += client.poll(|event| {
+            if let Event::Committed { correlation_id, .. } = event {
+                events.push(format!("committed {correlation_id}"));
+            } else {
+                events.push(format!("{event:?}"));
+            }
+        });
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let expected: Vec<String> = (1..=N).map(|id| format!("committed {id}")).collect();
+    assert_eq!(events, expected, "every message reported committed once, in order");
+    let until = Instant::now() + Duration::from_secs(60);
+    while applied.iter().any(|a| a.sessions.get(&session).map_or(0, Vec::len) < N as usize) {
+        assert!(Instant::now() < until, "followers stalled\n{}", dump(&nodes));
+        if run_nodes(&mut nodes, &mut applied) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    for node_applied in &applied {
+        assert_eq!(node_applied.sessions[&session], (1..=N).collect::<Vec<_>>(), "applied once each, in order");
+    }
+    let stats = nodes[0].stats();
+    eprintln!(
+        "relay dropped {}, duplicated {}, reordered {}; leader: gaps {}, duplicates {}",
+        relay.dropped,
+        relay.duplicated,
+        relay.reordered,
+        stats.clients().gaps(),
+        stats.clients().duplicates()
+    );
+    assert!(relay.dropped > 0 && relay.duplicated > 0 && relay.reordered > 0);
+    assert!(stats.clients().gaps() + stats.clients().duplicates() > 0, "losses were repaired by resends");
+}
+
+/// A state machine that keeps every client message it applied, and snapshots them.
+#[derive(Default)]
+struct Messages(Vec<(u64, u64)>);
+
+impl quorumcast::snapshot::StateMachine for Messages {
+    fn apply(&mut self, _: i64, _: &[u8]) {}
+
+    fn apply_entry(&mut self, entry: &quorumcast::session::Entry<'_>, response: &mut Vec<u8>) {
+        if let Some(client) = entry.client {
+            self.0.push((client.session_id, client.correlation_id));
+            response.extend_from_slice(&client.correlation_id.to_le_bytes());
+        }
+    }
+
+    fn take_snapshot(&mut self, writer: &mut dyn std::io::Write) -> std::io::Result<()> {
+        writer.write_all(&(self.0.len() as u64).to_le_bytes())?;
+        for (session, id) in &self.0 {
+            writer.write_all(&session.to_le_bytes())?;
+            writer.write_all(&id.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn load_snapshot(&mut self, reader: &mut dyn std::io::Read) -> std::io::Result<()> {
+        let mut word = || -> std::io::Result<u64> {
+            let mut bytes = [0u8; 8];
+            reader.read_exact(&mut bytes)?;
+            Ok(u64::from_le_bytes(bytes))
+        };
+        let count = word()?;
+        self.0 = (0..count).map(|_| Ok((word()?, word()?))).collect::<std::io::Result<_>>()?;
+        Ok(())
+    }
+}
+
+/// Runs nodes (applying to `machines`) and the client until `done`.
+fn drive_state(
+    nodes: &mut [Node],
+    machines: &mut [Messages],
+    client: &mut ClusterClient,
+    events: &mut Vec<String>,
+    what: &str,
+    mut done: impl FnMut(&[Node], &[Messages], &ClusterClient) -> bool,
+) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !done(nodes, machines, client) {
+        assert!(Instant::now() < until, "{what}: stalled, client {client:?}, events {events:?}\n{}", dump(nodes));
+        let mut work = 0;
+        for (node, machine) in nodes.iter_mut().zip(machines.iter_mut()) {
+            work += node.invoke().unwrap();
+            work += node.poll_state(machine, 1024).unwrap();
+        }
+        work += client.poll(|event| events.push(describe(&event)));
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn the_session_table_survives_a_restart_through_the_snapshot_and_the_recorded_log() {
+    let scratch = ScratchDir::new("clients-restart");
+    let members = members(3);
+    let builder = |id: i32| test_builder(&scratch, id, &members, test_channel()).clients(ClientsConfig::default());
+    let mut nodes: Vec<Node> = (0..3).map(|id| builder(id).start().unwrap()).collect();
+    let mut machines: Vec<Messages> = (0..3).map(|_| Messages::default()).collect();
+    let mut client = ClusterClient::new(client_config(&members, &[1, 0, 2])).unwrap();
+    let mut events = Vec::new();
+    client.start_connect();
+    drive_state(&mut nodes, &mut machines, &mut client, &mut events, "connect", |_, _, c| c.session_id().is_some());
+    let session = client.session_id().unwrap();
+    let offer = |client: &mut ClusterClient, from: u64, to: u64| {
+        for id in from..=to {
+            assert_eq!(client.offer(&id.to_le_bytes()), Ok(id));
+        }
+    };
+    let applied_all = |n: usize| {
+        move |_: &[Node], m: &[Messages], c: &ClusterClient| c.in_flight() == 0 && m.iter().all(|m| m.0.len() >= n)
+    };
+    offer(&mut client, 1, 50);
+    drive_state(&mut nodes, &mut machines, &mut client, &mut events, "first 50", applied_all(50));
+    for (node, machine) in nodes.iter_mut().zip(machines.iter_mut()) {
+        node.take_snapshot(machine).unwrap();
+    }
+    offer(&mut client, 51, 100);
+    drive_state(&mut nodes, &mut machines, &mut client, &mut events, "next 50", applied_all(100));
+    for node in nodes {
+        node.close().unwrap();
+    }
+
+    // Every member again, from its snapshot (50 messages and the session table) and its recorded log
+    // (the next 50, and the table's entries after the snapshot): the client's session goes on with its
+    // next message, 101, which only a table that knows the session and its last message takes.
+    let mut nodes: Vec<Node> = (0..3).map(|id| builder(id).start().unwrap()).collect();
+    let mut machines: Vec<Messages> = (0..3).map(|_| Messages::default()).collect();
+    for (node, machine) in nodes.iter_mut().zip(machines.iter_mut()) {
+        assert!(node.restore(machine).unwrap().is_some(), "node {} restores its snapshot", node.id());
+        assert_eq!(machine.0.len(), 50);
+    }
+    events.clear();
+    // The client still has its session; a new leader does not know it: it reconnects.
+    client.offer(&101u64.to_le_bytes()).unwrap();
+    drive_state(&mut nodes, &mut machines, &mut client, &mut events, "reconnected", applied_all(101));
+    offer(&mut client, 102, 150);
+    drive_state(&mut nodes, &mut machines, &mut client, &mut events, "last 49", applied_all(150));
+    let expected: Vec<(u64, u64)> = (1..=150).map(|id| (session, id)).collect();
+    for machine in &machines {
+        assert_eq!(machine.0, expected, "every member applied each message once, across the restart");
+    }
+    assert!(events.iter().any(|e| e.starts_with("Connected")), "the client reconnected: {events:?}");
+    assert!(events.iter().all(|e| !e.contains("SessionClosed") && !e.contains("NotApplied")), "{events:?}");
 }
