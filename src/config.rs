@@ -314,6 +314,8 @@ impl NodeFile {
         }
         let (s, o) = (&mut self.storage, over.storage);
         merge_fields!(s, o; log, sync, recording_dir, segment_length, snapshot_interval, snapshots_kept);
+        let (c, o) = (&mut self.clients, over.clients);
+        merge_fields!(c, o; enabled, max_sessions, session_timeout, window, allow);
         self
     }
 
@@ -623,6 +625,45 @@ mod file_tests {
         assert!(e.contains("leader id 7"), "{e}");
         let e = NodeConfig::from_toml(&NODE.replace("mtu = 8192", "mtu = 1400")).unwrap_err().to_string();
         assert!(e.contains("multiple of 32"), "{e}");
+    }
+
+    #[test]
+    fn the_clients_table_sets_the_client_endpoint_and_its_limits() {
+        let text = NODE.replace("{ id = 2, endpoint = \"127.0.0.1:40503\" }", "{ id = 2, endpoint = \"127.0.0.1:40503\", client = \"127.0.0.1:49000\" }")
+            + "[clients]\nenabled = true\nmax_sessions = 16\nsession_timeout = \"2s\"\nwindow = 64\nallow = [\"10.0.0.0/8\", \"::1\"]\n";
+        let config = NodeConfig::from_toml(&text).unwrap();
+        let clients = &config.clients;
+        assert!(clients.enabled);
+        assert_eq!((clients.max_sessions, clients.window), (16, 64));
+        assert_eq!(clients.session_timeout, Duration::from_secs(2));
+        assert!(clients.allows("10.1.2.3".parse().unwrap()));
+        assert!(clients.allows("::1".parse().unwrap()));
+        assert!(!clients.allows("11.0.0.1".parse().unwrap()));
+        assert!(!clients.allows("127.0.0.1".parse().unwrap()));
+        assert_eq!(config.members[2].client, "127.0.0.1:49000".parse().unwrap());
+        assert_eq!(config.members[0].client, "127.0.0.1:40701".parse().unwrap(), "default: the log port + 200");
+        // A profile may set the table too, and wins where it does.
+        let profile = NodeFile::parse("[clients]\nmax_sessions = 8\n").unwrap();
+        let merged = NodeFile::parse(&text).unwrap().merge(profile).into_config().unwrap();
+        assert_eq!((merged.clients.enabled, merged.clients.max_sessions), (true, 8));
+        let e = NodeConfig::from_toml(&(NODE.to_string() + "[clients]\nenabled = true\nmax_sessions = 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("clients.max_sessions"), "{e}");
+        let e = NodeFile::parse("[clients]\nallow = [\"10.0.0.0/40\"]\n").unwrap_err().to_string();
+        assert!(e.contains("prefix"), "{e}");
+        let e = NodeConfig::from_toml(&(NODE.to_string() + "[clients]\nenabled = true\n"))
+            .map(|_| ())
+            .and_then(|_| {
+                let clash = NODE.replace(
+                    "{ id = 2, endpoint = \"127.0.0.1:40503\" }",
+                    "{ id = 2, endpoint = \"127.0.0.1:40503\", client = \"127.0.0.1:40502\" }",
+                ) + "[clients]\nenabled = true\n";
+                NodeConfig::from_toml(&clash).map(|_| ())
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("127.0.0.1:40502") && e.contains("client"), "{e}");
     }
 
     #[test]
