@@ -486,6 +486,21 @@ fn describe(config: &NodeConfig, file: &NodeFile) {
         c.socket.send_buffer.map_or_else(|| "default".into(), |b| b.to_string()),
         c.socket.receive_buffer.map_or_else(|| "default".into(), |b| b.to_string()),
     );
+    if config.clients.enabled {
+        let me = config.members.iter().find(|m| m.id == config.id).map_or_else(|| "-".into(), |m| m.client.to_string());
+        let c = &config.clients;
+        eprintln!(
+            "qc-node: clients at {me}: max_sessions {}, session_timeout {:?}, window {}, allow {}",
+            c.max_sessions,
+            c.session_timeout,
+            c.window,
+            if c.allow.is_empty() {
+                "any".into()
+            } else {
+                c.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
+            }
+        );
+    }
     for line in layout_lines(config, file) {
         eprintln!("qc-node: {line}");
     }
