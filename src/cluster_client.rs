@@ -47,12 +47,10 @@ use std::time::Duration;
 use socket2::SockAddr;
 
 use crate::clock::NanoClock;
+use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::transport::{RecvBatch, SocketOptions, UdpEndpoint};
 
 use self::wire::{DatagramWriter, RecordHeader, Records, RefusalCode};
-
-/// The largest UDP payload: what a receive must have room for, whatever MTU the other side uses.
-pub(crate) const MAX_DATAGRAM: usize = 65_536;
 
 /// How a client reaches a cluster, and its timeouts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,8 +251,20 @@ impl fmt::Debug for ClusterClient {
 impl ClusterClient {
     /// A client of the cluster `config` names, its socket bound; not yet connected.
     pub fn new(config: ClientConfig) -> io::Result<Self> {
+        let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
         if config.members.is_empty() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a cluster client needs the members' endpoints"));
+            return Err(invalid("a cluster client needs the members' endpoints".into()));
+        }
+        let smallest = wire::DATAGRAM_HEADER_LENGTH + wire::RECORD_HEADER_LENGTH + 8;
+        if !(smallest..=MAX_UDP_PAYLOAD_LENGTH).contains(&config.mtu) {
+            return Err(invalid(format!(
+                "ClientConfig::mtu {}: a client datagram is {smallest} to {MAX_UDP_PAYLOAD_LENGTH} bytes (use the \
+                 cluster's MTU, 1408 or 8192)",
+                config.mtu
+            )));
+        }
+        if config.window == 0 {
+            return Err(invalid("ClientConfig::window must be at least 1 message".into()));
         }
         let bind = config.bind.unwrap_or_else(|| {
             let ip: std::net::IpAddr = if config.members[0].1.is_ipv6() {
@@ -281,7 +291,7 @@ impl ClusterClient {
             free: Vec::new(),
             out: DatagramWriter::new(config.mtu),
             // Room for the largest UDP datagram: the cluster's MTU may be larger than this client's.
-            batch: Some(RecvBatch::new(16, MAX_DATAGRAM)),
+            batch: Some(RecvBatch::new(16, MAX_UDP_PAYLOAD_LENGTH)),
             last_heard_ns: 0,
             last_sent_ns: 0,
             next_ask_ns: 0,

@@ -164,7 +164,7 @@ impl ClientIngress {
         Self {
             socket,
             // Room for the largest UDP datagram: a client's MTU may be larger than the cluster's.
-            batch: RecvBatch::new(16, crate::cluster_client::MAX_DATAGRAM),
+            batch: RecvBatch::new(16, crate::frame::MAX_UDP_PAYLOAD_LENGTH),
             config,
             datagram_capacity,
             connections: HashMap::new(),
