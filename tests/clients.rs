@@ -102,6 +102,17 @@ fn describe(event: &Event<'_>) -> String {
     }
 }
 
+/// Runs the nodes until every one's applied messages satisfy `done`.
+fn await_applied(nodes: &mut [Node], applied: &mut [Applied], done: impl Fn(&Applied) -> bool) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !applied.iter().all(&done) {
+        assert!(Instant::now() < until, "followers stalled\n{}", dump(nodes));
+        if run_nodes(nodes, applied) == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
 fn connect(nodes: &mut [Node], applied: &mut [Applied], client: &mut ClusterClient) -> u64 {
     client.start_connect();
     let mut events = vec![Vec::new()];
@@ -161,13 +172,7 @@ fn two_clients_messages_commit_once_each_with_their_responses() {
         assert_eq!(events, &expected);
     }
     // Every node applied each message exactly once, in order.
-    let until = Instant::now() + Duration::from_secs(60);
-    while applied.iter().any(|a| a.sessions.values().map(Vec::len).sum::<usize>() < 2 * N as usize) {
-        assert!(Instant::now() < until, "followers stalled\n{}", dump(&nodes));
-        if run_nodes(&mut nodes, &mut applied) == 0 {
-            std::thread::yield_now();
-        }
-    }
+    await_applied(&mut nodes, &mut applied, |a| a.sessions.values().map(Vec::len).sum::<usize>() >= 2 * N as usize);
     for node_applied in &applied {
         assert_eq!(node_applied.sessions[&sa], (1..=N).collect::<Vec<_>>());
         assert_eq!(node_applied.sessions[&sb], (1..=N).collect::<Vec<_>>());
@@ -327,13 +332,7 @@ fn malformed_and_foreign_client_datagrams_are_counted_and_change_nothing() {
     }
     let mut events = vec![Vec::new()];
     drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |c, _| c[0].in_flight() == 0, "real");
-    let until = Instant::now() + Duration::from_secs(60);
-    while applied.iter().any(|a| a.sessions.get(&session).map_or(0, Vec::len) < 100) {
-        assert!(Instant::now() < until, "followers stalled\n{}", dump(&nodes));
-        if run_nodes(&mut nodes, &mut applied) == 0 {
-            std::thread::yield_now();
-        }
-    }
+    await_applied(&mut nodes, &mut applied, |a| a.sessions.get(&session).map_or(0, Vec::len) >= 100);
     let leader_stats = stats(&nodes[0]);
     let clients = leader_stats.clients();
     eprintln!("leader: {}", dump(&nodes[..1]));
@@ -498,13 +497,7 @@ fn a_client_behind_a_lossy_path_still_has_each_message_applied_once() {
     }
     let expected: Vec<String> = (1..=N).map(|id| format!("committed {id}")).collect();
     assert_eq!(events, expected, "every message reported committed once, in order");
-    let until = Instant::now() + Duration::from_secs(60);
-    while applied.iter().any(|a| a.sessions.get(&session).map_or(0, Vec::len) < N as usize) {
-        assert!(Instant::now() < until, "followers stalled\n{}", dump(&nodes));
-        if run_nodes(&mut nodes, &mut applied) == 0 {
-            std::thread::yield_now();
-        }
-    }
+    await_applied(&mut nodes, &mut applied, |a| a.sessions.get(&session).map_or(0, Vec::len) >= N as usize);
     for node_applied in &applied {
         assert_eq!(node_applied.sessions[&session], (1..=N).collect::<Vec<_>>(), "applied once each, in order");
     }
