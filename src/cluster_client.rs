@@ -637,6 +637,10 @@ fn on_refused(
         }
         RefusalCode::Gap | RefusalCode::WindowExceeded if ours && client.state == State::Connected => {
             let from = if code == RefusalCode::Gap { record.value as u64 } else { record.correlation_id };
+            if code == RefusalCode::Gap {
+                // The table applied everything before the one it expects: their own answers were lost.
+                acknowledge_up_to(client, from.saturating_sub(1), handler);
+            }
             if from != client.resent_from {
                 client.resent_from = from;
                 client.resend_from(from, now);
