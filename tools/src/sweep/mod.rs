@@ -355,6 +355,7 @@ fn probe_c(
             sender_idle: IdleStrategyConfig::default(),
             msg,
             layout,
+            clients: false,
         };
         let loads = on_harness_thread(|| {
             let mut cluster = LoadCluster::start(&spec)?;
@@ -453,6 +454,7 @@ fn run_config(
         sender_idle: profile.sender_idle,
         msg: config.msg,
         layout: options.layout,
+        clients: false,
     };
     let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
     let mut result = summarize(config, c_probe, &mu, progress);
