@@ -32,6 +32,7 @@ pub mod bottleneck;
 pub mod cluster;
 pub mod measure;
 pub mod profile;
+pub mod remote;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
