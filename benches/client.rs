@@ -281,14 +281,15 @@ fn run_mtu(
             let l = &c.report.latency_us;
             println!(
                 "MTU {mtu}: client rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us (from \
-                 offer p50 {:.1} p99 {:.1} us)",
+                 offer p50 {:.1} p99 {:.1} us); leader: {}",
                 si(c.lambda),
                 si(c.report.rate),
                 l.p50,
                 l.p99,
                 l.p999,
                 c.report.service_latency_us.p50,
-                c.report.service_latency_us.p99
+                c.report.service_latency_us.p99,
+                c.report.leader.describe()
             );
             points.push(Point {
                 rho,
@@ -317,12 +318,13 @@ fn run_mtu(
         let report = client.load(cluster, &saturation)?;
         println!(
             "MTU {mtu}: client closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
-             p99 {:.1} us",
+             p99 {:.1} us; leader: {}",
             si(report.rate),
             report.committed,
             report.elapsed_s,
             report.latency_us.p50,
-            report.latency_us.p99
+            report.latency_us.p99,
+            report.leader.describe()
         );
         Ok((points, floor, report))
     })?;
@@ -378,6 +380,7 @@ fn mtu_json(r: &MtuResult) -> Value {
             "latency_us": r.client.latency_us,
             "duplicates": r.client.duplicates,
             "reconnects": r.client.reconnects,
+            "leader_client_endpoint": r.client.leader,
         },
         "ratio": r.ratio(),
         "target_ratio": TARGET_RATIO,
@@ -397,6 +400,7 @@ fn mtu_json(r: &MtuResult) -> Value {
                 "warmup": p.client.warmup,
                 "latency_us": p.client.report.latency_us,
                 "service_latency_us": p.client.report.service_latency_us,
+                "leader_client_endpoint": p.client.report.leader,
             },
             "floor_p50_us": r.floor.rtt_us.p50,
             "client_p50_within_in_process_plus_floor": p.met(&r.floor),

@@ -6,7 +6,8 @@
 //! While a client runs, the harness thread keeps invoking and applying the nodes
 //! ([`LoadCluster::poll`]): the leader acknowledges a client's message only when its application polls
 //! it, so a harness that waited on the child would stall the client. The child's figures come back
-//! through its `--json` file (see `qc-client`'s documentation), its `.hgrm` files where asked.
+//! through its `--json` file (see `qc-client`'s documentation), its `.hgrm` files where asked. The child
+//! may run on any CPU this process may (it would otherwise inherit the pinned harness thread's core).
 //!
 //! The floor ([`ClientProcess::udp_rtt`]) runs with the cluster's agent threads parked
 //! ([`LoadCluster::paused`]): an echo socket on the harness thread answers `qc-client --udp-rtt`, both
@@ -15,12 +16,13 @@
 
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::stats::Stats;
@@ -96,6 +98,57 @@ pub struct ClientReport {
     pub latency_us: Percentiles,
     /// Actual offer to commit acknowledgement, after the warm-up.
     pub service_latency_us: Percentiles,
+    /// What the leader's client endpoint counted during the run (not in the client's JSON).
+    #[serde(skip)]
+    pub leader: EndpointCounts,
+}
+
+/// The leader's client-endpoint counters over one client run: how well datagrams were filled each way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EndpointCounts {
+    /// Client datagrams received.
+    pub datagrams_in: i64,
+    /// Client records received (messages, keep-alives, opens).
+    pub records_in: i64,
+    /// Egress datagrams sent to the client.
+    pub datagrams_out: i64,
+    /// Egress records sent (acknowledgements and other answers).
+    pub records_out: i64,
+    /// Records not appended because the log had no room.
+    pub back_pressured: i64,
+    /// Gaps found in the session's messages (each a NAK, and resends).
+    pub gaps: i64,
+}
+
+impl EndpointCounts {
+    fn between(before: &Stats, after: &Stats) -> Self {
+        let delta = after.since(before);
+        let c = delta.clients();
+        Self {
+            datagrams_in: c.datagrams_received(),
+            records_in: c.records_received(),
+            datagrams_out: c.egress_datagrams(),
+            records_out: c.egress_records(),
+            back_pressured: c.back_pressured(),
+            gaps: c.gaps(),
+        }
+    }
+
+    /// `N datagrams in (x records each), M out (y records each)`, plus back pressure and gaps if any.
+    pub fn describe(&self) -> String {
+        let per = |records: i64, datagrams: i64| records as f64 / datagrams.max(1) as f64;
+        let mut text = format!(
+            "{} datagrams in ({:.1} records each), {} out ({:.1} records each)",
+            self.datagrams_in,
+            per(self.records_in, self.datagrams_in),
+            self.datagrams_out,
+            per(self.records_out, self.datagrams_out)
+        );
+        if self.back_pressured > 0 || self.gaps > 0 {
+            text += &format!(", {} records back-pressured, {} gaps", self.back_pressured, self.gaps);
+        }
+        text
+    }
 }
 
 /// What `qc-client --udp-rtt` reported.
@@ -136,6 +189,19 @@ impl ClientProcess {
 
     fn command(&self) -> Command {
         let mut command = Command::new(&self.binary);
+        // A child inherits the CPU affinity of the thread that forks it, and the harness thread is pinned:
+        // left alone, the client would share the harness's core, which spins (the echo) or runs the nodes.
+        if let Some(cpus) = process_cpus() {
+            // SAFETY: the closure runs in the child between fork and exec; it makes one system call, which is
+            // async-signal-safe, on a set copied into the closure, and neither allocates nor takes a lock.
+            unsafe {
+                command.pre_exec(move || {
+                    // Best effort: a child left on the harness's core still runs, only slower.
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpus);
+                    Ok(())
+                });
+            }
+        }
         if let Some(idle) = &self.idle {
             command.arg("--idle").arg(idle.to_string());
         }
@@ -174,6 +240,7 @@ impl ClientProcess {
         if let Some(dir) = load.json.parent() {
             std::fs::create_dir_all(dir)?;
         }
+        let before = cluster.stats()[0].clone();
         run_child(command, load.timeout + SETTLE_TIMEOUT, |check| {
             if check {
                 cluster.failure()?;
@@ -184,7 +251,9 @@ impl ClientProcess {
         })?;
         // The followers apply the client's last messages after the leader acknowledged them.
         cluster.drain(SETTLE_TIMEOUT)?;
-        read_json(&load.json)
+        let mut report: ClientReport = read_json(&load.json)?;
+        report.leader = EndpointCounts::between(&before, &cluster.stats()[0]);
+        Ok(report)
     }
 
     /// The UDP round trip between this process and a client process: with `cluster`'s agent threads
@@ -221,6 +290,17 @@ impl ClientProcess {
         })?;
         read_json(json)
     }
+}
+
+/// The CPUs this process may run on: its main thread's affinity (the benches and the sweep never pin
+/// it; their harness threads are pinned). `None` when the kernel does not say.
+fn process_cpus() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is a plain bit array, valid when zeroed.
+    let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most `size_of::<cpu_set_t>()` bytes into `cpus`, which has that size; the
+    // process id is this process's, whose main thread is alive while any of its threads runs.
+    let read = unsafe { libc::sched_getaffinity(libc::getpid(), std::mem::size_of::<libc::cpu_set_t>(), &mut cpus) };
+    (read == 0).then_some(cpus)
 }
 
 /// Echoes every datagram waiting on `socket` back to its sender.
