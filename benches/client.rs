@@ -1,8 +1,8 @@
 //! Remote-client benchmark: a 3-node quorumcast cluster over UDP loopback in this process, driven by a
 //! client in another process (`qc-client`, spawned), beside the same cluster driven in-process.
 //!
-//! `cargo bench --bench client` (about 1 minute on 2 cores), `cargo bench --bench client -- --quick` (a
-//! smoke run, about 20 s), `-- --mtu 1408` / `-- --rho 0.1,0.3,0.5` to change the grid, `-- --client-idle
+//! `cargo bench --bench client` (about 40 s on 2 cores, once built), `cargo bench --bench client -- --quick` (a
+//! smoke run, about 10 s), `-- --mtu 1408` / `-- --rho 0.1,0.3,0.5` to change the grid, `-- --client-idle
 //! sleep-ns:1000` to change how the client waits (`-- --help` lists the options).
 //!
 //! `qc-client` is a binary target of the same package, so cargo builds it (with the bench profile) before
@@ -71,7 +71,7 @@ const TARGET_RATIO: f64 = 0.80;
 
 /// A 3-node cluster in this process driven by a `qc-client` process, beside the same cluster driven
 /// in-process: committed msg/s at saturation, latency at rho x the in-process capacity, and the UDP
-/// round-trip floor between two processes (about 1 minute; `--quick` for a smoke run of about 20 s).
+/// round-trip floor between two processes (about 40 s; `--quick` for a smoke run of about 10 s).
 #[derive(Debug, Parser)]
 #[command(name = "client", bin_name = "cargo bench --bench client --", args_override_self = true)]
 struct Cli {

@@ -191,8 +191,8 @@ pub fn summary(run: &ClientRun) -> String {
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
     let service = |q: f64| run.service_ns.value_at_quantile(q) as f64 / 1e3;
     format!(
-        "session {} offered {} committed {} duplicates {} not_applied {} responses {} bad_responses {} reported_twice {} \
-         reconnects {}\nrate {:.0} msg/s over {:.3} s\nlatency_us p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}\n\
+        "session {} offered {} committed {} duplicates {} not_applied {} responses {} bad_responses {} \
+         reported_twice {} reconnects {}\nrate {:.0} msg/s over {:.3} s\nlatency_us p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}\n\
          service_us p50 {:.1} p99 {:.1}",
         run.session_id,
         run.offered,

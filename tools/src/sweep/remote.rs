@@ -469,7 +469,8 @@ mod tests {
     fn a_client_report_reads_qc_client_s_json() {
         let p = r#"{"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0, "mean": 1.5, "stddev": 0.5}"#;
         let text = format!(
-            r#"{{"session_id": 7, "messages": 10, "offered": 10, "committed": 10, "duplicates": 0, "not_applied": 0, "responses": 0,
+            r#"{{"session_id": 7, "messages": 10, "offered": 10, "committed": 10, "duplicates": 0,
+                "not_applied": 0, "responses": 0,
                 "bad_responses": 0, "reported_twice": 0, "reconnects": 0, "rate": 1000.0, "elapsed_s": 0.01,
                 "msg_size": 128, "duration_s": null, "rate_offered": null, "window": 64, "warmup": 0,
                 "latency_us": {p}, "service_latency_us": {p}}}"#
