@@ -1,16 +1,21 @@
 //! `cargo bench --bench sweep -- [--quick|--full|--tiny] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff]
 //! [--msg 32,128,224,512,1344] [--send-mode classic,mmsg,gso] [--control separate,piggyback]
-//! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]` (`-- --help` lists them).
+//! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR] [--client-process]` (`-- --help` lists them).
 //!
 //! The model against a running 3-node loopback cluster (see `quorumcast_tools::sweep`). With no arguments it runs
 //! the quick profile (about 2 minutes on a 2-core machine); `--full` runs docs/MODEL.md's whole table (about
 //! 35 minutes). The report goes to `<out>/<timestamp>/` (default `target/sweep`), and `<out>/latest`
 //! points at it.
+//!
+//! `--client-process` offers each latency point's load from a `qc-client` process (built by cargo with this
+//! bench) instead of the in-process load generator: mu is measured in-process as always, and the points'
+//! latency is the client's round trip to the commit acknowledgement (the report says so).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use quorumcast_tools::sweep::remote::ClientProcess;
 use quorumcast_tools::sweep::{parse_args, run};
 
 /// The model `(S - C) / D x M_pkt` against a running 3-node loopback cluster: this host's S and C, then
@@ -53,6 +58,10 @@ struct Cli {
     /// Where the report directories and the `latest` link go [default: target/sweep].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Offer each latency point's load from a `qc-client` process (open loop at rho x mu, mu still measured
+    /// in-process); the points' latency is then the client's round trip to the commit acknowledgement.
+    #[arg(long)]
+    client_process: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -89,6 +98,16 @@ fn main() -> ExitCode {
         Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ is in the workspace").join("target")
     });
     let options = match parse_args(&cli.to_args(), &target.join("sweep")) {
+        Ok(options) if cli.client_process => {
+            let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
+                Ok(client) => client,
+                Err(e) => {
+                    eprintln!("--client-process: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            quorumcast_tools::sweep::SweepOptions { client: Some(client), ..options }
+        }
         Ok(options) => options,
         Err(e) => {
             eprintln!("{e}");

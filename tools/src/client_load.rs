@@ -14,7 +14,7 @@ use quorumcast::cluster_client::{ClusterClient, Event, OfferError};
 /// What to offer.
 #[derive(Clone, Debug)]
 pub struct ClientLoad {
-    /// Messages to have committed.
+    /// Messages to have committed (at most, with a `duration`).
     pub messages: u64,
     /// Bytes of each (at least 8).
     pub msg_size: usize,
@@ -22,6 +22,9 @@ pub struct ClientLoad {
     pub rate: Option<f64>,
     /// Messages in flight at most.
     pub window: usize,
+    /// Stop offering after this long, and end when everything offered is acknowledged (a closed loop
+    /// that lasts a given time, whatever rate it finds).
+    pub duration: Option<Duration>,
     /// Give up after this long.
     pub timeout: Duration,
     /// Messages before latency is recorded (the first connections, caches).
@@ -33,6 +36,8 @@ pub struct ClientLoad {
 pub struct ClientRun {
     /// The session the messages went through (the same across a change of leader).
     pub session_id: u64,
+    /// Messages offered (all of them, unless a `duration` ended the offers first).
+    pub offered: u64,
     /// Messages reported committed.
     pub committed: u64,
     /// Of those, found committed by a resend (after a loss or a change of leader).
@@ -49,6 +54,10 @@ pub struct ClientRun {
     pub elapsed: Duration,
     /// Offer (or intended offer) to commit acknowledgement, in nanoseconds, after the warm-up.
     pub latency_ns: Histogram<u64>,
+    /// Actual offer to commit acknowledgement, in nanoseconds, after the warm-up: the same as
+    /// `latency_ns` closed loop; open loop, without the time a message waited behind its intended send
+    /// time (a full window, a slow duty cycle).
+    pub service_ns: Histogram<u64>,
     /// Correlation ids reported committed more than once (must stay 0).
     pub reported_twice: u64,
 }
@@ -75,9 +84,11 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
     // Intended send times of the messages in flight, by correlation id modulo the ring's size.
     let ring = load.window.next_power_of_two().max(1);
     let mut sent_at = vec![0u64; ring];
+    let mut offered_at = vec![0u64; ring];
     let mut reported = vec![false; ring];
     let mut run = ClientRun {
         session_id,
+        offered: 0,
         committed: 0,
         duplicates: 0,
         not_applied: 0,
@@ -86,24 +97,30 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
         reconnects: 0,
         elapsed: Duration::ZERO,
         latency_ns: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
+        service_ns: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
         reported_twice: 0,
     };
     let start = Instant::now();
     let deadline = start + load.timeout;
     let ns = |at: Instant| at.duration_since(start).as_nanos() as u64;
     let interval_ns = load.rate.map(|r| 1e9 / r.max(1e-3));
+    let stop_offering = load.duration.map(|d| start + d);
     let mut offered = 0u64;
-    while run.committed + run.not_applied < load.messages {
-        if Instant::now() >= deadline {
+    let mut target = load.messages;
+    while run.committed + run.not_applied < target {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(format!(
-                "timed out: {} of {} committed, {} in flight",
+                "timed out: {} of {target} committed, {} in flight",
                 run.committed,
-                load.messages,
                 client.in_flight()
             ));
         }
+        if stop_offering.is_some_and(|at| now >= at) {
+            target = target.min(offered);
+        }
         let mut work = 0;
-        while offered < load.messages && client.in_flight() < load.window {
+        while offered < target && client.in_flight() < load.window {
             let intended = match interval_ns {
                 Some(interval) => {
                     let at = (offered as f64 * interval) as u64;
@@ -115,10 +132,12 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
                 None => ns(Instant::now()),
             };
             fill(&mut message, client.next_correlation_id());
+            let actual = ns(Instant::now());
             match client.offer(&message) {
                 Ok(correlation_id) => {
                     let slot = (correlation_id as usize) & (ring - 1);
                     sent_at[slot] = intended;
+                    offered_at[slot] = actual;
                     reported[slot] = false;
                     offered += 1;
                     work += 1;
@@ -127,9 +146,12 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
                 Err(e) => return Err(format!("offer: {e}")),
             }
         }
-        let now = ns(Instant::now());
+        // Acknowledgements are timed when the poll hands out the first of them (after the datagram was
+        // read), once per poll: each would cost a clock read, and one datagram holds many.
+        let mut polled_at = None;
         work += client.poll(|event| match event {
             Event::Committed { correlation_id, response, duplicate, .. } => {
+                let now = *polled_at.get_or_insert_with(|| ns(Instant::now()));
                 let slot = (correlation_id as usize) & (ring - 1);
                 if std::mem::replace(&mut reported[slot], true) {
                     run.reported_twice += 1;
@@ -146,6 +168,7 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
                 }
                 if correlation_id > load.warmup {
                     let _ = run.latency_ns.record(now.saturating_sub(sent_at[slot]).max(1));
+                    let _ = run.service_ns.record(now.saturating_sub(offered_at[slot]).max(1));
                 }
             }
             Event::NotApplied { .. } => run.not_applied += 1,
@@ -157,17 +180,22 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
         }
     }
     run.elapsed = start.elapsed();
+    run.offered = offered;
     Ok(run)
 }
 
-/// The run as one line of `key value` pairs, and its latency percentiles in microseconds.
+/// The run as lines of `key value` pairs: counts, rate, and its latency percentiles in microseconds (from
+/// intended send time, then `service_us` from actual offer).
 pub fn summary(run: &ClientRun) -> String {
     let h = &run.latency_ns;
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    let service = |q: f64| run.service_ns.value_at_quantile(q) as f64 / 1e3;
     format!(
-        "session {} committed {} duplicates {} not_applied {} responses {} bad_responses {} reported_twice {} \
-         reconnects {}\nrate {:.0} msg/s over {:.3} s\nlatency_us p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}",
+        "session {} offered {} committed {} duplicates {} not_applied {} responses {} bad_responses {} \
+         reported_twice {} reconnects {}\nrate {:.0} msg/s over {:.3} s\nlatency_us p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}\n\
+         service_us p50 {:.1} p99 {:.1}",
         run.session_id,
+        run.offered,
         run.committed,
         run.duplicates,
         run.not_applied,
@@ -181,6 +209,8 @@ pub fn summary(run: &ClientRun) -> String {
         us(0.9),
         us(0.99),
         us(0.999),
-        h.max() as f64 / 1e3
+        h.max() as f64 / 1e3,
+        service(0.5),
+        service(0.99)
     )
 }

@@ -104,26 +104,39 @@ pub fn seq_of(entry: &[u8]) -> u64 {
 }
 
 /// Applies one node's committed numbered messages and counts those out of sequence: every node of a
-/// correct cluster applies `0, 1, 2, ...`.
+/// correct cluster applies `0, 1, 2, ...`. Messages of remote clients (sent through a session, see
+/// `quorumcast::cluster_client`) are numbered by their client, not by the harness: they are counted apart
+/// and leave the sequence alone, so a harness can measure its own load beside a client process's.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Applier {
     next: u64,
     out_of_order: u64,
+    client_messages: u64,
 }
 
 impl Applier {
-    /// Applies up to `limit` committed entries of `node` ([`Node::poll_committed`]), calling `on_apply`
-    /// with each one's number; returns how many it applied.
+    /// Applies up to `limit` committed entries of `node` ([`Node::poll_service`]), calling `on_apply`
+    /// with the number of each of the harness's own; returns how many entries it applied (remote clients'
+    /// included: they are work too). A client's message is answered with its commit and no response.
     pub fn poll(&mut self, node: &mut Node, limit: usize, mut on_apply: impl FnMut(u64)) -> usize {
-        let Self { next, out_of_order } = self;
-        node.poll_committed(limit, |entry| {
-            let seq = seq_of(entry);
+        let Self { next, out_of_order, client_messages } = self;
+        node.poll_service(limit, |entry, _response| {
+            if entry.client.is_some() {
+                *client_messages += 1;
+                return;
+            }
+            let seq = seq_of(entry.payload);
             if seq != *next {
                 *out_of_order += 1;
             }
             *next = seq.wrapping_add(1);
             on_apply(seq);
         })
+    }
+
+    /// Remote clients' messages applied so far (not in [`applied`](Self::applied)).
+    pub fn client_messages(&self) -> u64 {
+        self.client_messages
     }
 
     /// The number of the next entry expected: how many were applied, when all came in sequence.

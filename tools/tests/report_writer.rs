@@ -90,6 +90,7 @@ fn config(
         bottleneck: if mtu > 4000 { "append".into() } else { "sender".into() },
         points: Vec::new(),
         agents: Vec::new(),
+        latency_source: None,
     };
     for &rho in rhos {
         let stem = cfg.point_stem(rho);

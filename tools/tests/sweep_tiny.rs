@@ -20,8 +20,13 @@ fn out_dir() -> PathBuf {
 fn the_tiny_sweep_writes_a_whole_report() {
     let out = out_dir();
     let _ = std::fs::remove_dir_all(&out);
-    let options =
-        SweepOptions { profile: Profile::tiny(), out: out.clone(), layout: Layout::unpinned(), progress: false };
+    let options = SweepOptions {
+        profile: Profile::tiny(),
+        out: out.clone(),
+        layout: Layout::unpinned(),
+        progress: false,
+        client: None,
+    };
     let outcome = run(&options).expect("the tiny sweep runs");
     assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
     assert!(outcome.dir.starts_with(&out));

@@ -69,6 +69,7 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
             sender_idle: profile.sender_idle,
             msg: 128,
             layout: layout.for_c_probe(),
+            clients: false,
         };
         let c = on_harness_thread(|| {
             let mut cluster = LoadCluster::start(&spec)?;

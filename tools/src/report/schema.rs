@@ -149,6 +149,11 @@ pub struct ConfigResult {
     /// The agents' duty-cycle lengths at the point nearest rho 0.5 (each point has its own in `points`).
     #[serde(default)]
     pub agents: Vec<AgentDutyCycles>,
+    /// Where the points' latency was taken when not by the in-process harness (absent then): `client round
+    /// trip (...)` when a client process offered each point's load (the sweep's `--client-process`), its
+    /// latency from each message's intended send time to its commit acknowledgement at the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_source: Option<String>,
 }
 
 /// One operating point: a paced open-loop load at `rho x mu_measured`.
@@ -365,6 +370,7 @@ mod tests {
             bottleneck: "sender".into(),
             points: vec![],
             agents: vec![],
+            latency_source: None,
         };
         assert_eq!(c.point_stem(0.7), "mtu1408-sleep-ns_1000-msg128-classic-separate-rho0.70");
         assert_eq!(c.mu_error_percent(), None);

@@ -12,18 +12,18 @@
 //! - on 4 cores or more, the leader in `shared-network` mode with its consensus agent alone on a thread with
 //!   the idle strategy under test, and each follower in `shared` mode on one more core, with `backoff`.
 //!
-//! Latency is taken when the harness applies an entry on the leader through [`Node::poll_committed`],
+//! Latency is taken when the harness applies an entry on the leader through [`Node::poll_service`],
 //! which hands out only entries below the leader's commit position: "offer to commit" is offer to the
 //! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
-use quorumcast::node::{Client, Node, NodeBuilder, OfferError};
+use quorumcast::node::{Client, ClientsConfig, Member, Node, NodeBuilder, OfferError};
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
 
@@ -201,6 +201,11 @@ pub struct ClusterSpec {
     pub msg: usize,
     /// Where the threads go.
     pub layout: Layout,
+    /// Every node takes remote clients at its member's client endpoint
+    /// (`NodeBuilder::clients(ClientsConfig::default())`; see [`LoadCluster::client_endpoints`]); the
+    /// harness applies their messages beside its own and leaves them out of its counts (see
+    /// [`Applier`]). Off in the sweep's default runs.
+    pub clients: bool,
 }
 
 /// Log positions (bytes) along the leader's pipeline, in pipeline order.
@@ -225,6 +230,8 @@ pub struct Positions {
 pub struct LoadCluster {
     /// The leader first, then the two followers.
     nodes: Vec<Node>,
+    /// Every member, by id (the leader is 0).
+    members: Vec<Member>,
     client: Client,
     /// The harness runs every node's invoker each cycle (see [`Layout::invoked`]).
     invoked: bool,
@@ -337,7 +344,9 @@ impl LoadCluster {
         let members = harness::members_on(Ipv4Addr::LOCALHOST.into(), 3)?;
         let backoff = IdleStrategyConfig::default();
         let base = |id: i32| {
-            NodeBuilder::new(id, members.clone())
+            let builder = NodeBuilder::new(id, members.clone());
+            let builder = if spec.clients { builder.clients(ClientsConfig::default()) } else { builder };
+            builder
                 .leader(0)
                 .timers(harness::patient_timers())
                 .directory(harness::node_dir("sweep", run, id))
@@ -388,6 +397,7 @@ impl LoadCluster {
         let client = nodes[0].client();
         let mut cluster = Self {
             nodes,
+            members,
             client,
             invoked: layout.invoked,
             idle,
@@ -430,6 +440,11 @@ impl LoadCluster {
             )));
         }
         Ok(())
+    }
+
+    /// The first agent failure of any node, as an error (`Ok` while every agent runs).
+    pub fn failure(&self) -> Result<(), SweepError> {
+        self.agent_failure().map_or(Ok(()), Err)
     }
 
     /// The first agent failure of any node, as an error.
@@ -499,10 +514,15 @@ impl LoadCluster {
         outcome
     }
 
-    /// Polls until every node applied everything offered, or `timeout` passes.
+    /// Polls until every node applied everything offered (and every remote client's message the leader
+    /// applied), or `timeout` passes.
     pub fn drain(&mut self, timeout: Duration) -> Result<(), SweepError> {
         let deadline = Instant::now() + timeout;
-        while self.applied().iter().any(|&a| a < self.offered) {
+        let behind = |c: &Self| {
+            let client_messages = c.appliers[0].client_messages();
+            c.appliers.iter().any(|a| a.applied() < c.offered || a.client_messages() < client_messages)
+        };
+        while behind(self) {
             self.check(deadline, "the cluster did not apply everything offered")?;
             let work = self.poll(|_| {});
             self.idle(work);
@@ -528,6 +548,17 @@ impl LoadCluster {
     /// Entries applied on each node, the leader first.
     pub fn applied(&self) -> [u64; 3] {
         self.appliers.map(|a| a.applied())
+    }
+
+    /// Each member's id and client endpoint, the leader (0) first: where a remote client connects, when
+    /// the cluster takes clients ([`ClusterSpec::clients`]).
+    pub fn client_endpoints(&self) -> Vec<(i32, SocketAddr)> {
+        self.members.iter().map(|m| (m.id, m.client)).collect()
+    }
+
+    /// Remote clients' messages the leader applied so far (they are not in [`committed`](Self::committed)).
+    pub fn client_messages(&self) -> u64 {
+        self.appliers[0].client_messages()
     }
 
     /// Entries applied out of sequence so far (must stay 0).

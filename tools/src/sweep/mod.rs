@@ -22,6 +22,14 @@
 //! 4. Write `summary.json`, `summary.md`, `report.html`, the `.hgrm` files and one SVG chart per
 //!    configuration into `<out>/<timestamp>/`, and point `<out>/latest` at it.
 //!
+//! With [`SweepOptions::client`] (`cargo bench --bench sweep -- --client-process`), step 3's points take
+//! their load from a `qc-client` process instead ([`remote::client_point`]): mu is still measured
+//! in-process (the model comparison is unchanged), then each point's cluster takes remote clients and a
+//! spawned client offers `lambda = rho x mu` open loop; the point's latency is the client's round trip
+//! (intended send time to commit acknowledgement at the client), its `.hgrm` files the client's, and the
+//! report says so (`latency_source`, the profile's name ends in `-client`). That cluster's Sender backs off
+//! instead of spinning, so that the client process finds a core.
+//!
 //! The prediction: S the mean of the slices probed between the mu windows; C the leader Sender's control syscalls
 //! per second during the configuration's own saturated run, less its polls on duty cycles that sent
 //! nothing (commit frames to each follower, acknowledgement reads, heartbeats: what control traffic took
@@ -32,6 +40,7 @@ pub mod bottleneck;
 pub mod cluster;
 pub mod measure;
 pub mod profile;
+pub mod remote;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -107,6 +116,9 @@ pub struct SweepOptions {
     pub layout: Layout,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
+    /// Offer each utilisation point's load from this client process instead of the harness (see the
+    /// module documentation); `None`: the in-process load generator.
+    pub client: Option<remote::ClientProcess>,
 }
 
 const USAGE: &str = "usage: sweep [--quick|--full|--tiny] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff] \
@@ -158,7 +170,7 @@ pub fn parse_args(args: &[String], default_out: &Path) -> Result<SweepOptions, S
         profile.name = format!("{}-custom", profile.name);
     }
     profile.validate().map_err(SweepError::Config)?;
-    Ok(SweepOptions { profile, out, layout: Layout::for_host(), progress: true })
+    Ok(SweepOptions { profile, out, layout: Layout::for_host(), progress: true, client: None })
 }
 
 /// The machine: CPU model, usable cores, kernel release.
@@ -232,7 +244,10 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     std::fs::create_dir_all(&dir)?;
     let configs = profile.configs();
     let progress = Progress::new(options.progress, profile.estimate());
-    let layout = options.layout.describe(profile.sender_idle);
+    let mut layout = options.layout.describe(profile.sender_idle);
+    if let Some(client) = &options.client {
+        layout += &format!(" {}", client_note(client));
+    }
     progress.line(&format!(
         "sweep ({}): {} configurations x {} rho points, estimate {:.0} s; report in {}",
         profile.name,
@@ -288,7 +303,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     }
 
     let report = SweepReport {
-        profile: profile.name.clone(),
+        profile: if options.client.is_some() { format!("{}-client", profile.name) } else { profile.name.clone() },
         timestamp: report::utc_timestamp(started),
         host: host(),
         layout,
@@ -314,6 +329,17 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         progress.line(&format!("failed configuration: {failure}"));
     }
     Ok(SweepOutcome { dir, report, failures })
+}
+
+/// What the client-process mode changes, for the layout line.
+fn client_note(client: &remote::ClientProcess) -> String {
+    format!(
+        "Latency points: load from a qc-client process ({}, idle {}), latency = client round trip (offer to commit \
+         acknowledgement at the client); their clusters take remote clients, and their Sender backs off instead of \
+         spinning so that the client process finds a core.",
+        client.binary.display(),
+        client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string())
+    )
 }
 
 /// The consensus idle strategies every C probe compares (the profile's own are added): the model's lever
@@ -355,6 +381,7 @@ fn probe_c(
             sender_idle: IdleStrategyConfig::default(),
             msg,
             layout,
+            clients: false,
         };
         let loads = on_harness_thread(|| {
             let mut cluster = LoadCluster::start(&spec)?;
@@ -453,11 +480,27 @@ fn run_config(
         sender_idle: profile.sender_idle,
         msg: config.msg,
         layout: options.layout,
+        clients: false,
     };
     let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
     let mut result = summarize(config, c_probe, &mu, progress);
-    with_cluster(&spec, progress, |cluster| {
-        measure_points(cluster, profile, &mut result, mu.mu, times, dir, progress)
+    let client = options.client.as_ref();
+    let points_spec = match client {
+        None => spec,
+        Some(_) => ClusterSpec {
+            clients: true,
+            sender_idle: if spec.sender_idle.is_busy() { IdleStrategyConfig::default() } else { spec.sender_idle },
+            ..spec
+        },
+    };
+    if let Some(client) = client {
+        result.latency_source = Some(format!(
+            "client round trip (a qc-client process, idle {}, to the commit acknowledgement)",
+            client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string())
+        ));
+    }
+    with_cluster(&points_spec, progress, |cluster| {
+        measure_points(cluster, profile, &mut result, mu.mu, times, dir, progress, client)
     })?;
     progress.step(&format!("{config}"), t.mu_phase_estimate());
     Ok(result)
@@ -517,6 +560,7 @@ fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progr
         bottleneck: bottleneck::classify(&mu.evidence).text,
         points: Vec::new(),
         agents: Vec::new(),
+        latency_source: None,
     };
     let (s_min, s_max) = result.s_band();
     let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
@@ -546,7 +590,9 @@ fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progr
 }
 
 /// Runs every utilisation point of the profile at `rho x mu` on `cluster`, writing each point's
-/// histograms under `dir` and adding it to `result`.
+/// histograms under `dir` and adding it to `result`; with `client`, each point's load comes from that
+/// client process (see [`remote::client_point`]).
+#[allow(clippy::too_many_arguments)]
 fn measure_points(
     cluster: &mut LoadCluster,
     profile: &Profile,
@@ -555,38 +601,47 @@ fn measure_points(
     times: &mut SendTimes,
     dir: &Path,
     progress: &Progress,
+    client: Option<&remote::ClientProcess>,
 ) -> Result<(), SweepError> {
     let t = &profile.timings;
     let config = result.label();
     for &rho in &profile.rhos {
         progress.bar.set_message(format!("{config}: rho {rho:.2}"));
-        let point = measure::run_point(cluster, rho, mu, t, times)?;
         let stem = result.point_stem(rho);
-        report::write_point_histograms(dir, &stem, &point.latency, &point.service)?;
-        let mut entry = PointResult::from_histograms(
-            &stem,
-            rho,
-            point.lambda,
-            point.achieved,
-            &point.latency,
-            &point.service,
-            NS_PER_US,
-        );
-        entry.agents = point.agents.iter().map(duty_cycles).collect();
-        progress.line(&format!(
-            "   rho {rho:.2}: lambda {} achieved {} msg/s; from intended p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.0} us; \
-             from offer p50 {:.1} p99 {:.1} us; {} back-pressured offers, max offer lag {:.0} us",
-            rate(point.lambda),
-            rate(point.achieved),
-            entry.latency_us.p50,
-            entry.latency_us.p99,
-            entry.latency_us.p999,
-            entry.latency_us.max,
-            entry.service_latency_us.p50,
-            entry.service_latency_us.p99,
-            point.back_pressured,
-            point.max_offer_lag_ns as f64 / 1e3
-        ));
+        let entry = match client {
+            None => in_process_point(cluster, rho, mu, t, times, dir, &stem, progress)?,
+            Some(client) => {
+                let files = (dir.join(PointResult::hgrm_path(&stem)), dir.join(PointResult::service_hgrm_path(&stem)));
+                let json = dir.join("client").join(format!("{stem}.json"));
+                let sizes = (result.msg as usize, result.mtu as usize);
+                let point = remote::client_point(cluster, client, rho, mu, sizes, t, json, Some(files))?;
+                let report = &point.report;
+                progress.line(&format!(
+                    "   rho {rho:.2}: client process: lambda {} achieved {} msg/s; from intended p50 {:.1} p99 {:.1} \
+                     p99.9 {:.1} max {:.0} us; from offer p50 {:.1} p99 {:.1} us ({} messages after {} of warm-up)",
+                    rate(point.lambda),
+                    rate(report.rate),
+                    report.latency_us.p50,
+                    report.latency_us.p99,
+                    report.latency_us.p999,
+                    report.latency_us.max,
+                    report.service_latency_us.p50,
+                    report.service_latency_us.p99,
+                    point.messages,
+                    point.warmup
+                ));
+                PointResult {
+                    rho,
+                    lambda: point.lambda,
+                    achieved: report.rate,
+                    latency_us: report.latency_us,
+                    service_latency_us: report.service_latency_us,
+                    hgrm: PointResult::hgrm_path(&stem),
+                    service_hgrm: PointResult::service_hgrm_path(&stem),
+                    agents: point.agents.iter().map(duty_cycles).collect(),
+                }
+            }
+        };
         if let Some(worst) = entry.agents.iter().max_by_key(|a| a.duty_cycle_ns.max) {
             progress.line(&format!(
                 "            longest agent duty cycle: {} up to {} us (its p99 {} us, p99.9 {} us)",
@@ -604,6 +659,48 @@ fn measure_points(
         progress.step(&format!("{config}: rho {rho:.2}"), t.point + Duration::from_millis(100));
     }
     Ok(())
+}
+
+/// One utilisation point with the in-process load generator ([`measure::run_point`]), its histograms
+/// written under `dir`.
+#[allow(clippy::too_many_arguments)]
+fn in_process_point(
+    cluster: &mut LoadCluster,
+    rho: f64,
+    mu: f64,
+    t: &profile::Timings,
+    times: &mut SendTimes,
+    dir: &Path,
+    stem: &str,
+    progress: &Progress,
+) -> Result<PointResult, SweepError> {
+    let point = measure::run_point(cluster, rho, mu, t, times)?;
+    report::write_point_histograms(dir, stem, &point.latency, &point.service)?;
+    let mut entry = PointResult::from_histograms(
+        stem,
+        rho,
+        point.lambda,
+        point.achieved,
+        &point.latency,
+        &point.service,
+        NS_PER_US,
+    );
+    entry.agents = point.agents.iter().map(duty_cycles).collect();
+    progress.line(&format!(
+        "   rho {rho:.2}: lambda {} achieved {} msg/s; from intended p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.0} us; \
+         from offer p50 {:.1} p99 {:.1} us; {} back-pressured offers, max offer lag {:.0} us",
+        rate(point.lambda),
+        rate(point.achieved),
+        entry.latency_us.p50,
+        entry.latency_us.p99,
+        entry.latency_us.p999,
+        entry.latency_us.max,
+        entry.service_latency_us.p50,
+        entry.service_latency_us.p99,
+        point.back_pressured,
+        point.max_offer_lag_ns as f64 / 1e3
+    ));
+    Ok(entry)
 }
 
 /// The report's form of one agent's cycle distribution.

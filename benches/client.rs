@@ -1,0 +1,491 @@
+//! Remote-client benchmark: a 3-node quorumcast cluster over UDP loopback in this process, driven by a
+//! client in another process (`qc-client`, spawned), beside the same cluster driven in-process.
+//!
+//! `cargo bench --bench client` (about 40 s on 2 cores, once built), `cargo bench --bench client -- --quick` (a
+//! smoke run, about 10 s), `-- --mtu 1408` / `-- --rho 0.1,0.3,0.5` to change the grid, `-- --client-idle
+//! sleep-ns:1000` to change how the client waits (`-- --help` lists the options).
+//!
+//! `qc-client` is a binary target of the same package, so cargo builds it (with the bench profile) before
+//! it builds this bench, and hands its path to the bench at compile time (`CARGO_BIN_EXE_qc-client`): a
+//! clean clone needs nothing but `cargo bench --bench client`. Should that file be gone, the bench looks
+//! for `qc-client` next to its own directory (`target/<profile>/`).
+//!
+//! What it measures, for 128-byte messages at MTU 1408 and 8192, in one run:
+//! - in-process capacity mu: on a fresh cluster, the harness offers through the leader's in-process
+//!   `Client` as fast as its ingress takes (the sweep's `measure_mu`, without S slices); committed
+//!   messages per second over the windows;
+//! - then on a second fresh cluster, in this order:
+//!   - in-process latency at rho 0.1 and 0.5 of mu (the sweep's `run_point`: open loop at `lambda = rho x
+//!     mu`, from each message's intended send time until the harness applies it on the leader);
+//!   - the UDP round-trip floor between two processes, with the cluster's agent threads parked:
+//!     `qc-client --udp-rtt` ping-pongs 128-byte datagrams with an echo socket on the harness thread,
+//!     both polling non-blocking sockets;
+//!   - the remote client's latency at the same lambdas: `qc-client --rate lambda`, open loop, as many
+//!     messages as the in-process point plus a tenth more first as a warm-up (not recorded), from each
+//!     message's intended send time until its commit acknowledgement reaches the client;
+//!   - the remote client's sustained rate: `qc-client` closed loop with 4096 messages in flight (the
+//!     cluster's session window), offering for a fixed time, committed messages per second until the
+//!     last acknowledgement.
+//!
+//! Both clusters take remote clients (`ClientsConfig::default()` on every node), so the in-process figures
+//! include the cost of polling the client endpoints. While a client process runs, the harness thread keeps
+//! invoking and applying the nodes: the leader acknowledges a client's message when its application polls
+//! it. The harness applies client messages beside its own numbered ones and leaves them out of its counts.
+//!
+//! Checks, printed as met or missed: client rate / in-process rate at least 0.80; per rho, client p50 at
+//! most in-process p50 + UDP round-trip p50.
+//!
+//! Thread layout (the sweep's, `Layout::for_host`; busy-spinning threads never outnumber the cores): on 2
+//! cores, the leader's Sender (with its receiver) on core 1 and the harness thread on core 0, invoking the
+//! leader's consensus agent and both followers and idling with `backoff`. Unlike the sweep's, the Sender
+//! idles with `backoff` rather than spinning, so that the client process finds a core: the client idles
+//! with `sched_yield` (qc-client's default; `--client-idle` changes it), which spins only on an idle core.
+//! During the floor, the harness spins on its echo socket and the client on its own, with the cluster
+//! parked: two spinners, two cores.
+//!
+//! Results: a table per MTU, and `target/client/<UTC timestamp>/summary.json` (`target/client/latest`
+//! points at the newest), with each client run's JSON and the latency distributions (`hgrm/`) beside it.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Parser;
+use quorumcast::idle::IdleStrategyConfig;
+use quorumcast::transport::SendMode;
+use quorumcast_tools::report::{self, Percentiles, NS_PER_US};
+use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
+use quorumcast_tools::sweep::measure::{self, SendTimes};
+use quorumcast_tools::sweep::profile::{Control, Timings};
+use quorumcast_tools::sweep::remote::{self, ClientLoadSpec, ClientProcess, RttReport, MAX_WINDOW};
+use quorumcast_tools::sweep::SweepError;
+use serde_json::{json, Value};
+
+mod common;
+use common::{host, si, target_dir};
+
+/// Message length of every run.
+const MESSAGE: usize = 128;
+/// The client's rate over the in-process rate that the remote path should reach.
+const TARGET_RATIO: f64 = 0.80;
+
+/// A 3-node cluster in this process driven by a `qc-client` process, beside the same cluster driven
+/// in-process: committed msg/s at saturation, latency at rho x the in-process capacity, and the UDP
+/// round-trip floor between two processes (about 40 s; `--quick` for a smoke run of about 10 s).
+#[derive(Debug, Parser)]
+#[command(name = "client", bin_name = "cargo bench --bench client --", args_override_self = true)]
+struct Cli {
+    /// A smoke run: shorter windows, points and floor.
+    #[arg(long)]
+    quick: bool,
+    /// MTUs (bytes), e.g. `1408,8192`.
+    #[arg(long, value_name = "LIST", default_value = "1408,8192", value_delimiter = ',')]
+    mtu: Vec<usize>,
+    /// Utilizations of the latency points, fractions of the in-process capacity, e.g. `0.1,0.5`.
+    #[arg(long, value_name = "LIST", default_value = "0.1,0.5", value_delimiter = ',')]
+    rho: Vec<f64>,
+    /// The client process's idle strategy (`yield`, `sleep-ns:1000`, `backoff`, ...) [default:
+    /// qc-client's, sched_yield].
+    #[arg(long, value_name = "STRATEGY")]
+    client_idle: Option<IdleStrategyConfig>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// How long each part runs.
+#[derive(Clone, Debug)]
+struct Settings {
+    quick: bool,
+    /// The in-process capacity's windows and the in-process points' length.
+    timings: Timings,
+    /// Round trips of the floor.
+    rtt_samples: u64,
+    /// How long the closed-loop client offers.
+    client_duration: Duration,
+}
+
+impl Settings {
+    fn new(quick: bool) -> Self {
+        let ms = Duration::from_millis;
+        let timings = |mu_warmup, mu_window, mu_windows, point| Timings {
+            // The S probe and the C window are the sweep's; this bench measures neither.
+            s_window: ms(100),
+            s_windows: 1,
+            c_warmup: ms(100),
+            c_window: ms(100),
+            c_rate: 50_000.0,
+            mu_warmup,
+            mu_resume: ms(100),
+            mu_window,
+            mu_windows,
+            point,
+            point_messages: 4_000_000,
+        };
+        if quick {
+            Self {
+                quick,
+                timings: timings(ms(200), ms(300), 2, ms(500)),
+                rtt_samples: 3_000,
+                client_duration: ms(1000),
+            }
+        } else {
+            Self {
+                quick,
+                timings: timings(ms(400), ms(1000), 3, ms(3000)),
+                rtt_samples: 20_000,
+                client_duration: ms(3000),
+            }
+        }
+    }
+}
+
+/// One latency point: in-process and from the client at the same lambda.
+#[derive(Debug)]
+struct Point {
+    rho: f64,
+    lambda: f64,
+    in_process: Percentiles,
+    in_process_achieved: f64,
+    in_process_back_pressured: u64,
+    client: remote::ClientPoint,
+}
+
+impl Point {
+    /// The check: client p50 at most in-process p50 + the floor's p50.
+    fn met(&self, floor: &RttReport) -> bool {
+        self.client.report.latency_us.p50 <= self.in_process.p50 + floor.rtt_us.p50
+    }
+}
+
+/// Everything measured at one MTU.
+#[derive(Debug)]
+struct MtuResult {
+    mtu: usize,
+    mu: measure::MuRun,
+    points: Vec<Point>,
+    floor: RttReport,
+    client: remote::ClientReport,
+    warnings: Vec<String>,
+}
+
+impl MtuResult {
+    fn ratio(&self) -> f64 {
+        self.client.rate / self.mu.mu.max(f64::MIN_POSITIVE)
+    }
+}
+
+fn spec(mtu: usize) -> ClusterSpec {
+    ClusterSpec {
+        mtu,
+        send_mode: SendMode::Classic,
+        control: Control::Separate,
+        consensus_idle: IdleStrategyConfig::default(),
+        // Backs off rather than spins: the client process needs a core (see the module doc).
+        sender_idle: IdleStrategyConfig::default(),
+        msg: MESSAGE,
+        layout: Layout::for_host(),
+        clients: true,
+    }
+}
+
+/// Starts a cluster on a fresh harness thread, runs `work` on it and closes it (an error of `work`
+/// first, then one of closing); the start's warnings go to `warnings`.
+fn with_cluster<T: Send>(
+    spec: &ClusterSpec,
+    warnings: &mut Vec<String>,
+    work: impl FnOnce(&mut LoadCluster) -> Result<T, SweepError> + Send,
+) -> Result<T, SweepError> {
+    let (value, started) = on_harness_thread(|| {
+        let mut cluster = LoadCluster::start(spec)?;
+        let started = cluster.warnings().to_vec();
+        let outcome = work(&mut cluster);
+        let closed = cluster.close();
+        let value = outcome?;
+        closed?;
+        Ok((value, started))
+    })?;
+    for warning in started {
+        if !warnings.contains(&warning) {
+            println!("   warning: {warning}");
+            warnings.push(warning);
+        }
+    }
+    Ok(value)
+}
+
+fn run_mtu(
+    mtu: usize,
+    cli: &Cli,
+    settings: &Settings,
+    client: &ClientProcess,
+    dir: &Path,
+) -> Result<MtuResult, SweepError> {
+    let spec = spec(mtu);
+    let t = &settings.timings;
+    let mut warnings = Vec::new();
+    let mu = with_cluster(&spec, &mut warnings, |cluster| measure::measure_mu(cluster, t, || Ok(None)))?;
+    println!(
+        "MTU {mtu}: in-process committed {} msg/s (windows {})",
+        si(mu.mu),
+        mu.windows.iter().map(|&w| si(w)).collect::<Vec<_>>().join(" ")
+    );
+    let (points, floor, client_report) = with_cluster(&spec, &mut warnings, |cluster| {
+        let mut times = SendTimes::new();
+        let mut in_process = Vec::new();
+        for &rho in &cli.rho {
+            let point = measure::run_point(cluster, rho, mu.mu, t, &mut times)?;
+            report::write_hgrm(
+                &point.latency,
+                &dir.join(format!("hgrm/mtu{mtu}-rho{rho:.2}.in-process.hgrm")),
+                NS_PER_US,
+            )?;
+            let p = Percentiles::from_histogram(&point.latency, NS_PER_US);
+            println!(
+                "MTU {mtu}: in-process rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us, \
+                 {} back-pressured offers",
+                si(point.lambda),
+                si(point.achieved),
+                p.p50,
+                p.p99,
+                p.p999,
+                point.back_pressured
+            );
+            in_process.push((rho, point.lambda, p, point.achieved, point.back_pressured));
+        }
+        let floor = client.udp_rtt(
+            cluster,
+            settings.rtt_samples,
+            settings.rtt_samples / 10,
+            MESSAGE,
+            &dir.join(format!("mtu{mtu}-udp-rtt.json")),
+        )?;
+        println!(
+            "MTU {mtu}: UDP round trip between two processes ({} samples, {} lost): p50 {:.1} p99 {:.1} us",
+            floor.samples, floor.lost, floor.rtt_us.p50, floor.rtt_us.p99
+        );
+        let mut points = Vec::new();
+        for (rho, lambda, p, achieved, back_pressured) in in_process {
+            let stem = format!("mtu{mtu}-rho{rho:.2}.client");
+            let hgrm = (dir.join(format!("hgrm/{stem}.hgrm")), dir.join(format!("hgrm/{stem}.service.hgrm")));
+            let c = remote::client_point(
+                cluster,
+                client,
+                rho,
+                mu.mu,
+                (MESSAGE, mtu),
+                t,
+                dir.join(format!("{stem}.json")),
+                Some(hgrm),
+            )?;
+            let l = &c.report.latency_us;
+            println!(
+                "MTU {mtu}: client rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us (from \
+                 offer p50 {:.1} p99 {:.1} us); leader: {}",
+                si(c.lambda),
+                si(c.report.rate),
+                l.p50,
+                l.p99,
+                l.p999,
+                c.report.service_latency_us.p50,
+                c.report.service_latency_us.p99,
+                c.report.leader.describe()
+            );
+            points.push(Point {
+                rho,
+                lambda,
+                in_process: p,
+                in_process_achieved: achieved,
+                in_process_back_pressured: back_pressured,
+                client: c,
+            });
+        }
+        let seconds = settings.client_duration.as_secs_f64();
+        let saturation = ClientLoadSpec {
+            // A cap well above what the duration can carry: the duration ends the offers.
+            messages: ((mu.mu * seconds * 4.0) as u64).max(1_000_000),
+            warmup: 0,
+            msg_size: MESSAGE,
+            rate: None,
+            window: MAX_WINDOW,
+            mtu,
+            duration: Some(settings.client_duration),
+            timeout: settings.client_duration + Duration::from_secs(30),
+            json: dir.join(format!("mtu{mtu}-closed-loop.client.json")),
+            hgrm: None,
+            service_hgrm: None,
+        };
+        let report = client.load(cluster, &saturation)?;
+        println!(
+            "MTU {mtu}: client closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
+             p99 {:.1} us; leader: {}",
+            si(report.rate),
+            report.committed,
+            report.elapsed_s,
+            report.latency_us.p50,
+            report.latency_us.p99,
+            report.leader.describe()
+        );
+        Ok((points, floor, report))
+    })?;
+    Ok(MtuResult { mtu, mu, points, floor, client: client_report, warnings })
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "missed"
+    }
+}
+
+fn print_table(r: &MtuResult) {
+    println!("\nMTU {} · {MESSAGE} B · classic/separate", r.mtu);
+    println!(
+        "  committed msg/s: in-process {}  client {}  ratio {:.2} (target >= {TARGET_RATIO:.2}: {})",
+        si(r.mu.mu),
+        si(r.client.rate),
+        r.ratio(),
+        met(r.ratio() >= TARGET_RATIO)
+    );
+    println!(
+        "  {:>5} {:>8} | {:>22} | {:>22} | {:>14} | client p50 <= in-process p50 + floor p50",
+        "rho", "lambda", "in-process p50/p99 us", "client p50/p99 us", "UDP RTT p50 us"
+    );
+    for p in &r.points {
+        let c = &p.client.report.latency_us;
+        println!(
+            "  {:>5.2} {:>8} | {:>22} | {:>22} | {:>14.1} | {} ({:.1} <= {:.1})",
+            p.rho,
+            si(p.lambda),
+            format!("{:.1} / {:.1}", p.in_process.p50, p.in_process.p99),
+            format!("{:.1} / {:.1}", c.p50, c.p99),
+            r.floor.rtt_us.p50,
+            met(p.met(&r.floor)),
+            c.p50,
+            p.in_process.p50 + r.floor.rtt_us.p50
+        );
+    }
+}
+
+fn mtu_json(r: &MtuResult) -> Value {
+    json!({
+        "mtu": r.mtu,
+        "in_process": { "committed_msgs_per_s": r.mu.mu, "windows": r.mu.windows },
+        "client": {
+            "committed_msgs_per_s": r.client.rate,
+            "committed": r.client.committed,
+            "elapsed_s": r.client.elapsed_s,
+            "window": MAX_WINDOW,
+            "latency_us": r.client.latency_us,
+            "duplicates": r.client.duplicates,
+            "reconnects": r.client.reconnects,
+            "leader_client_endpoint": r.client.leader,
+        },
+        "ratio": r.ratio(),
+        "target_ratio": TARGET_RATIO,
+        "ratio_met": r.ratio() >= TARGET_RATIO,
+        "udp_rtt": { "samples": r.floor.samples, "lost": r.floor.lost, "rtt_us": r.floor.rtt_us },
+        "points": r.points.iter().map(|p| json!({
+            "rho": p.rho,
+            "lambda": p.lambda,
+            "in_process": {
+                "achieved": p.in_process_achieved,
+                "back_pressured_offers": p.in_process_back_pressured,
+                "latency_us": p.in_process,
+            },
+            "client": {
+                "achieved": p.client.report.rate,
+                "messages": p.client.messages,
+                "warmup": p.client.warmup,
+                "latency_us": p.client.report.latency_us,
+                "service_latency_us": p.client.report.service_latency_us,
+                "leader_client_endpoint": p.client.report.leader,
+            },
+            "floor_p50_us": r.floor.rtt_us.p50,
+            "client_p50_within_in_process_plus_floor": p.met(&r.floor),
+        })).collect::<Vec<_>>(),
+        "warnings": r.warnings,
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(bad) = cli.rho.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        eprintln!("--rho {bad}: every rho must be a positive number");
+        return ExitCode::from(2);
+    }
+    let settings = Settings::new(cli.quick);
+    let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
+        Ok(client) => ClientProcess { idle: cli.client_idle, ..client },
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let dir = target_dir().join("client").join(report::utc_dir_name(started));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("cannot create {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    let layout = Layout::for_host().describe(IdleStrategyConfig::default());
+    println!(
+        "client bench{}: 3 nodes over UDP loopback in this process, a qc-client process ({}, idle {}), {MESSAGE} B \
+         messages, {} cores",
+        if settings.quick { " (quick)" } else { "" },
+        client.binary.display(),
+        client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string()),
+        quorumcast::agent::available_cores()
+    );
+    println!("layout: {layout}");
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for &mtu in &cli.mtu {
+        match run_mtu(mtu, &cli, &settings, &client, &dir) {
+            Ok(r) => results.push(r),
+            Err(e) => {
+                println!("MTU {mtu}: FAILED: {e}");
+                failures.push(json!({ "mtu": mtu, "error": e.to_string() }));
+            }
+        }
+    }
+    for r in &results {
+        print_table(r);
+    }
+    let summary = json!({
+        "bench": "client",
+        "quick": settings.quick,
+        "timestamp": report::utc_timestamp(started),
+        "host": host(),
+        "layout": layout,
+        "message_bytes": MESSAGE,
+        "client": {
+            "binary": client.binary,
+            "idle": client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string()),
+        },
+        "settings": {
+            "mu_windows": settings.timings.mu_windows,
+            "mu_window_s": settings.timings.mu_window.as_secs_f64(),
+            "point_s": settings.timings.point.as_secs_f64(),
+            "rtt_samples": settings.rtt_samples,
+            "client_closed_loop_s": settings.client_duration.as_secs_f64(),
+        },
+        "mtus": results.iter().map(mtu_json).collect::<Vec<_>>(),
+        "failures": failures,
+    });
+    let path = dir.join("summary.json");
+    let written = std::fs::write(&path, serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n")
+        .map_err(|e| e.to_string())
+        .and_then(|()| report::link_latest(&dir).map_err(|e| e.to_string()));
+    match written {
+        Ok(()) => println!("\nsummary: {} ({:.0} s)", path.display(), clock.elapsed().as_secs_f64()),
+        Err(e) => println!("\nsummary not written: {e}"),
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
