@@ -597,6 +597,26 @@ fn on_record(
                 client.free.push(pending.bytes);
             }
         }
+        wire::COMMITTED_RUN if ours => {
+            if member == client.target {
+                client.last_heard_ns = now;
+            }
+            for (i, position) in payload.chunks_exact(8).enumerate() {
+                let correlation_id = record.correlation_id + i as u64;
+                acknowledge_up_to(client, correlation_id.saturating_sub(1), handler);
+                if client.in_flight.front().is_some_and(|p| p.correlation_id == correlation_id) {
+                    let pending = client.in_flight.pop_front().expect("checked");
+                    let position = i64::from_le_bytes(position.try_into().expect("8 bytes"));
+                    handler(Event::Committed {
+                        correlation_id,
+                        position: Some(position),
+                        response: &[],
+                        duplicate: false,
+                    });
+                    client.free.push(pending.bytes);
+                }
+            }
+        }
         wire::HEARTBEAT if ours && member == client.target => client.last_heard_ns = now,
         wire::NAK if ours && client.state == State::Connected => {
             let from = record.value as u64;

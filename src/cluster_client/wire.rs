@@ -10,6 +10,7 @@
 //! | `RECONNECT` | in | session | | | |
 //! | `OPENED` | out | session | the nonce | | |
 //! | `COMMITTED` | out | session | the message's number | log position it ends at | the response |
+//! | `COMMITTED_RUN` | out | session | the first message's number | how many | each one's position (8 bytes) |
 //! | `RECONNECTED` | out | session | | last number applied | |
 //! | `REFUSED` | out | session | the nonce or number refused | the number expected next (a gap) | |
 //! | `CLOSED` | out | session | | | |
@@ -66,6 +67,9 @@ pub const REDIRECT: u8 = 21;
 pub const HEARTBEAT: u8 = 22;
 /// A gap: the value is the correlation id the leader takes next; the client resends from it.
 pub const NAK: u8 = 23;
+/// Consecutive messages of a session committed without a response: the correlation id is the first's,
+/// the value how many, and the payload each one's log position (8 bytes, little-endian).
+pub const COMMITTED_RUN: u8 = 24;
 
 /// `code` of a `COMMITTED` record for a resend of a message applied before.
 pub const DUPLICATE: u8 = 1;

@@ -43,8 +43,10 @@ use super::builder::ClientsConfig;
 /// applied correlation id. It completes a reconnect.
 pub(super) const KEPT_ALIVE: u8 = 64;
 
-/// Most client datagrams read per duty cycle.
-const MAX_DATAGRAMS_PER_CYCLE: usize = 64;
+/// Most client datagrams read per duty cycle: enough that a duty cycle takes what many clients sent
+/// since the last one (a datagram holds up to a few hundred messages), bounded so that the rest of the
+/// consensus agent's work still runs.
+const MAX_DATAGRAMS_PER_CYCLE: usize = 1024;
 
 /// How often the client endpoint is read while it is quiet.
 const POLL_INTERVAL_NS: u64 = 5_000;
@@ -311,6 +313,10 @@ impl ClientIngress {
                 record.kind = wire::RECONNECTED;
             }
             wire::COMMITTED => connection.acked = connection.acked.max(header.correlation_id),
+            wire::COMMITTED_RUN => {
+                let last = header.correlation_id + (header.value as u64).saturating_sub(1);
+                connection.acked = connection.acked.max(last);
+            }
             wire::REFUSED => match RefusalCode::from_u8(header.code) {
                 Some(RefusalCode::Gap) => connection.next_expected = header.value as u64,
                 Some(RefusalCode::UnknownSession | RefusalCode::TooManySessions) => {

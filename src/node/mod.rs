@@ -437,6 +437,7 @@ impl Node {
                 break;
             }
         }
+        sessions.flush();
         self.sessions = Some(sessions);
         // Every byte below the read position is handed on, unless a message's first fragments wait for
         // the rest: then what is applied ends with the last whole message.

@@ -29,6 +29,22 @@ pub(super) struct SessionCounters {
     pub(super) malformed: Counter,
 }
 
+/// Consecutive messages of one session committed without a response, answered as one
+/// `COMMITTED_RUN` record when the run ends (another answer, or the end of a poll).
+#[derive(Debug, Default)]
+struct Run {
+    session_id: u64,
+    first: u64,
+    /// Each message's position, as the record's payload (8 bytes each, little-endian).
+    positions: Vec<u8>,
+}
+
+impl Run {
+    fn len(&self) -> u64 {
+        self.positions.len() as u64 / 8
+    }
+}
+
 /// The session table and the way back to the clients.
 pub(super) struct ClientSessions {
     table: SessionTable,
@@ -37,6 +53,8 @@ pub(super) struct ClientSessions {
     response: Vec<u8>,
     /// The longest response an egress record carries.
     max_response: usize,
+    /// The answers being gathered into one record.
+    run: Run,
     counters: SessionCounters,
 }
 
@@ -47,7 +65,8 @@ impl ClientSessions {
         max_response: usize,
         counters: SessionCounters,
     ) -> Self {
-        Self { table: SessionTable::new(config), egress, response: Vec::new(), max_response, counters }
+        let run = Run { positions: Vec::with_capacity(max_response), ..Run::default() };
+        Self { table: SessionTable::new(config), egress, response: Vec::new(), max_response, run, counters }
     }
 
     /// Hands a committed entry that is not a session entry to `handler` (with `deliver`).
@@ -78,11 +97,14 @@ impl ClientSessions {
             self.counters.malformed.increment();
             return;
         };
-        let Self { table, egress, response, max_response, counters } = self;
+        let Self { table, egress, response, max_response, run, counters } = self;
         let egress = egress.as_deref().filter(|_| leading);
-        let answer = |record: RecordHeader, payload: &[u8]| send(egress, &counters.egress_dropped, record, payload);
+        let answer = |run: &mut Run, record: RecordHeader, payload: &[u8]| {
+            flush_run(run, egress, &counters.egress_dropped);
+            send(egress, &counters.egress_dropped, record, payload)
+        };
         let applied = table.apply(&entry, |closed| {
-            answer(RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT), &[]);
+            answer(run, RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT), &[]);
         });
         match applied {
             Applied::Deliver { session_id, correlation_id, payload } => {
@@ -91,6 +113,17 @@ impl ClientSessions {
                     let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
                     handler(&Entry { payload, position, client: Some(client) }, response);
                 }
+                if response.is_empty() && egress.is_some() {
+                    // Without a response, the commit joins the session's run of commits.
+                    let follows = run.session_id == session_id && run.first + run.len() == correlation_id;
+                    if !follows || run.positions.len() + 8 > *max_response {
+                        flush_run(run, egress, &counters.egress_dropped);
+                        run.session_id = session_id;
+                        run.first = correlation_id;
+                    }
+                    run.positions.extend_from_slice(&position.to_le_bytes());
+                    return;
+                }
                 let response = if response.len() > *max_response {
                     counters.responses_too_long.increment();
                     &[][..]
@@ -98,7 +131,7 @@ impl ClientSessions {
                     &response[..]
                 };
                 let record = RecordHeader::new(wire::COMMITTED, session_id).correlation(correlation_id).value(position);
-                answer(record, response);
+                answer(run, record, response);
             }
             Applied::Duplicate { session_id, correlation_id } => {
                 counters.duplicates.increment();
@@ -106,16 +139,16 @@ impl ClientSessions {
                     .correlation(correlation_id)
                     .value(position)
                     .code(wire::DUPLICATE);
-                answer(record, &[]);
+                answer(run, record, &[]);
             }
-            Applied::Opened { session_id } => answer(RecordHeader::new(wire::OPENED, session_id), &[]),
+            Applied::Opened { session_id } => answer(run, RecordHeader::new(wire::OPENED, session_id), &[]),
             Applied::KeptAlive { session_id } => {
                 let applied = table.applied(session_id).unwrap_or(0);
-                answer(RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
+                answer(run, RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
             }
             Applied::Closed { session_id, reason } => {
                 let code = if reason == CloseReason::Timeout { wire::TIMED_OUT } else { 0 };
-                answer(RecordHeader::new(wire::CLOSED, session_id).code(code), &[]);
+                answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code), &[]);
             }
             Applied::Refused { session_id, refusal } => {
                 let correlation = match entry {
@@ -134,9 +167,14 @@ impl ClientSessions {
                     .correlation(correlation)
                     .code(code as u8)
                     .value(expected as i64);
-                answer(record, &[]);
+                answer(run, record, &[]);
             }
         }
+    }
+
+    /// Sends the run of commits being gathered (at the end of each poll: an answer waits for no more).
+    pub(super) fn flush(&mut self) {
+        flush_run(&mut self.run, self.egress.as_deref(), &self.counters.egress_dropped);
     }
 
     /// Writes the table into a snapshot (before the application's state).
@@ -148,6 +186,16 @@ impl ClientSessions {
     pub(super) fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
         self.table.read_snapshot(input)
     }
+}
+
+/// Sends `run` as one `COMMITTED_RUN` record, if it holds commits, and empties it.
+fn flush_run(run: &mut Run, egress: Option<&OneToOneRingBuffer>, dropped: &Counter) {
+    if run.positions.is_empty() {
+        return;
+    }
+    let record = RecordHeader::new(wire::COMMITTED_RUN, run.session_id).correlation(run.first).value(run.len() as i64);
+    send(egress, dropped, record, &run.positions);
+    run.positions.clear();
 }
 
 /// Puts one answer into the egress ring, if there is one to this member's clients.
