@@ -307,12 +307,26 @@ pub struct SessionCounters {
 }
 
 /// Every open session, as built from the log.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct SessionTable {
     config: SessionConfig,
     sessions: BTreeMap<u64, Session>,
     counters: SessionCounters,
+    /// No session times out before this (the leader's clock): an entry before it closes none, without
+    /// looking at every session. A lower bound of the earliest `last_active_ns + timeout`, exact after
+    /// each look.
+    expires_at_ns: i64,
 }
+
+impl PartialEq for SessionTable {
+    /// Tables are equal when their rules, sessions and counts are (whatever their bound on the next
+    /// timeout, which is derived from the sessions).
+    fn eq(&self, other: &Self) -> bool {
+        (self.config, &self.sessions, self.counters) == (other.config, &other.sessions, other.counters)
+    }
+}
+
+impl Eq for SessionTable {}
 
 /// A snapshot's first 8 bytes.
 const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcsess01");
@@ -320,7 +334,7 @@ const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcsess01");
 impl SessionTable {
     /// An empty table with `config`.
     pub fn new(config: SessionConfig) -> Self {
-        Self { config, sessions: BTreeMap::new(), counters: SessionCounters::default() }
+        Self { config, sessions: BTreeMap::new(), counters: SessionCounters::default(), expires_at_ns: i64::MAX }
     }
 
     /// Sessions open.
@@ -361,6 +375,7 @@ impl SessionTable {
                     return refused(self, Refusal::TooManySessions);
                 }
                 self.sessions.insert(session_id, Session { applied: 0, last_active_ns: timestamp_ns });
+                self.expires_at_ns = self.expires_at_ns.min(timestamp_ns.saturating_add(self.config.timeout_ns));
                 Applied::Opened { session_id }
             }
             SessionEntry::Message { timestamp_ns, correlation_id, payload, .. } => {
@@ -397,6 +412,9 @@ impl SessionTable {
     /// Closes every session silent for the timeout at `now_ns` (the leader's clock of the entry being
     /// applied), in session id order.
     fn expire(&mut self, now_ns: i64, closed: &mut impl FnMut(u64)) {
+        if now_ns < self.expires_at_ns {
+            return;
+        }
         let timeout = self.config.timeout_ns;
         let before = self.sessions.len();
         self.sessions.retain(|&id, session| {
@@ -407,6 +425,14 @@ impl SessionTable {
             alive
         });
         self.counters.timed_out += (before - self.sessions.len()) as u64;
+        self.recompute_expiry();
+    }
+
+    /// The exact earliest time a session can time out.
+    fn recompute_expiry(&mut self) {
+        let timeout = self.config.timeout_ns;
+        self.expires_at_ns =
+            self.sessions.values().map(|s| s.last_active_ns.saturating_add(timeout)).min().unwrap_or(i64::MAX);
     }
 
     /// Writes the table (for the application's snapshot): its sessions, in id order.
@@ -445,6 +471,7 @@ impl SessionTable {
             sessions.insert(id, Session { applied, last_active_ns });
         }
         self.sessions = sessions;
+        self.recompute_expiry();
         Ok(())
     }
 }

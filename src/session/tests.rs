@@ -147,4 +147,49 @@ proptest! {
         prop_assert_eq!(&a, &b);
         prop_assert!(a.len() <= 3);
     }
+
+    /// Sessions close exactly at the first entry at least a timeout after their last one, as a naive
+    /// look at every session on every entry would close them, whatever order the leaders' clocks give
+    /// the entries (the table looks only when its bound on the next timeout has passed).
+    #[test]
+    fn sessions_time_out_exactly_when_a_look_at_every_session_says(
+        entries in proptest::collection::vec((1u8..5, 0u64..6, 0i64..40), 0..300)
+    ) {
+        let mut table = table(6);
+        let mut naive = std::collections::BTreeMap::<u64, i64>::new();
+        for (kind, session_id, second) in entries {
+            let at = second * SECOND;
+            let entry = match kind {
+                OPEN => SessionEntry::Open { session_id, timestamp_ns: at },
+                MESSAGE => SessionEntry::Message { session_id, timestamp_ns: at, correlation_id: 1, payload: b"" },
+                KEEP_ALIVE => SessionEntry::KeepAlive { session_id, timestamp_ns: at },
+                _ => SessionEntry::Close { session_id, timestamp_ns: at },
+            };
+            let mut expected: Vec<u64> =
+                naive.iter().filter(|(_, &last)| at - last >= 10 * SECOND).map(|(&id, _)| id).collect();
+            naive.retain(|id, _| !expected.contains(id));
+            let mut closed = Vec::new();
+            let applied = table.apply(&entry, |id| closed.push(id));
+            expected.sort();
+            prop_assert_eq!(&closed, &expected);
+            match applied {
+                Applied::Opened { session_id } => {
+                    naive.insert(session_id, at);
+                }
+                Applied::Closed { session_id, .. } => {
+                    naive.remove(&session_id);
+                }
+                Applied::Deliver { session_id, .. } | Applied::Duplicate { session_id, .. } | Applied::KeptAlive { session_id } => {
+                    let last = naive.get_mut(&session_id).expect("open");
+                    *last = (*last).max(at);
+                }
+                Applied::Refused { session_id, refusal: Refusal::Gap { .. } } => {
+                    let last = naive.get_mut(&session_id).expect("open");
+                    *last = (*last).max(at);
+                }
+                Applied::Refused { .. } => {}
+            }
+            prop_assert_eq!(table.len(), naive.len());
+        }
+    }
 }
