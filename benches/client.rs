@@ -88,6 +88,10 @@ struct Cli {
     /// qc-client's, sched_yield].
     #[arg(long, value_name = "STRATEGY")]
     client_idle: Option<IdleStrategyConfig>,
+    /// Microseconds an offered message may wait in the client for more to share its datagram
+    /// (`ClientConfig::linger`; 0 sends at every poll).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    client_linger_us: u64,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -417,7 +421,9 @@ fn main() -> ExitCode {
     }
     let settings = Settings::new(cli.quick);
     let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
-        Ok(client) => ClientProcess { idle: cli.client_idle, ..client },
+        Ok(client) => {
+            ClientProcess { idle: cli.client_idle, linger: Duration::from_micros(cli.client_linger_us), ..client }
+        }
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;

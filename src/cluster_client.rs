@@ -72,6 +72,10 @@ pub struct ClientConfig {
     pub connect_retry: Duration,
     /// The local address to bind (port 0: any).
     pub bind: Option<SocketAddr>,
+    /// How long an offered message may wait for more to share its datagram before a poll sends it
+    /// (Kafka's `linger.ms`). 0, the default, sends at every poll: the least latency, and at moderate
+    /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
+    pub linger: Duration,
 }
 
 impl ClientConfig {
@@ -86,6 +90,7 @@ impl ClientConfig {
             resend_timeout: Duration::from_millis(200),
             connect_retry: Duration::from_millis(20),
             bind: None,
+            linger: Duration::ZERO,
         }
     }
 }
@@ -228,6 +233,8 @@ pub struct ClusterClient {
     resent_from: u64,
     /// Records of the datagram being read that reported outcomes.
     closing: Option<Closing>,
+    /// When the first message waiting in `out` was offered.
+    out_since_ns: u64,
 }
 
 /// A session closed while its messages were in flight: they are reported not applied.
@@ -297,6 +304,7 @@ impl ClusterClient {
             next_ask_ns: 0,
             resent_from: 0,
             closing: None,
+            out_since_ns: 0,
             config,
         })
     }
@@ -388,6 +396,9 @@ impl ClusterClient {
         bytes.clear();
         bytes.extend_from_slice(message);
         let now = self.clock.now_ns();
+        if self.out.is_empty() {
+            self.out_since_ns = now;
+        }
         self.push_message(correlation_id, message);
         self.in_flight.push_back(Pending { correlation_id, bytes, sent_ns: now });
         Ok(correlation_id)
@@ -405,8 +416,9 @@ impl ClusterClient {
     /// Sends what was offered, reads the cluster's answers and reports them to `handler`, and keeps the
     /// session alive (keep-alives, resends, finding a new leader); returns the work done.
     pub fn poll(&mut self, mut handler: impl FnMut(Event<'_>)) -> usize {
-        let mut work = self.flush();
         let now = self.clock.now_ns();
+        let lingered = now.saturating_sub(self.out_since_ns) >= self.config.linger.as_nanos() as u64;
+        let mut work = if lingered { self.flush() } else { 0 };
         let mut batch = self.batch.take().expect("put back after every poll");
         loop {
             let received = self.socket.recv_batch(&mut batch).unwrap_or(0);
@@ -436,8 +448,7 @@ impl ClusterClient {
             }
             handler(Event::SessionClosed { timed_out: closing.timed_out });
         }
-        work += self.on_timers(now);
-        work + self.flush()
+        work + self.on_timers(now)
     }
 
     fn view(&mut self, now: u64) -> View<'_> {

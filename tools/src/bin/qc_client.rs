@@ -86,6 +86,9 @@ struct Args {
     /// Seconds of silence from the leader before looking for another.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     leader_timeout: f64,
+    /// Microseconds an offered message may wait for more to share its datagram (0: sent at the next poll).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    linger_us: u64,
     /// How to wait on a duty cycle without work (`yield`, `sleep-ns:1000`, `backoff`, ...) [default:
     /// sched_yield].
     #[arg(long, value_name = "STRATEGY")]
@@ -271,6 +274,7 @@ fn run(args: &Args) -> Result<bool, Usage> {
     config.mtu = args.mtu;
     config.window = args.window.max(1);
     config.leader_timeout = Duration::from_secs_f64(args.leader_timeout.max(0.01));
+    config.linger = Duration::from_micros(args.linger_us);
     let mut client = ClusterClient::new(config).map_err(|e| Usage(format!("client socket: {e}")))?;
     if let Err(e) = client.connect(timeout) {
         eprintln!("qc-client: {e}");

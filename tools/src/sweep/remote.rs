@@ -47,6 +47,8 @@ pub struct ClientProcess {
     pub binary: PathBuf,
     /// Its `--idle` strategy; `None`: its default (`sched_yield`).
     pub idle: Option<IdleStrategyConfig>,
+    /// Its `--linger-us`: how long an offered message may wait for more to share its datagram (0: none).
+    pub linger: Duration,
 }
 
 /// One load of a client process.
@@ -169,7 +171,7 @@ impl ClientProcess {
     pub fn find(built: &str) -> Result<Self, String> {
         let binary = PathBuf::from(built);
         if binary.is_file() {
-            return Ok(Self { binary, idle: None });
+            return Ok(Self { binary, idle: None, linger: Duration::ZERO });
         }
         Self::next_to_current_exe().ok_or_else(|| {
             format!(
@@ -184,7 +186,7 @@ impl ClientProcess {
     pub fn next_to_current_exe() -> Option<Self> {
         let exe = std::env::current_exe().ok()?;
         let binary = exe.parent()?.parent()?.join("qc-client");
-        binary.is_file().then_some(Self { binary, idle: None })
+        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO })
     }
 
     fn command(&self) -> Command {
@@ -204,6 +206,9 @@ impl ClientProcess {
         }
         if let Some(idle) = &self.idle {
             command.arg("--idle").arg(idle.to_string());
+        }
+        if !self.linger.is_zero() {
+            command.arg("--linger-us").arg(self.linger.as_micros().to_string());
         }
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         command
