@@ -234,15 +234,12 @@ impl AppendStage {
     }
 
     /// Appends one client session entry (the concatenation of `parts`), its frames flagged
-    /// [`SESSION_FLAG`], as far as the log has room.
+    /// [`SESSION_FLAG`], as far as the log has room. The appended count and position are counted by
+    /// [`count_session_appends`](Self::count_session_appends), once per batch of entries.
     pub fn append_session(&mut self, parts: &[&[u8]]) -> Result<i64, AppendError> {
         let reserved = if self.piggyback { self.commit } else { 0 };
         match refreshing_once(&mut self.appender, |a| a.append_vectored_flagged(parts, reserved, SESSION_FLAG)) {
-            Ok(position) => {
-                self.counters.appended.increment();
-                self.counters.append.set(position);
-                Ok(position)
-            }
+            Ok(position) => Ok(position),
             Err(e) => {
                 match e {
                     AppendError::BackPressured => self.counters.back_pressured.increment(),
@@ -250,6 +247,14 @@ impl AppendStage {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Counts `appended` session entries appended since the last call, and the append position.
+    pub fn count_session_appends(&mut self, appended: usize) {
+        if appended > 0 {
+            self.counters.appended.add(appended as i64);
+            self.counters.append.set(self.appender.position());
         }
     }
 

@@ -467,7 +467,7 @@ impl ConsensusAgent {
         leading.stage.on_commit(self.core.commit_position());
         let mut appended = leading.stage.drain(&self.ingress);
         if let Some(clients) = self.clients.as_mut() {
-            let appending = Appending { stage: &mut leading.stage, term: leading.term };
+            let appending = Appending::new(&mut leading.stage, leading.term);
             appended += clients.poll(now_ns, Some(appending), Some(self.core.member_id()));
         }
         if appended > 0 && self.synced.is_none() {

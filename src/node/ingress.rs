@@ -147,10 +147,22 @@ pub(super) struct ClientIngress {
     counters: IngressCounters,
 }
 
-/// What the leader appends with: its append stage and term.
+/// What the leader appends with: its append stage and term, and what a duty cycle appended (counted
+/// once per cycle, not per entry).
 pub(super) struct Appending<'a> {
     pub(super) stage: &'a mut AppendStage,
     pub(super) term: i64,
+    /// Session entries appended.
+    pub(super) entries: usize,
+    /// Of those, client messages.
+    pub(super) messages: usize,
+}
+
+impl<'a> Appending<'a> {
+    /// Appending through `stage` for `term`.
+    pub(super) fn new(stage: &'a mut AppendStage, term: i64) -> Self {
+        Self { stage, term, entries: 0, messages: 0 }
+    }
 }
 
 impl ClientIngress {
@@ -250,6 +262,10 @@ impl ClientIngress {
             if received < self.batch.capacity() {
                 break;
             }
+        }
+        if let Some(appending) = appending.as_mut() {
+            appending.stage.count_session_appends(std::mem::take(&mut appending.entries));
+            self.counters.messages_appended.add(std::mem::take(&mut appending.messages) as i64);
         }
         self.next_receive_ns = if datagrams > 0 { now_ns } else { now_ns + POLL_INTERVAL_NS };
         work += datagrams;
@@ -409,8 +425,29 @@ fn on_datagram(
 ) {
     // One NAK per session per datagram is enough: the client resends from it.
     let mut nacked = None;
-    for (record, payload) in records {
-        state.counters.records_received.increment();
+    let mut records = records.peekable();
+    let mut received = 0i64;
+    while let Some((record, payload)) = records.next() {
+        received += 1;
+        if record.kind == wire::MESSAGE {
+            // The fast path: a run of one session's messages, its connection looked up once.
+            let session = record.session_id;
+            if let Some(connection) = state.connections.get_mut(&session).filter(|c| c.addr == source) {
+                let mut nak = None;
+                let mut next = Some((record, payload));
+                while let Some((record, payload)) = next {
+                    let expected = on_message(state.config, state.counters, connection, record, payload, append, now);
+                    nak = nak.or(expected);
+                    next = records.next_if(|(r, _)| r.kind == wire::MESSAGE && r.session_id == session);
+                    received += i64::from(next.is_some());
+                }
+                if let (Some(expected), false) = (nak, nacked == Some(session)) {
+                    nacked = Some(session);
+                    queue_on(state, session, RecordHeader::new(wire::NAK, session).value(expected as i64));
+                }
+                continue;
+            }
+        }
         match record.kind {
             wire::OPEN => on_open(state, record.correlation_id, source, append, now),
             wire::RECONNECT => on_reconnect(state, record.session_id, source, append, now),
@@ -469,6 +506,7 @@ fn on_datagram(
             _ => state.counters.malformed_dropped.increment(),
         }
     }
+    state.counters.records_received.add(received);
 }
 
 /// Queues `record` on session `session`'s connection, if it has one.
@@ -513,7 +551,7 @@ fn on_message(
     let entry = SessionEntry::Message { session_id: record.session_id, timestamp_ns: now, correlation_id: id, payload };
     match append_entry(append, counters, &entry, payload) {
         Ok(()) => {
-            counters.messages_appended.increment();
+            append.messages += 1;
             connection.last_logged_ns = now;
             if id == connection.next_expected {
                 connection.next_expected += 1;
@@ -613,7 +651,7 @@ fn append_entry(
     payload: &[u8],
 ) -> Result<(), AppendError> {
     let (header, length) = entry.header();
-    append.stage.append_session(&[&header[..length], payload]).map(|_| ()).inspect_err(|e| {
+    append.stage.append_session(&[&header[..length], payload]).map(|_| append.entries += 1).inspect_err(|e| {
         if matches!(e, AppendError::BackPressured) {
             counters.back_pressured.increment();
         }
