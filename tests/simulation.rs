@@ -44,8 +44,15 @@
 //! nothing across a power loss, and `none_loses_committed_entries_when_a_majority_loses_power` shows it
 //! losing commits when a majority loses power, and the checker catching it.
 //!
+//! Remote clients' sessions (`simulation/sessions.rs`, seeds 0..500 with `SimConfig::sessions`): clients
+//! open sessions and send numbered messages at whichever member leads, resend what was not acknowledged
+//! whenever their leader changes, and every member applies the session entries of its committed log to
+//! the product's `SessionTable`: each session's messages must be delivered exactly once and in order on
+//! every member, and every message a leader acknowledged delivered. A member that skips the table is
+//! caught.
+//!
 //! - `cargo test --test simulation` runs seeds 0..2000 (even: 3 members, odd: 5), and seeds 0..500 of
-//!   `batch` with every crash a power loss, about 15 s on two cores;
+//!   `batch` with every crash a power loss, and of sessions, about 15 s on two cores;
 //! - `QC_SIM_SEED=<n> cargo test --test simulation` replays seed `n` alone (in both);
 //! - `QC_SIM_SOAK=<count> cargo test --test simulation` runs seeds 0..count (in both), or from
 //!   `QC_SIM_FIRST_SEED=<n>` on.
@@ -115,8 +122,9 @@ fn assert_no_violations(seeds: std::ops::Range<u64>) {
     assert_none_broken(seeds, |config| config);
 }
 
-/// Runs `seeds` as `configure` sets them up, and asserts every property held on every one.
-fn assert_none_broken(seeds: std::ops::Range<u64>, configure: impl Fn(SimConfig) -> SimConfig + Sync) {
+/// Runs `seeds` as `configure` sets them up, and asserts every property held on every one; returns the
+/// runs' summaries.
+fn assert_none_broken(seeds: std::ops::Range<u64>, configure: impl Fn(SimConfig) -> SimConfig + Sync) -> Vec<Summary> {
     let count = seeds.end - seeds.start;
     let (violations, summaries) = run_seeds(seeds, configure, false);
     for violation in &violations {
@@ -146,6 +154,7 @@ fn assert_none_broken(seeds: std::ops::Range<u64>, configure: impl Fn(SimConfig)
         simulated / 1_000_000_000,
         summaries.len() - batch
     );
+    summaries
 }
 
 /// The seeds to run: `QC_SIM_SEED` alone, or `QC_SIM_SOAK` of them (else `count`) from `QC_SIM_FIRST_SEED`
@@ -162,6 +171,29 @@ fn seeds(count: u64) -> std::ops::Range<u64> {
 #[test]
 fn every_property_holds_on_every_seed() {
     assert_no_violations(seeds(DEFAULT_SEEDS));
+}
+
+/// Remote clients' sessions (`simulation/sessions.rs`): clients resend after every change of leader, and
+/// every member applies each session's messages exactly once and in order, through the product's session
+/// table, across truncations, crashes and (under `batch`) power losses. Seeds 0..500, or as
+/// `QC_SIM_SEED`, `QC_SIM_SOAK` and `QC_SIM_FIRST_SEED` say.
+#[test]
+fn every_session_message_is_applied_once_on_every_member() {
+    let summaries = assert_none_broken(seeds(DEFAULT_SEEDS / 4), |config| SimConfig { sessions: true, ..config });
+    let delivered: u64 = summaries.iter().map(|s| s.session_delivered).sum();
+    let duplicates: u64 = summaries.iter().map(|s| s.session_duplicates).sum();
+    eprintln!("sessions: {delivered} messages delivered on the members, {duplicates} resends answered as duplicates");
+    assert!(duplicates > 0, "the runs resent messages that had been applied");
+}
+
+/// A member that applies resends again is caught: proof that the test above can fail.
+#[test]
+fn the_checker_catches_a_member_that_applies_a_resend_again() {
+    let configure = |config| SimConfig { sessions: true, sessions_without_table: true, ..config };
+    let (violations, _) = run_seeds(0..DEFAULT_SEEDS / 4, configure, true);
+    let first = violations.into_iter().next().expect("no seed caught a member applying resends again");
+    eprintln!("caught: {first}");
+    assert!(first.what.contains("delivered message"), "{first}");
 }
 
 /// Asserts that the default seeds catch a core broken by `bugs`; prints what caught it.
@@ -258,7 +290,7 @@ fn the_checker_catches_a_driver_that_acknowledges_unsynced_writes() {
 /// synced position (and a sync in flight) down with it, and a power loss keeps what was synced.
 #[test]
 fn a_power_loss_keeps_what_was_synced() {
-    let entry = |id| Entry { term: 1, id, length: 32, client: true };
+    let entry = |id| Entry::plain(1, id, 32, true);
     let mut log = SimLog::default();
     (1..=3).for_each(|id| log.push(entry(id)));
     assert!(log.start_sync(10));

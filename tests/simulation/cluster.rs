@@ -18,6 +18,8 @@ use super::prng::Rng;
 mod faults;
 #[path = "replication.rs"]
 mod replication;
+#[path = "sessions.rs"]
+mod sessions;
 #[path = "storage.rs"]
 mod storage;
 
@@ -117,6 +119,13 @@ pub struct SimConfig {
     pub liveness_bound_ns: u64,
     /// Print role changes, crashes and restarts (`QC_SIM_TRACE=1`, for replaying one seed).
     pub trace: bool,
+    /// Remote clients with sessions append beside the plain clients, and every member applies their
+    /// entries to the session table (`sessions.rs`). Off in the default runs, whose seeds keep the
+    /// trajectories their regressions were found on.
+    pub sessions: bool,
+    /// A member broken on purpose: it hands out every session message it applies, without asking its
+    /// session table (so a resend is applied again).
+    pub sessions_without_table: bool,
 }
 
 impl SimConfig {
@@ -149,6 +158,8 @@ impl SimConfig {
             // timeouts for split canvasses and votes and for a lagging member to catch up.
             liveness_bound_ns: MAX_DELAY_NS + timers.heartbeat_timeout_ns + 10 * timers.election_timeout_max_ns,
             trace: std::env::var_os("QC_SIM_TRACE").is_some(),
+            sessions: false,
+            sessions_without_table: false,
         }
     }
 }
@@ -208,6 +219,9 @@ pub struct Summary {
     pub truncations: u64,
     /// Terms with more than one candidate.
     pub contested_terms: u64,
+    /// With sessions: messages the members' tables delivered, and resends they answered as duplicates.
+    pub session_delivered: u64,
+    pub session_duplicates: u64,
 }
 
 /// A member: its core while it runs, and what it keeps across a crash.
@@ -230,6 +244,8 @@ struct Node {
     incarnation: u64,
     /// While crashed: when it restarts (`u64::MAX`: never).
     down_until: Option<u64>,
+    /// Its application of remote clients' session entries (with `SimConfig::sessions`).
+    sessions: sessions::SessionState,
 }
 
 pub struct Simulation {
@@ -252,6 +268,8 @@ pub struct Simulation {
     sync_latency: Rng,
     candidate_terms: std::collections::HashSet<i64>,
     summary: Summary,
+    /// Remote clients with sessions (with `SimConfig::sessions`).
+    sim_clients: Vec<sessions::SimClient>,
 }
 
 impl Simulation {
@@ -281,6 +299,7 @@ impl Simulation {
             sync_latency: Rng::derive(seed, 8),
             candidate_terms: std::collections::HashSet::new(),
             summary: Summary { batch: config.storage.policy == SyncPolicy::Batch, ..Summary::default() },
+            sim_clients: if config.sessions { sessions::clients() } else { Vec::new() },
         };
         for id in 1..=config.members as MemberId {
             simulation.nodes.push(Node {
@@ -295,6 +314,7 @@ impl Simulation {
                 clock_offset_ns: 0,
                 incarnation: 0,
                 down_until: Some(0),
+                sessions: sessions::SessionState::default(),
             });
         }
         simulation
@@ -329,8 +349,12 @@ impl Simulation {
             self.tick()?;
             self.fetch();
             self.client_append()?;
+            if self.config.sessions {
+                self.session_clients()?;
+            }
             self.after_step()?;
             if self.live {
+                self.check_sessions()?;
                 self.summary.simulated_ns = self.now_ns;
                 self.summary.committed = self.checker.committed.len();
                 return Ok(());
@@ -416,7 +440,7 @@ impl Simulation {
             Output::AppendTermStart { leadership_term_id, position } => {
                 self.cut_unknown_tail(index, position, "term start")?;
                 let log = &mut self.nodes[index].log;
-                log.push(Entry { term: leadership_term_id, id: self.next_entry_id, length: 32, client: false });
+                log.push(Entry::plain(leadership_term_id, self.next_entry_id, 32, false));
                 self.next_entry_id += 1;
                 self.written(index, leadership_term_id)?;
             }
@@ -469,6 +493,7 @@ impl Simulation {
         }
         node.applied = count;
         node.applied_position = position;
+        self.apply_sessions(index, count)?;
         // Entries committed for the first time: held by a majority, and under `batch` synced by one.
         self.check_held(known, "commit")
     }

@@ -14,6 +14,17 @@ pub struct Entry {
     pub length: i64,
     /// A client message (not a term-start marker).
     pub client: bool,
+    /// A remote client's session entry: its session (0: none, a plain client entry or a marker).
+    pub session: u64,
+    /// With a session: 0 for its open, else the message's correlation id.
+    pub correlation: u64,
+}
+
+impl Entry {
+    /// A plain entry (a client message without a session, or a marker).
+    pub fn plain(term: i64, id: u64, length: i64, client: bool) -> Self {
+        Self { term, id, length, client, session: 0, correlation: 0 }
+    }
 }
 
 /// An fsync in flight: it makes durable what was written before it started (group commit).

@@ -83,7 +83,7 @@ impl Simulation {
         let index = leaders[self.clients.below(leaders.len() as u64) as usize];
         let term = self.nodes[index].core.as_ref().map_or(0, |c| c.leadership_term_id());
         let length = self.clients.between(1, 16) as i64 * 32;
-        self.nodes[index].log.push(Entry { term, id: self.next_entry_id, length, client: true });
+        self.nodes[index].log.push(Entry::plain(term, self.next_entry_id, length, true));
         self.next_entry_id += 1;
         self.written(index, term)
     }
