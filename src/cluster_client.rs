@@ -31,7 +31,7 @@
 //! # Invariants
 //!
 //! - Every offered message ends in exactly one [`Event::Committed`] or [`Event::NotApplied`], unless
-//!   the client is dropped first.
+//!   the client is dropped, or starts a new session, first.
 //! - A message is kept (and resent after a loss or a change of leader) until it is reported committed or
 //!   not applied; the session table makes sure a resend is never applied twice.
 //! - Only datagrams from the members' client endpoints are read.
@@ -365,8 +365,9 @@ impl ClusterClient {
         Ok(self.session_id)
     }
 
-    /// Starts opening a new session (the previous one, if any, is forgotten); [`poll`](Self::poll)
-    /// reports [`Event::Connected`] once it is open.
+    /// Starts opening a new session; [`poll`](Self::poll) reports [`Event::Connected`] once it is open.
+    /// The previous session, if any, is forgotten with the messages it still had in flight, unreported:
+    /// poll until [`in_flight`](Self::in_flight) is 0 first (after [`Event::SessionClosed`] it is).
     pub fn start_connect(&mut self) {
         self.state = State::Opening;
         self.nonce = self.nonce.wrapping_add(2);
@@ -613,7 +614,9 @@ fn on_record(
                 client.last_heard_ns = now;
             }
             for (i, position) in payload.chunks_exact(8).enumerate() {
-                let correlation_id = record.correlation_id + i as u64;
+                let Some(correlation_id) = record.correlation_id.checked_add(i as u64) else {
+                    break;
+                };
                 acknowledge_up_to(client, correlation_id.saturating_sub(1), handler);
                 if client.in_flight.front().is_some_and(|p| p.correlation_id == correlation_id) {
                     let pending = client.in_flight.pop_front().expect("checked");
