@@ -35,12 +35,16 @@ impl Applied {
     }
 }
 
-fn start(scratch: &ScratchDir, members: &[Member], clients: &ClientsConfig) -> Vec<Node> {
-    (0..3)
+/// A 3-node cluster in `scratch` taking clients with `clients`, member 0 elected, nothing applied yet.
+fn start(scratch: &ScratchDir, clients: ClientsConfig) -> (Vec<Member>, Vec<Node>, Vec<Applied>) {
+    let members = members(3);
+    let mut nodes: Vec<Node> = (0..3)
         .map(|id| {
-            test_builder(scratch, id, members, test_channel()).memory_log().clients(clients.clone()).start().unwrap()
+            test_builder(scratch, id, &members, test_channel()).memory_log().clients(clients.clone()).start().unwrap()
         })
-        .collect()
+        .collect();
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    (members, nodes, vec![Applied::default(); 3])
 }
 
 fn client_config(members: &[Member], order: &[usize]) -> ClientConfig {
@@ -135,10 +139,7 @@ fn connect(nodes: &mut [Node], applied: &mut [Applied], client: &mut ClusterClie
 #[test]
 fn two_clients_messages_commit_once_each_with_their_responses() {
     let scratch = ScratchDir::new("clients-exactly-once");
-    let members = members(3);
-    let mut nodes = start(&scratch, &members, &ClientsConfig::default());
-    elect(&mut nodes, 0, Duration::from_secs(60));
-    let mut applied = vec![Applied::default(); 3];
+    let (members, mut nodes, mut applied) = start(&scratch, ClientsConfig::default());
     let mut a = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let mut b = ClusterClient::new(client_config(&members, &[2, 1, 0])).unwrap();
     let sa = connect(&mut nodes, &mut applied, &mut a);
@@ -196,11 +197,8 @@ fn two_clients_messages_commit_once_each_with_their_responses() {
 #[test]
 fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
     let scratch = ScratchDir::new("clients-timeout");
-    let members = members(3);
     let clients = ClientsConfig { session_timeout: Duration::from_millis(300), ..ClientsConfig::default() };
-    let mut nodes = start(&scratch, &members, &clients);
-    elect(&mut nodes, 0, Duration::from_secs(60));
-    let mut applied = vec![Applied::default(); 3];
+    let (members, mut nodes, mut applied) = start(&scratch, clients);
     let mut quiet = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let mut busy = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let mut alive = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
@@ -257,11 +255,8 @@ fn send(socket: &UdpSocket, to: SocketAddr, bytes: &[u8]) {
 #[test]
 fn malformed_and_foreign_client_datagrams_are_counted_and_change_nothing() {
     let scratch = ScratchDir::new("clients-malformed");
-    let members = members(3);
     let allow = vec!["127.0.0.1".parse().unwrap()];
-    let mut nodes = start(&scratch, &members, &ClientsConfig { allow, ..ClientsConfig::default() });
-    elect(&mut nodes, 0, Duration::from_secs(60));
-    let mut applied = vec![Applied::default(); 3];
+    let (members, mut nodes, mut applied) = start(&scratch, ClientsConfig { allow, ..ClientsConfig::default() });
     let mut client = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let session = connect(&mut nodes, &mut applied, &mut client);
     let leader = members[0].client;
@@ -466,10 +461,7 @@ impl LossyRelay {
 #[test]
 fn a_client_behind_a_lossy_path_still_has_each_message_applied_once() {
     let scratch = ScratchDir::new("clients-lossy");
-    let members = members(3);
-    let mut nodes = start(&scratch, &members, &ClientsConfig::default());
-    elect(&mut nodes, 0, Duration::from_secs(60));
-    let mut applied = vec![Applied::default(); 3];
+    let (members, mut nodes, mut applied) = start(&scratch, ClientsConfig::default());
     let mut relay = LossyRelay::new(members[0].client);
     let mut config = client_config(&members, &[0, 1, 2]);
     config.members[0].1 = relay.front.local_addr().unwrap();

@@ -68,6 +68,19 @@ impl Simulation {
         if self.clients.below(2) == 0 {
             return Ok(());
         }
+        let Some(index) = self.started_leader() else {
+            return Ok(());
+        };
+        let term = self.nodes[index].core.as_ref().map_or(0, |c| c.leadership_term_id());
+        let length = self.clients.between(1, 16) as i64 * 32;
+        self.nodes[index].log.push(Entry::plain(term, self.next_entry_id, length, true));
+        self.next_entry_id += 1;
+        self.written(index, term)
+    }
+
+    /// A member that leads and has started its term (its log ends in its term), picked by the clients'
+    /// generator; `None` while there is none.
+    pub(super) fn started_leader(&mut self) -> Option<usize> {
         let leaders: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| {
                 let node = &self.nodes[i];
@@ -77,14 +90,6 @@ impl Simulation {
                 })
             })
             .collect();
-        if leaders.is_empty() {
-            return Ok(());
-        }
-        let index = leaders[self.clients.below(leaders.len() as u64) as usize];
-        let term = self.nodes[index].core.as_ref().map_or(0, |c| c.leadership_term_id());
-        let length = self.clients.between(1, 16) as i64 * 32;
-        self.nodes[index].log.push(Entry::plain(term, self.next_entry_id, length, true));
-        self.next_entry_id += 1;
-        self.written(index, term)
+        (!leaders.is_empty()).then(|| leaders[self.clients.below(leaders.len() as u64) as usize])
     }
 }

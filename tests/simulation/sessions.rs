@@ -101,20 +101,6 @@ impl Simulation {
         Ok(())
     }
 
-    /// A member that leads and has started its term, picked by the clients' generator.
-    fn started_leader(&mut self) -> Option<usize> {
-        let leaders: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| {
-                let node = &self.nodes[i];
-                node.core.as_ref().is_some_and(|c| {
-                    c.role() == Role::Leader
-                        && node.log.entries().last().map(|e| e.term) == Some(c.leadership_term_id())
-                })
-            })
-            .collect();
-        (!leaders.is_empty()).then(|| leaders[self.clients.below(leaders.len() as u64) as usize])
-    }
-
     /// Member `index` has applied its log's first `to` entries: its session table applies those it has
     /// not (rebuilt from the log first when its application went back, after a power loss), and, when it
     /// leads, acknowledges to the clients what the table answered.
