@@ -137,7 +137,8 @@ impl Settings {
             Self {
                 quick,
                 timings: timings(ms(400), ms(1000), 3, ms(3000)),
-                rtt_samples: 20_000,
+                // As every RTT figure of the transport bench: enough round trips for a p99.9.
+                rtt_samples: 100_002,
                 client_duration: ms(3000),
             }
         }
