@@ -630,3 +630,43 @@ fn the_session_table_survives_a_restart_through_the_snapshot_and_the_recorded_lo
     assert!(events.iter().any(|e| e.starts_with("Connected")), "the client reconnected: {events:?}");
     assert!(events.iter().all(|e| !e.contains("SessionClosed") && !e.contains("NotApplied")), "{events:?}");
 }
+
+#[test]
+fn a_closed_session_is_gone_from_the_leader_and_its_id_is_refused() {
+    let scratch = ScratchDir::new("clients-close");
+    let (members, mut nodes, mut applied) = start(&scratch, ClientsConfig::default());
+    let mut client = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
+    let session = connect(&mut nodes, &mut applied, &mut client);
+    client.offer(b"one").unwrap();
+    let mut events = vec![Vec::new()];
+    drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |c, _| c[0].in_flight() == 0, "one");
+    assert_eq!(nodes[0].stats().clients().connections(), 1);
+    client.close();
+    assert_eq!(client.offer(b"two"), Err(OfferError::NotConnected));
+    let until = Instant::now() + Duration::from_secs(60);
+    while nodes[0].stats().clients().connections() != 0 {
+        assert!(Instant::now() < until, "the close never reached the leader's table\n{}", dump(&nodes));
+        if run_nodes(&mut nodes, &mut applied) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    // The closed session's id is refused: the table no longer knows it (a message of it is not applied,
+    // whoever sends it).
+    let rogue = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rogue.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    let mut writer = DatagramWriter::new(1408);
+    writer.push(RecordHeader::new(wire::RECONNECT, session), &[]);
+    send(&rogue, members[0].client, writer.finish());
+    let mut buffer = [0u8; 65_536];
+    let refused = loop {
+        assert!(Instant::now() < until, "no answer to the reconnect of a closed session\n{}", dump(&nodes));
+        run_nodes(&mut nodes, &mut applied);
+        let Ok(length) = rogue.recv(&mut buffer) else { continue };
+        let records = wire::Records::parse(&buffer[..length]).unwrap();
+        if let Some((refused, _)) = records.into_iter().find(|(r, _)| r.kind == wire::REFUSED) {
+            break refused;
+        }
+    };
+    assert_eq!(wire::RefusalCode::from_u8(refused.code), Some(wire::RefusalCode::UnknownSession));
+    assert_eq!(applied[0].sessions[&session], vec![1], "only the message before the close was applied");
+}
