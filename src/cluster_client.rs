@@ -596,18 +596,8 @@ fn on_record(
             if member == client.target {
                 client.last_heard_ns = now;
             }
-            // The table applies a session's messages in order: any before this one were applied too.
-            acknowledge_up_to(client, record.correlation_id.saturating_sub(1), handler);
-            if client.in_flight.front().is_some_and(|p| p.correlation_id == record.correlation_id) {
-                let pending = client.in_flight.pop_front().expect("checked");
-                handler(Event::Committed {
-                    correlation_id: record.correlation_id,
-                    position: Some(record.value),
-                    response: payload,
-                    duplicate: record.code == wire::DUPLICATE,
-                });
-                client.free.push(pending.bytes);
-            }
+            let duplicate = record.code == wire::DUPLICATE;
+            committed(client, record.correlation_id, record.value, payload, duplicate, handler);
         }
         wire::COMMITTED_RUN if ours => {
             if member == client.target {
@@ -617,18 +607,8 @@ fn on_record(
                 let Some(correlation_id) = record.correlation_id.checked_add(i as u64) else {
                     break;
                 };
-                acknowledge_up_to(client, correlation_id.saturating_sub(1), handler);
-                if client.in_flight.front().is_some_and(|p| p.correlation_id == correlation_id) {
-                    let pending = client.in_flight.pop_front().expect("checked");
-                    let position = i64::from_le_bytes(position.try_into().expect("8 bytes"));
-                    handler(Event::Committed {
-                        correlation_id,
-                        position: Some(position),
-                        response: &[],
-                        duplicate: false,
-                    });
-                    client.free.push(pending.bytes);
-                }
+                let position = i64::from_le_bytes(position.try_into().expect("8 bytes"));
+                committed(client, correlation_id, position, &[], false, handler);
             }
         }
         wire::HEARTBEAT if ours && member == client.target => client.last_heard_ns = now,
@@ -686,6 +666,24 @@ fn on_refused(
             client.next_ask_ns = 0;
         }
         _ => {}
+    }
+}
+
+/// Reports message `correlation_id` committed at `position` with `response`, if it is in flight, and
+/// every message before it too: the table applies a session's messages in order, so they were applied.
+fn committed(
+    client: &mut ClusterClient,
+    correlation_id: u64,
+    position: i64,
+    response: &[u8],
+    duplicate: bool,
+    handler: &mut impl FnMut(Event<'_>),
+) {
+    acknowledge_up_to(client, correlation_id.saturating_sub(1), handler);
+    if client.in_flight.front().is_some_and(|p| p.correlation_id == correlation_id) {
+        let pending = client.in_flight.pop_front().expect("checked");
+        handler(Event::Committed { correlation_id, position: Some(position), response, duplicate });
+        client.free.push(pending.bytes);
     }
 }
 

@@ -238,6 +238,7 @@ impl ClientIngress {
                 match appending.as_mut() {
                     Some(appending) => {
                         let mut state = IngressState {
+                            socket: &self.socket,
                             config: &self.config,
                             connections: &mut self.connections,
                             dirty: &mut self.dirty,
@@ -405,6 +406,7 @@ fn flush_connection(connection: &mut Connection, socket: &UdpEndpoint, counters:
 
 /// What the handling of one datagram's records works on.
 struct IngressState<'a> {
+    socket: &'a UdpEndpoint,
     config: &'a ClientsConfig,
     connections: &'a mut HashMap<u64, Connection>,
     dirty: &'a mut Vec<u64>,
@@ -509,16 +511,10 @@ fn on_datagram(
     state.counters.records_received.add(received);
 }
 
-/// Queues `record` on session `session`'s connection, if it has one.
+/// Queues `record` on session `session`'s connection, if it has one (as the egress answers are).
 fn queue_on(state: &mut IngressState<'_>, session: u64, record: RecordHeader) {
     if let Some(connection) = state.connections.get_mut(&session) {
-        if !connection.writer.push(record, &[]) {
-            return;
-        }
-        if !connection.dirty {
-            connection.dirty = true;
-            state.dirty.push(session);
-        }
+        queue(connection, state.socket, state.counters, state.dirty, session, record, &[]);
     }
 }
 
