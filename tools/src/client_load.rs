@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use quorumcast::cluster_client::{ClusterClient, Event, OfferError};
 
+use crate::harness::fill_numbered;
+
 /// What to offer.
 #[derive(Clone, Debug)]
 pub struct ClientLoad {
@@ -69,14 +71,6 @@ impl ClientRun {
     }
 }
 
-/// Fills `message` for correlation id `id`: the id, then bytes derived from it.
-pub fn fill(message: &mut [u8], id: u64) {
-    message[..8].copy_from_slice(&id.to_le_bytes());
-    for (i, byte) in message.iter_mut().enumerate().skip(8) {
-        *byte = (id as usize).wrapping_mul(31).wrapping_add(i) as u8;
-    }
-}
-
 /// Runs `load` through `client`, which must be connected; `idle` is called on a duty cycle without work.
 pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut()) -> Result<ClientRun, String> {
     let session_id = client.session_id().ok_or("the client is not connected")?;
@@ -131,7 +125,7 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
                 }
                 None => ns(Instant::now()),
             };
-            fill(&mut message, client.next_correlation_id());
+            fill_numbered(&mut message, client.next_correlation_id());
             let actual = ns(Instant::now());
             match client.offer(&message) {
                 Ok(correlation_id) => {

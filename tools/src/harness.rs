@@ -98,6 +98,15 @@ pub fn number(message: &mut [u8], seq: u64) {
     message[..8].copy_from_slice(&seq.to_le_bytes());
 }
 
+/// Numbers `message` (at least 8 bytes) with `seq` as [`number`] does, and fills the rest with bytes
+/// derived from `seq`, so a reader can check every byte: what qc-node's `--offer` and qc-client send.
+pub fn fill_numbered(message: &mut [u8], seq: u64) {
+    number(message, seq);
+    for (i, byte) in message.iter_mut().enumerate().skip(8) {
+        *byte = (seq as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+}
+
 /// The number [`number`] wrote into `entry`; `u64::MAX` for an entry shorter than 8 bytes.
 pub fn seq_of(entry: &[u8]) -> u64 {
     entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))

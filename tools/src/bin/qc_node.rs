@@ -51,7 +51,7 @@ use quorumcast::consensus::Role;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::node::{Client, Node, NodeConfig, OfferError};
 use quorumcast::stats::TYPE_ACK_POSITION;
-use quorumcast_tools::harness::Fnv1a64;
+use quorumcast_tools::harness::{fill_numbered, Fnv1a64};
 
 /// Most committed fragments handed over per application duty cycle.
 const FRAGMENT_LIMIT: usize = 1024;
@@ -376,7 +376,7 @@ impl App {
         }
         let start = self.offered;
         while self.offered < end {
-            fill_message(&mut self.message, self.offered);
+            fill_numbered(&mut self.message, self.offered);
             match self.client.offer(&self.message) {
                 Ok(_) => self.offered += 1,
                 Err(OfferError::BackPressured) => break,
@@ -456,14 +456,6 @@ impl App {
             .map(|&m| format!("ack position of member {m}: {}", stats.ack_position(m).unwrap_or(-1)))
             .collect();
         acks.join(", ")
-    }
-}
-
-/// Message `seq` of `--offer`: its sequence number (little-endian), then bytes derived from it.
-fn fill_message(message: &mut [u8], seq: u64) {
-    message[..8].copy_from_slice(&seq.to_le_bytes());
-    for (i, byte) in message.iter_mut().enumerate().skip(8) {
-        *byte = (seq as usize).wrapping_mul(31).wrapping_add(i) as u8;
     }
 }
 
