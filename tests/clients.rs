@@ -247,6 +247,22 @@ fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
     assert_eq!(events[0], vec!["committed 1 response Some(1)".to_string()]);
 }
 
+/// Runs the nodes until `socket` (with a read timeout) receives a record of `kind`, in answer to `what`;
+/// returns it.
+fn await_record(nodes: &mut [Node], applied: &mut [Applied], socket: &UdpSocket, kind: u8, what: &str) -> RecordHeader {
+    let mut buffer = [0u8; 65_536];
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < until, "no record of kind {kind} in answer to {what}\n{}", dump(nodes));
+        run_nodes(nodes, applied);
+        let Ok(length) = socket.recv(&mut buffer) else { continue };
+        let records = wire::Records::parse(&buffer[..length]).unwrap();
+        if let Some((record, _)) = records.into_iter().find(|(r, _)| r.kind == kind) {
+            return record;
+        }
+    }
+}
+
 /// Sends `bytes` from `socket` to `to`.
 fn send(socket: &UdpSocket, to: SocketAddr, bytes: &[u8]) {
     socket.send_to(bytes, to).unwrap();
@@ -289,29 +305,11 @@ fn malformed_and_foreign_client_datagrams_are_counted_and_change_nothing() {
     writer.push(RecordHeader::new(wire::OPEN, 0).correlation(7), &[]);
     send(&rogue, leader, writer.finish());
     rogue.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
-    let mut buffer = [0u8; 65_536];
-    let until = Instant::now() + Duration::from_secs(60);
-    let rogue_session = loop {
-        assert!(Instant::now() < until, "the rogue's session never opened\n{}", dump(&nodes));
-        run_nodes(&mut nodes, &mut applied);
-        let Ok(length) = rogue.recv(&mut buffer) else { continue };
-        let records = wire::Records::parse(&buffer[..length]).unwrap();
-        if let Some((opened, _)) = records.into_iter().find(|(r, _)| r.kind == wire::OPENED) {
-            break opened.session_id;
-        }
-    };
+    let rogue_session = await_record(&mut nodes, &mut applied, &rogue, wire::OPENED, "the rogue's open").session_id;
     writer.clear();
     writer.push(RecordHeader::new(wire::MESSAGE, rogue_session).correlation(1_000_000), b"far ahead");
     send(&rogue, leader, writer.finish());
-    let nak = loop {
-        assert!(Instant::now() < until, "no NAK for the message past the window\n{}", dump(&nodes));
-        run_nodes(&mut nodes, &mut applied);
-        let Ok(length) = rogue.recv(&mut buffer) else { continue };
-        let records = wire::Records::parse(&buffer[..length]).unwrap();
-        if let Some((nak, _)) = records.into_iter().find(|(r, _)| r.kind == wire::NAK) {
-            break nak;
-        }
-    };
+    let nak = await_record(&mut nodes, &mut applied, &rogue, wire::NAK, "the message past the window");
     assert_eq!(nak.value, 1, "the NAK names the message the session takes next");
     assert_eq!(nodes[0].stats().clients().window_exceeded(), 1);
 
@@ -657,16 +655,7 @@ fn a_closed_session_is_gone_from_the_leader_and_its_id_is_refused() {
     let mut writer = DatagramWriter::new(1408);
     writer.push(RecordHeader::new(wire::RECONNECT, session), &[]);
     send(&rogue, members[0].client, writer.finish());
-    let mut buffer = [0u8; 65_536];
-    let refused = loop {
-        assert!(Instant::now() < until, "no answer to the reconnect of a closed session\n{}", dump(&nodes));
-        run_nodes(&mut nodes, &mut applied);
-        let Ok(length) = rogue.recv(&mut buffer) else { continue };
-        let records = wire::Records::parse(&buffer[..length]).unwrap();
-        if let Some((refused, _)) = records.into_iter().find(|(r, _)| r.kind == wire::REFUSED) {
-            break refused;
-        }
-    };
+    let refused = await_record(&mut nodes, &mut applied, &rogue, wire::REFUSED, "the reconnect of a closed session");
     assert_eq!(wire::RefusalCode::from_u8(refused.code), Some(wire::RefusalCode::UnknownSession));
     assert_eq!(applied[0].sessions[&session], vec![1], "only the message before the close was applied");
 }
