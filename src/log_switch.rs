@@ -85,12 +85,12 @@ impl<T> SwitchQueue<T> {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Takes the first switch whose log `supersedes` says makes every switch before it moot (a snapshot
-    /// that replaces the state they lead to), dropping those; its position, its log, and where the one
-    /// after is.
+    /// Takes the newest switch whose log `supersedes` says makes every switch before it moot (a snapshot
+    /// that replaces the state they lead to, and so any older such snapshot too), dropping those; its
+    /// position, its log, and where the one after is.
     pub fn take_superseding(&self, supersedes: impl Fn(&T) -> bool) -> Option<(i64, T, Option<i64>)> {
         let mut switches = self.lock();
-        let index = switches.iter().position(|s| s.next.as_ref().is_some_and(&supersedes))?;
+        let index = switches.iter().rposition(|s| s.next.as_ref().is_some_and(&supersedes))?;
         switches.drain(..index);
         let switch = switches.pop_front()?;
         Some((switch.at, switch.next?, switches.front().map(|s| s.at)))
@@ -120,9 +120,11 @@ mod tests {
         assert!(queue.generation() > before);
         assert_eq!(queue.take(), Some((80, "image", None)));
         queue.push(100, Some("log"));
+        queue.push(110, Some("older snapshot"));
         queue.push(120, Some("snapshot"));
         queue.push(150, None);
-        assert_eq!(queue.take_superseding(|l| *l == "snapshot"), Some((120, "snapshot", Some(150))));
-        assert_eq!(queue.take(), None, "the switch at 100 went with it; the one at 150 has no log yet");
+        let snapshot = |l: &&str| l.ends_with("snapshot");
+        assert_eq!(queue.take_superseding(snapshot), Some((120, "snapshot", Some(150))), "the newest supersedes");
+        assert_eq!(queue.take(), None, "the switches at 100 and 110 went with it; the one at 150 has no log yet");
     }
 }

@@ -461,6 +461,11 @@ impl Node {
             return 0;
         }
         self.refresh_switch();
+        if self.pending_snapshot.is_some() {
+            // A catch-up installed the leader's snapshot just now, and the replay starts after it: nothing
+            // from there is handed out before poll_state has loaded the snapshot into the state.
+            return 0;
+        }
         // Nothing is read before this member has joined a leader or leads: only then is its log's end known.
         let Some(first) = self.next_switch else {
             return 0;
@@ -529,16 +534,28 @@ impl Node {
     /// As [`poll_committed`](Self::poll_committed), applying each entry to `machine`, and taking a snapshot
     /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied.
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
+        if self.pending_snapshot.is_some() {
+            // A newer catch-up may have installed a newer snapshot since: it supersedes this one.
+            self.refresh_switch();
+        }
         if let Some(position) = self.pending_snapshot {
             // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
             let (store, sessions) = self.store_and_sessions()?;
             let restored = store
                 .restore(|reader| load_snapshot(sessions, machine, reader))
                 .map_err(|e| NodeError::Snapshot(e.to_string()))?;
-            if restored.info.as_ref().map(|i| i.position) != Some(position) {
-                return Err(NodeError::Snapshot(format!(
-                    "the snapshot a catch-up installed at {position} does not load"
-                )));
+            match restored.info.as_ref().map(|i| i.position) {
+                Some(loaded) if loaded == position => {}
+                // A newer catch-up installed a newer snapshot (and may have deleted this one) before its
+                // switch was queued: nothing is handed out until that switch makes it the one pending.
+                Some(loaded) if loaded > position => return Ok(0),
+                loaded => {
+                    return Err(NodeError::Snapshot(format!(
+                        "the snapshot a catch-up installed at {position} does not load (the newest that loads is \
+                         at {loaded:?}; skipped: {:?})",
+                        restored.skipped
+                    )))
+                }
             }
             self.pending_snapshot = None;
             self.last_snapshot = position;
