@@ -52,11 +52,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::transport::SendMode;
 use quorumcast_tools::report::{self, Percentiles, NS_PER_US};
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_tools::sweep::measure::{self, SendTimes};
-use quorumcast_tools::sweep::profile::{Control, Timings};
+use quorumcast_tools::sweep::profile::Timings;
 use quorumcast_tools::sweep::remote::{self, ClientLoadSpec, ClientProcess, RttReport, MAX_WINDOW};
 use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
@@ -181,17 +180,9 @@ impl MtuResult {
 }
 
 fn spec(mtu: usize) -> ClusterSpec {
-    ClusterSpec {
-        mtu,
-        send_mode: SendMode::Classic,
-        control: Control::Separate,
-        consensus_idle: IdleStrategyConfig::default(),
-        // Backs off rather than spins: the client process needs a core (see the module doc).
-        sender_idle: IdleStrategyConfig::default(),
-        msg: MESSAGE,
-        layout: Layout::for_host(),
-        clients: true,
-    }
+    // The Sender backs off rather than spins (the default): the client process needs a core (see the
+    // module doc).
+    ClusterSpec { clients: true, ..ClusterSpec::new(mtu, MESSAGE, Layout::for_host()) }
 }
 
 /// Starts a cluster on a fresh harness thread, runs `work` on it and closes it (an error of `work`

@@ -48,25 +48,22 @@
 //! Results: a table beside docs/BASELINE.md's raft figures, a durable table (disk beside memory), a C
 //! table, and `target/cluster/<timestamp>/summary.json` (`target/cluster/latest` points at the newest).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
-use quorumcast::counters::CountersReader;
 use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 use quorumcast::recording::SyncPolicy;
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
-use quorumcast_tools::harness::{self, members_on, number, Applier};
+use quorumcast_tools::sweep::cluster::{
+    on_harness_thread, ClusterSpec, Layout, LoadCluster, Storage as ClusterStorage,
+};
+use quorumcast_tools::sweep::profile::Control;
+use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
 
 mod common;
@@ -80,18 +77,18 @@ static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 // SAFETY: every call is forwarded unchanged to the system allocator, which upholds GlobalAlloc's contract;
 // the only addition is a relaxed counter increment.
 unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
         ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: the caller's layout is passed through as GlobalAlloc::alloc requires.
         unsafe { System.alloc(layout) }
     }
 
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
         // SAFETY: `ptr` was allocated by System with `layout` (every allocation goes through `alloc`).
         unsafe { System.dealloc(ptr, layout) }
     }
 
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+    unsafe fn realloc(&self, ptr: *mut u8, layout: AllocLayout, new_size: usize) -> *mut u8 {
         ALLOCATED.fetch_add(new_size as u64, Ordering::Relaxed);
         // SAFETY: forwarded unchanged; `ptr` came from System with `layout`.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -266,10 +263,6 @@ impl Variant {
     }
 }
 
-fn members() -> Vec<Member> {
-    members_on(Ipv4Addr::LOCALHOST.into(), 3).expect("free loopback ports")
-}
-
 /// The shared key of the authenticated variants (any 32 bytes; the bench measures the tag's cost).
 const AUTH_KEY: &str = "6a09e667bb67ae853c6ef372a54ff53a510e527f9b05688c1f83d9ab5be0cd19";
 
@@ -303,34 +296,6 @@ fn remove_data(run: &str) {
     }
 }
 
-fn builder(run: &str, id: i32, members: &[Member], variant: &Variant) -> NodeBuilder {
-    let builder = NodeBuilder::new(id, members.to_vec())
-        .leader(0)
-        .timers(quorumcast_tools::harness::patient_timers())
-        .directory(harness::node_dir("bench", run, id))
-        .data_dir(data_root(run).join(id.to_string()))
-        .clean_stale(true)
-        .channel(channel(variant))
-        .commit_piggyback(variant.piggyback);
-    match variant.storage {
-        Storage::Memory => builder.memory_log(),
-        Storage::Disk(sync) => builder.sync(sync),
-    }
-}
-
-/// Set from `--pin`: whether [`pin`] pins.
-static PIN: AtomicBool = AtomicBool::new(false);
-
-/// Pins the calling thread to `core` when `--pin` was given.
-fn pin(core: usize) {
-    if !PIN.load(Ordering::Relaxed) {
-        return;
-    }
-    if let Err(e) = quorumcast::agent::pin_current_thread(core) {
-        eprintln!("warning: --pin: {e}; this thread runs unpinned");
-    }
-}
-
 /// CPU seconds this process has used (user + system), from `/proc/self/stat`; 0 where unreadable.
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -352,199 +317,36 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
-fn counters_of(run: &str, id: i32) -> CountersReader {
-    CountersReader::open(harness::node_dir("bench", run, id).join("counters.dat")).expect("the node's counters file")
-}
-
 // ---------------------------------------------------------------------------------------------------------
-// Invoker layout: thread 0 drives the leader and offers, thread 1 drives the followers.
+// Invoker layout: thread 0 drives the leader and offers, thread 1 drives the followers (the harness's
+// `Layout::split`).
 
-/// What a bench thread does on a loop that found nothing to do: give the CPU to any other runnable
-/// thread. Loopback delivery runs in softirq context, and when the kernel defers it to `ksoftirqd`, a
-/// thread that spins without yielding keeps that thread (and so every datagram) waiting for a scheduler
-/// tick: round trips then take 4-12 ms instead of about 12 us.
-fn idle() {
-    std::thread::yield_now();
-}
-
-/// What the followers' thread publishes.
-#[derive(Default)]
-struct FollowerState {
-    stop: AtomicBool,
-    /// A follower whose flag is set is not run at all (a stopped process, as far as its peers can tell).
-    paused: [AtomicBool; 2],
-    applied: [AtomicU64; 2],
-    out_of_order: AtomicU64,
-    loops: AtomicU64,
-    idle_loops: AtomicU64,
-}
-
-/// A cluster whose followers run on their own bench thread and whose leader the calling thread drives.
-struct InvokerCluster {
-    run: String,
-    leader: Node,
-    client: quorumcast::node::Client,
-    followers: Arc<FollowerState>,
-    thread: Option<JoinHandle<Result<(), String>>>,
-    /// The leader's.
-    applier: Applier,
-    offered: u64,
-    buffer: [u8; MESSAGE],
-}
-
-impl InvokerCluster {
-    fn start(run: &str, variant: Variant) -> Result<Self, String> {
-        let members = members();
-        let state = Arc::new(FollowerState::default());
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let thread = {
-            let (state, members, run) = (Arc::clone(&state), members.clone(), run.to_owned());
-            std::thread::Builder::new()
-                .name("followers".into())
-                .spawn(move || drive_followers(&run, &members, variant, &state, ready_tx))
-                .map_err(|e| e.to_string())?
-        };
-        ready_rx.recv().map_err(|_| "the followers' thread ended before starting".to_string())??;
-        pin(0);
-        let leader = builder(run, 0, &members, &variant)
-            .threading(ThreadingMode::Invoker)
-            .start()
-            .map_err(|e| format!("leader: {e}"))?;
-        let client = leader.client();
-        let mut cluster = Self {
-            run: run.to_owned(),
-            leader,
-            client,
-            followers: state,
-            thread: Some(thread),
-            applier: Applier::default(),
-            offered: 0,
-            buffer: [7u8; MESSAGE],
-        };
-        cluster.warm_up()?;
-        Ok(cluster)
-    }
-
-    /// Commits a first message on every node, so that every receiver is live before timing starts.
-    fn warm_up(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let images = |run: &str| (1..3).all(|id| Stats::read(&counters_of(run, id)).receiver().images() >= 1);
-        while !images(&self.run) {
-            if Instant::now() > deadline {
-                return Err("the followers made no image in 10 s".into());
-            }
-            self.drive(|_| {});
-        }
-        while !self.offer() {
-            self.drive(|_| {});
-        }
-        while self.applied() < 1 || self.follower_applied().into_iter().any(|a| a < 1) {
-            if Instant::now() > deadline {
-                return Err("the cluster did not commit its first message in 10 s".into());
-            }
-            self.drive(|_| {});
-        }
-        Ok(())
-    }
-
-    /// Offers the next message; false when back-pressured.
-    fn offer(&mut self) -> bool {
-        number(&mut self.buffer, self.offered);
-        match self.client.offer(&self.buffer) {
-            Ok(_) => {
-                self.offered += 1;
-                true
-            }
-            Err(OfferError::BackPressured) => false,
-            Err(e) => panic!("offer failed: {e}"),
-        }
-    }
-
-    /// One duty cycle of the leader's agents and its apply; `on_apply(seq)` for every entry applied.
-    fn drive(&mut self, on_apply: impl FnMut(u64)) -> usize {
-        let work = self.leader.invoke().expect("the leader's agents run");
-        let work = work + self.applier.poll(&mut self.leader, 4096, on_apply);
-        if work == 0 {
-            idle();
-        }
-        work
-    }
-
-    /// Entries the leader applied (committed).
-    fn applied(&self) -> u64 {
-        self.applier.applied()
-    }
-
-    fn follower_applied(&self) -> [u64; 2] {
-        [self.followers.applied[0].load(Ordering::Acquire), self.followers.applied[1].load(Ordering::Acquire)]
-    }
-
-    /// Every node's applied count, the leader first.
-    fn all_applied(&self) -> [u64; 3] {
-        let [a, b] = self.follower_applied();
-        [self.applied(), a, b]
-    }
-
-    fn snapshot(&self) -> [Stats; 3] {
-        [self.leader.stats(), Stats::read(&counters_of(&self.run, 1)), Stats::read(&counters_of(&self.run, 2))]
-    }
-
-    fn close(mut self) -> Result<u64, String> {
-        self.followers.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            thread.join().map_err(|_| "the followers' thread panicked".to_string())??;
-        }
-        let out_of_order = self.applier.out_of_order() + self.followers.out_of_order.load(Ordering::Acquire);
-        self.leader.close().map_err(|e| e.to_string())?;
-        Ok(out_of_order)
+/// The cluster of `variant`, its data (when on disk) under [`data_root`] of `run`, its threads placed by
+/// `layout`.
+fn spec(run: &str, variant: &Variant, layout: Layout) -> ClusterSpec {
+    ClusterSpec {
+        send_mode: variant.mode,
+        control: if variant.piggyback { Control::Piggyback } else { Control::Separate },
+        storage: match variant.storage {
+            Storage::Memory => ClusterStorage::Memory,
+            Storage::Disk(sync) => ClusterStorage::Disk { root: data_root(run), sync },
+        },
+        channel: Some(channel(variant)),
+        ..ClusterSpec::new(variant.mtu, MESSAGE, layout)
     }
 }
 
-fn drive_followers(
-    run: &str,
-    members: &[Member],
-    variant: Variant,
-    state: &FollowerState,
-    ready: mpsc::Sender<Result<(), String>>,
-) -> Result<(), String> {
-    pin(1);
-    let start = |id| builder(run, id, members, &variant).threading(ThreadingMode::Invoker).start();
-    let mut nodes = match (start(1), start(2)) {
-        (Ok(a), Ok(b)) => [a, b],
-        (a, b) => {
-            let error = format!("followers: {:?} {:?}", a.err(), b.err());
-            let _ = ready.send(Err(error.clone()));
-            return Err(error);
-        }
-    };
-    let _ = ready.send(Ok(()));
-    let mut appliers = [Applier::default(); 2];
-    let (mut loops, mut idle_loops) = (0u64, 0u64);
-    while !state.stop.load(Ordering::Acquire) {
-        let mut work = 0;
-        for (i, node) in nodes.iter_mut().enumerate() {
-            if state.paused[i].load(Ordering::Acquire) {
-                continue;
-            }
-            work += node.invoke().map_err(|e| e.to_string())?;
-            work += appliers[i].poll(node, 4096, |_| {});
-            state.applied[i].store(appliers[i].applied(), Ordering::Release);
-        }
-        loops += 1;
-        if work == 0 {
-            idle_loops += 1;
-            idle();
-        }
-        if loops % 1024 == 0 {
-            state.loops.store(loops, Ordering::Relaxed);
-            state.idle_loops.store(idle_loops, Ordering::Relaxed);
-        }
-    }
-    state.out_of_order.store(appliers.iter().map(Applier::out_of_order).sum(), Ordering::Release);
-    for node in nodes {
-        node.close().map_err(|e| e.to_string())?;
-    }
-    Ok(())
+/// Offers the next message; false when back-pressured.
+fn offer(cluster: &mut LoadCluster) -> bool {
+    cluster.offer().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One duty cycle of the leader's agents and its apply (the followers run on their own thread), a yield
+/// when it found no work; `on_apply(seq)` for every entry applied.
+fn drive(cluster: &mut LoadCluster, on_apply: impl FnMut(u64)) -> usize {
+    let work = cluster.poll(on_apply);
+    cluster.idle(work);
+    work
 }
 
 /// The stall a stopped follower causes: the longest time the leader's commit position stood still in
@@ -567,40 +369,40 @@ const STALL_PHASES: [(&str, Duration); 3] =
 /// Offered load of the stall run, messages per second: moderate, well below saturation.
 const STALL_RATE: f64 = 200_000.0;
 
-fn run_stall() -> Result<StallResult, String> {
+fn run_stall(pinned: bool) -> Result<StallResult, String> {
     let variant = Variant { fast_status: true, ..Variant::plain(1408, SendMode::Classic, false) };
-    let mut cluster = InvokerCluster::start("stall", variant)?;
+    let mut cluster = LoadCluster::start(&spec("stall", &variant, Layout::split(pinned))).map_err(|e| e.to_string())?;
     let mut gaps_ms = [0f64; 3];
     let mut committed_per_s = [0f64; 3];
     for (phase, (_, length)) in STALL_PHASES.iter().enumerate() {
-        cluster.followers.paused[1].store(phase == 1, Ordering::Release);
+        cluster.pause_member(2, phase == 1).map_err(|e| e.to_string())?;
         let started = Instant::now();
-        let (offered_at_start, committed_at_start) = (cluster.offered, cluster.leader.commit_position());
+        let (offered_at_start, committed_at_start) = (cluster.offered(), cluster.commit_position());
         let (mut commit, mut last_advance) = (committed_at_start, started);
-        let applied_at_start = cluster.applied();
+        let applied_at_start = cluster.committed();
         while started.elapsed() < *length {
             let due = offered_at_start + (started.elapsed().as_secs_f64() * STALL_RATE) as u64;
-            while cluster.offered < due && cluster.offer() {}
-            cluster.drive(|_| {});
+            while cluster.offered() < due && offer(&mut cluster) {}
+            drive(&mut cluster, |_| {});
             let now = Instant::now();
-            let c = cluster.leader.commit_position();
+            let c = cluster.commit_position();
             if c > commit {
                 commit = c;
                 last_advance = now;
-            } else if cluster.offered > cluster.applied() {
+            } else if cluster.offered() > cluster.committed() {
                 gaps_ms[phase] = gaps_ms[phase].max((now - last_advance).as_secs_f64() * 1e3);
             }
         }
-        committed_per_s[phase] = (cluster.applied() - applied_at_start) as f64 / length.as_secs_f64();
+        committed_per_s[phase] = (cluster.committed() - applied_at_start) as f64 / length.as_secs_f64();
     }
-    let told_behind = Stats::read(&counters_of(&cluster.run, 2)).receiver().behind_retained_received() > 0;
+    let told_behind = cluster.stats()[2].receiver().behind_retained_received() > 0;
     if std::env::var_os("QC_BENCH_DEBUG").is_some() {
-        for (id, snapshot) in cluster.snapshot().iter().enumerate() {
+        for (id, snapshot) in cluster.stats().iter().enumerate() {
             let moved: Vec<_> = snapshot.iter().filter(|c| c.value != 0).map(|c| (&c.label, c.value)).collect();
             println!("node {id}: {moved:?}");
         }
     }
-    cluster.close()?;
+    cluster.close().map_err(|e| e.to_string())?;
     Ok(StallResult { offered_per_s: STALL_RATE, gaps_ms, committed_per_s, told_behind })
 }
 
@@ -661,21 +463,20 @@ impl Saturation {
 }
 
 /// Offers as fast as the leader's ingress takes, for the warm-up and then `windows` windows.
-fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
+fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
     let end_warmup = Instant::now() + settings.warmup;
     while Instant::now() < end_warmup {
         offer_burst(cluster);
-        cluster.drive(|_| {});
+        drive(cluster, |_| {});
     }
     let mut result = Saturation::default();
-    let first_counters = cluster.snapshot();
-    let follower_loops =
-        (cluster.followers.loops.load(Ordering::Relaxed), cluster.followers.idle_loops.load(Ordering::Relaxed));
+    let first_counters = cluster.stats();
+    let follower_loops = cluster.follower_loops();
     let alloc_start = ALLOCATED.load(Ordering::Relaxed);
     let cpu_start = cpu_seconds();
     let (mut loops, mut idle_loops, mut refused) = (0u64, 0u64, 0u64);
     let started = Instant::now();
-    let first_applied = cluster.all_applied();
+    let first_applied = cluster.applied();
     let mut window_start = (started, first_applied);
     for _ in 0..settings.windows {
         let end = window_start.0 + settings.window;
@@ -688,14 +489,14 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
             if offered < 1024 {
                 refused += 1;
             }
-            let work = cluster.drive(|_| {});
+            let work = drive(cluster, |_| {});
             loops += 1;
             if work == 0 {
                 idle_loops += 1;
             }
         }
         let now = Instant::now();
-        let applied = cluster.all_applied();
+        let applied = cluster.applied();
         let seconds = (now - window_start.0).as_secs_f64();
         let slowest = (0..3).map(|i| applied[i] - window_start.1[i]).min().unwrap_or(0);
         result.rates.push(slowest as f64 / seconds);
@@ -703,10 +504,10 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
     }
     let seconds = started.elapsed().as_secs_f64();
     result.cpu_util = (cpu_seconds() - cpu_start) / seconds;
-    let last_applied = cluster.all_applied();
+    let last_applied = cluster.applied();
     let entries = last_applied[0] - first_applied[0];
     result.alloc_bytes_per_entry = (ALLOCATED.load(Ordering::Relaxed) - alloc_start) as f64 / entries.max(1) as f64;
-    let last = cluster.snapshot();
+    let last = cluster.stats();
     let [leader, f1, f2] = [0, 1, 2].map(|i| last[i].since(&first_counters[i]));
     let (sender, consensus) = (leader.sender(), leader.consensus());
     let per_s = |count: i64| count as f64 / seconds;
@@ -719,10 +520,10 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
         bytes_per_s: per_s(leader.recorder().bytes()),
         follower_fsyncs_per_s: per_s(f1.recorder().fsyncs() + f2.recorder().fsyncs()) / 2.0,
     };
-    let follower_loops = (
-        cluster.followers.loops.load(Ordering::Relaxed) - follower_loops.0,
-        cluster.followers.idle_loops.load(Ordering::Relaxed) - follower_loops.1,
-    );
+    let follower_loops = {
+        let (loops, idle_loops) = cluster.follower_loops();
+        (loops - follower_loops.0, idle_loops - follower_loops.1)
+    };
     let datagrams = per_s(sender.data_datagrams());
     result.diagnosis = vec![
         format!(
@@ -777,24 +578,24 @@ fn saturate(cluster: &mut InvokerCluster, settings: &Settings) -> Saturation {
 }
 
 /// Offers up to one consensus drain's worth of messages; returns how many were taken.
-fn offer_burst(cluster: &mut InvokerCluster) -> usize {
+fn offer_burst(cluster: &mut LoadCluster) -> usize {
     let mut taken = 0;
-    while taken < 1024 && cluster.offer() {
+    while taken < 1024 && offer(cluster) {
         taken += 1;
     }
     taken
 }
 
 /// Lets everything offered so far be applied everywhere.
-fn drain(cluster: &mut InvokerCluster) {
+fn drain(cluster: &mut LoadCluster) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while cluster.all_applied().into_iter().any(|a| a < cluster.offered) && Instant::now() < deadline {
-        cluster.drive(|_| {});
+    while cluster.applied().into_iter().any(|a| a < cluster.offered()) && Instant::now() < deadline {
+        drive(cluster, |_| {});
     }
 }
 
 /// One message at a time: offer, then drive the leader until it applies that message.
-fn serial(cluster: &mut InvokerCluster, samples: usize, time: Duration) -> Histogram<u64> {
+fn serial(cluster: &mut LoadCluster, samples: usize, time: Duration) -> Histogram<u64> {
     let mut histogram = histogram();
     let end = Instant::now() + time;
     for _ in 0..samples {
@@ -802,12 +603,12 @@ fn serial(cluster: &mut InvokerCluster, samples: usize, time: Duration) -> Histo
             break;
         }
         let start = Instant::now();
-        while !cluster.offer() {
-            cluster.drive(|_| {});
+        while !offer(cluster) {
+            drive(cluster, |_| {});
         }
-        let target = cluster.offered;
-        while cluster.applied() < target {
-            cluster.drive(|_| {});
+        let target = cluster.offered();
+        while cluster.committed() < target {
+            drive(cluster, |_| {});
         }
         let _ = histogram.record(start.elapsed().as_nanos() as u64);
     }
@@ -815,27 +616,27 @@ fn serial(cluster: &mut InvokerCluster, samples: usize, time: Duration) -> Histo
 }
 
 /// Up to `PIPELINE_WINDOW` messages in flight; records each message's offer-to-apply latency.
-fn pipeline(cluster: &mut InvokerCluster, time: Duration) -> (Histogram<u64>, f64) {
+fn pipeline(cluster: &mut LoadCluster, time: Duration) -> (Histogram<u64>, f64) {
     let mut histogram = histogram();
     let mut offered_at = [Instant::now(); PIPELINE_WINDOW];
-    let first = cluster.applied();
+    let first = cluster.committed();
     let start = Instant::now();
     let end = start + time;
     while Instant::now() < end {
-        while cluster.offered - cluster.applied() < PIPELINE_WINDOW as u64 {
-            let seq = cluster.offered;
+        while cluster.offered() - cluster.committed() < PIPELINE_WINDOW as u64 {
+            let seq = cluster.offered();
             let now = Instant::now();
-            if !cluster.offer() {
+            if !offer(cluster) {
                 break;
             }
             offered_at[seq as usize % PIPELINE_WINDOW] = now;
         }
         let (h, at) = (&mut histogram, &offered_at);
-        cluster.drive(|seq| {
+        drive(cluster, |seq| {
             let _ = h.record(at[seq as usize % PIPELINE_WINDOW].elapsed().as_nanos() as u64);
         });
     }
-    let rate = (cluster.applied() - first) as f64 / start.elapsed().as_secs_f64();
+    let rate = (cluster.committed() - first) as f64 / start.elapsed().as_secs_f64();
     (histogram, rate)
 }
 
@@ -859,19 +660,21 @@ fn us(histogram: &Histogram<u64>, quantile: f64) -> f64 {
 fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<VariantResult, String> {
     let run = format!("v{index}");
     remove_data(&run);
-    let result = measure_variant(&run, variant, settings);
+    let result = on_harness_thread(|| measure_variant(&run, variant, settings).map_err(SweepError::Cluster))
+        .map_err(|e| e.to_string());
     remove_data(&run);
     result
 }
 
 fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<VariantResult, String> {
-    let mut cluster = InvokerCluster::start(run, variant)?;
-    let warnings = cluster.leader.warnings().to_vec();
+    let layout = Layout::split(settings.pin);
+    let mut cluster = LoadCluster::start(&spec(run, &variant, layout)).map_err(|e| e.to_string())?;
+    let warnings = cluster.warnings().to_vec();
     let saturation = saturate(&mut cluster, settings);
     drain(&mut cluster);
-    let before = cluster.snapshot();
+    let before = cluster.stats();
     let serial_histogram = serial(&mut cluster, settings.serial_samples, settings.serial_time);
-    let after = cluster.snapshot();
+    let after = cluster.stats();
     let serial_fsyncs_per_msg =
         after[0].since(&before[0]).recorder().fsyncs() as f64 / serial_histogram.len().max(1) as f64;
     if std::env::var_os("QC_BENCH_DEBUG").is_some() {
@@ -884,7 +687,8 @@ fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<V
     }
     let (pipeline_histogram, pipeline_rate) = pipeline(&mut cluster, settings.pipeline_time);
     drain(&mut cluster);
-    let out_of_order = cluster.close()?;
+    let out_of_order = cluster.out_of_order();
+    cluster.close().map_err(|e| e.to_string())?;
     Ok(VariantResult {
         variant,
         saturation,
@@ -915,71 +719,22 @@ struct CResult {
 fn run_c(variant: Variant, idle: &str, settings: &Settings, index: usize) -> Result<CResult, String> {
     let run = format!("c{index}");
     remove_data(&run);
-    let result = measure_c(&run, variant, idle, settings);
+    let result = on_harness_thread(|| measure_c(&run, variant, idle, settings).map_err(SweepError::Cluster))
+        .map_err(|e| e.to_string());
     remove_data(&run);
     result
 }
 
 fn measure_c(run: &str, variant: Variant, idle: &str, settings: &Settings) -> Result<CResult, String> {
-    let members = members();
-    let backoff = IdleStrategyConfig::default();
     let consensus: IdleStrategyConfig = idle.parse().map_err(|e| format!("{e}"))?;
-    let core = |c: usize| settings.pin.then_some(c);
-    pin(0);
-    let follower = |id| {
-        builder(run, id, &members, &variant)
-            .threading(ThreadingMode::Shared)
-            .idle([backoff; 4])
-            .cores([core(0); 4])
-            .start()
-            .map_err(|e| format!("follower {id}: {e}"))
-    };
-    // Followers first, and nothing offered until both have an image at position 0 (a follower that misses
-    // the leader's first SETUP joins where the sender is when it answers a later one).
-    let followers = [follower(1)?, follower(2)?];
-    let leader = builder(run, 0, &members, &variant)
-        .threading(ThreadingMode::SharedNetwork)
-        .idle([consensus, backoff, backoff, backoff])
-        .cores([core(1), core(0), core(0), core(0)])
-        .start()
-        .map_err(|e| format!("leader: {e}"))?;
-    let [f1, f2] = followers;
-    let mut nodes = [leader, f1, f2];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while nodes[1..].iter().any(|n| n.stats().receiver().images() < 1) {
-        if Instant::now() > deadline {
-            return Err("followers made no image in 10 s".into());
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    let client = nodes[0].client();
-    let mut buffer = [7u8; MESSAGE];
-    number(&mut buffer, 0);
-    let mut offered = 0u64;
-    let mut appliers = [Applier::default(); 3];
-    let apply = |nodes: &mut [Node; 3], appliers: &mut [Applier; 3]| {
-        for (node, applier) in nodes.iter_mut().zip(appliers.iter_mut()) {
-            applier.poll(node, 4096, |_| {});
-        }
-        appliers.map(|a| a.applied())
-    };
-    // Warm up: the first message committed everywhere.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut applied = [0u64; 3];
-    while applied.iter().any(|&a| a < 1) {
-        if offered == 0 && client.offer(&buffer).is_ok() {
-            offered = 1;
-        }
-        applied = apply(&mut nodes, &mut appliers);
-        if Instant::now() > deadline {
-            return Err(format!("C run {idle}: no first commit in 10 s"));
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    let layout = Layout::for_cores(2).for_c_probe();
+    let layout = if settings.pin { layout } else { layout.without_pinning() };
+    let spec = ClusterSpec { consensus_idle: consensus, ..spec(run, &variant, layout) };
+    let mut cluster = LoadCluster::start(&spec).map_err(|e| format!("C run {idle}: {e}"))?;
     // Paced load: the warm-up third of the time, then the measured window.
     let warmup = settings.c_time / 3;
     let start = Instant::now();
-    let base = offered;
+    let base = cluster.offered();
     let mut first: Option<(Instant, Stats, [u64; 3])> = None;
     loop {
         let elapsed = start.elapsed();
@@ -987,33 +742,26 @@ fn measure_c(run: &str, variant: Variant, idle: &str, settings: &Settings) -> Re
             break;
         }
         if first.is_none() && elapsed >= warmup {
-            first = Some((Instant::now(), nodes[0].stats(), applied));
+            let [leader, _, _] = cluster.stats();
+            first = Some((Instant::now(), leader, cluster.applied()));
         }
         let due = base + (C_RATE as u128 * elapsed.as_nanos() / 1_000_000_000) as u64;
-        while offered < due {
-            number(&mut buffer, offered);
-            if client.offer(&buffer).is_err() {
-                break;
-            }
-            offered += 1;
-        }
-        applied = apply(&mut nodes, &mut appliers);
+        while cluster.offered() < due && offer(&mut cluster) {}
+        cluster.poll(|_| {});
         std::thread::sleep(Duration::from_micros(50));
     }
     let (t0, s0, a0) = first.expect("the warm-up ends before the window");
     let seconds = t0.elapsed().as_secs_f64();
-    let leader = nodes[0].stats().since(&s0);
+    let applied = cluster.applied();
+    let [leader, _, _] = cluster.stats();
+    let leader = leader.since(&s0);
     let rate = |count: i64| count as f64 / seconds;
     let achieved = (0..3).map(|i| applied[i] - a0[i]).min().unwrap_or(0) as f64 / seconds;
     let (control_per_s, data_per_s) = (rate(leader.sender().control_syscalls()), rate(leader.sender().data_syscalls()));
     let (commit_frames_per_s, consensus_cycles_per_s) =
         (rate(leader.consensus().commit_frames()), rate(leader.labelled("consensus duty cycles")));
     // Serial latency in this layout.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while applied.iter().any(|&a| a < offered) && Instant::now() < deadline {
-        applied = apply(&mut nodes, &mut appliers);
-        std::thread::yield_now();
-    }
+    cluster.drain(Duration::from_secs(10)).map_err(|e| format!("C run {idle}: {e}"))?;
     let mut histogram = histogram();
     let end = Instant::now() + settings.serial_time;
     for _ in 0..settings.c_serial_samples {
@@ -1021,26 +769,17 @@ fn measure_c(run: &str, variant: Variant, idle: &str, settings: &Settings) -> Re
             break;
         }
         let t = Instant::now();
-        number(&mut buffer, offered);
-        while client.offer(&buffer).is_err() {
+        while !offer(&mut cluster) {
             std::thread::yield_now();
         }
-        offered += 1;
-        while appliers[0].applied() < offered {
-            appliers[0].poll(&mut nodes[0], 16, |_| {});
-            if appliers[0].applied() < offered {
+        while cluster.committed() < cluster.offered() {
+            if cluster.poll(|_| {}) == 0 {
                 std::thread::yield_now();
             }
         }
         let _ = histogram.record(t.elapsed().as_nanos() as u64);
     }
-    for node in nodes {
-        node.close().map_err(|e| e.to_string())?;
-    }
-    let out_of_order: u64 = appliers.iter().map(Applier::out_of_order).sum();
-    if out_of_order > 0 {
-        return Err(format!("C run {idle}: {out_of_order} entries applied out of order"));
-    }
+    cluster.close().map_err(|e| format!("C run {idle}: {e}"))?;
     Ok(CResult {
         variant,
         idle: idle.to_owned(),
@@ -1344,7 +1083,6 @@ fn wanted(settings: &Settings, variant: &Variant, all: &[Variant]) -> bool {
 
 fn main() {
     let settings = Settings::from_args();
-    PIN.store(settings.pin, Ordering::Relaxed);
     let started = Instant::now();
     let load_at_start = load_average();
     println!(
@@ -1429,7 +1167,8 @@ fn main() {
     let stall = if settings.skip_stall || !selected(&settings, "stall") {
         None
     } else {
-        let stall = run_stall();
+        let stall =
+            on_harness_thread(|| run_stall(settings.pin).map_err(SweepError::Cluster)).map_err(|e| e.to_string());
         remove_data("stall");
         match stall {
             Ok(stall) => {

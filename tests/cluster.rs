@@ -4,7 +4,7 @@
 //! Nodes run in invoker mode, driven by the test thread (one thread: nothing busy-spins), except where a
 //! test says otherwise.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorumcast::channel::ChannelConfig;
 use quorumcast::consensus::Role;
@@ -13,8 +13,8 @@ use quorumcast::fault::FaultConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
 mod support;
-use support::cluster::{apply, elect, members, message, test_builder, test_channel};
-use support::{dump, ScratchDir};
+use support::cluster::{elect, members, test_builder, test_channel, Driver};
+use support::ScratchDir;
 
 fn channel(faults: bool) -> ChannelConfig {
     let receive_faults = if faults {
@@ -33,33 +33,7 @@ fn builder(scratch: &ScratchDir, id: i32, members: &[Member], faults: bool) -> N
 
 /// Offers `total` messages through the leader and drives every node until each applied all of them.
 fn run(nodes: &mut [Node], total: u64) {
-    let client = nodes[0].client();
-    let mut offered = 0;
-    let mut applied = vec![0u64; nodes.len()];
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while applied.iter().any(|&a| a < total) {
-        assert!(Instant::now() < deadline, "stalled: offered {offered}, applied {applied:?}\n{}", dump(nodes));
-        while offered < total {
-            match client.offer(&message(offered)) {
-                Ok(_) => offered += 1,
-                Err(OfferError::BackPressured) => break,
-                Err(e) => panic!("{e}"),
-            }
-            if offered % 256 == 0 {
-                break;
-            }
-        }
-        let mut work = 0;
-        for node in nodes.iter_mut() {
-            work += node.invoke().unwrap();
-        }
-        for (node, next) in nodes.iter_mut().zip(applied.iter_mut()) {
-            work += apply(node, next);
-        }
-        if work == 0 {
-            std::thread::yield_now();
-        }
-    }
+    Driver::checked(nodes.len()).run_to(nodes, &vec![true; nodes.len()], total, Duration::from_secs(240));
 }
 
 fn start(scratch: &ScratchDir, faults: bool) -> Vec<Node> {
@@ -134,47 +108,22 @@ fn two_nodes_commit_while_a_follower_is_down_and_it_catches_up_on_restart() {
     stopped.close().unwrap();
 
     // The leader and follower 1 go on committing once the leader stops waiting for member 2.
-    let client = nodes[0].client();
-    let mut applied = [20_000u64; 2];
-    let mut offered = 20_000u64;
+    let mut driver = Driver::checked(3);
+    driver.offer_from(20_000);
+    driver.resume(0, 20_000);
+    driver.resume(1, 20_000);
     let target = 23_000u64;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while applied.iter().any(|&a| a < target) {
-        assert!(Instant::now() < deadline, "two nodes stalled: offered {offered}, applied {applied:?}");
-        while offered < target && client.offer(&message(offered)).is_ok() {
-            offered += 1;
-        }
-        for node in nodes.iter_mut() {
-            node.invoke().unwrap();
-        }
-        for (node, next) in nodes.iter_mut().zip(applied.iter_mut()) {
-            apply(node, next);
-        }
-        std::thread::yield_now();
-    }
+    driver.run_to(&mut nodes, &[true, true], target, Duration::from_secs(60));
 
     // Member 2 restarts with its state applied up to `resume` and no log (the log is not kept on disk):
     // it replicates the leader's log from the start, applies only what it lacks, catches up to the same
-    // sequence, and goes on with the others.
+    // sequence, and goes on with the others: no new offers until it has caught up with what was committed
+    // while it was down.
     let restarted = builder(2).resume_from(resume).start().unwrap();
     nodes.push(restarted);
-    let mut next = [applied[0], applied[1], 20_000];
-    let final_target = 30_000u64;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while next.iter().any(|&a| a < final_target) {
-        assert!(Instant::now() < deadline, "catch-up stalled: offered {offered}, applied {next:?}\n{}", dump(&nodes));
-        // No new offers until member 2 has caught up with what was committed while it was down.
-        while next[2] >= target && offered < final_target && client.offer(&message(offered)).is_ok() {
-            offered += 1;
-        }
-        for node in nodes.iter_mut() {
-            node.invoke().unwrap();
-        }
-        for (node, n) in nodes.iter_mut().zip(next.iter_mut()) {
-            apply(node, n);
-        }
-        std::thread::yield_now();
-    }
+    driver.resume(2, 20_000);
+    driver.run_to(&mut nodes, &[true; 3], target, Duration::from_secs(20));
+    driver.run_to(&mut nodes, &[true; 3], 30_000, Duration::from_secs(20));
     for node in nodes {
         node.close().unwrap();
     }
@@ -186,35 +135,13 @@ fn a_follower_that_starts_late_applies_the_log_from_its_start() {
     let members = members(3);
     let mut nodes: Vec<Node> = (0..2).map(|id| builder(&scratch, id, &members, false).start().unwrap()).collect();
     // The leader and member 1 commit 3000 messages (a quorum of two) before member 2 exists.
-    let client = nodes[0].client();
-    let mut offered = 0u64;
-    let mut applied = [0u64; 3];
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while applied[..2].iter().any(|&a| a < 3000) {
-        assert!(Instant::now() < deadline, "two nodes stalled: offered {offered}, applied {applied:?}");
-        while offered < 3000 && client.offer(&message(offered)).is_ok() {
-            offered += 1;
-        }
-        for (node, next) in nodes.iter_mut().zip(applied.iter_mut()) {
-            node.invoke().unwrap();
-            apply(node, next);
-        }
-        std::thread::yield_now();
-    }
-    // Member 2 starts fresh: it must apply from message 0, never from wherever the leader is now.
+    let mut driver = Driver::checked(3);
+    driver.run_to(&mut nodes, &[true, true], 3000, Duration::from_secs(60));
+    // Member 2 starts fresh: it must apply from message 0, never from wherever the leader is now (the
+    // driver checks it applies 0, 1, 2, ...); no new offers until it has caught up.
     nodes.push(builder(&scratch, 2, &members, false).start().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while applied.iter().any(|&a| a < 5000) {
-        assert!(Instant::now() < deadline, "late follower stalled: offered {offered}, applied {applied:?}");
-        while applied[2] >= 3000 && offered < 5000 && client.offer(&message(offered)).is_ok() {
-            offered += 1;
-        }
-        for (node, next) in nodes.iter_mut().zip(applied.iter_mut()) {
-            node.invoke().unwrap();
-            apply(node, next);
-        }
-        std::thread::yield_now();
-    }
+    driver.run_to(&mut nodes, &[true; 3], 3000, Duration::from_secs(60));
+    driver.run_to(&mut nodes, &[true; 3], 5000, Duration::from_secs(60));
     for node in nodes {
         node.close().unwrap();
     }

@@ -51,7 +51,7 @@ fn a_cluster_stopped_whole_replays_its_recorded_log_and_goes_on() {
         let storage = storage(sync);
         let mut nodes = start_all(&scratch, &members, &storage);
         elect(&mut nodes);
-        let mut driver = Driver::new(3);
+        let mut driver = Driver::checked(3);
         driver.run_to(&mut nodes, &[true; 3], 3_000, Duration::from_secs(120));
         let recorded = nodes[1].stats().recorder().position();
         assert!(recorded > 0, "{sync}: the follower records\n{}", dump(&nodes));
@@ -67,8 +67,8 @@ fn a_cluster_stopped_whole_replays_its_recorded_log_and_goes_on() {
         // driver checks every entry from sequence 0 again, in order), then goes on with new entries.
         let mut nodes = start_all(&scratch, &members, &storage);
         elect(&mut nodes);
-        let mut again = Driver { offered: driver.offered, applied: vec![0; 3] };
-        again.run_to(&mut nodes, &[true; 3], 5_000, Duration::from_secs(120));
+        (0..3).for_each(|i| driver.resume(i, 0));
+        driver.run_to(&mut nodes, &[true; 3], 5_000, Duration::from_secs(120));
         assert!(nodes.iter().all(|n| n.recording_error().is_none()));
         eprintln!(
             "{sync}: replayed and went on to 5000; leader recorded {} bytes, {} fsyncs",
@@ -191,7 +191,7 @@ fn a_torn_segment_end_is_cut_at_start_and_a_damaged_index_stops_the_node_naming_
     let storage = storage(SyncPolicy::None);
     let mut nodes = start_all(&scratch, &members, &storage);
     elect(&mut nodes);
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &[true; 3], 2_000, Duration::from_secs(120));
     for node in nodes {
         node.close().unwrap();
@@ -214,8 +214,8 @@ fn a_torn_segment_end_is_cut_at_start_and_a_damaged_index_stops_the_node_naming_
     assert!(nodes[2].warnings().iter().any(|w| w.contains("torn")), "the cut is reported: {:?}", nodes[2].warnings());
     assert_eq!(nodes[2].stats().recorder().torn_bytes(), 11);
     elect(&mut nodes);
-    let mut again = Driver { offered: driver.offered, applied: vec![0; 3] };
-    again.run_to(&mut nodes, &[true; 3], 3_000, Duration::from_secs(120));
+    (0..3).for_each(|i| driver.resume(i, 0));
+    driver.run_to(&mut nodes, &[true; 3], 3_000, Duration::from_secs(120));
     for node in nodes {
         node.close().unwrap();
     }
@@ -249,19 +249,18 @@ fn a_follower_further_behind_than_the_leader_holds_in_memory_catches_up_from_its
     let start = |id: i32| far_builder(&scratch, id, &members, storage.clone()).start().expect("node starts");
     let mut nodes: Vec<Node> = (0..3).map(start).collect();
     elect(&mut nodes);
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &[true; 3], 1_000, Duration::from_secs(120));
     // Member 2 stops; the others commit far past what the leader keeps in memory (2 MiB of log or so).
     let stopped = nodes.pop().unwrap();
     stopped.close().unwrap();
     let mut two: Vec<Node> = nodes;
-    let mut survivors = Driver { offered: driver.offered, applied: driver.applied[..2].to_vec() };
-    survivors.run_to(&mut two, &[true; 2], 20_000, Duration::from_secs(120));
+    driver.run_to(&mut two, &[true; 2], 20_000, Duration::from_secs(120));
     // Back from its data directory: it replays its own recording, is told it is behind the leader's
     // logs in memory, fetches the rest from the leader's recording, and joins the live log.
     two.push(start(2));
-    let mut all = Driver { offered: survivors.offered, applied: vec![survivors.applied[0], survivors.applied[1], 0] };
-    all.run_to(&mut two, &[true; 3], 25_000, Duration::from_secs(120));
+    driver.resume(2, 0);
+    driver.run_to(&mut two, &[true; 3], 25_000, Duration::from_secs(120));
     let stats = two[2].stats();
     assert!(stats.receiver().behind_retained_received() > 0, "it was behind: {}", dump(&two));
     assert!(stats.recorder().catch_ups() >= 1, "it caught up from the leader's recording");

@@ -1,6 +1,6 @@
 //! Failover in one process: a 3-node cluster loses its leader mid-stream, elects another, goes on
 //! committing, takes the old member back as a follower, and loses the second leader too. Every node
-//! applies one sequence (each entry checked in order and in content by `apply`), exactly once.
+//! applies one sequence (each entry checked in order and in content by the driver), exactly once.
 //!
 //! Nodes run in invoker mode on the test thread; a "killed" node is simply never invoked again and then
 //! dropped, which is what its peers see of a crash. Nothing here asserts on time.
@@ -12,7 +12,7 @@ use quorumcast::consensus_core::Timers;
 use quorumcast::node::{Member, Node, NodeBuilder, RoleChange};
 
 mod support;
-use support::cluster::{apply, elect, members, test_builder, test_channel, Driver};
+use support::cluster::{elect, members, test_builder, test_channel, Driver};
 use support::{dump, ScratchDir};
 
 /// Short enough that a test sees several elections in seconds, long enough that a test thread invoking
@@ -65,23 +65,7 @@ fn dump_refs(nodes: &[&Node]) -> String {
 
 /// Runs the driver over the live nodes until each applied `target` (offering through whichever leads).
 fn run_to(driver: &mut Driver, nodes: &mut [Option<Node>], target: u64) {
-    let active: Vec<bool> = nodes.iter().map(Option::is_some).collect();
-    let mut live: Vec<Node> = nodes.iter_mut().filter_map(Option::take).collect();
-    let mut applied: Vec<u64> =
-        active.iter().enumerate().filter(|(_, on)| **on).map(|(i, _)| driver.applied[i]).collect();
-    let mut sub = Driver { offered: driver.offered, applied: applied.clone() };
-    let all = vec![true; live.len()];
-    sub.run_to(&mut live, &all, target, Duration::from_secs(120));
-    applied.copy_from_slice(&sub.applied);
-    driver.offered = sub.offered;
-    let mut it = live.into_iter().zip(applied);
-    for (i, slot) in nodes.iter_mut().enumerate() {
-        if active[i] {
-            let (node, applied) = it.next().unwrap();
-            driver.applied[i] = applied;
-            *slot = Some(node);
-        }
-    }
+    driver.run_to_live(nodes, target, Duration::from_secs(120));
 }
 
 /// After a leader change: the new leader has applied everything committed before (its term's start
@@ -89,16 +73,16 @@ fn run_to(driver: &mut Driver, nodes: &mut [Option<Node>], target: u64) {
 fn resume_offers(driver: &mut Driver, nodes: &mut [Option<Node>], leader: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        for (node, next) in nodes.iter_mut().zip(driver.applied.iter_mut()) {
+        for (i, node) in nodes.iter_mut().enumerate() {
             if let Some(node) = node {
                 node.invoke().unwrap();
-                apply(node, next);
+                driver.apply(i, node, 4096, |_| {});
             }
         }
         let node = nodes[leader].as_ref().unwrap();
         if node.applied_position() == node.commit_position() {
             // The term's start is committed and applied: so is everything the new leader holds before it.
-            driver.offered = driver.applied[leader];
+            driver.offer_from(driver.applied(leader));
             return;
         }
         assert!(Instant::now() < deadline, "new leader does not apply");
@@ -116,35 +100,34 @@ fn the_cluster_survives_the_loss_of_two_leaders_in_turn_and_a_member_rejoins() {
     elect(&mut started, 0, Duration::from_secs(30));
     let first_term = started[0].leadership_term_id();
     let mut nodes: Vec<Option<Node>> = started.into_iter().map(Some).collect();
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     run_to(&mut driver, &mut nodes, 20_000);
 
     // The leader dies mid-stream: offers in flight, some appended and not yet replicated.
     for _ in 0..300 {
         let client = nodes[0].as_ref().unwrap().client();
-        let _ = client.offer(&support::cluster::message(driver.offered));
-        driver.offered += 1;
+        let _ = driver.offer(&client);
     }
     for node in nodes.iter_mut().flatten() {
         node.invoke().unwrap();
     }
     let killed = nodes[0].take().unwrap();
-    let killed_applied = driver.applied[0];
+    let killed_applied = driver.applied(0);
     drop(killed);
 
     let leader = await_new_leader(&mut nodes, first_term);
     assert_ne!(leader, 0);
     resume_offers(&mut driver, &mut nodes, leader);
-    assert!(driver.applied[leader] >= killed_applied, "an entry committed before the kill was lost");
+    assert!(driver.applied(leader) >= killed_applied, "an entry committed before the kill was lost");
     let second_term = nodes[leader].as_ref().unwrap().leadership_term_id();
-    let target = driver.offered + 20_000;
+    let target = driver.offered() + 20_000;
     run_to(&mut driver, &mut nodes, target);
 
     // The old member comes back with an empty log and its persisted vote: it follows the new leader and
     // applies the same sequence from the start.
     nodes[0] = Some(builder(&scratch, 0, &members).start().unwrap());
-    driver.applied[0] = 0;
-    let target = driver.offered + 5_000;
+    driver.resume(0, 0);
+    let target = driver.offered() + 5_000;
     run_to(&mut driver, &mut nodes, target);
     assert_eq!(nodes[0].as_ref().unwrap().role(), Role::Follower);
 
@@ -153,10 +136,10 @@ fn the_cluster_survives_the_loss_of_two_leaders_in_turn_and_a_member_rejoins() {
     drop(killed);
     let third = await_new_leader(&mut nodes, second_term);
     resume_offers(&mut driver, &mut nodes, third);
-    let target = driver.offered + 20_000;
+    let target = driver.offered() + 20_000;
     run_to(&mut driver, &mut nodes, target);
     let live: Vec<usize> = (0..3).filter(|&i| nodes[i].is_some()).collect();
-    assert_eq!(driver.applied[live[0]], driver.applied[live[1]]);
+    assert_eq!(driver.applied(live[0]), driver.applied(live[1]));
 
     let changes = changes.lock().unwrap();
     assert!(changes.iter().any(|c| c.role == Role::Follower && c.leader == Some(0)), "{changes:?}");

@@ -82,7 +82,7 @@ fn a_follower_whose_image_does_not_fit_refuses_the_setup_and_lives_on() {
     let mut small = test_builder(&scratch, 2, &members, test_channel()).directory(tmpfs.path().join("node-2"));
     small = small.ingress_capacity(64 * 1024);
     nodes.push(small.start().expect("counters and ingress fit; the image will not"));
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &[true, true, false], 2_000, Duration::from_secs(60));
     let until = Instant::now() + Duration::from_secs(30);
     while counter(&nodes[2], "receiver setups refused") == 0 {

@@ -47,7 +47,7 @@ fn running(name: &str, channel: ChannelConfig) -> Running {
     let scratch = ScratchDir::new(name);
     let members = members(3);
     let mut nodes = start(&scratch, &members, channel);
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &ALL, 5_000, DEADLINE);
     let session = image_session(&nodes[1]);
     Running { scratch, members, nodes, driver, session }
@@ -112,7 +112,7 @@ fn send(socket: &UdpSocket, to: SocketAddr, bytes: &[u8]) {
 /// Every node applied the same sequence (the driver checked each entry), and no follower knows a commit
 /// position beyond the leader's.
 fn assert_converged(nodes: &[Node], driver: &Driver) {
-    assert!(driver.applied.windows(2).all(|w| w[0] == w[1]), "applied {:?}", driver.applied);
+    assert!(driver.applied_all().windows(2).all(|w| w[0] == w[1]), "applied {:?}", driver.applied_all());
     let leader = nodes[0].commit_position();
     for node in &nodes[1..] {
         assert!(
@@ -197,13 +197,13 @@ fn a_member_that_wants_to_lead_cannot_depose_a_live_leader() {
         (0..3).map(|id| test_builder(&scratch, id, &members, test_channel()).start().unwrap()).collect();
     elect(&mut nodes, 0, DEADLINE);
     let term = nodes[0].leadership_term_id();
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &ALL, 2_000, DEADLINE);
     // Member 2 restarts configured to prefer itself as the leader: it canvasses at once, and the members
     // that hear their live leader refuse it. It follows the leader and applies the log from the start.
     nodes.pop().unwrap().close().unwrap();
     nodes.push(test_builder(&scratch, 2, &members, test_channel()).leader(2).start().unwrap());
-    driver.applied[2] = 0;
+    driver.resume(2, 0);
     driver.run_to(&mut nodes, &ALL, 5_000, DEADLINE);
     assert_eq!((nodes[0].role(), nodes[0].leadership_term_id()), (Role::Leader, term), "the leader stays");
     assert_eq!((nodes[2].leader_id(), nodes[2].leadership_term_id()), (Some(0), term));
@@ -221,14 +221,14 @@ fn a_member_with_another_member_list_is_refused_on_both_sides() {
     other.push(Member::new(3, "127.0.0.1:9".parse().unwrap()));
     // It also prefers itself as the first leader: it canvasses at once, with its own member list.
     nodes.push(test_builder(&scratch, 2, &other, test_channel()).leader(2).start().unwrap());
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &[true, true, false], 5_000, DEADLINE);
     for _ in 0..200 {
         driver.round(&mut nodes, &ALL, 5_000);
         std::thread::sleep(Duration::from_millis(1));
     }
     assert!(counter(&nodes[2], "receiver setups refused") >= 1, "the follower refuses the leader's SETUP");
-    assert_eq!(driver.applied[2], 0, "member 2 joined nothing");
+    assert_eq!(driver.applied(2), 0, "member 2 joined nothing");
     assert_eq!(counter(&nodes[2], "receiver images"), 0);
     let refused: i64 = nodes[..2].iter().map(|n| counter(n, "election other member list refused")).sum();
     assert!(refused >= 1, "the members refuse to vote for a member with another member list");
@@ -243,7 +243,7 @@ fn a_stopped_follower_never_stalls_commits_and_one_left_behind_the_retained_log_
     // follower that long; the quorum must not.
     let channel = ChannelConfig { receiver_timeout: Duration::from_secs(60), ..test_channel() };
     let mut nodes = start(&scratch, &members, channel);
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &ALL, 2_000, DEADLINE);
 
     // A short stop, within the retained log: the leader and member 1 go on, member 2 catches up by NAK.
@@ -254,25 +254,25 @@ fn a_stopped_follower_never_stalls_commits_and_one_left_behind_the_retained_log_
     // A long stop: the log moves more than its three 1 MiB terms past member 2.
     let position = nodes[0].commit_position();
     while nodes[0].commit_position() < position + (4 << 20) {
-        let target = driver.applied[0] + 5_000;
+        let target = driver.applied(0) + 5_000;
         driver.run_to(&mut nodes, &two, target, Duration::from_secs(30));
     }
     // Member 2 comes back: it is told it is behind, stops NAKing, and does not hold the others back.
-    let target = driver.applied[0] + 5_000;
+    let target = driver.applied(0) + 5_000;
     let until = Instant::now() + DEADLINE;
-    while counter(&nodes[2], "receiver behind-retained received") == 0 || driver.applied[0] < target {
+    while counter(&nodes[2], "receiver behind-retained received") == 0 || driver.applied(0) < target {
         assert!(Instant::now() < until, "member 2 was never told it is behind\n{}", support::dump(&nodes));
         driver.round(&mut nodes, &ALL, target);
     }
     assert!(counter(&nodes[0], "sender behind-retained sent") >= 1);
     let naks = counter(&nodes[2], "receiver NAKs sent");
-    let target = driver.applied[0] + 2_000;
+    let target = driver.applied(0) + 2_000;
     driver.run_to(&mut nodes, &two, target, DEADLINE);
     for _ in 0..100 {
         driver.round(&mut nodes, &ALL, target);
     }
     assert_eq!(counter(&nodes[2], "receiver NAKs sent"), naks, "no NAKs after being told they cannot be answered");
-    assert_eq!(driver.applied[0], driver.applied[1]);
+    assert_eq!(driver.applied(0), driver.applied(1));
 }
 
 #[test]
@@ -304,7 +304,7 @@ fn members_only_holds_over_ipv6() {
     let scratch = ScratchDir::new("hostile-ipv6");
     let members = members_on("::1".parse().unwrap(), 3);
     let mut nodes = start(&scratch, &members, test_channel());
-    let mut driver = Driver::new(3);
+    let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &ALL, 3_000, DEADLINE);
     let session = image_session(&nodes[2]);
     let attacker = UdpSocket::bind("[::1]:0").unwrap();

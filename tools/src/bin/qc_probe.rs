@@ -17,7 +17,7 @@ use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::transport::SendMode;
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_tools::sweep::measure::{probe_control, probe_send_rates, D};
-use quorumcast_tools::sweep::profile::{Control, Profile};
+use quorumcast_tools::sweep::profile::Profile;
 use quorumcast_tools::sweep::SweepError;
 use serde_json::json;
 
@@ -61,15 +61,11 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
     }
     let mut c_rows = Vec::new();
     for &idle in &args.idle {
+        let mtu = args.mtu.first().copied().unwrap_or(1408);
         let spec = ClusterSpec {
-            mtu: args.mtu.first().copied().unwrap_or(1408),
-            send_mode: SendMode::Classic,
-            control: Control::Separate,
             consensus_idle: idle,
             sender_idle: profile.sender_idle,
-            msg: 128,
-            layout: layout.for_c_probe(),
-            clients: false,
+            ..ClusterSpec::new(mtu, 128, layout.for_c_probe())
         };
         let c = on_harness_thread(|| {
             let mut cluster = LoadCluster::start(&spec)?;

@@ -1,7 +1,7 @@
 //! What every in-process cluster needs around it, whoever drives it (the sweep, the benches, the tests):
 //! loopback ports that two callers are never given twice, a scratch directory, node directories in shared
-//! memory, a bounded wait, and the load every harness offers and applies: numbered messages, applied in
-//! sequence on every node.
+//! memory, a bounded wait, and (in [`cluster`]) the load every harness offers and applies: numbered
+//! messages, applied in sequence on every node.
 //!
 //! Only `std` and the engine: the engine's own integration tests compile this file into their shared
 //! support module (`tests/support`), so that they use the very same code without depending on this crate.
@@ -9,10 +9,14 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorumcast::consensus_core::Timers;
-use quorumcast::node::{Member, Node};
+use quorumcast::node::Member;
+
+pub mod cluster;
+#[allow(unused_imports)] // the engine's tests compile this file and use a subset
+pub use cluster::{Applier, Driver, Messages};
 
 /// Ports handed out so far by this process.
 static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
@@ -69,10 +73,8 @@ fn ephemeral_start() -> u16 {
 
 /// Polls `condition` (yielding) until it holds; panics naming `what` after `deadline`.
 pub fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
-    let until = Instant::now() + deadline;
-    while !condition() {
-        assert!(Instant::now() < until, "timed out after {deadline:?} waiting until {what}");
-        std::thread::yield_now();
+    if let Err(e) = cluster::drive_until(what, deadline, &mut (), |_| Ok((!condition()).then_some(0))) {
+        panic!("{e}");
     }
 }
 
@@ -110,53 +112,6 @@ pub fn fill_numbered(message: &mut [u8], seq: u64) {
 /// The number [`number`] wrote into `entry`; `u64::MAX` for an entry shorter than 8 bytes.
 pub fn seq_of(entry: &[u8]) -> u64 {
     entry.get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-}
-
-/// Applies one node's committed numbered messages and counts those out of sequence: every node of a
-/// correct cluster applies `0, 1, 2, ...`. Messages of remote clients (sent through a session, see
-/// `quorumcast::cluster_client`) are numbered by their client, not by the harness: they are counted apart
-/// and leave the sequence alone, so a harness can measure its own load beside a client process's.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Applier {
-    next: u64,
-    out_of_order: u64,
-    client_messages: u64,
-}
-
-impl Applier {
-    /// Applies up to `limit` committed entries of `node` ([`Node::poll_service`]), calling `on_apply`
-    /// with the number of each of the harness's own; returns how many entries it applied (remote clients'
-    /// included: they are work too). A client's message is answered with its commit and no response.
-    pub fn poll(&mut self, node: &mut Node, limit: usize, mut on_apply: impl FnMut(u64)) -> usize {
-        let Self { next, out_of_order, client_messages } = self;
-        node.poll_service(limit, |entry, _response| {
-            if entry.client.is_some() {
-                *client_messages += 1;
-                return;
-            }
-            let seq = seq_of(entry.payload);
-            if seq != *next {
-                *out_of_order += 1;
-            }
-            *next = seq.wrapping_add(1);
-            on_apply(seq);
-        })
-    }
-
-    /// Remote clients' messages applied so far (not in [`applied`](Self::applied)).
-    pub fn client_messages(&self) -> u64 {
-        self.client_messages
-    }
-
-    /// The number of the next entry expected: how many were applied, when all came in sequence.
-    pub fn applied(&self) -> u64 {
-        self.next
-    }
-
-    /// Entries applied out of sequence so far (a correct cluster has none).
-    pub fn out_of_order(&self) -> u64 {
-        self.out_of_order
-    }
 }
 
 /// A scratch directory unique to this process and name, emptied at creation and removed on drop (kept

@@ -17,17 +17,22 @@
 //! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
+use quorumcast::counters::CountersReader;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
-use quorumcast::node::{Client, ClientsConfig, Member, Node, NodeBuilder, OfferError};
+use quorumcast::node::{Client, ClientsConfig, Member, Node, NodeBuilder};
+use quorumcast::recording::SyncPolicy;
 use quorumcast::stats::Stats;
 use quorumcast::transport::{SendMode, SocketOptions};
 
-use crate::harness::{self, Applier};
+use crate::harness::{self, Driver, Messages};
 use crate::probe::ProbeCores;
 
 use super::profile::Control;
@@ -58,6 +63,10 @@ pub struct Layout {
     pub consensus: Option<usize>,
     /// Core of both followers' threads.
     pub followers: Option<usize>,
+    /// The harness runs the whole leader (its Sender too) through its invoker, and a second harness thread
+    /// (on the `followers` core) runs both followers through theirs: two threads, no agent thread. The
+    /// cluster bench's layout ([`split`](Self::split)); implies `invoked`.
+    pub split: bool,
 }
 
 impl Layout {
@@ -67,10 +76,24 @@ impl Layout {
     /// counted from 0 here; [`on_cores`](Self::on_cores) puts them on a process's own cores.
     pub fn for_cores(cores: usize) -> Self {
         match cores {
-            0 | 1 => Self { cores, invoked: true, harness: None, sender: None, consensus: None, followers: None },
-            2 | 3 => {
-                Self { cores, invoked: true, harness: Some(0), sender: Some(1), consensus: Some(0), followers: Some(0) }
-            }
+            0 | 1 => Self {
+                cores,
+                invoked: true,
+                harness: None,
+                sender: None,
+                consensus: None,
+                followers: None,
+                split: false,
+            },
+            2 | 3 => Self {
+                cores,
+                invoked: true,
+                harness: Some(0),
+                sender: Some(1),
+                consensus: Some(0),
+                followers: Some(0),
+                split: false,
+            },
             _ => Self {
                 cores,
                 invoked: false,
@@ -78,6 +101,7 @@ impl Layout {
                 sender: Some(1),
                 consensus: Some(2),
                 followers: Some(3),
+                split: false,
             },
         }
     }
@@ -111,7 +135,29 @@ impl Layout {
             sender: None,
             consensus: None,
             followers: None,
+            split: false,
         }
+    }
+
+    /// The cluster bench's layout: the harness thread (core 0 when `pinned`) runs the whole leader through
+    /// its invoker and offers and applies on it; a second harness thread (core 1 when `pinned`) runs both
+    /// followers through their invokers and applies on them. Both yield when a cycle found no work.
+    pub fn split(pinned: bool) -> Self {
+        let (harness, followers) = if pinned { (Some(0), Some(1)) } else { (None, None) };
+        Self {
+            cores: quorumcast::agent::available_cores(),
+            invoked: true,
+            harness,
+            sender: harness,
+            consensus: harness,
+            followers,
+            split: true,
+        }
+    }
+
+    /// This layout with no thread pinned.
+    pub fn without_pinning(self) -> Self {
+        Self { harness: None, sender: None, consensus: None, followers: None, ..self }
     }
 
     /// The C probe's layout: the leader's consensus agent on a thread and a core of its own, running its
@@ -120,7 +166,7 @@ impl Layout {
     /// takes the Sender's core and the Sender, the followers and the harness share the other, none of them
     /// spinning (the load is paced, well below capacity).
     pub fn for_c_probe(&self) -> Self {
-        if !self.invoked || self.sender.is_none() {
+        if !self.invoked || self.split || self.sender.is_none() {
             return *self;
         }
         Self { invoked: false, consensus: self.sender, sender: self.harness, followers: self.harness, ..*self }
@@ -140,7 +186,8 @@ impl Layout {
     /// The cores of the S probe's threads: sending where the Sender runs, draining where the harness
     /// (which runs the followers' receivers when invoked) runs.
     pub fn probe_cores(&self) -> ProbeCores {
-        ProbeCores { sender: self.sender, drain: if self.invoked { self.harness } else { self.followers } }
+        let drain = if self.invoked && !self.split { self.harness } else { self.followers };
+        ProbeCores { sender: self.sender, drain }
     }
 
     /// One line per thread, and what the layout implies for S.
@@ -154,7 +201,15 @@ impl Layout {
             core(self.sender),
             if sender_alone { " alone" } else { "" }
         );
-        let rest = if self.invoked {
+        let rest = if self.split {
+            format!(
+                "harness thread: {}: load generator, and the whole leader (consensus, Sender, Receiver) run through \
+                 its invoker and applied; followers thread: {}: both followers run through their invokers and \
+                 applied; both yield when a cycle found no work",
+                core(self.harness),
+                core(self.followers)
+            )
+        } else if self.invoked {
             format!(
                 "harness thread: {}: load generator, apply of all 3 nodes, and the leader's consensus agent and \
                  both followers run through their invokers, idling with the consensus idle strategy under test \
@@ -184,8 +239,22 @@ impl Layout {
     }
 }
 
+/// Where the cluster's nodes keep their log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// In memory only: the replication path the model describes.
+    Memory,
+    /// Recorded to disk under `root` (member `i` in `root/i`), made durable by `sync`.
+    Disk {
+        /// The data directories' parent.
+        root: PathBuf,
+        /// When recorded bytes are synced.
+        sync: SyncPolicy,
+    },
+}
+
 /// What one cluster runs.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClusterSpec {
     /// MTU of the log channel.
     pub mtu: usize,
@@ -206,6 +275,30 @@ pub struct ClusterSpec {
     /// harness applies their messages beside its own and leaves them out of its counts (see
     /// [`Applier`]). Off in the sweep's default runs.
     pub clients: bool,
+    /// Where the nodes keep their log: in memory for the sweep (see [`Storage`]).
+    pub storage: Storage,
+    /// The log channel, when not the sweep's own (`mtu` and `send_mode` above are then ignored): the
+    /// cluster bench sets its own window, buffers, status interval and authentication.
+    pub channel: Option<ChannelConfig>,
+}
+
+impl ClusterSpec {
+    /// The sweep's cluster: `msg`-byte messages at MTU `mtu`, classic sends, commits in their own frames,
+    /// the default idle strategies, the log in memory, no remote clients, threads placed by `layout`.
+    pub fn new(mtu: usize, msg: usize, layout: Layout) -> Self {
+        Self {
+            mtu,
+            send_mode: SendMode::Classic,
+            control: Control::Separate,
+            consensus_idle: IdleStrategyConfig::default(),
+            sender_idle: IdleStrategyConfig::default(),
+            msg,
+            layout,
+            clients: false,
+            storage: Storage::Memory,
+            channel: None,
+        }
+    }
 }
 
 /// Log positions (bytes) along the leader's pipeline, in pipeline order.
@@ -226,28 +319,136 @@ pub struct Positions {
     pub applied: i64,
 }
 
-/// A running 3-node cluster and the harness state: next sequence number, entries applied per node.
+/// A running 3-node cluster and the harness state: the load's [`Driver`] (next sequence number, entries
+/// applied per node), and in the [`Layout::split`] layout the followers' thread.
 pub struct LoadCluster {
-    /// The leader first, then the two followers.
+    /// The leader first, then the two followers; only the leader in the split layout.
     nodes: Vec<Node>,
     /// Every member, by id (the leader is 0).
     members: Vec<Member>,
+    /// Each member's node directory, by id.
+    dirs: Vec<PathBuf>,
     client: Client,
-    /// The harness runs every node's invoker each cycle (see [`Layout::invoked`]).
+    /// The harness runs the invokers of the nodes in `nodes` each cycle (see [`Layout::invoked`]).
     invoked: bool,
+    /// Members the harness does not run (see [`pause_member`](Self::pause_member)).
+    paused: [bool; 3],
     /// How the harness idles when a cycle found no work: the consensus idle strategy under test when it
     /// invokes the consensus agent, else `yield`.
     idle: Idle,
-    payload: Vec<u8>,
-    offered: u64,
-    /// The leader's, then the followers'.
-    appliers: [Applier; 3],
+    /// Offers and applies; applier `i` is member `i`'s (the followers' thread has its own in the split
+    /// layout).
+    driver: Driver,
+    followers: Option<FollowerThread>,
     warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for LoadCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadCluster").field("offered", &self.offered).field("applied", &self.applied()).finish()
+        f.debug_struct("LoadCluster").field("offered", &self.offered()).field("applied", &self.applied()).finish()
+    }
+}
+
+/// What the followers' thread of the split layout publishes.
+#[derive(Default)]
+struct FollowerState {
+    stop: AtomicBool,
+    /// A follower whose flag is set is not run at all (a stopped process, as far as its peers can tell).
+    paused: [AtomicBool; 2],
+    applied: [AtomicU64; 2],
+    bad_entries: AtomicU64,
+    loops: AtomicU64,
+    idle_loops: AtomicU64,
+}
+
+/// The split layout's second harness thread: it starts both followers, then runs and applies them until
+/// stopped.
+struct FollowerThread {
+    state: Arc<FollowerState>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+}
+
+impl FollowerThread {
+    /// Starts the thread, which pins itself to `core`, starts the followers from `builders` and runs
+    /// them; returns once both have started (an error if either did not).
+    fn start(builders: [NodeBuilder; 2], core: Option<usize>, msg: usize) -> Result<Self, SweepError> {
+        let state = Arc::new(FollowerState::default());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let shared = Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("followers".into())
+            .spawn(move || {
+                if let Some(core) = core {
+                    if let Err(e) = quorumcast::agent::pin_current_thread(core) {
+                        eprintln!("warning: the followers' thread runs unpinned: {e}");
+                    }
+                }
+                let [a, b] = builders;
+                let nodes = match (a.start(), b.start()) {
+                    (Ok(a), Ok(b)) => vec![a, b],
+                    (a, b) => {
+                        let error = format!("followers did not start: {:?} {:?}", a.err(), b.err());
+                        let _ = ready_tx.send(Err(error.clone()));
+                        return Err(error);
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                Self::run(nodes, &shared, msg)
+            })
+            .map_err(SweepError::Io)?;
+        let started = ready_rx.recv().unwrap_or_else(|_| Err("the followers' thread ended before starting".into()));
+        started.map_err(SweepError::Cluster)?;
+        Ok(Self { state, thread: Some(thread) })
+    }
+
+    /// The thread's loop: one cycle of each follower that is not paused and its apply, a yield after a
+    /// loop that found no work.
+    fn run(mut nodes: Vec<Node>, state: &FollowerState, msg: usize) -> Result<(), String> {
+        let mut driver = Driver::new(2, Messages::Fixed(msg));
+        let (mut loops, mut idle_loops) = (0u64, 0u64);
+        while !state.stop.load(Ordering::Acquire) {
+            let mut work = 0;
+            for (i, node) in nodes.iter_mut().enumerate() {
+                if state.paused[i].load(Ordering::Acquire) {
+                    continue;
+                }
+                work += node.invoke().map_err(|e| e.to_string())?;
+                work += driver.apply(i, node, 4096, |_| {});
+                state.applied[i].store(driver.applied(i), Ordering::Release);
+            }
+            loops += 1;
+            if work == 0 {
+                idle_loops += 1;
+                std::thread::yield_now();
+            }
+            if loops % 1024 == 0 {
+                state.loops.store(loops, Ordering::Relaxed);
+                state.idle_loops.store(idle_loops, Ordering::Relaxed);
+            }
+        }
+        state.bad_entries.store(driver.bad_entries(), Ordering::Release);
+        for node in nodes {
+            node.close().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Stops the thread and its followers; the entries they applied out of sequence.
+    fn stop(mut self) -> Result<u64, String> {
+        self.state.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.join().map_err(|_| "the followers' thread panicked".to_string())??;
+        }
+        Ok(self.state.bad_entries.load(Ordering::Acquire))
+    }
+}
+
+impl Drop for FollowerThread {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -342,43 +543,56 @@ impl LoadCluster {
         }
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
         let members = harness::members_on(Ipv4Addr::LOCALHOST.into(), 3)?;
+        let dirs: Vec<PathBuf> = (0..3).map(|id| harness::node_dir("sweep", run, id)).collect();
         let backoff = IdleStrategyConfig::default();
+        let channel = spec.channel.clone().unwrap_or_else(|| channel(spec));
         let base = |id: i32| {
             let builder = NodeBuilder::new(id, members.clone());
             let builder = if spec.clients { builder.clients(ClientsConfig::default()) } else { builder };
-            builder
+            let builder = builder
                 .leader(0)
                 .timers(harness::patient_timers())
-                .directory(harness::node_dir("sweep", run, id))
+                .directory(&dirs[id as usize])
                 .clean_stale(true)
-                // The sweep measures the replication path MODEL.md describes: the log in memory (the cluster
+                .channel(channel.clone())
+                .commit_piggyback(spec.control == Control::Piggyback);
+            match &spec.storage {
+                // The sweep measures the replication path of the model: the log in memory (the cluster
                 // bench measures the recorded log beside it).
-                .memory_log()
-                .channel(channel(spec))
-                .commit_piggyback(spec.control == Control::Piggyback)
+                Storage::Memory => builder.memory_log(),
+                Storage::Disk { root, sync } => builder.data_dir(root.join(id.to_string())).sync(*sync),
+            }
         };
         let layout = spec.layout;
         let sender_idle = layout.sender_idle(spec.sender_idle);
-        let (follower_mode, leader_mode) = if layout.invoked {
-            (ThreadingMode::Invoker, ThreadingMode::SharedNetworkInvoker)
+        let mut nodes = Vec::with_capacity(3);
+        let followers = if layout.split {
+            let builders = [1, 2].map(|id| base(id).threading(ThreadingMode::Invoker));
+            Some(FollowerThread::start(builders, layout.followers, spec.msg)?)
         } else {
-            (ThreadingMode::Shared, ThreadingMode::SharedNetwork)
+            let (mode, cores) = if layout.invoked {
+                (ThreadingMode::Invoker, [None; 4])
+            } else {
+                (ThreadingMode::Shared, [layout.followers; 4])
+            };
+            for id in [1, 2] {
+                let follower = base(id).threading(mode).idle([backoff; 4]).cores(cores).start();
+                nodes.push(follower.map_err(|e| SweepError::Cluster(format!("follower {id} did not start: {e}")))?);
+            }
+            None
         };
-        let follower = |id: i32| {
-            base(id)
-                .threading(follower_mode)
-                .idle([backoff; 4])
-                .cores([layout.followers; 4])
-                .start()
-                .map_err(|e| SweepError::Cluster(format!("follower {id} did not start: {e}")))
+        let leader = if layout.split {
+            base(0).threading(ThreadingMode::Invoker)
+        } else {
+            let mode = if layout.invoked { ThreadingMode::SharedNetworkInvoker } else { ThreadingMode::SharedNetwork };
+            base(0).threading(mode).idle([spec.consensus_idle, sender_idle, sender_idle, backoff]).cores([
+                layout.consensus,
+                layout.sender,
+                layout.sender,
+                layout.followers,
+            ])
         };
-        let mut nodes = vec![follower(1)?, follower(2)?];
-        let leader = base(0)
-            .threading(leader_mode)
-            .idle([spec.consensus_idle, sender_idle, sender_idle, backoff])
-            .cores([layout.consensus, layout.sender, layout.sender, layout.followers])
-            .start()
-            .map_err(|e| SweepError::Cluster(format!("leader did not start: {e}")))?;
+        let leader = leader.start().map_err(|e| SweepError::Cluster(format!("leader did not start: {e}")))?;
         nodes.insert(0, leader);
         let mut warnings: Vec<String> = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
         if let Some(core) = layout.harness {
@@ -386,7 +600,8 @@ impl LoadCluster {
                 warnings.push(format!("the harness thread runs unpinned: {e}"));
             }
         }
-        let harness_idle = if layout.invoked { spec.consensus_idle } else { IdleStrategyConfig::Yield };
+        let harness_idle =
+            if layout.invoked && !layout.split { spec.consensus_idle } else { IdleStrategyConfig::Yield };
         let idle = harness_idle.to_idle().map_err(|e| SweepError::Config(format!("idle strategy: {e}")))?;
         if harness_idle.sleeps() {
             // As the agent runner does for its sleeping threads: park for the period asked, not 50 us more.
@@ -398,12 +613,13 @@ impl LoadCluster {
         let mut cluster = Self {
             nodes,
             members,
+            dirs,
             client,
             invoked: layout.invoked,
+            paused: [false; 3],
             idle,
-            payload: vec![0x5A; spec.msg],
-            offered: 0,
-            appliers: [Applier::default(); 3],
+            driver: Driver::new(3, Messages::Fixed(spec.msg)),
+            followers,
             warnings,
         };
         cluster.warm_up()?;
@@ -412,34 +628,29 @@ impl LoadCluster {
 
     /// Waits for both followers' images, then commits one message everywhere.
     fn warm_up(&mut self) -> Result<(), SweepError> {
-        let deadline = Instant::now() + SETTLE_TIMEOUT;
-        while self.nodes[1..].iter().any(|n| n.stats().receiver().images() < 1) {
-            self.check(deadline, "the followers made no image of the leader's log")?;
-            let work = self.poll(|_| {});
-            self.idle(work);
-        }
-        while !self.offer()? {
-            self.check(deadline, "the leader's ingress took no first message")?;
-            let work = self.poll(|_| {});
-            self.idle(work);
-        }
+        self.drive("the followers make an image of the leader's log", |c| {
+            c.stats()[1..].iter().all(|s| s.receiver().images() >= 1)
+        })?;
+        self.drive("the leader's ingress takes a first message", |c| c.offer().unwrap_or(false))?;
         self.drain(SETTLE_TIMEOUT)
     }
 
-    /// An error if an agent failed or `deadline` passed (`what` says what did not happen).
-    fn check(&self, deadline: Instant, what: &str) -> Result<(), SweepError> {
-        if let Some(failed) = self.agent_failure() {
-            return Err(failed);
-        }
-        if Instant::now() > deadline {
-            return Err(SweepError::Cluster(format!(
-                "{what} within {} s (offered {}, applied {:?})",
-                SETTLE_TIMEOUT.as_secs(),
-                self.offered,
-                self.applied()
-            )));
-        }
-        Ok(())
+    /// Runs harness cycles until `done` holds: an error naming `what` after [`SETTLE_TIMEOUT`], or
+    /// when an agent failed.
+    fn drive(&mut self, what: &str, mut done: impl FnMut(&mut Self) -> bool) -> Result<(), SweepError> {
+        let outcome = harness::cluster::drive_until(what, SETTLE_TIMEOUT, self, |c| {
+            if let Some(failed) = c.agent_failure() {
+                return Err(failed.to_string());
+            }
+            if done(c) {
+                return Ok(None);
+            }
+            let work = c.poll(|_| {});
+            c.idle(work);
+            Ok(Some(work))
+        });
+        outcome
+            .map_err(|e| SweepError::Cluster(format!("{e} (offered {}, applied {:?})", self.offered(), self.applied())))
     }
 
     /// The first agent failure of any node, as an error (`Ok` while every agent runs).
@@ -455,31 +666,26 @@ impl LoadCluster {
 
     /// Offers the next message (its sequence number in the first 8 bytes). `Ok(false)` when the ingress
     /// is full (back pressure); an error when the node refuses for another reason.
+    #[inline]
     pub fn offer(&mut self) -> Result<bool, SweepError> {
-        harness::number(&mut self.payload, self.offered);
-        match self.client.offer(&self.payload) {
-            Ok(_) => {
-                self.offered += 1;
-                Ok(true)
-            }
-            Err(OfferError::BackPressured) => Ok(false),
-            Err(e) => Err(SweepError::Cluster(format!("offer refused: {e}"))),
-        }
+        self.driver.offer(&self.client).map_err(|e| SweepError::Cluster(format!("offer refused: {e}")))
     }
 
-    /// One harness cycle: runs every node's invoked agents (when [`Layout::invoked`]), then applies what is
-    /// committed on every node, calling `on_commit(seq)` for each entry the leader applies. Returns the work
-    /// done (agent work plus entries applied); pass it to [`idle`](Self::idle).
+    /// One harness cycle: runs the invokers of the nodes it runs (when [`Layout::invoked`]), then applies
+    /// what is committed on each, calling `on_commit(seq)` for each entry the leader applies. Returns the
+    /// work done (agent work plus entries applied); pass it to [`idle`](Self::idle).
+    #[inline]
     pub fn poll(&mut self, mut on_commit: impl FnMut(u64)) -> usize {
         let mut work = 0;
-        if self.invoked {
-            for node in &mut self.nodes {
-                // A failed agent is reported by `check` through `Node::failures`.
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if self.paused[i] {
+                continue;
+            }
+            if self.invoked {
+                // A failed agent is reported by `failure` through `Node::failures`.
                 work += node.invoke().unwrap_or(0);
             }
-        }
-        for (i, (node, applier)) in self.nodes.iter_mut().zip(&mut self.appliers).enumerate() {
-            work += applier.poll(node, 4096, |seq| {
+            work += self.driver.apply(i, node, 4096, |seq| {
                 if i == 0 {
                     on_commit(seq);
                 }
@@ -489,6 +695,7 @@ impl LoadCluster {
     }
 
     /// Idles after a harness cycle that did `work`, with the harness's idle strategy.
+    #[inline]
     pub fn idle(&mut self, work: usize) {
         self.idle.idle(work);
     }
@@ -514,16 +721,39 @@ impl LoadCluster {
         outcome
     }
 
+    /// Stops running member `id` (a follower) until called again with `paused` false: to its peers, a
+    /// stopped process. Only where the harness runs the followers (an invoked layout); an error otherwise.
+    pub fn pause_member(&mut self, id: usize, paused: bool) -> Result<(), SweepError> {
+        match (&self.followers, id) {
+            (Some(thread), 1 | 2) => thread.state.paused[id - 1].store(paused, Ordering::Release),
+            (None, 1 | 2) if self.invoked => self.paused[id] = paused,
+            _ => return Err(SweepError::Config(format!("member {id} cannot be paused in this layout"))),
+        }
+        Ok(())
+    }
+
     /// Polls until every node applied everything offered (and every remote client's message the leader
     /// applied), or `timeout` passes.
     pub fn drain(&mut self, timeout: Duration) -> Result<(), SweepError> {
         let deadline = Instant::now() + timeout;
-        let behind = |c: &Self| {
-            let client_messages = c.appliers[0].client_messages();
-            c.appliers.iter().any(|a| a.applied() < c.offered || a.client_messages() < client_messages)
+        let caught_up = |c: &Self| {
+            let client_messages = c.driver.applier(0).client_messages();
+            let clients_done =
+                c.followers.is_some() || (1..3).all(|i| c.driver.applier(i).client_messages() >= client_messages);
+            c.applied().iter().all(|&a| a >= c.offered()) && clients_done
         };
-        while behind(self) {
-            self.check(deadline, "the cluster did not apply everything offered")?;
+        while !caught_up(self) {
+            if let Some(failed) = self.agent_failure() {
+                return Err(failed);
+            }
+            if Instant::now() > deadline {
+                return Err(SweepError::Cluster(format!(
+                    "the cluster did not apply everything offered within {} s (offered {}, applied {:?})",
+                    timeout.as_secs(),
+                    self.offered(),
+                    self.applied()
+                )));
+            }
             let work = self.poll(|_| {});
             self.idle(work);
         }
@@ -537,17 +767,35 @@ impl LoadCluster {
 
     /// Messages offered so far (the next sequence number).
     pub fn offered(&self) -> u64 {
-        self.offered
+        self.driver.offered()
     }
 
     /// Entries applied on the leader so far (committed).
     pub fn committed(&self) -> u64 {
-        self.appliers[0].applied()
+        self.driver.applied(0)
+    }
+
+    /// The leader's commit position.
+    pub fn commit_position(&self) -> i64 {
+        self.nodes[0].commit_position()
     }
 
     /// Entries applied on each node, the leader first.
     pub fn applied(&self) -> [u64; 3] {
-        self.appliers.map(|a| a.applied())
+        match &self.followers {
+            Some(thread) => {
+                let follower = |i: usize| thread.state.applied[i].load(Ordering::Acquire);
+                [self.driver.applied(0), follower(0), follower(1)]
+            }
+            None => [0, 1, 2].map(|i| self.driver.applied(i)),
+        }
+    }
+
+    /// The followers' thread's loops so far and those that found no work (split layout; zeros otherwise).
+    pub fn follower_loops(&self) -> (u64, u64) {
+        self.followers
+            .as_ref()
+            .map_or((0, 0), |t| (t.state.loops.load(Ordering::Relaxed), t.state.idle_loops.load(Ordering::Relaxed)))
     }
 
     /// Each member's id and client endpoint, the leader (0) first: where a remote client connects, when
@@ -558,12 +806,12 @@ impl LoadCluster {
 
     /// Remote clients' messages the leader applied so far (they are not in [`committed`](Self::committed)).
     pub fn client_messages(&self) -> u64 {
-        self.appliers[0].client_messages()
+        self.driver.applier(0).client_messages()
     }
 
-    /// Entries applied out of sequence so far (must stay 0).
+    /// Entries applied out of sequence so far on the nodes this thread applies (must stay 0).
     pub fn out_of_order(&self) -> u64 {
-        self.appliers.iter().map(Applier::out_of_order).sum()
+        self.driver.bad_entries()
     }
 
     /// Where the log stands on the leader: appended, sent, acknowledged by both followers, committed and
@@ -580,9 +828,15 @@ impl LoadCluster {
         }
     }
 
-    /// Every node's counters, the leader first.
+    /// Every node's counters, the leader first (a follower's read from its counters file when another
+    /// thread runs it).
     pub fn stats(&self) -> [Stats; 3] {
-        [self.nodes[0].stats(), self.nodes[1].stats(), self.nodes[2].stats()]
+        [0, 1, 2].map(|i| match self.nodes.get(i) {
+            Some(node) => node.stats(),
+            None => {
+                CountersReader::open(self.dirs[i].join("counters.dat")).map(|c| Stats::read(&c)).unwrap_or_default()
+            }
+        })
     }
 
     /// Start-up warnings of every node.
@@ -593,15 +847,21 @@ impl LoadCluster {
     /// Stops every node (removing its directory); an error names any agent failure, or entries applied
     /// out of order.
     pub fn close(self) -> Result<(), SweepError> {
-        let out_of_order = self.out_of_order();
         let mut errors = Vec::new();
+        let mut bad = self.out_of_order();
+        if let Some(thread) = self.followers {
+            match thread.stop() {
+                Ok(n) => bad += n,
+                Err(e) => errors.push(e),
+            }
+        }
         for node in self.nodes {
             if let Err(e) = node.close() {
                 errors.push(e.to_string());
             }
         }
-        if out_of_order > 0 {
-            errors.push(format!("{out_of_order} entries were applied out of order"));
+        if bad > 0 {
+            errors.push(format!("{bad} entries were applied out of order"));
         }
         if errors.is_empty() {
             Ok(())

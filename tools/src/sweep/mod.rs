@@ -373,16 +373,7 @@ fn probe_c(
     let mut probes = Vec::new();
     for idle in idles {
         progress.bar.set_message(format!("C probe, consensus idle {idle}"));
-        let spec = ClusterSpec {
-            mtu,
-            send_mode: SendMode::Classic,
-            control: Control::Separate,
-            consensus_idle: idle,
-            sender_idle: IdleStrategyConfig::default(),
-            msg,
-            layout,
-            clients: false,
-        };
+        let spec = ClusterSpec { consensus_idle: idle, ..ClusterSpec::new(mtu, msg, layout) };
         let loads = on_harness_thread(|| {
             let mut cluster = LoadCluster::start(&spec)?;
             let loads: Result<Vec<_>, _> =
@@ -473,14 +464,11 @@ fn run_config(
         Ok(measure::rate_for(&fresh, config.send_mode, config.mtu).map(|r| r.datagrams_per_s).or(first))
     };
     let spec = ClusterSpec {
-        mtu: config.mtu,
         send_mode: config.send_mode,
         control: config.control,
         consensus_idle: config.idle,
         sender_idle: profile.sender_idle,
-        msg: config.msg,
-        layout: options.layout,
-        clients: false,
+        ..ClusterSpec::new(config.mtu, config.msg, options.layout)
     };
     let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
     let mut result = summarize(config, c_probe, &mu, progress);
@@ -490,7 +478,7 @@ fn run_config(
         Some(_) => ClusterSpec {
             clients: true,
             sender_idle: if spec.sender_idle.is_busy() { IdleStrategyConfig::default() } else { spec.sender_idle },
-            ..spec
+            ..spec.clone()
         },
     };
     if let Some(client) = client {
