@@ -1,16 +1,23 @@
-//! The load harness: a 3-node loopback cluster in this process, and the thread that loads it.
+//! The measuring cluster: a 3-node loopback cluster in this process, and the thread that loads it. The
+//! sweep, the cluster bench and the client bench measure through it; its load (numbered messages, applied
+//! and checked in sequence on every node) is the harness's [`Driver`], which the engine's tests use too.
 //!
 //! The calling thread is the harness: the load generator (it offers through the leader's client) and the
-//! applier of all three nodes (it calls `poll_committed` on each, so logs and receive windows drain). The
-//! leader's Sender (with its idle Receiver) always runs on a thread of its own, with a core of its own where
-//! the host has one: it is the stage the model describes. The rest is placed by a [`Layout`]:
+//! applier of the nodes (it calls `poll_service` on each, so logs and receive windows drain). Where the
+//! threads go is a [`Layout`]:
 //!
-//! - on a host with fewer than 4 cores, everything else runs on the harness thread, with no context switch:
-//!   the leader in `shared-network-invoker` mode and both followers in `invoker` mode, the harness invoking
-//!   them in its loop and idling with the consensus idle strategy under test (this sets C: the consensus
-//!   agent runs once per harness cycle);
-//! - on 4 cores or more, the leader in `shared-network` mode with its consensus agent alone on a thread with
-//!   the idle strategy under test, and each follower in `shared` mode on one more core, with `backoff`.
+//! - the sweep's layouts keep the leader's Sender (with its idle Receiver) on a thread of its own, with a
+//!   core of its own where the host has one: it is the stage the model describes. On a host with fewer
+//!   than 4 cores, everything else runs on the harness thread, with no context switch: the leader in
+//!   `shared-network-invoker` mode and both followers in `invoker` mode, the harness invoking them in its
+//!   loop and idling with the consensus idle strategy under test (this sets C: the consensus agent runs
+//!   once per harness cycle). On 4 cores or more, the leader runs in `shared-network` mode with its
+//!   consensus agent alone on a thread with the idle strategy under test, and each follower in `shared`
+//!   mode on one more core, with `backoff`;
+//! - the C probe's layout ([`Layout::for_c_probe`]) gives the consensus agent a core and a duty cycle of
+//!   its own;
+//! - the cluster bench's layout ([`Layout::split`]) runs the whole leader on the harness thread and both
+//!   followers on a second harness thread, all through their invokers.
 //!
 //! Latency is taken when the harness applies an entry on the leader through [`Node::poll_service`],
 //! which hands out only entries below the leader's commit position: "offer to commit" is offer to the
@@ -273,7 +280,7 @@ pub struct ClusterSpec {
     /// Every node takes remote clients at its member's client endpoint
     /// (`NodeBuilder::clients(ClientsConfig::default())`; see [`LoadCluster::client_endpoints`]); the
     /// harness applies their messages beside its own and leaves them out of its counts (see
-    /// [`Applier`]). Off in the sweep's default runs.
+    /// [`harness::Applier`]). Off in the sweep's default runs.
     pub clients: bool,
     /// Where the nodes keep their log: in memory for the sweep (see [`Storage`]).
     pub storage: Storage,
