@@ -53,11 +53,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::directory::NodeDirectory;
-use crate::frame::{framed_length, DataHeader};
+use crate::frame::framed_length;
 use crate::log_buffer::descriptor::term_offset;
 use crate::log_buffer::{
-    AppendError, BufferClaim, ConsumerPosition, ExclusiveAppender, FragmentAssembler, LogBuffer, LogConfig, LogError,
-    LogReader,
+    AppendError, BufferClaim, ExclusiveAppender, LogBuffer, LogConfig, LogError, LogReader, MessageReader,
 };
 
 /// The name of the log file of IPC stream `stream_id` in a node directory: `ipc-<stream_id>.log`.
@@ -322,27 +321,23 @@ impl Drop for IpcPublication {
 /// publisher's tail, so that the next polls read up to it with prefetching.
 const LAGGING_FRAGMENTS: usize = 16;
 
-/// The reading end of an IPC stream: one consumer slot of the log.
+/// The reading end of an IPC stream: one consumer slot of the log, read by a [`MessageReader`].
 ///
-/// Invariant: `position` is a frame boundary at or after the join position, every frame before it has been
-/// consumed, it is what the consumer slot holds after every poll, and `known_tail` was a producer position
-/// once (every frame before it is committed).
+/// Invariant: the reader's position is a frame boundary at or after the join position, every frame before
+/// it has been consumed, it is what the consumer slot holds after every poll, and `known_tail` was a
+/// producer position once (every frame before it is committed).
 pub struct IpcSubscription {
     log: Arc<LogBuffer>,
-    reader: LogReader,
-    consumer: ConsumerPosition,
-    assembler: FragmentAssembler<()>,
-    position: i64,
+    reader: MessageReader,
     /// A producer position read earlier: every frame before it is committed.
     known_tail: i64,
-    term_length: usize,
 }
 
 impl fmt::Debug for IpcSubscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IpcSubscription")
-            .field("position", &self.position)
-            .field("slot", &self.consumer.index())
+            .field("position", &self.reader.position())
+            .field("slot", &self.reader.slot_index())
             .finish()
     }
 }
@@ -367,15 +362,7 @@ impl IpcSubscription {
         let consumer = log.register_consumer(log.producer_position())?;
         let position = log.producer_position();
         consumer.set(position);
-        Ok(Self {
-            reader: LogReader::new(&log),
-            term_length: log.term_length(),
-            log,
-            consumer,
-            assembler: FragmentAssembler::new(()),
-            position,
-            known_tail: position,
-        })
+        Ok(Self { reader: MessageReader::new(LogReader::new(&log), consumer, position), log, known_tail: position })
     }
 
     /// Hands up to `fragment_limit` fragments' worth of whole messages to `handler` and returns the number
@@ -389,50 +376,24 @@ impl IpcSubscription {
     /// cache-line transfer per message); one that is behind reads up to a tail it learnt earlier, with
     /// prefetching, and learns the tail again only after a large batch.
     #[inline]
-    pub fn poll(&mut self, mut handler: impl FnMut(&[u8]), fragment_limit: usize) -> usize {
-        let start = self.position;
-        let mut fragments = 0;
-        let mut deliver = |message: &[u8], _: &DataHeader| handler(message);
-        for _ in 0..2 {
-            let limit = fragment_limit - fragments;
-            let assembler = &mut self.assembler;
-            let mut on_fragment = |payload: &[u8], header: &DataHeader| {
-                fragments += 1;
-                assembler.on_fragment_with(payload, header, &mut deliver);
-            };
-            let next = if self.position < self.known_tail {
-                // Behind: every frame up to the known tail is committed; read them with prefetching.
-                self.reader.poll_to(self.position, self.known_tail, limit, &mut on_fragment)
-            } else {
-                // Caught up: spin on the next frame's length, one cache-line transfer when it lands.
-                self.reader.poll(self.position, limit, &mut on_fragment)
-            };
-            let moved = next != self.position;
-            self.position = next;
-            // Go on into the next term only when this poll ended at the end of a term with room left.
-            if !moved || fragments >= fragment_limit || term_offset(next, self.term_length) != 0 {
-                break;
-            }
-        }
-        if fragments >= LAGGING_FRAGMENTS && self.position >= self.known_tail {
+    pub fn poll(&mut self, handler: impl FnMut(&[u8]), fragment_limit: usize) -> usize {
+        let fragments = self.reader.poll_committed_to(self.known_tail, fragment_limit, handler);
+        if fragments >= LAGGING_FRAGMENTS && self.reader.position() >= self.known_tail {
             // A big batch means the publisher is running ahead: learn its tail (one read of its cache line,
             // paid once per batch) so that the next polls can prefetch.
             self.known_tail = self.log.producer_position();
-        }
-        if self.position != start {
-            self.consumer.set(self.position);
         }
         fragments
     }
 
     /// The position after the last consumed byte.
     pub fn position(&self) -> i64 {
-        self.position
+        self.reader.position()
     }
 
     /// Whether the publication has ended the stream and this subscription has consumed all of it.
     pub fn is_end_of_stream(&self) -> bool {
-        self.log.end_of_stream_position().is_some_and(|end| self.position >= end)
+        self.log.end_of_stream_position().is_some_and(|end| self.reader.position() >= end)
     }
 
     /// The position at which the publication ended the stream, if it has.
@@ -442,7 +403,7 @@ impl IpcSubscription {
 
     /// The consumer slot this subscription holds.
     pub fn slot_index(&self) -> usize {
-        self.consumer.index()
+        self.reader.slot_index()
     }
 
     /// Leaves the stream: frees the consumer slot (as dropping does), so the publisher is no longer bound

@@ -130,8 +130,8 @@ const _: () = assert!(std::mem::size_of::<Block>() == 64);
 /// header of its last fragment.
 ///
 /// The handler is either owned ([`FragmentAssembler::on_fragment`]) or lent per call
-/// ([`FragmentAssembler::on_fragment_with`], for callers such as the IPC subscription whose handler
-/// changes from one poll to the next); the reassembly state is the same.
+/// ([`FragmentAssembler::on_fragment_with`], for callers such as [`MessageReader`] whose handler changes
+/// from one poll to the next); the reassembly state is the same.
 pub struct FragmentAssembler<F> {
     handler: F,
     state: Reassembly,
@@ -230,9 +230,12 @@ impl Reassembly {
     }
 }
 
-/// Reads whole messages from one log through a consumer slot: fragments reassembled, reads bounded by a
-/// limit position (a follower and a leader apply only what is committed), the position published to the
-/// slot once per poll. The one reader of committed entries, for the leader's own log and a follower's image.
+/// Reads whole messages from one log through a consumer slot: fragments reassembled, the position
+/// published to the slot once per poll. The one reader of whole messages: of committed entries, for the
+/// leader's own log and a follower's image, with reads bounded by a limit position (a follower and a
+/// leader apply only what is committed: [`poll_bounded`](Self::poll_bounded)), and of an IPC stream,
+/// where every committed frame is read, up to a producer position learnt earlier with prefetching and
+/// past it by spinning on the next frame ([`poll_committed_to`](Self::poll_committed_to)).
 ///
 /// Invariant: `position` is a frame boundary, every frame before it has been handed on, and the consumer
 /// slot holds it after every poll.
@@ -265,6 +268,11 @@ impl MessageReader {
     /// The position read up to.
     pub fn position(&self) -> i64 {
         self.position
+    }
+
+    /// The index of the consumer slot it publishes its position to.
+    pub fn slot_index(&self) -> usize {
+        self.consumer.index()
     }
 
     /// True while a message's first fragments are read and the rest are not.
@@ -350,6 +358,53 @@ impl MessageReader {
         }
         fragments
     }
+
+    /// Hands up to `fragment_limit` fragments' worth of whole messages to `handler`, reading every
+    /// committed frame (no limit position), and returns the fragments read (0 when nothing new was
+    /// committed). Every frame is handed on: the log is a stream with no term-start markers (an IPC log).
+    ///
+    /// `known_tail` is a producer position read earlier: every frame before it is committed. Behind it,
+    /// the frames up to it are read with prefetching ([`LogReader::poll_to`]), since the chain of
+    /// dependent frame-length loads would otherwise pay one cross-core miss per frame; at or past it,
+    /// the read spins on the next frame's length ([`LogReader::poll`]): one cache-line transfer when it
+    /// lands, the lowest latency. Crosses at most one term boundary per call. The position is published
+    /// to the consumer slot once, at the end, when it moved.
+    #[inline]
+    pub fn poll_committed_to(
+        &mut self,
+        known_tail: i64,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&[u8]),
+    ) -> usize {
+        let start = self.position;
+        let mut fragments = 0;
+        let mut deliver = |message: &[u8], _: &DataHeader| handler(message);
+        for _ in 0..2 {
+            let limit = fragment_limit - fragments;
+            let assembler = &mut self.assembler;
+            let mut on_fragment = |payload: &[u8], header: &DataHeader| {
+                fragments += 1;
+                assembler.on_fragment_with(payload, header, &mut deliver);
+            };
+            let next = if self.position < known_tail {
+                // Behind: every frame up to the known tail is committed; read them with prefetching.
+                self.reader.poll_to(self.position, known_tail, limit, &mut on_fragment)
+            } else {
+                // Caught up: spin on the next frame's length, one cache-line transfer when it lands.
+                self.reader.poll(self.position, limit, &mut on_fragment)
+            };
+            let moved = next != self.position;
+            self.position = next;
+            // Go on into the next term only when this read ended at the end of a term with room left.
+            if !moved || fragments >= fragment_limit || term_offset(next, self.reader.term_length) != 0 {
+                break;
+            }
+        }
+        if self.position != start {
+            self.consumer.set(self.position);
+        }
+        fragments
+    }
 }
 
 #[cfg(test)]
@@ -402,6 +457,44 @@ mod tests {
         );
         assert_eq!(reader.poll_to(128, 1 << 40, 10, |p, _| seen.push(p[0])), 256);
         assert_eq!(seen, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_message_reader_reads_a_stream_across_one_term_boundary_per_poll_and_publishes_its_position() {
+        let log = LogBuffer::create_anonymous(LogConfig::new(65536, 1408)).unwrap();
+        let mut a = log.appender().unwrap();
+        a.set_limit(i64::MAX);
+        let mut seen = Vec::new();
+        let mut reader = MessageReader::new(LogReader::new(&log), log.register_consumer(0).unwrap(), 0);
+        for i in 0..60u32 {
+            a.append(&[i as u8; 1000]).unwrap(); // 1056 log bytes: 62 to a term, then padding
+        }
+        assert_eq!(reader.poll_committed_to(a.position(), 1000, |m| seen.push(m[0])), 60);
+        assert_eq!((reader.position(), log.min_consumer_position()), (63360, Some(63360)));
+        for i in 60..130u32 {
+            a.append(&[i as u8; 1000]).unwrap(); // the rest of term 0, all of term 1, 6 in term 2
+        }
+        // (Past the half-term bound, which `set_limit` lifted: appending in term 2 zeroes partition 0 only
+        // from its start, below what the reader has still to read there.)
+        let tail = a.position();
+        // Behind a known tail: the end of the first term, then the second, and no further in one poll.
+        assert_eq!(reader.poll_committed_to(tail, 1000, |m| seen.push(m[0])), 64);
+        assert_eq!((reader.position(), log.min_consumer_position()), (131072, Some(131072)));
+        assert_eq!(reader.poll_committed_to(tail, 1000, |m| seen.push(m[0])), 6);
+        assert_eq!(log.min_consumer_position(), Some(tail));
+        assert_eq!(seen, (0..130u32).map(|i| i as u8).collect::<Vec<_>>());
+        // Caught up (at the known tail): it reads what lands past it, a fragmented message held whole
+        // across polls cut by the fragment limit.
+        assert_eq!(reader.poll_committed_to(tail, 1000, |_| panic!("nothing new")), 0);
+        let big: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        a.append(&big).unwrap(); // 4 fragments
+        let mut messages = Vec::new();
+        assert_eq!(reader.poll_committed_to(tail, 2, |m| messages.push(m.to_vec())), 2);
+        assert!(reader.is_assembling() && messages.is_empty());
+        assert_eq!(log.min_consumer_position(), Some(reader.position()));
+        assert_eq!(reader.poll_committed_to(tail, 10, |m| messages.push(m.to_vec())), 2);
+        assert_eq!(messages, vec![big]);
+        assert_eq!((reader.position(), log.min_consumer_position()), (a.position(), Some(a.position())));
     }
 
     #[test]

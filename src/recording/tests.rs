@@ -219,3 +219,25 @@ fn compaction_deletes_whole_segments_below_a_position_and_a_reset_starts_over() 
     assert_eq!(recording.end(), 1 << 20);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_segment_of_an_older_block_format_is_refused_not_cut() {
+    for (older, format) in [(*b"qcb2", "CRC-32"), (*b"qcbk", "BLAKE3")] {
+        let dir = scratch(&format!("older-{}", String::from_utf8_lossy(&older)));
+        let log = log_of(1, 30);
+        let end = log.producer_position();
+        let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        record(&mut recording, &log, end, 1024);
+        drop(recording);
+        // The first block's magic number as an older version wrote it.
+        let segment = dir.join(segment::file_name(0));
+        let length = std::fs::metadata(&segment).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &older, segment::SEGMENT_HEADER_LENGTH).unwrap();
+        drop(file);
+        let e = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap_err();
+        assert!(e.path == segment && e.message.contains("older format") && e.message.contains(format), "{e}");
+        assert_eq!(std::fs::metadata(&segment).unwrap().len(), length, "nothing was cut");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
