@@ -130,6 +130,8 @@ pub struct ReceiverCounters {
     pub status_messages: Counter,
     /// NAKs sent.
     pub naks: Counter,
+    /// Acknowledgements (append positions) sent.
+    pub acknowledgements: Counter,
     /// SETUP frames received.
     pub setups: Counter,
     /// Heartbeats received.
@@ -184,6 +186,7 @@ impl ReceiverCounters {
             recv_syscalls: allocate(&kinds::receiver::recv_syscalls),
             status_messages: allocate(&kinds::receiver::status_messages_sent),
             naks: allocate(&kinds::receiver::naks_sent),
+            acknowledgements: allocate(&kinds::receiver::acknowledgements_sent),
             setups: allocate(&kinds::receiver::setups_received),
             heartbeats: allocate(&kinds::receiver::heartbeats_received),
             duplicates: allocate(&kinds::receiver::duplicates_dropped),
@@ -579,6 +582,7 @@ fn send_feedback_frame<T: Transport>(
                 member_id: member_id.unwrap_or(-1),
                 ..AppendPositionFrame::default()
             };
+            counters.acknowledgements.increment();
             ack.encode(&mut bytes)
         }
         Feedback::Nak(gap) => {

@@ -199,6 +199,8 @@ catalogue! {
         commit_frames_received = 174, "receiver commit frames received";
         /// Status messages, NAKs and acknowledgements that could not be sent.
         feedback_send_failures = 175, "receiver feedback send failures";
+        /// Acknowledgements (append positions) sent to the leader.
+        acknowledgements_sent = 176, "receiver acknowledgements sent";
     }
 
     /// The consensus agent (the append stage and quorum commit on the leader).

@@ -82,6 +82,7 @@ fn check_typed_counters(nodes: &[Node], commit: i64) {
     }
     assert_eq!(leader.ack_position(0), None, "the leader does not acknowledge to itself");
     assert!(nodes[1].stats().receiver().images() >= 1);
+    assert!(nodes[1].stats().receiver().acknowledgements_sent() > 0, "a follower acknowledges what it receives");
 }
 
 #[test]
