@@ -899,10 +899,14 @@ fn on_setup(
     let setup_position = position(setup.active_term_id, setup.term_offset as usize, setup.initial_term_id, bits);
     if let Some(image) = channel.images.iter_mut().find(|i| i.session_id() == setup.session_id && i.source() == source)
     {
-        // An image that has received nothing may move up to a newer SETUP (its first one went out long
-        // enough ago for the stream to pass its window); one with data, or with a fixed join position, stays.
+        // An image that has received nothing moves up to a newer SETUP only when the stream has passed its
+        // window since its first (its status message reached the publisher too late to hold the stream for
+        // it); within the window it stays, and the publisher, which holds those bytes, sends or resends
+        // them once the image's status message makes it live. One with data, or with a fixed join
+        // position, stays.
         let untouched = image.hwm() == image.join_position() && channel.config.join_position.is_none();
-        if !untouched || setup_position <= image.join_position() {
+        let passed = setup_position > image.join_position() + channel.timers.window;
+        if !untouched || !passed {
             image.request_status();
             return;
         }

@@ -42,12 +42,17 @@ fn receiver(net: &MemoryNetwork, peers: Vec<SocketAddr>) -> (Receiver<MemoryEndp
 }
 
 fn setup(term_length: usize, mtu: usize) -> Vec<u8> {
+    setup_at(term_length, mtu, 0)
+}
+
+/// A SETUP of the test session with the publisher at `term_offset` of its initial term.
+fn setup_at(term_length: usize, mtu: usize, term_offset: usize) -> Vec<u8> {
     let setup = SetupFrame {
         session_id: SESSION,
         stream_id: STREAM,
         initial_term_id: INITIAL_TERM,
         active_term_id: INITIAL_TERM,
-        term_offset: 0,
+        term_offset: term_offset as i32,
         term_length: term_length as i32,
         mtu: mtu as i32,
         ..SetupFrame::default()
@@ -109,6 +114,43 @@ fn a_setup_for_another_term_length_or_mtu_is_refused_and_a_matching_one_makes_th
     );
     assert_eq!(sm.receiver_window, 8 * 1024);
     assert_eq!(sm.flags & SM_SEND_SETUP_FLAG, 0);
+}
+
+#[test]
+fn an_image_that_received_nothing_moves_up_to_a_newer_setup_only_past_its_window() {
+    let net = MemoryNetwork::new();
+    let (mut first, mut subscription) = receiver(&net, Vec::new());
+    let at = first.local_addr(0);
+    let mut publisher = net.bind(loopback(), false).unwrap();
+    send(&mut publisher, at, &setup(TERM, MTU));
+    first.poll_at(0);
+    publisher.drain();
+
+    // The publisher sent 4 frames to the live receivers before this one's status message made it live, and
+    // repeats its SETUP: within the window, the image stays where it joined and the frames are repaired.
+    send(&mut publisher, at, &setup_at(TERM, MTU, 4 * FRAME));
+    first.poll_at(US);
+    assert_eq!(first.images(0)[0].join_position(), 0, "within the window the image keeps its join position");
+    let answers = status_messages(&publisher.drain());
+    assert_eq!(answers.len(), 1, "the repeated SETUP is answered");
+    assert_eq!(answers[0].consumption_term_offset, 0);
+    for i in 0..5 {
+        send(&mut publisher, at, &data(STREAM, i * FRAME, i as u8));
+    }
+    first.poll_at(2 * US);
+    let mut read = Vec::new();
+    subscription.poll(16, |m| read.push(m[0]));
+    assert_eq!(read, [0, 1, 2, 3, 4], "nothing before the newer SETUP is lost");
+
+    // A second session whose stream passed this image's window (8 KiB) before it heard anything moves up.
+    let (mut late, _late_subscription) = receiver(&net, Vec::new());
+    let late_at = late.local_addr(0);
+    send(&mut publisher, late_at, &setup(TERM, MTU));
+    late.poll_at(0);
+    send(&mut publisher, late_at, &setup_at(TERM, MTU, 16 * 1024));
+    late.poll_at(US);
+    let joined: Vec<i64> = late.images(0).iter().map(|i| i.join_position()).collect();
+    assert_eq!(joined, [16 * 1024], "past the window, an untouched image joins where the stream is");
 }
 
 #[test]
