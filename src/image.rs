@@ -474,6 +474,37 @@ mod tests {
     }
 
     #[test]
+    fn told_it_is_behind_the_retained_log_an_image_stops_naking_and_goes_on_with_status() {
+        let (log, image_log) = logs();
+        let all = datagrams(&log, append_numbered(&log, 20, 300));
+        assert_eq!(all.len(), 5, "four messages per datagram");
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let _consumer = image.register_consumer().unwrap();
+        for (_, d) in &all[2..] {
+            assert_eq!(image.insert(d), InsertOutcome::Inserted);
+        }
+        image.track_rebuild();
+        let mut out = Vec::new();
+        image.feedback(0, |f| out.push(f));
+        image.feedback(100, |f| out.push(f));
+        assert!(matches!(out.last(), Some(Feedback::Nak(_))), "the gap before the first datagram is NAKed: {out:?}");
+        assert!(!image.on_behind_retained(0), "a publisher that still holds the gap: NAKs go on");
+        out.clear();
+        image.feedback(10_100, |f| out.push(f));
+        assert!(matches!(out.last(), Some(Feedback::Nak(_))), "{out:?}");
+
+        let oldest = all[1].0.term_offset as i64;
+        assert!(image.on_behind_retained(oldest), "the publisher retains only from past the rebuild position");
+        assert!(image.is_behind_retained());
+        out.clear();
+        for now in [20_100, 30_100, 1_000_000, 2_000_000] {
+            image.feedback(now, |f| out.push(f));
+        }
+        assert!(out.iter().all(|f| !matches!(f, Feedback::Nak(_))), "no NAK the publisher would refuse: {out:?}");
+        assert!(out.iter().any(|f| matches!(f, Feedback::Status { .. })), "status messages go on: {out:?}");
+    }
+
+    #[test]
     fn datagrams_beyond_the_window_are_refused() {
         let (log, image_log) = logs();
         let mut appender = log.appender().unwrap();

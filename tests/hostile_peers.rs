@@ -265,13 +265,17 @@ fn a_stopped_follower_never_stalls_commits_and_one_left_behind_the_retained_log_
         driver.round(&mut nodes, &ALL, target);
     }
     assert!(counter(&nodes[0], "sender behind-retained sent") >= 1);
-    let naks = counter(&nodes[2], "receiver NAKs sent");
     let target = driver.applied(0) + 2_000;
     driver.run_to(&mut nodes, &two, target, DEADLINE);
+    // Told, member 2 asks for nothing the leader cannot answer. (It may NAK what it lost of the live log
+    // while stopped, once a catch-up from the leader's recording has given it a new Receiver there: the
+    // leader answers those.)
+    let unanswerable = counter(&nodes[0], "sender NAKs behind retained log");
     for _ in 0..100 {
         driver.round(&mut nodes, &ALL, target);
     }
-    assert_eq!(counter(&nodes[2], "receiver NAKs sent"), naks, "no NAKs after being told they cannot be answered");
+    let after = counter(&nodes[0], "sender NAKs behind retained log");
+    assert_eq!(after, unanswerable, "no NAKs after being told they cannot be answered");
     assert_eq!(driver.applied(0), driver.applied(1));
 }
 
