@@ -341,14 +341,6 @@ fn offer(cluster: &mut LoadCluster) -> bool {
     cluster.offer().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// One duty cycle of the leader's agents and its apply (the followers run on their own thread), a yield
-/// when it found no work; `on_apply(seq)` for every entry applied.
-fn drive(cluster: &mut LoadCluster, on_apply: impl FnMut(u64)) -> usize {
-    let work = cluster.poll(on_apply);
-    cluster.idle(work);
-    work
-}
-
 /// The stall a stopped follower causes: the longest time the leader's commit position stood still in
 /// each phase of a paced run (before, while member 2 is stopped, after it runs again).
 #[derive(Clone, Debug)]
@@ -383,7 +375,7 @@ fn run_stall(pinned: bool) -> Result<StallResult, String> {
         while started.elapsed() < *length {
             let due = offered_at_start + (started.elapsed().as_secs_f64() * STALL_RATE) as u64;
             while cluster.offered() < due && offer(&mut cluster) {}
-            drive(&mut cluster, |_| {});
+            cluster.cycle(|_| {});
             let now = Instant::now();
             let c = cluster.commit_position();
             if c > commit {
@@ -467,7 +459,7 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
     let end_warmup = Instant::now() + settings.warmup;
     while Instant::now() < end_warmup {
         offer_burst(cluster);
-        drive(cluster, |_| {});
+        cluster.cycle(|_| {});
     }
     let mut result = Saturation::default();
     let first_counters = cluster.stats();
@@ -489,7 +481,7 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
             if offered < 1024 {
                 refused += 1;
             }
-            let work = drive(cluster, |_| {});
+            let work = cluster.cycle(|_| {});
             loops += 1;
             if work == 0 {
                 idle_loops += 1;
@@ -586,14 +578,6 @@ fn offer_burst(cluster: &mut LoadCluster) -> usize {
     taken
 }
 
-/// Lets everything offered so far be applied everywhere.
-fn drain(cluster: &mut LoadCluster) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while cluster.applied().into_iter().any(|a| a < cluster.offered()) && Instant::now() < deadline {
-        drive(cluster, |_| {});
-    }
-}
-
 /// One message at a time: offer, then drive the leader until it applies that message.
 fn serial(cluster: &mut LoadCluster, samples: usize, time: Duration) -> Histogram<u64> {
     let mut histogram = histogram();
@@ -604,11 +588,11 @@ fn serial(cluster: &mut LoadCluster, samples: usize, time: Duration) -> Histogra
         }
         let start = Instant::now();
         while !offer(cluster) {
-            drive(cluster, |_| {});
+            cluster.cycle(|_| {});
         }
         let target = cluster.offered();
         while cluster.committed() < target {
-            drive(cluster, |_| {});
+            cluster.cycle(|_| {});
         }
         let _ = histogram.record(start.elapsed().as_nanos() as u64);
     }
@@ -632,7 +616,7 @@ fn pipeline(cluster: &mut LoadCluster, time: Duration) -> (Histogram<u64>, f64) 
             offered_at[seq as usize % PIPELINE_WINDOW] = now;
         }
         let (h, at) = (&mut histogram, &offered_at);
-        drive(cluster, |seq| {
+        cluster.cycle(|seq| {
             let _ = h.record(at[seq as usize % PIPELINE_WINDOW].elapsed().as_nanos() as u64);
         });
     }
@@ -671,7 +655,7 @@ fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<V
     let mut cluster = LoadCluster::start(&spec(run, &variant, layout)).map_err(|e| e.to_string())?;
     let warnings = cluster.warnings().to_vec();
     let saturation = saturate(&mut cluster, settings);
-    drain(&mut cluster);
+    cluster.drain(Duration::from_secs(10)).map_err(|e| e.to_string())?;
     let before = cluster.stats();
     let serial_histogram = serial(&mut cluster, settings.serial_samples, settings.serial_time);
     let after = cluster.stats();
@@ -686,7 +670,7 @@ fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<V
         }
     }
     let (pipeline_histogram, pipeline_rate) = pipeline(&mut cluster, settings.pipeline_time);
-    drain(&mut cluster);
+    cluster.drain(Duration::from_secs(10)).map_err(|e| e.to_string())?;
     let out_of_order = cluster.out_of_order();
     cluster.close().map_err(|e| e.to_string())?;
     Ok(VariantResult {

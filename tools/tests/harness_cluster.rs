@@ -53,8 +53,7 @@ fn the_split_layout_commits_with_a_follower_paused_and_catches_it_up() {
         let offer = |cluster: &mut LoadCluster, target: u64| -> Result<(), _> {
             while cluster.offered() < target {
                 if !cluster.offer()? {
-                    let work = cluster.poll(|_| {});
-                    cluster.idle(work);
+                    cluster.cycle(|_| {});
                 }
             }
             cluster.drain(Duration::from_secs(60))
@@ -69,8 +68,7 @@ fn the_split_layout_commits_with_a_follower_paused_and_catches_it_up() {
             if cluster.offered() < 4_000 {
                 cluster.offer()?;
             }
-            let work = cluster.poll(|_| {});
-            cluster.idle(work);
+            cluster.cycle(|_| {});
         }
         assert_eq!(cluster.applied()[2], behind, "a paused member applies nothing");
         // Back: it catches up with every message, in order.

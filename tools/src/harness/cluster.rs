@@ -137,6 +137,11 @@ impl Applier {
     pub fn corrupted(&self) -> u64 {
         self.corrupted
     }
+
+    /// Entries applied out of sequence or corrupted.
+    pub fn bad_entries(&self) -> u64 {
+        self.out_of_order + self.corrupted
+    }
 }
 
 /// Offers numbered messages through a leader and applies them on every node, counting each node's
@@ -205,7 +210,7 @@ impl Driver {
 
     /// Entries applied out of sequence or corrupted, over every node.
     pub fn bad_entries(&self) -> u64 {
-        self.appliers.iter().map(|a| a.out_of_order() + a.corrupted()).sum()
+        self.appliers.iter().map(Applier::bad_entries).sum()
     }
 
     /// Offers the next message through `client`: `Ok(false)` when back-pressured (nothing offered).
@@ -227,9 +232,9 @@ impl Driver {
     #[inline]
     pub fn apply(&mut self, i: usize, node: &mut Node, limit: usize, on_apply: impl FnMut(u64)) -> usize {
         let applier = &mut self.appliers[i];
-        let bad = applier.out_of_order() + applier.corrupted();
+        let bad = applier.bad_entries();
         let applied = applier.poll(node, limit, on_apply);
-        if self.strict && applier.out_of_order() + applier.corrupted() > bad {
+        if self.strict && applier.bad_entries() > bad {
             panic!(
                 "node {} applied an entry out of sequence or corrupted (next expected {}, offered {})",
                 node.id(),

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::channel::ChannelConfig;
@@ -135,15 +135,7 @@ impl Layout {
     /// No pinning at all, everything but the Sender invoked by the harness (the test suite's layout: it
     /// shares the machine with other tests).
     pub fn unpinned() -> Self {
-        Self {
-            cores: quorumcast::agent::available_cores(),
-            invoked: true,
-            harness: None,
-            sender: None,
-            consensus: None,
-            followers: None,
-            split: false,
-        }
+        Self { cores: quorumcast::agent::available_cores(), ..Self::for_cores(1) }
     }
 
     /// The cluster bench's layout: the harness thread (core 0 when `pinned`) runs the whole leader through
@@ -377,17 +369,19 @@ struct FollowerThread {
 
 impl FollowerThread {
     /// Starts the thread, which pins itself to `core`, starts the followers from `builders` and runs
-    /// them; returns once both have started (an error if either did not).
-    fn start(builders: [NodeBuilder; 2], core: Option<usize>, msg: usize) -> Result<Self, SweepError> {
+    /// them; returns once both have started (an error if either did not), with the thread's and the
+    /// followers' start-up warnings.
+    fn start(builders: [NodeBuilder; 2], core: Option<usize>, msg: usize) -> Result<(Self, Vec<String>), SweepError> {
         let state = Arc::new(FollowerState::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let shared = Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name("followers".into())
             .spawn(move || {
+                let mut warnings = Vec::new();
                 if let Some(core) = core {
                     if let Err(e) = quorumcast::agent::pin_current_thread(core) {
-                        eprintln!("warning: the followers' thread runs unpinned: {e}");
+                        warnings.push(format!("the followers' thread runs unpinned: {e}"));
                     }
                 }
                 let [a, b] = builders;
@@ -399,13 +393,14 @@ impl FollowerThread {
                         return Err(error);
                     }
                 };
-                let _ = ready_tx.send(Ok(()));
+                warnings.extend(nodes.iter().flat_map(|n| n.warnings().iter().cloned()));
+                let _ = ready_tx.send(Ok(warnings));
                 Self::run(nodes, &shared, msg)
             })
             .map_err(SweepError::Io)?;
         let started = ready_rx.recv().unwrap_or_else(|_| Err("the followers' thread ended before starting".into()));
-        started.map_err(SweepError::Cluster)?;
-        Ok(Self { state, thread: Some(thread) })
+        let warnings = started.map_err(SweepError::Cluster)?;
+        Ok((Self { state, thread: Some(thread) }, warnings))
     }
 
     /// The thread's loop: one cycle of each follower that is not paused and its apply, a yield after a
@@ -573,17 +568,16 @@ impl LoadCluster {
         let layout = spec.layout;
         let sender_idle = layout.sender_idle(spec.sender_idle);
         let mut nodes = Vec::with_capacity(3);
+        let mut warnings = Vec::new();
         let followers = if layout.split {
             let builders = [1, 2].map(|id| base(id).threading(ThreadingMode::Invoker));
-            Some(FollowerThread::start(builders, layout.followers, spec.msg)?)
+            let (thread, thread_warnings) = FollowerThread::start(builders, layout.followers, spec.msg)?;
+            warnings = thread_warnings;
+            Some(thread)
         } else {
-            let (mode, cores) = if layout.invoked {
-                (ThreadingMode::Invoker, [None; 4])
-            } else {
-                (ThreadingMode::Shared, [layout.followers; 4])
-            };
+            let mode = if layout.invoked { ThreadingMode::Invoker } else { ThreadingMode::Shared };
             for id in [1, 2] {
-                let follower = base(id).threading(mode).idle([backoff; 4]).cores(cores).start();
+                let follower = base(id).threading(mode).idle([backoff; 4]).cores([layout.followers; 4]).start();
                 nodes.push(follower.map_err(|e| SweepError::Cluster(format!("follower {id} did not start: {e}")))?);
             }
             None
@@ -601,7 +595,7 @@ impl LoadCluster {
         };
         let leader = leader.start().map_err(|e| SweepError::Cluster(format!("leader did not start: {e}")))?;
         nodes.insert(0, leader);
-        let mut warnings: Vec<String> = nodes.iter().flat_map(|n| n.warnings().iter().cloned()).collect();
+        warnings.extend(nodes.iter().flat_map(|n| n.warnings().iter().cloned()));
         if let Some(core) = layout.harness {
             if let Err(e) = quorumcast::agent::pin_current_thread(core) {
                 warnings.push(format!("the harness thread runs unpinned: {e}"));
@@ -635,26 +629,29 @@ impl LoadCluster {
 
     /// Waits for both followers' images, then commits one message everywhere.
     fn warm_up(&mut self) -> Result<(), SweepError> {
-        self.drive("the followers make an image of the leader's log", |c| {
-            c.stats()[1..].iter().all(|s| s.receiver().images() >= 1)
+        self.drive("the followers make an image of the leader's log", SETTLE_TIMEOUT, |c| {
+            Ok(c.stats()[1..].iter().all(|s| s.receiver().images() >= 1))
         })?;
-        self.drive("the leader's ingress takes a first message", |c| c.offer().unwrap_or(false))?;
+        self.drive("the leader's ingress takes a first message", SETTLE_TIMEOUT, |c| c.offer())?;
         self.drain(SETTLE_TIMEOUT)
     }
 
-    /// Runs harness cycles until `done` holds: an error naming `what` after [`SETTLE_TIMEOUT`], or
-    /// when an agent failed.
-    fn drive(&mut self, what: &str, mut done: impl FnMut(&mut Self) -> bool) -> Result<(), SweepError> {
-        let outcome = harness::cluster::drive_until(what, SETTLE_TIMEOUT, self, |c| {
+    /// Runs harness cycles (yielding after one that found no work) until `done` holds: an error naming
+    /// `what` once `timeout` has passed, when an agent failed, or when `done` fails.
+    fn drive(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut done: impl FnMut(&mut Self) -> Result<bool, SweepError>,
+    ) -> Result<(), SweepError> {
+        let outcome = harness::cluster::drive_until(what, timeout, self, |c| {
             if let Some(failed) = c.agent_failure() {
                 return Err(failed.to_string());
             }
-            if done(c) {
+            if done(c).map_err(|e| e.to_string())? {
                 return Ok(None);
             }
-            let work = c.poll(|_| {});
-            c.idle(work);
-            Ok(Some(work))
+            Ok(Some(c.poll(|_| {})))
         });
         outcome
             .map_err(|e| SweepError::Cluster(format!("{e} (offered {}, applied {:?})", self.offered(), self.applied())))
@@ -707,6 +704,15 @@ impl LoadCluster {
         self.idle.idle(work);
     }
 
+    /// One harness cycle ([`poll`](Self::poll)) and the idle after it ([`idle`](Self::idle)); returns the
+    /// work done.
+    #[inline]
+    pub fn cycle(&mut self, on_commit: impl FnMut(u64)) -> usize {
+        let work = self.poll(on_commit);
+        self.idle(work);
+        work
+    }
+
     /// Runs `work` with every node's agent threads parked (see [`Node::pause_agents`]), so that the cores
     /// the cluster runs on are free for it (an S probe between two mu windows); the harness offers and
     /// invokes nothing meanwhile. Resumes the threads whatever `work` returns.
@@ -742,29 +748,12 @@ impl LoadCluster {
     /// Polls until every node applied everything offered (and every remote client's message the leader
     /// applied), or `timeout` passes.
     pub fn drain(&mut self, timeout: Duration) -> Result<(), SweepError> {
-        let deadline = Instant::now() + timeout;
-        let caught_up = |c: &Self| {
+        self.drive("the cluster applies everything offered", timeout, |c| {
             let client_messages = c.driver.applier(0).client_messages();
             let clients_done =
                 c.followers.is_some() || (1..3).all(|i| c.driver.applier(i).client_messages() >= client_messages);
-            c.applied().iter().all(|&a| a >= c.offered()) && clients_done
-        };
-        while !caught_up(self) {
-            if let Some(failed) = self.agent_failure() {
-                return Err(failed);
-            }
-            if Instant::now() > deadline {
-                return Err(SweepError::Cluster(format!(
-                    "the cluster did not apply everything offered within {} s (offered {}, applied {:?})",
-                    timeout.as_secs(),
-                    self.offered(),
-                    self.applied()
-                )));
-            }
-            let work = self.poll(|_| {});
-            self.idle(work);
-        }
-        Ok(())
+            Ok(c.applied().iter().all(|&a| a >= c.offered()) && clients_done)
+        })
     }
 
     /// True when the harness runs the leader's consensus agent and the followers (see [`Layout::invoked`]).

@@ -104,8 +104,7 @@ pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings, rate: f64) ->
     let pace = |cluster: &mut LoadCluster, until: Instant| -> Result<(), SweepError> {
         while Instant::now() < until {
             offer_due(cluster, start, base, offered_per_s)?;
-            let work = cluster.poll(|_| {});
-            cluster.idle(work);
+            cluster.cycle(|_| {});
         }
         Ok(())
     };

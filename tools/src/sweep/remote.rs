@@ -250,8 +250,7 @@ impl ClientProcess {
             if check {
                 cluster.failure()?;
             }
-            let work = cluster.poll(|_| {});
-            cluster.idle(work);
+            cluster.cycle(|_| {});
             Ok(())
         })?;
         // The followers apply the client's last messages after the leader acknowledged them.
