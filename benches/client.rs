@@ -112,7 +112,7 @@ impl Settings {
     fn new(quick: bool) -> Self {
         let ms = Duration::from_millis;
         let timings = |mu_warmup, mu_window, mu_windows, point| Timings {
-            // The S probe and the C window are the sweep's; this bench measures neither.
+            // The S probe, the C window and the hiccup probe are the sweep's; this bench measures none of them.
             s_window: ms(100),
             s_windows: 1,
             c_warmup: ms(100),
@@ -124,6 +124,7 @@ impl Settings {
             mu_windows,
             point,
             point_messages: 4_000_000,
+            hiccup: ms(0),
         };
         if quick {
             Self {

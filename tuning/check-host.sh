@@ -8,7 +8,8 @@
 #   caps SO_RCVBUF / SO_SNDBUF at these, and qc-node warns at start);
 # - /dev/shm: where node directories (log, ingress ring, counters) live by default, and its free space
 #   against the logs (3 terms of term_length each, per node);
-# - isolcpus / nohz_full / rcu_nocbs in the kernel command line (cores kept free for the latency profile).
+# - isolcpus / nohz_full / rcu_nocbs in the kernel command line (cores kept free for the latency profile);
+# - steal since boot and a running DAMON, which take a spinning agent off its core (qc-probe --hiccups measures it).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 if [ $# -eq 0 ]; then set -- "$here"/cluster/node*.toml; fi
@@ -72,3 +73,14 @@ if [ -d /dev/shm ]; then
 else
     echo "no /dev/shm: node directories fall back to the temp dir (set directory = ... in the node files)"
 fi
+
+echo "== steal and the host's own stalls"
+if read -r _ user nice system idle iowait irq softirq steal _ < /proc/stat 2>/dev/null; then
+    total=$(( user + nice + system + idle + iowait + irq + softirq + steal ))
+    echo "steal since boot: $steal of $total ticks (the hypervisor ran something else while a CPU of this guest wanted to run)"
+fi
+if [ -r /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds ] || pgrep -x kdamond.0 > /dev/null 2>&1; then
+    echo "  DAMON (kdamond) is running: a kernel thread that takes a spinning agent off its core for milliseconds"
+fi
+echo "  to measure what a spinning agent loses here: target/release/qc-probe --hiccups 10 (a thread per core,"
+echo "  gaps in its clock reads; the sweep runs the same probe and prints 'host stalls')"

@@ -5,6 +5,8 @@
 //!
 //! - [`model`]: the throughput model as pure functions (the calculator behind `qc-model`);
 //! - [`probe`]: this host's S, measured with the engine's own sockets (behind `qc-probe`);
+//! - [`hiccup`]: this host's own stalls, the floor under every latency tail (`qc-probe --hiccups`, and the
+//!   sweep's first line of figures);
 //! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
 //!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
 //! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
@@ -19,6 +21,7 @@
 
 pub mod client_load;
 pub mod harness;
+pub mod hiccup;
 pub mod model;
 pub mod probe;
 pub mod report;

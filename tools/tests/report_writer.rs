@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
+use quorumcast_tools::hiccup::{CoreHiccups, Hiccups};
 use quorumcast_tools::report::{
     link_latest, write_point_histograms, write_report, CProbe, ConfigResult, Host, PointHistograms, PointResult,
     ReportError, SProbe, SProbeEntry, SweepReport, LATEST, NS_PER_US,
@@ -130,6 +131,19 @@ fn synthetic(grid: &[(u32, &str, u32)], rhos: &[f64]) -> (SweepReport, Vec<Point
         },
         c_probe,
         configs,
+        hiccups: Some(Hiccups {
+            seconds: 2.0,
+            cores: vec![CoreHiccups {
+                core: Some(0),
+                gaps_per_s: 150.0,
+                lost_share: 0.02,
+                long_gaps_per_s: 2.5,
+                long_gap_share: 0.008,
+                past_long_share: 0.005,
+                longest_ns: 9_250_000,
+            }],
+            steal_share: 0.004,
+        }),
     };
     (report, hist)
 }
@@ -235,6 +249,9 @@ fn synthetic_run_writes_a_complete_report() {
     assert_has_keys(&raw["s_probe"], &["d", "sizes"], "s_probe");
     assert_has_keys(&raw["s_probe"]["sizes"][0], &["datagram", "send_mode", "s"], "an S entry");
     assert_has_keys(&raw["c_probe"][0], &["idle", "c_per_s", "data_syscalls_per_s"], "a C entry");
+    assert_has_keys(&raw["hiccups"], &["seconds", "cores", "steal_share"], "hiccups");
+    let core_keys = ["core", "lost_share", "long_gaps_per_s", "past_long_share", "longest_ns"];
+    assert_has_keys(&raw["hiccups"]["cores"][0], &core_keys, "a core's hiccups");
     let configs = raw["configs"].as_array().unwrap();
     assert_eq!(configs.len(), 2);
     for c in configs {
@@ -247,8 +264,18 @@ fn synthetic_run_writes_a_complete_report() {
             assert_has_keys(&p["latency_us"], PERCENTILE_KEYS, "latency_us");
             assert_has_keys(&p["service_latency_us"], PERCENTILE_KEYS, "service_latency_us");
             assert!(p["hgrm"].as_str().unwrap().ends_with(".hgrm"));
+            assert_has_keys(p, &["past_1ms_share", "steal_share"], "a point");
         }
     }
+    // A point's share past 1 ms is its intended-time histogram's, counted here independently.
+    for (p, (_, intended, _)) in report.configs.iter().flat_map(|c| &c.points).zip(&histograms) {
+        let past = intended.iter_recorded().filter(|v| v.value_iterated_to() >= 1_000_000).map(|v| v.count_at_value());
+        let expected = past.sum::<u64>() as f64 / intended.len() as f64;
+        let share = p.past_1ms_share.unwrap();
+        assert!((share - expected).abs() < 1e-9, "past 1 ms {share} against {expected} counted");
+    }
+    let shares = report.configs.iter().flat_map(|c| &c.points).map(|p| p.past_1ms_share.unwrap());
+    assert!(shares.clone().any(|s| s > 0.0) && shares.clone().any(|s| s < 1.0), "a point on each side of 1 ms");
 
     // Every point's .hgrm files exist, parse, are monotonic, and agree with the summary.
     let mut files = 0;
@@ -294,6 +321,7 @@ fn synthetic_run_writes_a_complete_report() {
         .filter(|l| l.split('|').nth(1).map(str::trim) == Some("rho") && l.contains("p99.9 us") && l.contains("hgrm"))
         .count();
     assert_eq!(header_lines, 2, "{md}");
+    assert!(md.contains("host stalls") && md.contains("longest 9.25 ms"), "{md}");
     let capacity_header =
         |l: &&str| l.starts_with('|') && l.contains(" MTU ") && l.contains("mu predicted") && l.contains("mu measured");
     assert_eq!(md.lines().filter(capacity_header).count(), 1, "{md}");

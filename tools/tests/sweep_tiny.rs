@@ -35,9 +35,14 @@ fn the_tiny_sweep_writes_a_whole_report() {
 
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(outcome.dir.join("summary.json")).unwrap()).unwrap();
-    for key in ["profile", "timestamp", "host", "layout", "s_probe", "c_probe", "configs"] {
+    for key in ["profile", "timestamp", "host", "layout", "s_probe", "c_probe", "configs", "hiccups"] {
         assert!(summary.get(key).is_some(), "summary.json lacks {key}");
     }
+    // The host's stalls: one spinning thread where nothing is pinned, its lost share a share.
+    let hiccups = &summary["hiccups"];
+    assert_eq!(hiccups["cores"].as_array().map(Vec::len), Some(1), "{hiccups}");
+    let lost = hiccups["cores"][0]["lost_share"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&lost), "{hiccups}");
     assert_eq!(summary["profile"], "tiny");
     assert_eq!(summary["s_probe"]["d"], 2);
     assert!(summary["s_probe"]["sizes"][0]["s"].as_f64().unwrap() > 0.0);
@@ -96,6 +101,8 @@ fn the_tiny_sweep_writes_a_whole_report() {
             let (p50, max) = (p["p50"].as_f64().unwrap(), p["max"].as_f64().unwrap());
             assert!(p50 > 0.0 && p50 <= max, "{key}: {p}");
         }
+        let past = point["past_1ms_share"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&past), "{point}");
         // From the intended time is never shorter than from the actual offer.
         assert!(point["latency_us"]["max"].as_f64() >= point["service_latency_us"]["max"].as_f64());
         for file in ["hgrm", "service_hgrm"] {

@@ -2,7 +2,11 @@
 //!
 //! ```text
 //! qc-probe [--mtu 1408,8192] [--send-mode classic,mmsg,gso] [--idle noop,sleep-ns:1000,backoff] [--quick] [--json]
+//!          [--hiccups SECONDS]
 //! ```
+//!
+//! Hiccups (with `--hiccups`, first): this host's own stalls, a spinning thread on each core the cluster
+//! would use, all at once, counting the gaps in its clock reads (see `quorumcast_tools::hiccup`).
 //!
 //! S: one thread's `sendmsg` calls per second to D = 2 loopback destinations, datagram = MTU (the effective
 //! datagrams per second in the mmsg and gso modes). C: the leader Sender's consensus control syscalls per
@@ -12,9 +16,12 @@
 
 use std::process::ExitCode;
 
+use std::time::Duration;
+
 use clap::Parser;
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::transport::SendMode;
+use quorumcast_tools::hiccup;
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_tools::sweep::measure::{probe_control, probe_send_rates, D};
 use quorumcast_tools::sweep::profile::Profile;
@@ -40,12 +47,19 @@ struct Args {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     json: bool,
+    /// Also measure the host's own stalls for this many seconds (a spinning thread per core), first.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    hiccups: Option<Duration>,
 }
 
 fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
     let profile = if args.quick { Profile::quick() } else { Profile::full() };
     let timings = profile.timings;
     let layout = Layout::for_host();
+    let hiccups = args.hiccups.map(|duration| hiccup::probe(&layout.busy_cores(), duration));
+    if let (Some(h), false) = (&hiccups, args.json) {
+        println!("host stalls: {}", h.describe());
+    }
     let rates = probe_send_rates(&args.mtu, &args.send_mode, &timings, layout.probe_cores())?;
     if !args.json {
         println!("layout: {}", layout.describe(profile.sender_idle));
@@ -100,7 +114,16 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
         "layout": layout.describe(profile.sender_idle),
         "s_probe": rates,
         "c_probe": c_rows,
+        "hiccups": hiccups,
     }))
+}
+
+/// A probe's length: seconds above 0, at most an hour.
+fn seconds(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 3600.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!("{text:?} is not a number of seconds above 0 and at most 3600")),
+    }
 }
 
 fn main() -> ExitCode {

@@ -7,6 +7,8 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::hiccup::Hiccups;
+
 /// The whole report of one sweep run: what `summary.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepReport {
@@ -24,6 +26,10 @@ pub struct SweepReport {
     pub c_probe: Vec<CProbe>,
     /// One entry per configuration (MTU x idle strategy x message size x send mode x control).
     pub configs: Vec<ConfigResult>,
+    /// The host's own stalls, measured before the clusters ran: the floor under the points' tails (see
+    /// [`crate::hiccup`]). Absent in reports written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hiccups: Option<Hiccups>,
 }
 
 /// The machine a sweep ran on.
@@ -176,6 +182,14 @@ pub struct PointResult {
     /// Each agent thread's duty-cycle lengths during the point (so that a stall names its stage).
     #[serde(default)]
     pub agents: Vec<AgentDutyCycles>,
+    /// Share of the messages whose latency from intended send time was a millisecond or more (0 to 1;
+    /// absent where the latency came from a client process's report, which has percentiles only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub past_1ms_share: Option<f64>,
+    /// Share of the CPUs' time the hypervisor took during the point (`/proc/stat` steal, 0 to 1), which
+    /// no agent's counters can show; counted in 10 ms ticks, so short points often read 0.
+    #[serde(default)]
+    pub steal_share: f64,
 }
 
 /// One agent thread's duty-cycle lengths over a point, from power-of-two buckets: each figure is the
@@ -201,6 +215,16 @@ pub struct CycleQuantiles {
     pub p999: u64,
     /// The longest bucket reached.
     pub max: u64,
+}
+
+/// The share of `histogram`'s values at or above `value` (0 for an empty histogram).
+fn share_at_least(histogram: &Histogram<u64>, value: f64) -> f64 {
+    let total = histogram.len();
+    if total == 0 {
+        return 0.0;
+    }
+    let below = histogram.count_between(0, (value as u64).saturating_sub(1));
+    total.saturating_sub(below) as f64 / total as f64
 }
 
 /// Summary statistics of one latency histogram, in microseconds.
@@ -315,6 +339,8 @@ impl PointResult {
             hgrm: Self::hgrm_path(stem),
             service_hgrm: Self::service_hgrm_path(stem),
             agents: Vec::new(),
+            past_1ms_share: Some(share_at_least(latency, 1000.0 * unit_divisor)),
+            steal_share: 0.0,
         }
     }
 }

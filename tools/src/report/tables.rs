@@ -51,6 +51,8 @@ pub(crate) const LATENCY_COLUMNS: &[(&str, bool)] = &[
     ("stddev us", true),
     ("svc p50 us", true),
     ("svc p99 us", true),
+    ("past 1 ms %", true),
+    ("steal %", true),
     ("hgrm", false),
 ];
 
@@ -63,6 +65,9 @@ pub(crate) fn host_table(r: &SweepReport) -> Table {
     t.push(vec!["profile".into(), r.profile.clone()]);
     t.push(vec!["started (UTC)".into(), r.timestamp.clone()]);
     t.push(vec!["core layout".into(), r.layout.clone()]);
+    if let Some(h) = &r.hiccups {
+        t.push(vec!["host stalls".into(), h.describe()]);
+    }
     t
 }
 
@@ -217,6 +222,8 @@ pub(crate) fn latency_table(c: &ConfigResult) -> Table {
             micros(l.stddev),
             micros(s.p50),
             micros(s.p99),
+            p.past_1ms_share.map_or_else(|| "-".into(), |s| format!("{:.2}", 100.0 * s)),
+            format!("{:.2}", 100.0 * p.steal_share),
             p.hgrm.clone(),
         ]);
     }

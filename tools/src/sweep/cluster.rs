@@ -182,6 +182,21 @@ impl Layout {
         }
     }
 
+    /// The distinct cores this layout's threads are pinned to, in order (one `None` when none is): where
+    /// the hiccup probe spins a thread each.
+    pub fn busy_cores(&self) -> Vec<Option<usize>> {
+        let mut cores = Vec::new();
+        for core in [self.harness, self.sender, self.consensus, self.followers].into_iter().flatten() {
+            if !cores.contains(&Some(core)) {
+                cores.push(Some(core));
+            }
+        }
+        if cores.is_empty() {
+            cores.push(None);
+        }
+        cores
+    }
+
     /// The cores of the S probe's threads: sending where the Sender runs, draining where the harness
     /// (which runs the followers' receivers when invoked) runs.
     pub fn probe_cores(&self) -> ProbeCores {
@@ -922,6 +937,8 @@ mod tests {
             (Some(2), Some(3), Some(2), Some(2))
         );
         assert_eq!(layout.probe_cores().sender, Some(3));
+        assert_eq!(layout.busy_cores(), [Some(2), Some(3)]);
+        assert_eq!(Layout::unpinned().busy_cores(), [None]);
         assert_eq!(Layout::for_cores(2).on_cores(&[0, 1]), Layout::for_cores(2));
         assert_eq!(Layout::for_cores(1).on_cores(&[5]), Layout::for_cores(1), "nothing pinned stays unpinned");
     }

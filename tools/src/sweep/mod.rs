@@ -48,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::hiccup::{self, CpuTimes, Hiccups};
 use crate::model::{Model, ModelError};
 use crate::probe::SendRate;
 use crate::report::{
@@ -278,6 +279,11 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     progress
         .step("S probe", (t.s_window * t.s_windows as u32) * (profile.mtus.len() * profile.send_modes.len()) as u32);
 
+    progress.bar.set_message("hiccup probe");
+    let hiccups = hiccup::probe(&options.layout.busy_cores(), t.hiccup);
+    progress.line(&format!("host stalls: {}", hiccups.describe()));
+    progress.step("hiccup probe", t.hiccup);
+
     let c_probe = probe_c(options, profile, &rates, &progress)?;
 
     let mut results = Vec::with_capacity(configs.len());
@@ -287,8 +293,8 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         let remaining = profile.config_estimate() * (configs.len() - index) as u32;
         progress.bar.set_message(format!("[{}/{}] {config}: mu", index + 1, configs.len()));
         let times = &mut times;
-        let (rates, c_probe, dir, progress) = (&rates, &c_probe, &dir, &progress);
-        match run_config(options, config, rates, c_probe, times, dir, progress) {
+        let probes = HostProbes { rates: &rates, c: &c_probe, hiccups: &hiccups };
+        match run_config(options, config, &probes, times, &dir, &progress) {
             Ok(result) => results.push(result),
             Err(e) => {
                 progress.line(&format!("{config}: FAILED, left out of the report: {e}"));
@@ -320,6 +326,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         },
         c_probe,
         configs: results,
+        hiccups: Some(hiccups),
     };
     report::write_report(&dir, &report, &[])?;
     report::link_latest(&dir)?;
@@ -442,11 +449,20 @@ fn predict(config: &ConfigSpec, s: f64, c: f64) -> (u32, f64, Option<String>) {
     }
 }
 
+/// What the sweep measured of the host before the clusters ran.
+struct HostProbes<'a> {
+    /// S per MTU and send mode.
+    rates: &'a [SendRate],
+    /// C per idle strategy.
+    c: &'a [CProbe],
+    /// The host's own stalls.
+    hiccups: &'a Hiccups,
+}
+
 fn run_config(
     options: &SweepOptions,
     config: &ConfigSpec,
-    rates: &[SendRate],
-    c_probe: &[CProbe],
+    probes: &HostProbes<'_>,
     times: &mut SendTimes,
     dir: &Path,
     progress: &Progress,
@@ -458,7 +474,7 @@ fn run_config(
     // that the prediction and mu see the same machine; the slices stay in the report.
     // A slice that measured nothing (a probe that found no rate) takes the sweep's first probe.
     let cores = options.layout.probe_cores();
-    let first = measure::rate_for(rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
+    let first = measure::rate_for(probes.rates, config.send_mode, config.mtu).map(|r| r.datagrams_per_s);
     let probe = || -> Result<Option<f64>, SweepError> {
         let fresh = measure::probe_send_rates(&[config.mtu], &[config.send_mode], t, cores)?;
         Ok(measure::rate_for(&fresh, config.send_mode, config.mtu).map(|r| r.datagrams_per_s).or(first))
@@ -471,7 +487,7 @@ fn run_config(
         ..ClusterSpec::new(config.mtu, config.msg, options.layout)
     };
     let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
-    let mut result = summarize(config, c_probe, &mu, progress);
+    let mut result = summarize(config, probes.c, &mu, progress);
     let client = options.client.as_ref();
     let points_spec = match client {
         None => spec,
@@ -488,7 +504,7 @@ fn run_config(
         ));
     }
     with_cluster(&points_spec, progress, |cluster| {
-        measure_points(cluster, profile, &mut result, mu.mu, times, dir, progress, client)
+        measure_points(cluster, profile, &mut result, mu.mu, (times, probes.hiccups), dir, progress, client)
     })?;
     progress.step(&format!("{config}"), t.mu_phase_estimate());
     Ok(result)
@@ -586,7 +602,7 @@ fn measure_points(
     profile: &Profile,
     result: &mut ConfigResult,
     mu: f64,
-    times: &mut SendTimes,
+    (times, hiccups): (&mut SendTimes, &Hiccups),
     dir: &Path,
     progress: &Progress,
     client: Option<&remote::ClientProcess>,
@@ -596,7 +612,8 @@ fn measure_points(
     for &rho in &profile.rhos {
         progress.bar.set_message(format!("{config}: rho {rho:.2}"));
         let stem = result.point_stem(rho);
-        let entry = match client {
+        let cpu_before = CpuTimes::read();
+        let mut entry = match client {
             None => in_process_point(cluster, rho, mu, t, times, dir, &stem, progress)?,
             Some(client) => {
                 let files = (dir.join(PointResult::hgrm_path(&stem)), dir.join(PointResult::service_hgrm_path(&stem)));
@@ -627,18 +644,30 @@ fn measure_points(
                     hgrm: PointResult::hgrm_path(&stem),
                     service_hgrm: PointResult::service_hgrm_path(&stem),
                     agents: point.agents.iter().map(duty_cycles).collect(),
+                    past_1ms_share: None,
+                    steal_share: 0.0,
                 }
             }
         };
+        if let (Some(before), Some(after)) = (cpu_before, CpuTimes::read()) {
+            entry.steal_share = after.since(&before).steal_share();
+        }
         if let Some(worst) = entry.agents.iter().max_by_key(|a| a.duty_cycle_ns.max) {
             progress.line(&format!(
                 "            longest agent duty cycle: {} up to {} us (its p99 {} us, p99.9 {} us)",
                 worst.name,
                 worst.duty_cycle_ns.max / 1000,
                 worst.duty_cycle_ns.p99 / 1000,
-                worst.duty_cycle_ns.p999 / 1000
+                worst.duty_cycle_ns.p999 / 1000,
             ));
         }
+        let measured = entry.past_1ms_share.map_or_else(|| "not known".into(), |s| format!("{:.2}%", 100.0 * s));
+        progress.line(&format!(
+            "            past 1 ms: {measured} of messages (the host alone: {:.2}% of the worst core's time was more \
+             than 1 ms into a stall in the hiccup probe); steal {:.2}% of the CPUs' time",
+            100.0 * hiccups.past_long_share(),
+            100.0 * entry.steal_share
+        ));
         let nearest_half = result.points.iter().all(|p| (p.rho - 0.5).abs() > (rho - 0.5).abs());
         if nearest_half {
             result.agents = entry.agents.clone();

@@ -78,6 +78,8 @@ pub struct Timings {
     pub point: Duration,
     /// At most this many messages per utilisation point (the point ends early when they are offered).
     pub point_messages: u64,
+    /// The hiccup probe: a spinning thread per core of the layout, all at once (the host's own stalls).
+    pub hiccup: Duration,
 }
 
 impl Timings {
@@ -148,6 +150,7 @@ impl Profile {
                 mu_windows: 3,
                 point: Duration::from_millis(1500),
                 point_messages: 4_000_000,
+                hiccup: Duration::from_secs(2),
             },
             sender_idle: IdleStrategyConfig::NoOp,
         }
@@ -175,6 +178,7 @@ impl Profile {
                 mu_windows: 4,
                 point: Duration::from_secs(2),
                 point_messages: 10_000_000,
+                hiccup: Duration::from_secs(5),
             },
             sender_idle: IdleStrategyConfig::NoOp,
         }
@@ -202,6 +206,7 @@ impl Profile {
                 mu_windows: 2,
                 point: Duration::from_millis(300),
                 point_messages: 3_000,
+                hiccup: Duration::from_millis(50),
             },
             sender_idle: idle("backoff"),
         }
@@ -268,7 +273,7 @@ impl Profile {
         let t = &self.timings;
         let s = (t.s_window * t.s_windows as u32) * (self.mtus.len() * self.send_modes.len()) as u32;
         let c = (t.c_warmup + t.c_window + Duration::from_millis(400)) * self.idles.len() as u32;
-        s + c + self.config_estimate() * self.configs().len() as u32
+        s + t.hiccup + c + self.config_estimate() * self.configs().len() as u32
     }
 
     /// A rough estimate of one configuration's run time.
