@@ -12,9 +12,10 @@
 //! The figures answer one question for a latency report: how much of the tail is the machine's. A message
 //! that arrives while a core it needs is more than a millisecond into a stall waits a millisecond or more
 //! whatever the software does, and those queued behind the stall while the stage catches up add to them;
-//! so the share of a core's time that is more than 1 ms into a stall ([`Hiccups::past_long_share`]) is a
-//! floor under the share of messages past 1 ms, at every load. The stalls come in bursts (a few a second,
-//! some of 10 ms and more), so a probe of seconds reads them only roughly.
+//! so over the same stretch of time, the share of a core's time that is more than 1 ms into a stall
+//! ([`Hiccups::past_long_share`]) is a floor under the share of messages past 1 ms, at every load. The
+//! stalls come in bursts (a few a second, some of 10 ms and more), so a probe of seconds, run before the
+//! points rather than during them, gives that floor's order of magnitude, not its value in each point.
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

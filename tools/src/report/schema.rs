@@ -217,7 +217,8 @@ pub struct CycleQuantiles {
     pub max: u64,
 }
 
-/// The share of `histogram`'s values at or above `value` (0 for an empty histogram).
+/// The share of `histogram`'s values at or above `value`, to the histogram's resolution (0 for an empty
+/// histogram).
 fn share_at_least(histogram: &Histogram<u64>, value: f64) -> f64 {
     let total = histogram.len();
     if total == 0 {

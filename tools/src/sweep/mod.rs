@@ -504,7 +504,7 @@ fn run_config(
         ));
     }
     with_cluster(&points_spec, progress, |cluster| {
-        measure_points(cluster, profile, &mut result, mu.mu, (times, probes.hiccups), dir, progress, client)
+        measure_points(cluster, profile, &mut result, mu.mu, times, probes.hiccups, dir, progress, client)
     })?;
     progress.step(&format!("{config}"), t.mu_phase_estimate());
     Ok(result)
@@ -595,14 +595,16 @@ fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progr
 
 /// Runs every utilisation point of the profile at `rho x mu` on `cluster`, writing each point's
 /// histograms under `dir` and adding it to `result`; with `client`, each point's load comes from that
-/// client process (see [`remote::client_point`]).
+/// client process (see [`remote::client_point`]). Each point is printed beside `hiccups`, the host's
+/// own stalls.
 #[allow(clippy::too_many_arguments)]
 fn measure_points(
     cluster: &mut LoadCluster,
     profile: &Profile,
     result: &mut ConfigResult,
     mu: f64,
-    (times, hiccups): (&mut SendTimes, &Hiccups),
+    times: &mut SendTimes,
+    hiccups: &Hiccups,
     dir: &Path,
     progress: &Progress,
     client: Option<&remote::ClientProcess>,
@@ -658,7 +660,7 @@ fn measure_points(
                 worst.name,
                 worst.duty_cycle_ns.max / 1000,
                 worst.duty_cycle_ns.p99 / 1000,
-                worst.duty_cycle_ns.p999 / 1000,
+                worst.duty_cycle_ns.p999 / 1000
             ));
         }
         let measured = entry.past_1ms_share.map_or_else(|| "not known".into(), |s| format!("{:.2}%", 100.0 * s));
