@@ -15,11 +15,24 @@ use quorumcast::snapshot::StateMachine;
 
 mod support;
 use quorumcast::consensus::Role;
+use quorumcast::consensus_core::Timers;
 use support::cluster::{members, message, test_builder, test_channel, Driver};
-use support::{dump, ScratchDir};
+use support::{dump, patient_timers, ScratchDir};
 
 fn builder(scratch: &ScratchDir, id: i32, members: &[Member], storage: StorageConfig) -> NodeBuilder {
-    test_builder(scratch, id, members, test_channel()).term_length(1 << 20).storage(storage)
+    test_builder(scratch, id, members, test_channel()).term_length(1 << 20).storage(storage).timers(timers(id))
+}
+
+/// The tests here are about the recorded log, not elections, and each names member 0 its leader. Member
+/// 0 stands at start and keeps the harness's patient timers; the others wait a minute before they stand,
+/// so that a start-up stall of member 0's threads (seconds, on a loaded 2-core machine) cannot hand the
+/// first election to another member, which the tests would wait for member 0 in vain.
+fn timers(id: i32) -> Timers {
+    let patient = patient_timers();
+    match id {
+        0 => patient,
+        _ => Timers { election_timeout_min_ns: 60_000_000_000, election_timeout_max_ns: 90_000_000_000, ..patient },
+    }
 }
 
 fn start_all(scratch: &ScratchDir, members: &[Member], storage: &StorageConfig) -> Vec<Node> {

@@ -10,4 +10,4 @@ mod harness;
 #[allow(unused_imports)] // as `dead_code` above: each test crate uses its own subset
 pub use harness::cluster::dump;
 #[allow(unused_imports)]
-pub use harness::{free_loopback_port, free_port, wait_until, ScratchDir};
+pub use harness::{free_loopback_port, free_port, patient_timers, wait_until, ScratchDir};
