@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 use quorumcast_tools::hiccup::{CoreHiccups, Hiccups};
 use quorumcast_tools::report::{
     link_latest, write_point_histograms, write_report, CProbe, ConfigResult, Host, PointHistograms, PointResult,
-    ReportError, SProbe, SProbeEntry, SweepReport, LATEST, NS_PER_US,
+    ReportError, SProbe, SProbeEntry, SweepReport, C_ALONE, C_SHARED, LATEST, NS_PER_US,
 };
 use serde_json::Value;
 
@@ -109,11 +109,36 @@ fn synthetic(grid: &[(u32, &str, u32)], rhos: &[f64]) -> (SweepReport, Vec<Point
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut hist = Vec::new();
     let c_probe = vec![
-        CProbe { idle: "noop".into(), c_per_s: 21_500.0, data_syscalls_per_s: 96_000.0, loads: vec![] },
-        CProbe { idle: "sleep-ns:1000".into(), c_per_s: 9_800.0, data_syscalls_per_s: 101_000.0, loads: vec![] },
-        CProbe { idle: "backoff".into(), c_per_s: 12_300.0, data_syscalls_per_s: 99_500.0, loads: vec![] },
+        CProbe {
+            idle: "noop".into(),
+            layout: C_ALONE.into(),
+            c_per_s: 21_500.0,
+            data_syscalls_per_s: 96_000.0,
+            loads: vec![],
+        },
+        CProbe {
+            idle: "sleep-ns:1000".into(),
+            layout: C_ALONE.into(),
+            c_per_s: 9_800.0,
+            data_syscalls_per_s: 101_000.0,
+            loads: vec![],
+        },
+        CProbe {
+            idle: "backoff".into(),
+            layout: C_ALONE.into(),
+            c_per_s: 12_300.0,
+            data_syscalls_per_s: 99_500.0,
+            loads: vec![],
+        },
+        CProbe {
+            idle: "noop".into(),
+            layout: C_SHARED.into(),
+            c_per_s: 73_000.0,
+            data_syscalls_per_s: 90_000.0,
+            loads: vec![],
+        },
     ];
-    let c_of = |idle: &str| c_probe.iter().find(|p| p.idle == idle).map_or(0.0, |p| p.c_per_s);
+    let c_of = |idle: &str| c_probe.iter().find(|p| p.idle == idle && p.layout == C_ALONE).map_or(0.0, |p| p.c_per_s);
     let configs =
         grid.iter().map(|&(mtu, idle, msg)| config(mtu, idle, msg, c_of(idle), rhos, &mut rng, &mut hist)).collect();
     let report = SweepReport {
@@ -248,7 +273,11 @@ fn synthetic_run_writes_a_complete_report() {
     assert_has_keys(&raw["host"], &["cpu", "cores", "kernel"], "host");
     assert_has_keys(&raw["s_probe"], &["d", "sizes"], "s_probe");
     assert_has_keys(&raw["s_probe"]["sizes"][0], &["datagram", "send_mode", "s"], "an S entry");
-    assert_has_keys(&raw["c_probe"][0], &["idle", "c_per_s", "data_syscalls_per_s"], "a C entry");
+    assert_has_keys(&raw["c_probe"][0], &["idle", "layout", "c_per_s", "data_syscalls_per_s"], "a C entry");
+    // A report from before the C probe's shared layout reads as the consensus agent alone.
+    let mut old = raw["c_probe"][0].clone();
+    old.as_object_mut().unwrap().remove("layout");
+    assert_eq!(serde_json::from_value::<CProbe>(old).unwrap().layout, C_ALONE);
     assert_has_keys(&raw["hiccups"], &["seconds", "cores", "steal_share"], "hiccups");
     let core_keys = ["core", "lost_share", "long_gaps_per_s", "past_long_share", "longest_ns"];
     assert_has_keys(&raw["hiccups"]["cores"][0], &core_keys, "a core's hiccups");

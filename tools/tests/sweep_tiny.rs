@@ -50,6 +50,12 @@ fn the_tiny_sweep_writes_a_whole_report() {
     let c_probe = summary["c_probe"].as_array().unwrap();
     let idles: Vec<&str> = c_probe.iter().map(|c| c["idle"].as_str().unwrap()).collect();
     assert!(idles.contains(&"backoff:10,5,1us,1ms") && idles.contains(&"noop"), "{idles:?}");
+    // Each strategy in both layouts: the consensus agent alone, and on one thread with the Sender.
+    for layout in ["consensus-alone", "shared"] {
+        let of_layout: Vec<&str> =
+            c_probe.iter().filter(|c| c["layout"] == layout).map(|c| c["idle"].as_str().unwrap()).collect();
+        assert_eq!(of_layout.len() * 2, c_probe.len(), "{layout}: {of_layout:?}");
+    }
     for c in c_probe {
         let loads = c["loads"].as_array().unwrap();
         assert_eq!(loads.len(), 3, "{c}");

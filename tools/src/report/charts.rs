@@ -5,7 +5,7 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter}
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::schema::{CProbe, ConfigResult, Percentiles};
+use super::schema::{CProbe, ConfigResult, Percentiles, C_ALONE};
 use super::ReportError;
 use crate::model::{Regime, KNEE_START, SATURATION_START};
 
@@ -204,7 +204,10 @@ pub(crate) fn c_chart(probes: &[CProbe]) -> Result<String, ReportError> {
     }
     bar_chart(&BarChart {
         title: "Leader Sender syscalls per idle strategy",
-        categories: probes.iter().map(|p| p.idle.clone()).collect(),
+        categories: probes
+            .iter()
+            .map(|p| if p.layout == C_ALONE { p.idle.clone() } else { format!("{} ({})", p.idle, p.layout) })
+            .collect(),
         bars,
         legend: vec![("C: control syscalls/s".into(), c_fill), ("data syscalls/s".into(), data_fill)],
         y_desc: "syscalls / s",

@@ -29,7 +29,7 @@ use hdrhistogram::Histogram;
 pub use hgrm::{format_hgrm, write_hgrm, TICKS_PER_HALF_DISTANCE};
 pub use schema::{
     AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, Percentiles, PointResult, SProbe,
-    SProbeEntry, SweepReport,
+    SProbeEntry, SweepReport, C_ALONE, C_SHARED,
 };
 
 /// Histogram units per reported microsecond: the sweep records nanoseconds.

@@ -68,6 +68,11 @@ pub struct SProbeEntry {
 pub struct CProbe {
     /// The idle strategy in its text form (`noop`, `sleep-ns:1000`, `backoff`, ...).
     pub idle: String,
+    /// Where the consensus agent ran: [`C_ALONE`] (a thread and a core of its own; the C the predictions
+    /// take) or [`C_SHARED`] (one thread with the leader's Sender and Receiver). Reports written before the
+    /// shared layout existed have only the first.
+    #[serde(default = "c_alone")]
+    pub layout: String,
     /// The model's C with this strategy: commit frames x D per second at the middle load of `loads` (rho
     /// 0.3), the C the predictions "with probe C" use.
     pub c_per_s: f64,
@@ -76,6 +81,15 @@ pub struct CProbe {
     /// What the consensus agent and the Sender did at each paced load.
     #[serde(default)]
     pub loads: Vec<CProbeLoad>,
+}
+
+/// [`CProbe::layout`]: the consensus agent alone on a thread and a core of its own.
+pub const C_ALONE: &str = "consensus-alone";
+/// [`CProbe::layout`]: the consensus agent on one thread with the leader's Sender and Receiver.
+pub const C_SHARED: &str = "shared";
+
+fn c_alone() -> String {
+    C_ALONE.to_string()
 }
 
 /// The C probe at one paced load, with the consensus agent on a core of its own running its own duty

@@ -88,10 +88,13 @@ pub(crate) fn s_table(r: &SweepReport) -> Table {
 
 /// C per idle strategy and paced load.
 pub(crate) fn c_table(r: &SweepReport) -> Table {
-    let note = "The leader's consensus agent alone on a core, running its own duty cycle with the strategy under \
-                test, at paced loads (rho of the model's capacity for MTU 1408, 128 B, classic). C = commit frames \
-                x D; control syscalls include the Sender's polls of empty control sockets (idle polls, apart).";
+    let note = "Per layout and strategy, at paced loads (rho of the model's capacity for MTU 1408, 128 B, classic): \
+                consensus-alone, the leader's consensus agent alone on a core, running its own duty cycle with the \
+                strategy under test (the C the predictions take); shared, the leader's consensus agent, Sender and \
+                Receiver on one thread with that strategy. C = commit frames x D; control syscalls include the \
+                Sender's polls of empty control sockets (idle polls, apart).";
     let columns = [
+        ("layout", false),
         ("idle", false),
         ("rho", true),
         ("offered /s", true),
@@ -107,6 +110,7 @@ pub(crate) fn c_table(r: &SweepReport) -> Table {
         if c.loads.is_empty() {
             let blank = || "-".to_string();
             t.push(vec![
+                c.layout.clone(),
                 c.idle.clone(),
                 blank(),
                 blank(),
@@ -120,6 +124,7 @@ pub(crate) fn c_table(r: &SweepReport) -> Table {
         }
         for l in &c.loads {
             t.push(vec![
+                c.layout.clone(),
                 c.idle.clone(),
                 format!("{:.1}", l.rho),
                 rate(l.offered_msgs_per_s),

@@ -74,6 +74,11 @@ pub struct Layout {
     /// (on the `followers` core) runs both followers through theirs: two threads, no agent thread. The
     /// cluster bench's layout ([`split`](Self::split)); implies `invoked`.
     pub split: bool,
+    /// The leader's agents (consensus, Sender, Receiver) share one thread on the `sender` core, idling with
+    /// the consensus idle strategy under test, as Aeron's shared threading mode runs them; the harness
+    /// yields instead of idling with that strategy. The C probe's second layout
+    /// ([`for_c_probe_shared`](Self::for_c_probe_shared)).
+    pub leader_shared: bool,
 }
 
 impl Layout {
@@ -91,6 +96,7 @@ impl Layout {
                 consensus: None,
                 followers: None,
                 split: false,
+                leader_shared: false,
             },
             2 | 3 => Self {
                 cores,
@@ -100,6 +106,7 @@ impl Layout {
                 consensus: Some(0),
                 followers: Some(0),
                 split: false,
+                leader_shared: false,
             },
             _ => Self {
                 cores,
@@ -109,6 +116,7 @@ impl Layout {
                 consensus: Some(2),
                 followers: Some(3),
                 split: false,
+                leader_shared: false,
             },
         }
     }
@@ -151,6 +159,7 @@ impl Layout {
             consensus: harness,
             followers,
             split: true,
+            leader_shared: false,
         }
     }
 
@@ -169,6 +178,18 @@ impl Layout {
             return *self;
         }
         Self { invoked: false, consensus: self.sender, sender: self.harness, followers: self.harness, ..*self }
+    }
+
+    /// The C probe's second layout: the leader's consensus agent, Sender and Receiver on one thread on the
+    /// Sender's core, idling with the strategy under test, and the followers where this layout puts them
+    /// (on 2 or 3 cores, run through their invokers by the harness, which yields): nothing else spins, and
+    /// the followers acknowledge at the harness's pace rather than a backing-off thread's. The split
+    /// layout is left as it is (its leader is invoked whole already).
+    pub fn for_c_probe_shared(&self) -> Self {
+        if self.split {
+            return *self;
+        }
+        Self { leader_shared: true, ..*self }
     }
 
     /// The Sender's idle strategy this layout allows: `wanted` when the Sender has a core of its own or
@@ -215,6 +236,20 @@ impl Layout {
             core(self.sender),
             if sender_alone { " alone" } else { "" }
         );
+        if self.leader_shared {
+            let followers = if self.invoked {
+                format!("both followers run through their invokers by the harness thread: {}", core(self.harness))
+            } else {
+                format!("followers (shared mode, backoff, one thread each): {}", core(self.followers))
+            };
+            return format!(
+                "{} cores; leader consensus+sender+receiver thread (one thread, idle under test): {}; harness (load \
+                 generator + apply of all 3 nodes, yielding): {}; {followers}",
+                self.cores,
+                core(self.sender),
+                core(self.harness)
+            );
+        }
         let rest = if self.split {
             format!(
                 "harness thread: {}: load generator, and the whole leader (consensus, Sender, Receiver) run through \
@@ -597,7 +632,9 @@ impl LoadCluster {
             }
             None
         };
-        let leader = if layout.split {
+        let leader = if layout.leader_shared {
+            base(0).threading(ThreadingMode::Shared).idle([spec.consensus_idle; 4]).cores([layout.sender; 4])
+        } else if layout.split {
             base(0).threading(ThreadingMode::Invoker)
         } else {
             let mode = if layout.invoked { ThreadingMode::SharedNetworkInvoker } else { ThreadingMode::SharedNetwork };
@@ -616,8 +653,8 @@ impl LoadCluster {
                 warnings.push(format!("the harness thread runs unpinned: {e}"));
             }
         }
-        let harness_idle =
-            if layout.invoked && !layout.split { spec.consensus_idle } else { IdleStrategyConfig::Yield };
+        let invokes_consensus = layout.invoked && !layout.split && !layout.leader_shared;
+        let harness_idle = if invokes_consensus { spec.consensus_idle } else { IdleStrategyConfig::Yield };
         let idle = harness_idle.to_idle().map_err(|e| SweepError::Config(format!("idle strategy: {e}")))?;
         if harness_idle.sleeps() {
             // As the agent runner does for its sleeping threads: park for the period asked, not 50 us more.
@@ -898,6 +935,23 @@ mod tests {
         assert_eq!(four.sender_idle(noop), noop, "a Sender alone on its core may spin");
         let one = Layout::for_cores(1);
         assert_eq!(one.for_c_probe(), one, "one core: nothing to pin");
+    }
+
+    #[test]
+    fn the_shared_c_probe_puts_the_whole_leader_on_the_sender_s_core_and_invokes_the_followers() {
+        let two = Layout::for_cores(2).for_c_probe_shared();
+        assert!(two.leader_shared && two.invoked, "the harness runs the followers");
+        assert_eq!((two.sender, two.harness), (Some(1), Some(0)));
+        let text = two.describe(IdleStrategyConfig::NoOp);
+        assert!(text.contains("consensus+sender+receiver thread (one thread, idle under test): core 1"), "{text}");
+        assert!(text.contains("yielding") && text.contains("invokers by the harness thread: core 0"), "{text}");
+        let four = Layout::for_cores(4).for_c_probe_shared();
+        assert!(four.leader_shared && !four.invoked, "with 4 cores the followers keep their own threads");
+        assert!(four
+            .describe(IdleStrategyConfig::NoOp)
+            .contains("followers (shared mode, backoff, one thread each): core 3"));
+        let split = Layout::split(true);
+        assert_eq!(split.for_c_probe_shared(), split, "the split layout invokes the whole leader already");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub const SEND_TIMES: usize = 1 << 20;
 /// Thread names of the harness's layout, as their agent counters are labelled.
 const LEADER_CONSENSUS: &str = "consensus";
 const LEADER_SENDER: &str = "sender+receiver";
+/// A follower's thread (or invoker); the leader's too in the C probe's shared layout.
 const FOLLOWER: &str = "consensus+sender+receiver";
 
 /// S for every (MTU, send mode): datagrams of one MTU to [`D`] loopback destinations from one thread, on
@@ -120,7 +121,12 @@ pub fn probe_control(cluster: &mut LoadCluster, timings: &Timings, rate: f64) ->
         data_per_s: rate(leader.sender().data_syscalls()),
         commit_frames_per_s: rate(leader.consensus().commit_frames()),
         idle_polls_per_s: rate(leader.sender().idle_control_polls()),
-        consensus_cycles_per_s: rate(leader.labelled(&format!("{LEADER_CONSENSUS} duty cycles"))),
+        // The consensus agent's own thread, or the one it shares with the Sender and Receiver (only one
+        // of the two counts).
+        consensus_cycles_per_s: rate(
+            leader.labelled(&format!("{LEADER_CONSENSUS} duty cycles"))
+                + leader.labelled(&format!("{FOLLOWER} duty cycles")),
+        ),
         offered_per_s,
         committed_per_s: (cluster.committed() - committed0) as f64 / seconds,
     };

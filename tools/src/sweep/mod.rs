@@ -53,7 +53,7 @@ use crate::model::{Model, ModelError};
 use crate::probe::SendRate;
 use crate::report::{
     self, AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, PointResult, ReportError, SProbe,
-    SProbeEntry, SweepReport, NS_PER_US,
+    SProbeEntry, SweepReport, C_ALONE, C_SHARED, NS_PER_US,
 };
 use quorumcast::idle::IdleStrategyConfig;
 use quorumcast::transport::SendMode;
@@ -360,7 +360,8 @@ const C_PROBE_RHOS: [f64; 3] = [0.1, 0.3, 0.5];
 /// The C probe: for each consensus idle strategy, a cluster whose consensus agent runs its own duty cycle
 /// on a core of its own ([`Layout::for_c_probe`]), paced at [`C_PROBE_RHOS`] of the model's capacity for
 /// MTU 1408, 128 B, classic (from this host's S probe), counting commit frames, the Sender's control
-/// syscalls and idle polls, and the consensus agent's duty cycles.
+/// syscalls and idle polls, and the consensus agent's duty cycles; then the same with the leader's
+/// consensus agent, Sender and Receiver on one thread ([`Layout::for_c_probe_shared`]).
 fn probe_c(
     options: &SweepOptions,
     profile: &Profile,
@@ -375,66 +376,84 @@ fn probe_c(
     let mut idles: Vec<IdleStrategyConfig> =
         C_PROBE_IDLES.iter().map(|i| i.parse().expect("a valid idle strategy")).collect();
     idles.extend(profile.idles.iter().filter(|i| !idles.contains(i)).copied().collect::<Vec<_>>());
-    let layout = options.layout.for_c_probe();
-    progress.line(&format!("C probe layout: {}", layout.describe(IdleStrategyConfig::default())));
+    let layouts = [(C_ALONE, options.layout.for_c_probe()), (C_SHARED, options.layout.for_c_probe_shared())];
+    for (name, layout) in &layouts {
+        progress.line(&format!("C probe layout {name}: {}", layout.describe(IdleStrategyConfig::default())));
+    }
     let mut probes = Vec::new();
-    for idle in idles {
-        progress.bar.set_message(format!("C probe, consensus idle {idle}"));
-        let spec = ClusterSpec { consensus_idle: idle, ..ClusterSpec::new(mtu, msg, layout) };
-        let loads = on_harness_thread(|| {
-            let mut cluster = LoadCluster::start(&spec)?;
-            let loads: Result<Vec<_>, _> =
-                C_PROBE_RHOS.iter().map(|&rho| measure::probe_control(&mut cluster, t, rho * capacity)).collect();
-            cluster.close()?;
-            loads
-        })?;
-        for (rho, c) in C_PROBE_RHOS.iter().zip(&loads) {
-            progress.line(&format!(
-                "C  consensus idle {:<20} rho {rho:.1} ({:>6}/s offered, {:>6}/s committed): commit frames {:>6}/s (C = {:>6}/s), \
-                 control syscalls {:>7}/s of which idle polls {:>7}/s, consensus cycles {:>7}/s",
-                idle.to_string(),
-                rate(c.offered_per_s),
-                rate(c.committed_per_s),
-                rate(c.commit_frames_per_s),
-                rate(c.c_per_s),
-                rate(c.control_per_s),
-                rate(c.idle_polls_per_s),
-                rate(c.consensus_cycles_per_s)
-            ));
-            if c.committed_per_s < 0.5 * c.offered_per_s {
-                progress.line(
-                    "   warning: the cluster carried under half the load it was offered; this C is not at that load",
-                );
-            }
+    for (name, layout) in layouts {
+        for &idle in &idles {
+            probes.push(probe_c_with(layout, name, idle, (mtu, msg, capacity), t, progress)?);
         }
-        let middle = &loads[1];
-        probes.push(CProbe {
-            idle: idle.to_string(),
-            c_per_s: middle.c_per_s,
-            data_syscalls_per_s: middle.data_per_s,
-            loads: C_PROBE_RHOS
-                .iter()
-                .zip(&loads)
-                .map(|(&rho, c)| CProbeLoad {
-                    rho,
-                    offered_msgs_per_s: c.offered_per_s,
-                    committed_msgs_per_s: c.committed_per_s,
-                    commit_frames_per_s: c.commit_frames_per_s,
-                    control_syscalls_per_s: c.control_per_s,
-                    idle_polls_per_s: c.idle_polls_per_s,
-                    consensus_cycles_per_s: c.consensus_cycles_per_s,
-                })
-                .collect(),
-        });
-        progress.step("C probe", (t.c_warmup + t.c_window) * C_PROBE_RHOS.len() as u32 + Duration::from_millis(400));
     }
     Ok(probes)
+}
+
+/// The C probe of one layout (`name`) and consensus idle strategy: a cluster of `msg`-byte messages at MTU
+/// `mtu`, paced at [`C_PROBE_RHOS`] of `capacity`.
+fn probe_c_with(
+    layout: Layout,
+    name: &str,
+    idle: IdleStrategyConfig,
+    (mtu, msg, capacity): (usize, usize, f64),
+    t: &profile::Timings,
+    progress: &Progress,
+) -> Result<CProbe, SweepError> {
+    progress.bar.set_message(format!("C probe, {name}, consensus idle {idle}"));
+    let spec = ClusterSpec { consensus_idle: idle, ..ClusterSpec::new(mtu, msg, layout) };
+    let loads = on_harness_thread(|| {
+        let mut cluster = LoadCluster::start(&spec)?;
+        let loads: Result<Vec<_>, _> =
+            C_PROBE_RHOS.iter().map(|&rho| measure::probe_control(&mut cluster, t, rho * capacity)).collect();
+        cluster.close()?;
+        loads
+    })?;
+    for (rho, c) in C_PROBE_RHOS.iter().zip(&loads) {
+        progress.line(&format!(
+            "C  {name:<15} consensus idle {:<20} rho {rho:.1} ({:>6}/s offered, {:>6}/s committed): commit frames {:>6}/s \
+             (C = {:>6}/s), control syscalls {:>7}/s of which idle polls {:>7}/s, consensus cycles {:>7}/s",
+            idle.to_string(),
+            rate(c.offered_per_s),
+            rate(c.committed_per_s),
+            rate(c.commit_frames_per_s),
+            rate(c.c_per_s),
+            rate(c.control_per_s),
+            rate(c.idle_polls_per_s),
+            rate(c.consensus_cycles_per_s)
+        ));
+        if c.committed_per_s < 0.5 * c.offered_per_s {
+            progress
+                .line("   warning: the cluster carried under half the load it was offered; this C is not at that load");
+        }
+    }
+    let middle = &loads[1];
+    let probe = CProbe {
+        idle: idle.to_string(),
+        layout: name.to_string(),
+        c_per_s: middle.c_per_s,
+        data_syscalls_per_s: middle.data_per_s,
+        loads: C_PROBE_RHOS
+            .iter()
+            .zip(&loads)
+            .map(|(&rho, c)| CProbeLoad {
+                rho,
+                offered_msgs_per_s: c.offered_per_s,
+                committed_msgs_per_s: c.committed_per_s,
+                commit_frames_per_s: c.commit_frames_per_s,
+                control_syscalls_per_s: c.control_per_s,
+                idle_polls_per_s: c.idle_polls_per_s,
+                consensus_cycles_per_s: c.consensus_cycles_per_s,
+            })
+            .collect(),
+    };
+    progress.step("C probe", (t.c_warmup + t.c_window) * C_PROBE_RHOS.len() as u32 + Duration::from_millis(400));
+    Ok(probe)
 }
 
 /// The C probe's value for `config`'s idle strategy (0 when not probed).
 fn probe_c_for(config: &ConfigSpec, c_probe: &[CProbe]) -> f64 {
     let idle = config.idle.to_string();
-    c_probe.iter().find(|c| c.idle == idle).map_or(0.0, |c| c.c_per_s)
+    c_probe.iter().find(|c| c.idle == idle && c.layout == C_ALONE).map_or(0.0, |c| c.c_per_s)
 }
 
 /// The model's mu and M_pkt for `config` with `s` and `c`; mu is 0 (and `why` says why) when the model
@@ -774,7 +793,22 @@ mod tests {
 
     #[test]
     fn predictions_take_the_probe_c_for_the_idle_strategy() {
-        let c_probe = [CProbe { idle: "noop".into(), c_per_s: 40_000.0, data_syscalls_per_s: 1.0, loads: vec![] }];
+        let c_probe = [
+            CProbe {
+                idle: "noop".into(),
+                layout: C_SHARED.into(),
+                c_per_s: 9.0,
+                data_syscalls_per_s: 1.0,
+                loads: vec![],
+            },
+            CProbe {
+                idle: "noop".into(),
+                layout: C_ALONE.into(),
+                c_per_s: 40_000.0,
+                data_syscalls_per_s: 1.0,
+                loads: vec![],
+            },
+        ];
         let mut config = ConfigSpec {
             mtu: 1408,
             idle: IdleStrategyConfig::NoOp,

@@ -272,7 +272,8 @@ impl Profile {
     pub fn estimate(&self) -> Duration {
         let t = &self.timings;
         let s = (t.s_window * t.s_windows as u32) * (self.mtus.len() * self.send_modes.len()) as u32;
-        let c = (t.c_warmup + t.c_window + Duration::from_millis(400)) * self.idles.len() as u32;
+        // Each strategy in the C probe's two layouts.
+        let c = (t.c_warmup + t.c_window + Duration::from_millis(400)) * (2 * self.idles.len()) as u32;
         s + t.hiccup + c + self.config_estimate() * self.configs().len() as u32
     }
 
