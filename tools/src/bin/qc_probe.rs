@@ -15,7 +15,6 @@
 //! control syscall of the Sender (which adds its polls of the control socket, one per duty cycle). Exit status 0, 1 when a probe fails, 2 on bad arguments.
 
 use std::process::ExitCode;
-
 use std::time::Duration;
 
 use clap::Parser;
