@@ -41,6 +41,18 @@ fn receiver(net: &MemoryNetwork, peers: Vec<SocketAddr>) -> (Receiver<MemoryEndp
     (receiver, subscriptions.remove(0))
 }
 
+/// A receiver that made an image of a publisher's session from its SETUP at time 0, the status message
+/// answering it drained: the receiver, its subscription, its address and the publisher's endpoint.
+fn joined(net: &MemoryNetwork) -> (Receiver<MemoryEndpoint>, Subscription, SocketAddr, MemoryEndpoint) {
+    let (mut receiver, subscription) = receiver(net, Vec::new());
+    let at = receiver.local_addr(0);
+    let mut publisher = net.bind(loopback(), false).unwrap();
+    send(&mut publisher, at, &setup(TERM, MTU));
+    receiver.poll_at(0);
+    publisher.drain();
+    (receiver, subscription, at, publisher)
+}
+
 fn setup(term_length: usize, mtu: usize) -> Vec<u8> {
     setup_at(term_length, mtu, 0)
 }
@@ -119,12 +131,7 @@ fn a_setup_for_another_term_length_or_mtu_is_refused_and_a_matching_one_makes_th
 #[test]
 fn an_image_that_received_nothing_moves_up_to_a_newer_setup_only_past_its_window() {
     let net = MemoryNetwork::new();
-    let (mut first, mut subscription) = receiver(&net, Vec::new());
-    let at = first.local_addr(0);
-    let mut publisher = net.bind(loopback(), false).unwrap();
-    send(&mut publisher, at, &setup(TERM, MTU));
-    first.poll_at(0);
-    publisher.drain();
+    let (mut first, mut subscription, at, mut publisher) = joined(&net);
 
     // The publisher sent 4 frames to the live receivers before this one's status message made it live, and
     // repeats its SETUP: within the window, the image stays where it joined and the frames are repaired.
@@ -156,12 +163,7 @@ fn an_image_that_received_nothing_moves_up_to_a_newer_setup_only_past_its_window
 #[test]
 fn a_gap_is_naked_after_the_delay_and_the_resent_frame_completes_the_log() {
     let net = MemoryNetwork::new();
-    let (mut receiver, mut subscription) = receiver(&net, Vec::new());
-    let at = receiver.local_addr(0);
-    let mut publisher = net.bind(loopback(), false).unwrap();
-    send(&mut publisher, at, &setup(TERM, MTU));
-    receiver.poll_at(0);
-    publisher.drain();
+    let (mut receiver, mut subscription, at, mut publisher) = joined(&net);
 
     // The frame at 256 is lost.
     send(&mut publisher, at, &data(STREAM, 0, 1));
