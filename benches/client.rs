@@ -27,13 +27,17 @@
 //!     cluster's session window), offering for a fixed time, committed messages per second until the
 //!     last acknowledgement.
 //!
-//! Both clusters take remote clients (`ClientsConfig::default()` on every node), so the in-process figures
+//! Every cluster takes remote clients (`ClientsConfig::enabled` on every node, a fresh session key), so the in-process figures
 //! include the cost of polling the client endpoints. While a client process runs, the harness thread keeps
 //! invoking and applying the nodes: the leader acknowledges a client's message when its application polls
 //! it. The harness applies client messages beside its own numbered ones and leaves them out of its counts.
 //!
+//! - then on a third fresh cluster, one that requires a client key (`ClientsConfig::keys`, which the
+//!   client holds: `qc-client --client-key-file`), the same client points and closed loop: the cost of
+//!   client credentials beside session tags alone (every client datagram is tagged either way).
+//!
 //! Checks, printed as met or missed: client rate / in-process rate at least 0.80; per rho, client p50 at
-//! most in-process p50 + UDP round-trip p50.
+//! most in-process p50 + UDP round-trip p50; closed-loop rate with a client key / without at least 0.90.
 //!
 //! Thread layout (the sweep's, `Layout::for_host`; busy-spinning threads never outnumber the cores): on 2
 //! cores, the leader's Sender (with its receiver) on core 1 and the harness thread on core 0, invoking the
@@ -67,6 +71,8 @@ use common::{host, si, target_dir};
 const MESSAGE: usize = 128;
 /// The client's rate over the in-process rate that the remote path should reach.
 const TARGET_RATIO: f64 = 0.80;
+/// The closed-loop rate with a client key over the rate with session tags only that it should reach.
+const KEYED_TARGET: f64 = 0.90;
 
 /// A 3-node cluster in this process driven by a `qc-client` process, beside the same cluster driven
 /// in-process: committed msg/s at saturation, latency at rho x the in-process capacity, and the UDP
@@ -171,12 +177,20 @@ struct MtuResult {
     points: Vec<Point>,
     floor: RttReport,
     client: remote::ClientReport,
+    /// The same client runs on a cluster that requires a client key: its points (by rho, as `points`)
+    /// and its closed loop.
+    keyed: (Vec<remote::ClientPoint>, remote::ClientReport),
     warnings: Vec<String>,
 }
 
 impl MtuResult {
     fn ratio(&self) -> f64 {
         self.client.rate / self.mu.mu.max(f64::MIN_POSITIVE)
+    }
+
+    /// The closed-loop rate with a client key over the rate with session tags only.
+    fn keyed_ratio(&self) -> f64 {
+        self.keyed.1.rate / self.client.rate.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -261,71 +275,119 @@ fn run_mtu(
             "MTU {mtu}: UDP round trip between two processes ({} samples, {} lost): p50 {:.1} p99 {:.1} us",
             floor.samples, floor.lost, floor.rtt_us.p50, floor.rtt_us.p99
         );
-        let mut points = Vec::new();
-        for (rho, lambda, p, achieved, back_pressured) in in_process {
-            let stem = format!("mtu{mtu}-rho{rho:.2}.client");
-            let hgrm = (dir.join(format!("hgrm/{stem}.hgrm")), dir.join(format!("hgrm/{stem}.service.hgrm")));
-            let c = remote::client_point(
-                cluster,
-                client,
-                rho,
-                mu.mu,
-                (MESSAGE, mtu),
-                t,
-                dir.join(format!("{stem}.json")),
-                Some(hgrm),
-            )?;
-            let l = &c.report.latency_us;
-            println!(
-                "MTU {mtu}: client rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us (from \
-                 offer p50 {:.1} p99 {:.1} us); leader: {}",
-                si(c.lambda),
-                si(c.report.rate),
-                l.p50,
-                l.p99,
-                l.p999,
-                c.report.service_latency_us.p50,
-                c.report.service_latency_us.p99,
-                c.report.leader.describe()
-            );
-            points.push(Point {
+        let lambdas: Vec<(f64, f64)> = in_process.iter().map(|&(rho, lambda, ..)| (rho, lambda)).collect();
+        let (clients, report) = client_runs(cluster, client, settings, (mtu, mu.mu), &lambdas, dir, "")?;
+        let points: Vec<Point> = in_process
+            .into_iter()
+            .zip(clients)
+            .map(|((rho, lambda, p, achieved, back_pressured), c)| Point {
                 rho,
                 lambda,
                 in_process: p,
                 in_process_achieved: achieved,
                 in_process_back_pressured: back_pressured,
                 client: c,
-            });
-        }
-        let seconds = settings.client_duration.as_secs_f64();
-        let saturation = ClientLoadSpec {
-            // A cap well above what the duration can carry: the duration ends the offers.
-            messages: ((mu.mu * seconds * 4.0) as u64).max(1_000_000),
-            warmup: 0,
-            msg_size: MESSAGE,
-            rate: None,
-            window: MAX_WINDOW,
-            mtu,
-            duration: Some(settings.client_duration),
-            timeout: settings.client_duration + Duration::from_secs(30),
-            json: dir.join(format!("mtu{mtu}-closed-loop.client.json")),
-            hgrm: None,
-            service_hgrm: None,
-        };
-        let report = client.load(cluster, &saturation)?;
-        println!(
-            "MTU {mtu}: client closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
-             p99 {:.1} us; leader: {}",
-            si(report.rate),
-            report.committed,
-            report.elapsed_s,
-            report.latency_us.p50,
-            report.latency_us.p99,
-            report.leader.describe()
-        );
+            })
+            .collect();
         Ok((points, floor, report))
     })?;
-    Ok(MtuResult { mtu, mu, points, floor, client: client_report, warnings })
+    // The same client runs on a cluster that requires a client key (the client holds it): the cost of
+    // client credentials beside session tags alone.
+    let key = quorumcast::auth::AuthKey::generate()?;
+    let keyed_spec = ClusterSpec { client_key: Some(key), ..spec.clone() };
+    let lambdas: Vec<(f64, f64)> = points.iter().map(|p| (p.rho, p.lambda)).collect();
+    let keyed = with_cluster(&keyed_spec, &mut warnings, |cluster| {
+        client_runs(cluster, client, settings, (mtu, mu.mu), &lambdas, dir, ".keyed")
+    })?;
+    for (point, c) in points.iter().zip(&keyed.0) {
+        let l = &c.report.latency_us;
+        println!(
+            "MTU {mtu}: client with a client key rho {:.2}: achieved {} msg/s, p50 {:.1} p99 {:.1} us (session tags \
+             only: p50 {:.1} p99 {:.1} us)",
+            point.rho,
+            si(c.report.rate),
+            l.p50,
+            l.p99,
+            point.client.report.latency_us.p50,
+            point.client.report.latency_us.p99
+        );
+    }
+    println!(
+        "MTU {mtu}: client with a client key, closed loop: committed {} msg/s (session tags only: {} msg/s)",
+        si(keyed.1.rate),
+        si(client_report.rate)
+    );
+    Ok(MtuResult { mtu, mu, points, floor, client: client_report, keyed, warnings })
+}
+
+/// The remote client's runs on `cluster`: a latency point at each `(rho, lambda)` of `lambdas`, then the
+/// closed loop; `tag` tells their files apart from another cluster's.
+fn client_runs(
+    cluster: &mut LoadCluster,
+    client: &ClientProcess,
+    settings: &Settings,
+    (mtu, mu): (usize, f64),
+    lambdas: &[(f64, f64)],
+    dir: &Path,
+    tag: &str,
+) -> Result<(Vec<remote::ClientPoint>, remote::ClientReport), SweepError> {
+    let t = &settings.timings;
+    let mut points = Vec::new();
+    for &(rho, _) in lambdas {
+        let stem = format!("mtu{mtu}-rho{rho:.2}.client{tag}");
+        let hgrm = (dir.join(format!("hgrm/{stem}.hgrm")), dir.join(format!("hgrm/{stem}.service.hgrm")));
+        let c = remote::client_point(
+            cluster,
+            client,
+            rho,
+            mu,
+            (MESSAGE, mtu),
+            t,
+            dir.join(format!("{stem}.json")),
+            Some(hgrm),
+        )?;
+        let l = &c.report.latency_us;
+        println!(
+            "MTU {mtu}: client{tag} rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us (from \
+             offer p50 {:.1} p99 {:.1} us); leader: {}",
+            si(c.lambda),
+            si(c.report.rate),
+            l.p50,
+            l.p99,
+            l.p999,
+            c.report.service_latency_us.p50,
+            c.report.service_latency_us.p99,
+            c.report.leader.describe()
+        );
+        points.push(c);
+    }
+    let seconds = settings.client_duration.as_secs_f64();
+    let saturation = ClientLoadSpec {
+        // A cap well above what the duration can carry: the duration ends the offers.
+        messages: ((mu * seconds * 4.0) as u64).max(1_000_000),
+        warmup: 0,
+        msg_size: MESSAGE,
+        rate: None,
+        window: MAX_WINDOW,
+        mtu,
+        duration: Some(settings.client_duration),
+        timeout: settings.client_duration + Duration::from_secs(30),
+        json: dir.join(format!("mtu{mtu}-closed-loop.client{tag}.json")),
+        hgrm: None,
+        service_hgrm: None,
+    };
+    let report = client.load(cluster, &saturation)?;
+    println!(
+        "MTU {mtu}: client{tag} closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
+         p99 {:.1} us; leader: {}",
+        si(report.rate),
+        report.committed,
+        report.elapsed_s,
+        report.latency_us.p50,
+        report.latency_us.p99,
+        report.leader.describe()
+    );
+    Ok((points, report))
 }
 
 fn met(ok: bool) -> &'static str {
@@ -363,6 +425,24 @@ fn print_table(r: &MtuResult) {
             p.in_process.p50 + r.floor.rtt_us.p50
         );
     }
+    println!(
+        "  client key on: closed loop {} msg/s, {:.2} of session tags only (target >= {KEYED_TARGET:.2}: {})",
+        si(r.keyed.1.rate),
+        r.keyed_ratio(),
+        met(r.keyed_ratio() >= KEYED_TARGET)
+    );
+    for (p, k) in r.points.iter().zip(&r.keyed.0) {
+        let (c, k) = (&p.client.report.latency_us, &k.report.latency_us);
+        println!(
+            "  {:>5.2} {:>8} | client key on p50/p99 {:.1} / {:.1} us | session tags only {:.1} / {:.1} us",
+            p.rho,
+            si(p.lambda),
+            k.p50,
+            k.p99,
+            c.p50,
+            c.p99
+        );
+    }
 }
 
 fn mtu_json(r: &MtuResult) -> Value {
@@ -382,6 +462,18 @@ fn mtu_json(r: &MtuResult) -> Value {
         "ratio": r.ratio(),
         "target_ratio": TARGET_RATIO,
         "ratio_met": r.ratio() >= TARGET_RATIO,
+        "client_key": {
+            "committed_msgs_per_s": r.keyed.1.rate,
+            "latency_us": r.keyed.1.latency_us,
+            "ratio_to_session_tags_only": r.keyed_ratio(),
+            "target_ratio": KEYED_TARGET,
+            "ratio_met": r.keyed_ratio() >= KEYED_TARGET,
+            "points": r.keyed.0.iter().map(|k| json!({
+                "rho": k.rho,
+                "achieved": k.report.rate,
+                "latency_us": k.report.latency_us,
+            })).collect::<Vec<_>>(),
+        },
         "udp_rtt": { "samples": r.floor.samples, "lost": r.floor.lost, "rtt_us": r.floor.rtt_us },
         "points": r.points.iter().map(|p| json!({
             "rho": p.rho,

@@ -32,6 +32,40 @@ impl AuthKey {
         Self(key)
     }
 
+    /// A new key of 32 random bytes from the kernel (`getrandom(2)`): what a harness or a test cluster uses
+    /// when it has no key of its own to give.
+    pub fn generate() -> std::io::Result<Self> {
+        let mut key = [0u8; 32];
+        fill_random(&mut key)?;
+        Ok(Self(key))
+    }
+
+    /// The key as the 64 hexadecimal digits [`FromStr`] reads: for a key file a harness writes.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The key's bytes, for the one place a key must travel: a session token sent to its client.
+    pub(crate) fn to_bytes(self) -> [u8; 32] {
+        self.0
+    }
+
+    /// A key derived from `material` for one purpose, named by `context` (BLAKE3's key derivation: keys
+    /// of different contexts are unrelated, so one secret can serve several uses).
+    pub fn derive(context: &str, material: &[u8]) -> Self {
+        Self(blake3::derive_key(context, material))
+    }
+
+    /// The keyed BLAKE3 hash of `parts`, one after the other: a pseudo-random function of them that only a
+    /// holder of the key can compute.
+    pub fn keyed_hash(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_keyed(&self.0);
+        for part in parts {
+            hasher.update(part);
+        }
+        *hasher.finalize().as_bytes()
+    }
+
     /// The tag of `datagram`.
     #[inline]
     pub fn tag(&self, datagram: &[u8]) -> [u8; TAG_LENGTH] {
@@ -47,10 +81,38 @@ impl AuthKey {
     pub fn verify(&self, datagram: &[u8]) -> Option<usize> {
         let length = datagram.len().checked_sub(TAG_LENGTH)?;
         let (body, tag) = datagram.split_at(length);
-        let expected = self.tag(body);
-        let difference = expected.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        (difference == 0).then_some(length)
+        self.verify_tag(body, tag).then_some(length)
     }
+
+    /// True when `tag` is the tag of `body`. The comparison takes the same time wherever the tags differ.
+    #[inline]
+    pub fn verify_tag(&self, body: &[u8], tag: &[u8]) -> bool {
+        constant_time_eq(&self.tag(body), tag)
+    }
+}
+
+/// Fills `bytes` with random bytes from the kernel (`getrandom(2)`): keys and nonces.
+pub fn fill_random(bytes: &mut [u8]) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let rest = &mut bytes[filled..];
+        // SAFETY: `rest` is a live, writable buffer of `rest.len()` bytes for the whole call.
+        let got = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if got < 0 {
+            let error = std::io::Error::last_os_error();
+            if error.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        filled += got as usize;
+    }
+    Ok(())
+}
+
+/// True when `a` and `b` are equal, in a time that does not depend on where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl FromStr for AuthKey {

@@ -36,6 +36,7 @@
 //!   not applied; the session table makes sure a resend is never applied twice.
 //! - Only datagrams from the members' client endpoints are read.
 
+pub mod credentials;
 pub mod wire;
 
 use std::collections::VecDeque;
@@ -46,11 +47,13 @@ use std::time::Duration;
 
 use socket2::SockAddr;
 
+use crate::auth::AuthKey;
 use crate::clock::NanoClock;
 use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::transport::{RecvBatch, SocketOptions, UdpEndpoint};
 
-use self::wire::{DatagramWriter, RecordHeader, Records, RefusalCode};
+use self::credentials::{unwrap_token, ClientKey, ReplayWindow};
+use self::wire::{Datagram, DatagramWriter, RecordHeader, RefusalCode, Seal};
 
 /// How a client reaches a cluster, and its timeouts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +79,10 @@ pub struct ClientConfig {
     /// (Kafka's `linger.ms`). 0, the default, sends at every poll: the least latency, and at moderate
     /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
     pub linger: Duration,
+    /// The client key, for a cluster that requires one (`[clients] auth_key` or `[[clients.keys]]`):
+    /// every datagram is tagged with it (or with the session's token, which the cluster gives only to a
+    /// holder of it). `None`, the default: for a cluster without client keys.
+    pub key: Option<ClientKey>,
 }
 
 impl ClientConfig {
@@ -91,6 +98,7 @@ impl ClientConfig {
             connect_retry: Duration::from_millis(20),
             bind: None,
             linger: Duration::ZERO,
+            key: None,
         }
     }
 }
@@ -173,16 +181,34 @@ pub enum Event<'a> {
         /// Why.
         reason: RefusalCode,
     },
+    /// The session moved to another client that holds its token before message `correlation_id`'s
+    /// outcome was known: it was applied at most once, and this client will not learn whether.
+    OutcomeUnknown {
+        /// The message.
+        correlation_id: u64,
+    },
     /// The session closed (the client may [`connect`](ClusterClient::connect) again for a new one).
     SessionClosed {
-        /// Closed for silence (`clients.session_timeout`), not by this client.
-        timed_out: bool,
+        /// Why.
+        reason: ClosedReason,
     },
     /// The leader refused a new session.
     ConnectRefused {
         /// Why.
         reason: RefusalCode,
     },
+}
+
+/// Why a session closed under its client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClosedReason {
+    /// It sent nothing for `clients.session_timeout`.
+    TimedOut,
+    /// The cluster does not have it (closed, or never known to the leader asked).
+    Unknown,
+    /// Another client proved it holds the session's token and took it (the same token used from two
+    /// places): this client's messages in flight end in [`Event::OutcomeUnknown`].
+    Displaced,
 }
 
 /// One message in flight.
@@ -235,13 +261,20 @@ pub struct ClusterClient {
     closing: Option<Closing>,
     /// When the first message waiting in `out` was offered.
     out_since_ns: u64,
+    /// What the session's datagrams are tagged with (given in `OPENED`).
+    token: Option<AuthKey>,
+    /// Of the datagrams this client sends: from the wall clock at its start, growing with each.
+    sequence: u64,
+    /// The datagrams of the session seen from each member (by index).
+    windows: Vec<ReplayWindow>,
 }
 
-/// A session closed while its messages were in flight: they are reported not applied.
+/// A session closed while its messages were in flight: they are reported not applied (or, displaced,
+/// of unknown outcome).
 #[derive(Clone, Copy, Debug)]
 struct Closing {
-    reason: RefusalCode,
-    timed_out: bool,
+    refusal: RefusalCode,
+    reason: ClosedReason,
 }
 
 impl fmt::Debug for ClusterClient {
@@ -305,6 +338,11 @@ impl ClusterClient {
             resent_from: 0,
             closing: None,
             out_since_ns: 0,
+            token: None,
+            sequence: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64),
+            windows: vec![ReplayWindow::default(); config.members.len()],
             config,
         })
     }
@@ -371,6 +409,9 @@ impl ClusterClient {
     pub fn start_connect(&mut self) {
         self.state = State::Opening;
         self.nonce = self.nonce.wrapping_add(2);
+        self.session_id = 0;
+        self.token = None;
+        self.windows.fill(ReplayWindow::default());
         self.next_correlation = 1;
         self.resent_from = 0;
         for pending in self.in_flight.drain(..) {
@@ -429,11 +470,14 @@ impl ClusterClient {
                 else {
                     continue;
                 };
-                let Ok(records) = Records::parse(datagram.bytes) else {
+                let Some(in_session) = self.authenticate(member, datagram.bytes) else {
+                    continue;
+                };
+                let Ok(records) = Datagram::parse(datagram.bytes).and_then(|d| d.records()) else {
                     continue;
                 };
                 for (record, payload) in records {
-                    on_record(&mut self.view(now), member, record, payload, &mut handler);
+                    on_record(&mut self.view(now), member, in_session, record, payload, &mut handler);
                 }
             }
             work += received;
@@ -444,12 +488,36 @@ impl ClusterClient {
         self.batch = Some(batch);
         if let Some(closing) = self.closing.take() {
             for pending in self.in_flight.drain(..) {
-                handler(Event::NotApplied { correlation_id: pending.correlation_id, reason: closing.reason });
+                let correlation_id = pending.correlation_id;
+                handler(match closing.reason {
+                    ClosedReason::Displaced => Event::OutcomeUnknown { correlation_id },
+                    _ => Event::NotApplied { correlation_id, reason: closing.refusal },
+                });
                 self.free.push(pending.bytes);
             }
-            handler(Event::SessionClosed { timed_out: closing.timed_out });
+            handler(Event::SessionClosed { reason: closing.reason });
         }
         work + self.on_timers(now)
+    }
+
+    /// Checks a datagram from member `member` before its records are read: a datagram of this session
+    /// must carry the session token's tag and a sequence not seen from that member; one of no session,
+    /// the client key's tag when this client has one. Some(true) for the session's, Some(false) for one
+    /// of no session, None to drop it.
+    fn authenticate(&mut self, member: usize, bytes: &[u8]) -> Option<bool> {
+        let datagram = Datagram::parse(bytes).ok()?;
+        let header = datagram.header;
+        if header.session_id != 0 {
+            let token = self.token.as_ref().filter(|_| header.session_id == self.session_id)?;
+            if !datagram.verify(token) || !self.windows[member].accept(header.sequence) {
+                return None;
+            }
+            return Some(true);
+        }
+        match &self.config.key {
+            Some(key) => datagram.verify(key.key()).then_some(false),
+            None => Some(false),
+        }
     }
 
     fn view(&mut self, now: u64) -> View<'_> {
@@ -528,12 +596,21 @@ impl ClusterClient {
         self.out.push(record, payload);
     }
 
-    /// Sends the datagram being filled to the member asked or connected to; returns the datagrams sent.
+    /// Sends the datagram being filled to the member asked or connected to, sealed with the session's
+    /// token (or, opening, with the client key); returns the datagrams sent.
     fn flush(&mut self) -> usize {
         if self.out.is_empty() {
             return 0;
         }
-        let _ = self.socket.send(self.out.finish(), Some(&self.addrs[self.target]));
+        let key_id = self.config.key.as_ref().map_or(0, ClientKey::id);
+        let seal = match &self.token {
+            Some(token) if self.state != State::Opening => {
+                self.sequence += 1;
+                Seal { session_id: self.session_id, key_id, sequence: self.sequence, key: Some(token) }
+            }
+            _ => Seal { session_id: 0, key_id, sequence: 0, key: self.config.key.as_ref().map(ClientKey::key) },
+        };
+        let _ = self.socket.send(self.out.finish(seal), Some(&self.addrs[self.target]));
         self.out.clear();
         self.last_sent_ns = self.clock.now_ns();
         1
@@ -546,17 +623,22 @@ struct View<'a> {
     now: u64,
 }
 
-/// One record from member `member` (by index).
+/// One record from member `member` (by index), of a datagram of the session (`in_session`, its tag
+/// checked with the token) or of none (an answer to an open, or a redirect).
 fn on_record(
     view: &mut View<'_>,
     member: usize,
+    in_session: bool,
     record: RecordHeader,
     payload: &[u8],
     handler: &mut impl FnMut(Event<'_>),
 ) {
     let now = view.now;
     let client = &mut *view.client;
-    let ours = record.session_id == client.session_id;
+    if !in_session && !matches!(record.kind, wire::REDIRECT | wire::OPENED | wire::REFUSED) {
+        return;
+    }
+    let ours = in_session && record.session_id == client.session_id;
     match record.kind {
         wire::REDIRECT => {
             let leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
@@ -574,7 +656,11 @@ fn on_record(
                 client.next_ask_ns = 0;
             }
         }
-        wire::OPENED if client.state == State::Opening && record.correlation_id == client.nonce => {
+        wire::OPENED if !in_session && client.state == State::Opening && record.correlation_id == client.nonce => {
+            let Ok(carried) = <&[u8; wire::TOKEN_LENGTH]>::try_from(payload) else {
+                return;
+            };
+            client.token = Some(unwrap_token(carried, client.config.key.as_ref(), record.session_id, client.nonce));
             client.session_id = record.session_id;
             client.state = State::Connected;
             client.target = member;
@@ -619,11 +705,20 @@ fn on_record(
                 client.resend_from(from, now);
             }
         }
-        wire::REFUSED => on_refused(client, member, record, now, handler),
+        wire::CHALLENGE if ours && matches!(client.state, State::Connected | State::Reconnecting) => {
+            // This member does not know this client's address for the session (a new leader, or a new
+            // address): the answer proves the client holds the token, from here.
+            client.state = State::Reconnecting;
+            client.target = member;
+            client.next_ask_ns = now + client.config.connect_retry.as_nanos() as u64;
+            client.push(RecordHeader::new(wire::RECONNECT, client.session_id).correlation(record.correlation_id), &[]);
+            client.flush();
+        }
+        wire::REFUSED => on_refused(client, member, ours, record, now, handler),
         wire::CLOSED if ours && client.state != State::Idle => {
             client.state = State::Idle;
-            let timed_out = record.code == wire::TIMED_OUT;
-            client.closing = Some(Closing { reason: RefusalCode::UnknownSession, timed_out });
+            let reason = if record.code == wire::TIMED_OUT { ClosedReason::TimedOut } else { ClosedReason::Unknown };
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason });
         }
         _ => {}
     }
@@ -632,6 +727,7 @@ fn on_record(
 fn on_refused(
     client: &mut ClusterClient,
     member: usize,
+    ours: bool,
     record: RecordHeader,
     now: u64,
     handler: &mut impl FnMut(Event<'_>),
@@ -639,15 +735,19 @@ fn on_refused(
     let Some(code) = RefusalCode::from_u8(record.code) else {
         return;
     };
-    let ours = record.session_id == client.session_id;
+    let to_open = !ours && client.state == State::Opening && record.correlation_id == client.nonce;
     match code {
-        RefusalCode::TooManySessions if client.state == State::Opening && record.correlation_id == client.nonce => {
+        RefusalCode::TooManySessions | RefusalCode::TooManyFromAddress | RefusalCode::RateLimited if to_open => {
             client.state = State::Idle;
             handler(Event::ConnectRefused { reason: code });
         }
         RefusalCode::UnknownSession | RefusalCode::TooManySessions if ours && client.state != State::Idle => {
             client.state = State::Idle;
-            client.closing = Some(Closing { reason: RefusalCode::UnknownSession, timed_out: false });
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason: ClosedReason::Unknown });
+        }
+        RefusalCode::Displaced if ours && client.state != State::Idle => {
+            client.state = State::Idle;
+            client.closing = Some(Closing { refusal: code, reason: ClosedReason::Displaced });
         }
         RefusalCode::Gap | RefusalCode::WindowExceeded if ours && client.state == State::Connected => {
             let from = if code == RefusalCode::Gap { record.value as u64 } else { record.correlation_id };

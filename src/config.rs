@@ -12,10 +12,12 @@ use crate::agent::ThreadingMode;
 use crate::auth::AuthKey;
 use crate::channel::ChannelConfig;
 use crate::clock::{parse_duration, BareNumber};
+use crate::cluster_client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use crate::fault::FaultConfig;
 use crate::idle::IdleStrategyConfig;
 use crate::node::{AddressRange, ClientsConfig, LogStorage, Member, NodeBuilder, NodeConfig, NodeError, StorageConfig};
 use crate::recording::SyncPolicy;
+use crate::setting::FrontEnd;
 use crate::transport::SendMode;
 
 /// A node configuration file in TOML, or a profile to merge over one.
@@ -82,6 +84,11 @@ use crate::transport::SendMode;
 /// session_timeout = "10s"      # the same on every member
 /// window = 4096                # messages in flight per session
 /// allow = ["10.0.0.0/8", "127.0.0.1"]   # default: any address
+/// session_key = "<64 hex digits>"       # binds sessions to their clients; default: channel.auth_key
+/// max_sessions_per_address = 256        # per IPv4 address, per IPv6 /64
+/// opens_per_second = 1000               # opens and reconnects per address per second
+/// auth_key = "<64 hex digits>"          # optional: only clients holding it (as "default") get in
+/// keys = [{ name = "billing", key = "<64 hex digits>" }]   # optional: named client keys, too
 ///
 /// [agents]
 /// threading = "dedicated"      # dedicated, shared-network, shared, invoker or shared-network-invoker
@@ -132,6 +139,19 @@ struct ClientsSection {
     session_timeout: Option<FileDuration>,
     window: Option<u64>,
     allow: Option<Vec<Parsed<AddressRange>>>,
+    session_key: Option<Parsed<AuthKey>>,
+    auth_key: Option<Parsed<AuthKey>>,
+    keys: Option<Vec<ClientKeyEntry>>,
+    max_sessions_per_address: Option<usize>,
+    opens_per_second: Option<u32>,
+}
+
+/// A `[[clients.keys]]` entry: a client key and the name its clients give.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientKeyEntry {
+    name: String,
+    key: Parsed<AuthKey>,
 }
 
 impl ClientsSection {
@@ -143,6 +163,16 @@ impl ClientsSection {
         if let Some(allow) = &self.allow {
             clients.allow = allow.iter().map(|p| p.0).collect();
         }
+        if let Some(key) = self.session_key {
+            clients.session_key = Some(key.0);
+        }
+        if self.auth_key.is_some() || self.keys.is_some() {
+            let single = self.auth_key.map(|key| ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key.0));
+            let named = self.keys.iter().flatten().map(|entry| ClientKey::new(entry.name.clone(), entry.key.0));
+            clients.keys = single.into_iter().chain(named).collect();
+        }
+        set(&mut clients.max_sessions_per_address, self.max_sessions_per_address);
+        set(&mut clients.opens_per_second, self.opens_per_second);
     }
 }
 
@@ -315,7 +345,8 @@ impl NodeFile {
         let (s, o) = (&mut self.storage, over.storage);
         merge_fields!(s, o; log, sync, recording_dir, segment_length, snapshot_interval, snapshots_kept);
         let (c, o) = (&mut self.clients, over.clients);
-        merge_fields!(c, o; enabled, max_sessions, session_timeout, window, allow);
+        merge_fields!(c, o; enabled, max_sessions, session_timeout, window, allow, session_key, auth_key, keys,
+            max_sessions_per_address, opens_per_second);
         self
     }
 
@@ -380,9 +411,17 @@ impl NodeFile {
         self.consensus.apply(&mut config);
         self.storage.apply(&mut config.storage);
         self.clients.apply(&mut config.clients);
-        config.validate()?;
+        config.validate().map_err(in_file_terms)?;
         config.channel.validate()?;
         Ok(config)
+    }
+}
+
+/// A node's refusal in a node file's terms: a setting is named by its table and key.
+fn in_file_terms(error: NodeError) -> NodeError {
+    match error {
+        NodeError::Setting(e) => NodeError::Config(e.render(FrontEnd::NodeFile)),
+        other => other,
     }
 }
 
@@ -628,9 +667,34 @@ mod file_tests {
     }
 
     #[test]
+    fn a_refused_setting_is_named_by_its_table_and_key_in_the_file() {
+        let timers = format!("{NODE}\n[consensus]\nheartbeat_timeout = \"200ms\"\nelection_timeout_min = \"150ms\"\n");
+        let e = NodeConfig::from_toml(&timers).unwrap_err().to_string();
+        assert!(
+            e.contains("[consensus] heartbeat_timeout: (200ms) must be below [consensus] election_timeout_min"),
+            "{e}"
+        );
+        assert!(!e.contains("_ns") && !e.contains("NodeBuilder"), "{e}");
+        let clients = format!(
+            "{NODE}\n[clients]\nenabled = true\nsession_key = \"{}\"\nsession_timeout = \"0s\"\n",
+            "5".repeat(64)
+        );
+        let e = NodeConfig::from_toml(&clients).unwrap_err().to_string();
+        assert!(e.contains("[clients] session_timeout: (0ns) must be more than 0"), "{e}");
+        let e = NodeConfig::from_toml(&format!("{NODE}\n[clients]\nenabled = true\n")).unwrap_err().to_string();
+        assert!(e.contains("[clients] session_key: is not set and [channel] auth_key is not either"), "{e}");
+        // The same rule, broken through the builder, names the builder's method and field.
+        let timers = crate::consensus_core::Timers { heartbeat_timeout_ns: 200_000_000, ..Default::default() };
+        let members = vec![crate::node::Member::new(0, "127.0.0.1:40501".parse().unwrap())];
+        let e = NodeBuilder::new(0, members).timers(timers).config().validate().unwrap_err().to_string();
+        assert!(e.contains("NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. }): (200ms) must be below"), "{e}");
+        assert!(e.contains("election_timeout_min_ns") && !e.contains("[consensus]"), "{e}");
+    }
+
+    #[test]
     fn the_clients_table_sets_the_client_endpoint_and_its_limits() {
         let text = NODE.replace("{ id = 2, endpoint = \"127.0.0.1:40503\" }", "{ id = 2, endpoint = \"127.0.0.1:40503\", client = \"127.0.0.1:49000\" }")
-            + "[clients]\nenabled = true\nmax_sessions = 16\nsession_timeout = \"2s\"\nwindow = 64\nallow = [\"10.0.0.0/8\", \"::1\"]\n";
+            + "[clients]\nenabled = true\nsession_key = \"5555555555555555555555555555555555555555555555555555555555555555\"\nmax_sessions = 16\nsession_timeout = \"2s\"\nwindow = 64\nallow = [\"10.0.0.0/8\", \"::1\"]\n";
         let config = NodeConfig::from_toml(&text).unwrap();
         let clients = &config.clients;
         assert!(clients.enabled);
@@ -646,24 +710,50 @@ mod file_tests {
         let profile = NodeFile::parse("[clients]\nmax_sessions = 8\n").unwrap();
         let merged = NodeFile::parse(&text).unwrap().merge(profile).into_config().unwrap();
         assert_eq!((merged.clients.enabled, merged.clients.max_sessions), (true, 8));
-        let e = NodeConfig::from_toml(&(NODE.to_string() + "[clients]\nenabled = true\nmax_sessions = 0\n"))
+        let e = NodeConfig::from_toml(&(text.clone() + "max_sessions = 0\n").replace("max_sessions = 16\n", ""))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("clients.max_sessions"), "{e}");
+        assert!(e.contains("[clients] max_sessions: must be at least 1"), "{e}");
         let e = NodeFile::parse("[clients]\nallow = [\"10.0.0.0/40\"]\n").unwrap_err().to_string();
         assert!(e.contains("prefix"), "{e}");
-        let e = NodeConfig::from_toml(&(NODE.to_string() + "[clients]\nenabled = true\n"))
+        let session_key = format!("session_key = \"{}\"\n", "5".repeat(64));
+        let e = NodeConfig::from_toml(&(NODE.to_string() + "[clients]\nenabled = true\n" + &session_key))
             .map(|_| ())
             .and_then(|_| {
                 let clash = NODE.replace(
                     "{ id = 2, endpoint = \"127.0.0.1:40503\" }",
                     "{ id = 2, endpoint = \"127.0.0.1:40503\", client = \"127.0.0.1:40502\" }",
-                ) + "[clients]\nenabled = true\n";
+                ) + "[clients]\nenabled = true\n"
+                    + &session_key;
                 NodeConfig::from_toml(&clash).map(|_| ())
             })
             .unwrap_err()
             .to_string();
         assert!(e.contains("127.0.0.1:40502") && e.contains("client"), "{e}");
+    }
+
+    #[test]
+    fn the_clients_table_takes_the_session_key_client_keys_and_per_address_limits() {
+        let key = |digit: char| std::iter::repeat_n(digit, 64).collect::<String>();
+        let text = format!(
+            "{NODE}[clients]\nenabled = true\nsession_key = \"{}\"\nauth_key = \"{}\"\n\
+             keys = [{{ name = \"billing\", key = \"{}\" }}]\nmax_sessions_per_address = 4\nopens_per_second = 20\n",
+            key('1'),
+            key('2'),
+            key('3')
+        );
+        let config = NodeConfig::from_toml(&text).unwrap();
+        let clients = &config.clients;
+        assert_eq!(clients.session_key, Some(key('1').parse().unwrap()));
+        let names: Vec<_> = clients.keys.iter().map(ClientKey::name).collect();
+        assert_eq!(names, [DEFAULT_CLIENT_KEY_NAME, "billing"]);
+        assert_eq!(clients.keys[1].key(), &key('3').parse().unwrap());
+        assert_eq!((clients.max_sessions_per_address, clients.opens_per_second), (4, 20));
+        // Clients without a session key (nor the channel's auth_key) are refused, naming both keys.
+        let e = NodeConfig::from_toml(&(NODE.to_string() + "[clients]\nenabled = true\n")).unwrap_err().to_string();
+        assert!(e.contains("[clients] session_key") && e.contains("[channel] auth_key"), "{e}");
+        let e = NodeFile::parse("[clients]\nauth_key = \"12\"\n").unwrap_err().to_string();
+        assert!(e.contains("auth_key"), "{e}");
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub mod retransmit;
 pub mod ring_buffer;
 pub mod sender;
 pub mod session;
+pub mod setting;
 pub mod snapshot;
 pub mod stats;
 pub mod term_starts;

@@ -711,9 +711,10 @@ fn on_behind_retained(
         let (at, oldest, sender) = (image.rebuild_position(), behind.oldest_retained, behind.sender_position);
         channel.logs.behind.warn(now_ns, || {
             format!(
-                "the publisher at {source} no longer retains this log at position {at} (it keeps it from {oldest}, \
-                 and has sent up to {sender}): this node cannot catch up from it; restart it with a clean node \
-                 directory once the log can be recovered from disk"
+                "the publisher at {source} no longer holds this log in memory at position {at} (it holds it from \
+                 {oldest} and has sent up to {sender}): a member that records its log fetches the rest from the \
+                 publisher's recording next (a catch-up, logged when it starts and ends); one that does not record \
+                 cannot go on from here"
             )
         });
     }

@@ -282,8 +282,12 @@ catalogue! {
         catch_ups_failed = 510, "recorder catch-ups failed";
         /// Catch-ups this member served to others from its recording.
         catch_ups_served = 511, "recorder catch-ups served";
-        /// Catch-up connections refused: not from a member, another cluster, or a position not held.
+        /// Catch-up connections refused: not from a member's address, of another cluster, naming a member
+        /// not at its address, without a proof of the catch-up key, or for a position not held.
         catch_ups_refused = 512, "recorder catch-ups refused";
+        /// Catch-up connections closed for not proving themselves in time, for moving nothing for too
+        /// long, or evicted by a newer handshake.
+        catch_ups_timed_out = 513, "recorder catch-ups timed out";
     }
     /// Remote clients: a member's client endpoint ([`crate::cluster_client`]) and its sessions' answers.
     clients: ClientStats {
@@ -326,6 +330,19 @@ catalogue! {
         duplicates = 617, "client duplicates";
         /// Responses longer than an egress record can carry, not sent (the commit is).
         responses_too_long = 618, "client responses too long";
+        /// Client datagrams dropped before their records were read: a tag that is missing or wrong (not the
+        /// session's token, or no client key the cluster has).
+        forged_dropped = 619, "client datagrams forged";
+        /// Client datagrams of a session dropped for a sequence number already seen (a replay).
+        replayed_dropped = 620, "client datagrams replayed";
+        /// Challenges sent: a session's datagram came from an address that is not the session's.
+        challenges_sent = 621, "client challenges sent";
+        /// Sessions moved to a new address whose client answered a challenge (the old address is told).
+        displaced = 622, "client sessions displaced";
+        /// Opens, reconnects and challenges refused for an address past `clients.opens_per_second`.
+        rate_limited = 623, "client opens rate-limited";
+        /// Opens and reconnects refused for an address holding `clients.max_sessions_per_address`.
+        address_sessions_refused = 624, "client sessions refused per address";
     }
 }
 

@@ -9,6 +9,7 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use quorumcast::auth::AuthKey;
 use quorumcast::node::{Member, Node, NodeBuilder, NodeError, StorageConfig};
 use quorumcast::recording::SyncPolicy;
 use quorumcast::snapshot::StateMachine;
@@ -254,42 +255,147 @@ fn far_builder(scratch: &ScratchDir, id: i32, members: &[Member], storage: Stora
         .idle_all("backoff:10,5,1us,100us")
 }
 
-#[test]
-fn a_follower_further_behind_than_the_leader_holds_in_memory_catches_up_from_its_recording() {
-    let scratch = ScratchDir::new("durable-catch-up-log");
-    let members = members(3);
-    let storage = storage(SyncPolicy::None);
-    let start = |id: i32| far_builder(&scratch, id, &members, storage.clone()).start().expect("node starts");
+/// Member 2 of a cluster of `builder`s stops while the others commit far past what the leader holds in
+/// memory (2 MiB of log or so), then starts again from its data directory: it replays its own recording,
+/// is told it is behind the leader's logs in memory, fetches the rest from the leader's recording, and
+/// joins the live log. `meanwhile` runs before it starts again, and what it returns is held until the
+/// cluster has gone on past the catch-up.
+fn catch_up_far_behind<R>(
+    builder: impl Fn(i32) -> NodeBuilder,
+    meanwhile: impl FnOnce(&[Node]) -> R,
+) -> (Vec<Node>, R) {
+    let start = |id: i32| builder(id).start().expect("node starts");
     let mut nodes: Vec<Node> = (0..3).map(start).collect();
     elect(&mut nodes);
     let mut driver = Driver::checked(3);
     driver.run_to(&mut nodes, &[true; 3], 1_000, Duration::from_secs(120));
-    // Member 2 stops; the others commit far past what the leader keeps in memory (2 MiB of log or so).
     let stopped = nodes.pop().unwrap();
     stopped.close().unwrap();
     let mut two: Vec<Node> = nodes;
     driver.run_to(&mut two, &[true; 2], 20_000, Duration::from_secs(120));
-    // Back from its data directory: it replays its own recording, is told it is behind the leader's
-    // logs in memory, fetches the rest from the leader's recording, and joins the live log.
+    let held = meanwhile(&two);
     two.push(start(2));
     driver.resume(2, 0);
     driver.run_to(&mut two, &[true; 3], 25_000, Duration::from_secs(120));
     let stats = two[2].stats();
     assert!(stats.receiver().behind_retained_received() > 0, "it was behind: {}", dump(&two));
-    assert!(stats.recorder().catch_ups() >= 1, "it caught up from the leader's recording");
+    assert!(stats.recorder().catch_ups() >= 1, "it caught up from the leader's recording: {}", dump(&two));
     assert!(two[0].stats().recorder().catch_ups_served() >= 1);
-    // A request of another cluster is answered "refused" and counted; the leader goes on.
-    let mut stream = std::net::TcpStream::connect(members[0].consensus).unwrap();
-    let mut request = [0u8; 32];
-    request[..8].copy_from_slice(b"qccureq1");
-    request[8..16].copy_from_slice(&12345i64.to_le_bytes());
-    stream.write_all(&request).unwrap();
-    let mut answer = [0u8; 56];
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    stream.read_exact(&mut answer).unwrap();
-    assert_eq!(u32::from_le_bytes(answer[16..20].try_into().unwrap()), 1, "refused");
-    assert!(two[0].stats().recorder().catch_ups_refused() >= 1);
     assert!(two[2].stats().recorder().position() >= two[0].stats().recorder().position() - (256 << 10));
+    (two, held)
+}
+
+/// A catch-up hello (the first message of the catch-up protocol) naming `member_id` of `membership`.
+fn catch_up_hello(membership: i64, member_id: i32) -> [u8; 40] {
+    let mut hello = [0u8; 40];
+    hello[..8].copy_from_slice(b"qccuhel2");
+    hello[8..16].copy_from_slice(&membership.to_le_bytes());
+    hello[16..20].copy_from_slice(&member_id.to_le_bytes());
+    hello[24..].copy_from_slice(&[7; 16]);
+    hello
+}
+
+/// Reads from `stream` until the leader closes it (or 30 s pass); the bytes read.
+fn read_to_close(stream: &mut std::net::TcpStream) -> Vec<u8> {
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut all = Vec::new();
+    let _ = stream.read_to_end(&mut all);
+    all
+}
+
+fn membership_of(members: &[Member]) -> i64 {
+    quorumcast::channel::membership_tag(&members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
+}
+
+#[test]
+fn a_follower_further_behind_than_the_leader_holds_in_memory_catches_up_from_its_recording() {
+    let scratch = ScratchDir::new("durable-catch-up-log");
+    let members = members(3);
+    let storage = storage(SyncPolicy::None);
+    let (two, ()) = catch_up_far_behind(|id| far_builder(&scratch, id, &members, storage.clone()), |_| ());
+    // A hello of another cluster is refused with no answer, and counted; the leader goes on.
+    let mut stream = std::net::TcpStream::connect(members[0].consensus).unwrap();
+    stream.write_all(&catch_up_hello(12345, 2)).unwrap();
+    assert!(read_to_close(&mut stream).is_empty(), "a hello of another cluster has no answer");
+    // So is one naming a member that is not at its address, or this member itself.
+    for id in [0, 7] {
+        let mut stream = std::net::TcpStream::connect(members[0].consensus).unwrap();
+        stream.write_all(&catch_up_hello(membership_of(&members), id)).unwrap();
+        assert!(read_to_close(&mut stream).is_empty(), "a hello naming member {id} has no answer");
+    }
+    assert!(two[0].stats().recorder().catch_ups_refused() >= 3);
+    for node in two {
+        node.close().unwrap();
+    }
+}
+
+#[test]
+fn held_and_unproven_catch_up_connections_time_out_and_never_block_a_real_catch_up() {
+    let scratch = ScratchDir::new("durable-catch-up-held");
+    let members = members(3);
+    let storage = storage(SyncPolicy::None);
+    let leader = members[0].consensus;
+    let (two, held) = catch_up_far_behind(
+        |id| far_builder(&scratch, id, &members, storage.clone()),
+        |_| {
+            // Eight connections that say nothing, and eight that start a hello and stop, from a member's
+            // address (everything here is on loopback): held while member 2 catches up.
+            let mut held: Vec<std::net::TcpStream> =
+                (0..8).map(|_| std::net::TcpStream::connect(leader).unwrap()).collect();
+            for _ in 0..8 {
+                let mut stream = std::net::TcpStream::connect(leader).unwrap();
+                stream.write_all(&catch_up_hello(membership_of(&members), 2)[..20]).unwrap();
+                held.push(stream);
+            }
+            held
+        },
+    );
+    // They are closed by the leader, once their handshake time runs out, and counted.
+    for mut stream in held {
+        assert!(read_to_close(&mut stream).is_empty(), "an unproven connection is sent nothing");
+    }
+    assert!(two[0].stats().recorder().catch_ups_timed_out() >= 16, "{}", dump(&two));
+    for node in two {
+        node.close().unwrap();
+    }
+}
+
+#[test]
+fn with_an_auth_key_a_process_on_a_members_address_cannot_read_the_log() {
+    let scratch = ScratchDir::new("durable-catch-up-keyed");
+    let members = members(3);
+    let storage = storage(SyncPolicy::None);
+    let key = AuthKey::generate().unwrap();
+    let leader = members[0].consensus;
+    let membership = membership_of(&members);
+    let (two, stolen) = catch_up_far_behind(
+        |id| far_builder(&scratch, id, &members, storage.clone()).auth_key(key),
+        |_| {
+            // A process on member 2's address (loopback) that knows the public member list, not the key:
+            // it says hello as member 2, is challenged, and answers with the proof it can compute (the
+            // one a cluster without a key would take).
+            let mut stream = std::net::TcpStream::connect(leader).unwrap();
+            let hello = catch_up_hello(membership, 2);
+            stream.write_all(&hello).unwrap();
+            let mut challenge = [0u8; 48];
+            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            stream.read_exact(&mut challenge).unwrap();
+            assert_eq!(&challenge[..8], b"qccuchl2", "a member's address is challenged");
+            let public = AuthKey::derive("quorumcast catch-up key (public)", &membership.to_le_bytes());
+            let mut request = [0u8; 48];
+            request[..8].copy_from_slice(b"qccureq2");
+            request[8..16].copy_from_slice(&membership.to_le_bytes());
+            request[16..20].copy_from_slice(&2i32.to_le_bytes());
+            let m = membership.to_le_bytes();
+            let proof =
+                public.keyed_hash(&[b"follower", &m, &2i32.to_le_bytes(), &hello[24..], &challenge[16..32], &[0; 8]]);
+            request[32..].copy_from_slice(&proof[..16]);
+            stream.write_all(&request).unwrap();
+            read_to_close(&mut stream)
+        },
+    );
+    assert!(stolen.is_empty(), "a process without the key read {} bytes of the catch-up", stolen.len());
+    assert!(two[0].stats().recorder().catch_ups_refused() >= 1);
     for node in two {
         node.close().unwrap();
     }

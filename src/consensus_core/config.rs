@@ -2,15 +2,18 @@
 //! timeouts, and (for tests only) fault switches.
 
 use std::fmt;
+use std::time::Duration;
+
+use crate::setting::{FrontEnd, Setting, SettingError};
 
 use super::MemberId;
 
 /// The consensus timers, in nanoseconds.
 ///
 /// Invariants checked by [`CoreConfig::validate`]: every timer is non-zero,
-/// `heartbeat_timeout_ns > heartbeat_interval_ns`, and `election_timeout_min_ns <= election_timeout_max_ns`.
-/// An election timeout of at least the heartbeat timeout keeps a follower from canvassing members that
-/// still hear the leader.
+/// `heartbeat_timeout_ns > heartbeat_interval_ns`, `election_timeout_min_ns <= election_timeout_max_ns`,
+/// and `heartbeat_timeout_ns < election_timeout_min_ns`: an election timeout above the heartbeat timeout
+/// keeps a follower from canvassing members that still hear the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timers {
     /// The leader sends its commit position (its heartbeat) at least this often, and a follower its
@@ -101,7 +104,7 @@ impl CoreConfig {
                 format!("{} is not one of members {:?}", self.member_id, self.members),
             ));
         }
-        self.timers.validate()
+        self.timers.validate().map_err(|e| ConfigError::new("timers", e.render(FrontEnd::Builder)))
     }
 
     /// The hash of the member list that canvass and vote requests carry: members configured with
@@ -112,30 +115,53 @@ impl CoreConfig {
 }
 
 impl Timers {
-    /// Checks the timers; the error names the offending key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks the timers; the error names the offending setting, and the others the rule involves, in
+    /// whichever front end's terms the caller renders it.
+    pub fn validate(&self) -> Result<(), SettingError> {
         let named = [
-            ("heartbeat_interval_ns", self.heartbeat_interval_ns),
-            ("heartbeat_timeout_ns", self.heartbeat_timeout_ns),
-            ("election_timeout_min_ns", self.election_timeout_min_ns),
-            ("election_timeout_max_ns", self.election_timeout_max_ns),
+            (Setting::HeartbeatInterval, self.heartbeat_interval_ns),
+            (Setting::HeartbeatTimeout, self.heartbeat_timeout_ns),
+            (Setting::ElectionTimeoutMin, self.election_timeout_min_ns),
+            (Setting::ElectionTimeoutMax, self.election_timeout_max_ns),
         ];
-        if let Some((key, _)) = named.iter().find(|(_, value)| *value == 0) {
-            return Err(ConfigError::new(key, "must be greater than zero".into()));
+        if let Some(&(setting, _)) = named.iter().find(|(_, value)| *value == 0) {
+            return Err(SettingError::new(setting, "must be greater than zero"));
         }
+        let ms = Duration::from_nanos;
         if self.heartbeat_timeout_ns <= self.heartbeat_interval_ns {
-            let message = format!(
-                "({}) must be greater than heartbeat_interval_ns ({}), or every follower times out between heartbeats",
-                self.heartbeat_timeout_ns, self.heartbeat_interval_ns
-            );
-            return Err(ConfigError::new("heartbeat_timeout_ns", message));
+            return Err(SettingError::new(
+                Setting::HeartbeatTimeout,
+                format!(
+                    "({:?}) must be greater than {{consensus.heartbeat_interval}} ({:?}), or every follower times \
+                     out between heartbeats",
+                    ms(self.heartbeat_timeout_ns),
+                    ms(self.heartbeat_interval_ns)
+                ),
+            ));
         }
         if self.election_timeout_min_ns > self.election_timeout_max_ns {
-            let message = format!(
-                "({}) must be at most election_timeout_max_ns ({})",
-                self.election_timeout_min_ns, self.election_timeout_max_ns
-            );
-            return Err(ConfigError::new("election_timeout_min_ns", message));
+            return Err(SettingError::new(
+                Setting::ElectionTimeoutMin,
+                format!(
+                    "({:?}) must be at most {{consensus.election_timeout_max}} ({:?})",
+                    ms(self.election_timeout_min_ns),
+                    ms(self.election_timeout_max_ns)
+                ),
+            ));
+        }
+        if self.heartbeat_timeout_ns >= self.election_timeout_min_ns {
+            return Err(SettingError::new(
+                Setting::HeartbeatTimeout,
+                format!(
+                    "({:?}) must be below {{consensus.election_timeout_min}} ({:?}): a follower refuses to vote \
+                     while it heard from its leader within the heartbeat timeout, so a member whose election \
+                     timer fires first canvasses members that still count the leader alive, and elections fail; \
+                     lower {{consensus.heartbeat_timeout}} or raise {{consensus.election_timeout_min}} (and \
+                     {{consensus.election_timeout_max}} with it)",
+                    ms(self.heartbeat_timeout_ns),
+                    ms(self.election_timeout_min_ns)
+                ),
+            ));
         }
         Ok(())
     }

@@ -452,16 +452,28 @@ fn a_single_member_elects_itself_and_commits_what_it_appends() {
 #[test]
 fn bad_configuration_names_the_key() {
     let mut cfg = config(1);
+    use crate::setting::{FrontEnd, Setting};
     cfg.timers.heartbeat_timeout_ns = cfg.timers.heartbeat_interval_ns;
-    assert_eq!(cfg.validate().unwrap_err().key, "heartbeat_timeout_ns");
+    assert_eq!(cfg.timers.validate().unwrap_err().setting, Setting::HeartbeatTimeout);
+    assert_eq!(cfg.validate().unwrap_err().key, "timers");
     let mut cfg = config(1);
     cfg.timers.election_timeout_min_ns = cfg.timers.election_timeout_max_ns + 1;
-    assert_eq!(cfg.validate().unwrap_err().key, "election_timeout_min_ns");
+    assert_eq!(cfg.timers.validate().unwrap_err().setting, Setting::ElectionTimeoutMin);
     let mut cfg = config(1);
     cfg.timers.heartbeat_interval_ns = 0;
     let error = cfg.validate().unwrap_err();
-    assert_eq!(error.key, "heartbeat_interval_ns");
-    assert!(error.to_string().contains("heartbeat_interval_ns"));
+    assert!(error.to_string().contains("heartbeat_interval_ns"), "{error}");
+    // A heartbeat timeout at or above the election timeout's minimum cannot elect: refused, both named.
+    let mut cfg = config(1);
+    cfg.timers.heartbeat_timeout_ns = cfg.timers.election_timeout_min_ns;
+    let error = cfg.timers.validate().unwrap_err();
+    assert_eq!(error.setting, Setting::HeartbeatTimeout);
+    let file = error.render(FrontEnd::NodeFile);
+    assert!(file.starts_with("[consensus] heartbeat_timeout: "), "{file}");
+    assert!(file.contains("[consensus] election_timeout_min"), "{file}");
+    assert!(!file.contains("_ns"), "{file}");
+    let builder = error.render(FrontEnd::Builder);
+    assert!(builder.contains("heartbeat_timeout_ns") && builder.contains("election_timeout_min_ns"), "{builder}");
     assert_eq!(CoreConfig::new(4, vec![1, 2, 3]).validate().unwrap_err().key, "member_id");
     assert_eq!(CoreConfig::new(1, vec![1, 1]).validate().unwrap_err().key, "members");
     let durable = DurableState { commit_position: 5, ..Default::default() };

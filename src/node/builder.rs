@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use crate::agent::ThreadingMode;
 use crate::auth::AuthKey;
-use crate::channel::{membership_tag, validate_timer, ChannelConfig};
+use crate::channel::{membership_tag, ChannelConfig, MAX_TIMER};
+use crate::cluster_client::credentials::{ClientKey, SessionSecret};
 use crate::consensus_core::Timers;
 use crate::directory::NodeDirectory;
 use crate::idle::IdleStrategyConfig;
+use crate::setting::{Setting, SettingError};
 use crate::transport::SendMode;
 
 use super::{Node, NodeError};
@@ -123,6 +125,20 @@ pub struct ClientsConfig {
     pub window: u64,
     /// Client datagrams are taken only from these address ranges (empty: from anywhere).
     pub allow: Vec<AddressRange>,
+    /// The root of the members' secret that binds each session to its client (session ids, tokens,
+    /// challenges: see [`crate::cluster_client::credentials`]): the same on every member, never written
+    /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
+    /// needs one of the two.
+    pub session_key: Option<AuthKey>,
+    /// Client keys: when any is given, every client datagram must be tagged with one of them (or, in a
+    /// session, with a token only a holder of one was given), and anything else is counted and dropped.
+    /// Empty (the default): any client may open a session.
+    pub keys: Vec<ClientKey>,
+    /// Sessions one address (an IPv4 address, an IPv6 /64) may hold at once; an open past it is refused.
+    pub max_sessions_per_address: usize,
+    /// Opens and reconnects one address may make per second (a burst of as many, refilled over the
+    /// second); past it they are refused, counted, and append nothing.
+    pub opens_per_second: u32,
 }
 
 impl Default for ClientsConfig {
@@ -133,14 +149,34 @@ impl Default for ClientsConfig {
             session_timeout: Duration::from_secs(10),
             window: 4096,
             allow: Vec::new(),
+            session_key: None,
+            keys: Vec::new(),
+            max_sessions_per_address: 256,
+            opens_per_second: 1000,
         }
     }
 }
 
 impl ClientsConfig {
+    /// Clients enabled, with `session_key` as the root of the session secret, the other settings their
+    /// defaults.
+    pub fn enabled(session_key: AuthKey) -> Self {
+        Self { enabled: true, session_key: Some(session_key), ..Self::default() }
+    }
+
     /// True when `ip` may send client datagrams.
     pub fn allows(&self, ip: std::net::IpAddr) -> bool {
         self.allow.is_empty() || self.allow.iter().any(|range| range.contains(ip))
+    }
+
+    /// The members' session secret: from `session_key`, else from the channel's key `channel_auth`.
+    pub(crate) fn secret(&self, channel_auth: Option<&AuthKey>) -> Option<SessionSecret> {
+        self.session_key.as_ref().or(channel_auth).map(SessionSecret::new)
+    }
+
+    /// The client key with id `id`, if the cluster has it.
+    pub(crate) fn key(&self, id: u32) -> Option<&ClientKey> {
+        self.keys.iter().find(|k| k.id() == id)
     }
 
     /// The rules of the replicated session table.
@@ -288,29 +324,59 @@ impl NodeConfig {
         for idle in &self.idle {
             idle.validate().map_err(|e| NodeError::Config(e.to_string()))?;
         }
-        self.timers.validate().map_err(|e| NodeError::Config(format!("consensus timers: {} {}", e.key, e.message)))?;
-        validate_timer("commit_heartbeat", self.commit_heartbeat)?;
-        validate_timer("ack_interval", self.ack_interval)?;
+        self.timers.validate()?;
+        check_timer(Setting::CommitHeartbeat, self.commit_heartbeat)?;
+        check_timer(Setting::AckInterval, self.ack_interval)?;
         if !(1 << 16..=1 << 40).contains(&self.storage.segment_length) {
-            return Err(NodeError::Config(format!(
-                "storage.segment_length ({}) must be between 64 KiB and 1 TiB",
-                self.storage.segment_length
-            )));
+            let length = self.storage.segment_length;
+            return Err(SettingError::new(
+                Setting::SegmentLength,
+                format!("({length}) must be between 64 KiB and 1 TiB"),
+            )
+            .into());
         }
         if self.clients.enabled {
+            if self.clients.session_key.is_none() && self.channel.auth.is_none() {
+                return Err(SettingError::new(
+                    Setting::SessionKey,
+                    "is not set and {channel.auth_key} is not either: a node that takes clients needs a key every \
+                     member holds, to bind each session to its client; set {clients.session_key} (the same 64 \
+                     hexadecimal digits on every member; make one with `openssl rand -hex 32`), or \
+                     {channel.auth_key}",
+                )
+                .into());
+            }
             if self.clients.max_sessions == 0 {
-                return Err(NodeError::Config("clients.max_sessions must be at least 1".into()));
+                return Err(SettingError::new(Setting::MaxSessions, "must be at least 1").into());
+            }
+            if self.clients.max_sessions_per_address == 0 {
+                return Err(SettingError::new(Setting::MaxSessionsPerAddress, "must be at least 1").into());
+            }
+            if self.clients.opens_per_second == 0 {
+                return Err(SettingError::new(Setting::OpensPerSecond, "must be at least 1").into());
+            }
+            let mut ids: Vec<(u32, &str)> = self.clients.keys.iter().map(|k| (k.id(), k.name())).collect();
+            ids.sort();
+            if let Some(pair) = ids.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+                return Err(SettingError::new(
+                    Setting::ClientKeys,
+                    format!(
+                        "the names {:?} and {:?} are the same or hash to the same key id: rename one",
+                        pair[0].1, pair[1].1
+                    ),
+                )
+                .into());
             }
             if self.clients.window == 0 {
-                return Err(NodeError::Config("clients.window must be at least 1 message".into()));
+                return Err(SettingError::new(Setting::ClientWindow, "must be at least 1 message").into());
             }
-            validate_timer("clients.session_timeout", self.clients.session_timeout)?;
+            check_timer(Setting::SessionTimeout, self.clients.session_timeout)?;
         }
         if self.storage.snapshots_kept == 0 {
-            return Err(NodeError::Config("storage.snapshots_kept must be at least 1".into()));
+            return Err(SettingError::new(Setting::SnapshotsKept, "must be at least 1").into());
         }
         if self.storage.snapshot_interval == Some(0) {
-            return Err(NodeError::Config("storage.snapshot_interval must be more than 0 bytes".into()));
+            return Err(SettingError::new(Setting::SnapshotInterval, "must be more than 0 bytes").into());
         }
         Ok(())
     }
@@ -551,4 +617,15 @@ impl NodeBuilder {
     pub fn start(self) -> Result<Node, NodeError> {
         Node::start(self.config)
     }
+}
+
+/// Checks a timer `setting`: more than zero and at most [`MAX_TIMER`].
+fn check_timer(setting: Setting, value: Duration) -> Result<(), SettingError> {
+    if value.is_zero() || value > MAX_TIMER {
+        return Err(SettingError::new(
+            setting,
+            format!("({value:?}) must be more than 0 and at most 1 hour (a zero interval sends or checks in every duty cycle, a flood)"),
+        ));
+    }
+    Ok(())
 }

@@ -374,7 +374,13 @@ impl ConsensusAgent {
                 return Ok(1);
             }
             Some(Err(why)) => {
-                self.logs.warn(now_ns, || format!("a catch-up from the leader's recording failed: {why}"));
+                self.logs.warn(now_ns, || {
+                    let retry = std::time::Duration::from_nanos(CATCH_UP_RETRY_NS);
+                    format!(
+                        "a catch-up from leader {}'s recording failed (retried in {retry:?}): {why}",
+                        following.leader
+                    )
+                });
                 following.catch_up = CatchUp::RetryAt(now_ns + CATCH_UP_RETRY_NS);
             }
             None => {}
@@ -397,7 +403,13 @@ impl ConsensusAgent {
         let config = &self.wiring.config;
         if let Some(leader) = config.member(following.leader).map(|m| m.consensus) {
             self.shared.catch_ups.request(leader, CatchUpRequest::new(config.membership(), config.id, following.fed));
-            log::info!("member {}: catching up from {leader} from position {}", config.id, following.fed);
+            log::info!(
+                "member {}: leader {} no longer holds this member's log position {} in memory; fetching the rest \
+                 from its recording (a catch-up over TCP at {leader}), then joining its live log",
+                config.id,
+                following.leader,
+                following.fed
+            );
         }
         Ok(1)
     }
@@ -436,9 +448,11 @@ impl ConsensusAgent {
             followership.term_starts.report(base, term);
         }
         let snapshot = fetched.snapshot.as_ref().map(|s| s.position);
+        let installed = snapshot.map_or(String::new(), |at| format!(", after installing its snapshot at {at}"));
         log::info!(
-            "member {}: caught up from {} to {} (snapshot {snapshot:?}); joining the live log there",
+            "member {}: caught up from leader {}'s recording from {} to {}{installed}; joining its live log there",
             self.wiring.config.id,
+            following.leader,
             following.fed,
             fetched.end
         );

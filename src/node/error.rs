@@ -17,6 +17,9 @@ use crate::vote_file::VoteFileError;
 pub enum NodeError {
     /// The configuration breaks a rule.
     Config(String),
+    /// A setting breaks a rule; rendered in the embedder's terms here, in a node file's by
+    /// [`crate::config`].
+    Setting(crate::setting::SettingError),
     /// The node directory is in use or stale.
     Directory(DirectoryError),
     /// An I/O error while making its files or sockets.
@@ -46,6 +49,7 @@ impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Config(e) => write!(f, "configuration: {e}"),
+            Self::Setting(e) => write!(f, "configuration: {e}"),
             Self::Directory(e) => write!(f, "{e}"),
             Self::Io(e) => write!(f, "{e}"),
             Self::Log(e) => write!(f, "{e}"),
@@ -72,6 +76,12 @@ impl std::error::Error for NodeError {}
 impl From<std::io::Error> for NodeError {
     fn from(e: std::io::Error) -> Self {
         Self::Io(e)
+    }
+}
+
+impl From<crate::setting::SettingError> for NodeError {
+    fn from(e: crate::setting::SettingError) -> Self {
+        Self::Setting(e)
     }
 }
 

@@ -11,14 +11,29 @@
 //! only by the table, as the node's reader applies the log; its answers come back through the egress
 //! ring and go out here, batched per session, one datagram per session per duty cycle at most.
 //!
-//! A member that does not lead answers every client datagram with a redirect naming the leader it knows.
+//! A member that does not lead answers every client datagram it can authenticate with a redirect naming
+//! the leader it knows.
+//!
+//! # Who may speak for a session
+//!
+//! Every datagram of a session is tagged with the session's token ([`crate::cluster_client::credentials`]),
+//! which only the client that opened it was given, and carries a sequence number: a datagram whose tag
+//! is wrong is counted (`client datagrams forged`) and dropped before its records are read; one whose
+//! sequence was seen is counted (`client datagrams replayed`) and dropped. A session moves to a new
+//! address only when its client proves, from there, that it holds the token *now*: the leader answers a
+//! datagram from an address that is not the session's with a challenge (a value only the members can
+//! make, for that session, that address and this second), and the session moves once a `RECONNECT`
+//! carrying it arrives from that address. The address it left is told it was displaced. A replayed
+//! datagram, wherever it comes from, cannot answer a challenge.
 //!
 //! # Invariants
 //!
 //! - Never more than `clients.max_sessions` connections, each of a fixed size (one egress datagram
-//!   buffer): a client cannot make a member allocate beyond that, whatever it sends.
-//! - A record from an address outside `clients.allow`, or for a session from an address other than the
-//!   session's, is counted and dropped: never appended.
+//!   buffer), and at most `clients.max_sessions_per_address` from one address: a client cannot make a
+//!   member allocate beyond that, whatever it sends.
+//! - A record is appended only from a datagram whose tag is right (and, with client keys, under a key the
+//!   cluster has), from the session's own address; an open or a reconnect only within the address's
+//!   `clients.opens_per_second`. Nothing else is appended.
 //! - A session's messages are appended in correlation order, from the one after the last the table
 //!   applied, and never further than `clients.window` past the last acknowledged.
 
@@ -28,7 +43,9 @@ use std::sync::Arc;
 
 use socket2::SockAddr;
 
-use crate::cluster_client::wire::{self, DatagramWriter, RecordHeader, Records, RefusalCode};
+use crate::auth::AuthKey;
+use crate::cluster_client::credentials::{wrap_token, ClientKey, ReplayWindow, SessionSecret};
+use crate::cluster_client::wire::{self, Datagram, DatagramWriter, RecordHeader, Records, RefusalCode, Seal};
 use crate::consensus::AppendStage;
 use crate::counters::Counter;
 use crate::log_buffer::AppendError;
@@ -38,6 +55,7 @@ use crate::stats::{kinds, CounterKind};
 use crate::transport::{RecvBatch, UdpEndpoint};
 
 use super::builder::ClientsConfig;
+use super::client_limits::{AddressKey, OpenRate, SessionsPerAddress};
 
 /// Egress ring message type (never on the wire): a keep-alive was applied; `value` is the session's last
 /// applied correlation id. It completes a reconnect.
@@ -71,6 +89,12 @@ pub(super) struct IngressCounters {
     egress_records: Counter,
     pub(super) egress_dropped: Counter,
     connections: Counter,
+    forged_dropped: Counter,
+    replayed_dropped: Counter,
+    challenges_sent: Counter,
+    displaced: Counter,
+    rate_limited: Counter,
+    address_sessions_refused: Counter,
 }
 
 impl IngressCounters {
@@ -94,6 +118,12 @@ impl IngressCounters {
             egress_records: allocate(&k::egress_records),
             egress_dropped: allocate(&k::egress_dropped),
             connections: allocate(&k::connections),
+            forged_dropped: allocate(&k::forged_dropped),
+            replayed_dropped: allocate(&k::replayed_dropped),
+            challenges_sent: allocate(&k::challenges_sent),
+            displaced: allocate(&k::displaced),
+            rate_limited: allocate(&k::rate_limited),
+            address_sessions_refused: allocate(&k::address_sessions_refused),
         }
     }
 }
@@ -117,6 +147,12 @@ struct Connection {
     state: State,
     /// The client's nonce of its open.
     nonce: u64,
+    /// The client key the session is under (0: none).
+    key_id: u32,
+    /// What the session's datagrams are tagged with.
+    token: AuthKey,
+    /// The client's datagrams seen.
+    window: ReplayWindow,
     /// The correlation id appended next.
     next_expected: u64,
     /// The highest correlation id the table acknowledged (as committed or duplicate).
@@ -128,23 +164,86 @@ struct Connection {
     dirty: bool,
 }
 
+/// The endpoint's sessions, and how many each address holds.
+#[derive(Debug, Default)]
+struct Connections {
+    by_session: HashMap<u64, Connection>,
+    per_address: SessionsPerAddress,
+}
+
+impl Connections {
+    fn len(&self) -> usize {
+        self.by_session.len()
+    }
+
+    fn get_mut(&mut self, session: &u64) -> Option<&mut Connection> {
+        self.by_session.get_mut(session)
+    }
+
+    fn insert(&mut self, session: u64, connection: Connection) {
+        self.per_address.add(AddressKey::of(connection.addr.ip()));
+        if let Some(old) = self.by_session.insert(session, connection) {
+            self.per_address.remove(AddressKey::of(old.addr.ip()));
+        }
+    }
+
+    fn remove(&mut self, session: &u64) -> Option<Connection> {
+        let connection = self.by_session.remove(session)?;
+        self.per_address.remove(AddressKey::of(connection.addr.ip()));
+        Some(connection)
+    }
+
+    fn clear(&mut self) {
+        self.by_session.clear();
+        self.per_address.clear();
+    }
+}
+
+/// Where the endpoint's sequence numbers of one kind of datagram are.
+#[derive(Debug)]
+struct Sequence(u64);
+
+impl Sequence {
+    fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
 /// A member's client endpoint.
 pub(super) struct ClientIngress {
     socket: UdpEndpoint,
-    batch: RecvBatch,
+    /// Taken while a poll reads from it.
+    batch: Option<RecvBatch>,
     config: ClientsConfig,
+    secret: SessionSecret,
     datagram_capacity: usize,
-    connections: HashMap<u64, Connection>,
+    connections: Connections,
     /// Sessions with egress records waiting.
     dirty: Vec<u64>,
-    /// Answers to a datagram's source that belong to no connection (redirects, refusals).
+    /// Answers to a datagram's source that belong to no connection (redirects, refusals, challenges).
     reply: DatagramWriter,
+    /// How `reply` is sealed.
+    reply_seal: ReplySeal,
     egress: Arc<OneToOneRingBuffer>,
-    /// Session ids this leader gives are its term in the high 32 bits and this counter in the low.
-    next_session: u32,
+    /// Sessions this leader has opened in its term (the session ids come from it).
+    sessions_opened: u64,
     term: i64,
     next_receive_ns: u64,
+    /// Of every datagram the endpoint sends: it starts at the wall clock, so that it grows across
+    /// restarts of the member too.
+    sequence: Sequence,
+    open_rate: OpenRate,
     counters: IngressCounters,
+}
+
+/// How the reply to the datagram being read is sealed: like the datagram (its session's token, or its
+/// client key, or untagged).
+#[derive(Clone, Copy, Debug, Default)]
+struct ReplySeal {
+    session_id: u64,
+    key_id: u32,
+    token: Option<AuthKey>,
 }
 
 /// What the leader appends with: its append stage and term, and what a duty cycle appended (counted
@@ -165,29 +264,41 @@ impl<'a> Appending<'a> {
     }
 }
 
+/// Why a datagram was dropped before its records were read.
+enum Dropped {
+    Malformed,
+    Forged,
+}
+
 impl ClientIngress {
-    /// A client endpoint on `socket`, answering through datagrams of at most `datagram_capacity` bytes,
-    /// sending what the node's reader puts in `egress`.
+    /// A client endpoint on `socket`, binding sessions with `secret`, answering through datagrams of at
+    /// most `datagram_capacity` bytes, sending what the node's reader puts in `egress`.
     pub(super) fn new(
         socket: UdpEndpoint,
         config: ClientsConfig,
+        secret: SessionSecret,
         datagram_capacity: usize,
         egress: Arc<OneToOneRingBuffer>,
         counters: IngressCounters,
     ) -> Self {
+        let open_rate = OpenRate::new(config.opens_per_second);
         Self {
             socket,
             // Room for the largest UDP datagram: a client's MTU may be larger than the cluster's.
-            batch: RecvBatch::new(16, crate::frame::MAX_UDP_PAYLOAD_LENGTH),
+            batch: Some(RecvBatch::new(16, crate::frame::MAX_UDP_PAYLOAD_LENGTH)),
             config,
+            secret,
             datagram_capacity,
-            connections: HashMap::new(),
+            connections: Connections::default(),
             dirty: Vec::new(),
             reply: DatagramWriter::new(datagram_capacity),
+            reply_seal: ReplySeal::default(),
             egress,
-            next_session: 0,
+            sessions_opened: 0,
             term: -1,
             next_receive_ns: 0,
+            sequence: Sequence(epoch_ns().max(0) as u64),
+            open_rate,
             counters,
         }
     }
@@ -207,7 +318,7 @@ impl ClientIngress {
         if let Some(appending) = &appending {
             if appending.term != self.term {
                 self.term = appending.term;
-                self.next_session = 0;
+                self.sessions_opened = 0;
             }
         }
         let mut work = self.send_egress(appending.is_some());
@@ -216,10 +327,11 @@ impl ClientIngress {
         }
         let epoch_ns = epoch_ns();
         let mut datagrams = 0;
+        let mut batch = self.batch.take().expect("put back after every poll");
         while datagrams < MAX_DATAGRAMS_PER_CYCLE {
-            let received = self.socket.recv_batch(&mut self.batch).unwrap_or(0);
+            let received = self.socket.recv_batch(&mut batch).unwrap_or(0);
             for i in 0..received {
-                let datagram = self.batch.datagram(i);
+                let datagram = batch.datagram(i);
                 let Some(source) = datagram.source else {
                     continue;
                 };
@@ -228,42 +340,32 @@ impl ClientIngress {
                     self.counters.address_refused.increment();
                     continue;
                 }
-                let records = match Records::parse(datagram.bytes) {
-                    Ok(records) => records,
-                    Err(_) => {
-                        self.counters.malformed_dropped.increment();
-                        continue;
+                match self.authenticate(datagram.bytes) {
+                    Ok((header, records, token)) => {
+                        self.reply_seal = ReplySeal { session_id: header.session_id, key_id: header.key_id, token };
+                        let from = Arrival { source, header, token, now_ns, epoch_ns };
+                        match appending.as_mut() {
+                            Some(appending) => self.on_datagram(from, records, appending),
+                            None => {
+                                self.counters.records_received.add(records.count() as i64);
+                                self.counters.redirects.increment();
+                                let leader = leader.map_or(-1, i64::from);
+                                self.reply
+                                    .push(RecordHeader::new(wire::REDIRECT, header.session_id).value(leader), &[]);
+                            }
+                        }
+                        self.send_reply(source);
                     }
-                };
-                match appending.as_mut() {
-                    Some(appending) => {
-                        let mut state = IngressState {
-                            socket: &self.socket,
-                            config: &self.config,
-                            connections: &mut self.connections,
-                            dirty: &mut self.dirty,
-                            reply: &mut self.reply,
-                            counters: &self.counters,
-                            next_session: &mut self.next_session,
-                            term: self.term,
-                            datagram_capacity: self.datagram_capacity,
-                        };
-                        on_datagram(&mut state, records, source, appending, epoch_ns);
-                    }
-                    None => {
-                        self.counters.records_received.add(records.count() as i64);
-                        self.counters.redirects.increment();
-                        let leader = leader.map_or(-1, i64::from);
-                        self.reply.push(RecordHeader::new(wire::REDIRECT, 0).value(leader), &[]);
-                    }
+                    Err(Dropped::Malformed) => self.counters.malformed_dropped.increment(),
+                    Err(Dropped::Forged) => self.counters.forged_dropped.increment(),
                 }
-                self.send_reply(source);
             }
             datagrams += received;
-            if received < self.batch.capacity() {
+            if received < batch.capacity() {
                 break;
             }
         }
+        self.batch = Some(batch);
         if let Some(appending) = appending.as_mut() {
             appending.stage.count_session_appends(std::mem::take(&mut appending.entries));
             self.counters.messages_appended.add(std::mem::take(&mut appending.messages) as i64);
@@ -273,12 +375,57 @@ impl ClientIngress {
         work + self.flush()
     }
 
-    /// Sends the answers to a datagram that belong to no connection.
+    /// Checks a datagram's header and tag before anything else of it is read: its session's token (a
+    /// session's datagram), or the client key it names (an open, where the cluster has client keys);
+    /// then its records. Returns them with the session's token.
+    fn authenticate<'a>(
+        &self,
+        bytes: &'a [u8],
+    ) -> Result<(wire::DatagramHeader, Records<'a>, Option<AuthKey>), Dropped> {
+        let datagram = Datagram::parse(bytes).map_err(|_| Dropped::Malformed)?;
+        let header = datagram.header;
+        let key = match header.key_id {
+            0 if self.config.keys.is_empty() => None,
+            0 => return Err(Dropped::Forged),
+            id => Some(self.config.key(id).ok_or(Dropped::Forged)?),
+        };
+        let token = if header.session_id != 0 {
+            let token = match self.connections.by_session.get(&header.session_id) {
+                Some(connection) if connection.key_id == header.key_id => connection.token,
+                _ => self.secret.token(header.session_id, key),
+            };
+            if !datagram.verify(&token) {
+                return Err(Dropped::Forged);
+            }
+            Some(token)
+        } else {
+            match key {
+                Some(key) if !datagram.verify(key.key()) => return Err(Dropped::Forged),
+                None if datagram.is_tagged() => return Err(Dropped::Forged),
+                _ => None,
+            }
+        };
+        let records = datagram.records().map_err(|_| Dropped::Malformed)?;
+        Ok((header, records, token))
+    }
+
+    /// Sends the answers to a datagram that belong to no connection, sealed as the datagram was.
     fn send_reply(&mut self, source: SocketAddr) {
         if self.reply.is_empty() {
             return;
         }
-        let _ = self.socket.send(self.reply.finish(), Some(&SockAddr::from(source)));
+        let seal = self.reply_seal;
+        let key = match seal.token {
+            Some(_) => None,
+            None => self.config.key(seal.key_id),
+        };
+        let bytes = self.reply.finish(Seal {
+            session_id: seal.session_id,
+            key_id: seal.key_id,
+            sequence: if seal.session_id == 0 { 0 } else { self.sequence.next() },
+            key: seal.token.as_ref().or(key.map(ClientKey::key)),
+        });
+        let _ = self.socket.send(bytes, Some(&SockAddr::from(source)));
         self.counters.egress_datagrams.increment();
         self.reply.clear();
     }
@@ -318,6 +465,16 @@ impl ClientIngress {
                 connection.next_expected = 1;
                 connection.acked = 0;
                 record.correlation_id = connection.nonce;
+                // The answer to an open goes in a datagram of no session (the client has no token yet),
+                // with the token, wrapped with the client key when there is one.
+                let key = self.config.key(connection.key_id);
+                let token = wrap_token(&connection.token, key, header.session_id, connection.nonce);
+                self.reply.push(record, &token);
+                self.reply_seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
+                let source = connection.addr;
+                self.counters.egress_records.increment();
+                self.send_reply(source);
+                return;
             }
             KEPT_ALIVE => {
                 if connection.state != State::Reconnecting {
@@ -338,7 +495,16 @@ impl ClientIngress {
                 Some(RefusalCode::Gap) => connection.next_expected = header.value as u64,
                 Some(RefusalCode::UnknownSession | RefusalCode::TooManySessions) => {
                     if connection.state == State::Opening {
+                        // Refused before the client had the token: answered as an open is.
                         record.correlation_id = connection.nonce;
+                        self.reply.push(record, &[]);
+                        self.reply_seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
+                        let source = connection.addr;
+                        self.connections.remove(&header.session_id);
+                        self.counters.connections.set(self.connections.len() as i64);
+                        self.counters.egress_records.increment();
+                        self.send_reply(source);
+                        return;
                     }
                     remove = true;
                 }
@@ -347,10 +513,12 @@ impl ClientIngress {
             wire::CLOSED => remove = true,
             _ => {}
         }
-        queue(connection, &self.socket, &self.counters, &mut self.dirty, header.session_id, record, payload);
+        let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+        queue(connection, out, &mut self.dirty, header.session_id, record, payload);
         if remove {
             if let Some(mut connection) = self.connections.remove(&header.session_id) {
-                flush_connection(&mut connection, &self.socket, &self.counters);
+                let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+                flush_connection(&mut connection, header.session_id, out);
             }
             self.counters.connections.set(self.connections.len() as i64);
         }
@@ -360,26 +528,220 @@ impl ClientIngress {
     fn flush(&mut self) -> usize {
         let mut sent = 0;
         for session in self.dirty.drain(..) {
-            if let Some(connection) = self.connections.get_mut(&session) {
-                sent += flush_connection(connection, &self.socket, &self.counters);
+            if let Some(connection) = self.connections.by_session.get_mut(&session) {
+                let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+                sent += flush_connection(connection, session, out);
             }
         }
         sent
     }
+
+    /// The leader takes the records of one authenticated datagram.
+    fn on_datagram(&mut self, from: Arrival, records: Records<'_>, append: &mut Appending<'_>) {
+        let session = from.header.session_id;
+        if session == 0 {
+            let mut received = 0;
+            for (record, _) in records {
+                received += 1;
+                match record.kind {
+                    wire::OPEN => self.on_open(&from, record.correlation_id, append),
+                    // A session's record outside a datagram tagged with its token claims what it cannot prove.
+                    _ if record.session_id != 0 => self.counters.forged_dropped.increment(),
+                    _ => self.counters.malformed_dropped.increment(),
+                }
+            }
+            self.counters.records_received.add(received);
+            return;
+        }
+        let token = from.token.expect("a session's datagram is checked with its token");
+        match self.connections.by_session.get_mut(&session) {
+            Some(connection) if connection.addr == from.source => {
+                if !connection.window.accept(from.header.sequence) {
+                    self.counters.replayed_dropped.increment();
+                    return;
+                }
+                let mut state = IngressState {
+                    socket: &self.socket,
+                    config: &self.config,
+                    dirty: &mut self.dirty,
+                    reply: &mut self.reply,
+                    counters: &self.counters,
+                    sequence: &mut self.sequence,
+                };
+                on_session_records(&mut state, connection, session, records, append, from.epoch_ns);
+            }
+            existing => {
+                // Not from the session's address (or a session this leader has no connection for): only a
+                // fresh proof that the sender holds the token moves it here.
+                match existing {
+                    Some(c) if !c.window.is_fresh(from.header.sequence) => {
+                        self.counters.replayed_dropped.increment();
+                        return;
+                    }
+                    Some(_) => self.counters.source_mismatch.increment(),
+                    None => self.counters.unknown_session.increment(),
+                }
+                let mut received = 0;
+                let mut answer = None;
+                for (record, _) in records {
+                    received += 1;
+                    if record.kind == wire::RECONNECT && record.correlation_id != 0 {
+                        answer = Some(record.correlation_id);
+                    }
+                }
+                self.counters.records_received.add(received);
+                let proven =
+                    answer.is_some_and(|a| self.secret.answers_challenge(session, from.source, from.now_ns, a));
+                if !self.open_rate.take(AddressKey::of(from.source.ip()), from.now_ns) {
+                    self.counters.rate_limited.increment();
+                    let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::RateLimited as u8);
+                    self.reply.push(refusal, &[]);
+                    return;
+                }
+                if proven {
+                    self.on_reconnect(&from, token, append);
+                } else {
+                    self.counters.challenges_sent.increment();
+                    let challenge = self.secret.challenge(session, from.source, from.now_ns);
+                    self.reply.push(RecordHeader::new(wire::CHALLENGE, session).correlation(challenge), &[]);
+                }
+            }
+        }
+    }
+
+    /// A client asks to open a session (`nonce` tells its repeats apart from a second open).
+    fn on_open(&mut self, from: &Arrival, nonce: u64, append: &mut Appending<'_>) {
+        let refuse = |reply: &mut DatagramWriter, code: RefusalCode| {
+            reply.push(RecordHeader::new(wire::REFUSED, 0).correlation(nonce).code(code as u8), &[]);
+        };
+        let repeat = self
+            .connections
+            .by_session
+            .iter()
+            .find(|(_, c)| c.addr == from.source && c.nonce == nonce && c.state == State::Opening);
+        if repeat.is_some() {
+            // Its open is in the log: the answer comes when it is applied.
+            return;
+        }
+        let address = AddressKey::of(from.source.ip());
+        if !self.open_rate.take(address, from.now_ns) {
+            self.counters.rate_limited.increment();
+            return refuse(&mut self.reply, RefusalCode::RateLimited);
+        }
+        if self.connections.len() >= self.config.max_sessions {
+            self.counters.sessions_refused.increment();
+            return refuse(&mut self.reply, RefusalCode::TooManySessions);
+        }
+        if self.connections.per_address.of(address) >= self.config.max_sessions_per_address {
+            self.counters.address_sessions_refused.increment();
+            return refuse(&mut self.reply, RefusalCode::TooManyFromAddress);
+        }
+        self.sessions_opened += 1;
+        let session_id = self.secret.session_id(self.term, self.sessions_opened);
+        let entry = SessionEntry::Open { session_id, timestamp_ns: from.epoch_ns };
+        match append_entry(append, &self.counters, &entry, &[]) {
+            Ok(()) => {
+                self.counters.sessions_opened.increment();
+                let key = self.config.key(from.header.key_id);
+                let token = self.secret.token(session_id, key);
+                let mut connection = self.connection(from, State::Opening, token);
+                connection.nonce = nonce;
+                self.connections.insert(session_id, connection);
+                self.counters.connections.set(self.connections.len() as i64);
+            }
+            Err(_) => refuse(&mut self.reply, RefusalCode::BackPressured),
+        }
+    }
+
+    /// The client of `from`'s session proved it holds the token from `from.source`: the session goes on
+    /// here, at that address. A keep-alive goes into the log, and its application answers with the
+    /// session's last applied message (or that the session is gone).
+    fn on_reconnect(&mut self, from: &Arrival, token: AuthKey, append: &mut Appending<'_>) {
+        let session = from.header.session_id;
+        let address = AddressKey::of(from.source.ip());
+        let old_address = self.connections.by_session.get(&session).map(|c| AddressKey::of(c.addr.ip()));
+        if old_address.is_none() && self.connections.len() >= self.config.max_sessions {
+            self.counters.sessions_refused.increment();
+            let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::TooManySessions as u8);
+            self.reply.push(refusal, &[]);
+            return;
+        }
+        let held = self.connections.per_address.of(address) - usize::from(old_address == Some(address));
+        if held >= self.config.max_sessions_per_address {
+            self.counters.address_sessions_refused.increment();
+            let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::TooManyFromAddress as u8);
+            self.reply.push(refusal, &[]);
+            return;
+        }
+        let entry = SessionEntry::KeepAlive { session_id: session, timestamp_ns: from.epoch_ns };
+        if append_entry(append, &self.counters, &entry, &[]).is_err() {
+            let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::BackPressured as u8);
+            self.reply.push(refusal, &[]);
+            return;
+        }
+        let mut connection = self.connection(from, State::Reconnecting, token);
+        if let Some(mut old) = self.connections.remove(&session) {
+            connection.nonce = old.nonce;
+            // Whatever was waiting for the old address goes there, and then the news that it was displaced.
+            self.counters.displaced.increment();
+            let displaced = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::Displaced as u8);
+            let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+            queue(&mut old, out, &mut self.dirty, session, displaced, &[]);
+            let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+            flush_connection(&mut old, session, out);
+        }
+        self.connections.insert(session, connection);
+        self.counters.connections.set(self.connections.len() as i64);
+    }
+
+    /// A new connection for the client at `from.source`, its datagrams seen up to `from`'s.
+    fn connection(&self, from: &Arrival, state: State, token: AuthKey) -> Connection {
+        Connection {
+            addr: from.source,
+            sockaddr: SockAddr::from(from.source),
+            state,
+            nonce: 0,
+            key_id: from.header.key_id,
+            token,
+            window: ReplayWindow::starting_after(from.header.sequence),
+            next_expected: 1,
+            acked: 0,
+            last_logged_ns: from.epoch_ns,
+            writer: DatagramWriter::new(self.datagram_capacity),
+            dirty: false,
+        }
+    }
+}
+
+/// Where an authenticated datagram came from, and when.
+struct Arrival {
+    source: SocketAddr,
+    header: wire::DatagramHeader,
+    token: Option<AuthKey>,
+    now_ns: u64,
+    /// The leader's clock for session entries.
+    epoch_ns: i64,
+}
+
+/// What sending to a client needs.
+struct Out<'a> {
+    socket: &'a UdpEndpoint,
+    counters: &'a IngressCounters,
+    sequence: &'a mut Sequence,
 }
 
 /// Adds `record` to `connection`'s datagram, sending it first when full.
 fn queue(
     connection: &mut Connection,
-    socket: &UdpEndpoint,
-    counters: &IngressCounters,
+    out: Out<'_>,
     dirty: &mut Vec<u64>,
     session: u64,
     record: RecordHeader,
     payload: &[u8],
 ) {
+    let counters = out.counters;
     if !connection.writer.fits(payload.len()) {
-        flush_connection(connection, socket, counters);
+        flush_connection(connection, session, out);
     }
     if !connection.writer.push(record, payload) {
         counters.egress_dropped.increment();
@@ -392,130 +754,105 @@ fn queue(
     }
 }
 
-/// Sends `connection`'s datagram if it holds records; returns the datagrams sent.
-fn flush_connection(connection: &mut Connection, socket: &UdpEndpoint, counters: &IngressCounters) -> usize {
+/// Sends `connection`'s datagram, tagged with its token, if it holds records; returns the datagrams sent.
+fn flush_connection(connection: &mut Connection, session: u64, out: Out<'_>) -> usize {
     connection.dirty = false;
     if connection.writer.is_empty() {
         return 0;
     }
-    let _ = socket.send(connection.writer.finish(), Some(&connection.sockaddr));
+    let seal = Seal {
+        session_id: session,
+        key_id: connection.key_id,
+        sequence: out.sequence.next(),
+        key: Some(&connection.token),
+    };
+    let _ = out.socket.send(connection.writer.finish(seal), Some(&connection.sockaddr));
     connection.writer.clear();
-    counters.egress_datagrams.increment();
+    out.counters.egress_datagrams.increment();
     1
 }
 
-/// What the handling of one datagram's records works on.
+/// What the handling of one session datagram's records works on.
 struct IngressState<'a> {
     socket: &'a UdpEndpoint,
     config: &'a ClientsConfig,
-    connections: &'a mut HashMap<u64, Connection>,
     dirty: &'a mut Vec<u64>,
     reply: &'a mut DatagramWriter,
     counters: &'a IngressCounters,
-    next_session: &'a mut u32,
-    term: i64,
-    datagram_capacity: usize,
+    sequence: &'a mut Sequence,
 }
 
-/// The leader takes the records of one datagram from `source`.
-fn on_datagram(
+impl IngressState<'_> {
+    /// Queues `record` on `connection` (as the egress answers are).
+    fn queue_on(&mut self, connection: &mut Connection, session: u64, record: RecordHeader) {
+        let out = Out { socket: self.socket, counters: self.counters, sequence: self.sequence };
+        queue(connection, out, self.dirty, session, record, &[]);
+    }
+}
+
+/// The records of one datagram of `session`, from its own address.
+fn on_session_records(
     state: &mut IngressState<'_>,
+    connection: &mut Connection,
+    session: u64,
     records: Records<'_>,
-    source: SocketAddr,
     append: &mut Appending<'_>,
     now: i64,
 ) {
-    // One NAK per session per datagram is enough: the client resends from it.
-    let mut nacked = None;
-    let mut records = records.peekable();
+    // One NAK per datagram is enough: the client resends from it.
+    let mut nak = None;
     let mut received = 0i64;
-    while let Some((record, payload)) = records.next() {
+    for (record, payload) in records {
         received += 1;
-        if record.kind == wire::MESSAGE {
-            // The fast path: a run of one session's messages, its connection looked up once.
-            let session = record.session_id;
-            if let Some(connection) = state.connections.get_mut(&session).filter(|c| c.addr == source) {
-                let mut nak = None;
-                let mut next = Some((record, payload));
-                while let Some((record, payload)) = next {
-                    let expected = on_message(state.config, state.counters, connection, record, payload, append, now);
-                    nak = nak.or(expected);
-                    next = records.next_if(|(r, _)| r.kind == wire::MESSAGE && r.session_id == session);
-                    received += i64::from(next.is_some());
-                }
-                if let (Some(expected), false) = (nak, nacked == Some(session)) {
-                    nacked = Some(session);
-                    queue_on(state, session, RecordHeader::new(wire::NAK, session).value(expected as i64));
-                }
-                continue;
-            }
-        }
         match record.kind {
-            wire::OPEN => on_open(state, record.correlation_id, source, append, now),
-            wire::RECONNECT => on_reconnect(state, record.session_id, source, append, now),
-            wire::MESSAGE | wire::KEEP_ALIVE | wire::CLOSE => {
-                let Some(connection) = state.connections.get_mut(&record.session_id) else {
-                    state.counters.unknown_session.increment();
-                    let refusal = RecordHeader::new(wire::REFUSED, record.session_id)
-                        .correlation(record.correlation_id)
-                        .code(RefusalCode::NotConnected as u8);
-                    if state.reply.is_empty() {
-                        state.reply.push(refusal, &[]);
-                    }
-                    continue;
-                };
-                if connection.addr != source {
-                    state.counters.source_mismatch.increment();
-                    continue;
+            wire::MESSAGE => {
+                let expected = on_message(state.config, state.counters, connection, record, payload, append, now);
+                nak = nak.or(expected);
+            }
+            wire::KEEP_ALIVE => {
+                let quarter = state.config.session_timeout.as_nanos() as i64 / 4;
+                if now.saturating_sub(connection.last_logged_ns) >= quarter
+                    && append_entry(
+                        append,
+                        state.counters,
+                        &SessionEntry::KeepAlive { session_id: session, timestamp_ns: now },
+                        &[],
+                    )
+                    .is_ok()
+                {
+                    connection.last_logged_ns = now;
                 }
-                match record.kind {
-                    wire::MESSAGE => {
-                        if let Some(expected) =
-                            on_message(state.config, state.counters, connection, record, payload, append, now)
-                        {
-                            if nacked != Some(record.session_id) {
-                                nacked = Some(record.session_id);
-                                let nak = RecordHeader::new(wire::NAK, record.session_id).value(expected as i64);
-                                queue_on(state, record.session_id, nak);
-                            }
-                        }
-                    }
-                    wire::KEEP_ALIVE => {
-                        let quarter = state.config.session_timeout.as_nanos() as i64 / 4;
-                        if now.saturating_sub(connection.last_logged_ns) >= quarter
-                            && append_entry(
-                                append,
-                                state.counters,
-                                &SessionEntry::KeepAlive { session_id: record.session_id, timestamp_ns: now },
-                                &[],
-                            )
-                            .is_ok()
-                        {
-                            connection.last_logged_ns = now;
-                        }
-                        queue_on(state, record.session_id, RecordHeader::new(wire::HEARTBEAT, record.session_id));
-                    }
-                    _ => {
-                        let _ = append_entry(
-                            append,
-                            state.counters,
-                            &SessionEntry::Close { session_id: record.session_id, timestamp_ns: now },
-                            &[],
-                        );
+                state.queue_on(connection, session, RecordHeader::new(wire::HEARTBEAT, session));
+            }
+            wire::CLOSE => {
+                let _ = append_entry(
+                    append,
+                    state.counters,
+                    &SessionEntry::Close { session_id: session, timestamp_ns: now },
+                    &[],
+                );
+            }
+            wire::RECONNECT => {
+                // The client goes on here from where it was (it looked for a leader and found this one
+                // again): the table tells it where its session is.
+                if connection.state != State::Reconnecting {
+                    let entry = SessionEntry::KeepAlive { session_id: session, timestamp_ns: now };
+                    if append_entry(append, state.counters, &entry, &[]).is_ok() {
+                        connection.state = State::Reconnecting;
+                        connection.last_logged_ns = now;
+                    } else {
+                        let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::BackPressured as u8);
+                        state.reply.push(refusal, &[]);
                     }
                 }
             }
             _ => state.counters.malformed_dropped.increment(),
         }
     }
-    state.counters.records_received.add(received);
-}
-
-/// Queues `record` on session `session`'s connection, if it has one (as the egress answers are).
-fn queue_on(state: &mut IngressState<'_>, session: u64, record: RecordHeader) {
-    if let Some(connection) = state.connections.get_mut(&session) {
-        queue(connection, state.socket, state.counters, state.dirty, session, record, &[]);
+    if let Some(expected) = nak {
+        state.queue_on(connection, session, RecordHeader::new(wire::NAK, session).value(expected as i64));
     }
+    state.counters.records_received.add(received);
 }
 
 /// A message of an open session; returns the correlation id to NAK for when it is past a gap.
@@ -557,85 +894,6 @@ fn on_message(
         // The client resends from it after a NAK.
         Err(AppendError::BackPressured) => Some(connection.next_expected),
         Err(_) => None,
-    }
-}
-
-/// A client asks to open a session (`nonce` tells its repeats apart from a second open).
-fn on_open(state: &mut IngressState<'_>, nonce: u64, source: SocketAddr, append: &mut Appending<'_>, now: i64) {
-    let repeat = state
-        .connections
-        .iter_mut()
-        .find(|(_, c)| c.addr == source && c.nonce == nonce && c.state != State::Reconnecting);
-    if let Some((&session, connection)) = repeat {
-        if connection.state == State::Open {
-            // The answer was lost: say it again.
-            let opened = RecordHeader::new(wire::OPENED, session).correlation(nonce);
-            queue_on(state, session, opened);
-        }
-        return;
-    }
-    if state.connections.len() >= state.config.max_sessions {
-        state.counters.sessions_refused.increment();
-        state
-            .reply
-            .push(RecordHeader::new(wire::REFUSED, 0).correlation(nonce).code(RefusalCode::TooManySessions as u8), &[]);
-        return;
-    }
-    *state.next_session = state.next_session.wrapping_add(1).max(1);
-    let session_id = ((state.term as u64) << 32) | u64::from(*state.next_session);
-    let entry = SessionEntry::Open { session_id, timestamp_ns: now };
-    match append_entry(append, state.counters, &entry, &[]) {
-        Ok(()) => {
-            state.counters.sessions_opened.increment();
-            state
-                .connections
-                .insert(session_id, connection(source, State::Opening, nonce, now, state.datagram_capacity));
-            state.counters.connections.set(state.connections.len() as i64);
-        }
-        Err(_) => {
-            state.reply.push(
-                RecordHeader::new(wire::REFUSED, 0).correlation(nonce).code(RefusalCode::BackPressured as u8),
-                &[],
-            );
-        }
-    }
-}
-
-/// A client goes on with `session` here: a keep-alive goes into the log, and its application answers
-/// with the session's last applied message (or that the session is gone).
-fn on_reconnect(state: &mut IngressState<'_>, session: u64, source: SocketAddr, append: &mut Appending<'_>, now: i64) {
-    let known = state.connections.contains_key(&session);
-    if !known && state.connections.len() >= state.config.max_sessions {
-        state.counters.sessions_refused.increment();
-        state.reply.push(RecordHeader::new(wire::REFUSED, session).code(RefusalCode::TooManySessions as u8), &[]);
-        return;
-    }
-    if let Some(connection) = state.connections.get(&session) {
-        if connection.state == State::Reconnecting && connection.addr == source {
-            return;
-        }
-    }
-    let entry = SessionEntry::KeepAlive { session_id: session, timestamp_ns: now };
-    if append_entry(append, state.counters, &entry, &[]).is_err() {
-        state.reply.push(RecordHeader::new(wire::REFUSED, session).code(RefusalCode::BackPressured as u8), &[]);
-        return;
-    }
-    let nonce = state.connections.get(&session).map_or(0, |c| c.nonce);
-    state.connections.insert(session, connection(source, State::Reconnecting, nonce, now, state.datagram_capacity));
-    state.counters.connections.set(state.connections.len() as i64);
-}
-
-fn connection(addr: SocketAddr, state: State, nonce: u64, now: i64, datagram_capacity: usize) -> Connection {
-    Connection {
-        addr,
-        sockaddr: SockAddr::from(addr),
-        state,
-        nonce,
-        next_expected: 1,
-        acked: 0,
-        last_logged_ns: now,
-        writer: DatagramWriter::new(datagram_capacity),
-        dirty: false,
     }
 }
 

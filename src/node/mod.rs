@@ -39,6 +39,7 @@
 
 mod builder;
 mod client;
+mod client_limits;
 mod driver;
 mod error;
 mod ingress;
@@ -68,7 +69,7 @@ use crate::counters::{Counter, CountersManager};
 use crate::directory::{NodeDirectory, StalePolicy};
 use crate::frame::SESSION_FLAG;
 use crate::log_buffer::MessageReader;
-use crate::recording::catch_up::CatchUpServer;
+use crate::recording::catch_up::{CatchUpKey, CatchUpServer};
 use crate::recording::{Recorder, RecorderCounters, SyncPolicy};
 use crate::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::session::Entry;
@@ -197,8 +198,11 @@ impl Node {
                 SnapshotStore::open(&config.snapshot_dir_path(), identity)
                     .map_err(|e| NodeError::Snapshot(e.to_string()))
             };
-            let others = config.members.iter().filter(|m| m.id != config.id).map(|m| m.consensus.ip()).collect();
-            let server = CatchUpServer::bind(config.me().consensus, others, config.membership(), snapshot_store(&config)?)
+            let others =
+                config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
+            let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
+            let server =
+                CatchUpServer::bind(config.me().consensus, others, config.membership(), catch_up_key, snapshot_store(&config)?)
                 .map_err(|e| {
                     let message = format!(
                         "member {}: cannot serve catch-ups at {} (tcp): {e}; followers far behind cannot catch up from this member",
@@ -212,6 +216,7 @@ impl Node {
             let agent = Recorder::new(recovered.recording, switches, counters, compact_below.clone()).with_catch_up(
                 server,
                 Arc::clone(&shared.catch_ups),
+                catch_up_key,
                 snapshot_store(&config)?,
             );
             recorder = Some(Box::new(agent) as Box<dyn crate::agent::Agent>);
@@ -840,8 +845,17 @@ fn start_clients(
     let (socket, _) = UdpEndpoint::bind(me.client, &config.channel.socket).map_err(|e| {
         NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the client endpoint {}: {e}", me.client)))
     })?;
-    let ingress =
-        ClientIngress::new(socket, config.clients.clone(), datagram_capacity, Arc::clone(&egress), ingress_counters);
+    let secret = config.clients.secret(config.channel.auth.as_ref()).ok_or_else(|| {
+        NodeError::Config("clients need clients.session_key or channel.auth_key (checked at start)".into())
+    })?;
+    let ingress = ClientIngress::new(
+        socket,
+        config.clients.clone(),
+        secret,
+        datagram_capacity,
+        Arc::clone(&egress),
+        ingress_counters,
+    );
     let sessions = ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
     Ok((Some(ingress), sessions))
 }

@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::catch_up::{self, CatchUpRequest, CatchUpServer, Fetched};
+use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
 use crate::counters::Counter;
@@ -100,6 +100,8 @@ pub struct RecorderCounters {
     pub catch_ups_served: Counter,
     /// Catch-up connections refused.
     pub catch_ups_refused: Counter,
+    /// Catch-up connections timed out.
+    pub catch_ups_timed_out: Counter,
 }
 
 impl RecorderCounters {
@@ -119,6 +121,7 @@ impl RecorderCounters {
             catch_ups_failed: allocate(&kinds::recorder::catch_ups_failed),
             catch_ups_served: allocate(&kinds::recorder::catch_ups_served),
             catch_ups_refused: allocate(&kinds::recorder::catch_ups_refused),
+            catch_ups_timed_out: allocate(&kinds::recorder::catch_ups_timed_out),
         }
     }
 
@@ -148,6 +151,8 @@ pub struct Recorder {
     catching_up: Option<std::thread::JoinHandle<CatchUpOutcome>>,
     /// Catch-ups this member makes, and where it installs a snapshot it is sent.
     catch_ups: Arc<CatchUpChannel>,
+    /// The key this member proves to the leader it catches up from.
+    catch_up_key: Option<CatchUpKey>,
     snapshots: Option<SnapshotStore>,
 }
 
@@ -177,20 +182,23 @@ impl Recorder {
             server: None,
             catching_up: None,
             catch_ups: Arc::default(),
+            catch_up_key: None,
             snapshots: None,
         }
     }
 
-    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for, installing snapshots into
-    /// `snapshots`.
+    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for, proving `key`, installing
+    /// snapshots into `snapshots`.
     pub fn with_catch_up(
         mut self,
         server: Option<CatchUpServer>,
         catch_ups: Arc<CatchUpChannel>,
+        key: CatchUpKey,
         snapshots: SnapshotStore,
     ) -> Self {
         self.server = server;
         self.catch_ups = catch_ups;
+        self.catch_up_key = Some(key);
         self.snapshots = Some(snapshots);
         self
     }
@@ -204,6 +212,9 @@ impl Recorder {
         }
         let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
         let Some((leader, mut request)) = *pending else {
+            return Ok(0);
+        };
+        let Some(key) = self.catch_up_key else {
             return Ok(0);
         };
         let Some(snapshots) = self.snapshots.take() else {
@@ -227,7 +238,7 @@ impl Recorder {
         let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
         let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
             let result = Recording::open(config, identity).map_err(|e| e.to_string()).and_then(|(mut recording, _)| {
-                let fetched = catch_up::fetch(leader, request, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
+                let fetched = catch_up::fetch(leader, request, &key, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
                 // Whatever arrived is kept (it verified); it is made durable before it is reported.
                 recording.sync().map_err(|e| e.to_string())?;
                 Ok((recording, fetched))

@@ -165,7 +165,8 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
                     let _ = run.service_ns.record(now.saturating_sub(offered_at[slot]).max(1));
                 }
             }
-            Event::NotApplied { .. } => run.not_applied += 1,
+            // A message whose session moved to another holder of its token: not known applied here.
+            Event::NotApplied { .. } | Event::OutcomeUnknown { .. } => run.not_applied += 1,
             Event::Connected { .. } => run.reconnects += 1,
             _ => {}
         });

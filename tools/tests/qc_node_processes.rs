@@ -36,6 +36,8 @@ fn node_files(scratch: &Path) -> Vec<PathBuf> {
 /// As [`node_files`], with remote clients taken at free client endpoints.
 fn client_node_files(scratch: &Path) -> Vec<PathBuf> {
     let clients: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
+    // The key every member derives its sessions' ids and tokens from: the same on all three.
+    let session_key = quorumcast::auth::AuthKey::generate().unwrap().to_hex();
     node_files_with(scratch, |table| {
         for member in table["members"].as_array_mut().unwrap() {
             let member = member.as_table_mut().unwrap();
@@ -44,6 +46,7 @@ fn client_node_files(scratch: &Path) -> Vec<PathBuf> {
         }
         let mut section = toml::Table::new();
         section.insert("enabled".into(), true.into());
+        section.insert("session_key".into(), session_key.clone().into());
         table.insert("clients".into(), section.into());
     })
 }
@@ -805,8 +808,15 @@ fn client_outcome(process: &mut Process) -> (u64, std::collections::HashMap<Stri
             }
         }
     }
-    let session = values.get("session").copied().unwrap_or_else(|| panic!("{}: no session:\n{stdout:?}", process.name));
-    (session as u64, values)
+    // A session id is 64 random-looking bits: read as an integer, not through the f64 of the counts.
+    let session = stdout
+        .iter()
+        .flat_map(|line| {
+            line.split_whitespace().collect::<Vec<_>>().windows(2).map(|w| (w[0], w[1])).collect::<Vec<_>>()
+        })
+        .find_map(|(key, value)| (key == "session").then(|| value.parse::<u64>().ok()).flatten())
+        .unwrap_or_else(|| panic!("{}: no session:\n{stdout:?}", process.name));
+    (session, values)
 }
 
 /// The client messages a member applied, by session, in log order.

@@ -43,6 +43,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
+use quorumcast::auth::AuthKey;
+use quorumcast::cluster_client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use quorumcast::cluster_client::{ClientConfig, ClusterClient};
 use quorumcast::config::NodeFile;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
@@ -59,6 +61,14 @@ struct Args {
     /// A member's id and client endpoint, `ID=HOST:PORT` (repeatable; instead of --cluster).
     #[arg(long, value_name = "ID=ADDR")]
     member: Vec<String>,
+    /// A file holding the client key (64 hex digits) of a cluster that requires one (`[clients]
+    /// auth_key`, or an entry of `[clients] keys`).
+    #[arg(long, value_name = "FILE")]
+    client_key_file: Option<PathBuf>,
+    /// The name the cluster knows the key by: `default` for `[clients] auth_key`, else the entry's
+    /// `name` in `[clients] keys`.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_CLIENT_KEY_NAME, requires = "client_key_file")]
+    client_key_name: String,
     /// Messages to have committed.
     #[arg(long, value_name = "N", required_unless_present = "udp_rtt")]
     offer: Option<u64>,
@@ -145,6 +155,17 @@ fn members(args: &Args) -> Result<Vec<(i32, SocketAddr)>, Usage> {
         return Err(Usage("give the cluster: --cluster NODE_FILE or --member ID=HOST:PORT".into()));
     }
     Ok(members)
+}
+
+/// The client key of `--client-key-file`, under `--client-key-name`; `None` without the file.
+fn client_key(args: &Args) -> Result<Option<ClientKey>, Usage> {
+    let Some(path) = &args.client_key_file else {
+        return Ok(None);
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Usage(format!("--client-key-file {}: {e}", path.display())))?;
+    let key: AuthKey = text.parse().map_err(|e| Usage(format!("--client-key-file {}: {e}", path.display())))?;
+    Ok(Some(ClientKey::new(args.client_key_name.clone(), key)))
 }
 
 /// The `--idle` strategy as a closure for a duty cycle without work (`sched_yield` without one), with
@@ -271,6 +292,7 @@ fn run(args: &Args) -> Result<bool, Usage> {
         return Err(Usage("--rate must be a positive number of messages a second".into()));
     }
     let mut config = ClientConfig::new(members(args)?);
+    config.key = client_key(args)?;
     config.mtu = args.mtu;
     config.window = args.window.max(1);
     config.leader_timeout = Duration::from_secs_f64(args.leader_timeout.max(0.01));

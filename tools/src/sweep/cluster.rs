@@ -24,14 +24,16 @@
 //! harness seeing the entry committed on the leader, which includes up to one harness loop of delay.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use quorumcast::agent::ThreadingMode;
+use quorumcast::auth::AuthKey;
 use quorumcast::channel::ChannelConfig;
+use quorumcast::cluster_client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use quorumcast::counters::CountersReader;
 use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::node::{Client, ClientsConfig, Member, Node, NodeBuilder};
@@ -302,6 +304,16 @@ pub enum Storage {
     },
 }
 
+/// Writes `key` as 64 hex digits to `path`, readable by its owner alone; returns the path.
+fn write_key_file(path: &Path, key: &AuthKey) -> Result<PathBuf, SweepError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    writeln!(file, "{}", key.to_hex())?;
+    Ok(path.to_path_buf())
+}
+
 /// What one cluster runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterSpec {
@@ -320,10 +332,14 @@ pub struct ClusterSpec {
     /// Where the threads go.
     pub layout: Layout,
     /// Every node takes remote clients at its member's client endpoint
-    /// (`NodeBuilder::clients(ClientsConfig::default())`; see [`LoadCluster::client_endpoints`]); the
+    /// (`NodeBuilder::clients(ClientsConfig::enabled(..))`, a fresh session key; see [`LoadCluster::client_endpoints`]); the
     /// harness applies their messages beside its own and leaves them out of its counts (see
     /// [`harness::Applier`]). Off in the sweep's default runs.
     pub clients: bool,
+    /// With [`clients`](Self::clients): the client key every client must hold (the cluster's one
+    /// `ClientsConfig::keys`, under [`DEFAULT_CLIENT_KEY_NAME`]); `None`: any client may open a session.
+    /// A client process finds it in [`LoadCluster::client_key_file`].
+    pub client_key: Option<AuthKey>,
     /// Where the nodes keep their log: in memory for the sweep (see [`Storage`]).
     pub storage: Storage,
     /// The log channel, when not the sweep's own (`mtu` and `send_mode` above are then ignored): the
@@ -344,6 +360,7 @@ impl ClusterSpec {
             msg,
             layout,
             clients: false,
+            client_key: None,
             storage: Storage::Memory,
             channel: None,
         }
@@ -377,6 +394,8 @@ pub struct LoadCluster {
     members: Vec<Member>,
     /// Each member's node directory, by id.
     dirs: Vec<PathBuf>,
+    /// The file holding [`ClusterSpec::client_key`], when there is one; removed on close.
+    client_key_file: Option<PathBuf>,
     client: Client,
     /// The harness runs the invokers of the nodes in `nodes` each cycle (see [`Layout::invoked`]).
     invoked: bool,
@@ -598,9 +617,15 @@ impl LoadCluster {
         let dirs: Vec<PathBuf> = (0..3).map(|id| harness::node_dir("sweep", run, id)).collect();
         let backoff = IdleStrategyConfig::default();
         let channel = spec.channel.clone().unwrap_or_else(|| channel(spec));
+        // The members' session key: fresh for each cluster, held by its members alone.
+        let session_key = AuthKey::generate()?;
         let base = |id: i32| {
             let builder = NodeBuilder::new(id, members.clone());
-            let builder = if spec.clients { builder.clients(ClientsConfig::default()) } else { builder };
+            let clients = ClientsConfig {
+                keys: spec.client_key.map(|key| ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key)).into_iter().collect(),
+                ..ClientsConfig::enabled(session_key)
+            };
+            let builder = if spec.clients { builder.clients(clients) } else { builder };
             let builder = builder
                 .leader(0)
                 .timers(harness::patient_timers())
@@ -663,10 +688,15 @@ impl LoadCluster {
             }
         }
         let client = nodes[0].client();
+        let client_key_file = match spec.client_key.filter(|_| spec.clients) {
+            Some(key) => Some(write_key_file(&dirs[0].with_extension("client-key"), &key)?),
+            None => None,
+        };
         let mut cluster = Self {
             nodes,
             members,
             dirs,
+            client_key_file,
             client,
             invoked: layout.invoked,
             paused: [false; 3],
@@ -846,6 +876,12 @@ impl LoadCluster {
             .map_or((0, 0), |t| (t.state.loops.load(Ordering::Relaxed), t.state.idle_loops.load(Ordering::Relaxed)))
     }
 
+    /// The file of the client key every client must hold (`qc-client --client-key-file`), when the
+    /// cluster requires one ([`ClusterSpec::client_key`]).
+    pub fn client_key_file(&self) -> Option<&Path> {
+        self.client_key_file.as_deref()
+    }
+
     /// Each member's id and client endpoint, the leader (0) first: where a remote client connects, when
     /// the cluster takes clients ([`ClusterSpec::clients`]).
     pub fn client_endpoints(&self) -> Vec<(i32, SocketAddr)> {
@@ -896,6 +932,9 @@ impl LoadCluster {
     /// out of order.
     pub fn close(self) -> Result<(), SweepError> {
         let mut errors = Vec::new();
+        if let Some(path) = &self.client_key_file {
+            let _ = std::fs::remove_file(path);
+        }
         let mut bad = self.out_of_order();
         if let Some(thread) = self.followers {
             match thread.stop() {

@@ -222,6 +222,9 @@ impl ClientProcess {
         for (id, addr) in cluster.client_endpoints() {
             command.arg("--member").arg(format!("{id}={addr}"));
         }
+        if let Some(path) = cluster.client_key_file() {
+            command.arg("--client-key-file").arg(path);
+        }
         command
             .args(["--offer", &load.messages.to_string(), "--warmup", &load.warmup.to_string()])
             .args(["--msg-size", &load.msg_size.to_string(), "--mtu", &load.mtu.to_string()])
