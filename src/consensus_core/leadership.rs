@@ -12,11 +12,10 @@
 //! - a leader that has not heard from a majority (itself included) within the heartbeat timeout steps
 //!   down, so it stops refusing canvasses and the majority can elect a reachable leader.
 
-use crate::consensus::quorum_position;
-
 use super::machine::{ConsensusCore, Leadership, Peer, Phase};
 use super::message::Message;
 use super::output::{Destination, Output};
+use super::quorum::quorum_position;
 use super::MemberId;
 
 impl ConsensusCore {

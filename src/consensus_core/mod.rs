@@ -76,6 +76,7 @@ pub mod machine;
 pub mod message;
 pub mod output;
 pub mod prng;
+mod quorum;
 pub mod term_history;
 pub mod wire;
 
@@ -88,6 +89,7 @@ pub use durable::DurableState;
 pub use machine::{ConsensusCore, Role};
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
+pub use quorum::quorum_position;
 pub use term_history::{TermBase, TermHistory};
 
 /// A cluster member's id, as carried in the consensus frames.
