@@ -18,16 +18,8 @@
 use super::machine::{ConsensusCore, Phase};
 use super::message::Message;
 use super::output::{Destination, Output};
+use super::term_history::LeaderTerm;
 use super::MemberId;
-
-/// What the leader's log says about one of its terms: `log_term` is followed directly by `next_term`,
-/// which starts at `next_base`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct LeaderTerm {
-    pub(super) log_term: i64,
-    pub(super) next_term: i64,
-    pub(super) next_base: i64,
-}
 
 /// The outcome of comparing the local log with the leader's.
 enum Agreement {

@@ -2,41 +2,15 @@
 //! (adopting a newer term, following a leader, announcing the role). The role-specific rules live in
 //! `election.rs`, `leadership.rs` and `following.rs`.
 
-use std::fmt;
-
 use super::config::{ConfigError, CoreConfig};
 use super::counters::CoreCounters;
 use super::durable::DurableState;
-use super::following::LeaderTerm;
 use super::message::Message;
 use super::output::{CoreError, Destination, Output};
 use super::prng::SplitMix64;
-use super::term_history::TermHistory;
+use super::role::Role;
+use super::term_history::{LeaderTerm, TermHistory};
 use super::MemberId;
-
-/// A member's role in the current leadership term.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// Replicates a leader's log, or waits for one.
-    Follower,
-    /// Asks the others whether they would vote for it (pre-vote), without changing its term.
-    Canvass,
-    /// Stands for election in its current term, having voted for itself.
-    Candidate,
-    /// Leads the current term: appends, replicates and commits.
-    Leader,
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Role::Follower => "follower",
-            Role::Canvass => "canvass",
-            Role::Candidate => "candidate",
-            Role::Leader => "leader",
-        })
-    }
-}
 
 /// The grants collected in a canvass or an election.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -77,6 +77,7 @@ pub mod message;
 pub mod output;
 pub mod prng;
 mod quorum;
+mod role;
 pub mod term_history;
 pub mod wire;
 
@@ -86,10 +87,11 @@ mod tests;
 pub use config::{Bugs, ConfigError, CoreConfig, Timers};
 pub use counters::CoreCounters;
 pub use durable::DurableState;
-pub use machine::{ConsensusCore, Role};
+pub use machine::ConsensusCore;
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
 pub use quorum::quorum_position;
+pub use role::Role;
 pub use term_history::{TermBase, TermHistory};
 
 /// A cluster member's id, as carried in the consensus frames.

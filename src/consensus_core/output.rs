@@ -23,8 +23,8 @@
 
 use std::fmt;
 
-use super::machine::Role;
 use super::message::Message;
+use super::role::Role;
 #[cfg(doc)]
 use super::ConsensusCore;
 use super::MemberId;

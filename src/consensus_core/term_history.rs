@@ -92,6 +92,15 @@ impl TermHistory {
     }
 }
 
+/// What the leader's log says about one of its terms: `log_term` is followed directly by `next_term`,
+/// which starts at `next_base`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LeaderTerm {
+    pub(super) log_term: i64,
+    pub(super) next_term: i64,
+    pub(super) next_base: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
