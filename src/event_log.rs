@@ -34,6 +34,11 @@ impl RateLimited {
         }
         true
     }
+
+    /// True when a line would go out at `now_ns` (none went out less than an interval ago).
+    pub fn is_quiet(&self, now_ns: u64) -> bool {
+        now_ns >= self.next_ns
+    }
 }
 
 #[cfg(test)]

@@ -53,6 +53,7 @@ use bytemuck::{Pod, Zeroable};
 use super::segment::{BlockHeader, MAX_BLOCK_LENGTH};
 use super::{RecorderCounters, Recording, RecordingReader};
 use crate::auth::{constant_time_eq, fill_random, AuthKey, TAG_LENGTH};
+use crate::event_log::RateLimited;
 use crate::snapshot::{SnapshotInfo, SnapshotReader, SnapshotStore};
 
 const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"qccuhel2");
@@ -462,28 +463,24 @@ impl Connection {
     }
 }
 
-/// Peers logged lately: a refusal or a time-out is logged at most once a second per address.
+/// Log lines per peer address: a refusal or a time-out is logged at most once an interval per address
+/// ([`RateLimited`]), for at most [`LOGGED_PEERS`] addresses at once.
 #[derive(Debug, Default)]
 struct PeerLog {
-    last_ns: HashMap<IpAddr, u64>,
+    by_peer: HashMap<IpAddr, RateLimited>,
 }
 
 impl PeerLog {
-    /// True when `peer` may be logged at `now_ns` (and it is then remembered).
-    fn allow(&mut self, peer: IpAddr, now_ns: u64) -> bool {
-        if self.last_ns.len() >= LOGGED_PEERS && !self.last_ns.contains_key(&peer) {
-            self.last_ns.retain(|_, at| now_ns.saturating_sub(*at) < 1_000_000_000);
-            if self.last_ns.len() >= LOGGED_PEERS {
-                return false;
+    /// Logs `message` for `peer` unless a line for it went out less than an interval ago, or the table
+    /// is full of peers logged within the interval.
+    fn warn(&mut self, peer: IpAddr, now_ns: u64, message: impl FnOnce() -> String) {
+        if self.by_peer.len() >= LOGGED_PEERS && !self.by_peer.contains_key(&peer) {
+            self.by_peer.retain(|_, line| !line.is_quiet(now_ns));
+            if self.by_peer.len() >= LOGGED_PEERS {
+                return;
             }
         }
-        match self.last_ns.get(&peer) {
-            Some(&at) if now_ns.saturating_sub(at) < 1_000_000_000 => false,
-            _ => {
-                self.last_ns.insert(peer, now_ns);
-                true
-            }
-        }
+        self.by_peer.entry(peer).or_default().warn(now_ns, message);
     }
 }
 
@@ -564,9 +561,9 @@ impl CatchUpServer {
             work += 1;
             if !self.members.iter().any(|&(_, ip)| ip == peer.ip()) {
                 counters.catch_ups_refused.increment();
-                if self.logged.allow(peer.ip(), now_ns) {
-                    log::warn!("refused a catch-up connection from {peer}: not a member's address");
-                }
+                self.logged.warn(peer.ip(), now_ns, || {
+                    format!("refused a catch-up connection from {peer}: not a member's address")
+                });
                 continue;
             }
             if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
@@ -629,14 +626,14 @@ impl CatchUpServer {
             match c.close {
                 Some(Close::TimedOut) => {
                     counters.catch_ups_timed_out.increment();
-                    if self.logged.allow(c.peer.ip(), now_ns) {
-                        let what = if c.proven() {
-                            "moved nothing for too long"
-                        } else {
-                            "did not complete its handshake in time"
-                        };
-                        log::warn!("closed a catch-up connection from {}: it {what}", c.peer);
-                    }
+                    let what = if c.proven() {
+                        "moved nothing for too long"
+                    } else {
+                        "did not complete its handshake in time"
+                    };
+                    self.logged.warn(c.peer.ip(), now_ns, || {
+                        format!("closed a catch-up connection from {}: it {what}", c.peer)
+                    });
                 }
                 Some(Close::Refused) => counters.catch_ups_refused.increment(),
                 Some(Close::Done) | None => {}
@@ -724,9 +721,7 @@ impl CatchUpServer {
         };
         if let Some(why) = why {
             c.close = Some(Close::Refused);
-            if self.logged.allow(c.peer.ip(), now_ns) {
-                log::warn!("refused a catch-up from {}: {why}", c.peer);
-            }
+            self.logged.warn(c.peer.ip(), now_ns, || format!("refused a catch-up from {}: {why}", c.peer));
             return;
         }
         let mut nonce = [0u8; NONCE_LENGTH];
@@ -763,14 +758,13 @@ impl CatchUpServer {
             && constant_time_eq(&self.key.follower_proof(&hello, &nonce, request.from), &request.proof);
         if !proven {
             c.close = Some(Close::Refused);
-            if self.logged.allow(c.peer.ip(), now_ns) {
-                log::warn!(
-                    "refused a catch-up from {} as member {}: it did not prove the catch-up key{}",
-                    c.peer,
-                    hello.member_id,
-                    if self.key.is_secret() { " (is its auth_key the same?)" } else { "" }
-                );
-            }
+            let hint = if self.key.is_secret() { " (is its auth_key the same?)" } else { "" };
+            self.logged.warn(c.peer.ip(), now_ns, || {
+                format!(
+                    "refused a catch-up from {} as member {}: it did not prove the catch-up key{hint}",
+                    c.peer, hello.member_id
+                )
+            });
             return;
         }
         c.key = self.key.stream_key(&hello, &nonce);
