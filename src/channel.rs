@@ -138,12 +138,18 @@ pub const MAX_TIMER: Duration = Duration::from_secs(3600);
 
 /// Checks the timer `[timers] key`: more than zero and at most [`MAX_TIMER`].
 pub fn validate_timer(key: &str, value: Duration) -> Result<(), ConfigError> {
-    if value.is_zero() || value > MAX_TIMER {
-        return refuse(format!(
-            "[timers] {key} = {value:?}: must be more than 0 and at most 1 hour (a zero interval sends or checks in every duty cycle, a flood)"
-        ));
+    match timer_problem(value) {
+        Some(problem) => refuse(format!("[timers] {key} = {value:?}: {problem}")),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// What is wrong with a timer of `value`, if anything: it must be more than zero and at most
+/// [`MAX_TIMER`]. The one rule for every timer, however its setting is named.
+pub(crate) fn timer_problem(value: Duration) -> Option<&'static str> {
+    (value.is_zero() || value > MAX_TIMER).then_some(
+        "must be more than 0 and at most 1 hour (a zero interval sends or checks in every duty cycle, a flood)",
+    )
 }
 
 /// Checks a term length: a power of two from 64 KiB to 1 GiB.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::agent::ThreadingMode;
 use crate::auth::AuthKey;
-use crate::channel::{membership_tag, ChannelConfig, MAX_TIMER};
+use crate::channel::{membership_tag, timer_problem, ChannelConfig};
 use crate::cluster_client::credentials::{ClientKey, SessionSecret};
 use crate::consensus_core::Timers;
 use crate::directory::NodeDirectory;
@@ -619,13 +619,10 @@ impl NodeBuilder {
     }
 }
 
-/// Checks a timer `setting`: more than zero and at most [`MAX_TIMER`].
+/// Checks a timer `setting` by the rule every timer follows ([`timer_problem`]).
 fn check_timer(setting: Setting, value: Duration) -> Result<(), SettingError> {
-    if value.is_zero() || value > MAX_TIMER {
-        return Err(SettingError::new(
-            setting,
-            format!("({value:?}) must be more than 0 and at most 1 hour (a zero interval sends or checks in every duty cycle, a flood)"),
-        ));
+    match timer_problem(value) {
+        Some(problem) => Err(SettingError::new(setting, format!("({value:?}) {problem}"))),
+        None => Ok(()),
     }
-    Ok(())
 }
