@@ -55,7 +55,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
-use quorumcast::idle::IdleStrategyConfig;
+use quorumcast::agent::idle::IdleStrategyConfig;
 use quorumcast_tools::report::{self, Percentiles, NS_PER_US};
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_tools::sweep::measure::{self, SendTimes};
@@ -293,7 +293,7 @@ fn run_mtu(
     })?;
     // The same client runs on a cluster that requires a client key (the client holds it): the cost of
     // client credentials beside session tags alone.
-    let key = quorumcast::auth::AuthKey::generate()?;
+    let key = quorumcast::media::auth::AuthKey::generate()?;
     let keyed_spec = ClusterSpec { client_key: Some(key), ..spec.clone() };
     let lambdas: Vec<(f64, f64)> = points.iter().map(|p| (p.rho, p.lambda)).collect();
     let keyed = with_cluster(&keyed_spec, &mut warnings, |cluster| {

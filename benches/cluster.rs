@@ -54,11 +54,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use quorumcast::channel::ChannelConfig;
-use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::recording::SyncPolicy;
-use quorumcast::stats::Stats;
-use quorumcast::transport::{SendMode, SocketOptions};
+use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::transport::{SendMode, SocketOptions};
+use quorumcast::shm::stats::Stats;
+use quorumcast::storage::recording::SyncPolicy;
 use quorumcast_tools::sweep::cluster::{
     on_harness_thread, ClusterSpec, Layout, LoadCluster, Storage as ClusterStorage,
 };

@@ -24,8 +24,8 @@ use std::time::Instant;
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
-use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
-use quorumcast::log_buffer::LogConfig;
+use quorumcast::media::ipc::{IpcPublication, IpcSubscription, OfferError};
+use quorumcast::shm::log_buffer::LogConfig;
 use serde_json::json;
 
 mod common;

@@ -19,9 +19,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
-use quorumcast::consensus::Role;
+use quorumcast::cluster::append::Role;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError, StorageConfig};
-use quorumcast::snapshot::StateMachine;
+use quorumcast::storage::snapshot::StateMachine;
 use std::io::{Read, Write};
 
 /// Commands offered by the leader.

@@ -89,7 +89,7 @@ pub const EOS_FLAG: u8 = 0x20;
 /// frame flagged so, whose 8-byte payload is the leadership term id (little-endian); every byte of the log
 /// after it, up to the next marker, belongs to that term. Readers of messages skip it.
 pub const TERM_START_FLAG: u8 = 0x10;
-/// Data flag: every fragment of a client session entry (an entry of [`crate::session`], which a leader
+/// Data flag: every fragment of a client session entry (an entry of [`crate::client::session`], which a leader
 /// appends for a remote client), so that members tell them from the application's own entries. It
 /// travels with the frame through replication, recording and catch-up like the fragment flags.
 pub const SESSION_FLAG: u8 = 0x08;

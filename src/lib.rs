@@ -27,39 +27,14 @@
 //! [`directory`], `prctl` in [`idle`], `posix_fallocate` in [`buffer`], `statfs` in [`node`]). Each
 //! states what makes it sound.
 
-pub mod agent;
-mod atomic_file;
-pub mod auth;
-pub mod buffer;
-pub mod channel;
-pub mod clock;
-pub mod cluster_client;
-#[cfg(feature = "config")]
-pub mod config;
-pub mod consensus;
-pub mod consensus_core;
-pub mod counters;
-pub mod directory;
 pub mod event_log;
-pub mod fault;
-pub mod flow_control;
 pub mod frame;
-pub mod idle;
-pub mod image;
-pub mod ipc;
-pub mod log_buffer;
-pub mod log_switch;
-pub mod network_publication;
-pub mod node;
-pub mod receiver;
-pub mod recording;
-pub mod retransmit;
-pub mod ring_buffer;
-pub mod sender;
-pub mod session;
 pub mod setting;
-pub mod snapshot;
-pub mod stats;
-pub mod term_starts;
-pub mod transport;
-pub mod vote_file;
+
+pub mod agent;
+pub mod client;
+pub mod cluster;
+pub mod media;
+pub mod node;
+pub mod shm;
+pub mod storage;

@@ -12,7 +12,7 @@ use std::fmt;
 /// How a front end names settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrontEnd {
-    /// A node file (`qc-node --config`, [`crate::config::NodeFile`]).
+    /// A node file (`qc-node --config`, [`crate::node::config::NodeFile`]).
     NodeFile,
     /// The embedding API ([`crate::node::NodeBuilder`]).
     Builder,

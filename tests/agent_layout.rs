@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use quorumcast::agent::idle::IdleStrategyConfig;
 use quorumcast::agent::{
     check_cores, Agent, AgentCounters, AgentError, AgentLayout, AgentRole, AgentSpec, CoreProblem, LayoutError,
     ThreadingMode, Warning,
 };
-use quorumcast::idle::IdleStrategyConfig;
 
 mod support;
 use support::wait_until;

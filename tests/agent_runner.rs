@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use quorumcast::agent::idle::{Idle, IdleStrategyConfig};
 use quorumcast::agent::{
     Agent, AgentCounters, AgentError, AgentInvoker, AgentPhase, AgentRunner, CompositeAgent, FailureCause,
     RunnerStatus, Warning,
 };
-use quorumcast::idle::{Idle, IdleStrategyConfig};
 
 mod support;
 use support::wait_until;

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use quorumcast::auth::AuthKey;
-use quorumcast::cluster_client::credentials::{unwrap_token, ClientKey};
-use quorumcast::cluster_client::wire::{self, Datagram, DatagramWriter, RecordHeader, Seal};
-use quorumcast::cluster_client::{ClientConfig, ClusterClient, Event, OfferError};
+use quorumcast::client::credentials::{unwrap_token, ClientKey};
+use quorumcast::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Seal};
+use quorumcast::client::{ClientConfig, ClusterClient, Event, OfferError};
+use quorumcast::media::auth::AuthKey;
 use quorumcast::node::{ClientsConfig, Member, Node};
 
 mod support;
@@ -26,7 +26,7 @@ struct Applied {
 }
 
 impl Applied {
-    fn record(&mut self, entry: &quorumcast::session::Entry<'_>) {
+    fn record(&mut self, entry: &quorumcast::client::session::Entry<'_>) {
         for &b in entry.payload {
             self.digest = (self.digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
@@ -65,7 +65,7 @@ fn client_config(members: &[Member], order: &[usize]) -> ClientConfig {
 
 /// The response a node writes for a message: its correlation id and length, for one message in ten
 /// (and the first); the others are committed without one, so their answers travel in runs.
-fn response(entry: &quorumcast::session::Entry<'_>, out: &mut Vec<u8>) {
+fn response(entry: &quorumcast::client::session::Entry<'_>, out: &mut Vec<u8>) {
     if let Some(client) = entry.client.filter(|c| answered(c.correlation_id)) {
         out.extend_from_slice(&client.correlation_id.to_le_bytes());
         out.extend_from_slice(&(entry.payload.len() as u32).to_le_bytes());
@@ -339,7 +339,7 @@ fn await_stats(
     nodes: &mut [Node],
     applied: &mut [Applied],
     what: &str,
-    mut done: impl FnMut(&quorumcast::stats::Stats) -> bool,
+    mut done: impl FnMut(&quorumcast::shm::stats::Stats) -> bool,
 ) {
     let until = Instant::now() + Duration::from_secs(60);
     while !done(&nodes[0].stats()) {
@@ -354,10 +354,10 @@ fn await_stats(
 fn digest_of(session: u64, payloads: impl IntoIterator<Item = Vec<u8>>) -> u64 {
     let mut digest = Applied::default();
     for (i, payload) in payloads.into_iter().enumerate() {
-        digest.record(&quorumcast::session::Entry {
+        digest.record(&quorumcast::client::session::Entry {
             payload: &payload,
             position: 0,
-            client: Some(quorumcast::session::ClientMessage {
+            client: Some(quorumcast::client::session::ClientMessage {
                 session_id: session,
                 correlation_id: i as u64 + 1,
                 timestamp_ns: 0,
@@ -842,10 +842,10 @@ fn a_client_behind_a_lossy_path_still_has_each_message_applied_once() {
 #[derive(Default)]
 struct Messages(Vec<(u64, u64)>);
 
-impl quorumcast::snapshot::StateMachine for Messages {
+impl quorumcast::storage::snapshot::StateMachine for Messages {
     fn apply(&mut self, _: i64, _: &[u8]) {}
 
-    fn apply_entry(&mut self, entry: &quorumcast::session::Entry<'_>, response: &mut Vec<u8>) {
+    fn apply_entry(&mut self, entry: &quorumcast::client::session::Entry<'_>, response: &mut Vec<u8>) {
         if let Some(client) = entry.client {
             self.0.push((client.session_id, client.correlation_id));
             response.extend_from_slice(&client.correlation_id.to_le_bytes());

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use quorumcast::channel::ChannelConfig;
-use quorumcast::consensus::Role;
-use quorumcast::counters::TYPE_SYSTEM;
-use quorumcast::fault::FaultConfig;
+use quorumcast::cluster::append::Role;
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::transport::faulty::FaultConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::shm::counters::TYPE_SYSTEM;
 
 mod support;
 use support::cluster::{elect, members, test_builder, test_channel, Driver};

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
-use quorumcast::channel::ChannelConfig;
+use quorumcast::media::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
 
 mod support;

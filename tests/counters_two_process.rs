@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorumcast::counters::{CountersManager, CountersReader, TYPE_AGENT_WORK, TYPE_SYSTEM};
+use quorumcast::shm::counters::{CountersManager, CountersReader, TYPE_AGENT_WORK, TYPE_SYSTEM};
 
 mod support;
 use support::ScratchDir;

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorumcast::directory::{DirectoryError, DirectoryStatus, NodeDirectory, StalePolicy, LOCK_FILE_NAME};
+use quorumcast::shm::directory::{DirectoryError, DirectoryStatus, NodeDirectory, StalePolicy, LOCK_FILE_NAME};
 
 mod support;
 use support::ScratchDir;

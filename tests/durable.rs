@@ -9,14 +9,14 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use quorumcast::auth::AuthKey;
+use quorumcast::media::auth::AuthKey;
 use quorumcast::node::{Member, Node, NodeBuilder, NodeError, StorageConfig};
-use quorumcast::recording::SyncPolicy;
-use quorumcast::snapshot::StateMachine;
+use quorumcast::storage::recording::SyncPolicy;
+use quorumcast::storage::snapshot::StateMachine;
 
 mod support;
-use quorumcast::consensus::Role;
-use quorumcast::consensus_core::Timers;
+use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Timers;
 use support::cluster::{members, message, test_builder, test_channel, Driver};
 use support::{dump, patient_timers, ScratchDir};
 
@@ -304,7 +304,7 @@ fn read_to_close(stream: &mut std::net::TcpStream) -> Vec<u8> {
 }
 
 fn membership_of(members: &[Member]) -> i64 {
-    quorumcast::channel::membership_tag(&members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
+    quorumcast::media::channel::membership_tag(&members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
 }
 
 #[test]

@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::consensus::Role;
-use quorumcast::consensus_core::Timers;
+use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Timers;
 use quorumcast::node::{Member, Node, NodeBuilder, RoleChange};
 
 mod support;

@@ -19,16 +19,16 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use socket2::SockAddr;
 
-use quorumcast::channel::ChannelConfig;
 use quorumcast::frame::{
     self, align_frame, DataHeader, Frame, NakFrame, RttmFrame, SetupFrame, StatusMessageFrame, BEGIN_FLAG,
     SM_SEND_SETUP_FLAG, TYPE_PAD, UNFRAGMENTED,
 };
-use quorumcast::log_buffer::{LogBuffer, LogConfig};
-use quorumcast::network_publication::{NetworkPublication, SenderCounters};
-use quorumcast::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
-use quorumcast::sender::Sender;
-use quorumcast::transport::{RecvBatch, SendMode, SendOutcome, SocketOptions, UdpEndpoint};
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use quorumcast::media::sender::Sender;
+use quorumcast::media::transport::{RecvBatch, SendMode, SendOutcome, SocketOptions, UdpEndpoint};
+use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
 
 const TERM_LENGTH: usize = 64 * 1024;
 const MTU: usize = 1408;
@@ -463,7 +463,7 @@ const PUB_SESSION: i32 = 77;
 struct SenderRig {
     sender: Sender,
     counters: SenderCounters,
-    appender: quorumcast::log_buffer::ExclusiveAppender,
+    appender: quorumcast::shm::log_buffer::ExclusiveAppender,
     rx: UdpEndpoint,
     /// Where the publication's control socket listens.
     control: SocketAddr,

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::channel::ChannelConfig;
 use quorumcast::frame::{StatusMessageFrame, DATA_HEADER_LENGTH};
-use quorumcast::log_buffer::{LogBuffer, LogConfig};
-use quorumcast::network_publication::{NetworkPublication, SenderCounters};
-use quorumcast::transport::{probe_gso, RecvBatch, SendMode, SocketOptions, UdpEndpoint};
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast::media::transport::{probe_gso, RecvBatch, SendMode, SocketOptions, UdpEndpoint};
+use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
 use socket2::SockAddr;
 
 const MTU: usize = 8192;

@@ -11,18 +11,18 @@ use std::time::{Duration, Instant};
 
 use socket2::SockAddr;
 
-use quorumcast::auth::AuthKey;
-use quorumcast::channel::{membership_tag, ChannelConfig};
-use quorumcast::flow_control::FlowControlMode;
 use quorumcast::frame::{self, CommitPositionFrame, DataHeader, NakFrame, SetupFrame, StatusMessageFrame};
-use quorumcast::log_buffer::{LogBuffer, LogConfig};
-use quorumcast::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast::media::auth::AuthKey;
+use quorumcast::media::channel::{membership_tag, ChannelConfig};
+use quorumcast::media::flow_control::FlowControlMode;
+use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast::media::sender::Sender;
+use quorumcast::media::transport::{RecvBatch, SocketOptions, UdpEndpoint};
 use quorumcast::node::{Member, Node};
-use quorumcast::sender::Sender;
-use quorumcast::transport::{RecvBatch, SocketOptions, UdpEndpoint};
+use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
 
 mod support;
-use quorumcast::consensus::Role;
+use quorumcast::cluster::append::Role;
 use support::cluster::{counter, elect, members, members_on, test_builder, test_channel, Driver};
 use support::ScratchDir;
 
@@ -330,7 +330,7 @@ const TERM: usize = 1 << 20;
 struct Rig {
     sender: Sender,
     counters: SenderCounters,
-    appender: quorumcast::log_buffer::ExclusiveAppender,
+    appender: quorumcast::shm::log_buffer::ExclusiveAppender,
     receivers: [UdpEndpoint; 2],
     control: Vec<SocketAddr>,
     batch: RecvBatch,

@@ -7,8 +7,8 @@ use std::thread;
 
 use crossbeam_utils::Backoff;
 use quorumcast::frame::framed_length;
-use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
-use quorumcast::log_buffer::LogConfig;
+use quorumcast::media::ipc::{IpcPublication, IpcSubscription, OfferError};
+use quorumcast::shm::log_buffer::LogConfig;
 
 mod support;
 use support::ScratchDir;

@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
-use quorumcast::ipc::{IpcPublication, IpcSubscription, OfferError};
-use quorumcast::log_buffer::LogConfig;
+use quorumcast::media::ipc::{IpcPublication, IpcSubscription, OfferError};
+use quorumcast::shm::log_buffer::LogConfig;
 
 mod support;
 use support::ScratchDir;

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use bytemuck::bytes_of;
 use proptest::prelude::*;
-use quorumcast::buffer::AtomicBuffer;
 use quorumcast::frame::{
     align_frame, framed_length, DataHeader, BEGIN_FLAG, DATA_HEADER_LENGTH, END_FLAG, TYPE_DATA, TYPE_PAD, UNFRAGMENTED,
 };
-use quorumcast::log_buffer::{
+use quorumcast::shm::buffer::AtomicBuffer;
+use quorumcast::shm::log_buffer::{
     partition_index, partition_of_term, position, position_bits_to_shift, scan, term_id, term_offset, AppendError,
     FragmentAssembler, LogBuffer, LogConfig, LogReader, TermRebuilder,
 };

@@ -24,12 +24,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::Agent;
-use quorumcast::channel::ChannelConfig;
-use quorumcast::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
-use quorumcast::network_publication::{NetworkPublication, PublicationError, SenderCounters};
-use quorumcast::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
-use quorumcast::sender::Sender;
-use quorumcast::transport::SendMode;
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::network_publication::{NetworkPublication, PublicationError, SenderCounters};
+use quorumcast::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use quorumcast::media::sender::Sender;
+use quorumcast::media::transport::SendMode;
+use quorumcast::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 
 const TERM_LENGTH: usize = 256 * 1024;
 const STREAM: i32 = 21;

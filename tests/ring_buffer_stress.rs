@@ -6,10 +6,10 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Instant;
 
-use quorumcast::buffer::{AtomicBuffer, Region};
+use quorumcast::shm::buffer::{AtomicBuffer, Region};
 
 mod support;
-use quorumcast::ring_buffer::{
+use quorumcast::shm::ring_buffer::{
     required_length, Claim, ManyToOneRingBuffer, OneToOneRingBuffer, ProducerMode, RingBuffer,
 };
 use support::ScratchDir;
@@ -149,7 +149,7 @@ fn anonymous_ring<P: ProducerMode>(capacity: usize) -> RingBuffer<P> {
 
 #[test]
 fn four_producers_one_consumer_a_million_records() {
-    let ring = anonymous_ring::<quorumcast::ring_buffer::ManyProducers>(64 * 1024);
+    let ring = anonymous_ring::<quorumcast::shm::ring_buffer::ManyProducers>(64 * 1024);
     let run = Run::default();
     thread::scope(|s| {
         for id in 0..PRODUCERS {
@@ -178,7 +178,7 @@ fn one_producer_one_consumer_across_many_wraps() {
 #[test]
 fn two_producers_racing_claim_disjoint_space() {
     const RECORDS: u32 = 50_000; // at most 72 bytes each, plus aborted claims: under 8 MiB for two
-    let ring = anonymous_ring::<quorumcast::ring_buffer::ManyProducers>(8 * 1024 * 1024);
+    let ring = anonymous_ring::<quorumcast::shm::ring_buffer::ManyProducers>(8 * 1024 * 1024);
     let run = Run::default();
     let start = Barrier::new(2);
     for _round in 0..10 {

@@ -8,15 +8,15 @@
 
 use std::time::{Duration, Instant};
 
+use quorumcast::agent::idle::{Idle, IdleStrategyConfig};
 use quorumcast::agent::{AgentCounters, AgentRunner, CompositeAgent};
-use quorumcast::channel::ChannelConfig;
-use quorumcast::fault::FaultConfig;
-use quorumcast::idle::{Idle, IdleStrategyConfig};
-use quorumcast::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
-use quorumcast::network_publication::{NetworkPublication, SenderCounters};
-use quorumcast::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
-use quorumcast::sender::Sender;
-use quorumcast::transport::SendMode;
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use quorumcast::media::sender::Sender;
+use quorumcast::media::transport::faulty::FaultConfig;
+use quorumcast::media::transport::SendMode;
+use quorumcast::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 
 const TERM_LENGTH: usize = 256 * 1024;
 const STREAM: i32 = 10;

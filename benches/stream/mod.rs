@@ -29,12 +29,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumcast::channel::ChannelConfig;
-use quorumcast::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
-use quorumcast::network_publication::{NetworkPublication, SenderCounters};
-use quorumcast::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
-use quorumcast::sender::Sender;
-use quorumcast::transport::{probe_gso, SendMode, SocketOptions};
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use quorumcast::media::sender::Sender;
+use quorumcast::media::transport::{probe_gso, SendMode, SocketOptions};
+use quorumcast::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 use quorumcast_tools::model::{Capacity, Model};
 use quorumcast_tools::probe::{probe_s, ProbeCores};
 use serde_json::json;

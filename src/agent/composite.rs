@@ -4,7 +4,7 @@ use std::error::Error;
 use std::fmt;
 
 use super::{Agent, AgentError};
-use crate::idle::Park;
+use crate::agent::idle::Park;
 
 /// Several agents behind one [`Agent`], run in order on one thread.
 ///

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::{Agent, AgentCounters, AgentFailure, AgentInvoker, AgentRunner, CompositeAgent, Warning};
-use crate::idle::{IdleConfigError, IdleStrategyConfig};
+use crate::agent::idle::{IdleConfigError, IdleStrategyConfig};
 
 /// How a node's agents are spread over threads (Aeron's `aeron.threading.mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

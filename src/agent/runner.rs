@@ -7,7 +7,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::{catch_panic, Agent, AgentCounters, AgentError, AgentFailure, AgentPhase, Warning};
-use crate::idle::{set_timer_slack, Idle, IdleStrategy};
+use crate::agent::idle::{set_timer_slack, Idle, IdleStrategy};
 
 /// The timer slack set on threads whose idle strategy sleeps.
 const SLEEPING_TIMER_SLACK: Duration = Duration::from_nanos(1);

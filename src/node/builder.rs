@@ -4,18 +4,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::agent::idle::IdleStrategyConfig;
 use crate::agent::ThreadingMode;
-use crate::auth::AuthKey;
-use crate::channel::{membership_tag, timer_problem, ChannelConfig};
-use crate::cluster_client::credentials::{ClientKey, SessionSecret};
-use crate::consensus_core::Timers;
-use crate::directory::NodeDirectory;
-use crate::idle::IdleStrategyConfig;
+use crate::client::credentials::{ClientKey, SessionSecret};
+use crate::cluster::consensus_core::Timers;
+use crate::media::auth::AuthKey;
+use crate::media::channel::{membership_tag, timer_problem, ChannelConfig};
+use crate::media::transport::SendMode;
 use crate::setting::{Setting, SettingError};
-use crate::transport::SendMode;
+use crate::shm::directory::NodeDirectory;
 
 use super::{Node, NodeError};
-use crate::recording::SyncPolicy;
+use crate::storage::recording::SyncPolicy;
 
 /// Where a node keeps its log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -108,7 +108,7 @@ impl Member {
     }
 }
 
-/// Remote clients ([`crate::cluster_client`]): whether members take them, and the limits every member
+/// Remote clients ([`crate::client`]): whether members take them, and the limits every member
 /// applies to them. `max_sessions` and `session_timeout` decide what the replicated session table does,
 /// so every member must have the same.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +126,7 @@ pub struct ClientsConfig {
     /// Client datagrams are taken only from these address ranges (empty: from anywhere).
     pub allow: Vec<AddressRange>,
     /// The root of the members' secret that binds each session to its client (session ids, tokens,
-    /// challenges: see [`crate::cluster_client::credentials`]): the same on every member, never written
+    /// challenges: see [`crate::client::credentials`]): the same on every member, never written
     /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
     /// needs one of the two.
     pub session_key: Option<AuthKey>,
@@ -180,8 +180,8 @@ impl ClientsConfig {
     }
 
     /// The rules of the replicated session table.
-    pub(crate) fn session_config(&self) -> crate::session::SessionConfig {
-        crate::session::SessionConfig {
+    pub(crate) fn session_config(&self) -> crate::client::session::SessionConfig {
+        crate::client::session::SessionConfig {
             max_sessions: self.max_sessions,
             timeout_ns: self.session_timeout.as_nanos().min(i64::MAX as u128) as i64,
         }
@@ -601,7 +601,7 @@ impl NodeBuilder {
         self
     }
 
-    /// Takes remote clients ([`crate::cluster_client`]) at each member's client endpoint, with `clients`'
+    /// Takes remote clients ([`crate::client`]) at each member's client endpoint, with `clients`'
     /// limits (`enabled` is set).
     pub fn clients(mut self, clients: ClientsConfig) -> Self {
         self.config.clients = ClientsConfig { enabled: true, ..clients };

@@ -3,11 +3,11 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::consensus::{Role, INGRESS_MESSAGE};
-use crate::log_buffer::{ConsumerPosition, LogReader};
-use crate::log_switch::SwitchQueue;
-use crate::recording::{CatchUpChannel, RecorderSource};
-use crate::ring_buffer::{self, ManyToOneRingBuffer, RingError};
+use crate::cluster::append::{Role, INGRESS_MESSAGE};
+use crate::cluster::log_switch::SwitchQueue;
+use crate::shm::log_buffer::{ConsumerPosition, LogReader};
+use crate::shm::ring_buffer::{self, ManyToOneRingBuffer, RingError};
+use crate::storage::recording::{CatchUpChannel, RecorderSource};
 
 use super::{OfferError, RoleChange};
 

@@ -28,21 +28,21 @@ use std::sync::Arc;
 
 use socket2::SockAddr;
 
+use crate::agent::clock::NanoClock;
 use crate::agent::{Agent, AgentError};
-use crate::clock::NanoClock;
-use crate::consensus::{AppendParts, AppendStage, LogIdentity};
-use crate::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
-use crate::counters::Counter;
+use crate::cluster::append::{AppendParts, AppendStage, LogIdentity};
+use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
+use crate::cluster::term_starts::TermStarts;
 use crate::event_log::RateLimited;
-use crate::log_buffer::{LogBuffer, LogReader};
-use crate::receiver::{ImageHandoff, Subscription};
-use crate::recording::catch_up::{CatchUpRequest, Fetched};
-use crate::recording::RecorderSource;
-use crate::ring_buffer::ManyToOneRingBuffer;
-use crate::stats::{kinds, CounterKind};
-use crate::term_starts::TermStarts;
-use crate::transport::{RecvBatch, UdpEndpoint};
-use crate::vote_file::{TermVote, VoteFile};
+use crate::media::receiver::{ImageHandoff, Subscription};
+use crate::media::transport::{RecvBatch, UdpEndpoint};
+use crate::shm::counters::Counter;
+use crate::shm::log_buffer::{LogBuffer, LogReader};
+use crate::shm::ring_buffer::ManyToOneRingBuffer;
+use crate::shm::stats::{kinds, CounterKind};
+use crate::storage::recording::catch_up::{CatchUpRequest, Fetched};
+use crate::storage::recording::RecorderSource;
+use crate::storage::vote_file::{TermVote, VoteFile};
 
 use super::client::{ReaderLog, Shared};
 use super::ingress::{Appending, ClientIngress};
@@ -636,7 +636,7 @@ impl ConsensusAgent {
             },
             piggyback: config.commit_piggyback,
             piggyback_refresh: (config.channel.receiver_window / 4) as i64,
-            commit_heartbeat_ns: crate::clock::nanos(config.commit_heartbeat),
+            commit_heartbeat_ns: crate::agent::clock::nanos(config.commit_heartbeat),
             commit: self.core.commit_position(),
             counters: self.wiring.counters.consensus.clone(),
         });

@@ -3,14 +3,14 @@
 use std::fmt;
 
 use crate::agent::{AgentFailure, LayoutError};
-use crate::channel::ConfigError;
-use crate::counters::CountersError;
-use crate::directory::DirectoryError;
-use crate::log_buffer::LogError;
-use crate::network_publication::PublicationError;
-use crate::recording::RecordingError;
-use crate::ring_buffer::RingError;
-use crate::vote_file::VoteFileError;
+use crate::media::channel::ConfigError;
+use crate::media::network_publication::PublicationError;
+use crate::shm::counters::CountersError;
+use crate::shm::directory::DirectoryError;
+use crate::shm::log_buffer::LogError;
+use crate::shm::ring_buffer::RingError;
+use crate::storage::recording::RecordingError;
+use crate::storage::vote_file::VoteFileError;
 
 /// Why a node could not start or failed.
 #[derive(Debug)]
@@ -18,7 +18,7 @@ pub enum NodeError {
     /// The configuration breaks a rule.
     Config(String),
     /// A setting breaks a rule; rendered in the embedder's terms here, in a node file's by
-    /// [`crate::config`].
+    /// [`crate::node::config`].
     Setting(crate::setting::SettingError),
     /// The node directory is in use or stale.
     Directory(DirectoryError),

@@ -2,7 +2,7 @@
 //! clients' datagrams in, session entries into the leader's log, and the answers the node's reader of
 //! committed entries produced back out.
 //!
-//! On the leader, each record of a client datagram becomes a session entry ([`crate::session`]) appended
+//! On the leader, each record of a client datagram becomes a session entry ([`crate::client::session`]) appended
 //! straight into the log: an open, a message, a keep-alive (at most one per quarter session timeout), a
 //! close, or a reconnect (a keep-alive that asks for the session's state). Messages are taken in order:
 //! the next one of a session is appended; one past a gap is answered with a NAK naming the one expected;
@@ -16,7 +16,7 @@
 //!
 //! # Who may speak for a session
 //!
-//! Every datagram of a session is tagged with the session's token ([`crate::cluster_client::credentials`]),
+//! Every datagram of a session is tagged with the session's token ([`crate::client::credentials`]),
 //! which only the client that opened it was given, and carries a sequence number: a datagram whose tag
 //! is wrong is counted (`client datagrams forged`) and dropped before its records are read; one whose
 //! sequence was seen is counted (`client datagrams replayed`) and dropped. A session moves to a new
@@ -43,16 +43,16 @@ use std::sync::Arc;
 
 use socket2::SockAddr;
 
-use crate::auth::AuthKey;
-use crate::cluster_client::credentials::{wrap_token, ClientKey, ReplayWindow, SessionSecret};
-use crate::cluster_client::wire::{self, Datagram, DatagramWriter, RecordHeader, Records, RefusalCode, Seal};
-use crate::consensus::AppendStage;
-use crate::counters::Counter;
-use crate::log_buffer::AppendError;
-use crate::ring_buffer::OneToOneRingBuffer;
-use crate::session::SessionEntry;
-use crate::stats::{kinds, CounterKind};
-use crate::transport::{RecvBatch, UdpEndpoint};
+use crate::client::credentials::{wrap_token, ClientKey, ReplayWindow, SessionSecret};
+use crate::client::session::SessionEntry;
+use crate::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Records, RefusalCode, Seal};
+use crate::cluster::append::AppendStage;
+use crate::media::auth::AuthKey;
+use crate::media::transport::{RecvBatch, UdpEndpoint};
+use crate::shm::counters::Counter;
+use crate::shm::log_buffer::AppendError;
+use crate::shm::ring_buffer::OneToOneRingBuffer;
+use crate::shm::stats::{kinds, CounterKind};
 
 use super::builder::ClientsConfig;
 use super::client_limits::{AddressKey, OpenRate, SessionsPerAddress};

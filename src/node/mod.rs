@@ -20,9 +20,9 @@
 //! ```
 //!
 //! Every node runs its agents in the configured threading mode: the consensus agent, which drives the
-//! node's consensus core (elections, votes, commit; see [`crate::consensus_core`]), the places of the
+//! node's consensus core (elections, votes, commit; see [`crate::cluster::consensus_core`]), the places of the
 //! Sender and the Receiver, which run what the role needs (`wiring`), and, with the log on disk (the
-//! default), the recorder ([`crate::recording`]). The members elect their leader;
+//! default), the recorder ([`crate::storage::recording`]). The members elect their leader;
 //! it takes client messages from its ingress ring (any thread of the process, or another process,
 //! through a [`Client`]), appends each once into its log, replicates the log to the followers over UDP,
 //! and commits by quorum. When it dies, the others elect another, which continues the same log. Every
@@ -34,12 +34,14 @@
 //! thread, and what the node shares with its agents), `driver` (the consensus agent), `slot` (an agent
 //! place whose agent changes with the role), `error` (why a start or an offer fails), `wiring` (what a
 //! role is made of, and the threads), `recovery` (the recording opened at start), `replay` (committed
-//! entries read from the recording); node files in TOML are read by [`crate::config`] (feature
+//! entries read from the recording); node files in TOML are read by [`crate::node::config`] (feature
 //! `config`).
 
 mod builder;
 mod client;
 mod client_limits;
+#[cfg(feature = "config")]
+pub mod config;
 mod driver;
 mod error;
 mod ingress;
@@ -62,21 +64,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::{AgentFailure, AgentHandles};
-use crate::buffer::{AtomicBuffer, Region};
-use crate::consensus::Role;
-use crate::consensus_core::{ConsensusCore, CoreConfig, DurableState};
-use crate::counters::{Counter, CountersManager};
-use crate::directory::{NodeDirectory, StalePolicy};
+use crate::client::session::Entry;
+use crate::cluster::append::Role;
+use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::frame::SESSION_FLAG;
-use crate::log_buffer::MessageReader;
-use crate::recording::catch_up::{CatchUpKey, CatchUpServer};
-use crate::recording::{Recorder, RecorderCounters, SyncPolicy};
-use crate::ring_buffer::{self, ManyToOneRingBuffer};
-use crate::session::Entry;
-use crate::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
-use crate::stats::Stats;
-use crate::transport::UdpEndpoint;
-use crate::vote_file::VoteFile;
+use crate::media::transport::UdpEndpoint;
+use crate::shm::buffer::{AtomicBuffer, Region};
+use crate::shm::counters::{Counter, CountersManager};
+use crate::shm::directory::{NodeDirectory, StalePolicy};
+use crate::shm::log_buffer::MessageReader;
+use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
+use crate::shm::stats::Stats;
+use crate::storage::recording::catch_up::{CatchUpKey, CatchUpServer};
+use crate::storage::recording::{Recorder, RecorderCounters, SyncPolicy};
+use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
+use crate::storage::vote_file::VoteFile;
 
 use self::client::{ReaderLog, Shared};
 use self::driver::{ConsensusAgent, DriverCounters, DriverParts};
@@ -112,7 +114,7 @@ pub struct Node {
     /// The reader of committed entries from the recorded log, before the first log in memory.
     replay: Option<Replay>,
     /// Why the replay stopped (a damaged recording), if it did.
-    replay_error: Option<crate::recording::RecordingError>,
+    replay_error: Option<crate::storage::recording::RecordingError>,
     /// The recorder's counters (with a recorded log): what is recorded bounds the replay.
     recorder: Option<RecorderCounters>,
     /// The position below which the recorder may delete segments (the oldest snapshot kept).
@@ -128,7 +130,7 @@ pub struct Node {
     /// Where the last message handed out ends.
     applied: i64,
     /// A reader of the recording, to start replays from (with a recorded log).
-    recording: Option<crate::recording::RecordingReader>,
+    recording: Option<crate::storage::recording::RecordingReader>,
     /// A catch-up installed the leader's snapshot at this position: the application loads it
     /// ([`Node::poll_state`]) before any entry after it is handed out.
     pending_snapshot: Option<i64>,
@@ -330,7 +332,7 @@ impl Node {
 
     /// Why the replay of the recorded log stopped (a damaged segment: the error names it and says what to
     /// do); committed entries are not handed out past it.
-    pub fn recording_error(&self) -> Option<&crate::recording::RecordingError> {
+    pub fn recording_error(&self) -> Option<&crate::storage::recording::RecordingError> {
         self.replay_error.as_ref()
     }
 
@@ -398,7 +400,7 @@ impl Node {
     }
 
     /// As [`poll_committed`](Self::poll_committed), for a service of remote clients
-    /// ([`crate::cluster_client`]): each entry with its position and, for a client's message, its session
+    /// ([`crate::client`]): each entry with its position and, for a client's message, its session
     /// and number. A client's message is handed out exactly once whatever its client resends; what the
     /// handler writes to the response buffer goes back to the client with the message's commit (from the
     /// leader). Session entries (opens, keep-alives, closes) are applied to the replicated session table
@@ -408,7 +410,7 @@ impl Node {
         self.polled = true;
         if let Some(position) = self.pending_snapshot {
             // Only poll_state can load it: nothing after it is handed out until then.
-            self.logs.warn(crate::clock::NanoClock::new().now_ns(), || {
+            self.logs.warn(crate::agent::clock::NanoClock::new().now_ns(), || {
                 format!(
                     "a catch-up installed the leader's snapshot at {position}: this application polls without a \
                      StateMachine and cannot load it; use Node::poll_state"
@@ -746,7 +748,7 @@ fn start_core(
             ..durable
         };
         durable.validate().map_err(|e| {
-            NodeError::Recording(crate::recording::RecordingError {
+            NodeError::Recording(crate::storage::recording::RecordingError {
                 path: recovered.recording.dir().to_path_buf(),
                 message: format!(
                     "its terms and end do not make a log a consensus core can start from ({e}): move the recording \
@@ -765,7 +767,7 @@ fn start_core(
         seed,
         bugs: Default::default(),
     };
-    let now_ns = crate::clock::NanoClock::new().now_ns();
+    let now_ns = crate::agent::clock::NanoClock::new().now_ns();
     let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
     Ok((core, votes))
 }
@@ -828,17 +830,17 @@ fn start_clients(
     let ingress_counters = IngressCounters::new(|kind| node_counter(counters, kind));
     let session_counters = SessionCounters {
         egress_dropped: ingress_counters.egress_dropped.clone(),
-        duplicates: node_counter(counters, &crate::stats::kinds::clients::duplicates),
-        responses_too_long: node_counter(counters, &crate::stats::kinds::clients::responses_too_long),
+        duplicates: node_counter(counters, &crate::shm::stats::kinds::clients::duplicates),
+        responses_too_long: node_counter(counters, &crate::shm::stats::kinds::clients::responses_too_long),
         malformed: ingress_counters.malformed_dropped.clone(),
     };
     let datagram_capacity = config.channel.mtu;
-    let max_response = crate::cluster_client::wire::DatagramWriter::new(datagram_capacity).max_payload();
+    let max_response = crate::client::wire::DatagramWriter::new(datagram_capacity).max_payload();
     if !config.clients.enabled {
         let sessions = ClientSessions::new(config.clients.session_config(), None, max_response, session_counters);
         return Ok((None, sessions));
     }
-    let egress = Arc::new(crate::ring_buffer::OneToOneRingBuffer::new(AtomicBuffer::anonymous(
+    let egress = Arc::new(crate::shm::ring_buffer::OneToOneRingBuffer::new(AtomicBuffer::anonymous(
         ring_buffer::required_length(EGRESS_CAPACITY),
     )?)?);
     let me = config.me();

@@ -5,9 +5,9 @@
 //! The application's state is rebuilt separately: the node's reader replays the recording, from the
 //! newest snapshot on, as the commit position allows (`Node::restore`, `Node::poll_committed`).
 
-use crate::consensus_core::TermHistory;
-use crate::log_buffer::{position_bits_to_shift, term_id, term_offset, LogBuffer, LogConfig, TermRebuilder};
-use crate::recording::{OpenReport, Recording, RecordingConfig, RecordingIdentity, RecordingReader};
+use crate::cluster::consensus_core::TermHistory;
+use crate::shm::log_buffer::{position_bits_to_shift, term_id, term_offset, LogBuffer, LogConfig, TermRebuilder};
+use crate::storage::recording::{OpenReport, Recording, RecordingConfig, RecordingIdentity, RecordingReader};
 
 use super::{NodeConfig, NodeError};
 
@@ -38,7 +38,7 @@ pub(super) fn open(config: &NodeConfig) -> Result<Recovered, NodeError> {
     };
     let (recording, report) = Recording::open(recording_config, identity(config)).map_err(NodeError::Recording)?;
     let history = recording.term_history().ok_or_else(|| {
-        NodeError::Recording(crate::recording::RecordingError {
+        NodeError::Recording(crate::storage::recording::RecordingError {
             path: recording.dir().join("index.dat"),
             message: format!(
                 "its terms ({:?} from {} in term {}) do not make a history ending at {}: delete index.dat to have \
@@ -59,7 +59,7 @@ pub(super) fn open(config: &NodeConfig) -> Result<Recovered, NodeError> {
 fn rebuild_tail(
     config: &NodeConfig,
     recording: &Recording,
-) -> Result<Option<(LogBuffer, i64)>, crate::recording::RecordingError> {
+) -> Result<Option<(LogBuffer, i64)>, crate::storage::recording::RecordingError> {
     let term_length = config.channel.term_length;
     let near = (recording.end() - (term_length / 4) as i64).max(recording.start());
     if recording.end() == recording.start() {
@@ -76,10 +76,11 @@ fn rebuild_tail(
         return Ok(None);
     };
     let log_config = LogConfig { stream_id: config.stream_id, ..LogConfig::new(term_length, config.channel.mtu) };
-    let log = LogBuffer::create_anonymous_at(log_config, start).map_err(|e| crate::recording::RecordingError {
-        path: recording.dir().to_path_buf(),
-        message: format!("cannot rebuild its tail in memory: {e}"),
-    })?;
+    let log =
+        LogBuffer::create_anonymous_at(log_config, start).map_err(|e| crate::storage::recording::RecordingError {
+            path: recording.dir().to_path_buf(),
+            message: format!("cannot rebuild its tail in memory: {e}"),
+        })?;
     let rebuilder = TermRebuilder::new(&log);
     let bits = position_bits_to_shift(term_length);
     let initial = log.config().initial_term_id;
@@ -87,7 +88,7 @@ fn rebuild_tail(
         // A block is whole frames of one term, a final PAD as its header alone: a run as a Receiver inserts.
         let term = term_id(at, initial, bits);
         rebuilder.insert_run(term, term_offset(at, term_length), &bytes).map_err(|e| {
-            crate::recording::RecordingError {
+            crate::storage::recording::RecordingError {
                 path: recording.dir().to_path_buf(),
                 message: format!("a recorded block at {at} does not fit a log: {e}"),
             }

@@ -2,8 +2,8 @@
 //! the snapshot's position (or the recording's start) up to where the first log in memory takes over.
 
 use crate::frame::{DataHeader, Frame, TERM_START_FLAG};
-use crate::log_buffer::FragmentAssembler;
-use crate::recording::{for_each_frame, RecordingError, RecordingReader};
+use crate::shm::log_buffer::FragmentAssembler;
+use crate::storage::recording::{for_each_frame, RecordingError, RecordingReader};
 
 /// How long a block may fail to read before it is called damaged: the recorder may be cutting the block
 /// being read (a new leader's log agrees with this member's only up to inside it), which a later read

@@ -13,10 +13,12 @@
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use crate::cluster_client::wire::{self, RecordHeader, RefusalCode};
-use crate::counters::Counter;
-use crate::ring_buffer::OneToOneRingBuffer;
-use crate::session::{Applied, ClientMessage, CloseReason, Entry, Refusal, SessionConfig, SessionEntry, SessionTable};
+use crate::client::session::{
+    Applied, ClientMessage, CloseReason, Entry, Refusal, SessionConfig, SessionEntry, SessionTable,
+};
+use crate::client::wire::{self, RecordHeader, RefusalCode};
+use crate::shm::counters::Counter;
+use crate::shm::ring_buffer::OneToOneRingBuffer;
 
 use super::ingress::KEPT_ALIVE;
 

@@ -10,8 +10,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::agent::idle::Park;
 use crate::agent::{Agent, AgentError};
-use crate::idle::Park;
 
 /// What a slot and its handle share.
 struct Exchange<A> {

@@ -7,7 +7,9 @@
 
 use std::fmt;
 
-use quorumcast::consensus_core::{wire, Bugs, ConsensusCore, Destination, MemberId, Message, Output, Role, Timers};
+use quorumcast::cluster::consensus_core::{
+    wire, Bugs, ConsensusCore, Destination, MemberId, Message, Output, Role, Timers,
+};
 
 use super::checker::{Check, Checker};
 use super::log::{Entry, SimLog};
@@ -399,7 +401,7 @@ impl Simulation {
         Ok(())
     }
 
-    /// Executes one output as a driver must; see `quorumcast::consensus_core::output`.
+    /// Executes one output as a driver must; see `quorumcast::cluster::consensus_core::output`.
     fn execute(&mut self, index: usize, output: Output) -> Check {
         let id = self.nodes[index].id;
         match output {

@@ -1,7 +1,9 @@
 //! The faults of the chaos phase (process crashes, power losses, partitions, clock jumps, junk
 //! messages), the restarts, and the end of the faults.
 
-use quorumcast::consensus_core::{wire, ConsensusCore, CoreConfig, CoreCounters, DurableState, MemberId, Message};
+use quorumcast::cluster::consensus_core::{
+    wire, ConsensusCore, CoreConfig, CoreCounters, DurableState, MemberId, Message,
+};
 
 use super::super::checker::Check;
 use super::super::network::Faults;

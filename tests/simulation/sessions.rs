@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use quorumcast::consensus_core::Role;
-use quorumcast::session::{Applied, Refusal, SessionConfig, SessionEntry, SessionTable};
+use quorumcast::client::session::{Applied, Refusal, SessionConfig, SessionEntry, SessionTable};
+use quorumcast::cluster::consensus_core::Role;
 
 use super::super::checker::Check;
 use super::super::log::Entry;

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use quorumcast::agent::ThreadingMode;
-use quorumcast::channel::ChannelConfig;
-use quorumcast::consensus::Role;
+use quorumcast::cluster::append::Role;
+use quorumcast::media::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder};
 
 use super::harness::cluster::drive_until;

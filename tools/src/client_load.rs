@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use quorumcast::cluster_client::{ClusterClient, Event, OfferError};
+use quorumcast::client::{ClusterClient, Event, OfferError};
 
 use crate::harness::fill_numbered;
 

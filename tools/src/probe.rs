@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use socket2::SockAddr;
 
-use quorumcast::transport::{MmsgScratch, RecvBatch, SendMode, SendOutcome, SocketOptions, UdpEndpoint};
+use quorumcast::media::transport::{MmsgScratch, RecvBatch, SendMode, SendOutcome, SocketOptions, UdpEndpoint};
 
 /// One measurement of the send path.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn every_mode_measures_a_positive_rate() {
         for mode in SendMode::ALL {
-            if mode == SendMode::Gso && !quorumcast::transport::probe_gso() {
+            if mode == SendMode::Gso && !quorumcast::media::transport::probe_gso() {
                 continue;
             }
             let rate = probe_s(mode, 1408, 2, Duration::from_millis(20), 1, ProbeCores::default()).unwrap();

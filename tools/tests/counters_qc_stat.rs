@@ -7,8 +7,8 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorumcast::counters::{CountersManager, COUNTERS_FILE_NAME, TYPE_SENDER_POSITION, TYPE_SYSTEM};
-use quorumcast::directory::{NodeDirectory, StalePolicy};
+use quorumcast::shm::counters::{CountersManager, COUNTERS_FILE_NAME, TYPE_SENDER_POSITION, TYPE_SYSTEM};
+use quorumcast::shm::directory::{NodeDirectory, StalePolicy};
 use quorumcast_tools::harness::ScratchDir;
 
 fn qc_stat(args: &[&str]) -> Output {

@@ -37,7 +37,7 @@ fn node_files(scratch: &Path) -> Vec<PathBuf> {
 fn client_node_files(scratch: &Path) -> Vec<PathBuf> {
     let clients: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     // The key every member derives its sessions' ids and tokens from: the same on all three.
-    let session_key = quorumcast::auth::AuthKey::generate().unwrap().to_hex();
+    let session_key = quorumcast::media::auth::AuthKey::generate().unwrap().to_hex();
     node_files_with(scratch, |table| {
         for member in table["members"].as_array_mut().unwrap() {
             let member = member.as_table_mut().unwrap();
@@ -329,7 +329,7 @@ fn an_endpoint_in_use_is_refused_naming_the_address() {
 #[test]
 fn every_node_file_with_every_profile_is_a_valid_config() {
     use quorumcast::agent::ThreadingMode;
-    use quorumcast::config::NodeFile;
+    use quorumcast::node::config::NodeFile;
     for profile in ["latency", "balanced", "small-host"] {
         for id in 0..3 {
             let node = NodeFile::load(tuning(&format!("cluster/node{id}.toml"))).unwrap();
@@ -342,7 +342,7 @@ fn every_node_file_with_every_profile_is_a_valid_config() {
             match profile {
                 "latency" => {
                     assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 3, true));
-                    assert_eq!(config.timers, quorumcast::consensus_core::Timers::latency());
+                    assert_eq!(config.timers, quorumcast::cluster::consensus_core::Timers::latency());
                 }
                 "balanced" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 0, false)),
                 _ => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Invoker, 0, false)),

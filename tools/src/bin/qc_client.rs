@@ -43,11 +43,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use quorumcast::auth::AuthKey;
-use quorumcast::cluster_client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
-use quorumcast::cluster_client::{ClientConfig, ClusterClient};
-use quorumcast::config::NodeFile;
-use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
+use quorumcast::client::{ClientConfig, ClusterClient};
+use quorumcast::media::auth::AuthKey;
+use quorumcast::node::config::NodeFile;
 use quorumcast_tools::client_load::{drive, summary, ClientLoad};
 use quorumcast_tools::report::{write_hgrm, Percentiles, NS_PER_US};
 

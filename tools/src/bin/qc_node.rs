@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
-//! it in order and wins where both set a key (see `quorumcast::config::NodeFile` and `tuning/README.md`).
+//! it in order and wins where both set a key (see `quorumcast::node::config::NodeFile` and `tuning/README.md`).
 //!
 //! The main thread is the application: it offers (`--offer N`: while this node leads, N generated
 //! messages of `--msg-size` bytes, each led by its sequence number, retried while the log is
@@ -45,12 +45,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::agent::ThreadingMode;
-use quorumcast::config::NodeFile;
-use quorumcast::consensus::Role;
-use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::cluster::append::Role;
+use quorumcast::node::config::NodeFile;
 use quorumcast::node::{Client, Node, NodeConfig, OfferError};
-use quorumcast::stats::TYPE_ACK_POSITION;
+use quorumcast::shm::stats::TYPE_ACK_POSITION;
 use quorumcast_tools::harness::{fill_numbered, Fnv1a64};
 
 /// Most committed fragments handed over per application duty cycle.

@@ -28,9 +28,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{ArgGroup, Parser};
-use quorumcast::counters::{CounterSnapshot, CountersReader, COUNTERS_FILE_NAME};
-use quorumcast::directory::{DirectoryStatus, NodeDirectory};
-use quorumcast::stats::CounterKind;
+use quorumcast::shm::counters::{CounterSnapshot, CountersReader, COUNTERS_FILE_NAME};
+use quorumcast::shm::directory::{DirectoryStatus, NodeDirectory};
+use quorumcast::shm::stats::CounterKind;
 use serde_json::{json, Value};
 
 /// Window of the double sample taken by `--once`.
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn rates_are_blank_on_the_first_sample_and_per_second_after() {
-        let manager = quorumcast::counters::CountersManager::anonymous(4).unwrap();
+        let manager = quorumcast::shm::counters::CountersManager::anonymous(4).unwrap();
         let counter = manager.allocate("work", 2).unwrap();
         let reader = manager.reader();
         let first = Sample::take(&reader);
@@ -303,9 +303,9 @@ mod tests {
 
     #[test]
     fn json_is_one_object_a_sample_with_typed_keys_and_rates_after_the_first() {
-        let manager = quorumcast::counters::CountersManager::anonymous(4).unwrap();
+        let manager = quorumcast::shm::counters::CountersManager::anonymous(4).unwrap();
         let label = "sender NAKs received";
-        let kind = quorumcast::stats::CATALOGUE.iter().find(|kind| kind.label == label).unwrap();
+        let kind = quorumcast::shm::stats::CATALOGUE.iter().find(|kind| kind.label == label).unwrap();
         let naks = manager.allocate(label, kind.type_id).unwrap();
         manager.allocate("consensus work", 2).unwrap();
         let reader = manager.reader();

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::consensus::Role;
+use quorumcast::cluster::append::Role;
 use quorumcast::node::{Client, Node, OfferError};
 
 use super::{fill_numbered, number, seq_of};
@@ -69,7 +69,7 @@ pub fn derived_message(seq: u64) -> Vec<u8> {
 
 /// Applies one node's committed numbered messages and counts those out of sequence (every node of a
 /// correct cluster applies `0, 1, 2, ...`) and, when it checks them, those whose bytes are not the
-/// message's. Messages of remote clients (sent through a session, see `quorumcast::cluster_client`) are
+/// message's. Messages of remote clients (sent through a session, see `quorumcast::client`) are
 /// numbered by their client, not by the harness: they are counted apart and leave the sequence alone, so a
 /// harness can measure its own load beside a client process's.
 #[derive(Clone, Copy, Debug, Default)]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use quorumcast::consensus_core::Timers;
+use quorumcast::cluster::consensus_core::Timers;
 use quorumcast::node::Member;
 
 pub mod cluster;

@@ -30,16 +30,16 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::agent::ThreadingMode;
-use quorumcast::auth::AuthKey;
-use quorumcast::channel::ChannelConfig;
-use quorumcast::cluster_client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
-use quorumcast::counters::CountersReader;
-use quorumcast::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
+use quorumcast::media::auth::AuthKey;
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::transport::{SendMode, SocketOptions};
 use quorumcast::node::{Client, ClientsConfig, Member, Node, NodeBuilder};
-use quorumcast::recording::SyncPolicy;
-use quorumcast::stats::Stats;
-use quorumcast::transport::{SendMode, SocketOptions};
+use quorumcast::shm::counters::CountersReader;
+use quorumcast::shm::stats::Stats;
+use quorumcast::storage::recording::SyncPolicy;
 
 use crate::harness::{self, Driver, Messages};
 use crate::probe::ProbeCores;

@@ -8,8 +8,8 @@ use hdrhistogram::Histogram;
 
 use crate::probe::{probe_s, ProbeCores, SendRate};
 use quorumcast::agent::{cycle_bucket_ns, cycle_quantile_ns, CYCLE_BUCKETS};
-use quorumcast::stats::Stats;
-use quorumcast::transport::{probe_gso, SendMode};
+use quorumcast::media::transport::{probe_gso, SendMode};
+use quorumcast::shm::stats::Stats;
 
 use super::bottleneck::StageEvidence;
 use super::cluster::{LoadCluster, Positions, SETTLE_TIMEOUT};
@@ -584,7 +584,7 @@ mod tests {
     }
 
     fn counts(values: &[(&str, i64)]) -> Stats {
-        let manager = quorumcast::counters::CountersManager::anonymous(8).unwrap();
+        let manager = quorumcast::shm::counters::CountersManager::anonymous(8).unwrap();
         for (label, value) in values {
             manager.allocate(label, 0).unwrap().set(*value);
         }

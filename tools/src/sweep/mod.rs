@@ -55,8 +55,8 @@ use crate::report::{
     self, AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, PointResult, ReportError, SProbe,
     SProbeEntry, SweepReport, C_ALONE, C_SHARED, NS_PER_US,
 };
-use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::transport::SendMode;
+use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast::media::transport::SendMode;
 
 use cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use measure::{SendTimes, D};

@@ -15,8 +15,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::transport::SendMode;
+use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast::media::transport::SendMode;
 
 /// How commit positions travel from the leader to the followers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

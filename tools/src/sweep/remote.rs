@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use quorumcast::idle::IdleStrategyConfig;
-use quorumcast::stats::Stats;
+use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast::shm::stats::Stats;
 
 use crate::report::Percentiles;
 

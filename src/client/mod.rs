@@ -1,0 +1,803 @@
+//! A client of a cluster from another process or host (Aeron Cluster's `AeronCluster`): it finds the
+//! leader, opens a session, offers messages over UDP, and learns for each whether it was committed, with
+//! the service's response; across a change of leader it finds the new one and resends what it was not
+//! told was committed, and the replicated session table applies each message exactly once.
+//!
+//! ```no_run
+//! use quorumcast::client::{ClientConfig, ClusterClient, Event};
+//! use std::time::Duration;
+//!
+//! // Each member's id and client endpoint (`Member::client`).
+//! let members = vec![(0, "10.0.0.1:40300".parse().unwrap()), (1, "10.0.0.2:40300".parse().unwrap())];
+//! let mut client = ClusterClient::new(ClientConfig::new(members)).unwrap();
+//! client.connect(Duration::from_secs(5)).unwrap();
+//! let id = client.offer(b"set x = 1").unwrap();
+//! let mut done = false;
+//! while !done {
+//!     client.poll(|event| {
+//!         if let Event::Committed { correlation_id, response, .. } = event {
+//!             done = correlation_id == id;
+//!             println!("{correlation_id} committed, response {response:?}");
+//!         }
+//!     });
+//! }
+//! ```
+//!
+//! Messages are numbered from 1 in their session (the correlation id); a message is at most one
+//! datagram's payload ([`ClusterClient::max_message_length`]), and many are batched per datagram: an
+//! offer is sent by the next [`ClusterClient::poll`] (or when the datagram fills). At most
+//! [`ClientConfig::window`] messages are in flight; past that an offer is back-pressured.
+//!
+//! # Invariants
+//!
+//! - Every offered message ends in exactly one [`Event::Committed`] or [`Event::NotApplied`], unless
+//!   the client is dropped, or starts a new session, first.
+//! - A message is kept (and resent after a loss or a change of leader) until it is reported committed or
+//!   not applied; the session table makes sure a resend is never applied twice.
+//! - Only datagrams from the members' client endpoints are read.
+
+pub mod credentials;
+pub mod session;
+pub mod wire;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use socket2::SockAddr;
+
+use crate::agent::clock::NanoClock;
+use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
+use crate::media::auth::AuthKey;
+use crate::media::transport::{RecvBatch, SocketOptions, UdpEndpoint};
+
+use self::credentials::{unwrap_token, ClientKey, ReplayWindow};
+use self::wire::{Datagram, DatagramWriter, RecordHeader, RefusalCode, Seal};
+
+/// How a client reaches a cluster, and its timeouts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Each member's id and client endpoint ([`crate::node::Member::client`]).
+    pub members: Vec<(i32, SocketAddr)>,
+    /// Bytes of a datagram, at most (the cluster's MTU).
+    pub mtu: usize,
+    /// Messages in flight (offered, not yet reported), at most; at most the cluster's `clients.window`.
+    pub window: usize,
+    /// A keep-alive goes to the leader when nothing else has for this long.
+    pub keepalive_interval: Duration,
+    /// Nothing heard from the leader for this long: the client looks for the leader again.
+    pub leader_timeout: Duration,
+    /// The oldest message in flight unanswered for this long is resent, with those after it.
+    pub resend_timeout: Duration,
+    /// While connecting, an open (or reconnect) is sent again this often, to the next member when the
+    /// last one did not answer.
+    pub connect_retry: Duration,
+    /// The local address to bind (port 0: any).
+    pub bind: Option<SocketAddr>,
+    /// How long an offered message may wait for more to share its datagram before a poll sends it
+    /// (Kafka's `linger.ms`). 0, the default, sends at every poll: the least latency, and at moderate
+    /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
+    pub linger: Duration,
+    /// The client key, for a cluster that requires one (`[clients] auth_key` or `[[clients.keys]]`):
+    /// every datagram is tagged with it (or with the session's token, which the cluster gives only to a
+    /// holder of it). `None`, the default: for a cluster without client keys.
+    pub key: Option<ClientKey>,
+}
+
+impl ClientConfig {
+    /// A client of `members`, with the default limits and timeouts.
+    pub fn new(members: Vec<(i32, SocketAddr)>) -> Self {
+        Self {
+            members,
+            mtu: 1408,
+            window: 1024,
+            keepalive_interval: Duration::from_millis(100),
+            leader_timeout: Duration::from_secs(1),
+            resend_timeout: Duration::from_millis(200),
+            connect_retry: Duration::from_millis(20),
+            bind: None,
+            linger: Duration::ZERO,
+            key: None,
+        }
+    }
+}
+
+/// Why an offer was not taken (nothing was sent; the caller may offer again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OfferError {
+    /// No session is open (connecting, reconnecting to a new leader, or closed): poll, then offer again.
+    NotConnected,
+    /// [`ClientConfig::window`] messages are in flight: poll for their outcomes first.
+    BackPressured,
+    /// Longer than a datagram can carry.
+    TooLong {
+        /// The longest message.
+        max: usize,
+    },
+}
+
+impl fmt::Display for OfferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotConnected => f.write_str("not connected to the cluster's leader"),
+            Self::BackPressured => f.write_str("the window of messages in flight is full"),
+            Self::TooLong { max } => write!(f, "a client message is at most {max} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for OfferError {}
+
+/// Why [`ClusterClient::connect`] failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// No leader answered in time.
+    TimedOut,
+    /// The leader refused the session.
+    Refused(RefusalCode),
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TimedOut => f.write_str("no leader opened a session in time"),
+            Self::Refused(code) => write!(f, "the leader refused the session: {code}"),
+            Self::Io(e) => write!(f, "client socket: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// What [`ClusterClient::poll`] reports.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A session is open at the leader `leader` (first, or again after a change of leader).
+    Connected {
+        /// The session.
+        session_id: u64,
+        /// The leader's member id.
+        leader: i32,
+    },
+    /// The message `correlation_id` was committed and applied, exactly once.
+    Committed {
+        /// The message.
+        correlation_id: u64,
+        /// Where its entry ends in the log: of the resend that found it applied, for a duplicate;
+        /// `None` when the commit is known only from a later one (its own answer was lost).
+        position: Option<i64>,
+        /// The service's response (empty when it wrote none, or it was lost with a change of leader).
+        response: &'a [u8],
+        /// True when it was found applied by a resend (after a loss or a change of leader).
+        duplicate: bool,
+    },
+    /// The message `correlation_id` was not applied and never will be (its session closed).
+    NotApplied {
+        /// The message.
+        correlation_id: u64,
+        /// Why.
+        reason: RefusalCode,
+    },
+    /// The session moved to another client that holds its token before message `correlation_id`'s
+    /// outcome was known: it was applied at most once, and this client will not learn whether.
+    OutcomeUnknown {
+        /// The message.
+        correlation_id: u64,
+    },
+    /// The session closed (the client may [`connect`](ClusterClient::connect) again for a new one).
+    SessionClosed {
+        /// Why.
+        reason: ClosedReason,
+    },
+    /// The leader refused a new session.
+    ConnectRefused {
+        /// Why.
+        reason: RefusalCode,
+    },
+}
+
+/// Why a session closed under its client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClosedReason {
+    /// It sent nothing for `clients.session_timeout`.
+    TimedOut,
+    /// The cluster does not have it (closed, or never known to the leader asked).
+    Unknown,
+    /// Another client proved it holds the session's token and took it (the same token used from two
+    /// places): this client's messages in flight end in [`Event::OutcomeUnknown`].
+    Displaced,
+}
+
+/// One message in flight.
+#[derive(Debug)]
+struct Pending {
+    correlation_id: u64,
+    bytes: Vec<u8>,
+    sent_ns: u64,
+}
+
+/// Where the client is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// No session, and none asked for.
+    Idle,
+    /// Asking for a new session.
+    Opening,
+    /// Asking a (new) leader to go on with the session.
+    Reconnecting,
+    /// The session is open at the leader.
+    Connected,
+}
+
+/// A client of a cluster; see the module documentation.
+pub struct ClusterClient {
+    socket: UdpEndpoint,
+    config: ClientConfig,
+    /// The members' client endpoints, as socket addresses.
+    addrs: Vec<SockAddr>,
+    clock: NanoClock,
+    state: State,
+    session_id: u64,
+    /// The nonce of the open being asked for.
+    nonce: u64,
+    /// The member asked (or connected to), by index in `members`.
+    target: usize,
+    next_correlation: u64,
+    in_flight: VecDeque<Pending>,
+    free: Vec<Vec<u8>>,
+    out: DatagramWriter,
+    /// Taken while a poll reads from it (records borrow from it while the client changes).
+    batch: Option<RecvBatch>,
+    last_heard_ns: u64,
+    last_sent_ns: u64,
+    /// When an open or reconnect is next sent.
+    next_ask_ns: u64,
+    /// A NAK's resend from this id has been made (no second resend for a repeat of it).
+    resent_from: u64,
+    /// Records of the datagram being read that reported outcomes.
+    closing: Option<Closing>,
+    /// When the first message waiting in `out` was offered.
+    out_since_ns: u64,
+    /// What the session's datagrams are tagged with (given in `OPENED`).
+    token: Option<AuthKey>,
+    /// Of the datagrams this client sends: from the wall clock at its start, growing with each.
+    sequence: u64,
+    /// The datagrams of the session seen from each member (by index).
+    windows: Vec<ReplayWindow>,
+}
+
+/// A session closed while its messages were in flight: they are reported not applied (or, displaced,
+/// of unknown outcome).
+#[derive(Clone, Copy, Debug)]
+struct Closing {
+    refusal: RefusalCode,
+    reason: ClosedReason,
+}
+
+impl fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterClient")
+            .field("state", &self.state)
+            .field("session_id", &self.session_id)
+            .field("leader", &self.leader())
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+impl ClusterClient {
+    /// A client of the cluster `config` names, its socket bound; not yet connected.
+    pub fn new(config: ClientConfig) -> io::Result<Self> {
+        let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
+        if config.members.is_empty() {
+            return Err(invalid("a cluster client needs the members' endpoints".into()));
+        }
+        let smallest = wire::DATAGRAM_HEADER_LENGTH + wire::RECORD_HEADER_LENGTH + 8;
+        if !(smallest..=MAX_UDP_PAYLOAD_LENGTH).contains(&config.mtu) {
+            return Err(invalid(format!(
+                "ClientConfig::mtu {}: a client datagram is {smallest} to {MAX_UDP_PAYLOAD_LENGTH} bytes (use the \
+                 cluster's MTU, 1408 or 8192)",
+                config.mtu
+            )));
+        }
+        if config.window == 0 {
+            return Err(invalid("ClientConfig::window must be at least 1 message".into()));
+        }
+        let bind = config.bind.unwrap_or_else(|| {
+            let ip: std::net::IpAddr = if config.members[0].1.is_ipv6() {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            };
+            SocketAddr::new(ip, 0)
+        });
+        let options = SocketOptions { send_buffer: Some(1 << 20), receive_buffer: Some(4 << 20) };
+        let (socket, _) = UdpEndpoint::bind(bind, &options)?;
+        let addrs = config.members.iter().map(|&(_, addr)| SockAddr::from(addr)).collect();
+        let seed = NanoClock::new().now_ns() ^ u64::from(std::process::id()).rotate_left(32);
+        Ok(Self {
+            socket,
+            addrs,
+            clock: NanoClock::new(),
+            state: State::Idle,
+            session_id: 0,
+            nonce: seed | 1,
+            target: 0,
+            next_correlation: 1,
+            in_flight: VecDeque::with_capacity(config.window),
+            free: Vec::new(),
+            out: DatagramWriter::new(config.mtu),
+            // Room for the largest UDP datagram: the cluster's MTU may be larger than this client's.
+            batch: Some(RecvBatch::new(16, MAX_UDP_PAYLOAD_LENGTH)),
+            last_heard_ns: 0,
+            last_sent_ns: 0,
+            next_ask_ns: 0,
+            resent_from: 0,
+            closing: None,
+            out_since_ns: 0,
+            token: None,
+            sequence: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64),
+            windows: vec![ReplayWindow::default(); config.members.len()],
+            config,
+        })
+    }
+
+    /// The local address the client sends from.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.socket.local_addr()
+    }
+
+    /// The open session, if one is.
+    pub fn session_id(&self) -> Option<u64> {
+        Some(self.session_id).filter(|_| self.state == State::Connected)
+    }
+
+    /// The member the client is connected to (or asking), by id.
+    pub fn leader(&self) -> Option<i32> {
+        Some(self.config.members[self.target].0).filter(|_| self.state == State::Connected)
+    }
+
+    /// The correlation id the next offer gets.
+    pub fn next_correlation_id(&self) -> u64 {
+        self.next_correlation
+    }
+
+    /// Messages offered and not yet reported.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The longest message [`offer`](Self::offer) takes.
+    pub fn max_message_length(&self) -> usize {
+        self.out.max_payload()
+    }
+
+    /// Opens a session with the leader, polling until it is open or `timeout` passes (events of the
+    /// session before, if any, are reported to nobody: poll them first).
+    pub fn connect(&mut self, timeout: Duration) -> Result<u64, ConnectError> {
+        self.start_connect();
+        let deadline = self.clock.now_ns() + timeout.as_nanos() as u64;
+        let mut refused = None;
+        while self.state != State::Connected {
+            if self.clock.now_ns() >= deadline {
+                self.state = State::Idle;
+                return Err(ConnectError::TimedOut);
+            }
+            if self.poll(|event| {
+                if let Event::ConnectRefused { reason } = event {
+                    refused = Some(reason);
+                }
+            }) == 0
+            {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            if let Some(reason) = refused {
+                return Err(ConnectError::Refused(reason));
+            }
+        }
+        Ok(self.session_id)
+    }
+
+    /// Starts opening a new session; [`poll`](Self::poll) reports [`Event::Connected`] once it is open.
+    /// The previous session, if any, is forgotten with the messages it still had in flight, unreported:
+    /// poll until [`in_flight`](Self::in_flight) is 0 first (after [`Event::SessionClosed`] it is).
+    pub fn start_connect(&mut self) {
+        self.state = State::Opening;
+        self.nonce = self.nonce.wrapping_add(2);
+        self.session_id = 0;
+        self.token = None;
+        self.windows.fill(ReplayWindow::default());
+        self.next_correlation = 1;
+        self.resent_from = 0;
+        for pending in self.in_flight.drain(..) {
+            self.free.push(pending.bytes);
+        }
+        self.next_ask_ns = 0;
+    }
+
+    /// Offers `message`; returns its correlation id. It is sent by the next [`poll`](Self::poll) (or
+    /// sooner, when the datagram being filled is full). Never blocks.
+    pub fn offer(&mut self, message: &[u8]) -> Result<u64, OfferError> {
+        if self.state != State::Connected {
+            return Err(OfferError::NotConnected);
+        }
+        if message.len() > self.out.max_payload() {
+            return Err(OfferError::TooLong { max: self.out.max_payload() });
+        }
+        if self.in_flight.len() >= self.config.window {
+            return Err(OfferError::BackPressured);
+        }
+        let correlation_id = self.next_correlation;
+        self.next_correlation += 1;
+        let mut bytes = self.free.pop().unwrap_or_default();
+        bytes.clear();
+        bytes.extend_from_slice(message);
+        let now = self.clock.now_ns();
+        if self.out.is_empty() {
+            self.out_since_ns = now;
+        }
+        self.push_message(correlation_id, message);
+        self.in_flight.push_back(Pending { correlation_id, bytes, sent_ns: now });
+        Ok(correlation_id)
+    }
+
+    /// Closes the session (the leader is told; nothing in flight is resent after this).
+    pub fn close(&mut self) {
+        if self.state == State::Connected {
+            self.push(RecordHeader::new(wire::CLOSE, self.session_id), &[]);
+            self.flush();
+        }
+        self.state = State::Idle;
+    }
+
+    /// Sends what was offered, reads the cluster's answers and reports them to `handler`, and keeps the
+    /// session alive (keep-alives, resends, finding a new leader); returns the work done.
+    pub fn poll(&mut self, mut handler: impl FnMut(Event<'_>)) -> usize {
+        let now = self.clock.now_ns();
+        let lingered = now.saturating_sub(self.out_since_ns) >= self.config.linger.as_nanos() as u64;
+        let mut work = if lingered { self.flush() } else { 0 };
+        let mut batch = self.batch.take().expect("put back after every poll");
+        loop {
+            let received = self.socket.recv_batch(&mut batch).unwrap_or(0);
+            for i in 0..received {
+                let datagram = batch.datagram(i);
+                let Some(member) = datagram.source.and_then(|s| self.config.members.iter().position(|m| m.1 == s))
+                else {
+                    continue;
+                };
+                let Some(in_session) = self.authenticate(member, datagram.bytes) else {
+                    continue;
+                };
+                let Ok(records) = Datagram::parse(datagram.bytes).and_then(|d| d.records()) else {
+                    continue;
+                };
+                for (record, payload) in records {
+                    on_record(&mut self.view(now), member, in_session, record, payload, &mut handler);
+                }
+            }
+            work += received;
+            if received < batch.capacity() {
+                break;
+            }
+        }
+        self.batch = Some(batch);
+        if let Some(closing) = self.closing.take() {
+            for pending in self.in_flight.drain(..) {
+                let correlation_id = pending.correlation_id;
+                handler(match closing.reason {
+                    ClosedReason::Displaced => Event::OutcomeUnknown { correlation_id },
+                    _ => Event::NotApplied { correlation_id, reason: closing.refusal },
+                });
+                self.free.push(pending.bytes);
+            }
+            handler(Event::SessionClosed { reason: closing.reason });
+        }
+        work + self.on_timers(now)
+    }
+
+    /// Checks a datagram from member `member` before its records are read: a datagram of this session
+    /// must carry the session token's tag and a sequence not seen from that member; one of no session,
+    /// the client key's tag when this client has one. Some(true) for the session's, Some(false) for one
+    /// of no session, None to drop it.
+    fn authenticate(&mut self, member: usize, bytes: &[u8]) -> Option<bool> {
+        let datagram = Datagram::parse(bytes).ok()?;
+        let header = datagram.header;
+        if header.session_id != 0 {
+            let token = self.token.as_ref().filter(|_| header.session_id == self.session_id)?;
+            if !datagram.verify(token) || !self.windows[member].accept(header.sequence) {
+                return None;
+            }
+            return Some(true);
+        }
+        match &self.config.key {
+            Some(key) => datagram.verify(key.key()).then_some(false),
+            None => Some(false),
+        }
+    }
+
+    fn view(&mut self, now: u64) -> View<'_> {
+        View { client: self, now }
+    }
+
+    /// Keep-alives, resends, and asking for a session or a leader.
+    fn on_timers(&mut self, now: u64) -> usize {
+        match self.state {
+            State::Idle => 0,
+            State::Opening | State::Reconnecting => {
+                if now < self.next_ask_ns {
+                    return 0;
+                }
+                self.next_ask_ns = now + self.config.connect_retry.as_nanos() as u64;
+                let record = if self.state == State::Opening {
+                    RecordHeader::new(wire::OPEN, 0).correlation(self.nonce)
+                } else {
+                    RecordHeader::new(wire::RECONNECT, self.session_id)
+                };
+                self.push(record, &[]);
+                let sent = self.flush();
+                // The next ask goes to the next member, unless an answer names the leader first.
+                self.target = (self.target + 1) % self.config.members.len();
+                sent
+            }
+            State::Connected => {
+                if now.saturating_sub(self.last_heard_ns) >= self.config.leader_timeout.as_nanos() as u64 {
+                    // The leader is silent: look for the leader, from the next member.
+                    self.state = State::Reconnecting;
+                    self.target = (self.target + 1) % self.config.members.len();
+                    self.next_ask_ns = 0;
+                    return 1;
+                }
+                if let Some(oldest) = self.in_flight.front() {
+                    if now.saturating_sub(oldest.sent_ns) >= self.config.resend_timeout.as_nanos() as u64 {
+                        let from = oldest.correlation_id;
+                        return self.resend_from(from, now);
+                    }
+                }
+                if now.saturating_sub(self.last_sent_ns) >= self.config.keepalive_interval.as_nanos() as u64 {
+                    self.push(RecordHeader::new(wire::KEEP_ALIVE, self.session_id), &[]);
+                    return self.flush();
+                }
+                0
+            }
+        }
+    }
+
+    /// Resends every message in flight from `from` on; returns the datagrams sent.
+    fn resend_from(&mut self, from: u64, now: u64) -> usize {
+        let mut sent = 0;
+        let session = self.session_id;
+        for i in 0..self.in_flight.len() {
+            if self.in_flight[i].correlation_id < from {
+                continue;
+            }
+            let record = RecordHeader::new(wire::MESSAGE, session).correlation(self.in_flight[i].correlation_id);
+            if !self.out.fits(self.in_flight[i].bytes.len()) {
+                sent += self.flush();
+            }
+            self.out.push(record, &self.in_flight[i].bytes);
+            self.in_flight[i].sent_ns = now;
+        }
+        sent + self.flush()
+    }
+
+    fn push_message(&mut self, correlation_id: u64, message: &[u8]) {
+        self.push(RecordHeader::new(wire::MESSAGE, self.session_id).correlation(correlation_id), message);
+    }
+
+    fn push(&mut self, record: RecordHeader, payload: &[u8]) {
+        if !self.out.fits(payload.len()) {
+            self.flush();
+        }
+        self.out.push(record, payload);
+    }
+
+    /// Sends the datagram being filled to the member asked or connected to, sealed with the session's
+    /// token (or, opening, with the client key); returns the datagrams sent.
+    fn flush(&mut self) -> usize {
+        if self.out.is_empty() {
+            return 0;
+        }
+        let key_id = self.config.key.as_ref().map_or(0, ClientKey::id);
+        let seal = match &self.token {
+            Some(token) if self.state != State::Opening => {
+                self.sequence += 1;
+                Seal { session_id: self.session_id, key_id, sequence: self.sequence, key: Some(token) }
+            }
+            _ => Seal { session_id: 0, key_id, sequence: 0, key: self.config.key.as_ref().map(ClientKey::key) },
+        };
+        let _ = self.socket.send(self.out.finish(seal), Some(&self.addrs[self.target]));
+        self.out.clear();
+        self.last_sent_ns = self.clock.now_ns();
+        1
+    }
+}
+
+/// The client while it reads one record.
+struct View<'a> {
+    client: &'a mut ClusterClient,
+    now: u64,
+}
+
+/// One record from member `member` (by index), of a datagram of the session (`in_session`, its tag
+/// checked with the token) or of none (an answer to an open, or a redirect).
+fn on_record(
+    view: &mut View<'_>,
+    member: usize,
+    in_session: bool,
+    record: RecordHeader,
+    payload: &[u8],
+    handler: &mut impl FnMut(Event<'_>),
+) {
+    let now = view.now;
+    let client = &mut *view.client;
+    if !in_session && !matches!(record.kind, wire::REDIRECT | wire::OPENED | wire::REFUSED) {
+        return;
+    }
+    let ours = in_session && record.session_id == client.session_id;
+    match record.kind {
+        wire::REDIRECT => {
+            let leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
+            if let (Some(leader), State::Opening | State::Reconnecting) = (leader, client.state) {
+                client.target = leader;
+                // Named another member: ask it now. Named itself (its term is starting): ask again on
+                // the retry timer, not at once.
+                if leader != member {
+                    client.next_ask_ns = 0;
+                }
+            } else if client.state == State::Connected && member == client.target {
+                // The member this client was connected to does not lead any more.
+                client.state = State::Reconnecting;
+                client.target = leader.unwrap_or((member + 1) % client.config.members.len());
+                client.next_ask_ns = 0;
+            }
+        }
+        wire::OPENED if !in_session && client.state == State::Opening && record.correlation_id == client.nonce => {
+            let Ok(carried) = <&[u8; wire::TOKEN_LENGTH]>::try_from(payload) else {
+                return;
+            };
+            client.token = Some(unwrap_token(carried, client.config.key.as_ref(), record.session_id, client.nonce));
+            client.session_id = record.session_id;
+            client.state = State::Connected;
+            client.target = member;
+            client.last_heard_ns = now;
+            handler(Event::Connected { session_id: record.session_id, leader: client.config.members[member].0 });
+        }
+        wire::RECONNECTED if ours && client.state == State::Reconnecting => {
+            client.state = State::Connected;
+            client.target = member;
+            client.last_heard_ns = now;
+            acknowledge_up_to(client, record.value as u64, handler);
+            handler(Event::Connected { session_id: client.session_id, leader: client.config.members[member].0 });
+            client.resent_from = 0;
+            if let Some(first) = client.in_flight.front().map(|p| p.correlation_id) {
+                client.resend_from(first, now);
+            }
+        }
+        wire::COMMITTED if ours => {
+            if member == client.target {
+                client.last_heard_ns = now;
+            }
+            let duplicate = record.code == wire::DUPLICATE;
+            committed(client, record.correlation_id, record.value, payload, duplicate, handler);
+        }
+        wire::COMMITTED_RUN if ours => {
+            if member == client.target {
+                client.last_heard_ns = now;
+            }
+            for (i, position) in payload.chunks_exact(8).enumerate() {
+                let Some(correlation_id) = record.correlation_id.checked_add(i as u64) else {
+                    break;
+                };
+                let position = i64::from_le_bytes(position.try_into().expect("8 bytes"));
+                committed(client, correlation_id, position, &[], false, handler);
+            }
+        }
+        wire::HEARTBEAT if ours && member == client.target => client.last_heard_ns = now,
+        wire::NAK if ours && client.state == State::Connected => {
+            let from = record.value as u64;
+            if from != client.resent_from {
+                client.resent_from = from;
+                client.resend_from(from, now);
+            }
+        }
+        wire::CHALLENGE if ours && matches!(client.state, State::Connected | State::Reconnecting) => {
+            // This member does not know this client's address for the session (a new leader, or a new
+            // address): the answer proves the client holds the token, from here.
+            client.state = State::Reconnecting;
+            client.target = member;
+            client.next_ask_ns = now + client.config.connect_retry.as_nanos() as u64;
+            client.push(RecordHeader::new(wire::RECONNECT, client.session_id).correlation(record.correlation_id), &[]);
+            client.flush();
+        }
+        wire::REFUSED => on_refused(client, member, ours, record, now, handler),
+        wire::CLOSED if ours && client.state != State::Idle => {
+            client.state = State::Idle;
+            let reason = if record.code == wire::TIMED_OUT { ClosedReason::TimedOut } else { ClosedReason::Unknown };
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason });
+        }
+        _ => {}
+    }
+}
+
+fn on_refused(
+    client: &mut ClusterClient,
+    member: usize,
+    ours: bool,
+    record: RecordHeader,
+    now: u64,
+    handler: &mut impl FnMut(Event<'_>),
+) {
+    let Some(code) = RefusalCode::from_u8(record.code) else {
+        return;
+    };
+    let to_open = !ours && client.state == State::Opening && record.correlation_id == client.nonce;
+    match code {
+        RefusalCode::TooManySessions | RefusalCode::TooManyFromAddress | RefusalCode::RateLimited if to_open => {
+            client.state = State::Idle;
+            handler(Event::ConnectRefused { reason: code });
+        }
+        RefusalCode::UnknownSession | RefusalCode::TooManySessions if ours && client.state != State::Idle => {
+            client.state = State::Idle;
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason: ClosedReason::Unknown });
+        }
+        RefusalCode::Displaced if ours && client.state != State::Idle => {
+            client.state = State::Idle;
+            client.closing = Some(Closing { refusal: code, reason: ClosedReason::Displaced });
+        }
+        RefusalCode::Gap | RefusalCode::WindowExceeded if ours && client.state == State::Connected => {
+            let from = if code == RefusalCode::Gap { record.value as u64 } else { record.correlation_id };
+            if code == RefusalCode::Gap {
+                // The table applied everything before the one it expects: their own answers were lost.
+                acknowledge_up_to(client, from.saturating_sub(1), handler);
+            }
+            if from != client.resent_from {
+                client.resent_from = from;
+                client.resend_from(from, now);
+            }
+        }
+        RefusalCode::NotConnected if ours && client.state == State::Connected && member == client.target => {
+            // The leader does not know this session (it was elected since): go on with it there.
+            client.state = State::Reconnecting;
+            client.next_ask_ns = 0;
+        }
+        _ => {}
+    }
+}
+
+/// Reports message `correlation_id` committed at `position` with `response`, if it is in flight, and
+/// every message before it too: the table applies a session's messages in order, so they were applied.
+fn committed(
+    client: &mut ClusterClient,
+    correlation_id: u64,
+    position: i64,
+    response: &[u8],
+    duplicate: bool,
+    handler: &mut impl FnMut(Event<'_>),
+) {
+    acknowledge_up_to(client, correlation_id.saturating_sub(1), handler);
+    if client.in_flight.front().is_some_and(|p| p.correlation_id == correlation_id) {
+        let pending = client.in_flight.pop_front().expect("checked");
+        handler(Event::Committed { correlation_id, position: Some(position), response, duplicate });
+        client.free.push(pending.bytes);
+    }
+}
+
+/// Reports every message in flight up to `correlation_id` as committed (known from a later answer).
+fn acknowledge_up_to(client: &mut ClusterClient, correlation_id: u64, handler: &mut impl FnMut(Event<'_>)) {
+    while client.in_flight.front().is_some_and(|p| p.correlation_id <= correlation_id) {
+        let pending = client.in_flight.pop_front().expect("checked");
+        handler(Event::Committed {
+            correlation_id: pending.correlation_id,
+            position: None,
+            response: &[],
+            duplicate: true,
+        });
+        client.free.push(pending.bytes);
+    }
+}

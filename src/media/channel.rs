@@ -1,0 +1,345 @@
+//! Configuration of a network channel: destinations, MTU, term length, socket buffers, send mode,
+//! timers and fault injection, validated at start with messages that name the value and the rule.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::frame::{DATA_HEADER_LENGTH, MAX_UDP_PAYLOAD_LENGTH};
+use crate::media::auth::{AuthKey, TAG_LENGTH};
+use crate::media::flow_control::FlowControlMode;
+use crate::media::transport::faulty::FaultConfig;
+use crate::media::transport::{SendMode, SocketOptions, MAX_GSO_SEGMENTS};
+
+/// The conservative MTU that crosses Ethernet with PPPoE, and the clouds, unfragmented.
+pub const MTU_1408: usize = 1408;
+/// The MTU for jumbo-frame paths (an MTU of 9001 on every hop); the model's `M_pkt` multiplier is ~6x 1408's.
+pub const MTU_8192: usize = 8192;
+/// Smallest MTU accepted: a data header plus one 32-byte aligned payload.
+pub const MIN_MTU: usize = 64;
+/// The term lengths a log takes (64 KiB to 1 GiB), as the log buffer defines them.
+pub use crate::shm::log_buffer::descriptor::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
+/// Default term length of a network log (16 MiB, as Aeron's UDP default).
+pub const DEFAULT_TERM_LENGTH: usize = 16 * 1024 * 1024;
+
+/// Everything a network publication (the Sender side) and its subscriptions (the Receiver side) agree on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelConfig {
+    /// Where the Sender sends each datagram: one entry per follower (multi-destination cast).
+    pub destinations: Vec<SocketAddr>,
+    /// The local address every datagram of a publication is sent from: a node's member endpoint, the one
+    /// source its followers accept (bound with `SO_REUSEPORT`, one socket per destination). `None` sends
+    /// from an ephemeral port, for streams whose receivers accept any source.
+    pub source: Option<SocketAddr>,
+    /// A hash of the cluster's member list ([`membership_tag`]), carried in SETUPs and status messages: a
+    /// peer whose tag differs is refused, counted and logged. `None` for plain streams.
+    pub membership: Option<i64>,
+    /// The shared key that tags and checks every datagram ([`crate::media::auth`]); `None` on isolated networks.
+    pub auth: Option<AuthKey>,
+    /// Which receivers' windows the Sender waits for: all of them (a stream), or a quorum (a cluster leader).
+    pub flow_control: FlowControlMode,
+    /// Most bytes retransmitted to one receiver per second (NAK repair), so that NAKs, forged or not,
+    /// cannot make the Sender resend without bound; 0 means unlimited.
+    pub max_retransmit_rate: u64,
+    /// Largest datagram, header included: a multiple of 32 in `64..=65504`, at most `term_length / 8`.
+    pub mtu: usize,
+    /// Length of each of the log's three terms: a power of two in 64 KiB ..= 1 GiB.
+    pub term_length: usize,
+    /// How datagrams are put on the wire.
+    pub send_mode: SendMode,
+    /// Most datagrams (per destination) one `mmsg` or `gso` call carries.
+    pub batch_limit: usize,
+    /// Socket buffer sizes.
+    pub socket: SocketOptions,
+    /// Receiver window advertised in status messages; at most `term_length / 2` and at most `SO_RCVBUF`.
+    /// Keep it at half of `SO_RCVBUF` or less: the kernel charges each queued datagram its whole
+    /// allocation (2,304 B for 1,088 B of data), which only the doubling of `SO_RCVBUF` covers, and not
+    /// for datagrams less than half full (see `tuning/README.md`).
+    pub receiver_window: usize,
+    /// A receiver silent for this long is dropped from flow control.
+    pub receiver_timeout: Duration,
+    /// Delay before a gap is NAKed.
+    pub nak_delay: Duration,
+    /// Delay before a gap that is still open is NAKed again (Aeron's unicast default: 100 x 100 us).
+    pub nak_retry_delay: Duration,
+    /// A status message is sent at least this often.
+    pub status_interval: Duration,
+    /// A heartbeat goes out after this long without data.
+    pub heartbeat_interval: Duration,
+    /// Setup frames repeat this often until a receiver answers.
+    pub setup_interval: Duration,
+    /// NAKs for a range already retransmitted are ignored for this long.
+    pub retransmit_linger: Duration,
+    /// Faults injected on the datagrams this side sends.
+    pub send_faults: FaultConfig,
+    /// Faults injected on the datagrams this side receives.
+    pub receive_faults: FaultConfig,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        Self {
+            destinations: Vec::new(),
+            source: None,
+            membership: None,
+            auth: None,
+            flow_control: FlowControlMode::Min,
+            max_retransmit_rate: 64 << 20,
+            mtu: MTU_1408,
+            term_length: DEFAULT_TERM_LENGTH,
+            send_mode: SendMode::Classic,
+            batch_limit: 16,
+            socket: SocketOptions { send_buffer: Some(2 << 20), receive_buffer: Some(2 << 20) },
+            receiver_window: 128 * 1024,
+            receiver_timeout: Duration::from_secs(5),
+            nak_delay: Duration::from_micros(100),
+            nak_retry_delay: Duration::from_millis(10),
+            status_interval: Duration::from_millis(200),
+            heartbeat_interval: Duration::from_millis(100),
+            setup_interval: Duration::from_millis(100),
+            retransmit_linger: Duration::from_millis(10),
+            send_faults: FaultConfig::default(),
+            receive_faults: FaultConfig::default(),
+        }
+    }
+}
+
+/// The membership tag of a cluster: an FNV-1a hash of its `(member id, endpoint)` pairs in id order, the
+/// same on every node configured with the same members, whatever order its file lists them in.
+pub fn membership_tag(members: &[(i32, SocketAddr)]) -> i64 {
+    let mut sorted = members.to_vec();
+    sorted.sort_by_key(|(id, _)| *id);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (id, endpoint) in sorted {
+        for byte in format!("{id}={endpoint};").bytes() {
+            hash = (hash ^ byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash as i64
+}
+
+/// A configuration value that breaks a rule; the message names both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn refuse(message: String) -> Result<(), ConfigError> {
+    Err(ConfigError(message))
+}
+
+/// The longest timer accepted: longer is a typo, not a choice.
+pub const MAX_TIMER: Duration = Duration::from_secs(3600);
+
+/// Checks the timer `[timers] key`: more than zero and at most [`MAX_TIMER`].
+pub fn validate_timer(key: &str, value: Duration) -> Result<(), ConfigError> {
+    match timer_problem(value) {
+        Some(problem) => refuse(format!("[timers] {key} = {value:?}: {problem}")),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with a timer of `value`, if anything: it must be more than zero and at most
+/// [`MAX_TIMER`]. The one rule for every timer, however its setting is named.
+pub(crate) fn timer_problem(value: Duration) -> Option<&'static str> {
+    (value.is_zero() || value > MAX_TIMER).then_some(
+        "must be more than 0 and at most 1 hour (a zero interval sends or checks in every duty cycle, a flood)",
+    )
+}
+
+/// Checks a term length: a power of two from 64 KiB to 1 GiB.
+pub fn validate_term_length(term_length: usize) -> Result<(), ConfigError> {
+    if !term_length.is_power_of_two() || !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) {
+        return refuse(format!(
+            "[channel] term_length = {term_length}: a term length must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an MTU against the UDP limits and the term length.
+pub fn validate_mtu(mtu: usize, term_length: usize) -> Result<(), ConfigError> {
+    if mtu % 32 != 0 || !(MIN_MTU..=MAX_UDP_PAYLOAD_LENGTH).contains(&mtu) {
+        return refuse(format!(
+            "[channel] mtu = {mtu}: the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD_LENGTH} (the largest UDP payload); the presets are 1408 and 8192"
+        ));
+    }
+    if mtu > term_length / 8 {
+        return refuse(format!(
+            "[channel] mtu = {mtu}: MTU {mtu} is larger than term length / 8 = {} (term length {term_length}); lower the MTU or raise the term length to at least {}",
+            term_length / 8,
+            (mtu * 8).next_power_of_two()
+        ));
+    }
+    Ok(())
+}
+
+impl ChannelConfig {
+    /// The largest payload of one frame: `mtu - 32`.
+    pub fn max_payload(&self) -> usize {
+        self.mtu - DATA_HEADER_LENGTH
+    }
+
+    /// Checks every rule; the first broken one is returned with a message that says what to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_term_length(self.term_length)?;
+        validate_mtu(self.mtu, self.term_length)?;
+        if self.auth.is_some() && self.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD_LENGTH + 3 {
+            return refuse(format!(
+                "[channel] mtu = {}: with authentication every datagram carries a {TAG_LENGTH}-byte tag, and MTU + tag must fit the largest UDP payload (65507); lower the MTU",
+                self.mtu
+            ));
+        }
+        if self.receiver_window < self.mtu || self.receiver_window > self.term_length / 2 {
+            return refuse(format!(
+                "[channel] receiver_window = {}: the receiver window must be at least the MTU ({}) and at most term length / 2 ({})",
+                self.receiver_window,
+                self.mtu,
+                self.term_length / 2
+            ));
+        }
+        if let Some(rcvbuf) = self.socket.receive_buffer {
+            if self.receiver_window > rcvbuf {
+                return refuse(format!(
+                    "[channel] receiver_window = {}: larger than SO_RCVBUF {rcvbuf}: a full window would overflow the socket; raise receive_buffer or lower the window",
+                    self.receiver_window
+                ));
+            }
+        }
+        if !(1..=MAX_GSO_SEGMENTS).contains(&self.batch_limit) {
+            return refuse(format!(
+                "[channel] batch_limit = {}: must be from 1 to {MAX_GSO_SEGMENTS}",
+                self.batch_limit
+            ));
+        }
+        for faults in [&self.send_faults, &self.receive_faults] {
+            faults.validate().map_err(ConfigError)?;
+        }
+        if self.destinations.iter().any(|d| d.port() == 0) {
+            return refuse("a destination needs a port other than 0".into());
+        }
+        self.validate_timers()
+    }
+
+    /// Checks the timers: none zero, none absurd (over an hour), and a receiver time-out that spans at
+    /// least two status intervals (else live receivers time out between their status messages, and the
+    /// Sender re-sends SETUPs in a loop).
+    fn validate_timers(&self) -> Result<(), ConfigError> {
+        let timers = [
+            ("status_interval", self.status_interval),
+            ("nak_delay", self.nak_delay),
+            ("nak_retry_delay", self.nak_retry_delay),
+            ("retransmit_linger", self.retransmit_linger),
+            ("receiver_timeout", self.receiver_timeout),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("setup_interval", self.setup_interval),
+        ];
+        for (key, value) in timers {
+            validate_timer(key, value)?;
+        }
+        if self.receiver_timeout < self.status_interval * 2 {
+            return refuse(format!(
+                "[timers] receiver_timeout = {:?}: must be at least twice status_interval ({:?}), or receivers time out between their status messages; raise receiver_timeout",
+                self.receiver_timeout, self.status_interval
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that the MTU fits the path to a destination whose largest unfragmented UDP payload is
+    /// `path_max_payload` (read from the kernel after connecting, see `UdpEndpoint::path_max_payload`).
+    pub fn validate_path(&self, destination: SocketAddr, path_max_payload: usize) -> Result<(), ConfigError> {
+        let tag = if self.auth.is_some() { TAG_LENGTH } else { 0 };
+        if self.mtu + tag > path_max_payload {
+            // IP and UDP headers: 20 + 8 bytes over IPv4, 40 + 8 over IPv6.
+            let overhead = if destination.is_ipv6() { 48 } else { 28 };
+            return refuse(format!(
+                "MTU {} does not fit the path to {destination}: its path MTU {} carries at most {path_max_payload} bytes of UDP payload unfragmented; use MTU 1408, or enable jumbo frames (MTU >= {}) on every hop",
+                self.mtu,
+                path_max_payload + overhead,
+                self.mtu + overhead
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ChannelConfig {
+        ChannelConfig { destinations: vec!["127.0.0.1:40001".parse().unwrap()], ..Default::default() }
+    }
+
+    #[test]
+    fn defaults_and_presets_are_valid() {
+        config().validate().unwrap();
+        ChannelConfig { mtu: MTU_8192, ..config() }.validate().unwrap();
+        ChannelConfig { mtu: MTU_8192, term_length: TERM_MIN_LENGTH, receiver_window: 32 * 1024, ..config() }
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn bad_mtus_are_refused_with_the_rule() {
+        let err = |mtu, term_length| validate_mtu(mtu, term_length).unwrap_err().0;
+        assert!(err(1400, DEFAULT_TERM_LENGTH).contains("multiple of 32"));
+        assert!(err(32, DEFAULT_TERM_LENGTH).contains("from 64"));
+        assert!(err(65536, 1 << 30).contains("65504"));
+        let e = err(16384, TERM_MIN_LENGTH);
+        assert!(e.contains("term length / 8 = 8192") && e.contains("131072"), "{e}");
+        validate_mtu(65504, 1 << 20).unwrap();
+    }
+
+    #[test]
+    fn bad_term_lengths_and_windows_are_refused() {
+        assert!(validate_term_length(100_000).unwrap_err().0.contains("power of two"));
+        assert!(validate_term_length(32 * 1024).is_err());
+        assert!(validate_term_length(2 << 30).is_err());
+        let e = ChannelConfig { receiver_window: 64 << 20, ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("term length / 2"), "{e}");
+        let e = ChannelConfig { socket: SocketOptions { send_buffer: None, receive_buffer: Some(4096) }, ..config() }
+            .validate()
+            .unwrap_err()
+            .0;
+        assert!(e.contains("SO_RCVBUF"), "{e}");
+    }
+
+    #[test]
+    fn zero_absurd_and_inconsistent_timers_are_refused_with_their_key() {
+        let e = ChannelConfig { receiver_timeout: Duration::ZERO, ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("[timers] receiver_timeout"), "{e}");
+        let e = ChannelConfig { status_interval: Duration::ZERO, ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("[timers] status_interval"), "{e}");
+        let e = ChannelConfig { heartbeat_interval: Duration::from_secs(7200), ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("[timers] heartbeat_interval") && e.contains("1 hour"), "{e}");
+        let e = ChannelConfig { receiver_timeout: Duration::from_millis(300), ..config() }.validate().unwrap_err().0;
+        assert!(e.contains("twice status_interval"), "{e}");
+    }
+
+    #[test]
+    fn the_membership_tag_ignores_order_and_tells_lists_apart() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        assert_eq!(membership_tag(&[(0, a), (1, b)]), membership_tag(&[(1, b), (0, a)]));
+        assert_ne!(membership_tag(&[(0, a), (1, b)]), membership_tag(&[(0, b), (1, a)]));
+        assert_ne!(membership_tag(&[(0, a)]), membership_tag(&[(0, a), (1, b)]));
+    }
+
+    #[test]
+    fn a_path_that_cannot_carry_the_mtu_is_named() {
+        let c = ChannelConfig { mtu: MTU_8192, ..config() };
+        let e = c.validate_path(c.destinations[0], 1472).unwrap_err().0;
+        assert!(
+            e.contains("MTU 8192") && e.contains("path MTU 1500") && e.contains("1472") && e.contains("1408"),
+            "{e}"
+        );
+        ChannelConfig { mtu: MTU_1408, ..config() }.validate_path(c.destinations[0], 1472).unwrap();
+    }
+}

@@ -1,0 +1,489 @@
+//! The recorded log: a node's log on disk, in segment files with a recording index, written by the
+//! [`Recorder`] agent (after Aeron Archive's recorder) and read back at start, by replays to the
+//! application and by catch-up of other members.
+//!
+//! A recording lives in a directory of its own (`<data dir>/recording` by default):
+//!
+//! - `segment-<base position>.rec`: the log's frames from `base position` on, in checksummed blocks (see
+//!   `segment`); a new segment starts once the current one reaches the configured segment length;
+//! - `index.dat`: where the recording starts and the leadership terms it holds (see `index`);
+//! - the member's persisted term and vote stay in the data directory's `vote.dat` ([`crate::storage::vote_file`]).
+//!
+//! # Invariants
+//!
+//! - The segments hold one contiguous run of the log, `[start, end)`: each segment's base is where the one
+//!   before it ends. Every byte below `end` was a frame of this member's log when it was written.
+//! - What the recording says it holds is only what verified: at [`Recording::open`] the last segment is
+//!   walked block by block, and a block that fails (a write torn by a crash, or damage) is cut off with
+//!   everything after it, and reported. A reader verifies every block it hands out.
+//! - Under [`SyncPolicy::Batch`] the recorder's synced position is the end of what `fdatasync` made
+//!   durable; a member acknowledges and counts itself only up to it. Under [`SyncPolicy::None`] the
+//!   synced position is the end of what is written (to the page cache).
+
+pub mod catch_up;
+mod index;
+mod reader;
+mod recorder;
+mod segment;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+pub use index::{Index, RecordedTerm};
+pub use reader::RecordingReader;
+pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
+pub use segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
+
+use crate::cluster::consensus_core::{TermBase, TermHistory};
+use crate::frame::{term_start_of, Frame, DATA_HEADER_LENGTH};
+use segment::Segment;
+
+/// When recorded bytes are made durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "lowercase"))]
+pub enum SyncPolicy {
+    /// `none`: written to the page cache only (Aeron Archive's default). The default. A crash of the
+    /// process loses nothing written; a crash of the machine (power loss, kernel panic) loses what the
+    /// kernel had not yet written back, which a member may already have acknowledged.
+    #[default]
+    None,
+    /// `batch`: group commit. The recorder calls `fdatasync` once per duty cycle that wrote, and the member
+    /// acknowledges (a leader counts itself) only up to the synced position: a committed entry is on the
+    /// disks of a majority and survives the power loss of every member.
+    Batch,
+}
+
+impl fmt::Display for SyncPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SyncPolicy::None => "none",
+            SyncPolicy::Batch => "batch",
+        })
+    }
+}
+
+impl FromStr for SyncPolicy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "none" => Ok(SyncPolicy::None),
+            "batch" => Ok(SyncPolicy::Batch),
+            _ => Err(format!("unknown sync policy `{text}`; use none or batch")),
+        }
+    }
+}
+
+/// Which log a recording is of: a recording of another cluster, stream or term length is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordingIdentity {
+    /// The member-list tag of the cluster.
+    pub membership: i64,
+    /// The log's stream id.
+    pub stream_id: i32,
+    /// The log's term length.
+    pub term_length: u32,
+}
+
+/// Why a recording cannot be used; every message names the file and says what to do.
+#[derive(Debug)]
+pub struct RecordingError {
+    /// The file or directory at fault.
+    pub path: PathBuf,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl RecordingError {
+    fn new(path: &Path, message: impl Into<String>) -> Self {
+        Self { path: path.to_path_buf(), message: message.into() }
+    }
+
+    fn io(path: &Path, what: &str, e: std::io::Error) -> Self {
+        let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
+            ": the disk is full; free space on it (or move the data directory) and restart the node"
+        } else {
+            ""
+        };
+        Self::new(path, format!("cannot {what}: {e}{hint}"))
+    }
+}
+
+impl fmt::Display for RecordingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for RecordingError {}
+
+/// Where a recording is and how it is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordingConfig {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// A new segment starts once the current one holds this many bytes.
+    pub segment_length: u64,
+    /// When bytes are made durable.
+    pub sync: SyncPolicy,
+}
+
+/// What [`Recording::open`] found besides the recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Why bytes at the end of the last segment were cut (a torn or damaged last block), if any were.
+    pub torn: Option<String>,
+    /// How many bytes were cut.
+    pub torn_bytes: u64,
+    /// The index was missing and was rebuilt from the segments' term-start markers.
+    pub index_rebuilt: bool,
+}
+
+/// A recording opened for writing: one writer (the [`Recorder`]) per recording.
+#[derive(Debug)]
+pub struct Recording {
+    config: RecordingConfig,
+    identity: RecordingIdentity,
+    index: Index,
+    /// The base positions of every segment, ascending; the last is `active`'s when it is open.
+    bases: Vec<i64>,
+    active: Option<Segment>,
+    end: i64,
+    /// Set when a segment was created or removed since the directory was last synced.
+    dir_changed: bool,
+    scratch: Vec<u8>,
+}
+
+impl Recording {
+    /// Opens (creating) the recording in `config.dir`: checks every segment's header and the index against
+    /// `identity`, walks the last segment, cuts a torn tail, and completes the index with term markers
+    /// it lacks.
+    pub fn open(
+        config: RecordingConfig,
+        identity: RecordingIdentity,
+    ) -> Result<(Recording, OpenReport), RecordingError> {
+        let dir = config.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|e| RecordingError::io(&dir, "create the recording directory", e))?;
+        let _ = std::fs::remove_file(dir.join("index.dat.tmp"));
+        let bases = list_segments(&dir)?;
+        let index_path = dir.join(index::INDEX_FILE);
+        let loaded = Index::load(&dir, &identity).map_err(|why| {
+            RecordingError::new(
+                &index_path,
+                format!("{why}; the recording cannot be trusted: delete index.dat to have it rebuilt from the segments, or move the recording directory away to start this member empty"),
+            )
+        })?;
+        let mut report = OpenReport::default();
+        let mut recording = Recording {
+            config,
+            identity,
+            index: Index::default(),
+            bases,
+            active: None,
+            end: 0,
+            dir_changed: false,
+            scratch: Vec::new(),
+        };
+        let rebuild = loaded.is_none() && !recording.bases.is_empty();
+        recording.index = match loaded {
+            Some(index) => index,
+            None => Index { start_position: recording.bases.first().copied().unwrap_or(0), ..Index::default() },
+        };
+        if recording.bases.first().is_some_and(|&first| first != recording.index.start_position) {
+            let path = recording.segment_path(recording.bases[0]);
+            return Err(RecordingError::new(
+                &path,
+                format!(
+                    "is the first segment but the index says the recording starts at {}: a segment is missing; restore it, or move the recording directory away to start this member empty",
+                    recording.index.start_position
+                ),
+            ));
+        }
+        report.index_rebuilt = rebuild;
+        recording.end = recording.index.start_position;
+        let last = recording.bases.len().saturating_sub(1);
+        for i in 0..recording.bases.len() {
+            let path = recording.segment_path(recording.bases[i]);
+            let mut segment = Segment::open(&path, &identity).map_err(|why| {
+                RecordingError::new(&path, format!("{why}; move it (and the segments after it) away, or the whole recording directory to start this member empty"))
+            })?;
+            // Only the last segment is walked (its tail may be torn), and every one when the index is
+            // rebuilt from their term-start markers; the walk completes the index either way.
+            if i < last && !rebuild {
+                continue;
+            }
+            let length = segment.file.metadata().map_err(|e| RecordingError::io(&path, "read", e))?.len();
+            let index = &mut recording.index;
+            let walk = segment
+                .walk(&mut recording.scratch, |header, payload| {
+                    add_markers(index, payload, header.position);
+                })
+                .map_err(|e| RecordingError::io(&path, "read", e))?;
+            if i < last {
+                continue;
+            }
+            if let Some(why) = walk.torn {
+                report.torn_bytes = length - walk.file_end;
+                report.torn = Some(format!("{}: {why}", path.display()));
+                segment.file.set_len(walk.file_end).map_err(|e| RecordingError::io(&path, "cut the torn tail", e))?;
+                segment.file.sync_data().map_err(|e| RecordingError::io(&path, "sync", e))?;
+            }
+            recording.end = walk.end_position;
+            recording.active = Some(segment);
+        }
+        recording.index.cut(recording.end);
+        recording.store_index()?;
+        Ok((recording, report))
+    }
+
+    /// The recording's directory.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &RecordingConfig {
+        &self.config
+    }
+
+    /// Whose log it is.
+    pub fn identity(&self) -> &RecordingIdentity {
+        &self.identity
+    }
+
+    /// The first byte it holds.
+    pub fn start(&self) -> i64 {
+        self.index.start_position
+    }
+
+    /// Where it ends: the position after its last block.
+    pub fn end(&self) -> i64 {
+        self.end
+    }
+
+    /// The index: its start and terms.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// The terms of the recorded log, ending at [`end`](Self::end), for a consensus core to start from;
+    /// `None` when the index's terms do not make a history. A recording that starts past 0 (compacted
+    /// below a snapshot, or begun at an installed snapshot) holds its first term from position 0: every
+    /// byte below its start was committed, so no election and no cut ever asks which term it was.
+    pub fn term_history(&self) -> Option<TermHistory> {
+        if self.end == self.start() && self.index.terms.is_empty() && self.start() == 0 {
+            return Some(TermHistory::new());
+        }
+        let mut terms: Vec<TermBase> = Vec::with_capacity(self.index.terms.len() + 1);
+        if self.index.terms.first().is_none_or(|t| t.base_position > 0) && self.index.start_term > 0 {
+            terms.push(TermBase { leadership_term_id: self.index.start_term, base_position: 0 });
+        }
+        terms.extend(
+            self.index
+                .terms
+                .iter()
+                .map(|t| TermBase { leadership_term_id: t.leadership_term_id, base_position: t.base_position }),
+        );
+        if terms.is_empty() {
+            return (self.end == 0).then(TermHistory::new);
+        }
+        TermHistory::from_terms(terms, self.end)
+    }
+
+    /// Appends a block of `payload` (whole frames of one term, as [`crate::shm::log_buffer::scan`] finds them)
+    /// at `position`, which must be [`end`](Self::end), covering `advance` log bytes; records the
+    /// term-start markers it holds in the index; returns the frames it holds. Not synced: see
+    /// [`sync`](Self::sync).
+    pub fn append(&mut self, position: i64, payload: &[u8], advance: usize) -> Result<usize, RecordingError> {
+        if position != self.end {
+            return Err(RecordingError::new(
+                &self.config.dir,
+                format!("a block at {position} does not continue the recording, which ends at {}", self.end),
+            ));
+        }
+        let roll = self.active.as_ref().is_none_or(|s| s.file_end >= self.config.segment_length);
+        if roll {
+            self.roll()?;
+        }
+        let segment = self.active.as_mut().expect("a segment after a roll");
+        segment.append(position, payload, advance).map_err(|e| RecordingError::io(&segment.path, "write", e))?;
+        self.end = segment.end_position;
+        let (frames, new_terms) = add_markers(&mut self.index, payload, position);
+        if new_terms {
+            self.store_index()?;
+        }
+        Ok(frames)
+    }
+
+    /// How many segment files it has.
+    pub fn segment_count(&self) -> usize {
+        self.bases.len()
+    }
+
+    /// Starts a new segment at the end (the one before it synced first when the policy syncs).
+    fn roll(&mut self) -> Result<(), RecordingError> {
+        if let Some(old) = self.active.take() {
+            if self.config.sync == SyncPolicy::Batch {
+                old.file.sync_data().map_err(|e| RecordingError::io(&old.path, "sync", e))?;
+            }
+        }
+        let dir = self.config.dir.clone();
+        let segment = Segment::create(&dir, &self.identity, self.end)
+            .map_err(|e| RecordingError::io(&dir.join(segment::file_name(self.end)), "create", e))?;
+        if self.bases.last() != Some(&self.end) {
+            self.bases.push(self.end);
+        }
+        self.active = Some(segment);
+        self.dir_changed = true;
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable (`fdatasync` of the segment being written, and of the
+    /// directory when a segment was made).
+    pub fn sync(&mut self) -> Result<(), RecordingError> {
+        if let Some(segment) = &self.active {
+            segment.file.sync_data().map_err(|e| RecordingError::io(&segment.path, "sync", e))?;
+        }
+        if std::mem::take(&mut self.dir_changed) {
+            crate::storage::atomic_file::sync_dir(&self.config.dir)
+                .map_err(|e| RecordingError::io(&self.config.dir, "sync", e))?;
+        }
+        Ok(())
+    }
+
+    /// Cuts the recording back to `position` (a frame boundary): a leader's log this member held beyond
+    /// the point where it agrees with the new leader's. Below the recording's start is an error.
+    pub fn truncate(&mut self, position: i64) -> Result<(), RecordingError> {
+        if position >= self.end {
+            return Ok(());
+        }
+        if position < self.start() {
+            return Err(RecordingError::new(
+                &self.config.dir,
+                format!("cannot cut back to {position}: the recording starts at {}", self.start()),
+            ));
+        }
+        while let Some(&last) = self.bases.last() {
+            if last < position {
+                break;
+            }
+            let path = self.segment_path(last);
+            self.active = None;
+            std::fs::remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+            self.bases.pop();
+            self.dir_changed = true;
+        }
+        if let Some(&last) = self.bases.last() {
+            let path = self.segment_path(last);
+            let mut segment = match self.active.take() {
+                Some(segment) => segment,
+                None => Segment::open(&path, &self.identity).map_err(|why| RecordingError::new(&path, why))?,
+            };
+            segment.cut(position, &mut self.scratch).map_err(|e| RecordingError::io(&path, "cut", e))?;
+            segment.end_position = position;
+            self.active = Some(segment);
+        }
+        self.end = position;
+        if self.index.cut(position) {
+            self.store_index()?;
+        }
+        self.sync()
+    }
+
+    /// Deletes the segments that end at or before `position` (the log below the oldest snapshot kept);
+    /// returns the new start.
+    pub fn delete_before(&mut self, position: i64) -> Result<i64, RecordingError> {
+        let mut removed = false;
+        while self.bases.len() > 1 && self.bases[1] <= position {
+            let path = self.segment_path(self.bases[0]);
+            std::fs::remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+            self.bases.remove(0);
+            removed = true;
+        }
+        if removed {
+            let start = self.bases[0];
+            self.index.start_term = self.index.term_at(start);
+            self.index.start_position = start;
+            self.index.terms.retain(|t| t.base_position >= start);
+            self.dir_changed = true;
+            self.store_index()?;
+            self.sync()?;
+        }
+        Ok(self.start())
+    }
+
+    /// Empties the recording to start again at `position`, in leadership term `term` (a snapshot at
+    /// `position` was installed: the log before it is not this member's to hold).
+    pub fn reset(&mut self, position: i64, term: i64) -> Result<(), RecordingError> {
+        self.active = None;
+        for base in std::mem::take(&mut self.bases) {
+            let path = self.segment_path(base);
+            std::fs::remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+        }
+        self.index = Index { start_position: position, start_term: term, terms: Vec::new() };
+        self.end = position;
+        self.dir_changed = true;
+        self.store_index()?;
+        self.sync()
+    }
+
+    /// A reader of this recording from `position`.
+    pub fn reader(&self, position: i64) -> RecordingReader {
+        RecordingReader::new(self.config.dir.clone(), self.identity, position)
+    }
+
+    fn store_index(&mut self) -> Result<(), RecordingError> {
+        let sync = self.config.sync == SyncPolicy::Batch;
+        self.index
+            .store(&self.config.dir, &self.identity, sync)
+            .map_err(|e| RecordingError::io(&self.config.dir.join(index::INDEX_FILE), "write", e))
+    }
+
+    fn segment_path(&self, base: i64) -> PathBuf {
+        self.config.dir.join(segment::file_name(base))
+    }
+}
+
+/// The base positions of the segment files in `dir`, ascending.
+fn list_segments(dir: &Path) -> Result<Vec<i64>, RecordingError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| RecordingError::io(dir, "list", e))?;
+    let mut bases: Vec<i64> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str().and_then(segment::parse_file_name))
+        .collect();
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Adds the term-start markers among the frames of a block's `payload` (at `position`) to `index`; returns
+/// the frames walked and whether the index changed.
+fn add_markers(index: &mut Index, payload: &[u8], position: i64) -> (usize, bool) {
+    let (mut frames, mut changed) = (0, false);
+    for_each_frame(payload, position, |at, frame| {
+        frames += 1;
+        if let Frame::Data { header, payload } = frame {
+            if let Some(term) = term_start_of(header.flags, payload) {
+                changed |= index.add_term(term, at);
+            }
+        }
+    });
+    (frames, changed)
+}
+
+/// Calls `f` with each frame of a block's `payload` and its log position (a block is whole frames: a
+/// frame that does not parse ends the walk).
+pub fn for_each_frame(payload: &[u8], position: i64, mut f: impl FnMut(i64, Frame<'_>)) {
+    let mut offset = 0;
+    for frame in crate::frame::frames(payload).map_while(Result::ok) {
+        let length = match &frame {
+            Frame::Data { header, .. } => crate::frame::align_frame(header.frame_length as usize),
+            _ => DATA_HEADER_LENGTH,
+        };
+        f(position + offset as i64, frame);
+        offset += length;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,420 @@
+//! The recorder agent: copies the member's log from its mapped log buffers into the recording, on a
+//! thread of its own (never the Sender's or the consensus append's), and makes it durable by the
+//! node's sync policy.
+//!
+//! Each duty cycle it:
+//!
+//! 1. takes the next log switch when it has reached it (its queue is fed by the consensus agent, like the
+//!    node's reader of committed entries), cutting the recording back first when the new log starts below
+//!    its end (a follower's log agreeing with a new leader's only up to there);
+//! 2. records the whole frames its current log holds past the recording's end, in blocks of up to
+//!    [`MAX_BLOCK_LENGTH`] bytes, at most [`MAX_BYTES_PER_CYCLE`], publishing its consumer position so
+//!    the log's writer never overwrites what it has not recorded;
+//! 3. under [`SyncPolicy::Batch`], calls `fdatasync` once for everything the cycle wrote (a group
+//!    commit), then publishes the synced position; under [`SyncPolicy::None`] the synced position is
+//!    the written one;
+//! 4. deletes the segments below a compaction point the application asked for (its oldest snapshot
+//!    kept).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
+use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
+use crate::agent::{Agent, AgentError};
+use crate::cluster::log_switch::SwitchQueue;
+use crate::shm::counters::Counter;
+use crate::shm::log_buffer::{partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer};
+use crate::shm::stats::{kinds, CounterKind};
+use crate::storage::snapshot::SnapshotStore;
+
+/// Most bytes recorded per duty cycle: what one group commit covers at most.
+pub const MAX_BYTES_PER_CYCLE: usize = 4 << 20;
+
+/// A log for the recorder to record, and its consumer slot in it.
+#[derive(Debug)]
+pub struct RecorderSource {
+    /// The log.
+    pub log: LogBuffer,
+    /// The recorder's consumer slot in it: the log's writer stays within half a term of it.
+    pub consumer: ConsumerPosition,
+}
+
+/// How long a catch-up waits on its leader for each read or write before it gives up (to be retried).
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A catch-up the consensus agent asks the recorder for (from a leader, the log from a position), and
+/// what came of it.
+#[derive(Debug, Default)]
+pub struct CatchUpChannel {
+    /// Set with a request, so that the recorder looks at the lock only then.
+    requested: std::sync::atomic::AtomicBool,
+    request: Mutex<Option<(SocketAddr, CatchUpRequest)>>,
+    result: Mutex<Option<Result<Fetched, String>>>,
+}
+
+impl CatchUpChannel {
+    /// Asks for a catch-up (replacing one not yet started).
+    pub fn request(&self, leader: SocketAddr, request: CatchUpRequest) {
+        *self.request.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, request));
+        self.requested.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// What the last catch-up brought, once it is over.
+    pub fn take_result(&self) -> Option<Result<Fetched, String>> {
+        self.result.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// What a catch-up thread hands back: the recording handle it wrote with and what it fetched (or why it
+/// could not), and the snapshot store it installed into.
+type CatchUpOutcome = (Result<(Recording, Result<Fetched, String>), String>, SnapshotStore);
+
+/// The recorder's counters (see [`kinds::recorder`]).
+#[derive(Clone, Debug)]
+pub struct RecorderCounters {
+    /// The position recorded up to.
+    pub position: Counter,
+    /// The position made durable.
+    pub synced_position: Counter,
+    /// Bytes recorded.
+    pub bytes: Counter,
+    /// Frames recorded.
+    pub frames: Counter,
+    /// `fdatasync` calls.
+    pub fsyncs: Counter,
+    /// Cuts of the recording.
+    pub truncations: Counter,
+    /// Bytes cut at start.
+    pub torn_bytes: Counter,
+    /// Segments deleted by compaction.
+    pub segments_deleted: Counter,
+    /// Where the recording starts.
+    pub start_position: Counter,
+    /// Catch-ups made.
+    pub catch_ups: Counter,
+    /// Catch-ups that failed.
+    pub catch_ups_failed: Counter,
+    /// Catch-ups served.
+    pub catch_ups_served: Counter,
+    /// Catch-up connections refused.
+    pub catch_ups_refused: Counter,
+    /// Catch-up connections timed out.
+    pub catch_ups_timed_out: Counter,
+}
+
+impl RecorderCounters {
+    /// Allocates every recorder counter with `allocate`.
+    pub fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
+        Self {
+            position: allocate(&kinds::recorder::position),
+            synced_position: allocate(&kinds::recorder::synced_position),
+            bytes: allocate(&kinds::recorder::bytes),
+            frames: allocate(&kinds::recorder::frames),
+            fsyncs: allocate(&kinds::recorder::fsyncs),
+            truncations: allocate(&kinds::recorder::truncations),
+            torn_bytes: allocate(&kinds::recorder::torn_bytes),
+            segments_deleted: allocate(&kinds::recorder::segments_deleted),
+            start_position: allocate(&kinds::recorder::start_position),
+            catch_ups: allocate(&kinds::recorder::catch_ups),
+            catch_ups_failed: allocate(&kinds::recorder::catch_ups_failed),
+            catch_ups_served: allocate(&kinds::recorder::catch_ups_served),
+            catch_ups_refused: allocate(&kinds::recorder::catch_ups_refused),
+            catch_ups_timed_out: allocate(&kinds::recorder::catch_ups_timed_out),
+        }
+    }
+
+    /// Detached counters, for a recorder outside a node.
+    pub fn detached() -> Self {
+        Self::new(|_| Counter::detached())
+    }
+}
+
+/// The recorder agent.
+#[derive(Debug)]
+pub struct Recorder {
+    recording: Recording,
+    switches: Arc<SwitchQueue<RecorderSource>>,
+    generation: u64,
+    source: Option<RecorderSource>,
+    /// Where the current log hands over to the next (`i64::MAX`: no switch queued).
+    bound: i64,
+    counters: RecorderCounters,
+    /// The position below which the application's snapshots make the log unneeded.
+    compact_below: Counter,
+    compacted_to: i64,
+    unsynced: bool,
+    /// Serves other members' catch-ups from this recording.
+    server: Option<CatchUpServer>,
+    /// The catch-up running on its thread, if one is.
+    catching_up: Option<std::thread::JoinHandle<CatchUpOutcome>>,
+    /// Catch-ups this member makes, and where it installs a snapshot it is sent.
+    catch_ups: Arc<CatchUpChannel>,
+    /// The key this member proves to the leader it catches up from.
+    catch_up_key: Option<CatchUpKey>,
+    snapshots: Option<SnapshotStore>,
+}
+
+impl Recorder {
+    /// A recorder writing `recording`, taking its logs from `switches`, deleting segments below what
+    /// `compact_below` says.
+    pub fn new(
+        recording: Recording,
+        switches: Arc<SwitchQueue<RecorderSource>>,
+        counters: RecorderCounters,
+        compact_below: Counter,
+    ) -> Self {
+        counters.position.set(recording.end());
+        counters.synced_position.set(recording.end());
+        counters.start_position.set(recording.start());
+        let compacted_to = recording.start();
+        Self {
+            recording,
+            switches,
+            generation: u64::MAX,
+            source: None,
+            bound: i64::MAX,
+            counters,
+            compact_below,
+            compacted_to,
+            unsynced: false,
+            server: None,
+            catching_up: None,
+            catch_ups: Arc::default(),
+            catch_up_key: None,
+            snapshots: None,
+        }
+    }
+
+    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for, proving `key`, installing
+    /// snapshots into `snapshots`.
+    pub fn with_catch_up(
+        mut self,
+        server: Option<CatchUpServer>,
+        catch_ups: Arc<CatchUpChannel>,
+        key: CatchUpKey,
+        snapshots: SnapshotStore,
+    ) -> Self {
+        self.server = server;
+        self.catch_ups = catch_ups;
+        self.catch_up_key = Some(key);
+        self.snapshots = Some(snapshots);
+        self
+    }
+
+    /// Starts the catch-up asked for, on a thread of its own (it waits on the network and the leader; the
+    /// agents sharing this thread, the consensus agent among them, must not), with a second handle on the
+    /// recording: this one writes nothing until the catch-up is over and hands its handle back.
+    fn catch_up(&mut self) -> Result<usize, AgentError> {
+        if !self.catch_ups.requested.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(0);
+        }
+        let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((leader, mut request)) = *pending else {
+            return Ok(0);
+        };
+        let Some(key) = self.catch_up_key else {
+            return Ok(0);
+        };
+        let Some(snapshots) = self.snapshots.take() else {
+            self.catch_ups.requested.store(true, std::sync::atomic::Ordering::Release);
+            return Ok(0);
+        };
+        pending.take();
+        drop(pending);
+        // The catch-up decides where the recording goes on: the logs queued before it (a Receiver's image
+        // it replaces) and the one being recorded are done with; the next comes after it.
+        self.switches.clear();
+        self.source = None;
+        self.bound = i64::MAX;
+        if self.recording.end() > request.from {
+            self.cut(request.from)?;
+        }
+        self.recording.sync().map_err(AgentError::new)?;
+        // What the member holds past the recording (a Receiver's image not yet recorded) is fetched again:
+        // the leader's log has the same bytes there.
+        request.from = request.from.min(self.recording.end());
+        let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
+        let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
+            let result = Recording::open(config, identity).map_err(|e| e.to_string()).and_then(|(mut recording, _)| {
+                let fetched = catch_up::fetch(leader, request, &key, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
+                // Whatever arrived is kept (it verified); it is made durable before it is reported.
+                recording.sync().map_err(|e| e.to_string())?;
+                Ok((recording, fetched))
+            });
+            (result, snapshots)
+        });
+        self.catching_up = Some(thread.map_err(AgentError::new)?);
+        Ok(1)
+    }
+
+    /// While a catch-up runs: once it is over, takes the recording back and reports the outcome; true
+    /// while it still runs (nothing else is done meanwhile).
+    fn catch_up_running(&mut self) -> Result<bool, AgentError> {
+        let Some(thread) = self.catching_up.take_if(|t| t.is_finished()) else {
+            return Ok(self.catching_up.is_some());
+        };
+        let (result, snapshots) = thread.join().map_err(|_| AgentError::msg("the catch-up thread panicked"))?;
+        self.snapshots = Some(snapshots);
+        let result = match result {
+            Ok((recording, fetched)) => {
+                self.recording = recording;
+                fetched
+            }
+            Err(why) => Err(why),
+        };
+        match &result {
+            Ok(fetched) => {
+                self.counters.catch_ups.increment();
+                if let Some(installed) = &fetched.snapshot {
+                    self.counters.start_position.set(installed.position);
+                    self.compacted_to = installed.position;
+                }
+            }
+            Err(_) => self.counters.catch_ups_failed.increment(),
+        }
+        self.counters.fsyncs.increment();
+        self.counters.position.set(self.recording.end());
+        self.counters.synced_position.set(self.recording.end());
+        *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+        Ok(false)
+    }
+
+    /// The recording.
+    pub fn recording(&self) -> &Recording {
+        &self.recording
+    }
+
+    /// Takes the next switch once the recording has reached it (or has no log to record).
+    fn switch_if_due(&mut self) -> Result<usize, AgentError> {
+        let generation = self.switches.generation();
+        if generation != self.generation {
+            self.generation = generation;
+            self.bound = self.switches.next_at().unwrap_or(i64::MAX);
+        }
+        let end = self.recording.end();
+        if self.source.is_some() && self.bound > end {
+            return Ok(0);
+        }
+        // At the switch (or with no log at all): take it once its log is there.
+        let Some((at, source, next)) = self.switches.take() else {
+            return Ok(0);
+        };
+        if at < end {
+            self.cut(at)?;
+        } else if at > end {
+            return Err(AgentError::msg(format!(
+                "the log to record starts at {at} but the recording ends at {end}: {} bytes of this member's \
+                 log are in neither",
+                at - end
+            )));
+        }
+        source.consumer.set(at);
+        self.source = Some(source);
+        self.bound = next.unwrap_or(i64::MAX);
+        Ok(1)
+    }
+
+    fn cut(&mut self, at: i64) -> Result<(), AgentError> {
+        self.recording.truncate(at).map_err(AgentError::new)?;
+        self.counters.truncations.increment();
+        self.counters.position.set(at);
+        self.counters.synced_position.set(at);
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Records what the current log holds past the recording's end; returns the blocks written.
+    fn record(&mut self) -> Result<usize, AgentError> {
+        let Some(source) = &self.source else {
+            return Ok(0);
+        };
+        let log = &source.log;
+        let bits = position_bits_to_shift(log.term_length());
+        let mut blocks = 0;
+        let mut bytes = 0;
+        while bytes < MAX_BYTES_PER_CYCLE {
+            let position = self.recording.end();
+            let room = (self.bound - position).clamp(0, MAX_BLOCK_LENGTH as i64) as usize;
+            if room == 0 {
+                break;
+            }
+            let found = scan(log, position, room);
+            if found.available == 0 {
+                break;
+            }
+            let term = log.term(partition_index(position, bits));
+            let payload = term.bytes(term_offset(position, log.term_length()), found.available);
+            let frames = self.recording.append(position, payload, found.advance()).map_err(AgentError::new)?;
+            source.consumer.set(position + found.advance() as i64);
+            self.counters.frames.add(frames as i64);
+            blocks += 1;
+            bytes += found.available;
+        }
+        if blocks > 0 {
+            self.counters.bytes.add(bytes as i64);
+            self.counters.position.set(self.recording.end());
+            match self.recording.config().sync {
+                SyncPolicy::None => self.counters.synced_position.set(self.recording.end()),
+                SyncPolicy::Batch => self.unsynced = true,
+            }
+        }
+        Ok(blocks)
+    }
+
+    /// Under `batch`: one `fdatasync` for what was written since the last, then the synced position.
+    fn sync_if_due(&mut self) -> Result<usize, AgentError> {
+        if !std::mem::take(&mut self.unsynced) {
+            return Ok(0);
+        }
+        self.recording.sync().map_err(AgentError::new)?;
+        self.counters.fsyncs.increment();
+        self.counters.synced_position.set(self.recording.end());
+        Ok(1)
+    }
+
+    /// Deletes the segments below the compaction point, once it moved.
+    fn compact(&mut self) -> Result<usize, AgentError> {
+        let below = self.compact_below.get().min(self.recording.end());
+        if below <= self.compacted_to {
+            return Ok(0);
+        }
+        self.compacted_to = below;
+        let segments = self.recording.segment_count();
+        let start = self.recording.delete_before(below).map_err(AgentError::new)?;
+        self.counters.segments_deleted.add((segments - self.recording.segment_count()) as i64);
+        self.counters.start_position.set(start);
+        Ok(1)
+    }
+}
+
+impl Agent for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+
+    fn do_work(&mut self) -> Result<usize, AgentError> {
+        if self.catch_up_running()? {
+            return Ok(0);
+        }
+        let mut work = self.switch_if_due()?;
+        work += self.record()?;
+        work += self.sync_if_due()?;
+        work += self.compact()?;
+        work += self.catch_up()?;
+        if let Some(server) = self.server.as_mut() {
+            work += server.poll(&self.recording, &self.counters);
+        }
+        Ok(work)
+    }
+
+    fn on_close(&mut self) {
+        if let Some(thread) = self.catching_up.take() {
+            // Its reads time out: it ends within the catch-up timeout.
+            let _ = thread.join();
+        }
+        // What was written is made durable on a clean close, whatever the policy.
+        let _ = self.recording.sync();
+    }
+}

@@ -1,0 +1,243 @@
+//! The recording's file formats, recovery of a torn tail, cuts, compaction and reading back.
+
+use super::*;
+use crate::frame::{TERM_START_FLAG, UNFRAGMENTED};
+use crate::shm::log_buffer::{LogBuffer, LogConfig};
+
+const IDENTITY: RecordingIdentity = RecordingIdentity { membership: 42, stream_id: 1001, term_length: 65536 };
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("qc-recording-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn config(dir: &Path, segment_length: u64) -> RecordingConfig {
+    RecordingConfig { dir: dir.to_path_buf(), segment_length, sync: SyncPolicy::Batch }
+}
+
+/// A log of `terms` leadership terms (1, 2, ...), each its marker and `per_term` messages of 100 bytes.
+fn log_of(terms: i64, per_term: usize) -> LogBuffer {
+    let log = LogBuffer::create_anonymous(LogConfig { stream_id: 1001, ..LogConfig::new(65536, 1408) }).unwrap();
+    let mut appender = log.appender().unwrap();
+    appender.set_limit(i64::MAX);
+    for term in 1..=terms {
+        appender.append_frame(&term.to_le_bytes(), UNFRAGMENTED | TERM_START_FLAG, 0).unwrap();
+        for i in 0..per_term {
+            appender.append(&[i as u8; 100]).unwrap();
+        }
+    }
+    log
+}
+
+/// Records `log` from the recording's end to `to`, in blocks of at most `block` bytes.
+fn record(recording: &mut Recording, log: &LogBuffer, to: i64, block: usize) {
+    while recording.end() < to {
+        let position = recording.end();
+        let found = crate::shm::log_buffer::scan(log, position, block.min((to - position) as usize));
+        assert!(found.available > 0, "frames at {position}");
+        let bits = log.position_bits_to_shift();
+        let term = log.term(crate::shm::log_buffer::partition_index(position, bits));
+        let payload = term.bytes(crate::shm::log_buffer::term_offset(position, log.term_length()), found.available);
+        recording.append(position, payload, found.advance()).unwrap();
+    }
+}
+
+/// Every byte a reader hands out from `from` up to `to`.
+fn read_all(recording: &Recording, from: i64, to: i64) -> Result<Vec<u8>, RecordingError> {
+    let mut reader = recording.reader(from);
+    let mut bytes = Vec::new();
+    while let Some((_, block, _)) = reader.next_block(to)? {
+        bytes.extend_from_slice(block);
+    }
+    Ok(bytes)
+}
+
+fn log_bytes(log: &LogBuffer, from: i64, to: i64) -> Vec<u8> {
+    let term = log.term(0);
+    term.bytes(from as usize, (to - from) as usize).to_vec()
+}
+
+#[test]
+fn a_recording_reads_back_the_log_across_segments_with_its_terms() {
+    let dir = scratch("roundtrip");
+    let log = log_of(3, 40);
+    let end = log.producer_position();
+    let (mut recording, report) = Recording::open(config(&dir, 4096), IDENTITY).unwrap();
+    assert_eq!(report, OpenReport::default());
+    record(&mut recording, &log, end, 1024);
+    recording.sync().unwrap();
+    assert!(recording.segment_count() > 2, "4 KiB segments roll");
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
+    // From the middle of a block, too.
+    assert_eq!(read_all(&recording, 640, end).unwrap(), log_bytes(&log, 640, end));
+    drop(recording);
+    let (again, report) = Recording::open(config(&dir, 4096), IDENTITY).unwrap();
+    assert_eq!(report.torn, None);
+    assert_eq!(again.end(), end);
+    let history = again.term_history().unwrap();
+    let terms: Vec<i64> = history.terms().iter().map(|t| t.leadership_term_id).collect();
+    assert_eq!(terms, vec![1, 2, 3]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_torn_or_damaged_last_block_is_cut_and_reported() {
+    for damage in ["truncate", "flip", "garbage"] {
+        let dir = scratch(&format!("torn-{damage}"));
+        let log = log_of(1, 30);
+        let end = log.producer_position();
+        let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        record(&mut recording, &log, end, 1024);
+        let mut last_block_start = 0;
+        let mut reader = recording.reader(0);
+        while let Some((at, _, _)) = reader.next_block(end).unwrap() {
+            last_block_start = at;
+        }
+        drop(recording);
+        let segment = dir.join(segment::file_name(0));
+        let length = std::fs::metadata(&segment).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+        match damage {
+            "truncate" => file.set_len(length - 7).unwrap(),
+            "flip" => std::os::unix::fs::FileExt::write_all_at(&file, &[0xFF], length - 40).unwrap(),
+            _ => std::os::unix::fs::FileExt::write_all_at(&file, &[0xAB; 64], length).unwrap(),
+        }
+        drop(file);
+        let (recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        let expected_end = if damage == "garbage" { end } else { last_block_start };
+        assert_eq!(recording.end(), expected_end, "{damage}");
+        assert!(report.torn.is_some(), "{damage}: {report:?}");
+        assert!(report.torn_bytes > 0);
+        assert_eq!(read_all(&recording, 0, expected_end).unwrap(), log_bytes(&log, 0, expected_end));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_damaged_index_or_segment_header_or_a_foreign_recording_stops_the_open_naming_the_file() {
+    let dir = scratch("damaged");
+    let log = log_of(2, 10);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 4096);
+    drop(recording);
+    let other = RecordingIdentity { membership: 43, ..IDENTITY };
+    let e = Recording::open(config(&dir, 1 << 20), other).unwrap_err();
+    assert!(e.message.contains("another cluster"), "{e}");
+    let term = RecordingIdentity { term_length: 131072, ..IDENTITY };
+    let e = Recording::open(config(&dir, 1 << 20), term).unwrap_err();
+    assert!(e.to_string().contains("term length"), "{e}");
+    // A flipped byte in the index.
+    let index = dir.join(index::INDEX_FILE);
+    let mut bytes = std::fs::read(&index).unwrap();
+    bytes[60] ^= 1;
+    std::fs::write(&index, &bytes).unwrap();
+    let e = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap_err();
+    assert!(e.path.ends_with("index.dat") && e.message.contains("checksum"), "{e}");
+    assert!(e.message.contains("delete index.dat"), "says what to do: {e}");
+    // Deleted, it is rebuilt from the segments' markers.
+    std::fs::remove_file(&index).unwrap();
+    let (recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    assert!(report.index_rebuilt);
+    assert_eq!(recording.term_history().unwrap().terms().len(), 2);
+    drop(recording);
+    // A segment header flipped.
+    let segment = dir.join(segment::file_name(0));
+    let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xEE], 30).unwrap();
+    let e = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap_err();
+    assert!(e.path == segment && e.message.contains("checksum"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_block_in_an_earlier_segment_is_an_error_for_a_reader_never_bytes() {
+    let dir = scratch("reader-damage");
+    let log = log_of(1, 60);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 1024);
+    let segment = dir.join(segment::file_name(0));
+    let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0x55], 200).unwrap();
+    let e = read_all(&recording, 0, end).unwrap_err();
+    assert!(e.path == segment && e.message.contains("checksum"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_cut_rewrites_the_block_across_it_and_forgets_later_terms() {
+    let dir = scratch("cut");
+    let log = log_of(3, 20);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 3000), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 2048);
+    let terms = recording.term_history().unwrap();
+    let third = terms.terms()[2].base_position;
+    // A frame boundary inside a block of term 2: its marker (64 bytes aligned), then 3 messages (160 each).
+    let cut = terms.terms()[1].base_position + 64 + 3 * 160;
+    recording.truncate(cut).unwrap();
+    assert_eq!(recording.end(), cut);
+    assert!(third > cut);
+    assert_eq!(recording.term_history().unwrap().terms().len(), 2);
+    assert_eq!(read_all(&recording, 0, cut).unwrap(), log_bytes(&log, 0, cut));
+    // It goes on from the cut, and reads back whole after a reopen.
+    let other = log_of(3, 20);
+    record(&mut recording, &other, end, 2048);
+    drop(recording);
+    let (recording, report) = Recording::open(config(&dir, 3000), IDENTITY).unwrap();
+    assert_eq!((recording.end(), report.torn), (end, None));
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&other, 0, end));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn compaction_deletes_whole_segments_below_a_position_and_a_reset_starts_over() {
+    let dir = scratch("compact");
+    let log = log_of(2, 60);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 1024);
+    let segments = recording.segment_count();
+    let start = recording.delete_before(5000).unwrap();
+    assert!(start > 0 && start <= 5000, "{start}");
+    assert!(recording.segment_count() < segments);
+    let e = read_all(&recording, 0, end).unwrap_err();
+    assert!(e.message.contains("compacted"), "{e}");
+    assert_eq!(read_all(&recording, start, end).unwrap(), log_bytes(&log, start, end));
+    drop(recording);
+    let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    assert_eq!((recording.start(), recording.end()), (start, end));
+    let history = recording.term_history().unwrap();
+    assert_eq!(history.terms()[0].base_position, 0, "the compacted start is labelled with its term, from 0");
+    assert_eq!(history.terms()[0].leadership_term_id, 1);
+    recording.reset(1 << 20, 5).unwrap();
+    assert_eq!((recording.start(), recording.end(), recording.segment_count()), (1 << 20, 1 << 20, 0));
+    drop(recording);
+    let (recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    assert_eq!(recording.end(), 1 << 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_segment_of_an_older_block_format_is_refused_not_cut() {
+    for (older, format) in [(*b"qcb2", "CRC-32"), (*b"qcbk", "BLAKE3")] {
+        let dir = scratch(&format!("older-{}", String::from_utf8_lossy(&older)));
+        let log = log_of(1, 30);
+        let end = log.producer_position();
+        let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        record(&mut recording, &log, end, 1024);
+        drop(recording);
+        // The first block's magic number as an older version wrote it.
+        let segment = dir.join(segment::file_name(0));
+        let length = std::fs::metadata(&segment).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &older, segment::SEGMENT_HEADER_LENGTH).unwrap();
+        drop(file);
+        let e = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap_err();
+        assert!(e.path == segment && e.message.contains("older format") && e.message.contains(format), "{e}");
+        assert_eq!(std::fs::metadata(&segment).unwrap().len(), length, "nothing was cut");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,1267 @@
+//! Snapshots of an application's replicated state machine, so that the log before one can be deleted and a
+//! restarted member rebuilds its state from the newest snapshot plus a replay of the log after it.
+//!
+//! A [`StateMachine`] is snapshotted at a log position `P`: its state after applying every committed entry
+//! that ends at or before `P`, so a restore followed by a replay of the log from `P` rebuilds it. The
+//! [`SnapshotStore`] keeps such snapshots in one directory (e.g. `<data dir>/snapshots`) and holds these
+//! invariants:
+//!
+//! - **One file per snapshot, whole or absent.** A snapshot is `snapshot-<P, 20 digits>.qcsnap`: an
+//!   [`HEADER_LENGTH`]-byte header (magic, format version, the cluster's [`SnapshotIdentity`], `P`, the
+//!   leadership term, the state's length, the BLAKE3 hash of the state, and a checksum of the header
+//!   itself) followed by exactly that many state bytes, as the application wrote them. Both
+//!   [`SnapshotStore::write`] and [`SnapshotStore::install`] stream into a temporary file (`….tmp`), sync
+//!   it, rename it into place and sync the directory, so a crash at any moment leaves either no snapshot
+//!   at `P` or a whole one; a leftover temporary file is removed at the next [`SnapshotStore::open`]. A
+//!   file under its final name is never modified afterwards; only [`SnapshotStore::retain`] deletes.
+//! - **Nothing unverified reaches the application.** [`SnapshotStore::restore`] first checks a file's
+//!   header, identity, length and state hash in one pass, then hands the application a second pass limited
+//!   to the verified length. A snapshot that fails is skipped for the next older one and reported (the
+//!   file, why, what to do); a damaged or foreign file is never fatal and never a panic.
+//! - **A snapshot from another member is checked before it exists here.** [`SnapshotStore::install`]
+//!   checks the header, the identity and a length bound before it writes or allocates anything, and
+//!   hashes the state as it streams it to a temporary file that is renamed into place only if the hash
+//!   matches; a refused one leaves nothing behind. [`SnapshotStore::open_for_send`] gives the bytes it
+//!   takes: a verified snapshot file, header included.
+//! - **Memory is bounded.** Files and streams pass through one fixed 64 KiB buffer whatever their length
+//!   (snapshots may be GiBs); no allocation is sized by a length read from a file or the network.
+//!
+//! One store per directory at a time: two processes writing the same directory could remove each other's
+//! temporary files at open. What the store does not decide: when to snapshot, how many to keep (keep two
+//! or more, so that a snapshot damaged on disk still has an older one to fall back to with the log after
+//! it), and when to delete the log before [`SnapshotStore::retain`]'s oldest kept position.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use quorumcast::storage::snapshot::{SnapshotIdentity, SnapshotStore, StateMachine};
+//!
+//! /// A state machine that sums its entries' bytes.
+//! #[derive(Default)]
+//! struct Sum(u64);
+//!
+//! impl StateMachine for Sum {
+//!     fn apply(&mut self, _position: i64, entry: &[u8]) {
+//!         self.0 += entry.iter().map(|&b| u64::from(b)).sum::<u64>();
+//!     }
+//!     fn take_snapshot(&mut self, writer: &mut dyn Write) -> std::io::Result<()> {
+//!         writer.write_all(&self.0.to_le_bytes())
+//!     }
+//!     fn load_snapshot(&mut self, reader: &mut dyn Read) -> std::io::Result<()> {
+//!         let mut bytes = [0; 8];
+//!         reader.read_exact(&mut bytes)?;
+//!         self.0 = u64::from_le_bytes(bytes);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = std::env::temp_dir().join(format!("qc-snapshot-doc-{}", std::process::id()));
+//! let identity = SnapshotIdentity { membership: 0x5eed, stream_id: 10 };
+//! let store = SnapshotStore::open(&dir, identity)?;
+//!
+//! let mut machine = Sum::default();
+//! machine.apply(64, &[1, 2, 3]);
+//! store.write(64, 1, |w| machine.take_snapshot(w))?;
+//!
+//! // After a restart: the newest snapshot that verifies, then the log replayed from its position.
+//! let mut restarted = Sum::default();
+//! let restored = store.restore(|r| restarted.load_snapshot(r))?;
+//! assert_eq!(restored.info.map(|info| info.position), Some(64));
+//! assert!(restored.skipped.is_empty());
+//! assert_eq!(restarted.0, 6);
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytemuck::{Pod, Zeroable};
+
+/// What an application's replicated state machine implements to be snapshotted and restored.
+pub trait StateMachine {
+    /// Applies one committed entry (the log's message payload) that ends at log `position`.
+    fn apply(&mut self, position: i64, entry: &[u8]);
+    /// Applies one committed entry, which may be a remote client's message ([`Entry::client`]); what it
+    /// writes to `response` goes back to that client with the message's commit (on the leader). By
+    /// default the entry's payload goes to [`apply`](StateMachine::apply) and there is no response.
+    ///
+    /// [`Entry::client`]: crate::client::session::Entry::client
+    fn apply_entry(&mut self, entry: &crate::client::session::Entry<'_>, response: &mut Vec<u8>) {
+        let _ = response;
+        self.apply(entry.position, entry.payload);
+    }
+    /// Writes the whole state to `writer`.
+    fn take_snapshot(&mut self, writer: &mut dyn Write) -> io::Result<()>;
+    /// Replaces the whole state with the one `reader` holds (as written by [`take_snapshot`]); the reader
+    /// ends where that state does.
+    ///
+    /// [`take_snapshot`]: StateMachine::take_snapshot
+    fn load_snapshot(&mut self, reader: &mut dyn Read) -> io::Result<()>;
+}
+
+/// The length of a snapshot file's header; its state bytes follow.
+pub const HEADER_LENGTH: u64 = 88;
+
+/// The longest state [`SnapshotStore::install`] accepts unless [`SnapshotStore::with_max_install_length`]
+/// says otherwise: 64 GiB.
+pub const DEFAULT_MAX_INSTALL_LENGTH: u64 = 64 << 30;
+
+/// The header's first 8 bytes.
+const MAGIC: u64 = u64::from_le_bytes(*b"qcsnap\0\0");
+/// The format this build writes and reads.
+const VERSION: u32 = 1;
+const PREFIX: &str = "snapshot-";
+const SUFFIX: &str = ".qcsnap";
+const TEMP_SUFFIX: &str = ".tmp";
+/// The one buffer files and streams are copied through.
+const BUFFER: usize = 64 * 1024;
+
+/// A snapshot file's header, as laid out on disk (little-endian, the only byte order quorumcast runs on).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+struct Header {
+    magic: u64,
+    version: u32,
+    stream_id: i32,
+    membership: i64,
+    /// The log position the state includes every entry up to.
+    position: i64,
+    leadership_term_id: i64,
+    /// How many state bytes follow the header.
+    length: u64,
+    /// BLAKE3 of the state bytes.
+    state_checksum: [u8; 32],
+    /// The first 8 bytes of BLAKE3 over every field before it.
+    header_checksum: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() as u64 == HEADER_LENGTH);
+
+impl Header {
+    /// A sealed header (its checksum set) for `length` state bytes hashing to `state`.
+    fn new(
+        identity: SnapshotIdentity,
+        position: i64,
+        leadership_term_id: i64,
+        length: u64,
+        state: blake3::Hash,
+    ) -> Self {
+        let mut header = Self {
+            magic: MAGIC,
+            version: VERSION,
+            stream_id: identity.stream_id,
+            membership: identity.membership,
+            position,
+            leadership_term_id,
+            length,
+            state_checksum: *state.as_bytes(),
+            header_checksum: 0,
+        };
+        header.header_checksum = header.checksum_of();
+        header
+    }
+
+    fn checksum_of(&self) -> u64 {
+        let bytes = bytemuck::bytes_of(self);
+        let hash = blake3::hash(&bytes[..bytes.len() - 8]);
+        u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"))
+    }
+
+    /// The header `bytes` hold if it is one this build wrote, whole; otherwise what is wrong with it.
+    fn parse(bytes: &[u8; HEADER_LENGTH as usize]) -> Result<Self, String> {
+        let header: Self = bytemuck::pod_read_unaligned(bytes);
+        if header.magic != MAGIC {
+            return Err("is not a quorumcast snapshot (wrong magic)".into());
+        }
+        if header.version != VERSION {
+            return Err(format!(
+                "has format version {}, this build reads version {VERSION} (another build of quorumcast wrote it)",
+                header.version
+            ));
+        }
+        if header.header_checksum != header.checksum_of() {
+            return Err("fails its header checksum (the header is damaged)".into());
+        }
+        if header.position < 0 {
+            return Err(format!("has a negative position ({})", header.position));
+        }
+        Ok(header)
+    }
+
+    /// [`Header::parse`], then the identity: a header of another cluster or stream is [`Defect::Foreign`].
+    fn check(bytes: &[u8; HEADER_LENGTH as usize], identity: SnapshotIdentity) -> Result<Self, Defect> {
+        let header = Self::parse(bytes).map_err(Defect::Damaged)?;
+        let found = SnapshotIdentity { membership: header.membership, stream_id: header.stream_id };
+        if found != identity {
+            return Err(Defect::Foreign(found));
+        }
+        Ok(header)
+    }
+
+    fn info(&self, path: PathBuf) -> SnapshotInfo {
+        SnapshotInfo { position: self.position, leadership_term_id: self.leadership_term_id, length: self.length, path }
+    }
+}
+
+/// Why a snapshot's bytes are not used.
+enum Defect {
+    /// Damaged, truncated or not a snapshot at all: what is wrong.
+    Damaged(String),
+    /// A whole snapshot of another cluster or stream: whose it is.
+    Foreign(SnapshotIdentity),
+}
+
+/// Which cluster a snapshot belongs to: a snapshot of another cluster or stream is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotIdentity {
+    /// The cluster's member-list tag ([`crate::media::channel::membership_tag`]).
+    pub membership: i64,
+    /// The replicated log's stream.
+    pub stream_id: i32,
+}
+
+impl fmt::Display for SnapshotIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cluster {:#018x} stream {}", self.membership, self.stream_id)
+    }
+}
+
+/// One snapshot file and what its header says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The log position the state includes every entry up to: the log is replayed from here.
+    pub position: i64,
+    /// The leadership term at `position`.
+    pub leadership_term_id: i64,
+    /// How many bytes of state the file holds after its header.
+    pub length: u64,
+    /// The file.
+    pub path: PathBuf,
+}
+
+impl SnapshotInfo {
+    /// The whole file's length, header included: what [`SnapshotStore::open_for_send`]'s reader yields.
+    pub fn file_length(&self) -> u64 {
+        HEADER_LENGTH.saturating_add(self.length)
+    }
+}
+
+/// What [`SnapshotStore::restore`] did.
+#[derive(Debug)]
+pub struct Restored {
+    /// The snapshot loaded, or `None` when none verified (the state machine was not called: replay the
+    /// log from its start, if the log still has it).
+    pub info: Option<SnapshotInfo>,
+    /// Each newer snapshot skipped because it failed: the file, why, and what to do.
+    pub skipped: Vec<String>,
+}
+
+/// What [`SnapshotStore::open_for_send`] found.
+#[derive(Debug)]
+pub struct ToSend {
+    /// The newest snapshot that verifies, opened, or `None` when none does.
+    pub snapshot: Option<SnapshotReader>,
+    /// Each newer snapshot skipped because it failed: the file, why, and what to do.
+    pub skipped: Vec<String>,
+}
+
+/// A verified snapshot file opened for sending to another member: reads its whole bytes, header included,
+/// which that member's [`SnapshotStore::install`] takes.
+#[derive(Debug)]
+pub struct SnapshotReader {
+    info: SnapshotInfo,
+    file: io::Take<File>,
+}
+
+impl SnapshotReader {
+    /// The snapshot being read.
+    pub fn info(&self) -> &SnapshotInfo {
+        &self.info
+    }
+}
+
+impl Read for SnapshotReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.file.read(buf)
+    }
+}
+
+/// Why the store could not do what was asked; every message names the file and says what to do.
+#[derive(Debug)]
+pub enum SnapshotError {
+    /// The file system failed.
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// A snapshot file is damaged, truncated, or not a snapshot this build reads.
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A snapshot file belongs to another cluster or stream.
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// Whose it is.
+        found: SnapshotIdentity,
+        /// This store's.
+        expected: SnapshotIdentity,
+    },
+    /// [`SnapshotStore::install`] refused what it received; nothing was installed and nothing is left behind.
+    Refused {
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// The application's state machine failed to write or load its state.
+    State {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What it was doing, and what became of the snapshot.
+        action: &'static str,
+        /// Its error.
+        source: io::Error,
+    },
+    /// An argument out of its range.
+    InvalidArgument {
+        /// Which, and why.
+        reason: String,
+    },
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, action, source } => {
+                write!(f, "snapshot store {}: cannot {action}: {source}", path.display())
+            }
+            Self::Invalid { path, reason } => write!(
+                f,
+                "snapshot {} {reason}: it is not used; delete it, or restore the data directory from a backup",
+                path.display()
+            ),
+            Self::Foreign { path, found, expected } => write!(
+                f,
+                "snapshot {} belongs to {found}, this node's is {expected}: it is not used; if the data directory \
+                 is another cluster's, give this node its own, else delete the file",
+                path.display()
+            ),
+            Self::Refused { reason } => write!(f, "received snapshot refused, nothing was installed: {reason}"),
+            Self::State { path, action, source } => {
+                write!(f, "snapshot {}: the state machine failed to {action}: {source}", path.display())
+            }
+            Self::InvalidArgument { reason } => write!(f, "snapshot store: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } | Self::State { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// A maker of [`SnapshotError::Io`] for `path`, for `map_err`.
+fn io_error(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SnapshotError {
+    let path = path.to_path_buf();
+    move |source| SnapshotError::Io { path, action, source }
+}
+
+/// What a skipped snapshot's error says in [`Restored::skipped`] and [`ToSend::skipped`].
+fn skip_reason(error: SnapshotError) -> String {
+    match error {
+        SnapshotError::Invalid { .. } | SnapshotError::Foreign { .. } => error.to_string(),
+        _ => format!("{error}; the snapshot is not used: check the file system, or delete the file"),
+    }
+}
+
+/// The snapshots of one cluster's replicated state machine, in one directory.
+#[derive(Debug)]
+pub struct SnapshotStore {
+    dir: PathBuf,
+    identity: SnapshotIdentity,
+    max_install_length: u64,
+    /// Makes each temporary file's name unique within the store.
+    temp_sequence: AtomicU64,
+}
+
+impl SnapshotStore {
+    /// Opens the store in `dir` (e.g. `<data dir>/snapshots`), creating the directory if needed, for the
+    /// snapshots of `identity`; removes the temporary files a crash mid-write left behind.
+    pub fn open(dir: &Path, identity: SnapshotIdentity) -> Result<Self, SnapshotError> {
+        fs::create_dir_all(dir).map_err(io_error(dir, "create the directory"))?;
+        let store = Self {
+            dir: dir.to_path_buf(),
+            identity,
+            max_install_length: DEFAULT_MAX_INSTALL_LENGTH,
+            temp_sequence: AtomicU64::new(0),
+        };
+        for entry in fs::read_dir(dir).map_err(io_error(dir, "list the directory"))? {
+            let entry = entry.map_err(io_error(dir, "list the directory"))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(PREFIX) && name.ends_with(TEMP_SUFFIX) {
+                let path = entry.path();
+                match fs::remove_file(&path) {
+                    Ok(()) => log::info!("removed {}, a snapshot left unfinished by a crash", path.display()),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error(&path, "remove this unfinished snapshot")(e)),
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// The store with [`install`](Self::install) refusing a state longer than `bytes` (default
+    /// [`DEFAULT_MAX_INSTALL_LENGTH`]).
+    pub fn with_max_install_length(mut self, bytes: u64) -> Self {
+        self.max_install_length = bytes;
+        self
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whose snapshots the store holds.
+    pub fn identity(&self) -> SnapshotIdentity {
+        self.identity
+    }
+
+    /// The longest state [`install`](Self::install) accepts.
+    pub fn max_install_length(&self) -> u64 {
+        self.max_install_length
+    }
+
+    /// The file of the snapshot at `position`.
+    pub fn path_of(&self, position: i64) -> PathBuf {
+        self.dir.join(format!("{PREFIX}{position:020}{SUFFIX}"))
+    }
+
+    /// Stores a snapshot at `position` of leadership term `leadership_term_id`, whose state `write`
+    /// streams (e.g. `|w| machine.take_snapshot(w)`), replacing any snapshot at that position.
+    ///
+    /// Durable when it returns: the state goes to a temporary file that is synced, renamed into place, and
+    /// its directory synced. If `write` fails (or panics), or the file system does, no snapshot is stored
+    /// and no temporary file is left.
+    pub fn write(
+        &self,
+        position: i64,
+        leadership_term_id: i64,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<SnapshotInfo, SnapshotError> {
+        if position < 0 {
+            return Err(SnapshotError::InvalidArgument {
+                reason: format!("a snapshot's position is >= 0, not {position}"),
+            });
+        }
+        let (temp, mut file) = self.create_temp(position)?;
+        // A placeholder, overwritten once the state's length and hash are known.
+        file.write_all(&[0; HEADER_LENGTH as usize]).map_err(io_error(&temp.path, "write it"))?;
+        let mut writer = BufWriter::with_capacity(BUFFER, HashingWriter::new(file));
+        let path = self.path_of(position);
+        write(&mut writer).map_err(|source| SnapshotError::State {
+            path: path.clone(),
+            action: "write its state (nothing was stored)",
+            source,
+        })?;
+        let hashing = writer.into_inner().map_err(|e| io_error(&temp.path, "write it")(e.into_error()))?;
+        let (file, length, state) = hashing.finish();
+        let header = Header::new(self.identity, position, leadership_term_id, length, state);
+        file.write_all_at(bytemuck::bytes_of(&header), 0).map_err(io_error(&temp.path, "write its header"))?;
+        self.commit(temp, file, &path)?;
+        Ok(header.info(path))
+    }
+
+    /// Every snapshot file in the directory, oldest first, as its header describes it, without verifying
+    /// its state: a file whose header does not read back whole is listed with `leadership_term_id` -1 and
+    /// `length` the bytes after where its header would be. The position is always the file name's.
+    pub fn list(&self) -> Result<Vec<SnapshotInfo>, SnapshotError> {
+        let mut infos = Vec::new();
+        for (position, path) in self.names()? {
+            if let Some(info) = describe(position, path)? {
+                infos.push(info);
+            }
+        }
+        Ok(infos)
+    }
+
+    /// Loads the newest snapshot that verifies (header, identity, length and state checksum, in a first
+    /// pass over the file) by calling `load` (e.g. `|r| machine.load_snapshot(r)`) with a reader of exactly
+    /// its state bytes (a second pass). Each newer snapshot that fails is skipped for the next older one
+    /// and reported in [`Restored::skipped`]; when none verifies, `load` is not called.
+    ///
+    /// If `load` fails, the error is returned and no older snapshot is tried: the state machine may be
+    /// partly loaded, and a snapshot that verifies but does not load is the application's to fix.
+    pub fn restore(&self, load: impl FnOnce(&mut dyn Read) -> io::Result<()>) -> Result<Restored, SnapshotError> {
+        let (found, skipped) = self.newest_verified()?;
+        let Some((info, mut file)) = found else {
+            return Ok(Restored { info: None, skipped });
+        };
+        file.seek(SeekFrom::Start(HEADER_LENGTH)).map_err(io_error(&info.path, "read its state"))?;
+        let mut reader = BufReader::with_capacity(BUFFER, file).take(info.length);
+        load(&mut reader).map_err(|source| SnapshotError::State {
+            path: info.path.clone(),
+            action: "load its state (the state machine may be partly loaded: do not use it)",
+            source,
+        })?;
+        Ok(Restored { info: Some(info), skipped })
+    }
+
+    /// Deletes all but the newest `keep` (at least 1) snapshot files, by position, without verifying them;
+    /// returns the position of the oldest kept (the log before it may be deleted: each kept snapshot can be
+    /// replayed from), or `None` if there is no snapshot.
+    pub fn retain(&self, keep: usize) -> Result<Option<i64>, SnapshotError> {
+        if keep == 0 {
+            return Err(SnapshotError::InvalidArgument { reason: "retain keeps at least 1 snapshot, not 0".into() });
+        }
+        let names = self.names()?;
+        let cut = names.len().saturating_sub(keep);
+        for (_, path) in &names[..cut] {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(path, "delete it")(e)),
+            }
+        }
+        if cut > 0 {
+            self.sync_dir()?;
+        }
+        Ok(names.get(cut).map(|(position, _)| *position))
+    }
+
+    /// Opens the newest snapshot that verifies (as [`restore`](Self::restore) checks it) for sending to
+    /// another member catching up: its reader yields the whole file, header included, for that member's
+    /// [`install`](Self::install). Each newer snapshot that fails is skipped and reported.
+    pub fn open_for_send(&self) -> Result<ToSend, SnapshotError> {
+        let (found, skipped) = self.newest_verified()?;
+        let Some((info, mut file)) = found else {
+            return Ok(ToSend { snapshot: None, skipped });
+        };
+        file.rewind().map_err(io_error(&info.path, "read it"))?;
+        let file = file.take(info.file_length());
+        Ok(ToSend { snapshot: Some(SnapshotReader { info, file }), skipped })
+    }
+
+    /// Installs a snapshot received from another member: reads exactly one snapshot's bytes from `reader`
+    /// (as an [`open_for_send`](Self::open_for_send) reader yields them; what follows is left unread) and
+    /// stores it as [`write`](Self::write) does, replacing any snapshot at its position.
+    ///
+    /// The header is checked (whole, this build's format, this store's identity, a state no longer than
+    /// [`max_install_length`](Self::max_install_length)) before anything is written or allocated; the
+    /// state is hashed as it streams to a temporary file, which is renamed into place only if the hash
+    /// matches. A refused snapshot ([`SnapshotError::Refused`]) or a failed one leaves nothing behind.
+    pub fn install(&self, mut reader: impl Read) -> Result<SnapshotInfo, SnapshotError> {
+        let refused = |reason: String| SnapshotError::Refused { reason };
+        let mut bytes = [0; HEADER_LENGTH as usize];
+        if let Err(e) = reader.read_exact(&mut bytes) {
+            return Err(refused(format!("its header could not be read whole ({e}); have it sent again")));
+        }
+        let header = Header::check(&bytes, self.identity).map_err(|defect| match defect {
+            Defect::Damaged(reason) => {
+                refused(format!("it {reason}; have it sent again, from a member whose snapshot verifies"))
+            }
+            Defect::Foreign(found) => refused(format!(
+                "it belongs to {found}, this node's is {}; check that both members are configured as one cluster",
+                self.identity
+            )),
+        })?;
+        if header.length > self.max_install_length {
+            return Err(refused(format!(
+                "its state is {} bytes, more than the {} this store accepts (SnapshotStore::with_max_install_length)",
+                header.length, self.max_install_length
+            )));
+        }
+        let (temp, mut file) = self.create_temp(header.position)?;
+        file.write_all(&bytes).map_err(io_error(&temp.path, "write it"))?;
+        let (copied, state) = match copy_hashed(&mut reader, &mut file, header.length) {
+            Ok(copied) => copied,
+            Err(Failed::Read(e)) => return Err(refused(format!("the stream failed ({e}); have it sent again"))),
+            Err(Failed::Write(e)) => return Err(io_error(&temp.path, "write it")(e)),
+        };
+        if copied != header.length {
+            return Err(refused(format!(
+                "the stream ended after {copied} of its {} bytes of state; have it sent again",
+                header.length
+            )));
+        }
+        if state != header.state_checksum {
+            return Err(refused(
+                "it fails its checksum (damaged in transit or at the sender); have it sent again".into(),
+            ));
+        }
+        let path = self.path_of(header.position);
+        self.commit(temp, file, &path)?;
+        Ok(header.info(path))
+    }
+
+    /// The snapshot files by name (`snapshot-<position>.qcsnap`, nothing else), oldest first.
+    fn names(&self) -> Result<Vec<(i64, PathBuf)>, SnapshotError> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io_error(&self.dir, "list the directory"))? {
+            let entry = entry.map_err(io_error(&self.dir, "list the directory"))?;
+            if let Some(position) = entry.file_name().to_str().and_then(parse_name) {
+                names.push((position, entry.path()));
+            }
+        }
+        names.sort_unstable_by_key(|(position, _)| *position);
+        Ok(names)
+    }
+
+    /// The newest snapshot that verifies, opened, and the reasons each newer one was skipped.
+    fn newest_verified(&self) -> Result<(Option<Verified>, Vec<String>), SnapshotError> {
+        let mut skipped = Vec::new();
+        for (position, path) in self.names()?.into_iter().rev() {
+            match self.verify(&path, position) {
+                Ok(found) => return Ok((Some(found), skipped)),
+                Err(e) => skipped.push(skip_reason(e)),
+            }
+        }
+        Ok((None, skipped))
+    }
+
+    /// Checks the snapshot file `path`, named for `position`, entirely: header, identity, name, length and
+    /// state checksum. Returns what it holds and the file, opened.
+    fn verify(&self, path: &Path, position: i64) -> Result<Verified, SnapshotError> {
+        let invalid = |reason: String| SnapshotError::Invalid { path: path.to_path_buf(), reason };
+        let mut file = File::open(path).map_err(io_error(path, "open it"))?;
+        let size = file.metadata().map_err(io_error(path, "read its metadata"))?.len();
+        if size < HEADER_LENGTH {
+            return Err(invalid(format!("is {size} bytes, shorter than its {HEADER_LENGTH}-byte header (truncated)")));
+        }
+        let mut bytes = [0; HEADER_LENGTH as usize];
+        file.read_exact(&mut bytes).map_err(io_error(path, "read its header"))?;
+        let header = Header::check(&bytes, self.identity).map_err(|defect| match defect {
+            Defect::Damaged(reason) => invalid(reason),
+            Defect::Foreign(found) => {
+                SnapshotError::Foreign { path: path.to_path_buf(), found, expected: self.identity }
+            }
+        })?;
+        if header.position != position {
+            return Err(invalid(format!("is named for position {position}, its header says {}", header.position)));
+        }
+        let held = size - HEADER_LENGTH;
+        if held != header.length {
+            let what = if held < header.length { "truncated" } else { "damaged" };
+            return Err(invalid(format!("holds {held} bytes of state, its header says {} ({what})", header.length)));
+        }
+        let (copied, state) =
+            copy_hashed(&mut file, &mut io::sink(), header.length).map_err(|failed| match failed {
+                Failed::Read(e) | Failed::Write(e) => io_error(path, "read its state")(e),
+            })?;
+        if copied != header.length {
+            return Err(invalid(format!("ended after {copied} of its {} bytes of state (truncated)", header.length)));
+        }
+        if state != header.state_checksum {
+            return Err(invalid("fails its checksum (the state is damaged)".into()));
+        }
+        Ok((header.info(path.to_path_buf()), file))
+    }
+
+    /// A new temporary file for a snapshot at `position`, removed when the guard drops unless committed.
+    fn create_temp(&self, position: i64) -> Result<(TempFile, File), SnapshotError> {
+        let sequence = self.temp_sequence.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!("{PREFIX}{position:020}{SUFFIX}.{sequence}{TEMP_SUFFIX}"));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(io_error(&path, "create a temporary file"))?;
+        Ok((TempFile { path, committed: false }, file))
+    }
+
+    /// Makes the whole temporary file `file` durable under `path`: sync, rename, sync of the directory.
+    fn commit(&self, mut temp: TempFile, file: File, path: &Path) -> Result<(), SnapshotError> {
+        file.sync_data().map_err(io_error(&temp.path, "sync it"))?;
+        drop(file);
+        fs::rename(&temp.path, path).map_err(io_error(path, "rename its temporary file into place"))?;
+        temp.committed = true;
+        self.sync_dir()
+    }
+
+    fn sync_dir(&self) -> Result<(), SnapshotError> {
+        crate::storage::atomic_file::sync_dir(&self.dir).map_err(io_error(&self.dir, "sync the directory"))
+    }
+}
+
+/// A snapshot file that verified: what it holds, and the file, open.
+type Verified = (SnapshotInfo, File);
+
+/// The position a snapshot file's name says: `snapshot-<20 digits>.qcsnap`, nothing else.
+fn parse_name(name: &str) -> Option<i64> {
+    let digits = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// What [`SnapshotStore::list`] says of the file `path` named for `position`, or `None` if it is gone.
+fn describe(position: i64, path: PathBuf) -> Result<Option<SnapshotInfo>, SnapshotError> {
+    let mut file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(&path, "open it")(e)),
+    };
+    let size = file.metadata().map_err(io_error(&path, "read its metadata"))?.len();
+    let mut bytes = [0; HEADER_LENGTH as usize];
+    let header = if size >= HEADER_LENGTH {
+        file.read_exact(&mut bytes).map_err(io_error(&path, "read its header"))?;
+        Header::parse(&bytes).ok()
+    } else {
+        None
+    };
+    Ok(Some(match header {
+        Some(header) => SnapshotInfo { position, ..header.info(path) },
+        None => SnapshotInfo { position, leadership_term_id: -1, length: size.saturating_sub(HEADER_LENGTH), path },
+    }))
+}
+
+/// Which side of [`copy_hashed`] failed.
+enum Failed {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// Copies up to `length` bytes from `from` to `to` through one fixed buffer, hashing them; returns how many
+/// were copied (fewer than `length` only if `from` ended) and their BLAKE3 hash.
+fn copy_hashed(from: &mut dyn Read, to: &mut dyn Write, length: u64) -> Result<(u64, blake3::Hash), Failed> {
+    let mut buffer = vec![0; BUFFER];
+    let mut hasher = blake3::Hasher::new();
+    let mut copied = 0;
+    while copied < length {
+        let want = usize::try_from(length - copied).map_or(BUFFER, |left| left.min(BUFFER));
+        let n = match from.read(&mut buffer[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Failed::Read(e)),
+        };
+        hasher.update(&buffer[..n]);
+        to.write_all(&buffer[..n]).map_err(Failed::Write)?;
+        copied += n as u64;
+    }
+    Ok((copied, hasher.finalize()))
+}
+
+/// A file writer that counts and hashes what it writes: the state, after the header's placeholder.
+struct HashingWriter {
+    file: File,
+    hasher: blake3::Hasher,
+    written: u64,
+}
+
+impl HashingWriter {
+    fn new(file: File) -> Self {
+        Self { file, hasher: blake3::Hasher::new(), written: 0 }
+    }
+
+    /// The file, the state's length, and its hash.
+    fn finish(self) -> (File, u64, blake3::Hash) {
+        (self.file, self.written, self.hasher.finalize())
+    }
+}
+
+impl Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// A temporary snapshot file, removed when dropped unless it was renamed into place.
+struct TempFile {
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const IDENTITY: SnapshotIdentity = SnapshotIdentity { membership: 0x0bad_cafe, stream_id: 10 };
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("qc-snapshot-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// The names in `dir`, sorted.
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    /// A state machine that keeps every entry with its position, so a restored one compares whole.
+    #[derive(Debug, Default, PartialEq, Eq)]
+    struct Journal {
+        entries: Vec<(i64, Vec<u8>)>,
+    }
+
+    impl StateMachine for Journal {
+        fn apply(&mut self, position: i64, entry: &[u8]) {
+            self.entries.push((position, entry.to_vec()));
+        }
+
+        fn take_snapshot(&mut self, writer: &mut dyn Write) -> io::Result<()> {
+            writer.write_all(&(self.entries.len() as u64).to_le_bytes())?;
+            for (position, entry) in &self.entries {
+                writer.write_all(&position.to_le_bytes())?;
+                writer.write_all(&(entry.len() as u64).to_le_bytes())?;
+                writer.write_all(entry)?;
+            }
+            Ok(())
+        }
+
+        fn load_snapshot(&mut self, reader: &mut dyn Read) -> io::Result<()> {
+            let mut word = [0; 8];
+            let mut next = |reader: &mut dyn Read| reader.read_exact(&mut word).map(|()| u64::from_le_bytes(word));
+            let count = next(reader)?;
+            self.entries.clear();
+            for _ in 0..count {
+                let position = next(reader)? as i64;
+                let mut entry = vec![0; next(reader)? as usize];
+                reader.read_exact(&mut entry)?;
+                self.entries.push((position, entry));
+            }
+            Ok(())
+        }
+    }
+
+    /// A journal of `count` entries of `size` bytes each, ending at position `count * size`.
+    fn journal(count: usize, size: usize) -> Journal {
+        let mut journal = Journal::default();
+        for i in 0..count {
+            journal.apply(((i + 1) * size) as i64, &vec![i as u8; size]);
+        }
+        journal
+    }
+
+    /// Writes a snapshot of state `byte` repeated `length` times at `position` (term `position / 100`).
+    fn write_bytes(store: &SnapshotStore, position: i64, byte: u8, length: usize) -> SnapshotInfo {
+        store.write(position, position / 100, |w| w.write_all(&vec![byte; length])).unwrap()
+    }
+
+    /// The state bytes the newest verified snapshot holds, and its restore.
+    fn restore_bytes(store: &SnapshotStore) -> (Vec<u8>, Restored) {
+        let mut state = Vec::new();
+        let restored = store.restore(|r| r.read_to_end(&mut state).map(|_| ())).unwrap();
+        (state, restored)
+    }
+
+    fn flip_byte(path: &Path, offset: u64) {
+        let mut bytes = fs::read(path).unwrap();
+        bytes[offset as usize] ^= 0x40;
+        fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn a_written_state_machine_is_restored_whole() {
+        let dir = scratch("round-trip");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        assert!(store.list().unwrap().is_empty());
+        let mut empty_restore = Journal::default();
+        let restored = store.restore(|r| empty_restore.load_snapshot(r)).unwrap();
+        assert!(restored.info.is_none() && restored.skipped.is_empty(), "an empty store restores nothing");
+
+        // Larger than the copy buffer, and not a multiple of it.
+        let mut machine = journal(300, 700);
+        let position = 300 * 700;
+        let info = store.write(position, 4, |w| machine.take_snapshot(w)).unwrap();
+        assert_eq!((info.position, info.leadership_term_id), (position, 4));
+        assert_eq!(info.path, store.path_of(position));
+        assert_eq!(info.path.file_name().unwrap(), "snapshot-00000000000000210000.qcsnap");
+        assert_eq!(fs::metadata(&info.path).unwrap().len(), info.file_length());
+        assert_eq!(store.list().unwrap(), vec![info.clone()]);
+        assert_eq!(entries(&dir), vec!["snapshot-00000000000000210000.qcsnap"], "no temporary file is left");
+
+        let mut restarted = Journal::default();
+        let restored = store.restore(|r| restarted.load_snapshot(r)).unwrap();
+        assert_eq!(restored.info, Some(info));
+        assert!(restored.skipped.is_empty());
+        assert_eq!(restarted, machine);
+
+        // An empty state is a snapshot too.
+        let info = store.write(position + 1, 5, |_| Ok(())).unwrap();
+        assert_eq!(info.length, 0);
+        let (state, restored) = restore_bytes(&store);
+        assert_eq!((state.len(), restored.info), (0, Some(info)));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_newest_snapshot_wins_and_reopening_finds_them() {
+        let dir = scratch("newest");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        // Written out of order: position, not age, decides.
+        write_bytes(&store, 2_000, 2, 10);
+        write_bytes(&store, 9_000, 9, 10);
+        write_bytes(&store, 500, 1, 10);
+        drop(store);
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        let positions: Vec<i64> = store.list().unwrap().iter().map(|i| i.position).collect();
+        assert_eq!(positions, vec![500, 2_000, 9_000], "oldest first");
+        let (state, restored) = restore_bytes(&store);
+        assert_eq!(state, vec![9; 10]);
+        assert_eq!(restored.info.unwrap().leadership_term_id, 90);
+        // Writing at an existing position replaces it.
+        write_bytes(&store, 9_000, 7, 3);
+        assert_eq!(restore_bytes(&store).0, vec![7; 3]);
+        assert_eq!(store.list().unwrap().len(), 3);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_flipped_state_byte_is_skipped_for_the_older_snapshot_with_the_reason() {
+        let dir = scratch("flip-state");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        write_bytes(&store, 100, 1, 5_000);
+        let bad = write_bytes(&store, 200, 2, 5_000);
+        flip_byte(&bad.path, HEADER_LENGTH + 4_321);
+        let (state, restored) = restore_bytes(&store);
+        assert_eq!(state, vec![1; 5_000]);
+        assert_eq!(restored.info.unwrap().position, 100);
+        assert_eq!(restored.skipped.len(), 1);
+        let skip = &restored.skipped[0];
+        assert!(skip.contains(&bad.path.display().to_string()), "names the file: {skip}");
+        assert!(skip.contains("fails its checksum"), "says why: {skip}");
+        assert!(skip.contains("delete it, or restore the data directory from a backup"), "says what to do: {skip}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_header_is_skipped_for_the_older_snapshot() {
+        let dir = scratch("flip-header");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        write_bytes(&store, 100, 1, 50);
+        let bad = write_bytes(&store, 200, 2, 50);
+        flip_byte(&bad.path, 32); // the leadership term
+        let (state, restored) = restore_bytes(&store);
+        assert_eq!((state, restored.info.unwrap().position), (vec![1; 50], 100));
+        assert!(restored.skipped[0].contains("header checksum"), "{:?}", restored.skipped);
+        // Listing does not verify: the damaged header's values are not trusted.
+        let listed = store.list().unwrap();
+        assert_eq!((listed[1].position, listed[1].leadership_term_id, listed[1].length), (200, -1, 50));
+
+        flip_byte(&bad.path, 32);
+        flip_byte(&bad.path, 0); // the magic
+        assert!(restore_bytes(&store).1.skipped[0].contains("wrong magic"));
+        flip_byte(&bad.path, 0);
+        // A header sealed properly that contradicts the file's name (a renamed file).
+        fs::rename(&bad.path, store.path_of(300)).unwrap();
+        let skipped = restore_bytes(&store).1.skipped;
+        assert!(skipped[0].contains("named for position 300, its header says 200"), "{skipped:?}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_truncated_or_overlong_snapshot_is_skipped_for_the_older_one() {
+        let dir = scratch("truncated");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        write_bytes(&store, 100, 1, 50);
+        let bad = write_bytes(&store, 200, 2, 50);
+        let bytes = fs::read(&bad.path).unwrap();
+        fs::write(&bad.path, &bytes[..bytes.len() - 1]).unwrap();
+        let (state, restored) = restore_bytes(&store);
+        assert_eq!((state, restored.info.unwrap().position), (vec![1; 50], 100));
+        assert!(restored.skipped[0].contains("holds 49 bytes of state, its header says 50 (truncated)"));
+        fs::write(&bad.path, &bytes[..20]).unwrap();
+        assert!(restore_bytes(&store).1.skipped[0].contains("is 20 bytes, shorter than its 88-byte header"));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        fs::write(&bad.path, longer).unwrap();
+        assert!(restore_bytes(&store).1.skipped[0].contains("holds 51 bytes"));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_snapshot_of_another_cluster_or_stream_is_skipped() {
+        let dir = scratch("foreign");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        write_bytes(&store, 100, 1, 8);
+        let other = SnapshotStore::open(&dir, SnapshotIdentity { membership: 0x0bad_cafe, stream_id: 11 }).unwrap();
+        let foreign = write_bytes(&other, 200, 2, 8);
+        let (state, restored) = restore_bytes(&store);
+        assert_eq!((state, restored.info.unwrap().position), (vec![1; 8], 100));
+        let skip = &restored.skipped[0];
+        assert!(skip.contains(&foreign.path.display().to_string()), "{skip}");
+        assert!(skip.contains("stream 11, this node's is cluster 0x000000000badcafe stream 10"), "{skip}");
+        assert!(skip.contains("give this node its own"), "{skip}");
+        // The other cluster's store sees its own, and skips this one's.
+        assert_eq!(restore_bytes(&other).1.info.unwrap().position, 200);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn when_every_snapshot_fails_none_is_loaded_and_each_is_reported() {
+        let dir = scratch("all-bad");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        for position in [100, 200, 300] {
+            let info = write_bytes(&store, position, 1, 30);
+            flip_byte(&info.path, HEADER_LENGTH + 29);
+        }
+        let restored = store.restore(|_| panic!("nothing unverified is loaded")).unwrap();
+        assert!(restored.info.is_none());
+        assert_eq!(restored.skipped.len(), 3);
+        for (skip, position) in restored.skipped.iter().zip([300, 200, 100]) {
+            assert!(skip.contains(&format!("snapshot-{position:020}.qcsnap fails its checksum")), "{skip}");
+        }
+        let to_send = store.open_for_send().unwrap();
+        assert!(to_send.snapshot.is_none());
+        assert_eq!(to_send.skipped, restored.skipped);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_crash_mid_write_leaves_no_snapshot_and_its_temporary_file_is_removed_at_open() {
+        let dir = scratch("crash");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        write_bytes(&store, 100, 1, 40);
+        // A crash before the rename: half a snapshot in its temporary file.
+        let temp = dir.join("snapshot-00000000000000000200.qcsnap.0.tmp");
+        fs::write(&temp, [0xAB; 60]).unwrap();
+        fs::write(dir.join("notes.txt"), b"not ours").unwrap();
+        assert_eq!(store.list().unwrap().len(), 1, "a temporary file is not a snapshot");
+        assert_eq!(restore_bytes(&store).0, vec![1; 40]);
+        drop(store);
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        assert!(!temp.exists(), "removed at open");
+        assert_eq!(entries(&dir), vec!["notes.txt", "snapshot-00000000000000000100.qcsnap"], "others are left alone");
+        assert_eq!(restore_bytes(&store).0, vec![1; 40]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_state_machine_that_fails_to_write_stores_nothing_and_one_that_fails_to_load_is_an_error() {
+        let dir = scratch("state-fails");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        let e = store
+            .write(100, 1, |w| {
+                w.write_all(&[5; 100_000])?;
+                Err(io::Error::other("disk quota of the application"))
+            })
+            .unwrap_err();
+        assert!(matches!(e, SnapshotError::State { .. }));
+        let e = e.to_string();
+        assert!(e.contains("snapshot-00000000000000000100.qcsnap") && e.contains("nothing was stored"), "{e}");
+        assert!(entries(&dir).is_empty(), "no snapshot and no temporary file");
+
+        write_bytes(&store, 100, 1, 10);
+        let e = store.restore(|_| Err(io::Error::other("unknown format"))).unwrap_err().to_string();
+        assert!(e.contains("failed to load its state") && e.contains("unknown format"), "{e}");
+        let e = store.write(-1, 1, |_| Ok(())).unwrap_err().to_string();
+        assert!(e.contains("position is >= 0, not -1"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn retain_keeps_the_newest_and_returns_the_oldest_kept_position() {
+        let dir = scratch("retain");
+        let store = SnapshotStore::open(&dir, IDENTITY).unwrap();
+        assert_eq!(store.retain(2).unwrap(), None, "no snapshot");
+        for position in [100, 200, 300, 400, 500] {
+            write_bytes(&store, position, 1, 4);
+        }
+        assert_eq!(store.retain(3).unwrap(), Some(300));
+        let positions = || store.list().unwrap().iter().map(|i| i.position).collect::<Vec<_>>();
+        assert_eq!(positions(), vec![300, 400, 500]);
+        assert_eq!(store.retain(5).unwrap(), Some(300), "keeping more than there are deletes nothing");
+        assert_eq!(store.retain(1).unwrap(), Some(500));
+        assert_eq!(positions(), vec![500]);
+        assert!(store.retain(0).unwrap_err().to_string().contains("at least 1"));
+        assert_eq!(positions(), vec![500]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_sent_snapshot_is_installed_whole_by_another_member() {
+        let dir = scratch("send");
+        let leader = SnapshotStore::open(&dir.join("leader"), IDENTITY).unwrap();
+        let follower = SnapshotStore::open(&dir.join("follower"), IDENTITY).unwrap();
+        let mut machine = journal(100, 1_500);
+        leader.write(150_000, 3, |w| machine.take_snapshot(w)).unwrap();
+        let newer = write_bytes(&leader, 160_000, 9, 10);
+        flip_byte(&newer.path, HEADER_LENGTH);
+
+        let to_send = leader.open_for_send().unwrap();
+        assert_eq!(to_send.skipped.len(), 1, "the damaged newer one is not sent");
+        let mut reader = to_send.snapshot.unwrap();
+        let sent = reader.info().clone();
+        assert_eq!(sent.position, 150_000);
+        // What follows a snapshot in a stream is left unread.
+        let mut stream = Vec::new();
+        reader.read_to_end(&mut stream).unwrap();
+        assert_eq!(stream.len() as u64, sent.file_length());
+        stream.extend_from_slice(b"next message");
+        let mut cursor = io::Cursor::new(stream);
+        let installed = follower.install(&mut cursor).unwrap();
+        assert_eq!(cursor.position(), sent.file_length());
+        assert_eq!((installed.position, installed.leadership_term_id, installed.length), (150_000, 3, sent.length));
+        assert_eq!(installed.path, follower.path_of(150_000));
+
+        let mut restarted = Journal::default();
+        let restored = follower.restore(|r| restarted.load_snapshot(r)).unwrap();
+        assert_eq!(restored.info, Some(installed));
+        assert_eq!(restarted, machine);
+        assert_eq!(entries(&dir.join("follower")), vec!["snapshot-00000000000000150000.qcsnap"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The whole file of a snapshot of `length` bytes at position 100, from a store of `identity`.
+    fn sent_bytes(dir: &Path, identity: SnapshotIdentity, length: usize) -> Vec<u8> {
+        let store = SnapshotStore::open(dir, identity).unwrap();
+        let info = write_bytes(&store, 100, 3, length);
+        fs::read(info.path).unwrap()
+    }
+
+    /// A reader that counts what was read from it.
+    struct Counting<'a> {
+        bytes: &'a [u8],
+        read: usize,
+    }
+
+    impl Read for Counting<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = (&self.bytes[self.read..]).read(buf)?;
+            self.read += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_corrupt_truncated_oversized_or_foreign_snapshot_is_refused_leaving_nothing() {
+        let dir = scratch("install-refused");
+        let good = sent_bytes(&dir.join("sender"), IDENTITY, 100_000);
+        let follower_dir = dir.join("follower");
+        let follower = SnapshotStore::open(&follower_dir, IDENTITY).unwrap().with_max_install_length(200_000);
+        let refused = |bytes: &[u8]| {
+            let e = follower.install(bytes).unwrap_err();
+            assert!(matches!(e, SnapshotError::Refused { .. }), "{e}");
+            assert!(entries(&follower_dir).is_empty(), "nothing left behind after: {e}");
+            e.to_string()
+        };
+
+        let mut corrupt = good.clone();
+        corrupt[HEADER_LENGTH as usize + 70_000] ^= 1;
+        assert!(refused(&corrupt).contains("fails its checksum"));
+        let mut header = good.clone();
+        header[44] ^= 1;
+        assert!(refused(&header).contains("header checksum"));
+        assert!(refused(&good[..good.len() - 10]).contains("ended after 99990 of its 100000 bytes"));
+        assert!(refused(&good[..50]).contains("header could not be read whole"));
+        let foreign = sent_bytes(&dir.join("foreign"), SnapshotIdentity { membership: 1, stream_id: 10 }, 10);
+        assert!(refused(&foreign).contains("belongs to cluster 0x0000000000000001 stream 10"));
+
+        // Too long: refused from its header alone, before the state is read or anything written.
+        let small = SnapshotStore::open(&follower_dir, IDENTITY).unwrap().with_max_install_length(99_999);
+        let mut reader = Counting { bytes: &good, read: 0 };
+        let e = small.install(&mut reader).unwrap_err().to_string();
+        assert!(e.contains("100000 bytes, more than the 99999 this store accepts"), "{e}");
+        assert_eq!(reader.read, HEADER_LENGTH as usize);
+        assert!(entries(&follower_dir).is_empty());
+
+        follower.install(&good[..]).unwrap();
+        assert_eq!(entries(&follower_dir), vec!["snapshot-00000000000000000100.qcsnap"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_file_and_what_to_do() {
+        let dir = scratch("errors");
+        let not_a_dir = dir.join("plain-file");
+        fs::write(&not_a_dir, b"x").unwrap();
+        let e = SnapshotStore::open(&not_a_dir, IDENTITY).unwrap_err().to_string();
+        assert!(e.contains("plain-file") && e.contains("cannot create the directory"), "{e}");
+        let e = SnapshotError::Invalid { path: "/x/snapshot-1.qcsnap".into(), reason: "fails its checksum".into() };
+        assert_eq!(
+            e.to_string(),
+            "snapshot /x/snapshot-1.qcsnap fails its checksum: it is not used; delete it, or restore the data \
+             directory from a backup"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_exact_snapshot_names_are_snapshots() {
+        assert_eq!(parse_name("snapshot-00000000000000000100.qcsnap"), Some(100));
+        assert_eq!(parse_name("snapshot-09223372036854775807.qcsnap"), Some(i64::MAX));
+        assert_eq!(parse_name("snapshot-09223372036854775808.qcsnap"), None, "past i64");
+        assert_eq!(parse_name("snapshot-100.qcsnap"), None);
+        assert_eq!(parse_name("snapshot-0000000000000000010a.qcsnap"), None);
+        assert_eq!(parse_name("snapshot-+0000000000000000100.qcsnap"), None);
+        assert_eq!(parse_name("snapshot-00000000000000000100.qcsnap.0.tmp"), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Any state round-trips through write, send and install; any one flipped bit of its file is
+        /// caught by restore, by open_for_send and by install alike.
+        #[test]
+        fn any_state_round_trips_and_any_flipped_bit_is_caught(
+            state in proptest::collection::vec(any::<u8>(), 0..2_000),
+            position in 0..i64::MAX,
+            term in 0..i64::MAX,
+            flip in any::<prop::sample::Index>(),
+            bit in 0..8u8,
+        ) {
+            let dir = scratch("proptest");
+            let store = SnapshotStore::open(&dir.join("a"), IDENTITY).unwrap();
+            let info = store.write(position, term, |w| w.write_all(&state)).unwrap();
+            let (restored, _) = restore_bytes(&store);
+            prop_assert_eq!(&restored, &state);
+            let mut file = Vec::new();
+            store.open_for_send().unwrap().snapshot.unwrap().read_to_end(&mut file).unwrap();
+            let other = SnapshotStore::open(&dir.join("b"), IDENTITY).unwrap();
+            prop_assert_eq!(other.install(&file[..]).unwrap().position, position);
+
+            let offset = flip.index(file.len());
+            file[offset] ^= 1 << bit;
+            fs::write(&info.path, &file).unwrap();
+            let restored = store.restore(|_| panic!("a damaged snapshot is loaded")).unwrap();
+            prop_assert!(restored.info.is_none());
+            prop_assert_eq!(restored.skipped.len(), 1);
+            prop_assert!(store.open_for_send().unwrap().snapshot.is_none());
+            let third = SnapshotStore::open(&dir.join("c"), IDENTITY).unwrap();
+            prop_assert!(third.install(&file[..]).is_err());
+            prop_assert!(entries(&dir.join("c")).is_empty());
+            fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}
