@@ -14,8 +14,8 @@ use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
 use quorumcast::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use quorumcast::media::sender::Sender;
-use quorumcast::media::transport::faulty::FaultConfig;
-use quorumcast::media::transport::SendMode;
+use quorumcast::media::transport::faulty::{FaultConfig, Faulty};
+use quorumcast::media::transport::{SendMode, Udp};
 use quorumcast::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 
 const TERM_LENGTH: usize = 256 * 1024;
@@ -86,7 +86,9 @@ fn start(mode: SendMode, mtu: usize, faults: bool, receiver_timeout: Duration) -
         config.channel = ChannelConfig { receive_faults: fault(seed * 100), ..channel.clone() };
         let rc = ReceiverCounters::detached();
         receiver_counters.push(rc.clone());
-        let (receiver, mut subs, _) = Receiver::new(vec![config], rc).unwrap();
+        let receive_faults = config.channel.receive_faults;
+        let mut network = Faulty::new(Udp, FaultConfig::default(), receive_faults);
+        let (receiver, mut subs, _) = Receiver::open(vec![config], rc, &mut network).unwrap();
         channel.destinations.push(receiver.local_addr(0));
         subscriptions.push(subs.remove(0));
         receivers.push(receiver);
@@ -96,7 +98,8 @@ fn start(mode: SendMode, mtu: usize, faults: bool, receiver_timeout: Duration) -
     let log = LogBuffer::create_anonymous(log_config).unwrap();
     let appender = log.appender().unwrap();
     let counters = SenderCounters::detached();
-    let publication = NetworkPublication::new(log, channel, counters.clone()).unwrap();
+    let mut network = Faulty::new(Udp, channel.send_faults, channel.receive_faults);
+    let publication = NetworkPublication::open(log, channel, counters.clone(), &mut network).unwrap();
     assert_eq!(publication.send_mode(), mode, "{:?}", publication.warnings());
     let mut agents: Vec<Box<dyn quorumcast::agent::Agent>> = vec![Box::new(Sender::new(vec![publication]))];
     agents.extend(receivers.into_iter().map(|r| Box::new(r) as Box<dyn quorumcast::agent::Agent>));

@@ -8,7 +8,7 @@ use crate::frame::{DATA_HEADER_LENGTH, MAX_UDP_PAYLOAD_LENGTH};
 use crate::media::auth::{AuthKey, TAG_LENGTH};
 use crate::media::flow_control::FlowControlMode;
 use crate::media::transport::faulty::FaultConfig;
-use crate::media::transport::{SendMode, SocketOptions, MAX_GSO_SEGMENTS};
+use crate::media::transport::{Binding, SendMode, SocketOptions, MAX_GSO_SEGMENTS};
 
 /// The conservative MTU that crosses Ethernet with PPPoE, and the clouds, unfragmented.
 pub const MTU_1408: usize = 1408;
@@ -183,6 +183,21 @@ impl ChannelConfig {
     /// The largest payload of one frame: `mtu - 32`.
     pub fn max_payload(&self) -> usize {
         self.mtu - DATA_HEADER_LENGTH
+    }
+
+    /// How this channel's endpoints are bound: its socket options and key; `shared` lets several endpoints
+    /// of this process share the address.
+    pub fn binding(&self, shared: bool) -> Binding<'_> {
+        Binding { socket: &self.socket, auth: self.auth, shared }
+    }
+
+    /// Whether fault injection is configured on either side (it needs a [`Faulty`] network:
+    /// [`Faulty::new`]`(inner, self.send_faults, self.receive_faults)`).
+    ///
+    /// [`Faulty`]: crate::media::transport::faulty::Faulty
+    /// [`Faulty::new`]: crate::media::transport::faulty::Faulty::new
+    pub fn has_faults(&self) -> bool {
+        self.send_faults.is_active() || self.receive_faults.is_active()
     }
 
     /// Checks every rule; the first broken one is returned with a message that says what to change.

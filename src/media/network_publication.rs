@@ -34,9 +34,8 @@ use crate::media::auth::TAG_LENGTH;
 use crate::media::channel::{ChannelConfig, ConfigError};
 use crate::media::flow_control::{FlowControl, StatusChange};
 use crate::media::retransmit::{NakOutcome, RetransmitHandler};
-use crate::media::transport::faulty::Faulty;
 use crate::media::transport::{
-    MmsgScratch, Network, RecvBatch, SendMode, SendOutcome, Transport, Udp, UdpEndpoint, UdpTransport, MAX_BATCH,
+    MmsgScratch, Network, RecvBatch, SendMode, SendOutcome, Transport, Udp, UdpEndpoint, MAX_BATCH,
 };
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
@@ -268,11 +267,22 @@ struct Destination {
     setup_requested: bool,
 }
 
-/// A frame of control traffic that is not for the send path itself (for the consensus layer).
-pub type ControlHandler = Box<dyn FnMut(usize, &Frame<'_>) + Send>;
+/// The layer above a leader's publication: handed, on the Sender's thread, each control frame that is not
+/// for the send path itself (acknowledgements and commit frames of a replicated log), with the index of
+/// the destination it came from. The media layer does not interpret them.
+pub trait ControlHandler: Send {
+    /// A control frame from destination `destination` (its index in the channel's `destinations`).
+    fn on_control(&mut self, destination: usize, frame: &Frame<'_>);
+}
+
+impl<F: FnMut(usize, &Frame<'_>) + Send> ControlHandler for F {
+    fn on_control(&mut self, destination: usize, frame: &Frame<'_>) {
+        self(destination, frame)
+    }
+}
 
 /// One log buffer, replicated to every destination, over transport `T` (see [`crate::media::transport`]).
-pub struct NetworkPublication<T: Transport = UdpTransport> {
+pub struct NetworkPublication<T: Transport = UdpEndpoint> {
     log: LogBuffer,
     config: ChannelConfig,
     mode: SendMode,
@@ -287,7 +297,7 @@ pub struct NetworkPublication<T: Transport = UdpTransport> {
     last_data_or_heartbeat_ns: u64,
     stalled: bool,
     live_addrs: Vec<SockAddr>,
-    control_handler: Option<ControlHandler>,
+    control_handler: Option<Box<dyn ControlHandler>>,
     scratch: MmsgScratch,
     runs: [Run; MAX_BATCH],
     failure: Option<PublicationError>,
@@ -314,10 +324,18 @@ impl<T: Transport> fmt::Debug for NetworkPublication<T> {
 }
 
 impl NetworkPublication {
-    /// Makes the UDP sockets for `config`, with its fault injection, and the publication over them (see
-    /// [`open`](Self::open)).
+    /// Makes the UDP sockets for `config` and the publication over them (see [`open`](Self::open)). A
+    /// channel with faults configured is refused: open it on a
+    /// [`Faulty`](crate::media::transport::faulty::Faulty) network.
     pub fn new(log: LogBuffer, config: ChannelConfig, counters: SenderCounters) -> Result<Self, PublicationError> {
-        Self::open(log, config, counters, &mut Faulty(Udp))
+        if config.has_faults() {
+            return Err(PublicationError::Config(ConfigError(
+                "send_faults or receive_faults are set: open the publication with NetworkPublication::open on \
+                 transport::faulty::Faulty::new(Udp, send_faults, receive_faults)"
+                    .into(),
+            )));
+        }
+        Self::open(log, config, counters, &mut Udp)
     }
 }
 
@@ -440,7 +458,7 @@ impl<T: Transport> NetworkPublication<T> {
     }
 
     /// Sets the handler of control frames other than status messages and NAKs (consensus frames).
-    pub fn set_control_handler(&mut self, handler: ControlHandler) {
+    pub fn set_control_handler(&mut self, handler: Box<dyn ControlHandler>) {
         self.control_handler = Some(handler);
     }
 
@@ -904,7 +922,7 @@ impl<T: Transport> NetworkPublication<T> {
                 self.on_nak(d, nak.term_id, nak.term_offset, nak.length, now_ns);
             }
             Ok(other @ (Frame::AppendPosition(_) | Frame::CommitPosition(_))) => match self.control_handler.as_mut() {
-                Some(handler) => handler(d, &other),
+                Some(handler) => handler.on_control(d, &other),
                 None => self.counters.invalid_packets.increment(),
             },
             _ => self.counters.invalid_packets.increment(),
@@ -1123,8 +1141,8 @@ fn bind_source<N: Network>(
     destination: SocketAddr,
 ) -> std::io::Result<(N::Endpoint, Vec<String>)> {
     match config.source {
-        Some(source) => network.bind(source, config, true),
-        None => network.bind(unspecified_like(destination), config, false),
+        Some(source) => network.bind(source, &config.binding(true)),
+        None => network.bind(unspecified_like(destination), &config.binding(false)),
     }
 }
 

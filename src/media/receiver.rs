@@ -25,15 +25,13 @@ use socket2::SockAddr;
 use crate::agent::clock::{nanos, NanoClock};
 use crate::agent::idle::Park;
 use crate::agent::{Agent, AgentError};
-use crate::cluster::term_starts::TermStarts;
 use crate::event_log::RateLimited;
 use crate::frame::{
     self, AppendPositionFrame, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG,
 };
 use crate::media::channel::ChannelConfig;
 use crate::media::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
-use crate::media::transport::faulty::{FaultConfig, Faulty};
-use crate::media::transport::{Network, RecvBatch, SendOutcome, Transport, Udp, UdpTransport, MAX_BATCH};
+use crate::media::transport::{Network, RecvBatch, SendOutcome, Transport, Udp, UdpEndpoint, MAX_BATCH};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::descriptor::position;
 use crate::shm::log_buffer::{ConsumerPosition, LogBuffer, LogConfig, LogError, LogReader, MessageReader};
@@ -66,30 +64,39 @@ pub struct ReceiveChannelConfig {
     pub join_position: Option<i64>,
     /// Identity sent in status messages, unique per receiver start.
     pub receiver_id: i64,
-    /// Set when this channel carries a replicated log to a follower: acknowledge, and track commits.
-    pub follower: Option<FollowerLink>,
+    /// Set when this channel carries a replicated log: acknowledge what is rebuilt (APPEND_POSITION), and
+    /// hand what the media layer does not interpret (runs, commit frames) to the layer above.
+    pub follower: Option<FollowerSeam>,
     /// Bind with `SO_REUSEPORT`, beside the sockets a cluster member sends the log from while it leads
     /// (on the same endpoint) and beside the Receiver of its previous term, until that one is dropped.
     pub reuse_port: bool,
 }
 
-/// A follower's side of the replicated log: what it acknowledges and where it learns the commit position.
+/// A follower's side of a replicated log, as the media layer sees it: how it acknowledges, and the
+/// observer it reports to. What the reports mean (commit positions, term starts) is the cluster's.
 #[derive(Clone, Debug)]
-pub struct FollowerLink {
-    /// This follower's member id, sent in its acknowledgements.
+pub struct FollowerSeam {
+    /// The id this receiver sends in its acknowledgements (a cluster member's id).
     pub member_id: i32,
-    /// The commit position the leader has announced (commit frames, or piggybacked reserved values).
-    pub commit: Counter,
-    /// Read the commit position from data frames' reserved value too.
-    pub piggyback: bool,
     /// Acknowledge at least this often, even when the log does not move.
     pub ack_interval: Duration,
-    /// Where the follower's rebuilt (contiguous) position is published, for its consensus agent.
-    pub append: Counter,
-    /// Where the term-start markers rebuilt into the log are reported, for its consensus agent.
-    pub term_starts: Arc<TermStarts>,
-    /// Under a `batch` sync policy: the recorder's synced position, which bounds what is acknowledged.
-    pub durable: Option<Counter>,
+    /// Acknowledge no further than this counter (under a `batch` sync policy: the recorder's synced
+    /// position).
+    pub ack_up_to: Option<Counter>,
+    /// Told what the follower's image rebuilds and which commit frames of its session arrive.
+    pub observer: Arc<dyn FollowerObserver>,
+}
+
+/// The layer above a follower's Receiver channel: told, on the Receiver's thread, what happened to the
+/// image, without the media layer knowing what it means. Each call is on the Receiver's duty cycle, so an
+/// implementation does no more than set counters or hand positions on.
+pub trait FollowerObserver: Send + Sync + fmt::Debug {
+    /// The image's rebuilt (contiguous) position, after each feedback pass (it only grows).
+    fn rebuilt(&self, position: i64);
+    /// A run of data frames was inserted into `log`: its flagged frames and reserved values are in `run`.
+    fn run_inserted(&self, log: &LogBuffer, run: &frame::DataRun);
+    /// A commit-position frame of the image's own session and stream, from the image's source.
+    fn commit_frame(&self, commit: &frame::CommitPositionFrame);
 }
 
 impl ReceiveChannelConfig {
@@ -339,7 +346,7 @@ struct ChannelLogs {
 }
 
 /// The Receiver agent, over transport `T` (see [`crate::media::transport`]).
-pub struct Receiver<T: Transport = UdpTransport> {
+pub struct Receiver<T: Transport = UdpEndpoint> {
     channels: Vec<ReceiveChannel>,
     /// Channel `c`'s endpoint.
     endpoints: Vec<T>,
@@ -388,13 +395,21 @@ impl Park for ReadinessPark {
 }
 
 impl Receiver {
-    /// Binds a UDP socket for each channel, with its receive faults, and returns the Receiver with one
-    /// subscription per channel, in order (see [`open`](Self::open)).
+    /// Binds a UDP socket for each channel and returns the Receiver with one subscription per channel, in
+    /// order (see [`open`](Self::open)). A channel with receive faults configured is refused: open the
+    /// Receiver on a [`Faulty`](crate::media::transport::faulty::Faulty) network.
     pub fn new(
         configs: Vec<ReceiveChannelConfig>,
         counters: ReceiverCounters,
     ) -> std::io::Result<(Self, Vec<Subscription>, Vec<String>)> {
-        Self::open(configs, counters, &mut Faulty(Udp))
+        if configs.iter().any(|c| c.channel.receive_faults.is_active()) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "receive_faults are set: open the Receiver with Receiver::open on \
+                 transport::faulty::Faulty::new(Udp, FaultConfig::default(), receive_faults)",
+            ));
+        }
+        Self::open(configs, counters, &mut Udp)
     }
 }
 
@@ -415,9 +430,7 @@ impl<T: Transport> Receiver<T> {
         let mut max_datagram = 0;
         for config in configs {
             config.channel.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            // `send_faults` act on a publication's sends: the Receiver's status messages and NAKs go out as sent.
-            let bind_as = ChannelConfig { send_faults: FaultConfig::default(), ..config.channel.clone() };
-            let (endpoint, w) = network.bind(config.bind, &bind_as, config.reuse_port)?;
+            let (endpoint, w) = network.bind(config.bind, &config.channel.binding(config.reuse_port))?;
             warnings.extend(w);
             pending.extend(endpoint.readiness_fd());
             let c = &config.channel;
@@ -523,7 +536,7 @@ impl<T: Transport> Receiver<T> {
         for image in channel.images.iter_mut() {
             work += image.track_rebuild() as usize;
             if let Some(follower) = &channel.config.follower {
-                follower.append.set_max(image.rebuild_position());
+                follower.observer.rebuilt(image.rebuild_position());
             }
             let id = FeedbackIdentity {
                 session_id: image.session_id(),
@@ -680,7 +693,7 @@ fn on_datagram<T: Transport>(
                 // Only the image's own session commits its log: a commit of another log would let the
                 // follower apply entries no quorum of this log has acknowledged.
                 if channel.images.iter().any(|i| i.session_id() == commit.session_id && i.source() == source) {
-                    follower.commit.set_max(commit.log_position);
+                    follower.observer.commit_frame(&commit);
                 } else {
                     counters.commits_refused.increment();
                 }
@@ -763,27 +776,12 @@ fn on_data<T: Transport>(
     match image.insert_run(&run, bytes) {
         InsertOutcome::Inserted => {
             if let Some(follower) = follower {
-                if let (true, Some(commit)) = (follower.piggyback, run.max_reserved) {
-                    follower.commit.set_max(commit);
-                }
-                report_term_starts(follower, image.log(), &run);
+                follower.observer.run_inserted(image.log(), &run);
             }
         }
         InsertOutcome::Duplicate => counters.duplicates.increment(),
         InsertOutcome::OutOfWindow => counters.out_of_window.increment(),
         InsertOutcome::Malformed => counters.malformed.increment(),
-    }
-}
-
-/// Hands the term-start markers of an inserted run to the follower's consensus agent, by log position.
-fn report_term_starts(follower: &FollowerLink, log: &LogBuffer, run: &frame::DataRun) {
-    if run.term_start_count == 0 {
-        return;
-    }
-    let (initial, bits) = (log.config().initial_term_id, log.position_bits_to_shift());
-    for &(term_offset, leadership_term_id) in run.term_starts() {
-        let at = position(run.first.term_id, term_offset as usize, initial, bits);
-        follower.term_starts.report(at, leadership_term_id);
     }
 }
 
@@ -992,7 +990,7 @@ fn install_image(
     let mut image = PublicationImage::new(log, source, join, channel.timers, now_ns);
     if let Some(follower) = &channel.config.follower {
         image.acknowledge_every(nanos(follower.ack_interval));
-        if let Some(durable) = &follower.durable {
+        if let Some(durable) = &follower.ack_up_to {
             image.acknowledge_up_to(durable.clone());
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::agent::clock::{nanos, NanoClock};
 use crate::agent::{Agent, AgentError};
 use crate::media::network_publication::NetworkPublication;
-use crate::media::transport::{RecvBatch, Transport, UdpTransport};
+use crate::media::transport::{RecvBatch, Transport, UdpEndpoint};
 use crate::shm::ring_buffer::OneToOneRingBuffer;
 
 /// Most control frames taken from a command ring per duty cycle.
@@ -25,7 +25,7 @@ pub const CONTROL_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The Sender agent, over transport `T` (see [`crate::media::transport`]).
 #[derive(Debug)]
-pub struct Sender<T: Transport = UdpTransport> {
+pub struct Sender<T: Transport = UdpEndpoint> {
     publications: Vec<NetworkPublication<T>>,
     batch: RecvBatch,
     clock: NanoClock,

@@ -47,6 +47,7 @@ mod error;
 mod ingress;
 mod recovery;
 mod replay;
+mod seams;
 mod sessions;
 mod slot;
 mod wiring;

@@ -10,16 +10,16 @@
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 
+use super::seams::{FollowerLog, LeaderAcks};
 use crate::agent::{available_cores, Agent, AgentCounters, AgentHandles, AgentLayout, AgentRole, AgentSpec, Warning};
 use crate::cluster::append::ConsensusCounters;
 use crate::cluster::term_starts::TermStarts;
-use crate::frame::Frame;
 use crate::media::channel::ChannelConfig;
 use crate::media::flow_control::FlowControlMode;
 use crate::media::network_publication::{ControlHandler, NetworkPublication, SenderCounters};
-use crate::media::receiver::{FollowerLink, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use crate::media::receiver::{FollowerSeam, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use crate::media::sender::Sender;
-use crate::media::transport::faulty::Faulty;
+use crate::media::transport::faulty::{FaultConfig, Faulty};
 use crate::media::transport::{Network, Udp};
 use crate::shm::buffer::AtomicBuffer;
 use crate::shm::buffer::Region;
@@ -202,25 +202,10 @@ impl Wiring {
         };
         let faults = channel.send_faults.is_active() || channel.receive_faults.is_active();
         let acks: Vec<(i32, Counter)> = others.iter().map(|m| (m.id, Counter::detached())).collect();
-        let for_handler = acks.clone();
         let mirrors: Vec<Counter> = self.counters.acks.iter().map(|(_, c)| c.clone()).collect();
         mirrors.iter().for_each(|c| c.set(0));
         let refused = self.counters.refused_acks.clone();
-        let handler: ControlHandler = Box::new(move |destination, frame| {
-            // A follower acknowledges for itself only, and only this term's log: destination `d` is
-            // follower `d`.
-            match (frame, for_handler.get(destination)) {
-                (Frame::AppendPosition(ack), Some((id, counter)))
-                    if ack.member_id == *id && ack.session_id == session_id =>
-                {
-                    counter.set_max(ack.log_position);
-                    if let Some(mirror) = mirrors.get(destination) {
-                        mirror.set_max(ack.log_position);
-                    }
-                }
-                _ => refused.increment(),
-            }
-        });
+        let handler = Box::new(LeaderAcks { session_id, acks: acks.clone(), mirrors, refused });
         let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
         let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
         let sender_commands = OneToOneRingBuffer::new(command_buffer)?;
@@ -228,7 +213,10 @@ impl Wiring {
         // Fault injection (for tests) wraps the sockets only when configured: the production Sender runs on
         // bare UDP endpoints.
         let sender = if faults {
-            sender_on(&mut Faulty(Udp), log.clone(), channel, counters, handler, sender_commands)?
+            {
+                let mut network = Faulty::new(Udp, channel.send_faults, channel.receive_faults);
+                sender_on(&mut network, log.clone(), channel, counters, handler, sender_commands)?
+            }
         } else {
             sender_on(&mut Udp, log.clone(), channel, counters, handler, sender_commands)?
         };
@@ -261,22 +249,29 @@ impl Wiring {
         let append = Counter::detached();
         append.set(position);
         let term_starts = Arc::new(TermStarts::default());
-        channel.follower = Some(FollowerLink {
-            member_id: config.id,
+        let observer = FollowerLog {
             // The commit positions of this leader's log bound what the node applies (the consensus core gets
             // them too): every byte below one is in this member's log, from the leader's log or agreeing
             // with it up to `position`.
             commit: self.counters.consensus.commit.clone(),
             piggyback: config.commit_piggyback,
-            ack_interval: config.ack_interval,
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),
-            durable,
+        };
+        channel.follower = Some(FollowerSeam {
+            member_id: config.id,
+            ack_interval: config.ack_interval,
+            ack_up_to: durable,
+            observer: Arc::new(observer),
         });
         let faults = channel.channel.receive_faults.is_active();
         let counters = self.counters.receiver.clone();
         let (receiver, subscription) = if faults {
-            receiver_on(&mut Faulty(Udp), channel, counters)?
+            {
+                // The Receiver's status messages and NAKs go out as sent: `send_faults` act on the log.
+                let mut network = Faulty::new(Udp, FaultConfig::default(), channel.channel.receive_faults);
+                receiver_on(&mut network, channel, counters)?
+            }
         } else {
             receiver_on(&mut Udp, channel, counters)?
         };
@@ -301,7 +296,7 @@ fn sender_on<N: Network>(
     log: LogBuffer,
     channel: ChannelConfig,
     counters: SenderCounters,
-    handler: ControlHandler,
+    handler: Box<dyn ControlHandler>,
     commands: OneToOneRingBuffer,
 ) -> Result<Box<dyn Agent>, NodeError>
 where

@@ -328,9 +328,19 @@ fn stream<N: Network + Clone>(
     send: ChannelConfig,
     receive: ChannelConfig,
 ) -> Stream<N::Endpoint, N::Endpoint> {
-    let (receiver, subscription, _) = receiver(&mut network.clone(), receive);
+    stream_on(network.clone(), network, send, receive)
+}
+
+/// A stream whose publication binds on `publisher` and whose Receiver binds on `subscriber`.
+fn stream_on<P: Network, R: Network>(
+    mut publisher: P,
+    mut subscriber: R,
+    send: ChannelConfig,
+    receive: ChannelConfig,
+) -> Stream<P::Endpoint, R::Endpoint> {
+    let (receiver, subscription, _) = receiver(&mut subscriber, receive);
     let config = ChannelConfig { destinations: vec![receiver.local_addr(0)], ..send };
-    let (publication, appender) = publication(&mut network.clone(), config);
+    let (publication, appender) = publication(&mut publisher, config);
     Stream {
         sender: Sender::new(vec![publication]),
         receiver,
@@ -403,7 +413,10 @@ fn a_stream_is_rebuilt_whole_through_faults_on_both_sides_in_every_send_mode() {
         let send =
             ChannelConfig { send_mode: mode, send_faults: faults(1), receive_faults: faults(2), ..channel(vec![]) };
         let receive = ChannelConfig { receive_faults: faults(3), ..channel(vec![]) };
-        let mut s: Stream<FaultyTransport<MemoryEndpoint>, _> = stream(Faulty(MemoryNetwork::new()), send, receive);
+        let net = MemoryNetwork::new();
+        let publisher = Faulty::new(net.clone(), send.send_faults, send.receive_faults);
+        let subscriber = Faulty::new(net, FaultConfig::default(), receive.receive_faults);
+        let mut s: Stream<FaultyTransport<MemoryEndpoint>, _> = stream_on(publisher, subscriber, send, receive);
         assert_eq!(s.publication().send_mode(), mode);
         s.run(3000, 400_000);
         assert!(s.receiver.counters().naks.get() > 0, "{mode}");

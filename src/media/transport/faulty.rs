@@ -4,7 +4,7 @@
 //! reordering are injected in-process, by [`FaultyTransport`]: a [`Transport`] wrapped around another, as
 //! Aeron's loss generators wrap its transport, so that the publication and the Receiver know nothing of
 //! faults. A direction without faults passes each call straight through, for one predictable branch per
-//! call; [`Faulty`] opens such wrapped endpoints for a channel's `send_faults` and `receive_faults`.
+//! call; [`Faulty`] is a [`Network`] whose endpoints are so wrapped, with the faults it was made with.
 //!
 //! Decisions come from a seeded xorshift generator, so a failing run can be replayed with its seed.
 
@@ -18,8 +18,7 @@ use socket2::SockAddr;
 
 use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::media::auth::TAG_LENGTH;
-use crate::media::channel::ChannelConfig;
-use crate::media::transport::{MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport};
+use crate::media::transport::{Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport};
 
 /// Rates (each in `0.0..=1.0`) of the faults to inject on one direction of a channel, and the seed.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -392,26 +391,34 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     }
 }
 
-/// A [`Network`] whose endpoints are [`FaultyTransport`]s around another's, with the faults of the channel
-/// each is bound for (`send_faults`, `receive_faults`).
+/// A [`Network`] whose endpoints are [`FaultyTransport`]s around another's, each with the `send` and
+/// `receive` faults this network was made with: an interceptor chained over the real network, which
+/// neither the publication nor the Receiver knows of.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Faulty<N>(pub N);
+pub struct Faulty<N> {
+    inner: N,
+    send: FaultConfig,
+    receive: FaultConfig,
+}
+
+impl<N: Network> Faulty<N> {
+    /// Wraps every endpoint `inner` binds, with `send` faults on what it sends and `receive` faults on
+    /// what it receives.
+    pub fn new(inner: N, send: FaultConfig, receive: FaultConfig) -> Self {
+        Self { inner, send, receive }
+    }
+}
 
 impl<N: Network> Network for Faulty<N> {
     type Endpoint = FaultyTransport<N::Endpoint>;
 
-    fn bind(
-        &mut self,
-        local: SocketAddr,
-        channel: &ChannelConfig,
-        shared: bool,
-    ) -> io::Result<(Self::Endpoint, Vec<String>)> {
-        let (endpoint, warnings) = self.0.bind(local, channel, shared)?;
-        Ok((FaultyTransport::new(endpoint, channel.send_faults, channel.receive_faults), warnings))
+    fn bind(&mut self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(Self::Endpoint, Vec<String>)> {
+        let (endpoint, warnings) = self.inner.bind(local, binding)?;
+        Ok((FaultyTransport::new(endpoint, self.send, self.receive), warnings))
     }
 
     fn supports(&self, mode: SendMode) -> bool {
-        self.0.supports(mode)
+        self.inner.supports(mode)
     }
 }
 

@@ -15,10 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::SockAddr;
 
-use super::{MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport, MAX_BATCH};
+use super::{Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport, MAX_BATCH};
 use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::media::auth::TAG_LENGTH;
-use crate::media::channel::ChannelConfig;
 
 /// Most datagrams waiting for one endpoint before more are lost (as a full socket buffer loses them).
 pub const DEFAULT_QUEUE_LIMIT: usize = 1 << 16;
@@ -175,13 +174,8 @@ impl State {
 impl Network for MemoryNetwork {
     type Endpoint = MemoryEndpoint;
 
-    fn bind(
-        &mut self,
-        local: SocketAddr,
-        _channel: &ChannelConfig,
-        shared: bool,
-    ) -> io::Result<(MemoryEndpoint, Vec<String>)> {
-        MemoryNetwork::bind(self, local, shared).map(|endpoint| (endpoint, Vec::new()))
+    fn bind(&mut self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(MemoryEndpoint, Vec<String>)> {
+        MemoryNetwork::bind(self, local, binding.shared).map(|endpoint| (endpoint, Vec::new()))
     }
 
     fn supports(&self, _mode: SendMode) -> bool {

@@ -30,7 +30,6 @@ use std::str::FromStr;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::media::auth::{AuthKey, TAG_LENGTH};
-use crate::media::channel::ChannelConfig;
 
 pub mod faulty;
 pub mod memory;
@@ -190,25 +189,25 @@ pub trait Network {
     /// The endpoints it opens.
     type Endpoint: Transport;
 
-    /// Binds an endpoint to `local` (port 0 picks one) with `channel`'s socket options and key; `shared`
-    /// lets several endpoints of this process share the address (see [`UdpEndpoint::bind_shared`]).
-    /// Returns the endpoint and the warnings to print.
-    fn bind(
-        &mut self,
-        local: SocketAddr,
-        channel: &ChannelConfig,
-        shared: bool,
-    ) -> io::Result<(Self::Endpoint, Vec<String>)>;
+    /// Binds an endpoint to `local` (port 0 picks one) as `binding` says. Returns the endpoint and the
+    /// warnings to print.
+    fn bind(&mut self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(Self::Endpoint, Vec<String>)>;
 
     /// Whether `mode` works here (the kernel may refuse `mmsg` or `gso`).
     fn supports(&self, mode: SendMode) -> bool;
 }
 
-/// The transport of publications and receivers made with `new`: a [`UdpEndpoint`] in
-/// a [`crate::media::transport::faulty::FaultyTransport`], which injects the channel's configured faults and, with none
-/// configured (the default), passes each call straight through. `open` with [`Udp`] makes them on bare
-/// [`UdpEndpoint`]s, as a node does unless its channel configures faults.
-pub type UdpTransport = crate::media::transport::faulty::FaultyTransport<UdpEndpoint>;
+/// How a [`Network`] binds one endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct Binding<'a> {
+    /// Socket buffers and options.
+    pub socket: &'a SocketOptions,
+    /// The key every datagram is tagged with and checked against (see [`crate::media::auth`]); `None`
+    /// sends and accepts untagged datagrams.
+    pub auth: Option<AuthKey>,
+    /// Let several endpoints of this process share the address (see [`UdpEndpoint::bind_shared`]).
+    pub shared: bool,
+}
 
 /// UDP sockets: the production [`Network`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -217,18 +216,13 @@ pub struct Udp;
 impl Network for Udp {
     type Endpoint = UdpEndpoint;
 
-    fn bind(
-        &mut self,
-        local: SocketAddr,
-        channel: &ChannelConfig,
-        shared: bool,
-    ) -> io::Result<(UdpEndpoint, Vec<String>)> {
-        let (mut endpoint, warnings) = if shared {
-            UdpEndpoint::bind_shared(local, &channel.socket)?
+    fn bind(&mut self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(UdpEndpoint, Vec<String>)> {
+        let (mut endpoint, warnings) = if binding.shared {
+            UdpEndpoint::bind_shared(local, binding.socket)?
         } else {
-            UdpEndpoint::bind(local, &channel.socket)?
+            UdpEndpoint::bind(local, binding.socket)?
         };
-        endpoint.set_auth(channel.auth);
+        endpoint.set_auth(binding.auth);
         Ok((endpoint, warnings))
     }
 
