@@ -12,7 +12,7 @@
 //!
 //! What it measures, for 128-byte messages at MTU 1408 and 8192, in one run:
 //! - in-process capacity mu: on a fresh cluster, the harness offers through the leader's in-process
-//!   `Client` as fast as its ingress takes (the sweep's `measure_mu`, without S slices); committed
+//!   `LocalClient` as fast as its ingress takes (the sweep's `measure_mu`, without S slices); committed
 //!   messages per second over the windows;
 //! - then on a second fresh cluster, in this order:
 //!   - in-process latency at rho 0.1 and 0.5 of mu (the sweep's `run_point`: open loop at `lambda = rho x
@@ -27,12 +27,12 @@
 //!     cluster's session window), offering for a fixed time, committed messages per second until the
 //!     last acknowledgement.
 //!
-//! Every cluster takes remote clients (`ClientsConfig::enabled` on every node, a fresh session key), so the in-process figures
+//! Every cluster takes remote clients (`ClientEndpointConfig::enabled` on every node, a fresh session key), so the in-process figures
 //! include the cost of polling the client endpoints. While a client process runs, the harness thread keeps
 //! invoking and applying the nodes: the leader acknowledges a client's message when its application polls
 //! it. The harness applies client messages beside its own numbered ones and leaves them out of its counts.
 //!
-//! - then on a third fresh cluster, one that requires a client key (`ClientsConfig::keys`, which the
+//! - then on a third fresh cluster, one that requires a client key (`ClientEndpointConfig::keys`, which the
 //!   client holds: `qc-client --client-key-file`), the same client points and closed loop: the cost of
 //!   client credentials beside session tags alone (every client datagram is tagged either way).
 //!

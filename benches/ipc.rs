@@ -24,7 +24,7 @@ use std::time::Instant;
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
-use quorumcast::media::ipc::{IpcPublication, IpcSubscription, OfferError};
+use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
 use quorumcast::shm::log_buffer::LogConfig;
 use serde_json::json;
 
@@ -274,7 +274,7 @@ fn offer_spinning(publication: &mut IpcPublication, message: &[u8]) {
     loop {
         match publication.offer(message) {
             Ok(_) => return,
-            Err(OfferError::BackPressured) => std::hint::spin_loop(),
+            Err(IpcOfferError::BackPressured) => std::hint::spin_loop(),
             Err(e) => panic!("offer failed: {e}"),
         }
     }

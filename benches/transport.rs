@@ -48,7 +48,7 @@ use common::{median, new_histogram, record, si, Cores, Percentiles, SetOnDrop};
 use hdrhistogram::Histogram;
 use quorumcast::frame::{StatusMessageFrame, DATA_HEADER_LENGTH};
 use quorumcast::media::channel::ChannelConfig;
-use quorumcast::media::ipc::{IpcPublication, IpcSubscription, OfferError};
+use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
 use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
 use quorumcast::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use quorumcast::media::sender::Sender;
@@ -293,7 +293,7 @@ impl Side for IpcSide {
     fn offer(&mut self, message: &[u8]) -> bool {
         match self.publication.offer(message) {
             Ok(_) => true,
-            Err(OfferError::BackPressured) => false,
+            Err(IpcOfferError::BackPressured) => false,
             Err(e) => panic!("IPC offer failed: {e}"),
         }
     }

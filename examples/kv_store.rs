@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::cluster::append::Role;
-use quorumcast::node::{Member, Node, NodeBuilder, OfferError, StorageConfig};
+use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder, StorageConfig};
 use quorumcast::storage::snapshot::StateMachine;
 use std::io::{Read, Write};
 
@@ -266,7 +266,7 @@ fn run(
             command(*offered).encode(&mut encoded);
             match client.offer(&encoded) {
                 Ok(_) => *offered += 1,
-                Err(OfferError::BackPressured | OfferError::NotLeader { .. }) => break,
+                Err(LocalOfferError::BackPressured | LocalOfferError::NotLeader { .. }) => break,
                 Err(e) => return Err(e.into()),
             }
             work += 1;

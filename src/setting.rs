@@ -63,22 +63,22 @@ settings! {
     /// The followers' acknowledgement interval.
     AckInterval = "timers.ack_interval", "[timers] ack_interval", "NodeBuilder::ack_interval";
     /// The session key of the client endpoint.
-    SessionKey = "clients.session_key", "[clients] session_key", "ClientsConfig::session_key";
+    SessionKey = "clients.session_key", "[clients] session_key", "ClientEndpointConfig::session_key";
     /// The log channel's shared key.
     ChannelAuthKey = "channel.auth_key", "[channel] auth_key", "NodeBuilder::auth_key";
     /// Sessions the cluster holds at most.
-    MaxSessions = "clients.max_sessions", "[clients] max_sessions", "ClientsConfig::max_sessions";
+    MaxSessions = "clients.max_sessions", "[clients] max_sessions", "ClientEndpointConfig::max_sessions";
     /// Sessions one address holds at most.
     MaxSessionsPerAddress = "clients.max_sessions_per_address", "[clients] max_sessions_per_address",
-        "ClientsConfig::max_sessions_per_address";
+        "ClientEndpointConfig::max_sessions_per_address";
     /// Opens and reconnects per address per second.
-    OpensPerSecond = "clients.opens_per_second", "[clients] opens_per_second", "ClientsConfig::opens_per_second";
+    OpensPerSecond = "clients.opens_per_second", "[clients] opens_per_second", "ClientEndpointConfig::opens_per_second";
     /// The named client keys.
-    ClientKeys = "clients.keys", "[clients] keys", "ClientsConfig::keys";
+    ClientKeys = "clients.keys", "[clients] keys", "ClientEndpointConfig::keys";
     /// Messages in flight per session.
-    ClientWindow = "clients.window", "[clients] window", "ClientsConfig::window";
+    ClientWindow = "clients.window", "[clients] window", "ClientEndpointConfig::window";
     /// How long a silent session lives.
-    SessionTimeout = "clients.session_timeout", "[clients] session_timeout", "ClientsConfig::session_timeout";
+    SessionTimeout = "clients.session_timeout", "[clients] session_timeout", "ClientEndpointConfig::session_timeout";
     /// The recording's segment length.
     SegmentLength = "storage.segment_length", "[storage] segment_length", "StorageConfig::segment_length";
     /// Snapshots kept.

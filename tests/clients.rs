@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use quorumcast::client::credentials::{unwrap_token, ClientKey};
 use quorumcast::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Seal};
-use quorumcast::client::{ClientConfig, ClusterClient, Event, OfferError};
+use quorumcast::client::{ClientConfig, ClientOfferError, ClusterClient, Event};
 use quorumcast::media::auth::AuthKey;
-use quorumcast::node::{ClientsConfig, Member, Node};
+use quorumcast::node::{ClientEndpointConfig, Member, Node};
 
 mod support;
 use support::cluster::{elect, members, test_builder, test_channel};
@@ -40,13 +40,13 @@ impl Applied {
 /// The members' session key in these tests.
 const SESSION_KEY: AuthKey = AuthKey::new([0x5e; 32]);
 
-/// Clients enabled with the tests' session key and the other settings `ClientsConfig`'s defaults.
-fn clients_config() -> ClientsConfig {
-    ClientsConfig::enabled(SESSION_KEY)
+/// Clients enabled with the tests' session key and the other settings `ClientEndpointConfig`'s defaults.
+fn clients_config() -> ClientEndpointConfig {
+    ClientEndpointConfig::enabled(SESSION_KEY)
 }
 
 /// A 3-node cluster in `scratch` taking clients with `clients`, member 0 elected, nothing applied yet.
-fn start(scratch: &ScratchDir, clients: ClientsConfig) -> (Vec<Member>, Vec<Node>, Vec<Applied>) {
+fn start(scratch: &ScratchDir, clients: ClientEndpointConfig) -> (Vec<Member>, Vec<Node>, Vec<Applied>) {
     let members = members(3);
     let mut nodes: Vec<Node> = (0..3)
         .map(|id| {
@@ -176,7 +176,7 @@ fn two_clients_messages_commit_once_each_with_their_responses() {
                         offered[i] += 1;
                         assert_eq!(id, offered[i]);
                     }
-                    Err(OfferError::BackPressured) => break,
+                    Err(ClientOfferError::BackPressured) => break,
                     Err(e) => panic!("{e}"),
                 }
             }
@@ -207,7 +207,7 @@ fn two_clients_messages_commit_once_each_with_their_responses() {
 #[test]
 fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
     let scratch = ScratchDir::new("clients-timeout");
-    let clients = ClientsConfig { session_timeout: Duration::from_millis(300), ..clients_config() };
+    let clients = ClientEndpointConfig { session_timeout: Duration::from_millis(300), ..clients_config() };
     let (members, mut nodes, mut applied) = start(&scratch, clients);
     let mut quiet = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let mut busy = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
@@ -243,7 +243,7 @@ fn a_silent_session_times_out_its_client_is_told_and_opens_another() {
         "told of the close",
     );
     assert!(events[0].contains(&"SessionClosed { reason: TimedOut }".to_string()), "{:?}", events[0]);
-    assert_eq!(quiet.offer(b"after"), Err(OfferError::NotConnected));
+    assert_eq!(quiet.offer(b"after"), Err(ClientOfferError::NotConnected));
     let second = connect(&mut nodes, &mut applied, &mut quiet);
     assert_ne!(first, second, "a new session");
     quiet.offer(b"after").unwrap();
@@ -371,7 +371,7 @@ fn digest_of(session: u64, payloads: impl IntoIterator<Item = Vec<u8>>) -> u64 {
 fn malformed_and_foreign_client_datagrams_are_counted_and_change_nothing() {
     let scratch = ScratchDir::new("clients-malformed");
     let allow = vec!["127.0.0.1".parse().unwrap()];
-    let (members, mut nodes, mut applied) = start(&scratch, ClientsConfig { allow, ..clients_config() });
+    let (members, mut nodes, mut applied) = start(&scratch, ClientEndpointConfig { allow, ..clients_config() });
     let mut client = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     let session = connect(&mut nodes, &mut applied, &mut client);
     let leader = members[0].client;
@@ -599,7 +599,7 @@ fn a_session_moves_to_a_new_address_only_with_its_token_and_the_old_one_is_told(
 #[test]
 fn a_flood_of_opens_from_one_address_leaves_room_for_other_addresses() {
     let scratch = ScratchDir::new("clients-flood");
-    let clients = ClientsConfig { max_sessions: 64, max_sessions_per_address: 16, ..clients_config() };
+    let clients = ClientEndpointConfig { max_sessions: 64, max_sessions_per_address: 16, ..clients_config() };
     let (members, mut nodes, mut applied) = start(&scratch, clients);
     let leader = members[0].client;
     let mut flooder = RawClient::new("127.0.0.1");
@@ -641,7 +641,7 @@ fn a_flood_of_opens_from_one_address_leaves_room_for_other_addresses() {
 fn with_client_keys_only_a_holder_of_one_opens_a_session() {
     let scratch = ScratchDir::new("clients-keys");
     let alice = ClientKey::new("alice", AuthKey::new([0xa1; 32]));
-    let clients = ClientsConfig { keys: vec![alice.clone()], ..clients_config() };
+    let clients = ClientEndpointConfig { keys: vec![alice.clone()], ..clients_config() };
     let (members, mut nodes, mut applied) = start(&scratch, clients);
     // Without a key, and with a wrong one under alice's name: nothing is answered, all counted.
     for key in [None, Some(ClientKey::new("alice", AuthKey::new([0xbb; 32])))] {
@@ -962,7 +962,7 @@ fn a_closed_session_is_gone_from_the_leader_and_its_id_is_refused() {
     drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |c, _| c[0].in_flight() == 0, "one");
     assert_eq!(nodes[0].stats().clients().connections(), 1);
     client.close();
-    assert_eq!(client.offer(b"two"), Err(OfferError::NotConnected));
+    assert_eq!(client.offer(b"two"), Err(ClientOfferError::NotConnected));
     await_stats(&mut nodes, &mut applied, "the close never reached the leader's table", |s| {
         s.clients().connections() == 0
     });

@@ -9,7 +9,7 @@ use std::time::Duration;
 use quorumcast::cluster::append::Role;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::faulty::FaultConfig;
-use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder};
 use quorumcast::shm::counters::TYPE_SYSTEM;
 
 mod support;
@@ -49,7 +49,7 @@ fn three_nodes_commit_a_million_messages_in_order() {
     let mut nodes = start(&scratch, false);
     assert_eq!(nodes[0].role(), Role::Leader);
     assert_eq!(nodes[1].role(), Role::Follower);
-    assert_eq!(nodes[1].client().offer(b"x"), Err(OfferError::NotLeader { leader: Some(0) }));
+    assert_eq!(nodes[1].client().offer(b"x"), Err(LocalOfferError::NotLeader { leader: Some(0) }));
     assert_eq!((nodes[1].leader_id(), nodes[1].leadership_term_id()), (Some(0), nodes[0].leadership_term_id()));
     assert!(nodes[0].leadership_term_id() >= 1);
     run(&mut nodes, 1_000_000);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
 use quorumcast::media::channel::ChannelConfig;
-use quorumcast::node::{Member, Node, NodeBuilder, OfferError};
+use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder};
 
 mod support;
 use support::cluster::members;
@@ -149,7 +149,7 @@ fn run_invoker(test: &str, piggyback: bool, mut check: impl FnMut(bool, i64, i64
         while offered < burst_end {
             match client.offer(&message(offered)) {
                 Ok(_) => offered += 1,
-                Err(OfferError::BackPressured) => break,
+                Err(LocalOfferError::BackPressured) => break,
                 Err(e) => panic!("{e}"),
             }
         }

@@ -7,7 +7,7 @@ use std::thread;
 
 use crossbeam_utils::Backoff;
 use quorumcast::frame::framed_length;
-use quorumcast::media::ipc::{IpcPublication, IpcSubscription, OfferError};
+use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
 use quorumcast::shm::log_buffer::LogConfig;
 
 mod support;
@@ -59,7 +59,7 @@ fn mixed_sizes_arrive_whole_and_in_order_across_threads() {
             loop {
                 match publication.offer(&m) {
                     Ok(_) => break,
-                    Err(OfferError::BackPressured) => backoff.snooze(),
+                    Err(IpcOfferError::BackPressured) => backoff.snooze(),
                     Err(e) => panic!("offer {seq}: {e}"),
                 }
             }
@@ -99,12 +99,12 @@ fn back_pressure_starts_exactly_half_a_term_behind_and_ends_when_the_subscriber_
         publication.offer(&[1; 32]).unwrap();
     }
     assert_eq!(publication.position(), WINDOW);
-    assert_eq!(publication.offer(&[1; 32]), Err(OfferError::BackPressured));
-    assert!(matches!(publication.try_claim(0), Err(OfferError::BackPressured)));
+    assert_eq!(publication.offer(&[1; 32]), Err(IpcOfferError::BackPressured));
+    assert!(matches!(publication.try_claim(0), Err(IpcOfferError::BackPressured)));
     assert_eq!(publication.position(), WINDOW, "nothing written when back pressured");
     assert_eq!(sub.poll(|_| {}, 1), 1);
     assert_eq!(publication.offer(&[2; 32]), Ok(WINDOW + 64), "one message consumed, one more fits");
-    assert_eq!(publication.offer(&[2; 32]), Err(OfferError::BackPressured));
+    assert_eq!(publication.offer(&[2; 32]), Err(IpcOfferError::BackPressured));
 
     // Now mixed sizes over several terms: every refusal is exact, and every message arrives.
     let mut received = Vec::new();
@@ -125,7 +125,7 @@ fn back_pressure_starts_exactly_half_a_term_behind_and_ends_when_the_subscriber_
                 sent.push(m);
                 seq += 1;
             }
-            Err(OfferError::BackPressured) => {
+            Err(IpcOfferError::BackPressured) => {
                 assert!(before + needed > sub.position() + WINDOW, "refused a message that fits: {before} + {needed}");
                 refusals += 1;
                 // Consume a little (two fragments) so the window opens by less than a whole message at times.
@@ -153,7 +153,7 @@ fn the_slowest_of_two_subscribers_governs_and_a_closed_one_no_longer_counts() {
         }
         match publication.offer(&sent.to_le_bytes()) {
             Ok(_) => sent += 1,
-            Err(OfferError::BackPressured) => {
+            Err(IpcOfferError::BackPressured) => {
                 // The fast one is always drained: only the slow one can be holding the publisher back.
                 let before = fast.position();
                 drain(fast, &mut fast_seen);

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
-use quorumcast::media::ipc::{IpcPublication, IpcSubscription, OfferError};
+use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
 use quorumcast::shm::log_buffer::LogConfig;
 
 mod support;
@@ -137,7 +137,7 @@ fn a_million_messages_reach_another_process_in_order() {
             match publication.offer(&buffer[..length]) {
                 Ok(_) => break,
                 // Before the child subscribes, and whenever it falls half a term behind.
-                Err(OfferError::NotConnected | OfferError::BackPressured) => {
+                Err(IpcOfferError::NotConnected | IpcOfferError::BackPressured) => {
                     if backoff.is_completed() {
                         child.check_alive();
                         assert!(last_progress.elapsed() < PATIENCE, "stuck at message {seq}");

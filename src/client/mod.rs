@@ -106,7 +106,7 @@ impl ClientConfig {
 
 /// Why an offer was not taken (nothing was sent; the caller may offer again).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OfferError {
+pub enum ClientOfferError {
     /// No session is open (connecting, reconnecting to a new leader, or closed): poll, then offer again.
     NotConnected,
     /// [`ClientConfig::window`] messages are in flight: poll for their outcomes first.
@@ -118,7 +118,7 @@ pub enum OfferError {
     },
 }
 
-impl fmt::Display for OfferError {
+impl fmt::Display for ClientOfferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NotConnected => f.write_str("not connected to the cluster's leader"),
@@ -128,7 +128,7 @@ impl fmt::Display for OfferError {
     }
 }
 
-impl std::error::Error for OfferError {}
+impl std::error::Error for ClientOfferError {}
 
 /// Why [`ClusterClient::connect`] failed.
 #[derive(Debug)]
@@ -423,15 +423,15 @@ impl ClusterClient {
 
     /// Offers `message`; returns its correlation id. It is sent by the next [`poll`](Self::poll) (or
     /// sooner, when the datagram being filled is full). Never blocks.
-    pub fn offer(&mut self, message: &[u8]) -> Result<u64, OfferError> {
+    pub fn offer(&mut self, message: &[u8]) -> Result<u64, ClientOfferError> {
         if self.state != State::Connected {
-            return Err(OfferError::NotConnected);
+            return Err(ClientOfferError::NotConnected);
         }
         if message.len() > self.out.max_payload() {
-            return Err(OfferError::TooLong { max: self.out.max_payload() });
+            return Err(ClientOfferError::TooLong { max: self.out.max_payload() });
         }
         if self.in_flight.len() >= self.config.window {
-            return Err(OfferError::BackPressured);
+            return Err(ClientOfferError::BackPressured);
         }
         let correlation_id = self.next_correlation;
         self.next_correlation += 1;

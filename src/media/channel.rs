@@ -119,25 +119,25 @@ pub fn membership_tag(members: &[(i32, SocketAddr)]) -> i64 {
 
 /// A configuration value that breaks a rule; the message names both.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+pub struct ChannelConfigError(pub String);
 
-impl std::fmt::Display for ConfigError {
+impl std::fmt::Display for ChannelConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ChannelConfigError {}
 
-fn refuse(message: String) -> Result<(), ConfigError> {
-    Err(ConfigError(message))
+fn refuse(message: String) -> Result<(), ChannelConfigError> {
+    Err(ChannelConfigError(message))
 }
 
 /// The longest timer accepted: longer is a typo, not a choice.
 pub const MAX_TIMER: Duration = Duration::from_secs(3600);
 
 /// Checks the timer `[timers] key`: more than zero and at most [`MAX_TIMER`].
-pub fn validate_timer(key: &str, value: Duration) -> Result<(), ConfigError> {
+pub fn validate_timer(key: &str, value: Duration) -> Result<(), ChannelConfigError> {
     match timer_problem(value) {
         Some(problem) => refuse(format!("[timers] {key} = {value:?}: {problem}")),
         None => Ok(()),
@@ -153,7 +153,7 @@ pub(crate) fn timer_problem(value: Duration) -> Option<&'static str> {
 }
 
 /// Checks a term length: a power of two from 64 KiB to 1 GiB.
-pub fn validate_term_length(term_length: usize) -> Result<(), ConfigError> {
+pub fn validate_term_length(term_length: usize) -> Result<(), ChannelConfigError> {
     if !term_length.is_power_of_two() || !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) {
         return refuse(format!(
             "[channel] term_length = {term_length}: a term length must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)"
@@ -163,7 +163,7 @@ pub fn validate_term_length(term_length: usize) -> Result<(), ConfigError> {
 }
 
 /// Checks an MTU against the UDP limits and the term length.
-pub fn validate_mtu(mtu: usize, term_length: usize) -> Result<(), ConfigError> {
+pub fn validate_mtu(mtu: usize, term_length: usize) -> Result<(), ChannelConfigError> {
     if mtu % 32 != 0 || !(MIN_MTU..=MAX_UDP_PAYLOAD_LENGTH).contains(&mtu) {
         return refuse(format!(
             "[channel] mtu = {mtu}: the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD_LENGTH} (the largest UDP payload); the presets are 1408 and 8192"
@@ -201,7 +201,7 @@ impl ChannelConfig {
     }
 
     /// Checks every rule; the first broken one is returned with a message that says what to change.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ChannelConfigError> {
         validate_term_length(self.term_length)?;
         validate_mtu(self.mtu, self.term_length)?;
         if self.auth.is_some() && self.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD_LENGTH + 3 {
@@ -233,7 +233,7 @@ impl ChannelConfig {
             ));
         }
         for faults in [&self.send_faults, &self.receive_faults] {
-            faults.validate().map_err(ConfigError)?;
+            faults.validate().map_err(ChannelConfigError)?;
         }
         if self.destinations.iter().any(|d| d.port() == 0) {
             return refuse("a destination needs a port other than 0".into());
@@ -244,7 +244,7 @@ impl ChannelConfig {
     /// Checks the timers: none zero, none absurd (over an hour), and a receiver time-out that spans at
     /// least two status intervals (else live receivers time out between their status messages, and the
     /// Sender re-sends SETUPs in a loop).
-    fn validate_timers(&self) -> Result<(), ConfigError> {
+    fn validate_timers(&self) -> Result<(), ChannelConfigError> {
         let timers = [
             ("status_interval", self.status_interval),
             ("nak_delay", self.nak_delay),
@@ -268,7 +268,7 @@ impl ChannelConfig {
 
     /// Checks that the MTU fits the path to a destination whose largest unfragmented UDP payload is
     /// `path_max_payload` (read from the kernel after connecting, see `UdpEndpoint::path_max_payload`).
-    pub fn validate_path(&self, destination: SocketAddr, path_max_payload: usize) -> Result<(), ConfigError> {
+    pub fn validate_path(&self, destination: SocketAddr, path_max_payload: usize) -> Result<(), ChannelConfigError> {
         let tag = if self.auth.is_some() { TAG_LENGTH } else { 0 };
         if self.mtu + tag > path_max_payload {
             // IP and UDP headers: 20 + 8 bytes over IPv4, 40 + 8 over IPv6.

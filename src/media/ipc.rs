@@ -19,7 +19,7 @@
 //! # Connection
 //!
 //! Offers before the first subscriber (and after the last one has left, once the cached limit is used
-//! up) fail with [`OfferError::NotConnected`] and write nothing, as Aeron's do: the log holds only what a
+//! up) fail with [`IpcOfferError::NotConnected`] and write nothing, as Aeron's do: the log holds only what a
 //! subscriber can read. A subscriber joins at the publication's tail: it sees the messages offered after
 //! it registered, and the first subscriber of a new publication sees every message.
 //!
@@ -110,7 +110,7 @@ impl From<LogError> for IpcError {
 
 /// Why an offer or claim wrote nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OfferError {
+pub enum IpcOfferError {
     /// The slowest subscriber is `term_length / 2` behind: poll it, then offer again.
     BackPressured,
     /// No subscriber is registered: nothing would read the message.
@@ -127,7 +127,7 @@ pub enum OfferError {
     Closed,
 }
 
-impl fmt::Display for OfferError {
+impl fmt::Display for IpcOfferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::BackPressured => write!(f, "back pressured: the slowest subscriber is term_length / 2 behind; retry"),
@@ -140,9 +140,9 @@ impl fmt::Display for OfferError {
     }
 }
 
-impl std::error::Error for OfferError {}
+impl std::error::Error for IpcOfferError {}
 
-impl From<AppendError> for OfferError {
+impl From<AppendError> for IpcOfferError {
     fn from(e: AppendError) -> Self {
         match e {
             AppendError::BackPressured => Self::BackPressured,
@@ -204,7 +204,7 @@ impl IpcPublication {
     ///
     /// Reads the subscribers' positions only when the cached limit does not allow the message.
     #[inline]
-    pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+    pub fn offer(&mut self, message: &[u8]) -> Result<i64, IpcOfferError> {
         match self.appender.append(message) {
             Ok(position) => Ok(position),
             Err(AppendError::BackPressured) => self.offer_with_fresh_limit(message),
@@ -214,7 +214,7 @@ impl IpcPublication {
 
     #[cold]
     #[inline(never)]
-    fn offer_with_fresh_limit(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+    fn offer_with_fresh_limit(&mut self, message: &[u8]) -> Result<i64, IpcOfferError> {
         self.refresh_limit()?;
         Ok(self.appender.append(message)?)
     }
@@ -224,13 +224,13 @@ impl IpcPublication {
     /// Fill it and [`commit`](BufferClaim::commit) it; a claim dropped uncommitted becomes padding that
     /// subscribers skip. Subscribers see it only once committed.
     #[inline]
-    pub fn try_claim(&mut self, length: usize) -> Result<BufferClaim<'_>, OfferError> {
+    pub fn try_claim(&mut self, length: usize) -> Result<BufferClaim<'_>, IpcOfferError> {
         let max = self.appender.max_payload_length();
         if length > max {
-            return Err(OfferError::MaxMessageLength { length, max });
+            return Err(IpcOfferError::MaxMessageLength { length, max });
         }
         if self.appender.is_closed() {
-            return Err(OfferError::Closed);
+            return Err(IpcOfferError::Closed);
         }
         if self.would_cross_limit(framed_length(length)) {
             self.refresh_limit()?;
@@ -251,10 +251,10 @@ impl IpcPublication {
 
     /// Reads the consumer slots and sets the limit from the slowest; `NotConnected` when there is none.
     #[cold]
-    fn refresh_limit(&mut self) -> Result<(), OfferError> {
+    fn refresh_limit(&mut self) -> Result<(), IpcOfferError> {
         match self.appender.refresh_limit_from_consumers() {
             Some(_) => Ok(()),
-            None => Err(OfferError::NotConnected),
+            None => Err(IpcOfferError::NotConnected),
         }
     }
 
@@ -294,7 +294,7 @@ impl IpcPublication {
     }
 
     /// Ends the stream: records the end-of-stream position; later offers fail with
-    /// [`OfferError::Closed`]. The file stays until the publication is dropped.
+    /// [`IpcOfferError::Closed`]. The file stays until the publication is dropped.
     pub fn close(&mut self) {
         if !self.appender.is_closed() {
             self.appender.close();
@@ -428,8 +428,8 @@ mod tests {
     #[test]
     fn offers_before_a_subscriber_are_not_connected_and_write_nothing() {
         let mut publication = IpcPublication::create_anonymous(config()).unwrap();
-        assert_eq!(publication.offer(b"lost"), Err(OfferError::NotConnected));
-        assert!(matches!(publication.try_claim(4), Err(OfferError::NotConnected)));
+        assert_eq!(publication.offer(b"lost"), Err(IpcOfferError::NotConnected));
+        assert!(matches!(publication.try_claim(4), Err(IpcOfferError::NotConnected)));
         assert_eq!(publication.position(), 0);
         assert!(!publication.is_connected());
         let mut sub = publication.subscribe().unwrap();
@@ -461,7 +461,10 @@ mod tests {
         publication.try_claim(3).unwrap().abandon();
         assert_eq!(drain(&mut sub), vec![b"hello".to_vec()]);
         assert_eq!(sub.position(), publication.position());
-        assert!(matches!(publication.try_claim(1377), Err(OfferError::MaxMessageLength { length: 1377, max: 1376 })));
+        assert!(matches!(
+            publication.try_claim(1377),
+            Err(IpcOfferError::MaxMessageLength { length: 1377, max: 1376 })
+        ));
     }
 
     #[test]
@@ -469,7 +472,7 @@ mod tests {
         let mut publication = IpcPublication::create_anonymous(config()).unwrap();
         let _sub = publication.subscribe().unwrap();
         let e = publication.offer(&[0; 8193]).unwrap_err();
-        assert_eq!(e, OfferError::MaxMessageLength { length: 8193, max: 8192 });
+        assert_eq!(e, IpcOfferError::MaxMessageLength { length: 8193, max: 8192 });
         assert!(e.to_string().contains("8193"), "{e}");
         assert_eq!(publication.position(), 0);
     }
@@ -480,8 +483,8 @@ mod tests {
         let mut sub = publication.subscribe().unwrap();
         publication.offer(b"last").unwrap();
         publication.close();
-        assert_eq!(publication.offer(b"more"), Err(OfferError::Closed));
-        assert!(matches!(publication.try_claim(1), Err(OfferError::Closed)));
+        assert_eq!(publication.offer(b"more"), Err(IpcOfferError::Closed));
+        assert!(matches!(publication.try_claim(1), Err(IpcOfferError::Closed)));
         assert!(!sub.is_end_of_stream(), "one message still to read");
         assert_eq!(drain(&mut sub), vec![b"last".to_vec()]);
         assert!(sub.is_end_of_stream());

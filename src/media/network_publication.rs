@@ -31,7 +31,7 @@ use crate::frame::{
     self, DataHeader, Frame, SetupFrame, DATA_HEADER_LENGTH, SETUP_WITH_MEMBERSHIP_LENGTH, UNFRAGMENTED,
 };
 use crate::media::auth::TAG_LENGTH;
-use crate::media::channel::{ChannelConfig, ConfigError};
+use crate::media::channel::{ChannelConfig, ChannelConfigError};
 use crate::media::flow_control::{FlowControl, StatusChange};
 use crate::media::retransmit::{NakOutcome, RetransmitHandler};
 use crate::media::transport::{
@@ -151,7 +151,7 @@ impl SenderCounters {
 #[derive(Debug)]
 pub enum PublicationError {
     /// The configuration breaks a rule.
-    Config(ConfigError),
+    Config(ChannelConfigError),
     /// A socket could not be made.
     Io(std::io::Error),
     /// A datagram was larger than the path to a destination carries unfragmented (`EMSGSIZE`).
@@ -193,8 +193,8 @@ impl From<std::io::Error> for PublicationError {
     }
 }
 
-impl From<ConfigError> for PublicationError {
-    fn from(e: ConfigError) -> Self {
+impl From<ChannelConfigError> for PublicationError {
+    fn from(e: ChannelConfigError) -> Self {
         Self::Config(e)
     }
 }
@@ -329,7 +329,7 @@ impl NetworkPublication {
     /// [`Faulty`](crate::media::transport::faulty::Faulty) network.
     pub fn new(log: LogBuffer, config: ChannelConfig, counters: SenderCounters) -> Result<Self, PublicationError> {
         if config.has_faults() {
-            return Err(PublicationError::Config(ConfigError(
+            return Err(PublicationError::Config(ChannelConfigError(
                 "send_faults or receive_faults are set: open the publication with NetworkPublication::open on \
                  transport::faulty::Faulty::new(Udp, send_faults, receive_faults)"
                     .into(),
@@ -351,7 +351,7 @@ impl<T: Transport> NetworkPublication<T> {
     ) -> Result<Self, PublicationError> {
         config.validate()?;
         if log.config().mtu != config.mtu || log.term_length() != config.term_length {
-            return Err(ConfigError(format!(
+            return Err(ChannelConfigError(format!(
                 "the log was made with MTU {} and term length {}, the channel asks for MTU {} and term length {}",
                 log.config().mtu,
                 log.term_length(),

@@ -79,7 +79,7 @@ pub struct Member {
     /// Cluster's consensus channel).
     pub consensus: SocketAddr,
     /// Where this member takes remote clients' datagrams (Aeron Cluster's ingress channel), when
-    /// [`ClientsConfig::enabled`]; a member that does not lead redirects them to the leader's.
+    /// [`ClientEndpointConfig::enabled`]; a member that does not lead redirects them to the leader's.
     pub client: SocketAddr,
 }
 
@@ -112,7 +112,7 @@ impl Member {
 /// applies to them. `max_sessions` and `session_timeout` decide what the replicated session table does,
 /// so every member must have the same.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientsConfig {
+pub struct ClientEndpointConfig {
     /// Members bind their client endpoints and take sessions. Off by default.
     pub enabled: bool,
     /// Sessions open at once, at most; an open past it is refused (with a reason), never stored.
@@ -141,7 +141,7 @@ pub struct ClientsConfig {
     pub opens_per_second: u32,
 }
 
-impl Default for ClientsConfig {
+impl Default for ClientEndpointConfig {
     fn default() -> Self {
         Self {
             enabled: false,
@@ -157,7 +157,7 @@ impl Default for ClientsConfig {
     }
 }
 
-impl ClientsConfig {
+impl ClientEndpointConfig {
     /// Clients enabled, with `session_key` as the root of the session secret, the other settings their
     /// defaults.
     pub fn enabled(session_key: AuthKey) -> Self {
@@ -292,7 +292,7 @@ pub struct NodeConfig {
     /// follower without it starts at position 0.
     pub resume_from: Option<i64>,
     /// Remote clients: off by default.
-    pub clients: ClientsConfig,
+    pub clients: ClientEndpointConfig,
 }
 
 impl NodeConfig {
@@ -458,7 +458,7 @@ impl NodeBuilder {
                 ack_interval: Duration::from_millis(200),
                 ingress_capacity: 4 << 20,
                 resume_from: None,
-                clients: ClientsConfig::default(),
+                clients: ClientEndpointConfig::default(),
             },
         }
     }
@@ -603,8 +603,8 @@ impl NodeBuilder {
 
     /// Takes remote clients ([`crate::client`]) at each member's client endpoint, with `clients`'
     /// limits (`enabled` is set).
-    pub fn clients(mut self, clients: ClientsConfig) -> Self {
-        self.config.clients = ClientsConfig { enabled: true, ..clients };
+    pub fn clients(mut self, clients: ClientEndpointConfig) -> Self {
+        self.config.clients = ClientEndpointConfig { enabled: true, ..clients };
         self
     }
 

@@ -9,7 +9,7 @@ use crate::shm::log_buffer::{ConsumerPosition, LogReader};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer, RingError};
 use crate::storage::recording::{CatchUpChannel, RecorderSource};
 
-use super::{OfferError, RoleChange};
+use super::{LocalOfferError, RoleChange};
 
 /// Where the node's reader of committed entries goes on at a switch.
 pub(super) enum ReaderLog {
@@ -94,25 +94,25 @@ impl Shared {
 
 /// A handle for offering messages to the cluster through a node; cheap to clone, usable from any thread.
 #[derive(Clone, Debug)]
-pub struct Client {
+pub struct LocalClient {
     pub(super) ingress: Arc<ManyToOneRingBuffer>,
     pub(super) shared: Arc<Shared>,
 }
 
-impl Client {
-    fn check(&self) -> Result<(), OfferError> {
+impl LocalClient {
+    fn check(&self) -> Result<(), LocalOfferError> {
         if self.shared.closed.load(Ordering::Acquire) {
-            return Err(OfferError::Closed);
+            return Err(LocalOfferError::Closed);
         }
         if self.shared.role() != Role::Leader {
-            return Err(OfferError::NotLeader { leader: self.shared.leader() });
+            return Err(LocalOfferError::NotLeader { leader: self.shared.leader() });
         }
         Ok(())
     }
 
     /// Offers `message` for replication. Returns its ingress position (its place in the leader's ingress;
     /// the consensus agent appends it to the log in that order), or why it was not taken. Never blocks.
-    pub fn offer(&self, message: &[u8]) -> Result<i64, OfferError> {
+    pub fn offer(&self, message: &[u8]) -> Result<i64, LocalOfferError> {
         self.check()?;
         match self.ingress.write(INGRESS_MESSAGE, message) {
             Ok(()) => Ok(self.ingress.producer_position()),
@@ -121,15 +121,15 @@ impl Client {
     }
 
     /// Claims room for a message of `length` bytes, to be written in place and committed; never blocks.
-    pub fn try_claim(&self, length: usize) -> Result<ring_buffer::Claim<'_>, OfferError> {
+    pub fn try_claim(&self, length: usize) -> Result<ring_buffer::Claim<'_>, LocalOfferError> {
         self.check()?;
         self.ingress.try_claim(INGRESS_MESSAGE, length).map_err(ring_error)
     }
 }
 
-fn ring_error(e: RingError) -> OfferError {
+fn ring_error(e: RingError) -> LocalOfferError {
     match e {
-        RingError::Full => OfferError::BackPressured,
-        _ => OfferError::TooLong,
+        RingError::Full => LocalOfferError::BackPressured,
+        _ => LocalOfferError::TooLong,
     }
 }

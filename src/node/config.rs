@@ -16,7 +16,9 @@ use crate::media::auth::AuthKey;
 use crate::media::channel::ChannelConfig;
 use crate::media::transport::faulty::FaultConfig;
 use crate::media::transport::SendMode;
-use crate::node::{AddressRange, ClientsConfig, LogStorage, Member, NodeBuilder, NodeConfig, NodeError, StorageConfig};
+use crate::node::{
+    AddressRange, ClientEndpointConfig, LogStorage, Member, NodeBuilder, NodeConfig, NodeError, StorageConfig,
+};
 use crate::setting::FrontEnd;
 use crate::storage::recording::SyncPolicy;
 
@@ -155,7 +157,7 @@ struct ClientKeyEntry {
 }
 
 impl ClientsSection {
-    fn apply(&self, clients: &mut ClientsConfig) {
+    fn apply(&self, clients: &mut ClientEndpointConfig) {
         set(&mut clients.enabled, self.enabled);
         set(&mut clients.max_sessions, self.max_sessions);
         set(&mut clients.session_timeout, self.session_timeout.map(|d| d.0));

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::agent::{AgentFailure, LayoutError};
-use crate::media::channel::ConfigError;
+use crate::media::channel::ChannelConfigError;
 use crate::media::network_publication::PublicationError;
 use crate::shm::counters::CountersError;
 use crate::shm::directory::DirectoryError;
@@ -85,8 +85,8 @@ impl From<crate::setting::SettingError> for NodeError {
     }
 }
 
-impl From<ConfigError> for NodeError {
-    fn from(e: ConfigError) -> Self {
+impl From<ChannelConfigError> for NodeError {
+    fn from(e: ChannelConfigError) -> Self {
         Self::Config(e.0)
     }
 }
@@ -117,7 +117,7 @@ impl From<RingError> for NodeError {
 
 /// Why an offer was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OfferError {
+pub enum LocalOfferError {
     /// The ingress is full: the leader's log is back-pressured. Retry later.
     BackPressured,
     /// This node is not the leader, and appended nothing: offer on `leader` (the member id of the leader
@@ -132,7 +132,7 @@ pub enum OfferError {
     TooLong,
 }
 
-impl fmt::Display for OfferError {
+impl fmt::Display for LocalOfferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::BackPressured => f.write_str("back pressured: the leader's ingress is full; retry"),
@@ -144,4 +144,4 @@ impl fmt::Display for OfferError {
     }
 }
 
-impl std::error::Error for OfferError {}
+impl std::error::Error for LocalOfferError {}

@@ -54,7 +54,7 @@ use crate::shm::log_buffer::AppendError;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
 use crate::shm::stats::{kinds, CounterKind};
 
-use super::builder::ClientsConfig;
+use super::builder::ClientEndpointConfig;
 use super::client_limits::{AddressKey, OpenRate, SessionsPerAddress};
 
 /// Egress ring message type (never on the wire): a keep-alive was applied; `value` is the session's last
@@ -215,7 +215,7 @@ pub(super) struct ClientIngress {
     socket: UdpEndpoint,
     /// Taken while a poll reads from it.
     batch: Option<RecvBatch>,
-    config: ClientsConfig,
+    config: ClientEndpointConfig,
     secret: SessionSecret,
     datagram_capacity: usize,
     connections: Connections,
@@ -275,7 +275,7 @@ impl ClientIngress {
     /// most `datagram_capacity` bytes, sending what the node's reader puts in `egress`.
     pub(super) fn new(
         socket: UdpEndpoint,
-        config: ClientsConfig,
+        config: ClientEndpointConfig,
         secret: SessionSecret,
         datagram_capacity: usize,
         egress: Arc<OneToOneRingBuffer>,
@@ -775,7 +775,7 @@ fn flush_connection(connection: &mut Connection, session: u64, out: Out<'_>) -> 
 /// What the handling of one session datagram's records works on.
 struct IngressState<'a> {
     socket: &'a UdpEndpoint,
-    config: &'a ClientsConfig,
+    config: &'a ClientEndpointConfig,
     dirty: &'a mut Vec<u64>,
     reply: &'a mut DatagramWriter,
     counters: &'a IngressCounters,
@@ -857,7 +857,7 @@ fn on_session_records(
 
 /// A message of an open session; returns the correlation id to NAK for when it is past a gap.
 fn on_message(
-    config: &ClientsConfig,
+    config: &ClientEndpointConfig,
     counters: &IngressCounters,
     connection: &mut Connection,
     record: RecordHeader,

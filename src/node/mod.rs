@@ -24,7 +24,7 @@
 //! Sender and the Receiver, which run what the role needs (`wiring`), and, with the log on disk (the
 //! default), the recorder ([`crate::storage::recording`]). The members elect their leader;
 //! it takes client messages from its ingress ring (any thread of the process, or another process,
-//! through a [`Client`]), appends each once into its log, replicates the log to the followers over UDP,
+//! through a [`LocalClient`]), appends each once into its log, replicates the log to the followers over UDP,
 //! and commits by quorum. When it dies, the others elect another, which continues the same log. Every
 //! node hands committed entries, in log order, to [`Node::poll_committed`] (or applies them to a
 //! [`StateMachine`] with [`Node::poll_state`]), across changes of leader, and after a restart first from
@@ -53,11 +53,11 @@ mod slot;
 mod wiring;
 
 pub use builder::{
-    AddressRange, ClientsConfig, LogStorage, Member, NodeBuilder, NodeConfig, StorageConfig, CLIENT_PORT_OFFSET,
+    AddressRange, ClientEndpointConfig, LogStorage, Member, NodeBuilder, NodeConfig, StorageConfig, CLIENT_PORT_OFFSET,
     CONSENSUS_PORT_OFFSET,
 };
-pub use client::Client;
-pub use error::{NodeError, OfferError};
+pub use client::LocalClient;
+pub use error::{LocalOfferError, NodeError};
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -85,7 +85,7 @@ use self::client::{ReaderLog, Shared};
 use self::driver::{ConsensusAgent, DriverCounters, DriverParts};
 use self::ingress::{ClientIngress, IngressCounters};
 use self::replay::Replay;
-use self::sessions::{ClientSessions, SessionCounters};
+use self::sessions::{ClientSessions, SessionEventCounters};
 use self::slot::Slot;
 use self::wiring::{node_counter, start_agents, NodeCounters, Wiring};
 
@@ -279,8 +279,8 @@ impl Node {
     }
 
     /// A client of this node.
-    pub fn client(&self) -> Client {
-        Client { ingress: Arc::clone(&self.ingress), shared: Arc::clone(&self.shared) }
+    pub fn client(&self) -> LocalClient {
+        LocalClient { ingress: Arc::clone(&self.ingress), shared: Arc::clone(&self.shared) }
     }
 
     /// This node's role.
@@ -829,7 +829,7 @@ fn start_clients(
     counters: &CountersManager,
 ) -> Result<(Option<ClientIngress>, ClientSessions), NodeError> {
     let ingress_counters = IngressCounters::new(|kind| node_counter(counters, kind));
-    let session_counters = SessionCounters {
+    let session_counters = SessionEventCounters {
         egress_dropped: ingress_counters.egress_dropped.clone(),
         duplicates: node_counter(counters, &crate::shm::stats::kinds::clients::duplicates),
         responses_too_long: node_counter(counters, &crate::shm::stats::kinds::clients::responses_too_long),

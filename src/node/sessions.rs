@@ -24,7 +24,7 @@ use super::ingress::KEPT_ALIVE;
 
 /// The counters the reader's side keeps.
 #[derive(Clone, Debug)]
-pub(super) struct SessionCounters {
+pub(super) struct SessionEventCounters {
     pub(super) egress_dropped: Counter,
     pub(super) duplicates: Counter,
     pub(super) responses_too_long: Counter,
@@ -57,7 +57,7 @@ pub(super) struct ClientSessions {
     max_response: usize,
     /// The answers being gathered into one record.
     run: Run,
-    counters: SessionCounters,
+    counters: SessionEventCounters,
 }
 
 impl ClientSessions {
@@ -65,7 +65,7 @@ impl ClientSessions {
         config: SessionConfig,
         egress: Option<Arc<OneToOneRingBuffer>>,
         max_response: usize,
-        counters: SessionCounters,
+        counters: SessionEventCounters,
     ) -> Self {
         let run = Run { positions: Vec::with_capacity(max_response), ..Run::default() };
         Self { table: SessionTable::new(config), egress, response: Vec::new(), max_response, run, counters }

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use quorumcast::client::{ClusterClient, Event, OfferError};
+use quorumcast::client::{ClientOfferError, ClusterClient, Event};
 
 use crate::harness::fill_numbered;
 
@@ -136,7 +136,7 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
                     offered += 1;
                     work += 1;
                 }
-                Err(OfferError::NotConnected | OfferError::BackPressured) => break,
+                Err(ClientOfferError::NotConnected | ClientOfferError::BackPressured) => break,
                 Err(e) => return Err(format!("offer: {e}")),
             }
         }

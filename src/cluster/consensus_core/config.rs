@@ -89,22 +89,22 @@ impl CoreConfig {
     }
 
     /// Checks the configuration; the error names the offending key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), CoreConfigError> {
         if self.members.is_empty() {
-            return Err(ConfigError::new("members", "must list at least one member".into()));
+            return Err(CoreConfigError::new("members", "must list at least one member".into()));
         }
         let mut sorted = self.members.clone();
         sorted.sort_unstable();
         if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
-            return Err(ConfigError::new("members", format!("lists member {} twice", pair[0])));
+            return Err(CoreConfigError::new("members", format!("lists member {} twice", pair[0])));
         }
         if !self.members.contains(&self.member_id) {
-            return Err(ConfigError::new(
+            return Err(CoreConfigError::new(
                 "member_id",
                 format!("{} is not one of members {:?}", self.member_id, self.members),
             ));
         }
-        self.timers.validate().map_err(|e| ConfigError::new("timers", e.render(FrontEnd::Builder)))
+        self.timers.validate().map_err(|e| CoreConfigError::new("timers", e.render(FrontEnd::Builder)))
     }
 
     /// The hash of the member list that canvass and vote requests carry: members configured with
@@ -179,23 +179,23 @@ pub fn membership_hash(members: &[MemberId]) -> u64 {
 
 /// A configuration value the core refuses, and which key holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
+pub struct CoreConfigError {
     /// The offending key, e.g. `heartbeat_timeout_ns`.
     pub key: &'static str,
     /// What is wrong with it.
     pub message: String,
 }
 
-impl ConfigError {
+impl CoreConfigError {
     pub(crate) fn new(key: &'static str, message: String) -> Self {
         Self { key, message }
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for CoreConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "consensus core configuration: {} {}", self.key, self.message)
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for CoreConfigError {}

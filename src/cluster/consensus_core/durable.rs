@@ -1,6 +1,6 @@
 //! What a member keeps across a restart, and gives back to a new core.
 
-use super::config::ConfigError;
+use super::config::CoreConfigError;
 use super::term_history::TermHistory;
 use super::MemberId;
 
@@ -22,28 +22,28 @@ pub struct DurableState {
 
 impl DurableState {
     /// Checks the state is consistent; the error names the offending field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), CoreConfigError> {
         let last_term = self.term_history.last_term_id();
         if !(0..i64::MAX).contains(&self.leadership_term_id) {
             let message = format!("({}) must be in 0..i64::MAX", self.leadership_term_id);
-            return Err(ConfigError::new("durable.leadership_term_id", message));
+            return Err(CoreConfigError::new("durable.leadership_term_id", message));
         }
         if self.leadership_term_id < last_term {
             let message = format!("({}) is below the log's last term {last_term}", self.leadership_term_id);
-            return Err(ConfigError::new("durable.leadership_term_id", message));
+            return Err(CoreConfigError::new("durable.leadership_term_id", message));
         }
         let last_base = self.term_history.terms().last().map_or(-1, |t| t.base_position);
         if self.append_position < 0 || self.append_position <= last_base {
             let message = format!("({}) must be past the last term's base {last_base}", self.append_position);
-            return Err(ConfigError::new("durable.append_position", message));
+            return Err(CoreConfigError::new("durable.append_position", message));
         }
         if self.term_history.terms().is_empty() && self.append_position != 0 {
             let message = format!("({}) must be 0 for a log without terms", self.append_position);
-            return Err(ConfigError::new("durable.append_position", message));
+            return Err(CoreConfigError::new("durable.append_position", message));
         }
         if self.commit_position < 0 || self.commit_position > self.append_position {
             let message = format!("({}) must be in 0..={}", self.commit_position, self.append_position);
-            return Err(ConfigError::new("durable.commit_position", message));
+            return Err(CoreConfigError::new("durable.commit_position", message));
         }
         Ok(())
     }

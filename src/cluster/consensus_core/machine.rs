@@ -2,7 +2,7 @@
 //! (adopting a newer term, following a leader, announcing the role). The role-specific rules live in
 //! `election.rs`, `leadership.rs` and `following.rs`.
 
-use super::config::{ConfigError, CoreConfig};
+use super::config::{CoreConfig, CoreConfigError};
 use super::counters::CoreCounters;
 use super::durable::DurableState;
 use super::message::Message;
@@ -141,7 +141,7 @@ impl ConsensusCore {
     /// A core starting from `durable` (a new member: [`DurableState::default`]) at `now_ns`, as a
     /// follower that knows no leader (no [`Output::RoleChange`] is pushed for that). Refuses an invalid
     /// configuration or state, naming the key.
-    pub fn new(config: CoreConfig, durable: DurableState, now_ns: u64) -> Result<Self, ConfigError> {
+    pub fn new(config: CoreConfig, durable: DurableState, now_ns: u64) -> Result<Self, CoreConfigError> {
         config.validate()?;
         durable.validate()?;
         let voted_for = if config.bugs.forget_vote_on_restart { None } else { durable.voted_for };

@@ -84,7 +84,7 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Bugs, ConfigError, CoreConfig, Timers};
+pub use config::{Bugs, CoreConfig, CoreConfigError, Timers};
 pub use counters::CoreCounters;
 pub use durable::DurableState;
 pub use machine::ConsensusCore;

@@ -49,7 +49,7 @@ use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyC
 use quorumcast::agent::ThreadingMode;
 use quorumcast::cluster::append::Role;
 use quorumcast::node::config::NodeFile;
-use quorumcast::node::{Client, Node, NodeConfig, OfferError};
+use quorumcast::node::{LocalClient, LocalOfferError, Node, NodeConfig};
 use quorumcast::shm::stats::TYPE_ACK_POSITION;
 use quorumcast_tools::harness::{fill_numbered, Fnv1a64};
 
@@ -258,7 +258,7 @@ enum Phase {
 /// The application thread of qc-node: offers, applies, and in invoker mode runs the agents.
 struct App {
     node: Node,
-    client: Client,
+    client: LocalClient,
     invoker: bool,
     idle: Idle,
     message: Vec<u8>,
@@ -379,9 +379,9 @@ impl App {
             fill_numbered(&mut self.message, self.offered);
             match self.client.offer(&self.message) {
                 Ok(_) => self.offered += 1,
-                Err(OfferError::BackPressured) => break,
+                Err(LocalOfferError::BackPressured) => break,
                 // Not the leader (yet, or any more): offer again once this node leads, at the rate from then.
-                Err(OfferError::NotLeader { .. }) => {
+                Err(LocalOfferError::NotLeader { .. }) => {
                     self.rate_base = (Instant::now(), self.offered);
                     break;
                 }

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use quorumcast::cluster::append::Role;
-use quorumcast::node::{Client, Node, OfferError};
+use quorumcast::node::{LocalClient, LocalOfferError, Node};
 
 use super::{fill_numbered, number, seq_of};
 
@@ -215,14 +215,14 @@ impl Driver {
 
     /// Offers the next message through `client`: `Ok(false)` when back-pressured (nothing offered).
     #[inline]
-    pub fn offer(&mut self, client: &Client) -> Result<bool, OfferError> {
+    pub fn offer(&mut self, client: &LocalClient) -> Result<bool, LocalOfferError> {
         self.messages.write(self.offered, &mut self.buffer);
         match client.offer(&self.buffer) {
             Ok(_) => {
                 self.offered += 1;
                 Ok(true)
             }
-            Err(OfferError::BackPressured) => Ok(false),
+            Err(LocalOfferError::BackPressured) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -255,7 +255,7 @@ impl Driver {
             while self.offered < limit {
                 match self.offer(&client) {
                     Ok(true) => work += 1,
-                    Ok(false) | Err(OfferError::NotLeader { .. }) => break,
+                    Ok(false) | Err(LocalOfferError::NotLeader { .. }) => break,
                     Err(e) => panic!("{e}"),
                 }
                 if self.offered % OFFERS_PER_ROUND == 0 {

@@ -36,7 +36,7 @@ use quorumcast::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::{SendMode, SocketOptions};
-use quorumcast::node::{Client, ClientsConfig, Member, Node, NodeBuilder};
+use quorumcast::node::{ClientEndpointConfig, LocalClient, Member, Node, NodeBuilder};
 use quorumcast::shm::counters::CountersReader;
 use quorumcast::shm::stats::Stats;
 use quorumcast::storage::recording::SyncPolicy;
@@ -332,12 +332,12 @@ pub struct ClusterSpec {
     /// Where the threads go.
     pub layout: Layout,
     /// Every node takes remote clients at its member's client endpoint
-    /// (`NodeBuilder::clients(ClientsConfig::enabled(..))`, a fresh session key; see [`LoadCluster::client_endpoints`]); the
+    /// (`NodeBuilder::clients(ClientEndpointConfig::enabled(..))`, a fresh session key; see [`LoadCluster::client_endpoints`]); the
     /// harness applies their messages beside its own and leaves them out of its counts (see
     /// [`harness::Applier`]). Off in the sweep's default runs.
     pub clients: bool,
     /// With [`clients`](Self::clients): the client key every client must hold (the cluster's one
-    /// `ClientsConfig::keys`, under [`DEFAULT_CLIENT_KEY_NAME`]); `None`: any client may open a session.
+    /// `ClientEndpointConfig::keys`, under [`DEFAULT_CLIENT_KEY_NAME`]); `None`: any client may open a session.
     /// A client process finds it in [`LoadCluster::client_key_file`].
     pub client_key: Option<AuthKey>,
     /// Where the nodes keep their log: in memory for the sweep (see [`Storage`]).
@@ -396,7 +396,7 @@ pub struct LoadCluster {
     dirs: Vec<PathBuf>,
     /// The file holding [`ClusterSpec::client_key`], when there is one; removed on close.
     client_key_file: Option<PathBuf>,
-    client: Client,
+    client: LocalClient,
     /// The harness runs the invokers of the nodes in `nodes` each cycle (see [`Layout::invoked`]).
     invoked: bool,
     /// Members the harness does not run (see [`pause_member`](Self::pause_member)).
@@ -621,9 +621,9 @@ impl LoadCluster {
         let session_key = AuthKey::generate()?;
         let base = |id: i32| {
             let builder = NodeBuilder::new(id, members.clone());
-            let clients = ClientsConfig {
+            let clients = ClientEndpointConfig {
                 keys: spec.client_key.map(|key| ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key)).into_iter().collect(),
-                ..ClientsConfig::enabled(session_key)
+                ..ClientEndpointConfig::enabled(session_key)
             };
             let builder = if spec.clients { builder.clients(clients) } else { builder };
             let builder = builder

@@ -37,7 +37,7 @@ use super::SweepError;
 /// How often the harness looks at the child (has it exited? has an agent failed?).
 const CHECK_INTERVAL: Duration = Duration::from_millis(1);
 
-/// The largest window a client may have: the cluster's `clients.window` (`ClientsConfig::default`).
+/// The largest window a client may have: the cluster's `clients.window` (`ClientEndpointConfig::default`).
 pub const MAX_WINDOW: usize = 4096;
 
 /// A `qc-client` binary and how it idles.
