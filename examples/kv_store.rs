@@ -19,7 +19,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder, StorageConfig};
 use quorumcast::storage::snapshot::StateMachine;
 use std::io::{Read, Write};

@@ -984,3 +984,33 @@ fn a_closed_session_is_gone_from_the_leader_and_its_id_is_refused() {
     await_applied(&mut nodes, &mut applied, |a| a.sessions.get(&session).is_some_and(|s| s == &[1]));
     assert_eq!(applied[0].sessions[&session], vec![1], "only the message before the close was applied");
 }
+
+#[test]
+fn offer_and_wait_returns_each_messages_response_once_it_is_applied() {
+    let scratch = ScratchDir::new("clients-offer-and-wait");
+    let (members, mut nodes, mut applied) = start(&scratch, clients_config());
+    let config = client_config(&members, &[1, 0, 2]);
+    // The nodes run on this thread; the client blocks on another, as an application's request thread.
+    let client = std::thread::spawn(move || {
+        let mut client = ClusterClient::new(config).unwrap();
+        client.connect(Duration::from_secs(60)).unwrap();
+        let outcomes: Vec<_> =
+            (1..=20u64).map(|i| client.offer_and_wait(&[i as u8; 100], Duration::from_secs(60))).collect();
+        (client.session_id().unwrap(), outcomes)
+    });
+    while !client.is_finished() {
+        if run_nodes(&mut nodes, &mut applied) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let (session, outcomes) = client.join().unwrap();
+    for (id, outcome) in (1..=20u64).zip(outcomes) {
+        let committed = outcome.unwrap_or_else(|e| panic!("message {id}: {e}"));
+        let echoed = committed.response.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        assert_eq!(echoed, answered(id).then_some(id), "message {id}'s response");
+        assert!(!committed.duplicate);
+    }
+    // Returned only once applied at the leader, which answers: every message is there, once.
+    let at_leader = applied[0].sessions.get(&session).cloned().unwrap_or_default();
+    assert_eq!(at_leader, (1..=20).collect::<Vec<u64>>(), "{}", dump(&nodes));
+}

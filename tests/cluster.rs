@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::faulty::FaultConfig;
-use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder};
+use quorumcast::node::{LocalOfferError, LocalWaitError, Member, Node, NodeBuilder};
 use quorumcast::shm::counters::TYPE_SYSTEM;
 
 mod support;
@@ -143,6 +143,49 @@ fn a_follower_that_starts_late_applies_the_log_from_its_start() {
     nodes.push(builder(&scratch, 2, &members, false).start().unwrap());
     driver.run_to(&mut nodes, &[true; 3], 3000, Duration::from_secs(60));
     driver.run_to(&mut nodes, &[true; 3], 5000, Duration::from_secs(60));
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
+
+#[test]
+fn offer_and_wait_returns_once_the_message_is_committed() {
+    let scratch = ScratchDir::new("cluster-offer-and-wait");
+    let mut nodes = start(&scratch, false);
+    let client = nodes[0].client();
+    // The nodes are invoked on this thread; the waiting client runs on another, as in a daemon.
+    let waiter = std::thread::spawn(move || {
+        (0..50u32).map(|i| client.offer_and_wait(&i.to_le_bytes(), Duration::from_secs(60))).collect::<Vec<_>>()
+    });
+    let mut seen: Vec<(u32, i64)> = Vec::new();
+    while !waiter.is_finished() {
+        for node in nodes.iter_mut() {
+            node.invoke().unwrap();
+        }
+        nodes[0].poll_positions(64, |bytes, position| {
+            seen.push((u32::from_le_bytes(bytes.try_into().unwrap()), position));
+        });
+        std::thread::yield_now();
+    }
+    let commits = waiter.join().unwrap();
+    // Committed is not yet applied here: read the rest (a commit position bounds what poll hands out).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < commits.len() && std::time::Instant::now() < deadline {
+        nodes[0].invoke().unwrap();
+        nodes[0].poll_positions(64, |bytes, position| {
+            seen.push((u32::from_le_bytes(bytes.try_into().unwrap()), position));
+        });
+    }
+    for (i, commit) in commits.iter().enumerate() {
+        let commit = *commit.as_ref().unwrap_or_else(|e| panic!("message {i}: {e}"));
+        // The message was applied (handed to poll) at or before the commit position returned for it.
+        let at = seen.iter().find(|(m, _)| *m == i as u32).map(|&(_, p)| p);
+        assert!(at.is_some_and(|p| p <= commit), "message {i} at {at:?}, returned commit {commit}");
+    }
+    assert_eq!(
+        nodes[1].client().offer_and_wait(b"x", Duration::from_secs(1)),
+        Err(LocalWaitError::Offer(LocalOfferError::NotLeader { leader: Some(0) }))
+    );
     for node in nodes {
         node.close().unwrap();
     }

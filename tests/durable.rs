@@ -15,7 +15,7 @@ use quorumcast::storage::recording::SyncPolicy;
 use quorumcast::storage::snapshot::StateMachine;
 
 mod support;
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::cluster::consensus_core::Timers;
 use support::cluster::{members, message, test_builder, test_channel, Driver};
 use support::{dump, patient_timers, ScratchDir};

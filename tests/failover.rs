@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::cluster::consensus_core::Timers;
 use quorumcast::node::{Member, Node, NodeBuilder, RoleChange};
 

@@ -22,7 +22,7 @@ use quorumcast::node::{Member, Node};
 use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
 
 mod support;
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use support::cluster::{counter, elect, members, members_on, test_builder, test_channel, Driver};
 use support::ScratchDir;
 

@@ -130,6 +130,51 @@ impl fmt::Display for ClientOfferError {
 
 impl std::error::Error for ClientOfferError {}
 
+/// A message [`ClusterClient::offer_and_wait`] saw committed and applied, exactly once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// Where its entry ends in the log (see [`Event::Committed`]).
+    pub position: Option<i64>,
+    /// The service's response.
+    pub response: Vec<u8>,
+    /// Found applied by a resend.
+    pub duplicate: bool,
+}
+
+/// Why [`ClusterClient::offer_and_wait`] returned without a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitError {
+    /// The timeout passed. With `offered`, the message was sent and may still be applied (once): its
+    /// outcome comes to a later [`poll`](ClusterClient::poll) as usual.
+    TimedOut {
+        /// Whether the message was offered before the timeout.
+        offered: bool,
+    },
+    /// Longer than a datagram can carry.
+    TooLong {
+        /// The longest message.
+        max: usize,
+    },
+    /// Not applied, and never will be (its session closed).
+    NotApplied(RefusalCode),
+    /// Another client took the session: applied at most once, and this client will not learn whether.
+    OutcomeUnknown,
+}
+
+impl fmt::Display for WaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TimedOut { offered: false } => f.write_str("timed out before the message could be offered"),
+            Self::TimedOut { offered: true } => f.write_str("timed out waiting for the commit (it may still come)"),
+            Self::TooLong { max } => write!(f, "a client message is at most {max} bytes"),
+            Self::NotApplied(code) => write!(f, "not applied: {code}"),
+            Self::OutcomeUnknown => f.write_str("outcome unknown: another client took the session"),
+        }
+    }
+}
+
+impl std::error::Error for WaitError {}
+
 /// Why [`ClusterClient::connect`] failed.
 #[derive(Debug)]
 pub enum ConnectError {
@@ -402,6 +447,53 @@ impl ClusterClient {
             }
         }
         Ok(self.session_id)
+    }
+
+    /// Offers `message` and waits, polling, until its outcome is known or `timeout` passes: the blocking
+    /// form of [`offer`](Self::offer) then [`poll`](Self::poll) for its [`Event::Committed`].
+    ///
+    /// Back-pressure (a full window) and a session between leaders are waited out within the timeout, as
+    /// a caller's loop would. Returns the service's response. Events of other messages in flight that
+    /// arrive meanwhile are reported to nobody: use `offer` and `poll` when several are in flight.
+    pub fn offer_and_wait(&mut self, message: &[u8], timeout: Duration) -> Result<Committed, WaitError> {
+        let deadline = self.clock.now_ns() + timeout.as_nanos() as u64;
+        let correlation_id = loop {
+            match self.offer(message) {
+                Ok(id) => break id,
+                Err(ClientOfferError::TooLong { max }) => return Err(WaitError::TooLong { max }),
+                Err(ClientOfferError::NotConnected | ClientOfferError::BackPressured) => {}
+            }
+            if self.clock.now_ns() >= deadline {
+                return Err(WaitError::TimedOut { offered: false });
+            }
+            if self.poll(|_| {}) == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        };
+        let mut outcome = None;
+        loop {
+            let work = self.poll(|event| match event {
+                Event::Committed { correlation_id: id, position, response, duplicate } if id == correlation_id => {
+                    outcome = Some(Ok(Committed { position, response: response.to_vec(), duplicate }));
+                }
+                Event::NotApplied { correlation_id: id, reason } if id == correlation_id => {
+                    outcome = Some(Err(WaitError::NotApplied(reason)));
+                }
+                Event::OutcomeUnknown { correlation_id: id } if id == correlation_id => {
+                    outcome = Some(Err(WaitError::OutcomeUnknown));
+                }
+                _ => {}
+            });
+            if let Some(outcome) = outcome.take() {
+                return outcome;
+            }
+            if self.clock.now_ns() >= deadline {
+                return Err(WaitError::TimedOut { offered: true });
+            }
+            if work == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// Starts opening a new session; [`poll`](Self::poll) reports [`Event::Connected`] once it is open.

@@ -3,13 +3,16 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::cluster::append::{Role, INGRESS_MESSAGE};
+use crate::cluster::append::INGRESS_MESSAGE;
+use crate::cluster::consensus_core::Role;
 use crate::cluster::log_switch::SwitchQueue;
 use crate::shm::log_buffer::{ConsumerPosition, LogReader};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer, RingError};
 use crate::storage::recording::{CatchUpChannel, RecorderSource};
 
-use super::{LocalOfferError, RoleChange};
+use super::{LocalOfferError, LocalWaitError, RoleChange};
+use crate::shm::counters::Counter;
+use std::time::{Duration, Instant};
 
 /// Where the node's reader of committed entries goes on at a switch.
 pub(super) enum ReaderLog {
@@ -97,6 +100,8 @@ impl Shared {
 pub struct LocalClient {
     pub(super) ingress: Arc<ManyToOneRingBuffer>,
     pub(super) shared: Arc<Shared>,
+    pub(super) commit: Counter,
+    pub(super) append: Counter,
 }
 
 impl LocalClient {
@@ -120,11 +125,62 @@ impl LocalClient {
         }
     }
 
+    /// Offers `message` and waits until it is committed, or `timeout` passes: the blocking form of
+    /// [`offer`](Self::offer). Returns a commit position at or past the message's entry.
+    ///
+    /// Back-pressure is waited out within the timeout. The wait is for the node's agents, so call it from
+    /// a thread other than the one that runs [`Node::invoke`](super::Node::invoke) in an invoker mode
+    /// (where that thread is the only one moving the log, it would wait out its whole timeout). The
+    /// application still applies the message as every member does, through `poll_committed` or
+    /// `poll_state`.
+    pub fn offer_and_wait(&self, message: &[u8], timeout: Duration) -> Result<i64, LocalWaitError> {
+        let deadline = Instant::now() + timeout;
+        let term = self.shared.leadership_term_id();
+        let ingress_position = loop {
+            match self.offer(message) {
+                Ok(position) => break position,
+                Err(LocalOfferError::BackPressured) if Instant::now() < deadline => pause(),
+                Err(LocalOfferError::BackPressured) => return Err(LocalWaitError::TimedOut { offered: false }),
+                Err(e) => return Err(LocalWaitError::Offer(e)),
+            }
+        };
+        // Appended once the consensus agent has taken the ingress past it: the entry then lies below the
+        // leader's append position read after that.
+        let mut target = None;
+        loop {
+            if self.shared.leadership_term_id() != term || self.shared.role() != Role::Leader {
+                return Err(LocalWaitError::LeadershipLost);
+            }
+            if target.is_none() && self.ingress.consumer_position() >= ingress_position {
+                target = Some(self.append.get());
+            }
+            if let Some(target) = target {
+                let commit = self.commit.get();
+                if commit >= target {
+                    return Ok(commit);
+                }
+            }
+            if self.shared.closed.load(Ordering::Acquire) {
+                return Err(LocalWaitError::Offer(LocalOfferError::Closed));
+            }
+            if Instant::now() >= deadline {
+                return Err(LocalWaitError::TimedOut { offered: true });
+            }
+            pause();
+        }
+    }
+
     /// Claims room for a message of `length` bytes, to be written in place and committed; never blocks.
     pub fn try_claim(&self, length: usize) -> Result<ring_buffer::Claim<'_>, LocalOfferError> {
         self.check()?;
         self.ingress.try_claim(INGRESS_MESSAGE, length).map_err(ring_error)
     }
+}
+
+/// Waits between two looks at the node's positions: long enough not to burn a core a node's agents may
+/// need, short against a commit's round trip.
+fn pause() {
+    std::thread::sleep(Duration::from_micros(20));
 }
 
 fn ring_error(e: RingError) -> LocalOfferError {

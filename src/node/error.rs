@@ -145,3 +145,33 @@ impl fmt::Display for LocalOfferError {
 }
 
 impl std::error::Error for LocalOfferError {}
+
+/// Why [`LocalClient::offer_and_wait`](super::LocalClient::offer_and_wait) returned without a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalWaitError {
+    /// Not offered: not the leader, closed, or too long.
+    Offer(LocalOfferError),
+    /// The timeout passed; with `offered`, the message is in the ingress or the log and may still be
+    /// committed.
+    TimedOut {
+        /// Whether the message was offered before the timeout.
+        offered: bool,
+    },
+    /// This node stopped leading (or a new term began) before the commit: the message may or may not be
+    /// in the new leader's log. Offer through the new leader if it must be applied, and make it
+    /// idempotent (or use a [`ClusterClient`](crate::ClusterClient) session, which applies exactly once).
+    LeadershipLost,
+}
+
+impl fmt::Display for LocalWaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Offer(e) => write!(f, "not offered: {e}"),
+            Self::TimedOut { offered: false } => f.write_str("timed out before the ingress took the message"),
+            Self::TimedOut { offered: true } => f.write_str("timed out waiting for the commit (it may still come)"),
+            Self::LeadershipLost => f.write_str("leadership changed before the commit: the outcome is unknown"),
+        }
+    }
+}
+
+impl std::error::Error for LocalWaitError {}

@@ -57,7 +57,7 @@ pub use builder::{
     CONSENSUS_PORT_OFFSET,
 };
 pub use client::LocalClient;
-pub use error::{LocalOfferError, NodeError};
+pub use error::{LocalOfferError, LocalWaitError, NodeError};
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -66,7 +66,7 @@ use std::time::Duration;
 
 use crate::agent::{AgentFailure, AgentHandles};
 use crate::client::session::Entry;
-use crate::cluster::append::Role;
+use crate::cluster::consensus_core::Role;
 use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::frame::SESSION_FLAG;
 use crate::media::transport::UdpEndpoint;
@@ -110,6 +110,8 @@ pub struct Node {
     shared: Arc<Shared>,
     ingress: Arc<ManyToOneRingBuffer>,
     commit: Counter,
+    /// The leader's append position (what [`LocalClient::offer_and_wait`] waits to see committed).
+    append: Counter,
     /// The reader of committed entries: `None` until this node has a log.
     reader: Option<MessageReader>,
     /// The reader of committed entries from the recorded log, before the first log in memory.
@@ -173,6 +175,7 @@ impl Node {
         let (clients, sessions) = start_clients(&config, &counters)?;
         let node_counters = NodeCounters::allocate(&config, &counters);
         let commit = node_counters.consensus.commit.clone();
+        let append = node_counters.consensus.append.clone();
         let (sender, sender_handle) = Slot::new("sender");
         let (receiver, receiver_handle) = Slot::new("receiver");
         let shared = Arc::new(Shared::new());
@@ -254,6 +257,7 @@ impl Node {
             shared,
             ingress,
             commit,
+            append,
             reader: None,
             replay,
             replay_error: None,
@@ -280,7 +284,12 @@ impl Node {
 
     /// A client of this node.
     pub fn client(&self) -> LocalClient {
-        LocalClient { ingress: Arc::clone(&self.ingress), shared: Arc::clone(&self.shared) }
+        LocalClient {
+            ingress: Arc::clone(&self.ingress),
+            shared: Arc::clone(&self.shared),
+            commit: self.commit.clone(),
+            append: self.append.clone(),
+        }
     }
 
     /// This node's role.

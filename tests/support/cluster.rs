@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder};
 

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::node::config::NodeFile;
 use quorumcast::node::{LocalClient, LocalOfferError, Node, NodeConfig};
 use quorumcast::shm::stats::TYPE_ACK_POSITION;

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::cluster::append::Role;
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::node::{LocalClient, LocalOfferError, Node};
 
 use super::{fill_numbered, number, seq_of};
