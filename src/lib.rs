@@ -1,40 +1,138 @@
 //! # quorumcast
 //!
-//! Low-latency log replication: the send path of Aeron and the quorum commit of Aeron Cluster, rebuilt
-//! in Rust and held to a throughput model, `peak_TPS = (S - C) / D x M_pkt` (the calculator, the host probe and
-//! the sweep that measures the model are in the `quorumcast-tools` crate beside this one).
+//! Low-latency log replication: the send path of Aeron and the quorum commit of Aeron Cluster, in Rust.
+//! A cluster of three (or five) members elects a leader; the leader appends each message to a
+//! memory-mapped log, one Sender thread sends it to every follower, and the members apply it, in the same
+//! order, once it is committed by a majority. The log is recorded on disk, a dead leader is replaced, and
+//! remote clients are served exactly once.
 //!
-//! Start with [`node`]: a cluster member an application embeds (builder, client, `poll_committed`).
-//! Underneath, one module per concept, each stating its invariants:
+//! An application embeds a [`Node`] per member and implements a [`StateMachine`]:
 //!
-//! - shared memory: [`buffer`], [`log_buffer`], [`ring_buffer`], [`counters`], [`directory`] (the node
-//!   directory under `/dev/shm`), [`ipc`] (publication and subscription over a shared log);
-//! - agents: [`idle`] (idle strategies), [`agent`] (runners, composite agents, threading modes), [`clock`];
-//! - the wire: [`frame`], [`transport`] (UDP sockets and the three send modes), [`channel`] (validated
-//!   configuration), [`auth`] (datagram tags), [`fault`] (in-process loss, duplication, reordering);
-//! - the send path: [`network_publication`], [`flow_control`], [`retransmit`], [`sender`];
-//! - the receive path: [`image`], [`receiver`];
-//! - replication: [`consensus`] (append stage and quorum commit), [`consensus_core`] (elections and commit as
-//!   one I/O-free state machine), [`node`], [`stats`] (its counters by type); with the `config` feature,
-//!   `config` (node files in TOML);
-//! - keeping the log: [`recording`] (the log on disk and its recorder agent), [`log_switch`] (how readers
-//!   of the log go from one leadership term's log to the next), [`vote_file`] (the durable term and vote),
-//!   [`snapshot`] (the application's state stored at a log position, so that the log before it can go);
-//! - remote clients: [`session`] (client sessions as replicated state: exactly-once apply across resends).
+//! ```
+//! use std::io::{Read, Write};
+//! use std::net::UdpSocket;
+//! use quorumcast::{Idle, Member, NodeBuilder, Role, StateMachine, ThreadingMode};
 //!
-//! Raw-pointer code is confined to [`buffer`] (mapped memory and its atomic views) and [`transport`] (the
-//! `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single libc calls (`flock` in
-//! [`directory`], `prctl` in [`idle`], `posix_fallocate` in [`buffer`], `statfs` in [`node`]). Each
-//! states what makes it sound.
+//! /// The replicated state: a sum of the committed messages' first bytes.
+//! #[derive(Default)]
+//! struct Sum(u64);
+//!
+//! impl StateMachine for Sum {
+//!     fn apply(&mut self, _position: i64, entry: &[u8]) {
+//!         self.0 += u64::from(entry[0]);
+//!     }
+//!     fn take_snapshot(&mut self, writer: &mut dyn Write) -> std::io::Result<()> {
+//!         writer.write_all(&self.0.to_le_bytes())
+//!     }
+//!     fn load_snapshot(&mut self, reader: &mut dyn Read) -> std::io::Result<()> {
+//!         let mut bytes = [0; 8];
+//!         reader.read_exact(&mut bytes)?;
+//!         self.0 = u64::from_le_bytes(bytes);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // A real application installs a logger first (env_logger, for one): without one, quorumcast's
+//!     // warnings and role changes are printed nowhere.
+//!     let endpoint = UdpSocket::bind("127.0.0.1:0")?.local_addr()?;
+//!     # let scratch = std::env::temp_dir().join(format!("quorumcast-front-page-{}", std::process::id()));
+//!     let members = vec![Member::new(0, endpoint)]; // one member here; three or five in production
+//!     let mut node = NodeBuilder::new(0, members)
+//!         # .directory(scratch.join("shm")).data_dir(scratch.join("data"))
+//!         .clean_stale(true) // after a crash (kill -9), start again instead of refusing
+//!         .threading(ThreadingMode::Invoker) // this thread runs the node's agents: see "small host"
+//!         .start()?;
+//!     let mut sum = Sum::default();
+//!     node.restore(&mut sum)?; // the newest snapshot, if any
+//!     let mut idle = Idle::backoff();
+//!     let mut offered = false;
+//!     while sum.0 < 42 {
+//!         let mut work = node.invoke()?;
+//!         if node.role() == Role::Leader && !offered {
+//!             offered = node.client().offer(&[42]).is_ok();
+//!         }
+//!         work += node.poll_state(&mut sum, 64)?;
+//!         idle.idle(work);
+//!     }
+//!     node.close()?;
+//!     # std::fs::remove_dir_all(&scratch).ok();
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The four types an embedder needs: [`NodeBuilder`] (the members, this node's id and every setting,
+//! each with its default stated), [`Node`] (invoke, apply what is committed, snapshot, close),
+//! [`StateMachine`] (what the application's state implements) and [`LocalClient`] (offers from any
+//! thread, [`LocalClient::offer_and_wait`] to block until committed). A client on another host uses a
+//! [`ClusterClient`] ([`ClusterClient::offer_and_wait`] returns the service's response); a member serves
+//! remote clients when its [`ClientEndpointConfig`] enables them.
+//!
+//! ## On a small host
+//!
+//! A node runs four agents (consensus, sender, receiver, recorder). [`ThreadingMode::Dedicated`] gives
+//! each its own thread, for a host with a core per agent. On fewer cores, [`ThreadingMode::Invoker`]
+//! runs them all on the application's thread: call [`Node::invoke`] in the application's loop and idle
+//! with an [`Idle`] ([`Idle::backoff`]) when a round did nothing, never with a bare
+//! `std::thread::yield_now` loop, which takes a whole core. Three nodes of a test cluster then share two
+//! cores. Agents on their own threads idle as [`NodeBuilder::idle_all`] says (`backoff` by default).
+//!
+//! ## Logging
+//!
+//! quorumcast logs through the [`log`](https://docs.rs/log) facade (see [`event_log`]): warnings at start,
+//! role changes, refused peers. Nothing is printed unless the application installs a logger.
+//!
+//! ## Underneath
+//!
+//! The engine is layered, each layer importing only those below it (`tests/layers.rs` checks):
+//! the foundation (`frame`: Aeron's frames, which the log buffer stores as they go on the wire;
+//! `event_log`; `setting`), `shm` (mapped buffers, log buffers, ring buffers, counters), `agent` (duty
+//! cycles, idle strategies, threading), `media` (transports, the Sender, the Receiver: no cluster
+//! concepts), `cluster` (the I/O-free consensus core and the append stage), `client` (sessions and the
+//! client wire), `storage` (the recorded log, snapshots, the vote file) and `node` (the wiring). Those
+//! modules are public for the benches, fuzz targets and tools beside this crate, hidden from these docs,
+//! and not a stable API. `docs/ARCHITECTURE.md` in the repository draws them.
+//!
+//! Raw-pointer code is confined to `shm::buffer` (mapped memory and its atomic views) and
+//! `media::transport` (the `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single
+//! libc calls, each stating what makes it sound.
 
 pub mod event_log;
+#[doc(hidden)]
 pub mod frame;
+#[doc(hidden)]
 pub mod setting;
 
+#[doc(hidden)]
 pub mod agent;
+#[doc(hidden)]
 pub mod client;
+#[doc(hidden)]
 pub mod cluster;
+#[doc(hidden)]
 pub mod media;
+#[doc(hidden)]
 pub mod node;
+#[doc(hidden)]
 pub mod shm;
+#[doc(hidden)]
 pub mod storage;
+
+pub use crate::agent::idle::{Idle, IdleStrategy, IdleStrategyConfig};
+pub use crate::agent::ThreadingMode;
+pub use crate::client::session::Entry;
+pub use crate::client::{ClientConfig, ClientOfferError, ClusterClient, Committed, ConnectError, Event, WaitError};
+pub use crate::cluster::consensus_core::{Role, Timers};
+pub use crate::media::auth::AuthKey;
+pub use crate::media::channel::ChannelConfig;
+pub use crate::media::transport::SendMode;
+#[cfg(feature = "config")]
+pub use crate::node::config::NodeFile;
+pub use crate::node::{
+    AddressRange, ClientEndpointConfig, LocalClient, LocalOfferError, LocalWaitError, LogStorage, Member, Node,
+    NodeBuilder, NodeConfig, NodeError, RoleChange, StorageConfig,
+};
+pub use crate::setting::{Setting, SettingError};
+pub use crate::shm::stats::Stats;
+pub use crate::storage::recording::SyncPolicy;
+pub use crate::storage::snapshot::{SnapshotInfo, StateMachine};

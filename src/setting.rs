@@ -12,7 +12,7 @@ use std::fmt;
 /// How a front end names settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrontEnd {
-    /// A node file (`qc-node --config`, [`crate::node::config::NodeFile`]).
+    /// A node file (`qc-node --config`, `NodeFile`, feature `config`).
     NodeFile,
     /// The embedding API ([`crate::node::NodeBuilder`]).
     Builder,
@@ -79,6 +79,8 @@ settings! {
     ClientWindow = "clients.window", "[clients] window", "ClientEndpointConfig::window";
     /// How long a silent session lives.
     SessionTimeout = "clients.session_timeout", "[clients] session_timeout", "ClientEndpointConfig::session_timeout";
+    /// Whether a crashed run's node directory is removed at start.
+    CleanStale = "node.clean_stale", "clean_stale", "NodeBuilder::clean_stale";
     /// The recording's segment length.
     SegmentLength = "storage.segment_length", "[storage] segment_length", "StorageConfig::segment_length";
     /// Snapshots kept.

@@ -177,3 +177,31 @@ fn a_killed_owner_leaves_a_stale_directory_that_clean_recovers() {
     assert_eq!(dir.cleaned().and_then(|o| o.pid), child_pid);
     assert!(!dir.file("ready").exists());
 }
+
+#[test]
+fn a_node_refused_for_a_stale_directory_names_the_setting_its_caller_has() {
+    use quorumcast::setting::FrontEnd;
+    use quorumcast::{Member, NodeBuilder, NodeError, Setting};
+    let scratch = ScratchDir::new("dir-stale-node");
+    let root = scratch.join("node");
+    NodeDirectory::create(&root, StalePolicy::Refuse).unwrap().leak();
+    let endpoint = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let builder = || {
+        NodeBuilder::new(0, vec![Member::new(0, endpoint)]).directory(&root).data_dir(scratch.join("data")).memory_log()
+    };
+    match builder().start() {
+        Err(NodeError::Setting(e)) => {
+            assert_eq!(e.setting, Setting::CleanStale);
+            let embedder = e.to_string();
+            assert!(
+                embedder.starts_with("NodeBuilder::clean_stale:") && embedder.contains("no longer running"),
+                "{embedder}"
+            );
+            let file = e.render(FrontEnd::NodeFile);
+            assert!(file.starts_with("clean_stale:") && !file.contains("NodeBuilder"), "{file}");
+        }
+        Err(other) => panic!("expected the clean_stale setting, got {other}"),
+        Ok(_) => panic!("a stale directory was taken without clean_stale"),
+    }
+    builder().clean_stale(true).start().expect("clean_stale(true) starts over a crashed run").close().unwrap();
+}

@@ -378,6 +378,27 @@ pub enum Idle {
 }
 
 impl Idle {
+    /// The default strategy (`backoff:10,5,1us,1ms`), for an application's own loop around
+    /// [`Node::invoke`](crate::Node::invoke): a few spins and yields, then sleeps growing to a
+    /// millisecond, so an idle loop does not take a core (as `std::thread::yield_now` in a loop does).
+    ///
+    /// ```
+    /// let mut idle = quorumcast::Idle::backoff();
+    /// for work in [3, 0, 0] {
+    ///     idle.idle(work); // 0: nothing was done this round; the strategy waits a little
+    /// }
+    /// ```
+    pub fn backoff() -> Self {
+        Idle::Backoff(Backoff::new(BackoffParams::DEFAULT).expect("the default backoff parameters are valid"))
+    }
+
+    /// Idles after a round that did `work_count` units of work (0: none): the strategy's wait, or none
+    /// and a reset when there was work. The same as [`IdleStrategy::idle`], without importing the trait.
+    #[inline]
+    pub fn idle(&mut self, work_count: usize) {
+        IdleStrategy::idle(self, work_count)
+    }
+
     /// The strategy a (valid) configuration describes.
     pub fn new(config: &IdleStrategyConfig) -> Result<Self, IdleConfigError> {
         config.validate()?;

@@ -18,7 +18,7 @@ pub enum NodeError {
     /// The configuration breaks a rule.
     Config(String),
     /// A setting breaks a rule; rendered in the embedder's terms here, in a node file's by
-    /// [`crate::node::config`].
+    /// `node::config`.
     Setting(crate::setting::SettingError),
     /// The node directory is in use or stale.
     Directory(DirectoryError),

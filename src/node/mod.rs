@@ -34,7 +34,7 @@
 //! thread, and what the node shares with its agents), `driver` (the consensus agent), `slot` (an agent
 //! place whose agent changes with the role), `error` (why a start or an offer fails), `wiring` (what a
 //! role is made of, and the threads), `recovery` (the recording opened at start), `replay` (committed
-//! entries read from the recording); node files in TOML are read by [`crate::node::config`] (feature
+//! entries read from the recording); node files in TOML are read by `node::config` (feature
 //! `config`).
 
 mod builder;
@@ -70,9 +70,10 @@ use crate::cluster::consensus_core::Role;
 use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::frame::SESSION_FLAG;
 use crate::media::transport::UdpEndpoint;
+use crate::setting::{Setting, SettingError};
 use crate::shm::buffer::{AtomicBuffer, Region};
 use crate::shm::counters::{Counter, CountersManager};
-use crate::shm::directory::{NodeDirectory, StalePolicy};
+use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::shm::log_buffer::MessageReader;
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::shm::stats::Stats;
@@ -161,7 +162,19 @@ impl Node {
         config.validate()?;
         config.channel.validate()?;
         let policy = if config.clean_stale { StalePolicy::Clean } else { StalePolicy::Refuse };
-        let directory = NodeDirectory::create(config.directory_path(), policy).map_err(NodeError::Directory)?;
+        let directory = NodeDirectory::create(config.directory_path(), policy).map_err(|e| match e {
+            // The setting the caller has, in their terms (the builder method, or the node file's key).
+            DirectoryError::Stale { path, pid, .. } => NodeError::Setting(SettingError::new(
+                Setting::CleanStale,
+                format!(
+                    "{} was left by a node that is no longer running (pid {}): set {{node.clean_stale}} to true \
+                     to remove it at start (every daemon that can crash needs it), or remove the directory",
+                    path.display(),
+                    pid.map_or("unknown".to_string(), |p| p.to_string()),
+                ),
+            )),
+            e => NodeError::Directory(e),
+        })?;
         let counters = CountersManager::create(directory.file("counters.dat"), 512)?;
         let ingress_path = directory.file("ingress.ring");
         let ingress_length = ring_buffer::required_length(config.ingress_capacity);

@@ -86,7 +86,13 @@ use bytemuck::{Pod, Zeroable};
 /// What an application's replicated state machine implements to be snapshotted and restored.
 pub trait StateMachine {
     /// Applies one committed entry (the log's message payload) that ends at log `position`.
-    fn apply(&mut self, position: i64, entry: &[u8]);
+    ///
+    /// Implement this or [`apply_entry`](StateMachine::apply_entry) (which calls it by default); a machine
+    /// that implements `apply_entry` need not write this one.
+    fn apply(&mut self, position: i64, entry: &[u8]) {
+        let _ = (position, entry);
+        panic!("StateMachine: implement `apply`, or `apply_entry` (which replaces it)");
+    }
     /// Applies one committed entry, which may be a remote client's message ([`Entry::client`]); what it
     /// writes to `response` goes back to that client with the message's commit (on the leader). By
     /// default the entry's payload goes to [`apply`](StateMachine::apply) and there is no response.

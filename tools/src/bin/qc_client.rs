@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
 use quorumcast::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use quorumcast::client::{ClientConfig, ClusterClient};
 use quorumcast::media::auth::AuthKey;

@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
 use quorumcast::agent::ThreadingMode;
 use quorumcast::cluster::consensus_core::Role;
 use quorumcast::node::config::NodeFile;

@@ -30,7 +30,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
+use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
 use quorumcast::agent::ThreadingMode;
 use quorumcast::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use quorumcast::media::auth::AuthKey;
