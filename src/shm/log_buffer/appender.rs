@@ -432,10 +432,11 @@ impl Parts<'_> {
 
 /// Copies `src` to `offset` of `term` in pieces shorter than glibc's `rep movsb` threshold (2112 bytes).
 ///
-/// `rep movsb` falls from tens of GB/s to ~2 GB/s on a Zen 3 CPU (an 8 KiB copy: ~2.9 us, not ~0.1) when
-/// `(dst - src) mod 4096` is a small positive number, and a term's payloads start at 32-byte offsets
-/// wherever the caller's buffer lies; the vector loop glibc uses below the threshold has no such cliff.
-/// (On an Intel host with FSRM the chunked copy measured the same as one `memcpy`, within noise.)
+/// On some CPUs (Zen 3 among them) `rep movsb` is many times slower when `(dst - src) mod 4096` is a
+/// small positive number, and a term's payloads start at 32-byte offsets wherever the caller's buffer
+/// lies; the vector loop glibc uses below the threshold has no such cliff. Where the CPU has no cliff,
+/// the chunks cost nothing measurable. The measurements are in docs/results.md; `copy_distance_probe`
+/// in `tests/log_buffer_props.rs` takes them on the host at hand.
 #[inline]
 pub(super) fn copy_in_chunks(term: &AtomicBuffer, offset: usize, src: &[u8]) {
     if src.len() < COPY_CHUNK {

@@ -80,8 +80,7 @@ pub struct BlockHeader {
     reserved: u32,
     /// The first 8 bytes of BLAKE3 over the payload, then the fields before it. The payload comes first
     /// so that it starts on a BLAKE3 chunk boundary, where its chunks are hashed side by side in SIMD
-    /// lanes (with the 24 bytes of fields first, a 64 KiB block hashed at 70-75% of the speed and a
-    /// 4 KiB one at half).
+    /// lanes; hashing the 24 bytes of fields first is measurably slower (docs/results.md).
     checksum: u64,
 }
 
