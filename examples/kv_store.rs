@@ -10,7 +10,7 @@
 //!
 //! The nodes run in invoker mode: this one thread drives every node's agents (`Node::invoke`), offers
 //! commands through the leader's client and applies what each node has committed (`Node::poll_committed`).
-//! Nothing spins: an idle round yields. In a real deployment each node would be its own process (see
+//! Nothing spins: an idle round backs off (`Idle::backoff`). In a real deployment each node would be its own process (see
 //! `qc-node` and `tuning/`), with the same apply code.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,10 +18,7 @@ use std::fmt;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder, StorageConfig};
-use quorumcast::storage::snapshot::StateMachine;
+use quorumcast::{Idle, LocalOfferError, Member, Node, NodeBuilder, Role, StateMachine, StorageConfig, ThreadingMode};
 use std::io::{Read, Write};
 
 /// Commands offered by the leader.
@@ -254,6 +251,8 @@ fn run(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let mut encoded = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
+    // Not `yield_now` when idle: it would take a whole core whenever nothing else wants one.
+    let mut idle = Idle::backoff();
     while stores.iter().any(|s| s.applied < target) {
         if Instant::now() > deadline {
             return Err(format!("stalled: offered {offered}, applied {:?}", applied(stores)).into());
@@ -275,9 +274,7 @@ fn run(
             work += node.invoke()?;
             work += node.poll_state(store, 1024)?;
         }
-        if work == 0 {
-            std::thread::yield_now();
-        }
+        idle.idle(work);
     }
     Ok(())
 }
