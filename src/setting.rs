@@ -153,3 +153,103 @@ mod tests {
         assert_eq!(keys.len(), Setting::ALL.len());
     }
 }
+
+/// The check that keeps every config type's documented defaults equal to its `Default` (or builder)
+/// value: each public field's doc ends with ``Default: `<its Debug form>`.``, read from the source and
+/// compared with the value, so a changed default fails a test until its doc says so.
+#[cfg(test)]
+pub(crate) mod documented_defaults {
+    /// What a field whose value is a config type of its own says (that type's docs give each default).
+    const NESTED_DOC: &str = "Default: as its type documents.";
+    const NESTED: &str = "as its type documents";
+
+    /// The top-level fields of a `Debug` form `Name { a: 1, b: Some(2), c: C { .. } }`, as (name, value).
+    fn debug_fields(debug: &str) -> Vec<(String, String)> {
+        let body = &debug[debug.find('{').expect("a struct's Debug form") + 1..debug.rfind('}').unwrap()];
+        let (mut fields, mut depth, mut start, mut quoted) = (Vec::new(), 0, 0, false);
+        let bytes = body.as_bytes();
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'"' if i == 0 || bytes[i - 1] != b'\\' => quoted = !quoted,
+                b'{' | b'[' | b'(' if !quoted => depth += 1,
+                b'}' | b']' | b')' if !quoted => depth -= 1,
+                b',' if depth == 0 && !quoted => {
+                    fields.push(&body[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        fields.push(&body[start..]);
+        fields
+            .into_iter()
+            .filter_map(|f| f.split_once(':').map(|(name, value)| (name.trim().to_string(), value.trim().to_string())))
+            .collect()
+    }
+
+    /// The public fields of `pub struct type_name` in `source`, each with its documented default.
+    fn documented(source: &str, type_name: &str) -> Vec<(String, Option<String>)> {
+        let start = source.find(&format!("pub struct {type_name} {{")).expect("the struct in its source");
+        let mut fields = Vec::new();
+        let mut doc = String::new();
+        for line in source[start..].lines().skip(1) {
+            let line = line.trim();
+            if line == "}" {
+                break;
+            }
+            if let Some(text) = line.strip_prefix("///") {
+                doc.push_str(text);
+                doc.push(' ');
+            } else if let Some(rest) = line.strip_prefix("pub ") {
+                let name = rest.split(':').next().unwrap().trim().to_string();
+                let default = doc.find("Default: `").map(|at| {
+                    let value = &doc[at + "Default: `".len()..];
+                    value[..value.find('`').unwrap()].to_string()
+                });
+                let default = default.or_else(|| doc.contains(NESTED_DOC).then(|| NESTED.to_string()));
+                fields.push((name, default));
+                doc.clear();
+            } else if !line.starts_with("#[") {
+                doc.clear();
+            }
+        }
+        fields
+    }
+
+    /// Checks `type_name`'s field docs in `source` against `value` (its default); fields in `exempt`
+    /// (required settings with no default) need no note.
+    pub(crate) fn check(source: &str, type_name: &str, value: &impl std::fmt::Debug, exempt: &[&str]) {
+        let actual = debug_fields(&format!("{value:?}"));
+        let mut wrong = Vec::new();
+        for (field, documented) in documented(source, type_name) {
+            if exempt.contains(&field.as_str()) {
+                continue;
+            }
+            let Some((_, actual)) = actual.iter().find(|(name, _)| *name == field) else {
+                continue; // not in the Debug form (skipped there): nothing to compare
+            };
+            if documented.as_deref() == Some(NESTED) && actual.contains('{') {
+                continue; // a config type of its own, checked against its own docs
+            }
+            if documented.as_deref() != Some(actual.as_str()) {
+                wrong.push(format!("{type_name}::{field}: documented {documented:?}, default `{actual}`"));
+            }
+        }
+        assert!(wrong.is_empty(), "end each field's doc with \"Default: `<value>`.\":\n{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn reads_docs_and_debug_forms() {
+        let source =
+            "pub struct T {\n    /// A. Default: `1`.\n    pub a: u8,\n    /// B.\n    pub b: Option<u8>,\n}\n";
+        assert_eq!(documented(source, "T"), vec![("a".into(), Some("1".into())), ("b".into(), None)]);
+        assert_eq!(
+            debug_fields("T { a: 1, b: Some(S { x: [1, 2] }), c: \"a, b\" }"),
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "Some(S { x: [1, 2] })".into()),
+                ("c".into(), "\"a, b\"".into())
+            ]
+        );
+    }
+}

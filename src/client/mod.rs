@@ -62,27 +62,36 @@ pub struct ClientConfig {
     /// Each member's id and client endpoint ([`crate::node::Member::client`]).
     pub members: Vec<(i32, SocketAddr)>,
     /// Bytes of a datagram, at most (the cluster's MTU).
+    /// Default: `1408`.
     pub mtu: usize,
     /// Messages in flight (offered, not yet reported), at most; at most the cluster's `clients.window`.
+    /// Default: `1024`.
     pub window: usize,
     /// A keep-alive goes to the leader when nothing else has for this long.
+    /// Default: `100ms`.
     pub keepalive_interval: Duration,
     /// Nothing heard from the leader for this long: the client looks for the leader again.
+    /// Default: `1s`.
     pub leader_timeout: Duration,
     /// The oldest message in flight unanswered for this long is resent, with those after it.
+    /// Default: `200ms`.
     pub resend_timeout: Duration,
     /// While connecting, an open (or reconnect) is sent again this often, to the next member when the
     /// last one did not answer.
+    /// Default: `20ms`.
     pub connect_retry: Duration,
     /// The local address to bind (port 0: any).
+    /// Default: `None`.
     pub bind: Option<SocketAddr>,
     /// How long an offered message may wait for more to share its datagram before a poll sends it
     /// (Kafka's `linger.ms`). 0, the default, sends at every poll: the least latency, and at moderate
     /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
+    /// Default: `0ns`.
     pub linger: Duration,
     /// The client key, for a cluster that requires one (`[clients] auth_key` or `[[clients.keys]]`):
     /// every datagram is tagged with it (or with the session's token, which the cluster gives only to a
     /// holder of it). `None`, the default: for a cluster without client keys.
+    /// Default: `None`.
     pub key: Option<ClientKey>,
 }
 
@@ -891,5 +900,14 @@ fn acknowledge_up_to(client: &mut ClusterClient, correlation_id: u64, handler: &
             duplicate: true,
         });
         client.free.push(pending.bytes);
+    }
+}
+
+#[cfg(test)]
+mod default_docs {
+    #[test]
+    fn every_documented_default_is_the_default() {
+        let config = super::ClientConfig::new(Vec::new());
+        crate::setting::documented_defaults::check(include_str!("mod.rs"), "ClientConfig", &config, &["members"]);
     }
 }

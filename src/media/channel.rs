@@ -25,53 +25,74 @@ pub const DEFAULT_TERM_LENGTH: usize = 16 * 1024 * 1024;
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChannelConfig {
     /// Where the Sender sends each datagram: one entry per follower (multi-destination cast).
+    /// Default: `[]`.
     pub destinations: Vec<SocketAddr>,
     /// The local address every datagram of a publication is sent from: a node's member endpoint, the one
     /// source its followers accept (bound with `SO_REUSEPORT`, one socket per destination). `None` sends
     /// from an ephemeral port, for streams whose receivers accept any source.
+    /// Default: `None`.
     pub source: Option<SocketAddr>,
     /// A hash of the cluster's member list ([`membership_tag`]), carried in SETUPs and status messages: a
     /// peer whose tag differs is refused, counted and logged. `None` for plain streams.
+    /// Default: `None`.
     pub membership: Option<i64>,
     /// The shared key that tags and checks every datagram ([`crate::media::auth`]); `None` on isolated networks.
+    /// Default: `None`.
     pub auth: Option<AuthKey>,
     /// Which receivers' windows the Sender waits for: all of them (a stream), or a quorum (a cluster leader).
+    /// Default: `Min`.
     pub flow_control: FlowControlMode,
     /// Most bytes retransmitted to one receiver per second (NAK repair), so that NAKs, forged or not,
     /// cannot make the Sender resend without bound; 0 means unlimited.
+    /// Default: `67108864`.
     pub max_retransmit_rate: u64,
     /// Largest datagram, header included: a multiple of 32 in `64..=65504`, at most `term_length / 8`.
+    /// Default: `1408`.
     pub mtu: usize,
     /// Length of each of the log's three terms: a power of two in 64 KiB ..= 1 GiB.
+    /// Default: `16777216`.
     pub term_length: usize,
     /// How datagrams are put on the wire.
+    /// Default: `Classic`.
     pub send_mode: SendMode,
     /// Most datagrams (per destination) one `mmsg` or `gso` call carries.
+    /// Default: `16`.
     pub batch_limit: usize,
     /// Socket buffer sizes.
+    /// Default: as its type documents.
     pub socket: SocketOptions,
     /// Receiver window advertised in status messages; at most `term_length / 2` and at most `SO_RCVBUF`.
     /// Keep it at half of `SO_RCVBUF` or less: the kernel charges each queued datagram its whole
     /// allocation (2,304 B for 1,088 B of data), which only the doubling of `SO_RCVBUF` covers, and not
     /// for datagrams less than half full (see `tuning/README.md`).
+    /// Default: `131072`.
     pub receiver_window: usize,
     /// A receiver silent for this long is dropped from flow control.
+    /// Default: `5s`.
     pub receiver_timeout: Duration,
     /// Delay before a gap is NAKed.
+    /// Default: `100µs`.
     pub nak_delay: Duration,
     /// Delay before a gap that is still open is NAKed again (Aeron's unicast default: 100 x 100 us).
+    /// Default: `10ms`.
     pub nak_retry_delay: Duration,
     /// A status message is sent at least this often.
+    /// Default: `200ms`.
     pub status_interval: Duration,
     /// A heartbeat goes out after this long without data.
+    /// Default: `100ms`.
     pub heartbeat_interval: Duration,
     /// Setup frames repeat this often until a receiver answers.
+    /// Default: `100ms`.
     pub setup_interval: Duration,
     /// NAKs for a range already retransmitted are ignored for this long.
+    /// Default: `10ms`.
     pub retransmit_linger: Duration,
     /// Faults injected on the datagrams this side sends.
+    /// Default: as its type documents.
     pub send_faults: FaultConfig,
     /// Faults injected on the datagrams this side receives.
+    /// Default: as its type documents.
     pub receive_faults: FaultConfig,
 }
 
@@ -356,5 +377,18 @@ mod tests {
             "{e}"
         );
         ChannelConfig { mtu: MTU_1408, ..config() }.validate_path(c.destinations[0], 1472).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod default_docs {
+    #[test]
+    fn every_documented_default_is_the_default() {
+        crate::setting::documented_defaults::check(
+            include_str!("channel.rs"),
+            "ChannelConfig",
+            &super::ChannelConfig::default(),
+            &[],
+        );
     }
 }

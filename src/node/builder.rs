@@ -32,17 +32,23 @@ pub enum LogStorage {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageConfig {
     /// Recorded on disk, or in memory only.
+    /// Default: `Disk`.
     pub log: LogStorage,
     /// When recorded bytes are made durable (see [`SyncPolicy`] for what each can lose).
+    /// Default: `None`.
     pub sync: SyncPolicy,
     /// The recording's directory; `None` uses `recording` in the data directory.
+    /// Default: `None`.
     pub recording_dir: Option<PathBuf>,
     /// A new segment file starts once the current one holds this many bytes.
+    /// Default: `134217728`.
     pub segment_length: u64,
     /// [`Node::poll_state`] takes a snapshot of the application each time this many more bytes of log
     /// have been applied since the last (`None`: only on request, [`Node::take_snapshot`]).
+    /// Default: `Some(268435456)`.
     pub snapshot_interval: Option<u64>,
     /// Snapshots kept (at least 1); the recorded log below the oldest kept is deleted.
+    /// Default: `2`.
     pub snapshots_kept: usize,
 }
 
@@ -114,30 +120,39 @@ impl Member {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientEndpointConfig {
     /// Members bind their client endpoints and take sessions. Off by default.
+    /// Default: `false`.
     pub enabled: bool,
     /// Sessions open at once, at most; an open past it is refused (with a reason), never stored.
+    /// Default: `1024`.
     pub max_sessions: usize,
     /// A session that sends nothing for this long (the leader's clock, as written into the log) is
     /// closed; its client is told, and may open a new one.
+    /// Default: `10s`.
     pub session_timeout: Duration,
     /// How far past the last message applied a session's message may be numbered (messages in flight);
     /// further is refused as `WindowExceeded`.
+    /// Default: `4096`.
     pub window: u64,
     /// Client datagrams are taken only from these address ranges (empty: from anywhere).
+    /// Default: `[]`.
     pub allow: Vec<AddressRange>,
     /// The root of the members' secret that binds each session to its client (session ids, tokens,
     /// challenges: see [`crate::client::credentials`]): the same on every member, never written
     /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
     /// needs one of the two.
+    /// Default: `None`.
     pub session_key: Option<AuthKey>,
     /// Client keys: when any is given, every client datagram must be tagged with one of them (or, in a
     /// session, with a token only a holder of one was given), and anything else is counted and dropped.
     /// Empty (the default): any client may open a session.
+    /// Default: `[]`.
     pub keys: Vec<ClientKey>,
     /// Sessions one address (an IPv4 address, an IPv6 /64) may hold at once; an open past it is refused.
+    /// Default: `256`.
     pub max_sessions_per_address: usize,
     /// Opens and reconnects one address may make per second (a burst of as many, refilled over the
     /// second); past it they are refused, counted, and append nothing.
+    /// Default: `1000`.
     pub opens_per_second: u32,
 }
 
@@ -252,46 +267,64 @@ pub struct NodeConfig {
     pub members: Vec<Member>,
     /// The preferred first leader, if any: it stands for election at start instead of after an election
     /// timeout. Any member may lead later; the members elect their leader.
+    /// Default: `None`.
     pub leader: Option<i32>,
     /// The consensus timers: heartbeat interval, heartbeat timeout, election timeout range.
+    /// Default: as its type documents.
     pub timers: Timers,
     /// The node directory; `None` uses `/dev/shm/quorumcast/node-<id>`.
+    /// Default: `None`.
     pub directory: Option<PathBuf>,
     /// Where what must outlive the node directory is kept: the persisted term and vote, the recorded log
     /// and the snapshots. `None` uses `quorumcast-data/<node directory's path, flattened>` in the system's
     /// temporary directory (`$TMPDIR`, else `/tmp`): on disk on most hosts, but give every production node
     /// a directory of its own on a disk that survives a restart. A clean shutdown removes the node
     /// directory, never this one.
+    /// Default: `None`.
     pub data_dir: Option<PathBuf>,
     /// Where and how the log is kept: recorded on disk (the default) or in memory only, its sync policy,
     /// segments and snapshots.
+    /// Default: as its type documents.
     pub storage: StorageConfig,
     /// Remove a stale directory of a crashed run instead of refusing to start.
+    /// Default: `false`.
     pub clean_stale: bool,
     /// The log channel: MTU, term length, send mode, timers, socket buffers and faults.
+    /// Default: as its type documents.
     pub channel: ChannelConfig,
     /// Stream id of the log.
+    /// Default: `1001`.
     pub stream_id: i32,
     /// Idle strategies of the consensus, sender, receiver and recorder agents.
+    /// Default: as its type documents.
     pub idle: [IdleStrategyConfig; 4],
     /// Cores to pin the consensus, sender, receiver and recorder agents to.
+    /// Default: `[None, None, None, None]`.
     pub cores: [Option<usize>; 4],
     /// How the agents are put on threads.
+    /// Default: `Dedicated`.
     pub threading: ThreadingMode,
     /// Start a layout with more busy-spinning threads than cores anyway (with a warning).
+    /// Default: `false`.
     pub force_layout: bool,
     /// Carry the commit position in data frames while data flows.
+    /// Default: `false`.
     pub commit_piggyback: bool,
     /// Resend an unchanged commit position this often.
+    /// Default: `100ms`.
     pub commit_heartbeat: Duration,
     /// A follower acknowledges its append position at least this often.
+    /// Default: `200ms`.
     pub ack_interval: Duration,
     /// Bytes of the client ingress ring (a power of two).
+    /// Default: `4194304`.
     pub ingress_capacity: usize,
     /// A follower that restarts with its log applied up to here asks the leader for the rest; a
     /// follower without it starts at position 0.
+    /// Default: `None`.
     pub resume_from: Option<i64>,
     /// Remote clients: off by default.
+    /// Default: as its type documents.
     pub clients: ClientEndpointConfig,
 }
 
@@ -624,5 +657,19 @@ fn check_timer(setting: Setting, value: Duration) -> Result<(), SettingError> {
     match timer_problem(value) {
         Some(problem) => Err(SettingError::new(setting, format!("({value:?}) {problem}"))),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod default_docs {
+    use super::*;
+    use crate::setting::documented_defaults::check;
+
+    #[test]
+    fn every_documented_default_is_the_default() {
+        let source = include_str!("builder.rs");
+        check(source, "NodeConfig", NodeBuilder::new(0, Vec::new()).config(), &["id", "members"]);
+        check(source, "StorageConfig", &StorageConfig::default(), &[]);
+        check(source, "ClientEndpointConfig", &ClientEndpointConfig::default(), &[]);
     }
 }

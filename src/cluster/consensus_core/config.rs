@@ -18,13 +18,17 @@ use super::MemberId;
 pub struct Timers {
     /// The leader sends its commit position (its heartbeat) at least this often, and a follower its
     /// append position.
+    /// Default: `10000000`.
     pub heartbeat_interval_ns: u64,
     /// A follower that heard from its leader within this long refuses canvasses; a leader that has not
     /// heard from a majority within this long steps down.
+    /// Default: `100000000`.
     pub heartbeat_timeout_ns: u64,
     /// Shortest randomized election timeout.
+    /// Default: `150000000`.
     pub election_timeout_min_ns: u64,
     /// Longest randomized election timeout.
+    /// Default: `300000000`.
     pub election_timeout_max_ns: u64,
 }
 
@@ -199,3 +203,11 @@ impl fmt::Display for CoreConfigError {
 }
 
 impl std::error::Error for CoreConfigError {}
+
+#[cfg(test)]
+mod default_docs {
+    #[test]
+    fn every_documented_default_is_the_default() {
+        crate::setting::documented_defaults::check(include_str!("config.rs"), "Timers", &super::Timers::default(), &[]);
+    }
+}

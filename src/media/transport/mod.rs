@@ -104,8 +104,10 @@ impl<'de> serde::Deserialize<'de> for SendMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SocketOptions {
     /// `SO_SNDBUF` in bytes.
+    /// Default: `None`.
     pub send_buffer: Option<usize>,
     /// `SO_RCVBUF` in bytes.
+    /// Default: `None`.
     pub receive_buffer: Option<usize>,
 }
 
@@ -1038,5 +1040,18 @@ mod tests {
         let got = drain(&rx, 1);
         assert_eq!(got[0].0, b"six");
         assert_eq!(got[0].1, Some(tx.local_addr()));
+    }
+}
+
+#[cfg(test)]
+mod default_docs {
+    #[test]
+    fn every_documented_default_is_the_default() {
+        crate::setting::documented_defaults::check(
+            include_str!("mod.rs"),
+            "SocketOptions",
+            &super::SocketOptions::default(),
+            &[],
+        );
     }
 }
