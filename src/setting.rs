@@ -79,6 +79,36 @@ settings! {
     ClientWindow = "clients.window", "[clients] window", "ClientEndpointConfig::window";
     /// How long a silent session lives.
     SessionTimeout = "clients.session_timeout", "[clients] session_timeout", "ClientEndpointConfig::session_timeout";
+    /// The log channel's MTU.
+    Mtu = "channel.mtu", "[channel] mtu", "NodeBuilder::mtu";
+    /// The log channel's term length.
+    TermLength = "channel.term_length", "[channel] term_length", "NodeBuilder::term_length";
+    /// The receiver window.
+    ReceiverWindow = "channel.receiver_window", "[channel] receiver_window", "ChannelConfig::receiver_window";
+    /// The socket receive buffer.
+    ReceiveBuffer = "channel.receive_buffer", "[channel] receive_buffer", "ChannelConfig::socket.receive_buffer";
+    /// Datagrams per send call at most.
+    BatchLimit = "channel.batch_limit", "[channel] batch_limit", "ChannelConfig::batch_limit";
+    /// Faults injected on sends.
+    SendFaults = "channel.send_faults", "[channel] send_faults", "ChannelConfig::send_faults";
+    /// Faults injected on receives.
+    ReceiveFaults = "channel.receive_faults", "[channel] receive_faults", "ChannelConfig::receive_faults";
+    /// Where the channel sends.
+    Destinations = "channel.destinations", "members", "ChannelConfig::destinations";
+    /// The receivers' status interval.
+    StatusInterval = "timers.status_interval", "[timers] status_interval", "ChannelConfig::status_interval";
+    /// The first NAK's delay.
+    NakDelay = "timers.nak_delay", "[timers] nak_delay", "ChannelConfig::nak_delay";
+    /// A repeated NAK's delay.
+    NakRetryDelay = "timers.nak_retry_delay", "[timers] nak_retry_delay", "ChannelConfig::nak_retry_delay";
+    /// How long a resent range is not resent again.
+    RetransmitLinger = "timers.retransmit_linger", "[timers] retransmit_linger", "ChannelConfig::retransmit_linger";
+    /// How long a silent receiver counts for flow control.
+    ReceiverTimeout = "timers.receiver_timeout", "[timers] receiver_timeout", "ChannelConfig::receiver_timeout";
+    /// The publication's heartbeat interval.
+    ChannelHeartbeat = "timers.heartbeat_interval", "[timers] heartbeat_interval", "ChannelConfig::heartbeat_interval";
+    /// The publication's SETUP interval.
+    SetupInterval = "timers.setup_interval", "[timers] setup_interval", "ChannelConfig::setup_interval";
     /// Whether a crashed run's node directory is removed at start.
     CleanStale = "node.clean_stale", "clean_stale", "NodeBuilder::clean_stale";
     /// The recording's segment length.

@@ -9,6 +9,7 @@ use crate::media::auth::{AuthKey, TAG_LENGTH};
 use crate::media::flow_control::FlowControlMode;
 use crate::media::transport::faulty::FaultConfig;
 use crate::media::transport::{Binding, SendMode, SocketOptions, MAX_GSO_SEGMENTS};
+use crate::setting::{Setting, SettingError};
 
 /// The conservative MTU that crosses Ethernet with PPPoE, and the clouds, unfragmented.
 pub const MTU_1408: usize = 1408;
@@ -140,34 +141,35 @@ pub fn membership_tag(members: &[(i32, SocketAddr)]) -> i64 {
 
 /// A configuration value that breaks a rule; the message names both.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChannelConfigError(pub String);
+pub struct ChannelConfigError(pub SettingError);
 
 impl std::fmt::Display for ChannelConfigError {
+    /// In an embedder's terms; a node file's front end renders the setting itself.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        self.0.fmt(f)
     }
 }
 
 impl std::error::Error for ChannelConfigError {}
 
-fn refuse(message: String) -> Result<(), ChannelConfigError> {
-    Err(ChannelConfigError(message))
+fn refuse(setting: Setting, problem: String) -> Result<(), ChannelConfigError> {
+    Err(ChannelConfigError(SettingError::new(setting, problem)))
 }
 
 /// The longest timer accepted: longer is a typo, not a choice.
 pub const MAX_TIMER: Duration = Duration::from_secs(3600);
 
 /// Checks the timer `[timers] key`: more than zero and at most [`MAX_TIMER`].
-pub fn validate_timer(key: &str, value: Duration) -> Result<(), ChannelConfigError> {
+pub fn validate_timer(setting: Setting, value: Duration) -> Result<(), ChannelConfigError> {
     match timer_problem(value) {
-        Some(problem) => refuse(format!("[timers] {key} = {value:?}: {problem}")),
+        Some(problem) => refuse(setting, format!("is {value:?}; {problem}")),
         None => Ok(()),
     }
 }
 
 /// What is wrong with a timer of `value`, if anything: it must be more than zero and at most
 /// [`MAX_TIMER`]. The one rule for every timer, however its setting is named.
-pub(crate) fn timer_problem(value: Duration) -> Option<&'static str> {
+fn timer_problem(value: Duration) -> Option<&'static str> {
     (value.is_zero() || value > MAX_TIMER).then_some(
         "must be more than 0 and at most 1 hour (a zero interval sends or checks in every duty cycle, a flood)",
     )
@@ -176,9 +178,10 @@ pub(crate) fn timer_problem(value: Duration) -> Option<&'static str> {
 /// Checks a term length: a power of two from 64 KiB to 1 GiB.
 pub fn validate_term_length(term_length: usize) -> Result<(), ChannelConfigError> {
     if !term_length.is_power_of_two() || !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) {
-        return refuse(format!(
-            "[channel] term_length = {term_length}: a term length must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)"
-        ));
+        return refuse(
+            Setting::TermLength,
+            format!("is {term_length}; a term length must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)"),
+        );
     }
     Ok(())
 }
@@ -186,13 +189,13 @@ pub fn validate_term_length(term_length: usize) -> Result<(), ChannelConfigError
 /// Checks an MTU against the UDP limits and the term length.
 pub fn validate_mtu(mtu: usize, term_length: usize) -> Result<(), ChannelConfigError> {
     if mtu % 32 != 0 || !(MIN_MTU..=MAX_UDP_PAYLOAD_LENGTH).contains(&mtu) {
-        return refuse(format!(
-            "[channel] mtu = {mtu}: the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD_LENGTH} (the largest UDP payload); the presets are 1408 and 8192"
+        return refuse(Setting::Mtu, format!(
+            "is {mtu}; the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD_LENGTH} (the largest UDP payload); the presets are 1408 and 8192"
         ));
     }
     if mtu > term_length / 8 {
-        return refuse(format!(
-            "[channel] mtu = {mtu}: MTU {mtu} is larger than term length / 8 = {} (term length {term_length}); lower the MTU or raise the term length to at least {}",
+        return refuse(Setting::Mtu, format!(
+            "is {mtu}, larger than term length / 8 = {} (term length {term_length}); lower the MTU or raise the term length to at least {}",
             term_length / 8,
             (mtu * 8).next_power_of_two()
         ));
@@ -226,38 +229,43 @@ impl ChannelConfig {
         validate_term_length(self.term_length)?;
         validate_mtu(self.mtu, self.term_length)?;
         if self.auth.is_some() && self.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD_LENGTH + 3 {
-            return refuse(format!(
-                "[channel] mtu = {}: with authentication every datagram carries a {TAG_LENGTH}-byte tag, and MTU + tag must fit the largest UDP payload (65507); lower the MTU",
+            return refuse(Setting::Mtu, format!(
+                "is {}; with authentication every datagram carries a {TAG_LENGTH}-byte tag, and MTU + tag must fit the largest UDP payload (65507); lower the MTU",
                 self.mtu
             ));
         }
         if self.receiver_window < self.mtu || self.receiver_window > self.term_length / 2 {
-            return refuse(format!(
-                "[channel] receiver_window = {}: the receiver window must be at least the MTU ({}) and at most term length / 2 ({})",
-                self.receiver_window,
-                self.mtu,
-                self.term_length / 2
-            ));
+            return refuse(
+                Setting::ReceiverWindow,
+                format!(
+                    "is {}; the receiver window must be at least the MTU ({}) and at most term length / 2 ({})",
+                    self.receiver_window,
+                    self.mtu,
+                    self.term_length / 2
+                ),
+            );
         }
         if let Some(rcvbuf) = self.socket.receive_buffer {
             if self.receiver_window > rcvbuf {
-                return refuse(format!(
-                    "[channel] receiver_window = {}: larger than SO_RCVBUF {rcvbuf}: a full window would overflow the socket; raise receive_buffer or lower the window",
+                return refuse(Setting::ReceiverWindow, format!(
+                    "is {}, larger than SO_RCVBUF {rcvbuf}: a full window would overflow the socket; raise {{channel.receive_buffer}} or lower the window",
                     self.receiver_window
                 ));
             }
         }
         if !(1..=MAX_GSO_SEGMENTS).contains(&self.batch_limit) {
-            return refuse(format!(
-                "[channel] batch_limit = {}: must be from 1 to {MAX_GSO_SEGMENTS}",
-                self.batch_limit
-            ));
+            return refuse(
+                Setting::BatchLimit,
+                format!("is {}; must be from 1 to {MAX_GSO_SEGMENTS}", self.batch_limit),
+            );
         }
-        for faults in [&self.send_faults, &self.receive_faults] {
-            faults.validate().map_err(ChannelConfigError)?;
+        for (setting, faults) in
+            [(Setting::SendFaults, &self.send_faults), (Setting::ReceiveFaults, &self.receive_faults)]
+        {
+            faults.validate().map_err(|problem| ChannelConfigError(SettingError::new(setting, problem)))?;
         }
         if self.destinations.iter().any(|d| d.port() == 0) {
-            return refuse("a destination needs a port other than 0".into());
+            return refuse(Setting::Destinations, "a destination needs a port other than 0".into());
         }
         self.validate_timers()
     }
@@ -267,20 +275,20 @@ impl ChannelConfig {
     /// Sender re-sends SETUPs in a loop).
     fn validate_timers(&self) -> Result<(), ChannelConfigError> {
         let timers = [
-            ("status_interval", self.status_interval),
-            ("nak_delay", self.nak_delay),
-            ("nak_retry_delay", self.nak_retry_delay),
-            ("retransmit_linger", self.retransmit_linger),
-            ("receiver_timeout", self.receiver_timeout),
-            ("heartbeat_interval", self.heartbeat_interval),
-            ("setup_interval", self.setup_interval),
+            (Setting::StatusInterval, self.status_interval),
+            (Setting::NakDelay, self.nak_delay),
+            (Setting::NakRetryDelay, self.nak_retry_delay),
+            (Setting::RetransmitLinger, self.retransmit_linger),
+            (Setting::ReceiverTimeout, self.receiver_timeout),
+            (Setting::ChannelHeartbeat, self.heartbeat_interval),
+            (Setting::SetupInterval, self.setup_interval),
         ];
         for (key, value) in timers {
             validate_timer(key, value)?;
         }
         if self.receiver_timeout < self.status_interval * 2 {
-            return refuse(format!(
-                "[timers] receiver_timeout = {:?}: must be at least twice status_interval ({:?}), or receivers time out between their status messages; raise receiver_timeout",
+            return refuse(Setting::ReceiverTimeout, format!(
+                "is {:?}; must be at least twice status_interval ({:?}), or receivers time out between their status messages; raise it",
                 self.receiver_timeout, self.status_interval
             ));
         }
@@ -294,7 +302,7 @@ impl ChannelConfig {
         if self.mtu + tag > path_max_payload {
             // IP and UDP headers: 20 + 8 bytes over IPv4, 40 + 8 over IPv6.
             let overhead = if destination.is_ipv6() { 48 } else { 28 };
-            return refuse(format!(
+            return refuse(Setting::Mtu, format!(
                 "MTU {} does not fit the path to {destination}: its path MTU {} carries at most {path_max_payload} bytes of UDP payload unfragmented; use MTU 1408, or enable jumbo frames (MTU >= {}) on every hop",
                 self.mtu,
                 path_max_payload + overhead,
@@ -324,7 +332,7 @@ mod tests {
 
     #[test]
     fn bad_mtus_are_refused_with_the_rule() {
-        let err = |mtu, term_length| validate_mtu(mtu, term_length).unwrap_err().0;
+        let err = |mtu, term_length| validate_mtu(mtu, term_length).unwrap_err().to_string();
         assert!(err(1400, DEFAULT_TERM_LENGTH).contains("multiple of 32"));
         assert!(err(32, DEFAULT_TERM_LENGTH).contains("from 64"));
         assert!(err(65536, 1 << 30).contains("65504"));
@@ -335,27 +343,44 @@ mod tests {
 
     #[test]
     fn bad_term_lengths_and_windows_are_refused() {
-        assert!(validate_term_length(100_000).unwrap_err().0.contains("power of two"));
+        assert!(validate_term_length(100_000).unwrap_err().to_string().contains("power of two"));
         assert!(validate_term_length(32 * 1024).is_err());
         assert!(validate_term_length(2 << 30).is_err());
-        let e = ChannelConfig { receiver_window: 64 << 20, ..config() }.validate().unwrap_err().0;
+        let e = ChannelConfig { receiver_window: 64 << 20, ..config() }.validate().unwrap_err().to_string();
         assert!(e.contains("term length / 2"), "{e}");
         let e = ChannelConfig { socket: SocketOptions { send_buffer: None, receive_buffer: Some(4096) }, ..config() }
             .validate()
             .unwrap_err()
-            .0;
+            .to_string();
         assert!(e.contains("SO_RCVBUF"), "{e}");
     }
 
     #[test]
     fn zero_absurd_and_inconsistent_timers_are_refused_with_their_key() {
-        let e = ChannelConfig { receiver_timeout: Duration::ZERO, ..config() }.validate().unwrap_err().0;
+        use crate::setting::FrontEnd;
+        let e = ChannelConfig { receiver_timeout: Duration::ZERO, ..config() }
+            .validate()
+            .unwrap_err()
+            .0
+            .render(FrontEnd::NodeFile);
         assert!(e.contains("[timers] receiver_timeout"), "{e}");
-        let e = ChannelConfig { status_interval: Duration::ZERO, ..config() }.validate().unwrap_err().0;
+        let e = ChannelConfig { status_interval: Duration::ZERO, ..config() }
+            .validate()
+            .unwrap_err()
+            .0
+            .render(FrontEnd::NodeFile);
         assert!(e.contains("[timers] status_interval"), "{e}");
-        let e = ChannelConfig { heartbeat_interval: Duration::from_secs(7200), ..config() }.validate().unwrap_err().0;
+        let e = ChannelConfig { heartbeat_interval: Duration::from_secs(7200), ..config() }
+            .validate()
+            .unwrap_err()
+            .0
+            .render(FrontEnd::NodeFile);
         assert!(e.contains("[timers] heartbeat_interval") && e.contains("1 hour"), "{e}");
-        let e = ChannelConfig { receiver_timeout: Duration::from_millis(300), ..config() }.validate().unwrap_err().0;
+        let e = ChannelConfig { receiver_timeout: Duration::from_millis(300), ..config() }
+            .validate()
+            .unwrap_err()
+            .0
+            .render(FrontEnd::NodeFile);
         assert!(e.contains("twice status_interval"), "{e}");
     }
 
@@ -371,7 +396,7 @@ mod tests {
     #[test]
     fn a_path_that_cannot_carry_the_mtu_is_named() {
         let c = ChannelConfig { mtu: MTU_8192, ..config() };
-        let e = c.validate_path(c.destinations[0], 1472).unwrap_err().0;
+        let e = c.validate_path(c.destinations[0], 1472).unwrap_err().to_string();
         assert!(
             e.contains("MTU 8192") && e.contains("path MTU 1500") && e.contains("1472") && e.contains("1408"),
             "{e}"

@@ -37,6 +37,7 @@ use crate::media::retransmit::{NakOutcome, RetransmitHandler};
 use crate::media::transport::{
     MmsgScratch, Network, RecvBatch, SendMode, SendOutcome, Transport, Udp, UdpEndpoint, MAX_BATCH,
 };
+use crate::setting::{Setting, SettingError};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::shm::log_buffer::{scan, ConsumerPosition, LogBuffer};
@@ -329,11 +330,11 @@ impl NetworkPublication {
     /// [`Faulty`](crate::media::transport::faulty::Faulty) network.
     pub fn new(log: LogBuffer, config: ChannelConfig, counters: SenderCounters) -> Result<Self, PublicationError> {
         if config.has_faults() {
-            return Err(PublicationError::Config(ChannelConfigError(
-                "send_faults or receive_faults are set: open the publication with NetworkPublication::open on \
-                 transport::faulty::Faulty::new(Udp, send_faults, receive_faults)"
-                    .into(),
-            )));
+            return Err(PublicationError::Config(ChannelConfigError(SettingError::new(
+                Setting::SendFaults,
+                "faults are set: open the publication with NetworkPublication::open on \
+                 transport::faulty::Faulty::new(Udp, send_faults, receive_faults)",
+            ))));
         }
         Self::open(log, config, counters, &mut Udp)
     }
@@ -351,12 +352,15 @@ impl<T: Transport> NetworkPublication<T> {
     ) -> Result<Self, PublicationError> {
         config.validate()?;
         if log.config().mtu != config.mtu || log.term_length() != config.term_length {
-            return Err(ChannelConfigError(format!(
-                "the log was made with MTU {} and term length {}, the channel asks for MTU {} and term length {}",
-                log.config().mtu,
-                log.term_length(),
-                config.mtu,
-                config.term_length
+            return Err(ChannelConfigError(SettingError::new(
+                Setting::Mtu,
+                format!(
+                    "the log was made with MTU {} and term length {}, the channel asks for MTU {} and term length {}",
+                    log.config().mtu,
+                    log.term_length(),
+                    config.mtu,
+                    config.term_length
+                ),
             ))
             .into());
         }

@@ -9,7 +9,7 @@ use crate::agent::ThreadingMode;
 use crate::client::credentials::{ClientKey, SessionSecret};
 use crate::cluster::consensus_core::Timers;
 use crate::media::auth::AuthKey;
-use crate::media::channel::{membership_tag, timer_problem, ChannelConfig};
+use crate::media::channel::{membership_tag, validate_timer, ChannelConfig};
 use crate::media::transport::SendMode;
 use crate::setting::{Setting, SettingError};
 use crate::shm::directory::NodeDirectory;
@@ -652,12 +652,9 @@ impl NodeBuilder {
     }
 }
 
-/// Checks a timer `setting` by the rule every timer follows ([`timer_problem`]).
+/// Checks a timer `setting` by the rule every timer follows ([`validate_timer`]).
 fn check_timer(setting: Setting, value: Duration) -> Result<(), SettingError> {
-    match timer_problem(value) {
-        Some(problem) => Err(SettingError::new(setting, format!("({value:?}) {problem}"))),
-        None => Ok(()),
-    }
+    validate_timer(setting, value).map_err(|e| e.0)
 }
 
 #[cfg(test)]

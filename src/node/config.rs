@@ -414,7 +414,7 @@ impl NodeFile {
         self.storage.apply(&mut config.storage);
         self.clients.apply(&mut config.clients);
         config.validate().map_err(in_file_terms)?;
-        config.channel.validate()?;
+        config.channel.validate().map_err(|e| in_file_terms(e.into()))?;
         Ok(config)
     }
 }

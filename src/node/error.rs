@@ -87,7 +87,7 @@ impl From<crate::setting::SettingError> for NodeError {
 
 impl From<ChannelConfigError> for NodeError {
     fn from(e: ChannelConfigError) -> Self {
-        Self::Config(e.0)
+        Self::Setting(e.0)
     }
 }
 
