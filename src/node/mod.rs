@@ -40,6 +40,7 @@
 mod builder;
 mod client;
 mod client_limits;
+mod committed;
 #[cfg(feature = "config")]
 pub mod config;
 mod driver;
@@ -74,7 +75,6 @@ use crate::setting::{Setting, SettingError};
 use crate::shm::buffer::{AtomicBuffer, Region};
 use crate::shm::counters::{Counter, CountersManager};
 use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
-use crate::shm::log_buffer::MessageReader;
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::shm::stats::Stats;
 use crate::storage::recording::catch_up::{CatchUpKey, CatchUpServer};
@@ -82,7 +82,8 @@ use crate::storage::recording::{Recorder, RecorderCounters, SyncPolicy};
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 use crate::storage::vote_file::VoteFile;
 
-use self::client::{ReaderLog, Shared};
+use self::client::Shared;
+use self::committed::CommittedReader;
 use self::driver::{ConsensusAgent, DriverCounters, DriverParts};
 use self::ingress::{ClientIngress, IngressCounters};
 use self::replay::Replay;
@@ -113,14 +114,8 @@ pub struct Node {
     commit: Counter,
     /// The leader's append position (what [`LocalClient::offer_and_wait`] waits to see committed).
     append: Counter,
-    /// The reader of committed entries: `None` until this node has a log.
-    reader: Option<MessageReader>,
-    /// The reader of committed entries from the recorded log, before the first log in memory.
-    replay: Option<Replay>,
-    /// Why the replay stopped (a damaged recording), if it did.
-    replay_error: Option<crate::storage::recording::RecordingError>,
-    /// The recorder's counters (with a recorded log): what is recorded bounds the replay.
-    recorder: Option<RecorderCounters>,
+    /// What the application is handed: committed entries, in log order, from wherever they are.
+    committed: CommittedReader,
     /// The position below which the recorder may delete segments (the oldest snapshot kept).
     compact_below: Counter,
     /// Remote clients' sessions, as the log builds them (taken while a poll runs).
@@ -131,16 +126,6 @@ pub struct Node {
     last_snapshot: i64,
     /// Committed entries were polled for (a restore after that is refused).
     polled: bool,
-    /// Where the last message handed out ends.
-    applied: i64,
-    /// A reader of the recording, to start replays from (with a recorded log).
-    recording: Option<crate::storage::recording::RecordingReader>,
-    /// A catch-up installed the leader's snapshot at this position: the application loads it
-    /// ([`Node::poll_state`]) before any entry after it is handed out.
-    pending_snapshot: Option<i64>,
-    /// Where reading stops next to go on in another log, as last read from the shared queue.
-    next_switch: Option<i64>,
-    switch_generation: u64,
     event_generation: u64,
     callbacks: Vec<RoleCallback>,
     handles: Option<AgentHandles>,
@@ -263,7 +248,8 @@ impl Node {
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
         });
-        let start_position = replay.as_ref().map_or(0, Replay::position);
+        let committed =
+            CommittedReader::new(config.id, Arc::clone(&shared), replay, recorder_counters, recording_template);
         let handles = start_agents(&config, Box::new(agent), sender, receiver, recorder, &counters, &mut warnings)?;
         Ok(Node {
             config,
@@ -271,20 +257,12 @@ impl Node {
             ingress,
             commit,
             append,
-            reader: None,
-            replay,
-            replay_error: None,
-            recorder: recorder_counters,
+            committed,
             compact_below,
             sessions: Some(sessions),
             snapshots: None,
             last_snapshot: 0,
             polled: false,
-            applied: start_position,
-            recording: recording_template,
-            pending_snapshot: None,
-            next_switch: None,
-            switch_generation: 0,
             event_generation: 0,
             callbacks: Vec::new(),
             handles: Some(handles),
@@ -340,23 +318,13 @@ impl Node {
     /// before it was handed out. It stops before the first fragments of a message not yet whole (a
     /// snapshot is taken here, and a restore reads them again).
     pub fn applied_position(&self) -> i64 {
-        self.applied
-    }
-
-    /// The position the reader of committed entries has read up to (the fragments of a message not yet
-    /// whole included).
-    fn read_position(&self) -> i64 {
-        match (&self.reader, &self.replay) {
-            (Some(reader), _) => reader.position(),
-            (None, Some(replay)) => replay.position(),
-            (None, None) => 0,
-        }
+        self.committed.applied()
     }
 
     /// Why the replay of the recorded log stopped (a damaged segment: the error names it and says what to
     /// do); committed entries are not handed out past it.
     pub fn recording_error(&self) -> Option<&crate::storage::recording::RecordingError> {
-        self.replay_error.as_ref()
+        self.committed.recording_error()
     }
 
     /// Warnings from start-up (layout, socket buffers, send mode fallbacks).
@@ -431,7 +399,7 @@ impl Node {
     pub fn poll_service(&mut self, fragment_limit: usize, mut handler: impl FnMut(&Entry<'_>, &mut Vec<u8>)) -> usize {
         self.deliver_role_changes();
         self.polled = true;
-        if let Some(position) = self.pending_snapshot {
+        if let Some(position) = self.committed.pending_snapshot() {
             // Only poll_state can load it: nothing after it is handed out until then.
             self.logs.warn(crate::agent::clock::NanoClock::new().now_ns(), || {
                 format!(
@@ -445,75 +413,16 @@ impl Node {
         let skip_below = self.config.resume_from.unwrap_or(0);
         let leading = self.shared.role() == Role::Leader;
         let mut sessions = self.sessions.take().expect("the session table is put back after every poll");
-        let mut applied = None;
-        let mut deliver = |entry: &[u8], end: i64, flags: u8| {
-            applied = Some(end);
+        let fragments = self.committed.poll(commit, fragment_limit, &mut |entry: &[u8], end: i64, flags: u8| {
             let handed = end > skip_below;
             if flags & SESSION_FLAG != 0 {
                 sessions.on_entry(entry, end, leading, handed, &mut handler);
             } else {
                 sessions.on_plain(entry, end, handed, &mut handler);
             }
-        };
-        let mut fragments = self.poll_replay(commit, fragment_limit, &mut deliver);
-        loop {
-            self.refresh_switch();
-            let end = self.next_switch.unwrap_or(i64::MAX);
-            if let Some(reader) = self.reader.as_mut() {
-                fragments += reader.poll_bounded_with_flags(commit.min(end), fragment_limit - fragments, &mut deliver);
-            }
-            if fragments >= fragment_limit || self.replay.is_some() || self.read_position() < end || !self.switch_log()
-            {
-                break;
-            }
-        }
+        });
         sessions.flush();
         self.sessions = Some(sessions);
-        // Every byte below the read position is handed on, unless a message's first fragments wait for
-        // the rest: then what is applied ends with the last whole message.
-        let assembling = match (&self.reader, &self.replay) {
-            (Some(reader), _) => reader.is_assembling(),
-            (None, Some(replay)) => replay.assembler.is_assembling(),
-            (None, None) => false,
-        };
-        if !assembling {
-            self.applied = self.applied.max(self.read_position());
-        } else if let Some(end) = applied {
-            self.applied = end;
-        }
-        fragments
-    }
-
-    /// Reads committed entries from the recording, up to the first switch to a log in memory, and makes
-    /// that switch once there.
-    fn poll_replay(&mut self, commit: i64, fragment_limit: usize, deliver: &mut impl FnMut(&[u8], i64, u8)) -> usize {
-        if self.replay.is_none() {
-            return 0;
-        }
-        self.refresh_switch();
-        if self.pending_snapshot.is_some() {
-            // A catch-up installed the leader's snapshot just now, and the replay starts after it: nothing
-            // from there is handed out before poll_state has loaded the snapshot into the state.
-            return 0;
-        }
-        // Nothing is read before this member has joined a leader or leads: only then is its log's end known.
-        let Some(first) = self.next_switch else {
-            return 0;
-        };
-        let recorded = self.recorder.as_ref().map_or(0, |c| c.position.get());
-        let replay = self.replay.as_mut().expect("checked");
-        let fragments = match replay.poll(commit.min(first).min(recorded), fragment_limit, deliver) {
-            Ok(fragments) => fragments,
-            Err(e) => {
-                log::error!("member {}: the replay of the recorded log stopped: {e}", self.config.id);
-                self.replay_error = Some(e);
-                self.replay = None;
-                return 0;
-            }
-        };
-        if replay.position() >= first {
-            self.switch_log();
-        }
         fragments
     }
 
@@ -533,30 +442,29 @@ impl Node {
             log::warn!("member {}: {skipped}", self.config.id);
             self.warnings.push(skipped.clone());
         }
-        let start = self.replay.as_ref().map_or(0, Replay::position);
-        match (&restored.info, self.replay.as_mut()) {
-            (Some(info), Some(replay)) => {
-                if info.position < start {
-                    return Err(NodeError::Snapshot(format!(
-                        "{}: at position {}, below the recorded log's start {start}; the log between is gone: \
-                         move the data directory away to start this member empty",
-                        info.path.display(),
-                        info.position
-                    )));
-                }
-                *replay = replay.restart_at(info.position);
-                self.last_snapshot = info.position;
-                self.applied = info.position;
+        let start = self.committed.replay_start();
+        match &restored.info {
+            Some(info) if info.position < start => {
+                return Err(NodeError::Snapshot(format!(
+                    "{}: at position {}, below the recorded log's start {start}; the log between is gone: \
+                     move the data directory away to start this member empty",
+                    info.path.display(),
+                    info.position
+                )));
             }
-            (Some(info), None) => self.last_snapshot = info.position,
-            (None, _) if start > 0 => {
+            // With a recorded log, its replay starts at the snapshot; without one, there is nothing to replay.
+            Some(info) => {
+                self.committed.restart_replay_at(info.position);
+                self.last_snapshot = info.position;
+            }
+            None if start > 0 => {
                 return Err(NodeError::Snapshot(format!(
                     "no snapshot verifies, and the recorded log starts at {start}: the state before it cannot be \
                      rebuilt; restore a snapshot into {}, or move the data directory away to start this member empty",
                     self.config.snapshot_dir_path().display()
                 )))
             }
-            (None, _) => {}
+            None => {}
         }
         Ok(restored.info.map(|info| info.position))
     }
@@ -564,11 +472,7 @@ impl Node {
     /// As [`poll_committed`](Self::poll_committed), applying each entry to `machine`, and taking a snapshot
     /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied.
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
-        if self.pending_snapshot.is_some() {
-            // A newer catch-up may have installed a newer snapshot since: it supersedes this one.
-            self.refresh_switch();
-        }
-        if let Some(position) = self.pending_snapshot {
+        if let Some(position) = self.committed.newest_pending_snapshot() {
             // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
             let (store, sessions) = self.store_and_sessions()?;
             let restored = store
@@ -587,9 +491,8 @@ impl Node {
                     )))
                 }
             }
-            self.pending_snapshot = None;
+            self.committed.snapshot_loaded(position);
             self.last_snapshot = position;
-            self.applied = position;
         }
         let fragments = self.poll_service(fragment_limit, |entry, response| machine.apply_entry(entry, response));
         let due = self
@@ -597,7 +500,7 @@ impl Node {
             .storage
             .snapshot_interval
             .is_some_and(|every| self.applied_position() - self.last_snapshot >= every as i64);
-        if due && self.pending_snapshot.is_none() {
+        if due && self.committed.pending_snapshot().is_none() {
             self.take_snapshot(machine)?;
         }
         Ok(fragments)
@@ -606,7 +509,7 @@ impl Node {
     /// Takes a snapshot of `machine` at the applied position, keeps the newest
     /// [`StorageConfig::snapshots_kept`], and lets the recorder delete the log below the oldest kept.
     pub fn take_snapshot(&mut self, machine: &mut impl StateMachine) -> Result<SnapshotInfo, NodeError> {
-        if let Some(position) = self.pending_snapshot {
+        if let Some(position) = self.committed.pending_snapshot() {
             // The state is not yet the installed snapshot's: a snapshot of it now would be wrong.
             return Err(NodeError::Snapshot(format!(
                 "the snapshot a catch-up installed at {position} is not loaded yet: poll_state first"
@@ -640,66 +543,6 @@ impl Node {
         }
         let sessions = self.sessions.as_mut().expect("the session table is put back after every poll");
         Ok((self.snapshots.as_ref().expect("opened"), sessions))
-    }
-
-    /// Reads where the next switch of logs is, when the consensus agent queued or completed one.
-    fn refresh_switch(&mut self) {
-        let generation = self.shared.switches.generation();
-        if generation != self.switch_generation {
-            self.switch_generation = generation;
-            self.take_installed_snapshot();
-            self.next_switch = self.shared.switches.next_at();
-        }
-    }
-
-    /// A catch-up installed the leader's snapshot: it replaces the state every earlier switch led to, so
-    /// the reader drops them and goes on from the snapshot once the application has loaded it.
-    fn take_installed_snapshot(&mut self) {
-        let installed = |log: &ReaderLog| matches!(log, ReaderLog::Recorded { snapshot: Some(_) });
-        let Some((_, ReaderLog::Recorded { snapshot: Some(position) }, _)) =
-            self.shared.switches.take_superseding(installed)
-        else {
-            return;
-        };
-        let Some(template) = &self.recording else {
-            return;
-        };
-        self.reader = None;
-        self.replay = Some(Replay::new(template.reopen(position)));
-        self.pending_snapshot = Some(position);
-    }
-
-    /// At the next switch's position, goes on in its log, once it is there; true when it did.
-    fn switch_log(&mut self) -> bool {
-        let Some((at, next_log, next)) = self.shared.switches.take() else {
-            return false;
-        };
-        self.next_switch = next;
-        match next_log {
-            ReaderLog::Memory(reader, consumer) => match (self.reader.as_mut(), self.replay.take()) {
-                (Some(current), _) => current.continue_in(reader, consumer),
-                (None, Some(replay)) => {
-                    self.reader = Some(MessageReader::continuing(reader, consumer, at, replay.assembler))
-                }
-                (None, None) => self.reader = Some(MessageReader::new(reader, consumer, at)),
-            },
-            ReaderLog::Recorded { snapshot } => {
-                // A catch-up filled the recording from here (or from the snapshot it installed).
-                let Some(template) = &self.recording else {
-                    return false;
-                };
-                // The reader may be past `at`: it read a Receiver's image the recorder had not recorded,
-                // which the catch-up fetched again.
-                let from = snapshot.unwrap_or(at.max(self.read_position()));
-                let mut replay = Replay::new(template.reopen(from));
-                if let (Some(reader), None) = (self.reader.take(), snapshot) {
-                    replay.assembler = reader.into_assembler();
-                }
-                self.replay = Some(replay);
-                self.pending_snapshot = snapshot;
-            }
-        }
-        true
     }
 
     fn deliver_role_changes(&mut self) {

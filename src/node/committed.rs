@@ -1,0 +1,251 @@
+//! The committed-entry reader: what a node hands its application, in log order, from wherever the
+//! entries are (the recorded log after a restart or a catch-up, then each leadership term's log in
+//! memory), across log switches and the snapshots a catch-up installs.
+//!
+//! Invariants: entries are handed out in log order, each once, never past the commit position; a
+//! switch is made only at its position, once the reader is there; after a catch-up installed a
+//! snapshot at `p`, nothing after `p` is handed out until the application has loaded it
+//! ([`CommittedReader::snapshot_loaded`]).
+
+use std::sync::Arc;
+
+use super::client::{ReaderLog, Shared};
+use super::replay::Replay;
+use crate::shm::log_buffer::MessageReader;
+use crate::storage::recording::{RecorderCounters, RecordingError, RecordingReader};
+
+/// Reads a node's committed entries; see the module documentation.
+pub(super) struct CommittedReader {
+    member_id: i32,
+    shared: Arc<Shared>,
+    /// The reader of a log in memory: `None` until this node has one.
+    reader: Option<MessageReader>,
+    /// The reader of the recorded log, before the first log in memory (or after a catch-up).
+    replay: Option<Replay>,
+    /// Why the replay stopped (a damaged recording), if it did.
+    replay_error: Option<RecordingError>,
+    /// The recorder's counters (with a recorded log): what is recorded bounds the replay.
+    recorder: Option<RecorderCounters>,
+    /// A reader of the recording, to start replays from (with a recorded log).
+    recording: Option<RecordingReader>,
+    /// A catch-up installed the leader's snapshot at this position, not yet loaded.
+    pending_snapshot: Option<i64>,
+    /// Where reading stops next to go on in another log, as last read from the shared queue.
+    next_switch: Option<i64>,
+    switch_generation: u64,
+    /// Where the last message handed out ends.
+    applied: i64,
+}
+
+impl CommittedReader {
+    /// A reader that starts with `replay` (a recorded log) or with nothing until the first switch.
+    pub(super) fn new(
+        member_id: i32,
+        shared: Arc<Shared>,
+        replay: Option<Replay>,
+        recorder: Option<RecorderCounters>,
+        recording: Option<RecordingReader>,
+    ) -> Self {
+        let applied = replay.as_ref().map_or(0, Replay::position);
+        Self {
+            member_id,
+            shared,
+            reader: None,
+            replay,
+            replay_error: None,
+            recorder,
+            recording,
+            pending_snapshot: None,
+            next_switch: None,
+            switch_generation: 0,
+            applied,
+        }
+    }
+
+    /// Where the last whole message handed out ends.
+    pub(super) fn applied(&self) -> i64 {
+        self.applied
+    }
+
+    /// Why the replay of the recorded log stopped, if it did.
+    pub(super) fn recording_error(&self) -> Option<&RecordingError> {
+        self.replay_error.as_ref()
+    }
+
+    /// Where the replay of the recorded log starts (0 without one).
+    pub(super) fn replay_start(&self) -> i64 {
+        self.replay.as_ref().map_or(0, Replay::position)
+    }
+
+    /// Makes the replay start at `position` (a restored snapshot's); false without a replay.
+    pub(super) fn restart_replay_at(&mut self, position: i64) -> bool {
+        let Some(replay) = self.replay.as_mut() else {
+            return false;
+        };
+        *replay = replay.restart_at(position);
+        self.applied = position;
+        true
+    }
+
+    /// The position of a snapshot a catch-up installed that the application has still to load.
+    pub(super) fn pending_snapshot(&self) -> Option<i64> {
+        self.pending_snapshot
+    }
+
+    /// As [`pending_snapshot`](Self::pending_snapshot), after looking for a newer one.
+    pub(super) fn newest_pending_snapshot(&mut self) -> Option<i64> {
+        if self.pending_snapshot.is_some() {
+            // A newer catch-up may have installed a newer snapshot since: it supersedes this one.
+            self.refresh_switch();
+        }
+        self.pending_snapshot
+    }
+
+    /// The pending snapshot is as loaded as `position`'s: entries after it may be handed out.
+    pub(super) fn snapshot_loaded(&mut self, position: i64) {
+        self.pending_snapshot = None;
+        self.applied = position;
+    }
+
+    /// Hands committed entries, up to `commit` and `fragment_limit` fragments, to `deliver` (each
+    /// message's bytes, where it ends, and its flags); returns the fragments read.
+    pub(super) fn poll(
+        &mut self,
+        commit: i64,
+        fragment_limit: usize,
+        deliver: &mut impl FnMut(&[u8], i64, u8),
+    ) -> usize {
+        let mut last_end = None;
+        let mut deliver = |entry: &[u8], end: i64, flags: u8| {
+            last_end = Some(end);
+            deliver(entry, end, flags);
+        };
+        let mut fragments = self.poll_replay(commit, fragment_limit, &mut deliver);
+        loop {
+            self.refresh_switch();
+            let end = self.next_switch.unwrap_or(i64::MAX);
+            if let Some(reader) = self.reader.as_mut() {
+                fragments += reader.poll_bounded_with_flags(commit.min(end), fragment_limit - fragments, &mut deliver);
+            }
+            if fragments >= fragment_limit || self.replay.is_some() || self.read_position() < end || !self.switch_log()
+            {
+                break;
+            }
+        }
+        // Every byte below the read position is handed on, unless a message's first fragments wait for
+        // the rest: then what is applied ends with the last whole message.
+        let assembling = match (&self.reader, &self.replay) {
+            (Some(reader), _) => reader.is_assembling(),
+            (None, Some(replay)) => replay.assembler.is_assembling(),
+            (None, None) => false,
+        };
+        if !assembling {
+            self.applied = self.applied.max(self.read_position());
+        } else if let Some(end) = last_end {
+            self.applied = end;
+        }
+        fragments
+    }
+
+    /// The position the reader has read up to (the fragments of a message not yet whole included).
+    fn read_position(&self) -> i64 {
+        match (&self.reader, &self.replay) {
+            (Some(reader), _) => reader.position(),
+            (None, Some(replay)) => replay.position(),
+            (None, None) => 0,
+        }
+    }
+
+    /// Reads committed entries from the recording, up to the first switch to a log in memory, and makes
+    /// that switch once there.
+    fn poll_replay(&mut self, commit: i64, fragment_limit: usize, deliver: &mut impl FnMut(&[u8], i64, u8)) -> usize {
+        if self.replay.is_none() {
+            return 0;
+        }
+        self.refresh_switch();
+        if self.pending_snapshot.is_some() {
+            // A catch-up installed the leader's snapshot just now, and the replay starts after it: nothing
+            // from there is handed out before poll_state has loaded the snapshot into the state.
+            return 0;
+        }
+        // Nothing is read before this member has joined a leader or leads: only then is its log's end known.
+        let Some(first) = self.next_switch else {
+            return 0;
+        };
+        let recorded = self.recorder.as_ref().map_or(0, |c| c.position.get());
+        let replay = self.replay.as_mut().expect("checked");
+        let fragments = match replay.poll(commit.min(first).min(recorded), fragment_limit, deliver) {
+            Ok(fragments) => fragments,
+            Err(e) => {
+                log::error!("member {}: the replay of the recorded log stopped: {e}", self.member_id);
+                self.replay_error = Some(e);
+                self.replay = None;
+                return 0;
+            }
+        };
+        if replay.position() >= first {
+            self.switch_log();
+        }
+        fragments
+    }
+
+    /// Reads where the next switch of logs is, when the consensus agent queued or completed one.
+    fn refresh_switch(&mut self) {
+        let generation = self.shared.switches.generation();
+        if generation != self.switch_generation {
+            self.switch_generation = generation;
+            self.take_installed_snapshot();
+            self.next_switch = self.shared.switches.next_at();
+        }
+    }
+
+    /// A catch-up installed the leader's snapshot: it replaces the state every earlier switch led to, so
+    /// the reader drops them and goes on from the snapshot once the application has loaded it.
+    fn take_installed_snapshot(&mut self) {
+        let installed = |log: &ReaderLog| matches!(log, ReaderLog::Recorded { snapshot: Some(_) });
+        let Some((_, ReaderLog::Recorded { snapshot: Some(position) }, _)) =
+            self.shared.switches.take_superseding(installed)
+        else {
+            return;
+        };
+        let Some(template) = &self.recording else {
+            return;
+        };
+        self.reader = None;
+        self.replay = Some(Replay::new(template.reopen(position)));
+        self.pending_snapshot = Some(position);
+    }
+
+    /// At the next switch's position, goes on in its log, once it is there; true when it did.
+    fn switch_log(&mut self) -> bool {
+        let Some((at, next_log, next)) = self.shared.switches.take() else {
+            return false;
+        };
+        self.next_switch = next;
+        match next_log {
+            ReaderLog::Memory(reader, consumer) => match (self.reader.as_mut(), self.replay.take()) {
+                (Some(current), _) => current.continue_in(reader, consumer),
+                (None, Some(replay)) => {
+                    self.reader = Some(MessageReader::continuing(reader, consumer, at, replay.assembler))
+                }
+                (None, None) => self.reader = Some(MessageReader::new(reader, consumer, at)),
+            },
+            ReaderLog::Recorded { snapshot } => {
+                // A catch-up filled the recording from here (or from the snapshot it installed).
+                let Some(template) = &self.recording else {
+                    return false;
+                };
+                // The reader may be past `at`: it read a Receiver's image the recorder had not recorded,
+                // which the catch-up fetched again.
+                let from = snapshot.unwrap_or(at.max(self.read_position()));
+                let mut replay = Replay::new(template.reopen(from));
+                if let (Some(reader), None) = (self.reader.take(), snapshot) {
+                    replay.assembler = reader.into_assembler();
+                }
+                self.replay = Some(replay);
+                self.pending_snapshot = snapshot;
+            }
+        }
+        true
+    }
+}
