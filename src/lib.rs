@@ -130,7 +130,7 @@ pub use crate::media::transport::SendMode;
 pub use crate::node::config::NodeFile;
 pub use crate::node::{
     AddressRange, ClientEndpointConfig, LocalClient, LocalOfferError, LocalWaitError, LogStorage, Member, Node,
-    NodeBuilder, NodeConfig, NodeError, RoleChange, StorageConfig,
+    NodeBuilder, NodeConfig, NodeError, PerAgent, RoleChange, StorageConfig,
 };
 pub use crate::setting::{Setting, SettingError};
 pub use crate::shm::stats::Stats;

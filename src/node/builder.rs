@@ -258,6 +258,40 @@ impl std::fmt::Display for AddressRange {
     }
 }
 
+/// One setting per agent of a node: where each agent goes (its idle strategy, its core), by name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerAgent<T> {
+    /// The consensus agent's (elections, the append stage, client ingress).
+    pub consensus: T,
+    /// The Sender's (the leader's log to every follower).
+    pub sender: T,
+    /// The Receiver's (a follower's image of the leader's log).
+    pub receiver: T,
+    /// The recorder's (the log on disk; a node with a recorded log only).
+    pub recorder: T,
+}
+
+impl<T: Clone> PerAgent<T> {
+    /// The same for every agent.
+    pub fn all(value: T) -> Self {
+        Self { consensus: value.clone(), sender: value.clone(), receiver: value.clone(), recorder: value }
+    }
+}
+
+impl<T> PerAgent<T> {
+    /// Each agent's, in the order consensus, sender, receiver, recorder.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        [&self.consensus, &self.sender, &self.receiver, &self.recorder].into_iter()
+    }
+}
+
+impl<T> From<[T; 4]> for PerAgent<T> {
+    /// Consensus, sender, receiver and recorder, in that order.
+    fn from([consensus, sender, receiver, recorder]: [T; 4]) -> Self {
+        Self { consensus, sender, receiver, recorder }
+    }
+}
+
 /// Everything a node is started from. Build it with [`NodeBuilder`].
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -295,12 +329,12 @@ pub struct NodeConfig {
     /// Stream id of the log.
     /// Default: `1001`.
     pub stream_id: i32,
-    /// Idle strategies of the consensus, sender, receiver and recorder agents.
+    /// Idle strategies of the consensus, sender, receiver and recorder agents: each agent's default is
+    /// the `backoff:10,5,1us,1ms` of [`IdleStrategyConfig::default`]. Default: as its type documents.
+    pub idle: PerAgent<IdleStrategyConfig>,
+    /// Cores to pin the consensus, sender, receiver and recorder agents to: by default none is pinned.
     /// Default: as its type documents.
-    pub idle: [IdleStrategyConfig; 4],
-    /// Cores to pin the consensus, sender, receiver and recorder agents to.
-    /// Default: `[None, None, None, None]`.
-    pub cores: [Option<usize>; 4],
+    pub cores: PerAgent<Option<usize>>,
     /// How the agents are put on threads.
     /// Default: `Dedicated`.
     pub threading: ThreadingMode,
@@ -354,7 +388,7 @@ impl NodeConfig {
                 pair[0]
             )));
         }
-        for idle in &self.idle {
+        for idle in self.idle.iter() {
             idle.validate().map_err(|e| NodeError::Config(e.to_string()))?;
         }
         self.timers.validate()?;
@@ -482,8 +516,8 @@ impl NodeBuilder {
                 clean_stale: false,
                 channel: ChannelConfig::default(),
                 stream_id: 1001,
-                idle: [backoff; 4],
-                cores: [None; 4],
+                idle: PerAgent::all(backoff),
+                cores: PerAgent::all(None),
                 threading: ThreadingMode::Dedicated,
                 force_layout: false,
                 commit_piggyback: false,
@@ -569,19 +603,21 @@ impl NodeBuilder {
     /// On a string that is not an idle strategy; use [`NodeBuilder::idle`] to handle the error.
     pub fn idle_all(mut self, idle: &str) -> Self {
         let idle: IdleStrategyConfig = idle.parse().expect("an idle strategy");
-        self.config.idle = [idle; 4];
+        self.config.idle = PerAgent::all(idle);
         self
     }
 
-    /// The idle strategies of the consensus, sender, receiver and recorder agents.
-    pub fn idle(mut self, agents: [IdleStrategyConfig; 4]) -> Self {
-        self.config.idle = agents;
+    /// The idle strategies of the consensus, sender, receiver and recorder agents (a [`PerAgent`], or
+    /// an array in that order).
+    pub fn idle(mut self, agents: impl Into<PerAgent<IdleStrategyConfig>>) -> Self {
+        self.config.idle = agents.into();
         self
     }
 
-    /// The cores of the consensus, sender, receiver and recorder agents.
-    pub fn cores(mut self, agents: [Option<usize>; 4]) -> Self {
-        self.config.cores = agents;
+    /// The cores of the consensus, sender, receiver and recorder agents (a [`PerAgent`], or an array in
+    /// that order).
+    pub fn cores(mut self, agents: impl Into<PerAgent<Option<usize>>>) -> Self {
+        self.config.cores = agents.into();
         self
     }
 

@@ -391,8 +391,8 @@ impl NodeFile {
         config.data_dir = self.data_dir.clone();
         let agents = &self.agents;
         let entries = [agents.consensus, agents.sender, agents.receiver, agents.recorder];
-        config.idle = entries.map(|entry| self.agent_idle(&entry));
-        config.cores = entries.map(|entry| entry.core);
+        config.idle = entries.map(|entry| self.agent_idle(&entry)).into();
+        config.cores = entries.map(|entry| entry.core).into();
         if let Some(mode) = agents.threading {
             config.threading = mode.0;
         }
@@ -613,8 +613,9 @@ mod file_tests {
                 IdleStrategyConfig::NoOp,
                 IdleStrategyConfig::NoOp
             ]
+            .into()
         );
-        assert_eq!(config.cores, [None, Some(1), None, None]);
+        assert_eq!(config.cores, [None, Some(1), None, None].into());
     }
 
     #[test]
@@ -635,8 +636,8 @@ mod file_tests {
         assert_eq!(config.threading, ThreadingMode::Shared);
         let backoff: IdleStrategyConfig = "backoff:10,5,1us,1ms".parse().unwrap();
         // The sender's own idle from the node file stays (the profile set only its core).
-        assert_eq!(config.idle, [backoff, IdleStrategyConfig::BusySpin, backoff, backoff]);
-        assert_eq!(config.cores, [None, Some(0), None, None]);
+        assert_eq!(config.idle, [backoff, IdleStrategyConfig::BusySpin, backoff, backoff].into());
+        assert_eq!(config.cores, [None, Some(0), None, None].into());
         assert_eq!((config.id, config.channel.mtu), (1, 8192));
     }
 

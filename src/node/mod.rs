@@ -54,8 +54,8 @@ mod slot;
 mod wiring;
 
 pub use builder::{
-    AddressRange, ClientEndpointConfig, LogStorage, Member, NodeBuilder, NodeConfig, StorageConfig, CLIENT_PORT_OFFSET,
-    CONSENSUS_PORT_OFFSET,
+    AddressRange, ClientEndpointConfig, LogStorage, Member, NodeBuilder, NodeConfig, PerAgent, StorageConfig,
+    CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET,
 };
 pub use client::LocalClient;
 pub use error::{LocalOfferError, LocalWaitError, NodeError};

@@ -367,16 +367,31 @@ pub(super) fn start_agents(
     warnings: &mut Vec<String>,
 ) -> Result<AgentHandles, NodeError> {
     let mut specs = vec![
-        AgentSpec { role: AgentRole::Consensus, agent: consensus, idle: config.idle[0], core: config.cores[0] },
-        AgentSpec { role: AgentRole::Sender, agent: Box::new(sender), idle: config.idle[1], core: config.cores[1] },
-        AgentSpec { role: AgentRole::Receiver, agent: Box::new(receiver), idle: config.idle[2], core: config.cores[2] },
+        AgentSpec {
+            role: AgentRole::Consensus,
+            agent: consensus,
+            idle: config.idle.consensus,
+            core: config.cores.consensus,
+        },
+        AgentSpec {
+            role: AgentRole::Sender,
+            agent: Box::new(sender),
+            idle: config.idle.sender,
+            core: config.cores.sender,
+        },
+        AgentSpec {
+            role: AgentRole::Receiver,
+            agent: Box::new(receiver),
+            idle: config.idle.receiver,
+            core: config.cores.receiver,
+        },
     ];
     if let Some(recorder) = recorder {
         specs.push(AgentSpec {
             role: AgentRole::Recorder,
             agent: recorder,
-            idle: config.idle[3],
-            core: config.cores[3],
+            idle: config.idle.recorder,
+            core: config.cores.recorder,
         });
     }
     let layout = AgentLayout::plan(config.threading, specs).map_err(NodeError::Layout)?;

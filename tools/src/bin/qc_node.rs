@@ -505,7 +505,9 @@ fn layout_lines(config: &NodeConfig, file: &NodeFile) -> Vec<String> {
     let thread = |agents: &[usize]| {
         let first = agents[0];
         let names: Vec<&str> = agents.iter().map(|&a| NAMES[a]).collect();
-        format!("thread {}: idle {}, core {}", names.join("+"), config.idle[first], core_text(config.cores[first]))
+        let idle = config.idle.iter().nth(first).expect("an agent");
+        let core = *config.cores.iter().nth(first).expect("an agent");
+        format!("thread {}: idle {idle}, core {}", names.join("+"), core_text(core))
     };
     let mut lines = vec![format!("layout {}", config.threading)];
     match config.threading {
