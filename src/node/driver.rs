@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use socket2::SockAddr;
 
+use super::catch_up::{self, CatchUpState};
 use crate::agent::clock::NanoClock;
 use crate::agent::{Agent, AgentError};
 use crate::cluster::append::{AppendParts, AppendStage, LogIdentity};
@@ -142,25 +143,9 @@ struct Following {
     fed: i64,
     fed_term: i64,
     commit_fed: i64,
-    /// The leader's behind-retained frames counted when this followership started or last caught up.
-    behind_seen: i64,
     /// A catch-up from the leader's recording.
-    catch_up: CatchUp,
+    catch_up: CatchUpState,
 }
-
-/// Where a follower is with catching up from its leader's recording.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CatchUp {
-    /// None runs; one starts when the leader says it no longer holds this member's position.
-    Idle,
-    /// The recorder is fetching.
-    Running,
-    /// The last failed: ask again at this time.
-    RetryAt(u64),
-}
-
-/// How long a failed catch-up waits before it is asked again.
-const CATCH_UP_RETRY_NS: u64 = 1_000_000_000;
 
 /// The consensus agent of a node.
 pub(super) struct ConsensusAgent {
@@ -375,30 +360,23 @@ impl ConsensusAgent {
             }
             Some(Err(why)) => {
                 self.logs.warn(now_ns, || {
-                    let retry = std::time::Duration::from_nanos(CATCH_UP_RETRY_NS);
+                    let retry = std::time::Duration::from_nanos(catch_up::RETRY_NS);
                     format!(
                         "a catch-up from leader {}'s recording failed (retried in {retry:?}): {why}",
                         following.leader
                     )
                 });
-                following.catch_up = CatchUp::RetryAt(now_ns + CATCH_UP_RETRY_NS);
+                following.catch_up.failed(now_ns);
             }
             None => {}
         }
         let behind = self.wiring.counters.receiver.behind_retained.get();
-        let due = match following.catch_up {
-            CatchUp::Idle => behind > following.behind_seen,
-            CatchUp::Running => false,
-            CatchUp::RetryAt(at) => now_ns >= at,
-        };
-        if !due || following.fed == i64::MAX {
+        if following.fed == i64::MAX || !following.catch_up.start_if_due(behind, now_ns) {
             return Ok(0);
         }
         // The leader no longer holds this member's position in memory: its Receiver stops, and the recorder
         // fetches the log from the leader's recording.
-        following.behind_seen = behind;
         following.subscription = None;
-        following.catch_up = CatchUp::Running;
         self.wiring.clear();
         let config = &self.wiring.config;
         if let Some(leader) = config.member(following.leader).map(|m| m.consensus) {
@@ -466,7 +444,7 @@ impl ConsensusAgent {
         following.append = followership.append;
         following.term_starts = followership.term_starts;
         following.reported = 0;
-        following.catch_up = CatchUp::Idle;
+        following.catch_up.joined();
         Ok(())
     }
 
@@ -681,8 +659,7 @@ impl ConsensusAgent {
             fed: position,
             fed_term,
             commit_fed: 0,
-            behind_seen: self.wiring.counters.receiver.behind_retained.get(),
-            catch_up: CatchUp::Idle,
+            catch_up: CatchUpState::new(self.wiring.counters.receiver.behind_retained.get()),
         }));
         Ok(())
     }

@@ -38,6 +38,7 @@
 //! `config`).
 
 mod builder;
+mod catch_up;
 mod client;
 mod client_limits;
 mod committed;

@@ -1,0 +1,86 @@
+//! When a follower catches up from its leader's recording: the decision, without I/O (fed the
+//! recorder's results and the leader's behind-retained count, with time passed in as `now_ns`).
+//!
+//! Invariants: at most one catch-up runs at a time; one starts only when the leader has said (a new
+//! BEHIND_RETAINED since the last start) that it no longer holds this member's position in memory, or
+//! when a failed one is due again; a failed one is retried after [`RETRY_NS`], never in a loop.
+
+/// How long a failed catch-up waits before it is asked again.
+pub(super) const RETRY_NS: u64 = 1_000_000_000;
+
+/// Where a follower is with catching up from its leader's recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// None runs; one starts when the leader says it no longer holds this member's position.
+    Idle,
+    /// The recorder is fetching.
+    Running,
+    /// The last failed: ask again at this time.
+    RetryAt(u64),
+}
+
+/// A follower's catch-up state; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CatchUpState {
+    phase: Phase,
+    /// The leader's behind-retained frames counted when this followership started or last caught up.
+    behind_seen: i64,
+}
+
+impl CatchUpState {
+    /// A followership that starts with the leader's behind-retained count at `behind`.
+    pub(super) fn new(behind: i64) -> Self {
+        Self { phase: Phase::Idle, behind_seen: behind }
+    }
+
+    /// The running catch-up failed at `now_ns`: it is retried [`RETRY_NS`] later.
+    pub(super) fn failed(&mut self, now_ns: u64) {
+        self.phase = Phase::RetryAt(now_ns + RETRY_NS);
+    }
+
+    /// The running catch-up finished and the follower joined the live log.
+    pub(super) fn joined(&mut self) {
+        self.phase = Phase::Idle;
+    }
+
+    /// Whether a catch-up starts now, with the leader's behind-retained count at `behind`; when it does,
+    /// it is running from here on.
+    pub(super) fn start_if_due(&mut self, behind: i64, now_ns: u64) -> bool {
+        let due = match self.phase {
+            Phase::Idle => behind > self.behind_seen,
+            Phase::Running => false,
+            Phase::RetryAt(at) => now_ns >= at,
+        };
+        if due {
+            self.behind_seen = behind;
+            self.phase = Phase::Running;
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_starts_on_a_new_behind_retained_and_none_runs_beside_it() {
+        let mut state = CatchUpState::new(3);
+        assert!(!state.start_if_due(3, 0), "the count the followership started with is not news");
+        assert!(state.start_if_due(4, 0));
+        assert!(!state.start_if_due(9, 1), "one runs: no second");
+        state.joined();
+        assert!(!state.start_if_due(4, 2), "caught up past that frame");
+        assert!(state.start_if_due(5, 3));
+    }
+
+    #[test]
+    fn a_failed_one_is_retried_after_the_delay_and_not_before() {
+        let mut state = CatchUpState::new(0);
+        assert!(state.start_if_due(1, 10));
+        state.failed(10);
+        assert!(!state.start_if_due(1, 10 + RETRY_NS - 1));
+        assert!(!state.start_if_due(7, 10 + RETRY_NS - 1), "a new frame does not cut the wait");
+        assert!(state.start_if_due(1, 10 + RETRY_NS));
+    }
+}
