@@ -10,6 +10,8 @@
 //! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
 //!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
 //! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
+//! - [`bench`](mod@bench): what the benches (`tools/benches/`) share: pinned thread pairs, percentiles, the
+//!   host's description and their `target/<bench>/latest/summary.json`;
 //! - [`client_load`]: the load of a remote client (behind `qc-client`), and [`sweep::remote`], a
 //!   `qc-client` process driving an in-process cluster (`cargo bench --bench client`, the sweep's
 //!   `--client-process`).
@@ -20,6 +22,7 @@
 //! The binaries: `qc-stat` (a running node's counters), `qc-model`, `qc-probe`, `qc-node` (one node of a
 //! cluster from a TOML file) and `qc-client` (a remote client, or the UDP round trip to an echo).
 
+pub mod bench;
 pub mod client_load;
 pub mod hiccup;
 pub mod model;
