@@ -11,9 +11,7 @@ use quorumcast::agent::{
     check_cores, Agent, AgentCounters, AgentError, AgentLayout, AgentRole, AgentSpec, CoreProblem, LayoutError,
     ThreadingMode, Warning,
 };
-
-mod support;
-use support::wait_until;
+use quorumcast_testkit::wait_until;
 
 /// How long a wait may take before the test fails: far beyond any normal run.
 const WAIT: Duration = Duration::from_secs(30);

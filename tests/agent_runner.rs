@@ -12,9 +12,7 @@ use quorumcast::agent::{
     Agent, AgentCounters, AgentError, AgentInvoker, AgentPhase, AgentRunner, CompositeAgent, FailureCause,
     RunnerStatus, Warning,
 };
-
-mod support;
-use support::wait_until;
+use quorumcast_testkit::wait_until;
 
 /// How long a wait may take before the test fails: far beyond any normal run.
 const WAIT: Duration = Duration::from_secs(30);

@@ -12,10 +12,8 @@ use quorumcast::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Sea
 use quorumcast::client::{ClientConfig, ClientOfferError, ClusterClient, Event};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::node::{ClientEndpointConfig, Member, Node};
-
-mod support;
-use support::cluster::{elect, members, test_builder, test_channel};
-use support::{dump, ScratchDir};
+use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel};
+use quorumcast_testkit::{dump, ScratchDir};
 
 /// What one node applied: per session, the correlation ids in order, and a digest of the payloads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

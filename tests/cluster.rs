@@ -11,10 +11,8 @@ use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::faulty::FaultConfig;
 use quorumcast::node::{LocalOfferError, LocalWaitError, Member, Node, NodeBuilder};
 use quorumcast::shm::counters::TYPE_SYSTEM;
-
-mod support;
-use support::cluster::{elect, members, test_builder, test_channel, Driver};
-use support::ScratchDir;
+use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
+use quorumcast_testkit::ScratchDir;
 
 fn channel(faults: bool) -> ChannelConfig {
     let receive_faults = if faults {

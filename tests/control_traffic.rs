@@ -17,10 +17,8 @@ use std::time::{Duration, Instant};
 use quorumcast::agent::ThreadingMode;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder};
-
-mod support;
-use support::cluster::members;
-use support::{dump, ScratchDir};
+use quorumcast_testkit::cluster::members;
+use quorumcast_testkit::{dump, ScratchDir};
 
 /// Messages offered after warm-up in the invoker tests.
 const MESSAGES: u64 = 30_000;

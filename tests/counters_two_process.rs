@@ -7,9 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use quorumcast::shm::counters::{CountersManager, CountersReader, TYPE_AGENT_WORK, TYPE_SYSTEM};
-
-mod support;
-use support::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 /// Env var carrying the counters file's path to the child.
 const CHILD_FILE_VAR: &str = "QC_TEST_CHILD_COUNTERS_FILE";

@@ -8,9 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use quorumcast::shm::directory::{DirectoryError, DirectoryStatus, NodeDirectory, StalePolicy, LOCK_FILE_NAME};
-
-mod support;
-use support::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 /// Env var telling the child test where to create its node directory.
 const CHILD_DIR_VAR: &str = "QC_TEST_CHILD_NODE_DIR";

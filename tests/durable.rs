@@ -9,16 +9,14 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use quorumcast::cluster::consensus_core::Role;
+use quorumcast::cluster::consensus_core::Timers;
 use quorumcast::media::auth::AuthKey;
 use quorumcast::node::{Member, Node, NodeBuilder, NodeError, StorageConfig};
 use quorumcast::storage::recording::SyncPolicy;
 use quorumcast::storage::snapshot::StateMachine;
-
-mod support;
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::cluster::consensus_core::Timers;
-use support::cluster::{members, message, test_builder, test_channel, Driver};
-use support::{dump, patient_timers, ScratchDir};
+use quorumcast_testkit::cluster::{members, message, test_builder, test_channel, Driver};
+use quorumcast_testkit::{dump, patient_timers, ScratchDir};
 
 fn builder(scratch: &ScratchDir, id: i32, members: &[Member], storage: StorageConfig) -> NodeBuilder {
     test_builder(scratch, id, members, test_channel()).term_length(1 << 20).storage(storage).timers(timers(id))

@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 use quorumcast::cluster::consensus_core::Role;
 use quorumcast::cluster::consensus_core::Timers;
 use quorumcast::node::{Member, Node, NodeBuilder, RoleChange};
-
-mod support;
-use support::cluster::{elect, members, test_builder, test_channel, Driver};
-use support::{dump, ScratchDir};
+use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
+use quorumcast_testkit::{dump, ScratchDir};
 
 /// Short enough that a test sees several elections in seconds, long enough that a test thread invoking
 /// three nodes in turn does not miss heartbeats.

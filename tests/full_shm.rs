@@ -11,10 +11,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use quorumcast::node::NodeError;
-
-mod support;
-use support::cluster::{counter, members, test_builder, test_channel, Driver};
-use support::ScratchDir;
+use quorumcast_testkit::cluster::{counter, members, test_builder, test_channel, Driver};
+use quorumcast_testkit::{dump, ScratchDir};
 
 /// A tmpfs of `size` mounted at a fresh directory, unmounted on drop.
 struct SmallTmpfs(PathBuf);
@@ -86,7 +84,7 @@ fn a_follower_whose_image_does_not_fit_refuses_the_setup_and_lives_on() {
     driver.run_to(&mut nodes, &[true, true, false], 2_000, Duration::from_secs(60));
     let until = Instant::now() + Duration::from_secs(30);
     while counter(&nodes[2], "receiver setups refused") == 0 {
-        assert!(Instant::now() < until, "the follower never refused the SETUP\n{}", support::dump(&nodes));
+        assert!(Instant::now() < until, "the follower never refused the SETUP\n{}", dump(&nodes));
         driver.round(&mut nodes, &[true, true, true], 2_000);
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -116,7 +114,7 @@ fn a_full_disk_under_the_recorded_log_stops_the_member_naming_the_file_and_the_o
     let client = nodes[0].client();
     let until = Instant::now() + Duration::from_secs(60);
     let failure = loop {
-        assert!(Instant::now() < until, "member 2's recorder never failed\n{}", support::dump(&nodes));
+        assert!(Instant::now() < until, "member 2's recorder never failed\n{}", dump(&nodes));
         let _ = client.offer(&[7u8; 1000]);
         nodes[0].invoke().unwrap();
         nodes[1].invoke().unwrap();

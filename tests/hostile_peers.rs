@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use socket2::SockAddr;
 
+use quorumcast::cluster::consensus_core::Role;
 use quorumcast::frame::{self, CommitPositionFrame, DataHeader, NakFrame, SetupFrame, StatusMessageFrame};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::{membership_tag, ChannelConfig};
@@ -20,11 +21,8 @@ use quorumcast::media::sender::Sender;
 use quorumcast::media::transport::{RecvBatch, SocketOptions, UdpEndpoint};
 use quorumcast::node::{Member, Node};
 use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
-
-mod support;
-use quorumcast::cluster::consensus_core::Role;
-use support::cluster::{counter, elect, members, members_on, test_builder, test_channel, Driver};
-use support::ScratchDir;
+use quorumcast_testkit::cluster::{counter, elect, members, members_on, test_builder, test_channel, Driver};
+use quorumcast_testkit::{dump, ScratchDir};
 
 const STREAM: i32 = 1001;
 const ALL: [bool; 3] = [true; 3];
@@ -261,7 +259,7 @@ fn a_stopped_follower_never_stalls_commits_and_one_left_behind_the_retained_log_
     let target = driver.applied(0) + 5_000;
     let until = Instant::now() + DEADLINE;
     while counter(&nodes[2], "receiver behind-retained received") == 0 || driver.applied(0) < target {
-        assert!(Instant::now() < until, "member 2 was never told it is behind\n{}", support::dump(&nodes));
+        assert!(Instant::now() < until, "member 2 was never told it is behind\n{}", dump(&nodes));
         driver.round(&mut nodes, &ALL, target);
     }
     assert!(counter(&nodes[0], "sender behind-retained sent") >= 1);

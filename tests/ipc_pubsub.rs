@@ -9,9 +9,7 @@ use crossbeam_utils::Backoff;
 use quorumcast::frame::framed_length;
 use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
 use quorumcast::shm::log_buffer::LogConfig;
-
-mod support;
-use support::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 const TERM: usize = 65536;
 const WINDOW: i64 = (TERM / 2) as i64;

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::Backoff;
 use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
 use quorumcast::shm::log_buffer::LogConfig;
-
-mod support;
-use support::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 /// Env var carrying the log file's path to the child.
 const CHILD_LOG_VAR: &str = "QC_TEST_CHILD_IPC_LOG";

@@ -15,9 +15,7 @@ use quorumcast::shm::log_buffer::{
     partition_index, partition_of_term, position, position_bits_to_shift, scan, term_id, term_offset, AppendError,
     FragmentAssembler, LogBuffer, LogConfig, LogReader, TermRebuilder,
 };
-
-mod support;
-use support::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 const TERM: usize = 64 * 1024;
 const SESSION: i32 = 42;

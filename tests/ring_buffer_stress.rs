@@ -7,12 +7,10 @@ use std::thread;
 use std::time::Instant;
 
 use quorumcast::shm::buffer::{AtomicBuffer, Region};
-
-mod support;
 use quorumcast::shm::ring_buffer::{
     required_length, Claim, ManyToOneRingBuffer, OneToOneRingBuffer, ProducerMode, RingBuffer,
 };
-use support::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 const PRODUCERS: u32 = 4;
 const RECORDS_PER_PRODUCER: u32 = 250_000;

@@ -2,8 +2,9 @@
 //! network, the clocks, the faults and the clients, all driven from one seed. It executes the cores'
 //! outputs the way a driver must (in order, persisting before anything after), moves log data from
 //! leader to followers itself (standing in for the Sender and Receiver), syncs the logs as the run's
-//! sync policy says, and runs the checker after every step. The faults are in `faults.rs`, the Sender,
-//! Receiver and client stand-ins in `replication.rs`, the storage's syncs in `storage.rs`.
+//! sync policy says, and runs the checker after every step. The faults are in `cluster/faults.rs`, the
+//! Sender, Receiver and client stand-ins in `cluster/replication.rs`, the storage's syncs in
+//! `cluster/storage.rs`.
 
 use std::fmt;
 
@@ -16,13 +17,9 @@ use super::log::{Entry, SimLog};
 use super::network::{Faults, Network, Packet, Payload};
 use super::prng::Rng;
 
-#[path = "faults.rs"]
 mod faults;
-#[path = "replication.rs"]
 mod replication;
-#[path = "sessions.rs"]
 mod sessions;
-#[path = "storage.rs"]
 mod storage;
 
 use faults::FaultRates;
@@ -122,7 +119,7 @@ pub struct SimConfig {
     /// Print role changes, crashes and restarts (`QC_SIM_TRACE=1`, for replaying one seed).
     pub trace: bool,
     /// Remote clients with sessions append beside the plain clients, and every member applies their
-    /// entries to the session table (`sessions.rs`). Off in the default runs, whose seeds keep the
+    /// entries to the session table (`cluster/sessions.rs`). Off in the default runs, whose seeds keep the
     /// trajectories their regressions were found on.
     pub sessions: bool,
     /// A member broken on purpose: it hands out every session message it applies, without asking its

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use quorumcast::client::{ClientOfferError, ClusterClient, Event};
-
-use crate::harness::fill_numbered;
+use quorumcast_testkit::fill_numbered;
 
 /// What to offer.
 #[derive(Clone, Debug)]

@@ -10,17 +10,20 @@
 //! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
 //!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
 //! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
-//! - [`harness`]: ports, scratch directories and waits for in-process clusters (the engine's tests use it
-//!   too);
+//! - [`bench`](mod@bench): what the benches (`tools/benches/`) share: pinned thread pairs, percentiles, the
+//!   host's description and their `target/<bench>/latest/summary.json`;
 //! - [`client_load`]: the load of a remote client (behind `qc-client`), and [`sweep::remote`], a
 //!   `qc-client` process driving an in-process cluster (`cargo bench --bench client`, the sweep's
 //!   `--client-process`).
 //!
+//! The harness around an in-process cluster (ports, scratch directories, waits, the numbered load and its
+//! driver) is the crate `quorumcast-testkit`, which the engine's integration tests use too.
+//!
 //! The binaries: `qc-stat` (a running node's counters), `qc-model`, `qc-probe`, `qc-node` (one node of a
 //! cluster from a TOML file) and `qc-client` (a remote client, or the UDP round trip to an echo).
 
+pub mod bench;
 pub mod client_load;
-pub mod harness;
 pub mod hiccup;
 pub mod model;
 pub mod probe;

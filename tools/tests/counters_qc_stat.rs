@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use quorumcast::shm::counters::{CountersManager, COUNTERS_FILE_NAME, TYPE_SENDER_POSITION, TYPE_SYSTEM};
 use quorumcast::shm::directory::{NodeDirectory, StalePolicy};
-use quorumcast_tools::harness::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 fn qc_stat(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_qc-stat")).args(args).output().unwrap()

@@ -1,6 +1,6 @@
 //! The shared harness: ports handed out once, scratch directories that clean up.
 
-use quorumcast_tools::harness::{free_loopback_port, ScratchDir};
+use quorumcast_testkit::{free_loopback_port, ScratchDir};
 
 #[test]
 fn ports_are_never_handed_out_twice_and_stay_below_the_ephemeral_range() {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use quorumcast_tools::harness::cluster::{derived_message, drive_until, Messages};
+use quorumcast_testkit::load::{derived_message, drive_until, Messages};
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 
 #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumcast_tools::harness::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 use serde_json::Value;
 
 const QC_CLIENT: &str = env!("CARGO_BIN_EXE_qc-client");

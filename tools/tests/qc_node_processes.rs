@@ -15,7 +15,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorumcast_tools::harness::{free_loopback_port, Fnv1a64, ScratchDir};
+use quorumcast_testkit::{free_loopback_port, Fnv1a64, ScratchDir};
 
 const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
 const QC_CLIENT: &str = env!("CARGO_BIN_EXE_qc-client");

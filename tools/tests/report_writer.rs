@@ -14,7 +14,7 @@ use quorumcast_tools::report::{
 };
 use serde_json::Value;
 
-use quorumcast_tools::harness::ScratchDir;
+use quorumcast_testkit::ScratchDir;
 
 mod support;
 use support::SWEEP_CONFIG_KEYS;

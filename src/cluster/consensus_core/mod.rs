@@ -5,7 +5,7 @@
 //! [`ConsensusCore::on_message`], [`ConsensusCore::tick`] and [`ConsensusCore::on_append_position`],
 //! each given the time, and its decisions come back as [`Output`]s pushed into a caller's `Vec`. The
 //! randomized election timeouts come from a PRNG seeded by [`CoreConfig::seed`]. So the same inputs
-//! always give the same outputs, which is what lets `tests/simulation.rs` drive thousands of clusters
+//! always give the same outputs, which is what lets `tests/simulation/` drive thousands of clusters
 //! through crashes, partitions and lost messages from one seed each.
 //!
 //! It follows Raft (Ongaro and Ousterhout, section 5) over Aeron Cluster's log of bytes:

@@ -51,7 +51,7 @@ use quorumcast::cluster::consensus_core::Role;
 use quorumcast::node::config::NodeFile;
 use quorumcast::node::{LocalClient, LocalOfferError, Node, NodeConfig};
 use quorumcast::shm::stats::TYPE_ACK_POSITION;
-use quorumcast_tools::harness::{fill_numbered, Fnv1a64};
+use quorumcast_testkit::{fill_numbered, Fnv1a64};
 
 /// Most committed fragments handed over per application duty cycle.
 const FRAGMENT_LIMIT: usize = 1024;

@@ -1,6 +1,7 @@
 //! The measuring cluster: a 3-node loopback cluster in this process, and the thread that loads it. The
 //! sweep, the cluster bench and the client bench measure through it; its load (numbered messages, applied
-//! and checked in sequence on every node) is the harness's [`Driver`], which the engine's tests use too.
+//! and checked in sequence on every node) is the test kit's [`Driver`] (`quorumcast-testkit`), which the
+//! engine's tests use too.
 //!
 //! The calling thread is the harness: the load generator (it offers through the leader's client) and the
 //! applier of the nodes (it calls `poll_service` on each, so logs and receive windows drain). Where the
@@ -40,8 +41,8 @@ use quorumcast::node::{ClientEndpointConfig, LocalClient, Member, Node, NodeBuil
 use quorumcast::shm::counters::CountersReader;
 use quorumcast::shm::stats::Stats;
 use quorumcast::storage::recording::SyncPolicy;
+use quorumcast_testkit::{Driver, Messages};
 
-use crate::harness::{self, Driver, Messages};
 use crate::probe::ProbeCores;
 
 use super::profile::Control;
@@ -334,7 +335,7 @@ pub struct ClusterSpec {
     /// Every node takes remote clients at its member's client endpoint
     /// (`NodeBuilder::clients(ClientEndpointConfig::enabled(..))`, a fresh session key; see [`LoadCluster::client_endpoints`]); the
     /// harness applies their messages beside its own and leaves them out of its counts (see
-    /// [`harness::Applier`]). Off in the sweep's default runs.
+    /// [`quorumcast_testkit::Applier`]). Off in the sweep's default runs.
     pub clients: bool,
     /// With [`clients`](Self::clients): the client key every client must hold (the cluster's one
     /// `ClientEndpointConfig::keys`, under [`DEFAULT_CLIENT_KEY_NAME`]); `None`: any client may open a session.
@@ -613,8 +614,8 @@ impl LoadCluster {
             return Err(SweepError::Config(format!("message size {} is below 8 bytes", spec.msg)));
         }
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
-        let members = harness::members_on(Ipv4Addr::LOCALHOST.into(), 3)?;
-        let dirs: Vec<PathBuf> = (0..3).map(|id| harness::node_dir("sweep", run, id)).collect();
+        let members = quorumcast_testkit::members_on(Ipv4Addr::LOCALHOST.into(), 3)?;
+        let dirs: Vec<PathBuf> = (0..3).map(|id| quorumcast_testkit::node_dir("sweep", run, id)).collect();
         let backoff = IdleStrategyConfig::default();
         let channel = spec.channel.clone().unwrap_or_else(|| channel(spec));
         // The members' session key: fresh for each cluster, held by its members alone.
@@ -628,7 +629,7 @@ impl LoadCluster {
             let builder = if spec.clients { builder.clients(clients) } else { builder };
             let builder = builder
                 .leader(0)
-                .timers(harness::patient_timers())
+                .timers(quorumcast_testkit::patient_timers())
                 .directory(&dirs[id as usize])
                 .clean_stale(true)
                 .channel(channel.clone())
@@ -726,7 +727,7 @@ impl LoadCluster {
         timeout: Duration,
         mut done: impl FnMut(&mut Self) -> Result<bool, SweepError>,
     ) -> Result<(), SweepError> {
-        let outcome = harness::cluster::drive_until(what, timeout, self, |c| {
+        let outcome = quorumcast_testkit::load::drive_until(what, timeout, self, |c| {
             if let Some(failed) = c.agent_failure() {
                 return Err(failed.to_string());
             }

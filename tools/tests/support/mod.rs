@@ -1,4 +1,4 @@
-//! What the tools' integration tests share beyond `quorumcast_tools::harness`.
+//! What the tools' integration tests share beyond `quorumcast_testkit`.
 
 /// The keys every entry of `configs` in a sweep's summary.json has (the report schema, kept here apart
 /// from the code that writes it).

@@ -1,9 +1,6 @@
-//! Helpers shared by the benches: pinned thread pairs, host description, medians and percentiles, and
-//! the `target/<bench>/<timestamp>/summary.json` + `target/<bench>/latest` output convention.
-//!
-//! Each bench includes this file with `mod common;` and uses the part it needs.
-
-#![allow(dead_code)]
+//! Helpers shared by the benches (`tools/benches/`): pinned thread pairs, host description, medians and
+//! percentiles, and the `target/<bench>/<timestamp>/summary.json` + `target/<bench>/latest` output
+//! convention. Each bench uses the part it needs.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -171,8 +168,8 @@ pub fn host() -> serde_json::Value {
     json!({ "cpu": cpu, "cores": cores, "kernel": kernel })
 }
 
-/// The cargo target directory: `CARGO_TARGET_DIR`, else the workspace's `target/` (the benches are targets of
-/// `tools/`, one level below the workspace root).
+/// The cargo target directory: `CARGO_TARGET_DIR`, else the workspace's `target/` (this crate, whose
+/// targets the benches are, is `tools/`, one level below the workspace root).
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ is in the workspace").join("target")

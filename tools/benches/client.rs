@@ -64,8 +64,7 @@ use quorumcast_tools::sweep::remote::{self, ClientLoadSpec, ClientProcess, RttRe
 use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
 
-mod common;
-use common::{host, si, target_dir};
+use quorumcast_tools::bench::{host, si, target_dir};
 
 /// Message length of every run.
 const MESSAGE: usize = 128;

@@ -39,7 +39,7 @@ use quorumcast_tools::model::{Capacity, Model};
 use quorumcast_tools::probe::{probe_s, ProbeCores};
 use serde_json::json;
 
-use crate::common::{si, Cores, SetOnDrop};
+use quorumcast_tools::bench::{si, Cores, SetOnDrop};
 
 /// Stream id of the streamed publication.
 const STREAM: i32 = 2001;

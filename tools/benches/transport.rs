@@ -30,13 +30,12 @@
 //! out of the measured time. Windows of bare `sendmsg` (two connected sockets, alternated) run in the
 //! same rounds, so each point is read against the bare rate of its own round.
 //!
-//! Stream: see `benches/stream` (one row per MTU x message size x send mode, about 1.5 s each).
+//! Stream: see `tools/benches/stream` (one row per MTU x message size x send mode, about 1.5 s each).
 //!
 //! Exploration knobs: `QC_BENCH_ONLY=<substring>` runs only the matching segments (and `QC_BENCH_RATES=1`
 //! adds the sender-rate and stream parts); `QC_BENCH_DIAG=1` prints counters after each segment and rate
 //! window.
 
-mod common;
 mod stream;
 
 use std::net::{SocketAddr, UdpSocket};
@@ -44,7 +43,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use common::{median, new_histogram, record, si, Cores, Percentiles, SetOnDrop};
 use hdrhistogram::Histogram;
 use quorumcast::frame::{StatusMessageFrame, DATA_HEADER_LENGTH};
 use quorumcast::media::channel::ChannelConfig;
@@ -56,6 +54,7 @@ use quorumcast::media::transport::{RecvBatch, SendMode, SendOutcome, SocketOptio
 use quorumcast::shm::counters::Counter;
 use quorumcast::shm::log_buffer::{position_bits_to_shift, term_id, term_offset};
 use quorumcast::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
+use quorumcast_tools::bench::{self, median, new_histogram, record, si, Cores, Percentiles, SetOnDrop};
 use serde_json::json;
 use socket2::SockAddr;
 use stream::StreamPlan;
@@ -1322,9 +1321,9 @@ fn main() {
         "segments": segments_json(&rows),
         "sender_rate": sender_rate_json(&points),
         "stream": stream::to_json(&stream_rows),
-        "host": common::host(),
+        "host": bench::host(),
     });
-    match common::write_summary("transport", &summary) {
+    match bench::write_summary("transport", &summary) {
         Ok(path) => println!("wrote {} ({:.0} s in all)", path.display(), started.elapsed().as_secs_f64()),
         Err(e) => eprintln!("could not write the summary: {e}"),
     }

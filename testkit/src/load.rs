@@ -2,16 +2,16 @@
 //! leader, applied in sequence on every node and checked, and the bounded loop that drives a cluster
 //! until something holds.
 //!
-//! The sweep's and the benches' measuring cluster (`sweep::cluster::LoadCluster`, which places the nodes'
-//! threads) and the engine's integration tests (which start, stop and restart nodes themselves) drive
-//! their nodes through the one [`Driver`].
+//! The sweep's and the benches' measuring cluster (`quorumcast_tools::sweep::cluster::LoadCluster`, which
+//! places the nodes' threads) and the engine's integration tests (which start, stop and restart nodes
+//! themselves) drive their nodes through the one [`Driver`].
 
 use std::time::{Duration, Instant};
 
 use quorumcast::cluster::consensus_core::Role;
 use quorumcast::node::{LocalClient, LocalOfferError, Node};
 
-use super::{fill_numbered, number, seq_of};
+use crate::{fill_numbered, number, seq_of};
 
 /// The messages a [`Driver`] offers. Every message starts with its sequence number (see [`number`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,7 +35,7 @@ use quorumcast::cluster::consensus_core::Role;
 use quorumcast::cluster::consensus_core::Timers;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder};
-use quorumcast_tools::harness::{members_on, shared_memory, Fnv1a64};
+use quorumcast_testkit::{members_on, shared_memory, Fnv1a64};
 use serde_json::{json, Value};
 
 /// Command line of the failover benchmark.

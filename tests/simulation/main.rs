@@ -5,7 +5,7 @@
 //! majority at once, with restarts, all from one `u64` seed per run. No wall clock and no other
 //! randomness: a seed replays exactly.
 //!
-//! After every step the checker (`simulation/checker.rs`) checks election safety, one vote per term,
+//! After every step the checker (`checker.rs`) checks election safety, one vote per term,
 //! commit positions never moving back, leader completeness and state machine safety, and that no
 //! committed entry is lost (each stays in a majority of the logs: their synced parts under `batch`).
 //! Each run ends with a liveness check: faults run for 3 to 5 simulated seconds, then stop (the network
@@ -44,7 +44,7 @@
 //! nothing across a power loss, and `none_loses_committed_entries_when_a_majority_loses_power` shows it
 //! losing commits when a majority loses power, and the checker catching it.
 //!
-//! Remote clients' sessions (`simulation/sessions.rs`, seeds 0..500 with `SimConfig::sessions`): clients
+//! Remote clients' sessions (`cluster/sessions.rs`, seeds 0..500 with `SimConfig::sessions`): clients
 //! open sessions and send numbered messages at whichever member leads, resend what was not acknowledged
 //! whenever their leader changes, and every member applies the session entries of its committed log to
 //! the product's `SessionTable`: each session's messages must be delivered exactly once and in order on
@@ -57,15 +57,10 @@
 //! - `QC_SIM_SOAK=<count> cargo test --test simulation` runs seeds 0..count (in both), or from
 //!   `QC_SIM_FIRST_SEED=<n>` on.
 
-#[path = "simulation/checker.rs"]
 mod checker;
-#[path = "simulation/cluster.rs"]
 mod cluster;
-#[path = "simulation/log.rs"]
 mod log;
-#[path = "simulation/network.rs"]
 mod network;
-#[path = "simulation/prng.rs"]
 mod prng;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -173,7 +168,7 @@ fn every_property_holds_on_every_seed() {
     assert_no_violations(seeds(DEFAULT_SEEDS));
 }
 
-/// Remote clients' sessions (`simulation/sessions.rs`): clients resend after every change of leader, and
+/// Remote clients' sessions (`cluster/sessions.rs`): clients resend after every change of leader, and
 /// every member applies each session's messages exactly once and in order, through the product's session
 /// table, across truncations, crashes and (under `batch`) power losses. Seeds 0..500, or as
 /// `QC_SIM_SEED`, `QC_SIM_SOAK` and `QC_SIM_FIRST_SEED` say.

@@ -66,8 +66,7 @@ use quorumcast_tools::sweep::profile::Control;
 use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
 
-mod common;
-use common::{host, target_dir, write_summary};
+use quorumcast_tools::bench::{host, target_dir, write_summary};
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
 struct CountingAllocator;

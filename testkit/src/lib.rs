@@ -1,10 +1,14 @@
+//! # quorumcast-testkit
+//!
 //! What every in-process cluster needs around it, whoever drives it (the sweep, the benches, the tests):
 //! loopback ports that two callers are never given twice, a scratch directory, node directories in shared
-//! memory, a bounded wait, and (in [`cluster`]) the load every harness offers and applies: numbered
-//! messages, applied in sequence on every node.
+//! memory and a bounded wait; in [`load`], the load every harness offers and applies (numbered messages,
+//! applied in sequence on every node) and its [`Driver`]; in [`cluster`], the cluster the engine's
+//! integration tests build (nodes in invoker mode with fast channel timers) and the election they wait for.
 //!
-//! Only `std` and the engine: the engine's own integration tests compile this file into their shared
-//! support module (`tests/support`), so that they use the very same code without depending on this crate.
+//! Only `std` and the engine: a dev-dependency of `quorumcast` (its integration tests) and a dependency of
+//! `quorumcast-tools` (the sweep, the benches, `qc-node` and `qc-client`), so that both use the very same
+//! code.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -15,8 +19,8 @@ use quorumcast::cluster::consensus_core::Timers;
 use quorumcast::node::Member;
 
 pub mod cluster;
-#[allow(unused_imports)] // the engine's tests compile this file and use a subset
-pub use cluster::{Applier, Driver, Messages};
+pub mod load;
+pub use load::{dump, Applier, Driver, Messages};
 
 /// Ports handed out so far by this process.
 static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
@@ -73,7 +77,7 @@ fn ephemeral_start() -> u16 {
 
 /// Polls `condition` (yielding) until it holds; panics naming `what` after `deadline`.
 pub fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
-    if let Err(e) = cluster::drive_until(what, deadline, &mut (), |_| Ok((!condition()).then_some(0))) {
+    if let Err(e) = load::drive_until(what, deadline, &mut (), |_| Ok((!condition()).then_some(0))) {
         panic!("{e}");
     }
 }

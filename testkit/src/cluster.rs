@@ -1,7 +1,7 @@
-//! An in-process cluster driven by the test thread: members on loopback ports, nodes in invoker mode
-//! (nothing busy-spins), and the harness's [`Driver`], which offers numbered messages whose bytes are
-//! derived from their number through the leader and applies them on every node, checking order and
-//! content.
+//! The engine's integration tests' cluster, in process and driven by the test thread: members on loopback
+//! ports, nodes in invoker mode (nothing busy-spins), and the harness's [`Driver`], which offers numbered
+//! messages whose bytes are derived from their number through the leader and applies them on every node,
+//! checking order and content.
 
 use std::time::Duration;
 
@@ -10,8 +10,8 @@ use quorumcast::cluster::consensus_core::Role;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::node::{Member, Node, NodeBuilder};
 
-use super::harness::cluster::drive_until;
-use super::{dump, ScratchDir};
+use crate::load::drive_until;
+use crate::{dump, ScratchDir};
 
 /// `n` members on loopback ports, ids `0..n`.
 pub fn members(n: i32) -> Vec<Member> {
@@ -20,7 +20,7 @@ pub fn members(n: i32) -> Vec<Member> {
 
 /// `n` members on free ports of `ip` (`127.0.0.1` or `::1`).
 pub fn members_on(ip: std::net::IpAddr, n: i32) -> Vec<Member> {
-    super::harness::members_on(ip, n).expect("free ports")
+    crate::members_on(ip, n).expect("free ports")
 }
 
 /// A small-term channel with fast timers, for tests.
@@ -38,11 +38,11 @@ pub fn test_channel() -> ChannelConfig {
 }
 
 /// A node of `members` with id `id`, member 0 preferred as the first leader, its directory under
-/// `scratch`, in invoker mode, with [`super::harness::patient_timers`].
+/// `scratch`, in invoker mode, with [`crate::patient_timers`].
 pub fn test_builder(scratch: &ScratchDir, id: i32, members: &[Member], channel: ChannelConfig) -> NodeBuilder {
     NodeBuilder::new(id, members.to_vec())
         .leader(0)
-        .timers(super::harness::patient_timers())
+        .timers(crate::patient_timers())
         .data_dir(scratch.join(format!("data-{id}")))
         .directory(scratch.join(format!("node-{id}")))
         .clean_stale(true)
@@ -52,12 +52,10 @@ pub fn test_builder(scratch: &ScratchDir, id: i32, members: &[Member], channel: 
 }
 
 /// Message `seq`: its sequence number and bytes derived from it; sizes vary, some over the MTU.
-#[allow(unused_imports)] // each test crate uses its own subset
-pub use super::harness::cluster::derived_message as message;
+pub use crate::load::derived_message as message;
 /// The tests' driver: numbered messages offered through whichever node leads, every byte checked on every
 /// node (see [`Driver::checked`]).
-#[allow(unused_imports)]
-pub use super::harness::Driver;
+pub use crate::Driver;
 
 /// The value of the counter labelled `label` on `node` (panics when there is none).
 pub fn counter(node: &Node, label: &str) -> i64 {

@@ -9,9 +9,9 @@
 //! `target/ipc/<timestamp>/summary.json`, pointed at by the symlink `target/ipc/latest`.
 //!
 //! Throughput: for each message size, [`RUNS`] runs over the IPC log alternate with as many over the SPSC
-//! ring (`benches/spsc`, a ring of one term's bytes; the same two threads, the same subscriber idling), so
-//! both see the same host. Each figure is the median of its runs; the slowest run is reported beside it
-//! (slowest / median).
+//! ring (`tools/benches/spsc`, a ring of one term's bytes; the same two threads, the same subscriber
+//! idling), so both see the same host. Each figure is the median of its runs; the slowest run is reported
+//! beside it (slowest / median).
 //!
 //! Knobs for exploring (not needed for the standard run): `QC_BENCH_TERM` (bytes, a power of two) overrides
 //! the term length of the throughput logs; `QC_BENCH_IDLE` the `PAUSE`s a throughput subscriber spends after
@@ -28,9 +28,8 @@ use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
 use quorumcast::shm::log_buffer::LogConfig;
 use serde_json::json;
 
-mod common;
 mod spsc;
-use common::{host, median, new_histogram, record, write_summary, Cores};
+use quorumcast_tools::bench::{host, median, new_histogram, record, write_summary, Cores};
 use spsc::{Consumer, Producer, SpscRing};
 
 /// Message sizes of the throughput runs, how many messages each run sends, and the term length of its log.
