@@ -162,7 +162,7 @@ pub const MAX_TIMER: Duration = Duration::from_secs(3600);
 /// Checks the timer `[timers] key`: more than zero and at most [`MAX_TIMER`].
 pub fn validate_timer(setting: Setting, value: Duration) -> Result<(), ChannelConfigError> {
     match timer_problem(value) {
-        Some(problem) => refuse(setting, format!("is {value:?}; {problem}")),
+        Some(problem) => refuse(setting, format!("({value:?}) {problem}")),
         None => Ok(()),
     }
 }
