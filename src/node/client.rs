@@ -2,17 +2,17 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::cluster::append::INGRESS_MESSAGE;
 use crate::cluster::consensus_core::Role;
 use crate::cluster::log_switch::SwitchQueue;
+use crate::shm::counters::Counter;
 use crate::shm::log_buffer::{ConsumerPosition, LogReader};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer, RingError};
 use crate::storage::recording::{CatchUpChannel, RecorderSource};
 
 use super::{LocalOfferError, LocalWaitError, RoleChange};
-use crate::shm::counters::Counter;
-use std::time::{Duration, Instant};
 
 /// Where the node's reader of committed entries goes on at a switch.
 pub(super) enum ReaderLog {

@@ -200,7 +200,6 @@ impl Wiring {
             flow_control: FlowControlMode::Quorum(config.members.len() / 2),
             ..config.channel.clone()
         };
-        let faults = channel.send_faults.is_active() || channel.receive_faults.is_active();
         let acks: Vec<(i32, Counter)> = others.iter().map(|m| (m.id, Counter::detached())).collect();
         let mirrors: Vec<Counter> = self.counters.acks.iter().map(|(_, c)| c.clone()).collect();
         mirrors.iter().for_each(|c| c.set(0));
@@ -212,11 +211,9 @@ impl Wiring {
         let counters = self.counters.sender.clone();
         // Fault injection (for tests) wraps the sockets only when configured: the production Sender runs on
         // bare UDP endpoints.
-        let sender = if faults {
-            {
-                let mut network = Faulty::new(Udp, channel.send_faults, channel.receive_faults);
-                sender_on(&mut network, log.clone(), channel, counters, handler, sender_commands)?
-            }
+        let sender = if channel.has_faults() {
+            let mut network = Faulty::new(Udp, channel.send_faults, channel.receive_faults);
+            sender_on(&mut network, log.clone(), channel, counters, handler, sender_commands)?
         } else {
             sender_on(&mut Udp, log.clone(), channel, counters, handler, sender_commands)?
         };
@@ -267,11 +264,9 @@ impl Wiring {
         let faults = channel.channel.receive_faults.is_active();
         let counters = self.counters.receiver.clone();
         let (receiver, subscription) = if faults {
-            {
-                // The Receiver's status messages and NAKs go out as sent: `send_faults` act on the log.
-                let mut network = Faulty::new(Udp, FaultConfig::default(), channel.channel.receive_faults);
-                receiver_on(&mut network, channel, counters)?
-            }
+            // The Receiver's status messages and NAKs go out as sent: `send_faults` act on the log.
+            let mut network = Faulty::new(Udp, FaultConfig::default(), channel.channel.receive_faults);
+            receiver_on(&mut network, channel, counters)?
         } else {
             receiver_on(&mut Udp, channel, counters)?
         };

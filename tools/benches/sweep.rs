@@ -11,7 +11,7 @@
 //! bench) instead of the in-process load generator: mu is measured in-process as always, and the points'
 //! latency is the client's round trip to the commit acknowledgement (the report says so).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -94,9 +94,7 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ is in the workspace").join("target")
-    });
+    let target = quorumcast_tools::bench::target_dir();
     let options = match parse_args(&cli.to_args(), &target.join("sweep")) {
         Ok(options) if cli.client_process => {
             let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
