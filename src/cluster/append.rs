@@ -34,8 +34,6 @@ pub const COMMAND_CONTROL_FRAME: i32 = 1;
 /// Most ingress messages taken per duty cycle.
 pub const INGRESS_DRAIN_LIMIT: usize = 1024;
 
-pub use crate::cluster::consensus_core::quorum_position;
-
 /// The counters of a node's consensus agent.
 #[derive(Clone, Debug)]
 pub struct ConsensusCounters {

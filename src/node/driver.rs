@@ -593,7 +593,10 @@ impl ConsensusAgent {
     fn start_term(&mut self, term: i64, position: i64, now_ns: u64) -> Result<(), AgentError> {
         let previous = self.log.as_ref().map(|l| (&l.log, l.start));
         let making = std::time::Instant::now();
-        let leadership = self.wiring.lead(term, position, previous).map_err(AgentError::new)?;
+        let leadership = self
+            .wiring
+            .lead(term, position, previous, |session| self.core.ack_rule(session))
+            .map_err(AgentError::new)?;
         log::info!(
             "member {} leads term {term} from position {position}: its log (from {}) made in {:?}",
             self.wiring.config.id,

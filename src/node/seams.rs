@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::cluster::consensus_core::{follower_commit, AckRule};
 use crate::cluster::term_starts::TermStarts;
 use crate::frame::{CommitPositionFrame, DataRun, Frame};
 use crate::media::network_publication::ControlHandler;
@@ -14,10 +15,16 @@ use crate::shm::log_buffer::LogBuffer;
 
 /// A follower's view of the leader's log, fed by its Receiver: the rebuilt (appended) position, the
 /// commit positions the leader announces, and where each leadership term starts.
+///
+/// Invariant: `commit` moves by the consensus core's rule alone ([`follower_commit`]): the highest commit
+/// the leader announced, as far as `append` (what this member holds of the leader's log) reaches. It is
+/// applied here, on the Receiver's thread, for latency; the core applies the same rule to the same inputs.
 #[derive(Debug)]
 pub(super) struct FollowerLog {
-    /// The commit position the leader has announced (commit frames, or piggybacked reserved values).
+    /// The node's commit position, raised by this rule (and by the core's, which is the same).
     pub(super) commit: Counter,
+    /// The highest commit position the leader has announced (commit frames, or piggybacked reserved values).
+    pub(super) announced: Counter,
     /// Read the commit position from data frames' reserved value too.
     pub(super) piggyback: bool,
     /// The follower's rebuilt (contiguous) position, for its consensus agent.
@@ -29,11 +36,13 @@ pub(super) struct FollowerLog {
 impl FollowerObserver for FollowerLog {
     fn rebuilt(&self, position: i64) {
         self.append.set_max(position);
+        self.apply_commit_rule();
     }
 
     fn run_inserted(&self, log: &LogBuffer, run: &DataRun) {
         if let (true, Some(commit)) = (self.piggyback, run.max_reserved) {
-            self.commit.set_max(commit);
+            self.announced.set_max(commit);
+            self.apply_commit_rule();
         }
         if run.term_start_count == 0 {
             return;
@@ -46,20 +55,25 @@ impl FollowerObserver for FollowerLog {
     }
 
     fn commit_frame(&self, commit: &CommitPositionFrame) {
-        self.commit.set_max(commit.log_position);
+        self.announced.set_max(commit.log_position);
+        self.apply_commit_rule();
     }
 }
 
-/// The leader's reading of its followers' acknowledgements, on the Sender's thread.
-///
-/// Invariant: a follower acknowledges for itself only, and only this term's log: destination `d` is
-/// follower `acks[d]`, and an APPEND_POSITION counts only with that member's id and this log's session.
-/// Anything else is counted in `refused`.
+impl FollowerLog {
+    fn apply_commit_rule(&self) {
+        self.commit.set_max(follower_commit(self.announced.get(), self.append.get()));
+    }
+}
+
+/// The leader's reading of its followers' acknowledgements, on the Sender's thread: it forwards those that
+/// count by the consensus core's [`AckRule`] (destination `d` is the core's follower `d`, for this term's
+/// log) to their counters, and counts the rest in `refused`. It decides nothing itself.
 pub(super) struct LeaderAcks {
-    /// This term's log.
-    pub(super) session_id: i32,
-    /// Per destination: the follower's member id and its acknowledged position.
-    pub(super) acks: Vec<(i32, Counter)>,
+    /// Which acknowledgement counts, from the core.
+    pub(super) rule: AckRule,
+    /// Per destination: the follower's acknowledged position.
+    pub(super) acks: Vec<Counter>,
     /// Per destination: the node's published acknowledgement counters (for `qc-stat`).
     pub(super) mirrors: Vec<Counter>,
     /// Acknowledgements refused.
@@ -69,8 +83,8 @@ pub(super) struct LeaderAcks {
 impl ControlHandler for LeaderAcks {
     fn on_control(&mut self, destination: usize, frame: &Frame<'_>) {
         match (frame, self.acks.get(destination)) {
-            (Frame::AppendPosition(ack), Some((id, counter)))
-                if ack.member_id == *id && ack.session_id == self.session_id =>
+            (Frame::AppendPosition(ack), Some(counter))
+                if self.rule.counts(destination, ack.member_id, ack.session_id) =>
             {
                 counter.set_max(ack.log_position);
                 if let Some(mirror) = self.mirrors.get(destination) {

@@ -13,6 +13,7 @@ use std::sync::{mpsc, Arc};
 use super::seams::{FollowerLog, LeaderAcks};
 use crate::agent::{available_cores, Agent, AgentCounters, AgentHandles, AgentLayout, AgentRole, AgentSpec, Warning};
 use crate::cluster::append::ConsensusCounters;
+use crate::cluster::consensus_core::AckRule;
 use crate::cluster::term_starts::TermStarts;
 use crate::media::channel::ChannelConfig;
 use crate::media::flow_control::FlowControlMode;
@@ -174,6 +175,7 @@ impl Wiring {
         leadership_term_id: i64,
         position: i64,
         previous: Option<(&LogBuffer, i64)>,
+        ack_rule: impl FnOnce(i32) -> AckRule,
     ) -> Result<Leadership, NodeError> {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
@@ -190,7 +192,13 @@ impl Wiring {
             None => LogBuffer::create_at(&file, log_config, from),
         };
         let (log, start, appender) = continue_log(make, position, previous)?;
-        let others: Vec<_> = config.members.iter().filter(|m| m.id != config.id).collect();
+        // The core says which follower each destination is, and which acknowledgement counts.
+        let rule = ack_rule(session_id);
+        let others = rule
+            .followers()
+            .iter()
+            .map(|&id| config.member(id).ok_or_else(|| NodeError::Config(format!("no member {id}"))))
+            .collect::<Result<Vec<_>, _>>()?;
         // The leader sends from its member endpoint, the one source its followers accept, and waits for the
         // followers a commit needs (a majority, less itself), not for the slowest.
         let channel = ChannelConfig {
@@ -201,10 +209,17 @@ impl Wiring {
             ..config.channel.clone()
         };
         let acks: Vec<(i32, Counter)> = others.iter().map(|m| (m.id, Counter::detached())).collect();
-        let mirrors: Vec<Counter> = self.counters.acks.iter().map(|(_, c)| c.clone()).collect();
+        let forwarded = acks.iter().map(|(_, c)| c.clone()).collect();
+        // qc-stat's counters, by member, in the destinations' order.
+        let mirrors: Vec<Counter> = others
+            .iter()
+            .map(|m| {
+                self.counters.acks.iter().find(|(id, _)| *id == m.id).map_or_else(Counter::detached, |(_, c)| c.clone())
+            })
+            .collect();
         mirrors.iter().for_each(|c| c.set(0));
         let refused = self.counters.refused_acks.clone();
-        let handler = Box::new(LeaderAcks { session_id, acks: acks.clone(), mirrors, refused });
+        let handler = Box::new(LeaderAcks { rule, acks: forwarded, mirrors, refused });
         let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
         let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
         let sender_commands = OneToOneRingBuffer::new(command_buffer)?;
@@ -251,6 +266,7 @@ impl Wiring {
             // them too): every byte below one is in this member's log, from the leader's log or agreeing
             // with it up to `position`.
             commit: self.counters.consensus.commit.clone(),
+            announced: Counter::detached(),
             piggyback: config.commit_piggyback,
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),

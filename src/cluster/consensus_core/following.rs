@@ -18,6 +18,7 @@
 use super::machine::{ConsensusCore, Phase};
 use super::message::Message;
 use super::output::{Destination, Output};
+use super::quorum::follower_commit;
 use super::term_history::LeaderTerm;
 use super::MemberId;
 
@@ -139,7 +140,7 @@ impl ConsensusCore {
     fn learn_commit(&mut self, leader_commit: i64, out: &mut Vec<Output>) {
         let Phase::Follower(following) = &mut self.phase else { return };
         following.leader_commit = following.leader_commit.max(leader_commit);
-        let commit = following.leader_commit;
+        let commit = follower_commit(following.leader_commit, self.append_position);
         self.advance_commit(commit, out);
     }
 

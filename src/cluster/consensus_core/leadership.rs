@@ -22,13 +22,10 @@ impl ConsensusCore {
     /// Leads the current term: announces it, and asks for the term-start marker.
     pub(super) fn become_leader(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         self.counters.leaderships += 1;
-        let own_id = self.config.member_id;
         let peers: Vec<Peer> = self
-            .config
-            .members
-            .iter()
-            .filter(|&&id| id != own_id)
-            .map(|&id| Peer { id, matched_position: 0, heard: false, last_heard_ns: now_ns })
+            .followers()
+            .into_iter()
+            .map(|id| Peer { id, matched_position: 0, heard: false, last_heard_ns: now_ns })
             .collect();
         let leadership = Leadership {
             term_base: self.append_position,

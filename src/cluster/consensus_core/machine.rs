@@ -8,6 +8,7 @@ use super::durable::DurableState;
 use super::message::Message;
 use super::output::{CoreError, Destination, Output};
 use super::prng::SplitMix64;
+use super::quorum::AckRule;
 use super::role::Role;
 use super::term_history::{LeaderTerm, TermHistory};
 use super::MemberId;
@@ -327,6 +328,17 @@ impl ConsensusCore {
             return Some(self.append_position);
         }
         leadership.peers.iter().find(|peer| peer.id == member).map(|peer| peer.matched_position)
+    }
+
+    /// The other members, in the order a leader's publication sends to them (its destinations) and counts
+    /// their acknowledgements.
+    pub fn followers(&self) -> Vec<MemberId> {
+        self.config.members.iter().copied().filter(|&id| id != self.config.member_id).collect()
+    }
+
+    /// Which acknowledgements count for this member's log of `session_id` while it leads (see [`AckRule`]).
+    pub fn ack_rule(&self, session_id: i32) -> AckRule {
+        AckRule::new(session_id, self.followers())
     }
 
     /// The local log's terms.

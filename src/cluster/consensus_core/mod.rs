@@ -90,7 +90,7 @@ pub use durable::DurableState;
 pub use machine::ConsensusCore;
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
-pub use quorum::quorum_position;
+pub use quorum::{follower_commit, quorum_position, AckRule};
 pub use role::Role;
 pub use term_history::{TermBase, TermHistory};
 

@@ -1,4 +1,9 @@
-//! The commit position of a cluster: the highest position a majority of its members holds.
+//! What counts toward a commit, in one place: the leader's quorum rule ([`quorum_position`]), a follower's
+//! commit rule ([`follower_commit`]), and which acknowledgement counts for which leader's log
+//! ([`AckRule`]). The consensus core decides with them, and so do the threads that apply a decision early
+//! for latency (a follower's Receiver, the leader's Sender): there is one rule, whoever runs it.
+
+use super::MemberId;
 
 /// The commit position of a cluster: the `(n / 2 + 1)`-th highest append position over all `n` members,
 /// the leader counting as one with its own position, and never above the leader's own position.
@@ -19,9 +24,68 @@ pub fn quorum_position(leader: i64, followers: &[i64]) -> i64 {
     best.min(leader).max(0)
 }
 
+/// A follower's commit position: what the leader has committed, as far as this member holds the leader's
+/// log (`held`: the contiguous end of what it has of that log). Never above either: a follower cannot apply
+/// bytes it does not have, nor bytes the leader did not commit.
+#[inline]
+pub fn follower_commit(leader_commit: i64, held: i64) -> i64 {
+    leader_commit.min(held)
+}
+
+/// Which acknowledgements count for one leader's log: destination `d` of its publication is follower
+/// `followers[d]`, and an acknowledgement counts only from that member, for that log's session.
+///
+/// Invariant: a follower acknowledges for itself only and for this term's log only; anything else (another
+/// member's id, a previous term's session, a destination past the list) counts for nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckRule {
+    session_id: i32,
+    followers: Vec<MemberId>,
+}
+
+impl AckRule {
+    /// The rule for the log of `session_id`, sent to `followers` in this order.
+    pub fn new(session_id: i32, followers: Vec<MemberId>) -> Self {
+        Self { session_id, followers }
+    }
+
+    /// The followers, in destination order.
+    pub fn followers(&self) -> &[MemberId] {
+        &self.followers
+    }
+
+    /// The log's session.
+    pub fn session_id(&self) -> i32 {
+        self.session_id
+    }
+
+    /// Whether an acknowledgement that came from `destination`, saying it is `member_id`'s for the log of
+    /// `session_id`, counts.
+    #[inline]
+    pub fn counts(&self, destination: usize, member_id: MemberId, session_id: i32) -> bool {
+        session_id == self.session_id && self.followers.get(destination) == Some(&member_id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follower_commits_what_the_leader_committed_as_far_as_it_holds_the_log() {
+        assert_eq!(follower_commit(100, 60), 60);
+        assert_eq!(follower_commit(40, 60), 40);
+    }
+
+    #[test]
+    fn an_acknowledgement_counts_only_from_its_destination_s_member_for_this_log() {
+        let rule = AckRule::new(7, vec![1, 2]);
+        assert!(rule.counts(0, 1, 7));
+        assert!(rule.counts(1, 2, 7));
+        assert!(!rule.counts(0, 2, 7), "another member's id from destination 0");
+        assert!(!rule.counts(1, 2, 6), "a previous term's log");
+        assert!(!rule.counts(2, 2, 7), "no such destination");
+    }
     use proptest::prelude::*;
 
     #[test]
