@@ -461,6 +461,11 @@ impl<T: Transport> Receiver<T> {
         Ok((receiver, subscriptions, warnings))
     }
 
+    /// Reads `clock` from now on (a simulated one, under the node simulator).
+    pub fn set_clock(&mut self, clock: NanoClock) {
+        self.clock = clock;
+    }
+
     /// The local address of channel `index` (a port 0 bind is resolved here).
     pub fn local_addr(&self, index: usize) -> SocketAddr {
         self.endpoints[index].local_addr()

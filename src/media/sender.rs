@@ -36,6 +36,11 @@ pub struct Sender<T: Transport = UdpEndpoint> {
 }
 
 impl<T: Transport> Sender<T> {
+    /// Reads `clock` from now on (a simulated one, under the node simulator).
+    pub fn set_clock(&mut self, clock: NanoClock) {
+        self.clock = clock;
+    }
+
     /// A Sender of `publications`.
     pub fn new(publications: Vec<NetworkPublication<T>>) -> Self {
         Self {

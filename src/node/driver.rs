@@ -36,7 +36,7 @@ use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination
 use crate::cluster::term_starts::TermStarts;
 use crate::event_log::RateLimited;
 use crate::media::receiver::{ImageHandoff, Subscription};
-use crate::media::transport::{RecvBatch, UdpEndpoint};
+use crate::media::transport::{RecvBatch, Transport};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::{LogBuffer, LogReader};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
@@ -154,7 +154,7 @@ pub(super) struct ConsensusAgent {
     /// The outputs being carried out (swapped with `outputs`).
     executing: Vec<Output>,
     wiring: Wiring,
-    socket: UdpEndpoint,
+    socket: Box<dyn Transport>,
     batch: RecvBatch,
     peers: Vec<Peer>,
     votes: VoteFile,
@@ -190,7 +190,9 @@ pub(super) struct DriverParts {
     pub(super) records: bool,
     pub(super) core: ConsensusCore,
     pub(super) wiring: Wiring,
-    pub(super) socket: UdpEndpoint,
+    pub(super) socket: Box<dyn Transport>,
+    /// The node's clock.
+    pub(super) clock: NanoClock,
     pub(super) votes: VoteFile,
     pub(super) clients: Option<ClientIngress>,
     pub(super) ingress: ManyToOneRingBuffer,
@@ -218,7 +220,7 @@ impl ConsensusAgent {
             votes: parts.votes,
             ingress: parts.ingress,
             clients: parts.clients,
-            clock: NanoClock::new(),
+            clock: parts.clock,
             current: Current::Idle,
             log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),
             synced: parts.synced,

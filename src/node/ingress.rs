@@ -43,12 +43,13 @@ use std::sync::Arc;
 
 use socket2::SockAddr;
 
+use crate::agent::clock::NanoClock;
 use crate::client::credentials::{wrap_token, ClientKey, ReplayWindow, SessionSecret};
 use crate::client::session::SessionEntry;
 use crate::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Records, RefusalCode, Seal};
 use crate::cluster::append::AppendStage;
 use crate::media::auth::AuthKey;
-use crate::media::transport::{RecvBatch, UdpEndpoint};
+use crate::media::transport::{RecvBatch, Transport};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::AppendError;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
@@ -212,7 +213,9 @@ impl Sequence {
 
 /// A member's client endpoint.
 pub(super) struct ClientIngress {
-    socket: UdpEndpoint,
+    socket: Box<dyn Transport>,
+    /// The clock of session entries' times (the wall clock, or the simulated one).
+    clock: NanoClock,
     /// Taken while a poll reads from it.
     batch: Option<RecvBatch>,
     config: ClientEndpointConfig,
@@ -274,7 +277,8 @@ impl ClientIngress {
     /// A client endpoint on `socket`, binding sessions with `secret`, answering through datagrams of at
     /// most `datagram_capacity` bytes, sending what the node's reader puts in `egress`.
     pub(super) fn new(
-        socket: UdpEndpoint,
+        socket: Box<dyn Transport>,
+        clock: NanoClock,
         config: ClientEndpointConfig,
         secret: SessionSecret,
         datagram_capacity: usize,
@@ -282,8 +286,10 @@ impl ClientIngress {
         counters: IngressCounters,
     ) -> Self {
         let open_rate = OpenRate::new(config.opens_per_second);
+        let sequence = Sequence(clock.epoch_ns().max(0) as u64);
         Self {
             socket,
+            clock,
             // Room for the largest UDP datagram: a client's MTU may be larger than the cluster's.
             batch: Some(RecvBatch::new(16, crate::frame::MAX_UDP_PAYLOAD_LENGTH)),
             config,
@@ -297,7 +303,7 @@ impl ClientIngress {
             sessions_opened: 0,
             term: -1,
             next_receive_ns: 0,
-            sequence: Sequence(epoch_ns().max(0) as u64),
+            sequence,
             open_rate,
             counters,
         }
@@ -325,7 +331,7 @@ impl ClientIngress {
         if now_ns < self.next_receive_ns {
             return work;
         }
-        let epoch_ns = epoch_ns();
+        let epoch_ns = self.clock.epoch_ns();
         let mut datagrams = 0;
         let mut batch = self.batch.take().expect("put back after every poll");
         while datagrams < MAX_DATAGRAMS_PER_CYCLE {
@@ -513,11 +519,11 @@ impl ClientIngress {
             wire::CLOSED => remove = true,
             _ => {}
         }
-        let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+        let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
         queue(connection, out, &mut self.dirty, header.session_id, record, payload);
         if remove {
             if let Some(mut connection) = self.connections.remove(&header.session_id) {
-                let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+                let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
                 flush_connection(&mut connection, header.session_id, out);
             }
             self.counters.connections.set(self.connections.len() as i64);
@@ -529,7 +535,7 @@ impl ClientIngress {
         let mut sent = 0;
         for session in self.dirty.drain(..) {
             if let Some(connection) = self.connections.by_session.get_mut(&session) {
-                let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+                let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
                 sent += flush_connection(connection, session, out);
             }
         }
@@ -561,7 +567,7 @@ impl ClientIngress {
                     return;
                 }
                 let mut state = IngressState {
-                    socket: &self.socket,
+                    socket: &mut self.socket,
                     config: &self.config,
                     dirty: &mut self.dirty,
                     reply: &mut self.reply,
@@ -685,9 +691,9 @@ impl ClientIngress {
             // Whatever was waiting for the old address goes there, and then the news that it was displaced.
             self.counters.displaced.increment();
             let displaced = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::Displaced as u8);
-            let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
             queue(&mut old, out, &mut self.dirty, session, displaced, &[]);
-            let out = Out { socket: &self.socket, counters: &self.counters, sequence: &mut self.sequence };
+            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
             flush_connection(&mut old, session, out);
         }
         self.connections.insert(session, connection);
@@ -725,7 +731,7 @@ struct Arrival {
 
 /// What sending to a client needs.
 struct Out<'a> {
-    socket: &'a UdpEndpoint,
+    socket: &'a mut Box<dyn Transport>,
     counters: &'a IngressCounters,
     sequence: &'a mut Sequence,
 }
@@ -774,7 +780,7 @@ fn flush_connection(connection: &mut Connection, session: u64, out: Out<'_>) -> 
 
 /// What the handling of one session datagram's records works on.
 struct IngressState<'a> {
-    socket: &'a UdpEndpoint,
+    socket: &'a mut Box<dyn Transport>,
     config: &'a ClientEndpointConfig,
     dirty: &'a mut Vec<u64>,
     reply: &'a mut DatagramWriter,
@@ -785,7 +791,7 @@ struct IngressState<'a> {
 impl IngressState<'_> {
     /// Queues `record` on `connection` (as the egress answers are).
     fn queue_on(&mut self, connection: &mut Connection, session: u64, record: RecordHeader) {
-        let out = Out { socket: self.socket, counters: self.counters, sequence: self.sequence };
+        let out = Out { socket: &mut *self.socket, counters: self.counters, sequence: self.sequence };
         queue(connection, out, self.dirty, session, record, &[]);
     }
 }
@@ -910,10 +916,4 @@ fn append_entry(
             counters.back_pressured.increment();
         }
     })
-}
-
-/// The leader's clock for session entries: the wall clock, so that entries of successive leaders (other
-/// processes, other hosts) are on one time line.
-fn epoch_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }

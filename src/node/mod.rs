@@ -45,6 +45,7 @@ mod committed;
 #[cfg(feature = "config")]
 pub mod config;
 mod driver;
+mod environment;
 mod error;
 mod ingress;
 mod recovery;
@@ -59,6 +60,7 @@ pub use builder::{
     CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET,
 };
 pub use client::LocalClient;
+pub use environment::{Environment, SpareLogs};
 pub use error::{LocalOfferError, LocalWaitError, NodeError};
 
 use std::fmt;
@@ -71,7 +73,7 @@ use crate::client::session::Entry;
 use crate::cluster::consensus_core::Role;
 use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::frame::SESSION_FLAG;
-use crate::media::transport::UdpEndpoint;
+use crate::media::transport::{Binding, Network, Transport};
 use crate::setting::{Setting, SettingError};
 use crate::shm::buffer::{AtomicBuffer, Region};
 use crate::shm::counters::{Counter, CountersManager};
@@ -134,6 +136,8 @@ pub struct Node {
     directory: Option<NodeDirectory>,
     warnings: Vec<String>,
     logs: crate::event_log::RateLimited,
+    /// The clock of the application's thread (rate-limited warnings).
+    clock: crate::agent::clock::NanoClock,
 }
 
 impl fmt::Debug for Node {
@@ -145,6 +149,12 @@ impl fmt::Debug for Node {
 impl Node {
     /// Starts a node from `config`: a follower of no known leader, which elects or joins one.
     pub fn start(config: NodeConfig) -> Result<Node, NodeError> {
+        Self::start_in(config, Environment::production())
+    }
+
+    /// As [`start`](Self::start), in `env`: its clock, its network and its seed (the node simulator's, or
+    /// production's).
+    pub fn start_in(config: NodeConfig, env: Environment) -> Result<Node, NodeError> {
         config.validate()?;
         config.channel.validate()?;
         let policy = if config.clean_stale { StalePolicy::Clean } else { StalePolicy::Refuse };
@@ -169,9 +179,9 @@ impl Node {
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
         let recovered = if config.storage.records() { Some(recovery::open(&config)?) } else { None };
-        let (core, votes) = start_core(&config, recovered.as_ref())?;
-        let (socket, mut warnings) = bind_consensus(&config)?;
-        let (clients, sessions) = start_clients(&config, &counters)?;
+        let (core, votes) = start_core(&config, recovered.as_ref(), &env)?;
+        let (socket, mut warnings) = bind_consensus(&config, &env)?;
+        let (clients, sessions) = start_clients(&config, &counters, &env)?;
         let node_counters = NodeCounters::allocate(&config, &counters);
         let commit = node_counters.consensus.commit.clone();
         let append = node_counters.consensus.append.clone();
@@ -206,11 +216,19 @@ impl Node {
             let others =
                 config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
             let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
-            let server =
-                CatchUpServer::bind(config.me().consensus, others, config.membership(), catch_up_key, snapshot_store(&config)?)
+            let mut agent = Recorder::new(recovered.recording, switches, counters, compact_below.clone());
+            if env.catch_up {
+                let server = CatchUpServer::bind(
+                    config.me().consensus,
+                    others,
+                    config.membership(),
+                    catch_up_key,
+                    snapshot_store(&config)?,
+                )
                 .map_err(|e| {
                     let message = format!(
-                        "member {}: cannot serve catch-ups at {} (tcp): {e}; followers far behind cannot catch up from this member",
+                        "member {}: cannot serve catch-ups at {} (tcp): {e}; followers far behind cannot catch up \
+                         from this member",
                         config.id,
                         config.me().consensus
                     );
@@ -218,12 +236,9 @@ impl Node {
                     warnings.push(message);
                 })
                 .ok();
-            let agent = Recorder::new(recovered.recording, switches, counters, compact_below.clone()).with_catch_up(
-                server,
-                Arc::clone(&shared.catch_ups),
-                catch_up_key,
-                snapshot_store(&config)?,
-            );
+                agent =
+                    agent.with_catch_up(server, Arc::clone(&shared.catch_ups), catch_up_key, snapshot_store(&config)?);
+            }
             recorder = Some(Box::new(agent) as Box<dyn crate::agent::Agent>);
         }
         let synced = recorder_counters
@@ -235,7 +250,9 @@ impl Node {
             synced,
             records: recorder.is_some(),
             core,
+            clock: env.clock.fresh(),
             wiring: Wiring::new(
+                env.clone(),
                 config.clone(),
                 directory.path().to_path_buf(),
                 node_counters,
@@ -271,6 +288,7 @@ impl Node {
             directory: Some(directory),
             warnings,
             logs: crate::event_log::RateLimited::default(),
+            clock: env.clock.fresh(),
         })
     }
 
@@ -402,7 +420,7 @@ impl Node {
         self.polled = true;
         if let Some(position) = self.committed.pending_snapshot() {
             // Only poll_state can load it: nothing after it is handed out until then.
-            self.logs.warn(crate::agent::clock::NanoClock::new().now_ns(), || {
+            self.logs.warn(self.clock.now_ns(), || {
                 format!(
                     "a catch-up installed the leader's snapshot at {position}: this application polls without a \
                      StateMachine and cannot load it; use Node::poll_state"
@@ -589,6 +607,7 @@ impl Drop for Node {
 fn start_core(
     config: &NodeConfig,
     recovered: Option<&recovery::Recovered>,
+    env: &Environment,
 ) -> Result<(ConsensusCore, VoteFile), NodeError> {
     let data_dir = config.data_dir_path();
     std::fs::create_dir_all(&data_dir).map_err(|e| {
@@ -625,8 +644,7 @@ fn start_core(
         })?;
         log::info!("member {}: recorded log recovered up to position {end}", config.id);
     }
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-        ^ (config.id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let seed = env.random(config.id as u64);
     let core_config = CoreConfig {
         member_id: config.id,
         members: config.members.iter().map(|m| m.id).collect(),
@@ -634,7 +652,7 @@ fn start_core(
         seed,
         bugs: Default::default(),
     };
-    let now_ns = crate::agent::clock::NanoClock::new().now_ns();
+    let now_ns = env.clock.now_ns();
     let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
     Ok((core, votes))
 }
@@ -661,19 +679,21 @@ fn warn_if_memory_backed(config: &NodeConfig, warnings: &mut Vec<String>) {
 /// Binds this member's consensus endpoint, after checking that its log endpoint can be bound too (the
 /// Sender or Receiver of each role binds it later, beside each other with `SO_REUSEPORT`: an address
 /// another program holds is refused now, naming it, not at the first election).
-fn bind_consensus(config: &NodeConfig) -> Result<(UdpEndpoint, Vec<String>), NodeError> {
+fn bind_consensus(config: &NodeConfig, env: &Environment) -> Result<(Box<dyn Transport>, Vec<String>), NodeError> {
     let me = config.me();
-    drop(UdpEndpoint::bind_shared(me.endpoint, &config.channel.socket).map_err(|e| {
+    let mut network = env.network.clone();
+    let socket = &config.channel.socket;
+    let log_endpoint = Binding { socket, auth: None, shared: true };
+    drop(network.bind(me.endpoint, &log_endpoint).map_err(|e| {
         NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the log endpoint {}: {e}", me.endpoint)))
     })?);
-    let (mut socket, warnings) = UdpEndpoint::bind(me.consensus, &config.channel.socket).map_err(|e| {
+    let consensus = Binding { socket, auth: config.channel.auth, shared: false };
+    network.bind(me.consensus, &consensus).map_err(|e| {
         NodeError::Io(std::io::Error::new(
             e.kind(),
             format!("cannot bind the consensus endpoint {}: {e}", me.consensus),
         ))
-    })?;
-    socket.set_auth(config.channel.auth);
-    Ok((socket, warnings))
+    })
 }
 
 /// Loads a snapshot: the session table, then the application's state.
@@ -693,6 +713,7 @@ const EGRESS_CAPACITY: usize = 1 << 20;
 fn start_clients(
     config: &NodeConfig,
     counters: &CountersManager,
+    env: &Environment,
 ) -> Result<(Option<ClientIngress>, ClientSessions), NodeError> {
     let ingress_counters = IngressCounters::new(|kind| node_counter(counters, kind));
     let session_counters = SessionEventCounters {
@@ -711,7 +732,8 @@ fn start_clients(
         ring_buffer::required_length(EGRESS_CAPACITY),
     )?)?);
     let me = config.me();
-    let (socket, _) = UdpEndpoint::bind(me.client, &config.channel.socket).map_err(|e| {
+    let binding = Binding { socket: &config.channel.socket, auth: None, shared: false };
+    let (socket, _) = env.network.clone().bind(me.client, &binding).map_err(|e| {
         NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the client endpoint {}: {e}", me.client)))
     })?;
     let secret = config.clients.secret(config.channel.auth.as_ref()).ok_or_else(|| {
@@ -719,6 +741,7 @@ fn start_clients(
     })?;
     let ingress = ClientIngress::new(
         socket,
+        env.clock.fresh(),
         config.clients.clone(),
         secret,
         datagram_capacity,

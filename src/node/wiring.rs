@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 
 use super::seams::{FollowerLog, LeaderAcks};
+use crate::agent::clock::NanoClock;
 use crate::agent::{available_cores, Agent, AgentCounters, AgentHandles, AgentLayout, AgentRole, AgentSpec, Warning};
 use crate::cluster::append::ConsensusCounters;
 use crate::cluster::consensus_core::AckRule;
@@ -30,6 +31,7 @@ use crate::shm::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfi
 use crate::shm::ring_buffer::{self, OneToOneRingBuffer};
 use crate::shm::stats::{agent_type_of, kinds, CounterKind, TYPE_ACK_POSITION};
 
+use super::environment::{Environment, SpareLogs};
 use super::slot::{Slot, SlotHandle};
 use super::{NodeConfig, NodeError};
 
@@ -74,6 +76,8 @@ type SpareLog = Result<(PathBuf, Arc<Region>), String>;
 
 /// Builds each role's agents and hands them to their places.
 pub(super) struct Wiring {
+    /// The clock, network and seed every agent made here is given.
+    pub(super) env: Environment,
     pub(super) config: NodeConfig,
     pub(super) directory: PathBuf,
     pub(super) counters: NodeCounters,
@@ -118,15 +122,27 @@ pub(super) struct Followership {
 
 impl Wiring {
     pub(super) fn new(
+        env: Environment,
         config: NodeConfig,
         directory: PathBuf,
         counters: NodeCounters,
         sender: SlotHandle<Box<dyn Agent>>,
         receiver: SlotHandle<Box<dyn Agent>>,
     ) -> Self {
-        let mut wiring =
-            Self { config, directory, counters, sender, receiver, spare: None, spare_thread: None, spares_made: 0 };
-        wiring.make_spare();
+        let mut wiring = Self {
+            env,
+            config,
+            directory,
+            counters,
+            sender,
+            receiver,
+            spare: None,
+            spare_thread: None,
+            spares_made: 0,
+        };
+        if wiring.env.spare_logs == SpareLogs::Threaded {
+            wiring.make_spare();
+        }
         wiring
     }
 
@@ -180,7 +196,7 @@ impl Wiring {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
         let config = &self.config;
-        let session_id = session_id_for(config.id, leadership_term_id);
+        let session_id = session_id_for(config.id, leadership_term_id, self.env.random(config.id as u64));
         let log_config = LogConfig {
             session_id,
             stream_id: config.stream_id,
@@ -224,13 +240,15 @@ impl Wiring {
         let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
         let sender_commands = OneToOneRingBuffer::new(command_buffer)?;
         let counters = self.counters.sender.clone();
-        // Fault injection (for tests) wraps the sockets only when configured: the production Sender runs on
-        // bare UDP endpoints.
-        let sender = if channel.has_faults() {
-            let mut network = Faulty::new(Udp, channel.send_faults, channel.receive_faults);
-            sender_on(&mut network, log.clone(), channel, counters, handler, sender_commands)?
+        let clock = self.env.clock.fresh();
+        // The production Sender runs on bare UDP endpoints; another network, or fault injection (for tests),
+        // takes boxed ones.
+        let sender = if self.env.is_udp() && !channel.has_faults() {
+            sender_on(&mut Udp, log.clone(), channel, counters, handler, sender_commands, clock)?
         } else {
-            sender_on(&mut Udp, log.clone(), channel, counters, handler, sender_commands)?
+            let (send, receive) = (channel.send_faults, channel.receive_faults);
+            let mut network = Faulty::new(self.env.network.clone(), send, receive);
+            sender_on(&mut network, log.clone(), channel, counters, handler, sender_commands, clock)?
         };
         self.receiver.replace(None);
         self.sender.replace(Some(sender));
@@ -258,6 +276,7 @@ impl Wiring {
         // sender happens to be when the SETUP arrives: it would acknowledge a log it does not have.
         channel.join_position = Some(position);
         channel.reuse_port = true;
+        channel.receiver_id = self.env.random(config.id as u64) as i64;
         let append = Counter::detached();
         append.set(position);
         let term_starts = Arc::new(TermStarts::default());
@@ -279,12 +298,14 @@ impl Wiring {
         });
         let faults = channel.channel.receive_faults.is_active();
         let counters = self.counters.receiver.clone();
-        let (receiver, subscription) = if faults {
-            // The Receiver's status messages and NAKs go out as sent: `send_faults` act on the log.
-            let mut network = Faulty::new(Udp, FaultConfig::default(), channel.channel.receive_faults);
-            receiver_on(&mut network, channel, counters)?
+        let clock = self.env.clock.fresh();
+        let (receiver, subscription) = if self.env.is_udp() && !faults {
+            receiver_on(&mut Udp, channel, counters, clock)?
         } else {
-            receiver_on(&mut Udp, channel, counters)?
+            // The Receiver's status messages and NAKs go out as sent: `send_faults` act on the log.
+            let receive = channel.channel.receive_faults;
+            let mut network = Faulty::new(self.env.network.clone(), FaultConfig::default(), receive);
+            receiver_on(&mut network, channel, counters, clock)?
         };
         self.sender.replace(None);
         self.receiver.replace(Some(receiver));
@@ -309,6 +330,7 @@ fn sender_on<N: Network>(
     counters: SenderCounters,
     handler: Box<dyn ControlHandler>,
     commands: OneToOneRingBuffer,
+    clock: NanoClock,
 ) -> Result<Box<dyn Agent>, NodeError>
 where
     N::Endpoint: 'static,
@@ -316,6 +338,7 @@ where
     let mut publication = NetworkPublication::open(log, channel, counters, network)?;
     publication.set_control_handler(handler);
     let mut sender = Sender::new(vec![publication]);
+    sender.set_clock(clock);
     sender.add_command_ring(commands, 0);
     Ok(Box::new(sender))
 }
@@ -325,11 +348,13 @@ fn receiver_on<N: Network>(
     network: &mut N,
     channel: ReceiveChannelConfig,
     counters: ReceiverCounters,
+    clock: NanoClock,
 ) -> Result<(Box<dyn Agent>, Subscription), NodeError>
 where
     N::Endpoint: 'static,
 {
-    let (receiver, mut subscriptions, _warnings) = Receiver::open(vec![channel], counters, network)?;
+    let (mut receiver, mut subscriptions, _warnings) = Receiver::open(vec![channel], counters, network)?;
+    receiver.set_clock(clock);
     Ok((Box::new(receiver), subscriptions.remove(0)))
 }
 
@@ -429,10 +454,9 @@ pub(super) fn node_counter(counters: &CountersManager, kind: &CounterKind) -> Co
     counters.allocate(kind.label, kind.type_id).expect("counters file has room")
 }
 
-/// A session id for the log of a leader's term: distinct per member, per term and per start, so followers
-/// tell each term's log, and a restarted leader's, from the others.
-pub(super) fn session_id_for(member: i32, leadership_term_id: i64) -> i32 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+/// A session id for the log of a leader's term: distinct per member, per term and per start (`nonce`, a
+/// random draw), so followers tell each term's log, and a restarted leader's, from the others.
+pub(super) fn session_id_for(member: i32, leadership_term_id: i64, nonce: u64) -> i32 {
     let term = (leadership_term_id as u32).wrapping_mul(0x9E37_79B9);
-    ((nanos ^ term) as i32 & 0x7FFF_0000) | (member & 0xFFFF)
+    ((nonce as u32 ^ term) as i32 & 0x7FFF_0000) | (member & 0xFFFF)
 }

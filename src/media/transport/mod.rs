@@ -199,6 +199,140 @@ pub trait Network {
     fn supports(&self, mode: SendMode) -> bool;
 }
 
+/// A boxed transport is a transport: the endpoints of a network chosen at run time ([`SharedNetwork`]).
+/// Each call costs one indirect call beside the system call it makes.
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn local_addr(&self) -> SocketAddr {
+        (**self).local_addr()
+    }
+
+    fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
+        (**self).connect(peer)
+    }
+
+    fn path_max_payload(&self) -> Option<usize> {
+        (**self).path_max_payload()
+    }
+
+    #[inline]
+    fn send(&mut self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
+        (**self).send(datagram, dest)
+    }
+
+    #[inline]
+    fn send_with_tag(
+        &mut self,
+        datagram: &[u8],
+        tag: Option<&[u8; TAG_LENGTH]>,
+        dest: Option<&SockAddr>,
+    ) -> SendOutcome {
+        (**self).send_with_tag(datagram, tag, dest)
+    }
+
+    #[inline]
+    fn send_mmsg(
+        &mut self,
+        datagrams: &[&[u8]],
+        dests: &[SockAddr],
+        scratch: &mut MmsgScratch,
+    ) -> (SendOutcome, usize) {
+        (**self).send_mmsg(datagrams, dests, scratch)
+    }
+
+    #[inline]
+    fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
+        (**self).send_gso(data, segment)
+    }
+
+    #[inline]
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        (**self).recv_batch(batch)
+    }
+
+    #[inline]
+    fn flush(&mut self) -> usize {
+        (**self).flush()
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        (**self).readiness_fd()
+    }
+}
+
+/// A [`Network`] that binds through a shared reference and boxes its endpoints: what [`SharedNetwork`]
+/// holds. Every `Network` that is `Clone` (its clones binding on one network) is one.
+pub trait DynNetwork: Send + Sync {
+    /// Binds an endpoint, as [`Network::bind`].
+    fn bind_boxed(&self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(Box<dyn Transport>, Vec<String>)>;
+
+    /// As [`Network::supports`].
+    fn supports_mode(&self, mode: SendMode) -> bool;
+}
+
+impl<N> DynNetwork for N
+where
+    N: Network + Clone + Send + Sync,
+    N::Endpoint: 'static,
+{
+    fn bind_boxed(&self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(Box<dyn Transport>, Vec<String>)> {
+        let (endpoint, warnings) = self.clone().bind(local, binding)?;
+        Ok((Box::new(endpoint), warnings))
+    }
+
+    fn supports_mode(&self, mode: SendMode) -> bool {
+        self.supports(mode)
+    }
+}
+
+/// The network a node binds every endpoint on (consensus, clients, the log's Sender and Receiver), chosen
+/// at run time: UDP sockets in production, a simulated network under the node simulator. Clones share it.
+#[derive(Clone)]
+pub struct SharedNetwork {
+    network: std::sync::Arc<dyn DynNetwork>,
+    udp: bool,
+}
+
+impl fmt::Debug for SharedNetwork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.udp { "SharedNetwork(Udp)" } else { "SharedNetwork(..)" })
+    }
+}
+
+impl Default for SharedNetwork {
+    fn default() -> Self {
+        Self::udp()
+    }
+}
+
+impl SharedNetwork {
+    /// UDP sockets.
+    pub fn udp() -> Self {
+        Self { network: std::sync::Arc::new(Udp), udp: true }
+    }
+
+    /// Any other network.
+    pub fn new(network: impl DynNetwork + 'static) -> Self {
+        Self { network: std::sync::Arc::new(network), udp: false }
+    }
+
+    /// Whether this is [`Udp`] (whose endpoints a caller may take unboxed, as [`UdpEndpoint`]s).
+    pub fn is_udp(&self) -> bool {
+        self.udp
+    }
+}
+
+impl Network for SharedNetwork {
+    type Endpoint = Box<dyn Transport>;
+
+    fn bind(&mut self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(Box<dyn Transport>, Vec<String>)> {
+        self.network.bind_boxed(local, binding)
+    }
+
+    fn supports(&self, mode: SendMode) -> bool {
+        self.network.supports_mode(mode)
+    }
+}
+
 /// How a [`Network`] binds one endpoint.
 #[derive(Clone, Copy, Debug)]
 pub struct Binding<'a> {

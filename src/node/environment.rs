@@ -1,0 +1,125 @@
+//! What a node takes from the world outside it: the time, the network, and its randomness.
+//!
+//! A node reads every time it uses (timers, session times, the wall clock of session entries) from its
+//! [`Environment`]'s clock, binds every endpoint (consensus, clients, the log's Sender and Receiver) on its
+//! network, and draws every random choice (election jitter, log session ids, receiver ids) from its seed.
+//! Production uses the monotonic and wall clocks, UDP sockets and a seed from the time; the node simulator
+//! gives a simulated time, a simulated network and a fixed seed, and so runs the very `Node` an application
+//! embeds, deterministically.
+//!
+//! Not yet behind it: the catch-up TCP connection (off in a deterministic environment) and the files (the log buffers, the recording, the vote
+//! file, snapshots), which are the real ones under the simulator too.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::agent::clock::NanoClock;
+use crate::media::transport::SharedNetwork;
+
+/// How a leader's spare log files are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpareLogs {
+    /// On a thread of their own, while the node runs (production: a failover does not wait for one).
+    #[default]
+    Threaded,
+    /// On the consensus agent's thread, when a term needs one (deterministic: for the simulator).
+    Inline,
+}
+
+/// The clock, network and seed of a node. Clones share the network and the seed's sequence.
+#[derive(Clone)]
+pub struct Environment {
+    /// Every time the node reads.
+    pub clock: NanoClock,
+    /// Every endpoint the node binds.
+    pub network: SharedNetwork,
+    /// How spare log files are made.
+    pub spare_logs: SpareLogs,
+    /// Whether followers far behind catch up over TCP from the leader's recording (and this member
+    /// serves such catch-ups). Off under the simulator, until the catch-up connection is behind the
+    /// environment too: a follower the leader's log in memory no longer reaches then stays behind.
+    pub catch_up: bool,
+    /// The seed of every random choice; `None` takes one from the wall clock and the member id.
+    seed: Option<u64>,
+    /// Draws taken from the seed.
+    draws: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for Environment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Environment")
+            .field("network", &self.network)
+            .field("spare_logs", &self.spare_logs)
+            .field("seed", &self.seed)
+            .finish()
+    }
+}
+
+impl Default for Environment {
+    fn default() -> Self {
+        Self::production()
+    }
+}
+
+impl Environment {
+    /// The monotonic clock, UDP sockets, spare logs made on a thread, a seed from the wall clock.
+    pub fn production() -> Self {
+        Self {
+            clock: NanoClock::new(),
+            network: SharedNetwork::udp(),
+            spare_logs: SpareLogs::Threaded,
+            catch_up: true,
+            seed: None,
+            draws: Arc::default(),
+        }
+    }
+
+    /// `clock` and `network`, spare logs made inline, every random choice drawn from `seed`: a node that
+    /// does the same thing each time it is given the same inputs.
+    pub fn deterministic(clock: NanoClock, network: SharedNetwork, seed: u64) -> Self {
+        Self { clock, network, spare_logs: SpareLogs::Inline, catch_up: false, seed: Some(seed), draws: Arc::default() }
+    }
+
+    /// Whether this is the production environment's network (bare UDP sockets).
+    pub(super) fn is_udp(&self) -> bool {
+        self.network.is_udp()
+    }
+
+    /// A random 64-bit value, different on every call: from the seed, or from the wall clock mixed with
+    /// `salt` (a member id) when there is none.
+    pub(super) fn random(&self, salt: u64) -> u64 {
+        let draw = self.draws.fetch_add(1, Ordering::Relaxed);
+        let base = match self.seed {
+            Some(seed) => seed,
+            None => self.clock.epoch_ns() as u64,
+        };
+        mix(base ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ draw.wrapping_mul(0xD1B5_4A32_D192_ED03))
+    }
+}
+
+/// SplitMix64's finaliser: spreads every input bit over the output.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seeded_environment_draws_the_same_sequence_and_each_draw_differs() {
+        let time = crate::agent::clock::SimulatedTime::new(0);
+        let env =
+            |seed| Environment::deterministic(NanoClock::simulated(Arc::clone(&time)), SharedNetwork::udp(), seed);
+        let (a, b) = (env(7), env(7));
+        let first: Vec<u64> = (0..4).map(|_| a.random(1)).collect();
+        let second: Vec<u64> = (0..4).map(|_| b.random(1)).collect();
+        assert_eq!(first, second);
+        assert!(first.windows(2).all(|w| w[0] != w[1]));
+        assert_ne!(env(8).random(1), first[0]);
+    }
+}
