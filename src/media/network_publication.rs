@@ -186,10 +186,15 @@ impl fmt::Display for PublicationError {
             Self::Io(e) => write!(f, "socket error: {e}"),
             Self::PathMtu { destination, mtu, path_mtu } => {
                 let path = path_mtu.map_or("unknown".to_string(), |m| m.to_string());
+                // The MTU that fits is the path's IP packet size less the IPv4 and UDP headers.
+                let fix = match path_mtu {
+                    Some(m) => format!("set the channel's MTU to at most {}", m.saturating_sub(28)),
+                    None => "set a smaller channel MTU".to_string(),
+                };
                 write!(
                     f,
                     "channel to {destination} stopped: a datagram of the configured MTU {mtu} does not fit the path MTU {path}; \
-                     use MTU 1408, or enable jumbo frames on every hop"
+                     {fix}, or raise the MTU of every hop (jumbo frames)"
                 )
             }
             Self::Log(e) => write!(f, "log: {e}"),
@@ -239,6 +244,8 @@ pub struct NetworkPublication<T: Transport = UdpEndpoint> {
     retransmit: RetransmitHandler,
     consumer: ConsumerPosition,
     sender_position: i64,
+    /// Where the log's first byte is (see [`Self::set_log_start`]); 0 for a log that holds its terms whole.
+    log_start: i64,
     /// Everything before this position has been prefetched (see [`Self::prefetch_batch`]).
     prefetched: i64,
     last_data_or_heartbeat_ns: u64,
@@ -352,6 +359,7 @@ impl<T: Transport> NetworkPublication<T> {
             retransmit,
             consumer,
             sender_position: start,
+            log_start: 0,
             last_data_or_heartbeat_ns: 0,
             prefetched: 0,
             stalled: false,
@@ -405,6 +413,14 @@ impl<T: Transport> NetworkPublication<T> {
     /// Local addresses of the publication's sockets (receivers answer to these).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.sockets.endpoints().iter().map(Transport::local_addr).collect()
+    }
+
+    /// Says where the log's first byte is, when it does not hold everything from its term's start: a log
+    /// continued from another at a later position (a new leader's, whose first bytes were copied from its
+    /// previous log). Nothing below `start` can be resent: a receiver there is told it is behind what the
+    /// log retains, and does not hold the stream back.
+    pub fn set_log_start(&mut self, start: i64) {
+        self.log_start = start;
     }
 
     /// Sets the handler of control frames other than status messages and NAKs (consensus frames).

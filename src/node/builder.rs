@@ -686,6 +686,11 @@ impl NodeBuilder {
     pub fn start(self) -> Result<Node, NodeError> {
         Node::start(self.config)
     }
+
+    /// Starts the node in `env` (see [`Node::start_in`]).
+    pub fn start_in(self, env: super::Environment) -> Result<Node, NodeError> {
+        Node::start_in(self.config, env)
+    }
 }
 
 /// Checks a timer `setting` by the rule every timer follows ([`validate_timer`]).

@@ -243,12 +243,14 @@ impl Wiring {
         let clock = self.env.clock.fresh();
         // The production Sender runs on bare UDP endpoints; another network, or fault injection (for tests),
         // takes boxed ones.
-        let sender = if self.env.is_udp() && !channel.has_faults() {
-            sender_on(&mut Udp, log.clone(), channel, counters, handler, sender_commands, clock)?
+        let parts =
+            SenderParts { log: log.clone(), start, channel, counters, handler, commands: sender_commands, clock };
+        let sender = if self.env.is_udp() && !parts.channel.has_faults() {
+            sender_on(&mut Udp, parts)?
         } else {
-            let (send, receive) = (channel.send_faults, channel.receive_faults);
+            let (send, receive) = (parts.channel.send_faults, parts.channel.receive_faults);
             let mut network = Faulty::new(self.env.network.clone(), send, receive);
-            sender_on(&mut network, log.clone(), channel, counters, handler, sender_commands, clock)?
+            sender_on(&mut network, parts)?
         };
         self.receiver.replace(None);
         self.sender.replace(Some(sender));
@@ -321,21 +323,26 @@ impl Drop for Wiring {
     }
 }
 
-/// A Sender of one publication of `log` on `network`'s endpoints, with its control handler and the ring its
-/// commit frames come in by.
-fn sender_on<N: Network>(
-    network: &mut N,
+/// What a leader's Sender is made of: one publication of `log` (whose first byte is at `start`), its
+/// channel, control handler and clock, and the ring its commit frames come in by.
+struct SenderParts {
     log: LogBuffer,
+    start: i64,
     channel: ChannelConfig,
     counters: SenderCounters,
     handler: Box<dyn ControlHandler>,
     commands: OneToOneRingBuffer,
     clock: NanoClock,
-) -> Result<Box<dyn Agent>, NodeError>
+}
+
+/// The Sender of `parts` on `network`'s endpoints.
+fn sender_on<N: Network>(network: &mut N, parts: SenderParts) -> Result<Box<dyn Agent>, NodeError>
 where
     N::Endpoint: 'static,
 {
+    let SenderParts { log, start, channel, counters, handler, commands, clock } = parts;
     let mut publication = NetworkPublication::open(log, channel, counters, network)?;
+    publication.set_log_start(start);
     publication.set_control_handler(handler);
     let mut sender = Sender::new(vec![publication]);
     sender.set_clock(clock);

@@ -20,6 +20,7 @@ use quorumcast::node::Member;
 
 pub mod cluster;
 pub mod load;
+pub mod sim;
 pub use load::{dump, Applier, Driver, Messages};
 
 /// Ports handed out so far by this process.

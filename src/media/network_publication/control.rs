@@ -265,10 +265,14 @@ impl<T: Transport> NetworkPublication<T> {
 
     /// The oldest position [`Self::is_retained`] accepts: the start of the term before the one the appender
     /// can reach while the sender position stays where it is.
+    ///
+    /// Never below the log's first byte ([`Self::set_log_start`]): a continued log holds nothing before it,
+    /// so a receiver there could NAK forever, never be answered and, being responsive, hold the stream
+    /// (and every commit) back by the lag bound.
     pub(super) fn oldest_retained(&self) -> i64 {
         let bits = self.log.position_bits_to_shift();
         let furthest_producer = self.sender_position + (self.log.term_length() / 2) as i64;
-        ((term_count(furthest_producer, bits) - 1).max(0)) << bits
+        (((term_count(furthest_producer, bits) - 1).max(0)) << bits).max(self.log_start)
     }
 
     /// Resends `[from, to)` of the log to destination `d`, in datagrams of whole frames up to the MTU;

@@ -1,0 +1,193 @@
+//! What the node simulator checks after every step.
+//!
+//! One committed order: the first node to apply an entry past a position fixes which entry follows that
+//! position; every node's applied entries must then follow the same chain from the start, none skipped
+//! (an entry whose predecessor is not the node's previous entry) and none changed (other bytes at the same
+//! end position). Every entry applied is a message the client offered, and each appears once in the order.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use super::super::Fnv1a64;
+
+/// A broken property. (The fields are what its `Display` says: the member, end positions of entries, the
+/// message number.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Violation {
+    /// A node applied an entry that differs from the one the order has at that position.
+    Diverged { member: usize, end: i64, detail: String },
+    /// A node applied an entry that does not follow its previous one in the order (one was skipped), or
+    /// went back.
+    Skipped { member: usize, previous: i64, end: i64, expected: i64 },
+    /// A node applied bytes no client offered.
+    Unknown { member: usize, end: i64, length: usize },
+    /// One offered message appears twice in the order.
+    Duplicated { seq: u64, first_end: i64, again_end: i64 },
+    /// An agent of a node failed.
+    AgentFailed { member: usize, error: String },
+    /// After the faults stopped, no new message was applied everywhere within the bound.
+    NoProgress { healed_ms: u64, bound_ms: u64, state: String },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Diverged { member, end, detail } => {
+                write!(f, "member {member} applied another entry ending at {end} than the committed order: {detail}")
+            }
+            Self::Skipped { member, previous, end, expected } => write!(
+                f,
+                "member {member} applied the entry ending at {end} after the one ending at {previous}; the order \
+                 has the one ending at {expected} next"
+            ),
+            Self::Unknown { member, end, length } => {
+                write!(f, "member {member} applied {length} bytes ending at {end} that no client offered")
+            }
+            Self::Duplicated { seq, first_end, again_end } => {
+                write!(f, "message {seq} is in the committed order twice: ending at {first_end} and at {again_end}")
+            }
+            Self::AgentFailed { member, error } => write!(f, "an agent of member {member} failed: {error}"),
+            Self::NoProgress { healed_ms, bound_ms, state } => write!(
+                f,
+                "the network healed at {healed_ms} ms and no new message was applied on every member within \
+                 {bound_ms} ms: {state}"
+            ),
+        }
+    }
+}
+
+/// One entry of the committed order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Link {
+    /// Where the entry before it ends (0 for the first).
+    previous: i64,
+    digest: u64,
+    seq: u64,
+}
+
+/// The checker's state.
+pub(super) struct Checker {
+    /// The committed order, by each entry's end position.
+    order: BTreeMap<i64, Link>,
+    /// The end of the entry that follows each end position.
+    next_of: HashMap<i64, i64>,
+    /// Each member's last applied end position.
+    last: Vec<i64>,
+    /// Each member's highest message number applied.
+    highest: Vec<Option<u64>>,
+    /// Messages offered, by digest.
+    offered: HashMap<u64, u64>,
+    /// Where each message is in the order.
+    placed: HashMap<u64, i64>,
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    let mut d = Fnv1a64::new();
+    d.update(bytes);
+    d.value()
+}
+
+impl Checker {
+    pub(super) fn new(members: usize) -> Self {
+        Self {
+            order: BTreeMap::new(),
+            next_of: HashMap::new(),
+            last: vec![0; members],
+            highest: vec![None; members],
+            offered: HashMap::new(),
+            placed: HashMap::new(),
+        }
+    }
+
+    /// The client offered message `seq`, `bytes`.
+    pub(super) fn offered(&mut self, seq: u64, bytes: &[u8]) {
+        self.offered.insert(digest(bytes), seq);
+    }
+
+    /// Entries in the committed order.
+    pub(super) fn committed(&self) -> u64 {
+        self.order.len() as u64
+    }
+
+    /// How many members applied message `seq` or a later one.
+    pub(super) fn applied_by(&self, seq: u64) -> usize {
+        self.highest.iter().filter(|h| h.is_some_and(|h| h + 1 >= seq)).count()
+    }
+
+    /// Member `member` applied `bytes`, ending at `end`.
+    pub(super) fn on_applied(&mut self, member: usize, end: i64, bytes: &[u8]) -> Result<(), Violation> {
+        let previous = self.last[member];
+        let d = digest(bytes);
+        let Some(&seq) = self.offered.get(&d) else {
+            return Err(Violation::Unknown { member, end, length: bytes.len() });
+        };
+        if let Some(&expected) = self.next_of.get(&previous) {
+            if expected != end {
+                return Err(Violation::Skipped { member, previous, end, expected });
+            }
+        }
+        match self.order.get(&end) {
+            Some(link) if link.digest != d || link.previous != previous => {
+                return Err(Violation::Diverged {
+                    member,
+                    end,
+                    detail: format!(
+                        "message {seq} after {previous}, the order has message {} after {}",
+                        link.seq, link.previous
+                    ),
+                });
+            }
+            Some(_) => {}
+            None => {
+                if end <= previous {
+                    return Err(Violation::Skipped { member, previous, end, expected: previous });
+                }
+                if let Some(&first_end) = self.placed.get(&seq) {
+                    return Err(Violation::Duplicated { seq, first_end, again_end: end });
+                }
+                self.order.insert(end, Link { previous, digest: d, seq });
+                self.next_of.insert(previous, end);
+                self.placed.insert(seq, end);
+            }
+        }
+        self.last[member] = end;
+        self.highest[member] = Some(self.highest[member].map_or(seq, |h| h.max(seq)));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checker() -> Checker {
+        let mut c = Checker::new(2);
+        for seq in 0..4 {
+            c.offered(seq, &[seq as u8; 8]);
+        }
+        c
+    }
+
+    #[test]
+    fn the_same_order_on_every_member_passes() {
+        let mut c = checker();
+        for member in 0..2 {
+            c.on_applied(member, 64, &[0; 8]).unwrap();
+            c.on_applied(member, 128, &[1; 8]).unwrap();
+        }
+        assert_eq!(c.applied_by(2), 2);
+        assert_eq!(c.applied_by(3), 0);
+    }
+
+    #[test]
+    fn a_changed_a_skipped_an_unknown_and_a_duplicated_entry_are_each_caught() {
+        let mut c = checker();
+        c.on_applied(0, 64, &[0; 8]).unwrap();
+        c.on_applied(0, 128, &[1; 8]).unwrap();
+        assert!(matches!(c.on_applied(1, 64, &[2; 8]), Err(Violation::Diverged { .. })));
+        assert!(matches!(c.on_applied(1, 128, &[1; 8]), Err(Violation::Skipped { .. })));
+        assert!(matches!(c.on_applied(1, 64, &[9; 8]), Err(Violation::Unknown { .. })));
+        assert!(matches!(c.on_applied(0, 192, &[1; 8]), Err(Violation::Duplicated { .. })));
+    }
+}

@@ -1,0 +1,459 @@
+//! The node simulator: 3 or 5 real [`Node`]s (the type an application embeds) in one thread, each in
+//! invoker mode with a simulated clock, all on one [`SimNetwork`], every step's order and every fault drawn
+//! from one seed, so that a seed replays exactly.
+//!
+//! A step moves the simulated time on by a drawn quantum, delivers what the network has due, and invokes
+//! every running node's agents in a drawn order (a paused node, as `SIGSTOP` pauses a process, is skipped
+//! while time goes on), then hands each node's committed entries to the checker. Meanwhile a client offers
+//! numbered messages to whichever node leads. Faults come and go during the first part of a run (loss,
+//! duplication, delay and so reordering, links cut one way or both, a paused node, a clamped path MTU,
+//! datagrams from a host outside the cluster); then the network heals and the run must make progress.
+//!
+//! What it checks after every step ([`check`]): one committed order (every node's applied entries are a
+//! prefix of one sequence, none skipped, none changed); every entry applied is a message the client
+//! offered, applied once; after the faults stop, a leader commits a new message on a majority (on every
+//! node, unless one fell behind what the leader's log in memory holds) within [`LIVENESS_BOUND_NS`].
+//!
+//! Not simulated yet: the catch-up connection (TCP, off here: a follower the leader's log in memory no
+//! longer reaches stays behind), files (the log buffers, recording, vote file and snapshots are real
+//! files under a scratch directory), process crashes and power loss, remote clients.
+
+mod check;
+pub mod network;
+pub mod prng;
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use quorumcast::agent::clock::{NanoClock, SimulatedTime};
+use quorumcast::agent::ThreadingMode;
+use quorumcast::cluster::consensus_core::{Role, Timers};
+use quorumcast::media::channel::ChannelConfig;
+use quorumcast::media::transport::SharedNetwork;
+use quorumcast::node::{Environment, Member, Node, NodeBuilder};
+
+use check::Checker;
+pub use check::Violation;
+use network::{LinkFaults, SimNetwork};
+use prng::Prng;
+
+use crate::ScratchDir;
+
+/// After the faults stop, a leader must have committed a new message on a majority within this much
+/// simulated time (two election rounds at most, and the time to elect), and on every member unless one is
+/// left behind the leader's log in memory.
+pub const LIVENESS_BOUND_NS: u64 = 3_000_000_000;
+
+/// What one simulated run is.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The seed every draw comes from.
+    pub seed: u64,
+    /// Members: 3 or 5.
+    pub members: usize,
+    /// Simulated time with faults, ns.
+    pub fault_ns: u64,
+    /// The term length of the log (small, so that terms rotate often).
+    pub term_length: usize,
+    /// Print what happened, step by step, to stderr.
+    pub trace: bool,
+}
+
+impl SimConfig {
+    /// A run of `members` nodes from `seed`, 2 s of faults, 64 KiB terms.
+    pub fn new(seed: u64, members: usize) -> Self {
+        Self { seed, members, fault_ns: 2_000_000_000, term_length: 64 * 1024, trace: false }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct SimReport {
+    /// Steps taken.
+    pub steps: u64,
+    /// Simulated time at the end, ns.
+    pub end_ns: u64,
+    /// Messages offered and taken by a leader.
+    pub offered: u64,
+    /// Entries in the committed order.
+    pub committed: u64,
+    /// Leaders seen (one per term).
+    pub leaderships: u64,
+    /// Faults started.
+    pub faults: u64,
+    /// Members that had not applied the last message when the run ended (left behind the leader's log in
+    /// memory, which they cannot catch up from while catch-ups are off).
+    pub left_behind: u64,
+    /// What happened, when traced.
+    pub trace: String,
+}
+
+/// A run that broke a checked property: which, at which step, and the trace so far.
+#[derive(Debug)]
+pub struct SimFailure {
+    /// The seed (replay it with `QC_NODE_SIM_SEED`).
+    pub seed: u64,
+    /// What was broken.
+    pub violation: Violation,
+    /// The step it was seen at.
+    pub step: u64,
+    /// Simulated time, ns.
+    pub now_ns: u64,
+}
+
+impl std::fmt::Display for SimFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "seed {} failed at step {} ({} ms simulated): {} (replay: QC_NODE_SIM_SEED={} QC_NODE_SIM_TRACE=1)",
+            self.seed,
+            self.step,
+            self.now_ns / 1_000_000,
+            self.violation,
+            self.seed
+        )
+    }
+}
+
+/// One member: its node (while it runs), its time, and its pause.
+struct SimNode {
+    node: Node,
+    time: Arc<SimulatedTime>,
+    /// Skipped (paused, as by `SIGSTOP`) until this time.
+    paused_until_ns: u64,
+    /// The role, term and leader last traced.
+    seen: (Role, i64, Option<i32>),
+}
+
+/// A fault in force and when it ends.
+#[derive(Clone, Debug)]
+enum Fault {
+    /// Loss, duplication and delay on every link.
+    Lossy(LinkFaults),
+    /// Links cut from one host to another, one way or both.
+    Cut { from: usize, to: usize, both: bool },
+    /// A member split from all the others, both ways.
+    Isolate(usize),
+    /// A member paused.
+    Pause(usize),
+    /// The path carries less than the MTU.
+    ClampMtu(usize),
+}
+
+/// The simulation.
+pub struct Simulation {
+    config: SimConfig,
+    prng: Prng,
+    network: SimNetwork,
+    members: Vec<Member>,
+    nodes: Vec<SimNode>,
+    now_ns: u64,
+    step: u64,
+    checker: Checker,
+    faults: Vec<(Fault, u64)>,
+    next_message: u64,
+    /// Offers the leader refused.
+    refused: u64,
+    report: SimReport,
+    _scratch: ScratchDir,
+}
+
+impl Simulation {
+    /// Builds the cluster of `config` and starts its nodes (at simulated time 0).
+    pub fn new(config: SimConfig) -> Self {
+        let scratch = ScratchDir::in_shared_memory(&format!("node-sim-{}", config.seed));
+        let members: Vec<Member> = (0..config.members as i32).map(|id| Member::new(id, address(id, 40_100))).collect();
+        let network = SimNetwork::new(config.seed ^ 0x5EED_0F_0E7);
+        let mut prng = Prng::new(config.seed);
+        let mut nodes = Vec::new();
+        for id in 0..config.members as i32 {
+            let time = SimulatedTime::new(1_700_000_000_000_000_000 + prng.between(0, 1_000_000_000) as i64);
+            let env = Environment::deterministic(
+                NanoClock::simulated(Arc::clone(&time)),
+                SharedNetwork::new(network.clone()),
+                prng.next_u64(),
+            );
+            let builder = node_builder(&scratch, id, &members, config.term_length);
+            let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
+            nodes.push(SimNode { node, time, paused_until_ns: 0, seen: (Role::Follower, -1, None) });
+        }
+        let checker = Checker::new(config.members);
+        Self {
+            config,
+            prng,
+            network,
+            members,
+            nodes,
+            now_ns: 0,
+            step: 0,
+            checker,
+            faults: Vec::new(),
+            next_message: 0,
+            refused: 0,
+            report: SimReport::default(),
+            _scratch: scratch,
+        }
+    }
+
+    /// Runs the faults phase, heals everything, and waits for progress; checks after every step.
+    pub fn run(mut self) -> Result<SimReport, SimFailure> {
+        while self.now_ns < self.config.fault_ns {
+            self.maybe_start_fault();
+            self.end_faults(false);
+            self.step()?;
+        }
+        self.end_faults(true);
+        self.trace(|| "faults over: every link healed".into());
+        let healed_at = self.now_ns;
+        let target = self.next_message + 1;
+        while self.now_ns - healed_at < LIVENESS_BOUND_NS {
+            self.step()?;
+            let applied = self.checker.applied_by(target);
+            let all = applied == self.nodes.len();
+            let settled = self.now_ns - healed_at >= LIVENESS_BOUND_NS / 2;
+            // Every member, or (once the cluster had time to settle) a majority: a member the leader's log
+            // in memory no longer reaches stays behind while catch-ups are off.
+            if all || (settled && applied > self.nodes.len() / 2) {
+                self.report.left_behind = (self.nodes.len() - applied) as u64;
+                self.report.end_ns = self.now_ns;
+                self.report.steps = self.step;
+                self.report.committed = self.checker.committed();
+                return Ok(self.report);
+            }
+        }
+        Err(self.failure(Violation::NoProgress {
+            healed_ms: healed_at / 1_000_000,
+            bound_ms: LIVENESS_BOUND_NS / 1_000_000,
+            state: self.describe(),
+        }))
+    }
+
+    /// One step: time moves, the network delivers, every running node is invoked in a drawn order, the
+    /// client offers, the checker reads what every node applied.
+    fn step(&mut self) -> Result<(), SimFailure> {
+        self.step += 1;
+        self.now_ns += self.prng.between(20_000, 400_000);
+        for node in &self.nodes {
+            node.time.advance_to(self.now_ns);
+        }
+        self.network.pump(self.now_ns);
+        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        self.prng.shuffle(&mut order);
+        for i in order {
+            if self.nodes[i].paused_until_ns > self.now_ns {
+                continue;
+            }
+            for _ in 0..self.prng.between(1, 3) {
+                if let Err(e) = self.nodes[i].node.invoke() {
+                    return Err(self.failure(Violation::AgentFailed { member: i, error: e.to_string() }));
+                }
+            }
+            self.apply(i)?;
+            self.trace_role(i);
+        }
+        self.offer();
+        Ok(())
+    }
+
+    /// Hands member `i`'s committed entries to the checker.
+    fn apply(&mut self, i: usize) -> Result<(), SimFailure> {
+        let mut applied = Vec::new();
+        self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
+        for (end, entry) in applied {
+            if let Err(violation) = self.checker.on_applied(i, end, &entry) {
+                return Err(self.failure(violation));
+            }
+        }
+        Ok(())
+    }
+
+    /// Traces member `i`'s role, term or leader when one changed.
+    fn trace_role(&mut self, i: usize) {
+        if !self.config.trace {
+            return;
+        }
+        let node = &self.nodes[i].node;
+        let now = (node.role(), node.leadership_term_id(), node.leader_id());
+        let (commit, applied) = (node.commit_position(), node.applied_position());
+        if now != self.nodes[i].seen {
+            self.nodes[i].seen = now;
+            self.trace(|| {
+                format!(
+                    "member {i}: {} in term {} (leader {:?}), commit {commit} applied {applied}",
+                    now.0, now.1, now.2
+                )
+            });
+        }
+    }
+
+    /// Offers the next numbered message to whichever node leads, now and then.
+    fn offer(&mut self) {
+        if !self.prng.chance(0.3) {
+            return;
+        }
+        let Some(leader) =
+            self.nodes.iter().position(|n| n.node.role() == Role::Leader && n.paused_until_ns <= self.now_ns)
+        else {
+            return;
+        };
+        let message = crate::load::derived_message(self.next_message);
+        match self.nodes[leader].node.client().offer(&message) {
+            Ok(_) => {
+                self.checker.offered(self.next_message, &message);
+                self.next_message += 1;
+                self.report.offered += 1;
+            }
+            Err(e) => {
+                self.refused += 1;
+                if self.refused.is_power_of_two() {
+                    let seq = self.next_message;
+                    self.trace(|| format!("member {leader} refused message {seq}: {e} ({} refusals)", seq));
+                }
+            }
+        }
+    }
+
+    /// Starts a drawn fault, now and then, while fewer than two are in force.
+    fn maybe_start_fault(&mut self) {
+        if self.faults.len() >= 2 || !self.prng.chance(0.002) {
+            return;
+        }
+        let n = self.nodes.len();
+        let duration = self.prng.between(50_000_000, 600_000_000);
+        let fault = match self.prng.below(5) {
+            0 => Fault::Lossy(LinkFaults {
+                loss: self.prng.between(1, 20) as f64 / 100.0,
+                duplicate: self.prng.between(0, 10) as f64 / 100.0,
+                min_delay_ns: 10_000,
+                max_delay_ns: self.prng.between(50_000, 5_000_000),
+            }),
+            1 => {
+                let from = self.prng.below(n);
+                let to = (from + 1 + self.prng.below(n - 1)) % n;
+                Fault::Cut { from, to, both: self.prng.chance(0.5) }
+            }
+            2 => Fault::Isolate(self.prng.below(n)),
+            3 => Fault::Pause(self.prng.below(n)),
+            // A path that carries exactly the MTU's datagrams (a smaller one stops the Sender's channel with an
+            // error naming the MTU that fits, by design: tests/path_mtu.rs).
+            _ => Fault::ClampMtu(1408),
+        };
+        self.apply_fault(&fault);
+        self.report.faults += 1;
+        let until = self.now_ns + duration;
+        self.trace(|| format!("fault until {} ms: {fault:?}", until / 1_000_000));
+        self.faults.push((fault, until));
+    }
+
+    fn apply_fault(&mut self, fault: &Fault) {
+        let host = |i: usize| address(i as i32, 0).ip();
+        match *fault {
+            Fault::Lossy(faults) => self.network.set_faults(faults),
+            Fault::Cut { from, to, both } => {
+                self.network.cut(host(from), host(to));
+                if both {
+                    self.network.cut(host(to), host(from));
+                }
+            }
+            Fault::Isolate(member) => {
+                for other in (0..self.nodes.len()).filter(|&o| o != member) {
+                    self.network.cut(host(member), host(other));
+                    self.network.cut(host(other), host(member));
+                }
+            }
+            Fault::Pause(member) => self.nodes[member].paused_until_ns = u64::MAX,
+            Fault::ClampMtu(payload) => self.network.clamp_payload(payload),
+        }
+    }
+
+    /// Ends the faults whose time is up (all of them with `all`): the network heals, then the faults
+    /// still in force are put back.
+    fn end_faults(&mut self, all: bool) {
+        let now = self.now_ns;
+        let ended: Vec<Fault> =
+            self.faults.iter().filter(|(_, until)| all || *until <= now).map(|(f, _)| f.clone()).collect();
+        if ended.is_empty() {
+            return;
+        }
+        self.faults.retain(|(_, until)| !all && *until > now);
+        for fault in &ended {
+            self.trace(|| format!("fault over: {fault:?}"));
+            if let Fault::Pause(member) = fault {
+                self.nodes[*member].paused_until_ns = 0;
+            }
+        }
+        self.network.heal();
+        self.network.set_faults(LinkFaults::QUIET);
+        self.network.clamp_payload(quorumcast::frame::MAX_UDP_PAYLOAD_LENGTH);
+        let still: Vec<Fault> = self.faults.iter().map(|(f, _)| f.clone()).collect();
+        for fault in &still {
+            self.apply_fault(fault);
+        }
+    }
+
+    fn failure(&self, violation: Violation) -> SimFailure {
+        SimFailure { seed: self.config.seed, violation, step: self.step, now_ns: self.now_ns }
+    }
+
+    /// Every node's role, term, leader, commit and applied positions.
+    fn describe(&self) -> String {
+        let mut text = String::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let node = &n.node;
+            let _ = write!(
+                text,
+                "[member {i}: {} term {} leader {:?} commit {} applied {}{}] ",
+                node.role(),
+                node.leadership_term_id(),
+                node.leader_id(),
+                node.commit_position(),
+                node.applied_position(),
+                if n.paused_until_ns > self.now_ns { " paused" } else { "" }
+            );
+        }
+        let _ = write!(text, "network {:?}", self.network.stats());
+        if self.config.trace {
+            let nodes: Vec<&Node> = self.nodes.iter().map(|n| &n.node).collect();
+            for node in nodes {
+                let _ = write!(text, "\n{}", crate::load::dump(std::slice::from_ref(node)));
+            }
+        }
+        text
+    }
+
+    fn trace(&mut self, line: impl FnOnce() -> String) {
+        if self.config.trace {
+            let line = format!("{:>8.3} ms  {}", self.now_ns as f64 / 1e6, line());
+            eprintln!("{line}");
+            self.report.trace.push_str(&line);
+            self.report.trace.push('\n');
+        }
+    }
+
+    /// The members' addresses (for tests that forge traffic at them).
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+}
+
+/// Member `id`'s host: `10.77.0.<id + 1>`, with `port`.
+fn address(id: i32, port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 77, 0, id as u8 + 1)), port)
+}
+
+/// Member `id`'s node: invoker mode, the default timers, a small-term channel, the log in memory.
+fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], term_length: usize) -> NodeBuilder {
+    let channel =
+        ChannelConfig { mtu: 1408, term_length, receiver_window: term_length / 2, ..ChannelConfig::default() };
+    NodeBuilder::new(id, members.to_vec())
+        .leader(0)
+        .timers(Timers::default())
+        .data_dir(scratch.join(format!("data-{id}")))
+        .directory(scratch.join(format!("node-{id}")))
+        .clean_stale(true)
+        .channel(channel)
+        .threading(ThreadingMode::Invoker)
+        .idle_all("backoff")
+        .memory_log()
+}
