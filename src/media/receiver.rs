@@ -70,6 +70,10 @@ pub struct ReceiveChannelConfig {
     /// Bind with `SO_REUSEPORT`, beside the sockets a cluster member sends the log from while it leads
     /// (on the same endpoint) and beside the Receiver of its previous term, until that one is dropped.
     pub reuse_port: bool,
+    /// Make a file-backed image's log on the Receiver's thread, when its SETUP comes, instead of on a
+    /// thread of its own: slower to join (tens of milliseconds on the receive loop for a large log), but
+    /// deterministic, for the node simulator. Default: `false`.
+    pub inline_image_files: bool,
 }
 
 /// A follower's side of a replicated log, as the media layer sees it: how it acknowledges, and the
@@ -113,6 +117,7 @@ impl ReceiveChannelConfig {
             receiver_id: unique_receiver_id(),
             follower: None,
             reuse_port: false,
+            inline_image_files: false,
         }
     }
 }
@@ -927,6 +932,11 @@ fn on_setup(
     // A file-backed image reserves its whole log on the file system (tens of milliseconds for 48 MiB):
     // that is done on a thread of its own, never on the receive loop; the image joins when it is made.
     let path = dir.join(format!("image-{}-{}.log", setup.stream_id, setup.session_id));
+    if channel.config.inline_image_files {
+        let made = LogBuffer::create(&path, log_config);
+        install_image(channel, counters, NewImage { source, join, file: Some(path) }, made, now_ns);
+        return;
+    }
     let (done, made) = mpsc::channel();
     let creating = path.clone();
     let spawned = std::thread::Builder::new()

@@ -17,13 +17,14 @@ use std::sync::Arc;
 use crate::agent::clock::NanoClock;
 use crate::media::transport::SharedNetwork;
 
-/// How a leader's spare log files are made.
+/// How log files are made: a leader's spare log, a follower's image of its leader's log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SpareLogs {
-    /// On a thread of their own, while the node runs (production: a failover does not wait for one).
+pub enum LogFiles {
+    /// On threads of their own, while the node runs (production: neither a failover nor a follower's
+    /// join waits on the file system's reservation of a large log).
     #[default]
     Threaded,
-    /// On the consensus agent's thread, when a term needs one (deterministic: for the simulator).
+    /// On the agent's thread that needs one, when it needs it (deterministic: for the simulator).
     Inline,
 }
 
@@ -34,8 +35,8 @@ pub struct Environment {
     pub clock: NanoClock,
     /// Every endpoint the node binds.
     pub network: SharedNetwork,
-    /// How spare log files are made.
-    pub spare_logs: SpareLogs,
+    /// How log files are made.
+    pub log_files: LogFiles,
     /// Whether followers far behind catch up over TCP from the leader's recording (and this member
     /// serves such catch-ups). Off under the simulator, until the catch-up connection is behind the
     /// environment too: a follower the leader's log in memory no longer reaches then stays behind.
@@ -50,7 +51,7 @@ impl fmt::Debug for Environment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Environment")
             .field("network", &self.network)
-            .field("spare_logs", &self.spare_logs)
+            .field("log_files", &self.log_files)
             .field("seed", &self.seed)
             .finish()
     }
@@ -63,22 +64,22 @@ impl Default for Environment {
 }
 
 impl Environment {
-    /// The monotonic clock, UDP sockets, spare logs made on a thread, a seed from the wall clock.
+    /// The monotonic clock, UDP sockets, log files made on threads, a seed from the wall clock.
     pub fn production() -> Self {
         Self {
             clock: NanoClock::new(),
             network: SharedNetwork::udp(),
-            spare_logs: SpareLogs::Threaded,
+            log_files: LogFiles::Threaded,
             catch_up: true,
             seed: None,
             draws: Arc::default(),
         }
     }
 
-    /// `clock` and `network`, spare logs made inline, every random choice drawn from `seed`: a node that
+    /// `clock` and `network`, log files made inline, every random choice drawn from `seed`: a node that
     /// does the same thing each time it is given the same inputs.
     pub fn deterministic(clock: NanoClock, network: SharedNetwork, seed: u64) -> Self {
-        Self { clock, network, spare_logs: SpareLogs::Inline, catch_up: false, seed: Some(seed), draws: Arc::default() }
+        Self { clock, network, log_files: LogFiles::Inline, catch_up: false, seed: Some(seed), draws: Arc::default() }
     }
 
     /// Whether this is the production environment's network (bare UDP sockets).

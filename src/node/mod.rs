@@ -60,7 +60,7 @@ pub use builder::{
     CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET,
 };
 pub use client::LocalClient;
-pub use environment::{Environment, SpareLogs};
+pub use environment::{Environment, LogFiles};
 pub use error::{LocalOfferError, LocalWaitError, NodeError};
 
 use std::fmt;

@@ -31,7 +31,7 @@ use crate::shm::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfi
 use crate::shm::ring_buffer::{self, OneToOneRingBuffer};
 use crate::shm::stats::{agent_type_of, kinds, CounterKind, TYPE_ACK_POSITION};
 
-use super::environment::{Environment, SpareLogs};
+use super::environment::{Environment, LogFiles};
 use super::slot::{Slot, SlotHandle};
 use super::{NodeConfig, NodeError};
 
@@ -140,7 +140,7 @@ impl Wiring {
             spare_thread: None,
             spares_made: 0,
         };
-        if wiring.env.spare_logs == SpareLogs::Threaded {
+        if wiring.env.log_files == LogFiles::Threaded {
             wiring.make_spare();
         }
         wiring
@@ -279,6 +279,7 @@ impl Wiring {
         channel.join_position = Some(position);
         channel.reuse_port = true;
         channel.receiver_id = self.env.random(config.id as u64) as i64;
+        channel.inline_image_files = self.env.log_files == LogFiles::Inline;
         let append = Counter::detached();
         append.set(position);
         let term_starts = Arc::new(TermStarts::default());

@@ -162,7 +162,10 @@ pub struct Simulation {
 impl Simulation {
     /// Builds the cluster of `config` and starts its nodes (at simulated time 0).
     pub fn new(config: SimConfig) -> Self {
-        let scratch = ScratchDir::in_shared_memory(&format!("node-sim-{}", config.seed));
+        // Unique per run: two runs of one seed (a regression test beside the loop) never share files.
+        static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let scratch = ScratchDir::in_shared_memory(&format!("node-sim-{}x{}-{run}", config.seed, config.members));
         let members: Vec<Member> = (0..config.members as i32).map(|id| Member::new(id, address(id, 40_100))).collect();
         let network = SimNetwork::new(config.seed ^ 0x5EED_0F_0E7);
         let mut prng = Prng::new(config.seed);

@@ -195,6 +195,10 @@ impl SimNetwork {
 
 impl State {
     fn send(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) -> SendOutcome {
+        if std::env::var_os("QC_NODE_SIM_NETLOG").is_some() {
+            let kind = if bytes.len() > 6 { u16::from_le_bytes([bytes[6], bytes[7]]) } else { 0 };
+            eprintln!("net {} {from} {to} {} type {kind:#x}", self.now_ns, bytes.len());
+        }
         if bytes.len() > self.max_payload {
             self.stats.too_large += 1;
             return SendOutcome::TooLarge { datagram: bytes.len(), path_mtu: Some(self.max_payload + 28) };
