@@ -26,8 +26,11 @@ pub enum Violation {
     Duplicated { seq: u64, first_end: i64, again_end: i64 },
     /// An agent of a node failed.
     AgentFailed { member: usize, error: String },
-    /// After the faults stopped, no new message was applied everywhere within the bound.
-    NoProgress { healed_ms: u64, bound_ms: u64, state: String },
+    /// After the faults stopped, no new message was applied everywhere within the bound. `window_stall`:
+    /// the leader's Sender sat at its flow-control limit the whole time with commits behind its append
+    /// position (the open bug of seed 1019: a follower's window, counted from what its node has consumed,
+    /// which stops at the commit, cannot take a new leader's log up to the start of its term).
+    NoProgress { healed_ms: u64, bound_ms: u64, window_stall: bool, state: String },
 }
 
 impl fmt::Display for Violation {
@@ -48,10 +51,11 @@ impl fmt::Display for Violation {
                 write!(f, "message {seq} is in the committed order twice: ending at {first_end} and at {again_end}")
             }
             Self::AgentFailed { member, error } => write!(f, "an agent of member {member} failed: {error}"),
-            Self::NoProgress { healed_ms, bound_ms, state } => write!(
+            Self::NoProgress { healed_ms, bound_ms, window_stall, state } => write!(
                 f,
-                "the network healed at {healed_ms} ms and no new message was applied on every member within \
-                 {bound_ms} ms: {state}"
+                "the network healed at {healed_ms} ms and no new message was applied on a majority within \
+                 {bound_ms} ms{}: {state}",
+                if *window_stall { " (the leader's Sender stalled at its flow-control limit)" } else { "" }
             ),
         }
     }

@@ -32,6 +32,7 @@ use quorumcast::cluster::consensus_core::{Role, Timers};
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::SharedNetwork;
 use quorumcast::node::{Environment, Member, Node, NodeBuilder};
+use quorumcast::storage::recording::SyncPolicy;
 
 use check::Checker;
 pub use check::Violation;
@@ -56,14 +57,23 @@ pub struct SimConfig {
     pub fault_ns: u64,
     /// The term length of the log (small, so that terms rotate often).
     pub term_length: usize,
+    /// Where the log is kept: recorded (`Some(sync)`, the default storage) or only in memory (`None`).
+    pub storage: Option<SyncPolicy>,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
 
 impl SimConfig {
-    /// A run of `members` nodes from `seed`, 2 s of faults, 64 KiB terms.
+    /// A run of `members` nodes from `seed`, 2 s of faults, 64 KiB terms, the log recorded with sync `none`.
     pub fn new(seed: u64, members: usize) -> Self {
-        Self { seed, members, fault_ns: 2_000_000_000, term_length: 64 * 1024, trace: false }
+        Self {
+            seed,
+            members,
+            fault_ns: 2_000_000_000,
+            term_length: 64 * 1024,
+            storage: Some(SyncPolicy::None),
+            trace: false,
+        }
     }
 }
 
@@ -177,7 +187,7 @@ impl Simulation {
                 SharedNetwork::new(network.clone()),
                 prng.next_u64(),
             );
-            let builder = node_builder(&scratch, id, &members, config.term_length);
+            let builder = node_builder(&scratch, id, &members, &config);
             let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
             nodes.push(SimNode { node, time, paused_until_ns: 0, seen: (Role::Follower, -1, None) });
         }
@@ -228,8 +238,27 @@ impl Simulation {
         Err(self.failure(Violation::NoProgress {
             healed_ms: healed_at / 1_000_000,
             bound_ms: LIVENESS_BOUND_NS / 1_000_000,
+            window_stall: self.leader_window_stalled(),
             state: self.describe(),
         }))
+    }
+
+    /// Whether the leader's Sender is at its flow-control limit with commits behind its append position.
+    fn leader_window_stalled(&self) -> bool {
+        self.nodes.iter().map(|n| &n.node).filter(|node| node.role() == Role::Leader).any(|node| {
+            let read = |label: &str| {
+                let mut value = None;
+                node.counters().reader().for_each(|_, _, l, v| {
+                    if l == label {
+                        value = Some(v);
+                    }
+                });
+                value
+            };
+            let (position, limit) = (read("snd-pos"), read("snd-lmt"));
+            let append = read("consensus append position").unwrap_or(0);
+            position.is_some() && position == limit && node.commit_position() < append
+        })
     }
 
     /// One step: time moves, the network delivers, every running node is invoked in a drawn order, the
@@ -445,11 +474,12 @@ fn address(id: i32, port: u16) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 77, 0, id as u8 + 1)), port)
 }
 
-/// Member `id`'s node: invoker mode, the default timers, a small-term channel, the log in memory.
-fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], term_length: usize) -> NodeBuilder {
+/// Member `id`'s node: invoker mode, the default timers, a small-term channel, the storage of `config`.
+fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimConfig) -> NodeBuilder {
+    let term_length = config.term_length;
     let channel =
         ChannelConfig { mtu: 1408, term_length, receiver_window: term_length / 2, ..ChannelConfig::default() };
-    NodeBuilder::new(id, members.to_vec())
+    let builder = NodeBuilder::new(id, members.to_vec())
         .leader(0)
         .timers(Timers::default())
         .data_dir(scratch.join(format!("data-{id}")))
@@ -457,6 +487,9 @@ fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], term_length: 
         .clean_stale(true)
         .channel(channel)
         .threading(ThreadingMode::Invoker)
-        .idle_all("backoff")
-        .memory_log()
+        .idle_all("backoff");
+    match config.storage {
+        Some(sync) => builder.sync(sync),
+        None => builder.memory_log(),
+    }
 }
