@@ -177,7 +177,7 @@ impl Simulation {
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let scratch = ScratchDir::in_shared_memory(&format!("node-sim-{}x{}-{run}", config.seed, config.members));
         let members: Vec<Member> = (0..config.members as i32).map(|id| Member::new(id, address(id, 40_100))).collect();
-        let network = SimNetwork::new(config.seed ^ 0x5EED_0F_0E7);
+        let network = SimNetwork::new(config.seed ^ 0x0005_EED0_F0E7);
         let mut prng = Prng::new(config.seed);
         let mut nodes = Vec::new();
         for id in 0..config.members as i32 {
