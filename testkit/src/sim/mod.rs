@@ -9,7 +9,7 @@
 //! duplication, delay and so reordering, links cut one way or both, a paused node, a clamped path MTU,
 //! datagrams from a host outside the cluster); then the network heals and the run must make progress.
 //!
-//! What it checks after every step ([`check`]): one committed order (every node's applied entries are a
+//! What it checks after every step (its `check` module): one committed order (every node's applied entries are a
 //! prefix of one sequence, none skipped, none changed); every entry applied is a message the client
 //! offered, applied once; after the faults stop, a leader commits a new message on a majority (on every
 //! node, unless one fell behind what the leader's log in memory holds) within [`LIVENESS_BOUND_NS`].
