@@ -667,6 +667,10 @@ fn measure_points(
                     agents: point.agents.iter().map(duty_cycles).collect(),
                     past_1ms_share: None,
                     steal_share: 0.0,
+                    wake_probe: None,
+                    tail_target: None,
+                    other_cpu: None,
+                    saturated: false,
                 }
             }
         };
