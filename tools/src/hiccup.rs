@@ -403,24 +403,36 @@ pub struct WakeProbe {
 
 impl WakeProbe {
     /// Starts the thread; the error when it cannot be spawned.
+    ///
+    /// Returns once the thread runs its loop, so that the window a caller measures next is covered from
+    /// its start: on a busy host a new thread may wait milliseconds for its first time on a CPU, and a
+    /// short window would otherwise end before the probe began. Since the loop checks for
+    /// [`stop`](Self::stop) only after each sleep, the record holds at least one wake-up.
     pub fn start() -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let running = Arc::new(Barrier::new(2));
+        let started = Arc::clone(&running);
         let thread = std::thread::Builder::new().name("wake-probe".into()).spawn(move || {
             unpin_current_thread();
             set_timer_slack_ns(1);
             let mut record = WakeRecord::new();
-            while !flag.load(Ordering::Relaxed) {
+            started.wait();
+            loop {
                 let before = Instant::now();
                 sleep_interval();
                 record.record_sleep(before.elapsed().as_nanos() as u64);
+                if flag.load(Ordering::Relaxed) {
+                    return record;
+                }
             }
-            record
         })?;
+        running.wait();
         Ok(Self { stop, thread: Some(thread) })
     }
 
-    /// Stops the thread (within one interval) and returns what it recorded (empty if it panicked).
+    /// Stops the thread (after its current sleep, within one interval and its lateness) and returns
+    /// what it recorded (empty if it panicked).
     pub fn stop(mut self) -> WakeRecord {
         self.halt().unwrap_or_default()
     }
@@ -589,7 +601,9 @@ mod tests {
         let probe = WakeProbe::start().unwrap();
         std::thread::sleep(Duration::from_millis(5));
         let record = probe.stop();
-        // However late the host woke it, every recorded value is a wake-up or one it swallowed.
+        // However late the host woke it, it woke at least once (start waits for its loop, which checks
+        // for the stop after each sleep), and every recorded value is a wake-up or one it swallowed.
+        assert!(record.wakeups >= 1);
         assert!(record.late_ns.len() >= record.wakeups);
         // Dropped without stop: the thread still ends (the test would hang on a leak only at exit).
         drop(WakeProbe::start().unwrap());

@@ -256,7 +256,8 @@ pub struct PointResult {
     #[serde(default)]
     pub steal_share: f64,
     /// How late a thread sleeping 1 ms at a time woke over the same window as the point (the host's own
-    /// stalls, measured while the point ran). Absent in reports written before it existed.
+    /// stalls, measured while the point ran). Absent where its thread could not start, and in reports
+    /// written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_probe: Option<WakeLateness>,
     /// The tail target at rho <= [`TAIL_TARGET_MAX_RHO`]: latency p99 <= the probe's p99 +

@@ -740,8 +740,7 @@ impl HostWatch {
     /// ([`PointResult::assess`]).
     fn finish(self, entry: &mut PointResult) {
         let seconds = self.started.elapsed().as_secs_f64();
-        let record = self.probe.map(WakeProbe::stop).filter(|r| r.wakeups > 0);
-        entry.wake_probe = record.as_ref().map(WakeLateness::from_record);
+        entry.wake_probe = self.probe.map(|p| WakeLateness::from_record(&p.stop()));
         if let (Some(before), Some(after)) = (self.cpu, HostCpu::read()) {
             let delta = after.since(&before);
             entry.steal_share = delta.cpu.steal_share();
@@ -773,8 +772,9 @@ fn host_during(entry: &PointResult, achieved_rho: f64) -> String {
         || "; other processes: not known".to_string(),
         |o| {
             format!(
-                "; other processes {:.1}% of a core{}",
+                "; other processes {:.1}% of a core ({} ticks){}",
                 100.0 * o.core_share,
+                o.ticks,
                 if o.flagged { " (FLAGGED: the host was not quiet)" } else { "" }
             )
         },
