@@ -346,6 +346,15 @@ pub struct OtherCpu {
 }
 
 impl OtherCpu {
+    /// The tick count as words: `1 tick`, `3 ticks`.
+    pub fn ticks_text(&self) -> String {
+        if self.ticks == 1 {
+            "1 tick".into()
+        } else {
+            format!("{} ticks", self.ticks)
+        }
+    }
+
     /// From the ticks of a window of `seconds` at `ticks_per_s` ticks a second (a window or a tick rate
     /// that is not positive gives a share of 0).
     pub fn from_ticks(ticks: u64, irq_ticks: u64, seconds: f64, ticks_per_s: u64) -> Self {
@@ -783,6 +792,10 @@ mod tests {
         assert!(!p.host_busy(), "unknown is not flagged");
         p.other_cpu = Some(busy);
         assert!(p.host_busy());
+        assert_eq!(
+            (busy.ticks_text(), OtherCpu::from_ticks(1, 0, 1.0, 100).ticks_text()),
+            ("8 ticks".into(), "1 tick".into())
+        );
     }
 
     fn config() -> ConfigResult {

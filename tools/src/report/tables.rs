@@ -299,7 +299,7 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
             probe.map_or_else(dash, |w| micros(w.max)),
             p.tail_target.as_ref().map_or_else(dash, |t| micros(t.limit_us)),
             p.tail_target.as_ref().map_or_else(dash, |t| t.verdict()),
-            p.other_cpu.map_or_else(dash, |o| format!("{:.1} ({} ticks)", 100.0 * o.core_share, o.ticks)),
+            p.other_cpu.map_or_else(dash, |o| format!("{:.1} ({})", 100.0 * o.core_share, o.ticks_text())),
             flags(c, p),
         ]);
     }

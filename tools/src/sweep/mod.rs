@@ -772,9 +772,9 @@ fn host_during(entry: &PointResult, achieved_rho: f64) -> String {
         || "; other processes: not known".to_string(),
         |o| {
             format!(
-                "; other processes {:.1}% of a core ({} ticks){}",
+                "; other processes {:.1}% of a core ({}){}",
                 100.0 * o.core_share,
-                o.ticks,
+                o.ticks_text(),
                 if o.flagged { " (FLAGGED: the host was not quiet)" } else { "" }
             )
         },
