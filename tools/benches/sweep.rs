@@ -114,7 +114,8 @@ fn main() -> ExitCode {
     };
     match run(&options) {
         Ok(outcome) => {
-            println!("summary: {}", outcome.dir.join("summary.json").display());
+            let flags = outcome.report.flags().describe();
+            println!("summary: {} ({flags})", outcome.dir.join("summary.json").display());
             if outcome.failures.is_empty() {
                 ExitCode::SUCCESS
             } else {

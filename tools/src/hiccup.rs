@@ -16,10 +16,22 @@
 //! ([`Hiccups::past_long_share`]) is a floor under the share of messages past 1 ms, at every load. The
 //! stalls come in bursts (a few a second, some of 10 ms and more), so a probe of seconds, run before the
 //! points rather than during them, gives that floor's order of magnitude, not its value in each point.
+//!
+//! Two things do run during every point, because they cost almost nothing:
+//!
+//! - [`WakeProbe`]: one thread that sleeps [`WAKE_INTERVAL_NS`] at a time and records how late it woke,
+//!   as jHiccup does. It is asleep nearly all the time (a wake-up a millisecond, a few microseconds of
+//!   CPU each), so it does not take a core from the agents; what it sees is how long the host keeps a
+//!   runnable thread waiting: the same stalls that delay a message, measured over the same window.
+//! - [`HostCpu`]: `/proc/stat`'s busy ticks against this process's own (`/proc/self/stat`), so that a
+//!   point can say how much CPU other processes took while it ran.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Gaps between two clock reads shorter than this are the loop itself (a clock read, a branch), not a
@@ -182,13 +194,24 @@ pub fn probe(cores: &[Option<usize>], duration: Duration) -> Hiccups {
     Hiccups { seconds: duration.as_secs_f64(), cores, steal_share }
 }
 
-/// The all-CPU times of `/proc/stat`'s `cpu` line, in the kernel's ticks.
+/// The all-CPU times of `/proc/stat`'s `cpu` line, in the kernel's ticks (`USER_HZ`, see
+/// [`clock_ticks_per_s`]).
+///
+/// Invariant: `steal <= total`, `busy + idle time + iowait + steal = total`, `irq <= busy`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuTimes {
     /// Every state's ticks summed (user, nice, system, idle, iowait, irq, softirq, steal).
     pub total: u64,
     /// Ticks the hypervisor ran something else while a virtual CPU wanted to run.
     pub steal: u64,
+    /// Ticks some task or the kernel ran on a CPU of this machine: user, nice, system, irq and softirq
+    /// (idle, iowait and steal left out: in them nothing of this machine ran).
+    pub busy: u64,
+    /// Of `busy`, the ticks in interrupts and softirqs. A kernel that accounts interrupt time apart from
+    /// the task it interrupted (`CONFIG_IRQ_TIME_ACCOUNTING`) counts there the softirq work of this
+    /// process's own loopback traffic, which `/proc/self/stat` then leaves out; so this part of "other"
+    /// time may be ours.
+    pub irq: u64,
 }
 
 impl CpuTimes {
@@ -198,21 +221,31 @@ impl CpuTimes {
     }
 
     /// Parses the `cpu ` line of a `/proc/stat` text (guest time is already inside user and nice, so it
-    /// is not added again).
+    /// is not added again). `None` without such a line or with fewer than the four oldest fields.
     pub fn parse(text: &str) -> Option<Self> {
         let line = text.lines().find(|l| l.starts_with("cpu "))?;
         let fields: Vec<u64> = line.split_whitespace().skip(1).map_while(|f| f.parse().ok()).collect();
         if fields.len() < 4 {
             return None;
         }
-        let steal = fields.get(7).copied().unwrap_or(0);
-        let total = fields.iter().take(8).sum();
-        Some(Self { total, steal })
+        let field = |i: usize| fields.get(i).copied().unwrap_or(0);
+        let irq = field(5) + field(6);
+        Some(Self {
+            total: fields.iter().take(8).sum(),
+            steal: field(7),
+            busy: field(0) + field(1) + field(2) + irq,
+            irq,
+        })
     }
 
     /// The ticks from `earlier` to `self`.
     pub fn since(&self, earlier: &Self) -> Self {
-        Self { total: self.total.saturating_sub(earlier.total), steal: self.steal.saturating_sub(earlier.steal) }
+        Self {
+            total: self.total.saturating_sub(earlier.total),
+            steal: self.steal.saturating_sub(earlier.steal),
+            busy: self.busy.saturating_sub(earlier.busy),
+            irq: self.irq.saturating_sub(earlier.irq),
+        }
     }
 
     /// Steal as a share of all the CPUs' ticks (0 when no tick passed).
@@ -222,6 +255,235 @@ impl CpuTimes {
         } else {
             self.steal as f64 / self.total as f64
         }
+    }
+}
+
+/// This process's CPU time from `/proc/self/stat`, in the kernel's ticks: every thread's user and system
+/// time (`utime`, `stime`), and that of the children it has waited for (`cutime`, `cstime`), so a child
+/// process (a `qc-client`) that exited and was reaped within a window is counted in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessTimes {
+    /// `utime + stime`: this process's threads, the dead ones included.
+    pub own: u64,
+    /// `cutime + cstime`: its reaped children (and theirs).
+    pub children: u64,
+}
+
+impl ProcessTimes {
+    /// Reads `/proc/self/stat`; `None` where it is missing or unreadable.
+    pub fn read() -> Option<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/self/stat").ok()?)
+    }
+
+    /// Parses a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may itself hold
+    /// spaces and parentheses, so the fields are counted from the last `)`: field 3 (the state) is the
+    /// first after it, `utime` is field 14. `None` when the line is cut short or a field is no number
+    /// (a negative `cutime` or `cstime`, which the kernel never writes, counts as 0).
+    pub fn parse(text: &str) -> Option<Self> {
+        let (_, rest) = text.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // Field n of the line is fields[n - 3].
+        let unsigned = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+        let signed = |n: usize| fields.get(n - 3)?.parse::<i64>().ok().map(|v| v.max(0) as u64);
+        Some(Self { own: unsigned(14)? + unsigned(15)?, children: signed(16)? + signed(17)? })
+    }
+
+    /// Own and children's ticks together.
+    pub fn total(&self) -> u64 {
+        self.own + self.children
+    }
+
+    /// The ticks from `earlier` to `self`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self { own: self.own.saturating_sub(earlier.own), children: self.children.saturating_sub(earlier.children) }
+    }
+}
+
+/// The machine's ticks and this process's, read together: the difference of two is what other processes
+/// (and the kernel's interrupt work) took in between.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCpu {
+    /// All CPUs (`/proc/stat`).
+    pub cpu: CpuTimes,
+    /// This process and its reaped children (`/proc/self/stat`).
+    pub process: ProcessTimes,
+}
+
+impl HostCpu {
+    /// Reads both files; `None` when either is unreadable.
+    pub fn read() -> Option<Self> {
+        Some(Self { cpu: CpuTimes::read()?, process: ProcessTimes::read()? })
+    }
+
+    /// The ticks from `earlier` to `self`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self { cpu: self.cpu.since(&earlier.cpu), process: self.process.since(&earlier.process) }
+    }
+
+    /// Of a difference (see [`since`](Self::since)): the busy ticks that were not this process's nor its
+    /// children's. Both are counted by sampling at each tick, so a window's figure is good to a few
+    /// ticks; a negative difference (sampling noise) reads 0.
+    pub fn other_ticks(&self) -> u64 {
+        self.cpu.busy.saturating_sub(self.process.total())
+    }
+}
+
+/// The kernel's tick rate for `/proc/stat` and `/proc/<pid>/stat` (`USER_HZ`, 100 on Linux), from
+/// `sysconf(_SC_CLK_TCK)`; 100 where it says nothing sensible.
+pub fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf reads a constant of the C library; it has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
+}
+
+/// How long the [`WakeProbe`] asks to sleep each time, ns, and the expected interval of its corrected
+/// recording: a wake-up this much late stands for one interval the thread did not get.
+pub const WAKE_INTERVAL_NS: u64 = 1_000_000;
+
+/// The largest lateness the probe's histogram holds, ns (60 s; longer ones are recorded as this).
+pub const MAX_LATENESS_NS: u64 = 60_000_000_000;
+
+/// What a [`WakeProbe`] recorded.
+#[derive(Debug, Clone)]
+pub struct WakeRecord {
+    /// How late each wake-up came, ns, recorded with the expected-interval correction
+    /// (`record_correct(late, WAKE_INTERVAL_NS)`), so a stall of k intervals counts as the k wake-ups it
+    /// swallowed: its `len()` counts those filled-in values too.
+    pub late_ns: Histogram<u64>,
+    /// The wake-ups the thread really had.
+    pub wakeups: u64,
+}
+
+impl WakeRecord {
+    /// An empty record: 1 ns to [`MAX_LATENESS_NS`], 3 significant digits.
+    pub fn new() -> Self {
+        let late_ns = Histogram::new_with_bounds(1, MAX_LATENESS_NS, 3).expect("constant bounds are valid");
+        Self { late_ns, wakeups: 0 }
+    }
+
+    /// Records one sleep of [`WAKE_INTERVAL_NS`] that took `slept_ns` from the call to the wake-up: its
+    /// lateness (0 when it woke early, as after a signal), with the expected-interval correction.
+    pub fn record_sleep(&mut self, slept_ns: u64) {
+        let late = slept_ns.saturating_sub(WAKE_INTERVAL_NS).min(MAX_LATENESS_NS);
+        // Every value the correction adds is smaller than `late`, which is in range, so this cannot fail;
+        // were it to, the wake-up itself is still counted.
+        if self.late_ns.record_correct(late, WAKE_INTERVAL_NS).is_err() {
+            self.late_ns.saturating_record(late);
+        }
+        self.wakeups += 1;
+    }
+}
+
+impl Default for WakeRecord {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A thread that sleeps [`WAKE_INTERVAL_NS`] at a time, from [`start`](Self::start) until
+/// [`stop`](Self::stop), and records how late it woke (see [`WakeRecord`]).
+///
+/// Each sleep is relative (`clock_nanosleep(CLOCK_MONOTONIC, 0, 1 ms)`), timed from just before the call,
+/// as jHiccup's `Thread.sleep` is: after a 5 ms stall the next sleep starts afresh, and the correction
+/// fills in the four wake-ups the stall swallowed. Absolute deadlines would replay them as four
+/// immediate returns of decreasing lateness, and with the correction count the stall twice.
+///
+/// The thread asks for a timer slack of 1 ns (Linux's default, 50 us, would wake it up to 50 us late on
+/// a quiet host and hide small stalls), and may run on any CPU the process may, not on the core of the
+/// thread that started it (the sweep's harness thread is pinned).
+#[derive(Debug)]
+pub struct WakeProbe {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<WakeRecord>>,
+}
+
+impl WakeProbe {
+    /// Starts the thread; the error when it cannot be spawned.
+    ///
+    /// Returns once the thread runs its loop, so that the window a caller measures next is covered from
+    /// its start: on a busy host a new thread may wait milliseconds for its first time on a CPU, and a
+    /// short window would otherwise end before the probe began. Since the loop checks for
+    /// [`stop`](Self::stop) only after each sleep, the record holds at least one wake-up.
+    pub fn start() -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let running = Arc::new(Barrier::new(2));
+        let started = Arc::clone(&running);
+        let thread = std::thread::Builder::new().name("wake-probe".into()).spawn(move || {
+            unpin_current_thread();
+            set_timer_slack_ns(1);
+            let mut record = WakeRecord::new();
+            started.wait();
+            loop {
+                let before = Instant::now();
+                sleep_interval();
+                record.record_sleep(before.elapsed().as_nanos() as u64);
+                if flag.load(Ordering::Relaxed) {
+                    return record;
+                }
+            }
+        })?;
+        running.wait();
+        Ok(Self { stop, thread: Some(thread) })
+    }
+
+    /// Stops the thread (after its current sleep, within one interval and its lateness) and returns
+    /// what it recorded (empty if it panicked).
+    pub fn stop(mut self) -> WakeRecord {
+        self.halt().unwrap_or_default()
+    }
+
+    fn halt(&mut self) -> Option<WakeRecord> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take()?.join().ok()
+    }
+}
+
+impl Drop for WakeProbe {
+    /// A probe dropped without [`stop`](Self::stop) (an error of the point) still ends its thread.
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
+/// Sleeps [`WAKE_INTERVAL_NS`] on the monotonic clock, relative to now; a signal may end it early.
+fn sleep_interval() {
+    let request = libc::timespec { tv_sec: 0, tv_nsec: WAKE_INTERVAL_NS as libc::c_long };
+    // SAFETY: `request` is a valid timespec that outlives the call; no remainder is asked for (null).
+    let error = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &request, std::ptr::null_mut()) };
+    if error != 0 && error != libc::EINTR {
+        // A kernel without CLOCK_MONOTONIC sleeps: sleep anyway, so the loop never spins.
+        std::thread::sleep(Duration::from_nanos(WAKE_INTERVAL_NS));
+    }
+}
+
+/// Asks the kernel to wake this thread's timed sleeps within `ns` of their deadline (best effort).
+fn set_timer_slack_ns(ns: libc::c_ulong) {
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long and changes only this thread's timer slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns) };
+}
+
+/// The CPUs this process may run on: its main thread's affinity (the benches and the sweep never pin
+/// it; their harness threads are pinned). `None` when the kernel does not say.
+pub(crate) fn process_cpus() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is a plain bit array, valid when zeroed.
+    let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most `size_of::<cpu_set_t>()` bytes into `cpus`, which has that size; the
+    // process id is this process's, whose main thread is alive while any of its threads runs.
+    let read = unsafe { libc::sched_getaffinity(libc::getpid(), std::mem::size_of::<libc::cpu_set_t>(), &mut cpus) };
+    (read == 0).then_some(cpus)
+}
+
+/// Lets the calling thread run on every CPU the process may (best effort: it stays where it is when the
+/// kernel refuses).
+fn unpin_current_thread() {
+    if let Some(cpus) = process_cpus() {
+        // SAFETY: `cpus` is a valid set of the size given; 0 names the calling thread.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpus) };
     }
 }
 
@@ -264,12 +526,87 @@ mod tests {
         let t = CpuTimes::parse(text).unwrap();
         assert_eq!(t.steal, 29902);
         assert_eq!(t.total, 3901788 + 709552 + 1903219 + 1686519 + 48565 + 232666 + 29902);
-        let later = CpuTimes { total: t.total + 1000, steal: t.steal + 25 };
+        // Busy: user, nice, system, irq, softirq; idle, iowait and steal are not.
+        // irq is 0 in this line, softirq 232666.
+        assert_eq!(t.busy, 3901788 + 709552 + 1903219 + 232666);
+        assert_eq!(t.irq, 232666);
+        let later = CpuTimes { total: t.total + 1000, steal: t.steal + 25, busy: t.busy + 300, ..t };
         assert!((later.since(&t).steal_share() - 0.025).abs() < 1e-12);
+        assert_eq!((later.since(&t).busy, later.since(&t).irq), (300, 0));
         // An old kernel's shorter line has no steal; garbage has no line.
-        assert_eq!(CpuTimes::parse("cpu  1 2 3 4\n").map(|t| (t.total, t.steal)), Some((10, 0)));
+        assert_eq!(CpuTimes::parse("cpu  1 2 3 4\n").map(|t| (t.total, t.steal, t.busy)), Some((10, 0, 6)));
+        assert_eq!(CpuTimes::parse("cpu  1 2 3\n"), None);
         assert_eq!(CpuTimes::parse("intr 1 2 3\n"), None);
         assert_eq!(CpuTimes::default().steal_share(), 0.0);
+    }
+
+    #[test]
+    fn proc_self_stat_gives_own_and_children_times() {
+        // A command name with a space and parentheses: the fields count from the last `)`.
+        let line = "4242 (qc (x) y) R 1 4242 4242 0 -1 4194304 100 0 0 0 1234 567 89 10 20 0 9 0 123 456 789";
+        let t = ProcessTimes::parse(line).unwrap();
+        assert_eq!((t.own, t.children, t.total()), (1234 + 567, 89 + 10, 1234 + 567 + 89 + 10));
+        let earlier = ProcessTimes { own: 1000, children: 99 };
+        assert_eq!(t.since(&earlier), ProcessTimes { own: 801, children: 0 });
+        // A negative child time reads 0; a cut line, a word for a number or no parenthesis is no figure.
+        let negative = "1 (a) S 0 0 0 0 0 0 0 0 0 0 5 6 -7 8";
+        assert_eq!(ProcessTimes::parse(negative), Some(ProcessTimes { own: 11, children: 8 }));
+        assert_eq!(ProcessTimes::parse("1 (a) S 0 0 0 0 0 0 0 0 0 0 5 6"), None);
+        assert_eq!(ProcessTimes::parse("1 (a) S 0 0 0 0 0 0 0 0 0 0 five 6 7 8"), None);
+        assert_eq!(ProcessTimes::parse("no parenthesis 1 2 3"), None);
+        assert_eq!(ProcessTimes::parse(""), None);
+    }
+
+    #[test]
+    fn other_ticks_are_the_busy_ticks_not_this_processes() {
+        let before = HostCpu {
+            cpu: CpuTimes { total: 1000, steal: 0, busy: 400, irq: 10 },
+            process: ProcessTimes { own: 300, children: 5 },
+        };
+        let after = HostCpu {
+            cpu: CpuTimes { total: 1200, steal: 4, busy: 580, irq: 14 },
+            process: ProcessTimes { own: 450, children: 15 },
+        };
+        let d = after.since(&before);
+        assert_eq!(d.other_ticks(), 180 - 150 - 10);
+        // Sampling noise may make this process look busier than the machine: that reads 0, not a wrap.
+        let noisy = HostCpu { process: ProcessTimes { own: 600, children: 5 }, ..after };
+        assert_eq!(noisy.since(&before).other_ticks(), 0);
+        assert!(clock_ticks_per_s() > 0);
+    }
+
+    #[test]
+    fn a_late_wake_up_counts_the_intervals_it_swallowed() {
+        let mut r = WakeRecord::new();
+        // On time, 30 us late, early (a signal), then 5 ms late: 1 ms asked, 6 ms slept.
+        for slept in [WAKE_INTERVAL_NS, WAKE_INTERVAL_NS + 30_000, 400_000, 6 * WAKE_INTERVAL_NS] {
+            r.record_sleep(slept);
+        }
+        assert_eq!(r.wakeups, 4);
+        // The 5 ms one is recorded as 5, 4, 3, 2 and 1 ms: 3 + 5 values in all.
+        assert_eq!(r.late_ns.len(), 8);
+        assert_eq!(r.late_ns.count_between(0, 0), 2, "on time and early are 0 late");
+        for ms in 1..=5u64 {
+            assert_eq!(r.late_ns.count_at(ms * WAKE_INTERVAL_NS), 1, "{ms} ms");
+        }
+        assert!(r.late_ns.equivalent(r.late_ns.max(), 5 * WAKE_INTERVAL_NS));
+        // Beyond the histogram's range: clamped, not lost.
+        r.record_sleep(u64::MAX);
+        assert_eq!(r.wakeups, 5);
+        assert!(r.late_ns.equivalent(r.late_ns.max(), MAX_LATENESS_NS));
+    }
+
+    #[test]
+    fn the_wake_probe_stops_and_hands_back_its_record() {
+        let probe = WakeProbe::start().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let record = probe.stop();
+        // However late the host woke it, it woke at least once (start waits for its loop, which checks
+        // for the stop after each sleep), and every recorded value is a wake-up or one it swallowed.
+        assert!(record.wakeups >= 1);
+        assert!(record.late_ns.len() >= record.wakeups);
+        // Dropped without stop: the thread still ends (the test would hang on a leak only at exit).
+        drop(WakeProbe::start().unwrap());
     }
 
     #[test]

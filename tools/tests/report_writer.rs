@@ -9,8 +9,9 @@ use std::path::Path;
 use hdrhistogram::Histogram;
 use quorumcast_tools::hiccup::{CoreHiccups, Hiccups};
 use quorumcast_tools::report::{
-    link_latest, write_point_histograms, write_report, CProbe, ConfigResult, Host, PointHistograms, PointResult,
-    ReportError, SProbe, SProbeEntry, SweepReport, C_ALONE, C_SHARED, LATEST, NS_PER_US,
+    link_latest, write_point_histograms, write_report, AgentDutyCycles, CProbe, ConfigResult, CycleQuantiles, Host,
+    OtherCpu, Percentiles, PointHistograms, PointResult, ReportError, SProbe, SProbeEntry, SweepReport, WakeLateness,
+    C_ALONE, C_SHARED, LATEST, NS_PER_US,
 };
 use serde_json::Value;
 
@@ -98,10 +99,20 @@ fn config(
         let (intended, service) = latency_histograms(rng, rho, 4000);
         let lambda = rho * cfg.mu_measured;
         let achieved = lambda.min(cfg.mu_measured * 0.99);
-        cfg.points.push(PointResult::from_histograms(&stem, rho, lambda, achieved, &intended, &service, NS_PER_US));
+        let mut point = PointResult::from_histograms(&stem, rho, lambda, achieved, &intended, &service, NS_PER_US);
+        point.wake_probe = Some(wake_probe(25.0, 60.0, 900.0));
+        point.other_cpu = Some(OtherCpu::from_ticks((rng.next_f64() * 4.0) as u64, 1, 1.5, 100));
+        point.assess();
+        cfg.points.push(point);
         hist.push((stem, intended, service));
     }
     cfg
+}
+
+/// A wake probe's figures: how late a 1 ms sleeper woke, p99, p99.9 and max (us).
+fn wake_probe(p99: f64, p999: f64, max: f64) -> WakeLateness {
+    let late_us = Percentiles { p50: 4.0, p90: p99 / 2.0, p99, p999, max, mean: 6.0, stddev: 9.0 };
+    WakeLateness { interval_us: 1000.0, wakeups: 1450, recorded: 1462, late_us }
 }
 
 /// A synthetic sweep of the given configurations (MTU, idle, msg) and rho points.
@@ -293,7 +304,19 @@ fn synthetic_run_writes_a_complete_report() {
             assert_has_keys(&p["latency_us"], PERCENTILE_KEYS, "latency_us");
             assert_has_keys(&p["service_latency_us"], PERCENTILE_KEYS, "service_latency_us");
             assert!(p["hgrm"].as_str().unwrap().ends_with(".hgrm"));
-            assert_has_keys(p, &["past_1ms_share", "steal_share"], "a point");
+            assert_has_keys(p, &["past_1ms_share", "steal_share", "wake_probe", "other_cpu", "saturated"], "a point");
+            assert_has_keys(&p["wake_probe"], &["interval_us", "wakeups", "recorded", "late_us"], "wake_probe");
+            assert_has_keys(&p["wake_probe"]["late_us"], PERCENTILE_KEYS, "wake_probe.late_us");
+            assert_has_keys(&p["other_cpu"], &["seconds", "ticks", "irq_ticks", "core_share", "flagged"], "other_cpu");
+            // The tail target is judged at rho <= 0.5 only; the synthetic tails are short, so they meet it.
+            let rho = p["rho"].as_f64().unwrap();
+            assert_eq!(p.get("tail_target").is_some(), rho <= 0.5, "{p}");
+            if rho <= 0.5 {
+                assert_has_keys(&p["tail_target"], &["limit_us", "met"], "tail_target");
+                assert_eq!(p["tail_target"]["met"], true, "{p}");
+            }
+            // The synthetic rho 1.2 point carries 0.99 mu of its 1.2 mu: saturated; the others are not.
+            assert_eq!(p["saturated"], rho > 1.0, "{p}");
         }
     }
     // A point's share past 1 ms is its intended-time histogram's, counted here independently.
@@ -351,6 +374,15 @@ fn synthetic_run_writes_a_complete_report() {
         .count();
     assert_eq!(header_lines, 2, "{md}");
     assert!(md.contains("host stalls") && md.contains("longest 9.25 ms"), "{md}");
+    // Beside each latency table, the tails against the host's own stalls, a row per point.
+    let tail_headers = md
+        .lines()
+        .filter(|l| l.split('|').nth(1).map(str::trim) == Some("rho") && l.contains("probe p99.9 us"))
+        .count();
+    assert_eq!(tail_headers, 2, "{md}");
+    assert!(md.contains("## Tails against the host: MTU 1408"), "{md}");
+    assert!(md.contains("saturated (rho 0.99)"), "{md}");
+    assert!(md.contains("Points: 6 points: 0 flagged") && md.contains("2 saturated"), "{md}");
     let capacity_header =
         |l: &&str| l.starts_with('|') && l.contains(" MTU ") && l.contains("mu predicted") && l.contains("mu measured");
     assert_eq!(md.lines().filter(capacity_header).count(), 1, "{md}");
@@ -403,6 +435,83 @@ fn assert_self_contained(html: &str) {
     for tag in ["<script", "<link", "<img", "@import", "<iframe"] {
         assert!(!html.contains(tag), "report.html contains {tag}");
     }
+}
+
+/// One agent thread's duty cycles, its longest `max_ns` (a bucket's upper bound).
+fn agent(name: &str, max_ns: u64) -> AgentDutyCycles {
+    AgentDutyCycles {
+        name: name.into(),
+        cycles: 10_000,
+        duty_cycle_ns: CycleQuantiles { p50: 1024, p99: 4096, p999: 65_536, max: max_ns },
+    }
+}
+
+#[test]
+fn tails_against_the_host_are_judged_tabled_and_drawn() {
+    let scratch = ScratchDir::new("report-writer-tails");
+    let (mut report, histograms) = synthetic(&[(1408, "noop", 128)], &[0.1, 0.3, 0.5, 0.9]);
+    let points = &mut report.configs[0].points;
+    // rho 0.1: a tail far past the limit while the host stayed under 300 us and the Sender ran a cycle of
+    // more than 2 ms: the Sender is named.
+    points[0].latency_us.p99 = 5_000.0;
+    points[0].wake_probe = Some(wake_probe(40.0, 120.0, 300.0));
+    points[0].agents = vec![agent("node 0 consensus", 262_144), agent("node 0 sender+receiver", 4_194_304)];
+    // rho 0.3: the same tail, but the host itself stalled 9 ms: no stage is named.
+    points[1].latency_us.p99 = 5_000.0;
+    points[1].wake_probe = Some(wake_probe(40.0, 3_000.0, 9_000.0));
+    points[1].agents = points[0].agents.clone();
+    // rho 0.5: met, but other processes took 40% of a core.
+    points[2].other_cpu = Some(OtherCpu::from_ticks(60, 2, 1.5, 100));
+    // rho 0.9: carried half its load.
+    points[3].achieved = points[3].lambda / 2.0;
+    for p in points.iter_mut() {
+        p.assess();
+    }
+    let dir = scratch.join("run");
+    write_report(&dir, &report, &histograms).unwrap();
+
+    let raw: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let json_points = raw["configs"][0]["points"].as_array().unwrap();
+    assert_eq!(json_points[0]["tail_target"]["met"], false);
+    assert_eq!(json_points[0]["tail_target"]["late_stage"]["name"], "node 0 sender+receiver");
+    assert_eq!(json_points[0]["tail_target"]["host_max_us"], 300.0);
+    assert_eq!(json_points[1]["tail_target"]["met"], false);
+    assert!(json_points[1]["tail_target"].get("late_stage").is_none(), "{}", json_points[1]);
+    assert_eq!(json_points[2]["tail_target"]["met"], true);
+    assert_eq!(json_points[2]["other_cpu"]["flagged"], true);
+    assert!(json_points[3].get("tail_target").is_none(), "rho 0.9 is not judged");
+    assert_eq!(json_points[3]["saturated"], true);
+    let flags = report.flags();
+    assert_eq!((flags.points, flags.host_busy, flags.saturated), (4, 1, 1));
+    assert_eq!((flags.target_met, flags.target_missed), (1, 2));
+
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    let row = |rho: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| {rho} ")) && !l.contains("hgrm/"))
+            .unwrap_or_else(|| panic!("no tail row for rho {rho}: {md}"))
+            .to_string()
+    };
+    assert!(row("0.10").contains("missed: node 0 sender+receiver late (cycles up to 4.2 ms"), "{}", row("0.10"));
+    assert!(row("0.10").contains("the host's longest stall 300 us"), "{}", row("0.10"));
+    assert!(
+        row("0.30").contains("missed: no stage's cycle outlasted the host's longest stall (9 ms)"),
+        "{}",
+        row("0.30")
+    );
+    assert!(row("0.50").contains("| met ") && row("0.50").contains("host busy"), "{}", row("0.50"));
+    assert!(row("0.90").contains("saturated (rho 0.45)"), "{}", row("0.90"));
+    assert!(md.contains("4 points: 1 flagged") && md.contains("1 met, 2 missed"), "{md}");
+
+    // The chart draws the probe beside the latency, crosses for the saturated point, a ring for the busy one.
+    let svg = std::fs::read_to_string(dir.join("charts/mtu1408-noop-msg128-classic-separate.svg")).unwrap();
+    for label in ["host probe p99", "host probe p99.9", "saturated: at achieved rho", "host busy (other CPU)"] {
+        assert!(svg.contains(label), "the chart lacks {label:?}");
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("class=\"miss\"") && html.contains("class=\"flag\""), "report.html marks misses and flags");
+    assert!(html.contains("1 saturated · 1 host busy · tail target 1 of 3 met"), "the chart's caption counts them");
+    assert_self_contained(&html);
 }
 
 #[test]

@@ -57,6 +57,11 @@ fn the_tiny_sweep_takes_its_points_from_a_client_process() {
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert!(text.contains("Percentile"), "{} is no percentile distribution", path.display());
         }
+        // The host is watched during a client's point too: the wake probe, the other processes' CPU (the
+        // client, a reaped child, counts as this process's), and the tail target at rho <= 0.5.
+        assert!(point["wake_probe"]["wakeups"].as_u64().unwrap() > 0, "{point}");
+        assert!(point["other_cpu"]["core_share"].as_f64().unwrap() >= 0.0, "{point}");
+        assert!(point["tail_target"]["met"].is_boolean() && point["saturated"].is_boolean(), "{point}");
         let stem = point["hgrm"].as_str().unwrap().trim_start_matches("hgrm/").trim_end_matches(".hgrm");
         let json = outcome.dir.join("client").join(format!("{stem}.json"));
         let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{}: {e}", json.display()));

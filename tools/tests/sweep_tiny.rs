@@ -109,6 +109,21 @@ fn the_tiny_sweep_writes_a_whole_report() {
         }
         let past = point["past_1ms_share"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&past), "{point}");
+        // The wake probe ran during the point (a 300 ms point has room for many 1 ms sleeps) and the
+        // tail target is judged at both points (rho <= 0.5); whether it is met depends on the host.
+        let probe = &point["wake_probe"];
+        assert!(probe["wakeups"].as_u64().unwrap() > 0, "{point}");
+        assert!(probe["recorded"].as_u64() >= probe["wakeups"].as_u64(), "{point}");
+        let late = &probe["late_us"];
+        assert!(late["p99"].as_f64() <= late["p999"].as_f64() && late["p999"].as_f64() <= late["max"].as_f64());
+        let target = &point["tail_target"];
+        let limit = late["p99"].as_f64().unwrap() + 3.0 * point["latency_us"]["p50"].as_f64().unwrap();
+        assert!((target["limit_us"].as_f64().unwrap() - limit).abs() < 1e-9, "{point}");
+        assert_eq!(target["met"].as_bool(), Some(point["latency_us"]["p99"].as_f64().unwrap() <= limit), "{point}");
+        // Other processes' CPU over the point, as a share of a core, and the saturation mark.
+        let other = &point["other_cpu"];
+        assert!(other["core_share"].as_f64().unwrap() >= 0.0 && other["seconds"].as_f64().unwrap() > 0.0, "{point}");
+        assert!(other["flagged"].is_boolean() && point["saturated"].is_boolean(), "{point}");
         // From the intended time is never shorter than from the actual offer.
         assert!(point["latency_us"]["max"].as_f64() >= point["service_latency_us"]["max"].as_f64());
         for file in ["hgrm", "service_hgrm"] {
@@ -118,6 +133,7 @@ fn the_tiny_sweep_writes_a_whole_report() {
         }
     }
     assert!(outcome.dir.join("report.html").is_file());
-    assert!(outcome.dir.join("summary.md").is_file());
+    let md = std::fs::read_to_string(outcome.dir.join("summary.md")).unwrap();
+    assert!(md.contains("## Tails against the host: ") && md.contains("Points: 2 points: "), "{md}");
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -5,7 +5,7 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter}
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::schema::{CProbe, ConfigResult, Percentiles, C_ALONE};
+use super::schema::{CProbe, ConfigResult, PointResult, C_ALONE};
 use super::ReportError;
 use crate::model::{Regime, KNEE_START, SATURATION_START};
 
@@ -37,21 +37,63 @@ fn chart_error<E: std::fmt::Debug>(e: E) -> ReportError {
     ReportError::Chart(format!("{e:?}"))
 }
 
-/// A latency series of the rho chart: its name, color index, and how to read it from a point.
-type LatencySeries = (&'static str, usize, fn(&Percentiles) -> f64);
+/// How a series of the rho chart is stroked.
+#[derive(Clone, Copy)]
+enum Stroke {
+    Solid,
+    /// Dashes of this many pixels, with this many between them.
+    Dashed(u32, u32),
+}
 
-/// The four latency series drawn against rho.
-const LATENCY_SERIES: [LatencySeries; 4] =
-    [("p50", 0, |p| p.p50), ("p99", 1, |p| p.p99), ("p99.9", 2, |p| p.p999), ("max", 3, |p| p.max)];
+/// A series of the rho chart: its name, color index, stroke, and how to read it from a point (`None`
+/// where the point lacks it, as a point without a wake probe).
+struct RhoSeries {
+    name: &'static str,
+    color: usize,
+    stroke: Stroke,
+    read: fn(&PointResult) -> Option<f64>,
+}
+
+/// The latency percentiles and, dashed beside them, the host probe's over the same windows.
+const RHO_SERIES: [RhoSeries; 6] = [
+    RhoSeries { name: "p50", color: 0, stroke: Stroke::Solid, read: |p| Some(p.latency_us.p50) },
+    RhoSeries { name: "p99", color: 1, stroke: Stroke::Solid, read: |p| Some(p.latency_us.p99) },
+    RhoSeries { name: "p99.9", color: 2, stroke: Stroke::Solid, read: |p| Some(p.latency_us.p999) },
+    RhoSeries { name: "max", color: 3, stroke: Stroke::Dashed(6, 4), read: |p| Some(p.latency_us.max) },
+    RhoSeries {
+        name: "host probe p99",
+        color: 4,
+        stroke: Stroke::Dashed(3, 3),
+        read: |p| p.wake_probe.as_ref().map(|w| w.late_us.p99),
+    },
+    RhoSeries {
+        name: "host probe p99.9",
+        color: 5,
+        stroke: Stroke::Dashed(3, 3),
+        read: |p| p.wake_probe.as_ref().map(|w| w.late_us.p999),
+    },
+];
+
+/// Where a point goes along rho: its nominal rho, or its achieved one when it was saturated.
+fn plotted_rho(c: &ConfigResult, p: &PointResult) -> f64 {
+    if p.saturated {
+        c.achieved_rho(p)
+    } else {
+        p.rho
+    }
+}
 
 /// Latency percentiles (p50, p99, p99.9, max; log scale, microseconds) of one configuration against rho,
-/// over the shaded safe, knee and saturated regions.
+/// over the shaded safe, knee and saturated regions, with the host probe's p99 and p99.9 over the same
+/// windows beside them. Saturated points ([`PointResult::saturated`]) are left off the lines and drawn as
+/// crosses at their achieved rho; a ring marks the p50 of a point during which the host was busy
+/// ([`PointResult::host_busy`]).
 pub(crate) fn latency_vs_rho(c: &ConfigResult) -> Result<String, ReportError> {
-    let mut points: Vec<&super::schema::PointResult> = c.points.iter().collect();
+    let mut points: Vec<&PointResult> = c.points.iter().collect();
     points.sort_by(|a, b| a.rho.total_cmp(&b.rho));
-    let values = points.iter().flat_map(|p| LATENCY_SERIES.iter().map(|s| (s.2)(&p.latency_us)));
+    let values = points.iter().flat_map(|p| RHO_SERIES.iter().filter_map(|s| (s.read)(p)));
     let (y_lo, y_hi) = log_bounds(values, 8.0);
-    let x_hi = points.iter().map(|p| p.rho).fold(1.2_f64, f64::max) * 1.05;
+    let x_hi = points.iter().map(|p| p.rho.max(plotted_rho(c, p))).fold(1.2_f64, f64::max) * 1.05;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
@@ -86,23 +128,21 @@ pub(crate) fn latency_vs_rho(c: &ConfigResult) -> Result<String, ReportError> {
                 .draw_series([Text::new(regime.to_string(), ((lo + hi) / 2.0, y_hi / 1.15), label_style)])
                 .map_err(chart_error)?;
         }
-        for (name, color_index, read) in LATENCY_SERIES {
-            let color = PALETTE[color_index];
-            let data: Vec<(f64, f64)> = points.iter().map(|p| (p.rho, read(&p.latency_us).max(y_lo))).collect();
-            let style = color.stroke_width(2);
-            if name == "max" {
-                chart.draw_series(DashedLineSeries::new(data.clone(), 6, 4, style)).map_err(chart_error)?
-            } else {
-                chart.draw_series(LineSeries::new(data.clone(), style)).map_err(chart_error)?
+        let (on_line, apart): (Vec<&PointResult>, Vec<&PointResult>) = points.iter().partition(|p| !p.saturated);
+        for series in &RHO_SERIES {
+            let at = |p: &&PointResult, x: f64| (series.read)(p).map(|v| (x, v.max(y_lo)));
+            let line: Vec<(f64, f64)> = on_line.iter().filter_map(|p| at(p, p.rho)).collect();
+            let crosses: Vec<(f64, f64)> = apart.iter().filter_map(|p| at(p, c.achieved_rho(p))).collect();
+            if line.is_empty() && crosses.is_empty() {
+                continue;
             }
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-            chart.draw_series(data.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(chart_error)?;
+            draw_rho_series(&mut chart, series, &line, &crosses)?;
         }
+        draw_rho_marks(&mut chart, c, &points, y_lo)?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 15))
+            .label_font((FONT, 13))
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK.mix(0.3))
             .draw()
@@ -110,6 +150,60 @@ pub(crate) fn latency_vs_rho(c: &ConfigResult) -> Result<String, ReportError> {
         root.present().map_err(chart_error)?;
     }
     Ok(svg)
+}
+
+type RhoChart<'a, 'b> = Chart<'a, 'b, plotters::coord::types::RangedCoordf64, LogCoord<f64>>;
+
+/// One series of the rho chart: its line and dots through `line`, crosses at `crosses` (saturated
+/// points, at their achieved rho), and its legend entry.
+fn draw_rho_series(
+    chart: &mut RhoChart<'_, '_>,
+    series: &RhoSeries,
+    line: &[(f64, f64)],
+    crosses: &[(f64, f64)],
+) -> Result<(), ReportError> {
+    let color = PALETTE[series.color % PALETTE.len()];
+    let style = color.stroke_width(2);
+    let drawn = match series.stroke {
+        Stroke::Solid => chart.draw_series(LineSeries::new(line.to_vec(), style)),
+        Stroke::Dashed(size, spacing) => chart.draw_series(DashedLineSeries::new(line.to_vec(), size, spacing, style)),
+    };
+    drawn
+        .map_err(chart_error)?
+        .label(series.name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(chart_error)?;
+    chart.draw_series(crosses.iter().map(|&p| Cross::new(p, 5, color.stroke_width(2)))).map_err(chart_error)?;
+    Ok(())
+}
+
+/// The legend entry for saturated points (when there are any) and a ring around the p50 of each point
+/// during which the host was busy.
+fn draw_rho_marks(
+    chart: &mut RhoChart<'_, '_>,
+    c: &ConfigResult,
+    points: &[&PointResult],
+    y_lo: f64,
+) -> Result<(), ReportError> {
+    let grey = BLACK.mix(0.7);
+    if points.iter().any(|p| p.saturated) {
+        chart
+            .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
+            .map_err(chart_error)?
+            .label("saturated: at achieved rho")
+            .legend(move |(x, y)| Cross::new((x + 9, y), 5, grey.stroke_width(2)));
+    }
+    let busy: Vec<(f64, f64)> =
+        points.iter().filter(|p| p.host_busy()).map(|p| (plotted_rho(c, p), p.latency_us.p50.max(y_lo))).collect();
+    if !busy.is_empty() {
+        let ring = BLACK.stroke_width(1);
+        chart
+            .draw_series(busy.into_iter().map(|p| Circle::new(p, 8, ring)))
+            .map_err(chart_error)?
+            .label("host busy (other CPU)")
+            .legend(move |(x, y)| Circle::new((x + 9, y), 6, ring));
+    }
+    Ok(())
 }
 
 /// One bar of a grouped bar chart: its slot (category index), offset and width within the slot, value,

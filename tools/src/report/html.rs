@@ -38,6 +38,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr:nth-child(even) td { background: #fafbfc; }
 td.wrap { white-space: pre-wrap; }
 .kv th { width: 9em; background: none; color: var(--muted); font-weight: 500; }
+.met { color: #1e7b1e; } .miss, .flag { color: #b3191c; font-weight: 600; }
 .regime-safe { color: #1e7b1e; } .regime-knee { color: #a35f00; font-weight: 600; } .regime-saturated { color: #b3191c; font-weight: 600; }
 .tablewrap { margin: 14px 0 22px; }
 a { color: var(--accent); }
@@ -64,6 +65,9 @@ pub(crate) fn render(r: &SweepReport) -> Result<String, ReportError> {
         r.configs.iter().map(|c| c.points.len()).sum::<usize>(),
         escape(&r.host.cpu)
     );
+    let flags = r.flags();
+    let class = if flags.host_busy > 0 || flags.target_missed > 0 { "flag" } else { "sub" };
+    let _ = writeln!(out, "<p class=\"{class}\">{}</p>", escape(&flags.describe()));
     out.push_str("<div class=\"cards\">\n");
     model_card(&mut out, r);
     let _ = writeln!(out, "<div class=\"card\"><h3>Host</h3>{}</div>", kv_table(&tables::host_table(r)));
@@ -79,6 +83,7 @@ pub(crate) fn render(r: &SweepReport) -> Result<String, ReportError> {
     let _ = writeln!(out, "<div class=\"tablewrap\">{}</div>", table_html(&tables::capacity_table(r), "h3"));
     for c in &r.configs {
         let _ = writeln!(out, "<div class=\"tablewrap\">{}</div>", table_html(&tables::latency_table(c), "h3"));
+        let _ = writeln!(out, "<div class=\"tablewrap\">{}</div>", table_html(&tables::tail_table(c), "h3"));
     }
     out.push_str("</main>\n</body>\n</html>\n");
     Ok(out)
@@ -143,20 +148,42 @@ fn latency_section(out: &mut String, r: &SweepReport) -> Result<(), ReportError>
         "<p>For each configuration: p50, p99, p99.9 and max latency (from each message's intended send time, so \
          coordinated omission is corrected), on a log scale, against ρ = λ / μ measured. Below ρ ≈ 0.7 latency is the \
          fixed pipeline time; in the knee the tail detaches; past ρ = 1 every message waits the bounded window's drain \
-         time and the curves flatten into a plateau.</p>\n<div class=\"charts\">\n",
+         time and the curves flatten into a plateau. Beside them, dashed, the host probe's p99 and p99.9 over the \
+         same windows: how late a thread sleeping 1 ms at a time woke while the point ran. A point that carried less \
+         than its offered load is left off the lines and drawn as crosses at the ρ it achieved; a ring marks a point \
+         during which other processes took more than a few percent of a core.</p>\n<div class=\"charts\">\n",
     );
     for c in &r.configs {
         let svg = charts::latency_vs_rho(c)?;
         let _ = writeln!(
             out,
-            "<figure>{svg}<figcaption>{} · μ measured {} msg/s · bottleneck {}</figcaption></figure>",
+            "<figure>{svg}<figcaption>{} · μ measured {} msg/s · bottleneck {}{}</figcaption></figure>",
             escape(&c.label()),
             rate(c.mu_measured),
-            escape(&c.bottleneck)
+            escape(&c.bottleneck),
+            escape(&caption_flags(c))
         );
     }
     out.push_str("</div>\n");
     Ok(())
+}
+
+/// ` · 1 saturated · 2 host busy · tail target 2 of 3 met`, the parts that apply (empty when none).
+fn caption_flags(c: &ConfigResult) -> String {
+    let saturated = c.points.iter().filter(|p| p.saturated).count();
+    let busy = c.points.iter().filter(|p| p.host_busy()).count();
+    let targets: Vec<bool> = c.points.iter().filter_map(|p| p.tail_target.as_ref().map(|t| t.met)).collect();
+    let mut parts = Vec::new();
+    if saturated > 0 {
+        parts.push(format!("{saturated} saturated"));
+    }
+    if busy > 0 {
+        parts.push(format!("{busy} host busy"));
+    }
+    if !targets.is_empty() {
+        parts.push(format!("tail target {} of {} met", targets.iter().filter(|m| **m).count(), targets.len()));
+    }
+    parts.iter().map(|p| format!(" · {p}")).collect()
 }
 
 fn capacity_section(out: &mut String, r: &SweepReport) -> Result<(), ReportError> {
@@ -214,6 +241,11 @@ fn table_html(t: &Table, tag: &str) -> String {
             let regime = matches!(cell.as_str(), "safe" | "knee" | "saturated") && t.headers[i] == "regime";
             if regime {
                 let _ = write!(out, "<td class=\"regime-{cell}\">{cell}</td>");
+            } else if t.headers[i] == "target" && cell != "-" {
+                let verdict = if cell == "met" { "met" } else { "miss" };
+                let _ = write!(out, "<td class=\"{verdict}\">{}</td>", escape(cell));
+            } else if t.headers[i] == "flags" && !cell.is_empty() {
+                let _ = write!(out, "<td class=\"flag\">{}</td>", escape(cell));
             } else if t.headers[i] == "hgrm" {
                 // A relative link to the point's file beside the page (the full name is in summary.md).
                 let _ = write!(out, "<td><a href=\"{}\" title=\"{0}\">.hgrm</a></td>", escape(cell));

@@ -9,7 +9,8 @@ use super::tables::{self, Table};
 pub(crate) fn render(r: &SweepReport) -> String {
     let mut out = format!("# quorumcast sweep ({}, {})\n\n", r.profile, r.timestamp);
     out.push_str("Model: `peak_TPS = mu = (S - C) / D x M_pkt`; `rho = lambda / mu`. ");
-    out.push_str("Regimes: safe rho < 0.7, knee 0.7-1.0, saturated > 1.0.\n");
+    out.push_str("Regimes: safe rho < 0.7, knee 0.7-1.0, saturated > 1.0.\n\n");
+    let _ = writeln!(out, "Points: {}.", r.flags().describe());
     for t in tables::all(r) {
         out.push('\n');
         out.push_str(&table(&t));

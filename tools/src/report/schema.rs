@@ -32,6 +32,57 @@ pub struct SweepReport {
     pub hiccups: Option<Hiccups>,
 }
 
+impl SweepReport {
+    /// How many points were flagged, saturated, and met or missed the tail target.
+    pub fn flags(&self) -> PointFlags {
+        let points: Vec<&PointResult> = self.configs.iter().flat_map(|c| &c.points).collect();
+        let targets = points.iter().filter_map(|p| p.tail_target.as_ref());
+        PointFlags {
+            points: points.len(),
+            host_busy: points.iter().filter(|p| p.host_busy()).count(),
+            saturated: points.iter().filter(|p| p.saturated).count(),
+            target_met: targets.clone().filter(|t| t.met).count(),
+            target_missed: targets.filter(|t| !t.met).count(),
+        }
+    }
+}
+
+/// The counts of [`SweepReport::flags`]: what the sweep's summary line says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PointFlags {
+    /// Points in the report.
+    pub points: usize,
+    /// Points during which other processes took more than [`OTHER_CPU_FLAG_SHARE`] of a core.
+    pub host_busy: usize,
+    /// Points that carried less than [`SATURATED_BELOW`] of their offered load.
+    pub saturated: usize,
+    /// Points at rho <= [`TAIL_TARGET_MAX_RHO`] whose tail met the target.
+    pub target_met: usize,
+    /// Points at rho <= [`TAIL_TARGET_MAX_RHO`] whose tail missed it.
+    pub target_missed: usize,
+}
+
+impl PointFlags {
+    /// One sentence: `12 points: 3 flagged, other processes took more than 5% of a core during them; 1
+    /// saturated (achieved < 95% of offered); tail target at rho <= 0.5 (p99 <= probe p99 + 3 x p50): 4
+    /// met, 2 missed`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} points: {} flagged, other processes took more than {:.0}% of a core during them; {} saturated \
+             (achieved < {:.0}% of offered); tail target at rho <= {} (p99 <= probe p99 + {} x p50): {} met, {} missed",
+            self.points,
+            self.host_busy,
+            100.0 * OTHER_CPU_FLAG_SHARE,
+            self.saturated,
+            100.0 * SATURATED_BELOW,
+            TAIL_TARGET_MAX_RHO,
+            TAIL_TARGET_P50_FACTOR,
+            self.target_met,
+            self.target_missed
+        )
+    }
+}
+
 /// The machine a sweep ran on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Host {
@@ -204,6 +255,201 @@ pub struct PointResult {
     /// no agent's counters can show; counted in 10 ms ticks, so short points often read 0.
     #[serde(default)]
     pub steal_share: f64,
+    /// How late a thread sleeping 1 ms at a time woke over the same window as the point (the host's own
+    /// stalls, measured while the point ran). Absent where its thread could not start, and in reports
+    /// written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_probe: Option<WakeLateness>,
+    /// The tail target at rho <= [`TAIL_TARGET_MAX_RHO`]: latency p99 <= the probe's p99 +
+    /// [`TAIL_TARGET_P50_FACTOR`] x latency p50 (see [`TailTarget::evaluate`]); absent at higher rho, and
+    /// where the point has no probe or no latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_target: Option<TailTarget>,
+    /// The CPU time processes other than the sweep (and its reaped children) took during the point.
+    /// Absent where `/proc` could not be read, and in reports written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_cpu: Option<OtherCpu>,
+    /// The point carried less than [`SATURATED_BELOW`] of its offered load (`achieved < 0.95 x lambda`):
+    /// it did not run at its nominal rho, so the chart draws it apart, at its achieved rho
+    /// (`achieved / mu_measured`), off the latency line.
+    #[serde(default)]
+    pub saturated: bool,
+}
+
+/// A point whose achieved rate is under this share of its offered rate is [`PointResult::saturated`].
+pub const SATURATED_BELOW: f64 = 0.95;
+
+/// A point during which other processes took more than this share of one core's time is flagged
+/// ([`OtherCpu::flagged`]): its latency is not the engine's alone.
+pub const OTHER_CPU_FLAG_SHARE: f64 = 0.05;
+
+/// Fewer other ticks than this in a window never flag it: `/proc/stat` and `/proc/self/stat` are
+/// counted in 10 ms ticks, and their difference is good to a tick or two, so a window too short to hold
+/// this many (a point of a few milliseconds) cannot tell a busy host from rounding.
+pub const OTHER_CPU_MIN_TICKS: u64 = 3;
+
+/// The tail target is evaluated at points of rho up to this (queueing dominates the tail above it).
+pub const TAIL_TARGET_MAX_RHO: f64 = 0.5;
+
+/// The tail target's allowance for the pipeline: latency p99 may exceed the host probe's p99 by this many
+/// latency p50s.
+pub const TAIL_TARGET_P50_FACTOR: f64 = 3.0;
+
+/// What the wake probe (a thread sleeping 1 ms at a time, see [`crate::hiccup::WakeProbe`]) saw during a
+/// point: how late it woke.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WakeLateness {
+    /// The sleep asked for each time, and the correction's expected interval, us (1000).
+    pub interval_us: f64,
+    /// Times the thread woke during the point.
+    pub wakeups: u64,
+    /// Values in `late_us`: the wake-ups plus, for each one late by k intervals, the k it swallowed
+    /// (recorded with the expected-interval correction, as jHiccup does).
+    pub recorded: u64,
+    /// How late it woke, us: the host's stalls as a runnable thread saw them, over the point's window.
+    pub late_us: Percentiles,
+}
+
+impl WakeLateness {
+    /// The report's form of a probe's record (histogram in ns).
+    pub fn from_record(record: &crate::hiccup::WakeRecord) -> Self {
+        Self {
+            interval_us: crate::hiccup::WAKE_INTERVAL_NS as f64 / 1000.0,
+            wakeups: record.wakeups,
+            recorded: record.late_ns.len(),
+            late_us: Percentiles::from_histogram(&record.late_ns, 1000.0),
+        }
+    }
+}
+
+/// The CPU time other processes took during a point, from `/proc`: the machine's busy ticks (user, nice,
+/// system, irq, softirq of `/proc/stat`) less this process's and its reaped children's (`/proc/self/stat`).
+///
+/// Invariant: `core_share = ticks / (seconds x ticks_per_s)` (0 for no time), `flagged = core_share >
+/// OTHER_CPU_FLAG_SHARE && ticks >= OTHER_CPU_MIN_TICKS`. Ticks are sampled (10 ms on Linux), so a
+/// point's figure is good to a tick or two: about 1% of a core over a 1.5 s point, 5% over 0.3 s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OtherCpu {
+    /// The window, seconds.
+    pub seconds: f64,
+    /// Busy ticks that were neither this process's nor its children's.
+    pub ticks: u64,
+    /// Of all busy ticks in the window, those in interrupts and softirqs: a kernel that accounts them
+    /// apart from tasks counts this process's own loopback traffic there, so that part of `ticks` may be
+    /// ours.
+    pub irq_ticks: u64,
+    /// `ticks` as cores: 1.0 is one core's whole time over the window.
+    pub core_share: f64,
+    /// `core_share > OTHER_CPU_FLAG_SHARE` (over at least [`OTHER_CPU_MIN_TICKS`] ticks): the point ran on
+    /// a host that was not quiet.
+    pub flagged: bool,
+}
+
+impl OtherCpu {
+    /// The tick count as words: `1 tick`, `3 ticks`.
+    pub fn ticks_text(&self) -> String {
+        if self.ticks == 1 {
+            "1 tick".into()
+        } else {
+            format!("{} ticks", self.ticks)
+        }
+    }
+
+    /// From the ticks of a window of `seconds` at `ticks_per_s` ticks a second (a window or a tick rate
+    /// that is not positive gives a share of 0).
+    pub fn from_ticks(ticks: u64, irq_ticks: u64, seconds: f64, ticks_per_s: u64) -> Self {
+        let span = seconds * ticks_per_s as f64;
+        let core_share = if span.is_finite() && span > 0.0 { ticks as f64 / span } else { 0.0 };
+        let flagged = core_share > OTHER_CPU_FLAG_SHARE && ticks >= OTHER_CPU_MIN_TICKS;
+        Self { seconds, ticks, irq_ticks, core_share, flagged }
+    }
+}
+
+/// The tail target of one point: latency p99 <= probe p99 + [`TAIL_TARGET_P50_FACTOR`] x latency p50.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TailTarget {
+    /// The limit, us: the wake probe's p99 plus three latency p50s.
+    pub limit_us: f64,
+    /// Whether latency p99 was within it.
+    pub met: bool,
+    /// The wake probe's greatest lateness during the point, us: the host's longest stall it saw, which
+    /// a stage's cycle must outlast to be named.
+    pub host_max_us: f64,
+    /// On a miss, the agent thread whose longest duty cycle was surely longer than the host's longest
+    /// stall the probe saw: the stage that was late while the host was not. `None` when met, or when
+    /// every agent's longest cycle fits within the host's stalls (the host, or queueing, then explains
+    /// the tail, not one stage's cycle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_stage: Option<LateStage>,
+}
+
+impl TailTarget {
+    /// `met`, or `missed: node 0 sender+receiver late (cycles up to 2.1 ms, the host's longest stall 400
+    /// us)`, or `missed: no stage's cycle outlasted the host's longest stall (5 ms)` when none is named.
+    pub fn verdict(&self) -> String {
+        use super::charts::duration_label;
+        let host = duration_label(self.host_max_us);
+        match (&self.late_stage, self.met) {
+            (_, true) => "met".into(),
+            (Some(s), false) => format!(
+                "missed: {} late (cycles up to {}, the host's longest stall {host})",
+                s.name,
+                duration_label(s.max_cycle_ns as f64 / 1000.0)
+            ),
+            (None, false) => format!("missed: no stage's cycle outlasted the host's longest stall ({host})"),
+        }
+    }
+}
+
+/// The stage named by a missed [`TailTarget`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateStage {
+    /// The agent thread, `node <id> <thread>`.
+    pub name: String,
+    /// Its longest duty cycle during the point, ns: the upper bound of its power-of-two bucket (the cycle
+    /// took more than half of it).
+    pub max_cycle_ns: u64,
+}
+
+impl TailTarget {
+    /// The target of `point`, or `None` where it does not apply: rho above [`TAIL_TARGET_MAX_RHO`] (or not a
+    /// number), no wake probe, or no latency recorded (p50 not positive).
+    pub fn evaluate(point: &PointResult) -> Option<Self> {
+        let latency = &point.latency_us;
+        let applies = point.rho <= TAIL_TARGET_MAX_RHO && latency.p50 > 0.0;
+        if !applies {
+            return None;
+        }
+        let probe = point.wake_probe.as_ref()?;
+        let limit_us = probe.late_us.p99 + TAIL_TARGET_P50_FACTOR * latency.p50;
+        let met = latency.p99 <= limit_us;
+        let host_max_us = probe.late_us.max;
+        let late_stage = if met { None } else { late_stage(&point.agents, host_max_us) };
+        Some(Self { limit_us, met, host_max_us, late_stage })
+    }
+}
+
+/// The shortest cycle a duty-cycle bucket of upper bound `bucket_ns` can hold: half the bound (the
+/// first bucket holds cycles from 0).
+fn bucket_floor_ns(bucket_ns: u64) -> u64 {
+    if bucket_ns <= quorumcast::agent::cycle_bucket_ns(0) {
+        0
+    } else {
+        bucket_ns / 2
+    }
+}
+
+/// Of `agents`, the one with the longest duty cycle among those whose longest cycle was surely longer
+/// than `host_max_us` (the wake probe's greatest lateness): that stage was late by itself. `None` when
+/// none was.
+fn late_stage(agents: &[AgentDutyCycles], host_max_us: f64) -> Option<LateStage> {
+    let host_max_ns = (host_max_us.max(0.0) * 1000.0) as u64;
+    let late = agents.iter().filter(|a| bucket_floor_ns(a.duty_cycle_ns.max) > host_max_ns);
+    let worst = late.fold(None::<&AgentDutyCycles>, |worst, a| match worst {
+        Some(w) if w.duty_cycle_ns.max >= a.duty_cycle_ns.max => Some(w),
+        _ => Some(a),
+    })?;
+    Some(LateStage { name: worst.name.clone(), max_cycle_ns: worst.duty_cycle_ns.max })
 }
 
 /// One agent thread's duty-cycle lengths over a point, from power-of-two buckets: each figure is the
@@ -311,6 +557,16 @@ impl ConfigResult {
         (self.mu_predicted > 0.0).then(|| (self.mu_measured - self.mu_predicted) / self.mu_predicted * 100.0)
     }
 
+    /// The rho `point` really ran at: its achieved rate over `mu_measured` (its nominal rho without a
+    /// positive mu).
+    pub fn achieved_rho(&self, point: &PointResult) -> f64 {
+        if self.mu_measured > 0.0 && point.achieved.is_finite() {
+            point.achieved / self.mu_measured
+        } else {
+            point.rho
+        }
+    }
+
     /// The lowest and highest S slice: how far S moved while mu was measured (the first and last slice
     /// for a report without slices).
     pub fn s_band(&self) -> (f64, f64) {
@@ -356,8 +612,36 @@ impl PointResult {
             agents: Vec::new(),
             past_1ms_share: Some(share_at_least(latency, 1000.0 * unit_divisor)),
             steal_share: 0.0,
+            wake_probe: None,
+            tail_target: None,
+            other_cpu: None,
+            saturated: achieved_short_of(achieved, lambda),
         }
     }
+
+    /// Whether the point carried less than [`SATURATED_BELOW`] of its offered rate (false when the
+    /// offered rate is not positive or either rate is not a number).
+    pub fn short_of_offered(&self) -> bool {
+        achieved_short_of(self.achieved, self.lambda)
+    }
+
+    /// Sets the judgements from the measured fields: [`saturated`](Self::saturated) from the rates and
+    /// [`tail_target`](Self::tail_target) from the latency, the wake probe and the agents (call it once
+    /// those are in).
+    pub fn assess(&mut self) {
+        self.saturated = self.short_of_offered();
+        self.tail_target = TailTarget::evaluate(self);
+    }
+
+    /// Whether other processes took more than [`OTHER_CPU_FLAG_SHARE`] of a core during the point.
+    pub fn host_busy(&self) -> bool {
+        self.other_cpu.is_some_and(|o| o.flagged)
+    }
+}
+
+/// `achieved < SATURATED_BELOW x offered`, for a positive offered rate.
+fn achieved_short_of(achieved: f64, offered: f64) -> bool {
+    offered > 0.0 && achieved < SATURATED_BELOW * offered
 }
 
 #[cfg(test)]
@@ -388,9 +672,134 @@ mod tests {
         assert_eq!(p.p50, 0.0);
     }
 
+    fn percentiles(p50: f64, p99: f64, max: f64) -> Percentiles {
+        Percentiles { p50, p90: p50, p99, p999: max, max, mean: p50, stddev: 0.0 }
+    }
+
+    fn agent(name: &str, max_ns: u64) -> AgentDutyCycles {
+        AgentDutyCycles {
+            name: name.into(),
+            cycles: 100,
+            duty_cycle_ns: CycleQuantiles { p50: 1024, p99: 2048, p999: max_ns, max: max_ns },
+        }
+    }
+
+    /// A point at `rho` with latency p50/p99 and a wake probe of p99 `probe_p99`, max `probe_max` (us).
+    fn point(rho: f64, (p50, p99): (f64, f64), (probe_p99, probe_max): (f64, f64)) -> PointResult {
+        let empty = Histogram::<u64>::new(3).unwrap();
+        let mut p = PointResult::from_histograms("x", rho, 1000.0, 1000.0, &empty, &empty, 1000.0);
+        p.latency_us = percentiles(p50, p99, p99 * 2.0);
+        p.wake_probe = Some(WakeLateness {
+            interval_us: 1000.0,
+            wakeups: 1000,
+            recorded: 1000,
+            late_us: percentiles(5.0, probe_p99, probe_max),
+        });
+        p
+    }
+
     #[test]
-    fn point_stem_is_a_safe_file_name() {
-        let c = ConfigResult {
+    fn the_tail_target_allows_the_probe_s_p99_and_three_p50s() {
+        // 100 + 3 x 50 = 250: a p99 of 250 meets it, 251 misses.
+        let met = TailTarget::evaluate(&point(0.3, (50.0, 250.0), (100.0, 400.0))).unwrap();
+        assert_eq!((met.limit_us, met.met, met.host_max_us, met.late_stage.as_ref()), (250.0, true, 400.0, None));
+        assert_eq!(met.verdict(), "met");
+        let missed = TailTarget::evaluate(&point(0.5, (50.0, 251.0), (100.0, 400.0))).unwrap();
+        assert!(!missed.met);
+        // Not evaluated above rho 0.5, without a probe, without latency, or at a rho that is no number.
+        assert_eq!(TailTarget::evaluate(&point(0.51, (50.0, 900.0), (100.0, 400.0))), None);
+        assert_eq!(TailTarget::evaluate(&point(f64::NAN, (50.0, 900.0), (100.0, 400.0))), None);
+        assert_eq!(TailTarget::evaluate(&point(0.1, (0.0, 0.0), (100.0, 400.0))), None);
+        let mut no_probe = point(0.1, (50.0, 900.0), (100.0, 400.0));
+        no_probe.wake_probe = None;
+        assert_eq!(TailTarget::evaluate(&no_probe), None);
+    }
+
+    #[test]
+    fn a_miss_names_the_stage_that_was_late_while_the_host_was_not() {
+        // The host's longest stall: 400 us.
+        let mut p = point(0.3, (50.0, 2000.0), (100.0, 400.0));
+        p.agents = vec![
+            // Its bucket of 524 us holds cycles from 262 us: maybe only the host's 400 us stall.
+            agent("node 0 consensus", 524_288),
+            // Surely longer than 400 us (more than 1 ms), the longest: named.
+            agent("node 0 sender+receiver", 2_097_152),
+            // Also surely longer, but shorter.
+            agent("node 1 consensus+sender+receiver", 1_048_576),
+        ];
+        let t = TailTarget::evaluate(&p).unwrap();
+        let stage = t.late_stage.as_ref().unwrap();
+        assert_eq!(stage.name, "node 0 sender+receiver");
+        assert_eq!(stage.max_cycle_ns, 2_097_152);
+        assert_eq!(
+            t.verdict(),
+            "missed: node 0 sender+receiver late (cycles up to 2.1 ms, the host's longest stall 400 us)"
+        );
+        // When the host stalled longer than any cycle could have been, no stage is blamed.
+        p.wake_probe.as_mut().unwrap().late_us.max = 5000.0;
+        let t = TailTarget::evaluate(&p).unwrap();
+        assert_eq!((t.met, t.late_stage.as_ref()), (false, None));
+        assert_eq!(t.verdict(), "missed: no stage's cycle outlasted the host's longest stall (5 ms)");
+        // Equal maxima: the first one listed.
+        p.wake_probe.as_mut().unwrap().late_us.max = 400.0;
+        p.agents = vec![agent("a", 4_194_304), agent("b", 4_194_304)];
+        assert_eq!(TailTarget::evaluate(&p).unwrap().late_stage.unwrap().name, "a");
+        // The first bucket holds cycles from 0: never surely late.
+        assert_eq!(bucket_floor_ns(1024), 0);
+        assert_eq!(bucket_floor_ns(2048), 1024);
+    }
+
+    #[test]
+    fn a_point_short_of_its_offered_rate_is_saturated() {
+        let mut p = point(0.9, (50.0, 100.0), (10.0, 20.0));
+        p.lambda = 100_000.0;
+        p.achieved = 95_000.0;
+        p.assess();
+        assert!(!p.saturated, "exactly 0.95 x offered is not short");
+        p.achieved = 94_999.0;
+        p.assess();
+        assert!(p.saturated);
+        assert_eq!(p.tail_target, None, "rho 0.9: no target");
+        for (achieved, lambda) in [(f64::NAN, 100.0), (0.0, 0.0), (5.0, -1.0)] {
+            (p.achieved, p.lambda) = (achieved, lambda);
+            assert!(!p.short_of_offered(), "{achieved} of {lambda}");
+        }
+        // Plotted at its achieved rho: achieved over mu measured.
+        let mut c = config();
+        c.mu_measured = 200_000.0;
+        p.achieved = 50_000.0;
+        assert_eq!(c.achieved_rho(&p), 0.25);
+        c.mu_measured = 0.0;
+        assert_eq!(c.achieved_rho(&p), 0.9, "no mu: its nominal rho");
+    }
+
+    #[test]
+    fn other_processes_past_five_percent_of_a_core_flag_the_point() {
+        // 1.5 s at 100 ticks/s: 150 ticks are one core; 7 ticks are 4.7%, 8 are 5.3%.
+        let calm = OtherCpu::from_ticks(7, 2, 1.5, 100);
+        assert!((calm.core_share - 7.0 / 150.0).abs() < 1e-12);
+        assert!(!calm.flagged);
+        let busy = OtherCpu::from_ticks(8, 0, 1.5, 100);
+        assert!(busy.flagged);
+        // A 10 ms window with 2 ticks reads as 2 cores, but that is rounding: not flagged.
+        let short = OtherCpu::from_ticks(2, 0, 0.01, 100);
+        assert!((short.core_share - 2.0).abs() < 1e-12 && !short.flagged);
+        assert!(OtherCpu::from_ticks(OTHER_CPU_MIN_TICKS, 0, 0.01, 100).flagged);
+        assert_eq!(OtherCpu::from_ticks(100, 0, 0.0, 100).core_share, 0.0, "no window, no share");
+        assert_eq!(OtherCpu::from_ticks(100, 0, f64::NAN, 100).core_share, 0.0);
+        assert_eq!(OtherCpu::from_ticks(100, 0, 1.0, 0).core_share, 0.0);
+        let mut p = point(0.1, (50.0, 100.0), (10.0, 20.0));
+        assert!(!p.host_busy(), "unknown is not flagged");
+        p.other_cpu = Some(busy);
+        assert!(p.host_busy());
+        assert_eq!(
+            (busy.ticks_text(), OtherCpu::from_ticks(1, 0, 1.0, 100).ticks_text()),
+            ("8 ticks".into(), "1 tick".into())
+        );
+    }
+
+    fn config() -> ConfigResult {
+        ConfigResult {
             mtu: 1408,
             idle: "sleep-ns:1000".into(),
             msg: 128,
@@ -412,7 +821,12 @@ mod tests {
             points: vec![],
             agents: vec![],
             latency_source: None,
-        };
+        }
+    }
+
+    #[test]
+    fn point_stem_is_a_safe_file_name() {
+        let c = config();
         assert_eq!(c.point_stem(0.7), "mtu1408-sleep-ns_1000-msg128-classic-separate-rho0.70");
         assert_eq!(c.mu_error_percent(), None);
     }

@@ -1,7 +1,10 @@
 //! The report's tables as plain data, rendered by both `summary.md` and `report.html`, so that the two
 //! always show the same numbers.
 
-use super::schema::{ConfigResult, SweepReport};
+use super::schema::{
+    ConfigResult, PointResult, SweepReport, OTHER_CPU_FLAG_SHARE, OTHER_CPU_MIN_TICKS, SATURATED_BELOW,
+    TAIL_TARGET_MAX_RHO, TAIL_TARGET_P50_FACTOR,
+};
 use crate::model::regime;
 
 /// One table: a title, an optional one-line note, column headers, and rows of already formatted cells.
@@ -53,7 +56,24 @@ pub(crate) const LATENCY_COLUMNS: &[(&str, bool)] = &[
     ("svc p99 us", true),
     ("past 1 ms %", true),
     ("steal %", true),
+    ("flags", false),
     ("hgrm", false),
+];
+
+/// The header of every per-configuration table of tails against the host's stalls.
+pub(crate) const TAIL_COLUMNS: &[(&str, bool)] = &[
+    ("rho", true),
+    ("achieved rho", true),
+    ("p50 us", true),
+    ("p99 us", true),
+    ("p99.9 us", true),
+    ("probe p99 us", true),
+    ("probe p99.9 us", true),
+    ("probe max us", true),
+    ("limit us", true),
+    ("target", false),
+    ("other CPU % core", true),
+    ("flags", false),
 ];
 
 /// The host and the core layout, as key/value rows.
@@ -229,16 +249,66 @@ pub(crate) fn latency_table(c: &ConfigResult) -> Table {
             micros(s.p99),
             p.past_1ms_share.map_or_else(|| "-".into(), |s| format!("{:.2}", 100.0 * s)),
             format!("{:.2}", 100.0 * p.steal_share),
+            flags(c, p),
             p.hgrm.clone(),
         ]);
     }
     t
 }
 
+/// A point's flags: `saturated (rho 0.62)` when it carried under [`SATURATED_BELOW`] of its load (at
+/// its achieved rho), `host busy` when other processes took more than [`OTHER_CPU_FLAG_SHARE`] of a
+/// core; empty when neither.
+pub(crate) fn flags(c: &ConfigResult, p: &PointResult) -> String {
+    let mut flags = Vec::new();
+    if p.saturated {
+        flags.push(format!("saturated (rho {:.2})", c.achieved_rho(p)));
+    }
+    if p.host_busy() {
+        flags.push("host busy".to_string());
+    }
+    flags.join(", ")
+}
+
+/// One configuration's points beside the host's own stalls over the same windows, a row per rho: the
+/// latency tail, the wake probe's, the tail target and the CPU other processes took.
+pub(crate) fn tail_table(c: &ConfigResult) -> Table {
+    let note = format!(
+        "probe = how late a thread sleeping 1 ms at a time woke during the point (clock_nanosleep, recorded with the \
+         expected-interval correction, as jHiccup does): the host's own stalls over the same window. Target at rho <= \
+         {TAIL_TARGET_MAX_RHO}: latency p99 <= limit = probe p99 + {TAIL_TARGET_P50_FACTOR} x latency p50; a miss names the \
+         agent thread whose longest duty cycle was surely longer than the host's longest stall. other CPU = busy ticks of \
+         /proc/stat not this process's nor its children's, as a share of one core (flagged past {:.0}%, from {OTHER_CPU_MIN_TICKS} \
+         ticks of 10 ms up; irq and softirq work counts, which may be this process's own traffic on some kernels). \
+         Saturated: achieved < {:.0}% of offered; its achieved rho is achieved / mu measured.",
+        100.0 * OTHER_CPU_FLAG_SHARE,
+        100.0 * SATURATED_BELOW
+    );
+    let mut t = Table::new(format!("Tails against the host: {}", c.label()), note, TAIL_COLUMNS);
+    let dash = || "-".to_string();
+    for p in &c.points {
+        let (l, probe) = (&p.latency_us, p.wake_probe.as_ref().map(|w| &w.late_us));
+        t.push(vec![
+            format!("{:.2}", p.rho),
+            format!("{:.2}", c.achieved_rho(p)),
+            micros(l.p50),
+            micros(l.p99),
+            micros(l.p999),
+            probe.map_or_else(dash, |w| micros(w.p99)),
+            probe.map_or_else(dash, |w| micros(w.p999)),
+            probe.map_or_else(dash, |w| micros(w.max)),
+            p.tail_target.as_ref().map_or_else(dash, |t| micros(t.limit_us)),
+            p.tail_target.as_ref().map_or_else(dash, |t| t.verdict()),
+            p.other_cpu.map_or_else(dash, |o| format!("{:.1} ({})", 100.0 * o.core_share, o.ticks_text())),
+            flags(c, p),
+        ]);
+    }
+    t
+}
 /// Every table of the report, in reading order.
 pub(crate) fn all(r: &SweepReport) -> Vec<Table> {
     let mut tables = vec![host_table(r), s_table(r), c_table(r), capacity_table(r)];
-    tables.extend(r.configs.iter().map(latency_table));
+    tables.extend(r.configs.iter().flat_map(|c| [latency_table(c), tail_table(c)]));
     tables
 }
 

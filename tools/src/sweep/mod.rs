@@ -18,7 +18,13 @@
 //!    saturating load in windows, with S for the configuration's mode and MTU probed in slices between
 //!    them while the cluster's threads are paused (S drifts on a shared host), and name the bottleneck
 //!    ([`bottleneck::classify`]); then, on a fresh cluster, per rho offer `lambda = rho x mu` open loop and
-//!    record latency histograms ([`measure::run_point`]).
+//!    record latency histograms ([`measure::run_point`]). During each point a thread sleeping 1 ms at a
+//!    time records how late it wakes ([`hiccup::WakeProbe`]: the host's own stalls over the same window),
+//!    and the CPU time other processes took is counted from `/proc` ([`hiccup::HostCpu`]); the point is
+//!    then judged ([`PointResult::assess`]): saturated when it carried less than 95% of its offered load,
+//!    and at rho <= 0.5 held to the tail target `p99 <= probe p99 + 3 x p50`, a miss naming the agent
+//!    whose longest duty cycle outlasted the host's longest stall. The summary line counts the points
+//!    flagged (other processes past 5% of a core), saturated, and meeting or missing the target.
 //! 4. Write `summary.json`, `summary.md`, `report.html`, the `.hgrm` files and one SVG chart per
 //!    configuration into `<out>/<timestamp>/`, and point `<out>/latest` at it.
 //!
@@ -48,12 +54,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::hiccup::{self, CpuTimes, Hiccups};
+use crate::hiccup::{self, Hiccups, HostCpu, WakeProbe};
 use crate::model::{Model, ModelError};
 use crate::probe::SendRate;
 use crate::report::{
-    self, AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, PointResult, ReportError, SProbe,
-    SProbeEntry, SweepReport, C_ALONE, C_SHARED, NS_PER_US,
+    self, AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, OtherCpu, PointResult, ReportError,
+    SProbe, SProbeEntry, SweepReport, WakeLateness, C_ALONE, C_SHARED, NS_PER_US, OTHER_CPU_FLAG_SHARE,
 };
 use quorumcast::agent::idle::IdleStrategyConfig;
 use quorumcast::media::transport::SendMode;
@@ -331,7 +337,17 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     report::write_report(&dir, &report, &[])?;
     report::link_latest(&dir)?;
     progress.bar.finish_and_clear();
-    progress.line(&format!("report: {} ({:.0} s)", dir.display(), clock.elapsed().as_secs_f64()));
+    let flags = report.flags();
+    progress.line(&format!("report: {} ({:.0} s); {}", dir.display(), clock.elapsed().as_secs_f64(), flags.describe()));
+    if flags.host_busy > 0 {
+        progress.line(&format!(
+            "warning: {} of {} points ran while other processes took more than {:.0}% of a core: their latency is not \
+             the engine's alone (the report's \"other CPU\" column)",
+            flags.host_busy,
+            flags.points,
+            100.0 * OTHER_CPU_FLAG_SHARE
+        ));
+    }
     for failure in &failures {
         progress.line(&format!("failed configuration: {failure}"));
     }
@@ -633,7 +649,7 @@ fn measure_points(
     for &rho in &profile.rhos {
         progress.bar.set_message(format!("{config}: rho {rho:.2}"));
         let stem = result.point_stem(rho);
-        let cpu_before = CpuTimes::read();
+        let watch = HostWatch::start(progress);
         let mut entry = match client {
             None => in_process_point(cluster, rho, mu, t, times, dir, &stem, progress)?,
             Some(client) => {
@@ -667,12 +683,14 @@ fn measure_points(
                     agents: point.agents.iter().map(duty_cycles).collect(),
                     past_1ms_share: None,
                     steal_share: 0.0,
+                    wake_probe: None,
+                    tail_target: None,
+                    other_cpu: None,
+                    saturated: false,
                 }
             }
         };
-        if let (Some(before), Some(after)) = (cpu_before, CpuTimes::read()) {
-            entry.steal_share = after.since(&before).steal_share();
-        }
+        watch.finish(&mut entry);
         if let Some(worst) = entry.agents.iter().max_by_key(|a| a.duty_cycle_ns.max) {
             progress.line(&format!(
                 "            longest agent duty cycle: {} up to {} us (its p99 {} us, p99.9 {} us)",
@@ -689,6 +707,7 @@ fn measure_points(
             100.0 * hiccups.past_long_share(),
             100.0 * entry.steal_share
         ));
+        progress.line(&format!("            {}", host_during(&entry, result.achieved_rho(&entry))));
         let nearest_half = result.points.iter().all(|p| (p.rho - 0.5).abs() > (rho - 0.5).abs());
         if nearest_half {
             result.agents = entry.agents.clone();
@@ -697,6 +716,71 @@ fn measure_points(
         progress.step(&format!("{config}: rho {rho:.2}"), t.point + Duration::from_millis(100));
     }
     Ok(())
+}
+
+/// What watches the host while one point runs: the wake probe (a thread sleeping 1 ms at a time) and
+/// the CPU ticks at the point's start. Both cost next to nothing, so they run during the point.
+struct HostWatch {
+    probe: Option<WakeProbe>,
+    cpu: Option<HostCpu>,
+    started: Instant,
+}
+
+impl HostWatch {
+    /// Starts the probe (a warning, and no probe, when its thread cannot start) and reads the ticks.
+    fn start(progress: &Progress) -> Self {
+        let probe = WakeProbe::start()
+            .map_err(|e| progress.line(&format!("   warning: no wake probe for this point: {e}")))
+            .ok();
+        Self { probe, cpu: HostCpu::read(), started: Instant::now() }
+    }
+
+    /// Stops the probe and fills in `entry`'s host fields over the window since [`start`](Self::start):
+    /// the probe's lateness, the steal, the other processes' CPU; then its judgements
+    /// ([`PointResult::assess`]).
+    fn finish(self, entry: &mut PointResult) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        entry.wake_probe = self.probe.map(|p| WakeLateness::from_record(&p.stop()));
+        if let (Some(before), Some(after)) = (self.cpu, HostCpu::read()) {
+            let delta = after.since(&before);
+            entry.steal_share = delta.cpu.steal_share();
+            let ticks_per_s = hiccup::clock_ticks_per_s();
+            entry.other_cpu = Some(OtherCpu::from_ticks(delta.other_ticks(), delta.cpu.irq, seconds, ticks_per_s));
+        }
+        entry.assess();
+    }
+}
+
+/// One line on the host during a point: the wake probe beside the latency, the tail target, the other
+/// processes' CPU, and whether the point fell short of its load (at `achieved_rho`).
+fn host_during(entry: &PointResult, achieved_rho: f64) -> String {
+    let probe = entry.wake_probe.as_ref().map_or_else(
+        || "no wake probe".to_string(),
+        |w| {
+            format!(
+                "a 1 ms sleeper woke late p99 {:.1} us, p99.9 {:.1} us, max {:.0} us ({} wake-ups; latency p99 {:.1} us, \
+                 p99.9 {:.1} us)",
+                w.late_us.p99, w.late_us.p999, w.late_us.max, w.wakeups, entry.latency_us.p99, entry.latency_us.p999
+            )
+        },
+    );
+    let target = entry
+        .tail_target
+        .as_ref()
+        .map_or_else(String::new, |t| format!("; tail target {:.1} us: {}", t.limit_us, t.verdict()));
+    let other = entry.other_cpu.map_or_else(
+        || "; other processes: not known".to_string(),
+        |o| {
+            format!(
+                "; other processes {:.1}% of a core ({}){}",
+                100.0 * o.core_share,
+                o.ticks_text(),
+                if o.flagged { " (FLAGGED: the host was not quiet)" } else { "" }
+            )
+        },
+    );
+    let saturated = if entry.saturated { format!("; SATURATED: ran at rho {achieved_rho:.2}") } else { String::new() };
+    format!("host: {probe}{target}{other}{saturated}")
 }
 
 /// One utilisation point with the in-process load generator ([`measure::run_point`]), its histograms

@@ -193,7 +193,7 @@ impl ClientProcess {
         let mut command = Command::new(&self.binary);
         // A child inherits the CPU affinity of the thread that forks it, and the harness thread is pinned:
         // left alone, the client would share the harness's core, which spins (the echo) or runs the nodes.
-        if let Some(cpus) = process_cpus() {
+        if let Some(cpus) = crate::hiccup::process_cpus() {
             // SAFETY: the closure runs in the child between fork and exec; it makes one system call, which is
             // async-signal-safe, on a set copied into the closure, and neither allocates nor takes a lock.
             unsafe {
@@ -297,17 +297,6 @@ impl ClientProcess {
         })?;
         read_json(json)
     }
-}
-
-/// The CPUs this process may run on: its main thread's affinity (the benches and the sweep never pin
-/// it; their harness threads are pinned). `None` when the kernel does not say.
-fn process_cpus() -> Option<libc::cpu_set_t> {
-    // SAFETY: cpu_set_t is a plain bit array, valid when zeroed.
-    let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the kernel writes at most `size_of::<cpu_set_t>()` bytes into `cpus`, which has that size; the
-    // process id is this process's, whose main thread is alive while any of its threads runs.
-    let read = unsafe { libc::sched_getaffinity(libc::getpid(), std::mem::size_of::<libc::cpu_set_t>(), &mut cpus) };
-    (read == 0).then_some(cpus)
 }
 
 /// Echoes every datagram waiting on `socket` back to its sender.
