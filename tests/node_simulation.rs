@@ -17,6 +17,10 @@ fn env_u64(name: &str) -> Option<u64> {
 fn simulate(seed: u64, members: usize) -> Result<(), SimFailure> {
     let mut config = SimConfig::new(seed, members);
     config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
+    if config.trace {
+        // The engine's own log lines (RUST_LOG=info), beside the simulator's trace.
+        let _ = env_logger::builder().is_test(true).try_init();
+    }
     Simulation::new(config).run().map(drop)
 }
 
@@ -28,7 +32,7 @@ fn run(seed: u64, members: usize) {
 
 /// Runs every seed: any safety violation (order, exactly once, an agent failure) fails at once. A run that
 /// made no progress after the faults healed is printed and counted, not failed, while the liveness bugs
-/// these seeds found are open (each is a named, ignored test below: 1019, 1130, 5088); the count is the
+/// these seeds found are open (each is a named, ignored test below: 1019, 1130); the count is the
 /// figure to bring to 0.
 fn run_all(seeds: Vec<u64>, members: usize) {
     let (mut runs, mut stuck) = (0, Vec::new());
@@ -103,12 +107,13 @@ fn seed_1130_commits_after_the_network_heals() {
     run(1130, 3);
 }
 
-/// Found by seed 5088, open: two members (one the leader) hold commit 209952 and have applied only up to
-/// 65536, the end of the first 64 KiB term: the node's committed reader stops at a term (or log) boundary.
-/// Cause not yet found; it is in the read path (`Node::poll_positions`, log switches), which only this
-/// simulator runs.
+/// Found by seed 5088, fixed: a new leader's log was continued up to 65536, the end of a term whose last
+/// frame was a PAD; the copy's reader stepped over the PAD and its appender stayed before it, so the new
+/// term started 64 bytes early (65472). Followers, whose logs agreed up to 65536, refused its image and
+/// then waited for good while their Receivers raised their commit positions from a log they had refused:
+/// their nodes applied nothing past 65536. `copy_frames` now pads the copy's end as the source's was, and
+/// a follower that refuses an image stops that Receiver and follows the leader again.
 #[test]
-#[ignore = "open bug: applied stops at a term boundary below the commit (seed 5088)"]
 fn seed_5088_applies_past_a_term_boundary() {
     run(5088, 5);
 }

@@ -290,6 +290,7 @@ impl ConsensusAgent {
     /// Hands the data path's positions to the core.
     fn feed(&mut self, now_ns: u64) -> Result<usize, AgentError> {
         let mut taken = None;
+        let mut refused = false;
         let work = match &mut self.current {
             Current::Idle => 0,
             Current::Leading(leading) => {
@@ -326,6 +327,16 @@ impl ConsensusAgent {
                     if image.position == following.join {
                         taken = Some(image);
                         work += 1;
+                    } else {
+                        log::warn!(
+                            "member {}: refused leader {}'s image starting at {}: this member's log agrees with the \
+                             leader's up to {}; following it again with a new Receiver",
+                            self.wiring.config.id,
+                            following.leader,
+                            image.position,
+                            following.join
+                        );
+                        refused = true;
                     }
                 }
                 let durable = self.synced.as_ref().map_or(i64::MAX, Counter::get);
@@ -341,6 +352,9 @@ impl ConsensusAgent {
         };
         if let Some(image) = taken {
             self.adopt_image(image)?;
+        }
+        if refused {
+            self.follow_again()?;
         }
         Ok(work + self.poll_catch_up(now_ns)?)
     }
@@ -392,6 +406,22 @@ impl ConsensusAgent {
             );
         }
         Ok(1)
+    }
+
+    /// The leader's image did not start where this member's log agrees with it: that Receiver stops (what it
+    /// rebuilds is not this member's log, and must not raise its commit position), and a new one waits for
+    /// the leader's log from the same position.
+    fn follow_again(&mut self) -> Result<(), AgentError> {
+        let Current::Following(following) = &mut self.current else {
+            return Ok(());
+        };
+        self.wiring.clear();
+        let followership =
+            self.wiring.follow(following.leader, following.join, self.synced.clone()).map_err(AgentError::new)?;
+        following.subscription = Some(followership.subscription);
+        following.append = followership.append;
+        following.term_starts = followership.term_starts;
+        Ok(())
     }
 
     /// The leader's image is made: it becomes this member's log (kept in the data directory), and the

@@ -80,6 +80,12 @@ pub fn copy_frames(source: &LogBuffer, from: i64, to: i64, appender: &mut Exclus
     if at < to {
         return Err(CopyError::SourceEnds { at });
     }
+    // The reader steps over a PAD that ends the copy (the one that ends a term) without handing it out:
+    // end the copy the same way, so that the appender is where the copy says it reached.
+    let trailing = at - appender.position();
+    if trailing > 0 {
+        appender.append_padding(trailing as usize).map_err(CopyError::Append)?;
+    }
     Ok(at)
 }
 
@@ -139,6 +145,26 @@ mod tests {
         assert!(from >> 16 < end >> 16, "the copy crossed a term boundary");
         let mut other = log(3, 64).appender().unwrap();
         assert_eq!(copy_frames(&source, 0, end, &mut other), Err(CopyError::NotAligned { from: 0, appender: 64 }));
+    }
+
+    /// Found by the node simulator (seed 5088): a new leader's log continued up to a term boundary whose
+    /// term ended with a PAD; the reader stepped over the PAD, the appender stayed before it, and the new
+    /// term started 64 bytes early, so every follower refused its log.
+    #[test]
+    fn a_copy_that_ends_at_a_term_boundary_after_a_pad_leaves_the_appender_there() {
+        let source = log(1, 0);
+        let mut appender = source.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        while appender.position() < 65_536 {
+            appender.append(&[7; 1000]).unwrap();
+        }
+        let boundary = 65_536;
+        assert!(frames(&source, 0, boundary).last().is_some_and(|f| f.0 + 1032 <= boundary), "a PAD ends the term");
+        let copy = log(2, 0);
+        let mut to = copy.appender().unwrap();
+        to.set_limit(boundary);
+        assert_eq!(copy_frames(&source, 0, boundary, &mut to), Ok(boundary));
+        assert_eq!(to.position(), boundary, "the appender is at the copy's end, past the PAD");
     }
 
     #[test]
