@@ -26,10 +26,10 @@ pub enum Violation {
     Duplicated { seq: u64, first_end: i64, again_end: i64 },
     /// An agent of a node failed.
     AgentFailed { member: usize, error: String },
-    /// After the faults stopped, no new message was applied everywhere within the bound. `window_stall`:
-    /// the leader's Sender sat at its flow-control limit the whole time with commits behind its append
-    /// position (the open bug of seed 1019: a follower's window, counted from what its node has consumed,
-    /// which stops at the commit, cannot take a new leader's log up to the start of its term).
+    /// After the faults stopped, no new message was applied on a majority within the bound.
+    /// `window_stall`: the leader's Sender was within an MTU of its flow-control limit with commits behind
+    /// its append position (the signature of seed 1019's bug: a follower's window, counted from what its
+    /// node consumed, could not take a new leader's log up to the start of its term).
     NoProgress { healed_ms: u64, bound_ms: u64, window_stall: bool, state: String },
 }
 
