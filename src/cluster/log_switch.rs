@@ -12,6 +12,12 @@
 //!   leader's SETUP arrives) and completed with the log later. A queued switch still without its log is
 //!   replaced by a newer one: no byte of a log that never arrived was read, and the newer leader's log
 //!   agrees with this member's up to the newer position, which is at most the older one.
+//! - A switch queued at or below a queued one replaces it too, log or not: it comes from a truncation (a
+//!   new leader's log agrees with this member's only up to there), so the bytes of the older logs past it
+//!   are not the cluster's log. A reader of committed entries has not read them (the consensus core never
+//!   truncates below the commit position); a recorder that has cuts its recording back. (The node
+//!   simulator's seed 1123 found a reader that read a truncated term's entries because the switch to the
+//!   log it had led in waited in front of the truncation's.)
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +49,7 @@ impl<T> SwitchQueue<T> {
     /// Queues a switch at `at` (see the module's invariants for one still without its log).
     pub fn push(&self, at: i64, next: Option<T>) {
         let mut switches = self.lock();
-        if switches.back().is_some_and(|s| s.next.is_none()) {
+        while switches.back().is_some_and(|s| s.next.is_none() || s.at >= at) {
             switches.pop_back();
         }
         switches.push_back(Switch { at, next });
@@ -104,6 +110,16 @@ impl<T> SwitchQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_switch_below_a_queued_one_replaces_it() {
+        let queue = SwitchQueue::default();
+        queue.push(188, Some("the log this member led in"));
+        queue.push(171, None);
+        assert_eq!(queue.next_at(), Some(171), "the reader stops at the truncation, not at the older switch");
+        queue.complete(171, "the new leader's image");
+        assert_eq!(queue.take(), Some((171, "the new leader's image", None)));
+    }
 
     #[test]
     fn a_switch_without_its_log_is_replaced_and_taken_once_complete() {

@@ -28,6 +28,44 @@ pub enum LogFiles {
     Inline,
 }
 
+/// Bugs planted on purpose, for the tests that prove the node simulator catches them. All off unless a
+/// test turns one on; not part of the API.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlantedBugs {
+    /// The node hands out entries past its commit position, as far as its log reaches.
+    pub apply_uncommitted: bool,
+    /// A leader appends past its commit position without the uncommitted bound.
+    pub unbounded_uncommitted: bool,
+    /// A node starts without a spare log file, so its first term makes its log on the consensus thread
+    /// (the behaviour before the first spare was made at start).
+    pub no_first_spare: bool,
+}
+
+/// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:
+/// the simulator charges them as time that thread is busy. Clones call the same function.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct InlineLogCost(Arc<dyn Fn(usize) + Send + Sync>);
+
+impl fmt::Debug for InlineLogCost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InlineLogCost(..)")
+    }
+}
+
+impl InlineLogCost {
+    /// Calls `charge` with the bytes of each log file made on the consensus thread.
+    pub fn new(charge: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(charge))
+    }
+
+    /// A log file of `bytes` is being made.
+    pub fn add(&self, bytes: usize) {
+        (self.0)(bytes)
+    }
+}
+
 /// The clock, network and seed of a node. Clones share the network and the seed's sequence.
 #[derive(Clone)]
 pub struct Environment {
@@ -41,6 +79,13 @@ pub struct Environment {
     /// serves such catch-ups). Off under the simulator, until the catch-up connection is behind the
     /// environment too: a follower the leader's log in memory no longer reaches then stays behind.
     pub catch_up: bool,
+    /// Bugs planted for the simulator's own tests (none by default).
+    #[doc(hidden)]
+    pub bugs: PlantedBugs,
+    /// Where log files made on the consensus thread are counted (the simulator's cost model); `None` in
+    /// production.
+    #[doc(hidden)]
+    pub inline_log_cost: Option<InlineLogCost>,
     /// The seed of every random choice; `None` takes one from the wall clock and the member id.
     seed: Option<u64>,
     /// Draws taken from the seed.
@@ -71,6 +116,8 @@ impl Environment {
             network: SharedNetwork::udp(),
             log_files: LogFiles::Threaded,
             catch_up: true,
+            bugs: PlantedBugs::default(),
+            inline_log_cost: None,
             seed: None,
             draws: Arc::default(),
         }
@@ -79,7 +126,16 @@ impl Environment {
     /// `clock` and `network`, log files made inline, every random choice drawn from `seed`: a node that
     /// does the same thing each time it is given the same inputs.
     pub fn deterministic(clock: NanoClock, network: SharedNetwork, seed: u64) -> Self {
-        Self { clock, network, log_files: LogFiles::Inline, catch_up: false, seed: Some(seed), draws: Arc::default() }
+        Self {
+            clock,
+            network,
+            log_files: LogFiles::Inline,
+            catch_up: false,
+            bugs: PlantedBugs::default(),
+            inline_log_cost: None,
+            seed: Some(seed),
+            draws: Arc::default(),
+        }
     }
 
     /// Whether this is the production environment's network (bare UDP sockets).

@@ -60,7 +60,7 @@ pub use builder::{
     CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET,
 };
 pub use client::LocalClient;
-pub use environment::{Environment, LogFiles};
+pub use environment::{Environment, InlineLogCost, LogFiles, PlantedBugs};
 pub use error::{LocalOfferError, LocalWaitError, NodeError};
 
 use std::fmt;
@@ -138,6 +138,8 @@ pub struct Node {
     logs: crate::event_log::RateLimited,
     /// The clock of the application's thread (rate-limited warnings).
     clock: crate::agent::clock::NanoClock,
+    /// Bugs planted for the simulator's tests.
+    bugs: PlantedBugs,
 }
 
 impl fmt::Debug for Node {
@@ -289,6 +291,7 @@ impl Node {
             warnings,
             logs: crate::event_log::RateLimited::default(),
             clock: env.clock.fresh(),
+            bugs: env.bugs,
         })
     }
 
@@ -428,7 +431,7 @@ impl Node {
             });
             return 0;
         }
-        let commit = self.commit.get();
+        let commit = if self.bugs.apply_uncommitted { i64::MAX } else { self.commit.get() };
         let skip_below = self.config.resume_from.unwrap_or(0);
         let leading = self.shared.role() == Role::Leader;
         let mut sessions = self.sessions.take().expect("the session table is put back after every poll");

@@ -54,14 +54,17 @@ pub(super) fn open(config: &NodeConfig) -> Result<Recovered, NodeError> {
     Ok(Recovered { recording, report, history, tail })
 }
 
-/// The recording's last bytes (up to a quarter of a term) in a log in memory that starts at a block
-/// boundary; `None` for an empty recording.
+/// The recording's last bytes, from the start of the term before the one it ends in (as much as a leader's
+/// log retains, so that a restarted member that leads next can resend what a follower a little behind it
+/// lacks, instead of sending it to a catch-up), in a log in memory that starts at a block boundary;
+/// `None` for an empty recording.
 fn rebuild_tail(
     config: &NodeConfig,
     recording: &Recording,
 ) -> Result<Option<(LogBuffer, i64)>, crate::storage::recording::RecordingError> {
     let term_length = config.channel.term_length;
-    let near = (recording.end() - (term_length / 4) as i64).max(recording.start());
+    let term = term_length as i64;
+    let near = (recording.end() - recording.end() % term - term).max(recording.start());
     if recording.end() == recording.start() {
         return Ok(None);
     }

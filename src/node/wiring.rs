@@ -89,6 +89,8 @@ pub(super) struct Wiring {
     /// The thread making the newest spare: joined when the wiring goes, so that no spare file is made in
     /// a node directory being removed.
     spare_thread: Option<std::thread::JoinHandle<()>>,
+    /// A spare made on this thread (the first, at start; every one with [`LogFiles::Inline`]).
+    ready: Option<(PathBuf, Arc<Region>)>,
     spares_made: u64,
 }
 
@@ -138,20 +140,45 @@ impl Wiring {
             receiver,
             spare: None,
             spare_thread: None,
+            ready: None,
             spares_made: 0,
         };
-        if wiring.env.log_files == LogFiles::Threaded {
-            wiring.make_spare();
+        // The first spare is made now, before the node joins an election: a member that wins its first
+        // election without one makes its log on the consensus thread (a 48 MiB log took 125-233 ms), and
+        // its followers, hearing nothing for longer than the heartbeat timeout, elect another.
+        if !wiring.env.bugs.no_first_spare {
+            wiring.make_spare_now();
         }
         wiring
     }
 
-    /// Starts making the next spare log file on a thread of its own.
-    fn make_spare(&mut self) {
+    /// The length of a log file, and the path of the next spare.
+    fn next_spare(&mut self) -> (usize, PathBuf) {
         let channel = &self.config.channel;
         let length = log_length(channel.term_length, LogConfig::new(channel.term_length, channel.mtu).page_size);
         let path = self.directory.join(format!("log-spare-{}.dat", self.spares_made));
         self.spares_made += 1;
+        (length, path)
+    }
+
+    /// Makes the next spare log file on this thread (one that fails is not kept: the term makes its own).
+    fn make_spare_now(&mut self) {
+        let (length, path) = self.next_spare();
+        self.ready = Region::create_file(&path, length, true).ok().map(|region| (path, region));
+    }
+
+    /// Makes the next spare: on a thread of its own, or on this one with [`LogFiles::Inline`] (where it
+    /// stands for the thread's work, done while nothing else runs).
+    fn replace_spare(&mut self) {
+        match self.env.log_files {
+            LogFiles::Threaded => self.make_spare(),
+            LogFiles::Inline => self.make_spare_now(),
+        }
+    }
+
+    /// Starts making the next spare log file on a thread of its own.
+    fn make_spare(&mut self) {
+        let (length, path) = self.next_spare();
         let (done, made) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("log-spare".into()).spawn(move || {
             let region = Region::create_file(&path, length, true).map_err(|e| format!("{}: {e}", path.display()));
@@ -166,6 +193,11 @@ impl Wiring {
 
     /// The spare log file, renamed to `file`, if it is ready; a new one is started either way.
     fn take_spare(&mut self, file: &std::path::Path) -> Option<Arc<Region>> {
+        if let Some((path, region)) = self.ready.take() {
+            self.replace_spare();
+            std::fs::rename(&path, file).ok()?;
+            return Some(region);
+        }
         let made = match self.spare.as_ref()?.try_recv() {
             Ok(made) => made,
             // Still being made: this term makes its own, the spare stays for the next.
@@ -203,9 +235,16 @@ impl Wiring {
             pre_touch: true,
             ..LogConfig::new(config.channel.term_length, config.channel.mtu)
         };
+        let stall = self.env.inline_log_cost.clone();
         let make = |from: i64| match spare.take() {
             Some(region) => LogBuffer::create_in(region, log_config, from),
-            None => LogBuffer::create_at(&file, log_config, from),
+            None => {
+                // Made here, on the consensus thread: the simulator charges its modelled time.
+                if let Some(stall) = &stall {
+                    stall.add(log_length(log_config.term_length, log_config.page_size));
+                }
+                LogBuffer::create_at(&file, log_config, from)
+            }
         };
         let (log, start, appender) = continue_log(make, position, previous)?;
         // The core says which follower each destination is, and which acknowledgement counts.

@@ -119,6 +119,11 @@ impl Checker {
         self.highest.iter().filter(|h| h.is_some_and(|h| h + 1 >= seq)).count()
     }
 
+    /// Member `member` restarted: it hands out the committed order again from its start (or a snapshot).
+    pub(super) fn restarted(&mut self, member: usize) {
+        self.last[member] = 0;
+    }
+
     /// Member `member` applied `bytes`, ending at `end`.
     pub(super) fn on_applied(&mut self, member: usize, end: i64, bytes: &[u8]) -> Result<(), Violation> {
         let previous = self.last[member];

@@ -31,7 +31,7 @@ use quorumcast::agent::ThreadingMode;
 use quorumcast::cluster::consensus_core::{Role, Timers};
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::SharedNetwork;
-use quorumcast::node::{Environment, Member, Node, NodeBuilder};
+use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs};
 use quorumcast::storage::recording::SyncPolicy;
 
 use check::Checker;
@@ -59,6 +59,15 @@ pub struct SimConfig {
     pub term_length: usize,
     /// Where the log is kept: recorded (`Some(sync)`, the default storage) or only in memory (`None`).
     pub storage: Option<SyncPolicy>,
+    /// Bugs planted in every node (to prove the checker catches them).
+    pub bugs: PlantedBugs,
+    /// The modelled time a node's consensus thread is busy per byte of a log file it makes itself (no
+    /// spare ready), ns per KiB: its sends meanwhile leave when it is done, and it runs nothing else.
+    /// 0: free.
+    pub log_cost_ns_per_kib: u64,
+    /// Which faults are drawn (a seed's run depends on it: regression seeds keep the one they were found
+    /// with).
+    pub schedule: Schedule,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -72,9 +81,24 @@ impl SimConfig {
             fault_ns: 2_000_000_000,
             term_length: 64 * 1024,
             storage: Some(SyncPolicy::None),
+            schedule: Schedule::Full,
+            bugs: PlantedBugs::default(),
+            log_cost_ns_per_kib: 0,
             trace: false,
         }
     }
+}
+
+/// Which faults a run draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// The network's faults and paused nodes (the first schedule: seeds 1001, 1019, 1130 and 5088 were
+    /// found with it).
+    Network,
+    /// Those, and restarts of any member (its process stopped and started again on its data directory),
+    /// jumps of a member's clocks, and datagrams from a host outside the cluster (random bytes, and
+    /// replays of members' datagrams from the outsider's address).
+    Full,
 }
 
 /// What a run did.
@@ -92,6 +116,10 @@ pub struct SimReport {
     pub leaderships: u64,
     /// Faults started.
     pub faults: u64,
+    /// Members restarted.
+    pub restarts: u64,
+    /// Datagrams a host outside the cluster sent.
+    pub forged: u64,
     /// Members that had not applied the last message when the run ended (left behind the leader's log in
     /// memory, which they cannot catch up from while catch-ups are off).
     pub left_behind: u64,
@@ -134,6 +162,10 @@ struct SimNode {
     paused_until_ns: u64,
     /// The role, term and leader last traced.
     seen: (Role, i64, Option<i32>),
+    /// How far this member's monotonic clock is ahead of the simulation's (clock jumps add to it).
+    skew_ns: u64,
+    /// Simulated time its consensus thread was charged as busy during the last invoke (log files it made).
+    busy_ns: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A fault in force and when it ends.
@@ -149,6 +181,11 @@ enum Fault {
     Pause(usize),
     /// The path carries less than the MTU.
     ClampMtu(usize),
+    /// A member's process stops and starts again (once, when drawn).
+    Restart(usize),
+    /// A member's clocks jump (once, when drawn): its monotonic clock forward by `monotonic_ns` (as after
+    /// the host stopped it), its wall clock by `wall_ns` either way (as NTP steps it).
+    ClockJump { member: usize, monotonic_ns: u64, wall_ns: i64 },
 }
 
 /// The simulation.
@@ -166,7 +203,7 @@ pub struct Simulation {
     /// Offers the leader refused.
     refused: u64,
     report: SimReport,
-    _scratch: ScratchDir,
+    scratch: ScratchDir,
 }
 
 impl Simulation {
@@ -182,14 +219,12 @@ impl Simulation {
         let mut nodes = Vec::new();
         for id in 0..config.members as i32 {
             let time = SimulatedTime::new(1_700_000_000_000_000_000 + prng.between(0, 1_000_000_000) as i64);
-            let env = Environment::deterministic(
-                NanoClock::simulated(Arc::clone(&time)),
-                SharedNetwork::new(network.clone()),
-                prng.next_u64(),
-            );
+            let busy_ns = Arc::default();
+            let env = environment(&config, &network, id, &time, &busy_ns, prng.next_u64());
             let builder = node_builder(&scratch, id, &members, &config);
             let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
-            nodes.push(SimNode { node, time, paused_until_ns: 0, seen: (Role::Follower, -1, None) });
+            let seen = (Role::Follower, -1, None);
+            nodes.push(SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns });
         }
         let checker = Checker::new(config.members);
         Self {
@@ -205,7 +240,7 @@ impl Simulation {
             next_message: 0,
             refused: 0,
             report: SimReport::default(),
-            _scratch: scratch,
+            scratch,
         }
     }
 
@@ -243,6 +278,33 @@ impl Simulation {
         }))
     }
 
+    /// Steps for `ns` of simulated time drawing no new faults (the client still offers; faults in force
+    /// run out): for scripted scenarios.
+    pub fn settle(&mut self, ns: u64) -> Result<(), SimFailure> {
+        let until = self.now_ns + ns;
+        while self.now_ns < until {
+            self.end_faults(false);
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    /// Pauses member `i` for `ns` of simulated time, as `SIGSTOP` and `SIGCONT` would.
+    pub fn pause(&mut self, i: usize, ns: u64) {
+        self.nodes[i].paused_until_ns = self.now_ns + ns;
+        self.trace(|| format!("member {i} paused for {} ms", ns / 1_000_000));
+    }
+
+    /// Member `i`'s node.
+    pub fn node(&self, i: usize) -> &Node {
+        &self.nodes[i].node
+    }
+
+    /// Messages the client offered that a leader took.
+    pub fn offered(&self) -> u64 {
+        self.next_message
+    }
+
     /// Whether the leader's Sender is at its flow-control limit with commits behind its append position.
     fn leader_window_stalled(&self) -> bool {
         self.nodes.iter().map(|n| &n.node).filter(|node| node.role() == Role::Leader).any(|node| {
@@ -268,9 +330,12 @@ impl Simulation {
         self.step += 1;
         self.now_ns += self.prng.between(20_000, 400_000);
         for node in &self.nodes {
-            node.time.advance_to(self.now_ns);
+            node.time.advance_to(self.now_ns + node.skew_ns);
         }
         self.network.pump(self.now_ns);
+        if self.config.schedule == Schedule::Full {
+            self.maybe_forge();
+        }
         let mut order: Vec<usize> = (0..self.nodes.len()).collect();
         self.prng.shuffle(&mut order);
         for i in order {
@@ -280,6 +345,12 @@ impl Simulation {
             for _ in 0..self.prng.between(1, 3) {
                 if let Err(e) = self.nodes[i].node.invoke() {
                     return Err(self.failure(Violation::AgentFailed { member: i, error: e.to_string() }));
+                }
+                let busy = self.nodes[i].busy_ns.swap(0, std::sync::atomic::Ordering::Relaxed);
+                if busy > 0 {
+                    self.nodes[i].paused_until_ns = self.now_ns + busy;
+                    self.trace(|| format!("member {i} busy {} ms making a log file", busy / 1_000_000));
+                    break;
                 }
             }
             self.apply(i)?;
@@ -354,7 +425,11 @@ impl Simulation {
         }
         let n = self.nodes.len();
         let duration = self.prng.between(50_000_000, 600_000_000);
-        let fault = match self.prng.below(5) {
+        let kinds = match self.config.schedule {
+            Schedule::Network => 5,
+            Schedule::Full => 7,
+        };
+        let fault = match self.prng.below(kinds) {
             0 => Fault::Lossy(LinkFaults {
                 loss: self.prng.between(1, 20) as f64 / 100.0,
                 duplicate: self.prng.between(0, 10) as f64 / 100.0,
@@ -370,8 +445,21 @@ impl Simulation {
             3 => Fault::Pause(self.prng.below(n)),
             // A path that carries exactly the MTU's datagrams (a smaller one stops the Sender's channel with an
             // error naming the MTU that fits, by design: tests/path_mtu.rs).
-            _ => Fault::ClampMtu(1408),
+            4 => Fault::ClampMtu(1408),
+            5 => Fault::Restart(self.prng.below(n)),
+            _ => Fault::ClockJump {
+                member: self.prng.below(n),
+                monotonic_ns: self.prng.between(0, 2_000_000_000),
+                wall_ns: self.prng.between(0, 20_000_000_000) as i64 - 10_000_000_000,
+            },
         };
+        if matches!(fault, Fault::Restart(_) | Fault::ClockJump { .. }) {
+            // Done once, now: nothing to heal.
+            self.trace(|| format!("fault: {fault:?}"));
+            self.report.faults += 1;
+            self.apply_fault(&fault);
+            return;
+        }
         self.apply_fault(&fault);
         self.report.faults += 1;
         let until = self.now_ns + duration;
@@ -397,7 +485,51 @@ impl Simulation {
             }
             Fault::Pause(member) => self.nodes[member].paused_until_ns = u64::MAX,
             Fault::ClampMtu(payload) => self.network.clamp_payload(payload),
+            // A member whose log is only in memory forgets what it acknowledged: Raft needs it kept.
+            Fault::Restart(member) if self.config.storage.is_some() => self.restart(member),
+            Fault::Restart(_) => {}
+            Fault::ClockJump { member, monotonic_ns, wall_ns } => {
+                let node = &mut self.nodes[member];
+                node.skew_ns += monotonic_ns;
+                node.time.jump_wall_clock(wall_ns);
+            }
         }
+    }
+
+    /// Stops member `i`'s process (its node closed, its shared memory removed; its data directory, the
+    /// recorded log and the vote file, stays) and starts it again on the same directories and clock.
+    fn restart(&mut self, i: usize) {
+        let id = i as i32;
+        let time = Arc::clone(&self.nodes[i].time);
+        let busy_ns = Arc::clone(&self.nodes[i].busy_ns);
+        let env = environment(&self.config, &self.network, id, &time, &busy_ns, self.prng.next_u64());
+        // The old process goes first: its endpoints and directory are free for the new one.
+        let builder = node_builder(&self.scratch, id, &self.members, &self.config);
+        let SimNode { node: old, skew_ns, .. } = self.nodes.remove(i);
+        drop(old);
+        let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not restart: {e}"));
+        let seen = (Role::Follower, -1, None);
+        self.nodes.insert(i, SimNode { node, time, paused_until_ns: 0, seen, skew_ns, busy_ns });
+        self.checker.restarted(i);
+        self.report.restarts += 1;
+    }
+
+    /// Now and then, a host outside the cluster sends a member random bytes, or a member's datagram it
+    /// saw, from its own address: every member must count and drop it.
+    fn maybe_forge(&mut self) {
+        if !self.prng.chance(0.01) {
+            return;
+        }
+        let outsider = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 77, 0, 200)), 40_100);
+        let member = self.prng.below(self.nodes.len()) as i32;
+        let port = [40_100, 40_200][self.prng.below(2)];
+        let to = address(member, port);
+        let bytes = match self.network.recent(self.prng.below(64)) {
+            Some(seen) if self.prng.chance(0.7) => seen,
+            _ => (0..self.prng.between(1, 1400)).map(|_| self.prng.next_u64() as u8).collect(),
+        };
+        self.network.inject(outsider, to, &bytes);
+        self.report.forged += 1;
     }
 
     /// Ends the faults whose time is up (all of them with `all`): the network heals, then the faults
@@ -468,6 +600,32 @@ impl Simulation {
     pub fn members(&self) -> &[Member] {
         &self.members
     }
+}
+
+/// Member `id`'s environment: its simulated clock, the network, a seed, the planted bugs, and (with a log
+/// cost) a charge for every log file its consensus thread makes itself.
+fn environment(
+    config: &SimConfig,
+    network: &SimNetwork,
+    id: i32,
+    time: &Arc<SimulatedTime>,
+    busy_ns: &Arc<std::sync::atomic::AtomicU64>,
+    seed: u64,
+) -> Environment {
+    let mut env =
+        Environment::deterministic(NanoClock::simulated(Arc::clone(time)), SharedNetwork::new(network.clone()), seed);
+    env.bugs = config.bugs;
+    if config.log_cost_ns_per_kib > 0 {
+        let (network, host, busy, per_kib) =
+            (network.clone(), address(id, 0).ip(), Arc::clone(busy_ns), config.log_cost_ns_per_kib);
+        env.inline_log_cost = Some(InlineLogCost::new(move |bytes| {
+            let cost = bytes as u64 / 1024 * per_kib;
+            // What it sends from now on leaves when the file is made; it runs nothing else meanwhile.
+            network.hold_host(host, cost);
+            busy.fetch_add(cost, std::sync::atomic::Ordering::Relaxed);
+        }));
+    }
+    env
 }
 
 /// Member `id`'s host: `10.77.0.<id + 1>`, with `port`.

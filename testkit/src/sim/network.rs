@@ -78,6 +78,10 @@ struct State {
     in_flight: BTreeMap<(u64, u64), Flight>,
     sequence: u64,
     stats: NetworkStats,
+    /// The last datagrams handed over (for an outsider to replay).
+    recent: VecDeque<Vec<u8>>,
+    /// Hosts whose sends leave no earlier than a time (a process busy on one thread until then).
+    busy_until: BTreeMap<IpAddr, u64>,
 }
 
 struct Flight {
@@ -109,6 +113,8 @@ impl SimNetwork {
             in_flight: BTreeMap::new(),
             sequence: 0,
             stats: NetworkStats::default(),
+            recent: VecDeque::new(),
+            busy_until: BTreeMap::new(),
         };
         Self { state: Arc::new(Mutex::new(state)) }
     }
@@ -159,6 +165,20 @@ impl SimNetwork {
     /// Sends `bytes` from `from` to `to` as a host outside the cluster would (forged traffic).
     pub fn inject(&self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
         self.lock().send(from, to, bytes);
+    }
+
+    /// Holds what `host` sends from now until `for_ns` later: it leaves then (the sending thread was busy).
+    pub fn hold_host(&self, host: IpAddr, for_ns: u64) {
+        let mut state = self.lock();
+        let until = state.now_ns + for_ns;
+        let held = state.busy_until.entry(host).or_insert(0);
+        *held = (*held).max(until);
+    }
+
+    /// The `k`-th newest datagram handed over, of the last 64.
+    pub fn recent(&self, k: usize) -> Option<Vec<u8>> {
+        let state = self.lock();
+        state.recent.iter().rev().nth(k).cloned()
     }
 
     /// What the network did so far.
@@ -215,11 +235,12 @@ impl State {
         }
         let copies = if self.prng.chance(faults.duplicate) { 2 } else { 1 };
         self.stats.duplicated += copies - 1;
+        let leaves = self.busy_until.get(&from.ip()).map_or(self.now_ns, |&until| until.max(self.now_ns));
         for _ in 0..copies {
             let delay = self.prng.between(faults.min_delay_ns, faults.max_delay_ns);
             self.sequence += 1;
             let flight = Flight { from, to, bytes: bytes.to_vec() };
-            self.in_flight.insert((self.now_ns + delay, self.sequence), flight);
+            self.in_flight.insert((leaves + delay, self.sequence), flight);
         }
         SendOutcome::Sent(1)
     }
@@ -235,6 +256,10 @@ impl State {
             None => self.stats.unreachable += 1,
             Some(slot) if slot.inbox.len() >= INBOX_LIMIT => self.stats.lost += 1,
             Some(slot) => {
+                if self.recent.len() == 64 {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(bytes.clone());
                 slot.inbox.push_back((bytes, from));
                 self.stats.delivered += 1;
             }
