@@ -117,6 +117,16 @@ fn seed_1123_a_truncated_term_is_never_applied() {
     run_with(1123, 3, Schedule::Full);
 }
 
+/// Found by seed 1206, fixed: a member restarted and led term 3 from 227552 with a follower at 150400,
+/// still within its log; the follower, responsive, bounded the Sender to 32 KiB past its position by the
+/// lag bound, but its position (what its node consumed) could not move before the leader committed, which
+/// the bound stopped. A receiver whose position has not moved within the responsive time no longer bounds
+/// the lag (`FlowControl::limit`).
+#[test]
+fn seed_1206_a_stuck_follower_does_not_hold_the_stream() {
+    run_with(1206, 3, Schedule::Full);
+}
+
 /// Runs seeds from `first` with `bugs` planted in every node until one fails; returns the failure and
 /// how many seeds it took (panics when none of `limit` seeds catches it).
 fn first_catch(bugs: PlantedBugs, members: usize, first: u64, limit: u64) -> (SimFailure, u64) {

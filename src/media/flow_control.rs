@@ -8,11 +8,14 @@
 //! slow follower never stalls commits; the slow one drops what is beyond its window and repairs it by NAK
 //! while it is within the retained log.
 //!
-//! In quorum mode a slow follower that is still responsive (it has spoken within `responsive` time) also
-//! bounds the sender, loosely: the sender stays within `lag` bytes of it (half a term: what the log always
-//! retains), so a follower that is merely slower, or repairing loss, never falls out of the retained log
-//! and is never lost. A stopped or dead follower stops speaking and leaves that bound after `responsive`,
-//! so it holds commits back at most that long, once.
+//! In quorum mode a slow follower that is still responsive (it has spoken within `responsive` time, and
+//! its position has moved within that time) also bounds the sender, loosely: the sender stays within `lag`
+//! bytes of it (half a term: what the log always retains), so a follower that is merely slower, or
+//! repairing loss, never falls out of the retained log and is never lost. A stopped or dead follower stops
+//! speaking, and a stuck one stops moving, and leaves that bound after `responsive`, so it holds commits
+//! back at most that long, once. (A follower's position is what its node consumed, which stops at the
+//! commit: one far behind a new leader's log cannot move until the leader commits, which it could not
+//! while that follower held the stream back; the node simulator's seed 1206.)
 //!
 //! A receiver that has said nothing for `timeout` is no longer live: it leaves the limit (and is
 //! counted); it rejoins when it speaks again.
@@ -31,6 +34,8 @@ pub struct ReceiverState {
     pub window: i64,
     /// When it last spoke (ns on the sender's clock).
     pub last_seen_ns: u64,
+    /// When its position last moved forward (or it joined).
+    pub advanced_ns: u64,
     /// Whether it counts in the minimum.
     pub live: bool,
 }
@@ -104,6 +109,7 @@ impl FlowControl {
         let change = if r.live && r.receiver_id == receiver_id { StatusChange::Updated } else { StatusChange::Joined };
         if change == StatusChange::Joined || position > r.position {
             r.position = position;
+            r.advanced_ns = now_ns;
         }
         r.receiver_id = receiver_id;
         r.window = window;
@@ -144,7 +150,11 @@ impl FlowControl {
                 // that at least k receivers reach.
                 let quorum =
                     limits().filter(|&candidate| limits().filter(|&l| l >= candidate).count() >= k.max(1)).max()?;
-                let responsive = counted().filter(|r| now_ns.saturating_sub(r.last_seen_ns) <= self.responsive_ns);
+                // Responsive, and moving: one whose position stood still for as long holds nothing back
+                // (a follower's position counts from what its node consumed, which stops at the commit:
+                // holding the stream for it would stop the commit it waits for).
+                let within = |t: u64| now_ns.saturating_sub(t) <= self.responsive_ns;
+                let responsive = counted().filter(|r| within(r.last_seen_ns) && within(r.advanced_ns));
                 let lag_bound = responsive.map(|r| r.position.saturating_add(self.lag)).min().unwrap_or(i64::MAX);
                 Some(quorum.min(lag_bound))
             }
@@ -266,5 +276,20 @@ mod tests {
         fc.on_status_message(1, 2, 95_000, 1000, 31 * ms);
         assert_eq!(fc.limit(0, 31 * ms), Some(96_000), "it went silent for 31 ms: the quorum goes on without it");
         assert_eq!(fc.limit(0, 31 * ms), fc.limit(0, 31 * ms));
+    }
+
+    #[test]
+    fn a_responsive_receiver_that_stops_moving_stops_bounding_the_lag() {
+        let ms = 1_000_000;
+        let mut fc = FlowControl::new(2, FlowControlMode::Quorum(1), SECOND).with_lag_bound(10_000, 30 * ms);
+        fc.on_status_message(0, 1, 100, 1000, 0);
+        fc.on_status_message(1, 2, 90_000, 1000, 0);
+        assert_eq!(fc.limit(0, 10 * ms), Some(10_100));
+        // It keeps speaking, from the same position.
+        fc.on_status_message(0, 1, 100, 1000, 20 * ms);
+        fc.on_status_message(0, 1, 100, 1000, 40 * ms);
+        assert_eq!(fc.limit(0, 40 * ms), Some(91_000), "stuck for 40 ms: the quorum goes on without it");
+        fc.on_status_message(0, 1, 5_000, 1000, 41 * ms);
+        assert_eq!(fc.limit(0, 41 * ms), Some(15_000), "moving again: it bounds the lag again");
     }
 }
