@@ -59,13 +59,18 @@ pub use crate::Driver;
 
 /// The value of the counter labelled `label` on `node` (panics when there is none).
 pub fn counter(node: &Node, label: &str) -> i64 {
+    counter_value(node, label).unwrap_or_else(|| panic!("node {} has no counter `{label}`", node.id()))
+}
+
+/// The value of the counter labelled `label` on `node`, if it has one.
+pub fn counter_value(node: &Node, label: &str) -> Option<i64> {
     let mut found = None;
     node.counters().reader().for_each(|_, _, l, value| {
         if l == label {
             found = Some(value);
         }
     });
-    found.unwrap_or_else(|| panic!("node {} has no counter `{label}`", node.id()))
+    found
 }
 
 /// Invokes `nodes` until member `leader` leads, has committed the start of its term, and every other node

@@ -314,16 +314,8 @@ impl<T: Transport> Transport for FaultyTransport<T> {
             return self.inner.send_mmsg(datagrams, dests, scratch);
         };
         // Each copy draws its own fate: one send per datagram per destination.
-        let fan = dests.len().max(1);
-        let mut sent = 0;
-        for k in 0..datagrams.len() * fan {
-            match Self::send_faulty(&mut self.inner, faults, datagrams[k / fan], dests.get(k % fan)) {
-                SendOutcome::Sent(_) => sent += 1,
-                other if sent == 0 => return (other, 1),
-                _ => return (SendOutcome::Sent(sent), k + 1),
-            }
-        }
-        (SendOutcome::Sent(sent), sent)
+        let inner = &mut self.inner;
+        super::send_each_copy(datagrams, dests, |datagram, dest| Self::send_faulty(inner, faults, datagram, dest))
     }
 
     #[inline]

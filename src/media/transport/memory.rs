@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::SockAddr;
 
-use super::{Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport, MAX_BATCH};
+use super::{
+    send_each_copy, Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport, MAX_BATCH,
+};
 use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::media::auth::TAG_LENGTH;
 
@@ -259,16 +261,11 @@ impl Transport for MemoryEndpoint {
         dests: &[SockAddr],
         _scratch: &mut MmsgScratch,
     ) -> (SendOutcome, usize) {
-        let fan = dests.len().max(1);
-        let mut sent = 0;
-        for k in 0..datagrams.len() * fan {
-            match self.send_to(datagrams[k / fan], dests.get(k % fan)) {
-                SendOutcome::Sent(n) => sent += n,
-                other if sent == 0 => return (other, 1),
-                _ => break,
-            }
+        // As `sendmmsg` would count them: a call per batch of copies.
+        match send_each_copy(datagrams, dests, |datagram, dest| self.send_to(datagram, dest)) {
+            (SendOutcome::Sent(sent), _) => (SendOutcome::Sent(sent), sent.div_ceil(MAX_BATCH).max(1)),
+            failed => failed,
         }
-        (SendOutcome::Sent(sent), sent.div_ceil(MAX_BATCH).max(1))
     }
 
     fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {

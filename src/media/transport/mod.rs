@@ -770,6 +770,26 @@ impl CmsgBuffer {
     }
 }
 
+/// Sends every datagram to every destination, datagram-major, with one `send` per copy: what a transport
+/// without `sendmmsg` does for [`Transport::send_mmsg`]. Stops at the first copy that does not go; returns
+/// its outcome when it was the first copy, else `Sent` with the copies that went, and the copies tried.
+pub fn send_each_copy(
+    datagrams: &[&[u8]],
+    dests: &[SockAddr],
+    mut send: impl FnMut(&[u8], Option<&SockAddr>) -> SendOutcome,
+) -> (SendOutcome, usize) {
+    let fan = dests.len().max(1);
+    let mut sent = 0;
+    for k in 0..datagrams.len() * fan {
+        match send(datagrams[k / fan], dests.get(k % fan)) {
+            SendOutcome::Sent(_) => sent += 1,
+            other if sent == 0 => return (other, 1),
+            _ => return (SendOutcome::Sent(sent), k + 1),
+        }
+    }
+    (SendOutcome::Sent(sent), sent)
+}
+
 /// Preallocated headers for [`UdpEndpoint::send_mmsg`], so that the hot path does not allocate.
 pub struct MmsgScratch {
     msgs: Box<[libc::mmsghdr]>,

@@ -308,15 +308,7 @@ impl Simulation {
     /// Whether the leader's Sender is at its flow-control limit with commits behind its append position.
     fn leader_window_stalled(&self) -> bool {
         self.nodes.iter().map(|n| &n.node).filter(|node| node.role() == Role::Leader).any(|node| {
-            let read = |label: &str| {
-                let mut value = None;
-                node.counters().reader().for_each(|_, _, l, v| {
-                    if l == label {
-                        value = Some(v);
-                    }
-                });
-                value
-            };
+            let read = |label: &str| crate::cluster::counter_value(node, label);
             let (position, limit) = (read("snd-pos"), read("snd-lmt"));
             let append = read("consensus append position").unwrap_or(0);
             let stalled = matches!((position, limit), (Some(p), Some(l)) if l - p < 1408);

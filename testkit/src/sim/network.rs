@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use quorumcast::media::auth::TAG_LENGTH;
 use quorumcast::media::transport::{
-    Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport,
+    send_each_copy, Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport,
 };
 use socket2::SockAddr;
 
@@ -334,16 +334,9 @@ impl Transport for SimEndpoint {
         dests: &[SockAddr],
         _scratch: &mut MmsgScratch,
     ) -> (SendOutcome, usize) {
-        let fan = dests.len().max(1);
-        let mut sent = 0;
-        for k in 0..datagrams.len() * fan {
-            match self.send_to(datagrams[k / fan], dests.get(k % fan)) {
-                SendOutcome::Sent(n) => sent += n,
-                other if sent == 0 => return (other, 1),
-                _ => break,
-            }
-        }
-        (SendOutcome::Sent(sent), 1)
+        // Counted as one call, as `sendmmsg` of one batch is.
+        let (outcome, _) = send_each_copy(datagrams, dests, |datagram, dest| self.send_to(datagram, dest));
+        (outcome, 1)
     }
 
     fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
