@@ -232,20 +232,19 @@ fn a_slow_first_log_no_longer_hands_the_first_term_to_another_member() {
     eprintln!("slow first log: first term lost in seeds {reproduced:?} before the fix, in none after");
 }
 
-/// Found by the first 20,000-seed soak (Full schedule), open: a follower cut off from its leader
-/// canvasses, hears the same leader again in the same term, and its consensus agent then reports a
-/// rebuilt position (47648) below what its core already holds (65536); the core refuses ("truncations come
-/// only from the core") and the agent fails. Cause not yet found: the follower keeps its Receiver across a
-/// refused canvass, so the lead is how the driver's `fed` and the image's rebuilt position relate after it.
+/// Found by the first 20,000-seed soak (Full schedule): a follower cut off from its leader canvasses,
+/// hears the same leader again in the same term, and the core matches it at its append position (44960).
+/// The Receiver's backlog (to 65536) reached the core in the same duty cycle, before that output was
+/// carried out, so the driver saw a position behind its image, started a new image from 44960 and later
+/// reported 47648 below the core's 65536: the agent failed. Fix: `Following::continues` keeps the image
+/// when the core matches anywhere between where it joined and what it fed.
 #[test]
-#[ignore = "open bug: a follower reports a rebuilt position behind its core after a refused canvass"]
-fn soak_seed_a_follower_after_a_refused_canvass_reports_behind_its_core() {
+fn soak_seed_1796315439783695063_a_rematch_behind_what_was_fed_keeps_the_image() {
     run_with(1_796_315_439_783_695_063, 3, Schedule::Full);
 }
 
-/// The same failure with 5 members (92096 reported, behind 92800), from the same soak; open.
+/// The same failure with 5 members (92096 reported, behind 92800), from the same soak.
 #[test]
-#[ignore = "open bug: a follower reports a rebuilt position behind its core (5 members)"]
-fn soak_seed_five_members_a_follower_reports_behind_its_core() {
+fn soak_seed_1796315439783729446_the_same_with_five_members() {
     run_with(1_796_315_439_783_729_446, 5, Schedule::Full);
 }

@@ -147,6 +147,17 @@ struct Following {
     catch_up: CatchUpState,
 }
 
+impl Following {
+    /// Whether this image already carries `leader`'s log of `term` from `position` on: the core matched
+    /// this member again (after a canvass it gave up) at a position this image passed or reached. The
+    /// core's position may be behind what was fed since: its outputs are carried out after the bytes
+    /// that arrived in the same duty cycle were handed to it, and the same leader's log of one term
+    /// agrees with itself, so nothing needs replicating again.
+    fn continues(&self, leader: i32, term: i64, position: i64) -> bool {
+        self.leader == leader && self.term == term && self.fed != i64::MAX && (self.join..=self.fed).contains(&position)
+    }
+}
+
 /// The consensus agent of a node.
 pub(super) struct ConsensusAgent {
     core: ConsensusCore,
@@ -677,8 +688,8 @@ impl ConsensusAgent {
 
     /// Follows `leader` in `term` from `position`, where this member's log agrees with the leader's.
     fn replicate_from(&mut self, leader: i32, term: i64, position: i64) -> Result<(), AgentError> {
-        if matches!(&self.current, Current::Following(f) if f.leader == leader && f.term == term && f.fed == position) {
-            // Matched again where this Receiver's image already is (after a refused canvass): go on.
+        if matches!(&self.current, Current::Following(f) if f.continues(leader, term, position)) {
+            // Matched again within what this Receiver's image already rebuilt (after a refused canvass): go on.
             return Ok(());
         }
         let followership = self.wiring.follow(leader, position, self.synced.clone()).map_err(AgentError::new)?;
