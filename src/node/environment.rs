@@ -1,14 +1,15 @@
-//! What a node takes from the world outside it: the time, the network, and its randomness.
+//! What a node takes from the world outside it: the time, the network, the disk, and its randomness.
 //!
 //! A node reads every time it uses (timers, session times, the wall clock of session entries) from its
 //! [`Environment`]'s clock, binds every endpoint (consensus, clients, the log's Sender and Receiver) on its
-//! network, and draws every random choice (election jitter, log session ids, receiver ids) from its seed.
-//! Production uses the monotonic and wall clocks, UDP sockets and a seed from the time; the node simulator
-//! gives a simulated time, a simulated network and a fixed seed, and so runs the very `Node` an application
-//! embeds, deterministically.
+//! network, keeps its recorded log and vote file on its disk, and draws every random choice (election jitter, log session ids, receiver ids) from its seed.
+//! Production uses the monotonic and wall clocks, UDP sockets, the file system and a seed from the time;
+//! the node simulator gives a simulated time, network and disk and a fixed seed, and so runs the very
+//! `Node` an application embeds, deterministically.
 //!
-//! Not yet behind it: the catch-up TCP connection (off in a deterministic environment) and the files (the log buffers, the recording, the vote
-//! file, snapshots), which are the real ones under the simulator too.
+//! Not yet behind it: the catch-up TCP connection (off in a deterministic environment), snapshots, and
+//! the log buffers in shared memory (the real ones under the simulator too; a power loss removes them
+//! as a reboot empties `/dev/shm`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 use crate::agent::clock::NanoClock;
 use crate::media::transport::SharedNetwork;
+use crate::storage::disk::SharedDisk;
 
 /// How log files are made: a leader's spare log, a follower's image of its leader's log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,6 +42,8 @@ pub struct PlantedBugs {
     /// A node starts without a spare log file, so its first term makes its log on the consensus thread
     /// (the behaviour before the first spare was made at start).
     pub no_first_spare: bool,
+    /// Under `batch`, the recorder reports what it wrote as synced before its `fdatasync`.
+    pub ack_before_sync: bool,
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:
@@ -73,6 +77,8 @@ pub struct Environment {
     pub clock: NanoClock,
     /// Every endpoint the node binds.
     pub network: SharedNetwork,
+    /// Where the recorded log and the vote file are kept.
+    pub disk: SharedDisk,
     /// How log files are made.
     pub log_files: LogFiles,
     /// Whether followers far behind catch up over TCP from the leader's recording (and this member
@@ -96,6 +102,7 @@ impl fmt::Debug for Environment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Environment")
             .field("network", &self.network)
+            .field("disk", &self.disk)
             .field("log_files", &self.log_files)
             .field("seed", &self.seed)
             .finish()
@@ -114,6 +121,7 @@ impl Environment {
         Self {
             clock: NanoClock::new(),
             network: SharedNetwork::udp(),
+            disk: SharedDisk::os(),
             log_files: LogFiles::Threaded,
             catch_up: true,
             bugs: PlantedBugs::default(),
@@ -129,6 +137,7 @@ impl Environment {
         Self {
             clock,
             network,
+            disk: SharedDisk::os(),
             log_files: LogFiles::Inline,
             catch_up: false,
             bugs: PlantedBugs::default(),

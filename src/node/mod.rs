@@ -180,7 +180,7 @@ impl Node {
             NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
-        let recovered = if config.storage.records() { Some(recovery::open(&config)?) } else { None };
+        let recovered = if config.storage.records() { Some(recovery::open(&config, &env)?) } else { None };
         let (core, votes) = start_core(&config, recovered.as_ref(), &env)?;
         let (socket, mut warnings) = bind_consensus(&config, &env)?;
         let (clients, sessions) = start_clients(&config, &counters, &env)?;
@@ -219,6 +219,9 @@ impl Node {
                 config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
             let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
             let mut agent = Recorder::new(recovered.recording, switches, counters, compact_below.clone());
+            if env.bugs.ack_before_sync {
+                agent = agent.plant_ack_before_sync();
+            }
             if env.catch_up {
                 let server = CatchUpServer::bind(
                     config.me().consensus,
@@ -613,13 +616,13 @@ fn start_core(
     env: &Environment,
 ) -> Result<(ConsensusCore, VoteFile), NodeError> {
     let data_dir = config.data_dir_path();
-    std::fs::create_dir_all(&data_dir).map_err(|e| {
+    env.disk.create_dir_all(&data_dir).map_err(|e| {
         NodeError::Io(std::io::Error::new(
             e.kind(),
             format!("cannot create the data directory {}: {e}", data_dir.display()),
         ))
     })?;
-    let votes = VoteFile::new(&data_dir, config.id, config.membership());
+    let votes = VoteFile::on(env.disk.clone(), &data_dir, config.id, config.membership());
     let mut durable = match votes.load().map_err(NodeError::Vote)? {
         Some(vote) => DurableState {
             leadership_term_id: vote.leadership_term_id,

@@ -7,9 +7,9 @@
 
 use crate::cluster::consensus_core::TermHistory;
 use crate::shm::log_buffer::{position_bits_to_shift, term_id, term_offset, LogBuffer, LogConfig, TermRebuilder};
-use crate::storage::recording::{OpenReport, Recording, RecordingConfig, RecordingIdentity, RecordingReader};
+use crate::storage::recording::{OpenReport, Recording, RecordingConfig, RecordingIdentity};
 
-use super::{NodeConfig, NodeError};
+use super::{Environment, NodeConfig, NodeError};
 
 /// A recording read back at start.
 pub(super) struct Recovered {
@@ -30,13 +30,14 @@ pub(super) fn identity(config: &NodeConfig) -> RecordingIdentity {
 }
 
 /// Opens the node's recording (creating an empty one), or refuses to start with the file and what to do.
-pub(super) fn open(config: &NodeConfig) -> Result<Recovered, NodeError> {
+pub(super) fn open(config: &NodeConfig, env: &Environment) -> Result<Recovered, NodeError> {
     let recording_config = RecordingConfig {
         dir: config.recording_dir_path(),
         segment_length: config.storage.segment_length,
         sync: config.storage.sync,
     };
-    let (recording, report) = Recording::open(recording_config, identity(config)).map_err(NodeError::Recording)?;
+    let (recording, report) =
+        Recording::open_on(env.disk.clone(), recording_config, identity(config)).map_err(NodeError::Recording)?;
     let history = recording.term_history().ok_or_else(|| {
         NodeError::Recording(crate::storage::recording::RecordingError {
             path: recording.dir().join("index.dat"),
@@ -68,7 +69,7 @@ fn rebuild_tail(
     if recording.end() == recording.start() {
         return Ok(None);
     }
-    let mut reader = RecordingReader::from_block_with(recording.dir().to_path_buf(), *recording.identity(), near);
+    let mut reader = recording.reader(near).reopen_from_block_with(near);
     let mut blocks = Vec::new();
     let mut start = None;
     while let Some((at, bytes, _)) = reader.next_block(recording.end())? {

@@ -1,9 +1,10 @@
 //! Replacing a small file whole, so that after a crash at any moment it holds the old bytes or the new
 //! ones, never a mix: the vote file and the recording index are written so.
 
-use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
+
+use super::disk::Disk;
 
 /// A step of a replacement that failed: the file it was on, what was being done, and the system's error.
 #[derive(Debug)]
@@ -13,9 +14,9 @@ pub(crate) struct Failed {
     pub(crate) source: io::Error,
 }
 
-/// Replaces `path` with `bytes`: written to `<path>.tmp`, synced (`fdatasync`) when `sync`, renamed over
-/// `path`, and the directory synced when `sync`, so the rename is durable too.
-pub(crate) fn replace(path: &Path, bytes: &[u8], sync: bool) -> Result<(), Failed> {
+/// Replaces `path` with `bytes` on `disk`: written to `<path>.tmp`, synced (`fdatasync`) when `sync`,
+/// renamed over `path`, and the directory synced when `sync`, so the rename is durable too.
+pub(crate) fn replace(disk: &dyn Disk, path: &Path, bytes: &[u8], sync: bool) -> Result<(), Failed> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -23,20 +24,22 @@ pub(crate) fn replace(path: &Path, bytes: &[u8], sync: bool) -> Result<(), Faile
         let path = path.to_path_buf();
         move |source| Failed { path, action, source }
     }
-    let mut file = File::create(&tmp).map_err(failed(&tmp, "create its temporary copy"))?;
-    file.write_all(bytes).map_err(failed(&tmp, "write it"))?;
+    let file = disk.create(&tmp).map_err(failed(&tmp, "create its temporary copy"))?;
+    file.write_all_at(bytes, 0).map_err(failed(&tmp, "write it"))?;
     if sync {
         file.sync_data().map_err(failed(&tmp, "sync it"))?;
     }
-    std::fs::rename(&tmp, path).map_err(failed(path, "rename its temporary copy over it"))?;
+    drop(file);
+    disk.rename(&tmp, path).map_err(failed(path, "rename its temporary copy over it"))?;
     if sync {
         let dir = path.parent().unwrap_or(Path::new("."));
-        sync_dir(dir).map_err(failed(dir, "sync its directory"))?;
+        disk.sync_dir(dir).map_err(failed(dir, "sync its directory"))?;
     }
     Ok(())
 }
 
-/// Syncs a directory, so that a file made, renamed or removed in it stays so after a crash.
+/// Syncs a directory on the operating system's file system, so that a file made, renamed or removed in it
+/// stays so after a crash.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    std::fs::File::open(dir)?.sync_all()
 }

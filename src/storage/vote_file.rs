@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use bytemuck::{Pod, Zeroable};
 
+use super::disk::SharedDisk;
+
 /// The record's first 8 bytes: `qcvote01`, little-endian.
 const MAGIC: u64 = u64::from_le_bytes(*b"qcvote01");
 
@@ -93,6 +95,7 @@ impl std::error::Error for VoteFileError {}
 /// The vote file of one member of one cluster, in a directory.
 #[derive(Clone, Debug)]
 pub struct VoteFile {
+    disk: SharedDisk,
     path: PathBuf,
     member_id: i32,
     membership: i64,
@@ -101,7 +104,12 @@ pub struct VoteFile {
 impl VoteFile {
     /// The vote file of member `member_id` of the cluster whose member-list tag is `membership`, in `dir`.
     pub fn new(dir: &Path, member_id: i32, membership: i64) -> Self {
-        Self { path: dir.join("vote.dat"), member_id, membership }
+        Self::on(SharedDisk::os(), dir, member_id, membership)
+    }
+
+    /// The same, on `disk`.
+    pub fn on(disk: SharedDisk, dir: &Path, member_id: i32, membership: i64) -> Self {
+        Self { disk, path: dir.join("vote.dat"), member_id, membership }
     }
 
     /// The file's path.
@@ -111,7 +119,7 @@ impl VoteFile {
 
     /// The persisted term and vote, or `None` when nothing was ever stored (a new member).
     pub fn load(&self) -> Result<Option<TermVote>, VoteFileError> {
-        let bytes = match std::fs::read(&self.path) {
+        let bytes = match self.disk.read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(VoteFileError::Io { path: self.path.clone(), action: "read it", source }),
@@ -150,7 +158,7 @@ impl VoteFile {
             checksum: 0,
         };
         record.checksum = record.checksum_of();
-        crate::storage::atomic_file::replace(&self.path, bytemuck::bytes_of(&record), true)
+        crate::storage::atomic_file::replace(&*self.disk, &self.path, bytemuck::bytes_of(&record), true)
             .map_err(|f| VoteFileError::Io { path: f.path, action: f.action, source: f.source })
     }
 }

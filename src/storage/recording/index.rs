@@ -17,6 +17,7 @@ use std::path::Path;
 use bytemuck::{Pod, Zeroable};
 
 use super::RecordingIdentity;
+use crate::storage::disk::Disk;
 
 /// The index file's name.
 pub(super) const INDEX_FILE: &str = "index.dat";
@@ -111,9 +112,9 @@ impl Index {
 
     /// Reads `dir/index.dat`: `Ok(None)` when there is none, `Err` naming what is wrong with one that is
     /// there.
-    pub fn load(dir: &Path, identity: &RecordingIdentity) -> Result<Option<Index>, String> {
+    pub fn load(disk: &dyn Disk, dir: &Path, identity: &RecordingIdentity) -> Result<Option<Index>, String> {
         let path = dir.join(INDEX_FILE);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match disk.read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("cannot be read: {e}")),
@@ -165,7 +166,7 @@ impl Index {
     }
 
     /// Replaces `dir/index.dat` with this index, atomically; synced (file and directory) when `sync`.
-    pub fn store(&self, dir: &Path, identity: &RecordingIdentity, sync: bool) -> io::Result<()> {
+    pub fn store(&self, disk: &dyn Disk, dir: &Path, identity: &RecordingIdentity, sync: bool) -> io::Result<()> {
         let entries: Vec<TermEntry> = self
             .terms
             .iter()
@@ -191,7 +192,7 @@ impl Index {
         header.checksum = Self::checksum(&header, &entries);
         let mut bytes = bytemuck::bytes_of(&header).to_vec();
         bytes.extend_from_slice(bytemuck::cast_slice(&entries));
-        crate::storage::atomic_file::replace(&dir.join(INDEX_FILE), &bytes, sync)
+        crate::storage::atomic_file::replace(disk, &dir.join(INDEX_FILE), &bytes, sync)
             .map_err(|f| io::Error::new(f.source.kind(), format!("{} {}: {}", f.action, f.path.display(), f.source)))
     }
 }

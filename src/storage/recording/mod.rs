@@ -37,6 +37,7 @@ pub use segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
 
 use crate::cluster::consensus_core::{TermBase, TermHistory};
 use crate::frame::{term_start_of, Frame, DATA_HEADER_LENGTH};
+use crate::storage::disk::{Disk, SharedDisk};
 use segment::Segment;
 
 /// When recorded bytes are made durable.
@@ -143,6 +144,7 @@ pub struct OpenReport {
 /// A recording opened for writing: one writer (the [`Recorder`]) per recording.
 #[derive(Debug)]
 pub struct Recording {
+    disk: SharedDisk,
     config: RecordingConfig,
     identity: RecordingIdentity,
     index: Index,
@@ -163,12 +165,21 @@ impl Recording {
         config: RecordingConfig,
         identity: RecordingIdentity,
     ) -> Result<(Recording, OpenReport), RecordingError> {
+        Self::open_on(SharedDisk::os(), config, identity)
+    }
+
+    /// The same, on `disk`.
+    pub fn open_on(
+        disk: SharedDisk,
+        config: RecordingConfig,
+        identity: RecordingIdentity,
+    ) -> Result<(Recording, OpenReport), RecordingError> {
         let dir = config.dir.clone();
-        std::fs::create_dir_all(&dir).map_err(|e| RecordingError::io(&dir, "create the recording directory", e))?;
-        let _ = std::fs::remove_file(dir.join("index.dat.tmp"));
-        let bases = list_segments(&dir)?;
+        disk.create_dir_all(&dir).map_err(|e| RecordingError::io(&dir, "create the recording directory", e))?;
+        let _ = disk.remove_file(&dir.join("index.dat.tmp"));
+        let bases = list_segments(&*disk, &dir)?;
         let index_path = dir.join(index::INDEX_FILE);
-        let loaded = Index::load(&dir, &identity).map_err(|why| {
+        let loaded = Index::load(&*disk, &dir, &identity).map_err(|why| {
             RecordingError::new(
                 &index_path,
                 format!("{why}; the recording cannot be trusted: delete index.dat to have it rebuilt from the segments, or move the recording directory away to start this member empty"),
@@ -176,6 +187,7 @@ impl Recording {
         })?;
         let mut report = OpenReport::default();
         let mut recording = Recording {
+            disk,
             config,
             identity,
             index: Index::default(),
@@ -205,7 +217,7 @@ impl Recording {
         let last = recording.bases.len().saturating_sub(1);
         for i in 0..recording.bases.len() {
             let path = recording.segment_path(recording.bases[i]);
-            let mut segment = Segment::open(&path, &identity).map_err(|why| {
+            let mut segment = Segment::open(&*recording.disk, &path, &identity).map_err(|why| {
                 RecordingError::new(&path, format!("{why}; move it (and the segments after it) away, or the whole recording directory to start this member empty"))
             })?;
             // Only the last segment is walked (its tail may be torn), and every one when the index is
@@ -213,7 +225,7 @@ impl Recording {
             if i < last && !rebuild {
                 continue;
             }
-            let length = segment.file.metadata().map_err(|e| RecordingError::io(&path, "read", e))?.len();
+            let length = segment.file.len().map_err(|e| RecordingError::io(&path, "read", e))?;
             let index = &mut recording.index;
             let walk = segment
                 .walk(&mut recording.scratch, |header, payload| {
@@ -235,6 +247,11 @@ impl Recording {
         recording.index.cut(recording.end);
         recording.store_index()?;
         Ok((recording, report))
+    }
+
+    /// The disk it is on.
+    pub fn disk(&self) -> &SharedDisk {
+        &self.disk
     }
 
     /// The recording's directory.
@@ -329,7 +346,7 @@ impl Recording {
             }
         }
         let dir = self.config.dir.clone();
-        let segment = Segment::create(&dir, &self.identity, self.end)
+        let segment = Segment::create(&*self.disk, &dir, &self.identity, self.end)
             .map_err(|e| RecordingError::io(&dir.join(segment::file_name(self.end)), "create", e))?;
         if self.bases.last() != Some(&self.end) {
             self.bases.push(self.end);
@@ -346,8 +363,7 @@ impl Recording {
             segment.file.sync_data().map_err(|e| RecordingError::io(&segment.path, "sync", e))?;
         }
         if std::mem::take(&mut self.dir_changed) {
-            crate::storage::atomic_file::sync_dir(&self.config.dir)
-                .map_err(|e| RecordingError::io(&self.config.dir, "sync", e))?;
+            self.disk.sync_dir(&self.config.dir).map_err(|e| RecordingError::io(&self.config.dir, "sync", e))?;
         }
         Ok(())
     }
@@ -370,7 +386,7 @@ impl Recording {
             }
             let path = self.segment_path(last);
             self.active = None;
-            std::fs::remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+            self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
             self.bases.pop();
             self.dir_changed = true;
         }
@@ -378,7 +394,9 @@ impl Recording {
             let path = self.segment_path(last);
             let mut segment = match self.active.take() {
                 Some(segment) => segment,
-                None => Segment::open(&path, &self.identity).map_err(|why| RecordingError::new(&path, why))?,
+                None => {
+                    Segment::open(&*self.disk, &path, &self.identity).map_err(|why| RecordingError::new(&path, why))?
+                }
             };
             segment.cut(position, &mut self.scratch).map_err(|e| RecordingError::io(&path, "cut", e))?;
             segment.end_position = position;
@@ -397,7 +415,7 @@ impl Recording {
         let mut removed = false;
         while self.bases.len() > 1 && self.bases[1] <= position {
             let path = self.segment_path(self.bases[0]);
-            std::fs::remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+            self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
             self.bases.remove(0);
             removed = true;
         }
@@ -419,7 +437,7 @@ impl Recording {
         self.active = None;
         for base in std::mem::take(&mut self.bases) {
             let path = self.segment_path(base);
-            std::fs::remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+            self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
         }
         self.index = Index { start_position: position, start_term: term, terms: Vec::new() };
         self.end = position;
@@ -430,13 +448,13 @@ impl Recording {
 
     /// A reader of this recording from `position`.
     pub fn reader(&self, position: i64) -> RecordingReader {
-        RecordingReader::new(self.config.dir.clone(), self.identity, position)
+        RecordingReader::on(self.disk.clone(), self.config.dir.clone(), self.identity, position)
     }
 
     fn store_index(&mut self) -> Result<(), RecordingError> {
         let sync = self.config.sync == SyncPolicy::Batch;
         self.index
-            .store(&self.config.dir, &self.identity, sync)
+            .store(&*self.disk, &self.config.dir, &self.identity, sync)
             .map_err(|e| RecordingError::io(&self.config.dir.join(index::INDEX_FILE), "write", e))
     }
 
@@ -446,12 +464,9 @@ impl Recording {
 }
 
 /// The base positions of the segment files in `dir`, ascending.
-fn list_segments(dir: &Path) -> Result<Vec<i64>, RecordingError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| RecordingError::io(dir, "list", e))?;
-    let mut bases: Vec<i64> = entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str().and_then(segment::parse_file_name))
-        .collect();
+fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<i64>, RecordingError> {
+    let names = disk.list(dir).map_err(|e| RecordingError::io(dir, "list", e))?;
+    let mut bases: Vec<i64> = names.iter().filter_map(|name| segment::parse_file_name(name)).collect();
     bases.sort_unstable();
     Ok(bases)
 }

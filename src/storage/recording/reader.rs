@@ -1,11 +1,11 @@
 //! Reading a recording back from any position it holds: each block verified before a byte of it is
 //! handed out, across segments, up to a limit the writer has published.
 
-use std::fs::File;
 use std::path::PathBuf;
 
 use super::segment::{self, BlockReader, SEGMENT_HEADER_LENGTH};
 use super::{list_segments, RecordingError, RecordingIdentity};
+use crate::storage::disk::{DiskFile, SharedDisk};
 
 /// A block's bytes as a reader hands them out: where they start, the bytes, and where the log goes on.
 pub type Block<'a> = (i64, &'a [u8], i64);
@@ -14,7 +14,7 @@ pub type Block<'a> = (i64, &'a [u8], i64);
 #[derive(Debug)]
 struct Open {
     path: PathBuf,
-    file: File,
+    file: Box<dyn DiskFile>,
     blocks: BlockReader,
 }
 
@@ -25,6 +25,7 @@ struct Open {
 /// error naming the segment, never bytes handed out.
 #[derive(Debug)]
 pub struct RecordingReader {
+    disk: SharedDisk,
     dir: PathBuf,
     identity: RecordingIdentity,
     position: i64,
@@ -37,18 +38,23 @@ pub struct RecordingReader {
 impl RecordingReader {
     /// A reader of the recording in `dir` from `position`.
     pub fn new(dir: PathBuf, identity: RecordingIdentity, position: i64) -> Self {
-        Self { dir, identity, position, open: None, payload: Vec::new(), from_block_start: false }
+        Self::on(SharedDisk::os(), dir, identity, position)
     }
 
-    /// A reader of the recording in `dir` from the start of the block that holds `near` (a frame boundary
-    /// at or below it, for a reader that needs whole frames from about there).
-    pub fn from_block_with(dir: PathBuf, identity: RecordingIdentity, near: i64) -> Self {
-        Self { from_block_start: true, ..Self::new(dir, identity, near) }
+    /// A reader of the recording in `dir` on `disk` from `position`.
+    pub fn on(disk: SharedDisk, dir: PathBuf, identity: RecordingIdentity, position: i64) -> Self {
+        Self { disk, dir, identity, position, open: None, payload: Vec::new(), from_block_start: false }
     }
 
     /// A new reader of the same recording from `position` (nothing of this one's state kept).
     pub fn reopen(&self, position: i64) -> Self {
-        Self::new(self.dir.clone(), self.identity, position)
+        Self::on(self.disk.clone(), self.dir.clone(), self.identity, position)
+    }
+
+    /// A new reader of the same recording from the start of the block that holds `near` (a frame boundary
+    /// at or below it, for a reader that needs whole frames from about there).
+    pub fn reopen_from_block_with(&self, near: i64) -> Self {
+        Self { from_block_start: true, ..self.reopen(near) }
     }
 
     /// The position of the next byte it hands out.
@@ -69,8 +75,8 @@ impl RecordingReader {
                 self.open = Some(self.open_segment()?);
             }
             let open = self.open.as_mut().expect("opened");
-            let length = open.file.metadata().map_err(|e| RecordingError::io(&open.path, "read", e))?.len();
-            match open.blocks.next(&open.file, length, &mut self.payload) {
+            let length = open.file.len().map_err(|e| RecordingError::io(&open.path, "read", e))?;
+            match open.blocks.next(&*open.file, length, &mut self.payload) {
                 Ok(Some(header)) if header.end() <= self.position => continue,
                 Ok(Some(header)) => {
                     if std::mem::take(&mut self.from_block_start) {
@@ -104,12 +110,12 @@ impl RecordingReader {
 
     /// The base of the segment after the one open, if there is one.
     fn next_base(&self) -> Result<Option<i64>, RecordingError> {
-        Ok(list_segments(&self.dir)?.into_iter().find(|&base| base >= self.position))
+        Ok(list_segments(&*self.disk, &self.dir)?.into_iter().find(|&base| base >= self.position))
     }
 
     /// Opens the segment that holds the position.
     fn open_segment(&self) -> Result<Open, RecordingError> {
-        let bases = list_segments(&self.dir)?;
+        let bases = list_segments(&*self.disk, &self.dir)?;
         let Some(&base) = bases.iter().rev().find(|&&base| base <= self.position) else {
             return Err(RecordingError::new(
                 &self.dir,
@@ -121,7 +127,8 @@ impl RecordingReader {
             ));
         };
         let path = self.dir.join(segment::file_name(base));
-        let opened = segment::Segment::open(&path, &self.identity).map_err(|why| RecordingError::new(&path, why))?;
+        let opened = segment::Segment::open(&*self.disk, &path, &self.identity)
+            .map_err(|why| RecordingError::new(&path, why))?;
         Ok(Open { path, file: opened.file, blocks: BlockReader::new(base, SEGMENT_HEADER_LENGTH) })
     }
 }

@@ -154,6 +154,8 @@ pub struct Recorder {
     /// The key this member proves to the leader it catches up from.
     catch_up_key: Option<CatchUpKey>,
     snapshots: Option<SnapshotStore>,
+    /// A planted bug (the node simulator's own test): report writes as synced before the sync.
+    ack_before_sync: bool,
 }
 
 impl Recorder {
@@ -184,7 +186,16 @@ impl Recorder {
             catch_ups: Arc::default(),
             catch_up_key: None,
             snapshots: None,
+            ack_before_sync: false,
         }
+    }
+
+    /// Plants the bug of a recorder that reports what it wrote as synced before its `fdatasync`: for the
+    /// test that proves the node simulator catches it. Not part of the API.
+    #[doc(hidden)]
+    pub fn plant_ack_before_sync(mut self) -> Self {
+        self.ack_before_sync = true;
+        self
     }
 
     /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for, proving `key`, installing
@@ -236,13 +247,15 @@ impl Recorder {
         // the leader's log has the same bytes there.
         request.from = request.from.min(self.recording.end());
         let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
+        let disk = self.recording.disk().clone();
         let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
-            let result = Recording::open(config, identity).map_err(|e| e.to_string()).and_then(|(mut recording, _)| {
-                let fetched = catch_up::fetch(leader, request, &key, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
-                // Whatever arrived is kept (it verified); it is made durable before it is reported.
-                recording.sync().map_err(|e| e.to_string())?;
-                Ok((recording, fetched))
-            });
+            let result =
+                Recording::open_on(disk, config, identity).map_err(|e| e.to_string()).and_then(|(mut recording, _)| {
+                    let fetched = catch_up::fetch(leader, request, &key, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
+                    // Whatever arrived is kept (it verified); it is made durable before it is reported.
+                    recording.sync().map_err(|e| e.to_string())?;
+                    Ok((recording, fetched))
+                });
             (result, snapshots)
         });
         self.catching_up = Some(thread.map_err(AgentError::new)?);
@@ -357,7 +370,12 @@ impl Recorder {
             self.counters.position.set(self.recording.end());
             match self.recording.config().sync {
                 SyncPolicy::None => self.counters.synced_position.set(self.recording.end()),
-                SyncPolicy::Batch => self.unsynced = true,
+                SyncPolicy::Batch => {
+                    self.unsynced = true;
+                    if self.ack_before_sync {
+                        self.counters.synced_position.set(self.recording.end());
+                    }
+                }
             }
         }
         Ok(blocks)

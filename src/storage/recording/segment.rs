@@ -22,15 +22,14 @@
 //! - Every block of a segment is of this block format ([`BLOCK_MAGIC`]): a segment whose first block is
 //!   of an older one is refused when it is opened, never walked and cut as torn.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytemuck::{Pod, Zeroable};
 
 use super::RecordingIdentity;
 use crate::frame::FRAME_ALIGNMENT;
+use crate::storage::disk::{Disk, DiskFile};
 
 /// A segment file's first 8 bytes.
 pub(super) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"qcseg001");
@@ -204,7 +203,7 @@ pub(super) fn parse_file_name(name: &str) -> Option<i64> {
 #[derive(Debug)]
 pub(super) struct Segment {
     pub(super) path: PathBuf,
-    pub(super) file: File,
+    pub(super) file: Box<dyn DiskFile>,
     pub(super) base_position: i64,
     /// The file length up to the end of the last whole block.
     pub(super) file_end: u64,
@@ -231,9 +230,14 @@ pub(super) struct Walk {
 impl Segment {
     /// Creates a segment at `base_position`, writing its header (not synced: the recording syncs the file
     /// and its directory with the blocks that follow).
-    pub(super) fn create(dir: &Path, identity: &RecordingIdentity, base_position: i64) -> io::Result<Segment> {
+    pub(super) fn create(
+        disk: &dyn Disk,
+        dir: &Path,
+        identity: &RecordingIdentity,
+        base_position: i64,
+    ) -> io::Result<Segment> {
         let path = dir.join(file_name(base_position));
-        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+        let file = disk.create(&path)?;
         file.write_all_at(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)), 0)?;
         Ok(Segment {
             path,
@@ -246,12 +250,8 @@ impl Segment {
     }
 
     /// Opens a segment and checks its header against `identity`.
-    pub(super) fn open(path: &Path, identity: &RecordingIdentity) -> Result<Segment, String> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("cannot be opened: {e}"))?;
+    pub(super) fn open(disk: &dyn Disk, path: &Path, identity: &RecordingIdentity) -> Result<Segment, String> {
+        let file = disk.open(path).map_err(|e| format!("cannot be opened: {e}"))?;
         let mut header = SegmentHeader::zeroed();
         file.read_exact_at(bytemuck::bytes_of_mut(&mut header), 0)
             .map_err(|e| format!("its header cannot be read: {e}"))?;
@@ -281,7 +281,7 @@ impl Segment {
         let needed = self.file_end + (BLOCK_HEADER_LENGTH + payload.len()) as u64;
         if needed > self.reserved {
             self.reserved = needed.next_multiple_of(RESERVE_STEP);
-            reserve(&self.file, self.reserved);
+            self.file.reserve(self.reserved);
         }
         let mut at = self.file_end;
         self.file.write_all_at(bytemuck::bytes_of(&header), at)?;
@@ -299,10 +299,10 @@ impl Segment {
         scratch: &mut Vec<u8>,
         mut on_block: impl FnMut(&BlockHeader, &[u8]),
     ) -> io::Result<Walk> {
-        let file_length = self.file.metadata()?.len();
+        let file_length = self.file.len()?;
         let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
         let torn = loop {
-            match reader.next(&self.file, file_length, scratch) {
+            match reader.next(&*self.file, file_length, scratch) {
                 Ok(Some(header)) => on_block(&header, scratch),
                 Ok(None) => break None,
                 Err(why) => break Some(why),
@@ -316,11 +316,11 @@ impl Segment {
     /// Cuts the segment at log position `position` (a frame boundary at or after its base): blocks after it
     /// go, and a block across it is rewritten to end there.
     pub(super) fn cut(&mut self, position: i64, scratch: &mut Vec<u8>) -> io::Result<()> {
-        let file_length = self.file.metadata()?.len();
+        let file_length = self.file.len()?;
         let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
         loop {
             let block_offset = reader.offset;
-            let header = match reader.next(&self.file, file_length, scratch) {
+            let header = match reader.next(&*self.file, file_length, scratch) {
                 Ok(Some(header)) => header,
                 _ => break,
             };
@@ -345,15 +345,6 @@ impl Segment {
     }
 }
 
-/// Reserves the first `length` bytes of disk for `file` without changing its length
-/// (`FALLOC_FL_KEEP_SIZE`). Best effort: a file system without `fallocate` allocates as it goes.
-fn reserve(file: &File, length: u64) {
-    use std::os::fd::AsRawFd;
-    let Ok(length) = libc::off_t::try_from(length) else { return };
-    // SAFETY: a plain syscall on an open file descriptor this function borrows; it touches no memory.
-    let _ = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, length) };
-}
-
 /// Reads a segment's blocks one at a time, each verified before it is returned.
 #[derive(Debug)]
 pub struct BlockReader {
@@ -373,7 +364,7 @@ impl BlockReader {
     /// when the bytes there are not a whole block that verifies (a torn or damaged block).
     pub fn next(
         &mut self,
-        file: &File,
+        file: &dyn DiskFile,
         file_length: u64,
         payload: &mut Vec<u8>,
     ) -> Result<Option<BlockHeader>, String> {

@@ -1,0 +1,184 @@
+//! The disk a node keeps its durable state on: the recorded log's segments and index, and the vote file.
+//!
+//! Everything the storage layer does to files goes through a [`Disk`], so that the same code runs on the
+//! operating system's file system in production ([`SharedDisk::os`], one virtual call beside each system
+//! call) and on a simulated disk in the node simulator, which loses what was not synced on power loss,
+//! tears writes and fails them.
+//!
+//! # The contract a [`Disk`] keeps, and the storage layer relies on
+//!
+//! - [`DiskFile::write_at`] and the metadata operations ([`Disk::create`], [`Disk::rename`],
+//!   [`Disk::remove_file`]) take effect at once for every later read of this process, but survive a power
+//!   loss only once synced: a file's bytes by [`DiskFile::sync_data`], a name made, renamed or removed by
+//!   [`Disk::sync_dir`] of its directory. Unsynced writes may survive a power loss in part, the last of
+//!   them torn.
+//! - An error from a write or a sync means nothing about what reached the disk: the caller must not count
+//!   anything it wrote since its last successful sync as durable (a node stops).
+//!
+//! Snapshots (`storage::snapshot`) still use the file system directly.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A file open on a [`Disk`], for reading and writing at offsets.
+pub trait DiskFile: Send + Sync + fmt::Debug {
+    /// Fills `buf` from `offset`, or fails (`UnexpectedEof` past the end).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `bytes` at `offset`, extending the file as needed. Not durable until synced.
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
+    /// The file's length.
+    fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Cuts or extends the file to `length`. Not durable until synced.
+    fn set_len(&self, length: u64) -> io::Result<()>;
+    /// Makes the file's bytes durable (`fdatasync`).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Reserves disk space for the first `length` bytes without changing the file's length; best
+    /// effort, and a no-op where a disk has nothing to reserve.
+    fn reserve(&self, _length: u64) {}
+}
+
+/// A file system: files by path, and the directory operations the storage layer uses.
+pub trait Disk: Send + Sync + fmt::Debug {
+    /// Creates `path` empty (truncating a file there), open for reading and writing.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn DiskFile>>;
+    /// Opens the file at `path` for reading and writing.
+    fn open(&self, path: &Path) -> io::Result<Box<dyn DiskFile>>;
+    /// Opens the file at `path` for reading only.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn DiskFile>>;
+    /// Reads the whole file at `path`.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let file = self.open_read(path)?;
+        let mut bytes = vec![0; file.len()? as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    }
+    /// Renames `from` over `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the file at `path`.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Creates `dir` and its parents where missing.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// The names of the files in `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Makes the names made, renamed or removed in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// A [`Disk`] shared by the parts of a node (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct SharedDisk(Arc<dyn Disk>);
+
+impl SharedDisk {
+    /// The operating system's file system.
+    pub fn os() -> Self {
+        Self(Arc::new(OsDisk))
+    }
+
+    /// Any other disk (a simulated one).
+    pub fn new(disk: impl Disk + 'static) -> Self {
+        Self(Arc::new(disk))
+    }
+}
+
+impl Default for SharedDisk {
+    fn default() -> Self {
+        Self::os()
+    }
+}
+
+impl std::ops::Deref for SharedDisk {
+    type Target = dyn Disk;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+/// The operating system's file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OsDisk;
+
+#[derive(Debug)]
+struct OsFile(File);
+
+impl DiskFile for OsFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(bytes, offset)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn set_len(&self, length: u64) -> io::Result<()> {
+        self.0.set_len(length)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn reserve(&self, length: u64) {
+        use std::os::fd::AsRawFd;
+        let Ok(length) = libc::off_t::try_from(length) else { return };
+        // SAFETY: a plain syscall on an open file descriptor this file owns; it touches no memory.
+        let _ = unsafe { libc::fallocate(self.0.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, length) };
+    }
+}
+
+impl Disk for OsDisk {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        Ok(Box::new(OsFile(file)))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
+        Ok(Box::new(OsFile(OpenOptions::new().read(true).write(true).open(path)?)))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
+        Ok(Box::new(OsFile(File::open(path)?)))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
