@@ -56,14 +56,11 @@ pub fn copy_frames(source: &LogBuffer, from: i64, to: i64, appender: &mut Exclus
                 return;
             }
             let frame_at = position(header.term_id, header.term_offset as usize, initial, bits);
-            // A PAD that did not end the term (an abandoned claim) is skipped by the reader: copy it as one.
-            let gap = frame_at - appender.position();
-            let in_same_term = (frame_at >> bits) == (appender.position() >> bits);
-            if gap > 0 && in_same_term {
-                if let Err(e) = appender.append_padding(gap as usize) {
-                    failed = Some(CopyError::Append(e));
-                    return;
-                }
+            // A PAD the reader stepped over (one that ends a term, or an abandoned claim inside one) is
+            // copied as one: the copy's next frame must land where the source's is, not where it fits.
+            if let Err(e) = pad_to(appender, frame_at, bits) {
+                failed = Some(CopyError::Append(e));
+                return;
             }
             if let Err(e) = appender.append_frame(payload, header.flags, header.reserved_value) {
                 failed = Some(CopyError::Append(e));
@@ -82,11 +79,20 @@ pub fn copy_frames(source: &LogBuffer, from: i64, to: i64, appender: &mut Exclus
     }
     // The reader steps over a PAD that ends the copy (the one that ends a term) without handing it out:
     // end the copy the same way, so that the appender is where the copy says it reached.
-    let trailing = at - appender.position();
-    if trailing > 0 {
-        appender.append_padding(trailing as usize).map_err(CopyError::Append)?;
-    }
+    pad_to(appender, at, bits).map_err(CopyError::Append)?;
     Ok(at)
+}
+
+/// Pads `appender` up to `target`: to the end of its term first when `target` is in a later one (a source
+/// that padded a term's end because a whole fragmented message did not fit, where the copy's first
+/// fragment alone would), then within the term `target` is in.
+fn pad_to(appender: &mut ExclusiveAppender, target: i64, bits: u32) -> Result<(), AppendError> {
+    while appender.position() < target {
+        let here = appender.position();
+        let term_end = ((here >> bits) + 1) << bits;
+        appender.append_padding((target.min(term_end) - here) as usize)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -165,6 +171,31 @@ mod tests {
         to.set_limit(boundary);
         assert_eq!(copy_frames(&source, 0, boundary, &mut to), Ok(boundary));
         assert_eq!(to.position(), boundary, "the appender is at the copy's end, past the PAD");
+    }
+
+    /// Found by the node simulator (soak seed 1796318283008271339): the source padded the end of a term
+    /// because a whole fragmented message did not fit there, though its first fragment would; the copy
+    /// put the fragments where they fit, before the term's end, so a follower joining the new leader's
+    /// log there applied the message at another position than the leader (a broken committed order).
+    #[test]
+    fn a_fragmented_message_after_a_term_ending_pad_lands_where_the_source_has_it() {
+        let source = log(1, 0);
+        let mut appender = source.appender().unwrap();
+        appender.set_limit(i64::MAX);
+        while 65_536 - appender.position() > 2 * 1408 + 200 {
+            appender.append(&[5; 600]).unwrap();
+        }
+        let before = appender.position();
+        let split = vec![6u8; 3000]; // 3104 bytes of frames: more than is left, its first fragment fits
+        appender.append(&split).unwrap();
+        appender.append(&[7; 40]).unwrap();
+        let end = appender.position();
+        assert!(frames(&source, before, end)[0].0 == 65_536, "the source padded the term's end");
+        let copy = log(2, before);
+        let mut to = copy.appender().unwrap();
+        to.set_limit(i64::MAX);
+        assert_eq!(copy_frames(&source, before, end, &mut to), Ok(end));
+        assert_eq!(frames(&copy, before, end), frames(&source, before, end), "same frames at the same positions");
     }
 
     #[test]
