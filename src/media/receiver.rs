@@ -84,8 +84,7 @@ pub struct FollowerSeam {
     pub member_id: i32,
     /// Acknowledge at least this often, even when the log does not move.
     pub ack_interval: Duration,
-    /// Acknowledge no further than this counter (under a `batch` sync policy: the recorder's synced
-    /// position).
+    /// Acknowledge no further than this counter (a recording member: the recorder's durable position).
     pub ack_up_to: Option<Counter>,
     /// Told what the follower's image rebuilds and which commit frames of its session arrive.
     pub observer: Arc<dyn FollowerObserver>,

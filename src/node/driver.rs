@@ -124,7 +124,7 @@ struct Leading {
     stage: AppendStage,
     /// Each follower's acknowledged position in this term, and the last one handed to the core.
     acks: Vec<(i32, Counter, i64)>,
-    /// Under `batch`: the leader's own position last handed to the core.
+    /// With a recorded log: the leader's own durable position last handed to the core.
     own_fed: i64,
 }
 
@@ -175,7 +175,7 @@ pub(super) struct ConsensusAgent {
     clock: NanoClock,
     current: Current,
     log: Option<MemberLog>,
-    /// Under `batch`: the recorder's synced position.
+    /// With a recorded log: the recorder's durable position (synced under `batch`, written under `none`).
     synced: Option<Counter>,
     /// The recorder takes every new log.
     records: bool,
@@ -194,8 +194,8 @@ pub(super) struct ConsensusAgent {
 pub(super) struct DriverParts {
     /// The last bytes of this member's recorded log, rebuilt in memory at start, and where they start.
     pub(super) tail: Option<(LogBuffer, i64)>,
-    /// With a recorded log under `batch`: the position the recorder has synced. This member acknowledges
-    /// (and, leading, counts itself) only up to it.
+    /// With a recorded log: the position the recorder has made durable (synced under `batch`, written
+    /// under `none`). This member acknowledges (and, leading, counts itself) only up to it.
     pub(super) synced: Option<Counter>,
     /// With a recorded log: the recorder's switch queue gets each new log, with a consumer slot of its own.
     pub(super) records: bool,
@@ -307,7 +307,7 @@ impl ConsensusAgent {
             Current::Leading(leading) => {
                 let mut work = 0;
                 if let Some(synced) = &self.synced {
-                    // Under `batch` the leader counts itself as the recorder syncs.
+                    // A recording leader counts itself as its recorder makes its log durable.
                     let own = leading.stage.position().min(synced.get());
                     if own > leading.own_fed {
                         leading.own_fed = own;
@@ -315,8 +315,8 @@ impl ConsensusAgent {
                         work += 1;
                     }
                 }
-                // Under `batch` the core's own position is the synced one, which a follower's may pass:
-                // its acknowledgement is handed over up to the leader's, and the rest once the leader syncs.
+                // A recording leader's own position is its durable one, which a follower's may pass: its
+                // acknowledgement is handed over up to the leader's, and the rest once the leader's is.
                 let own = if self.synced.is_some() { leading.own_fed } else { i64::MAX };
                 for (member, counter, fed) in leading.acks.iter_mut() {
                     let position = counter.get().min(own);
@@ -751,7 +751,7 @@ fn feed_follower(
     now_ns: u64,
     out: &mut Vec<Output>,
 ) -> usize {
-    // Under `batch` a follower reports only what its recorder has synced.
+    // A recording follower reports only what its recorder made durable.
     let rebuilt = following.append.get().min(durable);
     let reported = following.term_starts.reported();
     if reported != following.reported {

@@ -81,7 +81,7 @@ use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::shm::stats::Stats;
 use crate::storage::recording::catch_up::{CatchUpKey, CatchUpServer};
-use crate::storage::recording::{Recorder, RecorderCounters, SyncPolicy};
+use crate::storage::recording::{Recorder, RecorderCounters};
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 use crate::storage::vote_file::VoteFile;
 
@@ -246,10 +246,10 @@ impl Node {
             }
             recorder = Some(Box::new(agent) as Box<dyn crate::agent::Agent>);
         }
-        let synced = recorder_counters
-            .as_ref()
-            .filter(|_| config.storage.sync == SyncPolicy::Batch)
-            .map(|c| c.synced_position.clone());
+        // A member acknowledges only what its recorder made durable as its policy says: synced under
+        // `batch`, written (to the page cache) under `none`, so that a killed process never forgot what it
+        // acknowledged.
+        let synced = recorder_counters.as_ref().map(|c| c.synced_position.clone());
         let agent = ConsensusAgent::new(DriverParts {
             tail,
             synced,

@@ -7,7 +7,7 @@
 //!
 //! # The contract a [`Disk`] keeps, and the storage layer relies on
 //!
-//! - [`DiskFile::write_at`] and the metadata operations ([`Disk::create`], [`Disk::rename`],
+//! - [`DiskFile::write_all_at`] and the metadata operations ([`Disk::create`], [`Disk::rename`],
 //!   [`Disk::remove_file`]) take effect at once for every later read of this process, but survive a power
 //!   loss only once synced: a file's bytes by [`DiskFile::sync_data`], a name made, renamed or removed by
 //!   [`Disk::sync_dir`] of its directory. Unsynced writes may survive a power loss in part, the last of
@@ -43,6 +43,11 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     /// Reserves disk space for the first `length` bytes without changing the file's length; best
     /// effort, and a no-op where a disk has nothing to reserve.
     fn reserve(&self, _length: u64) {}
+    /// Drops the file's clean cached pages, so that the next reads see what is on the disk. After a
+    /// failed `fdatasync` the kernel marks the pages it could not write clean: they still show the bytes
+    /// a crashed process wrote, and a later sync succeeds without writing them. Recovery drops them before
+    /// it trusts a file. Best effort.
+    fn drop_cache(&self) {}
 }
 
 /// A file system: files by path, and the directory operations the storage layer uses.
@@ -135,6 +140,12 @@ impl DiskFile for OsFile {
         let Ok(length) = libc::off_t::try_from(length) else { return };
         // SAFETY: a plain syscall on an open file descriptor this file owns; it touches no memory.
         let _ = unsafe { libc::fallocate(self.0.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, length) };
+    }
+
+    fn drop_cache(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain syscall on an open file descriptor this file owns; it touches no memory.
+        let _ = unsafe { libc::posix_fadvise(self.0.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
 }
 

@@ -44,9 +44,10 @@ use segment::Segment;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "lowercase"))]
 pub enum SyncPolicy {
-    /// `none`: written to the page cache only (Aeron Archive's default). The default. A crash of the
-    /// process loses nothing written; a crash of the machine (power loss, kernel panic) loses what the
-    /// kernel had not yet written back, which a member may already have acknowledged.
+    /// `none`: written to the page cache only (Aeron Archive's default). The default. A member
+    /// acknowledges what its recorder wrote, so a crash of the process loses nothing it acknowledged; a
+    /// crash of the machine (power loss, kernel panic) or a failed writeback loses what the kernel had
+    /// not yet written, which a member may already have acknowledged.
     #[default]
     None,
     /// `batch`: group commit. The recorder calls `fdatasync` once per duty cycle that wrote, and the member
@@ -214,6 +215,7 @@ impl Recording {
         }
         report.index_rebuilt = rebuild;
         recording.end = recording.index.start_position;
+        recording.drop_unmade_last_segment(&mut report)?;
         let last = recording.bases.len().saturating_sub(1);
         for i in 0..recording.bases.len() {
             let path = recording.segment_path(recording.bases[i]);
@@ -252,6 +254,28 @@ impl Recording {
     /// The disk it is on.
     pub fn disk(&self) -> &SharedDisk {
         &self.disk
+    }
+
+    /// Before the last segment is trusted: drops its cached pages (what a crashed process wrote after a
+    /// failed sync is in the page cache but not on the disk, and a later sync would not write it), and
+    /// removes it if it is shorter than its header: it was being made when the member stopped, or its
+    /// header never reached the disk, and it holds no block.
+    fn drop_unmade_last_segment(&mut self, report: &mut OpenReport) -> Result<(), RecordingError> {
+        let Some(&base) = self.bases.last() else { return Ok(()) };
+        let path = self.segment_path(base);
+        let file = self.disk.open(&path).map_err(|e| RecordingError::io(&path, "open", e))?;
+        file.drop_cache();
+        let length = file.len().map_err(|e| RecordingError::io(&path, "read", e))?;
+        if length >= segment::SEGMENT_HEADER_LENGTH {
+            return Ok(());
+        }
+        drop(file);
+        self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+        self.bases.pop();
+        self.dir_changed = true;
+        report.torn_bytes += length;
+        report.torn = Some(format!("{}: {length} bytes, shorter than a segment header: removed", path.display()));
+        Ok(())
     }
 
     /// The recording's directory.

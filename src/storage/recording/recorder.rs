@@ -154,7 +154,8 @@ pub struct Recorder {
     /// The key this member proves to the leader it catches up from.
     catch_up_key: Option<CatchUpKey>,
     snapshots: Option<SnapshotStore>,
-    /// A planted bug (the node simulator's own test): report writes as synced before the sync.
+    /// A planted bug (the node simulator's own test): report writes as synced at once, and sync them in
+    /// the next duty cycle.
     ack_before_sync: bool,
 }
 
@@ -417,8 +418,14 @@ impl Agent for Recorder {
             return Ok(0);
         }
         let mut work = self.switch_if_due()?;
+        if self.ack_before_sync {
+            // The planted bug: last cycle's writes, reported synced then, are synced only now.
+            work += self.sync_if_due()?;
+        }
         work += self.record()?;
-        work += self.sync_if_due()?;
+        if !self.ack_before_sync {
+            work += self.sync_if_due()?;
+        }
         work += self.compact()?;
         work += self.catch_up()?;
         if let Some(server) = self.server.as_mut() {

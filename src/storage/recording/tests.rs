@@ -241,3 +241,24 @@ fn a_segment_of_an_older_block_format_is_refused_not_cut() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Found by the node simulator (disk schedule): a member stopped while its newest segment had no whole
+/// header on the disk (its creation failed, or the header's sync did); it must start without that
+/// segment, not refuse to start over it.
+#[test]
+fn a_last_segment_shorter_than_its_header_is_removed_at_open() {
+    let dir = scratch("unmade");
+    let log = log_of(2, 40);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 4096), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 1024);
+    recording.sync().unwrap();
+    let segments = recording.segment_count();
+    drop(recording);
+    std::fs::write(dir.join(segment::file_name(end)), [0u8; 10]).unwrap();
+    let (again, report) = Recording::open(config(&dir, 4096), IDENTITY).unwrap();
+    assert_eq!((again.end(), again.segment_count()), (end, segments));
+    assert!(report.torn.as_deref().is_some_and(|t| t.contains("shorter than a segment header")), "{report:?}");
+    assert!(!dir.join(segment::file_name(end)).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

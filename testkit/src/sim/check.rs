@@ -24,8 +24,13 @@ pub enum Violation {
     Unknown { member: usize, end: i64, length: usize },
     /// One offered message appears twice in the order.
     Duplicated { seq: u64, first_end: i64, again_end: i64 },
-    /// An agent of a node failed.
+    /// An agent of a node failed (other than on a disk failing on purpose, where stopping is right).
     AgentFailed { member: usize, error: String },
+    /// A node refused to start again on a healthy disk (after a crash or a power loss).
+    RefusedStart { member: usize, error: String },
+    /// After a power loss, a node's recorded log ended before the position its recorder had reported as
+    /// synced (and so as acknowledgeable) before it.
+    LostDurable { member: usize, synced: i64, recovered: i64 },
     /// After the faults stopped, no new message was applied on a majority within the bound.
     /// `window_stall`: the leader's Sender was within an MTU of its flow-control limit with commits behind
     /// its append position (the signature of seed 1019's bug: a follower's window, counted from what its
@@ -51,6 +56,11 @@ impl fmt::Display for Violation {
                 write!(f, "message {seq} is in the committed order twice: ending at {first_end} and at {again_end}")
             }
             Self::AgentFailed { member, error } => write!(f, "an agent of member {member} failed: {error}"),
+            Self::RefusedStart { member, error } => write!(f, "member {member} refused to start again: {error}"),
+            Self::LostDurable { member, synced, recovered } => write!(
+                f,
+                "member {member} reported its log synced up to {synced}, and after a power loss held it up to {recovered}"
+            ),
             Self::NoProgress { healed_ms, bound_ms, window_stall, state } => write!(
                 f,
                 "the network healed at {healed_ms} ms and no new message was applied on a majority within \

@@ -14,11 +14,18 @@
 //! offered, applied once; after the faults stop, a leader commits a new message on a majority (on every
 //! node, unless one fell behind what the leader's log in memory holds) within [`LIVENESS_BOUND_NS`].
 //!
+//! Each member has a [`SimDisk`] (its recorded log and vote file): under [`Schedule::Disk`] members also
+//! crash without closing (`kill -9`), lose power alone or a majority at once (under `batch` only: `none`
+//! loses what a member acknowledged on a power loss, as its docs say), and have failing disks for a while
+//! (writes failing with `EIO` or `ENOSPC`, syncs failing, bits flipped on read): such a member must stop
+//! (its agent fails) rather than go on, and is started again once its disk is healthy.
+//!
 //! Not simulated yet: the catch-up connection (TCP, off here: a follower the leader's log in memory no
-//! longer reaches stays behind), files (the log buffers, recording, vote file and snapshots are real
-//! files under a scratch directory), process crashes and power loss, remote clients.
+//! longer reaches stays behind), snapshots and the log buffers in shared memory (real files under a
+//! scratch directory), remote clients.
 
 mod check;
+pub mod disk;
 pub mod network;
 pub mod prng;
 
@@ -36,6 +43,7 @@ use quorumcast::storage::recording::SyncPolicy;
 
 use check::Checker;
 pub use check::Violation;
+use disk::{DiskFaults, SimDisk};
 use network::{LinkFaults, SimNetwork};
 use prng::Prng;
 
@@ -99,6 +107,9 @@ pub enum Schedule {
     /// jumps of a member's clocks, and datagrams from a host outside the cluster (random bytes, and
     /// replays of members' datagrams from the outsider's address).
     Full,
+    /// Those, and a member's process crashing without closing, power losses of one member or a majority
+    /// (under `batch`), and a member's disk failing for a while.
+    Disk,
 }
 
 /// What a run did.
@@ -118,6 +129,10 @@ pub struct SimReport {
     pub faults: u64,
     /// Members restarted.
     pub restarts: u64,
+    /// Members stopped by a failing disk (and started again once it was healthy).
+    pub stopped_by_disk: u64,
+    /// Power losses.
+    pub power_losses: u64,
     /// Datagrams a host outside the cluster sent.
     pub forged: u64,
     /// Members that had not applied the last message when the run ended (left behind the leader's log in
@@ -166,6 +181,12 @@ struct SimNode {
     skew_ns: u64,
     /// Simulated time its consensus thread was charged as busy during the last invoke (log files it made).
     busy_ns: Arc<std::sync::atomic::AtomicU64>,
+    /// Its machine's disk.
+    disk: SimDisk,
+    /// Its disk is failing: no restart is drawn for it meanwhile.
+    disk_failing: bool,
+    /// Stopped (its agent failed on the failing disk): started again once the disk is healthy.
+    down: bool,
 }
 
 /// A fault in force and when it ends.
@@ -183,9 +204,26 @@ enum Fault {
     ClampMtu(usize),
     /// A member's process stops and starts again (once, when drawn).
     Restart(usize),
+    /// A member's process is killed (no close) and started again (once, when drawn).
+    Crash(usize),
+    /// These members' machines lose power at once and start again (once, when drawn).
+    PowerLoss(Vec<usize>),
+    /// A member's disk fails at these rates.
+    FailingDisk(usize, DiskFaults),
     /// A member's clocks jump (once, when drawn): its monotonic clock forward by `monotonic_ns` (as after
     /// the host stopped it), its wall clock by `wall_ns` either way (as NTP steps it).
     ClockJump { member: usize, monotonic_ns: u64, wall_ns: i64 },
+}
+
+/// How a member's process stops before it starts again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// Closed, as on a clean shutdown.
+    Clean,
+    /// Killed: nothing of its close path reaches the disk.
+    Crash,
+    /// Its machine lost power (its disk already lost what was not synced).
+    PowerLoss,
 }
 
 /// The simulation.
@@ -220,11 +258,14 @@ impl Simulation {
         for id in 0..config.members as i32 {
             let time = SimulatedTime::new(1_700_000_000_000_000_000 + prng.between(0, 1_000_000_000) as i64);
             let busy_ns = Arc::default();
-            let env = environment(&config, &network, id, &time, &busy_ns, prng.next_u64());
+            // Its own seed, not a draw: a seed's schedule stays what it was before disks were simulated.
+            let disk = SimDisk::new(config.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let env = environment(&config, &network, id, &time, &busy_ns, &disk, prng.next_u64());
             let builder = node_builder(&scratch, id, &members, &config);
             let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
             let seen = (Role::Follower, -1, None);
-            nodes.push(SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns });
+            let (disk_failing, down) = (false, false);
+            nodes.push(SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down });
         }
         let checker = Checker::new(config.members);
         Self {
@@ -247,11 +288,11 @@ impl Simulation {
     /// Runs the faults phase, heals everything, and waits for progress; checks after every step.
     pub fn run(mut self) -> Result<SimReport, SimFailure> {
         while self.now_ns < self.config.fault_ns {
-            self.maybe_start_fault();
-            self.end_faults(false);
+            self.maybe_start_fault()?;
+            self.end_faults(false)?;
             self.step()?;
         }
-        self.end_faults(true);
+        self.end_faults(true)?;
         self.trace(|| "faults over: every link healed".into());
         let healed_at = self.now_ns;
         let target = self.next_message + 1;
@@ -283,7 +324,7 @@ impl Simulation {
     pub fn settle(&mut self, ns: u64) -> Result<(), SimFailure> {
         let until = self.now_ns + ns;
         while self.now_ns < until {
-            self.end_faults(false);
+            self.end_faults(false)?;
             self.step()?;
         }
         Ok(())
@@ -336,6 +377,14 @@ impl Simulation {
             }
             for _ in 0..self.prng.between(1, 3) {
                 if let Err(e) = self.nodes[i].node.invoke() {
+                    if self.nodes[i].disk_failing {
+                        // What it must do: stop rather than go on over writes it cannot make durable.
+                        self.trace(|| format!("member {i} stopped on its failing disk: {e}"));
+                        self.nodes[i].down = true;
+                        self.nodes[i].paused_until_ns = u64::MAX;
+                        self.report.stopped_by_disk += 1;
+                        break;
+                    }
                     return Err(self.failure(Violation::AgentFailed { member: i, error: e.to_string() }));
                 }
                 let busy = self.nodes[i].busy_ns.swap(0, std::sync::atomic::Ordering::Relaxed);
@@ -411,16 +460,18 @@ impl Simulation {
     }
 
     /// Starts a drawn fault, now and then, while fewer than two are in force.
-    fn maybe_start_fault(&mut self) {
+    fn maybe_start_fault(&mut self) -> Result<(), SimFailure> {
         if self.faults.len() >= 2 || !self.prng.chance(0.002) {
-            return;
+            return Ok(());
         }
         let n = self.nodes.len();
         let duration = self.prng.between(50_000_000, 600_000_000);
         let kinds = match self.config.schedule {
             Schedule::Network => 5,
             Schedule::Full => 7,
+            Schedule::Disk => 11,
         };
+        let batch = self.config.storage == Some(SyncPolicy::Batch);
         let fault = match self.prng.below(kinds) {
             0 => Fault::Lossy(LinkFaults {
                 loss: self.prng.between(1, 20) as f64 / 100.0,
@@ -439,71 +490,165 @@ impl Simulation {
             // error naming the MTU that fits, by design: tests/path_mtu.rs).
             4 => Fault::ClampMtu(1408),
             5 => Fault::Restart(self.prng.below(n)),
-            _ => Fault::ClockJump {
+            6 => Fault::ClockJump {
                 member: self.prng.below(n),
                 monotonic_ns: self.prng.between(0, 2_000_000_000),
                 wall_ns: self.prng.between(0, 20_000_000_000) as i64 - 10_000_000_000,
             },
+            7 => Fault::Crash(self.prng.below(n)),
+            8 if batch => Fault::PowerLoss(vec![self.prng.below(n)]),
+            9 if batch => {
+                let mut all: Vec<usize> = (0..n).collect();
+                self.prng.shuffle(&mut all);
+                all.truncate(n / 2 + 1);
+                all.sort_unstable();
+                Fault::PowerLoss(all)
+            }
+            8 | 9 => Fault::Crash(self.prng.below(n)),
+            _ => {
+                let member = self.prng.below(n);
+                let rate = self.prng.between(1, 30) as f64 / 100.0;
+                let faults = match self.prng.below(4) {
+                    0 => DiskFaults { write_error: rate, ..DiskFaults::default() },
+                    1 => DiskFaults { write_error: rate, full: true, ..DiskFaults::default() },
+                    // Under `none` a failed writeback loses acknowledged bytes as a power loss does, which
+                    // that policy does not protect against (its docs say so): syncs fail only under `batch`.
+                    2 if batch => DiskFaults { sync_error: rate, ..DiskFaults::default() },
+                    2 => DiskFaults { write_error: rate, ..DiskFaults::default() },
+                    _ => DiskFaults { read_flip: rate, ..DiskFaults::default() },
+                };
+                Fault::FailingDisk(member, faults)
+            }
         };
-        if matches!(fault, Fault::Restart(_) | Fault::ClockJump { .. }) {
+        if let Fault::Restart(m) | Fault::Crash(m) = fault {
+            if self.nodes[m].disk_failing || self.nodes[m].down {
+                return Ok(());
+            }
+        }
+        if let Fault::PowerLoss(members) = &fault {
+            if members.iter().any(|&m| self.nodes[m].disk_failing || self.nodes[m].down) {
+                return Ok(());
+            }
+        }
+        if let Fault::FailingDisk(m, _) = fault {
+            if self.faults.iter().any(|(f, _)| matches!(f, Fault::FailingDisk(o, _) if *o == m)) {
+                return Ok(());
+            }
+        }
+        if matches!(fault, Fault::Restart(_) | Fault::Crash(_) | Fault::PowerLoss(_) | Fault::ClockJump { .. }) {
             // Done once, now: nothing to heal.
             self.trace(|| format!("fault: {fault:?}"));
             self.report.faults += 1;
-            self.apply_fault(&fault);
-            return;
+            return self.apply_fault(&fault);
         }
-        self.apply_fault(&fault);
+        self.apply_fault(&fault)?;
         self.report.faults += 1;
         let until = self.now_ns + duration;
         self.trace(|| format!("fault until {} ms: {fault:?}", until / 1_000_000));
         self.faults.push((fault, until));
+        Ok(())
     }
 
-    fn apply_fault(&mut self, fault: &Fault) {
+    fn apply_fault(&mut self, fault: &Fault) -> Result<(), SimFailure> {
         let host = |i: usize| address(i as i32, 0).ip();
-        match *fault {
-            Fault::Lossy(faults) => self.network.set_faults(faults),
-            Fault::Cut { from, to, both } => {
+        match fault {
+            Fault::Lossy(faults) => self.network.set_faults(*faults),
+            &Fault::Cut { from, to, both } => {
                 self.network.cut(host(from), host(to));
                 if both {
                     self.network.cut(host(to), host(from));
                 }
             }
-            Fault::Isolate(member) => {
+            &Fault::Isolate(member) => {
                 for other in (0..self.nodes.len()).filter(|&o| o != member) {
                     self.network.cut(host(member), host(other));
                     self.network.cut(host(other), host(member));
                 }
             }
-            Fault::Pause(member) => self.nodes[member].paused_until_ns = u64::MAX,
-            Fault::ClampMtu(payload) => self.network.clamp_payload(payload),
+            &Fault::Pause(member) => self.nodes[member].paused_until_ns = u64::MAX,
+            &Fault::ClampMtu(payload) => self.network.clamp_payload(payload),
             // A member whose log is only in memory forgets what it acknowledged: Raft needs it kept.
-            Fault::Restart(member) if self.config.storage.is_some() => self.restart(member),
-            Fault::Restart(_) => {}
-            Fault::ClockJump { member, monotonic_ns, wall_ns } => {
+            &Fault::Restart(member) if self.config.storage.is_some() => {
+                self.restart_holding(member, Stop::Clean, self.synced_position(member))?
+            }
+            &Fault::Crash(member) if self.config.storage.is_some() => {
+                self.restart_holding(member, Stop::Crash, self.synced_position(member))?
+            }
+            Fault::PowerLoss(members) if self.config.storage.is_some() => {
+                let synced: Vec<Option<i64>> = members.iter().map(|&m| self.synced_position(m)).collect();
+                for &member in members {
+                    self.nodes[member].disk.power_loss();
+                    self.report.power_losses += 1;
+                }
+                for (&member, synced) in members.iter().zip(synced) {
+                    self.restart_holding(member, Stop::PowerLoss, synced)?;
+                }
+            }
+            Fault::Restart(_) | Fault::Crash(_) | Fault::PowerLoss(_) => {}
+            &Fault::FailingDisk(member, faults) => {
+                self.nodes[member].disk.set_faults(faults);
+                self.nodes[member].disk_failing = true;
+            }
+            &Fault::ClockJump { member, monotonic_ns, wall_ns } => {
                 let node = &mut self.nodes[member];
                 node.skew_ns += monotonic_ns;
                 node.time.jump_wall_clock(wall_ns);
             }
         }
+        Ok(())
     }
 
-    /// Stops member `i`'s process (its node closed, its shared memory removed; its data directory, the
-    /// recorded log and the vote file, stays) and starts it again on the same directories and clock.
-    fn restart(&mut self, i: usize) {
+    /// Member `i`'s recorder's synced position: what it may acknowledge, and must hold after any restart
+    /// (`batch` only: under `none` it is what was written, which a failed writeback may lose).
+    fn synced_position(&self, i: usize) -> Option<i64> {
+        let batch = self.config.storage == Some(SyncPolicy::Batch);
+        batch.then(|| crate::cluster::counter_value(&self.nodes[i].node, "recorder synced position")).flatten()
+    }
+
+    /// Restarts member `i` (as [`restart`](Self::restart)) and checks that its recorded log still reaches
+    /// `synced`, what it reported synced before it stopped.
+    fn restart_holding(&mut self, i: usize, stop: Stop, synced: Option<i64>) -> Result<(), SimFailure> {
+        self.restart(i, stop)?;
+        let recovered = crate::cluster::counter_value(&self.nodes[i].node, "recorder position");
+        match (synced, recovered) {
+            (Some(synced), Some(recovered)) if recovered < synced => {
+                Err(self.failure(Violation::LostDurable { member: i, synced, recovered }))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops member `i`'s process as `stop` says (closed, killed, or its machine's power lost: then its
+    /// disk already lost what was not synced), and starts it again on the same directories, disk and
+    /// clock. A node that refuses to start on a healthy disk is a violation.
+    fn restart(&mut self, i: usize, stop: Stop) -> Result<(), SimFailure> {
         let id = i as i32;
+        if stop == Stop::Crash {
+            self.nodes[i].disk.crash();
+        }
         let time = Arc::clone(&self.nodes[i].time);
         let busy_ns = Arc::clone(&self.nodes[i].busy_ns);
-        let env = environment(&self.config, &self.network, id, &time, &busy_ns, self.prng.next_u64());
-        // The old process goes first: its endpoints and directory are free for the new one.
+        let disk = self.nodes[i].disk.clone();
+        // The old process goes first: its endpoints and directory are free for the new one. Killed, its
+        // close path runs but writes nothing: its disk handles fail.
         let builder = node_builder(&self.scratch, id, &self.members, &self.config);
         let SimNode { node: old, skew_ns, .. } = self.nodes.remove(i);
         drop(old);
-        let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not restart: {e}"));
+        let env = environment(&self.config, &self.network, id, &time, &busy_ns, &disk, self.prng.next_u64());
+        let node = match builder.start_in(env) {
+            Ok(node) => node,
+            Err(e) => {
+                let failure = self.failure(Violation::RefusedStart { member: i, error: e.to_string() });
+                return Err(failure);
+            }
+        };
         let seen = (Role::Follower, -1, None);
-        self.nodes.insert(i, SimNode { node, time, paused_until_ns: 0, seen, skew_ns, busy_ns });
+        let (disk_failing, down) = (false, false);
+        let restarted = SimNode { node, time, paused_until_ns: 0, seen, skew_ns, busy_ns, disk, disk_failing, down };
+        self.nodes.insert(i, restarted);
         self.checker.restarted(i);
         self.report.restarts += 1;
+        Ok(())
     }
 
     /// Now and then, a host outside the cluster sends a member random bytes, or a member's datagram it
@@ -524,20 +669,30 @@ impl Simulation {
         self.report.forged += 1;
     }
 
-    /// Ends the faults whose time is up (all of them with `all`): the network heals, then the faults
-    /// still in force are put back.
-    fn end_faults(&mut self, all: bool) {
+    /// Ends the faults whose time is up (all of them with `all`): the network heals, a failing disk is
+    /// healthy again (its member started again if it stopped), then the faults still in force are put back.
+    fn end_faults(&mut self, all: bool) -> Result<(), SimFailure> {
         let now = self.now_ns;
         let ended: Vec<Fault> =
             self.faults.iter().filter(|(_, until)| all || *until <= now).map(|(f, _)| f.clone()).collect();
         if ended.is_empty() {
-            return;
+            return Ok(());
         }
         self.faults.retain(|(_, until)| !all && *until > now);
         for fault in &ended {
             self.trace(|| format!("fault over: {fault:?}"));
-            if let Fault::Pause(member) = fault {
-                self.nodes[*member].paused_until_ns = 0;
+            match *fault {
+                Fault::Pause(member) => self.nodes[member].paused_until_ns = 0,
+                Fault::FailingDisk(member, _) => {
+                    self.nodes[member].disk.set_faults(DiskFaults::default());
+                    self.nodes[member].disk_failing = false;
+                    if self.nodes[member].down {
+                        self.trace(|| format!("member {member} starts again on its healthy disk"));
+                        let synced = self.synced_position(member);
+                        self.restart_holding(member, Stop::Crash, synced)?;
+                    }
+                }
+                _ => {}
             }
         }
         self.network.heal();
@@ -545,8 +700,11 @@ impl Simulation {
         self.network.clamp_payload(quorumcast::frame::MAX_UDP_PAYLOAD_LENGTH);
         let still: Vec<Fault> = self.faults.iter().map(|(f, _)| f.clone()).collect();
         for fault in &still {
-            self.apply_fault(fault);
+            if !matches!(fault, Fault::FailingDisk(..)) {
+                self.apply_fault(fault)?;
+            }
         }
+        Ok(())
     }
 
     fn failure(&self, violation: Violation) -> SimFailure {
@@ -594,7 +752,7 @@ impl Simulation {
     }
 }
 
-/// Member `id`'s environment: its simulated clock, the network, a seed, the planted bugs, and (with a log
+/// Member `id`'s environment: its simulated clock, the network, its disk, a seed, the planted bugs, and (with a log
 /// cost) a charge for every log file its consensus thread makes itself.
 fn environment(
     config: &SimConfig,
@@ -602,10 +760,12 @@ fn environment(
     id: i32,
     time: &Arc<SimulatedTime>,
     busy_ns: &Arc<std::sync::atomic::AtomicU64>,
+    disk: &SimDisk,
     seed: u64,
 ) -> Environment {
     let mut env =
         Environment::deterministic(NanoClock::simulated(Arc::clone(time)), SharedNetwork::new(network.clone()), seed);
+    env.disk = disk.process();
     env.bugs = config.bugs;
     if config.log_cost_ns_per_kib > 0 {
         let (network, host, busy, per_kib) =
