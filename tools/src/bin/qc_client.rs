@@ -49,6 +49,7 @@ use quorumcast::client::{ClientConfig, ClusterClient};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::node::config::NodeFile;
 use quorumcast_tools::client_load::{drive, summary, ClientLoad};
+use quorumcast_tools::hiccup::ProcessTimes;
 use quorumcast_tools::report::{write_hgrm, Percentiles, NS_PER_US};
 
 /// Command line of qc-client.
@@ -103,6 +104,11 @@ struct Args {
     /// sched_yield].
     #[arg(long, value_name = "STRATEGY")]
     idle: Option<IdleStrategyConfig>,
+    /// Also measure this process's CPU time (`/proc/PID/stat`) over the run, beside the client's own: the
+    /// cluster's, when it runs in one process (the client bench passes it); `--json` writes both
+    /// (`cpu_s`, `cluster_cpu_s`).
+    #[arg(long, value_name = "PID")]
+    cluster_pid: Option<u32>,
     /// Measure the UDP round trip to the echo socket at this address instead (no cluster).
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["cluster", "member", "offer", "rate"])]
     udp_rtt: Option<SocketAddr>,
@@ -311,6 +317,7 @@ fn run(args: &Args) -> Result<bool, Usage> {
         duration: args.duration.map(Duration::from_secs_f64),
         timeout,
         warmup: args.warmup,
+        cluster_pid: args.cluster_pid,
     };
     let run = match drive(&mut client, &load, idle) {
         Ok(run) => run,
@@ -345,6 +352,14 @@ fn run(args: &Args) -> Result<bool, Usage> {
             "warmup": args.warmup,
             "latency_us": Percentiles::from_histogram(&run.latency_ns, NS_PER_US),
             "service_latency_us": Percentiles::from_histogram(&run.service_ns, NS_PER_US),
+            "cpu_s": run.cpu_ticks.map(ProcessTimes::seconds),
+            "cluster_cpu_s": run.cluster_cpu_ticks.map(ProcessTimes::seconds),
+            "client_stats": {
+                "datagrams_sent": run.stats.datagrams_sent,
+                "messages_sent": run.stats.messages_sent,
+                "datagrams_received": run.stats.datagrams_received,
+                "receive_calls": run.stats.receive_calls,
+            },
         }),
     );
     let all_offered = args.duration.is_some() || run.offered == offer;
