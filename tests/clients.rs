@@ -1077,3 +1077,35 @@ fn a_redirect_is_followed_at_once_and_the_known_leader_is_asked_first() {
     let stats = client.stats();
     assert_eq!((stats.ask_rounds, stats.asks, stats.redirects_followed), (2, 3, 1), "{stats:?}");
 }
+
+#[test]
+fn wait_returns_when_a_datagram_arrives_or_the_next_timer_is_due() {
+    // A stand-in member that never answers as a cluster would: it only echoes bytes back.
+    let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = ClientConfig::new(vec![(0, member.local_addr().unwrap())]);
+    config.connect_retry = Duration::from_millis(1);
+    let mut client = ClusterClient::new(config).unwrap();
+    // Idle, nothing to read: a zero timeout returns at once.
+    assert!(!client.wait(Duration::ZERO).unwrap());
+    // Opening: the next ask bounds an hour's wait (it returns, with nothing read).
+    client.start_connect();
+    client.poll(|_| {});
+    assert_eq!(client.stats().asks, 1);
+    assert!(!client.wait(Duration::from_secs(3600)).unwrap());
+    // A datagram from the member: an hour's wait ends with it there (the retry is pushed off first).
+    let mut buffer = [0u8; 2048];
+    let (_, from) = member.recv_from(&mut buffer).unwrap();
+    member.send_to(b"not a client datagram", from).unwrap();
+    let mut config = ClientConfig::new(vec![(0, member.local_addr().unwrap())]);
+    config.connect_retry = Duration::from_secs(3600);
+    let mut patient = ClusterClient::new(config).unwrap();
+    patient.start_connect();
+    patient.poll(|_| {});
+    let (_, from) = member.recv_from(&mut buffer).unwrap();
+    member.send_to(b"not a client datagram", from).unwrap();
+    assert!(patient.wait(Duration::from_secs(3600)).unwrap());
+    // It is read, and dropped as malformed: nothing reported.
+    let mut events = 0;
+    patient.poll(|_| events += 1);
+    assert_eq!((events, patient.stats().datagrams_received), (0, 1));
+}

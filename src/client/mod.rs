@@ -609,6 +609,59 @@ impl ClusterClient {
         Ok(correlation_id)
     }
 
+    /// Blocks (in `ppoll(2)` on the client's socket, spending no CPU) until a datagram is there to read,
+    /// `timeout` passes, or the client's next timer is due (a keep-alive, a resend, an ask for the
+    /// leader, the leader's silence, a lingering datagram), whichever is first; true when a datagram is
+    /// there. The idle of a caller with nothing to do until the cluster answers: it wakes when the answer
+    /// arrives, not at the end of a sleep, and leaves the core to others meanwhile (on a host whose cores
+    /// the cluster shares, a client that spins takes them from it). Call [`poll`](Self::poll) after it.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        let now = self.clock.now_ns();
+        let mut wait_ns = timeout.as_nanos().min(u128::from(u64::MAX)) as u64;
+        if let Some(due) = self.next_timer_ns() {
+            wait_ns = wait_ns.min(due.saturating_sub(now));
+        }
+        let mut fd = libc::pollfd { fd: self.socket.raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ts = libc::timespec {
+            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: one valid pollfd and a valid timespec, both on the stack for the call; no signal mask.
+        let ready = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+        match ready {
+            0 => Ok(false),
+            n if n > 0 => Ok(fd.revents & libc::POLLIN != 0),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// When the first of the client's timers is due (clock ns), if it has any.
+    fn next_timer_ns(&self) -> Option<u64> {
+        let after = |from: u64, d: Duration| from.saturating_add(d.as_nanos() as u64);
+        let linger = (!self.out.is_empty()).then(|| after(self.out_since_ns, self.config.linger));
+        let timers = match self.state {
+            State::Idle => None,
+            State::Opening | State::Reconnecting => Some(self.next_ask_ns),
+            State::Connected => {
+                let resend = self.in_flight.front().map(|p| after(p.sent_ns, self.config.resend_timeout));
+                let silent = after(self.last_heard_ns, self.config.leader_timeout);
+                let keepalive = after(self.last_sent_ns, self.config.keepalive_interval);
+                Some(silent.min(keepalive).min(resend.unwrap_or(u64::MAX)))
+            }
+        };
+        match (timers, linger) {
+            (Some(t), Some(l)) => Some(t.min(l)),
+            (t, l) => t.or(l),
+        }
+    }
+
     /// Closes the session (the leader is told; nothing in flight is resent after this).
     pub fn close(&mut self) {
         if self.state == State::Connected {

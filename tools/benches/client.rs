@@ -102,6 +102,10 @@ struct Cli {
     /// qc-client's, sched_yield].
     #[arg(long, value_name = "STRATEGY")]
     client_idle: Option<IdleStrategyConfig>,
+    /// The client process blocks on its socket when idle (`qc-client --wait`: no CPU spent waiting,
+    /// woken by the answer) instead of its idle strategy.
+    #[arg(long, conflicts_with = "client_idle")]
+    client_wait: bool,
     /// Microseconds an offered message may wait in the client for more to share its datagram
     /// (`ClientConfig::linger`; 0 sends at every poll).
     #[arg(long, value_name = "US", default_value_t = 0)]
@@ -418,6 +422,14 @@ fn client_runs(
     Ok((points, report))
 }
 
+/// How the client process idles.
+fn client_idle_name(client: &ClientProcess) -> String {
+    if client.wait {
+        return "wait (ppoll on its socket)".into();
+    }
+    client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string())
+}
+
 /// A CPU figure, or `?` where unmeasured.
 fn cpu(us: Option<f64>) -> String {
     us.map_or("?".into(), |c| format!("{c:.2}"))
@@ -579,9 +591,12 @@ fn main() -> ExitCode {
     }
     let settings = Settings::new(cli.quick);
     let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
-        Ok(client) => {
-            ClientProcess { idle: cli.client_idle, linger: Duration::from_micros(cli.client_linger_us), ..client }
-        }
+        Ok(client) => ClientProcess {
+            idle: cli.client_idle,
+            linger: Duration::from_micros(cli.client_linger_us),
+            wait: cli.client_wait,
+            ..client
+        },
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
@@ -600,7 +615,7 @@ fn main() -> ExitCode {
          messages, {} cores",
         if settings.quick { " (quick)" } else { "" },
         client.binary.display(),
-        client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string()),
+        client_idle_name(&client),
         quorumcast::agent::available_cores()
     );
     println!("layout: {layout}");
@@ -627,7 +642,7 @@ fn main() -> ExitCode {
         "message_bytes": MESSAGE,
         "client": {
             "binary": client.binary,
-            "idle": client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string()),
+            "idle": client_idle_name(&client),
         },
         "settings": {
             "mu_windows": settings.timings.mu_windows,

@@ -34,6 +34,9 @@ pub struct ClientLoad {
     pub warmup: u64,
     /// A process whose CPU time over the run is measured beside the client's own (the cluster's).
     pub cluster_pid: Option<u32>,
+    /// On a duty cycle without work, block in [`ClusterClient::wait`] until an answer arrives or the
+    /// next message is due (at most 1 ms), instead of calling the `idle` of [`drive`].
+    pub wait: bool,
 }
 
 /// What a run measured.
@@ -80,6 +83,10 @@ impl ClientRun {
         self.committed as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 }
+
+/// The longest [`ClientLoad::wait`] blocks at a time (the run's deadline and end of offers are checked
+/// between).
+const MAX_WAIT_NS: u64 = 1_000_000;
 
 /// Runs `load` through `client`, which must be connected; `idle` is called on a duty cycle without work.
 pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut()) -> Result<ClientRun, String> {
@@ -186,7 +193,21 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
             _ => {}
         });
         if work == 0 {
-            idle();
+            if load.wait {
+                let can_offer = offered < target && client.in_flight() < load.window;
+                let until_ns = match interval_ns {
+                    Some(interval) if can_offer => {
+                        ((offered as f64 * interval) as u64).saturating_sub(ns(Instant::now()))
+                    }
+                    None if can_offer => 0,
+                    _ => MAX_WAIT_NS,
+                };
+                if until_ns > 0 {
+                    let _ = client.wait(Duration::from_nanos(until_ns.min(MAX_WAIT_NS)));
+                }
+            } else {
+                idle();
+            }
         }
     }
     run.elapsed = start.elapsed();

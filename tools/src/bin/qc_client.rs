@@ -23,7 +23,8 @@
 //!
 //! `--idle` sets how it waits on a duty cycle that found nothing to do (an idle strategy as in a node
 //! file: `yield`, `sleep-ns:1000`, `backoff`, `noop`, ...); without it, it yields the CPU
-//! (`sched_yield`), which spins on an otherwise idle core.
+//! (`sched_yield`), which spins on an otherwise idle core. `--wait` instead blocks on the socket until
+//! an answer arrives or the next message is due (`ClusterClient::wait`): no CPU spent waiting.
 //!
 //! `--udp-rtt HOST:PORT` measures the UDP round trip to an echo socket instead (the floor under a
 //! client's latency; `cargo bench --bench client` runs the echo): `--samples` ping-pongs, one datagram
@@ -104,6 +105,10 @@ struct Args {
     /// sched_yield].
     #[arg(long, value_name = "STRATEGY")]
     idle: Option<IdleStrategyConfig>,
+    /// On a duty cycle without work, block on the socket (`ppoll`) until an answer arrives, the next
+    /// message is due (`--rate`) or a timer of the client: no CPU spent waiting, woken by the answer.
+    #[arg(long, conflicts_with = "idle")]
+    wait: bool,
     /// Also measure this process's CPU time (`/proc/PID/stat`) over the run, beside the client's own: the
     /// cluster's, when it runs in one process (the client bench passes it); `--json` writes both
     /// (`cpu_s`, `cluster_cpu_s`).
@@ -318,7 +323,13 @@ fn run(args: &Args) -> Result<bool, Usage> {
         timeout,
         warmup: args.warmup,
         cluster_pid: args.cluster_pid,
+        wait: args.wait,
     };
+    if args.wait {
+        if let Err(e) = set_timer_slack(Duration::from_nanos(1)) {
+            eprintln!("qc-client: warning: could not lower the timer slack: {e}");
+        }
+    }
     let run = match drive(&mut client, &load, idle) {
         Ok(run) => run,
         Err(e) => {

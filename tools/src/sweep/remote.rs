@@ -49,6 +49,8 @@ pub struct ClientProcess {
     pub idle: Option<IdleStrategyConfig>,
     /// Its `--linger-us`: how long an offered message may wait for more to share its datagram (0: none).
     pub linger: Duration,
+    /// Its `--wait`: block on the socket when idle (instead of `idle`).
+    pub wait: bool,
 }
 
 /// One load of a client process.
@@ -206,7 +208,7 @@ impl ClientProcess {
     pub fn find(built: &str) -> Result<Self, String> {
         let binary = PathBuf::from(built);
         if binary.is_file() {
-            return Ok(Self { binary, idle: None, linger: Duration::ZERO });
+            return Ok(Self { binary, idle: None, linger: Duration::ZERO, wait: false });
         }
         Self::next_to_current_exe().ok_or_else(|| {
             format!(
@@ -221,7 +223,7 @@ impl ClientProcess {
     pub fn next_to_current_exe() -> Option<Self> {
         let exe = std::env::current_exe().ok()?;
         let binary = exe.parent()?.parent()?.join("qc-client");
-        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO })
+        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO, wait: false })
     }
 
     fn command(&self) -> Command {
@@ -244,6 +246,9 @@ impl ClientProcess {
         }
         if !self.linger.is_zero() {
             command.arg("--linger-us").arg(self.linger.as_micros().to_string());
+        }
+        if self.wait {
+            command.arg("--wait");
         }
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         command
