@@ -102,6 +102,11 @@ struct Cli {
     /// qc-client's, sched_yield].
     #[arg(long, value_name = "STRATEGY")]
     client_idle: Option<IdleStrategyConfig>,
+    /// The cluster's consensus idle strategy, which is also the harness thread's (it invokes the leader's
+    /// consensus agent and the followers): e.g. `yield`, which never parks [default: the default backoff,
+    /// which parks up to 1 ms after cycles without work].
+    #[arg(long, value_name = "STRATEGY")]
+    consensus_idle: Option<IdleStrategyConfig>,
     /// The client process blocks on its socket when idle (`qc-client --wait`: no CPU spent waiting,
     /// woken by the answer) instead of its idle strategy.
     #[arg(long, conflicts_with = "client_idle")]
@@ -254,7 +259,10 @@ fn run_mtu(
     client: &ClientProcess,
     dir: &Path,
 ) -> Result<MtuResult, SweepError> {
-    let spec = spec(mtu);
+    let mut spec = spec(mtu);
+    if let Some(idle) = cli.consensus_idle {
+        spec.consensus_idle = idle;
+    }
     let t = &settings.timings;
     let mut warnings = Vec::new();
     let mu = with_cluster(&spec, &mut warnings, |cluster| measure::measure_mu(cluster, t, || Ok(None)))?;
@@ -609,7 +617,7 @@ fn main() -> ExitCode {
         eprintln!("cannot create {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
-    let layout = Layout::for_host().describe(IdleStrategyConfig::default());
+    let layout = Layout::for_host().describe(cli.consensus_idle.unwrap_or_default());
     println!(
         "client bench{}: 3 nodes over UDP loopback in this process, a qc-client process ({}, idle {}), {MESSAGE} B \
          messages, {} cores",
