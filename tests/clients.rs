@@ -1012,3 +1012,100 @@ fn offer_and_wait_returns_each_messages_response_once_it_is_applied() {
     let at_leader = applied[0].sessions.get(&session).cloned().unwrap_or_default();
     assert_eq!(at_leader, (1..=20).collect::<Vec<u64>>(), "{}", dump(&nodes));
 }
+
+/// Members 1 and 2 of a 3-member cluster, member 1 elected; member 0 is dead: its client endpoint is a
+/// socket nobody reads (returned, to keep it bound), and it never ran.
+fn start_without_member_0(scratch: &ScratchDir) -> (Vec<Member>, Vec<Node>, Vec<Applied>, UdpSocket) {
+    let members = members(3);
+    let dead = UdpSocket::bind(members[0].client).expect("member 0's client endpoint is free");
+    let mut nodes: Vec<Node> = (1..3)
+        .map(|id| {
+            test_builder(scratch, id, &members, test_channel())
+                .leader(1)
+                .memory_log()
+                .clients(clients_config())
+                .start()
+                .unwrap()
+        })
+        .collect();
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    (members, nodes, vec![Applied::default(); 2], dead)
+}
+
+/// A client of `order` that would wait an hour at each member that does not answer: reaching the leader
+/// at all shows that no connect retry was waited (the counts say how).
+fn patient_client(members: &[Member], order: &[usize], fanout: usize) -> ClusterClient {
+    let mut config = client_config(members, order);
+    config.connect_retry = Duration::from_secs(3600);
+    config.connect_fanout = fanout;
+    ClusterClient::new(config).unwrap()
+}
+
+#[test]
+fn a_dead_first_member_costs_a_new_client_no_connect_retry() {
+    let scratch = ScratchDir::new("clients-dead-first");
+    let (members, mut nodes, mut applied, _dead) = start_without_member_0(&scratch);
+    // The default fan-out: one round to every member; the dead one's silence costs nothing.
+    for _ in 0..3 {
+        let mut client = patient_client(&members, &[0, 1, 2], ClientConfig::new(Vec::new()).connect_fanout);
+        connect(&mut nodes, &mut applied, &mut client);
+        assert_eq!(client.leader(), Some(1));
+        let stats = client.stats();
+        assert_eq!((stats.ask_rounds, stats.asks), (1, 3), "{stats:?}");
+        let mut events = vec![Vec::new()];
+        let id = client.offer(b"one-shot").unwrap();
+        drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |c, _| c[0].in_flight() == 0, "commit");
+        assert_eq!(events[0], vec![format!("committed {id} response Some({id})")]);
+        client.close();
+    }
+}
+
+#[test]
+fn a_redirect_is_followed_at_once_and_the_known_leader_is_asked_first() {
+    let scratch = ScratchDir::new("clients-redirect-hint");
+    let (members, mut nodes, mut applied, _dead) = start_without_member_0(&scratch);
+    // One member at a time: member 2 names member 1, which is asked at once, in the same round.
+    let mut client = patient_client(&members, &[2, 0, 1], 1);
+    connect(&mut nodes, &mut applied, &mut client);
+    assert_eq!(client.leader(), Some(1));
+    let stats = client.stats();
+    assert_eq!((stats.ask_rounds, stats.asks, stats.redirects_followed), (1, 2, 1), "{stats:?}");
+    // A new session goes to the leader it knows first, past the dead member 0 the list would try next.
+    client.close();
+    connect(&mut nodes, &mut applied, &mut client);
+    assert_eq!(client.leader(), Some(1));
+    let stats = client.stats();
+    assert_eq!((stats.ask_rounds, stats.asks, stats.redirects_followed), (2, 3, 1), "{stats:?}");
+}
+
+#[test]
+fn wait_returns_when_a_datagram_arrives_or_the_next_timer_is_due() {
+    // A stand-in member that never answers as a cluster would: it only echoes bytes back.
+    let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = ClientConfig::new(vec![(0, member.local_addr().unwrap())]);
+    config.connect_retry = Duration::from_millis(1);
+    let mut client = ClusterClient::new(config).unwrap();
+    // Idle, nothing to read: a zero timeout returns at once.
+    assert!(!client.wait(Duration::ZERO).unwrap());
+    // Opening: the next ask bounds an hour's wait (it returns, with nothing read).
+    client.start_connect();
+    client.poll(|_| {});
+    assert_eq!(client.stats().asks, 1);
+    assert!(!client.wait(Duration::from_secs(3600)).unwrap());
+    // A datagram from the member: an hour's wait ends with it there (the retry is pushed off first).
+    let mut buffer = [0u8; 2048];
+    let (_, from) = member.recv_from(&mut buffer).unwrap();
+    member.send_to(b"not a client datagram", from).unwrap();
+    let mut config = ClientConfig::new(vec![(0, member.local_addr().unwrap())]);
+    config.connect_retry = Duration::from_secs(3600);
+    let mut patient = ClusterClient::new(config).unwrap();
+    patient.start_connect();
+    patient.poll(|_| {});
+    let (_, from) = member.recv_from(&mut buffer).unwrap();
+    member.send_to(b"not a client datagram", from).unwrap();
+    assert!(patient.wait(Duration::from_secs(3600)).unwrap());
+    // It is read, and dropped as malformed: nothing reported.
+    let mut events = 0;
+    patient.poll(|_| events += 1);
+    assert_eq!((events, patient.stats().datagrams_received), (0, 1));
+}

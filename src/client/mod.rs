@@ -28,6 +28,16 @@
 //! offer is sent by the next [`ClusterClient::poll`] (or when the datagram fills). At most
 //! [`ClientConfig::window`] messages are in flight; past that an offer is back-pressured.
 //!
+//! # Finding the leader
+//!
+//! An open (or, for a session that lost its leader, a reconnect) goes to
+//! [`ClientConfig::connect_fanout`] members at once: the member last known to lead first, then the
+//! others in list order. Only the leader appends an open (the others answer with a redirect naming the
+//! leader they know), so the first `OPENED` is the session's, and a dead member among those asked costs
+//! nothing. A redirect to a member not asked in the round is followed at once; only a round in which no
+//! member answered as the leader waits [`ClientConfig::connect_retry`] for the next.
+//! [`ClusterClient::stats`] counts the rounds and asks.
+//!
 //! # Invariants
 //!
 //! - Every offered message ends in exactly one [`Event::Committed`] or [`Event::NotApplied`], unless
@@ -76,10 +86,17 @@ pub struct ClientConfig {
     /// The oldest message in flight unanswered for this long is resent, with those after it.
     /// Default: `200ms`.
     pub resend_timeout: Duration,
-    /// While connecting, an open (or reconnect) is sent again this often, to the next member when the
-    /// last one did not answer.
+    /// While connecting, an open (or reconnect) is sent again this often, to the next members when the
+    /// last ones did not answer. An answer that names the leader is followed at once, without this wait.
     /// Default: `20ms`.
     pub connect_retry: Duration,
+    /// Members one open (or reconnect) goes to at once: the last known leader first, then the others in
+    /// list order (capped at the member count). The first that answers as the leader opens the session
+    /// (only a leader appends an open; the others answer with a redirect), so with more than one a dead
+    /// member costs nothing. 1 asks one member at a time, each that does not answer costing a
+    /// [`connect_retry`](Self::connect_retry).
+    /// Default: `3`.
+    pub connect_fanout: usize,
     /// The local address to bind (port 0: any).
     /// Default: `None`.
     pub bind: Option<SocketAddr>,
@@ -106,6 +123,7 @@ impl ClientConfig {
             leader_timeout: Duration::from_secs(1),
             resend_timeout: Duration::from_millis(200),
             connect_retry: Duration::from_millis(20),
+            connect_fanout: 3,
             bind: None,
             linger: Duration::ZERO,
             key: None,
@@ -266,6 +284,28 @@ pub enum ClosedReason {
     Displaced,
 }
 
+/// What a client has done so far (plain counts, read with [`ClusterClient::stats`]): how it found its
+/// leaders, and what it sent and read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Rounds of asking for a session or a leader: the first ask of each connect or reconnect, and each
+    /// [`ClientConfig::connect_retry`] that passed without an answer naming the leader.
+    pub ask_rounds: u64,
+    /// Datagrams of those rounds and of followed redirects (an open or reconnect to one member each).
+    pub asks: u64,
+    /// Answers naming another member as the leader that were followed at once (that member had not been
+    /// asked in the round).
+    pub redirects_followed: u64,
+    /// Datagrams sent (every kind).
+    pub datagrams_sent: u64,
+    /// Messages sent, resends included.
+    pub messages_sent: u64,
+    /// Datagrams read from the members.
+    pub datagrams_received: u64,
+    /// Receive calls (each a `recvmmsg` of up to 16 datagrams).
+    pub receive_calls: u64,
+}
+
 /// One message in flight.
 #[derive(Debug)]
 struct Pending {
@@ -298,8 +338,19 @@ pub struct ClusterClient {
     session_id: u64,
     /// The nonce of the open being asked for.
     nonce: u64,
-    /// The member asked (or connected to), by index in `members`.
+    /// The member connected to (or last asked alone), by index in `members`: where the session's
+    /// datagrams go.
     target: usize,
+    /// The member last known to lead, by index: asked first by the next round (then forgotten until an
+    /// answer names a leader again, so that a dead one is not asked alone forever).
+    known_leader: Option<usize>,
+    /// Where the next round's members start, after the known leader, by index.
+    cursor: usize,
+    /// The round each member was last asked in (`round` is the current one): a redirect to a member
+    /// asked in this round waits for that member's own answer.
+    asked_in: Vec<u64>,
+    round: u64,
+    stats: ClientStats,
     next_correlation: u64,
     in_flight: VecDeque<Pending>,
     free: Vec<Vec<u8>>,
@@ -381,6 +432,11 @@ impl ClusterClient {
             session_id: 0,
             nonce: seed | 1,
             target: 0,
+            known_leader: None,
+            cursor: 0,
+            asked_in: vec![0; config.members.len()],
+            round: 0,
+            stats: ClientStats::default(),
             next_correlation: 1,
             in_flight: VecDeque::with_capacity(config.window),
             free: Vec::new(),
@@ -415,6 +471,11 @@ impl ClusterClient {
     /// The member the client is connected to (or asking), by id.
     pub fn leader(&self) -> Option<i32> {
         Some(self.config.members[self.target].0).filter(|_| self.state == State::Connected)
+    }
+
+    /// What the client has done so far.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
     }
 
     /// The correlation id the next offer gets.
@@ -548,6 +609,59 @@ impl ClusterClient {
         Ok(correlation_id)
     }
 
+    /// Blocks (in `ppoll(2)` on the client's socket, spending no CPU) until a datagram is there to read,
+    /// `timeout` passes, or the client's next timer is due (a keep-alive, a resend, an ask for the
+    /// leader, the leader's silence, a lingering datagram), whichever is first; true when a datagram is
+    /// there. The idle of a caller with nothing to do until the cluster answers: it wakes when the answer
+    /// arrives, not at the end of a sleep, and leaves the core to others meanwhile (on a host whose cores
+    /// the cluster shares, a client that spins takes them from it). Call [`poll`](Self::poll) after it.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        let now = self.clock.now_ns();
+        let mut wait_ns = timeout.as_nanos().min(u128::from(u64::MAX)) as u64;
+        if let Some(due) = self.next_timer_ns() {
+            wait_ns = wait_ns.min(due.saturating_sub(now));
+        }
+        let mut fd = libc::pollfd { fd: self.socket.raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ts = libc::timespec {
+            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: one valid pollfd and a valid timespec, both on the stack for the call; no signal mask.
+        let ready = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+        match ready {
+            0 => Ok(false),
+            n if n > 0 => Ok(fd.revents & libc::POLLIN != 0),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// When the first of the client's timers is due (clock ns), if it has any.
+    fn next_timer_ns(&self) -> Option<u64> {
+        let after = |from: u64, d: Duration| from.saturating_add(d.as_nanos() as u64);
+        let linger = (!self.out.is_empty()).then(|| after(self.out_since_ns, self.config.linger));
+        let timers = match self.state {
+            State::Idle => None,
+            State::Opening | State::Reconnecting => Some(self.next_ask_ns),
+            State::Connected => {
+                let resend = self.in_flight.front().map(|p| after(p.sent_ns, self.config.resend_timeout));
+                let silent = after(self.last_heard_ns, self.config.leader_timeout);
+                let keepalive = after(self.last_sent_ns, self.config.keepalive_interval);
+                Some(silent.min(keepalive).min(resend.unwrap_or(u64::MAX)))
+            }
+        };
+        match (timers, linger) {
+            (Some(t), Some(l)) => Some(t.min(l)),
+            (t, l) => t.or(l),
+        }
+    }
+
     /// Closes the session (the leader is told; nothing in flight is resent after this).
     pub fn close(&mut self) {
         if self.state == State::Connected {
@@ -566,6 +680,8 @@ impl ClusterClient {
         let mut batch = self.batch.take().expect("put back after every poll");
         loop {
             let received = self.socket.recv_batch(&mut batch).unwrap_or(0);
+            self.stats.receive_calls += 1;
+            self.stats.datagrams_received += received as u64;
             for i in 0..received {
                 let datagram = batch.datagram(i);
                 let Some(member) = datagram.source.and_then(|s| self.config.members.iter().position(|m| m.1 == s))
@@ -635,22 +751,14 @@ impl ClusterClient {
                     return 0;
                 }
                 self.next_ask_ns = now + self.config.connect_retry.as_nanos() as u64;
-                let record = if self.state == State::Opening {
-                    RecordHeader::new(wire::OPEN, 0).correlation(self.nonce)
-                } else {
-                    RecordHeader::new(wire::RECONNECT, self.session_id)
-                };
-                self.push(record, &[]);
-                let sent = self.flush();
-                // The next ask goes to the next member, unless an answer names the leader first.
-                self.target = (self.target + 1) % self.config.members.len();
-                sent
+                self.ask_round()
             }
             State::Connected => {
                 if now.saturating_sub(self.last_heard_ns) >= self.config.leader_timeout.as_nanos() as u64 {
                     // The leader is silent: look for the leader, from the next member.
                     self.state = State::Reconnecting;
-                    self.target = (self.target + 1) % self.config.members.len();
+                    self.known_leader = None;
+                    self.cursor = (self.target + 1) % self.config.members.len();
                     self.next_ask_ns = 0;
                     return 1;
                 }
@@ -669,6 +777,73 @@ impl ClusterClient {
         }
     }
 
+    /// The record that asks for the session: an open, or a reconnect of the session.
+    fn ask_record(&self) -> RecordHeader {
+        if self.state == State::Opening {
+            RecordHeader::new(wire::OPEN, 0).correlation(self.nonce)
+        } else {
+            RecordHeader::new(wire::RECONNECT, self.session_id)
+        }
+    }
+
+    /// One round of asking: the open (or reconnect) to [`ClientConfig::connect_fanout`] members at
+    /// once, the known leader first (then forgotten), then the others from `cursor` on; returns the
+    /// datagrams sent. One datagram is sealed and sent to each (its sequence is the same to every member:
+    /// each member keeps its own window of a session's sequences).
+    fn ask_round(&mut self) -> usize {
+        let n = self.config.members.len();
+        let fanout = self.config.connect_fanout.clamp(1, n);
+        self.round += 1;
+        self.stats.ask_rounds += 1;
+        let record = self.ask_record();
+        self.push(record, &[]);
+        let leader = self.known_leader.take();
+        let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
+        let bytes = self.out.finish(seal);
+        let mut asked = 0;
+        if let Some(leader) = leader {
+            let _ = self.socket.send(bytes, Some(&self.addrs[leader]));
+            self.asked_in[leader] = self.round;
+            self.target = leader;
+            asked += 1;
+        }
+        // Each member at most once: at most n steps from the cursor.
+        let mut next = self.cursor;
+        for _ in 0..n {
+            if asked >= fanout {
+                break;
+            }
+            let member = next;
+            next = (next + 1) % n;
+            if Some(member) == leader {
+                continue;
+            }
+            let _ = self.socket.send(bytes, Some(&self.addrs[member]));
+            self.asked_in[member] = self.round;
+            if asked == 0 {
+                self.target = member;
+            }
+            asked += 1;
+        }
+        self.cursor = next;
+        self.out.clear();
+        self.last_sent_ns = self.clock.now_ns();
+        self.stats.asks += asked as u64;
+        self.stats.datagrams_sent += asked as u64;
+        asked
+    }
+
+    /// Asks member `member` alone, now (an answer named it the leader); returns the datagrams sent.
+    fn ask_one(&mut self, member: usize) -> usize {
+        self.asked_in[member] = self.round;
+        self.target = member;
+        let record = self.ask_record();
+        self.push(record, &[]);
+        let sent = self.flush();
+        self.stats.asks += sent as u64;
+        sent
+    }
+
     /// Resends every message in flight from `from` on; returns the datagrams sent.
     fn resend_from(&mut self, from: u64, now: u64) -> usize {
         let mut sent = 0;
@@ -683,11 +858,13 @@ impl ClusterClient {
             }
             self.out.push(record, &self.in_flight[i].bytes);
             self.in_flight[i].sent_ns = now;
+            self.stats.messages_sent += 1;
         }
         sent + self.flush()
     }
 
     fn push_message(&mut self, correlation_id: u64, message: &[u8]) {
+        self.stats.messages_sent += 1;
         self.push(RecordHeader::new(wire::MESSAGE, self.session_id).correlation(correlation_id), message);
     }
 
@@ -704,18 +881,31 @@ impl ClusterClient {
         if self.out.is_empty() {
             return 0;
         }
-        let key_id = self.config.key.as_ref().map_or(0, ClientKey::id);
-        let seal = match &self.token {
-            Some(token) if self.state != State::Opening => {
-                self.sequence += 1;
-                Seal { session_id: self.session_id, key_id, sequence: self.sequence, key: Some(token) }
-            }
-            _ => Seal { session_id: 0, key_id, sequence: 0, key: self.config.key.as_ref().map(ClientKey::key) },
-        };
+        let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
         let _ = self.socket.send(self.out.finish(seal), Some(&self.addrs[self.target]));
         self.out.clear();
         self.last_sent_ns = self.clock.now_ns();
+        self.stats.datagrams_sent += 1;
         1
+    }
+}
+
+/// How a client datagram is sealed: with the session's token (its next sequence), or, opening, with the
+/// client key (or untagged, without one).
+fn seal<'a>(
+    token: &'a Option<AuthKey>,
+    key: Option<&'a ClientKey>,
+    state: State,
+    session_id: u64,
+    sequence: &mut u64,
+) -> Seal<'a> {
+    let key_id = key.map_or(0, ClientKey::id);
+    match token {
+        Some(token) if state != State::Opening => {
+            *sequence += 1;
+            Seal { session_id, key_id, sequence: *sequence, key: Some(token) }
+        }
+        _ => Seal { session_id: 0, key_id, sequence: 0, key: key.map(ClientKey::key) },
     }
 }
 
@@ -745,16 +935,21 @@ fn on_record(
         wire::REDIRECT => {
             let leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
             if let (Some(leader), State::Opening | State::Reconnecting) = (leader, client.state) {
-                client.target = leader;
-                // Named another member: ask it now. Named itself (its term is starting): ask again on
-                // the retry timer, not at once.
-                if leader != member {
-                    client.next_ask_ns = 0;
+                // The next round asks it first.
+                client.known_leader = Some(leader);
+                // Named another member not yet asked in this round: ask it now. Named one asked in this
+                // round (its own answer is on the way), or itself (its term is starting): ask again on the
+                // retry timer, not at once.
+                if leader != member && client.asked_in[leader] != client.round {
+                    client.stats.redirects_followed += 1;
+                    client.ask_one(leader);
                 }
             } else if client.state == State::Connected && member == client.target {
-                // The member this client was connected to does not lead any more.
+                // The member this client was connected to does not lead any more: ask the one it names
+                // first, or, naming none, the others from the next one.
                 client.state = State::Reconnecting;
-                client.target = leader.unwrap_or((member + 1) % client.config.members.len());
+                client.known_leader = leader.filter(|&l| l != member);
+                client.cursor = (member + 1) % client.config.members.len();
                 client.next_ask_ns = 0;
             }
         }
@@ -766,12 +961,14 @@ fn on_record(
             client.session_id = record.session_id;
             client.state = State::Connected;
             client.target = member;
+            client.known_leader = Some(member);
             client.last_heard_ns = now;
             handler(Event::Connected { session_id: record.session_id, leader: client.config.members[member].0 });
         }
         wire::RECONNECTED if ours && client.state == State::Reconnecting => {
             client.state = State::Connected;
             client.target = member;
+            client.known_leader = Some(member);
             client.last_heard_ns = now;
             acknowledge_up_to(client, record.value as u64, handler);
             handler(Event::Connected { session_id: client.session_id, leader: client.config.members[member].0 });
@@ -812,6 +1009,7 @@ fn on_record(
             // address): the answer proves the client holds the token, from here.
             client.state = State::Reconnecting;
             client.target = member;
+            client.known_leader = Some(member);
             client.next_ask_ns = now + client.config.connect_retry.as_nanos() as u64;
             client.push(RecordHeader::new(wire::RECONNECT, client.session_id).correlation(record.correlation_id), &[]);
             client.flush();
@@ -865,6 +1063,7 @@ fn on_refused(
         RefusalCode::NotConnected if ours && client.state == State::Connected && member == client.target => {
             // The leader does not know this session (it was elected since): go on with it there.
             client.state = State::Reconnecting;
+            client.known_leader = Some(member);
             client.next_ask_ns = 0;
         }
         _ => {}

@@ -329,7 +329,8 @@ impl ClientIngress {
         }
         let mut work = self.send_egress(appending.is_some());
         if now_ns < self.next_receive_ns {
-            return work;
+            // What this cycle took from the egress ring leaves in this cycle, not with the next receive.
+            return work + self.flush();
         }
         let epoch_ns = self.clock.epoch_ns();
         let mut datagrams = 0;

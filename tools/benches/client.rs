@@ -36,8 +36,15 @@
 //!   client holds: `qc-client --client-key-file`), the same client points and closed loop: the cost of
 //!   client credentials beside session tags alone (every client datagram is tagged either way).
 //!
+//! Beside each rate, CPU microseconds per committed message (user + system time from `/proc/<pid>/stat`,
+//! every thread): in process, this process's over the capacity windows (the cluster and the harness that
+//! offers and applies); remote, the client process's and this (the cluster's) process's over the client's
+//! run from its first offer to its last acknowledgement, as the client reads both. A figure that the
+//! sharing of two cores moves much less than a rate.
+//!
 //! Checks, printed as met or missed: client rate / in-process rate at least 0.80; per rho, client p50 at
-//! most in-process p50 + UDP round-trip p50; closed-loop rate with a client key / without at least 0.90.
+//! most in-process p50 + UDP round-trip p50; closed-loop rate with a client key / without at least 0.90;
+//! remote CPU per committed message (client + cluster) / in-process at most 1.5.
 //!
 //! Thread layout (the sweep's, `Layout::for_host`; busy-spinning threads never outnumber the cores): on 2
 //! cores, the leader's Sender (with its receiver) on core 1 and the harness thread on core 0, invoking the
@@ -72,6 +79,9 @@ const MESSAGE: usize = 128;
 const TARGET_RATIO: f64 = 0.80;
 /// The closed-loop rate with a client key over the rate with session tags only that it should reach.
 const KEYED_TARGET: f64 = 0.90;
+/// Remote CPU per committed message (client process and cluster process) over in-process CPU per
+/// committed message (the cluster's process, its harness offering), at most.
+const CPU_TARGET: f64 = 1.5;
 
 /// A 3-node cluster in this process driven by a `qc-client` process, beside the same cluster driven
 /// in-process: committed msg/s at saturation, latency at rho x the in-process capacity, and the UDP
@@ -92,6 +102,15 @@ struct Cli {
     /// qc-client's, sched_yield].
     #[arg(long, value_name = "STRATEGY")]
     client_idle: Option<IdleStrategyConfig>,
+    /// The cluster's consensus idle strategy, which is also the harness thread's (it invokes the leader's
+    /// consensus agent and the followers): e.g. `yield`, which never parks [default: the default backoff,
+    /// which parks up to 1 ms after cycles without work].
+    #[arg(long, value_name = "STRATEGY")]
+    consensus_idle: Option<IdleStrategyConfig>,
+    /// The client process blocks on its socket when idle (`qc-client --wait`: no CPU spent waiting,
+    /// woken by the answer) instead of its idle strategy.
+    #[arg(long, conflicts_with = "client_idle")]
+    client_wait: bool,
     /// Microseconds an offered message may wait in the client for more to share its datagram
     /// (`ClientConfig::linger`; 0 sends at every poll).
     #[arg(long, value_name = "US", default_value_t = 0)]
@@ -191,6 +210,15 @@ impl MtuResult {
     fn keyed_ratio(&self) -> f64 {
         self.keyed.1.rate / self.client.rate.max(f64::MIN_POSITIVE)
     }
+
+    /// CPU microseconds per committed message: in process; remote (client process, cluster process);
+    /// remote (both) over in process.
+    fn cpu(&self) -> Option<(f64, f64, f64, f64)> {
+        let in_process = self.mu.cpu_us_per_msg()?;
+        let client = self.client.client_cpu_us_per_msg()?;
+        let cluster = self.client.cluster_cpu_us_per_msg()?;
+        Some((in_process, client, cluster, (client + cluster) / in_process.max(f64::MIN_POSITIVE)))
+    }
 }
 
 fn spec(mtu: usize) -> ClusterSpec {
@@ -231,14 +259,18 @@ fn run_mtu(
     client: &ClientProcess,
     dir: &Path,
 ) -> Result<MtuResult, SweepError> {
-    let spec = spec(mtu);
+    let mut spec = spec(mtu);
+    if let Some(idle) = cli.consensus_idle {
+        spec.consensus_idle = idle;
+    }
     let t = &settings.timings;
     let mut warnings = Vec::new();
     let mu = with_cluster(&spec, &mut warnings, |cluster| measure::measure_mu(cluster, t, || Ok(None)))?;
     println!(
-        "MTU {mtu}: in-process committed {} msg/s (windows {})",
+        "MTU {mtu}: in-process committed {} msg/s (windows {}), CPU {} us/msg",
         si(mu.mu),
-        mu.windows.iter().map(|&w| si(w)).collect::<Vec<_>>().join(" ")
+        mu.windows.iter().map(|&w| si(w)).collect::<Vec<_>>().join(" "),
+        mu.cpu_us_per_msg().map_or("?".into(), |c| format!("{c:.2}"))
     );
     let (points, floor, client_report) = with_cluster(&spec, &mut warnings, |cluster| {
         let mut times = SendTimes::new();
@@ -358,6 +390,12 @@ fn client_runs(
             c.report.service_latency_us.p99,
             c.report.leader.describe()
         );
+        println!(
+            "MTU {mtu}: client{tag} rho {rho:.2}: CPU us/msg client {} cluster {}; {}",
+            cpu(c.report.client_cpu_us_per_msg()),
+            cpu(c.report.cluster_cpu_us_per_msg()),
+            client_side(&c.report)
+        );
         points.push(c);
     }
     let seconds = settings.client_duration.as_secs_f64();
@@ -378,15 +416,43 @@ fn client_runs(
     let report = client.load(cluster, &saturation)?;
     println!(
         "MTU {mtu}: client{tag} closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
-         p99 {:.1} us; leader: {}",
+         p99 {:.1} us; CPU us/msg client {} cluster {}; {}; leader: {}",
         si(report.rate),
         report.committed,
         report.elapsed_s,
         report.latency_us.p50,
         report.latency_us.p99,
+        cpu(report.client_cpu_us_per_msg()),
+        cpu(report.cluster_cpu_us_per_msg()),
+        client_side(&report),
         report.leader.describe()
     );
     Ok((points, report))
+}
+
+/// How the client process idles.
+fn client_idle_name(client: &ClientProcess) -> String {
+    if client.wait {
+        return "wait (ppoll on its socket)".into();
+    }
+    client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string())
+}
+
+/// A CPU figure, or `?` where unmeasured.
+fn cpu(us: Option<f64>) -> String {
+    us.map_or("?".into(), |c| format!("{c:.2}"))
+}
+
+/// The client's own counts per committed message.
+fn client_side(report: &remote::ClientReport) -> String {
+    let c = &report.client_stats;
+    let per = |n: u64| n as f64 / report.committed.max(1) as f64;
+    format!(
+        "client per msg: {:.3} datagrams sent, {:.3} read, {:.3} receive calls",
+        per(c.datagrams_sent),
+        per(c.datagrams_received),
+        per(c.receive_calls)
+    )
 }
 
 fn met(ok: bool) -> &'static str {
@@ -406,6 +472,14 @@ fn print_table(r: &MtuResult) {
         r.ratio(),
         met(r.ratio() >= TARGET_RATIO)
     );
+    if let Some((in_process, client, cluster, ratio)) = r.cpu() {
+        println!(
+            "  CPU us per committed msg: in-process {in_process:.2}  remote {:.2} (client {client:.2} + cluster \
+             {cluster:.2})  ratio {ratio:.2} (target <= {CPU_TARGET:.1}: {})",
+            client + cluster,
+            met(ratio <= CPU_TARGET)
+        );
+    }
     println!(
         "  {:>5} {:>8} | {:>22} | {:>22} | {:>14} | client p50 <= in-process p50 + floor p50",
         "rho", "lambda", "in-process p50/p99 us", "client p50/p99 us", "UDP RTT p50 us"
@@ -447,7 +521,20 @@ fn print_table(r: &MtuResult) {
 fn mtu_json(r: &MtuResult) -> Value {
     json!({
         "mtu": r.mtu,
-        "in_process": { "committed_msgs_per_s": r.mu.mu, "windows": r.mu.windows },
+        "in_process": {
+            "committed_msgs_per_s": r.mu.mu,
+            "windows": r.mu.windows,
+            "cpu_us_per_msg": r.mu.cpu_us_per_msg(),
+        },
+        "cpu_us_per_msg": r.cpu().map(|(in_process, client, cluster, ratio)| json!({
+            "in_process": in_process,
+            "remote_client": client,
+            "remote_cluster": cluster,
+            "remote_total": client + cluster,
+            "ratio": ratio,
+            "target_ratio": CPU_TARGET,
+            "ratio_met": ratio <= CPU_TARGET,
+        })),
         "client": {
             "committed_msgs_per_s": r.client.rate,
             "committed": r.client.committed,
@@ -457,6 +544,8 @@ fn mtu_json(r: &MtuResult) -> Value {
             "duplicates": r.client.duplicates,
             "reconnects": r.client.reconnects,
             "leader_client_endpoint": r.client.leader,
+            "cpu_us_per_msg": { "client": r.client.client_cpu_us_per_msg(), "cluster": r.client.cluster_cpu_us_per_msg() },
+            "client_counts": r.client.client_stats,
         },
         "ratio": r.ratio(),
         "target_ratio": TARGET_RATIO,
@@ -489,6 +578,11 @@ fn mtu_json(r: &MtuResult) -> Value {
                 "latency_us": p.client.report.latency_us,
                 "service_latency_us": p.client.report.service_latency_us,
                 "leader_client_endpoint": p.client.report.leader,
+                "cpu_us_per_msg": {
+                    "client": p.client.report.client_cpu_us_per_msg(),
+                    "cluster": p.client.report.cluster_cpu_us_per_msg(),
+                },
+                "client_counts": p.client.report.client_stats,
             },
             "floor_p50_us": r.floor.rtt_us.p50,
             "client_p50_within_in_process_plus_floor": p.met(&r.floor),
@@ -505,9 +599,12 @@ fn main() -> ExitCode {
     }
     let settings = Settings::new(cli.quick);
     let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
-        Ok(client) => {
-            ClientProcess { idle: cli.client_idle, linger: Duration::from_micros(cli.client_linger_us), ..client }
-        }
+        Ok(client) => ClientProcess {
+            idle: cli.client_idle,
+            linger: Duration::from_micros(cli.client_linger_us),
+            wait: cli.client_wait,
+            ..client
+        },
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
@@ -520,13 +617,13 @@ fn main() -> ExitCode {
         eprintln!("cannot create {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
-    let layout = Layout::for_host().describe(IdleStrategyConfig::default());
+    let layout = Layout::for_host().describe(cli.consensus_idle.unwrap_or_default());
     println!(
         "client bench{}: 3 nodes over UDP loopback in this process, a qc-client process ({}, idle {}), {MESSAGE} B \
          messages, {} cores",
         if settings.quick { " (quick)" } else { "" },
         client.binary.display(),
-        client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string()),
+        client_idle_name(&client),
         quorumcast::agent::available_cores()
     );
     println!("layout: {layout}");
@@ -553,7 +650,7 @@ fn main() -> ExitCode {
         "message_bytes": MESSAGE,
         "client": {
             "binary": client.binary,
-            "idle": client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string()),
+            "idle": client_idle_name(&client),
         },
         "settings": {
             "mu_windows": settings.timings.mu_windows,

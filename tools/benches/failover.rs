@@ -19,6 +19,14 @@
 //!    others (`lost_committed` counts members whose first N entries differ, N being what the old leader
 //!    had applied; expected 0).
 //!
+//! `-- --one-shot-clients N` runs, instead of the trials, one-shot remote clients (a new `ClusterClient`
+//! each: connect, one message, its commit, close) against the cluster with member 0 leading, then with
+//! member 0 stopped (frozen as above) and another member leading, the clients listing the members from
+//! member 0: N clients per connect fan-out (`ClientConfig::connect_fanout` 1, one member at a time as the
+//! client asked before it had a fan-out, and 3), in interleaved blocks of 50. It prints, per phase and
+//! fan-out, the total time of the N clients, their p50/p99 connect-to-commit time and the asks per client,
+//! and writes `target/failover/latest/one_shot.json`.
+//!
 //! Results: a table and `target/failover/latest/summary.json` with `rows`, one per timer set:
 //! `timers`, `trials`, `timeouts`, `kill_to_commit_ms` and `kill_to_apply_ms` ({p50, p99, max}),
 //! `lost_committed`. The target on a LAN-class host with the `latency` timers: p99 kill-to-commit at most
@@ -31,10 +39,12 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use quorumcast::agent::ThreadingMode;
+use quorumcast::client::{ClientConfig, ClusterClient, Event};
 use quorumcast::cluster::consensus_core::Role;
 use quorumcast::cluster::consensus_core::Timers;
+use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::ChannelConfig;
-use quorumcast::node::{Member, Node, NodeBuilder};
+use quorumcast::node::{ClientEndpointConfig, Member, Node, NodeBuilder};
 use quorumcast_testkit::{members_on, shared_memory, Fnv1a64};
 use serde_json::{json, Value};
 
@@ -51,6 +61,9 @@ struct Args {
     /// Timer sets to run: `default`, `latency`, or both (comma-separated).
     #[arg(long, default_value = "default,latency")]
     timers: String,
+    /// One-shot clients per fan-out and phase instead of the failover trials (0: the trials).
+    #[arg(long, default_value_t = 0)]
+    one_shot_clients: usize,
     /// Accepted and ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
@@ -85,6 +98,8 @@ impl Running {
 
 struct Cluster {
     members: Vec<Running>,
+    /// The members' client endpoints.
+    addrs: Vec<(i32, std::net::SocketAddr)>,
     offered: u64,
     started: Instant,
     rate: u64,
@@ -92,9 +107,17 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(run: &str, timers: Timers, rate: u64) -> Self {
+    fn start(run: &str, timers: Timers, rate: u64, clients: Option<AuthKey>) -> Self {
         let members = members_on(Ipv4Addr::LOCALHOST.into(), 3).expect("free ports");
-        let nodes = (0..3).map(|id| builder(run, id, &members, timers).start().expect("the node starts"));
+        let nodes = (0..3).map(|id| {
+            let builder = builder(run, id, &members, timers);
+            let builder = match clients {
+                Some(key) => builder.clients(ClientEndpointConfig::enabled(key)),
+                None => builder,
+            };
+            builder.start().expect("the node starts")
+        });
+        let addrs = members.iter().map(|m| (m.id, m.client)).collect();
         let members = nodes
             .map(|node| Running {
                 node,
@@ -104,7 +127,7 @@ impl Cluster {
                 history: std::collections::VecDeque::with_capacity(HISTORY),
             })
             .collect();
-        Self { members, offered: 0, started: Instant::now(), rate, frozen: None }
+        Self { members, addrs, offered: 0, started: Instant::now(), rate, frozen: None }
     }
 
     /// The live member that leads, if any.
@@ -197,7 +220,7 @@ struct Row {
 }
 
 fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
-    let mut cluster = Cluster::start(name, timers, args.rate);
+    let mut cluster = Cluster::start(name, timers, args.rate, None);
     let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
     let mut row =
         Row { timers: name, trials: 0, timeouts: 0, commit: histogram(), apply: histogram(), lost_committed: 0 };
@@ -274,8 +297,171 @@ fn quantiles_ms(h: &Histogram<u64>) -> Value {
     json!({ "p50": ms(h.value_at_quantile(0.5)), "p99": ms(h.value_at_quantile(0.99)), "max": ms(h.max()) })
 }
 
+/// What the one-shot clients of one phase and fan-out took.
+struct OneShot {
+    phase: &'static str,
+    fanout: usize,
+    clients: usize,
+    total: Duration,
+    /// Connect to commit, per client (us).
+    each: Histogram<u64>,
+    asks: u64,
+    ask_rounds: u64,
+    /// Opens refused (asked again).
+    refused: u64,
+    failed: usize,
+}
+
+/// One client: a new `ClusterClient` of the members (member 0 first) connects, offers one message, waits
+/// for its commit and closes, while the bench steps the cluster; an open the leader refuses (its
+/// `clients.opens_per_second` from one address) is asked again at once, and counted. `None` on the trial
+/// timeout; else the time, the client's counts and the refusals.
+fn one_shot(cluster: &mut Cluster, fanout: usize, n: u64) -> Option<(Duration, quorumcast::client::ClientStats, u64)> {
+    let mut config = ClientConfig::new(cluster.addrs.clone());
+    config.connect_fanout = fanout;
+    let mut client = ClusterClient::new(config).expect("a client socket");
+    let began = Instant::now();
+    client.start_connect();
+    let mut message = [0u8; 16];
+    message[..8].copy_from_slice(&n.to_le_bytes());
+    let (mut offered, mut committed, mut refused) = (false, false, 0);
+    let until = Instant::now() + TRIAL_TIMEOUT;
+    while !committed {
+        if Instant::now() > until {
+            return None;
+        }
+        cluster.step();
+        if !offered && client.offer(&message).is_ok() {
+            offered = true;
+        }
+        let mut again = false;
+        let work = client.poll(|event| match event {
+            Event::Committed { correlation_id: 1, .. } => committed = true,
+            Event::ConnectRefused { .. } => again = true,
+            _ => {}
+        });
+        if again {
+            refused += 1;
+            client.start_connect();
+        }
+        if work == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let took = began.elapsed();
+    client.close();
+    Some((took, client.stats(), refused))
+}
+
+/// `--one-shot-clients`: see the module doc.
+fn run_one_shot(args: &Args) -> Vec<OneShot> {
+    const BLOCK: usize = 50;
+    const FANOUTS: [usize; 2] = [1, 3];
+    let key = AuthKey::generate().expect("a session key");
+    let mut cluster = Cluster::start("one-shot", Timers::default(), 0, Some(key));
+    let mut rows = Vec::new();
+    let mut n = 0u64;
+    for phase in ["member 0 leads", "member 0 stopped"] {
+        if phase == "member 0 stopped" {
+            cluster.members[0].node.pause_agents(Duration::from_secs(1));
+            cluster.frozen = Some(0);
+        }
+        let settled = cluster.step_until(|c| c.leader().is_some_and(|l| c.members[l].node.commit_position() > 0));
+        assert!(settled, "{phase}: no leader");
+        eprintln!("one-shot clients, {phase}: member {} leads", cluster.leader().expect("settled"));
+        let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+        let mut phase_rows: Vec<OneShot> = FANOUTS
+            .iter()
+            .map(|&fanout| OneShot {
+                phase,
+                fanout,
+                clients: 0,
+                total: Duration::ZERO,
+                each: histogram(),
+                asks: 0,
+                ask_rounds: 0,
+                refused: 0,
+                failed: 0,
+            })
+            .collect();
+        while phase_rows.iter().any(|r| r.clients + r.failed < args.one_shot_clients) {
+            for row in &mut phase_rows {
+                for _ in 0..BLOCK.min(args.one_shot_clients - row.clients - row.failed) {
+                    n += 1;
+                    match one_shot(&mut cluster, row.fanout, n) {
+                        Some((took, stats, refused)) => {
+                            row.refused += refused;
+                            row.clients += 1;
+                            row.total += took;
+                            row.each.record((took.as_micros() as u64).max(1)).expect("in bounds");
+                            row.asks += stats.asks;
+                            row.ask_rounds += stats.ask_rounds;
+                        }
+                        None => row.failed += 1,
+                    }
+                }
+            }
+        }
+        rows.extend(phase_rows);
+    }
+    cluster.close();
+    rows
+}
+
 fn main() {
     let args = Args::parse();
+    if args.one_shot_clients > 0 {
+        let rows = run_one_shot(&args);
+        println!(
+            "{:<18} {:>6} {:>7} {:>6} | {:>9} | {:>22} | {:>11} {:>11} {:>8}",
+            "phase",
+            "fanout",
+            "clients",
+            "failed",
+            "total s",
+            "per client ms p50/p99",
+            "asks/client",
+            "rounds/client",
+            "refused"
+        );
+        let mut json_rows = Vec::new();
+        for r in &rows {
+            let per = |x: u64| x as f64 / r.clients.max(1) as f64;
+            println!(
+                "{:<18} {:>6} {:>7} {:>6} | {:>9.2} | {:>22} | {:>11.2} {:>11.2} {:>8}",
+                r.phase,
+                r.fanout,
+                r.clients,
+                r.failed,
+                r.total.as_secs_f64(),
+                format!(
+                    "{:.2}/{:.2}",
+                    r.each.value_at_quantile(0.5) as f64 / 1e3,
+                    r.each.value_at_quantile(0.99) as f64 / 1e3
+                ),
+                per(r.asks),
+                per(r.ask_rounds),
+                r.refused
+            );
+            json_rows.push(json!({
+                "phase": r.phase,
+                "connect_fanout": r.fanout,
+                "clients": r.clients,
+                "failed": r.failed,
+                "total_s": r.total.as_secs_f64(),
+                "per_client_ms": quantiles_ms(&r.each),
+                "asks_per_client": per(r.asks),
+                "ask_rounds_per_client": per(r.ask_rounds),
+                "refused_opens": r.refused,
+            }));
+        }
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/failover/latest");
+        std::fs::create_dir_all(&dir).expect("the results directory");
+        let summary = json!({ "bench": "failover --one-shot-clients", "rows": json_rows });
+        std::fs::write(dir.join("one_shot.json"), serde_json::to_string_pretty(&summary).expect("json"))
+            .expect("one_shot.json written");
+        return;
+    }
     let mut rows = Vec::new();
     for name in args.timers.split(',').map(str::trim) {
         let (name, timers) = match name {

@@ -9,8 +9,10 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use quorumcast::client::{ClientOfferError, ClusterClient, Event};
+use quorumcast::client::{ClientOfferError, ClientStats, ClusterClient, Event};
 use quorumcast_testkit::fill_numbered;
+
+use crate::hiccup::ProcessTimes;
 
 /// What to offer.
 #[derive(Clone, Debug)]
@@ -30,6 +32,11 @@ pub struct ClientLoad {
     pub timeout: Duration,
     /// Messages before latency is recorded (the first connections, caches).
     pub warmup: u64,
+    /// A process whose CPU time over the run is measured beside the client's own (the cluster's).
+    pub cluster_pid: Option<u32>,
+    /// On a duty cycle without work, block in [`ClusterClient::wait`] until an answer arrives or the
+    /// next message is due (at most 1 ms), instead of calling the `idle` of [`drive`].
+    pub wait: bool,
 }
 
 /// What a run measured.
@@ -61,6 +68,13 @@ pub struct ClientRun {
     pub service_ns: Histogram<u64>,
     /// Correlation ids reported committed more than once (must stay 0).
     pub reported_twice: u64,
+    /// This process's CPU time over the run (user + system, every thread), in the kernel's ticks
+    /// ([`ProcessTimes::seconds`]); `None` where `/proc` cannot be read.
+    pub cpu_ticks: Option<u64>,
+    /// The [`ClientLoad::cluster_pid`] process's over the same time.
+    pub cluster_cpu_ticks: Option<u64>,
+    /// What the client did over the run (its counters' change).
+    pub stats: ClientStats,
 }
 
 impl ClientRun {
@@ -69,6 +83,10 @@ impl ClientRun {
         self.committed as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 }
+
+/// The longest [`ClientLoad::wait`] blocks at a time (the run's deadline and end of offers are checked
+/// between).
+const MAX_WAIT_NS: u64 = 1_000_000;
 
 /// Runs `load` through `client`, which must be connected; `idle` is called on a duty cycle without work.
 pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut()) -> Result<ClientRun, String> {
@@ -92,7 +110,12 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
         latency_ns: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
         service_ns: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
         reported_twice: 0,
+        cpu_ticks: None,
+        cluster_cpu_ticks: None,
+        stats: ClientStats::default(),
     };
+    let cluster_times = || load.cluster_pid.and_then(ProcessTimes::read_pid);
+    let (cpu_before, cluster_before, stats_before) = (ProcessTimes::read(), cluster_times(), client.stats());
     let start = Instant::now();
     let deadline = start + load.timeout;
     let ns = |at: Instant| at.duration_since(start).as_nanos() as u64;
@@ -170,12 +193,43 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
             _ => {}
         });
         if work == 0 {
-            idle();
+            if load.wait {
+                let can_offer = offered < target && client.in_flight() < load.window;
+                let until_ns = match interval_ns {
+                    Some(interval) if can_offer => {
+                        ((offered as f64 * interval) as u64).saturating_sub(ns(Instant::now()))
+                    }
+                    None if can_offer => 0,
+                    _ => MAX_WAIT_NS,
+                };
+                if until_ns > 0 {
+                    let _ = client.wait(Duration::from_nanos(until_ns.min(MAX_WAIT_NS)));
+                }
+            } else {
+                idle();
+            }
         }
     }
     run.elapsed = start.elapsed();
+    let since = |after: Option<ProcessTimes>, before: Option<ProcessTimes>| Some(after?.since(&before?).own);
+    run.cpu_ticks = since(ProcessTimes::read(), cpu_before);
+    run.cluster_cpu_ticks = since(cluster_times(), cluster_before);
+    run.stats = stats_delta(&client.stats(), &stats_before);
     run.offered = offered;
     Ok(run)
+}
+
+/// What the client counted from `before` to `after`.
+fn stats_delta(after: &ClientStats, before: &ClientStats) -> ClientStats {
+    ClientStats {
+        ask_rounds: after.ask_rounds - before.ask_rounds,
+        asks: after.asks - before.asks,
+        redirects_followed: after.redirects_followed - before.redirects_followed,
+        datagrams_sent: after.datagrams_sent - before.datagrams_sent,
+        messages_sent: after.messages_sent - before.messages_sent,
+        datagrams_received: after.datagrams_received - before.datagrams_received,
+        receive_calls: after.receive_calls - before.receive_calls,
+    }
 }
 
 /// The run as lines of `key value` pairs: counts, rate, and its latency percentiles in microseconds (from

@@ -275,6 +275,17 @@ impl ProcessTimes {
         Self::parse(&std::fs::read_to_string("/proc/self/stat").ok()?)
     }
 
+    /// Reads `/proc/<pid>/stat` (another process: a cluster's, from its client); `None` where it is
+    /// missing or unreadable.
+    pub fn read_pid(pid: u32) -> Option<Self> {
+        Self::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// Seconds of `ticks` ([`clock_ticks_per_s`]).
+    pub fn seconds(ticks: u64) -> f64 {
+        ticks as f64 / clock_ticks_per_s() as f64
+    }
+
     /// Parses a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may itself hold
     /// spaces and parentheses, so the fields are counted from the last `)`: field 3 (the state) is the
     /// first after it, `utime` is field 14. `None` when the line is cut short or a field is no number

@@ -23,6 +23,7 @@ fn the_tiny_sweep_takes_its_points_from_a_client_process() {
         binary: PathBuf::from(env!("CARGO_BIN_EXE_qc-client")),
         idle: Some(IdleStrategyConfig::default()),
         linger: std::time::Duration::ZERO,
+        wait: false,
     };
     let options = SweepOptions {
         profile: Profile::tiny(),

@@ -23,7 +23,8 @@
 //!
 //! `--idle` sets how it waits on a duty cycle that found nothing to do (an idle strategy as in a node
 //! file: `yield`, `sleep-ns:1000`, `backoff`, `noop`, ...); without it, it yields the CPU
-//! (`sched_yield`), which spins on an otherwise idle core.
+//! (`sched_yield`), which spins on an otherwise idle core. `--wait` instead blocks on the socket until
+//! an answer arrives or the next message is due (`ClusterClient::wait`): no CPU spent waiting.
 //!
 //! `--udp-rtt HOST:PORT` measures the UDP round trip to an echo socket instead (the floor under a
 //! client's latency; `cargo bench --bench client` runs the echo): `--samples` ping-pongs, one datagram
@@ -49,6 +50,7 @@ use quorumcast::client::{ClientConfig, ClusterClient};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::node::config::NodeFile;
 use quorumcast_tools::client_load::{drive, summary, ClientLoad};
+use quorumcast_tools::hiccup::ProcessTimes;
 use quorumcast_tools::report::{write_hgrm, Percentiles, NS_PER_US};
 
 /// Command line of qc-client.
@@ -103,6 +105,15 @@ struct Args {
     /// sched_yield].
     #[arg(long, value_name = "STRATEGY")]
     idle: Option<IdleStrategyConfig>,
+    /// On a duty cycle without work, block on the socket (`ppoll`) until an answer arrives, the next
+    /// message is due (`--rate`) or a timer of the client: no CPU spent waiting, woken by the answer.
+    #[arg(long, conflicts_with = "idle")]
+    wait: bool,
+    /// Also measure this process's CPU time (`/proc/PID/stat`) over the run, beside the client's own: the
+    /// cluster's, when it runs in one process (the client bench passes it); `--json` writes both
+    /// (`cpu_s`, `cluster_cpu_s`).
+    #[arg(long, value_name = "PID")]
+    cluster_pid: Option<u32>,
     /// Measure the UDP round trip to the echo socket at this address instead (no cluster).
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["cluster", "member", "offer", "rate"])]
     udp_rtt: Option<SocketAddr>,
@@ -311,7 +322,14 @@ fn run(args: &Args) -> Result<bool, Usage> {
         duration: args.duration.map(Duration::from_secs_f64),
         timeout,
         warmup: args.warmup,
+        cluster_pid: args.cluster_pid,
+        wait: args.wait,
     };
+    if args.wait {
+        if let Err(e) = set_timer_slack(Duration::from_nanos(1)) {
+            eprintln!("qc-client: warning: could not lower the timer slack: {e}");
+        }
+    }
     let run = match drive(&mut client, &load, idle) {
         Ok(run) => run,
         Err(e) => {
@@ -345,6 +363,14 @@ fn run(args: &Args) -> Result<bool, Usage> {
             "warmup": args.warmup,
             "latency_us": Percentiles::from_histogram(&run.latency_ns, NS_PER_US),
             "service_latency_us": Percentiles::from_histogram(&run.service_ns, NS_PER_US),
+            "cpu_s": run.cpu_ticks.map(ProcessTimes::seconds),
+            "cluster_cpu_s": run.cluster_cpu_ticks.map(ProcessTimes::seconds),
+            "client_stats": {
+                "datagrams_sent": run.stats.datagrams_sent,
+                "messages_sent": run.stats.messages_sent,
+                "datagrams_received": run.stats.datagrams_received,
+                "receive_calls": run.stats.receive_calls,
+            },
         }),
     );
     let all_offered = args.duration.is_some() || run.offered == offer;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::hiccup::ProcessTimes;
 use crate::probe::{probe_s, ProbeCores, SendRate};
 use quorumcast::agent::{cycle_bucket_ns, cycle_quantile_ns, CYCLE_BUCKETS};
 use quorumcast::media::transport::{probe_gso, SendMode};
@@ -158,12 +159,22 @@ pub struct MuRun {
     pub data_per_s: f64,
     /// Messages per data datagram the Sender achieved (both followers' copies counted once).
     pub messages_per_datagram: f64,
+    /// This process's CPU seconds (every thread, user + system, from `/proc/self/stat`) over the
+    /// windows: the cluster's and the harness's, which offers and applies; `None` where unreadable.
+    pub cpu_s: Option<f64>,
+    /// Messages committed over the windows.
+    pub committed: u64,
 }
 
 impl MuRun {
     /// The S of the prediction: the mean of the slices (0 when none measured a rate).
     pub fn s(&self) -> f64 {
         mean(&self.s_slices)
+    }
+
+    /// CPU microseconds per committed message over the windows, if measured.
+    pub fn cpu_us_per_msg(&self) -> Option<f64> {
+        Some(self.cpu_s? * 1e6 / self.committed.max(1) as f64)
     }
 }
 
@@ -254,12 +265,15 @@ struct Saturated {
     bursts: u64,
     full: u64,
     queues: QueueSamples,
+    /// This process's CPU ticks over the windows (`None` once a read failed).
+    cpu_ticks: Option<u64>,
 }
 
 impl Saturated {
     /// One window of `period` under saturating load.
     fn window(&mut self, cluster: &mut LoadCluster, period: Duration) -> Result<(), SweepError> {
         let before = cluster.stats();
+        let cpu_before = ProcessTimes::read();
         let (started, committed) = (Instant::now(), cluster.committed());
         let end = started + period;
         let mut next_sample = started;
@@ -273,6 +287,8 @@ impl Saturated {
             }
         }
         let seconds = started.elapsed().as_secs_f64();
+        let cpu = ProcessTimes::read().zip(cpu_before).map(|(after, before)| after.since(&before).own);
+        self.cpu_ticks = self.cpu_ticks.zip(cpu).map(|(sum, ticks)| sum + ticks);
         let after = cluster.stats();
         for (sum, (b, a)) in self.deltas.iter_mut().zip(before.iter().zip(&after)) {
             sum.accumulate(&a.since(b));
@@ -303,7 +319,7 @@ pub fn measure_mu(
     saturate(cluster, timings.mu_warmup)?;
     let mut s_slices = Vec::with_capacity(timings.mu_windows + 1);
     s_slices.extend(cluster.paused(&mut probe_s)?);
-    let mut run = Saturated::default();
+    let mut run = Saturated { cpu_ticks: Some(0), ..Saturated::default() };
     for _ in 0..timings.mu_windows.max(1) {
         saturate(cluster, timings.mu_resume)?;
         run.window(cluster, timings.mu_window)?;
@@ -347,6 +363,8 @@ pub fn measure_mu(
         c_per_s: run.per_second(consensus.commit_frames()) * D as f64,
         data_per_s,
         messages_per_datagram,
+        cpu_s: run.cpu_ticks.map(ProcessTimes::seconds),
+        committed: run.committed,
     })
 }
 

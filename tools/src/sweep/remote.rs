@@ -49,6 +49,8 @@ pub struct ClientProcess {
     pub idle: Option<IdleStrategyConfig>,
     /// Its `--linger-us`: how long an offered message may wait for more to share its datagram (0: none).
     pub linger: Duration,
+    /// Its `--wait`: block on the socket when idle (instead of `idle`).
+    pub wait: bool,
 }
 
 /// One load of a client process.
@@ -100,9 +102,44 @@ pub struct ClientReport {
     pub latency_us: Percentiles,
     /// Actual offer to commit acknowledgement, after the warm-up.
     pub service_latency_us: Percentiles,
+    /// The client process's CPU seconds (user + system) from its first offer to its last
+    /// acknowledgement; `None` where it could not read `/proc`.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
+    /// This (the cluster's) process's CPU seconds over the same time, as the client read them.
+    #[serde(default)]
+    pub cluster_cpu_s: Option<f64>,
+    /// The client's own counts over the same time.
+    #[serde(default)]
+    pub client_stats: ClientSideCounts,
     /// What the leader's client endpoint counted during the run (not in the client's JSON).
     #[serde(skip)]
     pub leader: EndpointCounts,
+}
+
+impl ClientReport {
+    /// The client process's CPU microseconds per committed message, if measured.
+    pub fn client_cpu_us_per_msg(&self) -> Option<f64> {
+        Some(self.cpu_s? * 1e6 / self.committed.max(1) as f64)
+    }
+
+    /// The cluster process's CPU microseconds per committed message, if measured.
+    pub fn cluster_cpu_us_per_msg(&self) -> Option<f64> {
+        Some(self.cluster_cpu_s? * 1e6 / self.committed.max(1) as f64)
+    }
+}
+
+/// A client process's own counts over its run (`ClientStats`'s): datagrams and receive calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ClientSideCounts {
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Messages sent, resends included.
+    pub messages_sent: u64,
+    /// Datagrams read.
+    pub datagrams_received: u64,
+    /// Receive calls (`recvmmsg`), the empty ones included.
+    pub receive_calls: u64,
 }
 
 /// The leader's client-endpoint counters over one client run: how well datagrams were filled each way.
@@ -171,7 +208,7 @@ impl ClientProcess {
     pub fn find(built: &str) -> Result<Self, String> {
         let binary = PathBuf::from(built);
         if binary.is_file() {
-            return Ok(Self { binary, idle: None, linger: Duration::ZERO });
+            return Ok(Self { binary, idle: None, linger: Duration::ZERO, wait: false });
         }
         Self::next_to_current_exe().ok_or_else(|| {
             format!(
@@ -186,7 +223,7 @@ impl ClientProcess {
     pub fn next_to_current_exe() -> Option<Self> {
         let exe = std::env::current_exe().ok()?;
         let binary = exe.parent()?.parent()?.join("qc-client");
-        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO })
+        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO, wait: false })
     }
 
     fn command(&self) -> Command {
@@ -210,6 +247,9 @@ impl ClientProcess {
         if !self.linger.is_zero() {
             command.arg("--linger-us").arg(self.linger.as_micros().to_string());
         }
+        if self.wait {
+            command.arg("--wait");
+        }
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }
@@ -231,7 +271,8 @@ impl ClientProcess {
             .args(["--window", &load.window.clamp(1, MAX_WINDOW).to_string()])
             .args(["--timeout", &format!("{:.3}", load.timeout.as_secs_f64())])
             .arg("--json")
-            .arg(&load.json);
+            .arg(&load.json)
+            .args(["--cluster-pid", &std::process::id().to_string()]);
         if let Some(duration) = load.duration {
             command.args(["--duration", &format!("{:.3}", duration.as_secs_f64())]);
         }
