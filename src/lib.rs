@@ -122,7 +122,7 @@ pub use crate::agent::idle::{Idle, IdleStrategy, IdleStrategyConfig};
 pub use crate::agent::ThreadingMode;
 pub use crate::client::session::Entry;
 pub use crate::client::{ClientConfig, ClientOfferError, ClusterClient, Committed, ConnectError, Event, WaitError};
-pub use crate::cluster::consensus_core::{Role, Timers};
+pub use crate::cluster::consensus_core::{Role, Timers, TransferError};
 pub use crate::media::auth::AuthKey;
 pub use crate::media::channel::ChannelConfig;
 pub use crate::media::transport::SendMode;

@@ -74,6 +74,19 @@ pub struct ReceiveChannelConfig {
     /// thread of its own: slower to join (tens of milliseconds on the receive loop for a large log), but
     /// deterministic, for the node simulator. Default: `false`.
     pub inline_image_files: bool,
+    /// A log file made beforehand (reserved and pre-touched, all zeros, the length of this channel's
+    /// logs) that the channel's first file-backed image takes instead of making one, so that a follower
+    /// joins its leader's log at once. Default: `None`.
+    pub spare_image: Option<SpareImage>,
+}
+
+/// A log file made beforehand for an image (see [`ReceiveChannelConfig::spare_image`]).
+#[derive(Clone, Debug)]
+pub struct SpareImage {
+    /// Its file: the image's file once it is taken.
+    pub path: PathBuf,
+    /// Its mapping.
+    pub region: Arc<crate::shm::buffer::Region>,
 }
 
 /// A follower's side of a replicated log, as the media layer sees it: how it acknowledges, and the
@@ -117,6 +130,7 @@ impl ReceiveChannelConfig {
             follower: None,
             reuse_port: false,
             inline_image_files: false,
+            spare_image: None,
         }
     }
 }
@@ -337,6 +351,8 @@ struct ReceiveChannel {
     image_file: Option<PathBuf>,
     /// An image whose file is being made off the receive loop.
     pending: Option<PendingImage>,
+    /// A log file made beforehand, for the first image.
+    spare_image: Option<SpareImage>,
     logs: ChannelLogs,
 }
 
@@ -432,7 +448,7 @@ impl<T: Transport> Receiver<T> {
         let mut subscriptions = Vec::with_capacity(configs.len());
         let mut warnings = Vec::new();
         let mut max_datagram = 0;
-        for config in configs {
+        for mut config in configs {
             config.channel.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
             let (endpoint, w) = network.bind(config.bind, &config.channel.binding(config.reuse_port))?;
             warnings.extend(w);
@@ -448,6 +464,7 @@ impl<T: Transport> Receiver<T> {
             let shared = Arc::new(ChannelShared::default());
             subscriptions.push(Subscription::new(Arc::clone(&shared)));
             endpoints.push(endpoint);
+            let spare_image = config.spare_image.take();
             channels.push(ReceiveChannel {
                 config,
                 images: Vec::new(),
@@ -456,6 +473,7 @@ impl<T: Transport> Receiver<T> {
                 next_elicit_ns: 0,
                 image_file: None,
                 pending: None,
+                spare_image,
                 logs: ChannelLogs::default(),
             });
         }
@@ -931,6 +949,19 @@ fn on_setup(
     // A file-backed image reserves its whole log on the file system (tens of milliseconds for 48 MiB):
     // that is done on a thread of its own, never on the receive loop; the image joins when it is made.
     let path = dir.join(format!("image-{}-{}.log", setup.stream_id, setup.session_id));
+    if let Some(spare) = channel.spare_image.take() {
+        // Made beforehand: the image joins now, under the name an image of this session has. A spare of
+        // another length (or one that cannot be renamed) is dropped, and the image made below.
+        if std::fs::rename(&spare.path, &path).is_ok() {
+            if let Ok(made) = LogBuffer::create_in(spare.region, log_config, 0) {
+                install_image(channel, counters, NewImage { source, join, file: Some(path) }, Ok(made), now_ns);
+                return;
+            }
+            let _ = std::fs::remove_file(&path);
+        } else {
+            let _ = std::fs::remove_file(&spare.path);
+        }
+    }
     if channel.config.inline_image_files {
         let made = LogBuffer::create(&path, log_config);
         install_image(channel, counters, NewImage { source, join, file: Some(path) }, made, now_ns);

@@ -39,7 +39,14 @@ pub(super) struct Shared {
     /// Role changes not yet handed to the application's callbacks.
     pub(super) events: Mutex<Vec<RoleChange>>,
     pub(super) event_generation: AtomicU64,
+    /// A leadership transfer asked of the consensus agent: [`NO_TRANSFER`], [`ANY_MEMBER`] or a member id.
+    transfer: AtomicI64,
 }
+
+/// No transfer is asked for.
+const NO_TRANSFER: i64 = i64::MIN;
+/// A transfer to the follower furthest along.
+const ANY_MEMBER: i64 = -1;
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,6 +66,21 @@ impl Shared {
             catch_ups: Arc::default(),
             events: Mutex::new(Vec::new()),
             event_generation: AtomicU64::new(0),
+            transfer: AtomicI64::new(NO_TRANSFER),
+        }
+    }
+
+    /// Asks the consensus agent to hand the leadership to `to` (`None`: the follower furthest along).
+    pub(super) fn request_transfer(&self, to: Option<i32>) {
+        self.transfer.store(to.map_or(ANY_MEMBER, i64::from), Ordering::Release);
+    }
+
+    /// The transfer asked for, if one was: its target (`None`: any).
+    pub(super) fn take_transfer(&self) -> Option<Option<i32>> {
+        match self.transfer.swap(NO_TRANSFER, Ordering::AcqRel) {
+            NO_TRANSFER => None,
+            ANY_MEMBER => Some(None),
+            id => Some(Some(id as i32)),
         }
     }
 

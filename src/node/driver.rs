@@ -253,6 +253,16 @@ impl ConsensusAgent {
         if std::mem::take(&mut self.preferred_leader) {
             self.core.campaign(now_ns, &mut self.outputs);
         }
+        if let Some(target) = self.shared.take_transfer() {
+            let log_end = match &self.current {
+                Current::Leading(leading) => leading.stage.position(),
+                _ => self.core.append_position(),
+            };
+            match self.core.transfer_leadership(target, log_end, now_ns, &mut self.outputs) {
+                Ok(to) => log::info!("member {}: handing the leadership to member {to}", self.wiring.config.id),
+                Err(e) => log::warn!("member {}: cannot transfer the leadership: {e}", self.wiring.config.id),
+            }
+        }
         let mut work = 0;
         if now_ns >= self.next_receive_ns {
             let received = self.receive(now_ns);
@@ -260,6 +270,10 @@ impl ConsensusAgent {
             self.next_receive_ns = if received > 0 { now_ns } else { now_ns + CONSENSUS_POLL_INTERVAL_NS };
             self.mirror_counters(now_ns);
             work += received;
+            // What the messages decided is carried out before the data path's positions are handed over:
+            // a new term's ReplicateFrom names the core's position now, and an image of the term it ends
+            // must not feed the core past it first (soak seeds 1796322893243130984, 1796322893239166647).
+            work += self.execute(now_ns)?;
         }
         work += self.feed(now_ns)?;
         self.core.tick(now_ns, &mut self.outputs);
@@ -500,6 +514,11 @@ impl ConsensusAgent {
         };
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
         leading.stage.on_commit(self.core.commit_position());
+        if self.core.is_transferring() {
+            // Handing the leadership over: nothing new, so the target can reach the end of the log (the
+            // ingress ring and the clients' sockets hold what arrives; a new leader's term drops it).
+            return leading.stage.send_commit_if_due(0, now_ns);
+        }
         let mut appended = leading.stage.drain(&self.ingress);
         if let Some(clients) = self.clients.as_mut() {
             let appending = Appending::new(&mut leading.stage, leading.term);

@@ -71,7 +71,7 @@ use std::time::Duration;
 use crate::agent::{AgentFailure, AgentHandles};
 use crate::client::session::Entry;
 use crate::cluster::consensus_core::Role;
-use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
+use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState, TransferError};
 use crate::frame::SESSION_FLAG;
 use crate::media::transport::{Binding, Network, Transport};
 use crate::setting::{Setting, SettingError};
@@ -321,6 +321,23 @@ impl Node {
     /// The member id of the leader this node knows (`None` while it knows none: an election runs).
     pub fn leader_id(&self) -> Option<i32> {
         self.shared.leader()
+    }
+
+    /// Hands this leader's leadership to member `to`, or (with `None`) to the follower furthest along:
+    /// the leader stops taking new entries, waits until the target holds its whole log, and tells it to
+    /// stand at once (Raft's TimeoutNow), so the cluster is without a leader for a round of votes rather
+    /// than an election timeout. The change shows as role changes ([`Node::on_role_change`]); a transfer
+    /// whose target has not won within the minimum election timeout is abandoned, and this member leads
+    /// on (the engine's log says why). Refused at once when this node does not lead.
+    pub fn transfer_leadership(&self, to: Option<i32>) -> Result<(), TransferError> {
+        if self.role() != Role::Leader {
+            return Err(TransferError::NotLeader);
+        }
+        if let Some(id) = to.filter(|&id| id == self.config.id || !self.config.members.iter().any(|m| m.id == id)) {
+            return Err(TransferError::NotAFollower(id));
+        }
+        self.shared.request_transfer(to);
+        Ok(())
     }
 
     /// The leadership term this node is in.

@@ -19,7 +19,9 @@ use crate::cluster::term_starts::TermStarts;
 use crate::media::channel::ChannelConfig;
 use crate::media::flow_control::FlowControlMode;
 use crate::media::network_publication::{ControlHandler, NetworkPublication, SenderCounters};
-use crate::media::receiver::{FollowerSeam, ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use crate::media::receiver::{
+    FollowerSeam, ReceiveChannelConfig, Receiver, ReceiverCounters, SpareImage, Subscription,
+};
 use crate::media::sender::Sender;
 use crate::media::transport::faulty::{FaultConfig, Faulty};
 use crate::media::transport::{Network, Udp};
@@ -92,6 +94,8 @@ pub(super) struct Wiring {
     /// A spare made on this thread (the first, at start; every one with [`LogFiles::Inline`]).
     ready: Option<(PathBuf, Arc<Region>)>,
     spares_made: u64,
+    /// Image files named so far (each follow's image takes the spare log file).
+    images_made: u64,
 }
 
 /// A leader's log for one term, its Sender handed to its place.
@@ -142,6 +146,7 @@ impl Wiring {
             spare_thread: None,
             ready: None,
             spares_made: 0,
+            images_made: 0,
         };
         // The first spare is made now, before the node joins an election: a member that wins its first
         // election without one makes its log on the consensus thread (a 48 MiB log took 125-233 ms), and
@@ -299,11 +304,16 @@ impl Wiring {
     /// Starts following `leader` from `position`: a Receiver that accepts only the leader's log, and
     /// makes its image start at `position`.
     pub(super) fn follow(
-        &self,
+        &mut self,
         leader: i32,
         position: i64,
         durable: Option<Counter>,
     ) -> Result<Followership, NodeError> {
+        // The spare log file is the image's (both are the channel's log length): the follower joins at
+        // once instead of waiting tens of milliseconds for a file, and a new spare is made meanwhile.
+        self.images_made += 1;
+        let image_path = self.directory.join(format!("image-{}.log", self.images_made));
+        let spare_image = self.take_spare(&image_path).map(|region| SpareImage { path: image_path, region });
         let config = &self.config;
         let me = config.me();
         let leader = config.member(leader).ok_or_else(|| NodeError::Config(format!("no member {leader}")))?;
@@ -319,6 +329,7 @@ impl Wiring {
         channel.reuse_port = true;
         channel.receiver_id = self.env.random(config.id as u64) as i64;
         channel.inline_image_files = self.env.log_files == LogFiles::Inline;
+        channel.spare_image = spare_image;
         let append = Counter::detached();
         append.set(position);
         let term_starts = Arc::new(TermStarts::default());

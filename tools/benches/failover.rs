@@ -27,6 +27,11 @@
 //! fan-out, the total time of the N clients, their p50/p99 connect-to-commit time and the asks per client,
 //! and writes `target/failover/latest/one_shot.json`.
 //!
+//! `-- --transfer` runs the trials with a leadership transfer instead of a stop: the leader is asked to
+//! hand its leadership to the next member (`Node::transfer_leadership`), and the times are measured from
+//! that request (`kill_to_commit_ms` is then request to the first commit, in the new term, of a message
+//! offered after the request). Target: p99 at most 2 heartbeat intervals.
+//!
 //! Results: a table and `target/failover/latest/summary.json` with `rows`, one per timer set:
 //! `timers`, `trials`, `timeouts`, `kill_to_commit_ms` and `kill_to_apply_ms` ({p50, p99, max}),
 //! `lost_committed`. The target on a LAN-class host with the `latency` timers: p99 kill-to-commit at most
@@ -61,6 +66,9 @@ struct Args {
     /// Timer sets to run: `default`, `latency`, or both (comma-separated).
     #[arg(long, default_value = "default,latency")]
     timers: String,
+    /// Hand the leadership over (Raft's TimeoutNow) instead of stopping the leader.
+    #[arg(long)]
+    transfer: bool,
     /// One-shot clients per fan-out and phase instead of the failover trials (0: the trials).
     #[arg(long, default_value_t = 0)]
     one_shot_clients: usize,
@@ -246,10 +254,15 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         }
         let leader = cluster.leader().expect("settled");
         let old_term = cluster.members[leader].node.leadership_term_id();
-        // Stop it: from here it sends and reads nothing.
+        // Stop it: from here it sends and reads nothing. Or, with `--transfer`, ask it to hand over.
         let stopped = Instant::now();
-        cluster.members[leader].node.pause_agents(Duration::from_secs(1));
-        cluster.frozen = Some(leader);
+        if args.transfer {
+            let to = cluster.members[(leader + 1) % 3].node.id();
+            cluster.members[leader].node.transfer_leadership(Some(to)).expect("the leader transfers");
+        } else {
+            cluster.members[leader].node.pause_agents(Duration::from_secs(1));
+            cluster.frozen = Some(leader);
+        }
         let first_after = cluster.offered;
         let applied_at_stop = cluster.members[leader].applied;
         let digest_at_stop = cluster.members[leader].digest.value();
@@ -521,7 +534,7 @@ fn main() {
     let summary = json!({
         "bench": "failover",
         "rate": args.rate,
-        "stop": "the leader's agents frozen in process",
+        "stop": if args.transfer { "a leadership transfer to the next member" } else { "the leader's agents frozen in process" },
         "rows": json_rows,
     });
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/failover/latest");

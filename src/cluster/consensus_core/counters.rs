@@ -29,4 +29,8 @@ pub struct CoreCounters {
     pub truncations: u64,
     /// Leaderships given up for want of a majority (or because a higher term appeared).
     pub step_downs: u64,
+    /// Leadership transfers started.
+    pub transfers: u64,
+    /// Leadership transfers abandoned (the target did not win within the minimum election timeout).
+    pub transfers_abandoned: u64,
 }

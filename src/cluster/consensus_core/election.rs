@@ -115,8 +115,13 @@ impl ConsensusCore {
         if ballot.granted.len() < self.majority {
             return;
         }
+        self.stand(ballot.term, now_ns, out);
+    }
+
+    /// Stands as candidate in `term`: votes for itself, persists that, and requests votes.
+    pub(super) fn stand(&mut self, term: i64, now_ns: u64, out: &mut Vec<Output>) {
         self.counters.elections += 1;
-        self.term = ballot.term;
+        self.term = term;
         self.voted_for = Some(self.config.member_id);
         self.persist(out);
         self.phase = Phase::Candidate(Ballot::new(self.term, self.config.member_id, self.next_request_ns(now_ns)));

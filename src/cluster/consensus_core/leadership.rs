@@ -33,6 +33,7 @@ impl ConsensusCore {
             next_heartbeat_ns: now_ns.saturating_add(self.config.timers.heartbeat_interval_ns),
             positions: vec![0; peers.len()],
             peers,
+            transfer: None,
         };
         let announcement = self.announcement(&leadership);
         self.phase = Phase::Leader(leadership);
@@ -59,7 +60,9 @@ impl ConsensusCore {
         }
         if !self.majority_heard(now_ns) {
             self.step_down(now_ns, out);
+            return;
         }
+        self.send_timeout_now_if_due(now_ns, out);
     }
 
     /// The commit position to everyone, and the term's announcement again to members not yet heard.
@@ -121,6 +124,7 @@ impl ConsensusCore {
         }
         peer.matched_position = position;
         self.update_commit(now_ns, out);
+        self.send_timeout_now_if_due(now_ns, out);
     }
 
     /// A follower asks where its last term ends in this leader's log.

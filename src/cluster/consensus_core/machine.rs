@@ -11,6 +11,7 @@ use super::prng::SplitMix64;
 use super::quorum::AckRule;
 use super::role::Role;
 use super::term_history::{LeaderTerm, TermHistory};
+use super::transfer::Transfer;
 use super::MemberId;
 
 /// The grants collected in a canvass or an election.
@@ -101,6 +102,8 @@ pub(super) struct Leadership {
     pub(super) peers: Vec<Peer>,
     /// Scratch for the quorum computation, one per peer.
     pub(super) positions: Vec<i64>,
+    /// A leadership transfer in progress.
+    pub(super) transfer: Option<Transfer>,
 }
 
 /// The role-specific state.
@@ -218,6 +221,9 @@ impl ConsensusCore {
             Message::CommitPosition { leadership_term_id, log_position } => {
                 self.on_commit_position(from, leadership_term_id, log_position, now_ns, out)
             }
+            Message::TimeoutNow { leadership_term_id, log_position } => {
+                self.on_timeout_now(from, leadership_term_id, log_position, now_ns, out)
+            }
         }
     }
 
@@ -265,7 +271,10 @@ impl ConsensusCore {
         self.history.append(leadership_term_id, self.append_position);
         self.append_position = position;
         match self.phase {
-            Phase::Leader(_) => self.update_commit(now_ns, out),
+            Phase::Leader(_) => {
+                self.update_commit(now_ns, out);
+                self.send_timeout_now_if_due(now_ns, out);
+            }
             Phase::Follower(_) => self.on_follower_append(now_ns, out),
             Phase::Canvass(_) | Phase::Candidate(_) => {}
         }

@@ -85,6 +85,15 @@ pub enum Message {
         /// The commit position.
         log_position: i64,
     },
+    /// Raft's TimeoutNow (leadership transfer): the leader of `leadership_term_id`, which takes no new
+    /// entries meanwhile, tells a follower holding its log up to `log_position` to stand for election at
+    /// once, without a canvass.
+    TimeoutNow {
+        /// The leader's term.
+        leadership_term_id: i64,
+        /// The leader's append position: the follower stands only if it holds the log up to it.
+        log_position: i64,
+    },
 }
 
 impl Message {
@@ -98,7 +107,8 @@ impl Message {
             | Self::NewLeadershipTerm { leadership_term_id, .. }
             | Self::TermQuery { leadership_term_id, .. }
             | Self::AppendPosition { leadership_term_id, .. }
-            | Self::CommitPosition { leadership_term_id, .. } => leadership_term_id,
+            | Self::CommitPosition { leadership_term_id, .. }
+            | Self::TimeoutNow { leadership_term_id, .. } => leadership_term_id,
         }
     }
 
@@ -128,7 +138,8 @@ impl Message {
                 &[*leadership_term_id, *log_leadership_term_id, *log_position]
             }
             Self::AppendPosition { leadership_term_id, log_position }
-            | Self::CommitPosition { leadership_term_id, log_position } => &[*leadership_term_id, *log_position],
+            | Self::CommitPosition { leadership_term_id, log_position }
+            | Self::TimeoutNow { leadership_term_id, log_position } => &[*leadership_term_id, *log_position],
         };
         values.iter().all(|&v| (0..i64::MAX).contains(&v))
     }

@@ -27,7 +27,10 @@
 //!   ([`Message::NewLeadershipTerm`], [`Message::TermQuery`]), truncates the rest, which is never committed
 //!   ([`Output::Truncate`]), and replicates from there ([`Output::ReplicateFrom`]);
 //! - the leader's heartbeats are its commit positions, sent at least every heartbeat interval; a leader
-//!   that has not heard from a majority for the heartbeat timeout steps down.
+//!   that has not heard from a majority for the heartbeat timeout steps down;
+//! - a leader hands its leadership to a follower on request ([`ConsensusCore::transfer_leadership`]):
+//!   it takes no new entries, and once the follower holds its whole log tells it to stand at once
+//!   ([`Message::TimeoutNow`]).
 //!
 //! # Driving a core
 //!
@@ -79,6 +82,7 @@ pub mod prng;
 mod quorum;
 mod role;
 pub mod term_history;
+mod transfer;
 pub mod wire;
 
 #[cfg(test)]
@@ -93,6 +97,7 @@ pub use output::{CoreError, Destination, Output};
 pub use quorum::{follower_commit, quorum_position, AckRule};
 pub use role::Role;
 pub use term_history::{TermBase, TermHistory};
+pub use transfer::TransferError;
 
 /// A cluster member's id, as carried in the consensus frames.
 pub type MemberId = i32;

@@ -264,6 +264,74 @@ fn a_leader_without_a_majority_steps_down() {
     assert_eq!(leader.leadership_term_id(), 1);
 }
 
+/// A transfer: the leader takes nothing new, tells the target once it holds the whole log, and the
+/// target stands at once without a canvass.
+#[test]
+fn a_leader_hands_over_once_the_target_holds_its_log_and_the_target_stands_at_once() {
+    let mut leader = core_with(1, 1, None, &[(1, 0)], 100, 0);
+    let mut out = Vec::new();
+    win(&mut leader, &mut out);
+    leader.on_append_position(2, 132, 1001 * MS, &mut out);
+    assert_eq!(leader.transfer_leadership(Some(1), 132, 1001 * MS, &mut out), Err(TransferError::NotAFollower(1)));
+    out.clear();
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 100 }, 1002 * MS, &mut out);
+    assert_eq!(leader.transfer_leadership(None, 132, 1002 * MS, &mut out), Ok(2), "the live follower furthest along");
+    assert!(leader.is_transferring());
+    assert!(!sent(&out).iter().any(|(_, m)| matches!(m, Message::TimeoutNow { .. })), "2 lacks 100..132");
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 132 }, 1003 * MS, &mut out);
+    let timeout_now = Message::TimeoutNow { leadership_term_id: 2, log_position: 132 };
+    assert!(sent(&out).contains(&(Destination::Member(2), timeout_now)));
+
+    // The target, following 1 in term 2 and holding 132, stands for term 3 at once.
+    let mut target = core_with(2, 2, Some(1), &[(1, 0), (2, 100)], 132, 0);
+    let mut out = Vec::new();
+    target.on_message(1, Message::CommitPosition { leadership_term_id: 2, log_position: 100 }, MS, &mut out);
+    target.on_message(3, timeout_now, 2 * MS, &mut out);
+    assert_eq!(target.role(), Role::Follower, "only the leader's TimeoutNow counts");
+    target.on_message(1, Message::TimeoutNow { leadership_term_id: 2, log_position: 164 }, 2 * MS, &mut out);
+    assert_eq!(target.role(), Role::Follower, "not before it holds the position told");
+    target.on_message(1, timeout_now, 2 * MS, &mut out);
+    assert_eq!((target.role(), target.leadership_term_id()), (Role::Candidate, 3));
+    assert!(out.contains(&Output::Persist { leadership_term_id: 3, voted_for: Some(2) }));
+    assert!(sent(&out).iter().any(|(to, m)| *to == Destination::Others && matches!(m, Message::RequestVote { .. })));
+}
+
+/// Found by the node simulator: a leader whose log ran ahead of what it had made durable sent TimeoutNow
+/// while its own (and a follower's) log grew past the target's, and the target could win no vote. The
+/// leader now waits until its durable position and the target's both reach its log's end.
+#[test]
+fn a_transfer_waits_until_the_leaders_whole_log_is_durable_and_on_the_target() {
+    let mut leader = elected_leader();
+    let mut out = Vec::new();
+    leader.on_append_position(1, 64, 1000 * MS, &mut out);
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 64 }, 1000 * MS, &mut out);
+    out.clear();
+    assert_eq!(leader.transfer_leadership(Some(2), 96, 1000 * MS, &mut out), Ok(2));
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 64 }, 1001 * MS, &mut out);
+    leader.on_append_position(1, 96, 1001 * MS, &mut out);
+    assert!(!sent(&out).iter().any(|(_, m)| matches!(m, Message::TimeoutNow { .. })), "2 holds 64 of 96");
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 96 }, 1002 * MS, &mut out);
+    let timeout_now = Message::TimeoutNow { leadership_term_id: 1, log_position: 96 };
+    assert!(sent(&out).contains(&(Destination::Member(2), timeout_now)));
+}
+
+#[test]
+fn a_transfer_is_abandoned_after_the_minimum_election_timeout() {
+    let mut leader = elected_leader();
+    let mut out = Vec::new();
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1000 * MS, &mut out);
+    leader.on_message(3, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1000 * MS, &mut out);
+    assert_eq!(leader.transfer_leadership(Some(3), 0, 1000 * MS, &mut out), Ok(3));
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1100 * MS, &mut out);
+    leader.tick(1100 * MS, &mut out);
+    assert!(leader.is_transferring());
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1150 * MS, &mut out);
+    leader.tick(1150 * MS, &mut out);
+    assert!(!leader.is_transferring(), "abandoned: the leader takes entries again");
+    assert_eq!((leader.role(), leader.counters().transfers_abandoned), (Role::Leader, 1));
+    assert_eq!(core(2).transfer_leadership(None, 0, 0, &mut out), Err(TransferError::NotLeader));
+}
+
 #[test]
 fn a_leader_commits_only_once_its_own_term_is_on_a_majority() {
     // Member 1 holds bytes of term 1 up to 100, becomes leader of term 2 with base 100.
@@ -629,6 +697,7 @@ mod arbitrary_inputs {
             }),
             (value(), value()).prop_map(|(a, b)| Message::AppendPosition { leadership_term_id: a, log_position: b }),
             (value(), value()).prop_map(|(a, b)| Message::CommitPosition { leadership_term_id: a, log_position: b }),
+            (value(), value()).prop_map(|(a, b)| Message::TimeoutNow { leadership_term_id: a, log_position: b }),
         ]
     }
 

@@ -15,6 +15,7 @@
 //! | 0x45 | [`ElectionReplyFrame`] (32) | [`Message::Vote`] |
 //! | 0x46 | [`NewLeadershipTermFrame`] (56) | [`Message::NewLeadershipTerm`] |
 //! | 0x47 | [`TermQueryFrame`] (40) | [`Message::TermQuery`] |
+//! | 0x48 | [`TimeoutNowFrame`] (32) | [`Message::TimeoutNow`] |
 //!
 //! [`decode`] accepts any bytes at any alignment: it copies the frame out with
 //! [`bytemuck::pod_read_unaligned`] after checked slicing, and reports bad input as a [`FrameError`],
@@ -43,6 +44,8 @@ pub const TYPE_VOTE: u16 = 0x45;
 pub const TYPE_NEW_LEADERSHIP_TERM: u16 = 0x46;
 /// Term query.
 pub const TYPE_TERM_QUERY: u16 = 0x47;
+/// TIMEOUT_NOW: a leader hands its leadership to the receiver.
+pub const TYPE_TIMEOUT_NOW: u16 = 0x48;
 
 /// Length of an [`ElectionRequestFrame`].
 pub const ELECTION_REQUEST_LENGTH: usize = 48;
@@ -52,6 +55,8 @@ pub const ELECTION_REPLY_LENGTH: usize = 32;
 pub const NEW_LEADERSHIP_TERM_LENGTH: usize = 56;
 /// Length of a [`TermQueryFrame`].
 pub const TERM_QUERY_LENGTH: usize = 40;
+/// Length of a TIMEOUT_NOW frame.
+pub const TIMEOUT_NOW_LENGTH: usize = 32;
 /// The longest consensus frame: a buffer this long fits any of them.
 pub const MAX_CONSENSUS_FRAME_LENGTH: usize = NEW_LEADERSHIP_TERM_LENGTH;
 
@@ -134,6 +139,28 @@ pub struct NewLeadershipTermFrame {
     pub commit_position: i64,
 }
 
+/// TIMEOUT_NOW (32 bytes): the leader tells a follower to stand for election now.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct TimeoutNowFrame {
+    /// [`TIMEOUT_NOW_LENGTH`].
+    pub frame_length: i32,
+    /// [`CURRENT_VERSION`].
+    pub version: u8,
+    /// No flags defined.
+    pub flags: u8,
+    /// [`TYPE_TIMEOUT_NOW`].
+    pub frame_type: u16,
+    /// The leader (offset 8).
+    pub member_id: i32,
+    /// Written as 0, ignored on read.
+    pub reserved: i32,
+    /// The leader's term (offset 16).
+    pub leadership_term_id: i64,
+    /// The leader's append position (offset 24).
+    pub log_position: i64,
+}
+
 /// TERM_QUERY (40 bytes): a follower asks where its last term ends in the leader's log.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
@@ -174,6 +201,8 @@ assert_layout!(NewLeadershipTermFrame, NEW_LEADERSHIP_TERM_LENGTH, frame_length 
     next_leadership_term_id @ 32, next_term_base_position @ 40, commit_position @ 48);
 assert_layout!(TermQueryFrame, TERM_QUERY_LENGTH, frame_length @ 0, version @ 4, flags @ 5, frame_type @ 6,
     member_id @ 8, reserved @ 12, leadership_term_id @ 16, log_leadership_term_id @ 24, log_position @ 32);
+assert_layout!(TimeoutNowFrame, TIMEOUT_NOW_LENGTH, frame_length @ 0, version @ 4, flags @ 5, frame_type @ 6,
+    member_id @ 8, reserved @ 12, leadership_term_id @ 16, log_position @ 24);
 
 /// A valid common header for a frame of `frame_type` and `length` bytes.
 const fn header(frame_type: u16, length: usize, flags: u8) -> FrameHeader {
@@ -257,6 +286,20 @@ pub fn encode(sender: MemberId, message: &Message, dst: &mut [u8]) -> Result<usi
             };
             write(dst, bytemuck::bytes_of(&frame))
         }
+        Message::TimeoutNow { leadership_term_id, log_position } => {
+            let h = header(TYPE_TIMEOUT_NOW, TIMEOUT_NOW_LENGTH, 0);
+            let frame = TimeoutNowFrame {
+                frame_length: h.frame_length,
+                version: h.version,
+                flags: h.flags,
+                frame_type: h.frame_type,
+                member_id: sender,
+                reserved: 0,
+                leadership_term_id,
+                log_position,
+            };
+            write(dst, bytemuck::bytes_of(&frame))
+        }
         Message::AppendPosition { leadership_term_id, log_position } => {
             let frame = AppendPositionFrame {
                 leadership_term_id,
@@ -317,6 +360,12 @@ pub fn decode(bytes: &[u8]) -> Result<(MemberId, Message), FrameError> {
                 next_term_base_position: f.next_term_base_position,
                 commit_position: f.commit_position,
             };
+            Ok((f.member_id, message))
+        }
+        TYPE_TIMEOUT_NOW => {
+            let f: TimeoutNowFrame = read_checked(bytes, &common)?;
+            let message =
+                Message::TimeoutNow { leadership_term_id: f.leadership_term_id, log_position: f.log_position };
             Ok((f.member_id, message))
         }
         TYPE_TERM_QUERY => {
@@ -423,6 +472,7 @@ mod tests {
             }),
             (i(), i()).prop_map(|(a, b)| Message::AppendPosition { leadership_term_id: a, log_position: b }),
             (i(), i()).prop_map(|(a, b)| Message::CommitPosition { leadership_term_id: a, log_position: b }),
+            (i(), i()).prop_map(|(a, b)| Message::TimeoutNow { leadership_term_id: a, log_position: b }),
         ]
     }
 

@@ -210,6 +210,8 @@ enum Fault {
     PowerLoss(Vec<usize>),
     /// A member's disk fails at these rates.
     FailingDisk(usize, DiskFaults),
+    /// The leader is asked to hand its leadership to this member (or to the follower furthest along).
+    Transfer(Option<usize>),
     /// A member's clocks jump (once, when drawn): its monotonic clock forward by `monotonic_ns` (as after
     /// the host stopped it), its wall clock by `wall_ns` either way (as NTP steps it).
     ClockJump { member: usize, monotonic_ns: u64, wall_ns: i64 },
@@ -469,7 +471,7 @@ impl Simulation {
         let kinds = match self.config.schedule {
             Schedule::Network => 5,
             Schedule::Full => 7,
-            Schedule::Disk => 11,
+            Schedule::Disk => 12,
         };
         let batch = self.config.storage == Some(SyncPolicy::Batch);
         let fault = match self.prng.below(kinds) {
@@ -505,6 +507,7 @@ impl Simulation {
                 Fault::PowerLoss(all)
             }
             8 | 9 => Fault::Crash(self.prng.below(n)),
+            11 => Fault::Transfer(self.prng.chance(0.5).then(|| self.prng.below(n))),
             _ => {
                 let member = self.prng.below(n);
                 let rate = self.prng.between(1, 30) as f64 / 100.0;
@@ -535,7 +538,8 @@ impl Simulation {
                 return Ok(());
             }
         }
-        if matches!(fault, Fault::Restart(_) | Fault::Crash(_) | Fault::PowerLoss(_) | Fault::ClockJump { .. }) {
+        let once = matches!(fault, Fault::Restart(_) | Fault::Crash(_) | Fault::PowerLoss(_) | Fault::Transfer(_));
+        if once || matches!(fault, Fault::ClockJump { .. }) {
             // Done once, now: nothing to heal.
             self.trace(|| format!("fault: {fault:?}"));
             self.report.faults += 1;
@@ -585,6 +589,13 @@ impl Simulation {
                 }
             }
             Fault::Restart(_) | Fault::Crash(_) | Fault::PowerLoss(_) => {}
+            &Fault::Transfer(to) => {
+                let leader = self.nodes.iter().position(|n| n.node.role() == Role::Leader && !n.down);
+                if let Some(leader) = leader {
+                    let result = self.nodes[leader].node.transfer_leadership(to.map(|t| t as i32));
+                    self.trace(|| format!("member {leader} asked to hand its leadership to {to:?}: {result:?}"));
+                }
+            }
             &Fault::FailingDisk(member, faults) => {
                 self.nodes[member].disk.set_faults(faults);
                 self.nodes[member].disk_failing = true;
