@@ -179,18 +179,21 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, length: usize) {
     }
     // SAFETY: each arm's bounds meet `ends`' condition; the rest is the caller's promise.
     unsafe {
-        match length {
-            0 => {}
-            1..=3 => {
-                *dst = *src;
-                *dst.add(length / 2) = *src.add(length / 2);
-                *dst.add(length - 1) = *src.add(length - 1);
-            }
-            4..=7 => ends::<4>(src, dst, length),
-            8..=15 => ends::<8>(src, dst, length),
-            16..=31 => ends::<16>(src, dst, length),
-            32..=64 => ends::<32>(src, dst, length),
-            _ => std::ptr::copy_nonoverlapping(src, dst, length),
+        // Longest first: a message of 32 to 64 bytes, the common case, takes two compares.
+        if length > 64 {
+            std::ptr::copy_nonoverlapping(src, dst, length);
+        } else if length >= 32 {
+            ends::<32>(src, dst, length);
+        } else if length >= 16 {
+            ends::<16>(src, dst, length);
+        } else if length >= 8 {
+            ends::<8>(src, dst, length);
+        } else if length >= 4 {
+            ends::<4>(src, dst, length);
+        } else if length > 0 {
+            *dst = *src;
+            *dst.add(length / 2) = *src.add(length / 2);
+            *dst.add(length - 1) = *src.add(length - 1);
         }
     }
 }
@@ -458,6 +461,22 @@ impl AtomicBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn put_bytes_copies_every_length_exactly_and_nothing_beside() {
+        let buffer = AtomicBuffer::anonymous(4096).unwrap();
+        let source: Vec<u8> = (0..200u32).map(|i| (i * 7 + 1) as u8).collect();
+        for length in 0..=130 {
+            for offset in [0, 1, 31, 64, 1000] {
+                buffer.set_memory(0, 4096, 0xEE);
+                buffer.put_bytes(offset, &source[3..3 + length]);
+                assert_eq!(buffer.bytes(offset, length), &source[3..3 + length], "{length} at {offset}");
+                assert!(buffer.bytes(0, offset).iter().all(|&b| b == 0xEE), "before: {length} at {offset}");
+                let after = offset + length;
+                assert!(buffer.bytes(after, 4096 - after).iter().all(|&b| b == 0xEE), "after: {length} at {offset}");
+            }
+        }
+    }
 
     #[test]
     fn views_are_bounds_checked_and_share_memory() {
