@@ -14,8 +14,7 @@
 //! reads the consumer slots again only when an offer would cross the cached limit, so the hot path of an
 //! offer is the appender's alone: a bounds check against a field, the header, the copy and two release
 //! stores (frame length, tail), which are plain stores on x86_64. A subscription publishes its position
-//! with a release store after each read of the log that moved it (at most two per
-//! [`poll`](IpcSubscription::poll)), never per fragment.
+//! with one release store per [`poll`](IpcSubscription::poll) that moved it, never per fragment.
 //!
 //! # Connection
 //!
@@ -39,12 +38,10 @@
 //! # Reading
 //!
 //! A subscription that has caught up spins on the length field of the next frame: a message costs one
-//! cache-line transfer to reach it, which keeps the round trip near the raw floor. Once that frame has
-//! been handed over, the poll reads the publisher's tail (one transfer of the tail counter's line, once
-//! per batch, as an SPSC ring's consumer reads its producer's index) and reads every frame up to it with
-//! prefetching: frame by frame, its chain of dependent frame-length loads would pay one cross-core miss
-//! per frame, and a subscriber that fell behind would stay behind. A poll that starts behind the tail it
-//! learnt last reads up to it without reading the tail again.
+//! cache-line transfer to reach it, which keeps the round trip near the raw floor. One that is behind
+//! reads up to a tail it learnt earlier, prefetching, since its chain of dependent frame-length loads
+//! would otherwise pay one cross-core miss per frame; it reads the tail again only after a large batch,
+//! because every read of the tail counter takes its line from the publisher.
 //! - Closing the publication (or dropping it) records the end-of-stream position; a subscription reports
 //!   [`is_end_of_stream`](IpcSubscription::is_end_of_stream) once it has consumed everything before it.
 //! - Closing a subscription (or dropping it) frees its slot at once, so it no longer holds the publisher
@@ -56,7 +53,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::frame::framed_length;
-use crate::shm::buffer::CACHE_LINE_LENGTH;
 use crate::shm::directory::NodeDirectory;
 use crate::shm::log_buffer::descriptor::term_offset;
 use crate::shm::log_buffer::{
@@ -161,20 +157,12 @@ impl From<AppendError> for IpcOfferError {
 ///
 /// Invariant: the appender's limit is the last one read from the consumer slots (slowest + `term_length
 /// / 2`), or 0 before any was read; see the [module documentation](self).
-///
-/// Aligned to [`CACHE_LINE_LENGTH`], as [`IpcSubscription`] is: a publication and a subscription made side
-/// by side (in one process, on one stack or in one struct) share no cache line, so the publisher's
-/// appends do not take the subscriber's state away from its core.
 #[derive(Debug)]
-#[repr(align(128))]
 pub struct IpcPublication {
     log: Arc<LogBuffer>,
     appender: ExclusiveAppender,
     path: Option<PathBuf>,
 }
-
-const _: () = assert!(std::mem::align_of::<IpcPublication>() == CACHE_LINE_LENGTH);
-const _: () = assert!(std::mem::align_of::<IpcSubscription>() == CACHE_LINE_LENGTH);
 
 impl IpcPublication {
     /// Creates the log file at `path` laid out by `config`, replacing (unlinking, never truncating under
@@ -329,14 +317,15 @@ impl Drop for IpcPublication {
     }
 }
 
+/// A poll that read at least this many fragments suggests the subscriber is behind: it then reads the
+/// publisher's tail, so that the next polls read up to it with prefetching.
+const LAGGING_FRAGMENTS: usize = 16;
+
 /// The reading end of an IPC stream: one consumer slot of the log, read by a [`MessageReader`].
 ///
 /// Invariant: the reader's position is a frame boundary at or after the join position, every frame before
 /// it has been consumed, it is what the consumer slot holds after every poll, and `known_tail` was a
 /// producer position once (every frame before it is committed).
-///
-/// Aligned to [`CACHE_LINE_LENGTH`]: see [`IpcPublication`].
-#[repr(align(128))]
 pub struct IpcSubscription {
     log: Arc<LogBuffer>,
     reader: MessageReader,
@@ -381,33 +370,20 @@ impl IpcSubscription {
     ///
     /// Fragmented messages are reassembled (a message of `k` fragments counts `k` and reaches the handler
     /// once its last fragment is read). The slices are valid only during the call. Crosses at most one
-    /// term boundary per call. The subscription's position is published after each read of the log (at
-    /// most two per call), never per fragment.
+    /// term boundary per call. The subscription's position is published once, at the end.
     ///
     /// A subscription that has caught up spins on the length of the next frame (the lowest latency: one
-    /// cache-line transfer per message); when one lands it hands it over, then learns the publisher's
-    /// tail and reads up to it with prefetching. One that is behind the tail it learnt last reads up to
-    /// it, prefetching, without reading the tail.
+    /// cache-line transfer per message); one that is behind reads up to a tail it learnt earlier, with
+    /// prefetching, and learns the tail again only after a large batch.
     #[inline]
-    pub fn poll(&mut self, mut handler: impl FnMut(&[u8]), fragment_limit: usize) -> usize {
-        let mut fragments = 0;
-        let mut learnt = false;
-        loop {
-            // Behind the tail learnt earlier: read up to it, prefetching. Caught up: spin on the next
-            // frame's length (one cache-line transfer when it lands) and hand that one over at once.
-            let caught_up = self.reader.position() >= self.known_tail;
-            let limit = if caught_up { 1 } else { fragment_limit - fragments };
-            let read = self.reader.poll_committed_to(self.known_tail, limit, &mut handler);
-            fragments += read;
-            if !caught_up || learnt || read == 0 || fragments >= fragment_limit {
-                return fragments;
-            }
-            // Something landed, and more may have behind it: learn the publisher's tail (one read of its
-            // line, once per batch, after the first message is handed over) and read up to it,
-            // prefetching, rather than chase the frames one dependent cross-core miss at a time.
+    pub fn poll(&mut self, handler: impl FnMut(&[u8]), fragment_limit: usize) -> usize {
+        let fragments = self.reader.poll_committed_to(self.known_tail, fragment_limit, handler);
+        if fragments >= LAGGING_FRAGMENTS && self.reader.position() >= self.known_tail {
+            // A big batch means the publisher is running ahead: learn its tail (one read of its cache line,
+            // paid once per batch) so that the next polls can prefetch.
             self.known_tail = self.log.producer_position();
-            learnt = true;
         }
+        fragments
     }
 
     /// The position after the last consumed byte.

@@ -8,7 +8,7 @@ use crate::frame::{
     align_frame, DataHeader, BEGIN_FLAG, DATA_HEADER_LENGTH, END_FLAG, FRAME_LENGTH_OFFSET, TERM_START_FLAG, TYPE_PAD,
     UNFRAGMENTED,
 };
-use crate::shm::buffer::{AtomicBuffer, PREFETCH_STRIDE};
+use crate::shm::buffer::AtomicBuffer;
 
 /// How far ahead of the frame being read [`LogReader::poll_to`] prefetches (bytes).
 const PREFETCH_DISTANCE: usize = 2048;
@@ -44,11 +44,8 @@ impl LogReader {
     /// every frame is known to be committed (the producer position read earlier), and prefetching ahead.
     ///
     /// Each frame's offset depends on the length loaded from the frame before: when another core wrote
-    /// the frames, that is a chain of cache misses, which the prefetches overlap: the lines of the first
-    /// 2 KiB (all of a shorter run) at once, then each line as the read comes within 2 KiB of it.
-    /// Prefetching stops before `end` (the last line prefetched holds the byte before it), so no line the
-    /// appender may still be writing, besides one it shares with the last frame before `end`, is pulled
-    /// away from it. ([`poll`](Self::poll)
+    /// the frames, that is a chain of cache misses, which the prefetches overlap. Prefetching stops at
+    /// `end`, so no line the appender may still be writing is pulled away from it. ([`poll`](Self::poll)
     /// does not prefetch: it cannot know where the committed frames end.)
     #[inline]
     pub fn poll_to(
@@ -84,28 +81,17 @@ impl LogReader {
         mut handler: impl FnMut(&[u8], &DataHeader),
     ) -> i64 {
         let term = &self.terms[partition_index(position, self.bits)];
-        // The view's own length (`term_length`, by construction), so that the compiler can see that the
-        // accesses below `stop` are in bounds and drop their checks.
-        let term_length = term.len();
-        let start = term_offset(position, term_length);
-        let stop = if end - position < (term_length - start) as i64 {
+        let start = term_offset(position, self.term_length);
+        let stop = if end - position < (self.term_length - start) as i64 {
             start + (end - position).max(0) as usize
         } else {
-            term_length
+            self.term_length
         };
         let mut offset = start;
         let mut fragments = 0;
-        // With `prefetch`: every line below `prefetched` has been prefetched. The first frame prefetches
-        // the lines of the first `PREFETCH_DISTANCE` bytes (all of a short run), each later one the lines
-        // it moves the window over, so every line is prefetched once whatever the frames' lengths.
-        let mut prefetched = start & !(PREFETCH_STRIDE - 1);
         while fragments < fragment_limit && offset < stop {
-            if prefetch {
-                let ahead = (offset + PREFETCH_DISTANCE).min(stop);
-                while prefetched < ahead {
-                    term.prefetch(prefetched);
-                    prefetched += PREFETCH_STRIDE;
-                }
+            if prefetch && offset + PREFETCH_DISTANCE < stop {
+                term.prefetch(offset + PREFETCH_DISTANCE);
             }
             let frame_length = term.get_i32_acquire(offset + FRAME_LENGTH_OFFSET);
             if frame_length < DATA_HEADER_LENGTH as i32 {
@@ -115,10 +101,9 @@ impl LogReader {
             if aligned > stop - offset {
                 break; // runs past the term, or past `end`
             }
-            // Committed: not written again while borrowed (see `poll`). One bounds check for the frame.
-            let (head, payload) = term.bytes(offset, frame_length as usize).split_at(DATA_HEADER_LENGTH);
-            let header: DataHeader = bytemuck::pod_read_unaligned(head);
+            let header: DataHeader = bytemuck::pod_read_unaligned(term.bytes(offset, DATA_HEADER_LENGTH));
             if header.frame_type != TYPE_PAD {
+                let payload = term.bytes(offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
                 handler(payload, &header);
                 fragments += 1;
             }
