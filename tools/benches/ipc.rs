@@ -69,6 +69,22 @@ struct Cli {
     /// A smoke run: a tenth of the messages, round trips and copies (its figures are not results).
     #[arg(long)]
     quick: bool,
+    /// Instead of the timed runs: on one thread, offer `--batch` messages of `--size` bytes and then poll
+    /// them, `--count` messages in all, over the IPC log and then over the SPSC ring, for an instruction
+    /// count per message that the host's load does not move. Run the bench binary under
+    /// `valgrind --tool=callgrind --toggle-collect='*instructions_over*'` and divide each function's
+    /// inclusive count by `--count`.
+    #[arg(long)]
+    instructions: bool,
+    /// Messages of the `--instructions` run (each medium).
+    #[arg(long, default_value_t = 100_000)]
+    count: u64,
+    /// Messages offered between two polls in the `--instructions` run.
+    #[arg(long, default_value_t = 64)]
+    batch: u64,
+    /// Message size of the `--instructions` run, bytes.
+    #[arg(long, default_value_t = 32)]
+    size: usize,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -76,6 +92,9 @@ struct Cli {
 
 fn main() {
     let cli = Cli::parse();
+    if cli.instructions {
+        return instructions(cli.size, cli.count, cli.batch);
+    }
     let scale = if cli.quick { 10 } else { 1 };
     let cores = Cores::detect();
     println!("ipc bench{}: {}", if cli.quick { " (quick: a tenth of every count)" } else { "" }, cores.describe());
@@ -267,8 +286,9 @@ fn log_config(term_length: usize, stream_id: i32) -> LogConfig {
     LogConfig { stream_id, ..LogConfig::new(term_length, MTU) }
 }
 
-/// Offers `message` until it is taken, spinning.
-#[inline]
+/// Offers `message` until it is taken, spinning. Inlined into the caller's loop, as the ring's `push`
+/// is, so that the two media are read against each other without a call the ring does not pay.
+#[inline(always)]
 fn offer_spinning(publication: &mut IpcPublication, message: &[u8]) {
     loop {
         match publication.offer(message) {
@@ -424,16 +444,49 @@ fn throughput(cores: &Cores, size: usize, count: u64, term_length: usize) -> Thr
         ipc.push(ipc_run(count));
         spsc.push(spsc_run(count));
     }
-    let (ipc, spsc) = (Runs(ipc), Runs(spsc));
+    let polls = |runs: &[Run]| -> String {
+        let describe = |r: &Run| {
+            format!(
+                "{:.1}/{:.0}%",
+                r.batch(count),
+                100.0 * r.empty_polls as f64 / (r.busy_polls + r.empty_polls) as f64
+            )
+        };
+        runs.iter().map(describe).collect::<Vec<_>>().join(" ")
+    };
+    println!(
+        "throughput {size:>4} B, term {term_length}: messages per busy poll / empty polls: IPC {}; SPSC ring {}",
+        polls(&ipc),
+        polls(&spsc)
+    );
+    let rates = |runs: &[Run]| Runs(runs.iter().map(|r| r.rate).collect());
+    let (ipc, spsc) = (rates(&ipc), rates(&spsc));
     println!("throughput {size:>4} B, term {term_length}: IPC {} msg/s; SPSC ring {}", ipc.describe(), spsc.describe());
     Throughput { size, ipc, spsc }
 }
 
+/// One timed run: its rate and how the subscriber's polls went.
+struct Run {
+    /// Messages per second.
+    rate: f64,
+    /// Polls that found at least one message.
+    busy_polls: u64,
+    /// Polls that found none.
+    empty_polls: u64,
+}
+
+impl Run {
+    /// Messages per poll that found any: how far the subscriber fell behind between polls.
+    fn batch(&self, count: u64) -> f64 {
+        count as f64 / self.busy_polls.max(1) as f64
+    }
+}
+
 /// Messages per second from `sink`, offering `count` messages of `size` bytes as fast as it can on the
 /// first thread, to `source`, polled on the second; from the first offer to the receipt of the last.
-fn run_once(cores: &Cores, sink: &mut impl Sink, source: &mut impl Source, size: usize, count: u64) -> f64 {
+fn run_once(cores: &Cores, sink: &mut impl Sink, source: &mut impl Source, size: usize, count: u64) -> Run {
     let idle: u32 = std::env::var("QC_BENCH_IDLE").ok().and_then(|t| t.parse().ok()).unwrap_or(SUBSCRIBER_IDLE_PAUSES);
-    let (start, (end, checksum)) = cores.run(
+    let (start, (end, checksum, busy_polls, empty_polls)) = cores.run(
         || {
             let mut message = vec![0u8; size];
             let start = Instant::now();
@@ -446,22 +499,88 @@ fn run_once(cores: &Cores, sink: &mut impl Sink, source: &mut impl Source, size:
         || {
             let mut received = 0u64;
             let mut checksum = 0u64;
+            let (mut busy, mut empty) = (0u64, 0u64);
             while received < count {
                 let polled = source.poll(|m| {
                     received += 1;
                     checksum = checksum.wrapping_add(m[0] as u64 + m.len() as u64);
                 });
                 if polled == 0 {
+                    empty += 1;
                     for _ in 0..idle {
                         std::hint::spin_loop();
                     }
+                } else {
+                    busy += 1;
                 }
             }
-            (Instant::now(), checksum)
+            (Instant::now(), checksum, busy, empty)
         },
     );
     black_box(checksum);
-    count as f64 / end.duration_since(start).as_secs_f64()
+    Run { rate: count as f64 / end.duration_since(start).as_secs_f64(), busy_polls, empty_polls }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Instruction counts: both media on one thread
+// ---------------------------------------------------------------------------------------------------
+
+/// `count` messages of `size` bytes over the IPC log and then over the SPSC ring (a term's bytes, 1 MiB as
+/// in the 32-byte throughput run), `batch` offers then one drain at a time, on this thread. The two
+/// `instructions_over_*` functions hold nothing else, so callgrind's inclusive count of each, divided by
+/// `count`, is what the medium costs per message, the offer and the poll together.
+fn instructions(size: usize, count: u64, batch: u64) {
+    let term_length = 1 << 20;
+    let mut publication = IpcPublication::create_anonymous(log_config(term_length, 3)).unwrap();
+    let mut subscription = publication.subscribe().unwrap();
+    let mut ring = SpscRing::new(size, term_length);
+    let ipc = instructions_over_ipc(&mut publication, &mut subscription, size, count, batch);
+    let (mut producer, mut consumer) = ring.split();
+    let spsc = instructions_over_spsc(&mut producer, &mut consumer, size, count, batch);
+    assert_eq!(ipc, spsc, "both media delivered the same messages");
+    println!("{count} messages of {size} B in batches of {batch} over each medium (checksum {ipc})");
+}
+
+#[inline(never)]
+fn instructions_over_ipc(
+    publication: &mut IpcPublication,
+    subscription: &mut IpcSubscription,
+    size: usize,
+    count: u64,
+    batch: u64,
+) -> u64 {
+    batches(publication, subscription, size, count, batch)
+}
+
+#[inline(never)]
+fn instructions_over_spsc(
+    producer: &mut Producer<'_>,
+    consumer: &mut Consumer<'_>,
+    size: usize,
+    count: u64,
+    batch: u64,
+) -> u64 {
+    batches(producer, consumer, size, count, batch)
+}
+
+/// Offers `batch` messages, drains them, and again until `count` have gone through; returns a checksum.
+#[inline(always)]
+fn batches(sink: &mut impl Sink, source: &mut impl Source, size: usize, count: u64, batch: u64) -> u64 {
+    let mut message = vec![0u8; size];
+    let (mut sent, mut checksum) = (0, 0u64);
+    while sent < count {
+        let n = batch.min(count - sent);
+        for i in sent..sent + n {
+            message[0] = i as u8;
+            sink.offer_spinning(&message);
+        }
+        sent += n;
+        let mut received = 0;
+        while received < n {
+            received += source.poll(|m| checksum = checksum.wrapping_add(m[0] as u64 + m.len() as u64)) as u64;
+        }
+    }
+    checksum
 }
 
 // ---------------------------------------------------------------------------------------------------

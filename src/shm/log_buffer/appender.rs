@@ -59,7 +59,8 @@ impl std::error::Error for AppendError {}
 
 /// The only writer of a log. Keeps the tail in its own fields and publishes it in the metadata.
 ///
-/// Invariants: `position == position(term_id, term_offset)`; `term_offset <= term_length` and is a
+/// Invariants: `position == position(term_id, term_offset)`; `term` is `terms[active]` and `tail_offset`
+/// the offset of its tail counter; `term_offset <= term_length` and is a
 /// multiple of 32; every frame before `term_offset` in the active term is committed; the bytes from
 /// `term_offset` to the end of the active term are zero, and so are the bytes of the next partition below
 /// `term_offset` (rounded up to a 4 KiB chunk): the appender zeroes the next partition a chunk at a time
@@ -69,7 +70,11 @@ impl std::error::Error for AppendError {}
 #[derive(Debug)]
 pub struct ExclusiveAppender {
     terms: [AtomicBuffer; PARTITION_COUNT],
+    /// A view of `terms[active]`, so that the hot path does not index (and bounds-check) the array.
+    term: AtomicBuffer,
     metadata: AtomicBuffer,
+    /// Offset in the metadata of the active partition's tail counter.
+    tail_offset: usize,
     term_length: usize,
     max_payload: usize,
     max_message: usize,
@@ -102,16 +107,19 @@ impl ExclusiveAppender {
         let term_id = tail_term_id(raw);
         let term_offset = tail_term_offset(raw, c.term_length);
         let bits = position_bits_to_shift(c.term_length);
+        let active = term_count as u32 as usize % PARTITION_COUNT;
         Self {
             terms: log.terms().clone(),
+            term: log.terms()[active].clone(),
             metadata,
+            tail_offset: tail_counter_offset(active),
             term_length: c.term_length,
             max_payload: c.mtu - DATA_HEADER_LENGTH,
             max_message: c.term_length / 8,
             session_id: c.session_id,
             stream_id: c.stream_id,
             term_count,
-            active: term_count as u32 as usize % PARTITION_COUNT,
+            active,
             term_id,
             term_offset,
             position: position(term_id, term_offset, c.initial_term_id, bits),
@@ -183,7 +191,7 @@ impl ExclusiveAppender {
         let required = framed_length(message.len());
         let offset = self.reserve(required)?;
         self.write_header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
-        let term = &self.terms[self.active];
+        let term = &self.term;
         copy_in_chunks(term, offset + DATA_HEADER_LENGTH, message);
         term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + message.len()) as i32);
         Ok(self.advance(required))
@@ -200,7 +208,7 @@ impl ExclusiveAppender {
         let required = framed_length(payload.len());
         let offset = self.reserve(required)?;
         self.write_header(offset, flags, TYPE_DATA, reserved);
-        let term = &self.terms[self.active];
+        let term = &self.term;
         copy_in_chunks(term, offset + DATA_HEADER_LENGTH, payload);
         term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + payload.len()) as i32);
         Ok(self.advance(required))
@@ -214,7 +222,7 @@ impl ExclusiveAppender {
         }
         let offset = self.reserve(length)?;
         self.write_header(offset, UNFRAGMENTED, TYPE_PAD, 0);
-        self.terms[self.active].put_i32_release(offset + FRAME_LENGTH_OFFSET, length as i32);
+        self.term.put_i32_release(offset + FRAME_LENGTH_OFFSET, length as i32);
         Ok(self.advance(length))
     }
 
@@ -317,11 +325,10 @@ impl ExclusiveAppender {
     /// from now on all of them are in term `T` or later.
     #[cold]
     fn pad_and_rotate(&mut self, remaining: usize) {
-        let old = self.partition();
         if remaining > 0 {
             let offset = self.term_offset;
             self.write_header(offset, UNFRAGMENTED, TYPE_PAD, 0);
-            self.terms[old].put_i32_release(offset + FRAME_LENGTH_OFFSET, remaining as i32);
+            self.term.put_i32_release(offset + FRAME_LENGTH_OFFSET, remaining as i32);
             self.advance(remaining);
         }
         self.clean_next_to(self.term_length);
@@ -330,6 +337,8 @@ impl ExclusiveAppender {
         self.term_id = self.term_id.wrapping_add(1);
         self.term_offset = 0;
         let next = self.partition();
+        self.term = self.terms[next].clone();
+        self.tail_offset = tail_counter_offset(next);
         // Never used before the third term: fresh memory is zero already, and touching it would fault pages in.
         self.clean_ahead = self.term_count >= 2;
         self.clean_offset = 0;
@@ -351,7 +360,7 @@ impl ExclusiveAppender {
             self.clean_next_to(self.term_offset);
         }
         let raw = pack_tail(self.term_id, self.term_offset as u32);
-        self.metadata.put_i64_release(tail_counter_offset(self.partition()), raw);
+        self.metadata.put_i64_release(self.tail_offset, raw);
         self.position
     }
 
@@ -385,14 +394,14 @@ impl ExclusiveAppender {
             reserved_value: reserved,
         };
         // Skip `frame_length`: readers load it atomically, so it is only ever written by the release store.
-        self.terms[self.partition()].put_bytes(offset + 4, &bytes_of(&header)[4..]);
+        self.term.put_bytes(offset + 4, &bytes_of(&header)[4..]);
     }
 
     /// Writes one whole frame: header, `length` bytes from `source`, then the release store of its length.
     #[inline]
     fn write_frame(&self, offset: usize, flags: u8, reserved: i64, source: &mut Parts<'_>, length: usize) {
         self.write_header(offset, flags, TYPE_DATA, reserved);
-        let term = &self.terms[self.partition()];
+        let term = &self.term;
         source.copy_to(term, offset + DATA_HEADER_LENGTH, length);
         term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + length) as i32);
     }
@@ -480,12 +489,12 @@ impl BufferClaim<'_> {
             self.length
         );
         let start = self.offset + DATA_HEADER_LENGTH + offset;
-        copy_in_chunks(&self.appender.terms[self.appender.partition()], start, src);
+        copy_in_chunks(&self.appender.term, start, src);
     }
 
     /// Sets the frame's `reserved_value`.
     pub fn set_reserved_value(&mut self, value: i64) {
-        let term = &self.appender.terms[self.appender.partition()];
+        let term = &self.appender.term;
         term.put_bytes(self.offset + RESERVED_VALUE_OFFSET, &value.to_le_bytes());
     }
 
@@ -501,7 +510,7 @@ impl BufferClaim<'_> {
 
     fn finish(&mut self, frame_type: u16) -> i64 {
         self.done = true;
-        let term = &self.appender.terms[self.appender.partition()];
+        let term = &self.appender.term;
         if frame_type == TYPE_PAD {
             term.put_u16(self.offset + TYPE_OFFSET, TYPE_PAD);
         }
