@@ -199,7 +199,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .storage(storage.clone())
             .clean_stale(true)
             .mtu(8192)
-            .term_length(1 << 20)
+            .term_buffer_length(1 << 20)
             .threading(ThreadingMode::Invoker)
             .commit_piggyback(true)
             .start()

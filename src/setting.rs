@@ -81,8 +81,8 @@ settings! {
     SessionTimeout = "clients.session_timeout", "[clients] session_timeout", "ClientEndpointConfig::session_timeout";
     /// The log channel's MTU.
     Mtu = "channel.mtu", "[channel] mtu", "NodeBuilder::mtu";
-    /// The log channel's term length.
-    TermLength = "channel.term_length", "[channel] term_length", "NodeBuilder::term_length";
+    /// The length of one term buffer of the log (Aeron's `term-length`; not a leadership term).
+    TermLength = "channel.term_buffer_length", "[channel] term_buffer_length", "NodeBuilder::term_buffer_length";
     /// The receiver window.
     ReceiverWindow = "channel.receiver_window", "[channel] receiver_window", "ChannelConfig::receiver_window";
     /// The socket receive buffer.

@@ -98,7 +98,7 @@ fn two_nodes_commit_while_a_follower_is_down_and_it_catches_up_on_restart() {
     let scratch = ScratchDir::new("cluster-restart");
     let members = members(3);
     // Terms of 4 MiB: the leader still holds the whole log (about 3.3 MB) when member 2 comes back.
-    let builder = |id| builder(&scratch, id, &members, false).term_length(4 << 20);
+    let builder = |id| builder(&scratch, id, &members, false).term_buffer_length(4 << 20);
     let mut nodes: Vec<Node> = (0..3).map(|id| builder(id).start().unwrap()).collect();
     elect(&mut nodes, 0, Duration::from_secs(30));
     run(&mut nodes, 20_000);

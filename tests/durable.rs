@@ -19,7 +19,7 @@ use quorumcast_testkit::cluster::{members, message, test_builder, test_channel, 
 use quorumcast_testkit::{dump, patient_timers, ScratchDir};
 
 fn builder(scratch: &ScratchDir, id: i32, members: &[Member], storage: StorageConfig) -> NodeBuilder {
-    test_builder(scratch, id, members, test_channel()).term_length(1 << 20).storage(storage).timers(timers(id))
+    test_builder(scratch, id, members, test_channel()).term_buffer_length(1 << 20).storage(storage).timers(timers(id))
 }
 
 /// The tests here are about the recorded log, not elections, and each names member 0 its leader. Member
@@ -248,7 +248,7 @@ fn a_torn_segment_end_is_cut_at_start_and_a_damaged_index_stops_the_node_naming_
 /// driven by the same thread.
 fn far_builder(scratch: &ScratchDir, id: i32, members: &[Member], storage: StorageConfig) -> NodeBuilder {
     builder(scratch, id, members, storage)
-        .term_length(64 << 10)
+        .term_buffer_length(64 << 10)
         .threading(quorumcast::agent::ThreadingMode::Dedicated)
         .idle_all("backoff:10,5,1us,100us")
 }
@@ -302,7 +302,7 @@ fn read_to_close(stream: &mut std::net::TcpStream) -> Vec<u8> {
 }
 
 fn membership_of(members: &[Member]) -> i64 {
-    quorumcast::media::channel::membership_tag(&members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
+    quorumcast::media::channel::membership_tag(&members.iter().map(|m| (m.id, m.log)).collect::<Vec<_>>())
 }
 
 #[test]

@@ -26,7 +26,7 @@ fn timers() -> Timers {
 
 fn builder(scratch: &ScratchDir, id: i32, members: &[Member]) -> NodeBuilder {
     // 8 MiB terms: the log stays within what a leader keeps, so a member that comes back empty catches up.
-    test_builder(scratch, id, members, test_channel()).term_length(8 << 20).timers(timers())
+    test_builder(scratch, id, members, test_channel()).term_buffer_length(8 << 20).timers(timers())
 }
 
 /// Invokes the live nodes until one of them leads with its term started and the others follow it;

@@ -128,7 +128,7 @@ fn forged_setups_data_and_commits_from_a_stranger_are_counted_and_nothing_foreig
         running("hostile-stranger", test_channel());
 
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = members[1].endpoint;
+    let target = members[1].log;
     send(&attacker, target, &setup(session + 1, 1 << 20, 1408));
     for i in 0..100 {
         send(&attacker, target, &data(session + 1, i * 64, 1 << 62));
@@ -156,11 +156,11 @@ fn a_spoofed_leader_can_neither_change_the_geometry_nor_restart_a_followers_log(
 
     // A process of the same user can share the leader's port (SO_REUSEPORT): it sends from the leader's
     // own address, as a spoofing host would. The node's own rules must hold even then.
-    let (spoofer, _) = UdpEndpoint::bind_shared(members[0].endpoint, &SocketOptions::default()).unwrap();
-    let to = SockAddr::from(members[1].endpoint);
+    let (spoofer, _) = UdpEndpoint::bind_shared(members[0].log, &SocketOptions::default()).unwrap();
+    let to = SockAddr::from(members[1].log);
     spoofer.send(&setup(session + 5, 1 << 30, 65504), Some(&to));
     // A SETUP that passes every other check (geometry, member list) but starts a new log.
-    let tag = membership_tag(&members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>());
+    let tag = membership_tag(&members.iter().map(|m| (m.id, m.log)).collect::<Vec<_>>());
     let mut new_log = [0u8; 64];
     let length = setup_frame(session + 6, 1 << 20, 1408).encode_with_membership(&mut new_log, tag).unwrap();
     spoofer.send(&new_log[..length], Some(&to));
@@ -284,8 +284,8 @@ fn with_a_shared_key_untagged_and_wrongly_tagged_datagrams_are_dropped_and_count
     let Running { scratch: _scratch, members, mut nodes, mut driver, session } = running("hostile-auth", channel);
 
     // From the leader's own address, so only the tag can tell: no tag, then another key's tag.
-    let (mut spoofer, _) = UdpEndpoint::bind_shared(members[0].endpoint, &SocketOptions::default()).unwrap();
-    let to = SockAddr::from(members[1].endpoint);
+    let (mut spoofer, _) = UdpEndpoint::bind_shared(members[0].log, &SocketOptions::default()).unwrap();
+    let to = SockAddr::from(members[1].log);
     spoofer.send(&commit(session, 1 << 62), Some(&to));
     spoofer.set_auth(Some("00".repeat(32).parse().unwrap()));
     spoofer.send(&commit(session, 1 << 62), Some(&to));
@@ -310,8 +310,8 @@ fn members_only_holds_over_ipv6() {
     driver.run_to(&mut nodes, &ALL, 3_000, DEADLINE);
     let session = image_session(&nodes[2]);
     let attacker = UdpSocket::bind("[::1]:0").unwrap();
-    send(&attacker, members[2].endpoint, &commit(session, 1 << 62));
-    send(&attacker, members[2].endpoint, &setup(session + 1, 1 << 20, 1408));
+    send(&attacker, members[2].log, &commit(session, 1 << 62));
+    send(&attacker, members[2].log, &setup(session + 1, 1 << 20, 1408));
     driver.run_to(&mut nodes, &ALL, 6_000, DEADLINE);
     assert!(counter(&nodes[2], "receiver foreign source dropped") >= 2);
     assert_converged(&nodes, &driver);

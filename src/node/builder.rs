@@ -79,8 +79,9 @@ impl StorageConfig {
 pub struct Member {
     /// Member id, unique in the cluster.
     pub id: i32,
-    /// Where this member receives the replicated log (and, while it leads, sends it from).
-    pub endpoint: SocketAddr,
+    /// The log endpoint: where this member receives the replicated log (and, while it leads, sends it
+    /// from). Node files call it `log`.
+    pub log: SocketAddr,
     /// Where this member's consensus agent sends and receives election and heartbeat frames (Aeron
     /// Cluster's consensus channel).
     pub consensus: SocketAddr,
@@ -95,12 +96,12 @@ pub const CONSENSUS_PORT_OFFSET: u16 = 100;
 pub const CLIENT_PORT_OFFSET: u16 = 200;
 
 impl Member {
-    /// Member `id` with its log at `endpoint`, its consensus endpoint [`CONSENSUS_PORT_OFFSET`] ports
+    /// Member `id` with its log endpoint at `log`, its consensus endpoint [`CONSENSUS_PORT_OFFSET`] ports
     /// above it and its client endpoint [`CLIENT_PORT_OFFSET`] above it, on the same address (members on
     /// consecutive ports do not collide); give them explicitly where ports are assigned.
-    pub fn new(id: i32, endpoint: SocketAddr) -> Self {
-        let above = |offset: u16| SocketAddr::new(endpoint.ip(), endpoint.port().wrapping_add(offset));
-        Self { id, endpoint, consensus: above(CONSENSUS_PORT_OFFSET), client: above(CLIENT_PORT_OFFSET) }
+    pub fn new(id: i32, log: SocketAddr) -> Self {
+        let above = |offset: u16| SocketAddr::new(log.ip(), log.port().wrapping_add(offset));
+        Self { id, log, consensus: above(CONSENSUS_PORT_OFFSET), client: above(CLIENT_PORT_OFFSET) }
     }
 
     /// This member with its consensus endpoint at `consensus`.
@@ -379,7 +380,7 @@ impl NodeConfig {
         }
         let client = |m: &Member| Some(m.client).filter(|_| self.clients.enabled);
         let mut endpoints: Vec<SocketAddr> =
-            self.members.iter().flat_map(|m| [Some(m.endpoint), Some(m.consensus), client(m)]).flatten().collect();
+            self.members.iter().flat_map(|m| [Some(m.log), Some(m.consensus), client(m)]).flatten().collect();
         endpoints.sort();
         if let Some(pair) = endpoints.windows(2).find(|pair| pair[0] == pair[1]) {
             return Err(NodeError::Config(format!(
@@ -450,7 +451,7 @@ impl NodeConfig {
 
     /// This cluster's member-list tag (see [`membership_tag`]).
     pub(super) fn membership(&self) -> i64 {
-        membership_tag(&self.members.iter().map(|m| (m.id, m.endpoint)).collect::<Vec<_>>())
+        membership_tag(&self.members.iter().map(|m| (m.id, m.log)).collect::<Vec<_>>())
     }
 
     /// This node's member entry.
@@ -572,8 +573,9 @@ impl NodeBuilder {
         self
     }
 
-    /// The term length of the log.
-    pub fn term_length(mut self, term_length: usize) -> Self {
+    /// The length of each of the log's three term buffers (Aeron's term length; a log-buffer term, not a
+    /// leadership term): a power of two from 64 KiB to 1 GiB. Node files: `[channel] term_buffer_length`.
+    pub fn term_buffer_length(mut self, term_length: usize) -> Self {
         self.config.channel.term_length = term_length;
         self.config.channel.receiver_window = self.config.channel.receiver_window.min(term_length / 2);
         self

@@ -39,8 +39,8 @@ use crate::storage::recording::SyncPolicy;
 /// stream_id = 1001
 /// commit_piggyback = true      # carry the commit position in data frames
 /// ingress_capacity = "4MiB"    # client ingress ring, a power of two
-/// members = [ { id = 0, endpoint = "127.0.0.1:40501", consensus = "127.0.0.1:40601" },
-///             { id = 1, endpoint = "127.0.0.1:40502" } ]   # consensus: default the endpoint's port + 100
+/// members = [ { id = 0, log = "127.0.0.1:40501", consensus = "127.0.0.1:40601" },
+///             { id = 1, log = "127.0.0.1:40502" } ]   # consensus: default the log port + 100
 ///
 /// [consensus]                  # elections; see the README for how to choose
 /// heartbeat_interval = "10ms"  # the leader's heartbeat (its commit position) at least this often
@@ -50,7 +50,7 @@ use crate::storage::recording::SyncPolicy;
 ///
 /// [channel]
 /// mtu = 8192
-/// term_length = "16MiB"        # sizes: a number of bytes, or a string with B, KiB, MiB or GiB
+/// term_buffer_length = "16MiB" # one of the log's three term buffers (not a leadership term)        # sizes: a number of bytes, or a string with B, KiB, MiB or GiB
 /// send_mode = "classic"        # classic, mmsg or gso
 /// batch_limit = 16
 /// receiver_window = "128KiB"
@@ -234,7 +234,9 @@ struct ConsensusSection {
 #[serde(deny_unknown_fields)]
 struct MemberEntry {
     id: i32,
-    endpoint: SocketAddr,
+    /// The log endpoint (`endpoint`, its name before 0.1, is still read).
+    #[serde(alias = "endpoint")]
+    log: SocketAddr,
     consensus: Option<SocketAddr>,
     client: Option<SocketAddr>,
 }
@@ -244,7 +246,9 @@ struct MemberEntry {
 #[serde(deny_unknown_fields)]
 struct ChannelSection {
     mtu: Option<usize>,
-    term_length: Option<FileSize>,
+    /// `term_length`, its name before 0.1, is still read.
+    #[serde(alias = "term_length")]
+    term_buffer_length: Option<FileSize>,
     send_mode: Option<Parsed<SendMode>>,
     batch_limit: Option<usize>,
     receiver_window: Option<FileSize>,
@@ -328,7 +332,7 @@ impl NodeFile {
         let (c, o) = (&mut self.consensus, over.consensus);
         merge_fields!(c, o; heartbeat_interval, heartbeat_timeout, election_timeout_min, election_timeout_max);
         let (c, o) = (&mut self.channel, over.channel);
-        merge_fields!(c, o; mtu, term_length, send_mode, batch_limit, receiver_window, send_buffer,
+        merge_fields!(c, o; mtu, term_buffer_length, send_mode, batch_limit, receiver_window, send_buffer,
             receive_buffer, send_faults, receive_faults, auth_key, max_retransmit_rate);
         let (t, o) = (&mut self.timers, over.timers);
         merge_fields!(t, o; status_interval, nak_delay, nak_retry_delay, retransmit_linger, receiver_timeout,
@@ -375,15 +379,15 @@ impl NodeFile {
         let members = self.members.as_ref().ok_or_else(|| {
             missing(
                 "members",
-                "every member's id and endpoint, e.g. members = [{ id = 0, endpoint = \"127.0.0.1:40501\" }]",
+                "every member's id and log endpoint, e.g. members = [{ id = 0, log = \"127.0.0.1:40501\" }]",
             )
         })?;
         let members = members
             .iter()
             .map(|m| Member {
-                consensus: m.consensus.unwrap_or(Member::new(m.id, m.endpoint).consensus),
-                client: m.client.unwrap_or(Member::new(m.id, m.endpoint).client),
-                ..Member::new(m.id, m.endpoint)
+                consensus: m.consensus.unwrap_or(Member::new(m.id, m.log).consensus),
+                client: m.client.unwrap_or(Member::new(m.id, m.log).client),
+                ..Member::new(m.id, m.log)
             })
             .collect();
         let mut config = NodeBuilder::new(id, members).config().clone();
@@ -430,9 +434,9 @@ fn in_file_terms(error: NodeError) -> NodeError {
 impl ChannelSection {
     fn apply(&self, channel: &mut ChannelConfig) {
         set(&mut channel.mtu, self.mtu);
-        if let Some(term_length) = self.term_length {
+        if let Some(term_length) = self.term_buffer_length {
             channel.term_length = term_length.0;
-            // As NodeBuilder::term_length: a small term shrinks the default window to fit.
+            // As NodeBuilder::term_buffer_length: a small term shrinks the default window to fit.
             channel.receiver_window = channel.receiver_window.min(term_length.0 / 2);
         }
         set(&mut channel.send_mode, self.send_mode.map(|m| m.0));
@@ -577,13 +581,13 @@ mod file_tests {
         leader = 0
         clean_stale = true
         members = [
-            { id = 0, endpoint = "127.0.0.1:40501" },
-            { id = 1, endpoint = "127.0.0.1:40502" },
-            { id = 2, endpoint = "127.0.0.1:40503" },
+            { id = 0, log = "127.0.0.1:40501" },
+            { id = 1, log = "127.0.0.1:40502" },
+            { id = 2, log = "127.0.0.1:40503" },
         ]
         [channel]
         mtu = 8192
-        term_length = "16MiB"
+        term_buffer_length = "16MiB"
         receive_buffer = 4194304
         [timers]
         status_interval = "10ms"
@@ -598,7 +602,7 @@ mod file_tests {
     fn a_node_file_sets_every_part_of_the_config() {
         let config = NodeConfig::from_toml(NODE).unwrap();
         assert_eq!((config.id, config.leader, config.members.len()), (1, Some(0), 3));
-        assert_eq!(config.members[2].endpoint, "127.0.0.1:40503".parse().unwrap());
+        assert_eq!(config.members[2].log, "127.0.0.1:40503".parse().unwrap());
         assert!(config.clean_stale);
         assert_eq!((config.channel.mtu, config.channel.term_length), (8192, 16 << 20));
         assert_eq!(config.channel.socket.receive_buffer, Some(4 << 20));
@@ -696,7 +700,7 @@ mod file_tests {
 
     #[test]
     fn the_clients_table_sets_the_client_endpoint_and_its_limits() {
-        let text = NODE.replace("{ id = 2, endpoint = \"127.0.0.1:40503\" }", "{ id = 2, endpoint = \"127.0.0.1:40503\", client = \"127.0.0.1:49000\" }")
+        let text = NODE.replace("{ id = 2, log = \"127.0.0.1:40503\" }", "{ id = 2, log = \"127.0.0.1:40503\", client = \"127.0.0.1:49000\" }")
             + "[clients]\nenabled = true\nsession_key = \"5555555555555555555555555555555555555555555555555555555555555555\"\nmax_sessions = 16\nsession_timeout = \"2s\"\nwindow = 64\nallow = [\"10.0.0.0/8\", \"::1\"]\n";
         let config = NodeConfig::from_toml(&text).unwrap();
         let clients = &config.clients;
@@ -724,8 +728,8 @@ mod file_tests {
             .map(|_| ())
             .and_then(|_| {
                 let clash = NODE.replace(
-                    "{ id = 2, endpoint = \"127.0.0.1:40503\" }",
-                    "{ id = 2, endpoint = \"127.0.0.1:40503\", client = \"127.0.0.1:40502\" }",
+                    "{ id = 2, log = \"127.0.0.1:40503\" }",
+                    "{ id = 2, log = \"127.0.0.1:40503\", client = \"127.0.0.1:40502\" }",
                 ) + "[clients]\nenabled = true\n"
                     + &session_key;
                 NodeConfig::from_toml(&clash).map(|_| ())

@@ -707,8 +707,8 @@ fn bind_consensus(config: &NodeConfig, env: &Environment) -> Result<(Box<dyn Tra
     let mut network = env.network.clone();
     let socket = &config.channel.socket;
     let log_endpoint = Binding { socket, auth: None, shared: true };
-    drop(network.bind(me.endpoint, &log_endpoint).map_err(|e| {
-        NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the log endpoint {}: {e}", me.endpoint)))
+    drop(network.bind(me.log, &log_endpoint).map_err(|e| {
+        NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the log endpoint {}: {e}", me.log)))
     })?);
     let consensus = Binding { socket, auth: config.channel.auth, shared: false };
     network.bind(me.consensus, &consensus).map_err(|e| {

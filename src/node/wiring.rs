@@ -262,8 +262,8 @@ impl Wiring {
         // The leader sends from its member endpoint, the one source its followers accept, and waits for the
         // followers a commit needs (a majority, less itself), not for the slowest.
         let channel = ChannelConfig {
-            destinations: others.iter().map(|m| m.endpoint).collect(),
-            source: Some(config.me().endpoint),
+            destinations: others.iter().map(|m| m.log).collect(),
+            source: Some(config.me().log),
             membership: Some(config.membership()),
             flow_control: FlowControlMode::Quorum(config.members.len() / 2),
             ..config.channel.clone()
@@ -317,11 +317,11 @@ impl Wiring {
         let config = &self.config;
         let me = config.me();
         let leader = config.member(leader).ok_or_else(|| NodeError::Config(format!("no member {leader}")))?;
-        let mut channel = ReceiveChannelConfig::new(me.endpoint, config.stream_id);
+        let mut channel = ReceiveChannelConfig::new(me.log, config.stream_id);
         channel.channel = ChannelConfig { membership: Some(config.membership()), ..config.channel.clone() };
         // Only the leader's endpoint may send the log; the other members' datagrams are counted apart.
-        channel.peers = vec![leader.endpoint];
-        channel.members = config.members.iter().map(|m| m.endpoint).filter(|e| *e != me.endpoint).collect();
+        channel.peers = vec![leader.log];
+        channel.members = config.members.iter().map(|m| m.log).filter(|e| *e != me.log).collect();
         channel.image_dir = Some(self.directory.clone());
         // The image starts where this member's log agrees with the leader's, never where the leader's
         // sender happens to be when the SETUP arrives: it would acknowledge a log it does not have.

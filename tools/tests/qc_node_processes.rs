@@ -64,7 +64,7 @@ fn node_files_with(scratch: &Path, edit: impl Fn(&mut toml::Table)) -> Vec<PathB
             for member in members.iter_mut() {
                 let member = member.as_table_mut().unwrap();
                 let member_id = member["id"].as_integer().unwrap() as usize;
-                member.insert("endpoint".into(), format!("127.0.0.1:{}", ports[member_id]).into());
+                member.insert("log".into(), format!("127.0.0.1:{}", ports[member_id]).into());
                 member.insert("consensus".into(), format!("127.0.0.1:{}", consensus[member_id]).into());
             }
             edit(&mut table);
@@ -158,7 +158,9 @@ fn lines(stream: impl Read + Send + 'static) -> Receiver<String> {
 /// Waits until every process has exited, or panics at the deadline (the processes are then killed by
 /// their drop guards) with what each printed.
 fn wait_all(processes: &mut [Process], deadline: Instant) {
-    while !processes.iter_mut().all(Process::poll) {
+    // Every process is polled each round (not `all`, which stops at the first still running), so that the
+    // report says which ones exited.
+    while !processes.iter_mut().fold(true, |all, p| p.poll() && all) {
         if Instant::now() >= deadline {
             let report: Vec<String> = processes
                 .iter_mut()
@@ -297,7 +299,12 @@ fn harmful_values_are_refused_naming_the_file_the_key_and_the_fix() {
         ("receiver_timeout = \"2s\"", "receiver_timeout = \"0s\"", "[timers] receiver_timeout", "more than 0"),
         ("status_interval = \"10ms\"", "status_interval = \"0ns\"", "[timers] status_interval", "more than 0"),
         ("mtu = 8192", "mtu = 1400", "[channel] mtu", "multiple of 32"),
-        ("term_length = \"16MiB\"", "term_length = 100000", "[channel] term_length", "power of two"),
+        (
+            "term_buffer_length = \"16MiB\"",
+            "term_buffer_length = 100000",
+            "[channel] term_buffer_length",
+            "power of two",
+        ),
     ];
     for (from, to, key, rule) in cases {
         let (code, stderr, file) = refused("node-proc-harmful", |text| {
@@ -319,7 +326,7 @@ fn an_endpoint_in_use_is_refused_naming_the_address() {
         let mut table: toml::Table = text.parse().unwrap();
         table.insert("id".into(), 1.into());
         let members = table["members"].as_array_mut().unwrap();
-        members[1].as_table_mut().unwrap().insert("endpoint".into(), address.clone().into());
+        members[1].as_table_mut().unwrap().insert("log".into(), address.clone().into());
         toml::to_string(&table).unwrap()
     });
     assert_eq!(code, Some(1), "{stderr}");
@@ -600,7 +607,7 @@ fn a_partitioned_leader_cannot_commit_the_majority_goes_on_and_it_converges_when
         for member in table["members"].as_array_mut().unwrap() {
             let member = member.as_table_mut().unwrap();
             let host = format!("10.77.0.{}", member["id"].as_integer().unwrap() + 1);
-            member.insert("endpoint".into(), format!("{host}:40501").into());
+            member.insert("log".into(), format!("{host}:40501").into());
             member.insert("consensus".into(), format!("{host}:40601").into());
         }
         // A veth carries 1500-byte frames: the MTU that fits them.

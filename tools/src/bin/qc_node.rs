@@ -17,7 +17,8 @@
 //! `agents.application` idle strategy.
 //!
 //! With `--expect N` it prints `applied N digest <16 hex digits>` on stdout once N entries are applied, and
-//! exits 0. A leader first waits until every follower has acknowledged what it applied and then stays up
+//! exits 0. A leader first waits until every follower has acknowledged what it applied (or until it no longer
+//! leads: the followers that applied everything have gone) and then stays up
 //! `--linger-ms` more, so that the followers learn the final commit position (resent every
 //! `timers.commit_heartbeat`) before the leader goes away. Without `--expect` it runs until SIGINT or
 //! SIGTERM. Either way it closes the node, which removes the node directory.
@@ -352,7 +353,11 @@ impl App {
                     }
                     Phase::AwaitingAcks
                 }
-                Phase::AwaitingAcks if self.followers_acknowledged() => Phase::Lingering(Instant::now() + self.linger),
+                // Followers that applied everything exit, and one may go before its last acknowledgement
+                // left: this member then loses its quorum and stops leading, and nobody is left to wait for.
+                Phase::AwaitingAcks if self.followers_acknowledged() || self.node.role() != Role::Leader => {
+                    Phase::Lingering(Instant::now() + self.linger)
+                }
                 Phase::Lingering(until) if Instant::now() >= until => return Ok(()),
                 phase => phase,
             };
@@ -461,7 +466,7 @@ impl App {
 
 /// Prints the node's identity, channel and agent layout to stderr.
 fn describe(config: &NodeConfig, file: &NodeFile) {
-    let members: Vec<String> = config.members.iter().map(|m| format!("{}={}", m.id, m.endpoint)).collect();
+    let members: Vec<String> = config.members.iter().map(|m| format!("{}={}", m.id, m.log)).collect();
     let role = match config.leader {
         Some(leader) if leader == config.id => "the preferred first leader".to_string(),
         Some(leader) => format!("member {leader} preferred as the first leader"),
