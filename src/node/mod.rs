@@ -123,8 +123,10 @@ pub struct Node {
     compact_below: Counter,
     /// Remote clients' sessions, as the log builds them (taken while a poll runs).
     sessions: Option<ClientSessions>,
-    /// The application's snapshots (opened by the first restore or snapshot).
+    /// The application's snapshots (opened by the first restore or snapshot), on `disk`.
     snapshots: Option<SnapshotStore>,
+    /// The disk its data directory is on.
+    disk: crate::storage::disk::SharedDisk,
     /// The position of the newest snapshot taken or restored.
     last_snapshot: i64,
     /// Committed entries were polled for (a restore after that is refused).
@@ -212,7 +214,7 @@ impl Node {
             recorder_counters = Some(counters.clone());
             let identity = SnapshotIdentity { membership: config.membership(), stream_id: config.stream_id };
             let snapshot_store = |config: &NodeConfig| {
-                SnapshotStore::open(&config.snapshot_dir_path(), identity)
+                SnapshotStore::open_on(env.disk.clone(), &config.snapshot_dir_path(), identity)
                     .map_err(|e| NodeError::Snapshot(e.to_string()))
             };
             let others =
@@ -284,6 +286,7 @@ impl Node {
             compact_below,
             sessions: Some(sessions),
             snapshots: None,
+            disk: env.disk.clone(),
             last_snapshot: 0,
             polled: false,
             event_generation: 0,
@@ -579,7 +582,7 @@ impl Node {
     fn store_and_sessions(&mut self) -> Result<(&SnapshotStore, &mut ClientSessions), NodeError> {
         if self.snapshots.is_none() {
             let identity = SnapshotIdentity { membership: self.config.membership(), stream_id: self.config.stream_id };
-            let store = SnapshotStore::open(&self.config.snapshot_dir_path(), identity)
+            let store = SnapshotStore::open_on(self.disk.clone(), &self.config.snapshot_dir_path(), identity)
                 .map_err(|e| NodeError::Snapshot(e.to_string()))?;
             self.snapshots = Some(store);
         }
