@@ -80,7 +80,7 @@ use crate::shm::counters::{Counter, CountersManager};
 use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::shm::stats::Stats;
-use crate::storage::recording::catch_up::{CatchUpKey, CatchUpServer};
+use crate::storage::recording::catch_up::{CatchUpKey, CatchUpRuntime, CatchUpServer};
 use crate::storage::recording::{Recorder, RecorderCounters};
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 use crate::storage::vote_file::VoteFile;
@@ -225,26 +225,46 @@ impl Node {
                 agent = agent.plant_ack_before_sync();
             }
             if env.catch_up {
-                let server = CatchUpServer::bind(
-                    config.me().consensus,
-                    others,
-                    config.membership(),
-                    catch_up_key,
-                    snapshot_store(&config)?,
-                )
-                .map_err(|e| {
-                    let message = format!(
-                        "member {}: cannot serve catch-ups at {} (tcp): {e}; followers far behind cannot catch up \
-                         from this member",
-                        config.id,
-                        config.me().consensus
-                    );
-                    log::warn!("{message}");
-                    warnings.push(message);
-                })
-                .ok();
-                agent =
-                    agent.with_catch_up(server, Arc::clone(&shared.catch_ups), catch_up_key, snapshot_store(&config)?);
+                let local = config.me().consensus;
+                let runtime = CatchUpRuntime {
+                    network: env.network.clone(),
+                    local: local.ip(),
+                    clock: env.clock.fresh(),
+                    nonces: env.nonces(u64::from(config.id as u32)),
+                    inline: env.log_files == LogFiles::Inline,
+                };
+                let server = env
+                    .network
+                    .clone()
+                    .listen(local)
+                    .map(|listener| {
+                        let (membership, store) = (config.membership(), snapshot_store(&config));
+                        let clock = env.clock.fresh();
+                        store.map(|store| {
+                            CatchUpServer::new(
+                                listener,
+                                others,
+                                membership,
+                                catch_up_key,
+                                store,
+                                clock,
+                                runtime.nonces.clone(),
+                            )
+                        })
+                    })
+                    .map_err(|e| {
+                        let message = format!(
+                            "member {}: cannot serve catch-ups at {local} (tcp): {e}; followers far behind cannot \
+                             catch up from this member",
+                            config.id,
+                        );
+                        log::warn!("{message}");
+                        warnings.push(message);
+                    })
+                    .ok()
+                    .transpose()?;
+                let (channel, store) = (Arc::clone(&shared.catch_ups), snapshot_store(&config)?);
+                agent = agent.with_catch_up(server, channel, catch_up_key, store, runtime);
             }
             recorder = Some(Box::new(agent) as Box<dyn crate::agent::Agent>);
         }

@@ -24,6 +24,8 @@ use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
 use crate::cluster::log_switch::SwitchQueue;
+use crate::media::transport::stream::StreamOptions;
+use crate::media::transport::Network;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::{partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer};
 use crate::shm::stats::{kinds, CounterKind};
@@ -149,6 +151,10 @@ pub struct Recorder {
     server: Option<CatchUpServer>,
     /// The catch-up running on its thread, if one is.
     catching_up: Option<std::thread::JoinHandle<CatchUpOutcome>>,
+    /// The catch-up running in this agent's duty cycles (an inline runtime), if one is.
+    fetching: Option<catch_up::CatchUpFetch>,
+    /// What catch-ups run on.
+    runtime: Option<catch_up::CatchUpRuntime>,
     /// Catch-ups this member makes, and where it installs a snapshot it is sent.
     catch_ups: Arc<CatchUpChannel>,
     /// The key this member proves to the leader it catches up from.
@@ -184,6 +190,8 @@ impl Recorder {
             unsynced: false,
             server: None,
             catching_up: None,
+            fetching: None,
+            runtime: None,
             catch_ups: Arc::default(),
             catch_up_key: None,
             snapshots: None,
@@ -199,16 +207,18 @@ impl Recorder {
         self
     }
 
-    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for, proving `key`, installing
-    /// snapshots into `snapshots`.
+    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for on `runtime`, proving `key`,
+    /// installing snapshots into `snapshots`.
     pub fn with_catch_up(
         mut self,
         server: Option<CatchUpServer>,
         catch_ups: Arc<CatchUpChannel>,
         key: CatchUpKey,
         snapshots: SnapshotStore,
+        runtime: catch_up::CatchUpRuntime,
     ) -> Self {
         self.server = server;
+        self.runtime = Some(runtime);
         self.catch_ups = catch_ups;
         self.catch_up_key = Some(key);
         self.snapshots = Some(snapshots);
@@ -226,7 +236,7 @@ impl Recorder {
         let Some((leader, mut request)) = *pending else {
             return Ok(0);
         };
-        let Some(key) = self.catch_up_key else {
+        let (Some(key), Some(runtime)) = (self.catch_up_key, self.runtime.clone()) else {
             return Ok(0);
         };
         let Some(snapshots) = self.snapshots.take() else {
@@ -247,12 +257,26 @@ impl Recorder {
         // What the member holds past the recording (a Receiver's image not yet recorded) is fetched again:
         // the leader's log has the same bytes there.
         request.from = request.from.min(self.recording.end());
+        if runtime.inline {
+            self.snapshots = Some(snapshots);
+            return self.catch_up_inline(runtime, leader, request, key);
+        }
         let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
         let disk = self.recording.disk().clone();
         let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
+            let (mut network, local) = (runtime.network, runtime.local);
             let result =
                 Recording::open_on(disk, config, identity).map_err(|e| e.to_string()).and_then(|(mut recording, _)| {
-                    let fetched = catch_up::fetch(leader, request, &key, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
+                    let fetched = catch_up::fetch(
+                        &mut network,
+                        local,
+                        leader,
+                        request,
+                        &key,
+                        &mut recording,
+                        &snapshots,
+                        CATCH_UP_TIMEOUT,
+                    );
                     // Whatever arrived is kept (it verified); it is made durable before it is reported.
                     recording.sync().map_err(|e| e.to_string())?;
                     Ok((recording, fetched))
@@ -263,9 +287,49 @@ impl Recorder {
         Ok(1)
     }
 
+    /// Starts the catch-up in this agent's duty cycles, over a non-blocking stream.
+    fn catch_up_inline(
+        &mut self,
+        runtime: catch_up::CatchUpRuntime,
+        leader: SocketAddr,
+        request: CatchUpRequest,
+        key: CatchUpKey,
+    ) -> Result<usize, AgentError> {
+        let now_ns = runtime.clock.now_ns();
+        let timeout_ns = CATCH_UP_TIMEOUT.as_nanos() as u64;
+        let options = StreamOptions { local: runtime.local, connect_timeout: CATCH_UP_TIMEOUT, blocking: None };
+        let started = runtime
+            .network
+            .clone()
+            .connect_stream(leader, &options)
+            .map_err(|e| format!("connect to {leader}: {e}"))
+            .and_then(|stream| {
+                catch_up::CatchUpFetch::start(leader, stream, request, key, &runtime.nonces, timeout_ns, now_ns)
+            });
+        match started {
+            Ok(fetch) => self.fetching = Some(fetch),
+            Err(why) => self.report_catch_up(Err(why))?,
+        }
+        Ok(1)
+    }
+
     /// While a catch-up runs: once it is over, takes the recording back and reports the outcome; true
     /// while it still runs (nothing else is done meanwhile).
     fn catch_up_running(&mut self) -> Result<bool, AgentError> {
+        if let Some(fetch) = self.fetching.as_mut() {
+            let now_ns = self.runtime.as_ref().map_or(0, |r| r.clock.now_ns());
+            let snapshots = self.snapshots.as_ref().expect("the store stays while a catch-up runs inline");
+            let result = match fetch.poll(&mut self.recording, snapshots, now_ns) {
+                Ok(None) => return Ok(true),
+                Ok(Some(fetched)) => Ok(fetched),
+                Err(why) => Err(why),
+            };
+            self.fetching = None;
+            // Whatever arrived is kept (it verified); it is made durable before it is reported.
+            let result = self.recording.sync().map_err(|e| e.to_string()).and(result);
+            self.report_catch_up(result)?;
+            return Ok(false);
+        }
         let Some(thread) = self.catching_up.take_if(|t| t.is_finished()) else {
             return Ok(self.catching_up.is_some());
         };
@@ -278,6 +342,12 @@ impl Recorder {
             }
             Err(why) => Err(why),
         };
+        self.report_catch_up(result)?;
+        Ok(false)
+    }
+
+    /// Counts a finished catch-up and hands its outcome to the consensus agent.
+    fn report_catch_up(&mut self, result: Result<Fetched, String>) -> Result<(), AgentError> {
         match &result {
             Ok(fetched) => {
                 self.counters.catch_ups.increment();
@@ -292,7 +362,7 @@ impl Recorder {
         self.counters.position.set(self.recording.end());
         self.counters.synced_position.set(self.recording.end());
         *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-        Ok(false)
+        Ok(())
     }
 
     /// The recording.
