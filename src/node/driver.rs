@@ -493,6 +493,8 @@ impl ConsensusAgent {
         );
         // The node's reader goes on in the recording from where it is (at or past where the fetch began).
         let from = if snapshot.is_some() { following.fed } else { fetched.from };
+        // The planted bug: the reader goes on where the fetch ended, past what it fetched.
+        let from = if self.wiring.env.bugs.catch_up_wrong_offset { fetched.end } else { from };
         self.shared.switches.push(from, Some(ReaderLog::Recorded { snapshot }));
         self.shared.switches.push(fetched.end, None);
         self.shared.recorder_switches.push(fetched.end, None);

@@ -45,6 +45,9 @@ pub struct PlantedBugs {
     pub no_first_spare: bool,
     /// Under `batch`, the recorder reports what it wrote as synced before its `fdatasync`.
     pub ack_before_sync: bool,
+    /// After a catch-up from the leader's recording, the node's reader of committed entries goes on where
+    /// the fetch ended instead of where it began.
+    pub catch_up_wrong_offset: bool,
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:

@@ -160,7 +160,7 @@ fn lines(stream: impl Read + Send + 'static) -> Receiver<String> {
 fn wait_all(processes: &mut [Process], deadline: Instant) {
     // Every process is polled each round (not `all`, which stops at the first still running), so that the
     // report says which ones exited.
-    while !processes.iter_mut().fold(true, |all, p| p.poll() && all) {
+    while processes.iter_mut().map(Process::poll).filter(|exited| !exited).count() > 0 {
         if Instant::now() >= deadline {
             let report: Vec<String> = processes
                 .iter_mut()

@@ -31,7 +31,10 @@ pub enum Violation {
     /// After a power loss, a node's recorded log ended before the position its recorder had reported as
     /// synced (and so as acknowledgeable) before it.
     LostDurable { member: usize, synced: i64, recovered: i64 },
-    /// After the faults stopped, no new message was applied on a majority within the bound.
+    /// What a member or the network holds grew past its bound (under forged traffic: datagrams waiting,
+    /// open streams, files in a node's directory).
+    Unbounded { what: String, held: usize, bound: usize },
+    /// After the faults stopped, no new message was applied on every member within the bound.
     /// `window_stall`: the leader's Sender was within an MTU of its flow-control limit with commits behind
     /// its append position (the signature of seed 1019's bug: a follower's window, counted from what its
     /// node consumed, could not take a new leader's log up to the start of its term).
@@ -61,9 +64,10 @@ impl fmt::Display for Violation {
                 f,
                 "member {member} reported its log synced up to {synced}, and after a power loss held it up to {recovered}"
             ),
+            Self::Unbounded { what, held, bound } => write!(f, "{what}: {held}, more than its bound {bound}"),
             Self::NoProgress { healed_ms, bound_ms, window_stall, state } => write!(
                 f,
-                "the network healed at {healed_ms} ms and no new message was applied on a majority within \
+                "the network healed at {healed_ms} ms and no new message was applied on every member within \
                  {bound_ms} ms{}: {state}",
                 if *window_stall { " (the leader's Sender stalled at its flow-control limit)" } else { "" }
             ),

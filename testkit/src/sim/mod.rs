@@ -27,6 +27,7 @@
 
 mod check;
 pub mod disk;
+pub mod forge;
 pub mod network;
 pub mod prng;
 
@@ -37,6 +38,7 @@ use std::sync::Arc;
 use quorumcast::agent::clock::{NanoClock, SimulatedTime};
 use quorumcast::agent::ThreadingMode;
 use quorumcast::cluster::consensus_core::{Role, Timers};
+use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::SharedNetwork;
 use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs};
@@ -77,6 +79,12 @@ pub struct SimConfig {
     /// Which faults are drawn (a seed's run depends on it: regression seeds keep the one they were found
     /// with).
     pub schedule: Schedule,
+    /// A hostile host forges members' frames and holds catch-up streams open (see [`forge`]); off in the
+    /// regression seeds, which keep the schedule they were found with.
+    pub hostile: bool,
+    /// Every datagram of the log and consensus channels is authenticated with a shared key, and the
+    /// hostile host also spoofs members' addresses.
+    pub auth: bool,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -93,6 +101,8 @@ impl SimConfig {
             schedule: Schedule::Full,
             bugs: PlantedBugs::default(),
             log_cost_ns_per_kib: 0,
+            hostile: false,
+            auth: false,
             trace: false,
         }
     }
@@ -136,6 +146,8 @@ pub struct SimReport {
     pub power_losses: u64,
     /// Datagrams a host outside the cluster sent.
     pub forged: u64,
+    /// What the hostile host sent.
+    pub hostile: forge::Forged,
     /// Catch-ups from a leader's recording that members finished.
     pub catch_ups: u64,
     /// What happened, when traced.
@@ -244,6 +256,7 @@ pub struct Simulation {
     refused: u64,
     report: SimReport,
     scratch: ScratchDir,
+    forger: Option<forge::Forger>,
 }
 
 impl Simulation {
@@ -270,6 +283,8 @@ impl Simulation {
             nodes.push(SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down });
         }
         let checker = Checker::new(config.members);
+        let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
+        let forger = config.hostile.then(|| forge::Forger::new(config.seed, endpoints, config.auth));
         Self {
             config,
             prng,
@@ -284,6 +299,7 @@ impl Simulation {
             refused: 0,
             report: SimReport::default(),
             scratch,
+            forger,
         }
     }
 
@@ -303,6 +319,7 @@ impl Simulation {
             if self.checker.applied_by(target) == self.nodes.len() {
                 let made = |n: &SimNode| crate::cluster::counter_value(&n.node, "recorder catch-ups made");
                 self.report.catch_ups += self.nodes.iter().filter_map(made).sum::<i64>() as u64;
+                self.report.hostile = self.forger.as_ref().map(forge::Forger::forged).unwrap_or_default();
                 self.report.end_ns = self.now_ns;
                 self.report.steps = self.step;
                 self.report.committed = self.checker.committed();
@@ -367,6 +384,12 @@ impl Simulation {
         if self.config.schedule == Schedule::Full {
             self.maybe_forge();
         }
+        if let Some(forger) = self.forger.as_mut() {
+            forger.step(&self.network, self.now_ns);
+            if self.step % 512 == 0 {
+                self.check_bounds()?;
+            }
+        }
         let mut order: Vec<usize> = (0..self.nodes.len()).collect();
         self.prng.shuffle(&mut order);
         for i in order {
@@ -396,6 +419,32 @@ impl Simulation {
             self.trace_role(i);
         }
         self.offer();
+        Ok(())
+    }
+
+    /// What the network and the members hold stays bounded under forged traffic: datagrams waiting (a
+    /// socket buffer's worth per endpoint), streams open (a member accepts a bounded number at once, and the
+    /// forger holds some more), files in a node's directory (an image per log, never one per forged SETUP).
+    fn check_bounds(&mut self) -> Result<(), SimFailure> {
+        let n = self.nodes.len();
+        let datagrams = (self.network.held(), 4096 * 8 * n);
+        let streams = (self.network.streams(), 64 + 24 + 2 * n);
+        if datagrams.0 > datagrams.1 {
+            let what = "datagrams held by the network".to_string();
+            return Err(self.failure(Violation::Unbounded { what, held: datagrams.0, bound: datagrams.1 }));
+        }
+        if streams.0 > streams.1 {
+            let what = "streams open".to_string();
+            return Err(self.failure(Violation::Unbounded { what, held: streams.0, bound: streams.1 }));
+        }
+        for i in 0..n {
+            let dir = self.scratch.join(format!("node-{i}"));
+            let files = std::fs::read_dir(&dir).map_or(0, Iterator::count);
+            if files > 24 {
+                let what = format!("files in member {i}'s node directory");
+                return Err(self.failure(Violation::Unbounded { what, held: files, bound: 24 }));
+            }
+        }
         Ok(())
     }
 
@@ -486,7 +535,8 @@ impl Simulation {
             3 => Fault::Pause(self.prng.below(n)),
             // A path that carries exactly the MTU's datagrams (a smaller one stops the Sender's channel with an
             // error naming the MTU that fits, by design: tests/path_mtu.rs).
-            4 => Fault::ClampMtu(1408),
+            // With a key, the tag rides after the MTU's bytes.
+            4 => Fault::ClampMtu(1408 + if self.config.auth { quorumcast::media::auth::TAG_LENGTH } else { 0 }),
             5 => Fault::Restart(self.prng.below(n)),
             6 => Fault::ClockJump {
                 member: self.prng.below(n),
@@ -796,9 +846,11 @@ fn address(id: i32, port: u16) -> SocketAddr {
 /// Member `id`'s node: invoker mode, the default timers, a small-term channel, the storage of `config`.
 fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimConfig) -> NodeBuilder {
     let term_length = config.term_length;
+    let auth = config.auth.then(|| AuthKey::derive("node simulator", &config.seed.to_le_bytes()));
     let channel =
-        ChannelConfig { mtu: 1408, term_length, receiver_window: term_length / 2, ..ChannelConfig::default() };
-    let builder = NodeBuilder::new(id, members.to_vec())
+        ChannelConfig { mtu: 1408, term_length, receiver_window: term_length / 2, auth, ..ChannelConfig::default() };
+    let builder = NodeBuilder::new(id, members.to_vec());
+    let builder = builder
         .leader(0)
         .timers(Timers::default())
         .data_dir(scratch.join(format!("data-{id}")))

@@ -19,7 +19,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use quorumcast::media::auth::TAG_LENGTH;
+use quorumcast::media::auth::{AuthKey, TAG_LENGTH};
 use quorumcast::media::transport::stream::{Stream, StreamListener, StreamOptions};
 use quorumcast::media::transport::{
     send_each_copy, Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport,
@@ -251,7 +251,7 @@ impl SimNetwork {
         SimStream { network: self.clone(), id, end: 0, peer: to }
     }
 
-    fn bind_endpoint(&self, local: SocketAddr, shared: bool) -> io::Result<SimEndpoint> {
+    fn bind_endpoint(&self, local: SocketAddr, shared: bool, auth: Option<AuthKey>) -> io::Result<SimEndpoint> {
         let mut state = self.lock();
         let taken = state.endpoints.iter().flatten().filter(|s| s.local == local).any(|s| !(shared && s.shared));
         if taken || local.port() == 0 {
@@ -268,7 +268,7 @@ impl SimNetwork {
                 state.endpoints.len() - 1
             }
         };
-        Ok(SimEndpoint { network: self.clone(), id, local, peer: None })
+        Ok(SimEndpoint { network: self.clone(), id, local, peer: None, auth })
     }
 }
 
@@ -384,7 +384,7 @@ impl Network for SimNetwork {
     type Endpoint = SimEndpoint;
 
     fn bind(&mut self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(SimEndpoint, Vec<String>)> {
-        self.bind_endpoint(local, binding.shared).map(|endpoint| (endpoint, Vec::new()))
+        self.bind_endpoint(local, binding.shared, binding.auth).map(|endpoint| (endpoint, Vec::new()))
     }
 
     fn supports(&self, _mode: SendMode) -> bool {
@@ -549,6 +549,8 @@ pub struct SimEndpoint {
     id: usize,
     local: SocketAddr,
     peer: Option<SocketAddr>,
+    /// The key its datagrams are tagged with and checked against, as a UDP endpoint's.
+    auth: Option<AuthKey>,
 }
 
 impl Drop for SimEndpoint {
@@ -558,11 +560,24 @@ impl Drop for SimEndpoint {
 }
 
 impl SimEndpoint {
-    fn send_to(&self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
+    /// Sends `datagram`, with its tag after it when the endpoint authenticates (`tag`, or computed).
+    fn send_to(&self, datagram: &[u8], tag: Option<&[u8; TAG_LENGTH]>, dest: Option<&SockAddr>) -> SendOutcome {
         let Some(to) = dest.and_then(SockAddr::as_socket).or(self.peer) else {
             return SendOutcome::Failed(io::Error::new(io::ErrorKind::NotConnected, "no destination"));
         };
-        self.network.lock().send(self.local, to, datagram)
+        match self.auth {
+            None => self.network.lock().send(self.local, to, datagram),
+            Some(key) => {
+                let tag = tag.copied().unwrap_or_else(|| key.tag(datagram));
+                let tagged = [datagram, &tag].concat();
+                match self.network.lock().send(self.local, to, &tagged) {
+                    SendOutcome::TooLarge { path_mtu, .. } => {
+                        SendOutcome::TooLarge { datagram: datagram.len(), path_mtu }
+                    }
+                    outcome => outcome,
+                }
+            }
+        }
     }
 }
 
@@ -580,16 +595,16 @@ impl Transport for SimEndpoint {
     }
 
     fn send(&mut self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
-        self.send_to(datagram, dest)
+        self.send_to(datagram, None, dest)
     }
 
     fn send_with_tag(
         &mut self,
         datagram: &[u8],
-        _tag: Option<&[u8; TAG_LENGTH]>,
+        tag: Option<&[u8; TAG_LENGTH]>,
         dest: Option<&SockAddr>,
     ) -> SendOutcome {
-        self.send_to(datagram, dest)
+        self.send_to(datagram, tag, dest)
     }
 
     fn send_mmsg(
@@ -599,14 +614,14 @@ impl Transport for SimEndpoint {
         _scratch: &mut MmsgScratch,
     ) -> (SendOutcome, usize) {
         // Counted as one call, as `sendmmsg` of one batch is.
-        let (outcome, _) = send_each_copy(datagrams, dests, |datagram, dest| self.send_to(datagram, dest));
+        let (outcome, _) = send_each_copy(datagrams, dests, |datagram, dest| self.send_to(datagram, None, dest));
         (outcome, 1)
     }
 
     fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
         let mut segments = 0;
         for chunk in data.chunks(segment.max(1)) {
-            match self.send_to(chunk, None) {
+            match self.send_to(chunk, None, None) {
                 SendOutcome::Sent(_) => segments += 1,
                 other if segments == 0 => return other,
                 _ => break,
@@ -625,7 +640,12 @@ impl Transport for SimEndpoint {
             let Some((bytes, source)) = slot.inbox.pop_front() else {
                 break;
             };
-            batch.push(Received { bytes: &bytes, source: Some(source), truncated: false, forged: false });
+            // As a UDP endpoint with a key: a datagram whose tag is missing or wrong is marked forged.
+            let (length, forged) = match self.auth {
+                None => (bytes.len(), false),
+                Some(key) => key.verify(&bytes).map_or((bytes.len(), true), |length| (length, false)),
+            };
+            batch.push(Received { bytes: &bytes[..length], source: Some(source), truncated: false, forged });
         }
         Ok(batch.len())
     }
