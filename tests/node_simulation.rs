@@ -43,8 +43,15 @@ fn simulate_on(
     Simulation::new(config).run()
 }
 
+/// A seed of the main loops: the full schedule, each node's agents in a drawn order.
 fn run(seed: u64, members: usize) -> SimReport {
-    run_with(seed, members, Schedule::Full)
+    let mut config = SimConfig::new(seed, members);
+    config.shuffle_agents = true;
+    config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
+    if config.trace {
+        let _ = env_logger::builder().is_test(true).try_init();
+    }
+    Simulation::new(config).run().unwrap_or_else(|failure| panic!("{members} members, Full schedule: {failure}"))
 }
 
 /// A seed under the schedule it was found with.
@@ -184,7 +191,7 @@ fn real_nodes_drop_forged_frames_and_held_streams_and_stay_bounded() {
     for (members, first, auth) in [(3, 40_000, false), (3, 41_000, true), (5, 45_000, true)] {
         for seed in hostile_seeds(first) {
             let mut config = SimConfig::new(seed, members);
-            (config.hostile, config.auth) = (true, auth);
+            (config.hostile, config.auth, config.shuffle_agents) = (true, auth, true);
             config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
             let report = Simulation::new(config)
                 .run()

@@ -96,6 +96,10 @@ pub struct Environment {
     /// production.
     #[doc(hidden)]
     pub inline_log_cost: Option<InlineLogCost>,
+    /// In a seeded environment, the node's invoked agents run in an order drawn from the seed each duty
+    /// cycle (the simulator's), instead of their fixed order.
+    #[doc(hidden)]
+    pub shuffle_agents: bool,
     /// The seed of every random choice; `None` takes one from the wall clock and the member id.
     seed: Option<u64>,
     /// Draws taken from the seed.
@@ -130,6 +134,7 @@ impl Environment {
             catch_up: true,
             bugs: PlantedBugs::default(),
             inline_log_cost: None,
+            shuffle_agents: false,
             seed: None,
             draws: Arc::default(),
         }
@@ -146,6 +151,7 @@ impl Environment {
             catch_up: true,
             bugs: PlantedBugs::default(),
             inline_log_cost: None,
+            shuffle_agents: false,
             seed: Some(seed),
             draws: Arc::default(),
         }
@@ -162,6 +168,23 @@ impl Environment {
                 Nonces::Seeded(Arc::new(move || env.random(salt ^ 0xC47C_0000)))
             }
         }
+    }
+
+    /// The order a node's invoked agents run in each duty cycle: drawn from the seed (a permutation per
+    /// cycle, salted with `salt`) in a seeded environment, the fixed order otherwise.
+    pub(super) fn agent_order(&self, salt: u64) -> Option<crate::agent::AgentOrder> {
+        if !self.shuffle_agents {
+            return None;
+        }
+        self.seed?;
+        let env = self.clone();
+        Some(Arc::new(move |order: &mut [usize]| {
+            // Fisher-Yates from the seed's draws.
+            for i in (1..order.len()).rev() {
+                let j = (env.random(salt ^ 0x0A6E_0000) % (i as u64 + 1)) as usize;
+                order.swap(i, j);
+            }
+        }))
     }
 
     /// Whether this is the production environment's network (bare UDP sockets).

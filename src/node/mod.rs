@@ -295,7 +295,9 @@ impl Node {
         });
         let committed =
             CommittedReader::new(config.id, Arc::clone(&shared), replay, recorder_counters, recording_template);
-        let handles = start_agents(&config, Box::new(agent), sender, receiver, recorder, &counters, &mut warnings)?;
+        let order = env.agent_order(u64::from(config.id as u32));
+        let handles =
+            start_agents(&config, Box::new(agent), sender, receiver, recorder, &counters, order, &mut warnings)?;
         Ok(Node {
             config,
             shared,

@@ -458,6 +458,7 @@ pub(super) fn start_agents(
     receiver: Slot<Box<dyn Agent>>,
     recorder: Option<Box<dyn Agent>>,
     counters: &CountersManager,
+    order: Option<crate::agent::AgentOrder>,
     warnings: &mut Vec<String>,
 ) -> Result<AgentHandles, NodeError> {
     let mut specs = vec![
@@ -488,7 +489,7 @@ pub(super) fn start_agents(
             core: config.cores.recorder,
         });
     }
-    let layout = AgentLayout::plan(config.threading, specs).map_err(NodeError::Layout)?;
+    let layout = AgentLayout::plan_ordered(config.threading, specs, order).map_err(NodeError::Layout)?;
     let layout_warnings = layout.check_cores(available_cores(), config.force_layout).map_err(NodeError::Layout)?;
     warnings.extend(layout_warnings.iter().map(Warning::to_string));
     let mut handles = layout

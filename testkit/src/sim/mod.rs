@@ -85,6 +85,10 @@ pub struct SimConfig {
     /// Every datagram of the log and consensus channels is authenticated with a shared key, and the
     /// hostile host also spoofs members' addresses.
     pub auth: bool,
+    /// Each node's own agents run in an order drawn from the seed in every duty cycle (as a node whose
+    /// agents have threads of their own interleaves them), instead of their fixed order; off in the
+    /// regression seeds, which keep the schedule they were found with.
+    pub shuffle_agents: bool,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -103,6 +107,7 @@ impl SimConfig {
             log_cost_ns_per_kib: 0,
             hostile: false,
             auth: false,
+            shuffle_agents: false,
             trace: false,
         }
     }
@@ -825,6 +830,7 @@ fn environment(
         Environment::deterministic(NanoClock::simulated(Arc::clone(time)), SharedNetwork::new(network.clone()), seed);
     env.disk = disk.process();
     env.bugs = config.bugs;
+    env.shuffle_agents = config.shuffle_agents;
     if config.log_cost_ns_per_kib > 0 {
         let (network, host, busy, per_kib) =
             (network.clone(), address(id, 0).ip(), Arc::clone(busy_ns), config.log_cost_ns_per_kib);
