@@ -92,7 +92,7 @@ use self::ingress::{ClientIngress, IngressCounters};
 use self::replay::Replay;
 use self::sessions::{ClientSessions, SessionEventCounters};
 use self::slot::Slot;
-use self::wiring::{node_counter, start_agents, NodeCounters, Wiring};
+use self::wiring::{node_counter, start_agents, NodeAgents, NodeCounters, Wiring};
 
 /// A change of this node's role, leadership term or known leader, as handed to
 /// [`Node::on_role_change`] callbacks.
@@ -296,8 +296,8 @@ impl Node {
         let committed =
             CommittedReader::new(config.id, Arc::clone(&shared), replay, recorder_counters, recording_template);
         let order = env.agent_order(u64::from(config.id as u32));
-        let handles =
-            start_agents(&config, Box::new(agent), sender, receiver, recorder, &counters, order, &mut warnings)?;
+        let agents = NodeAgents { consensus: Box::new(agent), sender, receiver, recorder };
+        let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;
         Ok(Node {
             config,
             shared,

@@ -450,17 +450,23 @@ fn continue_log(
     Err(NodeError::Config(format!("cannot continue the log at {position}: {last_error:?}")))
 }
 
-/// Lays the consensus agent and the two places out on threads, and starts them.
+/// A node's agents: the consensus agent, the two places whose agent the role sets, and the recorder.
+pub(super) struct NodeAgents {
+    pub(super) consensus: Box<dyn Agent>,
+    pub(super) sender: Slot<Box<dyn Agent>>,
+    pub(super) receiver: Slot<Box<dyn Agent>>,
+    pub(super) recorder: Option<Box<dyn Agent>>,
+}
+
+/// Lays the node's agents out on threads (an invoker's in the drawn `order`, if any), and starts them.
 pub(super) fn start_agents(
     config: &NodeConfig,
-    consensus: Box<dyn Agent>,
-    sender: Slot<Box<dyn Agent>>,
-    receiver: Slot<Box<dyn Agent>>,
-    recorder: Option<Box<dyn Agent>>,
+    agents: NodeAgents,
     counters: &CountersManager,
     order: Option<crate::agent::AgentOrder>,
     warnings: &mut Vec<String>,
 ) -> Result<AgentHandles, NodeError> {
+    let NodeAgents { consensus, sender, receiver, recorder } = agents;
     let mut specs = vec![
         AgentSpec {
             role: AgentRole::Consensus,
