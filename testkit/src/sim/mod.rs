@@ -356,6 +356,36 @@ impl Simulation {
         self.trace(|| format!("member {i} paused for {} ms", ns / 1_000_000));
     }
 
+    /// Kills member `i` (as `kill -9` does): it runs nothing from now on, until [`revive`](Self::revive).
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].down = true;
+        self.nodes[i].paused_until_ns = u64::MAX;
+        self.trace(|| format!("member {i} killed"));
+    }
+
+    /// Starts killed member `i` again on its data directory (its disk lost nothing synced; what it wrote
+    /// and did not sync survives in the page cache, as after a process crash).
+    pub fn revive(&mut self, i: usize) -> Result<(), SimFailure> {
+        let synced = self.synced_position(i);
+        self.restart_holding(i, Stop::Crash, synced)?;
+        self.trace(|| format!("member {i} started again"));
+        Ok(())
+    }
+
+    /// The member that leads the newest term among those running, if one does.
+    pub fn leader(&self) -> Option<usize> {
+        let running = |i: &usize| !self.nodes[*i].down && self.nodes[*i].paused_until_ns <= self.now_ns;
+        (0..self.nodes.len())
+            .filter(running)
+            .filter(|&i| self.nodes[i].node.role() == Role::Leader)
+            .max_by_key(|&i| self.nodes[i].node.leadership_term_id())
+    }
+
+    /// Entries in the committed order so far.
+    pub fn committed(&self) -> u64 {
+        self.checker.committed()
+    }
+
     /// Member `i`'s node.
     pub fn node(&self, i: usize) -> &Node {
         &self.nodes[i].node
