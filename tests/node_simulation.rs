@@ -190,12 +190,7 @@ fn real_nodes_drop_forged_frames_and_held_streams_and_stay_bounded() {
     let mut total = quorumcast_testkit::sim::forge::Forged::default();
     for (members, first, auth) in [(3, 40_000, false), (3, 41_000, true), (5, 45_000, true)] {
         for seed in hostile_seeds(first) {
-            let mut config = SimConfig::new(seed, members);
-            (config.hostile, config.auth, config.shuffle_agents) = (true, auth, true);
-            config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
-            let report = Simulation::new(config)
-                .run()
-                .unwrap_or_else(|failure| panic!("{members} members, hostile host, auth {auth}: {failure}"));
+            let report = run_hostile(seed, members, auth);
             total.rewritten += report.hostile.rewritten;
             total.spoofed += report.hostile.spoofed;
             total.streams += report.hostile.streams;
@@ -254,6 +249,30 @@ fn the_cluster_survives_the_loss_of_two_leaders_in_turn_and_members_rejoin() {
         sim.revive(second).unwrap_or_else(fail);
         sim.run().unwrap_or_else(fail);
     }
+}
+
+/// A seed with the hostile host (and `auth`), each node's agents in a drawn order.
+fn run_hostile(seed: u64, members: usize, auth: bool) -> SimReport {
+    let mut config = SimConfig::new(seed, members);
+    (config.hostile, config.auth, config.shuffle_agents) = (true, auth, true);
+    config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
+    if config.trace {
+        let _ = env_logger::builder().is_test(true).try_init();
+    }
+    Simulation::new(config)
+        .run()
+        .unwrap_or_else(|failure| panic!("{members} members, hostile host, auth {auth}: {failure}"))
+}
+
+/// Found by the first soak with catch-ups on: member 0 was catching up from leader 2's recording (term 3)
+/// when leader 1 won term 4 and member 0 followed it; the catch-up then finished, and its result, for the
+/// followership that had ended, was taken by the new one, which joined leader 1's log where leader 2's
+/// fetch ended (before where it already was): its reader waited for good at 58496. Fix: each catch-up has
+/// a ticket, a new followership (or a leadership) cancels the one running (`CatchUpChannel::cancel`; the
+/// recorder stops it), and a followership takes only the result of the catch-up it asked for.
+#[test]
+fn soak_seed_1796345366469436332_a_catch_up_of_an_ended_followership_is_cancelled() {
+    run_hostile(1_796_345_366_469_436_332, 3, false);
 }
 
 /// Seeds per configuration of the hostile-host test.

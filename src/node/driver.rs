@@ -394,12 +394,12 @@ impl ConsensusAgent {
         if !self.records {
             return Ok(0);
         }
-        match self.shared.catch_ups.take_result() {
-            Some(Ok(fetched)) => {
+        match self.shared.catch_ups.take_result().filter(|(ticket, _)| following.catch_up.asked(*ticket)) {
+            Some((_, Ok(fetched))) => {
                 self.join_after_catch_up(fetched)?;
                 return Ok(1);
             }
-            Some(Err(why)) => {
+            Some((_, Err(why))) => {
                 self.logs.warn(now_ns, || {
                     let retry = std::time::Duration::from_nanos(catch_up::RETRY_NS);
                     format!(
@@ -421,7 +421,8 @@ impl ConsensusAgent {
         self.wiring.clear();
         let config = &self.wiring.config;
         if let Some(leader) = config.member(following.leader).map(|m| m.consensus) {
-            self.shared.catch_ups.request(leader, CatchUpRequest::new(config.membership(), config.id, following.fed));
+            let request = CatchUpRequest::new(config.membership(), config.id, following.fed);
+            following.catch_up.ticket(self.shared.catch_ups.request(leader, request));
             log::info!(
                 "member {}: leader {} no longer holds this member's log position {} in memory; fetching the rest \
                  from its recording (a catch-up over TCP at {leader}), then joining its live log",
@@ -701,6 +702,7 @@ impl ConsensusAgent {
         self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
         self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position }));
+        self.shared.catch_ups.cancel();
         if self.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }
@@ -713,6 +715,9 @@ impl ConsensusAgent {
             // Matched again within what this Receiver's image already rebuilt (after a refused canvass): go on.
             return Ok(());
         }
+        // A catch-up the previous followership asked for is of its leader's log: it stops, and its result,
+        // if one still comes, is not this followership's.
+        self.shared.catch_ups.cancel();
         let followership = self.wiring.follow(leader, position, self.synced.clone()).map_err(AgentError::new)?;
         self.shared.switches.push(position, None);
         if self.records {

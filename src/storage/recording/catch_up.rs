@@ -688,7 +688,7 @@ const FETCH_READ_WAIT: Duration = Duration::from_millis(50);
 /// Fetches the log from `request.from` from the leader at `leader` into `recording` (which must end at
 /// `request.from`), installing the leader's snapshot first when it sends one, after both ends proved
 /// `key`: a [`CatchUpFetch`] over a blocking stream of `network`, run to its end. Blocks, and fails when
-/// no byte moves for `timeout`; `Err` says why (the caller retries).
+/// no byte moves for `timeout` or once `cancelled` says so; `Err` says why (the caller retries).
 #[allow(clippy::too_many_arguments)]
 pub fn fetch(
     network: &mut SharedNetwork,
@@ -699,6 +699,7 @@ pub fn fetch(
     recording: &mut Recording,
     snapshots: &SnapshotStore,
     timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<Fetched, String> {
     let options = StreamOptions { local, connect_timeout: timeout, blocking: Some(FETCH_READ_WAIT) };
     let stream = network.connect_stream(leader, &options).map_err(|e| format!("connect to {leader}: {e}"))?;
@@ -706,6 +707,9 @@ pub fn fetch(
     let timeout_ns = timeout.as_nanos() as u64;
     let mut fetch = CatchUpFetch::start(leader, stream, request, *key, &Nonces::Os, timeout_ns, clock.now_ns())?;
     loop {
+        if cancelled() {
+            return Err("cancelled".into());
+        }
         if let Some(fetched) = fetch.poll(recording, snapshots, clock.now_ns())? {
             return Ok(fetched);
         }

@@ -46,25 +46,49 @@ pub struct RecorderSource {
 /// How long a catch-up waits on its leader for each read or write before it gives up (to be retried).
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What a cancelled catch-up reports (its followership ended before it did).
+const CANCELLED: &str = "cancelled: the followership that asked for it ended";
+
 /// A catch-up the consensus agent asks the recorder for (from a leader, the log from a position), and
 /// what came of it.
+///
+/// Each request has a ticket, which its result carries: a result is for the followership that asked,
+/// and one that ended meanwhile [cancels](Self::cancel) it (the recorder stops it, and its result, if any
+/// still comes, names the old ticket).
 #[derive(Debug, Default)]
 pub struct CatchUpChannel {
     /// Set with a request, so that the recorder looks at the lock only then.
     requested: std::sync::atomic::AtomicBool,
-    request: Mutex<Option<(SocketAddr, CatchUpRequest)>>,
-    result: Mutex<Option<Result<Fetched, String>>>,
+    request: Mutex<Option<(u64, SocketAddr, CatchUpRequest)>>,
+    result: Mutex<Option<(u64, Result<Fetched, String>)>>,
+    /// The last ticket given.
+    tickets: std::sync::atomic::AtomicU64,
+    /// Requests with tickets up to this one are cancelled.
+    cancelled_through: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl CatchUpChannel {
-    /// Asks for a catch-up (replacing one not yet started).
-    pub fn request(&self, leader: SocketAddr, request: CatchUpRequest) {
-        *self.request.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, request));
+    /// Asks for a catch-up (replacing one not yet started); its ticket.
+    pub fn request(&self, leader: SocketAddr, request: CatchUpRequest) -> u64 {
+        let ticket = self.tickets.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        *self.request.lock().unwrap_or_else(|e| e.into_inner()) = Some((ticket, leader, request));
         self.requested.store(true, std::sync::atomic::Ordering::Release);
+        ticket
     }
 
-    /// What the last catch-up brought, once it is over.
-    pub fn take_result(&self) -> Option<Result<Fetched, String>> {
+    /// Cancels every catch-up asked for so far: one not started never starts, a running one stops.
+    pub fn cancel(&self) {
+        let last = self.tickets.load(std::sync::atomic::Ordering::Acquire);
+        self.cancelled_through.fetch_max(last, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether the catch-up of `ticket` was cancelled.
+    fn is_cancelled(&self, ticket: u64) -> bool {
+        ticket <= self.cancelled_through.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// What the last catch-up brought, once it is over, with its ticket.
+    pub fn take_result(&self) -> Option<(u64, Result<Fetched, String>)> {
         self.result.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
@@ -155,6 +179,8 @@ pub struct Recorder {
     fetching: Option<catch_up::CatchUpFetch>,
     /// What catch-ups run on.
     runtime: Option<catch_up::CatchUpRuntime>,
+    /// The ticket of the catch-up running (or that ran last).
+    ticket: u64,
     /// Catch-ups this member makes, and where it installs a snapshot it is sent.
     catch_ups: Arc<CatchUpChannel>,
     /// The key this member proves to the leader it catches up from.
@@ -192,6 +218,7 @@ impl Recorder {
             catching_up: None,
             fetching: None,
             runtime: None,
+            ticket: 0,
             catch_ups: Arc::default(),
             catch_up_key: None,
             snapshots: None,
@@ -233,9 +260,13 @@ impl Recorder {
             return Ok(0);
         }
         let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((leader, mut request)) = *pending else {
+        let Some((ticket, leader, mut request)) = *pending else {
             return Ok(0);
         };
+        if self.catch_ups.is_cancelled(ticket) {
+            pending.take();
+            return Ok(0);
+        }
         let (Some(key), Some(runtime)) = (self.catch_up_key, self.runtime.clone()) else {
             return Ok(0);
         };
@@ -257,10 +288,12 @@ impl Recorder {
         // What the member holds past the recording (a Receiver's image not yet recorded) is fetched again:
         // the leader's log has the same bytes there.
         request.from = request.from.min(self.recording.end());
+        self.ticket = ticket;
         if runtime.inline {
             self.snapshots = Some(snapshots);
             return self.catch_up_inline(runtime, leader, request, key);
         }
+        let cancelled = Arc::clone(&self.catch_ups.cancelled_through);
         let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
         let disk = self.recording.disk().clone();
         let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
@@ -276,6 +309,7 @@ impl Recorder {
                         &mut recording,
                         &snapshots,
                         CATCH_UP_TIMEOUT,
+                        &|| cancelled.load(std::sync::atomic::Ordering::Acquire) >= ticket,
                     );
                     // Whatever arrived is kept (it verified); it is made durable before it is reported.
                     recording.sync().map_err(|e| e.to_string())?;
@@ -319,10 +353,14 @@ impl Recorder {
         if let Some(fetch) = self.fetching.as_mut() {
             let now_ns = self.runtime.as_ref().map_or(0, |r| r.clock.now_ns());
             let snapshots = self.snapshots.as_ref().expect("the store stays while a catch-up runs inline");
-            let result = match fetch.poll(&mut self.recording, snapshots, now_ns) {
-                Ok(None) => return Ok(true),
-                Ok(Some(fetched)) => Ok(fetched),
-                Err(why) => Err(why),
+            let result = if self.catch_ups.is_cancelled(self.ticket) {
+                Err(CANCELLED.to_string())
+            } else {
+                match fetch.poll(&mut self.recording, snapshots, now_ns) {
+                    Ok(None) => return Ok(true),
+                    Ok(Some(fetched)) => Ok(fetched),
+                    Err(why) => Err(why),
+                }
             };
             self.fetching = None;
             // Whatever arrived is kept (it verified); it is made durable before it is reported.
@@ -361,7 +399,7 @@ impl Recorder {
         self.counters.fsyncs.increment();
         self.counters.position.set(self.recording.end());
         self.counters.synced_position.set(self.recording.end());
-        *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+        *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.ticket, result));
         Ok(())
     }
 
