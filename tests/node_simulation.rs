@@ -148,6 +148,20 @@ fn seed_20023_a_restart_after_a_failed_sync_trusts_the_disk_not_the_page_cache()
     run_disk(20_023, 3, SyncPolicy::Batch);
 }
 
+/// Found by the second soak (disk schedule, `batch`): member 1's disk flipped bits on read while a
+/// catch-up cut its recording back to where it began (184128); the cut walked the segment, read a flipped
+/// block at 9504, took that for the end, and truncated the file there, while the recording kept its end
+/// at 184128, so the catch-up's blocks were written after 9504 claiming 184128: 170 KiB it had
+/// acknowledged were gone, and its reader, finding a block out of place, waited for good. Fix:
+/// `Segment::cut` stops with an error at a block that does not read back (or at a segment shorter than
+/// the cut), and the member stops on its failing disk, as it must, instead of cutting what follows.
+/// Also found on the way: the reader of the recorded log timed its failing reads with `Instant`, not the
+/// node's clock.
+#[test]
+fn soak_seed_1796345954760998697_a_failing_read_never_cuts_the_recording() {
+    run_disk(1_796_345_954_760_998_697, 3, SyncPolicy::Batch);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.

@@ -293,8 +293,14 @@ impl Node {
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
         });
-        let committed =
-            CommittedReader::new(config.id, Arc::clone(&shared), replay, recorder_counters, recording_template);
+        let committed = CommittedReader::new(
+            config.id,
+            Arc::clone(&shared),
+            replay,
+            recorder_counters,
+            recording_template,
+            env.clock.fresh(),
+        );
         let order = env.agent_order(u64::from(config.id as u32));
         let agents = NodeAgents { consensus: Box::new(agent), sender, receiver, recorder };
         let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;

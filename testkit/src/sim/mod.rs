@@ -487,6 +487,11 @@ impl Simulation {
     fn apply(&mut self, i: usize) -> Result<(), SimFailure> {
         let mut applied = Vec::new();
         self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
+        if let Some(e) = self.nodes[i].node.recording_error() {
+            // The reader of committed entries gave up on the recorded log: this member applies nothing more.
+            let error = format!("its replay of the recorded log stopped: {e}");
+            return Err(self.failure(Violation::AgentFailed { member: i, error }));
+        }
         for (end, entry) in applied {
             if let Err(violation) = self.checker.on_applied(i, end, &entry) {
                 return Err(self.failure(violation));
