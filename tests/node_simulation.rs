@@ -46,7 +46,7 @@ fn simulate_on(
 /// A seed of the main loops: the full schedule, each node's agents in a drawn order.
 fn run(seed: u64, members: usize) -> SimReport {
     let mut config = SimConfig::new(seed, members);
-    config.shuffle_agents = true;
+    (config.shuffle_agents, config.snapshots) = (true, true);
     config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
     if config.trace {
         let _ = env_logger::builder().is_test(true).try_init();
@@ -63,15 +63,20 @@ fn run_with(seed: u64, members: usize, schedule: Schedule) -> SimReport {
 /// Runs every seed; any violation fails at once, progress after healing (on every member) included. The
 /// default seeds must have made members catch up from a leader's recording.
 fn run_all(seeds: Vec<u64>, members: usize) {
-    let (mut catch_ups, mut restarts) = (0, 0);
+    let (mut catch_ups, mut restarts, mut installed) = (0, 0, 0);
     for seed in seeds {
         let report = run(seed, members);
         catch_ups += report.catch_ups;
         restarts += report.restarts;
+        installed += report.snapshots_loaded;
     }
-    eprintln!("{members} members: {catch_ups} catch-ups from a leader's recording, {restarts} restarts");
+    eprintln!(
+        "{members} members: {catch_ups} catch-ups from a leader's recording, {installed} snapshots installed \
+         by them and loaded, {restarts} restarts"
+    );
     if env_u64("QC_NODE_SIM_SEED").is_none() {
         assert!(catch_ups > 0, "no member caught up from a recording: the seeds do not test it");
+        assert!(installed > 0, "no catch-up installed a snapshot: the seeds do not test it");
     }
 }
 
@@ -89,11 +94,13 @@ fn seeds(first: u64) -> Vec<u64> {
     (0..soak.unwrap_or(DEFAULT_SEEDS)).map(|i| start.wrapping_add(i)).collect()
 }
 
-/// A seed under the disk schedule (crashes, power losses under `batch`, failing disks) with `sync`.
-fn run_disk(seed: u64, members: usize, sync: SyncPolicy) -> SimReport {
+/// A seed under the disk schedule (crashes, power losses under `batch`, failing disks) with `sync`, with
+/// snapshots or not.
+fn run_disk(seed: u64, members: usize, sync: SyncPolicy, snapshots: bool) -> SimReport {
     let mut config = SimConfig::new(seed, members);
     config.schedule = Schedule::Disk;
     config.storage = Some(sync);
+    config.snapshots = snapshots;
     config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
     if config.trace {
         let _ = env_logger::builder().is_test(true).try_init();
@@ -120,7 +127,7 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     for (members, first) in [(3, 20_000), (5, 25_000)] {
         for seed in disk_seeds(first) {
             for (seed, sync) in [(seed, SyncPolicy::Batch), (seed ^ (1 << 40), SyncPolicy::None)] {
-                let report = run_disk(seed, members, sync);
+                let report = run_disk(seed, members, sync, true);
                 total.restarts += report.restarts;
                 total.power_losses += report.power_losses;
                 total.stopped_by_disk += report.stopped_by_disk;
@@ -145,7 +152,7 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
 /// the segment it walks (`DiskFile::drop_cache`, `POSIX_FADV_DONTNEED`) and trusts only the disk.
 #[test]
 fn seed_20023_a_restart_after_a_failed_sync_trusts_the_disk_not_the_page_cache() {
-    run_disk(20_023, 3, SyncPolicy::Batch);
+    run_disk(20_023, 3, SyncPolicy::Batch, false);
 }
 
 /// Found by the second soak (disk schedule, `batch`): member 1's disk flipped bits on read while a
@@ -159,7 +166,7 @@ fn seed_20023_a_restart_after_a_failed_sync_trusts_the_disk_not_the_page_cache()
 /// node's clock.
 #[test]
 fn soak_seed_1796345954760998697_a_failing_read_never_cuts_the_recording() {
-    run_disk(1_796_345_954_760_998_697, 3, SyncPolicy::Batch);
+    run_disk(1_796_345_954_760_998_697, 3, SyncPolicy::Batch, false);
 }
 
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
@@ -204,7 +211,7 @@ fn real_nodes_drop_forged_frames_and_held_streams_and_stay_bounded() {
     let mut total = quorumcast_testkit::sim::forge::Forged::default();
     for (members, first, auth) in [(3, 40_000, false), (3, 41_000, true), (5, 45_000, true)] {
         for seed in hostile_seeds(first) {
-            let report = run_hostile(seed, members, auth);
+            let report = run_hostile(seed, members, auth, true);
             total.rewritten += report.hostile.rewritten;
             total.spoofed += report.hostile.spoofed;
             total.streams += report.hostile.streams;
@@ -265,10 +272,10 @@ fn the_cluster_survives_the_loss_of_two_leaders_in_turn_and_members_rejoin() {
     }
 }
 
-/// A seed with the hostile host (and `auth`), each node's agents in a drawn order.
-fn run_hostile(seed: u64, members: usize, auth: bool) -> SimReport {
+/// A seed with the hostile host (and `auth`), each node's agents in a drawn order, with snapshots or not.
+fn run_hostile(seed: u64, members: usize, auth: bool, snapshots: bool) -> SimReport {
     let mut config = SimConfig::new(seed, members);
-    (config.hostile, config.auth, config.shuffle_agents) = (true, auth, true);
+    (config.hostile, config.auth, config.shuffle_agents, config.snapshots) = (true, auth, true, snapshots);
     config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
     if config.trace {
         let _ = env_logger::builder().is_test(true).try_init();
@@ -286,7 +293,28 @@ fn run_hostile(seed: u64, members: usize, auth: bool) -> SimReport {
 /// recorder stops it), and a followership takes only the result of the catch-up it asked for.
 #[test]
 fn soak_seed_1796345366469436332_a_catch_up_of_an_ended_followership_is_cancelled() {
-    run_hostile(1_796_345_366_469_436_332, 3, false);
+    run_hostile(1_796_345_366_469_436_332, 3, false, false);
+}
+
+/// Found when the simulator took snapshots (64 KiB segments compacted below them, snapshots installed by
+/// catch-ups): member 0 caught up from a snapshot past its log's end, and its consensus core counted
+/// every byte between its old end and the snapshot as its own last term; leading term 4, it answered
+/// member 2's question about term 2 with "no term between 1 and 3", and member 2 was told to cut its
+/// committed log: refused, it waited for good. Fix: a catch-up answer lists every term of the leader's
+/// log (the recording index keeps the terms below a compacted start), the recording and the core take
+/// that history below an installed snapshot (`Recording::reset_with_history`,
+/// `ConsensusCore::on_snapshot_installed`).
+#[test]
+fn seed_5001_an_installed_snapshot_brings_the_leaders_terms_below_it() {
+    run(5001, 5);
+}
+
+/// Found at the same time: a recording begun at an installed snapshot that is also its term's start
+/// listed that term twice (from 0, and from its start), which made no history: the member refused to
+/// start again. Fix: `Recording::term_history` holds the first term from 0 once.
+#[test]
+fn seed_1183_a_recording_begun_at_a_terms_start_restarts() {
+    run(1183, 3);
 }
 
 /// Seeds per configuration of the hostile-host test.
@@ -513,13 +541,15 @@ fn soak_seed_1796322893239166647_the_same_with_five_members() {
     run_with(1_796_322_893_239_166_647, 5, Schedule::Full);
 }
 
-/// One seed of the disk schedule from `QC_ONE=<seed>:<members>:<none|batch>` (for replaying a failure).
+/// One seed of the disk schedule from `QC_ONE=<seed>:<members>:<none|batch>[:snapshots]` (for replaying a
+/// failure).
 #[test]
 #[ignore = "replays QC_ONE"]
 fn one_disk_seed() {
-    let one = std::env::var("QC_ONE").expect("QC_ONE=<seed>:<members>:<sync>");
+    let one = std::env::var("QC_ONE").expect("QC_ONE=<seed>:<members>:<sync>[:snapshots]");
     let parts: Vec<&str> = one.split(':').collect();
-    run_disk(parts[0].parse().unwrap(), parts[1].parse().unwrap(), parts[2].parse().unwrap());
+    let snapshots = parts.get(3) == Some(&"snapshots");
+    run_disk(parts[0].parse().unwrap(), parts[1].parse().unwrap(), parts[2].parse().unwrap(), snapshots);
 }
 
 /// Leadership transfer on the real node: the leader asked to hand over to a chosen member stops taking

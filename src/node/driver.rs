@@ -32,7 +32,7 @@ use super::catch_up::{self, CatchUpState};
 use crate::agent::clock::NanoClock;
 use crate::agent::{Agent, AgentError};
 use crate::cluster::append::{AppendParts, AppendStage, LogIdentity};
-use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
+use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role, TermBase};
 use crate::cluster::term_starts::TermStarts;
 use crate::event_log::RateLimited;
 use crate::media::receiver::{ImageHandoff, Subscription};
@@ -473,12 +473,24 @@ impl ConsensusAgent {
         let followership =
             self.wiring.follow(following.leader, fetched.end, self.synced.clone()).map_err(AgentError::new)?;
         let mut terms = fetched.terms.iter();
-        if fetched.snapshot.is_some() {
+        if let Some(snapshot) = &fetched.snapshot {
             // The bytes between this member's log and the snapshot are not this member's: its log goes on
-            // from the snapshot's position in the snapshot's term (all of it committed, never cut back).
+            // from the snapshot's position in the snapshot's term (all of it committed, never cut back), and
+            // its terms below it are the leader's.
             if let Some(&(_, term)) = terms.next() {
                 following.fed_term = following.fed_term.max(term);
             }
+            let mut history: Vec<TermBase> = fetched
+                .history
+                .iter()
+                .map(|&(base_position, leadership_term_id)| TermBase { leadership_term_id, base_position })
+                .collect();
+            if history.is_empty() {
+                // A leader whose index lost the terms below its start (compacted before they were kept):
+                // the snapshot's term holds from 0, as such a recording holds its first term.
+                history.push(TermBase { leadership_term_id: following.fed_term, base_position: 0 });
+            }
+            self.core.on_snapshot_installed(snapshot.position, &history, &mut self.outputs);
         }
         for &(base, term) in terms {
             followership.term_starts.report(base, term);
@@ -494,6 +506,10 @@ impl ConsensusAgent {
         );
         // The node's reader goes on in the recording from where it is (at or past where the fetch began).
         let from = if snapshot.is_some() { following.fed } else { fetched.from };
+        if let Some(at) = snapshot {
+            // The core holds the log up to the snapshot now: it is fed from there.
+            following.fed = following.fed.max(at);
+        }
         // The planted bug: the reader goes on where the fetch ended, past what it fetched.
         let from = if self.wiring.env.bugs.catch_up_wrong_offset { fetched.end } else { from };
         self.shared.switches.push(from, Some(ReaderLog::Recorded { snapshot }));

@@ -14,7 +14,8 @@
 //! leader -> follower   Challenge (48 bytes): membership, the leader's nonce, the leader's proof
 //! follower -> leader   Request (48 bytes): membership, member id, from, the follower's proof
 //! leader -> follower   sealed frames (FrameHeader, payload, 16-byte tag), in order:
-//!                      CatchUpResponse (56 bytes) and term_count x TermRecord (16 bytes),
+//!                      CatchUpResponse (56 bytes) and term_count x TermRecord (16 bytes): every term
+//!                      of the leader's log that starts before `end`, oldest first,
 //!                      the snapshot file when `snapshot` is 1, in chunks (its own header says its length),
 //!                      then one block (BlockHeader + payload) per frame from `from` up to `end`
 //! ```
@@ -66,7 +67,9 @@ const SNAPSHOT_HEADER_LENGTH: usize = HEADER_LENGTH as usize;
 const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"qccuhel2");
 const CHALLENGE_MAGIC: u64 = u64::from_le_bytes(*b"qccuchl2");
 const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"qccureq2");
-const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"qccures2");
+/// Version 3: the answer lists every term of the leader's log before its end, not only those in the
+/// range sent (a follower that installs the snapshot needs the history below it).
+const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"qccures3");
 /// Connections that may wait in the handshake at once.
 pub const MAX_HANDSHAKES: usize = 16;
 /// How long a connection may take to prove itself, from its accept.
@@ -331,6 +334,8 @@ pub struct CatchUpFetch {
     frame_index: u64,
     response: CatchUpResponse,
     terms: Vec<(i64, i64)>,
+    /// The leader's terms that start at or below where its answer starts.
+    history: Vec<(i64, i64)>,
     install: Option<SnapshotInstall>,
     snapshot: Option<SnapshotInfo>,
     timeout_ns: u64,
@@ -377,6 +382,7 @@ impl CatchUpFetch {
             frame_index: 0,
             response: CatchUpResponse::zeroed(),
             terms: Vec::new(),
+            history: Vec::new(),
             install: None,
             snapshot: None,
             timeout_ns,
@@ -556,6 +562,7 @@ impl CatchUpFetch {
                 }
                 self.response = response;
                 self.terms = vec![(response.from, response.start_term)];
+                self.history.clear();
                 self.step = Step::Terms(response.term_count);
                 Ok(Consumed::More)
             }
@@ -575,7 +582,17 @@ impl CatchUpFetch {
                     return Ok(Consumed::Wait);
                 };
                 let term: TermRecord = bytemuck::pod_read_unaligned(bytes);
-                self.terms.push((term.base_position, term.leadership_term_id));
+                let (base, id) = (term.base_position, term.leadership_term_id);
+                // The last listed: in the range once any was, else in the history.
+                let last = if self.terms.len() > 1 { self.terms.last() } else { self.history.last() };
+                if last.is_some_and(|&(b, t)| b >= base || t >= id) {
+                    return Err(format!("{leader} listed its terms out of order"));
+                }
+                if base > self.response.from {
+                    self.terms.push((base, id));
+                } else {
+                    self.history.push((base, id));
+                }
                 self.step = Step::Terms(left - 1);
                 Ok(Consumed::More)
             }
@@ -615,7 +632,9 @@ impl CatchUpFetch {
         if info.position != self.response.from {
             return Err(format!("{leader} sent a snapshot at {} for a log from {}", info.position, self.response.from));
         }
-        recording.reset(info.position, self.response.start_term).map_err(|e| e.to_string())?;
+        recording
+            .reset_with_history(info.position, self.response.start_term, &self.history)
+            .map_err(|e| e.to_string())?;
         self.snapshot = Some(info);
         self.step = Step::Blocks;
         Ok(Consumed::More)
@@ -629,6 +648,7 @@ impl CatchUpFetch {
                 from: self.response.from,
                 end: recording.end(),
                 terms: std::mem::take(&mut self.terms),
+                history: std::mem::take(&mut self.history),
                 snapshot: self.snapshot.take(),
             };
             return Ok(Consumed::Done(fetched));
@@ -726,6 +746,9 @@ pub struct Fetched {
     /// The terms that start in the fetched range, `(base position, leadership term id)`, the term at its
     /// start included.
     pub terms: Vec<(i64, i64)>,
+    /// The leader's terms that start at or below `from`, `(base position, leadership term id)`, oldest
+    /// first: with a snapshot, the history of the log below it, which replaces this member's.
+    pub history: Vec<(i64, i64)>,
     /// The snapshot installed first, when the follower was behind the leader's recording.
     pub snapshot: Option<SnapshotInfo>,
 }
@@ -1149,7 +1172,7 @@ impl CatchUpServer {
                 .index()
                 .terms
                 .iter()
-                .filter(|t| t.base_position > response.from && t.base_position < response.end)
+                .filter(|t| t.base_position < response.end)
                 .take(MAX_TERMS as usize)
                 .map(|t| TermRecord { leadership_term_id: t.leadership_term_id, base_position: t.base_position })
                 .collect();

@@ -100,7 +100,7 @@ pub(super) struct Checker {
     placed: HashMap<u64, i64>,
 }
 
-fn digest(bytes: &[u8]) -> u64 {
+pub(super) fn digest(bytes: &[u8]) -> u64 {
     let mut d = Fnv1a64::new();
     d.update(bytes);
     d.value()
@@ -136,6 +136,31 @@ impl Checker {
     /// Member `member` restarted: it hands out the committed order again from its start (or a snapshot).
     pub(super) fn restarted(&mut self, member: usize) {
         self.last[member] = 0;
+    }
+
+    /// Member `member` loaded a snapshot at `position` whose state is `state` (the fold of every entry's
+    /// digest up to it, [`super::state::fold`]): the state must be the committed order's up to there (up to
+    /// its last entry that ends at or before `position`, which may be followed by frames that are not
+    /// entries: a term's start, a session's keep-alive); the member goes on after it.
+    pub(super) fn on_snapshot(&mut self, member: usize, position: i64, state: u64) -> Result<(), Violation> {
+        let (mut at, mut expected, mut seq) = (0, 0u64, None);
+        while let Some(&end) = self.next_of.get(&at).filter(|&&end| end <= position) {
+            let link = self.order[&end];
+            expected = super::state::fold(expected, link.digest);
+            (at, seq) = (end, Some(link.seq));
+        }
+        if expected != state {
+            let detail = format!(
+                "a snapshot at {position} whose state is not the committed order's up to there (its last entry \
+                 ending at {at})"
+            );
+            return Err(Violation::Diverged { member, end: position, detail });
+        }
+        self.last[member] = at;
+        if let Some(seq) = seq {
+            self.highest[member] = Some(self.highest[member].map_or(seq, |h| h.max(seq)));
+        }
+        Ok(())
     }
 
     /// Member `member` applied `bytes`, ending at `end`.

@@ -30,6 +30,7 @@ pub mod disk;
 pub mod forge;
 pub mod network;
 pub mod prng;
+pub mod state;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -41,7 +42,7 @@ use quorumcast::cluster::consensus_core::{Role, Timers};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::SharedNetwork;
-use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs};
+use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs, StorageConfig};
 use quorumcast::storage::recording::SyncPolicy;
 
 use check::Checker;
@@ -89,9 +90,17 @@ pub struct SimConfig {
     /// agents have threads of their own interleaves them), instead of their fixed order; off in the
     /// regression seeds, which keep the schedule they were found with.
     pub shuffle_agents: bool,
+    /// Members apply through `Node::poll_state` to a [`state::SimState`], snapshot it every
+    /// [`SNAPSHOT_INTERVAL`] bytes of log in 64 KiB segments (so the recording is compacted below the
+    /// snapshots and a member far behind is sent a snapshot), and restore it at every restart; off in the
+    /// regression seeds found before (they apply through `poll_positions`, with no snapshot).
+    pub snapshots: bool,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
+
+/// How much log a member applies between two snapshots, when [`SimConfig::snapshots`] is on.
+pub const SNAPSHOT_INTERVAL: u64 = 96 << 10;
 
 impl SimConfig {
     /// A run of `members` nodes from `seed`, 2 s of faults, 64 KiB terms, the log recorded with sync `none`.
@@ -108,6 +117,7 @@ impl SimConfig {
             hostile: false,
             auth: false,
             shuffle_agents: false,
+            snapshots: false,
             trace: false,
         }
     }
@@ -155,6 +165,8 @@ pub struct SimReport {
     pub hostile: forge::Forged,
     /// Catch-ups from a leader's recording that members finished.
     pub catch_ups: u64,
+    /// Snapshots members loaded while running (installed by a catch-up; restores at restarts aside).
+    pub snapshots_loaded: u64,
     /// What happened, when traced.
     pub trace: String,
 }
@@ -204,6 +216,8 @@ struct SimNode {
     disk_failing: bool,
     /// Stopped (its agent failed on the failing disk): started again once the disk is healthy.
     down: bool,
+    /// Its application (with [`SimConfig::snapshots`]).
+    state: state::SimState,
 }
 
 /// A fault in force and when it ends.
@@ -284,8 +298,10 @@ impl Simulation {
             let builder = node_builder(&scratch, id, &members, &config);
             let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
             let seen = (Role::Follower, -1, None);
-            let (disk_failing, down) = (false, false);
-            nodes.push(SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down });
+            let (disk_failing, down, state) = (false, false, state::SimState::default());
+            let member =
+                SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down, state };
+            nodes.push(member);
         }
         let checker = Checker::new(config.members);
         let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
@@ -486,7 +502,29 @@ impl Simulation {
     /// Hands member `i`'s committed entries to the checker.
     fn apply(&mut self, i: usize) -> Result<(), SimFailure> {
         let mut applied = Vec::new();
-        self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
+        if self.config.snapshots {
+            let member = &mut self.nodes[i];
+            if let Err(e) = member.node.poll_state(&mut member.state, 256) {
+                if !member.disk_failing {
+                    let error = format!("poll_state: {e}");
+                    return Err(self.failure(Violation::AgentFailed { member: i, error }));
+                }
+                // A snapshot it could not write on its failing disk: it stops, as it must.
+                self.trace(|| format!("member {i} stopped on its failing disk: {e}"));
+                self.nodes[i].down = true;
+                self.nodes[i].paused_until_ns = u64::MAX;
+                self.report.stopped_by_disk += 1;
+            }
+            if let Some((position, digest)) = self.nodes[i].state.loaded.take() {
+                self.report.snapshots_loaded += 1;
+                if let Err(violation) = self.checker.on_snapshot(i, position, digest) {
+                    return Err(self.failure(violation));
+                }
+            }
+            applied = std::mem::take(&mut self.nodes[i].state.applied);
+        } else {
+            self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
+        }
         if let Some(e) = self.nodes[i].node.recording_error() {
             // The reader of committed entries gave up on the recorded log: this member applies nothing more.
             let error = format!("its replay of the recorded log stopped: {e}");
@@ -741,10 +779,29 @@ impl Simulation {
             }
         };
         let seen = (Role::Follower, -1, None);
-        let (disk_failing, down) = (false, false);
-        let restarted = SimNode { node, time, paused_until_ns: 0, seen, skew_ns, busy_ns, disk, disk_failing, down };
+        let (disk_failing, down, mut state) = (false, false, state::SimState::default());
+        let mut node = node;
+        let restored = match self.config.snapshots {
+            true => node.restore(&mut state),
+            false => Ok(None),
+        };
+        let restarted =
+            SimNode { node, time, paused_until_ns: 0, seen, skew_ns, busy_ns, disk, disk_failing, down, state };
         self.nodes.insert(i, restarted);
         self.checker.restarted(i);
+        match restored {
+            Ok(_) => {
+                if let Some((position, digest)) = self.nodes[i].state.loaded.take() {
+                    if let Err(violation) = self.checker.on_snapshot(i, position, digest) {
+                        return Err(self.failure(violation));
+                    }
+                }
+            }
+            Err(e) => {
+                let error = format!("restoring its snapshot: {e}");
+                return Err(self.failure(Violation::RefusedStart { member: i, error }));
+            }
+        }
         self.report.restarts += 1;
         Ok(())
     }
@@ -901,6 +958,13 @@ fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimC
         .threading(ThreadingMode::Invoker)
         .idle_all("backoff");
     match config.storage {
+        Some(sync) if config.snapshots => builder.storage(StorageConfig {
+            sync,
+            segment_length: 64 << 10,
+            snapshot_interval: Some(SNAPSHOT_INTERVAL),
+            snapshots_kept: 2,
+            ..StorageConfig::default()
+        }),
         Some(sync) => builder.sync(sync),
         None => builder.memory_log(),
     }
