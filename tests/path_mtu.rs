@@ -254,7 +254,7 @@ fn a_path_that_shrinks_after_start_stops_the_channel_at_the_first_send() {
                 }
             })
             .expect("enter namespace a");
-        let Some(PublicationError::PathMtu { destination: d, mtu, path_mtu }) = sender.publications()[0].failure()
+        let Some(PublicationError::PathMtu { destination: d, mtu, path_mtu, .. }) = sender.publications()[0].failure()
         else {
             panic!("{mode}: expected a path MTU failure, got {:?}", sender.publications()[0].failure());
         };

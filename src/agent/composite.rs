@@ -15,18 +15,35 @@ use crate::agent::idle::Park;
 ///   cycle and is returned, its message prefixed with the failing agent's name. [`AgentError::Terminate`]
 ///   from any one terminates the whole composite;
 /// - `on_close` closes the started agents in reverse order, once.
+///
+/// With an [`AgentOrder`] (the node simulator's), each duty cycle runs the agents in the order it draws.
 pub struct CompositeAgent {
     agents: Vec<Box<dyn Agent>>,
     name: String,
     /// How many agents (a prefix of `agents`) have had `on_start` called and not yet `on_close`.
     started: usize,
+    /// Draws each cycle's order, when set; `order` holds it.
+    shuffle: Option<AgentOrder>,
+    order: Vec<usize>,
 }
+
+/// Permutes the indices of a composite's agents (given in their order) into the order of one duty cycle:
+/// a seeded draw under the node simulator, so that the interleaving of a node's own agents is explored
+/// as a multi-threaded node's would be, and replayed by its seed.
+pub type AgentOrder = std::sync::Arc<dyn Fn(&mut [usize]) + Send + Sync>;
 
 impl CompositeAgent {
     /// A composite of `agents`, run in the given order.
     pub fn new(agents: Vec<Box<dyn Agent>>) -> Self {
         let name = agents.iter().map(|a| a.name()).collect::<Vec<_>>().join("+");
-        Self { agents, name, started: 0 }
+        let order = (0..agents.len()).collect();
+        Self { agents, name, started: 0, shuffle: None, order }
+    }
+
+    /// This composite, running its agents in the order `shuffle` draws for each duty cycle.
+    pub fn with_order(mut self, shuffle: AgentOrder) -> Self {
+        self.shuffle = Some(shuffle);
+        self
     }
 
     /// The number of agents.
@@ -74,6 +91,9 @@ impl Agent for CompositeAgent {
 
     #[inline]
     fn do_work(&mut self) -> Result<usize, AgentError> {
+        if let Some(shuffle) = &self.shuffle {
+            return do_work_in(&mut self.agents, &mut self.order, shuffle);
+        }
         let mut work = 0usize;
         for agent in &mut self.agents {
             match agent.do_work() {
@@ -93,6 +113,22 @@ impl Agent for CompositeAgent {
     fn parker(&mut self) -> Option<&mut dyn Park> {
         self.agents.iter_mut().find_map(|a| a.parker())
     }
+}
+
+/// One duty cycle of `agents` in the order `shuffle` draws.
+fn do_work_in(agents: &mut [Box<dyn Agent>], order: &mut [usize], shuffle: &AgentOrder) -> Result<usize, AgentError> {
+    for (i, slot) in order.iter_mut().enumerate() {
+        *slot = i;
+    }
+    shuffle(order);
+    let mut work = 0usize;
+    for &i in order.iter() {
+        match agents[i].do_work() {
+            Ok(count) => work = work.saturating_add(count),
+            Err(error) => return Err(name_error(agents[i].name(), error)),
+        }
+    }
+    Ok(work)
 }
 
 /// Prefixes a failure with the name of the agent (within a composite) that raised it.

@@ -213,6 +213,16 @@ impl AgentLayout {
     /// Arranges `agents` for `mode` (see the type's rules). Fails when a role appears twice or an idle
     /// strategy is invalid.
     pub fn plan(mode: ThreadingMode, agents: Vec<AgentSpec>) -> Result<Self, LayoutError> {
+        Self::plan_ordered(mode, agents, None)
+    }
+
+    /// As [`plan`](Self::plan), the invoked agents of an invoker mode run in the order `order` draws for
+    /// each duty cycle (the node simulator's).
+    pub fn plan_ordered(
+        mode: ThreadingMode,
+        agents: Vec<AgentSpec>,
+        order: Option<super::AgentOrder>,
+    ) -> Result<Self, LayoutError> {
         validate(&agents)?;
         let mut layout = Self { mode, threads: Vec::new(), invoked: None };
         match mode {
@@ -220,7 +230,7 @@ impl AgentLayout {
             ThreadingMode::SharedNetwork => layout.threads = group_network(agents),
             ThreadingMode::Shared if !agents.is_empty() => layout.threads = vec![group(agents)],
             ThreadingMode::Shared => {}
-            ThreadingMode::Invoker if !agents.is_empty() => layout.invoked = Some(group(agents).agent),
+            ThreadingMode::Invoker if !agents.is_empty() => layout.invoked = Some(group_ordered(agents, order)),
             ThreadingMode::Invoker => {}
             ThreadingMode::SharedNetworkInvoker => {
                 let (network, others): (Vec<_>, Vec<_>) = agents.into_iter().partition(|a| a.role.is_network());
@@ -228,7 +238,7 @@ impl AgentLayout {
                     layout.threads = vec![group(network)];
                 }
                 if !others.is_empty() {
-                    layout.invoked = Some(group(others).agent);
+                    layout.invoked = Some(group_ordered(others, order));
                 }
             }
         }
@@ -303,6 +313,16 @@ fn group(agents: Vec<AgentSpec>) -> ThreadPlan {
     let mut boxed: Vec<Box<dyn Agent>> = agents.into_iter().map(|a| a.agent).collect();
     let agent = if boxed.len() == 1 { boxed.remove(0) } else { Box::new(CompositeAgent::new(boxed)) };
     ThreadPlan { agent, roles, idle, core }
+}
+
+/// The agents of an invoker, run in the order `order` draws when there is one.
+fn group_ordered(agents: Vec<AgentSpec>, order: Option<super::AgentOrder>) -> Box<dyn Agent> {
+    match order {
+        Some(order) if agents.len() > 1 => {
+            Box::new(CompositeAgent::new(agents.into_iter().map(|a| a.agent).collect()).with_order(order))
+        }
+        _ => group(agents).agent,
+    }
 }
 
 /// `shared-network`: the network agents on one thread, at the place of the first of them.

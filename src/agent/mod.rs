@@ -37,7 +37,7 @@ use std::time::Instant;
 use crate::agent::idle::Park;
 use crate::shm::counters::Counter;
 
-pub use composite::CompositeAgent;
+pub use composite::{AgentOrder, CompositeAgent};
 pub use invoker::AgentInvoker;
 pub use layout::{
     available_cores, check_cores, AgentHandles, AgentLayout, AgentRole, AgentSpec, BusyThread, CoreProblem,

@@ -172,6 +172,8 @@ pub enum PublicationError {
         destination: SocketAddr,
         /// The configured MTU.
         mtu: usize,
+        /// Bytes of authentication tag each datagram carries after the MTU's (0 without a key).
+        tag: usize,
         /// The path MTU the kernel reported (IP packet size), if it could.
         path_mtu: Option<usize>,
     },
@@ -184,17 +186,19 @@ impl fmt::Display for PublicationError {
         match self {
             Self::Config(e) => write!(f, "{e}"),
             Self::Io(e) => write!(f, "socket error: {e}"),
-            Self::PathMtu { destination, mtu, path_mtu } => {
+            Self::PathMtu { destination, mtu, tag, path_mtu } => {
                 let path = path_mtu.map_or("unknown".to_string(), |m| m.to_string());
-                // The MTU that fits is the path's IP packet size less the IPv4 and UDP headers.
+                // The MTU that fits is the path's IP packet size less the IPv4 and UDP headers and the tag,
+                // in the multiples of 32 an MTU is made of.
                 let fix = match path_mtu {
-                    Some(m) => format!("set the channel's MTU to at most {}", m.saturating_sub(28)),
+                    Some(m) => format!("set the channel's MTU to at most {}", m.saturating_sub(28 + tag) / 32 * 32),
                     None => "set a smaller channel MTU".to_string(),
                 };
+                let tagged = if *tag > 0 { format!(" and its {tag}-byte authentication tag") } else { String::new() };
                 write!(
                     f,
-                    "channel to {destination} stopped: a datagram of the configured MTU {mtu} does not fit the path MTU {path}; \
-                     {fix}, or raise the MTU of every hop (jumbo frames)"
+                    "channel to {destination} stopped: a datagram of the configured MTU {mtu}{tagged} does not fit the \
+                     path MTU {path}; {fix}, or raise the MTU of every hop (jumbo frames)"
                 )
             }
             Self::Log(e) => write!(f, "log: {e}"),

@@ -25,12 +25,25 @@ pub(super) struct CatchUpState {
     phase: Phase,
     /// The leader's behind-retained frames counted when this followership started or last caught up.
     behind_seen: i64,
+    /// The ticket of the catch-up this followership asked for last (0: none): only its result is this
+    /// followership's.
+    ticket: u64,
 }
 
 impl CatchUpState {
     /// A followership that starts with the leader's behind-retained count at `behind`.
     pub(super) fn new(behind: i64) -> Self {
-        Self { phase: Phase::Idle, behind_seen: behind }
+        Self { phase: Phase::Idle, behind_seen: behind, ticket: 0 }
+    }
+
+    /// The catch-up started has `ticket`.
+    pub(super) fn ticket(&mut self, ticket: u64) {
+        self.ticket = ticket;
+    }
+
+    /// Whether a result with `ticket` is of the catch-up this followership asked for, while it runs.
+    pub(super) fn asked(&self, ticket: u64) -> bool {
+        self.phase == Phase::Running && ticket == self.ticket && ticket != 0
     }
 
     /// The running catch-up failed at `now_ns`: it is retried [`RETRY_NS`] later.
@@ -72,6 +85,18 @@ mod tests {
         state.joined();
         assert!(!state.start_if_due(4, 2), "caught up past that frame");
         assert!(state.start_if_due(5, 3));
+    }
+
+    #[test]
+    fn only_the_result_of_the_catch_up_it_asked_for_is_its_own() {
+        let mut state = CatchUpState::new(0);
+        assert!(!state.asked(1), "none asked for");
+        assert!(state.start_if_due(1, 0));
+        state.ticket(7);
+        assert!(!state.asked(6), "an earlier followership's");
+        assert!(state.asked(7));
+        state.joined();
+        assert!(!state.asked(7), "over");
     }
 
     #[test]

@@ -16,6 +16,8 @@ use crate::storage::recording::{RecorderCounters, RecordingError, RecordingReade
 
 /// Reads a node's committed entries; see the module documentation.
 pub(super) struct CommittedReader {
+    /// The node's clock (what a failing read is timed by).
+    clock: crate::agent::clock::NanoClock,
     member_id: i32,
     shared: Arc<Shared>,
     /// The reader of a log in memory: `None` until this node has one.
@@ -45,9 +47,11 @@ impl CommittedReader {
         replay: Option<Replay>,
         recorder: Option<RecorderCounters>,
         recording: Option<RecordingReader>,
+        clock: crate::agent::clock::NanoClock,
     ) -> Self {
         let applied = replay.as_ref().map_or(0, Replay::position);
         Self {
+            clock,
             member_id,
             shared,
             reader: None,
@@ -174,7 +178,8 @@ impl CommittedReader {
         };
         let recorded = self.recorder.as_ref().map_or(0, |c| c.position.get());
         let replay = self.replay.as_mut().expect("checked");
-        let fragments = match replay.poll(commit.min(first).min(recorded), fragment_limit, deliver) {
+        let now_ns = self.clock.now_ns();
+        let fragments = match replay.poll(commit.min(first).min(recorded), fragment_limit, now_ns, deliver) {
             Ok(fragments) => fragments,
             Err(e) => {
                 log::error!("member {}: the replay of the recorded log stopped: {e}", self.member_id);

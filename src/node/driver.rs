@@ -32,7 +32,7 @@ use super::catch_up::{self, CatchUpState};
 use crate::agent::clock::NanoClock;
 use crate::agent::{Agent, AgentError};
 use crate::cluster::append::{AppendParts, AppendStage, LogIdentity};
-use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
+use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role, TermBase};
 use crate::cluster::term_starts::TermStarts;
 use crate::event_log::RateLimited;
 use crate::media::receiver::{ImageHandoff, Subscription};
@@ -394,12 +394,12 @@ impl ConsensusAgent {
         if !self.records {
             return Ok(0);
         }
-        match self.shared.catch_ups.take_result() {
-            Some(Ok(fetched)) => {
+        match self.shared.catch_ups.take_result().filter(|(ticket, _)| following.catch_up.asked(*ticket)) {
+            Some((_, Ok(fetched))) => {
                 self.join_after_catch_up(fetched)?;
                 return Ok(1);
             }
-            Some(Err(why)) => {
+            Some((_, Err(why))) => {
                 self.logs.warn(now_ns, || {
                     let retry = std::time::Duration::from_nanos(catch_up::RETRY_NS);
                     format!(
@@ -421,7 +421,8 @@ impl ConsensusAgent {
         self.wiring.clear();
         let config = &self.wiring.config;
         if let Some(leader) = config.member(following.leader).map(|m| m.consensus) {
-            self.shared.catch_ups.request(leader, CatchUpRequest::new(config.membership(), config.id, following.fed));
+            let request = CatchUpRequest::new(config.membership(), config.id, following.fed);
+            following.catch_up.ticket(self.shared.catch_ups.request(leader, request));
             log::info!(
                 "member {}: leader {} no longer holds this member's log position {} in memory; fetching the rest \
                  from its recording (a catch-up over TCP at {leader}), then joining its live log",
@@ -472,12 +473,24 @@ impl ConsensusAgent {
         let followership =
             self.wiring.follow(following.leader, fetched.end, self.synced.clone()).map_err(AgentError::new)?;
         let mut terms = fetched.terms.iter();
-        if fetched.snapshot.is_some() {
+        if let Some(snapshot) = &fetched.snapshot {
             // The bytes between this member's log and the snapshot are not this member's: its log goes on
-            // from the snapshot's position in the snapshot's term (all of it committed, never cut back).
+            // from the snapshot's position in the snapshot's term (all of it committed, never cut back), and
+            // its terms below it are the leader's.
             if let Some(&(_, term)) = terms.next() {
                 following.fed_term = following.fed_term.max(term);
             }
+            let mut history: Vec<TermBase> = fetched
+                .history
+                .iter()
+                .map(|&(base_position, leadership_term_id)| TermBase { leadership_term_id, base_position })
+                .collect();
+            if history.is_empty() {
+                // A leader whose index lost the terms below its start (compacted before they were kept):
+                // the snapshot's term holds from 0, as such a recording holds its first term.
+                history.push(TermBase { leadership_term_id: following.fed_term, base_position: 0 });
+            }
+            self.core.on_snapshot_installed(snapshot.position, &history, &mut self.outputs);
         }
         for &(base, term) in terms {
             followership.term_starts.report(base, term);
@@ -493,6 +506,12 @@ impl ConsensusAgent {
         );
         // The node's reader goes on in the recording from where it is (at or past where the fetch began).
         let from = if snapshot.is_some() { following.fed } else { fetched.from };
+        if let Some(at) = snapshot {
+            // The core holds the log up to the snapshot now: it is fed from there.
+            following.fed = following.fed.max(at);
+        }
+        // The planted bug: the reader goes on where the fetch ended, past what it fetched.
+        let from = if self.wiring.env.bugs.catch_up_wrong_offset { fetched.end } else { from };
         self.shared.switches.push(from, Some(ReaderLog::Recorded { snapshot }));
         self.shared.switches.push(fetched.end, None);
         self.shared.recorder_switches.push(fetched.end, None);
@@ -699,6 +718,7 @@ impl ConsensusAgent {
         self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
         self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position }));
+        self.shared.catch_ups.cancel();
         if self.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }
@@ -711,6 +731,9 @@ impl ConsensusAgent {
             // Matched again within what this Receiver's image already rebuilt (after a refused canvass): go on.
             return Ok(());
         }
+        // A catch-up the previous followership asked for is of its leader's log: it stops, and its result,
+        // if one still comes, is not this followership's.
+        self.shared.catch_ups.cancel();
         let followership = self.wiring.follow(leader, position, self.synced.clone()).map_err(AgentError::new)?;
         self.shared.switches.push(position, None);
         if self.records {

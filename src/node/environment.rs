@@ -1,15 +1,15 @@
 //! What a node takes from the world outside it: the time, the network, the disk, and its randomness.
 //!
 //! A node reads every time it uses (timers, session times, the wall clock of session entries) from its
-//! [`Environment`]'s clock, binds every endpoint (consensus, clients, the log's Sender and Receiver) on its
-//! network, keeps its recorded log and vote file on its disk, and draws every random choice (election jitter, log session ids, receiver ids) from its seed.
-//! Production uses the monotonic and wall clocks, UDP sockets, the file system and a seed from the time;
-//! the node simulator gives a simulated time, network and disk and a fixed seed, and so runs the very
-//! `Node` an application embeds, deterministically.
+//! [`Environment`]'s clock, binds every endpoint (consensus, clients, the log's Sender and Receiver) and
+//! opens every catch-up stream on its network, keeps its recorded log, vote file and snapshots on its
+//! disk, and draws every random choice (election jitter, log session ids, receiver ids, catch-up nonces)
+//! from its seed. Production uses the monotonic and wall clocks, UDP and TCP sockets, the file system and a
+//! seed from the time; the node simulator gives a simulated time, network and disk and a fixed seed, and
+//! so runs the very `Node` an application embeds, deterministically.
 //!
-//! Not yet behind it: the catch-up TCP connection (off in a deterministic environment), snapshots, and
-//! the log buffers in shared memory (the real ones under the simulator too; a power loss removes them
-//! as a reboot empties `/dev/shm`).
+//! Not behind it: the log buffers in shared memory (the real ones under the simulator too; a power loss
+//! removes them as a reboot empties `/dev/shm`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +26,8 @@ pub enum LogFiles {
     /// join waits on the file system's reservation of a large log).
     #[default]
     Threaded,
-    /// On the agent's thread that needs one, when it needs it (deterministic: for the simulator).
+    /// On the agent's thread that needs one, when it needs it (deterministic: for the simulator); so do
+    /// catch-ups, in the recorder's duty cycles.
     Inline,
 }
 
@@ -44,6 +45,9 @@ pub struct PlantedBugs {
     pub no_first_spare: bool,
     /// Under `batch`, the recorder reports what it wrote as synced before its `fdatasync`.
     pub ack_before_sync: bool,
+    /// After a catch-up from the leader's recording, the node's reader of committed entries goes on where
+    /// the fetch ended instead of where it began.
+    pub catch_up_wrong_offset: bool,
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:
@@ -81,9 +85,9 @@ pub struct Environment {
     pub disk: SharedDisk,
     /// How log files are made.
     pub log_files: LogFiles,
-    /// Whether followers far behind catch up over TCP from the leader's recording (and this member
-    /// serves such catch-ups). Off under the simulator, until the catch-up connection is behind the
-    /// environment too: a follower the leader's log in memory no longer reaches then stays behind.
+    /// Whether followers far behind catch up from the leader's recording (and this member serves such
+    /// catch-ups), over a stream of `network` (TCP in production). Under [`LogFiles::Inline`] a catch-up
+    /// runs in the recorder's duty cycles instead of on a thread of its own.
     pub catch_up: bool,
     /// Bugs planted for the simulator's own tests (none by default).
     #[doc(hidden)]
@@ -92,6 +96,10 @@ pub struct Environment {
     /// production.
     #[doc(hidden)]
     pub inline_log_cost: Option<InlineLogCost>,
+    /// In a seeded environment, the node's invoked agents run in an order drawn from the seed each duty
+    /// cycle (the simulator's), instead of their fixed order.
+    #[doc(hidden)]
+    pub shuffle_agents: bool,
     /// The seed of every random choice; `None` takes one from the wall clock and the member id.
     seed: Option<u64>,
     /// Draws taken from the seed.
@@ -126,6 +134,7 @@ impl Environment {
             catch_up: true,
             bugs: PlantedBugs::default(),
             inline_log_cost: None,
+            shuffle_agents: false,
             seed: None,
             draws: Arc::default(),
         }
@@ -139,12 +148,43 @@ impl Environment {
             network,
             disk: SharedDisk::os(),
             log_files: LogFiles::Inline,
-            catch_up: false,
+            catch_up: true,
             bugs: PlantedBugs::default(),
             inline_log_cost: None,
+            shuffle_agents: false,
             seed: Some(seed),
             draws: Arc::default(),
         }
+    }
+
+    /// Where a catch-up's nonces come from: the operating system's randomness, or (seeded) draws from the
+    /// seed salted with `salt`.
+    pub(super) fn nonces(&self, salt: u64) -> crate::storage::recording::catch_up::Nonces {
+        use crate::storage::recording::catch_up::Nonces;
+        match self.seed {
+            None => Nonces::Os,
+            Some(_) => {
+                let env = self.clone();
+                Nonces::Seeded(Arc::new(move || env.random(salt ^ 0xC47C_0000)))
+            }
+        }
+    }
+
+    /// The order a node's invoked agents run in each duty cycle: drawn from the seed (a permutation per
+    /// cycle, salted with `salt`) in a seeded environment, the fixed order otherwise.
+    pub(super) fn agent_order(&self, salt: u64) -> Option<crate::agent::AgentOrder> {
+        if !self.shuffle_agents {
+            return None;
+        }
+        self.seed?;
+        let env = self.clone();
+        Some(Arc::new(move |order: &mut [usize]| {
+            // Fisher-Yates from the seed's draws.
+            for i in (1..order.len()).rev() {
+                let j = (env.random(salt ^ 0x0A6E_0000) % (i as u64 + 1)) as usize;
+                order.swap(i, j);
+            }
+        }))
     }
 
     /// Whether this is the production environment's network (bare UDP sockets).

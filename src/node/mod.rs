@@ -80,7 +80,7 @@ use crate::shm::counters::{Counter, CountersManager};
 use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
 use crate::shm::stats::Stats;
-use crate::storage::recording::catch_up::{CatchUpKey, CatchUpServer};
+use crate::storage::recording::catch_up::{CatchUpKey, CatchUpRuntime, CatchUpServer};
 use crate::storage::recording::{Recorder, RecorderCounters};
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 use crate::storage::vote_file::VoteFile;
@@ -92,7 +92,7 @@ use self::ingress::{ClientIngress, IngressCounters};
 use self::replay::Replay;
 use self::sessions::{ClientSessions, SessionEventCounters};
 use self::slot::Slot;
-use self::wiring::{node_counter, start_agents, NodeCounters, Wiring};
+use self::wiring::{node_counter, start_agents, NodeAgents, NodeCounters, Wiring};
 
 /// A change of this node's role, leadership term or known leader, as handed to
 /// [`Node::on_role_change`] callbacks.
@@ -123,8 +123,10 @@ pub struct Node {
     compact_below: Counter,
     /// Remote clients' sessions, as the log builds them (taken while a poll runs).
     sessions: Option<ClientSessions>,
-    /// The application's snapshots (opened by the first restore or snapshot).
+    /// The application's snapshots (opened by the first restore or snapshot), on `disk`.
     snapshots: Option<SnapshotStore>,
+    /// The disk its data directory is on.
+    disk: crate::storage::disk::SharedDisk,
     /// The position of the newest snapshot taken or restored.
     last_snapshot: i64,
     /// Committed entries were polled for (a restore after that is refused).
@@ -212,7 +214,7 @@ impl Node {
             recorder_counters = Some(counters.clone());
             let identity = SnapshotIdentity { membership: config.membership(), stream_id: config.stream_id };
             let snapshot_store = |config: &NodeConfig| {
-                SnapshotStore::open(&config.snapshot_dir_path(), identity)
+                SnapshotStore::open_on(env.disk.clone(), &config.snapshot_dir_path(), identity)
                     .map_err(|e| NodeError::Snapshot(e.to_string()))
             };
             let others =
@@ -223,26 +225,46 @@ impl Node {
                 agent = agent.plant_ack_before_sync();
             }
             if env.catch_up {
-                let server = CatchUpServer::bind(
-                    config.me().consensus,
-                    others,
-                    config.membership(),
-                    catch_up_key,
-                    snapshot_store(&config)?,
-                )
-                .map_err(|e| {
-                    let message = format!(
-                        "member {}: cannot serve catch-ups at {} (tcp): {e}; followers far behind cannot catch up \
-                         from this member",
-                        config.id,
-                        config.me().consensus
-                    );
-                    log::warn!("{message}");
-                    warnings.push(message);
-                })
-                .ok();
-                agent =
-                    agent.with_catch_up(server, Arc::clone(&shared.catch_ups), catch_up_key, snapshot_store(&config)?);
+                let local = config.me().consensus;
+                let runtime = CatchUpRuntime {
+                    network: env.network.clone(),
+                    local: local.ip(),
+                    clock: env.clock.fresh(),
+                    nonces: env.nonces(u64::from(config.id as u32)),
+                    inline: env.log_files == LogFiles::Inline,
+                };
+                let server = env
+                    .network
+                    .clone()
+                    .listen(local)
+                    .map(|listener| {
+                        let (membership, store) = (config.membership(), snapshot_store(&config));
+                        let clock = env.clock.fresh();
+                        store.map(|store| {
+                            CatchUpServer::new(
+                                listener,
+                                others,
+                                membership,
+                                catch_up_key,
+                                store,
+                                clock,
+                                runtime.nonces.clone(),
+                            )
+                        })
+                    })
+                    .map_err(|e| {
+                        let message = format!(
+                            "member {}: cannot serve catch-ups at {local} (tcp): {e}; followers far behind cannot \
+                             catch up from this member",
+                            config.id,
+                        );
+                        log::warn!("{message}");
+                        warnings.push(message);
+                    })
+                    .ok()
+                    .transpose()?;
+                let (channel, store) = (Arc::clone(&shared.catch_ups), snapshot_store(&config)?);
+                agent = agent.with_catch_up(server, channel, catch_up_key, store, runtime);
             }
             recorder = Some(Box::new(agent) as Box<dyn crate::agent::Agent>);
         }
@@ -271,9 +293,17 @@ impl Node {
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
         });
-        let committed =
-            CommittedReader::new(config.id, Arc::clone(&shared), replay, recorder_counters, recording_template);
-        let handles = start_agents(&config, Box::new(agent), sender, receiver, recorder, &counters, &mut warnings)?;
+        let committed = CommittedReader::new(
+            config.id,
+            Arc::clone(&shared),
+            replay,
+            recorder_counters,
+            recording_template,
+            env.clock.fresh(),
+        );
+        let order = env.agent_order(u64::from(config.id as u32));
+        let agents = NodeAgents { consensus: Box::new(agent), sender, receiver, recorder };
+        let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;
         Ok(Node {
             config,
             shared,
@@ -284,6 +314,7 @@ impl Node {
             compact_below,
             sessions: Some(sessions),
             snapshots: None,
+            disk: env.disk.clone(),
             last_snapshot: 0,
             polled: false,
             event_generation: 0,
@@ -579,7 +610,7 @@ impl Node {
     fn store_and_sessions(&mut self) -> Result<(&SnapshotStore, &mut ClientSessions), NodeError> {
         if self.snapshots.is_none() {
             let identity = SnapshotIdentity { membership: self.config.membership(), stream_id: self.config.stream_id };
-            let store = SnapshotStore::open(&self.config.snapshot_dir_path(), identity)
+            let store = SnapshotStore::open_on(self.disk.clone(), &self.config.snapshot_dir_path(), identity)
                 .map_err(|e| NodeError::Snapshot(e.to_string()))?;
             self.snapshots = Some(store);
         }

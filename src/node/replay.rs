@@ -8,7 +8,8 @@ use crate::storage::recording::{for_each_frame, RecordingError, RecordingReader}
 /// How long a block may fail to read before it is called damaged: the recorder may be cutting the block
 /// being read (a new leader's log agrees with this member's only up to inside it), which a later read
 /// gets whole, or emptying the recording for a snapshot a catch-up installs, which replaces this replay.
-const READ_FAILING_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+/// Read on the node's clock (the environment's, simulated under the node simulator).
+const READ_FAILING_FOR_NS: u64 = 10_000_000_000;
 
 /// Whole messages from the recording, one block at a time, never past a limit.
 pub(super) struct Replay {
@@ -18,8 +19,8 @@ pub(super) struct Replay {
     block_position: i64,
     offset: usize,
     pub(super) assembler: FragmentAssembler<()>,
-    /// Since when reads have failed, if they do.
-    failing_since: Option<std::time::Instant>,
+    /// Since when reads have failed, if they do (node clock, ns).
+    failing_since: Option<u64>,
 }
 
 impl Replay {
@@ -51,12 +52,13 @@ impl Replay {
         &mut self,
         limit: i64,
         fragment_limit: usize,
+        now_ns: u64,
         handler: &mut impl FnMut(&[u8], i64, u8),
     ) -> Result<usize, RecordingError> {
         let mut fragments = 0;
         while fragments < fragment_limit && self.position() < limit {
             if self.offset >= self.block.len() {
-                if !self.next_block(limit)? {
+                if !self.next_block(limit, now_ns)? {
                     break;
                 }
                 continue;
@@ -78,7 +80,7 @@ impl Replay {
     }
 
     /// Reads the next block; false when there is none below `limit` yet.
-    fn next_block(&mut self, limit: i64) -> Result<bool, RecordingError> {
+    fn next_block(&mut self, limit: i64, now_ns: u64) -> Result<bool, RecordingError> {
         let at = self.position();
         match self.reader.next_block(limit) {
             Ok(Some((_, bytes, _))) => {
@@ -91,8 +93,8 @@ impl Replay {
             }
             Ok(None) => Ok(false),
             Err(e) => {
-                let since = *self.failing_since.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() >= READ_FAILING_FOR {
+                let since = *self.failing_since.get_or_insert(now_ns);
+                if now_ns.saturating_sub(since) >= READ_FAILING_FOR_NS {
                     return Err(e);
                 }
                 self.reader = self.reader.reopen(at);

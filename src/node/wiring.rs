@@ -450,16 +450,23 @@ fn continue_log(
     Err(NodeError::Config(format!("cannot continue the log at {position}: {last_error:?}")))
 }
 
-/// Lays the consensus agent and the two places out on threads, and starts them.
+/// A node's agents: the consensus agent, the two places whose agent the role sets, and the recorder.
+pub(super) struct NodeAgents {
+    pub(super) consensus: Box<dyn Agent>,
+    pub(super) sender: Slot<Box<dyn Agent>>,
+    pub(super) receiver: Slot<Box<dyn Agent>>,
+    pub(super) recorder: Option<Box<dyn Agent>>,
+}
+
+/// Lays the node's agents out on threads (an invoker's in the drawn `order`, if any), and starts them.
 pub(super) fn start_agents(
     config: &NodeConfig,
-    consensus: Box<dyn Agent>,
-    sender: Slot<Box<dyn Agent>>,
-    receiver: Slot<Box<dyn Agent>>,
-    recorder: Option<Box<dyn Agent>>,
+    agents: NodeAgents,
     counters: &CountersManager,
+    order: Option<crate::agent::AgentOrder>,
     warnings: &mut Vec<String>,
 ) -> Result<AgentHandles, NodeError> {
+    let NodeAgents { consensus, sender, receiver, recorder } = agents;
     let mut specs = vec![
         AgentSpec {
             role: AgentRole::Consensus,
@@ -488,7 +495,7 @@ pub(super) fn start_agents(
             core: config.cores.recorder,
         });
     }
-    let layout = AgentLayout::plan(config.threading, specs).map_err(NodeError::Layout)?;
+    let layout = AgentLayout::plan_ordered(config.threading, specs, order).map_err(NodeError::Layout)?;
     let layout_warnings = layout.check_cores(available_cores(), config.force_layout).map_err(NodeError::Layout)?;
     warnings.extend(layout_warnings.iter().map(Warning::to_string));
     let mut handles = layout

@@ -37,9 +37,3 @@ pub(crate) fn replace(disk: &dyn Disk, path: &Path, bytes: &[u8], sync: bool) ->
     }
     Ok(())
 }
-
-/// Syncs a directory on the operating system's file system, so that a file made, renamed or removed in it
-/// stays so after a crash.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}

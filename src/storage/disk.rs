@@ -1,4 +1,5 @@
-//! The disk a node keeps its durable state on: the recorded log's segments and index, and the vote file.
+//! The disk a node keeps its durable state on: the recorded log's segments and index, the vote file and the
+//! application's snapshots.
 //!
 //! Everything the storage layer does to files goes through a [`Disk`], so that the same code runs on the
 //! operating system's file system in production ([`SharedDisk::os`], one virtual call beside each system
@@ -15,7 +16,7 @@
 //! - An error from a write or a sync means nothing about what reached the disk: the caller must not count
 //!   anything it wrote since its last successful sync as durable (a node stops).
 //!
-//! Snapshots (`storage::snapshot`) still use the file system directly.
+//! Snapshots (`storage::snapshot`) are on the same disk, read and written through [`FileCursor`].
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -75,6 +76,67 @@ pub trait Disk: Send + Sync + fmt::Debug {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Makes the names made, renamed or removed in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// A file read or written in order, from an offset on: `Read` and `Write` over [`DiskFile`]'s positioned
+/// calls, for the streams (snapshots) that are copied through a buffer. Reads stop at `end`.
+#[derive(Debug)]
+pub struct FileCursor {
+    file: Box<dyn DiskFile>,
+    offset: u64,
+    end: u64,
+}
+
+impl FileCursor {
+    /// `file` from `offset`, readable up to `end` (`u64::MAX`: its length when read).
+    pub fn new(file: Box<dyn DiskFile>, offset: u64, end: u64) -> Self {
+        Self { file, offset, end }
+    }
+
+    /// Where the next read or write goes.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Moves to `offset`, readable up to `end`.
+    pub fn seek(&mut self, offset: u64, end: u64) {
+        (self.offset, self.end) = (offset, end);
+    }
+
+    /// The file.
+    pub fn file(&self) -> &dyn DiskFile {
+        &*self.file
+    }
+
+    /// The file, closed for streaming.
+    pub fn into_file(self) -> Box<dyn DiskFile> {
+        self.file
+    }
+}
+
+impl io::Read for FileCursor {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let end = self.end.min(self.file.len()?);
+        let n = usize::try_from(end.saturating_sub(self.offset)).map_or(buf.len(), |left| left.min(buf.len()));
+        if n == 0 {
+            return Ok(0);
+        }
+        self.file.read_exact_at(&mut buf[..n], self.offset)?;
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+impl io::Write for FileCursor {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write_all_at(buf, self.offset)?;
+        self.offset += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A [`Disk`] shared by the parts of a node (cheap to clone).

@@ -75,13 +75,15 @@
 //! ```
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::{Pod, Zeroable};
+
+use crate::storage::disk::{FileCursor, SharedDisk};
+#[cfg(test)]
+use std::fs;
 
 /// What an application's replicated state machine implements to be snapshotted and restored.
 pub trait StateMachine {
@@ -282,7 +284,7 @@ pub struct ToSend {
 #[derive(Debug)]
 pub struct SnapshotReader {
     info: SnapshotInfo,
-    file: io::Take<File>,
+    file: FileCursor,
 }
 
 impl SnapshotReader {
@@ -399,6 +401,7 @@ fn skip_reason(error: SnapshotError) -> String {
 /// The snapshots of one cluster's replicated state machine, in one directory.
 #[derive(Debug)]
 pub struct SnapshotStore {
+    disk: SharedDisk,
     dir: PathBuf,
     identity: SnapshotIdentity,
     max_install_length: u64,
@@ -410,20 +413,24 @@ impl SnapshotStore {
     /// Opens the store in `dir` (e.g. `<data dir>/snapshots`), creating the directory if needed, for the
     /// snapshots of `identity`; removes the temporary files a crash mid-write left behind.
     pub fn open(dir: &Path, identity: SnapshotIdentity) -> Result<Self, SnapshotError> {
-        fs::create_dir_all(dir).map_err(io_error(dir, "create the directory"))?;
+        Self::open_on(SharedDisk::os(), dir, identity)
+    }
+
+    /// As [`open`](Self::open), on `disk`.
+    pub fn open_on(disk: SharedDisk, dir: &Path, identity: SnapshotIdentity) -> Result<Self, SnapshotError> {
+        disk.create_dir_all(dir).map_err(io_error(dir, "create the directory"))?;
+        let names = disk.list(dir).map_err(io_error(dir, "list the directory"))?;
         let store = Self {
+            disk,
             dir: dir.to_path_buf(),
             identity,
             max_install_length: DEFAULT_MAX_INSTALL_LENGTH,
             temp_sequence: AtomicU64::new(0),
         };
-        for entry in fs::read_dir(dir).map_err(io_error(dir, "list the directory"))? {
-            let entry = entry.map_err(io_error(dir, "list the directory"))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
+        for name in names {
             if name.starts_with(PREFIX) && name.ends_with(TEMP_SUFFIX) {
-                let path = entry.path();
-                match fs::remove_file(&path) {
+                let path = dir.join(&name);
+                match store.disk.remove_file(&path) {
                     Ok(()) => log::info!("removed {}, a snapshot left unfinished by a crash", path.display()),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                     Err(e) => return Err(io_error(&path, "remove this unfinished snapshot")(e)),
@@ -490,7 +497,7 @@ impl SnapshotStore {
         let hashing = writer.into_inner().map_err(|e| io_error(&temp.path, "write it")(e.into_error()))?;
         let (file, length, state) = hashing.finish();
         let header = Header::new(self.identity, position, leadership_term_id, length, state);
-        file.write_all_at(bytemuck::bytes_of(&header), 0).map_err(io_error(&temp.path, "write its header"))?;
+        file.file().write_all_at(bytemuck::bytes_of(&header), 0).map_err(io_error(&temp.path, "write its header"))?;
         self.commit(temp, file, &path)?;
         Ok(header.info(path))
     }
@@ -501,7 +508,7 @@ impl SnapshotStore {
     pub fn list(&self) -> Result<Vec<SnapshotInfo>, SnapshotError> {
         let mut infos = Vec::new();
         for (position, path) in self.names()? {
-            if let Some(info) = describe(position, path)? {
+            if let Some(info) = self.describe(position, path)? {
                 infos.push(info);
             }
         }
@@ -520,8 +527,8 @@ impl SnapshotStore {
         let Some((info, mut file)) = found else {
             return Ok(Restored { info: None, skipped });
         };
-        file.seek(SeekFrom::Start(HEADER_LENGTH)).map_err(io_error(&info.path, "read its state"))?;
-        let mut reader = BufReader::with_capacity(BUFFER, file).take(info.length);
+        file.seek(HEADER_LENGTH, info.file_length());
+        let mut reader = BufReader::with_capacity(BUFFER, file);
         load(&mut reader).map_err(|source| SnapshotError::State {
             path: info.path.clone(),
             action: "load its state (the state machine may be partly loaded: do not use it)",
@@ -540,7 +547,7 @@ impl SnapshotStore {
         let names = self.names()?;
         let cut = names.len().saturating_sub(keep);
         for (_, path) in &names[..cut] {
-            match fs::remove_file(path) {
+            match self.disk.remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_error(path, "delete it")(e)),
@@ -560,8 +567,7 @@ impl SnapshotStore {
         let Some((info, mut file)) = found else {
             return Ok(ToSend { snapshot: None, skipped });
         };
-        file.rewind().map_err(io_error(&info.path, "read it"))?;
-        let file = file.take(info.file_length());
+        file.seek(0, info.file_length());
         Ok(ToSend { snapshot: Some(SnapshotReader { info, file }), skipped })
     }
 
@@ -574,12 +580,39 @@ impl SnapshotStore {
     /// state is hashed as it streams to a temporary file, which is renamed into place only if the hash
     /// matches. A refused snapshot ([`SnapshotError::Refused`]) or a failed one leaves nothing behind.
     pub fn install(&self, mut reader: impl Read) -> Result<SnapshotInfo, SnapshotError> {
-        let refused = |reason: String| SnapshotError::Refused { reason };
         let mut bytes = [0; HEADER_LENGTH as usize];
         if let Err(e) = reader.read_exact(&mut bytes) {
-            return Err(refused(format!("its header could not be read whole ({e}); have it sent again")));
+            return Err(SnapshotError::Refused {
+                reason: format!("its header could not be read whole ({e}); have it sent again"),
+            });
         }
-        let header = Header::check(&bytes, self.identity).map_err(|defect| match defect {
+        let mut install = self.begin_install(&bytes)?;
+        let mut buffer = vec![0; BUFFER];
+        while install.remaining() > 0 {
+            let want = usize::try_from(install.remaining()).map_or(BUFFER, |left| left.min(BUFFER));
+            let n = match reader.read(&mut buffer[..want]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(SnapshotError::Refused {
+                        reason: format!("the stream failed ({e}); have it sent again"),
+                    })
+                }
+            };
+            install.write(&buffer[..n])?;
+        }
+        install.finish()
+    }
+
+    /// Starts installing a snapshot received from another member in pieces, as [`install`](Self::install)
+    /// does from a reader: `header` is checked (whole, this build's format, this store's identity, a state no
+    /// longer than [`max_install_length`](Self::max_install_length)) before anything is written; the state
+    /// follows through [`SnapshotInstall::write`], and [`SnapshotInstall::finish`] stores it if it is whole
+    /// and its hash matches. Dropped unfinished, it leaves nothing behind.
+    pub fn begin_install(&self, header: &[u8; HEADER_LENGTH as usize]) -> Result<SnapshotInstall, SnapshotError> {
+        let refused = |reason: String| SnapshotError::Refused { reason };
+        let checked = Header::check(header, self.identity).map_err(|defect| match defect {
             Defect::Damaged(reason) => {
                 refused(format!("it {reason}; have it sent again, from a member whose snapshot verifies"))
             }
@@ -588,42 +621,32 @@ impl SnapshotStore {
                 self.identity
             )),
         })?;
-        if header.length > self.max_install_length {
+        if checked.length > self.max_install_length {
             return Err(refused(format!(
                 "its state is {} bytes, more than the {} this store accepts (SnapshotStore::with_max_install_length)",
-                header.length, self.max_install_length
+                checked.length, self.max_install_length
             )));
         }
-        let (temp, mut file) = self.create_temp(header.position)?;
-        file.write_all(&bytes).map_err(io_error(&temp.path, "write it"))?;
-        let (copied, state) = match copy_hashed(&mut reader, &mut file, header.length) {
-            Ok(copied) => copied,
-            Err(Failed::Read(e)) => return Err(refused(format!("the stream failed ({e}); have it sent again"))),
-            Err(Failed::Write(e)) => return Err(io_error(&temp.path, "write it")(e)),
-        };
-        if copied != header.length {
-            return Err(refused(format!(
-                "the stream ended after {copied} of its {} bytes of state; have it sent again",
-                header.length
-            )));
-        }
-        if state != header.state_checksum {
-            return Err(refused(
-                "it fails its checksum (damaged in transit or at the sender); have it sent again".into(),
-            ));
-        }
-        let path = self.path_of(header.position);
-        self.commit(temp, file, &path)?;
-        Ok(header.info(path))
+        let (temp, mut file) = self.create_temp(checked.position)?;
+        file.write_all(header).map_err(io_error(&temp.path, "write it"))?;
+        Ok(SnapshotInstall {
+            header: checked,
+            path: self.path_of(checked.position),
+            dir: self.dir.clone(),
+            disk: self.disk.clone(),
+            temp,
+            file,
+            hasher: blake3::Hasher::new(),
+            copied: 0,
+        })
     }
 
     /// The snapshot files by name (`snapshot-<position>.qcsnap`, nothing else), oldest first.
     fn names(&self) -> Result<Vec<(i64, PathBuf)>, SnapshotError> {
         let mut names = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(io_error(&self.dir, "list the directory"))? {
-            let entry = entry.map_err(io_error(&self.dir, "list the directory"))?;
-            if let Some(position) = entry.file_name().to_str().and_then(parse_name) {
-                names.push((position, entry.path()));
+        for name in self.disk.list(&self.dir).map_err(io_error(&self.dir, "list the directory"))? {
+            if let Some(position) = parse_name(&name) {
+                names.push((position, self.dir.join(name)));
             }
         }
         names.sort_unstable_by_key(|(position, _)| *position);
@@ -646,13 +669,14 @@ impl SnapshotStore {
     /// state checksum. Returns what it holds and the file, opened.
     fn verify(&self, path: &Path, position: i64) -> Result<Verified, SnapshotError> {
         let invalid = |reason: String| SnapshotError::Invalid { path: path.to_path_buf(), reason };
-        let mut file = File::open(path).map_err(io_error(path, "open it"))?;
-        let size = file.metadata().map_err(io_error(path, "read its metadata"))?.len();
+        let file = self.disk.open_read(path).map_err(io_error(path, "open it"))?;
+        let size = file.len().map_err(io_error(path, "read its metadata"))?;
         if size < HEADER_LENGTH {
             return Err(invalid(format!("is {size} bytes, shorter than its {HEADER_LENGTH}-byte header (truncated)")));
         }
         let mut bytes = [0; HEADER_LENGTH as usize];
-        file.read_exact(&mut bytes).map_err(io_error(path, "read its header"))?;
+        file.read_exact_at(&mut bytes, 0).map_err(io_error(path, "read its header"))?;
+        let mut file = FileCursor::new(file, HEADER_LENGTH, size);
         let header = Header::check(&bytes, self.identity).map_err(|defect| match defect {
             Defect::Damaged(reason) => invalid(reason),
             Defect::Foreign(found) => {
@@ -681,34 +705,123 @@ impl SnapshotStore {
     }
 
     /// A new temporary file for a snapshot at `position`, removed when the guard drops unless committed.
-    fn create_temp(&self, position: i64) -> Result<(TempFile, File), SnapshotError> {
+    fn create_temp(&self, position: i64) -> Result<(TempFile, FileCursor), SnapshotError> {
         let sequence = self.temp_sequence.fetch_add(1, Ordering::Relaxed);
         let path = self.dir.join(format!("{PREFIX}{position:020}{SUFFIX}.{sequence}{TEMP_SUFFIX}"));
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(io_error(&path, "create a temporary file"))?;
-        Ok((TempFile { path, committed: false }, file))
+        let file = self.disk.create(&path).map_err(io_error(&path, "create a temporary file"))?;
+        Ok((TempFile { path, disk: self.disk.clone(), committed: false }, FileCursor::new(file, 0, u64::MAX)))
     }
 
     /// Makes the whole temporary file `file` durable under `path`: sync, rename, sync of the directory.
-    fn commit(&self, mut temp: TempFile, file: File, path: &Path) -> Result<(), SnapshotError> {
-        file.sync_data().map_err(io_error(&temp.path, "sync it"))?;
-        drop(file);
-        fs::rename(&temp.path, path).map_err(io_error(path, "rename its temporary file into place"))?;
-        temp.committed = true;
-        self.sync_dir()
+    fn commit(&self, temp: TempFile, file: FileCursor, path: &Path) -> Result<(), SnapshotError> {
+        commit(&self.disk, &self.dir, temp, file, path)
     }
 
     fn sync_dir(&self) -> Result<(), SnapshotError> {
-        crate::storage::atomic_file::sync_dir(&self.dir).map_err(io_error(&self.dir, "sync the directory"))
+        self.disk.sync_dir(&self.dir).map_err(io_error(&self.dir, "sync the directory"))
+    }
+
+    /// What [`list`](Self::list) says of the file `path` named for `position`, or `None` if it is gone.
+    fn describe(&self, position: i64, path: PathBuf) -> Result<Option<SnapshotInfo>, SnapshotError> {
+        let file = match self.disk.open_read(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(&path, "open it")(e)),
+        };
+        let size = file.len().map_err(io_error(&path, "read its metadata"))?;
+        let mut bytes = [0; HEADER_LENGTH as usize];
+        let header = if size >= HEADER_LENGTH {
+            file.read_exact_at(&mut bytes, 0).map_err(io_error(&path, "read its header"))?;
+            Header::parse(&bytes).ok()
+        } else {
+            None
+        };
+        Ok(Some(match header {
+            Some(header) => SnapshotInfo { position, ..header.info(path) },
+            None => SnapshotInfo { position, leadership_term_id: -1, length: size.saturating_sub(HEADER_LENGTH), path },
+        }))
+    }
+}
+
+/// Makes the whole temporary file `file` durable under `path` in `dir`: sync, rename, sync of the directory.
+fn commit(
+    disk: &SharedDisk,
+    dir: &Path,
+    mut temp: TempFile,
+    file: FileCursor,
+    path: &Path,
+) -> Result<(), SnapshotError> {
+    file.file().sync_data().map_err(io_error(&temp.path, "sync it"))?;
+    drop(file);
+    disk.rename(&temp.path, path).map_err(io_error(path, "rename its temporary file into place"))?;
+    temp.committed = true;
+    disk.sync_dir(dir).map_err(io_error(dir, "sync the directory"))
+}
+
+/// A snapshot being installed in pieces ([`SnapshotStore::begin_install`]): its checked header, and its
+/// temporary file, which is removed if this is dropped before [`finish`](Self::finish) stored it.
+#[derive(Debug)]
+pub struct SnapshotInstall {
+    header: Header,
+    path: PathBuf,
+    dir: PathBuf,
+    disk: SharedDisk,
+    temp: TempFile,
+    file: FileCursor,
+    hasher: blake3::Hasher,
+    copied: u64,
+}
+
+impl SnapshotInstall {
+    /// The position of the snapshot being installed.
+    pub fn position(&self) -> i64 {
+        self.header.position
+    }
+
+    /// State bytes still to come.
+    pub fn remaining(&self) -> u64 {
+        self.header.length - self.copied
+    }
+
+    /// Takes the next `bytes` of the state: refused if they run past its length.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        if bytes.len() as u64 > self.remaining() {
+            return Err(SnapshotError::Refused {
+                reason: format!(
+                    "more state came than the {} bytes its header says; have it sent again",
+                    self.header.length
+                ),
+            });
+        }
+        self.hasher.update(bytes);
+        self.file.write_all(bytes).map_err(io_error(&self.temp.path, "write it"))?;
+        self.copied += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Stores the snapshot, durable when it returns, if all of its state came and its hash matches;
+    /// otherwise refuses it and leaves nothing behind.
+    pub fn finish(self) -> Result<SnapshotInfo, SnapshotError> {
+        if self.copied != self.header.length {
+            return Err(SnapshotError::Refused {
+                reason: format!(
+                    "the stream ended after {} of its {} bytes of state; have it sent again",
+                    self.copied, self.header.length
+                ),
+            });
+        }
+        if self.hasher.finalize() != self.header.state_checksum {
+            return Err(SnapshotError::Refused {
+                reason: "it fails its checksum (damaged in transit or at the sender); have it sent again".into(),
+            });
+        }
+        commit(&self.disk, &self.dir, self.temp, self.file, &self.path)?;
+        Ok(self.header.info(self.path))
     }
 }
 
 /// A snapshot file that verified: what it holds, and the file, open.
-type Verified = (SnapshotInfo, File);
+type Verified = (SnapshotInfo, FileCursor);
 
 /// The position a snapshot file's name says: `snapshot-<20 digits>.qcsnap`, nothing else.
 fn parse_name(name: &str) -> Option<i64> {
@@ -717,27 +830,6 @@ fn parse_name(name: &str) -> Option<i64> {
         return None;
     }
     digits.parse().ok()
-}
-
-/// What [`SnapshotStore::list`] says of the file `path` named for `position`, or `None` if it is gone.
-fn describe(position: i64, path: PathBuf) -> Result<Option<SnapshotInfo>, SnapshotError> {
-    let mut file = match File::open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(&path, "open it")(e)),
-    };
-    let size = file.metadata().map_err(io_error(&path, "read its metadata"))?.len();
-    let mut bytes = [0; HEADER_LENGTH as usize];
-    let header = if size >= HEADER_LENGTH {
-        file.read_exact(&mut bytes).map_err(io_error(&path, "read its header"))?;
-        Header::parse(&bytes).ok()
-    } else {
-        None
-    };
-    Ok(Some(match header {
-        Some(header) => SnapshotInfo { position, ..header.info(path) },
-        None => SnapshotInfo { position, leadership_term_id: -1, length: size.saturating_sub(HEADER_LENGTH), path },
-    }))
 }
 
 /// Which side of [`copy_hashed`] failed.
@@ -769,18 +861,18 @@ fn copy_hashed(from: &mut dyn Read, to: &mut dyn Write, length: u64) -> Result<(
 
 /// A file writer that counts and hashes what it writes: the state, after the header's placeholder.
 struct HashingWriter {
-    file: File,
+    file: FileCursor,
     hasher: blake3::Hasher,
     written: u64,
 }
 
 impl HashingWriter {
-    fn new(file: File) -> Self {
+    fn new(file: FileCursor) -> Self {
         Self { file, hasher: blake3::Hasher::new(), written: 0 }
     }
 
     /// The file, the state's length, and its hash.
-    fn finish(self) -> (File, u64, blake3::Hash) {
+    fn finish(self) -> (FileCursor, u64, blake3::Hash) {
         (self.file, self.written, self.hasher.finalize())
     }
 }
@@ -799,15 +891,17 @@ impl Write for HashingWriter {
 }
 
 /// A temporary snapshot file, removed when dropped unless it was renamed into place.
+#[derive(Debug)]
 struct TempFile {
     path: PathBuf,
+    disk: SharedDisk,
     committed: bool,
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = fs::remove_file(&self.path);
+            let _ = self.disk.remove_file(&self.path);
         }
     }
 }

@@ -10,7 +10,7 @@ use super::output::{CoreError, Destination, Output};
 use super::prng::SplitMix64;
 use super::quorum::AckRule;
 use super::role::Role;
-use super::term_history::{LeaderTerm, TermHistory};
+use super::term_history::{LeaderTerm, TermBase, TermHistory};
 use super::transfer::Transfer;
 use super::MemberId;
 
@@ -278,6 +278,27 @@ impl ConsensusCore {
             Phase::Follower(_) => self.on_follower_append(now_ns, out),
             Phase::Canvass(_) | Phase::Candidate(_) => {}
         }
+    }
+
+    /// A follower installed its leader's snapshot at `position`, past its own log's end: its log now holds
+    /// up to `position`, all of it committed, and its terms below `position` are the leader's, `history`
+    /// (oldest first; the last is the term at `position`). Without this the bytes between the old end and
+    /// `position` would count as the member's last term, and a leader it became would answer a
+    /// follower's question about its terms wrongly. Refused (an [`Output::Error`]) below the log's end, or
+    /// with a history that is not one.
+    pub fn on_snapshot_installed(&mut self, position: i64, history: &[TermBase], out: &mut Vec<Output>) {
+        let Some(installed) = TermHistory::from_terms(history.to_vec(), position.saturating_add(1)) else {
+            out.push(Output::Error(CoreError::SnapshotHistory { position }));
+            return;
+        };
+        if position < self.append_position {
+            let append_position = self.append_position;
+            out.push(Output::Error(CoreError::AppendPositionWentBack { append_position, position }));
+            return;
+        }
+        self.history = installed;
+        self.append_position = position;
+        self.advance_commit(position, out);
     }
 
     // -----------------------------------------------------------------------------------------------

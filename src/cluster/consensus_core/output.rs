@@ -113,6 +113,11 @@ pub enum CoreError {
         /// The position reported.
         position: i64,
     },
+    /// `on_snapshot_installed` was given terms that do not make a history below the snapshot's position.
+    SnapshotHistory {
+        /// The snapshot's position.
+        position: i64,
+    },
     /// `on_append_position` reported bytes of a term older than the log's last term.
     AppendTermWentBack {
         /// The term of the log's last byte.
@@ -132,6 +137,9 @@ impl fmt::Display for CoreError {
                 f,
                 "append position reported as {position}, behind {append_position}; truncations come only from the core"
             ),
+            Self::SnapshotHistory { position } => {
+                write!(f, "the terms given with the snapshot installed at {position} do not make a history")
+            }
             Self::AppendTermWentBack { last_term_id, leadership_term_id } => write!(
                 f,
                 "bytes of term {leadership_term_id} reported after term {last_term_id}; a log's terms only grow"

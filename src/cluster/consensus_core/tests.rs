@@ -879,3 +879,25 @@ fn a_campaign_canvasses_at_once_only_while_no_leader_is_known() {
     assert_eq!(follower.role(), Role::Follower);
     assert!(sent(&out).is_empty());
 }
+
+#[test]
+fn an_installed_snapshot_replaces_the_terms_below_it_and_commits_up_to_it() {
+    // Member 2 held term 1 up to 100; the leader's log below its snapshot at 500 is term 1 up to 300,
+    // then term 3.
+    let mut member = core_with(2, 3, None, &[(1, 0)], 100, 50);
+    let mut out = Vec::new();
+    let history =
+        [TermBase { leadership_term_id: 1, base_position: 0 }, TermBase { leadership_term_id: 3, base_position: 300 }];
+    member.on_snapshot_installed(500, &history, &mut out);
+    assert!(!out.iter().any(|o| matches!(o, Output::Error(_))), "{out:?}");
+    assert_eq!((member.append_position(), member.commit_position()), (500, 500));
+    assert_eq!(member.term_history().base_of(3), Some(300), "term 3 starts where the leader's does");
+    // Below the log's end, or a history that is not one, is refused.
+    let mut out = Vec::new();
+    member.on_snapshot_installed(400, &history, &mut out);
+    assert!(matches!(out[..], [Output::Error(CoreError::AppendPositionWentBack { .. })]), "{out:?}");
+    let mut out = Vec::new();
+    let backwards = [history[1], history[0]];
+    member.on_snapshot_installed(900, &backwards, &mut out);
+    assert!(matches!(out[..], [Output::Error(CoreError::SnapshotHistory { position: 900 })]), "{out:?}");
+}

@@ -38,7 +38,8 @@ pub(super) fn account(
         SendOutcome::TooLarge { path_mtu, .. } => {
             counters.send_errors.increment();
             let path_mtu = path_mtu.or_else(|| probe_path_mtu(destination, config));
-            failure.get_or_insert(PublicationError::PathMtu { destination, mtu: config.mtu, path_mtu });
+            let tag = if config.auth.is_some() { crate::media::auth::TAG_LENGTH } else { 0 };
+            failure.get_or_insert(PublicationError::PathMtu { destination, mtu: config.mtu, tag, path_mtu });
             false
         }
         SendOutcome::Failed(_) => {

@@ -33,6 +33,7 @@ use crate::media::auth::{AuthKey, TAG_LENGTH};
 
 pub mod faulty;
 pub mod memory;
+pub mod stream;
 
 /// Most datagrams one `sendmmsg` or `recvmmsg` call handles here.
 pub const MAX_BATCH: usize = 64;
@@ -197,6 +198,20 @@ pub trait Network {
 
     /// Whether `mode` works here (the kernel may refuse `mmsg` or `gso`).
     fn supports(&self, mode: SendMode) -> bool;
+
+    /// Listens at `local` for byte streams (the catch-up connection). TCP unless a network says otherwise.
+    fn listen(&mut self, local: SocketAddr) -> io::Result<Box<dyn stream::StreamListener>> {
+        stream::tcp_listen(local)
+    }
+
+    /// Opens a byte stream to `peer`. TCP unless a network says otherwise.
+    fn connect_stream(
+        &mut self,
+        peer: SocketAddr,
+        options: &stream::StreamOptions,
+    ) -> io::Result<Box<dyn stream::Stream>> {
+        stream::tcp_connect(peer, options)
+    }
 }
 
 /// A boxed transport is a transport: the endpoints of a network chosen at run time ([`SharedNetwork`]).
@@ -267,6 +282,12 @@ pub trait DynNetwork: Send + Sync {
 
     /// As [`Network::supports`].
     fn supports_mode(&self, mode: SendMode) -> bool;
+
+    /// As [`Network::listen`].
+    fn listen_shared(&self, local: SocketAddr) -> io::Result<Box<dyn stream::StreamListener>>;
+
+    /// As [`Network::connect_stream`].
+    fn connect_shared(&self, peer: SocketAddr, options: &stream::StreamOptions) -> io::Result<Box<dyn stream::Stream>>;
 }
 
 impl<N> DynNetwork for N
@@ -281,6 +302,14 @@ where
 
     fn supports_mode(&self, mode: SendMode) -> bool {
         self.supports(mode)
+    }
+
+    fn listen_shared(&self, local: SocketAddr) -> io::Result<Box<dyn stream::StreamListener>> {
+        self.clone().listen(local)
+    }
+
+    fn connect_shared(&self, peer: SocketAddr, options: &stream::StreamOptions) -> io::Result<Box<dyn stream::Stream>> {
+        self.clone().connect_stream(peer, options)
     }
 }
 
@@ -330,6 +359,18 @@ impl Network for SharedNetwork {
 
     fn supports(&self, mode: SendMode) -> bool {
         self.network.supports_mode(mode)
+    }
+
+    fn listen(&mut self, local: SocketAddr) -> io::Result<Box<dyn stream::StreamListener>> {
+        self.network.listen_shared(local)
+    }
+
+    fn connect_stream(
+        &mut self,
+        peer: SocketAddr,
+        options: &stream::StreamOptions,
+    ) -> io::Result<Box<dyn stream::Stream>> {
+        self.network.connect_shared(peer, options)
     }
 }
 

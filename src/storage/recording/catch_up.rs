@@ -14,7 +14,8 @@
 //! leader -> follower   Challenge (48 bytes): membership, the leader's nonce, the leader's proof
 //! follower -> leader   Request (48 bytes): membership, member id, from, the follower's proof
 //! leader -> follower   sealed frames (FrameHeader, payload, 16-byte tag), in order:
-//!                      CatchUpResponse (56 bytes) and term_count x TermRecord (16 bytes),
+//!                      CatchUpResponse (56 bytes) and term_count x TermRecord (16 bytes): every term
+//!                      of the leader's log that starts before `end`, oldest first,
 //!                      the snapshot file when `snapshot` is 1, in chunks (its own header says its length),
 //!                      then one block (BlockHeader + payload) per frame from `from` up to `end`
 //! ```
@@ -45,21 +46,30 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytemuck::{Pod, Zeroable};
 
 use super::segment::{BlockHeader, MAX_BLOCK_LENGTH};
 use super::{RecorderCounters, Recording, RecordingReader};
+use crate::agent::clock::NanoClock;
 use crate::event_log::RateLimited;
 use crate::media::auth::{constant_time_eq, fill_random, AuthKey, TAG_LENGTH};
-use crate::storage::snapshot::{SnapshotInfo, SnapshotReader, SnapshotStore};
+use crate::media::transport::stream::{would_block, Stream, StreamListener, StreamOptions};
+use crate::media::transport::{Network, SharedNetwork};
+use crate::storage::snapshot::{SnapshotInfo, SnapshotInstall, SnapshotReader, SnapshotStore, HEADER_LENGTH};
+
+/// A snapshot file's header, which a catch-up reads whole before it installs the rest.
+const SNAPSHOT_HEADER_LENGTH: usize = HEADER_LENGTH as usize;
 
 const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"qccuhel2");
 const CHALLENGE_MAGIC: u64 = u64::from_le_bytes(*b"qccuchl2");
 const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"qccureq2");
-const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"qccures2");
+/// Version 3: the answer lists every term of the leader's log before its end, not only those in the
+/// range sent (a follower that installs the snapshot needs the history below it).
+const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"qccures3");
 /// Connections that may wait in the handshake at once.
 pub const MAX_HANDSHAKES: usize = 16;
 /// How long a connection may take to prove itself, from its accept.
@@ -245,46 +255,484 @@ fn seal_frame(out: &mut Vec<u8>, key: &AuthKey, index: u64, payload: &[u8]) {
     out.extend_from_slice(&frame_tag(key, index, &header, payload));
 }
 
-/// The follower's reading of the sealed frames: their payloads, one after the other, each handed out only
-/// once its tag is checked.
-struct SealedReader<'s> {
-    stream: &'s mut TcpStream,
-    key: AuthKey,
-    index: u64,
-    frame: Vec<u8>,
-    at: usize,
+/// Where a catch-up's nonces come from: the operating system's randomness (production), or a seeded
+/// sequence (the node simulator, which must replay a seed exactly).
+#[derive(Clone, Default)]
+pub enum Nonces {
+    /// `getrandom`.
+    #[default]
+    Os,
+    /// Each nonce from two calls of this function.
+    Seeded(Arc<dyn Fn() -> u64 + Send + Sync>),
 }
 
-impl SealedReader<'_> {
-    fn next_frame(&mut self) -> io::Result<()> {
-        let mut header = FrameHeader::zeroed();
-        self.stream.read_exact(bytemuck::bytes_of_mut(&mut header))?;
-        let length = header.length as usize;
-        if length > MAX_FRAME || header.reserved != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a frame of {length} bytes")));
-        }
-        self.frame.resize(length + TAG_LENGTH, 0);
-        self.stream.read_exact(&mut self.frame)?;
-        let (payload, tag) = self.frame.split_at(length);
-        if !constant_time_eq(&frame_tag(&self.key, self.index, &header, payload), tag) {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame {} fails its tag", self.index)));
-        }
-        self.frame.truncate(length);
-        self.index += 1;
-        self.at = 0;
-        Ok(())
+impl std::fmt::Debug for Nonces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Os => "Nonces::Os",
+            Self::Seeded(_) => "Nonces::Seeded(..)",
+        })
     }
 }
 
-impl Read for SealedReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.at == self.frame.len() {
-            self.next_frame()?;
+impl Nonces {
+    fn fill(&self, nonce: &mut [u8; NONCE_LENGTH]) -> io::Result<()> {
+        match self {
+            Self::Os => fill_random(nonce),
+            Self::Seeded(draw) => {
+                nonce[..8].copy_from_slice(&draw().to_le_bytes());
+                nonce[8..].copy_from_slice(&draw().to_le_bytes());
+                Ok(())
+            }
         }
-        let n = buf.len().min(self.frame.len() - self.at);
-        buf[..n].copy_from_slice(&self.frame[self.at..self.at + n]);
-        self.at += n;
+    }
+}
+
+/// Where a follower's catch-up is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// The hello sent: reading the leader's challenge.
+    Challenge,
+    /// Proven: reading the answer.
+    Response,
+    /// Reading the terms the answer lists, this many still.
+    Terms(u32),
+    /// Reading the snapshot file's header.
+    SnapshotHeader,
+    /// Reading the snapshot's state into its install.
+    SnapshotState,
+    /// Reading blocks until the answer's end.
+    Blocks,
+}
+
+/// The follower's side of a catch-up, as a state machine over a [`Stream`]: each [`poll`](Self::poll)
+/// moves what it can without waiting (on a non-blocking stream; on a blocking one, a read waits at most
+/// the stream's time-out), so that it runs on a thread of its own in production and inside a duty cycle
+/// under the node simulator, the same code either way.
+///
+/// Invariants: nothing is kept before it is verified (the leader's proof, every frame's tag, every block's
+/// checksum and bounds, the snapshot by [`SnapshotStore::begin_install`]); the bytes held are bounded (at
+/// most a frame's worth of stream bytes, and a frame's worth of payload beyond what is consumed); a
+/// catch-up that moves no byte for its time-out fails.
+#[derive(Debug)]
+pub struct CatchUpFetch {
+    leader: SocketAddr,
+    request: CatchUpRequest,
+    key: CatchUpKey,
+    stream: Box<dyn Stream>,
+    step: Step,
+    hello: Hello,
+    /// Bytes to send, from `sent` on.
+    out: Vec<u8>,
+    sent: usize,
+    /// Bytes read and not yet made into frames.
+    raw: Vec<u8>,
+    /// Verified frame payloads, consumed from `taken` on.
+    payload: Vec<u8>,
+    taken: usize,
+    stream_key: Option<AuthKey>,
+    frame_index: u64,
+    response: CatchUpResponse,
+    terms: Vec<(i64, i64)>,
+    /// The leader's terms that start at or below where its answer starts.
+    history: Vec<(i64, i64)>,
+    install: Option<SnapshotInstall>,
+    snapshot: Option<SnapshotInfo>,
+    timeout_ns: u64,
+    progress_ns: u64,
+    closed: bool,
+}
+
+/// Stream bytes read ahead at most: one whole sealed frame.
+const RAW_LIMIT: usize = MAX_FRAME + std::mem::size_of::<FrameHeader>() + TAG_LENGTH;
+
+impl CatchUpFetch {
+    /// Opens a catch-up of `request` from the leader at `leader` over `stream`, proving `key`, and queues
+    /// the hello. It fails when no byte moves for `timeout_ns`.
+    pub fn start(
+        leader: SocketAddr,
+        stream: Box<dyn Stream>,
+        request: CatchUpRequest,
+        key: CatchUpKey,
+        nonces: &Nonces,
+        timeout_ns: u64,
+        now_ns: u64,
+    ) -> Result<Self, String> {
+        let mut hello = Hello {
+            magic: HELLO_MAGIC,
+            membership: request.membership,
+            member_id: request.member_id,
+            reserved: 0,
+            nonce: [0; NONCE_LENGTH],
+        };
+        nonces.fill(&mut hello.nonce).map_err(|e| format!("make a nonce: {e}"))?;
+        Ok(Self {
+            leader,
+            request,
+            key,
+            stream,
+            step: Step::Challenge,
+            hello,
+            out: bytemuck::bytes_of(&hello).to_vec(),
+            sent: 0,
+            raw: Vec::new(),
+            payload: Vec::new(),
+            taken: 0,
+            stream_key: None,
+            frame_index: 0,
+            response: CatchUpResponse::zeroed(),
+            terms: Vec::new(),
+            history: Vec::new(),
+            install: None,
+            snapshot: None,
+            timeout_ns,
+            progress_ns: now_ns,
+            closed: false,
+        })
+    }
+
+    /// Moves the catch-up on: sends what waits, reads what came, keeps what verifies into `recording`
+    /// (and a snapshot into `snapshots`). `Ok(None)` while it goes on; `Ok(Some(_))` once the log up to
+    /// the leader's answer is recorded; `Err` says why it failed (the caller retries later).
+    pub fn poll(
+        &mut self,
+        recording: &mut Recording,
+        snapshots: &SnapshotStore,
+        now_ns: u64,
+    ) -> Result<Option<Fetched>, String> {
+        let moved = self.flush()? + self.read()?;
+        if moved > 0 {
+            self.progress_ns = now_ns;
+        }
+        if self.step == Step::Challenge {
+            self.on_challenge()?;
+        }
+        if self.step != Step::Challenge {
+            loop {
+                self.unseal()?;
+                match self.consume(recording, snapshots)? {
+                    Consumed::Done(fetched) => return Ok(Some(fetched)),
+                    Consumed::More => continue,
+                    Consumed::Wait => break,
+                }
+            }
+        }
+        if self.closed {
+            return Err(format!("{} closed the catch-up before its end", self.leader));
+        }
+        if now_ns.saturating_sub(self.progress_ns) > self.timeout_ns {
+            let quiet = Duration::from_nanos(self.timeout_ns);
+            return Err(format!("{} moved nothing for {quiet:?}", self.leader));
+        }
+        Ok(None)
+    }
+
+    /// Writes the pending bytes; the bytes written.
+    fn flush(&mut self) -> Result<usize, String> {
+        let mut moved = 0;
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => return Err(format!("{} closed the catch-up", self.leader)),
+                Ok(n) => {
+                    self.sent += n;
+                    moved += n;
+                }
+                Err(e) if would_block(&e) => break,
+                Err(e) => return Err(format!("send to {}: {e}", self.leader)),
+            }
+        }
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        }
+        Ok(moved)
+    }
+
+    /// Reads what came, up to [`RAW_LIMIT`] held; the bytes read.
+    fn read(&mut self) -> Result<usize, String> {
+        let held = self.raw.len();
+        if held >= RAW_LIMIT || self.closed {
+            return Ok(0);
+        }
+        self.raw.resize(RAW_LIMIT, 0);
+        let result = self.stream.read(&mut self.raw[held..]);
+        let n = match result {
+            Ok(0) => {
+                self.closed = true;
+                0
+            }
+            Ok(n) => n,
+            Err(e) if would_block(&e) => 0,
+            Err(e) => {
+                self.raw.truncate(held);
+                return Err(format!("read from {}: {e}", self.leader));
+            }
+        };
+        self.raw.truncate(held + n);
         Ok(n)
+    }
+
+    /// The leader's challenge, once whole: checks its proof and sends the request with this member's.
+    fn on_challenge(&mut self) -> Result<(), String> {
+        let length = std::mem::size_of::<Challenge>();
+        if self.raw.len() < length {
+            return Ok(());
+        }
+        let challenge: Challenge = bytemuck::pod_read_unaligned(&self.raw[..length]);
+        self.raw.drain(..length);
+        let leader = self.leader;
+        if challenge.magic != CHALLENGE_MAGIC || challenge.membership != self.request.membership {
+            return Err(format!("{leader} answered with something that is not a catch-up of this cluster"));
+        }
+        if !constant_time_eq(&self.key.leader_proof(&self.hello, &challenge.nonce), &challenge.proof) {
+            return Err(format!("{leader} did not prove it holds the catch-up key (is its auth_key the same?)"));
+        }
+        let request = Request {
+            magic: REQUEST_MAGIC,
+            membership: self.request.membership,
+            member_id: self.request.member_id,
+            reserved: 0,
+            from: self.request.from,
+            proof: self.key.follower_proof(&self.hello, &challenge.nonce, self.request.from),
+        };
+        self.out.extend_from_slice(bytemuck::bytes_of(&request));
+        self.stream_key = Some(self.key.stream_key(&self.hello, &challenge.nonce));
+        self.step = Step::Response;
+        self.flush()?;
+        Ok(())
+    }
+
+    /// Verifies the whole frames read, while the payload not yet consumed is under a frame's length.
+    fn unseal(&mut self) -> Result<(), String> {
+        let Some(key) = self.stream_key else {
+            return Ok(());
+        };
+        let head = std::mem::size_of::<FrameHeader>();
+        while self.payload.len() - self.taken < MAX_FRAME && self.raw.len() >= head {
+            let header: FrameHeader = bytemuck::pod_read_unaligned(&self.raw[..head]);
+            let length = header.length as usize;
+            if length > MAX_FRAME || header.reserved != 0 {
+                return Err(format!("{} sent a frame of {length} bytes", self.leader));
+            }
+            if self.raw.len() < head + length + TAG_LENGTH {
+                break;
+            }
+            let (body, tag) = self.raw[head..head + length + TAG_LENGTH].split_at(length);
+            if !constant_time_eq(&frame_tag(&key, self.frame_index, &header, body), tag) {
+                return Err(format!("{}: frame {} fails its tag", self.leader, self.frame_index));
+            }
+            if self.taken > 0 {
+                self.payload.drain(..self.taken);
+                self.taken = 0;
+            }
+            self.payload.extend_from_slice(body);
+            self.raw.drain(..head + length + TAG_LENGTH);
+            self.frame_index += 1;
+        }
+        Ok(())
+    }
+
+    /// The next `n` verified payload bytes, if they are there.
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let at = self.taken;
+        (self.payload.len() - at >= n).then(|| {
+            self.taken += n;
+            &self.payload[at..at + n]
+        })
+    }
+
+    /// Consumes what the step waits for from the verified payloads.
+    fn consume(&mut self, recording: &mut Recording, snapshots: &SnapshotStore) -> Result<Consumed, String> {
+        let leader = self.leader;
+        match self.step {
+            Step::Challenge => Ok(Consumed::Wait),
+            Step::Response => {
+                let Some(bytes) = self.take(std::mem::size_of::<CatchUpResponse>()) else {
+                    return Ok(Consumed::Wait);
+                };
+                let response: CatchUpResponse = bytemuck::pod_read_unaligned(bytes);
+                if response.magic != RESPONSE_MAGIC || response.membership != self.request.membership {
+                    return Err(format!("{leader} answered with something that is not a catch-up of this cluster"));
+                }
+                if response.refused != 0 {
+                    return Err(format!("{leader} refused to serve the log from {} (see its log)", self.request.from));
+                }
+                if response.term_count > MAX_TERMS || response.end < response.from {
+                    return Err(format!("{leader} sent a malformed answer"));
+                }
+                self.response = response;
+                self.terms = vec![(response.from, response.start_term)];
+                self.history.clear();
+                self.step = Step::Terms(response.term_count);
+                Ok(Consumed::More)
+            }
+            Step::Terms(0) => {
+                if self.response.snapshot != 0 {
+                    self.step = Step::SnapshotHeader;
+                } else if self.response.from != recording.end() {
+                    let (from, end) = (self.response.from, recording.end());
+                    return Err(format!("{leader} sent the log from {from}, not from {end}"));
+                } else {
+                    self.step = Step::Blocks;
+                }
+                Ok(Consumed::More)
+            }
+            Step::Terms(left) => {
+                let Some(bytes) = self.take(std::mem::size_of::<TermRecord>()) else {
+                    return Ok(Consumed::Wait);
+                };
+                let term: TermRecord = bytemuck::pod_read_unaligned(bytes);
+                let (base, id) = (term.base_position, term.leadership_term_id);
+                // The last listed: in the range once any was, else in the history.
+                let last = if self.terms.len() > 1 { self.terms.last() } else { self.history.last() };
+                if last.is_some_and(|&(b, t)| b >= base || t >= id) {
+                    return Err(format!("{leader} listed its terms out of order"));
+                }
+                if base > self.response.from {
+                    self.terms.push((base, id));
+                } else {
+                    self.history.push((base, id));
+                }
+                self.step = Step::Terms(left - 1);
+                Ok(Consumed::More)
+            }
+            Step::SnapshotHeader => {
+                let Some(bytes) = self.take(SNAPSHOT_HEADER_LENGTH) else {
+                    return Ok(Consumed::Wait);
+                };
+                let header: [u8; SNAPSHOT_HEADER_LENGTH] = bytes.try_into().expect("the header's length");
+                let install =
+                    snapshots.begin_install(&header).map_err(|e| format!("the snapshot from {leader}: {e}"))?;
+                self.install = Some(install);
+                self.step = Step::SnapshotState;
+                Ok(Consumed::More)
+            }
+            Step::SnapshotState => self.snapshot_state(recording),
+            Step::Blocks => self.block(recording),
+        }
+    }
+
+    /// Hands the snapshot's state bytes that came to its install; once whole, stores it and starts the
+    /// recording at its position.
+    fn snapshot_state(&mut self, recording: &mut Recording) -> Result<Consumed, String> {
+        let leader = self.leader;
+        let install = self.install.as_mut().expect("an install in this step");
+        let available = self.payload.len() - self.taken;
+        let n = usize::try_from(install.remaining()).map_or(available, |left| left.min(available));
+        if n > 0 {
+            let bytes = &self.payload[self.taken..self.taken + n];
+            install.write(bytes).map_err(|e| format!("the snapshot from {leader}: {e}"))?;
+            self.taken += n;
+        }
+        if install.remaining() > 0 {
+            return Ok(Consumed::Wait);
+        }
+        let install = self.install.take().expect("an install in this step");
+        let info = install.finish().map_err(|e| format!("the snapshot from {leader}: {e}"))?;
+        if info.position != self.response.from {
+            return Err(format!("{leader} sent a snapshot at {} for a log from {}", info.position, self.response.from));
+        }
+        recording
+            .reset_with_history(info.position, self.response.start_term, &self.history)
+            .map_err(|e| e.to_string())?;
+        self.snapshot = Some(info);
+        self.step = Step::Blocks;
+        Ok(Consumed::More)
+    }
+
+    /// The next block, once whole: verified and recorded; done at the answer's end.
+    fn block(&mut self, recording: &mut Recording) -> Result<Consumed, String> {
+        let leader = self.leader;
+        if recording.end() >= self.response.end {
+            let fetched = Fetched {
+                from: self.response.from,
+                end: recording.end(),
+                terms: std::mem::take(&mut self.terms),
+                history: std::mem::take(&mut self.history),
+                snapshot: self.snapshot.take(),
+            };
+            return Ok(Consumed::Done(fetched));
+        }
+        let head = std::mem::size_of::<BlockHeader>();
+        let available = &self.payload[self.taken..];
+        if available.len() < head {
+            return Ok(Consumed::Wait);
+        }
+        let header: BlockHeader = bytemuck::pod_read_unaligned(&available[..head]);
+        header.check_fields(recording.end()).map_err(|why| format!("{leader} sent {why}"))?;
+        let length = header.length as usize;
+        if available.len() < head + length {
+            return Ok(Consumed::Wait);
+        }
+        let payload = &available[head..head + length];
+        if !header.check_payload(payload) || header.end() > self.response.end {
+            return Err(format!("{leader} sent a block at {} that fails its checksum", header.position));
+        }
+        recording.append(header.position, payload, header.advance as usize).map_err(|e| e.to_string())?;
+        self.taken += head + length;
+        Ok(Consumed::More)
+    }
+}
+
+/// What [`CatchUpFetch::consume`] did.
+enum Consumed {
+    /// Waits for more bytes.
+    Wait,
+    /// Consumed something; may go on.
+    More,
+    /// The catch-up is over.
+    Done(Fetched),
+}
+
+/// What a member's catch-ups run on: the network they connect over, this member's host on it, the clock
+/// that times them, where their nonces come from, and where they run.
+#[derive(Clone, Debug)]
+pub struct CatchUpRuntime {
+    /// The network streams are opened on (TCP in production).
+    pub network: SharedNetwork,
+    /// This member's host (its consensus address's).
+    pub local: IpAddr,
+    /// What times them (the inline ones; a thread's fetch reads the monotonic clock).
+    pub clock: NanoClock,
+    /// Where their nonces come from.
+    pub nonces: Nonces,
+    /// `false`: each runs on a thread of its own, over a blocking stream (production: it waits on the
+    /// network and the leader, and the agents sharing the recorder's thread must not). `true`: each runs
+    /// in the recorder's duty cycles over a non-blocking stream (deterministic: the node simulator).
+    pub inline: bool,
+}
+
+/// How long a blocking fetch's read waits for bytes before it looks at its time-out again.
+const FETCH_READ_WAIT: Duration = Duration::from_millis(50);
+
+/// Fetches the log from `request.from` from the leader at `leader` into `recording` (which must end at
+/// `request.from`), installing the leader's snapshot first when it sends one, after both ends proved
+/// `key`: a [`CatchUpFetch`] over a blocking stream of `network`, run to its end. Blocks, and fails when
+/// no byte moves for `timeout` or once `cancelled` says so; `Err` says why (the caller retries).
+#[allow(clippy::too_many_arguments)]
+pub fn fetch(
+    network: &mut SharedNetwork,
+    local: IpAddr,
+    leader: SocketAddr,
+    request: CatchUpRequest,
+    key: &CatchUpKey,
+    recording: &mut Recording,
+    snapshots: &SnapshotStore,
+    timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Fetched, String> {
+    let options = StreamOptions { local, connect_timeout: timeout, blocking: Some(FETCH_READ_WAIT) };
+    let stream = network.connect_stream(leader, &options).map_err(|e| format!("connect to {leader}: {e}"))?;
+    let clock = NanoClock::new();
+    let timeout_ns = timeout.as_nanos() as u64;
+    let mut fetch = CatchUpFetch::start(leader, stream, request, *key, &Nonces::Os, timeout_ns, clock.now_ns())?;
+    loop {
+        if cancelled() {
+            return Err("cancelled".into());
+        }
+        if let Some(fetched) = fetch.poll(recording, snapshots, clock.now_ns())? {
+            return Ok(fetched);
+        }
     }
 }
 
@@ -298,108 +746,11 @@ pub struct Fetched {
     /// The terms that start in the fetched range, `(base position, leadership term id)`, the term at its
     /// start included.
     pub terms: Vec<(i64, i64)>,
+    /// The leader's terms that start at or below `from`, `(base position, leadership term id)`, oldest
+    /// first: with a snapshot, the history of the log below it, which replaces this member's.
+    pub history: Vec<(i64, i64)>,
     /// The snapshot installed first, when the follower was behind the leader's recording.
     pub snapshot: Option<SnapshotInfo>,
-}
-
-/// Fetches the log from `request.from` from the leader at `leader` into `recording` (which must end at
-/// `request.from`), installing the leader's snapshot first when it sends one, after both ends proved
-/// `key`. Blocks, with `timeout` on every read and write; `Err` says why (the caller retries).
-pub fn fetch(
-    leader: SocketAddr,
-    request: CatchUpRequest,
-    key: &CatchUpKey,
-    recording: &mut Recording,
-    snapshots: &SnapshotStore,
-    timeout: Duration,
-) -> Result<Fetched, String> {
-    let mut stream = TcpStream::connect_timeout(&leader, timeout).map_err(|e| format!("connect to {leader}: {e}"))?;
-    stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let stream_key = handshake(&mut stream, leader, request, key)?;
-    let mut sealed = SealedReader { stream: &mut stream, key: stream_key, index: 0, frame: Vec::new(), at: 0 };
-    let mut response = CatchUpResponse::zeroed();
-    sealed.read_exact(bytemuck::bytes_of_mut(&mut response)).map_err(|e| format!("read the answer: {e}"))?;
-    if response.magic != RESPONSE_MAGIC || response.membership != request.membership {
-        return Err(format!("{leader} answered with something that is not a catch-up of this cluster"));
-    }
-    if response.refused != 0 {
-        return Err(format!("{leader} refused to serve the log from {} (see its log)", request.from));
-    }
-    if response.term_count > MAX_TERMS || response.end < response.from {
-        return Err(format!("{leader} sent a malformed answer"));
-    }
-    let mut terms = vec![(response.from, response.start_term)];
-    for _ in 0..response.term_count {
-        let mut term = TermRecord::zeroed();
-        sealed.read_exact(bytemuck::bytes_of_mut(&mut term)).map_err(|e| format!("read the terms: {e}"))?;
-        terms.push((term.base_position, term.leadership_term_id));
-    }
-    let snapshot = if response.snapshot != 0 {
-        let info = snapshots.install(&mut sealed).map_err(|e| format!("the snapshot from {leader}: {e}"))?;
-        if info.position != response.from {
-            return Err(format!("{leader} sent a snapshot at {} for a log from {}", info.position, response.from));
-        }
-        recording.reset(info.position, response.start_term).map_err(|e| e.to_string())?;
-        Some(info)
-    } else {
-        if response.from != recording.end() {
-            return Err(format!("{leader} sent the log from {}, not from {}", response.from, recording.end()));
-        }
-        None
-    };
-    let mut payload = Vec::new();
-    while recording.end() < response.end {
-        let mut header = BlockHeader::zeroed();
-        sealed.read_exact(bytemuck::bytes_of_mut(&mut header)).map_err(|e| format!("read a block: {e}"))?;
-        header.check_fields(recording.end()).map_err(|why| format!("{leader} sent {why}"))?;
-        payload.resize(header.length as usize, 0);
-        sealed.read_exact(&mut payload).map_err(|e| format!("read a block: {e}"))?;
-        if !header.check_payload(&payload) || header.end() > response.end {
-            return Err(format!("{leader} sent a block at {} that fails its checksum", header.position));
-        }
-        recording.append(header.position, &payload, header.advance as usize).map_err(|e| e.to_string())?;
-    }
-    Ok(Fetched { from: response.from, end: recording.end(), terms, snapshot })
-}
-
-/// The follower's half of the handshake: says hello, checks the leader's proof, sends its request with
-/// its own; returns the stream key.
-fn handshake(
-    stream: &mut TcpStream,
-    leader: SocketAddr,
-    request: CatchUpRequest,
-    key: &CatchUpKey,
-) -> Result<AuthKey, String> {
-    let mut hello = Hello {
-        magic: HELLO_MAGIC,
-        membership: request.membership,
-        member_id: request.member_id,
-        reserved: 0,
-        nonce: [0; NONCE_LENGTH],
-    };
-    fill_random(&mut hello.nonce).map_err(|e| format!("make a nonce: {e}"))?;
-    stream.write_all(bytemuck::bytes_of(&hello)).map_err(|e| format!("send the hello: {e}"))?;
-    let mut challenge = Challenge::zeroed();
-    stream.read_exact(bytemuck::bytes_of_mut(&mut challenge)).map_err(|e| format!("read the challenge: {e}"))?;
-    if challenge.magic != CHALLENGE_MAGIC || challenge.membership != request.membership {
-        return Err(format!("{leader} answered with something that is not a catch-up of this cluster"));
-    }
-    if !constant_time_eq(&key.leader_proof(&hello, &challenge.nonce), &challenge.proof) {
-        return Err(format!("{leader} did not prove it holds the catch-up key (is its auth_key the same?)"));
-    }
-    let proof = key.follower_proof(&hello, &challenge.nonce, request.from);
-    let wire = Request {
-        magic: REQUEST_MAGIC,
-        membership: request.membership,
-        member_id: request.member_id,
-        reserved: 0,
-        from: request.from,
-        proof,
-    };
-    stream.write_all(bytemuck::bytes_of(&wire)).map_err(|e| format!("send the request: {e}"))?;
-    Ok(key.stream_key(&hello, &challenge.nonce))
 }
 
 /// Where a connection to the leader is.
@@ -426,7 +777,7 @@ enum Close {
 
 /// One connection to the leader.
 struct Connection {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     peer: SocketAddr,
     phase: Phase,
     inbound: [u8; 48],
@@ -486,7 +837,7 @@ impl PeerLog {
 
 /// The leader's side: serves catch-ups from its recording, a little per duty cycle.
 pub struct CatchUpServer {
-    listener: TcpListener,
+    listener: Box<dyn StreamListener>,
     connections: Vec<Connection>,
     /// The other members, by id and address: a connection from anywhere else is closed, and a hello must
     /// name the member at its address.
@@ -494,7 +845,8 @@ pub struct CatchUpServer {
     membership: i64,
     key: CatchUpKey,
     snapshots: SnapshotStore,
-    clock: crate::agent::clock::NanoClock,
+    clock: NanoClock,
+    nonces: Nonces,
     next_accept_ns: u64,
     logged: PeerLog,
 }
@@ -506,28 +858,30 @@ impl std::fmt::Debug for CatchUpServer {
 }
 
 impl CatchUpServer {
-    /// Listens at `addr` (this member's consensus address, over TCP) for the other members, `members`
-    /// (id and address), each proving `key`.
-    pub fn bind(
-        addr: SocketAddr,
+    /// Serves the streams `listener` takes (at this member's consensus address) from the other members,
+    /// `members` (id and address), each proving `key`; times its connections by `clock`, draws its nonces
+    /// from `nonces`.
+    pub fn new(
+        listener: Box<dyn StreamListener>,
         members: Vec<(i32, IpAddr)>,
         membership: i64,
         key: CatchUpKey,
         snapshots: SnapshotStore,
-    ) -> io::Result<Self> {
-        let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        Ok(Self {
+        clock: NanoClock,
+        nonces: Nonces,
+    ) -> Self {
+        Self {
             listener,
             connections: Vec::new(),
             members,
             membership,
             key,
             snapshots,
-            clock: crate::agent::clock::NanoClock::new(),
+            clock,
+            nonces,
             next_accept_ns: 0,
             logged: PeerLog::default(),
-        })
+        }
     }
 
     /// The port it listens at (for a test that binds port 0).
@@ -555,7 +909,7 @@ impl CatchUpServer {
     fn accept(&mut self, now_ns: u64, counters: &RecorderCounters) -> usize {
         let mut work = 0;
         for _ in 0..MAX_HANDSHAKES {
-            let Ok((stream, peer)) = self.listener.accept() else {
+            let Ok(Some((stream, peer))) = self.listener.accept() else {
                 break;
             };
             work += 1;
@@ -564,9 +918,6 @@ impl CatchUpServer {
                 self.logged.warn(peer.ip(), now_ns, || {
                     format!("refused a catch-up connection from {peer}: not a member's address")
                 });
-                continue;
-            }
-            if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
                 continue;
             }
             self.make_room_for_handshake();
@@ -660,7 +1011,7 @@ impl CatchUpServer {
                 c.received += n;
                 work += 1;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return work,
+            Err(e) if would_block(&e) => return work,
             Err(_) => c.close = Some(Close::Done),
         }
         if c.close.is_none() && c.received == wanted {
@@ -697,7 +1048,7 @@ impl CatchUpServer {
                     moved += n;
                     c.progress_ns = now_ns;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if would_block(&e) => break,
                 Err(_) => c.close = Some(Close::Done),
             }
         }
@@ -725,7 +1076,7 @@ impl CatchUpServer {
             return;
         }
         let mut nonce = [0u8; NONCE_LENGTH];
-        if fill_random(&mut nonce).is_err() {
+        if self.nonces.fill(&mut nonce).is_err() {
             c.close = Some(Close::Done);
             return;
         }
@@ -821,7 +1172,7 @@ impl CatchUpServer {
                 .index()
                 .terms
                 .iter()
-                .filter(|t| t.base_position > response.from && t.base_position < response.end)
+                .filter(|t| t.base_position < response.end)
                 .take(MAX_TERMS as usize)
                 .map(|t| TermRecord { leadership_term_id: t.leadership_term_id, base_position: t.base_position })
                 .collect();

@@ -320,10 +320,14 @@ impl Recording {
         if self.index.terms.first().is_none_or(|t| t.base_position > 0) && self.index.start_term > 0 {
             terms.push(TermBase { leadership_term_id: self.index.start_term, base_position: 0 });
         }
+        // A recording begun at an installed snapshot that is also its term's start lists that term's start
+        // too (its first block carries the term-start marker): the term is held from 0 already.
+        let held_from_zero = terms.first().map(|t| t.leadership_term_id);
         terms.extend(
             self.index
                 .terms
                 .iter()
+                .filter(|t| Some(t.leadership_term_id) != held_from_zero)
                 .map(|t| TermBase { leadership_term_id: t.leadership_term_id, base_position: t.base_position }),
         );
         if terms.is_empty() {
@@ -447,7 +451,9 @@ impl Recording {
             let start = self.bases[0];
             self.index.start_term = self.index.term_at(start);
             self.index.start_position = start;
-            self.index.terms.retain(|t| t.base_position >= start);
+            // The terms below the start stay: the member answers which term a position is in from them
+            // (a follower with an uncommitted suffix there is told where the leader's terms start), and
+            // they are one entry per leadership term.
             self.dir_changed = true;
             self.store_index()?;
             self.sync()?;
@@ -458,12 +464,29 @@ impl Recording {
     /// Empties the recording to start again at `position`, in leadership term `term` (a snapshot at
     /// `position` was installed: the log before it is not this member's to hold).
     pub fn reset(&mut self, position: i64, term: i64) -> Result<(), RecordingError> {
+        self.reset_with_history(position, term, &[])
+    }
+
+    /// As [`reset`](Self::reset), keeping `history` (the terms that start below `position`, `(base,
+    /// leadership term id)` oldest first: the leader's, whose snapshot was installed) in the index, so that
+    /// the member knows which term every position is in after a restart too.
+    pub fn reset_with_history(
+        &mut self,
+        position: i64,
+        term: i64,
+        history: &[(i64, i64)],
+    ) -> Result<(), RecordingError> {
         self.active = None;
         for base in std::mem::take(&mut self.bases) {
             let path = self.segment_path(base);
             self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
         }
-        self.index = Index { start_position: position, start_term: term, terms: Vec::new() };
+        let terms = history
+            .iter()
+            .filter(|&&(base, _)| base < position)
+            .map(|&(base_position, leadership_term_id)| index::RecordedTerm { leadership_term_id, base_position })
+            .collect();
+        self.index = Index { start_position: position, start_term: term, terms };
         self.end = position;
         self.dir_changed = true;
         self.store_index()?;

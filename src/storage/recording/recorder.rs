@@ -24,6 +24,8 @@ use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
 use crate::cluster::log_switch::SwitchQueue;
+use crate::media::transport::stream::StreamOptions;
+use crate::media::transport::Network;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::{partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer};
 use crate::shm::stats::{kinds, CounterKind};
@@ -44,25 +46,49 @@ pub struct RecorderSource {
 /// How long a catch-up waits on its leader for each read or write before it gives up (to be retried).
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What a cancelled catch-up reports (its followership ended before it did).
+const CANCELLED: &str = "cancelled: the followership that asked for it ended";
+
 /// A catch-up the consensus agent asks the recorder for (from a leader, the log from a position), and
 /// what came of it.
+///
+/// Each request has a ticket, which its result carries: a result is for the followership that asked,
+/// and one that ended meanwhile [cancels](Self::cancel) it (the recorder stops it, and its result, if any
+/// still comes, names the old ticket).
 #[derive(Debug, Default)]
 pub struct CatchUpChannel {
     /// Set with a request, so that the recorder looks at the lock only then.
     requested: std::sync::atomic::AtomicBool,
-    request: Mutex<Option<(SocketAddr, CatchUpRequest)>>,
-    result: Mutex<Option<Result<Fetched, String>>>,
+    request: Mutex<Option<(u64, SocketAddr, CatchUpRequest)>>,
+    result: Mutex<Option<(u64, Result<Fetched, String>)>>,
+    /// The last ticket given.
+    tickets: std::sync::atomic::AtomicU64,
+    /// Requests with tickets up to this one are cancelled.
+    cancelled_through: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl CatchUpChannel {
-    /// Asks for a catch-up (replacing one not yet started).
-    pub fn request(&self, leader: SocketAddr, request: CatchUpRequest) {
-        *self.request.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, request));
+    /// Asks for a catch-up (replacing one not yet started); its ticket.
+    pub fn request(&self, leader: SocketAddr, request: CatchUpRequest) -> u64 {
+        let ticket = self.tickets.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        *self.request.lock().unwrap_or_else(|e| e.into_inner()) = Some((ticket, leader, request));
         self.requested.store(true, std::sync::atomic::Ordering::Release);
+        ticket
     }
 
-    /// What the last catch-up brought, once it is over.
-    pub fn take_result(&self) -> Option<Result<Fetched, String>> {
+    /// Cancels every catch-up asked for so far: one not started never starts, a running one stops.
+    pub fn cancel(&self) {
+        let last = self.tickets.load(std::sync::atomic::Ordering::Acquire);
+        self.cancelled_through.fetch_max(last, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether the catch-up of `ticket` was cancelled.
+    fn is_cancelled(&self, ticket: u64) -> bool {
+        ticket <= self.cancelled_through.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// What the last catch-up brought, once it is over, with its ticket.
+    pub fn take_result(&self) -> Option<(u64, Result<Fetched, String>)> {
         self.result.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
@@ -149,6 +175,12 @@ pub struct Recorder {
     server: Option<CatchUpServer>,
     /// The catch-up running on its thread, if one is.
     catching_up: Option<std::thread::JoinHandle<CatchUpOutcome>>,
+    /// The catch-up running in this agent's duty cycles (an inline runtime), if one is.
+    fetching: Option<catch_up::CatchUpFetch>,
+    /// What catch-ups run on.
+    runtime: Option<catch_up::CatchUpRuntime>,
+    /// The ticket of the catch-up running (or that ran last).
+    ticket: u64,
     /// Catch-ups this member makes, and where it installs a snapshot it is sent.
     catch_ups: Arc<CatchUpChannel>,
     /// The key this member proves to the leader it catches up from.
@@ -184,6 +216,9 @@ impl Recorder {
             unsynced: false,
             server: None,
             catching_up: None,
+            fetching: None,
+            runtime: None,
+            ticket: 0,
             catch_ups: Arc::default(),
             catch_up_key: None,
             snapshots: None,
@@ -199,16 +234,18 @@ impl Recorder {
         self
     }
 
-    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for, proving `key`, installing
-    /// snapshots into `snapshots`.
+    /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for on `runtime`, proving `key`,
+    /// installing snapshots into `snapshots`.
     pub fn with_catch_up(
         mut self,
         server: Option<CatchUpServer>,
         catch_ups: Arc<CatchUpChannel>,
         key: CatchUpKey,
         snapshots: SnapshotStore,
+        runtime: catch_up::CatchUpRuntime,
     ) -> Self {
         self.server = server;
+        self.runtime = Some(runtime);
         self.catch_ups = catch_ups;
         self.catch_up_key = Some(key);
         self.snapshots = Some(snapshots);
@@ -223,10 +260,14 @@ impl Recorder {
             return Ok(0);
         }
         let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((leader, mut request)) = *pending else {
+        let Some((ticket, leader, mut request)) = *pending else {
             return Ok(0);
         };
-        let Some(key) = self.catch_up_key else {
+        if self.catch_ups.is_cancelled(ticket) {
+            pending.take();
+            return Ok(0);
+        }
+        let (Some(key), Some(runtime)) = (self.catch_up_key, self.runtime.clone()) else {
             return Ok(0);
         };
         let Some(snapshots) = self.snapshots.take() else {
@@ -247,12 +288,29 @@ impl Recorder {
         // What the member holds past the recording (a Receiver's image not yet recorded) is fetched again:
         // the leader's log has the same bytes there.
         request.from = request.from.min(self.recording.end());
+        self.ticket = ticket;
+        if runtime.inline {
+            self.snapshots = Some(snapshots);
+            return self.catch_up_inline(runtime, leader, request, key);
+        }
+        let cancelled = Arc::clone(&self.catch_ups.cancelled_through);
         let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
         let disk = self.recording.disk().clone();
         let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
+            let (mut network, local) = (runtime.network, runtime.local);
             let result =
                 Recording::open_on(disk, config, identity).map_err(|e| e.to_string()).and_then(|(mut recording, _)| {
-                    let fetched = catch_up::fetch(leader, request, &key, &mut recording, &snapshots, CATCH_UP_TIMEOUT);
+                    let fetched = catch_up::fetch(
+                        &mut network,
+                        local,
+                        leader,
+                        request,
+                        &key,
+                        &mut recording,
+                        &snapshots,
+                        CATCH_UP_TIMEOUT,
+                        &|| cancelled.load(std::sync::atomic::Ordering::Acquire) >= ticket,
+                    );
                     // Whatever arrived is kept (it verified); it is made durable before it is reported.
                     recording.sync().map_err(|e| e.to_string())?;
                     Ok((recording, fetched))
@@ -263,9 +321,53 @@ impl Recorder {
         Ok(1)
     }
 
+    /// Starts the catch-up in this agent's duty cycles, over a non-blocking stream.
+    fn catch_up_inline(
+        &mut self,
+        runtime: catch_up::CatchUpRuntime,
+        leader: SocketAddr,
+        request: CatchUpRequest,
+        key: CatchUpKey,
+    ) -> Result<usize, AgentError> {
+        let now_ns = runtime.clock.now_ns();
+        let timeout_ns = CATCH_UP_TIMEOUT.as_nanos() as u64;
+        let options = StreamOptions { local: runtime.local, connect_timeout: CATCH_UP_TIMEOUT, blocking: None };
+        let started = runtime
+            .network
+            .clone()
+            .connect_stream(leader, &options)
+            .map_err(|e| format!("connect to {leader}: {e}"))
+            .and_then(|stream| {
+                catch_up::CatchUpFetch::start(leader, stream, request, key, &runtime.nonces, timeout_ns, now_ns)
+            });
+        match started {
+            Ok(fetch) => self.fetching = Some(fetch),
+            Err(why) => self.report_catch_up(Err(why))?,
+        }
+        Ok(1)
+    }
+
     /// While a catch-up runs: once it is over, takes the recording back and reports the outcome; true
     /// while it still runs (nothing else is done meanwhile).
     fn catch_up_running(&mut self) -> Result<bool, AgentError> {
+        if let Some(fetch) = self.fetching.as_mut() {
+            let now_ns = self.runtime.as_ref().map_or(0, |r| r.clock.now_ns());
+            let snapshots = self.snapshots.as_ref().expect("the store stays while a catch-up runs inline");
+            let result = if self.catch_ups.is_cancelled(self.ticket) {
+                Err(CANCELLED.to_string())
+            } else {
+                match fetch.poll(&mut self.recording, snapshots, now_ns) {
+                    Ok(None) => return Ok(true),
+                    Ok(Some(fetched)) => Ok(fetched),
+                    Err(why) => Err(why),
+                }
+            };
+            self.fetching = None;
+            // Whatever arrived is kept (it verified); it is made durable before it is reported.
+            let result = self.recording.sync().map_err(|e| e.to_string()).and(result);
+            self.report_catch_up(result)?;
+            return Ok(false);
+        }
         let Some(thread) = self.catching_up.take_if(|t| t.is_finished()) else {
             return Ok(self.catching_up.is_some());
         };
@@ -278,6 +380,12 @@ impl Recorder {
             }
             Err(why) => Err(why),
         };
+        self.report_catch_up(result)?;
+        Ok(false)
+    }
+
+    /// Counts a finished catch-up and hands its outcome to the consensus agent.
+    fn report_catch_up(&mut self, result: Result<Fetched, String>) -> Result<(), AgentError> {
         match &result {
             Ok(fetched) => {
                 self.counters.catch_ups.increment();
@@ -291,8 +399,8 @@ impl Recorder {
         self.counters.fsyncs.increment();
         self.counters.position.set(self.recording.end());
         self.counters.synced_position.set(self.recording.end());
-        *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-        Ok(false)
+        *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.ticket, result));
+        Ok(())
     }
 
     /// The recording.

@@ -320,9 +320,21 @@ impl Segment {
         let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
         loop {
             let block_offset = reader.offset;
+            // A block that does not read back (a failing read, a damaged block) stops the cut: cutting there
+            // would drop what follows it, which this member may have acknowledged (the node simulator found
+            // a bit flipped on read cut 170 KiB of a follower's recording, whose end then still said 184128).
             let header = match reader.next(&*self.file, file_length, scratch) {
                 Ok(Some(header)) => header,
-                _ => break,
+                Ok(None) if reader.position >= position => break,
+                Ok(None) => {
+                    let why = format!("it ends at {}, before {position}, where it is cut back to", reader.position);
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+                }
+                Err(why) => {
+                    let why =
+                        format!("{why} at position {}, before {position}, where it is cut back to", reader.position);
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+                }
             };
             if header.end() <= position {
                 continue;

@@ -221,6 +221,19 @@ fn compaction_deletes_whole_segments_below_a_position_and_a_reset_starts_over() 
 }
 
 #[test]
+fn a_reset_at_an_installed_snapshot_keeps_the_leaders_terms_below_it_across_a_restart() {
+    let dir = scratch("reset-history");
+    let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    recording.reset_with_history(1 << 20, 5, &[(0, 1), (4096, 3), (1 << 19, 5)]).unwrap();
+    drop(recording);
+    let (recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    let terms: Vec<(i64, i64)> =
+        recording.term_history().unwrap().terms().iter().map(|t| (t.base_position, t.leadership_term_id)).collect();
+    assert_eq!(terms, [(0, 1), (4096, 3), (1 << 19, 5)], "which term each position below the snapshot is in");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_segment_of_an_older_block_format_is_refused_not_cut() {
     for (older, format) in [(*b"qcb2", "CRC-32"), (*b"qcbk", "BLAKE3")] {
         let dir = scratch(&format!("older-{}", String::from_utf8_lossy(&older)));

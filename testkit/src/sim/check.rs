@@ -31,7 +31,10 @@ pub enum Violation {
     /// After a power loss, a node's recorded log ended before the position its recorder had reported as
     /// synced (and so as acknowledgeable) before it.
     LostDurable { member: usize, synced: i64, recovered: i64 },
-    /// After the faults stopped, no new message was applied on a majority within the bound.
+    /// What a member or the network holds grew past its bound (under forged traffic: datagrams waiting,
+    /// open streams, files in a node's directory).
+    Unbounded { what: String, held: usize, bound: usize },
+    /// After the faults stopped, no new message was applied on every member within the bound.
     /// `window_stall`: the leader's Sender was within an MTU of its flow-control limit with commits behind
     /// its append position (the signature of seed 1019's bug: a follower's window, counted from what its
     /// node consumed, could not take a new leader's log up to the start of its term).
@@ -61,9 +64,10 @@ impl fmt::Display for Violation {
                 f,
                 "member {member} reported its log synced up to {synced}, and after a power loss held it up to {recovered}"
             ),
+            Self::Unbounded { what, held, bound } => write!(f, "{what}: {held}, more than its bound {bound}"),
             Self::NoProgress { healed_ms, bound_ms, window_stall, state } => write!(
                 f,
-                "the network healed at {healed_ms} ms and no new message was applied on a majority within \
+                "the network healed at {healed_ms} ms and no new message was applied on every member within \
                  {bound_ms} ms{}: {state}",
                 if *window_stall { " (the leader's Sender stalled at its flow-control limit)" } else { "" }
             ),
@@ -96,7 +100,7 @@ pub(super) struct Checker {
     placed: HashMap<u64, i64>,
 }
 
-fn digest(bytes: &[u8]) -> u64 {
+pub(super) fn digest(bytes: &[u8]) -> u64 {
     let mut d = Fnv1a64::new();
     d.update(bytes);
     d.value()
@@ -132,6 +136,31 @@ impl Checker {
     /// Member `member` restarted: it hands out the committed order again from its start (or a snapshot).
     pub(super) fn restarted(&mut self, member: usize) {
         self.last[member] = 0;
+    }
+
+    /// Member `member` loaded a snapshot at `position` whose state is `state` (the fold of every entry's
+    /// digest up to it, [`super::state::fold`]): the state must be the committed order's up to there (up to
+    /// its last entry that ends at or before `position`, which may be followed by frames that are not
+    /// entries: a term's start, a session's keep-alive); the member goes on after it.
+    pub(super) fn on_snapshot(&mut self, member: usize, position: i64, state: u64) -> Result<(), Violation> {
+        let (mut at, mut expected, mut seq) = (0, 0u64, None);
+        while let Some(&end) = self.next_of.get(&at).filter(|&&end| end <= position) {
+            let link = self.order[&end];
+            expected = super::state::fold(expected, link.digest);
+            (at, seq) = (end, Some(link.seq));
+        }
+        if expected != state {
+            let detail = format!(
+                "a snapshot at {position} whose state is not the committed order's up to there (its last entry \
+                 ending at {at})"
+            );
+            return Err(Violation::Diverged { member, end: position, detail });
+        }
+        self.last[member] = at;
+        if let Some(seq) = seq {
+            self.highest[member] = Some(self.highest[member].map_or(seq, |h| h.max(seq)));
+        }
+        Ok(())
     }
 
     /// Member `member` applied `bytes`, ending at `end`.

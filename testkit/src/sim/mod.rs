@@ -20,14 +20,17 @@
 //! (writes failing with `EIO` or `ENOSPC`, syncs failing, bits flipped on read): such a member must stop
 //! (its agent fails) rather than go on, and is started again once its disk is healthy.
 //!
-//! Not simulated yet: the catch-up connection (TCP, off here: a follower the leader's log in memory no
-//! longer reaches stays behind), snapshots and the log buffers in shared memory (real files under a
-//! scratch directory), remote clients.
+//! A follower the leader's log in memory no longer reaches catches up from the leader's recording over a
+//! stream of the simulated network (the catch-up connection TCP carries in production), in its
+//! recorder's duty cycles; snapshots are on the member's simulated disk. Not simulated: the log buffers in
+//! shared memory (real files under a scratch directory).
 
 mod check;
 pub mod disk;
+pub mod forge;
 pub mod network;
 pub mod prng;
+pub mod state;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -36,9 +39,10 @@ use std::sync::Arc;
 use quorumcast::agent::clock::{NanoClock, SimulatedTime};
 use quorumcast::agent::ThreadingMode;
 use quorumcast::cluster::consensus_core::{Role, Timers};
+use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::SharedNetwork;
-use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs};
+use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs, StorageConfig};
 use quorumcast::storage::recording::SyncPolicy;
 
 use check::Checker;
@@ -49,9 +53,9 @@ use prng::Prng;
 
 use crate::ScratchDir;
 
-/// After the faults stop, a leader must have committed a new message on a majority within this much
-/// simulated time (two election rounds at most, and the time to elect), and on every member unless one is
-/// left behind the leader's log in memory (catch-ups are off).
+/// After the faults stop, a new message must be applied on every member within this much simulated time
+/// (two election rounds at most, the time to elect, and a catch-up of a member left behind the leader's
+/// log in memory).
 pub const LIVENESS_BOUND_NS: u64 = 3_000_000_000;
 
 /// What one simulated run is.
@@ -76,9 +80,27 @@ pub struct SimConfig {
     /// Which faults are drawn (a seed's run depends on it: regression seeds keep the one they were found
     /// with).
     pub schedule: Schedule,
+    /// A hostile host forges members' frames and holds catch-up streams open (see [`forge`]); off in the
+    /// regression seeds, which keep the schedule they were found with.
+    pub hostile: bool,
+    /// Every datagram of the log and consensus channels is authenticated with a shared key, and the
+    /// hostile host also spoofs members' addresses.
+    pub auth: bool,
+    /// Each node's own agents run in an order drawn from the seed in every duty cycle (as a node whose
+    /// agents have threads of their own interleaves them), instead of their fixed order; off in the
+    /// regression seeds, which keep the schedule they were found with.
+    pub shuffle_agents: bool,
+    /// Members apply through `Node::poll_state` to a [`state::SimState`], snapshot it every
+    /// [`SNAPSHOT_INTERVAL`] bytes of log in 64 KiB segments (so the recording is compacted below the
+    /// snapshots and a member far behind is sent a snapshot), and restore it at every restart; off in the
+    /// regression seeds found before (they apply through `poll_positions`, with no snapshot).
+    pub snapshots: bool,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
+
+/// How much log a member applies between two snapshots, when [`SimConfig::snapshots`] is on.
+pub const SNAPSHOT_INTERVAL: u64 = 96 << 10;
 
 impl SimConfig {
     /// A run of `members` nodes from `seed`, 2 s of faults, 64 KiB terms, the log recorded with sync `none`.
@@ -92,6 +114,10 @@ impl SimConfig {
             schedule: Schedule::Full,
             bugs: PlantedBugs::default(),
             log_cost_ns_per_kib: 0,
+            hostile: false,
+            auth: false,
+            shuffle_agents: false,
+            snapshots: false,
             trace: false,
         }
     }
@@ -135,9 +161,12 @@ pub struct SimReport {
     pub power_losses: u64,
     /// Datagrams a host outside the cluster sent.
     pub forged: u64,
-    /// Members that had not applied the last message when the run ended (left behind the leader's log in
-    /// memory, which they cannot catch up from while catch-ups are off).
-    pub left_behind: u64,
+    /// What the hostile host sent.
+    pub hostile: forge::Forged,
+    /// Catch-ups from a leader's recording that members finished.
+    pub catch_ups: u64,
+    /// Snapshots members loaded while running (installed by a catch-up; restores at restarts aside).
+    pub snapshots_loaded: u64,
     /// What happened, when traced.
     pub trace: String,
 }
@@ -187,6 +216,8 @@ struct SimNode {
     disk_failing: bool,
     /// Stopped (its agent failed on the failing disk): started again once the disk is healthy.
     down: bool,
+    /// Its application (with [`SimConfig::snapshots`]).
+    state: state::SimState,
 }
 
 /// A fault in force and when it ends.
@@ -244,6 +275,7 @@ pub struct Simulation {
     refused: u64,
     report: SimReport,
     scratch: ScratchDir,
+    forger: Option<forge::Forger>,
 }
 
 impl Simulation {
@@ -266,10 +298,14 @@ impl Simulation {
             let builder = node_builder(&scratch, id, &members, &config);
             let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
             let seen = (Role::Follower, -1, None);
-            let (disk_failing, down) = (false, false);
-            nodes.push(SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down });
+            let (disk_failing, down, state) = (false, false, state::SimState::default());
+            let member =
+                SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down, state };
+            nodes.push(member);
         }
         let checker = Checker::new(config.members);
+        let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
+        let forger = config.hostile.then(|| forge::Forger::new(config.seed, endpoints, config.auth));
         Self {
             config,
             prng,
@@ -284,6 +320,7 @@ impl Simulation {
             refused: 0,
             report: SimReport::default(),
             scratch,
+            forger,
         }
     }
 
@@ -300,13 +337,10 @@ impl Simulation {
         let target = self.next_message + 1;
         while self.now_ns - healed_at < LIVENESS_BOUND_NS {
             self.step()?;
-            let applied = self.checker.applied_by(target);
-            let all = applied == self.nodes.len();
-            let settled = self.now_ns - healed_at >= LIVENESS_BOUND_NS / 2;
-            // Every member, or (once the cluster had time to settle) a majority: a member the leader's log
-            // in memory no longer reaches stays behind while catch-ups are off.
-            if all || (settled && applied > self.nodes.len() / 2) {
-                self.report.left_behind = (self.nodes.len() - applied) as u64;
+            if self.checker.applied_by(target) == self.nodes.len() {
+                let made = |n: &SimNode| crate::cluster::counter_value(&n.node, "recorder catch-ups made");
+                self.report.catch_ups += self.nodes.iter().filter_map(made).sum::<i64>() as u64;
+                self.report.hostile = self.forger.as_ref().map(forge::Forger::forged).unwrap_or_default();
                 self.report.end_ns = self.now_ns;
                 self.report.steps = self.step;
                 self.report.committed = self.checker.committed();
@@ -336,6 +370,36 @@ impl Simulation {
     pub fn pause(&mut self, i: usize, ns: u64) {
         self.nodes[i].paused_until_ns = self.now_ns + ns;
         self.trace(|| format!("member {i} paused for {} ms", ns / 1_000_000));
+    }
+
+    /// Kills member `i` (as `kill -9` does): it runs nothing from now on, until [`revive`](Self::revive).
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].down = true;
+        self.nodes[i].paused_until_ns = u64::MAX;
+        self.trace(|| format!("member {i} killed"));
+    }
+
+    /// Starts killed member `i` again on its data directory (its disk lost nothing synced; what it wrote
+    /// and did not sync survives in the page cache, as after a process crash).
+    pub fn revive(&mut self, i: usize) -> Result<(), SimFailure> {
+        let synced = self.synced_position(i);
+        self.restart_holding(i, Stop::Crash, synced)?;
+        self.trace(|| format!("member {i} started again"));
+        Ok(())
+    }
+
+    /// The member that leads the newest term among those running, if one does.
+    pub fn leader(&self) -> Option<usize> {
+        let running = |i: &usize| !self.nodes[*i].down && self.nodes[*i].paused_until_ns <= self.now_ns;
+        (0..self.nodes.len())
+            .filter(running)
+            .filter(|&i| self.nodes[i].node.role() == Role::Leader)
+            .max_by_key(|&i| self.nodes[i].node.leadership_term_id())
+    }
+
+    /// Entries in the committed order so far.
+    pub fn committed(&self) -> u64 {
+        self.checker.committed()
     }
 
     /// Member `i`'s node.
@@ -371,6 +435,12 @@ impl Simulation {
         if self.config.schedule == Schedule::Full {
             self.maybe_forge();
         }
+        if let Some(forger) = self.forger.as_mut() {
+            forger.step(&self.network, self.now_ns);
+            if self.step % 512 == 0 {
+                self.check_bounds()?;
+            }
+        }
         let mut order: Vec<usize> = (0..self.nodes.len()).collect();
         self.prng.shuffle(&mut order);
         for i in order {
@@ -403,10 +473,63 @@ impl Simulation {
         Ok(())
     }
 
+    /// What the network and the members hold stays bounded under forged traffic: datagrams waiting (a
+    /// socket buffer's worth per endpoint), streams open (a member accepts a bounded number at once, and the
+    /// forger holds some more), files in a node's directory (an image per log, never one per forged SETUP).
+    fn check_bounds(&mut self) -> Result<(), SimFailure> {
+        let n = self.nodes.len();
+        let datagrams = (self.network.held(), 4096 * 8 * n);
+        let streams = (self.network.streams(), 64 + 24 + 2 * n);
+        if datagrams.0 > datagrams.1 {
+            let what = "datagrams held by the network".to_string();
+            return Err(self.failure(Violation::Unbounded { what, held: datagrams.0, bound: datagrams.1 }));
+        }
+        if streams.0 > streams.1 {
+            let what = "streams open".to_string();
+            return Err(self.failure(Violation::Unbounded { what, held: streams.0, bound: streams.1 }));
+        }
+        for i in 0..n {
+            let dir = self.scratch.join(format!("node-{i}"));
+            let files = std::fs::read_dir(&dir).map_or(0, Iterator::count);
+            if files > 24 {
+                let what = format!("files in member {i}'s node directory");
+                return Err(self.failure(Violation::Unbounded { what, held: files, bound: 24 }));
+            }
+        }
+        Ok(())
+    }
+
     /// Hands member `i`'s committed entries to the checker.
     fn apply(&mut self, i: usize) -> Result<(), SimFailure> {
         let mut applied = Vec::new();
-        self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
+        if self.config.snapshots {
+            let member = &mut self.nodes[i];
+            if let Err(e) = member.node.poll_state(&mut member.state, 256) {
+                if !member.disk_failing {
+                    let error = format!("poll_state: {e}");
+                    return Err(self.failure(Violation::AgentFailed { member: i, error }));
+                }
+                // A snapshot it could not write on its failing disk: it stops, as it must.
+                self.trace(|| format!("member {i} stopped on its failing disk: {e}"));
+                self.nodes[i].down = true;
+                self.nodes[i].paused_until_ns = u64::MAX;
+                self.report.stopped_by_disk += 1;
+            }
+            if let Some((position, digest)) = self.nodes[i].state.loaded.take() {
+                self.report.snapshots_loaded += 1;
+                if let Err(violation) = self.checker.on_snapshot(i, position, digest) {
+                    return Err(self.failure(violation));
+                }
+            }
+            applied = std::mem::take(&mut self.nodes[i].state.applied);
+        } else {
+            self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
+        }
+        if let Some(e) = self.nodes[i].node.recording_error() {
+            // The reader of committed entries gave up on the recorded log: this member applies nothing more.
+            let error = format!("its replay of the recorded log stopped: {e}");
+            return Err(self.failure(Violation::AgentFailed { member: i, error }));
+        }
         for (end, entry) in applied {
             if let Err(violation) = self.checker.on_applied(i, end, &entry) {
                 return Err(self.failure(violation));
@@ -490,7 +613,8 @@ impl Simulation {
             3 => Fault::Pause(self.prng.below(n)),
             // A path that carries exactly the MTU's datagrams (a smaller one stops the Sender's channel with an
             // error naming the MTU that fits, by design: tests/path_mtu.rs).
-            4 => Fault::ClampMtu(1408),
+            // With a key, the tag rides after the MTU's bytes.
+            4 => Fault::ClampMtu(1408 + if self.config.auth { quorumcast::media::auth::TAG_LENGTH } else { 0 }),
             5 => Fault::Restart(self.prng.below(n)),
             6 => Fault::ClockJump {
                 member: self.prng.below(n),
@@ -644,6 +768,7 @@ impl Simulation {
         // close path runs but writes nothing: its disk handles fail.
         let builder = node_builder(&self.scratch, id, &self.members, &self.config);
         let SimNode { node: old, skew_ns, .. } = self.nodes.remove(i);
+        self.report.catch_ups += crate::cluster::counter_value(&old, "recorder catch-ups made").unwrap_or(0) as u64;
         drop(old);
         let env = environment(&self.config, &self.network, id, &time, &busy_ns, &disk, self.prng.next_u64());
         let node = match builder.start_in(env) {
@@ -654,10 +779,29 @@ impl Simulation {
             }
         };
         let seen = (Role::Follower, -1, None);
-        let (disk_failing, down) = (false, false);
-        let restarted = SimNode { node, time, paused_until_ns: 0, seen, skew_ns, busy_ns, disk, disk_failing, down };
+        let (disk_failing, down, mut state) = (false, false, state::SimState::default());
+        let mut node = node;
+        let restored = match self.config.snapshots {
+            true => node.restore(&mut state),
+            false => Ok(None),
+        };
+        let restarted =
+            SimNode { node, time, paused_until_ns: 0, seen, skew_ns, busy_ns, disk, disk_failing, down, state };
         self.nodes.insert(i, restarted);
         self.checker.restarted(i);
+        match restored {
+            Ok(_) => {
+                if let Some((position, digest)) = self.nodes[i].state.loaded.take() {
+                    if let Err(violation) = self.checker.on_snapshot(i, position, digest) {
+                        return Err(self.failure(violation));
+                    }
+                }
+            }
+            Err(e) => {
+                let error = format!("restoring its snapshot: {e}");
+                return Err(self.failure(Violation::RefusedStart { member: i, error }));
+            }
+        }
         self.report.restarts += 1;
         Ok(())
     }
@@ -778,6 +922,7 @@ fn environment(
         Environment::deterministic(NanoClock::simulated(Arc::clone(time)), SharedNetwork::new(network.clone()), seed);
     env.disk = disk.process();
     env.bugs = config.bugs;
+    env.shuffle_agents = config.shuffle_agents;
     if config.log_cost_ns_per_kib > 0 {
         let (network, host, busy, per_kib) =
             (network.clone(), address(id, 0).ip(), Arc::clone(busy_ns), config.log_cost_ns_per_kib);
@@ -799,9 +944,11 @@ fn address(id: i32, port: u16) -> SocketAddr {
 /// Member `id`'s node: invoker mode, the default timers, a small-term channel, the storage of `config`.
 fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimConfig) -> NodeBuilder {
     let term_length = config.term_length;
+    let auth = config.auth.then(|| AuthKey::derive("node simulator", &config.seed.to_le_bytes()));
     let channel =
-        ChannelConfig { mtu: 1408, term_length, receiver_window: term_length / 2, ..ChannelConfig::default() };
-    let builder = NodeBuilder::new(id, members.to_vec())
+        ChannelConfig { mtu: 1408, term_length, receiver_window: term_length / 2, auth, ..ChannelConfig::default() };
+    let builder = NodeBuilder::new(id, members.to_vec());
+    let builder = builder
         .leader(0)
         .timers(Timers::default())
         .data_dir(scratch.join(format!("data-{id}")))
@@ -811,6 +958,13 @@ fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimC
         .threading(ThreadingMode::Invoker)
         .idle_all("backoff");
     match config.storage {
+        Some(sync) if config.snapshots => builder.storage(StorageConfig {
+            sync,
+            segment_length: 64 << 10,
+            snapshot_interval: Some(SNAPSHOT_INTERVAL),
+            snapshots_kept: 2,
+            ..StorageConfig::default()
+        }),
         Some(sync) => builder.sync(sync),
         None => builder.memory_log(),
     }

@@ -7,6 +7,11 @@
 //! them), and it cuts links between hosts, one way or both, until they heal. Time is the simulation's: a
 //! datagram sent at `t` with delay `d` is received at the first [`SimNetwork::pump`] at or after `t + d`.
 //!
+//! Byte streams (the catch-up connection) are TCP as a node sees it: a connection to an address where
+//! nobody listens is refused, bytes arrive whole and in order after the link's delay, a cut link holds
+//! them (TCP retransmits) until it heals, a writer may have at most [`STREAM_WINDOW`] bytes unread by the
+//! other end, and a closed end reads as the end of the stream once what it sent is read.
+//!
 //! Everything is in one thread's order: the same seed and the same calls give the same deliveries.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -14,7 +19,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use quorumcast::media::auth::TAG_LENGTH;
+use quorumcast::media::auth::{AuthKey, TAG_LENGTH};
+use quorumcast::media::transport::stream::{Stream, StreamListener, StreamOptions};
 use quorumcast::media::transport::{
     send_each_copy, Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport,
 };
@@ -82,6 +88,42 @@ struct State {
     recent: VecDeque<Vec<u8>>,
     /// Hosts whose sends leave no earlier than a time (a process busy on one thread until then).
     busy_until: BTreeMap<IpAddr, u64>,
+    /// Stream listeners, by slot.
+    listeners: Vec<Option<ListenerSlot>>,
+    /// Stream connections, by slot.
+    connections: Vec<Option<Connection>>,
+    /// The next port a stream is opened from.
+    next_port: u16,
+}
+
+/// Most bytes a stream's writer may have sent and the reader not yet read (as TCP's windows hold).
+pub const STREAM_WINDOW: usize = 256 << 10;
+
+struct ListenerSlot {
+    local: SocketAddr,
+    /// Connections that arrived and are not yet accepted.
+    backlog: VecDeque<usize>,
+}
+
+/// A stream between a client (end 0) and a server (end 1).
+struct Connection {
+    ends: [SocketAddr; 2],
+    /// The connection request is on its way, due at this time.
+    opening_at: Option<u64>,
+    /// Nobody listened where it arrived: the client's reads and writes fail.
+    refused: bool,
+    /// Bytes each end sent, `[to end 0, to end 1]`: on the wire (due at a time) and arrived.
+    wire: [VecDeque<(u64, Vec<u8>)>; 2],
+    arrived: [VecDeque<u8>; 2],
+    /// An end was closed (dropped).
+    closed: [bool; 2],
+}
+
+impl Connection {
+    /// Bytes sent toward end `to` and not yet read.
+    fn unread(&self, to: usize) -> usize {
+        self.wire[to].iter().map(|(_, b)| b.len()).sum::<usize>() + self.arrived[to].len()
+    }
 }
 
 struct Flight {
@@ -115,6 +157,9 @@ impl SimNetwork {
             stats: NetworkStats::default(),
             recent: VecDeque::new(),
             busy_until: BTreeMap::new(),
+            listeners: Vec::new(),
+            connections: Vec::new(),
+            next_port: 50_000,
         };
         Self { state: Arc::new(Mutex::new(state)) }
     }
@@ -160,6 +205,7 @@ impl SimNetwork {
             let flight = entry.remove();
             state.hand_over(flight);
         }
+        state.pump_streams();
     }
 
     /// Sends `bytes` from `from` to `to` as a host outside the cluster would (forged traffic).
@@ -192,7 +238,20 @@ impl SimNetwork {
         state.in_flight.len() + state.endpoints.iter().flatten().map(|s| s.inbox.len()).sum::<usize>()
     }
 
-    fn bind_endpoint(&self, local: SocketAddr, shared: bool) -> io::Result<SimEndpoint> {
+    /// Stream connections open (bounded: what held or idle connections may make a member keep).
+    pub fn streams(&self) -> usize {
+        self.lock().connections.iter().flatten().filter(|c| !(c.closed[0] && c.closed[1])).count()
+    }
+
+    /// Opens a stream from `from` to `to` as a host outside the cluster would (an unauthenticated or idle
+    /// peer): the caller holds it, writes what it likes, or never does.
+    pub fn connect_from(&self, from: SocketAddr, to: SocketAddr) -> SimStream {
+        let mut state = self.lock();
+        let id = state.open_connection(from, to);
+        SimStream { network: self.clone(), id, end: 0, peer: to }
+    }
+
+    fn bind_endpoint(&self, local: SocketAddr, shared: bool, auth: Option<AuthKey>) -> io::Result<SimEndpoint> {
         let mut state = self.lock();
         let taken = state.endpoints.iter().flatten().filter(|s| s.local == local).any(|s| !(shared && s.shared));
         if taken || local.port() == 0 {
@@ -209,11 +268,65 @@ impl SimNetwork {
                 state.endpoints.len() - 1
             }
         };
-        Ok(SimEndpoint { network: self.clone(), id, local, peer: None })
+        Ok(SimEndpoint { network: self.clone(), id, local, peer: None, auth })
     }
 }
 
 impl State {
+    /// A connection from `from` to `to`, its request on the wire; its slot.
+    fn open_connection(&mut self, from: SocketAddr, to: SocketAddr) -> usize {
+        let delay = self.prng.between(self.faults.min_delay_ns, self.faults.max_delay_ns);
+        let connection = Connection {
+            ends: [from, to],
+            opening_at: Some(self.now_ns + delay),
+            refused: false,
+            wire: [VecDeque::new(), VecDeque::new()],
+            arrived: [VecDeque::new(), VecDeque::new()],
+            closed: [false, false],
+        };
+        match self.connections.iter().position(Option::is_none) {
+            Some(free) => {
+                self.connections[free] = Some(connection);
+                free
+            }
+            None => {
+                self.connections.push(Some(connection));
+                self.connections.len() - 1
+            }
+        }
+    }
+
+    /// Moves every stream on to now: requests due arrive at their listener (or are refused), bytes due
+    /// arrive at their reader, in order, over links that are not cut; connections closed at both ends go.
+    fn pump_streams(&mut self) {
+        let now = self.now_ns;
+        for i in 0..self.connections.len() {
+            let Some(c) = self.connections[i].as_mut() else { continue };
+            if let Some(at) = c.opening_at {
+                let cut = self.cut.contains(&(c.ends[0].ip(), c.ends[1].ip()));
+                if at <= now && !cut {
+                    c.opening_at = None;
+                    let to = c.ends[1];
+                    match self.listeners.iter_mut().flatten().find(|l| l.local == to) {
+                        Some(listener) if !c.closed[0] => listener.backlog.push_back(i),
+                        _ => c.refused = true,
+                    }
+                }
+            }
+            for to in 0..2 {
+                let from = 1 - to;
+                let cut = self.cut.contains(&(c.ends[from].ip(), c.ends[to].ip()));
+                while !cut && c.wire[to].front().is_some_and(|(due, _)| *due <= now) {
+                    let (_, bytes) = c.wire[to].pop_front().expect("a front");
+                    c.arrived[to].extend(bytes);
+                }
+            }
+            if c.closed[0] && c.closed[1] {
+                self.connections[i] = None;
+            }
+        }
+    }
+
     fn send(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) -> SendOutcome {
         if std::env::var_os("QC_NODE_SIM_NETLOG").is_some() {
             let kind = if bytes.len() > 6 { u16::from_le_bytes([bytes[6], bytes[7]]) } else { 0 };
@@ -271,11 +384,162 @@ impl Network for SimNetwork {
     type Endpoint = SimEndpoint;
 
     fn bind(&mut self, local: SocketAddr, binding: &Binding<'_>) -> io::Result<(SimEndpoint, Vec<String>)> {
-        self.bind_endpoint(local, binding.shared).map(|endpoint| (endpoint, Vec::new()))
+        self.bind_endpoint(local, binding.shared, binding.auth).map(|endpoint| (endpoint, Vec::new()))
     }
 
     fn supports(&self, _mode: SendMode) -> bool {
         true
+    }
+
+    fn listen(&mut self, local: SocketAddr) -> io::Result<Box<dyn StreamListener>> {
+        let mut state = self.lock();
+        if state.listeners.iter().flatten().any(|l| l.local == local) {
+            return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("{local} is listened at already")));
+        }
+        let slot = ListenerSlot { local, backlog: VecDeque::new() };
+        let id = match state.listeners.iter().position(Option::is_none) {
+            Some(free) => {
+                state.listeners[free] = Some(slot);
+                free
+            }
+            None => {
+                state.listeners.push(Some(slot));
+                state.listeners.len() - 1
+            }
+        };
+        Ok(Box::new(SimListener { network: self.clone(), id, local }))
+    }
+
+    fn connect_stream(&mut self, peer: SocketAddr, options: &StreamOptions) -> io::Result<Box<dyn Stream>> {
+        let mut state = self.lock();
+        state.next_port = state.next_port.checked_add(1).unwrap_or(50_000);
+        let from = SocketAddr::new(options.local, state.next_port);
+        let id = state.open_connection(from, peer);
+        Ok(Box::new(SimStream { network: self.clone(), id, end: 0, peer }))
+    }
+}
+
+/// A stream listener of a [`SimNetwork`]: closed when dropped (connections not yet accepted are refused).
+pub struct SimListener {
+    network: SimNetwork,
+    id: usize,
+    local: SocketAddr,
+}
+
+impl Drop for SimListener {
+    fn drop(&mut self) {
+        let mut state = self.network.lock();
+        if let Some(listener) = state.listeners[self.id].take() {
+            for waiting in listener.backlog {
+                if let Some(c) = state.connections[waiting].as_mut() {
+                    c.refused = true;
+                    c.closed[1] = true;
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for SimListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimListener").field("local", &self.local).finish()
+    }
+}
+
+impl StreamListener for SimListener {
+    fn accept(&mut self) -> io::Result<Option<(Box<dyn Stream>, SocketAddr)>> {
+        let mut state = self.network.lock();
+        let Some(id) = state.listeners[self.id].as_mut().and_then(|l| l.backlog.pop_front()) else {
+            return Ok(None);
+        };
+        let peer = state.connections[id].as_ref().map(|c| c.ends[0]).expect("a waiting connection");
+        Ok(Some((Box::new(SimStream { network: self.network.clone(), id, end: 1, peer }), peer)))
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+/// One end of a [`SimNetwork`] stream: closed when dropped.
+pub struct SimStream {
+    network: SimNetwork,
+    id: usize,
+    /// 0: the end that connected; 1: the end a listener accepted.
+    end: usize,
+    peer: SocketAddr,
+}
+
+impl std::fmt::Debug for SimStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimStream").field("end", &self.end).field("peer", &self.peer).finish()
+    }
+}
+
+impl Drop for SimStream {
+    fn drop(&mut self) {
+        if let Some(c) = self.network.lock().connections[self.id].as_mut() {
+            c.closed[self.end] = true;
+        }
+    }
+}
+
+impl io::Read for SimStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut state = self.network.lock();
+        let Some(c) = state.connections[self.id].as_mut() else {
+            return Ok(0);
+        };
+        if c.refused {
+            return Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("{} refused", self.peer)));
+        }
+        let arrived = &mut c.arrived[self.end];
+        if arrived.is_empty() {
+            let other_gone = c.closed[1 - self.end] && c.wire[self.end].is_empty();
+            return if other_gone { Ok(0) } else { Err(io::ErrorKind::WouldBlock.into()) };
+        }
+        let n = buf.len().min(arrived.len());
+        for (slot, byte) in buf.iter_mut().zip(arrived.drain(..n)) {
+            *slot = byte;
+        }
+        Ok(n)
+    }
+}
+
+impl io::Write for SimStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut guard = self.network.lock();
+        let state = &mut *guard;
+        let to = 1 - self.end;
+        let Some(c) = state.connections[self.id].as_mut() else {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        };
+        if c.refused {
+            return Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("{} refused", self.peer)));
+        }
+        if c.closed[to] {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let room = STREAM_WINDOW.saturating_sub(c.unread(to));
+        if room == 0 || buf.is_empty() {
+            return if buf.is_empty() { Ok(0) } else { Err(io::ErrorKind::WouldBlock.into()) };
+        }
+        let n = room.min(buf.len());
+        let delay = state.prng.between(state.faults.min_delay_ns, state.faults.max_delay_ns);
+        // In order: never due before what was sent earlier.
+        let due = c.wire[to].back().map_or(0, |(d, _)| *d).max(state.now_ns + delay);
+        c.wire[to].push_back((due, buf[..n].to_vec()));
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Stream for SimStream {
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer
     }
 }
 
@@ -285,6 +549,8 @@ pub struct SimEndpoint {
     id: usize,
     local: SocketAddr,
     peer: Option<SocketAddr>,
+    /// The key its datagrams are tagged with and checked against, as a UDP endpoint's.
+    auth: Option<AuthKey>,
 }
 
 impl Drop for SimEndpoint {
@@ -294,11 +560,24 @@ impl Drop for SimEndpoint {
 }
 
 impl SimEndpoint {
-    fn send_to(&self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
+    /// Sends `datagram`, with its tag after it when the endpoint authenticates (`tag`, or computed).
+    fn send_to(&self, datagram: &[u8], tag: Option<&[u8; TAG_LENGTH]>, dest: Option<&SockAddr>) -> SendOutcome {
         let Some(to) = dest.and_then(SockAddr::as_socket).or(self.peer) else {
             return SendOutcome::Failed(io::Error::new(io::ErrorKind::NotConnected, "no destination"));
         };
-        self.network.lock().send(self.local, to, datagram)
+        match self.auth {
+            None => self.network.lock().send(self.local, to, datagram),
+            Some(key) => {
+                let tag = tag.copied().unwrap_or_else(|| key.tag(datagram));
+                let tagged = [datagram, &tag].concat();
+                match self.network.lock().send(self.local, to, &tagged) {
+                    SendOutcome::TooLarge { path_mtu, .. } => {
+                        SendOutcome::TooLarge { datagram: datagram.len(), path_mtu }
+                    }
+                    outcome => outcome,
+                }
+            }
+        }
     }
 }
 
@@ -316,16 +595,16 @@ impl Transport for SimEndpoint {
     }
 
     fn send(&mut self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
-        self.send_to(datagram, dest)
+        self.send_to(datagram, None, dest)
     }
 
     fn send_with_tag(
         &mut self,
         datagram: &[u8],
-        _tag: Option<&[u8; TAG_LENGTH]>,
+        tag: Option<&[u8; TAG_LENGTH]>,
         dest: Option<&SockAddr>,
     ) -> SendOutcome {
-        self.send_to(datagram, dest)
+        self.send_to(datagram, tag, dest)
     }
 
     fn send_mmsg(
@@ -335,14 +614,14 @@ impl Transport for SimEndpoint {
         _scratch: &mut MmsgScratch,
     ) -> (SendOutcome, usize) {
         // Counted as one call, as `sendmmsg` of one batch is.
-        let (outcome, _) = send_each_copy(datagrams, dests, |datagram, dest| self.send_to(datagram, dest));
+        let (outcome, _) = send_each_copy(datagrams, dests, |datagram, dest| self.send_to(datagram, None, dest));
         (outcome, 1)
     }
 
     fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
         let mut segments = 0;
         for chunk in data.chunks(segment.max(1)) {
-            match self.send_to(chunk, None) {
+            match self.send_to(chunk, None, None) {
                 SendOutcome::Sent(_) => segments += 1,
                 other if segments == 0 => return other,
                 _ => break,
@@ -361,7 +640,12 @@ impl Transport for SimEndpoint {
             let Some((bytes, source)) = slot.inbox.pop_front() else {
                 break;
             };
-            batch.push(Received { bytes: &bytes, source: Some(source), truncated: false, forged: false });
+            // As a UDP endpoint with a key: a datagram whose tag is missing or wrong is marked forged.
+            let (length, forged) = match self.auth {
+                None => (bytes.len(), false),
+                Some(key) => key.verify(&bytes).map_or((bytes.len(), true), |length| (length, false)),
+            };
+            batch.push(Received { bytes: &bytes[..length], source: Some(source), truncated: false, forged });
         }
         Ok(batch.len())
     }
