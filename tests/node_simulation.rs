@@ -317,6 +317,60 @@ fn seed_1183_a_recording_begun_at_a_terms_start_restarts() {
     run(1183, 3);
 }
 
+/// Remote clients (real `ClusterClient`s on hosts of their own) offer through sessions across every fault
+/// of the full schedule, the hostile host beside them (which rewrites and replays their datagrams too):
+/// every message a client is told committed is in the committed order once, with the response the state
+/// had after it; every member applies each session's messages in order; nothing reported not applied
+/// is ever applied.
+#[test]
+fn remote_clients_are_applied_exactly_once_in_order_with_their_responses() {
+    let mut total = quorumcast_testkit::sim::clients::ClientReport::default();
+    for (members, first) in [(3, 60_000), (5, 65_000)] {
+        for seed in hostile_seeds(first) {
+            let report = run_clients(seed, members);
+            total.committed += report.clients.committed;
+            total.duplicates_found += report.clients.duplicates_found;
+            total.sessions += report.clients.sessions;
+        }
+    }
+    eprintln!("remote clients: {total:?}");
+    if env_u64("QC_NODE_SIM_SEED").is_none() {
+        assert!(total.committed > 0 && total.duplicates_found > 0, "{total:?}");
+    }
+}
+
+/// The checker is proven on remote clients: a session table that hands a resend applied before to the
+/// application again is caught within the default seeds.
+#[test]
+fn a_session_table_that_applies_a_resend_again_is_caught() {
+    for seed in 60_000..60_000 + HOSTILE_SEEDS {
+        let mut config = SimConfig::new(seed, 3);
+        (config.hostile, config.shuffle_agents, config.snapshots, config.clients) = (true, true, true, 3);
+        config.bugs = PlantedBugs { apply_duplicates: true, ..PlantedBugs::default() };
+        if let Err(failure) = Simulation::new(config).run() {
+            let caught = matches!(
+                failure.violation,
+                Violation::SessionOrder { .. } | Violation::Client { .. } | Violation::Duplicated { .. }
+            );
+            assert!(caught, "caught in seed {seed}, but as {failure}");
+            eprintln!("apply_duplicates caught at seed {seed}: {failure}");
+            return;
+        }
+    }
+    panic!("apply_duplicates: not caught in {HOSTILE_SEEDS} seeds");
+}
+
+/// A seed with three remote clients and the hostile host, snapshots and a drawn agent order.
+fn run_clients(seed: u64, members: usize) -> SimReport {
+    let mut config = SimConfig::new(seed, members);
+    (config.hostile, config.shuffle_agents, config.snapshots, config.clients) = (true, true, true, 3);
+    config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
+    if config.trace {
+        let _ = env_logger::builder().is_test(true).try_init();
+    }
+    Simulation::new(config).run().unwrap_or_else(|failure| panic!("{members} members, remote clients: {failure}"))
+}
+
 /// Seeds per configuration of the hostile-host test.
 fn hostile_seeds(first: u64) -> Vec<u64> {
     let mut all = seeds(first);

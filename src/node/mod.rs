@@ -444,6 +444,12 @@ impl Node {
         }
     }
 
+    /// Remote clients' sessions open in the replicated session table, as this member has applied the log
+    /// (the same on every member at the same applied position; at most `ClientEndpointConfig::max_sessions`).
+    pub fn client_sessions(&self) -> usize {
+        self.sessions.as_ref().map_or(0, ClientSessions::open)
+    }
+
     /// Agent failures so far (an agent that failed has stopped; the node should be closed).
     pub fn failures(&self) -> Vec<AgentFailure> {
         self.handles.as_ref().map(AgentHandles::failures).unwrap_or_default()
@@ -802,6 +808,8 @@ fn start_clients(
         Arc::clone(&egress),
         ingress_counters,
     );
-    let sessions = ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
+    let mut sessions =
+        ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
+    sessions.apply_duplicates = env.bugs.apply_duplicates;
     Ok((Some(ingress), sessions))
 }

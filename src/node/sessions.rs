@@ -58,6 +58,8 @@ pub(super) struct ClientSessions {
     /// The answers being gathered into one record.
     run: Run,
     counters: SessionEventCounters,
+    /// A planted bug (the node simulator's own test): a resend found applied is handed out again.
+    pub(super) apply_duplicates: bool,
 }
 
 impl ClientSessions {
@@ -68,7 +70,16 @@ impl ClientSessions {
         counters: SessionEventCounters,
     ) -> Self {
         let run = Run { positions: Vec::with_capacity(max_response), ..Run::default() };
-        Self { table: SessionTable::new(config), egress, response: Vec::new(), max_response, run, counters }
+        let apply_duplicates = false;
+        Self {
+            table: SessionTable::new(config),
+            egress,
+            response: Vec::new(),
+            max_response,
+            run,
+            counters,
+            apply_duplicates,
+        }
     }
 
     /// Hands a committed entry that is not a session entry to `handler` (with `deliver`).
@@ -99,7 +110,7 @@ impl ClientSessions {
             self.counters.malformed.increment();
             return;
         };
-        let Self { table, egress, response, max_response, run, counters } = self;
+        let Self { table, egress, response, max_response, run, counters, apply_duplicates } = self;
         let egress = egress.as_deref().filter(|_| leading);
         let answer = |run: &mut Run, record: RecordHeader, payload: &[u8]| {
             flush_run(run, egress, &counters.egress_dropped);
@@ -137,6 +148,10 @@ impl ClientSessions {
             }
             Applied::Duplicate { session_id, correlation_id } => {
                 counters.duplicates.increment();
+                if let (true, true, SessionEntry::Message { payload, .. }) = (*apply_duplicates, deliver, &entry) {
+                    let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
+                    handler(&Entry { payload, position, client: Some(client) }, response);
+                }
                 let record = RecordHeader::new(wire::COMMITTED, session_id)
                     .correlation(correlation_id)
                     .value(position)
@@ -175,6 +190,11 @@ impl ClientSessions {
     }
 
     /// Sends the run of commits being gathered (at the end of each poll: an answer waits for no more).
+    /// Sessions open in the table.
+    pub(super) fn open(&self) -> usize {
+        self.table.len()
+    }
+
     pub(super) fn flush(&mut self) {
         flush_run(&mut self.run, self.egress.as_deref(), &self.counters.egress_dropped);
     }

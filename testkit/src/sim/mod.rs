@@ -26,6 +26,7 @@
 //! shared memory (real files under a scratch directory).
 
 mod check;
+pub mod clients;
 pub mod disk;
 pub mod forge;
 pub mod network;
@@ -42,7 +43,9 @@ use quorumcast::cluster::consensus_core::{Role, Timers};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::SharedNetwork;
-use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs, StorageConfig};
+use quorumcast::node::{
+    ClientEndpointConfig, Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs, StorageConfig,
+};
 use quorumcast::storage::recording::SyncPolicy;
 
 use check::Checker;
@@ -95,6 +98,9 @@ pub struct SimConfig {
     /// snapshots and a member far behind is sent a snapshot), and restore it at every restart; off in the
     /// regression seeds found before (they apply through `poll_positions`, with no snapshot).
     pub snapshots: bool,
+    /// Remote clients ([`clients`]) offering through sessions beside the local client (the members serve
+    /// clients at their client endpoints).
+    pub clients: usize,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -118,6 +124,7 @@ impl SimConfig {
             auth: false,
             shuffle_agents: false,
             snapshots: false,
+            clients: 0,
             trace: false,
         }
     }
@@ -167,6 +174,8 @@ pub struct SimReport {
     pub catch_ups: u64,
     /// Snapshots members loaded while running (installed by a catch-up; restores at restarts aside).
     pub snapshots_loaded: u64,
+    /// What the remote clients did.
+    pub clients: clients::ClientReport,
     /// What happened, when traced.
     pub trace: String,
 }
@@ -276,6 +285,9 @@ pub struct Simulation {
     report: SimReport,
     scratch: ScratchDir,
     forger: Option<forge::Forger>,
+    remote: Option<clients::SimClients>,
+    /// The remote clients' clock.
+    client_time: Arc<SimulatedTime>,
 }
 
 impl Simulation {
@@ -306,6 +318,11 @@ impl Simulation {
         let checker = Checker::new(config.members);
         let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
         let forger = config.hostile.then(|| forge::Forger::new(config.seed, endpoints, config.auth));
+        let client_time = SimulatedTime::new(1_700_000_000_000_000_000);
+        let remote = (config.clients > 0).then(|| {
+            let endpoints = members.iter().map(|m| (m.id, m.client)).collect();
+            clients::SimClients::new(config.clients, endpoints, &network, &client_time, config.seed)
+        });
         Self {
             config,
             prng,
@@ -321,6 +338,8 @@ impl Simulation {
             report: SimReport::default(),
             scratch,
             forger,
+            remote,
+            client_time,
         }
     }
 
@@ -338,6 +357,9 @@ impl Simulation {
         while self.now_ns - healed_at < LIVENESS_BOUND_NS {
             self.step()?;
             if self.checker.applied_by(target) == self.nodes.len() {
+                if let Some(Err(violation)) = self.remote.as_ref().map(|r| r.finish(&self.checker)) {
+                    return Err(self.failure(violation));
+                }
                 let made = |n: &SimNode| crate::cluster::counter_value(&n.node, "recorder catch-ups made");
                 self.report.catch_ups += self.nodes.iter().filter_map(made).sum::<i64>() as u64;
                 self.report.hostile = self.forger.as_ref().map(forge::Forger::forged).unwrap_or_default();
@@ -470,6 +492,12 @@ impl Simulation {
             self.trace_role(i);
         }
         self.offer();
+        self.client_time.advance_to(self.now_ns);
+        if let Some(remote) = self.remote.as_mut() {
+            if let Err(violation) = remote.step(&mut self.checker, &mut self.report.clients) {
+                return Err(self.failure(violation));
+            }
+        }
         Ok(())
     }
 
@@ -522,6 +550,9 @@ impl Simulation {
                 }
             }
             applied = std::mem::take(&mut self.nodes[i].state.applied);
+            if let Some((session, got, expected)) = self.nodes[i].state.out_of_order.take() {
+                return Err(self.failure(Violation::SessionOrder { member: i, session, got, expected }));
+            }
         } else {
             self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
         }
@@ -957,6 +988,10 @@ fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimC
         .channel(channel)
         .threading(ThreadingMode::Invoker)
         .idle_all("backoff");
+    let builder = match config.clients {
+        0 => builder,
+        _ => builder.clients(ClientEndpointConfig::enabled(AuthKey::derive("node simulator sessions", &[]))),
+    };
     match config.storage {
         Some(sync) if config.snapshots => builder.storage(StorageConfig {
             sync,
