@@ -215,6 +215,7 @@ fn real_nodes_drop_forged_frames_and_held_streams_and_stay_bounded() {
             total.rewritten += report.hostile.rewritten;
             total.spoofed += report.hostile.spoofed;
             total.streams += report.hostile.streams;
+            total.floods += report.hostile.floods;
         }
     }
     eprintln!("hostile host: {total:?}");
@@ -325,17 +326,19 @@ fn seed_1183_a_recording_begun_at_a_terms_start_restarts() {
 #[test]
 fn remote_clients_are_applied_exactly_once_in_order_with_their_responses() {
     let mut total = quorumcast_testkit::sim::clients::ClientReport::default();
+    let mut floods = 0;
     for (members, first) in [(3, 60_000), (5, 65_000)] {
         for seed in hostile_seeds(first) {
             let report = run_clients(seed, members);
             total.committed += report.clients.committed;
             total.duplicates_found += report.clients.duplicates_found;
             total.sessions += report.clients.sessions;
+            floods += report.hostile.floods;
         }
     }
-    eprintln!("remote clients: {total:?}");
+    eprintln!("remote clients: {total:?}; {floods} floods of their datagrams from 64 addresses each");
     if env_u64("QC_NODE_SIM_SEED").is_none() {
-        assert!(total.committed > 0 && total.duplicates_found > 0, "{total:?}");
+        assert!(total.committed > 0 && total.duplicates_found > 0 && floods > 0, "{total:?}");
     }
 }
 

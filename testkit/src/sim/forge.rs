@@ -29,6 +29,9 @@ const HELD_STREAMS: usize = 24;
 /// What it sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Forged {
+    /// Floods: bursts of one datagram replayed from many addresses at a member's client endpoint (opens
+    /// and reconnects of sessions among them).
+    pub floods: u64,
     /// Rewritten frames of members' traffic.
     pub rewritten: u64,
     /// Of them, sent from a member's own address (authenticated channels only).
@@ -42,6 +45,8 @@ pub struct Forger {
     prng: Prng,
     /// Members' addresses: (log, consensus) per member.
     members: Vec<(SocketAddr, SocketAddr)>,
+    /// Members' client endpoints.
+    clients: Vec<SocketAddr>,
     /// Spoof members' addresses (only where datagrams are authenticated: without a key nothing can tell a
     /// spoofed datagram from its member's).
     spoof: bool,
@@ -51,8 +56,9 @@ pub struct Forger {
 
 impl Forger {
     /// A forger with its own draws from `seed`, against `members` (log and consensus endpoints).
-    pub fn new(seed: u64, members: Vec<(SocketAddr, SocketAddr)>, spoof: bool) -> Self {
-        Self { prng: Prng::new(seed ^ 0xF0_46E5), members, spoof, held: Vec::new(), forged: Forged::default() }
+    pub fn new(seed: u64, members: Vec<(SocketAddr, SocketAddr)>, clients: Vec<SocketAddr>, spoof: bool) -> Self {
+        let prng = Prng::new(seed ^ 0xF0_46E5);
+        Self { prng, members, clients, spoof, held: Vec::new(), forged: Forged::default() }
     }
 
     /// What it sent so far.
@@ -70,6 +76,23 @@ impl Forger {
         if self.prng.chance(0.002) && self.held.len() < HELD_STREAMS {
             self.open_stream(network, now_ns);
         }
+        if self.prng.chance(0.002) {
+            self.flood(network);
+        }
+    }
+
+    /// One of the members' recent datagrams (often a client's open, reconnect or message: stolen session ids
+    /// and replays), sent at a member's client endpoint from many addresses at once.
+    fn flood(&mut self, network: &SimNetwork) {
+        let Some(bytes) = network.recent(self.prng.below(64)) else {
+            return;
+        };
+        let to = self.clients[self.prng.below(self.clients.len())];
+        for k in 0..64u16 {
+            let host = IpAddr::V4(Ipv4Addr::new(10, 78, (k / 200) as u8, (k % 200) as u8 + 1));
+            network.inject(SocketAddr::new(host, 41_000 + k), to, &bytes);
+        }
+        self.forged.floods += 1;
     }
 
     /// A member's recent datagram, rewritten, sent at a member's endpoint.
@@ -97,8 +120,13 @@ impl Forger {
                 bytes[at] ^= 1 << self.prng.below(8);
             }
         }
-        let (log, consensus) = self.members[self.prng.below(self.members.len())];
-        let to = if self.prng.chance(0.7) { log } else { consensus };
+        let member = self.prng.below(self.members.len());
+        let (log, consensus) = self.members[member];
+        let to = match self.prng.below(10) {
+            0..=5 => log,
+            6..=7 => consensus,
+            _ => self.clients[member],
+        };
         let from = if self.spoof && self.prng.chance(0.5) {
             self.forged.spoofed += 1;
             let (log, consensus) = self.members[self.prng.below(self.members.len())];

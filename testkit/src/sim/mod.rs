@@ -317,7 +317,8 @@ impl Simulation {
         }
         let checker = Checker::new(config.members);
         let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
-        let forger = config.hostile.then(|| forge::Forger::new(config.seed, endpoints, config.auth));
+        let client_endpoints = members.iter().map(|m| m.client).collect();
+        let forger = config.hostile.then(|| forge::Forger::new(config.seed, endpoints, client_endpoints, config.auth));
         let client_time = SimulatedTime::new(1_700_000_000_000_000_000);
         let remote = (config.clients > 0).then(|| {
             let endpoints = members.iter().map(|m| (m.id, m.client)).collect();
@@ -517,6 +518,12 @@ impl Simulation {
             return Err(self.failure(Violation::Unbounded { what, held: streams.0, bound: streams.1 }));
         }
         for i in 0..n {
+            let sessions = self.nodes[i].node.client_sessions();
+            let most = ClientEndpointConfig::default().max_sessions;
+            if sessions > most {
+                let what = format!("remote client sessions in member {i}'s table");
+                return Err(self.failure(Violation::Unbounded { what, held: sessions, bound: most }));
+            }
             let dir = self.scratch.join(format!("node-{i}"));
             let files = std::fs::read_dir(&dir).map_or(0, Iterator::count);
             if files > 24 {
