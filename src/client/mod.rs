@@ -40,8 +40,11 @@
 //!
 //! # Invariants
 //!
-//! - Every offered message ends in exactly one [`Event::Committed`] or [`Event::NotApplied`], unless
-//!   the client is dropped, or starts a new session, first.
+//! - Every offered message ends in exactly one [`Event::Committed`], [`Event::NotApplied`] or
+//!   [`Event::OutcomeUnknown`], unless the client is dropped, or starts a new session, first. A message
+//!   reported not applied never is: a closed session's answer names its last message applied, and the
+//!   client reports those up to it committed; where no member can say (the session is unknown to it, or
+//!   moved to another client), the outcome is unknown, never a guess.
 //! - A message is kept (and resent after a loss or a change of leader) until it is reported committed or
 //!   not applied; the session table makes sure a resend is never applied twice.
 //! - Only datagrams from the members' client endpoints are read.
@@ -254,8 +257,8 @@ pub enum Event<'a> {
         /// Why.
         reason: RefusalCode,
     },
-    /// The session moved to another client that holds its token before message `correlation_id`'s
-    /// outcome was known: it was applied at most once, and this client will not learn whether.
+    /// The session closed, or moved to another client that holds its token, before message
+    /// `correlation_id`'s outcome was known: it was applied at most once, and this client will not learn whether.
     OutcomeUnknown {
         /// The message.
         correlation_id: u64,
@@ -397,12 +400,15 @@ pub struct ClusterClient {
     windows: Vec<ReplayWindow>,
 }
 
-/// A session closed while its messages were in flight: they are reported not applied (or, displaced,
-/// of unknown outcome).
+/// A session closed while its messages were in flight: they are reported not applied when the member
+/// told the session's last message applied (those up to it were reported committed first), and of
+/// unknown outcome otherwise (the session moved to another client, or the member does not hold it).
 #[derive(Clone, Copy, Debug)]
 struct Closing {
     refusal: RefusalCode,
     reason: ClosedReason,
+    /// The member said which messages the session applied.
+    known: bool,
 }
 
 impl fmt::Debug for ClusterClient {
@@ -747,9 +753,9 @@ impl ClusterClient {
         if let Some(closing) = self.closing.take() {
             for pending in self.in_flight.drain(..) {
                 let correlation_id = pending.correlation_id;
-                handler(match closing.reason {
-                    ClosedReason::Displaced => Event::OutcomeUnknown { correlation_id },
-                    _ => Event::NotApplied { correlation_id, reason: closing.refusal },
+                handler(match closing.known {
+                    false => Event::OutcomeUnknown { correlation_id },
+                    true => Event::NotApplied { correlation_id, reason: closing.refusal },
                 });
                 self.free.push(pending.bytes);
             }
@@ -1057,8 +1063,11 @@ fn on_record(
         wire::REFUSED => on_refused(client, member, ours, record, now, handler),
         wire::CLOSED if ours && client.state != State::Idle => {
             client.state = State::Idle;
+            // The session's last message applied: those up to it were (their answers were lost), the rest
+            // never will be.
+            acknowledge_up_to(client, record.value as u64, handler);
             let reason = if record.code == wire::TIMED_OUT { ClosedReason::TimedOut } else { ClosedReason::Unknown };
-            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason });
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: true });
         }
         _ => {}
     }
@@ -1082,12 +1091,15 @@ fn on_refused(
             handler(Event::ConnectRefused { reason: code });
         }
         RefusalCode::UnknownSession | RefusalCode::TooManySessions if ours && client.state != State::Idle => {
+            // The member does not hold the session (closed long ago, or never opened there): which of the
+            // messages in flight were applied before it closed, it cannot tell.
             client.state = State::Idle;
-            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason: ClosedReason::Unknown });
+            let reason = ClosedReason::Unknown;
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: false });
         }
         RefusalCode::Displaced if ours && client.state != State::Idle => {
             client.state = State::Idle;
-            client.closing = Some(Closing { refusal: code, reason: ClosedReason::Displaced });
+            client.closing = Some(Closing { refusal: code, reason: ClosedReason::Displaced, known: false });
         }
         RefusalCode::Gap | RefusalCode::WindowExceeded if ours && client.state == State::Connected => {
             let from = if code == RefusalCode::Gap { record.value as u64 } else { record.correlation_id };

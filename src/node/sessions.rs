@@ -116,8 +116,9 @@ impl ClientSessions {
             flush_run(run, egress, &counters.egress_dropped);
             send(egress, &counters.egress_dropped, record, payload)
         };
-        let applied = table.apply(&entry, |closed| {
-            answer(run, RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT), &[]);
+        let applied = table.apply(&entry, |closed, applied| {
+            // With its last message applied: the client tells what was applied from what never will be.
+            answer(run, RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT).value(applied as i64), &[]);
         });
         match applied {
             Applied::Deliver { session_id, correlation_id, payload } => {
@@ -163,9 +164,9 @@ impl ClientSessions {
                 let applied = table.applied(session_id).unwrap_or(0);
                 answer(run, RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
             }
-            Applied::Closed { session_id, reason } => {
+            Applied::Closed { session_id, reason, applied } => {
                 let code = if reason == CloseReason::Timeout { wire::TIMED_OUT } else { 0 };
-                answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code), &[]);
+                answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
             }
             Applied::Refused { session_id, refusal } => {
                 let correlation = match entry {

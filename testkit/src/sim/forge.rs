@@ -34,7 +34,9 @@ pub struct Forged {
     pub floods: u64,
     /// Rewritten frames of members' traffic.
     pub rewritten: u64,
-    /// Of them, sent from a member's own address (authenticated channels only).
+    /// Of them, sent from a member's own address: any frame on an authenticated channel; without a key,
+    /// only frames of the log channel rewritten to a session of the forger's own (what a member must
+    /// ignore from wherever it comes: no key can tell a spoofed frame of the session it follows).
     pub spoofed: u64,
     /// Catch-up streams opened (and held idle or sent a bad hello).
     pub streams: u64,
@@ -50,15 +52,24 @@ pub struct Forger {
     /// Spoof members' addresses (only where datagrams are authenticated: without a key nothing can tell a
     /// spoofed datagram from its member's).
     spoof: bool,
+    /// Without a key: spoof members' addresses with frames of other sessions.
+    spoof_sessions: bool,
     held: Vec<(SimStream, u64)>,
     forged: Forged,
 }
 
 impl Forger {
     /// A forger with its own draws from `seed`, against `members` (log and consensus endpoints).
-    pub fn new(seed: u64, members: Vec<(SocketAddr, SocketAddr)>, clients: Vec<SocketAddr>, spoof: bool) -> Self {
+    pub fn new(
+        seed: u64,
+        members: Vec<(SocketAddr, SocketAddr)>,
+        clients: Vec<SocketAddr>,
+        spoof: bool,
+        spoof_sessions: bool,
+    ) -> Self {
         let prng = Prng::new(seed ^ 0xF0_46E5);
-        Self { prng, members, clients, spoof, held: Vec::new(), forged: Forged::default() }
+        let (held, forged) = (Vec::new(), Forged::default());
+        Self { prng, members, clients, spoof, spoof_sessions, held, forged }
     }
 
     /// What it sent so far.
@@ -138,6 +149,16 @@ impl Forger {
         } else {
             SocketAddr::new(OUTSIDER, 40_100)
         };
+        let from = match session_at(&bytes) {
+            // Without a key: a log frame of another session, from a member's log endpoint.
+            Some(at) if !self.spoof && self.spoof_sessions && to == log && self.prng.chance(0.3) => {
+                let session = (self.prng.next_u64() as i32 | 0x4000_0000).to_le_bytes();
+                write_at(&mut bytes, at, &session);
+                self.forged.spoofed += 1;
+                self.members[self.prng.below(self.members.len())].0
+            }
+            _ => from,
+        };
         network.inject(from, to, &bytes);
         self.forged.rewritten += 1;
     }
@@ -157,6 +178,17 @@ impl Forger {
         let hold = self.prng.between(100_000_000, 5_000_000_000);
         self.held.push((stream, now_ns + hold));
         self.forged.streams += 1;
+    }
+}
+
+/// Where a log-channel frame holds its session id: Aeron's DATA and SETUP frames at 12, its status and
+/// NAK frames and the cluster's position frames at 8; `None` for anything else.
+fn session_at(bytes: &[u8]) -> Option<usize> {
+    let kind = u16::from_le_bytes([*bytes.get(6)?, *bytes.get(7)?]);
+    match kind {
+        0x01 | 0x05 => Some(12),
+        0x02 | 0x03 | 0x40 | 0x41 | 0x50 => Some(8),
+        _ => None,
     }
 }
 

@@ -89,6 +89,9 @@ pub struct SimConfig {
     /// Every datagram of the log and consensus channels is authenticated with a shared key, and the
     /// hostile host also spoofs members' addresses.
     pub auth: bool,
+    /// Without a key, the hostile host spoofs members' log endpoints with frames of sessions of its own
+    /// (off in the regression seeds found before).
+    pub spoof_sessions: bool,
     /// Each node's own agents run in an order drawn from the seed in every duty cycle (as a node whose
     /// agents have threads of their own interleaves them), instead of their fixed order; off in the
     /// regression seeds, which keep the schedule they were found with.
@@ -122,6 +125,7 @@ impl SimConfig {
             log_cost_ns_per_kib: 0,
             hostile: false,
             auth: false,
+            spoof_sessions: false,
             shuffle_agents: false,
             snapshots: false,
             clients: 0,
@@ -318,7 +322,9 @@ impl Simulation {
         let checker = Checker::new(config.members);
         let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
         let client_endpoints = members.iter().map(|m| m.client).collect();
-        let forger = config.hostile.then(|| forge::Forger::new(config.seed, endpoints, client_endpoints, config.auth));
+        let forger = config
+            .hostile
+            .then(|| forge::Forger::new(config.seed, endpoints, client_endpoints, config.auth, config.spoof_sessions));
         let client_time = SimulatedTime::new(1_700_000_000_000_000_000);
         let remote = (config.clients > 0).then(|| {
             let endpoints = members.iter().map(|m| (m.id, m.client)).collect();
