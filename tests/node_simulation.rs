@@ -376,6 +376,25 @@ fn seed_60038_a_closed_session_reports_what_it_applied() {
     run_clients(60_038, 3);
 }
 
+/// The checker is proven on snapshots: a node that does not load the snapshot a catch-up installed, and
+/// so applies the entries after it to the state the snapshot should have replaced, is caught within the
+/// default seeds.
+#[test]
+fn a_node_that_applies_past_an_installed_snapshot_without_loading_it_is_caught() {
+    for seed in 1_000..1_000 + DEFAULT_SEEDS {
+        let mut config = SimConfig::new(seed, 3);
+        (config.shuffle_agents, config.snapshots) = (true, true);
+        config.bugs = PlantedBugs { skip_snapshot_load: true, ..PlantedBugs::default() };
+        if let Err(failure) = Simulation::new(config).run() {
+            let caught = matches!(failure.violation, Violation::Skipped { .. } | Violation::Diverged { .. });
+            assert!(caught, "caught in seed {seed}, but as {failure}");
+            eprintln!("skip_snapshot_load caught at seed {seed}: {failure}");
+            return;
+        }
+    }
+    panic!("skip_snapshot_load: not caught in {DEFAULT_SEEDS} seeds");
+}
+
 /// A seed with three remote clients and the hostile host, snapshots and a drawn agent order.
 fn run_clients(seed: u64, members: usize) -> SimReport {
     let mut config = SimConfig::new(seed, members);

@@ -551,6 +551,11 @@ impl Node {
     /// As [`poll_committed`](Self::poll_committed), applying each entry to `machine`, and taking a snapshot
     /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied.
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
+        if let Some(position) = self.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load) {
+            // The planted bug: the entries after the snapshot go to the state it should have replaced.
+            self.committed.snapshot_loaded(position);
+            self.last_snapshot = position;
+        }
         if let Some(position) = self.committed.newest_pending_snapshot() {
             // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
             let (store, sessions) = self.store_and_sessions()?;
