@@ -4,26 +4,25 @@
 //!
 //! A step moves the simulated time on by a drawn quantum, delivers what the network has due, and invokes
 //! every running node's agents in a drawn order (a paused node, as `SIGSTOP` pauses a process, is skipped
-//! while time goes on), then hands each node's committed entries to the checker. Meanwhile a client offers
-//! numbered messages to whichever node leads. Faults come and go during the first part of a run (loss,
-//! duplication, delay and so reordering, links cut one way or both, a paused node, a clamped path MTU,
-//! datagrams from a host outside the cluster); then the network heals and the run must make progress.
+//! while time goes on; with [`SimConfig::shuffle_agents`] each node's own agents run in a drawn order
+//! too), then hands each node's committed entries to the checker. Meanwhile a client offers numbered
+//! messages to whichever node leads, and (with [`SimConfig::clients`]) remote clients offer through
+//! sessions ([`clients`]). Faults come and go during the first part of a run (loss, duplication, delay
+//! and so reordering, links cut one way or both, a paused node, a clamped path MTU, restarts, clock
+//! jumps, datagrams from a host outside the cluster, and under [`Schedule::Disk`] crashes, power losses
+//! and failing disks; with [`SimConfig::hostile`] a hostile host, [`forge`]); then the network heals and
+//! the run must make progress.
 //!
-//! What it checks after every step (its `check` module): one committed order (every node's applied entries are a
-//! prefix of one sequence, none skipped, none changed); every entry applied is a message the client
-//! offered, applied once; after the faults stop, a leader commits a new message on a majority (on every
-//! node, unless one fell behind what the leader's log in memory holds) within [`LIVENESS_BOUND_NS`].
+//! What it checks after every step (its `check` module): one committed order (every node's applied
+//! entries are a prefix of one sequence, none skipped, none changed); every entry applied is a message a
+//! client offered, applied once; every snapshot loaded is the order's state at its position; what remote
+//! clients are told agrees with the order; after the faults stop, a new message is applied on every node
+//! within [`LIVENESS_BOUND_NS`].
 //!
-//! Each member has a [`SimDisk`] (its recorded log and vote file): under [`Schedule::Disk`] members also
-//! crash without closing (`kill -9`), lose power alone or a majority at once (under `batch` only: `none`
-//! loses what a member acknowledged on a power loss, as its docs say), and have failing disks for a while
-//! (writes failing with `EIO` or `ENOSPC`, syncs failing, bits flipped on read): such a member must stop
-//! (its agent fails) rather than go on, and is started again once its disk is healthy.
-//!
-//! A follower the leader's log in memory no longer reaches catches up from the leader's recording over a
-//! stream of the simulated network (the catch-up connection TCP carries in production), in its
-//! recorder's duty cycles; snapshots are on the member's simulated disk. Not simulated: the log buffers in
-//! shared memory (real files under a scratch directory).
+//! Each member has a [`SimDisk`] (its recorded log, vote file and snapshots). A follower the leader's log
+//! in memory no longer reaches catches up from the leader's recording over a stream of the simulated
+//! network (the catch-up connection TCP carries in production), in its recorder's duty cycles. Not
+//! simulated: the log buffers in shared memory (real files under a scratch directory).
 
 mod check;
 pub mod clients;
