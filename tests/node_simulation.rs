@@ -169,6 +169,16 @@ fn soak_seed_1796345954760998697_a_failing_read_never_cuts_the_recording() {
     run_disk(1_796_345_954_760_998_697, 3, SyncPolicy::Batch, false);
 }
 
+/// Found by the third soak (disk schedule, `batch`, snapshots): member 0's recorder cut its recording back
+/// to 32768 (a new leader's log agreed with it only up to there) and the cut's sync failed on its failing
+/// disk; it stopped, as it must, but still reported 55776 synced (the counters were lowered only after a
+/// cut succeeded), which it no longer held. Fix: the recorder lowers what it reports before it cuts; and a
+/// failed directory sync is made again by the next sync instead of being forgotten.
+#[test]
+fn soak_seed_1796347944366307667_a_cut_that_fails_reports_nothing_it_dropped() {
+    run_disk(1_796_347_944_366_307_667, 3, SyncPolicy::Batch, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.

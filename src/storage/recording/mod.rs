@@ -390,8 +390,10 @@ impl Recording {
         if let Some(segment) = &self.active {
             segment.file.sync_data().map_err(|e| RecordingError::io(&segment.path, "sync", e))?;
         }
-        if std::mem::take(&mut self.dir_changed) {
+        if self.dir_changed {
+            // Cleared only once synced: a failed directory sync is made again by the next sync.
             self.disk.sync_dir(&self.config.dir).map_err(|e| RecordingError::io(&self.config.dir, "sync", e))?;
+            self.dir_changed = false;
         }
         Ok(())
     }
