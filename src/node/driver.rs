@@ -642,6 +642,9 @@ impl ConsensusAgent {
     fn on_role_change(&mut self, role: Role, leadership_term_id: i64, leader: Option<i32>) {
         let id = self.wiring.config.id;
         log::info!("member {id}: {role} in term {leadership_term_id}, leader {leader:?}");
+        if let Some(why) = self.core.take_step_down() {
+            log::warn!("member {id}: stopped leading: {why}");
+        }
         self.counters.role_changes.increment();
         self.counters.leadership_term.set(leadership_term_id);
         if role == Role::Candidate {

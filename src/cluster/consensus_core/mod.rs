@@ -91,7 +91,7 @@ mod tests;
 pub use config::{Bugs, CoreConfig, CoreConfigError, Timers};
 pub use counters::CoreCounters;
 pub use durable::DurableState;
-pub use machine::ConsensusCore;
+pub use machine::{ConsensusCore, StepDown};
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
 pub use quorum::{follower_commit, quorum_position, AckRule};
