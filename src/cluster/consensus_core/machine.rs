@@ -146,7 +146,7 @@ pub struct ConsensusCore {
 /// Why a leader stopped leading.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepDown {
-    /// No majority (itself included) was heard from within the heartbeat timeout: each other member and
+    /// No majority (itself included) was heard from within the shortest election timeout: each other member and
     /// how long ago it was last heard from, ns (`None`: never in this term).
     NoMajority {
         /// The other members, and the time since each was last heard from.
@@ -163,7 +163,7 @@ impl std::fmt::Display for StepDown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NoMajority { heard } => {
-                write!(f, "no majority heard from within the heartbeat timeout (")?;
+                write!(f, "no majority heard from within the shortest election timeout (")?;
                 for (i, (member, ago)) in heard.iter().enumerate() {
                     let sep = if i == 0 { "" } else { ", " };
                     match ago {
