@@ -179,6 +179,18 @@ fn soak_seed_1796347944366307667_a_cut_that_fails_reports_nothing_it_dropped() {
     run_disk(1_796_347_944_366_307_667, 3, SyncPolicy::Batch, true);
 }
 
+/// Found by the fourth soak (disk schedule, `none`, snapshots): member 0's catch-up installed its leader's
+/// snapshot at 196768 (its recording now starting there) and then failed when the leader restarted; the
+/// next catch-up asked again from 21056, below the recording's start, and the recorder could not cut
+/// there: it failed. Fix: a catch-up that fails after installing the snapshot reports what it brought
+/// (`CatchUpFetch::partial`), and the member joins at the snapshot, in the snapshot's term. On the way:
+/// the index lists the term at an installed snapshot's position when it starts there, and `term_at`
+/// knows the term at the recording's start however its list was written.
+#[test]
+fn soak_seed_1796347390807484812_a_catch_up_failing_after_its_snapshot_keeps_it() {
+    run_disk(1_796_347_390_807_484_812, 3, SyncPolicy::None, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.

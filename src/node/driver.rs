@@ -490,6 +490,8 @@ impl ConsensusAgent {
                 // the snapshot's term holds from 0, as such a recording holds its first term.
                 history.push(TermBase { leadership_term_id: following.fed_term, base_position: 0 });
             }
+            // The log goes on in the term it is in at the snapshot.
+            following.fed_term = following.fed_term.max(history.last().map_or(0, |t| t.leadership_term_id));
             self.core.on_snapshot_installed(snapshot.position, &history, &mut self.outputs);
         }
         for &(base, term) in terms {

@@ -359,7 +359,8 @@ impl Recorder {
                 match fetch.poll(&mut self.recording, snapshots, now_ns) {
                     Ok(None) => return Ok(true),
                     Ok(Some(fetched)) => Ok(fetched),
-                    Err(why) => Err(why),
+                    // Past an installed snapshot, what arrived is reported: the recording starts there now.
+                    Err(why) => fetch.partial(&self.recording).ok_or(why),
                 }
             };
             self.fetching = None;
