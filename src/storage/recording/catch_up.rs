@@ -753,16 +753,14 @@ pub fn fetch(
             Ok(Some(fetched)) => return Ok(fetched),
             Ok(None) => {}
             Err(why) => {
-                return fetch
-                    .partial(recording)
-                    .map(|partial| {
-                        log::warn!(
-                            "a catch-up from {leader} stopped after its snapshot: {why}; joining from {}",
-                            partial.end
-                        );
-                        partial
-                    })
-                    .ok_or(why)
+                let partial = fetch.partial(recording);
+                if let Some(partial) = &partial {
+                    log::warn!(
+                        "a catch-up from {leader} stopped after its snapshot: {why}; joining from {}",
+                        partial.end
+                    );
+                }
+                return partial.ok_or(why);
             }
         }
     }
