@@ -40,8 +40,11 @@
 //!
 //! # Invariants
 //!
-//! - Every offered message ends in exactly one [`Event::Committed`] or [`Event::NotApplied`], unless
-//!   the client is dropped, or starts a new session, first.
+//! - Every offered message ends in exactly one [`Event::Committed`], [`Event::NotApplied`] or
+//!   [`Event::OutcomeUnknown`], unless the client is dropped, or starts a new session, first. A message
+//!   reported not applied never is: a closed session's answer names its last message applied, and the
+//!   client reports those up to it committed; where no member can say (the session is unknown to it, or
+//!   moved to another client), the outcome is unknown, never a guess.
 //! - A message is kept (and resent after a loss or a change of leader) until it is reported committed or
 //!   not applied; the session table makes sure a resend is never applied twice.
 //! - Only datagrams from the members' client endpoints are read.
@@ -61,7 +64,7 @@ use socket2::SockAddr;
 use crate::agent::clock::NanoClock;
 use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::media::auth::AuthKey;
-use crate::media::transport::{RecvBatch, SocketOptions, UdpEndpoint};
+use crate::media::transport::{Binding, Network, RecvBatch, SharedNetwork, SocketOptions, Transport};
 
 use self::credentials::{unwrap_token, ClientKey, ReplayWindow};
 use self::wire::{Datagram, DatagramWriter, RecordHeader, RefusalCode, Seal};
@@ -254,8 +257,8 @@ pub enum Event<'a> {
         /// Why.
         reason: RefusalCode,
     },
-    /// The session moved to another client that holds its token before message `correlation_id`'s
-    /// outcome was known: it was applied at most once, and this client will not learn whether.
+    /// The session closed, or moved to another client that holds its token, before message
+    /// `correlation_id`'s outcome was known: it was applied at most once, and this client will not learn whether.
     OutcomeUnknown {
         /// The message.
         correlation_id: u64,
@@ -327,9 +330,31 @@ enum State {
     Connected,
 }
 
+/// What a client takes from the world outside it: the network its socket is bound on, its clock, and
+/// the seed of its random choices. [`ClusterClient::new`] uses UDP, the monotonic and wall clocks and a
+/// seed from the time; the node simulator gives a simulated network and clock and a fixed seed, so that
+/// a client replays exactly with its seed.
+#[derive(Clone, Debug)]
+pub struct ClientEnvironment {
+    /// Where its socket is bound.
+    pub network: SharedNetwork,
+    /// What it times keep-alives, resends and deadlines by, and starts its datagram sequence from.
+    pub clock: NanoClock,
+    /// The seed of its nonces; `None` takes one from the time and the process id.
+    pub seed: Option<u64>,
+}
+
+impl ClientEnvironment {
+    /// UDP, the monotonic and wall clocks, a seed from the time.
+    pub fn production() -> Self {
+        Self { network: SharedNetwork::udp(), clock: NanoClock::new(), seed: None }
+    }
+}
+
 /// A client of a cluster; see the module documentation.
 pub struct ClusterClient {
-    socket: UdpEndpoint,
+    /// A UDP socket (one indirect call beside each system call), or a simulated network's endpoint.
+    socket: Box<dyn Transport>,
     config: ClientConfig,
     /// The members' client endpoints, as socket addresses.
     addrs: Vec<SockAddr>,
@@ -375,12 +400,15 @@ pub struct ClusterClient {
     windows: Vec<ReplayWindow>,
 }
 
-/// A session closed while its messages were in flight: they are reported not applied (or, displaced,
-/// of unknown outcome).
+/// A session closed while its messages were in flight: they are reported not applied when the member
+/// told the session's last message applied (those up to it were reported committed first), and of
+/// unknown outcome otherwise (the session moved to another client, or the member does not hold it).
 #[derive(Clone, Copy, Debug)]
 struct Closing {
     refusal: RefusalCode,
     reason: ClosedReason,
+    /// The member said which messages the session applied.
+    known: bool,
 }
 
 impl fmt::Debug for ClusterClient {
@@ -397,6 +425,11 @@ impl fmt::Debug for ClusterClient {
 impl ClusterClient {
     /// A client of the cluster `config` names, its socket bound; not yet connected.
     pub fn new(config: ClientConfig) -> io::Result<Self> {
+        Self::new_in(config, ClientEnvironment::production())
+    }
+
+    /// As [`new`](Self::new), in `env` (its network, clock and seed).
+    pub fn new_in(config: ClientConfig, env: ClientEnvironment) -> io::Result<Self> {
         let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
         if config.members.is_empty() {
             return Err(invalid("a cluster client needs the members' endpoints".into()));
@@ -421,13 +454,18 @@ impl ClusterClient {
             SocketAddr::new(ip, 0)
         });
         let options = SocketOptions { send_buffer: Some(1 << 20), receive_buffer: Some(4 << 20) };
-        let (socket, _) = UdpEndpoint::bind(bind, &options)?;
+        let mut network = env.network.clone();
+        let (socket, _) = network.bind(bind, &Binding { socket: &options, auth: None, shared: false })?;
         let addrs = config.members.iter().map(|&(_, addr)| SockAddr::from(addr)).collect();
-        let seed = NanoClock::new().now_ns() ^ u64::from(std::process::id()).rotate_left(32);
+        let clock = env.clock;
+        let seed = env.seed.unwrap_or_else(|| clock.now_ns() ^ u64::from(std::process::id()).rotate_left(32));
+        // Of the datagrams it sends: from the wall clock at its start, so that a client started again goes
+        // on past the numbers its predecessor used.
+        let sequence = (clock.epoch_ns() as u64).max(1);
         Ok(Self {
             socket,
             addrs,
-            clock: NanoClock::new(),
+            clock,
             state: State::Idle,
             session_id: 0,
             nonce: seed | 1,
@@ -450,9 +488,7 @@ impl ClusterClient {
             closing: None,
             out_since_ns: 0,
             token: None,
-            sequence: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64),
+            sequence,
             windows: vec![ReplayWindow::default(); config.members.len()],
             config,
         })
@@ -461,6 +497,12 @@ impl ClusterClient {
     /// The local address the client sends from.
     pub fn local_addr(&self) -> SocketAddr {
         self.socket.local_addr()
+    }
+
+    /// Whether it is asking the members for a session (an open, or a reconnect after its leader was lost):
+    /// [`poll`](Self::poll) goes on with it.
+    pub fn is_connecting(&self) -> bool {
+        matches!(self.state, State::Opening | State::Reconnecting)
     }
 
     /// The open session, if one is.
@@ -621,7 +663,11 @@ impl ClusterClient {
         if let Some(due) = self.next_timer_ns() {
             wait_ns = wait_ns.min(due.saturating_sub(now));
         }
-        let mut fd = libc::pollfd { fd: self.socket.raw_fd(), events: libc::POLLIN, revents: 0 };
+        let Some(socket_fd) = self.socket.readiness_fd() else {
+            // A simulated network: nothing to block on (its caller moves the time).
+            return Ok(false);
+        };
+        let mut fd = libc::pollfd { fd: socket_fd, events: libc::POLLIN, revents: 0 };
         let ts = libc::timespec {
             tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
@@ -707,9 +753,9 @@ impl ClusterClient {
         if let Some(closing) = self.closing.take() {
             for pending in self.in_flight.drain(..) {
                 let correlation_id = pending.correlation_id;
-                handler(match closing.reason {
-                    ClosedReason::Displaced => Event::OutcomeUnknown { correlation_id },
-                    _ => Event::NotApplied { correlation_id, reason: closing.refusal },
+                handler(match closing.known {
+                    false => Event::OutcomeUnknown { correlation_id },
+                    true => Event::NotApplied { correlation_id, reason: closing.refusal },
                 });
                 self.free.push(pending.bytes);
             }
@@ -1017,8 +1063,11 @@ fn on_record(
         wire::REFUSED => on_refused(client, member, ours, record, now, handler),
         wire::CLOSED if ours && client.state != State::Idle => {
             client.state = State::Idle;
+            // The session's last message applied: those up to it were (their answers were lost), the rest
+            // never will be.
+            acknowledge_up_to(client, record.value as u64, handler);
             let reason = if record.code == wire::TIMED_OUT { ClosedReason::TimedOut } else { ClosedReason::Unknown };
-            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason });
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: true });
         }
         _ => {}
     }
@@ -1042,12 +1091,15 @@ fn on_refused(
             handler(Event::ConnectRefused { reason: code });
         }
         RefusalCode::UnknownSession | RefusalCode::TooManySessions if ours && client.state != State::Idle => {
+            // The member does not hold the session (closed long ago, or never opened there): which of the
+            // messages in flight were applied before it closed, it cannot tell.
             client.state = State::Idle;
-            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason: ClosedReason::Unknown });
+            let reason = ClosedReason::Unknown;
+            client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: false });
         }
         RefusalCode::Displaced if ours && client.state != State::Idle => {
             client.state = State::Idle;
-            client.closing = Some(Closing { refusal: code, reason: ClosedReason::Displaced });
+            client.closing = Some(Closing { refusal: code, reason: ClosedReason::Displaced, known: false });
         }
         RefusalCode::Gap | RefusalCode::WindowExceeded if ours && client.state == State::Connected => {
             let from = if code == RefusalCode::Gap { record.value as u64 } else { record.correlation_id };

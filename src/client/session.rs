@@ -274,6 +274,8 @@ pub enum Applied<'a> {
         session_id: u64,
         /// Why.
         reason: CloseReason,
+        /// Its last message applied (0: none): every later one never is.
+        applied: u64,
     },
     /// The entry was refused.
     Refused {
@@ -359,7 +361,8 @@ impl SessionTable {
 
     /// Closes the sessions silent for the timeout at the entry's time, calling `closed` for each (in
     /// session id order), then applies `entry`.
-    pub fn apply<'a>(&mut self, entry: &SessionEntry<'a>, mut closed: impl FnMut(u64)) -> Applied<'a> {
+    /// `closed` is told of every session that times out: its id and its last message applied.
+    pub fn apply<'a>(&mut self, entry: &SessionEntry<'a>, mut closed: impl FnMut(u64, u64)) -> Applied<'a> {
         self.expire(entry.timestamp_ns(), &mut closed);
         let session_id = entry.session_id();
         let refused = |table: &mut Self, refusal| {
@@ -403,7 +406,7 @@ impl SessionTable {
                 None => refused(self, Refusal::UnknownSession),
             },
             SessionEntry::Close { .. } => match self.sessions.remove(&session_id) {
-                Some(_) => Applied::Closed { session_id, reason: CloseReason::Client },
+                Some(session) => Applied::Closed { session_id, reason: CloseReason::Client, applied: session.applied },
                 None => refused(self, Refusal::UnknownSession),
             },
         }
@@ -411,7 +414,7 @@ impl SessionTable {
 
     /// Closes every session silent for the timeout at `now_ns` (the leader's clock of the entry being
     /// applied), in session id order.
-    fn expire(&mut self, now_ns: i64, closed: &mut impl FnMut(u64)) {
+    fn expire(&mut self, now_ns: i64, closed: &mut impl FnMut(u64, u64)) {
         if now_ns < self.expires_at_ns {
             return;
         }
@@ -420,7 +423,7 @@ impl SessionTable {
         self.sessions.retain(|&id, session| {
             let alive = now_ns.saturating_sub(session.last_active_ns) < timeout;
             if !alive {
-                closed(id);
+                closed(id, session.applied);
             }
             alive
         });

@@ -490,6 +490,8 @@ impl ConsensusAgent {
                 // the snapshot's term holds from 0, as such a recording holds its first term.
                 history.push(TermBase { leadership_term_id: following.fed_term, base_position: 0 });
             }
+            // The log goes on in the term it is in at the snapshot.
+            following.fed_term = following.fed_term.max(history.last().map_or(0, |t| t.leadership_term_id));
             self.core.on_snapshot_installed(snapshot.position, &history, &mut self.outputs);
         }
         for &(base, term) in terms {
@@ -642,6 +644,9 @@ impl ConsensusAgent {
     fn on_role_change(&mut self, role: Role, leadership_term_id: i64, leader: Option<i32>) {
         let id = self.wiring.config.id;
         log::info!("member {id}: {role} in term {leadership_term_id}, leader {leader:?}");
+        if let Some(why) = self.core.take_step_down() {
+            log::warn!("member {id}: stopped leading: {why}");
+        }
         self.counters.role_changes.increment();
         self.counters.leadership_term.set(leadership_term_id);
         if role == Role::Candidate {

@@ -48,6 +48,11 @@ pub struct PlantedBugs {
     /// After a catch-up from the leader's recording, the node's reader of committed entries goes on where
     /// the fetch ended instead of where it began.
     pub catch_up_wrong_offset: bool,
+    /// The session table hands a remote client's resend that was applied before to the application again.
+    pub apply_duplicates: bool,
+    /// `poll_state` does not load a snapshot a catch-up installed: the entries after it are applied to
+    /// the state it should have replaced.
+    pub skip_snapshot_load: bool,
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:

@@ -444,6 +444,12 @@ impl Node {
         }
     }
 
+    /// Remote clients' sessions open in the replicated session table, as this member has applied the log
+    /// (the same on every member at the same applied position; at most `ClientEndpointConfig::max_sessions`).
+    pub fn client_sessions(&self) -> usize {
+        self.sessions.as_ref().map_or(0, ClientSessions::open)
+    }
+
     /// Agent failures so far (an agent that failed has stopped; the node should be closed).
     pub fn failures(&self) -> Vec<AgentFailure> {
         self.handles.as_ref().map(AgentHandles::failures).unwrap_or_default()
@@ -545,6 +551,11 @@ impl Node {
     /// As [`poll_committed`](Self::poll_committed), applying each entry to `machine`, and taking a snapshot
     /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied.
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
+        if let Some(position) = self.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load) {
+            // The planted bug: the entries after the snapshot go to the state it should have replaced.
+            self.committed.snapshot_loaded(position);
+            self.last_snapshot = position;
+        }
         if let Some(position) = self.committed.newest_pending_snapshot() {
             // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
             let (store, sessions) = self.store_and_sessions()?;
@@ -802,6 +813,8 @@ fn start_clients(
         Arc::clone(&egress),
         ingress_counters,
     );
-    let sessions = ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
+    let mut sessions =
+        ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
+    sessions.apply_duplicates = env.bugs.apply_duplicates;
     Ok((Some(ingress), sessions))
 }

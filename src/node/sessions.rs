@@ -58,6 +58,8 @@ pub(super) struct ClientSessions {
     /// The answers being gathered into one record.
     run: Run,
     counters: SessionEventCounters,
+    /// A planted bug (the node simulator's own test): a resend found applied is handed out again.
+    pub(super) apply_duplicates: bool,
 }
 
 impl ClientSessions {
@@ -68,7 +70,16 @@ impl ClientSessions {
         counters: SessionEventCounters,
     ) -> Self {
         let run = Run { positions: Vec::with_capacity(max_response), ..Run::default() };
-        Self { table: SessionTable::new(config), egress, response: Vec::new(), max_response, run, counters }
+        let apply_duplicates = false;
+        Self {
+            table: SessionTable::new(config),
+            egress,
+            response: Vec::new(),
+            max_response,
+            run,
+            counters,
+            apply_duplicates,
+        }
     }
 
     /// Hands a committed entry that is not a session entry to `handler` (with `deliver`).
@@ -99,14 +110,15 @@ impl ClientSessions {
             self.counters.malformed.increment();
             return;
         };
-        let Self { table, egress, response, max_response, run, counters } = self;
+        let Self { table, egress, response, max_response, run, counters, apply_duplicates } = self;
         let egress = egress.as_deref().filter(|_| leading);
         let answer = |run: &mut Run, record: RecordHeader, payload: &[u8]| {
             flush_run(run, egress, &counters.egress_dropped);
             send(egress, &counters.egress_dropped, record, payload)
         };
-        let applied = table.apply(&entry, |closed| {
-            answer(run, RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT), &[]);
+        let applied = table.apply(&entry, |closed, applied| {
+            // With its last message applied: the client tells what was applied from what never will be.
+            answer(run, RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT).value(applied as i64), &[]);
         });
         match applied {
             Applied::Deliver { session_id, correlation_id, payload } => {
@@ -137,6 +149,10 @@ impl ClientSessions {
             }
             Applied::Duplicate { session_id, correlation_id } => {
                 counters.duplicates.increment();
+                if let (true, true, SessionEntry::Message { payload, .. }) = (*apply_duplicates, deliver, &entry) {
+                    let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
+                    handler(&Entry { payload, position, client: Some(client) }, response);
+                }
                 let record = RecordHeader::new(wire::COMMITTED, session_id)
                     .correlation(correlation_id)
                     .value(position)
@@ -148,9 +164,9 @@ impl ClientSessions {
                 let applied = table.applied(session_id).unwrap_or(0);
                 answer(run, RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
             }
-            Applied::Closed { session_id, reason } => {
+            Applied::Closed { session_id, reason, applied } => {
                 let code = if reason == CloseReason::Timeout { wire::TIMED_OUT } else { 0 };
-                answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code), &[]);
+                answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
             }
             Applied::Refused { session_id, refusal } => {
                 let correlation = match entry {
@@ -175,6 +191,11 @@ impl ClientSessions {
     }
 
     /// Sends the run of commits being gathered (at the end of each poll: an answer waits for no more).
+    /// Sessions open in the table.
+    pub(super) fn open(&self) -> usize {
+        self.table.len()
+    }
+
     pub(super) fn flush(&mut self) {
         flush_run(&mut self.run, self.egress.as_deref(), &self.counters.egress_dropped);
     }

@@ -18,7 +18,7 @@ fn message(session_id: u64, correlation_id: u64, at: i64) -> Vec<u8> {
 
 fn apply(table: &mut SessionTable, bytes: &[u8]) -> String {
     let entry = SessionEntry::decode(bytes).unwrap();
-    format!("{:?}", table.apply(&entry, |_| {}))
+    format!("{:?}", table.apply(&entry, |_, _| {}))
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn opens_past_the_limit_and_entries_of_unknown_sessions_are_refused() {
     assert_eq!(apply(&mut t, &again), "Refused { session_id: 1, refusal: AlreadyOpen }");
     let mut close = Vec::new();
     SessionEntry::Close { session_id: 1, timestamp_ns: 2 }.encode(&mut close);
-    assert_eq!(apply(&mut t, &close), "Closed { session_id: 1, reason: Client }");
+    assert_eq!(apply(&mut t, &close), "Closed { session_id: 1, reason: Client, applied: 0 }");
     assert_eq!(t.len(), 1);
 }
 
@@ -90,7 +90,7 @@ fn a_silent_session_times_out_by_the_leaders_clock_in_the_log() {
     let mut closed = Vec::new();
     let bytes = message(2, 1, 10 * SECOND);
     let entry = SessionEntry::decode(&bytes).unwrap();
-    assert!(matches!(t.apply(&entry, |id| closed.push(id)), Applied::Deliver { .. }));
+    assert!(matches!(t.apply(&entry, |id, _| closed.push(id)), Applied::Deliver { .. }));
     assert_eq!(closed, vec![1]);
     assert_eq!(t.counters().timed_out, 1);
     assert_eq!(apply(&mut t, &message(1, 1, 10 * SECOND)), "Refused { session_id: 1, refusal: UnknownSession }");
@@ -131,8 +131,8 @@ proptest! {
             bytes.extend_from_slice(&(second * SECOND).to_le_bytes());
             bytes.extend_from_slice(&correlation_id.to_le_bytes());
             let Ok(entry) = SessionEntry::decode(&bytes) else { continue };
-            let first = a.apply(&entry, |_| {});
-            let second = b.apply(&entry, |_| {});
+            let first = a.apply(&entry, |_, _| {});
+            let second = b.apply(&entry, |_, _| {});
             prop_assert_eq!(first, second);
             if let Applied::Deliver { session_id, correlation_id, .. } = first {
                 let last = delivered.entry(session_id).or_insert(0);
@@ -169,7 +169,7 @@ proptest! {
                 naive.iter().filter(|(_, &last)| at - last >= 10 * SECOND).map(|(&id, _)| id).collect();
             naive.retain(|id, _| !expected.contains(id));
             let mut closed = Vec::new();
-            let applied = table.apply(&entry, |id| closed.push(id));
+            let applied = table.apply(&entry, |id, _| closed.push(id));
             expected.sort();
             prop_assert_eq!(&closed, &expected);
             match applied {

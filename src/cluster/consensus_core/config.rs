@@ -20,11 +20,11 @@ pub struct Timers {
     /// append position.
     /// Default: `10000000`.
     pub heartbeat_interval_ns: u64,
-    /// A follower that heard from its leader within this long refuses canvasses; a leader that has not
-    /// heard from a majority within this long steps down.
+    /// A follower that heard from its leader within this long refuses canvasses.
     /// Default: `100000000`.
     pub heartbeat_timeout_ns: u64,
-    /// Shortest randomized election timeout.
+    /// Shortest randomized election timeout; a leader that has not heard from a majority within this long
+    /// steps down (no follower can have elected another leader sooner).
     /// Default: `150000000`.
     pub election_timeout_min_ns: u64,
     /// Longest randomized election timeout.

@@ -9,8 +9,12 @@
 //!   term, which is what makes the earlier terms' bytes below it safe to call committed (figure 8);
 //! - the commit position goes out when it moves and at least every heartbeat interval; members not
 //!   heard from in this term get the announcement again with each heartbeat;
-//! - a leader that has not heard from a majority (itself included) within the heartbeat timeout steps
-//!   down, so it stops refusing canvasses and the majority can elect a reachable leader.
+//! - a leader that has not heard from a majority (itself included) within the shortest election timeout
+//!   steps down, so it stops refusing canvasses and the majority can elect a reachable leader. Not the
+//!   heartbeat timeout: with one follower of three stopped, the leader's majority is the other alone, and
+//!   a host that starves that follower (or the leader) for about the heartbeat timeout would depose a
+//!   leader no follower could yet have replaced (the node simulator reproduced it: issue 26's anomaly 1);
+//!   no member can have elected another before the shortest election timeout anyway.
 
 use super::machine::{ConsensusCore, Leadership, Peer, Phase};
 use super::message::Message;
@@ -79,10 +83,10 @@ impl ConsensusCore {
         }
     }
 
-    /// Whether a majority, this member included, was heard from within the heartbeat timeout.
+    /// Whether a majority, this member included, was heard from within the shortest election timeout.
     fn majority_heard(&self, now_ns: u64) -> bool {
         let Phase::Leader(leadership) = &self.phase else { return false };
-        let timeout = self.config.timers.heartbeat_timeout_ns;
+        let timeout = self.config.timers.election_timeout_min_ns;
         let live = leadership.peers.iter().filter(|peer| now_ns.saturating_sub(peer.last_heard_ns) < timeout).count();
         live + 1 >= self.majority
     }

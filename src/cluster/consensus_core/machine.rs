@@ -139,6 +139,45 @@ pub struct ConsensusCore {
     /// The role, term and leader last pushed as [`Output::RoleChange`].
     announced: (Role, i64, Option<MemberId>),
     pub(super) counters: CoreCounters,
+    /// Why this member last stopped leading, until taken ([`take_step_down`](Self::take_step_down)).
+    step_down: Option<StepDown>,
+}
+
+/// Why a leader stopped leading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepDown {
+    /// No majority (itself included) was heard from within the shortest election timeout: each other member and
+    /// how long ago it was last heard from, ns (`None`: never in this term).
+    NoMajority {
+        /// The other members, and the time since each was last heard from.
+        heard: Vec<(MemberId, Option<u64>)>,
+    },
+    /// A message of a newer term arrived.
+    NewerTerm {
+        /// The newer term.
+        leadership_term_id: i64,
+    },
+}
+
+impl std::fmt::Display for StepDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoMajority { heard } => {
+                write!(f, "no majority heard from within the shortest election timeout (")?;
+                for (i, (member, ago)) in heard.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    match ago {
+                        Some(ns) => write!(f, "{sep}member {member} last heard {} ms ago", ns / 1_000_000)?,
+                        None => write!(f, "{sep}member {member} not heard in this term")?,
+                    }
+                }
+                write!(f, ")")
+            }
+            Self::NewerTerm { leadership_term_id } => {
+                write!(f, "a member spoke in the newer term {leadership_term_id}")
+            }
+        }
+    }
 }
 
 impl ConsensusCore {
@@ -163,6 +202,7 @@ impl ConsensusCore {
             election_deadline_ns: 0,
             announced: (Role::Follower, durable.leadership_term_id, None),
             counters: CoreCounters::default(),
+            step_down: None,
         };
         core.reset_election_timer(now_ns);
         Ok(core)
@@ -305,6 +345,11 @@ impl ConsensusCore {
     // State
     // -----------------------------------------------------------------------------------------------
 
+    /// Why this member last stopped leading, once (the driver logs it with the role change).
+    pub fn take_step_down(&mut self) -> Option<StepDown> {
+        self.step_down.take()
+    }
+
     /// This member's id.
     pub fn member_id(&self) -> MemberId {
         self.config.member_id
@@ -408,6 +453,7 @@ impl ConsensusCore {
         debug_assert!(term > self.term, "terms only grow");
         if matches!(self.phase, Phase::Leader(_)) {
             self.counters.step_downs += 1;
+            self.step_down = Some(StepDown::NewerTerm { leadership_term_id: term });
         }
         self.term = term;
         self.voted_for = None;
@@ -442,6 +488,14 @@ impl ConsensusCore {
     /// Becomes a follower of the current term that knows no leader (a leader that lost its majority).
     pub(super) fn step_down(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         self.counters.step_downs += 1;
+        if let Phase::Leader(leadership) = &self.phase {
+            let heard = leadership
+                .peers
+                .iter()
+                .map(|p| (p.id, p.heard.then(|| now_ns.saturating_sub(p.last_heard_ns))))
+                .collect();
+            self.step_down = Some(StepDown::NoMajority { heard });
+        }
         self.phase = Phase::Follower(Following::new(None, now_ns));
         self.reset_election_timer(now_ns);
         self.announce(out);

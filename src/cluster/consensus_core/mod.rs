@@ -27,7 +27,7 @@
 //!   ([`Message::NewLeadershipTerm`], [`Message::TermQuery`]), truncates the rest, which is never committed
 //!   ([`Output::Truncate`]), and replicates from there ([`Output::ReplicateFrom`]);
 //! - the leader's heartbeats are its commit positions, sent at least every heartbeat interval; a leader
-//!   that has not heard from a majority for the heartbeat timeout steps down;
+//!   that has not heard from a majority for the shortest election timeout steps down;
 //! - a leader hands its leadership to a follower on request ([`ConsensusCore::transfer_leadership`]):
 //!   it takes no new entries, and once the follower holds its whole log tells it to stand at once
 //!   ([`Message::TimeoutNow`]).
@@ -91,7 +91,7 @@ mod tests;
 pub use config::{Bugs, CoreConfig, CoreConfigError, Timers};
 pub use counters::CoreCounters;
 pub use durable::DurableState;
-pub use machine::ConsensusCore;
+pub use machine::{ConsensusCore, StepDown};
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
 pub use quorum::{follower_commit, quorum_position, AckRule};

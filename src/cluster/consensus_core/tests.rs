@@ -247,6 +247,8 @@ fn a_leader_steps_down_on_a_higher_term() {
     assert_eq!(leader.leadership_term_id(), 2);
     assert_eq!(out[0], Output::Persist { leadership_term_id: 2, voted_for: None });
     assert_eq!(leader.counters().step_downs, 1);
+    assert_eq!(leader.take_step_down(), Some(StepDown::NewerTerm { leadership_term_id: 2 }), "why, for the log");
+    assert_eq!(leader.take_step_down(), None, "told once");
 }
 
 #[test]
@@ -260,8 +262,13 @@ fn a_leader_without_a_majority_steps_down() {
     }
     assert_eq!(leader.role(), Role::Leader, "one follower answering is a majority of three");
     leader.tick(1200 * MS, &mut out);
-    assert_eq!(leader.role(), Role::Follower, "nobody answered for longer than the heartbeat timeout");
+    assert_eq!(leader.role(), Role::Leader, "silent for 120 ms: longer than the heartbeat timeout, not the election's");
+    leader.tick(1240 * MS, &mut out);
+    assert_eq!(leader.role(), Role::Follower, "nobody answered for longer than the shortest election timeout");
     assert_eq!(leader.leadership_term_id(), 1);
+    let Some(StepDown::NoMajority { heard }) = leader.take_step_down() else { panic!("why, for the log") };
+    assert_eq!(heard, [(2, Some(160 * MS)), (3, None)], "member 2 last heard at 1080 ms, member 3 never");
+    assert!(StepDown::NoMajority { heard }.to_string().contains("member 2 last heard 160 ms ago"));
 }
 
 /// A transfer: the leader takes nothing new, tells the target once it holds the whole log, and the

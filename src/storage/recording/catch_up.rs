@@ -427,6 +427,26 @@ impl CatchUpFetch {
         Ok(None)
     }
 
+    /// What a catch-up that failed after installing the leader's snapshot brought: the snapshot and the
+    /// blocks recorded after it (all verified, and the recording already starts at the snapshot), for the
+    /// follower to join there rather than to ask again from below a recording that no longer holds it.
+    /// `None` when no snapshot was installed (the recording still ends where the catch-up began, or past
+    /// it with verified blocks a retry cuts back).
+    pub fn partial(&mut self, recording: &Recording) -> Option<Fetched> {
+        let snapshot = self.snapshot.take()?;
+        let end = recording.end();
+        let from = self.response.from;
+        let terms =
+            std::mem::take(&mut self.terms).into_iter().filter(|&(base, _)| base == from || base < end).collect();
+        Some(Fetched {
+            from: self.response.from,
+            end,
+            terms,
+            history: std::mem::take(&mut self.history),
+            snapshot: Some(snapshot),
+        })
+    }
+
     /// Writes the pending bytes; the bytes written.
     fn flush(&mut self) -> Result<usize, String> {
         let mut moved = 0;
@@ -727,11 +747,21 @@ pub fn fetch(
     let timeout_ns = timeout.as_nanos() as u64;
     let mut fetch = CatchUpFetch::start(leader, stream, request, *key, &Nonces::Os, timeout_ns, clock.now_ns())?;
     loop {
-        if cancelled() {
-            return Err("cancelled".into());
-        }
-        if let Some(fetched) = fetch.poll(recording, snapshots, clock.now_ns())? {
-            return Ok(fetched);
+        let polled =
+            if cancelled() { Err("cancelled".to_string()) } else { fetch.poll(recording, snapshots, clock.now_ns()) };
+        match polled {
+            Ok(Some(fetched)) => return Ok(fetched),
+            Ok(None) => {}
+            Err(why) => {
+                let partial = fetch.partial(recording);
+                if let Some(partial) = &partial {
+                    log::warn!(
+                        "a catch-up from {leader} stopped after its snapshot: {why}; joining from {}",
+                        partial.end
+                    );
+                }
+                return partial.ok_or(why);
+            }
         }
     }
 }

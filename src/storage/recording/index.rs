@@ -96,11 +96,16 @@ impl Index {
 
     /// The term of the byte at `position`: the last term that starts at or before it.
     pub fn term_at(&self, position: i64) -> i64 {
-        self.terms
-            .iter()
-            .take_while(|t| t.base_position <= position)
-            .last()
-            .map_or(self.start_term, |t| t.leadership_term_id)
+        let listed = self.terms.iter().take_while(|t| t.base_position <= position).last();
+        match listed {
+            // An index whose terms stop below its start (written before they were kept whole) still knows
+            // the term at its start: no term listed below it is newer.
+            Some(t) if position >= self.start_position && t.base_position < self.start_position => {
+                t.leadership_term_id.max(self.start_term)
+            }
+            Some(t) => t.leadership_term_id,
+            None => self.start_term,
+        }
     }
 
     fn checksum(header: &IndexHeader, entries: &[TermEntry]) -> u64 {

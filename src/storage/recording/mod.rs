@@ -390,8 +390,10 @@ impl Recording {
         if let Some(segment) = &self.active {
             segment.file.sync_data().map_err(|e| RecordingError::io(&segment.path, "sync", e))?;
         }
-        if std::mem::take(&mut self.dir_changed) {
+        if self.dir_changed {
+            // Cleared only once synced: a failed directory sync is made again by the next sync.
             self.disk.sync_dir(&self.config.dir).map_err(|e| RecordingError::io(&self.config.dir, "sync", e))?;
+            self.dir_changed = false;
         }
         Ok(())
     }
@@ -467,7 +469,7 @@ impl Recording {
         self.reset_with_history(position, term, &[])
     }
 
-    /// As [`reset`](Self::reset), keeping `history` (the terms that start below `position`, `(base,
+    /// As [`reset`](Self::reset), keeping `history` (the terms that start at or below `position`, `(base,
     /// leadership term id)` oldest first: the leader's, whose snapshot was installed) in the index, so that
     /// the member knows which term every position is in after a restart too.
     pub fn reset_with_history(
@@ -481,9 +483,11 @@ impl Recording {
             let path = self.segment_path(base);
             self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
         }
+        // The term at `position` too, when it starts there: the index then says which term every position
+        // from 0 to the recording's start is in (a marker recorded again later is no change).
         let terms = history
             .iter()
-            .filter(|&&(base, _)| base < position)
+            .filter(|&&(base, _)| base <= position)
             .map(|&(base_position, leadership_term_id)| index::RecordedTerm { leadership_term_id, base_position })
             .collect();
         self.index = Index { start_position: position, start_term: term, terms };

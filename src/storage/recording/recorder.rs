@@ -359,7 +359,8 @@ impl Recorder {
                 match fetch.poll(&mut self.recording, snapshots, now_ns) {
                     Ok(None) => return Ok(true),
                     Ok(Some(fetched)) => Ok(fetched),
-                    Err(why) => Err(why),
+                    // Past an installed snapshot, what arrived is reported: the recording starts there now.
+                    Err(why) => fetch.partial(&self.recording).ok_or(why),
                 }
             };
             self.fetching = None;
@@ -439,6 +440,11 @@ impl Recorder {
     }
 
     fn cut(&mut self, at: i64) -> Result<(), AgentError> {
+        // Lowered before the cut: what is above `at` is no longer held as soon as the cut starts, and a
+        // cut that fails on the way (its sync) must not leave the member reporting it synced (found by the
+        // node simulator: seed 1796347944366307667).
+        self.counters.position.set(self.counters.position.get().min(at));
+        self.counters.synced_position.set(self.counters.synced_position.get().min(at));
         self.recording.truncate(at).map_err(AgentError::new)?;
         self.counters.truncations.increment();
         self.counters.position.set(at);

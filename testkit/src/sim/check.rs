@@ -31,6 +31,13 @@ pub enum Violation {
     /// After a power loss, a node's recorded log ended before the position its recorder had reported as
     /// synced (and so as acknowledgeable) before it.
     LostDurable { member: usize, synced: i64, recovered: i64 },
+    /// A remote client was told something the committed order contradicts: a message committed that is
+    /// not in the order, a response that is not the state after its message, one message reported twice,
+    /// or a session's messages applied out of order.
+    Client { client: usize, detail: String },
+    /// A member applied a remote client session's message out of the session's order (a resend applied
+    /// again, or one skipped).
+    SessionOrder { member: usize, session: u64, got: u64, expected: u64 },
     /// What a member or the network holds grew past its bound (under forged traffic: datagrams waiting,
     /// open streams, files in a node's directory).
     Unbounded { what: String, held: usize, bound: usize },
@@ -63,6 +70,11 @@ impl fmt::Display for Violation {
             Self::LostDurable { member, synced, recovered } => write!(
                 f,
                 "member {member} reported its log synced up to {synced}, and after a power loss held it up to {recovered}"
+            ),
+            Self::Client { client, detail } => write!(f, "remote client {client}: {detail}"),
+            Self::SessionOrder { member, session, got, expected } => write!(
+                f,
+                "member {member} applied message {got} of session {session:#x}, where the session's next is {expected}"
             ),
             Self::Unbounded { what, held, bound } => write!(f, "{what}: {held}, more than its bound {bound}"),
             Self::NoProgress { healed_ms, bound_ms, window_stall, state } => write!(
@@ -98,6 +110,9 @@ pub(super) struct Checker {
     offered: HashMap<u64, u64>,
     /// Where each message is in the order.
     placed: HashMap<u64, i64>,
+    /// The state (the fold of every entry's digest, [`super::state::fold`]) after each entry of the order,
+    /// by its end position (0: before the first).
+    state_at: HashMap<i64, u64>,
 }
 
 pub(super) fn digest(bytes: &[u8]) -> u64 {
@@ -115,6 +130,7 @@ impl Checker {
             highest: vec![None; members],
             offered: HashMap::new(),
             placed: HashMap::new(),
+            state_at: HashMap::from([(0, 0)]),
         }
     }
 
@@ -163,6 +179,16 @@ impl Checker {
         Ok(())
     }
 
+    /// The state after the entry of the order that ends at `end`, if it is known.
+    pub(super) fn state_at(&self, end: i64) -> Option<u64> {
+        self.state_at.get(&end).copied()
+    }
+
+    /// Where message `seq` is in the order, if it is.
+    pub(super) fn placed(&self, seq: u64) -> Option<i64> {
+        self.placed.get(&seq).copied()
+    }
+
     /// Member `member` applied `bytes`, ending at `end`.
     pub(super) fn on_applied(&mut self, member: usize, end: i64, bytes: &[u8]) -> Result<(), Violation> {
         let previous = self.last[member];
@@ -197,6 +223,9 @@ impl Checker {
                 self.order.insert(end, Link { previous, digest: d, seq });
                 self.next_of.insert(previous, end);
                 self.placed.insert(seq, end);
+                if let Some(&before) = self.state_at.get(&previous) {
+                    self.state_at.insert(end, super::state::fold(before, d));
+                }
             }
         }
         self.last[member] = end;

@@ -29,9 +29,14 @@ const HELD_STREAMS: usize = 24;
 /// What it sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Forged {
+    /// Floods: bursts of one datagram replayed from many addresses at a member's client endpoint (opens
+    /// and reconnects of sessions among them).
+    pub floods: u64,
     /// Rewritten frames of members' traffic.
     pub rewritten: u64,
-    /// Of them, sent from a member's own address (authenticated channels only).
+    /// Of them, sent from a member's own address: any frame on an authenticated channel; without a key,
+    /// only frames of the log channel rewritten to a session of the forger's own (what a member must
+    /// ignore from wherever it comes: no key can tell a spoofed frame of the session it follows).
     pub spoofed: u64,
     /// Catch-up streams opened (and held idle or sent a bad hello).
     pub streams: u64,
@@ -42,17 +47,29 @@ pub struct Forger {
     prng: Prng,
     /// Members' addresses: (log, consensus) per member.
     members: Vec<(SocketAddr, SocketAddr)>,
+    /// Members' client endpoints.
+    clients: Vec<SocketAddr>,
     /// Spoof members' addresses (only where datagrams are authenticated: without a key nothing can tell a
     /// spoofed datagram from its member's).
     spoof: bool,
+    /// Without a key: spoof members' addresses with frames of other sessions.
+    spoof_sessions: bool,
     held: Vec<(SimStream, u64)>,
     forged: Forged,
 }
 
 impl Forger {
     /// A forger with its own draws from `seed`, against `members` (log and consensus endpoints).
-    pub fn new(seed: u64, members: Vec<(SocketAddr, SocketAddr)>, spoof: bool) -> Self {
-        Self { prng: Prng::new(seed ^ 0xF0_46E5), members, spoof, held: Vec::new(), forged: Forged::default() }
+    pub fn new(
+        seed: u64,
+        members: Vec<(SocketAddr, SocketAddr)>,
+        clients: Vec<SocketAddr>,
+        spoof: bool,
+        spoof_sessions: bool,
+    ) -> Self {
+        let prng = Prng::new(seed ^ 0xF0_46E5);
+        let (held, forged) = (Vec::new(), Forged::default());
+        Self { prng, members, clients, spoof, spoof_sessions, held, forged }
     }
 
     /// What it sent so far.
@@ -70,6 +87,23 @@ impl Forger {
         if self.prng.chance(0.002) && self.held.len() < HELD_STREAMS {
             self.open_stream(network, now_ns);
         }
+        if self.prng.chance(0.002) {
+            self.flood(network);
+        }
+    }
+
+    /// One of the members' recent datagrams (often a client's open, reconnect or message: stolen session ids
+    /// and replays), sent at a member's client endpoint from many addresses at once.
+    fn flood(&mut self, network: &SimNetwork) {
+        let Some(bytes) = network.recent(self.prng.below(64)) else {
+            return;
+        };
+        let to = self.clients[self.prng.below(self.clients.len())];
+        for k in 0..64u16 {
+            let host = IpAddr::V4(Ipv4Addr::new(10, 78, (k / 200) as u8, (k % 200) as u8 + 1));
+            network.inject(SocketAddr::new(host, 41_000 + k), to, &bytes);
+        }
+        self.forged.floods += 1;
     }
 
     /// A member's recent datagram, rewritten, sent at a member's endpoint.
@@ -97,8 +131,13 @@ impl Forger {
                 bytes[at] ^= 1 << self.prng.below(8);
             }
         }
-        let (log, consensus) = self.members[self.prng.below(self.members.len())];
-        let to = if self.prng.chance(0.7) { log } else { consensus };
+        let member = self.prng.below(self.members.len());
+        let (log, consensus) = self.members[member];
+        let to = match self.prng.below(10) {
+            0..=5 => log,
+            6..=7 => consensus,
+            _ => self.clients[member],
+        };
         let from = if self.spoof && self.prng.chance(0.5) {
             self.forged.spoofed += 1;
             let (log, consensus) = self.members[self.prng.below(self.members.len())];
@@ -109,6 +148,16 @@ impl Forger {
             }
         } else {
             SocketAddr::new(OUTSIDER, 40_100)
+        };
+        let from = match session_at(&bytes) {
+            // Without a key: a log frame of another session, from a member's log endpoint.
+            Some(at) if !self.spoof && self.spoof_sessions && to == log && self.prng.chance(0.3) => {
+                let session = (self.prng.next_u64() as i32 | 0x4000_0000).to_le_bytes();
+                write_at(&mut bytes, at, &session);
+                self.forged.spoofed += 1;
+                self.members[self.prng.below(self.members.len())].0
+            }
+            _ => from,
         };
         network.inject(from, to, &bytes);
         self.forged.rewritten += 1;
@@ -129,6 +178,17 @@ impl Forger {
         let hold = self.prng.between(100_000_000, 5_000_000_000);
         self.held.push((stream, now_ns + hold));
         self.forged.streams += 1;
+    }
+}
+
+/// Where a log-channel frame holds its session id: Aeron's DATA and SETUP frames at 12, its status and
+/// NAK frames and the cluster's position frames at 8; `None` for anything else.
+fn session_at(bytes: &[u8]) -> Option<usize> {
+    let kind = u16::from_le_bytes([*bytes.get(6)?, *bytes.get(7)?]);
+    match kind {
+        0x01 | 0x05 => Some(12),
+        0x02 | 0x03 | 0x40 | 0x41 | 0x50 => Some(8),
+        _ => None,
     }
 }
 

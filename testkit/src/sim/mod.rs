@@ -4,28 +4,28 @@
 //!
 //! A step moves the simulated time on by a drawn quantum, delivers what the network has due, and invokes
 //! every running node's agents in a drawn order (a paused node, as `SIGSTOP` pauses a process, is skipped
-//! while time goes on), then hands each node's committed entries to the checker. Meanwhile a client offers
-//! numbered messages to whichever node leads. Faults come and go during the first part of a run (loss,
-//! duplication, delay and so reordering, links cut one way or both, a paused node, a clamped path MTU,
-//! datagrams from a host outside the cluster); then the network heals and the run must make progress.
+//! while time goes on; with [`SimConfig::shuffle_agents`] each node's own agents run in a drawn order
+//! too), then hands each node's committed entries to the checker. Meanwhile a client offers numbered
+//! messages to whichever node leads, and (with [`SimConfig::clients`]) remote clients offer through
+//! sessions ([`clients`]). Faults come and go during the first part of a run (loss, duplication, delay
+//! and so reordering, links cut one way or both, a paused node, a clamped path MTU, restarts, clock
+//! jumps, datagrams from a host outside the cluster, and under [`Schedule::Disk`] crashes, power losses
+//! and failing disks; with [`SimConfig::hostile`] a hostile host, [`forge`]); then the network heals and
+//! the run must make progress.
 //!
-//! What it checks after every step (its `check` module): one committed order (every node's applied entries are a
-//! prefix of one sequence, none skipped, none changed); every entry applied is a message the client
-//! offered, applied once; after the faults stop, a leader commits a new message on a majority (on every
-//! node, unless one fell behind what the leader's log in memory holds) within [`LIVENESS_BOUND_NS`].
+//! What it checks after every step (its `check` module): one committed order (every node's applied
+//! entries are a prefix of one sequence, none skipped, none changed); every entry applied is a message a
+//! client offered, applied once; every snapshot loaded is the order's state at its position; what remote
+//! clients are told agrees with the order; after the faults stop, a new message is applied on every node
+//! within [`LIVENESS_BOUND_NS`].
 //!
-//! Each member has a [`SimDisk`] (its recorded log and vote file): under [`Schedule::Disk`] members also
-//! crash without closing (`kill -9`), lose power alone or a majority at once (under `batch` only: `none`
-//! loses what a member acknowledged on a power loss, as its docs say), and have failing disks for a while
-//! (writes failing with `EIO` or `ENOSPC`, syncs failing, bits flipped on read): such a member must stop
-//! (its agent fails) rather than go on, and is started again once its disk is healthy.
-//!
-//! A follower the leader's log in memory no longer reaches catches up from the leader's recording over a
-//! stream of the simulated network (the catch-up connection TCP carries in production), in its
-//! recorder's duty cycles; snapshots are on the member's simulated disk. Not simulated: the log buffers in
-//! shared memory (real files under a scratch directory).
+//! Each member has a [`SimDisk`] (its recorded log, vote file and snapshots). A follower the leader's log
+//! in memory no longer reaches catches up from the leader's recording over a stream of the simulated
+//! network (the catch-up connection TCP carries in production), in its recorder's duty cycles. Not
+//! simulated: the log buffers in shared memory (real files under a scratch directory).
 
 mod check;
+pub mod clients;
 pub mod disk;
 pub mod forge;
 pub mod network;
@@ -42,7 +42,9 @@ use quorumcast::cluster::consensus_core::{Role, Timers};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::SharedNetwork;
-use quorumcast::node::{Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs, StorageConfig};
+use quorumcast::node::{
+    ClientEndpointConfig, Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs, StorageConfig,
+};
 use quorumcast::storage::recording::SyncPolicy;
 
 use check::Checker;
@@ -86,6 +88,9 @@ pub struct SimConfig {
     /// Every datagram of the log and consensus channels is authenticated with a shared key, and the
     /// hostile host also spoofs members' addresses.
     pub auth: bool,
+    /// Without a key, the hostile host spoofs members' log endpoints with frames of sessions of its own
+    /// (off in the regression seeds found before).
+    pub spoof_sessions: bool,
     /// Each node's own agents run in an order drawn from the seed in every duty cycle (as a node whose
     /// agents have threads of their own interleaves them), instead of their fixed order; off in the
     /// regression seeds, which keep the schedule they were found with.
@@ -95,6 +100,9 @@ pub struct SimConfig {
     /// snapshots and a member far behind is sent a snapshot), and restore it at every restart; off in the
     /// regression seeds found before (they apply through `poll_positions`, with no snapshot).
     pub snapshots: bool,
+    /// Remote clients ([`clients`]) offering through sessions beside the local client (the members serve
+    /// clients at their client endpoints).
+    pub clients: usize,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -116,8 +124,10 @@ impl SimConfig {
             log_cost_ns_per_kib: 0,
             hostile: false,
             auth: false,
+            spoof_sessions: false,
             shuffle_agents: false,
             snapshots: false,
+            clients: 0,
             trace: false,
         }
     }
@@ -167,6 +177,8 @@ pub struct SimReport {
     pub catch_ups: u64,
     /// Snapshots members loaded while running (installed by a catch-up; restores at restarts aside).
     pub snapshots_loaded: u64,
+    /// What the remote clients did.
+    pub clients: clients::ClientReport,
     /// What happened, when traced.
     pub trace: String,
 }
@@ -276,6 +288,9 @@ pub struct Simulation {
     report: SimReport,
     scratch: ScratchDir,
     forger: Option<forge::Forger>,
+    remote: Option<clients::SimClients>,
+    /// The remote clients' clock.
+    client_time: Arc<SimulatedTime>,
 }
 
 impl Simulation {
@@ -305,7 +320,15 @@ impl Simulation {
         }
         let checker = Checker::new(config.members);
         let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
-        let forger = config.hostile.then(|| forge::Forger::new(config.seed, endpoints, config.auth));
+        let client_endpoints = members.iter().map(|m| m.client).collect();
+        let forger = config
+            .hostile
+            .then(|| forge::Forger::new(config.seed, endpoints, client_endpoints, config.auth, config.spoof_sessions));
+        let client_time = SimulatedTime::new(1_700_000_000_000_000_000);
+        let remote = (config.clients > 0).then(|| {
+            let endpoints = members.iter().map(|m| (m.id, m.client)).collect();
+            clients::SimClients::new(config.clients, endpoints, &network, &client_time, config.seed)
+        });
         Self {
             config,
             prng,
@@ -321,6 +344,8 @@ impl Simulation {
             report: SimReport::default(),
             scratch,
             forger,
+            remote,
+            client_time,
         }
     }
 
@@ -338,6 +363,9 @@ impl Simulation {
         while self.now_ns - healed_at < LIVENESS_BOUND_NS {
             self.step()?;
             if self.checker.applied_by(target) == self.nodes.len() {
+                if let Some(Err(violation)) = self.remote.as_ref().map(|r| r.finish(&self.checker)) {
+                    return Err(self.failure(violation));
+                }
                 let made = |n: &SimNode| crate::cluster::counter_value(&n.node, "recorder catch-ups made");
                 self.report.catch_ups += self.nodes.iter().filter_map(made).sum::<i64>() as u64;
                 self.report.hostile = self.forger.as_ref().map(forge::Forger::forged).unwrap_or_default();
@@ -470,6 +498,12 @@ impl Simulation {
             self.trace_role(i);
         }
         self.offer();
+        self.client_time.advance_to(self.now_ns);
+        if let Some(remote) = self.remote.as_mut() {
+            if let Err(violation) = remote.step(&mut self.checker, &mut self.report.clients) {
+                return Err(self.failure(violation));
+            }
+        }
         Ok(())
     }
 
@@ -489,6 +523,12 @@ impl Simulation {
             return Err(self.failure(Violation::Unbounded { what, held: streams.0, bound: streams.1 }));
         }
         for i in 0..n {
+            let sessions = self.nodes[i].node.client_sessions();
+            let most = ClientEndpointConfig::default().max_sessions;
+            if sessions > most {
+                let what = format!("remote client sessions in member {i}'s table");
+                return Err(self.failure(Violation::Unbounded { what, held: sessions, bound: most }));
+            }
             let dir = self.scratch.join(format!("node-{i}"));
             let files = std::fs::read_dir(&dir).map_or(0, Iterator::count);
             if files > 24 {
@@ -522,6 +562,9 @@ impl Simulation {
                 }
             }
             applied = std::mem::take(&mut self.nodes[i].state.applied);
+            if let Some((session, got, expected)) = self.nodes[i].state.out_of_order.take() {
+                return Err(self.failure(Violation::SessionOrder { member: i, session, got, expected }));
+            }
         } else {
             self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
         }
@@ -957,6 +1000,10 @@ fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimC
         .channel(channel)
         .threading(ThreadingMode::Invoker)
         .idle_all("backoff");
+    let builder = match config.clients {
+        0 => builder,
+        _ => builder.clients(ClientEndpointConfig::enabled(AuthKey::derive("node simulator sessions", &[]))),
+    };
     match config.storage {
         Some(sync) if config.snapshots => builder.storage(StorageConfig {
             sync,

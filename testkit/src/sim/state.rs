@@ -3,6 +3,7 @@
 //! by one member, installed by another after a catch-up, or restored after a restart) against the
 //! committed order at its position.
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
 use quorumcast::{Entry, StateMachine};
@@ -18,6 +19,11 @@ pub struct SimState {
     pub applied: Vec<(i64, Vec<u8>)>,
     /// A snapshot loaded since the simulator last looked: its position and state digest.
     pub loaded: Option<(i64, u64)>,
+    /// Each remote client session's last message number applied (part of the state, and of snapshots).
+    pub sessions: BTreeMap<u64, u64>,
+    /// A client message applied out of its session's order since the simulator last looked:
+    /// `(session, message number, the number expected)`.
+    pub out_of_order: Option<(u64, u64, u64)>,
 }
 
 /// The state after applying an entry whose bytes have digest `entry` to state `state`.
@@ -26,15 +32,31 @@ pub fn fold(state: u64, entry: u64) -> u64 {
 }
 
 impl StateMachine for SimState {
-    fn apply_entry(&mut self, entry: &Entry<'_>, _response: &mut Vec<u8>) {
+    fn apply_entry(&mut self, entry: &Entry<'_>, response: &mut Vec<u8>) {
         self.digest = fold(self.digest, super::check::digest(entry.payload));
         self.position = entry.position;
         self.applied.push((entry.position, entry.payload.to_vec()));
+        if let Some(message) = entry.client {
+            // Every session's messages exactly once and in order, from 1.
+            let last = self.sessions.entry(message.session_id).or_insert(0);
+            if message.correlation_id != *last + 1 && self.out_of_order.is_none() {
+                self.out_of_order = Some((message.session_id, message.correlation_id, *last + 1));
+            }
+            *last = message.correlation_id;
+            // The response: the state after this message, which the client checks against the order's.
+            response.extend_from_slice(&self.digest.to_le_bytes());
+        }
     }
 
     fn take_snapshot(&mut self, writer: &mut dyn Write) -> io::Result<()> {
         writer.write_all(&self.position.to_le_bytes())?;
-        writer.write_all(&self.digest.to_le_bytes())
+        writer.write_all(&self.digest.to_le_bytes())?;
+        writer.write_all(&(self.sessions.len() as u64).to_le_bytes())?;
+        for (session, last) in &self.sessions {
+            writer.write_all(&session.to_le_bytes())?;
+            writer.write_all(&last.to_le_bytes())?;
+        }
+        Ok(())
     }
 
     fn load_snapshot(&mut self, reader: &mut dyn Read) -> io::Result<()> {
@@ -43,6 +65,15 @@ impl StateMachine for SimState {
         let position = i64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
         let digest = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
         (self.position, self.digest) = (position, digest);
+        let mut count = [0; 8];
+        reader.read_exact(&mut count)?;
+        self.sessions.clear();
+        for _ in 0..u64::from_le_bytes(count) {
+            let mut pair = [0; 16];
+            reader.read_exact(&mut pair)?;
+            let session = u64::from_le_bytes(pair[..8].try_into().expect("8 bytes"));
+            self.sessions.insert(session, u64::from_le_bytes(pair[8..].try_into().expect("8 bytes")));
+        }
         self.applied.clear();
         self.loaded = Some((position, digest));
         Ok(())

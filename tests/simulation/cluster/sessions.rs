@@ -130,7 +130,7 @@ impl Simulation {
                 },
             };
             let id = node.id;
-            let mut applied = node.sessions.table.apply(&session_entry, |closed| {
+            let mut applied = node.sessions.table.apply(&session_entry, |closed, _| {
                 panic!("member {id}: session {closed} timed out without a timeout");
             });
             if let (true, Applied::Duplicate { session_id, correlation_id }) =
