@@ -73,7 +73,7 @@ use crate::agent::{AgentFailure, AgentHandles};
 use crate::client::session::Entry;
 use crate::cluster::consensus_core::Role;
 use crate::cluster::consensus_core::TransferError;
-use crate::frame::SESSION_FLAG;
+use crate::cluster::frames::SESSION_FLAG;
 use crate::shm::counters::{Counter, CountersManager};
 use crate::shm::directory::NodeDirectory;
 use crate::shm::ring_buffer::ManyToOneRingBuffer;

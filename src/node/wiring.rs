@@ -342,13 +342,10 @@ impl Wiring {
             piggyback: config.commit_piggyback,
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),
-        };
-        channel.follower = Some(FollowerSeam {
             member_id: config.id,
-            ack_interval: config.ack_interval,
-            ack_up_to: durable,
-            observer: Arc::new(observer),
-        });
+        };
+        channel.follower =
+            Some(FollowerSeam { ack_interval: config.ack_interval, ack_up_to: durable, observer: Arc::new(observer) });
         let faults = channel.channel.receive_faults.is_active();
         let counters = self.counters.receiver.clone();
         let clock = self.env.clock.fresh();

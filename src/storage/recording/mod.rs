@@ -36,7 +36,8 @@ pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
 pub use segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
 
 use crate::cluster::consensus_core::{TermBase, TermHistory};
-use crate::frame::{term_start_of, Frame, DATA_HEADER_LENGTH};
+use crate::cluster::frames::term_start_of;
+use crate::frame::{Frame, DATA_HEADER_LENGTH};
 use crate::storage::disk::{Disk, SharedDisk};
 use segment::Segment;
 
