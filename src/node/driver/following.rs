@@ -21,6 +21,8 @@ pub(super) struct Following {
     /// Where the image starts.
     pub(super) join: i64,
     pub(super) append: Counter,
+    /// What the core holds of the leader's log (its append position): the Receiver acknowledges no further.
+    pub(super) held: Counter,
     pub(super) term_starts: Arc<TermStarts>,
     pub(super) reported: u64,
     /// Markers not yet passed by the rebuilt position, by position.
@@ -147,11 +149,11 @@ impl ConsensusAgent {
             return Ok(());
         };
         self.wiring.clear();
-        let followership =
-            self.wiring.follow(following.leader, following.join, self.synced.clone()).map_err(AgentError::new)?;
+        let followership = self.wiring.follow(following.leader, following.join).map_err(AgentError::new)?;
         following.subscription = Some(followership.subscription);
         following.append = followership.append;
         following.term_starts = followership.term_starts;
+        following.held = followership.held;
         Ok(())
     }
 
@@ -175,8 +177,7 @@ impl ConsensusAgent {
         let Current::Following(following) = &mut self.current else {
             return Ok(());
         };
-        let followership =
-            self.wiring.follow(following.leader, fetched.end, self.synced.clone()).map_err(AgentError::new)?;
+        let followership = self.wiring.follow(following.leader, fetched.end).map_err(AgentError::new)?;
         let mut terms = fetched.terms.iter();
         if let Some(snapshot) = &fetched.snapshot {
             // The bytes between this member's log and the snapshot are not this member's: its log goes on
@@ -226,6 +227,9 @@ impl ConsensusAgent {
         following.join = fetched.end;
         following.append = followership.append;
         following.term_starts = followership.term_starts;
+        following.held = followership.held;
+        // The core holds the fetched log once it is fed it (next duty cycle): nothing past is acknowledged.
+        following.held.set(self.core.append_position().min(fetched.end));
         following.reported = 0;
         following.catch_up.joined();
         Ok(())
@@ -240,7 +244,7 @@ impl ConsensusAgent {
         // A catch-up the previous followership asked for is of its leader's log: it stops, and its result,
         // if one still comes, is not this followership's.
         self.shared.catch_ups.cancel();
-        let followership = self.wiring.follow(leader, position, self.synced.clone()).map_err(AgentError::new)?;
+        let followership = self.wiring.follow(leader, position).map_err(AgentError::new)?;
         self.shared.switches.push(position, None);
         if self.records {
             self.shared.recorder_switches.push(position, None);
@@ -253,6 +257,7 @@ impl ConsensusAgent {
             join: position,
             append: followership.append,
             term_starts: followership.term_starts,
+            held: followership.held,
             reported: 0,
             pending: Vec::new(),
             fed: position,
@@ -305,5 +310,7 @@ fn feed_follower(
     following.pending.retain(|(at, _)| *at >= rebuilt);
     core.on_append_position(following.fed_term, rebuilt, now_ns, out);
     following.fed = rebuilt;
+    // What the core now holds may be acknowledged (and voted with).
+    following.held.set_max(core.append_position());
     fed + 1
 }
