@@ -47,10 +47,8 @@ pub const STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH: usize = STATUS_MESSAGE_LENGTH + 
 pub const NAK_LENGTH: usize = 28;
 /// Length of an RTT measurement frame.
 pub const RTTM_LENGTH: usize = 40;
-/// Length of an APPEND_POSITION frame.
-pub const APPEND_POSITION_LENGTH: usize = 40;
-/// Length of a COMMIT_POSITION frame.
-pub const COMMIT_POSITION_LENGTH: usize = 40;
+/// Length of an extension frame's fixed part ([`ExtensionHeader`]): the common header, session and stream.
+pub const EXTENSION_HEADER_LENGTH: usize = 16;
 /// Length of a BEHIND_RETAINED frame.
 pub const BEHIND_RETAINED_LENGTH: usize = 40;
 /// Largest UDP payload a frame run may fill: 65535 - 8 (UDP) - 20 (IPv4), rounded down to 32.
@@ -85,16 +83,18 @@ pub const END_FLAG: u8 = 0x40;
 pub const UNFRAGMENTED: u8 = BEGIN_FLAG | END_FLAG;
 /// Data flag: end of stream (set with [`UNFRAGMENTED`] on the last heartbeat of a closed publication).
 pub const EOS_FLAG: u8 = 0x20;
-/// Data flag: a term-start marker. A leader opens each leadership term it leads with one unfragmented data
-/// frame flagged so, whose 8-byte payload is the leadership term id (little-endian); every byte of the log
-/// after it, up to the next marker, belongs to that term. Readers of messages skip it.
-pub const TERM_START_FLAG: u8 = 0x10;
-/// Data flag: every fragment of a client session entry (an entry of [`crate::client::session`], which a leader
-/// appends for a remote client), so that members tell them from the application's own entries. It
-/// travels with the frame through replication, recording and catch-up like the fragment flags.
-pub const SESSION_FLAG: u8 = 0x08;
-/// Payload length of a term-start marker: the leadership term id.
-pub const TERM_START_LENGTH: usize = 8;
+/// Data flag: a marker. The log's writer puts an unfragmented data frame flagged so, whose 8-byte payload
+/// is a value of its own (little-endian, not negative), into the log for the log's readers; it is not a
+/// message, and readers of messages skip it. The media layer carries it as any frame and reports where
+/// each one is ([`DataRun::markers`]) without knowing what it means (a cluster opens each leadership term
+/// with one: `cluster::frames::TERM_START_FLAG`).
+pub const MARKER_FLAG: u8 = 0x10;
+/// Data flag: set by the log's writer on every fragment of a message, and carried with it through
+/// replication, recording and catch-up like the fragment flags; what it means is the writer's (a
+/// cluster flags client session entries with it: `cluster::frames::SESSION_FLAG`).
+pub const APPLICATION_FLAG: u8 = 0x08;
+/// Payload length of a marker: its value.
+pub const MARKER_LENGTH: usize = 8;
 /// STATUS MESSAGE flag: the receiver asks the sender for a SETUP frame.
 pub const SM_SEND_SETUP_FLAG: u8 = 0x80;
 /// STATUS MESSAGE flag: the receiver is leaving (end of stream).
@@ -120,13 +120,17 @@ pub const TYPE_ERR: u16 = 0x04;
 pub const TYPE_SETUP: u16 = 0x05;
 /// Round-trip-time measurement.
 pub const TYPE_RTTM: u16 = 0x06;
-/// Consensus: a follower acknowledges the log position it has appended (quorumcast's own type).
-pub const TYPE_APPEND_POSITION: u16 = 0x40;
-/// Consensus: the leader announces the committed log position (quorumcast's own type).
-pub const TYPE_COMMIT_POSITION: u16 = 0x41;
+/// The first type of the extension range: control frames of the layer above the media (a cluster's
+/// acknowledgements and commit positions, `cluster::frames`), which the media layer parses as far as their
+/// [`ExtensionHeader`] and hands on whole ([`Frame::Extension`]), as Aeron's driver knows nothing of Aeron
+/// Cluster.
+pub const TYPE_EXTENSION_FIRST: u16 = 0x40;
+/// The last type of the extension range.
+pub const TYPE_EXTENSION_LAST: u16 = 0x4F;
 
 /// The publisher tells a receiver that its position is older than anything the publisher still retains,
-/// so its NAKs cannot be answered (quorumcast's own type).
+/// so its NAKs cannot be answered (quorumcast's own type). A frame of the media layer itself, as Aeron's
+/// ERR frame is: it is about the publication's retained window, not about what the log means.
 pub const TYPE_BEHIND_RETAINED: u16 = 0x50;
 
 /// Rounds `length` up to [`FRAME_ALIGNMENT`]. `length` must be at most `usize::MAX - 31`.
@@ -331,58 +335,24 @@ pub struct RttmFrame {
     pub receiver_id: i64,
 }
 
-/// APPEND_POSITION (40 bytes, quorumcast's own): follower -> leader, "I have appended the log up to
-/// `log_position` in `leadership_term_id`". The leader commits the quorum's median position.
+/// The fixed part of an extension frame (types [`TYPE_EXTENSION_FIRST`] to [`TYPE_EXTENSION_LAST`]): the
+/// common header, then the session and stream it is about, as every control frame has them; its body
+/// (`frame_length` bytes in all) is the layer above's.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-pub struct AppendPositionFrame {
-    /// [`APPEND_POSITION_LENGTH`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct ExtensionHeader {
+    /// The frame's whole length, at least [`EXTENSION_HEADER_LENGTH`].
     pub frame_length: i32,
     /// [`CURRENT_VERSION`].
     pub version: u8,
-    /// No flags defined yet.
+    /// The layer above's.
     pub flags: u8,
-    /// [`TYPE_APPEND_POSITION`].
+    /// In the extension range.
     pub frame_type: u16,
-    /// Session of the replicated log's publication.
+    /// The publication's session it is about.
     pub session_id: i32,
-    /// Stream of the replicated log.
+    /// Its stream.
     pub stream_id: i32,
-    /// Leadership term the follower appended in (8-aligned, offset 16).
-    pub leadership_term_id: i64,
-    /// Log position (bytes from the start of the log) appended up to (offset 24).
-    pub log_position: i64,
-    /// Id of the follower sending the acknowledgement (offset 32).
-    pub member_id: i32,
-    /// Reserved; written as 0 and ignored on read (keeps the frame free of implicit padding).
-    pub reserved: i32,
-}
-
-/// COMMIT_POSITION (40 bytes, quorumcast's own): leader -> followers, "the log is committed up to
-/// `log_position` in `leadership_term_id`".
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-pub struct CommitPositionFrame {
-    /// [`COMMIT_POSITION_LENGTH`].
-    pub frame_length: i32,
-    /// [`CURRENT_VERSION`].
-    pub version: u8,
-    /// No flags defined yet.
-    pub flags: u8,
-    /// [`TYPE_COMMIT_POSITION`].
-    pub frame_type: u16,
-    /// Session of the replicated log's publication.
-    pub session_id: i32,
-    /// Stream of the replicated log.
-    pub stream_id: i32,
-    /// Leadership term of the commit (8-aligned, offset 16).
-    pub leadership_term_id: i64,
-    /// Committed log position (offset 24).
-    pub log_position: i64,
-    /// Id of the leader sending the commit (offset 32).
-    pub leader_member_id: i32,
-    /// Reserved; written as 0 and ignored on read.
-    pub reserved: i32,
 }
 
 /// BEHIND_RETAINED (40 bytes, quorumcast's own): publisher -> receiver, "you are at `receiver_position`,
@@ -430,12 +400,9 @@ assert_layout!(StatusMessageFrame, STATUS_MESSAGE_LENGTH, session_id @ 8, stream
 assert_layout!(NakFrame, NAK_LENGTH, session_id @ 8, stream_id @ 12, term_id @ 16, term_offset @ 20, length @ 24);
 assert_layout!(RttmFrame, RTTM_LENGTH, session_id @ 8, stream_id @ 12, echo_timestamp @ 16,
     reception_delta @ 24, receiver_id @ 32);
-assert_layout!(AppendPositionFrame, APPEND_POSITION_LENGTH, session_id @ 8, stream_id @ 12,
-    leadership_term_id @ 16, log_position @ 24, member_id @ 32, reserved @ 36);
+assert_layout!(ExtensionHeader, EXTENSION_HEADER_LENGTH, session_id @ 8, stream_id @ 12);
 assert_layout!(BehindRetainedFrame, BEHIND_RETAINED_LENGTH, session_id @ 8, stream_id @ 12, receiver_position @ 16,
     oldest_retained @ 24, sender_position @ 32);
-assert_layout!(CommitPositionFrame, COMMIT_POSITION_LENGTH, session_id @ 8, stream_id @ 12,
-    leadership_term_id @ 16, log_position @ 24, leader_member_id @ 32, reserved @ 36);
 
 // ---------------------------------------------------------------------------------------------------
 // Errors
@@ -677,8 +644,6 @@ control_frame!(SetupFrame, TYPE_SETUP, SETUP_LENGTH);
 control_frame!(StatusMessageFrame, TYPE_SM, STATUS_MESSAGE_LENGTH);
 control_frame!(NakFrame, TYPE_NAK, NAK_LENGTH);
 control_frame!(RttmFrame, TYPE_RTTM, RTTM_LENGTH);
-control_frame!(AppendPositionFrame, TYPE_APPEND_POSITION, APPEND_POSITION_LENGTH);
-control_frame!(CommitPositionFrame, TYPE_COMMIT_POSITION, COMMIT_POSITION_LENGTH);
 control_frame!(BehindRetainedFrame, TYPE_BEHIND_RETAINED, BEHIND_RETAINED_LENGTH);
 
 impl SetupFrame {
@@ -755,10 +720,14 @@ pub enum Frame<'a> {
     Nak(NakFrame),
     /// An RTT measurement.
     Rttm(RttmFrame),
-    /// A follower's append position.
-    AppendPosition(AppendPositionFrame),
-    /// The leader's commit position.
-    CommitPosition(CommitPositionFrame),
+    /// An extension frame: its header, and its whole `frame_length` bytes (header included) for the layer
+    /// above to read.
+    Extension {
+        /// The fixed part.
+        header: ExtensionHeader,
+        /// The frame's bytes, `frame_length` of them.
+        bytes: &'a [u8],
+    },
     /// The publisher no longer retains the receiver's position.
     BehindRetained(BehindRetainedFrame),
 }
@@ -773,8 +742,7 @@ impl Frame<'_> {
             Self::StatusMessage { .. } => TYPE_SM,
             Self::Nak(_) => TYPE_NAK,
             Self::Rttm(_) => TYPE_RTTM,
-            Self::AppendPosition(_) => TYPE_APPEND_POSITION,
-            Self::CommitPosition(_) => TYPE_COMMIT_POSITION,
+            Self::Extension { header, .. } => header.frame_type,
             Self::BehindRetained(_) => TYPE_BEHIND_RETAINED,
         }
     }
@@ -789,8 +757,7 @@ impl Frame<'_> {
             Self::StatusMessage { frame, .. } => frame.frame_length,
             Self::Nak(f) => f.frame_length,
             Self::Rttm(f) => f.frame_length,
-            Self::AppendPosition(f) => f.frame_length,
-            Self::CommitPosition(f) => f.frame_length,
+            Self::Extension { header, .. } => header.frame_length,
             Self::BehindRetained(f) => f.frame_length,
         };
         // Parsed frames have non-negative lengths; 0 only for hand-built values, which is harmless.
@@ -887,8 +854,11 @@ pub fn parse(datagram: &[u8]) -> Result<Frame<'_>, FrameError> {
         TYPE_SM => parse_status_message(datagram, &common),
         TYPE_NAK => parse_control(datagram, &common).map(Frame::Nak),
         TYPE_RTTM => parse_control(datagram, &common).map(Frame::Rttm),
-        TYPE_APPEND_POSITION => parse_control(datagram, &common).map(Frame::AppendPosition),
-        TYPE_COMMIT_POSITION => parse_control(datagram, &common).map(Frame::CommitPosition),
+        TYPE_EXTENSION_FIRST..=TYPE_EXTENSION_LAST => {
+            let header: ExtensionHeader = parse_control(datagram, &common)?;
+            let length = usize::try_from(header.frame_length).unwrap_or(0);
+            Ok(Frame::Extension { header, bytes: datagram.get(..length).unwrap_or_default() })
+        }
         TYPE_BEHIND_RETAINED => parse_control(datagram, &common).map(Frame::BehindRetained),
         frame_type => Err(FrameError::UnknownType { frame_type }),
     }
@@ -904,32 +874,32 @@ pub struct DataRun {
     pub span: usize,
     /// The highest reserved value of its data frames (a piggybacked commit position), if it has one.
     pub max_reserved: Option<i64>,
-    /// The term-start markers in the run, in order: `(term offset, leadership term id)`; the first
-    /// `term_start_count` are set.
-    pub term_starts: [(i32, i64); MAX_TERM_STARTS_PER_RUN],
-    /// How many of `term_starts` are set.
-    pub term_start_count: usize,
+    /// The markers in the run ([`MARKER_FLAG`]), in order: `(term offset, value)`; the first
+    /// `marker_count` are set.
+    pub marker_slots: [(i32, i64); MAX_MARKERS_PER_RUN],
+    /// How many of `marker_slots` are set.
+    pub marker_count: usize,
 }
 
-/// Most term-start markers one datagram may carry (a leader writes one per term it leads, so even a
-/// repair of a log with many short terms carries few per datagram); a run with more is malformed.
-pub const MAX_TERM_STARTS_PER_RUN: usize = 4;
+/// Most markers one datagram may carry (a writer puts few into its log, so even a repair of a log with
+/// many of them carries few per datagram); a run with more is malformed.
+pub const MAX_MARKERS_PER_RUN: usize = 4;
 
 impl DataRun {
-    /// The term-start markers of the run: `(term offset, leadership term id)`, in log order.
-    pub fn term_starts(&self) -> &[(i32, i64)] {
-        &self.term_starts[..self.term_start_count]
+    /// The markers of the run: `(term offset, value)`, in log order.
+    pub fn markers(&self) -> &[(i32, i64)] {
+        &self.marker_slots[..self.marker_count]
     }
 }
 
-/// The leadership term a term-start marker frame names: its payload, when `flags` mark one and the payload
-/// is a term id. A marker with a negative term, or of the wrong length, is not a marker.
-pub fn term_start_of(flags: u8, payload: &[u8]) -> Option<i64> {
-    if flags & TERM_START_FLAG == 0 || payload.len() != TERM_START_LENGTH {
+/// The value a marker frame carries: its payload, when `flags` mark one ([`MARKER_FLAG`]) and the payload
+/// is [`MARKER_LENGTH`] bytes of a value that is not negative; `None` otherwise (not a marker).
+pub fn marker_of(flags: u8, payload: &[u8]) -> Option<i64> {
+    if flags & MARKER_FLAG == 0 || payload.len() != MARKER_LENGTH {
         return None;
     }
-    let term = i64::from_le_bytes(payload.try_into().ok()?);
-    (term >= 0).then_some(term)
+    let value = i64::from_le_bytes(payload.try_into().ok()?);
+    (value >= 0).then_some(value)
 }
 
 /// Checks that `datagram` is a run of data frames as a Sender sends them, in one walk, and describes it.
@@ -941,13 +911,8 @@ pub fn term_start_of(flags: u8, payload: &[u8]) -> Option<i64> {
 /// first term offset on, and a receiver can copy them in one piece.
 pub fn data_run(datagram: &[u8]) -> Result<DataRun, FrameError> {
     let first = parse_run_header(datagram)?;
-    let mut run = DataRun {
-        first,
-        span: 0,
-        max_reserved: None,
-        term_starts: [(0, 0); MAX_TERM_STARTS_PER_RUN],
-        term_start_count: 0,
-    };
+    let mut run =
+        DataRun { first, span: 0, max_reserved: None, marker_slots: [(0, 0); MAX_MARKERS_PER_RUN], marker_count: 0 };
     let mut src = 0;
     while src < datagram.len() {
         let rest = &datagram[src..];
@@ -972,18 +937,18 @@ pub fn data_run(datagram: &[u8]) -> Result<DataRun, FrameError> {
             break;
         }
         run.max_reserved = Some(run.max_reserved.map_or(header.reserved_value, |m| m.max(header.reserved_value)));
-        if header.flags & TERM_START_FLAG != 0 {
+        if header.flags & MARKER_FLAG != 0 {
             let payload = &rest[DATA_HEADER_LENGTH..header.frame_length as usize];
-            let term = term_start_of(header.flags, payload).ok_or(FrameError::BadLength {
+            let value = marker_of(header.flags, payload).ok_or(FrameError::BadLength {
                 frame_type: TYPE_DATA,
                 frame_length: header.frame_length,
-                problem: LengthProblem::BelowMinimum { min: DATA_HEADER_LENGTH + TERM_START_LENGTH },
+                problem: LengthProblem::BelowMinimum { min: DATA_HEADER_LENGTH + MARKER_LENGTH },
             })?;
-            if run.term_start_count == MAX_TERM_STARTS_PER_RUN {
+            if run.marker_count == MAX_MARKERS_PER_RUN {
                 return Err(FrameError::BadTermOffset { term_offset: header.term_offset });
             }
-            run.term_starts[run.term_start_count] = (header.term_offset, term);
-            run.term_start_count += 1;
+            run.marker_slots[run.marker_count] = (header.term_offset, value);
+            run.marker_count += 1;
         }
         src += aligned;
     }
@@ -1195,33 +1160,33 @@ mod tests {
     }
 
     #[test]
-    fn consensus_frames_round_trip_and_offsets() {
-        let ack = AppendPositionFrame {
+    fn extension_frames_are_parsed_to_their_header_and_handed_on_whole() {
+        let header = ExtensionHeader {
+            frame_length: 40,
+            version: CURRENT_VERSION,
+            flags: 0,
+            frame_type: TYPE_EXTENSION_FIRST + 1,
             session_id: 1,
             stream_id: 2,
-            leadership_term_id: 3,
-            log_position: 1 << 40,
-            member_id: 2,
-            ..AppendPositionFrame::default()
         };
-        let mut buf = [0u8; 40];
-        assert_eq!(ack.encode(&mut buf), Ok(40));
-        assert_eq!(u16::from_le_bytes([buf[6], buf[7]]), TYPE_APPEND_POSITION);
-        assert_eq!((i64_at(&buf, 16), i64_at(&buf, 24), i32_at(&buf, 32)), (3, 1 << 40, 2));
-        assert_eq!(parse(&buf), Ok(Frame::AppendPosition(ack)));
-
-        let commit = CommitPositionFrame {
-            session_id: 1,
-            stream_id: 2,
-            leadership_term_id: 4,
-            log_position: 4096,
-            leader_member_id: 0,
-            ..CommitPositionFrame::default()
-        };
-        assert_eq!(commit.encode(&mut buf), Ok(40));
-        assert_eq!(u16::from_le_bytes([buf[6], buf[7]]), TYPE_COMMIT_POSITION);
-        assert_eq!((i64_at(&buf, 16), i64_at(&buf, 24)), (4, 4096));
-        assert_eq!(parse(&buf), Ok(Frame::CommitPosition(commit)));
+        let mut buf = [0u8; 48];
+        buf[..16].copy_from_slice(bytemuck::bytes_of(&header));
+        buf[16..24].copy_from_slice(&4096i64.to_le_bytes());
+        assert_eq!(parse(&buf), Ok(Frame::Extension { header, bytes: &buf[..40] }), "its frame_length bytes");
+        assert_eq!(
+            parse(&buf[..39]).unwrap_err(),
+            FrameError::BadLength {
+                frame_type: TYPE_EXTENSION_FIRST + 1,
+                frame_length: 40,
+                problem: LengthProblem::BeyondDatagram { have: 39 },
+            }
+        );
+        let short = ExtensionHeader { frame_length: 12, ..header };
+        buf[..16].copy_from_slice(bytemuck::bytes_of(&short));
+        assert!(parse(&buf).is_err(), "shorter than its header");
+        let outside = ExtensionHeader { frame_type: 0x7F, ..header };
+        buf[..16].copy_from_slice(bytemuck::bytes_of(&outside));
+        assert_eq!(parse(&buf), Err(FrameError::UnknownType { frame_type: 0x7F }));
     }
 
     #[test]
@@ -1335,9 +1300,9 @@ mod tests {
         for shift in 1..8 {
             sm.encode(&mut storage[shift..]).unwrap();
             assert_eq!(parse(&storage[shift..shift + 36]), Ok(Frame::StatusMessage { frame: sm, group_tag: None }));
-            let commit = CommitPositionFrame { log_position: 99, ..CommitPositionFrame::default() };
-            commit.encode(&mut storage[shift..]).unwrap();
-            assert_eq!(parse(&storage[shift..]), Ok(Frame::CommitPosition(commit)));
+            let nak = NakFrame { term_offset: 96, ..NakFrame::default() };
+            nak.encode(&mut storage[shift..]).unwrap();
+            assert_eq!(parse(&storage[shift..]), Ok(Frame::Nak(nak)));
         }
     }
 

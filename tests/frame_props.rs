@@ -3,6 +3,9 @@
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use quorumcast::cluster::frames::{
+    AppendPositionFrame, CommitPositionFrame, TYPE_APPEND_POSITION, TYPE_COMMIT_POSITION,
+};
 use quorumcast::frame::*;
 
 /// A valid frame to encode, with everything that varies.
@@ -101,9 +104,15 @@ fn expected(spec: &Spec) -> Frame<'_> {
         }
         Spec::Nak(f) => Frame::Nak(*f),
         Spec::Rttm(f) => Frame::Rttm(*f),
-        Spec::Append(f) => Frame::AppendPosition(*f),
-        Spec::Commit(f) => Frame::CommitPosition(*f),
+        // The cluster's frames travel as the media's extension frames: the header, and the whole bytes.
+        Spec::Append(f) => extension(bytemuck::bytes_of(f)),
+        Spec::Commit(f) => extension(bytemuck::bytes_of(f)),
     }
+}
+
+/// The extension frame `bytes` are.
+fn extension(bytes: &[u8]) -> Frame<'_> {
+    Frame::Extension { header: bytemuck::pod_read_unaligned(&bytes[..EXTENSION_HEADER_LENGTH]), bytes }
 }
 
 /// Lays `specs` out as one datagram: each frame at a 32-byte boundary, the last unpadded.

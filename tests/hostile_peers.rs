@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use socket2::SockAddr;
 
 use quorumcast::cluster::consensus_core::Role;
-use quorumcast::frame::{self, CommitPositionFrame, DataHeader, NakFrame, SetupFrame, StatusMessageFrame};
+use quorumcast::cluster::frames::CommitPositionFrame;
+use quorumcast::frame::{self, DataHeader, NakFrame, SetupFrame, StatusMessageFrame};
 use quorumcast::media::auth::AuthKey;
 use quorumcast::media::channel::{membership_tag, ChannelConfig};
 use quorumcast::media::flow_control::FlowControlMode;

@@ -180,3 +180,38 @@ fn the_path_reader_finds_imports_and_skips_comments() {
     let paths = crate_paths(text);
     assert_eq!(paths, vec![("media".into(), Some("transport".into())), ("shm".into(), Some("buffer".into()))]);
 }
+
+/// The names of what a replicated log means to a cluster: the media layer and the frame format it sends
+/// carry a cluster's frames and flags without naming them (as Aeron's driver knows nothing of Aeron
+/// Cluster): its extension frames and generic markers are what it knows.
+const CLUSTER_NAMES: &[&str] = &[
+    "AppendPosition",
+    "CommitPosition",
+    "APPEND_POSITION",
+    "COMMIT_POSITION",
+    "TERM_START",
+    "term_start",
+    "SESSION_FLAG",
+    "leadership_term",
+    "member_id",
+];
+
+#[test]
+fn the_frame_format_and_the_media_layer_name_nothing_of_the_cluster() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.join("frame.rs")];
+    rust_files(&src.join("media"), &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).unwrap();
+        // Unit tests aside, as for the imports.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for name in CLUSTER_NAMES.iter().filter(|name| code.contains(*name)) {
+                found.push(format!("{}:{}: {name}", file.strip_prefix(&src).unwrap().display(), n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "cluster names in the frame format or the media layer:\n{}", found.join("\n"));
+}

@@ -191,6 +191,17 @@ fn soak_seed_1796347390807484812_a_catch_up_failing_after_its_snapshot_keeps_it(
     run_disk(1_796_347_390_807_484_812, 3, SyncPolicy::None, true);
 }
 
+/// Found by the fifth soak (disk schedule, `none`, snapshots): the leader's recorder compacted its
+/// recording below a snapshot, removing the segments first and writing the index with the new start
+/// after; the index write failed on its failing disk, and started again it refused its recording ("a
+/// segment is missing": the index still named the old start). Fix: the new start is made durable first,
+/// then the segments below it go; an open removes segments wholly below the start, left by a compaction
+/// that stopped.
+#[test]
+fn soak_seed_1796350871469910662_a_compaction_that_stops_leaves_a_recording_that_opens() {
+    run_disk(1_796_350_871_469_910_662, 3, SyncPolicy::None, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.
@@ -415,6 +426,17 @@ fn a_node_that_applies_past_an_installed_snapshot_without_loading_it_is_caught()
         }
     }
     panic!("skip_snapshot_load: not caught in {DEFAULT_SEEDS} seeds");
+}
+
+/// Found by the fifth soak (remote clients; SAFETY): member 2's Receiver acknowledged 299200 of leader
+/// 0's term-2 log (its recorder had written it), and leader 0 committed it with that acknowledgement; but
+/// member 2's consensus core had been fed only up to 298944 when, in the same duty cycle, its canvass
+/// succeeded and it stood for term 3 with that shorter log, won, and continued from 298944: the committed
+/// entry was lost. A member acknowledged more than it would vote with. Fix: the Receiver acknowledges no
+/// further than what the consensus core holds (the driver raises that bound as it feeds the core).
+#[test]
+fn seed_1796349800574356350_a_member_acknowledges_only_what_its_core_holds() {
+    run_clients(1_796_349_800_574_356_350, 3);
 }
 
 /// A seed with three remote clients and the hostile host, snapshots and a drawn agent order.

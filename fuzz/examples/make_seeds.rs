@@ -6,9 +6,10 @@
 
 use std::path::Path;
 
+use quorumcast::cluster::frames::{AppendPositionFrame, CommitPositionFrame};
 use quorumcast::frame::{
-    align_frame, encode_data, encode_heartbeat, encode_pad, AppendPositionFrame, CommitPositionFrame, DataHeader,
-    NakFrame, RttmFrame, SetupFrame, StatusMessageFrame, EOS_FLAG, SETUP_GROUP_FLAG, SM_SEND_SETUP_FLAG, UNFRAGMENTED,
+    align_frame, encode_data, encode_heartbeat, encode_pad, DataHeader, NakFrame, RttmFrame, SetupFrame,
+    StatusMessageFrame, EOS_FLAG, SETUP_GROUP_FLAG, SM_SEND_SETUP_FLAG, UNFRAGMENTED,
 };
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -19,10 +19,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quorumcast::auth::AuthKey;
-use quorumcast::cluster_client::credentials::ReplayWindow;
-use quorumcast::cluster_client::wire::{Datagram, DatagramWriter, Seal, DATAGRAM_HEADER_LENGTH};
-use quorumcast::session::{SessionConfig, SessionEntry, SessionTable};
+use quorumcast::client::credentials::ReplayWindow;
+use quorumcast::client::session::{SessionConfig, SessionEntry, SessionTable};
+use quorumcast::client::wire::{Datagram, DatagramWriter, Seal, DATAGRAM_HEADER_LENGTH};
+use quorumcast::media::auth::AuthKey;
 
 fuzz_target!(|datagram: &[u8]| {
     check_records(datagram);
@@ -107,7 +107,7 @@ fn check_session_entry(bytes: &[u8]) {
     }
     let mut table = SessionTable::new(SessionConfig { max_sessions: 2, timeout_ns: 1_000 });
     for _ in 0..3 {
-        let _ = table.apply(&entry, |_| {});
+        let _ = table.apply(&entry, |_, _| {});
         assert!(table.len() <= 2);
     }
 }

@@ -132,8 +132,12 @@ fn check_frame(datagram: &[u8], rest: &[u8], frame: &Frame<'_>) {
         Frame::Setup(f) => check_control(rest, f, f.frame_length),
         Frame::Nak(f) => check_control(rest, f, f.frame_length),
         Frame::Rttm(f) => check_control(rest, f, f.frame_length),
-        Frame::AppendPosition(f) => check_control(rest, f, f.frame_length),
-        Frame::CommitPosition(f) => check_control(rest, f, f.frame_length),
+        Frame::Extension { header, bytes } => {
+            // Handed on whole: its frame_length bytes, from the frame's start.
+            assert_eq!(bytes.len(), header.frame_length as usize);
+            assert!(std::ptr::eq(bytes.as_ptr(), rest.as_ptr()));
+            check_control(rest, header, header.frame_length);
+        }
         Frame::BehindRetained(f) => check_control(rest, f, f.frame_length),
     }
 }

@@ -11,11 +11,10 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use quorumcast::cluster::frames::{AppendPositionFrame, CommitPositionFrame};
 use quorumcast::frame::{
-    align_frame, encode_data, encode_heartbeat, encode_pad, frames, AppendPositionFrame, BehindRetainedFrame,
-    CommitPositionFrame,
-    DataHeader, Frame, NakFrame, RttmFrame, SetupFrame, StatusMessageFrame, MAX_UDP_PAYLOAD_LENGTH, TYPE_DATA,
-    TYPE_PAD,
+    align_frame, encode_data, encode_heartbeat, encode_pad, frames, BehindRetainedFrame, DataHeader, Frame, NakFrame,
+    RttmFrame, SetupFrame, StatusMessageFrame, MAX_UDP_PAYLOAD_LENGTH, TYPE_DATA, TYPE_PAD,
 };
 
 /// Fields of a data-like header that the input chooses.
@@ -210,8 +209,14 @@ fn observed(datagram: &[u8], frame: Frame<'_>) -> Expected {
         Frame::StatusMessage { frame, group_tag } => Expected::StatusMessage(frame, group_tag),
         Frame::Nak(f) => Expected::Nak(f),
         Frame::Rttm(f) => Expected::Rttm(f),
-        Frame::AppendPosition(f) => Expected::AppendPosition(f),
-        Frame::CommitPosition(f) => Expected::CommitPosition(f),
+        // The cluster's frames travel as the media's extension frames.
+        Frame::Extension { header, bytes } => {
+            match (AppendPositionFrame::read(&header, bytes), CommitPositionFrame::read(&header, bytes)) {
+                (Some(f), _) => Expected::AppendPosition(f),
+                (_, Some(f)) => Expected::CommitPosition(f),
+                _ => panic!("an extension frame that the spec did not make"),
+            }
+        }
         Frame::BehindRetained(f) => Expected::BehindRetained(f),
     }
 }

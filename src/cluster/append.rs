@@ -19,7 +19,8 @@
 
 use std::fmt;
 
-use crate::frame::{CommitPositionFrame, SESSION_FLAG, TERM_START_FLAG, UNFRAGMENTED};
+use crate::cluster::frames::{CommitPositionFrame, SESSION_FLAG, TERM_START_FLAG};
+use crate::frame::UNFRAGMENTED;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::{AppendError, ExclusiveAppender};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, OneToOneRingBuffer};

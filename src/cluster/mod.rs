@@ -8,5 +8,6 @@
 
 pub mod append;
 pub mod consensus_core;
+pub mod frames;
 pub mod log_switch;
 pub mod term_starts;

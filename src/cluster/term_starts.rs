@@ -2,7 +2,7 @@
 //!
 //! A follower's consensus core must know the leadership term of every byte of its log (it compares logs by
 //! their last term in elections, and matches them by term with a new leader). The leader opens each term
-//! with a marker frame ([`crate::frame::TERM_START_FLAG`]); the Receiver finds markers in the one walk it
+//! with a marker frame ([`crate::cluster::frames::TERM_START_FLAG`]); the Receiver finds markers in the one walk it
 //! makes of each datagram, and reports each as `(position, leadership term id)` here. The consensus agent
 //! takes them once the follower's rebuilt position has passed them, so the Receiver's hot path takes a lock
 //! only for a datagram that carries a marker: once per leadership term, plus repairs.

@@ -27,7 +27,7 @@ use crate::agent::idle::Park;
 use crate::agent::{Agent, AgentError};
 use crate::event_log::RateLimited;
 use crate::frame::{
-    self, AppendPositionFrame, DataHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG,
+    self, DataHeader, ExtensionHeader, Frame, NakFrame, SetupFrame, StatusMessageFrame, SM_SEND_SETUP_FLAG,
 };
 use crate::media::channel::ChannelConfig;
 use crate::media::image::{Feedback, ImageTimers, InsertOutcome, PublicationImage};
@@ -93,8 +93,6 @@ pub struct SpareImage {
 /// observer it reports to. What the reports mean (commit positions, term starts) is the cluster's.
 #[derive(Clone, Debug)]
 pub struct FollowerSeam {
-    /// The id this receiver sends in its acknowledgements (a cluster member's id).
-    pub member_id: i32,
     /// Acknowledge at least this often, even when the log does not move.
     pub ack_interval: Duration,
     /// Acknowledge no further than this counter (a recording member: the recorder's durable position).
@@ -109,10 +107,14 @@ pub struct FollowerSeam {
 pub trait FollowerObserver: Send + Sync + fmt::Debug {
     /// The image's rebuilt (contiguous) position, after each feedback pass (it only grows).
     fn rebuilt(&self, position: i64);
-    /// A run of data frames was inserted into `log`: its flagged frames and reserved values are in `run`.
+    /// A run of data frames was inserted into `log`: its markers and reserved values are in `run`.
     fn run_inserted(&self, log: &LogBuffer, run: &frame::DataRun);
-    /// A commit-position frame of the image's own session and stream, from the image's source.
-    fn commit_frame(&self, commit: &frame::CommitPositionFrame);
+    /// An extension frame ([`Frame::Extension`]: the layer above's control frames) of the image's own
+    /// session and stream, from the image's source; its whole bytes.
+    fn extension_frame(&self, header: &ExtensionHeader, bytes: &[u8]);
+    /// Writes the acknowledgement of the image's rebuilt `position` (an extension frame of session
+    /// `session_id` and stream `stream_id`) at the start of `dst`; returns its length (0: none is sent).
+    fn encode_ack(&self, session_id: i32, stream_id: i32, position: i64, dst: &mut [u8]) -> usize;
 }
 
 impl ReceiveChannelConfig {
@@ -569,7 +571,7 @@ impl<T: Transport> Receiver<T> {
                 session_id: image.session_id(),
                 stream_id: image.stream_id(),
                 receiver_id: channel.config.receiver_id,
-                member_id: channel.config.follower.as_ref().map(|f| f.member_id),
+                observer: channel.config.follower.as_ref().map(|f| &*f.observer),
                 membership: channel.config.channel.membership,
             };
             let source = image.source();
@@ -581,13 +583,13 @@ impl<T: Transport> Receiver<T> {
     }
 }
 
-/// Who a feedback frame is from and about.
+/// Who a feedback frame is from and about, and (on a follower's channel) who writes its acknowledgements.
 #[derive(Clone, Copy)]
-struct FeedbackIdentity {
+struct FeedbackIdentity<'a> {
     session_id: i32,
     stream_id: i32,
     receiver_id: i64,
-    member_id: Option<i32>,
+    observer: Option<&'a dyn FollowerObserver>,
     membership: Option<i64>,
 }
 
@@ -595,10 +597,10 @@ fn send_feedback_frame<T: Transport>(
     endpoint: &mut T,
     counters: &ReceiverCounters,
     source: SocketAddr,
-    id: FeedbackIdentity,
+    id: FeedbackIdentity<'_>,
     feedback: Feedback,
 ) {
-    let FeedbackIdentity { session_id, stream_id, receiver_id, member_id, membership } = id;
+    let FeedbackIdentity { session_id, stream_id, receiver_id, observer, membership } = id;
     let mut bytes = [0u8; 64];
     let length = match feedback {
         Feedback::Status { term_id, term_offset, window } => {
@@ -615,15 +617,10 @@ fn send_feedback_frame<T: Transport>(
             encode_status(&sm, membership, &mut bytes)
         }
         Feedback::Ack { position } => {
-            let ack = AppendPositionFrame {
-                session_id,
-                stream_id,
-                log_position: position,
-                member_id: member_id.unwrap_or(-1),
-                ..AppendPositionFrame::default()
-            };
+            // The layer above writes its acknowledgement: the media layer only says when and of what.
+            let Some(observer) = observer else { return };
             counters.acknowledgements.increment();
-            ack.encode(&mut bytes)
+            Ok(observer.encode_ack(session_id, stream_id, position, &mut bytes))
         }
         Feedback::Nak(gap) => {
             let nak = NakFrame {
@@ -663,7 +660,7 @@ fn on_foreign(
     match frame_type {
         Some(frame::TYPE_DATA | frame::TYPE_PAD) => counters.foreign_data.increment(),
         Some(frame::TYPE_SETUP) => counters.foreign_setups.increment(),
-        Some(frame::TYPE_COMMIT_POSITION) => counters.foreign_commits.increment(),
+        Some(frame::TYPE_EXTENSION_FIRST..=frame::TYPE_EXTENSION_LAST) => counters.foreign_commits.increment(),
         _ => {}
     }
     let stream = channel.config.stream_id;
@@ -714,13 +711,13 @@ fn on_datagram<T: Transport>(
             }
         }
         Ok(Frame::Setup(setup)) => on_setup(channel, counters, source, &setup, bytes, now_ns),
-        Ok(Frame::CommitPosition(commit)) => match &channel.config.follower {
-            Some(follower) if commit.stream_id == channel.config.stream_id => {
+        Ok(Frame::Extension { header, bytes }) => match &channel.config.follower {
+            Some(follower) if header.stream_id == channel.config.stream_id => {
                 counters.commits.increment();
-                // Only the image's own session commits its log: a commit of another log would let the
+                // Only the image's own session speaks for its log: a commit of another log would let the
                 // follower apply entries no quorum of this log has acknowledged.
-                if channel.images.iter().any(|i| i.session_id() == commit.session_id && i.source() == source) {
-                    follower.observer.commit_frame(&commit);
+                if channel.images.iter().any(|i| i.session_id() == header.session_id && i.source() == source) {
+                    follower.observer.extension_frame(&header, bytes);
                 } else {
                     counters.commits_refused.increment();
                 }

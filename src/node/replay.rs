@@ -1,7 +1,8 @@
 //! The node's reader of committed entries while they come from the recorded log: after a restart, from
 //! the snapshot's position (or the recording's start) up to where the first log in memory takes over.
 
-use crate::frame::{DataHeader, Frame, TERM_START_FLAG};
+use crate::cluster::frames::TERM_START_FLAG;
+use crate::frame::{DataHeader, Frame};
 use crate::shm::log_buffer::FragmentAssembler;
 use crate::storage::recording::{for_each_frame, RecordingError, RecordingReader};
 

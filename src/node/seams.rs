@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use crate::cluster::consensus_core::{follower_commit, AckRule};
+use crate::cluster::frames::{AppendPositionFrame, CommitPositionFrame};
 use crate::cluster::term_starts::TermStarts;
-use crate::frame::{CommitPositionFrame, DataRun, Frame};
+use crate::frame::{DataRun, ExtensionHeader, Frame};
 use crate::media::network_publication::ControlHandler;
 use crate::media::receiver::FollowerObserver;
 use crate::shm::counters::Counter;
@@ -31,6 +32,8 @@ pub(super) struct FollowerLog {
     pub(super) append: Counter,
     /// The term-start markers rebuilt into the log, for its consensus agent.
     pub(super) term_starts: Arc<TermStarts>,
+    /// This member's id, in its acknowledgements.
+    pub(super) member_id: i32,
 }
 
 impl FollowerObserver for FollowerLog {
@@ -44,19 +47,33 @@ impl FollowerObserver for FollowerLog {
             self.announced.set_max(commit);
             self.apply_commit_rule();
         }
-        if run.term_start_count == 0 {
+        if run.marker_count == 0 {
             return;
         }
+        // The log's markers are its term starts: their value is the leadership term.
         let (initial, bits) = (log.config().initial_term_id, log.position_bits_to_shift());
-        for &(term_offset, leadership_term_id) in run.term_starts() {
+        for &(term_offset, leadership_term_id) in run.markers() {
             let at = position(run.first.term_id, term_offset as usize, initial, bits);
             self.term_starts.report(at, leadership_term_id);
         }
     }
 
-    fn commit_frame(&self, commit: &CommitPositionFrame) {
-        self.announced.set_max(commit.log_position);
-        self.apply_commit_rule();
+    fn extension_frame(&self, header: &ExtensionHeader, bytes: &[u8]) {
+        if let Some(commit) = CommitPositionFrame::read(header, bytes) {
+            self.announced.set_max(commit.log_position);
+            self.apply_commit_rule();
+        }
+    }
+
+    fn encode_ack(&self, session_id: i32, stream_id: i32, position: i64, dst: &mut [u8]) -> usize {
+        let ack = AppendPositionFrame {
+            session_id,
+            stream_id,
+            log_position: position,
+            member_id: self.member_id,
+            ..AppendPositionFrame::default()
+        };
+        ack.encode(dst).unwrap_or(0)
     }
 }
 
@@ -82,10 +99,12 @@ pub(super) struct LeaderAcks {
 
 impl ControlHandler for LeaderAcks {
     fn on_control(&mut self, destination: usize, frame: &Frame<'_>) {
-        match (frame, self.acks.get(destination)) {
-            (Frame::AppendPosition(ack), Some(counter))
-                if self.rule.counts(destination, ack.member_id, ack.session_id) =>
-            {
+        let ack = match frame {
+            Frame::Extension { header, bytes } => AppendPositionFrame::read(header, bytes),
+            _ => None,
+        };
+        match (ack, self.acks.get(destination)) {
+            (Some(ack), Some(counter)) if self.rule.counts(destination, ack.member_id, ack.session_id) => {
                 counter.set_max(ack.log_position);
                 if let Some(mirror) = self.mirrors.get(destination) {
                     mirror.set_max(ack.log_position);

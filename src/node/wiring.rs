@@ -124,6 +124,8 @@ pub(super) struct Followership {
     pub(super) append: Counter,
     /// The term-start markers rebuilt.
     pub(super) term_starts: Arc<TermStarts>,
+    /// What this member's consensus core holds of the leader's log: the Receiver acknowledges no further.
+    pub(super) held: Counter,
 }
 
 impl Wiring {
@@ -303,12 +305,7 @@ impl Wiring {
 
     /// Starts following `leader` from `position`: a Receiver that accepts only the leader's log, and
     /// makes its image start at `position`.
-    pub(super) fn follow(
-        &mut self,
-        leader: i32,
-        position: i64,
-        durable: Option<Counter>,
-    ) -> Result<Followership, NodeError> {
+    pub(super) fn follow(&mut self, leader: i32, position: i64) -> Result<Followership, NodeError> {
         // The spare log file is the image's (both are the channel's log length): the follower joins at
         // once instead of waiting tens of milliseconds for a file, and a new spare is made meanwhile.
         self.images_made += 1;
@@ -332,6 +329,13 @@ impl Wiring {
         channel.spare_image = spare_image;
         let append = Counter::detached();
         append.set(position);
+        // A member acknowledges only what its consensus core holds (what it would vote with): the core is
+        // fed what the recorder made durable, one duty cycle of the consensus agent after the Receiver
+        // rebuilt it. An acknowledgement past the core's position let a member stand with a log shorter than
+        // what a leader had committed with its acknowledgement (the node simulator found it: a committed
+        // entry lost).
+        let held = Counter::detached();
+        held.set(position);
         let term_starts = Arc::new(TermStarts::default());
         let observer = FollowerLog {
             // The commit positions of this leader's log bound what the node applies (the consensus core gets
@@ -342,11 +346,11 @@ impl Wiring {
             piggyback: config.commit_piggyback,
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),
+            member_id: config.id,
         };
         channel.follower = Some(FollowerSeam {
-            member_id: config.id,
             ack_interval: config.ack_interval,
-            ack_up_to: durable,
+            ack_up_to: Some(held.clone()),
             observer: Arc::new(observer),
         });
         let faults = channel.channel.receive_faults.is_active();
@@ -362,7 +366,7 @@ impl Wiring {
         };
         self.sender.replace(None);
         self.receiver.replace(Some(receiver));
-        Ok(Followership { subscription, append, term_starts })
+        Ok(Followership { subscription, append, term_starts, held })
     }
 }
 

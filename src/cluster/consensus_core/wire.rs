@@ -24,9 +24,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use crate::cluster::frames::{AppendPositionFrame, CommitPositionFrame, TYPE_APPEND_POSITION, TYPE_COMMIT_POSITION};
 use crate::frame::{
-    self, AppendPositionFrame, CommitPositionFrame, EncodeError, Frame, FrameError, FrameHeader, LengthProblem,
-    CURRENT_VERSION, FRAME_HEADER_LENGTH, TYPE_APPEND_POSITION, TYPE_COMMIT_POSITION,
+    self, EncodeError, Frame, FrameError, FrameHeader, LengthProblem, CURRENT_VERSION, FRAME_HEADER_LENGTH,
 };
 
 use super::message::Message;
@@ -377,19 +377,22 @@ pub fn decode(bytes: &[u8]) -> Result<(MemberId, Message), FrameError> {
             };
             Ok((f.member_id, message))
         }
-        TYPE_APPEND_POSITION | TYPE_COMMIT_POSITION => match frame::parse(bytes)? {
-            Frame::AppendPosition(f) => {
+        TYPE_APPEND_POSITION | TYPE_COMMIT_POSITION => {
+            let Frame::Extension { header, bytes } = frame::parse(bytes)? else {
+                return Err(FrameError::UnknownType { frame_type: common.frame_type });
+            };
+            if let Some(f) = AppendPositionFrame::read(&header, bytes) {
                 let message =
                     Message::AppendPosition { leadership_term_id: f.leadership_term_id, log_position: f.log_position };
                 Ok((f.member_id, message))
-            }
-            Frame::CommitPosition(f) => {
+            } else if let Some(f) = CommitPositionFrame::read(&header, bytes) {
                 let message =
                     Message::CommitPosition { leadership_term_id: f.leadership_term_id, log_position: f.log_position };
                 Ok((f.leader_member_id, message))
+            } else {
+                Err(FrameError::UnknownType { frame_type: common.frame_type })
             }
-            _ => Err(FrameError::UnknownType { frame_type: common.frame_type }),
-        },
+        }
         frame_type => Err(FrameError::UnknownType { frame_type }),
     }
 }

@@ -180,7 +180,7 @@ impl<T: Transport> NetworkPublication<T> {
                 self.counters.naks_received.increment();
                 self.on_nak(d, nak.term_id, nak.term_offset, nak.length, now_ns);
             }
-            Ok(other @ (Frame::AppendPosition(_) | Frame::CommitPosition(_))) => match self.control_handler.as_mut() {
+            Ok(other @ Frame::Extension { .. }) => match self.control_handler.as_mut() {
                 Some(handler) => handler.on_control(d, &other),
                 None => self.counters.invalid_packets.increment(),
             },

@@ -232,7 +232,7 @@ impl ExclusiveAppender {
     }
 
     /// As [`append_vectored`](Self::append_vectored), with `reserved` in every frame and `flags` (such as
-    /// [`crate::frame::SESSION_FLAG`]) set on every fragment beside the fragment flags.
+    /// [`crate::frame::APPLICATION_FLAG`]) set on every fragment beside the fragment flags.
     pub fn append_vectored_flagged(&mut self, parts: &[&[u8]], reserved: i64, flags: u8) -> Result<i64, AppendError> {
         self.append_parts(parts, parts.iter().map(|p| p.len()).sum(), reserved, flags & !UNFRAGMENTED)
     }

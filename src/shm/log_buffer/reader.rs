@@ -5,7 +5,7 @@ use bytemuck::{Pod, Zeroable};
 use super::descriptor::{partition_index, position_bits_to_shift, term_offset, PARTITION_COUNT};
 use super::LogBuffer;
 use crate::frame::{
-    align_frame, DataHeader, BEGIN_FLAG, DATA_HEADER_LENGTH, END_FLAG, FRAME_LENGTH_OFFSET, TERM_START_FLAG, TYPE_PAD,
+    align_frame, DataHeader, BEGIN_FLAG, DATA_HEADER_LENGTH, END_FLAG, FRAME_LENGTH_OFFSET, MARKER_FLAG, TYPE_PAD,
     UNFRAGMENTED,
 };
 use crate::shm::buffer::AtomicBuffer;
@@ -317,7 +317,7 @@ impl MessageReader {
     }
 
     /// As [`poll_bounded_with_positions`](Self::poll_bounded_with_positions), with the flags of each
-    /// message's last frame (such as [`crate::frame::SESSION_FLAG`]).
+    /// message's last frame (such as [`crate::frame::APPLICATION_FLAG`]).
     pub fn poll_bounded_with_flags(
         &mut self,
         limit_position: i64,
@@ -339,7 +339,7 @@ impl MessageReader {
                 |payload, header| {
                     read += 1;
                     // A term-start marker is the log's own bookkeeping, not a message.
-                    if header.flags & TERM_START_FLAG == 0 {
+                    if header.flags & MARKER_FLAG == 0 {
                         let end =
                             term_base + header.term_offset as i64 + align_frame(header.frame_length as usize) as i64;
                         let mut deliver = |message: &[u8], last: &DataHeader| handler(message, end, last.flags);

@@ -36,7 +36,8 @@ pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
 pub use segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
 
 use crate::cluster::consensus_core::{TermBase, TermHistory};
-use crate::frame::{term_start_of, Frame, DATA_HEADER_LENGTH};
+use crate::cluster::frames::term_start_of;
+use crate::frame::{Frame, DATA_HEADER_LENGTH};
 use crate::storage::disk::{Disk, SharedDisk};
 use segment::Segment;
 
@@ -203,6 +204,15 @@ impl Recording {
             Some(index) => index,
             None => Index { start_position: recording.bases.first().copied().unwrap_or(0), ..Index::default() },
         };
+        // Segments wholly below the start: a compaction made the new start durable and stopped before it
+        // removed them all.
+        while recording.bases.len() > 1 && recording.bases[1] <= recording.index.start_position {
+            let below = recording.bases.remove(0);
+            let path = recording.segment_path(below);
+            recording.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+            recording.dir_changed = true;
+            log::info!("removed {}, below the recording's start (a compaction stopped before it)", path.display());
+        }
         if recording.bases.first().is_some_and(|&first| first != recording.index.start_position) {
             let path = recording.segment_path(recording.bases[0]);
             return Err(RecordingError::new(
@@ -442,24 +452,27 @@ impl Recording {
     /// Deletes the segments that end at or before `position` (the log below the oldest snapshot kept);
     /// returns the new start.
     pub fn delete_before(&mut self, position: i64) -> Result<i64, RecordingError> {
-        let mut removed = false;
-        while self.bases.len() > 1 && self.bases[1] <= position {
-            let path = self.segment_path(self.bases[0]);
+        let gone = (1..self.bases.len()).take_while(|&i| self.bases[i] <= position).count();
+        if gone == 0 {
+            return Ok(self.start());
+        }
+        // The new start is made durable first, then the segments below it go: a crash (or a failing write)
+        // in between leaves segments wholly below the start, which the next open removes, never an index
+        // that names a segment no longer there (the node simulator found that order: a member refused to
+        // start again).
+        let start = self.bases[gone];
+        self.index.start_term = self.index.term_at(start);
+        self.index.start_position = start;
+        // The terms below the start stay: the member answers which term a position is in from them (a
+        // follower with an uncommitted suffix there is told where the leader's terms start), and they are
+        // one entry per leadership term.
+        self.store_index()?;
+        for base in self.bases.drain(..gone).collect::<Vec<_>>() {
+            let path = self.segment_path(base);
             self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
-            self.bases.remove(0);
-            removed = true;
         }
-        if removed {
-            let start = self.bases[0];
-            self.index.start_term = self.index.term_at(start);
-            self.index.start_position = start;
-            // The terms below the start stay: the member answers which term a position is in from them
-            // (a follower with an uncommitted suffix there is told where the leader's terms start), and
-            // they are one entry per leadership term.
-            self.dir_changed = true;
-            self.store_index()?;
-            self.sync()?;
-        }
+        self.dir_changed = true;
+        self.sync()?;
         Ok(self.start())
     }
 

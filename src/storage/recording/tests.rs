@@ -1,7 +1,8 @@
 //! The recording's file formats, recovery of a torn tail, cuts, compaction and reading back.
 
 use super::*;
-use crate::frame::{TERM_START_FLAG, UNFRAGMENTED};
+use crate::cluster::frames::TERM_START_FLAG;
+use crate::frame::UNFRAGMENTED;
 use crate::shm::log_buffer::{LogBuffer, LogConfig};
 
 const IDENTITY: RecordingIdentity = RecordingIdentity { membership: 42, stream_id: 1001, term_length: 65536 };

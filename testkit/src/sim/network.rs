@@ -330,7 +330,8 @@ impl State {
     fn send(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) -> SendOutcome {
         if std::env::var_os("QC_NODE_SIM_NETLOG").is_some() {
             let kind = if bytes.len() > 6 { u16::from_le_bytes([bytes[6], bytes[7]]) } else { 0 };
-            eprintln!("net {} {from} {to} {} type {kind:#x}", self.now_ns, bytes.len());
+            let at = |o: usize| bytes.get(o..o + 8).map_or(0, |b| i64::from_le_bytes(b.try_into().unwrap()));
+            eprintln!("net {} {from} {to} {} type {kind:#x} [16]={} [24]={}", self.now_ns, bytes.len(), at(16), at(24));
         }
         if bytes.len() > self.max_payload {
             self.stats.too_large += 1;

@@ -1,0 +1,372 @@
+//! Starting a node: its directory and counters, its recorded log and consensus core, its endpoints, its
+//! recorder with the catch-up service, and its agents on their threads (or an invoker).
+
+use std::sync::Arc;
+
+use super::builder::NodeConfig;
+use super::client::Shared;
+use super::committed::CommittedReader;
+use super::driver::{ConsensusAgent, DriverCounters, DriverParts};
+use super::environment::{Environment, LogFiles};
+use super::error::NodeError;
+use super::ingress::{ClientIngress, IngressCounters};
+use super::recovery::{self, Recovered};
+use super::replay::Replay;
+use super::sessions::{ClientSessions, SessionEventCounters};
+use super::slot::Slot;
+use super::wiring::{node_counter, start_agents, NodeAgents, NodeCounters, Wiring};
+use super::Node;
+use crate::agent::Agent;
+use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
+use crate::media::transport::{Binding, Network, Transport};
+use crate::setting::{Setting, SettingError};
+use crate::shm::buffer::{AtomicBuffer, Region};
+use crate::shm::counters::{Counter, CountersManager};
+use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
+use crate::shm::log_buffer::LogBuffer;
+use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
+use crate::storage::recording::catch_up::{CatchUpKey, CatchUpRuntime, CatchUpServer};
+use crate::storage::recording::{Recorder, RecorderCounters, RecordingReader};
+use crate::storage::snapshot::{SnapshotIdentity, SnapshotStore};
+use crate::storage::vote_file::VoteFile;
+
+/// Bytes of the egress ring from the node's reader to the client endpoint.
+const EGRESS_CAPACITY: usize = 1 << 20;
+
+/// The tail of the recorded log a restarted member rebuilt in memory, and where it starts.
+type Tail = (LogBuffer, i64);
+
+impl Node {
+    /// Starts a node from `config`: a follower of no known leader, which elects or joins one.
+    pub fn start(config: NodeConfig) -> Result<Node, NodeError> {
+        Self::start_in(config, Environment::production())
+    }
+
+    /// As [`start`](Self::start), in `env`: its clock, its network and its seed (the node simulator's, or
+    /// production's).
+    pub fn start_in(config: NodeConfig, env: Environment) -> Result<Node, NodeError> {
+        config.validate()?;
+        config.channel.validate()?;
+        let policy = if config.clean_stale { StalePolicy::Clean } else { StalePolicy::Refuse };
+        let directory = NodeDirectory::create(config.directory_path(), policy).map_err(|e| match e {
+            // The setting the caller has, in their terms (the builder method, or the node file's key).
+            DirectoryError::Stale { path, pid, .. } => NodeError::Setting(SettingError::new(
+                Setting::CleanStale,
+                format!(
+                    "{} was left by a node that is no longer running (pid {}): set {{node.clean_stale}} to true \
+                     to remove it at start (every daemon that can crash needs it), or remove the directory",
+                    path.display(),
+                    pid.map_or("unknown".to_string(), |p| p.to_string()),
+                ),
+            )),
+            e => NodeError::Directory(e),
+        })?;
+        let counters = CountersManager::create(directory.file("counters.dat"), 512)?;
+        let ingress_path = directory.file("ingress.ring");
+        let ingress_length = ring_buffer::required_length(config.ingress_capacity);
+        let ingress_region = Region::create_file(&ingress_path, ingress_length, true).map_err(|e| {
+            NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
+        })?;
+        let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
+        let recovered = if config.storage.records() { Some(recovery::open(&config, &env)?) } else { None };
+        let (core, votes) = start_core(&config, recovered.as_ref(), &env)?;
+        let (socket, mut warnings) = bind_consensus(&config, &env)?;
+        let (clients, sessions) = start_clients(&config, &counters, &env)?;
+        let node_counters = NodeCounters::allocate(&config, &counters);
+        let commit = node_counters.consensus.commit.clone();
+        let append = node_counters.consensus.append.clone();
+        let (sender, sender_handle) = Slot::new("sender");
+        let (receiver, receiver_handle) = Slot::new("receiver");
+        let shared = Arc::new(Shared::new());
+        let compact_below = Counter::detached();
+        let recorded = match recovered {
+            Some(recovered) => {
+                Some(start_recorder(&config, &env, recovered, &counters, &shared, &compact_below, &mut warnings)?)
+            }
+            None => None,
+        };
+        let (tail, replay, recorder, recorder_counters, recording_template) = match recorded {
+            Some(r) => (r.tail, Some(r.replay), Some(r.agent), Some(r.counters), Some(r.template)),
+            None => (None, None, None, None, None),
+        };
+        // A member acknowledges only what its recorder made durable as its policy says: synced under
+        // `batch`, written (to the page cache) under `none`, so that a killed process never forgot what it
+        // acknowledged.
+        let synced = recorder_counters.as_ref().map(|c| c.synced_position.clone());
+        let agent = ConsensusAgent::new(DriverParts {
+            tail,
+            synced,
+            records: recorder.is_some(),
+            core,
+            clock: env.clock.fresh(),
+            wiring: Wiring::new(
+                env.clone(),
+                config.clone(),
+                directory.path().to_path_buf(),
+                node_counters,
+                sender_handle,
+                receiver_handle,
+            ),
+            socket,
+            votes,
+            clients,
+            ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
+            shared: Arc::clone(&shared),
+            counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
+        });
+        let committed = CommittedReader::new(
+            config.id,
+            Arc::clone(&shared),
+            replay,
+            recorder_counters,
+            recording_template,
+            env.clock.fresh(),
+        );
+        let order = env.agent_order(u64::from(config.id as u32));
+        let agents = NodeAgents { consensus: Box::new(agent), sender, receiver, recorder };
+        let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;
+        Ok(Node {
+            config,
+            shared,
+            ingress,
+            commit,
+            append,
+            committed,
+            compact_below,
+            sessions: Some(sessions),
+            snapshots: None,
+            disk: env.disk.clone(),
+            last_snapshot: 0,
+            polled: false,
+            event_generation: 0,
+            callbacks: Vec::new(),
+            handles: Some(handles),
+            counters,
+            directory: Some(directory),
+            warnings,
+            logs: crate::event_log::RateLimited::default(),
+            clock: env.clock.fresh(),
+            bugs: env.bugs,
+        })
+    }
+}
+
+/// What a node with its log on disk starts with: its recorder, the tail of the recorded log to lead from,
+/// and the reader's replay of the recording.
+struct Recorded {
+    agent: Box<dyn Agent>,
+    counters: RecorderCounters,
+    tail: Option<Tail>,
+    replay: Replay,
+    template: RecordingReader,
+}
+
+/// The recorder of the log `recovered` holds, with its catch-up server and client when the environment
+/// runs catch-ups.
+fn start_recorder(
+    config: &NodeConfig,
+    env: &Environment,
+    recovered: Recovered,
+    counters: &CountersManager,
+    shared: &Arc<Shared>,
+    compact_below: &Counter,
+    warnings: &mut Vec<String>,
+) -> Result<Recorded, NodeError> {
+    let recorder_counters = RecorderCounters::new(|kind| node_counter(counters, kind));
+    recorder_counters.torn_bytes.set(recovered.report.torn_bytes as i64);
+    if let Some(torn) = &recovered.report.torn {
+        let message = format!("member {}: cut a torn end off the recorded log: {torn}", config.id);
+        log::warn!("{message}");
+        warnings.push(message);
+    }
+    warn_if_memory_backed(config, warnings);
+    let replay = Replay::new(recovered.recording.reader(recovered.recording.start()));
+    let template = recovered.recording.reader(0);
+    let switches = Arc::clone(&shared.recorder_switches);
+    let identity = SnapshotIdentity { membership: config.membership(), stream_id: config.stream_id };
+    let snapshot_store = |config: &NodeConfig| {
+        SnapshotStore::open_on(env.disk.clone(), &config.snapshot_dir_path(), identity)
+            .map_err(|e| NodeError::Snapshot(e.to_string()))
+    };
+    let others = config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
+    let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
+    let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone());
+    if env.bugs.ack_before_sync {
+        agent = agent.plant_ack_before_sync();
+    }
+    if env.catch_up {
+        let local = config.me().consensus;
+        let runtime = CatchUpRuntime {
+            network: env.network.clone(),
+            local: local.ip(),
+            clock: env.clock.fresh(),
+            nonces: env.nonces(u64::from(config.id as u32)),
+            inline: env.log_files == LogFiles::Inline,
+        };
+        let server = env
+            .network
+            .clone()
+            .listen(local)
+            .map(|listener| {
+                let (membership, store) = (config.membership(), snapshot_store(config));
+                let clock = env.clock.fresh();
+                store.map(|store| {
+                    CatchUpServer::new(listener, others, membership, catch_up_key, store, clock, runtime.nonces.clone())
+                })
+            })
+            .map_err(|e| {
+                let message = format!(
+                    "member {}: cannot serve catch-ups at {local} (tcp): {e}; followers far behind cannot \
+                     catch up from this member",
+                    config.id,
+                );
+                log::warn!("{message}");
+                warnings.push(message);
+            })
+            .ok()
+            .transpose()?;
+        let (channel, store) = (Arc::clone(&shared.catch_ups), snapshot_store(config)?);
+        agent = agent.with_catch_up(server, channel, catch_up_key, store, runtime);
+    }
+    let tail = recovered.tail;
+    Ok(Recorded { agent: Box::new(agent), counters: recorder_counters, tail, replay, template })
+}
+
+/// The consensus core of a starting node, from its persisted term and vote (the vote file it goes on
+/// writing) and its recorded log, if it has one.
+fn start_core(
+    config: &NodeConfig,
+    recovered: Option<&recovery::Recovered>,
+    env: &Environment,
+) -> Result<(ConsensusCore, VoteFile), NodeError> {
+    let data_dir = config.data_dir_path();
+    env.disk.create_dir_all(&data_dir).map_err(|e| {
+        NodeError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot create the data directory {}: {e}", data_dir.display()),
+        ))
+    })?;
+    let votes = VoteFile::on(env.disk.clone(), &data_dir, config.id, config.membership());
+    let mut durable = match votes.load().map_err(NodeError::Vote)? {
+        Some(vote) => DurableState {
+            leadership_term_id: vote.leadership_term_id,
+            voted_for: vote.voted_for,
+            ..DurableState::default()
+        },
+        None => DurableState::default(),
+    };
+    if let Some(recovered) = recovered.filter(|r| r.recording.end() > 0) {
+        let end = recovered.recording.end();
+        durable = DurableState {
+            term_history: recovered.history.clone(),
+            append_position: end,
+            leadership_term_id: durable.leadership_term_id.max(recovered.history.last_term_id()),
+            ..durable
+        };
+        durable.validate().map_err(|e| {
+            NodeError::Recording(crate::storage::recording::RecordingError {
+                path: recovered.recording.dir().to_path_buf(),
+                message: format!(
+                    "its terms and end do not make a log a consensus core can start from ({e}): move the recording \
+                     directory away to start this member empty (it catches up from the leader)"
+                ),
+            })
+        })?;
+        log::info!("member {}: recorded log recovered up to position {end}", config.id);
+    }
+    let seed = env.random(config.id as u64);
+    let core_config = CoreConfig {
+        member_id: config.id,
+        members: config.members.iter().map(|m| m.id).collect(),
+        timers: config.timers,
+        seed,
+        bugs: Default::default(),
+    };
+    let now_ns = env.clock.now_ns();
+    let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
+    Ok((core, votes))
+}
+
+/// Warns when the recording would live in memory (tmpfs, `/dev/shm`): a machine restart loses it.
+fn warn_if_memory_backed(config: &NodeConfig, warnings: &mut Vec<String>) {
+    let dir = config.recording_dir_path();
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `path` is a NUL-terminated string and `fs` a buffer of the size statfs writes.
+    let ok = unsafe { libc::statfs(path.as_ptr(), fs.as_mut_ptr()) } == 0;
+    // SAFETY: statfs succeeded, so it initialised `fs`.
+    if ok && unsafe { fs.assume_init() }.f_type == libc::TMPFS_MAGIC {
+        warnings.push(format!(
+            "the recorded log is in {}, on tmpfs: a machine restart loses it; set data_dir (or \
+             storage.recording_dir) to a directory on disk",
+            dir.display()
+        ));
+    }
+}
+
+/// Binds this member's consensus endpoint, after checking that its log endpoint can be bound too (the
+/// Sender or Receiver of each role binds it later, beside each other with `SO_REUSEPORT`: an address
+/// another program holds is refused now, naming it, not at the first election).
+fn bind_consensus(config: &NodeConfig, env: &Environment) -> Result<(Box<dyn Transport>, Vec<String>), NodeError> {
+    let me = config.me();
+    let mut network = env.network.clone();
+    let socket = &config.channel.socket;
+    let log_endpoint = Binding { socket, auth: None, shared: true };
+    drop(network.bind(me.log, &log_endpoint).map_err(|e| {
+        NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the log endpoint {}: {e}", me.log)))
+    })?);
+    let consensus = Binding { socket, auth: config.channel.auth, shared: false };
+    network.bind(me.consensus, &consensus).map_err(|e| {
+        NodeError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot bind the consensus endpoint {}: {e}", me.consensus),
+        ))
+    })
+}
+
+/// The client endpoint (when `clients.enabled`) and the session table every node keeps.
+fn start_clients(
+    config: &NodeConfig,
+    counters: &CountersManager,
+    env: &Environment,
+) -> Result<(Option<ClientIngress>, ClientSessions), NodeError> {
+    let ingress_counters = IngressCounters::new(|kind| node_counter(counters, kind));
+    let session_counters = SessionEventCounters {
+        egress_dropped: ingress_counters.egress_dropped.clone(),
+        duplicates: node_counter(counters, &crate::shm::stats::kinds::clients::duplicates),
+        responses_too_long: node_counter(counters, &crate::shm::stats::kinds::clients::responses_too_long),
+        malformed: ingress_counters.malformed_dropped.clone(),
+    };
+    let datagram_capacity = config.channel.mtu;
+    let max_response = crate::client::wire::DatagramWriter::new(datagram_capacity).max_payload();
+    if !config.clients.enabled {
+        let sessions = ClientSessions::new(config.clients.session_config(), None, max_response, session_counters);
+        return Ok((None, sessions));
+    }
+    let egress = Arc::new(crate::shm::ring_buffer::OneToOneRingBuffer::new(AtomicBuffer::anonymous(
+        ring_buffer::required_length(EGRESS_CAPACITY),
+    )?)?);
+    let me = config.me();
+    let binding = Binding { socket: &config.channel.socket, auth: None, shared: false };
+    let (socket, _) = env.network.clone().bind(me.client, &binding).map_err(|e| {
+        NodeError::Io(std::io::Error::new(e.kind(), format!("cannot bind the client endpoint {}: {e}", me.client)))
+    })?;
+    let secret = config.clients.secret(config.channel.auth.as_ref()).ok_or_else(|| {
+        NodeError::Config("clients need clients.session_key or channel.auth_key (checked at start)".into())
+    })?;
+    let ingress = ClientIngress::new(
+        socket,
+        env.clock.fresh(),
+        config.clients.clone(),
+        secret,
+        datagram_capacity,
+        Arc::clone(&egress),
+        ingress_counters,
+    );
+    let mut sessions =
+        ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
+    sessions.apply_duplicates = env.bugs.apply_duplicates;
+    Ok((Some(ingress), sessions))
+}
