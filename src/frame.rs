@@ -549,7 +549,7 @@ impl std::error::Error for EncodeError {}
 // ---------------------------------------------------------------------------------------------------
 
 /// Copies `bytes` to the start of `dst`, returning their length.
-fn write_bytes(dst: &mut [u8], bytes: &[u8]) -> Result<usize, EncodeError> {
+pub(crate) fn write_bytes(dst: &mut [u8], bytes: &[u8]) -> Result<usize, EncodeError> {
     let have = dst.len();
     let slot = dst.get_mut(..bytes.len()).ok_or(EncodeError::BufferTooShort { need: bytes.len(), have })?;
     slot.copy_from_slice(bytes);
@@ -611,7 +611,8 @@ pub fn encode_heartbeat(dst: &mut [u8], header: &DataHeader) -> Result<usize, En
     write_bytes(dst, bytemuck::bytes_of(&full))
 }
 
-/// Fixed-length control frames: their type, length, a template and an encoder.
+/// Fixed-length control frames: their type, length, a template and an encoder (the cluster's frames use it
+/// too, `cluster::frames`).
 macro_rules! control_frame {
     ($t:ty, $frame_type:expr, $len:expr) => {
         impl $t {
@@ -621,8 +622,8 @@ macro_rules! control_frame {
             pub const LENGTH: usize = $len;
 
             /// Writes the frame as it is (no field is changed) at the start of `dst`; returns its length.
-            pub fn encode(&self, dst: &mut [u8]) -> Result<usize, EncodeError> {
-                write_bytes(dst, bytemuck::bytes_of(self))
+            pub fn encode(&self, dst: &mut [u8]) -> Result<usize, $crate::frame::EncodeError> {
+                $crate::frame::write_bytes(dst, bytemuck::bytes_of(self))
             }
         }
 
@@ -630,15 +631,16 @@ macro_rules! control_frame {
             /// Zero fields under a valid common header: `frame_length` = the frame's length, version 0,
             /// no flags, the frame's type.
             fn default() -> Self {
-                let mut frame = <$t as Zeroable>::zeroed();
+                let mut frame = <$t as bytemuck::Zeroable>::zeroed();
                 frame.frame_length = $len as i32;
-                frame.version = CURRENT_VERSION;
+                frame.version = $crate::frame::CURRENT_VERSION;
                 frame.frame_type = $frame_type;
                 frame
             }
         }
     };
 }
+pub(crate) use control_frame;
 
 control_frame!(SetupFrame, TYPE_SETUP, SETUP_LENGTH);
 control_frame!(StatusMessageFrame, TYPE_SM, STATUS_MESSAGE_LENGTH);

@@ -207,21 +207,25 @@ fn soak_seed_1796350871469910662_a_compaction_that_stops_leaves_a_recording_that
 /// default seeds.
 #[test]
 fn a_recorder_that_acknowledges_before_it_syncs_is_caught() {
-    for seed in 20_000..20_000 + DISK_SEEDS {
+    let failure = caught("ack_before_sync", 20_000..20_000 + DISK_SEEDS, |seed| {
         let mut config = SimConfig::new(seed, 3);
-        config.schedule = Schedule::Disk;
-        config.storage = Some(SyncPolicy::Batch);
+        (config.schedule, config.storage) = (Schedule::Disk, Some(SyncPolicy::Batch));
         config.bugs = PlantedBugs { ack_before_sync: true, ..PlantedBugs::default() };
-        if let Err(failure) = Simulation::new(config).run() {
-            assert!(
-                matches!(failure.violation, Violation::LostDurable { .. }),
-                "caught in seed {seed}, but as {failure}"
-            );
-            eprintln!("ack_before_sync caught at seed {seed}: {failure}");
-            return;
+        config
+    });
+    assert!(matches!(failure.violation, Violation::LostDurable { .. }), "caught as {failure}");
+}
+
+/// The first seed of `seeds` whose run (`config` of it, with a bug planted) breaks a checked property; panics
+/// when none does.
+fn caught(bug: &str, seeds: std::ops::Range<u64>, config: impl Fn(u64) -> SimConfig) -> SimFailure {
+    for seed in seeds.clone() {
+        if let Err(failure) = Simulation::new(config(seed)).run() {
+            eprintln!("{bug} caught at seed {seed}: {failure}");
+            return failure;
         }
     }
-    panic!("ack_before_sync: not caught in {DISK_SEEDS} seeds");
+    panic!("{bug}: not caught in seeds {seeds:?}");
 }
 
 #[test]
@@ -381,21 +385,17 @@ fn remote_clients_are_applied_exactly_once_in_order_with_their_responses() {
 /// application again is caught within the default seeds.
 #[test]
 fn a_session_table_that_applies_a_resend_again_is_caught() {
-    for seed in 60_000..60_000 + HOSTILE_SEEDS {
+    let failure = caught("apply_duplicates", 60_000..60_000 + HOSTILE_SEEDS, |seed| {
         let mut config = SimConfig::new(seed, 3);
         (config.hostile, config.shuffle_agents, config.snapshots, config.clients) = (true, true, true, 3);
         config.bugs = PlantedBugs { apply_duplicates: true, ..PlantedBugs::default() };
-        if let Err(failure) = Simulation::new(config).run() {
-            let caught = matches!(
-                failure.violation,
-                Violation::SessionOrder { .. } | Violation::Client { .. } | Violation::Duplicated { .. }
-            );
-            assert!(caught, "caught in seed {seed}, but as {failure}");
-            eprintln!("apply_duplicates caught at seed {seed}: {failure}");
-            return;
-        }
-    }
-    panic!("apply_duplicates: not caught in {HOSTILE_SEEDS} seeds");
+        config
+    });
+    let expected = matches!(
+        failure.violation,
+        Violation::SessionOrder { .. } | Violation::Client { .. } | Violation::Duplicated { .. }
+    );
+    assert!(expected, "caught as {failure}");
 }
 
 /// Found by the first run with remote clients and sessions spoofed without a key (seed 60038): a client
@@ -414,18 +414,13 @@ fn seed_60038_a_closed_session_reports_what_it_applied() {
 /// default seeds.
 #[test]
 fn a_node_that_applies_past_an_installed_snapshot_without_loading_it_is_caught() {
-    for seed in 1_000..1_000 + DEFAULT_SEEDS {
+    let failure = caught("skip_snapshot_load", 1_000..1_000 + DEFAULT_SEEDS, |seed| {
         let mut config = SimConfig::new(seed, 3);
         (config.shuffle_agents, config.snapshots) = (true, true);
         config.bugs = PlantedBugs { skip_snapshot_load: true, ..PlantedBugs::default() };
-        if let Err(failure) = Simulation::new(config).run() {
-            let caught = matches!(failure.violation, Violation::Skipped { .. } | Violation::Diverged { .. });
-            assert!(caught, "caught in seed {seed}, but as {failure}");
-            eprintln!("skip_snapshot_load caught at seed {seed}: {failure}");
-            return;
-        }
-    }
-    panic!("skip_snapshot_load: not caught in {DEFAULT_SEEDS} seeds");
+        config
+    });
+    assert!(matches!(failure.violation, Violation::Skipped { .. } | Violation::Diverged { .. }), "caught as {failure}");
 }
 
 /// Found by the fifth soak (remote clients; SAFETY): member 2's Receiver acknowledged 299200 of leader

@@ -15,8 +15,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::frame::{
-    self, EncodeError, ExtensionHeader, APPLICATION_FLAG, CURRENT_VERSION, MARKER_FLAG, MARKER_LENGTH,
-    TYPE_EXTENSION_FIRST, TYPE_EXTENSION_LAST,
+    self, ExtensionHeader, APPLICATION_FLAG, MARKER_FLAG, MARKER_LENGTH, TYPE_EXTENSION_FIRST, TYPE_EXTENSION_LAST,
 };
 
 /// Data flag: a term-start marker. A leader opens each leadership term it leads with one unfragmented data
@@ -55,7 +54,7 @@ pub fn term_start_of(flags: u8, payload: &[u8]) -> Option<i64> {
 pub struct AppendPositionFrame {
     /// [`APPEND_POSITION_LENGTH`].
     pub frame_length: i32,
-    /// [`CURRENT_VERSION`].
+    /// [`crate::frame::CURRENT_VERSION`].
     pub version: u8,
     /// No flags defined yet.
     pub flags: u8,
@@ -82,7 +81,7 @@ pub struct AppendPositionFrame {
 pub struct CommitPositionFrame {
     /// [`COMMIT_POSITION_LENGTH`].
     pub frame_length: i32,
-    /// [`CURRENT_VERSION`].
+    /// [`crate::frame::CURRENT_VERSION`].
     pub version: u8,
     /// No flags defined yet.
     pub flags: u8,
@@ -113,54 +112,31 @@ const _: () = assert!(std::mem::offset_of!(CommitPositionFrame, leadership_term_
 const _: () = assert!(std::mem::offset_of!(CommitPositionFrame, log_position) == 24);
 const _: () = assert!(std::mem::offset_of!(CommitPositionFrame, leader_member_id) == 32);
 
-/// A fixed-length cluster frame in the extension range: its type, length, template, encoder and reader.
-macro_rules! cluster_frame {
-    ($t:ty, $frame_type:expr, $len:expr) => {
+frame::control_frame!(AppendPositionFrame, TYPE_APPEND_POSITION, APPEND_POSITION_LENGTH);
+frame::control_frame!(CommitPositionFrame, TYPE_COMMIT_POSITION, COMMIT_POSITION_LENGTH);
+
+/// Reading a cluster frame out of an extension frame the media layer handed on.
+macro_rules! read_extension {
+    ($t:ty) => {
         impl $t {
-            /// This frame's type code.
-            pub const FRAME_TYPE: u16 = $frame_type;
-            /// This frame's length on the wire.
-            pub const LENGTH: usize = $len;
-
-            /// Writes the frame as it is (no field is changed) at the start of `dst`; returns its length.
-            pub fn encode(&self, dst: &mut [u8]) -> Result<usize, EncodeError> {
-                let (bytes, have) = (bytemuck::bytes_of(self), dst.len());
-                let slot = dst.get_mut(..bytes.len()).ok_or(EncodeError::BufferTooShort { need: $len, have })?;
-                slot.copy_from_slice(bytes);
-                Ok(bytes.len())
-            }
-
             /// The frame an extension frame the media layer handed on is, when it is this type and long
             /// enough (a longer one is read to its fixed part: later versions may grow it).
             pub fn read(header: &ExtensionHeader, bytes: &[u8]) -> Option<Self> {
-                if header.frame_type != $frame_type || bytes.len() < $len {
+                if header.frame_type != Self::FRAME_TYPE || bytes.len() < Self::LENGTH {
                     return None;
                 }
-                Some(bytemuck::pod_read_unaligned(&bytes[..$len]))
-            }
-        }
-
-        impl Default for $t {
-            /// Zero fields under a valid common header: `frame_length` = the frame's length, version 0, no
-            /// flags, the frame's type.
-            fn default() -> Self {
-                let mut frame = <$t as Zeroable>::zeroed();
-                frame.frame_length = $len as i32;
-                frame.version = CURRENT_VERSION;
-                frame.frame_type = $frame_type;
-                frame
+                Some(bytemuck::pod_read_unaligned(&bytes[..Self::LENGTH]))
             }
         }
     };
 }
-
-cluster_frame!(AppendPositionFrame, TYPE_APPEND_POSITION, APPEND_POSITION_LENGTH);
-cluster_frame!(CommitPositionFrame, TYPE_COMMIT_POSITION, COMMIT_POSITION_LENGTH);
+read_extension!(AppendPositionFrame);
+read_extension!(CommitPositionFrame);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::{parse, Frame};
+    use crate::frame::{parse, EncodeError, Frame};
 
     fn i64_at(b: &[u8], at: usize) -> i64 {
         i64::from_le_bytes(b[at..at + 8].try_into().unwrap())
