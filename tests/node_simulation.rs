@@ -202,6 +202,16 @@ fn soak_seed_1796350871469910662_a_compaction_that_stops_leaves_a_recording_that
     run_disk(1_796_350_871_469_910_662, 3, SyncPolicy::None, true);
 }
 
+/// Found by the sixth soak (disk schedule, `none`, snapshots): member 2 applied from its image up to
+/// 225024 and snapshotted there while its recorder, on a failing disk, had written only up to 196608, then
+/// failed and stopped; started again, it restored the snapshot at 225024 and applied the log from 196608,
+/// which the state already held. Fix: a snapshot is taken only once the recorded log reaches the applied
+/// position.
+#[test]
+fn soak_seed_1796350207618680338_a_snapshot_is_never_ahead_of_the_recording() {
+    run_disk(1_796_350_207_618_680_338, 3, SyncPolicy::None, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.

@@ -66,6 +66,14 @@ impl CommittedReader {
         }
     }
 
+    /// Whether the recorded log reaches `position` (made durable as the sync policy says), or there is no
+    /// recorded log. A snapshot is taken only then: one ahead of the recording would leave, after a restart,
+    /// a state past the log the member holds, and the member would apply what the state already has (the
+    /// node simulator found it: a follower's recorder failed on its failing disk behind what it applied).
+    pub(super) fn recorded_past(&self, position: i64) -> bool {
+        self.recorder.as_ref().is_none_or(|c| c.synced_position.get() >= position)
+    }
+
     /// Where the last whole message handed out ends.
     pub(super) fn applied(&self) -> i64 {
         self.applied

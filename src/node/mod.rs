@@ -361,7 +361,8 @@ impl Node {
     }
 
     /// As [`poll_committed`](Self::poll_committed), applying each entry to `machine`, and taking a snapshot
-    /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied.
+    /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied, once the recorded
+    /// log reaches the applied position (a snapshot is never ahead of the log this member holds).
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
         if let Some(position) = self.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load) {
             // The planted bug: the entries after the snapshot go to the state it should have replaced.
@@ -396,7 +397,7 @@ impl Node {
             .storage
             .snapshot_interval
             .is_some_and(|every| self.applied_position() - self.last_snapshot >= every as i64);
-        if due && self.committed.pending_snapshot().is_none() {
+        if due && self.committed.pending_snapshot().is_none() && self.committed.recorded_past(self.applied_position()) {
             self.take_snapshot(machine)?;
         }
         Ok(fragments)
