@@ -462,6 +462,7 @@ impl Simulation {
                     self.crash_after(self.rates.crash_after_commit_per_million);
                 }
             }
+            Output::MembershipChanged { .. } => {}
             Output::Error(error) => return Err(format!("member {id}: the core refused: {error}")),
         }
         Ok(())

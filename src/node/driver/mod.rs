@@ -341,6 +341,11 @@ impl ConsensusAgent {
             Output::Commit { position } => {
                 self.wiring.counters.consensus.commit.set_max(position);
             }
+            Output::MembershipChanged { membership_id } => {
+                // The node appends no configuration entries yet (its members are the node file's), so only
+                // a core given one by a test gets here.
+                self.logs.warn(now_ns, || format!("configuration {membership_id} in effect"));
+            }
             Output::Error(error) => {
                 self.counters.core_errors.increment();
                 self.logs.warn(now_ns, || format!("consensus core refused: {error}"));
