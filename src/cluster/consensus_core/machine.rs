@@ -288,7 +288,7 @@ impl ConsensusCore {
         match &self.phase {
             Phase::Leader(_) => self.tick_leader(now_ns, out),
             Phase::Follower(_) | Phase::Canvass(_) | Phase::Candidate(_) if now_ns >= self.election_deadline_ns => {
-                if self.is_voter() {
+                if self.may_stand() {
                     self.start_canvass(now_ns, out)
                 } else {
                     self.stand_aside(now_ns, out)
@@ -304,7 +304,7 @@ impl ConsensusCore {
     /// refused by members that hear a live leader, so a campaign cannot depose one; otherwise it is an
     /// election timeout that came early.
     pub fn campaign(&mut self, now_ns: u64, out: &mut Vec<Output>) {
-        if self.is_voter() && matches!(&self.phase, Phase::Follower(following) if following.leader.is_none()) {
+        if self.may_stand() && matches!(&self.phase, Phase::Follower(following) if following.leader.is_none()) {
             self.start_canvass(now_ns, out);
         }
     }
@@ -457,6 +457,19 @@ impl ConsensusCore {
     /// Whether this member votes in the configuration in effect.
     pub fn is_voter(&self) -> bool {
         self.membership().is_voter(self.config.member_id)
+    }
+
+    /// Whether this member may canvass and stand: it votes in the configuration in effect, or that
+    /// configuration is not committed yet and it voted in the one before (a member being removed may
+    /// hold the only log a majority can elect: it stands, counting the new configuration's votes, leads
+    /// the change through and steps down, as a removed leader does).
+    pub fn may_stand(&self) -> bool {
+        let me = self.config.member_id;
+        self.is_voter()
+            || self
+                .membership
+                .previous_at(self.append_position)
+                .is_some_and(|(previous, end)| end > self.commit_position && previous.is_voter(me))
     }
 
     /// Which acknowledgements count for this member's log of `session_id` while it leads (see [`AckRule`]).

@@ -8,8 +8,10 @@
 //!   it by one member: a learner added, a learner promoted to voter, or a member removed;
 //! - a member uses the latest configuration in its log, committed or not, from the moment it is appended
 //!   (Raft's rule for configuration entries); a truncation that cuts the entry returns to the one before;
-//! - only voters vote, canvass and count toward a commit (the leader counting itself only while it is one
-//!   of them); learners receive the log and acknowledge it, so the leader knows how far behind they are;
+//! - only voters canvass and count toward a commit or an election (the leader counting itself only while
+//!   it is one of them), and a member whose removal is not committed yet: it may hold the only log a
+//!   majority can elect (its removal then commits under it, and it steps down). Learners receive the log
+//!   and acknowledge it, so the leader knows how far behind they are;
 //! - a change is proposed only by a leader that has committed an entry of its term, while no earlier
 //!   change is uncommitted, and not when it would leave fewer live voters than a majority of the new
 //!   configuration. Any two majorities of configurations one change apart overlap, which is what keeps one
@@ -314,6 +316,14 @@ impl MembershipLog {
     /// before it). Positions below the last folded entry answer with the base.
     pub fn at(&self, position: i64) -> &Membership {
         self.entries.iter().rev().find(|(end, _)| *end <= position).map_or(&self.base, |(_, m)| m)
+    }
+
+    /// The configuration before the one in effect at `position`, and where the entry in effect ends;
+    /// `None` when the base is in effect.
+    pub fn previous_at(&self, position: i64) -> Option<(&Membership, i64)> {
+        let in_effect = self.entries.iter().rposition(|(end, _)| *end <= position)?;
+        let previous = if in_effect == 0 { &self.base } else { &self.entries[in_effect - 1].1 };
+        Some((previous, self.entries[in_effect].0))
     }
 
     /// The configuration entries after the base, oldest first, with where each ends.

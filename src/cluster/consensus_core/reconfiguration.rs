@@ -101,11 +101,11 @@ impl ConsensusCore {
         }
     }
 
-    /// After the configuration in effect changed: tells the driver, and a member that no longer votes
+    /// After the configuration in effect changed: tells the driver, and a member that may no longer stand
     /// stops any canvass or candidacy it runs.
     pub(super) fn on_membership_changed(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         out.push(Output::MembershipChanged { membership_id: self.membership().id });
-        if !self.is_voter() && matches!(self.phase, Phase::Canvass(_) | Phase::Candidate(_)) {
+        if !self.may_stand() && matches!(self.phase, Phase::Canvass(_) | Phase::Candidate(_)) {
             self.stand_aside(now_ns, out);
         }
     }

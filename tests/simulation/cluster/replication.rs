@@ -56,7 +56,11 @@ impl Simulation {
             }
             let run = rest.iter().take_while(|e| e.term == first.term).count();
             let run_term = first.term;
-            rest[..run].iter().for_each(|&entry| self.nodes[index].log.push(entry));
+            for &entry in &rest[..run] {
+                self.nodes[index].log.push(entry);
+                let end = self.nodes[index].log.end();
+                self.received(index, entry, end)?;
+            }
             rest = &rest[run..];
             self.written(index, run_term)?;
         }
