@@ -335,3 +335,14 @@ fn a_seed_replays_exactly() {
     let run = || format!("{:?}", Simulation::new(SimConfig::for_seed(12_345)).run().map_err(|v| v.to_string()));
     assert_eq!(run(), run());
 }
+
+/// Seed 32 with membership changes: leader 4 removed itself (voters [2] left), lost its majority before
+/// the removal committed, and alone held the entry; it did not vote in it so it never stood, and member
+/// 2's log was not up to date enough to win. A member whose removal is uncommitted now stands.
+#[test]
+fn regression_membership_seed_32_a_member_being_removed_stands() {
+    let config = SimConfig { membership: true, ..SimConfig::for_seed(32) };
+    if let Err(violation) = Simulation::new(config).run() {
+        panic!("{violation}");
+    }
+}
