@@ -27,5 +27,6 @@ pub mod client_load;
 pub mod hiccup;
 pub mod model;
 pub mod probe;
+pub mod prometheus;
 pub mod report;
 pub mod sweep;
