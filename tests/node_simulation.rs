@@ -212,6 +212,17 @@ fn soak_seed_1796350207618680338_a_snapshot_is_never_ahead_of_the_recording() {
     run_disk(1_796_350_207_618_680_338, 3, SyncPolicy::None, true);
 }
 
+/// Found by the seventh soak (disk schedule, 5 members, `batch`): member 2's catch-up installed its leader's
+/// snapshot at 196928 in the recording, but its followership had ended (an isolation, a canvass) and
+/// cancelled it too late: its result was dropped, so its core stayed at 45152; following the next leader
+/// from there, the recorder was asked to cut back below the snapshot and failed. Fix: the recorder passes
+/// over a log's bytes below the snapshot its recording begins at (the committed log the snapshot covers)
+/// instead of cutting into them.
+#[test]
+fn soak_seed_1796355885111822848_a_snapshot_installed_too_late_is_passed_over() {
+    run_disk(1_796_355_885_111_822_848, 5, SyncPolicy::Batch, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.
@@ -442,6 +453,15 @@ fn a_node_that_applies_past_an_installed_snapshot_without_loading_it_is_caught()
 #[test]
 fn seed_1796349800574356350_a_member_acknowledges_only_what_its_core_holds() {
     run_clients(1_796_349_800_574_356_350, 3);
+}
+
+/// Found by the seventh soak (remote clients): as above, a catch-up whose followership had ended installed
+/// the leader's snapshot at 610272 while member 0's core stayed at 417376; its next catch-up asked from
+/// 417376, below the recording's start, and the recorder failed cutting back there. Fix: such a catch-up
+/// reports the snapshot the recording begins at, and the member joins there.
+#[test]
+fn soak_seed_1796355903926318035_a_catch_up_reports_the_snapshot_installed_too_late() {
+    run_clients(1_796_355_903_926_318_035, 3);
 }
 
 /// A seed with three remote clients and the hostile host, snapshots and a drawn agent order.
