@@ -24,6 +24,7 @@
 
 pub mod bench;
 pub mod client_load;
+pub mod cluster_view;
 pub mod hiccup;
 pub mod model;
 pub mod probe;
