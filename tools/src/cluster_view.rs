@@ -55,11 +55,11 @@ impl MemberView {
         let leader = Some(election.leader_member_id()).filter(|&id| id >= 0);
         Self {
             dir: dir.to_path_buf(),
-            member_id: stats
-                .iter()
-                .any(|c| c.type_id == kinds::election::member_id.type_id)
-                .then(|| election.member_id())
-                .unwrap_or(-1),
+            member_id: if stats.iter().any(|c| c.type_id == kinds::election::member_id.type_id) {
+                election.member_id()
+            } else {
+                -1
+            },
             role,
             leadership_term_id: election.leadership_term(),
             leader,
