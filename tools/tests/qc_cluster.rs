@@ -36,7 +36,7 @@ fn member(path: &Path, id: i64, role: i64, leader: i64, commit: i64) -> (NodeDir
 #[test]
 fn describe_lists_every_member_with_its_lag_behind_the_leader() {
     let scratch = ScratchDir::new("qc-cluster-describe");
-    let paths: Vec<_> = (0..3).map(|i| scratch.join(&format!("m{i}"))).collect();
+    let paths: Vec<_> = (0..3).map(|i| scratch.join(format!("m{i}"))).collect();
     let leader = member(&paths[0], 0, 3, 0, 10_000);
     let _one = member(&paths[1], 1, 0, 0, 9_000);
     let _two = member(&paths[2], 2, 0, 0, 10_000);
