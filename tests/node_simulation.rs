@@ -223,6 +223,17 @@ fn soak_seed_1796355885111822848_a_snapshot_installed_too_late_is_passed_over() 
     run_disk(1_796_355_885_111_822_848, 5, SyncPolicy::Batch, true);
 }
 
+/// Found by the eighth soak (disk schedule, `batch`): member 0's catch-up installed its leader's snapshot on
+/// a failing disk; the recording removed its segments, then failed to write its new index, and the failure
+/// was reported as a catch-up that failed with the recording's new end counted as synced. After a power
+/// loss its log was gone. Fix: a recording whose change failed refuses every later one and the recorder
+/// stops (as on any failed write), and a reset to a snapshot makes the new start durable before it removes
+/// the old segments (an open removes what a stopped reset left).
+#[test]
+fn soak_seed_1796356595306429662_a_failed_snapshot_install_loses_nothing_synced() {
+    run_disk(1_796_356_595_306_429_662, 3, SyncPolicy::Batch, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.

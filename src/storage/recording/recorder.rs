@@ -374,8 +374,10 @@ impl Recorder {
                 }
             };
             self.fetching = None;
-            // Whatever arrived is kept (it verified); it is made durable before it is reported.
-            let result = self.recording.sync().map_err(|e| e.to_string()).and(result);
+            // Whatever arrived is kept (it verified); it is made durable before it is reported. A sync that
+            // fails loses it (as any failed fsync does): the recorder stops rather than report it synced
+            // (found by the node simulator: seed 1796356595306429662).
+            self.recording.sync().map_err(|e| AgentError::msg(format!("after a catch-up: {e}")))?;
             self.report_catch_up(result)?;
             return Ok(false);
         }
@@ -384,13 +386,10 @@ impl Recorder {
         };
         let (result, snapshots) = thread.join().map_err(|_| AgentError::msg("the catch-up thread panicked"))?;
         self.snapshots = Some(snapshots);
-        let result = match result {
-            Ok((recording, fetched)) => {
-                self.recording = recording;
-                fetched
-            }
-            Err(why) => Err(why),
-        };
+        // The catch-up's own handle on the recording could not be opened or synced: what it wrote is not
+        // durable, and this handle no longer describes the files. The recorder stops, as on any failed sync.
+        let (recording, result) = result.map_err(|why| AgentError::msg(format!("during a catch-up: {why}")))?;
+        self.recording = recording;
         self.report_catch_up(result)?;
         Ok(false)
     }
@@ -423,6 +422,12 @@ impl Recorder {
 
     /// Counts a finished catch-up and hands its outcome to the consensus agent.
     fn report_catch_up(&mut self, result: Result<Fetched, String>) -> Result<(), AgentError> {
+        if let Some(why) = self.recording.failed() {
+            // A write to the recording failed during the catch-up (the snapshot's install, a block): its files
+            // may not be what it says (segments removed, the index not rewritten). It reports nothing synced
+            // and stops, as on any failed write (found by the node simulator: seed 1796356595306429662).
+            return Err(AgentError::msg(format!("the recording failed during a catch-up: {why}")));
+        }
         match &result {
             Ok(fetched) => {
                 self.counters.catch_ups.increment();
