@@ -234,6 +234,15 @@ fn soak_seed_1796356595306429662_a_failed_snapshot_install_loses_nothing_synced(
     run_disk(1_796_356_595_306_429_662, 3, SyncPolicy::Batch, true);
 }
 
+/// Found by the ninth soak (disk schedule, `batch`): member 2 stopped when its index's sync failed, with
+/// blocks of its last segment written but not synced (dirty in the page cache); started again on a healthy
+/// disk, it read them back and counted them synced, and a power loss took them. Fix: under `batch`, opening
+/// a recording syncs it before its end counts as synced.
+#[test]
+fn soak_seed_1796357726977249856_a_reopened_recording_is_synced_before_it_counts() {
+    run_disk(1_796_357_726_977_249_856, 3, SyncPolicy::Batch, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.
