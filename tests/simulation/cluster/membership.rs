@@ -55,15 +55,7 @@ impl Simulation {
 
     /// A leader that has started its term, drawn by the changes' generator.
     fn leader_for_change(&mut self) -> Option<usize> {
-        let leaders: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| {
-                let node = &self.nodes[i];
-                node.core.as_ref().is_some_and(|c| {
-                    c.role() == Role::Leader
-                        && node.log.entries().last().map(|e| e.term) == Some(c.leadership_term_id())
-                })
-            })
-            .collect();
+        let leaders = self.started_leaders();
         (!leaders.is_empty()).then(|| leaders[self.changes.below(leaders.len() as u64) as usize])
     }
 
