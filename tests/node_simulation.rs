@@ -243,6 +243,16 @@ fn soak_seed_1796357726977249856_a_reopened_recording_is_synced_before_it_counts
     run_disk(1_796_357_726_977_249_856, 3, SyncPolicy::Batch, true);
 }
 
+/// Found by the tenth soak (disk schedule, `batch`): member 1 loaded the snapshot a catch-up installed while
+/// its disk flipped bits on read; the snapshot verified on its first pass and the second pass, the one the
+/// application loads from, read other bytes: the state was not the snapshot's. Fix: the bytes handed to the
+/// application are hashed too and checked against the verified checksum; a mismatch fails the load (the
+/// member stops on its failing disk).
+#[test]
+fn soak_seed_1796358653850379843_a_snapshot_loads_only_the_bytes_it_verified() {
+    run_disk(1_796_358_653_850_379_843, 3, SyncPolicy::Batch, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.
