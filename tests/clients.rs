@@ -155,6 +155,11 @@ fn two_clients_messages_commit_once_each_with_their_responses() {
     assert_ne!(sa, sb);
     assert_eq!(b.leader(), Some(0), "b asked member 2 first and was redirected to the leader");
     assert!(nodes[2].stats().clients().redirects() > 0, "{}", dump(&nodes));
+    // What scrapers label and read: the member id, the role (3: leader) and the leader known.
+    let (leader, follower) = (nodes[0].stats(), nodes[2].stats());
+    assert_eq!((leader.election().member_id(), leader.election().role()), (0, 3));
+    assert_eq!((follower.election().member_id(), follower.election().role()), (2, 0));
+    assert_eq!(follower.election().leader_member_id(), 0);
 
     const N: u64 = 5_000;
     let mut events = vec![Vec::new(), Vec::new()];

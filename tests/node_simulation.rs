@@ -212,6 +212,47 @@ fn soak_seed_1796350207618680338_a_snapshot_is_never_ahead_of_the_recording() {
     run_disk(1_796_350_207_618_680_338, 3, SyncPolicy::None, true);
 }
 
+/// Found by the seventh soak (disk schedule, 5 members, `batch`): member 2's catch-up installed its leader's
+/// snapshot at 196928 in the recording, but its followership had ended (an isolation, a canvass) and
+/// cancelled it too late: its result was dropped, so its core stayed at 45152; following the next leader
+/// from there, the recorder was asked to cut back below the snapshot and failed. Fix: the recorder passes
+/// over a log's bytes below the snapshot its recording begins at (the committed log the snapshot covers)
+/// instead of cutting into them.
+#[test]
+fn soak_seed_1796355885111822848_a_snapshot_installed_too_late_is_passed_over() {
+    run_disk(1_796_355_885_111_822_848, 5, SyncPolicy::Batch, true);
+}
+
+/// Found by the eighth soak (disk schedule, `batch`): member 0's catch-up installed its leader's snapshot on
+/// a failing disk; the recording removed its segments, then failed to write its new index, and the failure
+/// was reported as a catch-up that failed with the recording's new end counted as synced. After a power
+/// loss its log was gone. Fix: a recording whose change failed refuses every later one and the recorder
+/// stops (as on any failed write), and a reset to a snapshot makes the new start durable before it removes
+/// the old segments (an open removes what a stopped reset left).
+#[test]
+fn soak_seed_1796356595306429662_a_failed_snapshot_install_loses_nothing_synced() {
+    run_disk(1_796_356_595_306_429_662, 3, SyncPolicy::Batch, true);
+}
+
+/// Found by the ninth soak (disk schedule, `batch`): member 2 stopped when its index's sync failed, with
+/// blocks of its last segment written but not synced (dirty in the page cache); started again on a healthy
+/// disk, it read them back and counted them synced, and a power loss took them. Fix: under `batch`, opening
+/// a recording syncs it before its end counts as synced.
+#[test]
+fn soak_seed_1796357726977249856_a_reopened_recording_is_synced_before_it_counts() {
+    run_disk(1_796_357_726_977_249_856, 3, SyncPolicy::Batch, true);
+}
+
+/// Found by the tenth soak (disk schedule, `batch`): member 1 loaded the snapshot a catch-up installed while
+/// its disk flipped bits on read; the snapshot verified on its first pass and the second pass, the one the
+/// application loads from, read other bytes: the state was not the snapshot's. Fix: the bytes handed to the
+/// application are hashed too and checked against the verified checksum; a mismatch fails the load (the
+/// member stops on its failing disk).
+#[test]
+fn soak_seed_1796358653850379843_a_snapshot_loads_only_the_bytes_it_verified() {
+    run_disk(1_796_358_653_850_379_843, 3, SyncPolicy::Batch, true);
+}
+
 /// The checker is proven on the disk: a recorder that reports what it wrote as synced before its
 /// `fdatasync` is caught at a power loss (its recorded log ends before what it reported), within the
 /// default seeds.
@@ -442,6 +483,15 @@ fn a_node_that_applies_past_an_installed_snapshot_without_loading_it_is_caught()
 #[test]
 fn seed_1796349800574356350_a_member_acknowledges_only_what_its_core_holds() {
     run_clients(1_796_349_800_574_356_350, 3);
+}
+
+/// Found by the seventh soak (remote clients): as above, a catch-up whose followership had ended installed
+/// the leader's snapshot at 610272 while member 0's core stayed at 417376; its next catch-up asked from
+/// 417376, below the recording's start, and the recorder failed cutting back there. Fix: such a catch-up
+/// reports the snapshot the recording begins at, and the member joins there.
+#[test]
+fn soak_seed_1796355903926318035_a_catch_up_reports_the_snapshot_installed_too_late() {
+    run_clients(1_796_355_903_926_318_035, 3);
 }
 
 /// A seed with three remote clients and the hostile host, snapshots and a drawn agent order.

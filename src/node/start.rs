@@ -112,7 +112,7 @@ impl Node {
             clients,
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
             shared: Arc::clone(&shared),
-            counters: DriverCounters::new(|kind| node_counter(&counters, kind)),
+            counters: DriverCounters::new(config.id, |kind| node_counter(&counters, kind)),
         });
         let committed = CommittedReader::new(
             config.id,

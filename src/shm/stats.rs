@@ -244,6 +244,12 @@ catalogue! {
         refused_membership = 409, "election other member list refused";
         /// Elections this node stood in as a candidate.
         elections = 410, "election elections";
+        /// This node's member id (set at start): what scrapers label its counters with.
+        member_id = 412, "election member id";
+        /// This node's role: 0 follower, 1 canvass, 2 candidate, 3 leader.
+        role = 413, "election role";
+        /// The leader this node knows of in its term; -1 while it knows none.
+        leader_member_id = 414, "election leader member id";
         /// Truncations of this node's log (bytes it held that were never committed).
         truncations = 411, "election truncations";
     }

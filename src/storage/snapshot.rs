@@ -524,16 +524,21 @@ impl SnapshotStore {
     /// partly loaded, and a snapshot that verifies but does not load is the application's to fix.
     pub fn restore(&self, load: impl FnOnce(&mut dyn Read) -> io::Result<()>) -> Result<Restored, SnapshotError> {
         let (found, skipped) = self.newest_verified()?;
-        let Some((info, mut file)) = found else {
+        let Some((info, mut file, expected)) = found else {
             return Ok(Restored { info: None, skipped });
         };
         file.seek(HEADER_LENGTH, info.file_length());
-        let mut reader = BufReader::with_capacity(BUFFER, file);
-        load(&mut reader).map_err(|source| SnapshotError::State {
+        let mut reader = HashingReader::new(BufReader::with_capacity(BUFFER, file));
+        let state_error = |source| SnapshotError::State {
             path: info.path.clone(),
             action: "load its state (the state machine may be partly loaded: do not use it)",
             source,
-        })?;
+        };
+        load(&mut reader).map_err(state_error)?;
+        // The bytes handed to `load` must be the ones checked: a disk that reads differently the second time
+        // (a flipped bit) would load a state that is not the snapshot's (found by the node simulator: seed
+        // 1796358653850379843). What `load` left unread is read here to finish the hash.
+        reader.finish(expected).map_err(state_error)?;
         Ok(Restored { info: Some(info), skipped })
     }
 
@@ -564,7 +569,7 @@ impl SnapshotStore {
     /// [`install`](Self::install). Each newer snapshot that fails is skipped and reported.
     pub fn open_for_send(&self) -> Result<ToSend, SnapshotError> {
         let (found, skipped) = self.newest_verified()?;
-        let Some((info, mut file)) = found else {
+        let Some((info, mut file, _)) = found else {
             return Ok(ToSend { snapshot: None, skipped });
         };
         file.seek(0, info.file_length());
@@ -701,7 +706,7 @@ impl SnapshotStore {
         if state != header.state_checksum {
             return Err(invalid("fails its checksum (the state is damaged)".into()));
         }
-        Ok((header.info(path.to_path_buf()), file))
+        Ok((header.info(path.to_path_buf()), file, state))
     }
 
     /// A new temporary file for a snapshot at `position`, removed when the guard drops unless committed.
@@ -821,7 +826,8 @@ impl SnapshotInstall {
 }
 
 /// A snapshot file that verified: what it holds, and the file, open.
-type Verified = (SnapshotInfo, FileCursor);
+/// A snapshot that verified: what it holds, its file, and its state's checksum.
+type Verified = (SnapshotInfo, FileCursor, blake3::Hash);
 
 /// The position a snapshot file's name says: `snapshot-<20 digits>.qcsnap`, nothing else.
 fn parse_name(name: &str) -> Option<i64> {
@@ -857,6 +863,40 @@ fn copy_hashed(from: &mut dyn Read, to: &mut dyn Write, length: u64) -> Result<(
         copied += n as u64;
     }
     Ok((copied, hasher.finalize()))
+}
+
+/// A reader that hashes what it yields, so that what an application loaded can be checked against the
+/// checksum the first pass verified.
+struct HashingReader<R> {
+    inner: R,
+    hasher: blake3::Hasher,
+}
+
+impl<R: Read> HashingReader<R> {
+    fn new(inner: R) -> Self {
+        Self { inner, hasher: blake3::Hasher::new() }
+    }
+
+    /// Reads what is left and compares the hash of everything read with `expected`.
+    fn finish(mut self, expected: blake3::Hash) -> io::Result<()> {
+        io::copy(&mut self, &mut io::sink())?;
+        if self.hasher.finalize() == expected {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "its state read differently than when it was checked (the disk returned other bytes)",
+            ))
+        }
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// A file writer that counts and hashes what it writes: the state, after the header's placeholder.

@@ -136,6 +136,28 @@ impl Checker {
         Ok(())
     }
 
+    /// No committed entry lost while the membership changes: each committed entry from index `from` on is
+    /// at its index in a majority of the logs of at least one of `groups` (the voters of a configuration).
+    pub fn check_held_by_any(&self, from: usize, groups: &[Vec<&[Entry]>]) -> Check {
+        for index in from..self.committed.len() {
+            if groups.iter().any(|logs| self.check_held_at(index, logs)) {
+                continue;
+            }
+            let (id, term) = (self.committed[index], self.commit_terms[index]);
+            return Err(format!(
+                "committed entry {id} (index {index}, applied in term {term}) lost: held by a majority of none of the \
+                 {} configurations that could have committed it",
+                groups.len()
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_held_at(&self, index: usize, logs: &[&[Entry]]) -> bool {
+        let id = self.committed[index];
+        logs.iter().filter(|log| log.get(index).is_some_and(|entry| entry.id == id)).count() > logs.len() / 2
+    }
+
     pub fn forget_leader_log(&mut self, member: MemberId) {
         self.completeness.remove(&member);
     }

@@ -9,7 +9,7 @@
 use std::fmt;
 
 use quorumcast::cluster::consensus_core::{
-    wire, Bugs, ConsensusCore, Destination, MemberId, Message, Output, Role, Timers,
+    wire, Bugs, ConsensusCore, Destination, MemberId, Membership, Message, Output, Role, Timers,
 };
 
 use super::checker::{Check, Checker};
@@ -18,6 +18,7 @@ use super::network::{Faults, Network, Packet, Payload};
 use super::prng::Rng;
 
 mod faults;
+mod membership;
 mod replication;
 mod sessions;
 mod storage;
@@ -125,6 +126,9 @@ pub struct SimConfig {
     /// A member broken on purpose: it hands out every session message it applies, without asking its
     /// session table (so a resend is applied again).
     pub sessions_without_table: bool,
+    /// Two spare members join the run, and leaders change the membership one member at a time during the
+    /// faults (`cluster/membership.rs`). Off in the default runs, whose seeds keep their trajectories.
+    pub membership: bool,
 }
 
 impl SimConfig {
@@ -159,7 +163,15 @@ impl SimConfig {
             trace: std::env::var_os("QC_SIM_TRACE").is_some(),
             sessions: false,
             sessions_without_table: false,
+            membership: false,
         }
+    }
+}
+
+impl SimConfig {
+    /// The members of the run: the initial configuration, and two spares that may join it.
+    pub fn nodes(&self) -> usize {
+        self.members + if self.membership { 2 } else { 0 }
     }
 }
 
@@ -221,6 +233,9 @@ pub struct Summary {
     /// With sessions: messages the members' tables delivered, and resends they answered as duplicates.
     pub session_delivered: u64,
     pub session_duplicates: u64,
+    /// With membership changes: configuration entries appended, and those committed.
+    pub membership_changes: u64,
+    pub committed_configurations: u64,
 }
 
 /// A member: its core while it runs, and what it keeps across a crash.
@@ -269,6 +284,11 @@ pub struct Simulation {
     summary: Summary,
     /// Remote clients with sessions (with `SimConfig::sessions`).
     sim_clients: Vec<sessions::SimClient>,
+    /// Membership changes (with `SimConfig::membership`): the generator, every configuration appended
+    /// (by its entry's id), and the committed ones in commit order.
+    changes: Rng,
+    configurations: std::collections::HashMap<u64, Membership>,
+    committed_configurations: Vec<Membership>,
 }
 
 impl Simulation {
@@ -286,7 +306,7 @@ impl Simulation {
             timers: config.timers,
             now_ns: 0,
             nodes: Vec::new(),
-            network: Network::new(Rng::derive(seed, 3), config.members, faults),
+            network: Network::new(Rng::derive(seed, 3), config.nodes(), faults),
             checker: Checker::new(config.check_votes),
             faults: Rng::derive(seed, 4),
             clients: Rng::derive(seed, 5),
@@ -299,8 +319,11 @@ impl Simulation {
             candidate_terms: std::collections::HashSet::new(),
             summary: Summary { batch: config.storage.policy == SyncPolicy::Batch, ..Summary::default() },
             sim_clients: if config.sessions { sessions::clients() } else { Vec::new() },
+            changes: Rng::derive(seed, 9),
+            configurations: std::collections::HashMap::new(),
+            committed_configurations: vec![Membership::initial(&(1..=config.members as MemberId).collect::<Vec<_>>())],
         };
-        for id in 1..=config.members as MemberId {
+        for id in 1..=config.nodes() as MemberId {
             simulation.nodes.push(Node {
                 id,
                 core: None,
@@ -348,6 +371,9 @@ impl Simulation {
             self.tick()?;
             self.fetch();
             self.client_append()?;
+            if self.config.membership && self.now_ns < self.config.chaos_ns {
+                self.change_membership()?;
+            }
             if self.config.sessions {
                 self.session_clients()?;
             }
@@ -356,6 +382,7 @@ impl Simulation {
                 self.check_sessions()?;
                 self.summary.simulated_ns = self.now_ns;
                 self.summary.committed = self.checker.committed.len();
+                self.summary.committed_configurations = self.committed_configurations.len() as u64 - 1;
                 return Ok(());
             }
         }
@@ -457,9 +484,19 @@ impl Simulation {
                 self.nodes[index].replicate_from = Some((leader_member_id, leadership_term_id));
             }
             Output::Commit { position } => {
+                self.check_counted_voters(index, position)?;
                 self.apply(index, position)?;
                 if self.nodes[index].core.as_ref().is_some_and(|core| core.role() == Role::Leader) {
                     self.crash_after(self.rates.crash_after_commit_per_million);
+                }
+            }
+            Output::MembershipChanged { membership_id } => {
+                if let Some(core) = &self.nodes[index].core {
+                    let m = core.membership();
+                    let (voters, learners) = (&m.voters, &m.learners);
+                    self.trace(format_args!(
+                        "member {id}: configuration {membership_id}: voters {voters:?}, learners {learners:?}"
+                    ));
                 }
             }
             Output::Error(error) => return Err(format!("member {id}: the core refused: {error}")),
@@ -486,6 +523,9 @@ impl Simulation {
         for entry_index in node.applied..count {
             let entry = node.log.entries()[entry_index];
             self.checker.on_apply(node.id, term, entry_index, entry.id)?;
+            if entry.membership && entry_index >= known {
+                self.committed_configurations.push(self.configurations[&entry.id].clone());
+            }
             if entry.client && self.healed.is_some_and(|first| entry.id >= first) {
                 self.live = true;
             }
@@ -509,7 +549,9 @@ impl Simulation {
                 self.network.send(Packet { from, to, payload: Payload::Frame(frame) }, now);
             }
             Destination::Others => {
-                for to in (1..=self.config.members as MemberId).filter(|&to| to != from) {
+                // Every other member of the sender's configuration in effect.
+                let others = self.nodes[index].core.as_ref().map(|core| core.followers()).unwrap_or_default();
+                for to in others {
                     self.network.send(Packet { from, to, payload: Payload::Frame(frame.clone()) }, now);
                 }
             }

@@ -18,12 +18,14 @@ pub struct Entry {
     pub session: u64,
     /// With a session: 0 for its open, else the message's correlation id.
     pub correlation: u64,
+    /// A configuration entry (its configuration is in the simulation's table, under the entry's id).
+    pub membership: bool,
 }
 
 impl Entry {
     /// A plain entry (a client message without a session, or a marker).
     pub fn plain(term: i64, id: u64, length: i64, client: bool) -> Self {
-        Self { term, id, length, client, session: 0, correlation: 0 }
+        Self { term, id, length, client, session: 0, correlation: 0, membership: false }
     }
 }
 
@@ -157,6 +159,11 @@ impl SimLog {
         let first = self.count_at(position)?;
         let last = (first + max).min(self.entries.len());
         Some(&self.entries[first..last])
+    }
+
+    /// The configuration entries: each entry's id and where it ends, oldest first.
+    pub fn membership_entries(&self) -> impl Iterator<Item = (u64, i64)> + '_ {
+        self.entries.iter().zip(&self.ends).filter(|(entry, _)| entry.membership).map(|(entry, end)| (entry.id, *end))
     }
 
     /// The log's terms, as a restarted member's driver reads them back from the log.

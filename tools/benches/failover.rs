@@ -19,6 +19,9 @@
 //!    others (`lost_committed` counts members whose first N entries differ, N being what the old leader
 //!    had applied; expected 0).
 //!
+//! `QC_FAILOVER_DEBUG=1` prints, per trial, when the new leader was elected, when its commit position first
+//! moved, and when a message offered after the stop committed.
+//!
 //! `-- --one-shot-clients N` runs, instead of the trials, one-shot remote clients (a new `ClusterClient`
 //! each: connect, one message, its commit, close) against the cluster with member 0 leading, then with
 //! member 0 stopped (frozen as above) and another member leading, the clients listing the members from
@@ -33,7 +36,8 @@
 //! offered after the request). Target: p99 at most 2 heartbeat intervals.
 //!
 //! Results: a table and `target/failover/latest/summary.json` with `rows`, one per timer set:
-//! `timers`, `trials`, `timeouts`, `kill_to_commit_ms` and `kill_to_apply_ms` ({p50, p99, max}),
+//! `timers`, `trials`, `timeouts`, `kill_to_elected_ms` (until a new leader holds its term, as the bench
+//! polls it), `kill_to_commit_ms` and `kill_to_apply_ms` ({p50, p99, max}),
 //! `lost_committed`. The target on a LAN-class host with the `latency` timers: p99 kill-to-commit at most
 //! 300 ms.
 
@@ -224,14 +228,23 @@ struct Row {
     timeouts: usize,
     commit: Histogram<u64>,
     apply: Histogram<u64>,
+    /// From the stop (or the transfer's request) until a new leader holds its term, as the bench sees it.
+    elected: Histogram<u64>,
     lost_committed: usize,
 }
 
 fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
     let mut cluster = Cluster::start(name, timers, args.rate, None);
     let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
-    let mut row =
-        Row { timers: name, trials: 0, timeouts: 0, commit: histogram(), apply: histogram(), lost_committed: 0 };
+    let mut row = Row {
+        timers: name,
+        trials: 0,
+        timeouts: 0,
+        commit: histogram(),
+        apply: histogram(),
+        elected: histogram(),
+        lost_committed: 0,
+    };
     for trial in 0..args.trials {
         // A settled leader, every member caught up.
         let mut held_since: Option<(usize, i64, Instant)> = None;
@@ -266,8 +279,21 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         let first_after = cluster.offered;
         let applied_at_stop = cluster.members[leader].applied;
         let digest_at_stop = cluster.members[leader].digest.value();
-        let (mut commit_at, mut apply_at) = (None, None);
+        let (mut commit_at, mut apply_at, mut elected_at) = (None, None, None::<(Duration, i64)>);
+        let mut first_commit: Option<Duration> = None;
         let done = cluster.step_until(|c| {
+            let new_leader = (0..3).find(|&i| {
+                i != leader
+                    && c.members[i].node.role() == Role::Leader
+                    && c.members[i].node.leadership_term_id() > old_term
+            });
+            if let Some(i) = new_leader {
+                let commit = c.members[i].node.commit_position();
+                let at = elected_at.get_or_insert((stopped.elapsed(), commit)).1;
+                if commit > at && std::env::var_os("QC_FAILOVER_DEBUG").is_some() && first_commit.is_none() {
+                    first_commit = Some(stopped.elapsed());
+                }
+            }
             for (i, member) in c.members.iter().enumerate() {
                 if i == leader || member.applied == 0 || member.last_seq < first_after {
                     continue;
@@ -291,6 +317,14 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         let ms = |d: Duration| (d.as_micros() as u64).max(1);
         row.commit.record(ms(commit_at.expect("done"))).expect("in bounds");
         row.apply.record(ms(apply_at.expect("done"))).expect("in bounds");
+        row.elected.record(ms(elected_at.map_or(commit_at.expect("done"), |(at, _)| at))).expect("in bounds");
+        if let Some(first) = first_commit {
+            eprintln!(
+                "trial {trial}: elected {:?}, its commit moved {first:?}, a new message committed {:?}",
+                elected_at.map(|(at, _)| at),
+                commit_at
+            );
+        }
         row.trials += 1;
         // The old leader rejoins; the others must hold what it had applied.
         let target = cluster.members.iter().map(|m| m.applied).max().unwrap_or(0);
@@ -497,8 +531,13 @@ fn main() {
         rows.push((timers, run_timers(name, timers, &args)));
     }
     println!(
-        "{:<8} {:>6} {:>8} | {:>26} | {:>26} | lost",
-        "timers", "trials", "timeouts", "kill->commit ms p50/p99/max", "kill->apply ms p50/p99/max"
+        "{:<8} {:>6} {:>8} | {:>26} | {:>26} | {:>26} | lost",
+        "timers",
+        "trials",
+        "timeouts",
+        "kill->elected ms p50/p99/max",
+        "kill->commit ms p50/p99/max",
+        "kill->apply ms p50/p99/max"
     );
     let mut json_rows = Vec::new();
     for (timers, row) in &rows {
@@ -511,10 +550,11 @@ fn main() {
             )
         };
         println!(
-            "{:<8} {:>6} {:>8} | {:>26} | {:>26} | {}",
+            "{:<8} {:>6} {:>8} | {:>26} | {:>26} | {:>26} | {}",
             row.timers,
             row.trials,
             row.timeouts,
+            f(&row.elected),
             f(&row.commit),
             f(&row.apply),
             row.lost_committed
@@ -526,6 +566,7 @@ fn main() {
             "election_timeout_ms": [timers.election_timeout_min_ns as f64 / 1e6, timers.election_timeout_max_ns as f64 / 1e6],
             "trials": row.trials,
             "timeouts": row.timeouts,
+            "kill_to_elected_ms": quantiles_ms(&row.elected),
             "kill_to_commit_ms": quantiles_ms(&row.commit),
             "kill_to_apply_ms": quantiles_ms(&row.apply),
             "lost_committed": row.lost_committed,

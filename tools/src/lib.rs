@@ -24,8 +24,10 @@
 
 pub mod bench;
 pub mod client_load;
+pub mod cluster_view;
 pub mod hiccup;
 pub mod model;
 pub mod probe;
+pub mod prometheus;
 pub mod report;
 pub mod sweep;

@@ -171,3 +171,75 @@ fn the_sampling_loop_ends_when_the_node_shuts_down() {
     assert_eq!(idle_rows[0], ["2", "0", "idle"], "no rate on the first sample");
     assert_eq!(idle_rows[1], ["2", "0", "0.0", "idle"], "a rate from the second sample on");
 }
+
+/// A GET of `target` at `addr`: the status line and the body.
+fn http_get(addr: &str, target: &str) -> (String, String) {
+    use std::io::Write as _;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// Every sample of a Prometheus text exposition: (name, labels, value); panics on a line that is not one.
+fn parse_exposition(text: &str) -> Vec<(String, String, f64)> {
+    let mut samples = Vec::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(comment) = line.strip_prefix("# ") {
+            assert!(comment.starts_with("HELP ") || comment.starts_with("TYPE "), "{line}");
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.strip_suffix('}').unwrap_or_else(|| panic!("{line}"))),
+            None => (series, ""),
+        };
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "metric name {name:?}");
+        samples.push((name.to_owned(), labels.to_owned(), value.parse().unwrap_or_else(|_| panic!("{line}"))));
+    }
+    samples
+}
+
+#[test]
+fn prometheus_serves_every_typed_counter_labelled_by_member() {
+    use quorumcast::shm::stats::{kinds, CATALOGUE, TYPE_ACK_POSITION};
+    let scratch = ScratchDir::new("stat-prometheus");
+    let path = scratch.join("node");
+    let dir = NodeDirectory::create(&path, StalePolicy::Refuse).unwrap();
+    let manager = CountersManager::create(dir.file(COUNTERS_FILE_NAME), CATALOGUE.len() + 4).unwrap();
+    for (i, kind) in CATALOGUE.iter().enumerate() {
+        let value = if kind.type_id == kinds::election::member_id.type_id { 3 } else { 1000 + i as i64 };
+        manager.allocate(kind.label, kind.type_id).unwrap().set(value);
+    }
+    manager.allocate_owned("ack position of member 1", TYPE_ACK_POSITION, 1).unwrap().set(4096);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qc-stat"))
+        .args(["--prometheus", "127.0.0.1:0", "--dir", path.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let addr = first.trim_end().rsplit("http://").next().unwrap().trim_end_matches("/metrics").to_owned();
+    let (status, body) = http_get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let samples = parse_exposition(&body);
+    for (i, kind) in CATALOGUE.iter().enumerate() {
+        let name = format!("quorumcast_{}", kind.key.replace('.', "_"));
+        let sample = samples.iter().find(|(n, _, _)| *n == name).unwrap_or_else(|| panic!("no {name} in\n{body}"));
+        assert_eq!(sample.1, "member=\"3\"", "{name}");
+        if kind.type_id != kinds::election::member_id.type_id {
+            assert_eq!(sample.2, 1000.0 + i as f64, "{name}");
+        }
+    }
+    let ack = samples.iter().find(|(n, _, _)| n == "quorumcast_ack_position").unwrap();
+    assert_eq!((ack.1.as_str(), ack.2), ("member=\"3\",follower=\"1\"", 4096.0));
+    assert_eq!(http_get(&addr, "/other").0, "HTTP/1.1 404 Not Found");
+    // The node shuts down: the next scrape is refused and the server exits.
+    drop(manager);
+    drop(dir);
+    assert_eq!(http_get(&addr, "/metrics").0, "HTTP/1.1 503 Service Unavailable");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}

@@ -68,14 +68,18 @@ pub struct Bugs {
     pub forget_vote_on_restart: bool,
     /// Grant votes (and canvasses) without comparing logs.
     pub skip_up_to_date_check: bool,
+    /// A leader counts every member toward a commit, learners and members of no configuration included.
+    pub count_non_voters: bool,
 }
 
 /// Everything a member's consensus core is configured with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoreConfig {
-    /// This member's id; one of `members`.
+    /// This member's id: one of `members`, or a member that joins a running cluster (it does not vote
+    /// until a configuration entry makes it a voter).
     pub member_id: MemberId,
-    /// Every member's id, this one included; static, without duplicates.
+    /// The initial configuration: the voters the cluster started with, without duplicates. Later
+    /// configurations are entries in the log ([`Membership`](super::Membership)).
     pub members: Vec<MemberId>,
     /// The timers.
     pub timers: Timers,
@@ -102,17 +106,12 @@ impl CoreConfig {
         if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
             return Err(CoreConfigError::new("members", format!("lists member {} twice", pair[0])));
         }
-        if !self.members.contains(&self.member_id) {
-            return Err(CoreConfigError::new(
-                "member_id",
-                format!("{} is not one of members {:?}", self.member_id, self.members),
-            ));
-        }
         self.timers.validate().map_err(|e| CoreConfigError::new("timers", e.render(FrontEnd::Builder)))
     }
 
-    /// The hash of the member list that canvass and vote requests carry: members configured with
-    /// different lists refuse each other.
+    /// The hash of the initial member list that canvass and vote requests carry: members configured with
+    /// different initial lists (of different clusters) refuse each other. It does not follow membership
+    /// changes: it names the cluster, not its configuration.
     pub fn membership_hash(&self) -> u64 {
         membership_hash(&self.members)
     }

@@ -1,6 +1,7 @@
 //! What a member keeps across a restart, and gives back to a new core.
 
 use super::config::CoreConfigError;
+use super::membership::Membership;
 use super::term_history::TermHistory;
 use super::MemberId;
 
@@ -18,6 +19,9 @@ pub struct DurableState {
     pub append_position: i64,
     /// A position known to be committed (what the driver applied), or 0.
     pub commit_position: i64,
+    /// The configuration entries of the local log, oldest first, with where each ends (empty: the
+    /// initial configuration is in effect).
+    pub memberships: Vec<(i64, Membership)>,
 }
 
 impl DurableState {
@@ -40,6 +44,10 @@ impl DurableState {
         if self.term_history.terms().is_empty() && self.append_position != 0 {
             let message = format!("({}) must be 0 for a log without terms", self.append_position);
             return Err(CoreConfigError::new("durable.append_position", message));
+        }
+        if let Some((end, _)) = self.memberships.iter().find(|(end, _)| *end > self.append_position) {
+            let message = format!("hold an entry ending at {end}, past the log's end {}", self.append_position);
+            return Err(CoreConfigError::new("durable.memberships", message));
         }
         if self.commit_position < 0 || self.commit_position > self.append_position {
             let message = format!("({}) must be in 0..={}", self.commit_position, self.append_position);

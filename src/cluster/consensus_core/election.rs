@@ -61,8 +61,8 @@ impl ConsensusCore {
             return;
         }
         ballot.next_request_ns = next;
-        let missing: Vec<MemberId> =
-            self.config.members.iter().copied().filter(|id| !ballot.granted.contains(id)).collect();
+        let voters = &self.membership.at(self.append_position).voters;
+        let missing: Vec<MemberId> = voters.iter().copied().filter(|id| !ballot.granted.contains(id)).collect();
         let request = self.ballot_request();
         for member in missing {
             self.send(Destination::Member(member), request, out);
@@ -112,7 +112,7 @@ impl ConsensusCore {
     /// With a majority of canvass grants, stands as candidate in the next term.
     fn start_election_if_granted(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         let Phase::Canvass(ballot) = &self.phase else { return };
-        if ballot.granted.len() < self.majority {
+        if self.votes_of(&ballot.granted) < self.membership.at(self.append_position).majority() {
             return;
         }
         self.stand(ballot.term, now_ns, out);
@@ -190,7 +190,7 @@ impl ConsensusCore {
     /// With a majority of votes, leads the term.
     fn become_leader_if_elected(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         let Phase::Candidate(ballot) = &self.phase else { return };
-        if ballot.granted.len() >= self.majority {
+        if self.votes_of(&ballot.granted) >= self.membership.at(self.append_position).majority() {
             self.become_leader(now_ns, out);
         }
     }

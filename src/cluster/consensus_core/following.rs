@@ -122,6 +122,7 @@ impl ConsensusCore {
         if let Phase::Follower(following) = &mut self.phase {
             following.matched = true;
         }
+        self.forget_configurations_past_end();
         let replicate = Output::ReplicateFrom {
             leader_member_id: leader,
             leadership_term_id: self.term,

@@ -19,13 +19,14 @@
 use super::machine::{ConsensusCore, Leadership, Peer, Phase};
 use super::message::Message;
 use super::output::{Destination, Output};
-use super::quorum::quorum_position;
+use super::quorum::majority_position;
 use super::MemberId;
 
 impl ConsensusCore {
     /// Leads the current term: announces it, and asks for the term-start marker.
     pub(super) fn become_leader(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         self.counters.leaderships += 1;
+        self.forget_configurations_past_end();
         let peers: Vec<Peer> = self
             .followers()
             .into_iter()
@@ -35,7 +36,7 @@ impl ConsensusCore {
             term_base: self.append_position,
             previous_term_id: self.history.last_term_id(),
             next_heartbeat_ns: now_ns.saturating_add(self.config.timers.heartbeat_interval_ns),
-            positions: vec![0; peers.len()],
+            positions: Vec::with_capacity(peers.len() + 1),
             peers,
             transfer: None,
         };
@@ -87,8 +88,13 @@ impl ConsensusCore {
     fn majority_heard(&self, now_ns: u64) -> bool {
         let Phase::Leader(leadership) = &self.phase else { return false };
         let timeout = self.config.timers.election_timeout_min_ns;
-        let live = leadership.peers.iter().filter(|peer| now_ns.saturating_sub(peer.last_heard_ns) < timeout).count();
-        live + 1 >= self.majority
+        let current = self.membership.at(self.append_position);
+        let live = leadership
+            .peers
+            .iter()
+            .filter(|peer| current.is_voter(peer.id) && now_ns.saturating_sub(peer.last_heard_ns) < timeout)
+            .count();
+        live + usize::from(self.is_voter()) >= current.majority()
     }
 
     /// Records that `from` answered in this term; the peer, when this member leads.
@@ -156,11 +162,17 @@ impl ConsensusCore {
 
     /// Recomputes the commit position from the acknowledged positions; sends it when it moved.
     pub(super) fn update_commit(&mut self, now_ns: u64, out: &mut Vec<Output>) {
+        let current = self.membership.at(self.append_position);
         let Phase::Leader(leadership) = &mut self.phase else { return };
-        for (slot, peer) in leadership.positions.iter_mut().zip(&leadership.peers) {
-            *slot = peer.matched_position;
+        // The voters' positions, this leader's own among them while it is one (capacity kept: no allocation).
+        leadership.positions.clear();
+        if current.is_voter(self.config.member_id) {
+            leadership.positions.push(self.append_position);
         }
-        let quorum = quorum_position(self.append_position, &leadership.positions);
+        let counted = |peer: &&Peer| current.is_voter(peer.id) || self.config.bugs.count_non_voters;
+        let voters = leadership.peers.iter().filter(counted);
+        leadership.positions.extend(voters.map(|peer| peer.matched_position));
+        let quorum = majority_position(&mut leadership.positions, current.majority()).min(self.append_position);
         if quorum <= leadership.term_base || quorum <= self.commit_position {
             return;
         }
@@ -168,5 +180,6 @@ impl ConsensusCore {
         self.advance_commit(quorum, out);
         let commit = Message::CommitPosition { leadership_term_id: self.term, log_position: self.commit_position };
         self.send(Destination::Others, commit, out);
+        self.step_down_if_removed(now_ns, out);
     }
 }

@@ -5,6 +5,7 @@
 use super::config::{CoreConfig, CoreConfigError};
 use super::counters::CoreCounters;
 use super::durable::DurableState;
+use super::membership::{Membership, MembershipLog};
 use super::message::Message;
 use super::output::{CoreError, Destination, Output};
 use super::prng::SplitMix64;
@@ -127,7 +128,8 @@ pub(super) enum Phase {
 pub struct ConsensusCore {
     pub(super) config: CoreConfig,
     pub(super) membership_hash: u64,
-    pub(super) majority: usize,
+    /// The configurations in the local log; the latest is in effect.
+    pub(super) membership: MembershipLog,
     pub(super) rng: SplitMix64,
     pub(super) term: i64,
     pub(super) voted_for: Option<MemberId>,
@@ -157,6 +159,11 @@ pub enum StepDown {
         /// The newer term.
         leadership_term_id: i64,
     },
+    /// A configuration without this member as a voter committed.
+    Removed {
+        /// The configuration.
+        membership_id: u64,
+    },
 }
 
 impl std::fmt::Display for StepDown {
@@ -176,6 +183,9 @@ impl std::fmt::Display for StepDown {
             Self::NewerTerm { leadership_term_id } => {
                 write!(f, "a member spoke in the newer term {leadership_term_id}")
             }
+            Self::Removed { membership_id } => {
+                write!(f, "configuration {membership_id}, which this member does not vote in, committed")
+            }
         }
     }
 }
@@ -188,9 +198,14 @@ impl ConsensusCore {
         config.validate()?;
         durable.validate()?;
         let voted_for = if config.bugs.forget_vote_on_restart { None } else { durable.voted_for };
+        let mut membership = MembershipLog::new(Membership::initial(&config.members));
+        for (end, entry) in &durable.memberships {
+            membership.push(*end, entry.clone()).map_err(|e| CoreConfigError::new("durable.memberships", e))?;
+        }
+        membership.compact(durable.commit_position);
         let mut core = Self {
             membership_hash: config.membership_hash(),
-            majority: config.members.len() / 2 + 1,
+            membership,
             rng: SplitMix64::new(config.seed),
             config,
             term: durable.leadership_term_id,
@@ -215,7 +230,7 @@ impl ConsensusCore {
     /// Handles `message` from member `from`. Messages from non-members, malformed, stale, duplicated or
     /// out of place are counted in [`counters`](Self::counters) and dropped.
     pub fn on_message(&mut self, from: MemberId, message: Message, now_ns: u64, out: &mut Vec<Output>) {
-        if from == self.config.member_id || !self.config.members.contains(&from) {
+        if from == self.config.member_id || !self.membership.knows(from) {
             self.counters.non_member += 1;
             return;
         }
@@ -273,7 +288,11 @@ impl ConsensusCore {
         match &self.phase {
             Phase::Leader(_) => self.tick_leader(now_ns, out),
             Phase::Follower(_) | Phase::Canvass(_) | Phase::Candidate(_) if now_ns >= self.election_deadline_ns => {
-                self.start_canvass(now_ns, out)
+                if self.may_stand() {
+                    self.start_canvass(now_ns, out)
+                } else {
+                    self.stand_aside(now_ns, out)
+                }
             }
             Phase::Follower(_) => self.tick_follower(now_ns, out),
             Phase::Canvass(_) | Phase::Candidate(_) => self.repeat_request(now_ns, out),
@@ -285,7 +304,7 @@ impl ConsensusCore {
     /// refused by members that hear a live leader, so a campaign cannot depose one; otherwise it is an
     /// election timeout that came early.
     pub fn campaign(&mut self, now_ns: u64, out: &mut Vec<Output>) {
-        if matches!(&self.phase, Phase::Follower(following) if following.leader.is_none()) {
+        if self.may_stand() && matches!(&self.phase, Phase::Follower(following) if following.leader.is_none()) {
             self.start_canvass(now_ns, out);
         }
     }
@@ -309,7 +328,9 @@ impl ConsensusCore {
             return;
         }
         self.history.append(leadership_term_id, self.append_position);
+        let before = self.append_position;
         self.append_position = position;
+        self.on_append_moved(before, now_ns, out);
         match self.phase {
             Phase::Leader(_) => {
                 self.update_commit(now_ns, out);
@@ -337,7 +358,16 @@ impl ConsensusCore {
             return;
         }
         self.history = installed;
+        // Configurations the old log held past its commit position may not be the leader's: only the
+        // committed ones stay, until the driver gives the snapshot's (`on_snapshot_membership`).
+        let before = self.membership().id;
+        self.membership.truncate(self.commit_position);
         self.append_position = position;
+        let membership_id = self.membership().id;
+        if membership_id != before {
+            // A follower's: no canvass to stop, no peer to drop.
+            out.push(Output::MembershipChanged { membership_id });
+        }
         self.advance_commit(position, out);
     }
 
@@ -408,7 +438,38 @@ impl ConsensusCore {
     /// The other members, in the order a leader's publication sends to them (its destinations) and counts
     /// their acknowledgements.
     pub fn followers(&self) -> Vec<MemberId> {
-        self.config.members.iter().copied().filter(|&id| id != self.config.member_id).collect()
+        let me = self.config.member_id;
+        self.membership().members().filter(|&id| id != me).collect()
+    }
+
+    /// The configuration in effect: the latest in the local log as far as the core knows the log (its
+    /// append position), committed or not.
+    pub fn membership(&self) -> &Membership {
+        self.membership.at(self.append_position)
+    }
+
+    /// The configurations in the local log (after the initial one), with where each entry ends: what a
+    /// restart gives back in [`DurableState::memberships`].
+    pub fn membership_log(&self) -> &MembershipLog {
+        &self.membership
+    }
+
+    /// Whether this member votes in the configuration in effect.
+    pub fn is_voter(&self) -> bool {
+        self.membership().is_voter(self.config.member_id)
+    }
+
+    /// Whether this member may canvass and stand: it votes in the configuration in effect, or that
+    /// configuration is not committed yet and it voted in the one before (a member being removed may
+    /// hold the only log a majority can elect: it stands, counting the new configuration's votes, leads
+    /// the change through and steps down, as a removed leader does).
+    pub fn may_stand(&self) -> bool {
+        let me = self.config.member_id;
+        self.is_voter()
+            || self
+                .membership
+                .previous_at(self.append_position)
+                .is_some_and(|(previous, end)| end > self.commit_position && previous.is_voter(me))
     }
 
     /// Which acknowledgements count for this member's log of `session_id` while it leads (see [`AckRule`]).
@@ -485,6 +546,11 @@ impl ConsensusCore {
         true
     }
 
+    /// Records why this member stopped leading, in place of what [`step_down`](Self::step_down) recorded.
+    pub(super) fn replace_step_down(&mut self, reason: StepDown) {
+        self.step_down = Some(reason);
+    }
+
     /// Becomes a follower of the current term that knows no leader (a leader that lost its majority).
     pub(super) fn step_down(&mut self, now_ns: u64, out: &mut Vec<Output>) {
         self.counters.step_downs += 1;
@@ -531,10 +597,17 @@ impl ConsensusCore {
             return false;
         }
         if position < self.append_position {
+            let before = self.membership().id;
             self.history.truncate(position);
             self.append_position = position;
             self.counters.truncations += 1;
             out.push(Output::Truncate { position });
+            self.membership.truncate(position);
+            let membership_id = self.membership.at(position).id;
+            if membership_id != before {
+                // Only a follower truncates, so there is no canvass to stop and no peer to drop.
+                out.push(Output::MembershipChanged { membership_id });
+            }
         }
         true
     }
@@ -544,6 +617,7 @@ impl ConsensusCore {
         let position = position.min(self.append_position);
         if position > self.commit_position {
             self.commit_position = position;
+            self.membership.compact(position);
             out.push(Output::Commit { position });
         }
     }

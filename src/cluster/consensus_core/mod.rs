@@ -30,7 +30,10 @@
 //!   that has not heard from a majority for the shortest election timeout steps down;
 //! - a leader hands its leadership to a follower on request ([`ConsensusCore::transfer_leadership`]):
 //!   it takes no new entries, and once the follower holds its whole log tells it to stand at once
-//!   ([`Message::TimeoutNow`]).
+//!   ([`Message::TimeoutNow`]);
+//! - the membership is replicated state ([`membership`]): configuration entries in the log, changed one
+//!   member at a time ([`ConsensusCore::propose_membership`]), learners that receive the log without
+//!   voting or counting.
 //!
 //! # Driving a core
 //!
@@ -65,8 +68,9 @@
 //! Files: [`config`] (membership, timers, validation), [`message`] (what members say to each other),
 //! [`wire`] (their frames), [`output`] (what the driver must do), [`term_history`] (the log's terms),
 //! [`durable`] (what survives a restart), [`counters`] (what was dropped and why), [`prng`] (election
-//! timeouts), and the state machine itself: [`machine`] (state, inputs, role changes), `election.rs`
-//! (canvass and votes), `leadership.rs` (the leader's side) and `following.rs` (the follower's side),
+//! timeouts), [`membership`] (configurations and their log), and the state machine itself: [`machine`] (state, inputs, role changes), `election.rs`
+//! (canvass and votes), `leadership.rs` (the leader's side), `following.rs` (the follower's side),
+//! `reconfiguration.rs` (membership changes) and `transfer.rs` (leadership transfer),
 //! each opening with the rules it keeps.
 
 pub mod config;
@@ -76,10 +80,12 @@ mod election;
 mod following;
 mod leadership;
 pub mod machine;
+pub mod membership;
 pub mod message;
 pub mod output;
 pub mod prng;
 mod quorum;
+mod reconfiguration;
 mod role;
 pub mod term_history;
 mod transfer;
@@ -92,9 +98,10 @@ pub use config::{Bugs, CoreConfig, CoreConfigError, Timers};
 pub use counters::CoreCounters;
 pub use durable::DurableState;
 pub use machine::{ConsensusCore, StepDown};
+pub use membership::{Membership, MembershipChange, MembershipError, MembershipLog};
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
-pub use quorum::{follower_commit, quorum_position, AckRule};
+pub use quorum::{follower_commit, majority_position, quorum_position, AckRule};
 pub use role::Role;
 pub use term_history::{TermBase, TermHistory};
 pub use transfer::TransferError;

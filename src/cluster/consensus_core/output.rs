@@ -34,7 +34,7 @@ use super::MemberId;
 pub enum Destination {
     /// One member.
     Member(MemberId),
-    /// Every member but this one.
+    /// Every other member (voter or learner) of the configuration in effect.
     Others,
 }
 
@@ -87,6 +87,12 @@ pub enum Output {
         /// Where the leader's data is to be appended from (the local append position).
         position: i64,
     },
+    /// The configuration in effect changed ([`ConsensusCore::membership`]): send to its members, and stop
+    /// if this member is no longer one once it commits.
+    MembershipChanged {
+        /// The configuration now in effect.
+        membership_id: u64,
+    },
     /// The commit position advanced: the log up to `position` may be applied.
     Commit {
         /// The new commit position.
@@ -118,6 +124,14 @@ pub enum CoreError {
         /// The snapshot's position.
         position: i64,
     },
+    /// `on_membership` was given a configuration that does not follow the last one, or an entry that
+    /// does not end past the log's known end.
+    MembershipOutOfOrder {
+        /// The configuration given.
+        membership_id: u64,
+        /// Where its entry was said to end.
+        end: i64,
+    },
     /// `on_append_position` reported bytes of a term older than the log's last term.
     AppendTermWentBack {
         /// The term of the log's last byte.
@@ -140,6 +154,10 @@ impl fmt::Display for CoreError {
             Self::SnapshotHistory { position } => {
                 write!(f, "the terms given with the snapshot installed at {position} do not make a history")
             }
+            Self::MembershipOutOfOrder { membership_id, end } => write!(
+                f,
+                "configuration {membership_id} ending at {end} does not follow the log's last configuration and end"
+            ),
             Self::AppendTermWentBack { last_term_id, leadership_term_id } => write!(
                 f,
                 "bytes of term {leadership_term_id} reported after term {last_term_id}; a log's terms only grow"

@@ -24,6 +24,16 @@ pub fn quorum_position(leader: i64, followers: &[i64]) -> i64 {
     best.min(leader).max(0)
 }
 
+/// The highest position a majority of voters holds: the `majority`-th highest of `positions` (one per
+/// voter; reordered in place, no allocation). 0 when fewer positions than a majority are given.
+pub fn majority_position(positions: &mut [i64], majority: usize) -> i64 {
+    if majority == 0 || positions.len() < majority {
+        return 0;
+    }
+    positions.sort_unstable_by(|a, b| b.cmp(a));
+    positions[majority - 1].max(0)
+}
+
 /// A follower's commit position: what the leader has committed, as far as this member holds the leader's
 /// log (`held`: the contiguous end of what it has of that log). Never above either: a follower cannot apply
 /// bytes it does not have, nor bytes the leader did not commit.

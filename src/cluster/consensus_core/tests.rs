@@ -32,6 +32,7 @@ fn core_with(
         term_history: log(terms, append),
         append_position: append,
         commit_position: commit,
+        memberships: Vec::new(),
     };
     ConsensusCore::new(config(id), durable, 0).unwrap()
 }
@@ -549,7 +550,10 @@ fn bad_configuration_names_the_key() {
     assert!(!file.contains("_ns"), "{file}");
     let builder = error.render(FrontEnd::Builder);
     assert!(builder.contains("heartbeat_timeout_ns") && builder.contains("election_timeout_min_ns"), "{builder}");
-    assert_eq!(CoreConfig::new(4, vec![1, 2, 3]).validate().unwrap_err().key, "member_id");
+    assert!(CoreConfig::new(4, vec![1, 2, 3]).validate().is_ok(), "a member that joins later");
+    let entry = Membership::initial(&[1, 2, 3]).apply(MembershipChange::AddLearner(4)).unwrap();
+    let durable = DurableState { memberships: vec![(64, entry)], ..Default::default() };
+    assert_eq!(ConsensusCore::new(config(1), durable, 0).unwrap_err().key, "durable.memberships");
     assert_eq!(CoreConfig::new(1, vec![1, 1]).validate().unwrap_err().key, "members");
     let durable = DurableState { commit_position: 5, ..Default::default() };
     assert_eq!(ConsensusCore::new(config(1), durable, 0).unwrap_err().key, "durable.commit_position");
@@ -907,4 +911,179 @@ fn an_installed_snapshot_replaces_the_terms_below_it_and_commits_up_to_it() {
     let backwards = [history[1], history[0]];
     member.on_snapshot_installed(900, &backwards, &mut out);
     assert!(matches!(out[..], [Output::Error(CoreError::SnapshotHistory { position: 900 })]), "{out:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Membership changes
+// ---------------------------------------------------------------------------------------------------
+
+/// Member 1 leading term 1 with its term-start marker (to 32) committed by member 2's acknowledgement.
+fn leader_with_committed_term() -> ConsensusCore {
+    let mut leader = elected_leader();
+    let mut out = Vec::new();
+    leader.on_append_position(1, 32, 1000 * MS, &mut out);
+    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 32 }, 1000 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 32);
+    leader
+}
+
+/// The leader proposes `change`, appends its entry (64 bytes) and reports it, as a driver does; returns the
+/// configuration and where its entry ends.
+fn change(leader: &mut ConsensusCore, change: MembershipChange, out: &mut Vec<Output>) -> (Membership, i64) {
+    let next = leader.propose_membership(change, 1024, 1000 * MS).unwrap();
+    let end = leader.append_position() + 64;
+    leader.on_membership(end, next.clone(), out);
+    leader.on_append_position(leader.leadership_term_id(), end, 1000 * MS, out);
+    (next, end)
+}
+
+fn ack(leader: &mut ConsensusCore, from: MemberId, position: i64, out: &mut Vec<Output>) {
+    let term = leader.leadership_term_id();
+    leader.on_message(
+        from,
+        Message::AppendPosition { leadership_term_id: term, log_position: position },
+        1000 * MS,
+        out,
+    );
+}
+
+#[test]
+fn a_learner_receives_the_log_and_acknowledges_it_but_never_counts() {
+    let mut leader = leader_with_committed_term();
+    let mut out = Vec::new();
+    let (added, end) = change(&mut leader, MembershipChange::AddLearner(4), &mut out);
+    assert_eq!((added.id, added.voters.clone(), added.learners.clone()), (1, vec![1, 2, 3], vec![4]));
+    assert!(out.contains(&Output::MembershipChanged { membership_id: 1 }), "{out:?}");
+    assert_eq!(leader.followers(), vec![2, 3, 4], "the leader sends to the learner too");
+    leader.tick(1011 * MS, &mut out);
+    assert!(
+        sent(&out)
+            .iter()
+            .any(|(to, m)| *to == Destination::Member(4) && matches!(m, Message::NewLeadershipTerm { .. })),
+        "the term is announced to the new learner"
+    );
+    ack(&mut leader, 4, end, &mut out);
+    assert_eq!(leader.acknowledged_position(4), Some(end), "its acknowledgement is tracked");
+    assert_eq!(leader.commit_position(), 32, "but a learner's acknowledgement commits nothing");
+    ack(&mut leader, 2, end, &mut out);
+    assert_eq!(leader.commit_position(), end);
+}
+
+#[test]
+fn one_change_at_a_time_and_only_once_the_leaders_term_is_committed() {
+    let mut leader = elected_leader();
+    let mut out = Vec::new();
+    leader.on_append_position(1, 32, 1000 * MS, &mut out);
+    assert_eq!(
+        leader.propose_membership(MembershipChange::AddLearner(4), 1024, 1000 * MS),
+        Err(MembershipError::TermNotCommitted)
+    );
+    ack(&mut leader, 2, 32, &mut out);
+    let (_, end) = change(&mut leader, MembershipChange::AddLearner(4), &mut out);
+    assert_eq!(
+        leader.propose_membership(MembershipChange::AddLearner(5), 1024, 1000 * MS),
+        Err(MembershipError::ChangeInProgress { id: 1 })
+    );
+    ack(&mut leader, 2, end, &mut out);
+    assert!(leader.propose_membership(MembershipChange::AddLearner(5), 1024, 1000 * MS).is_ok());
+    let mut follower = core(2);
+    assert_eq!(
+        follower.propose_membership(MembershipChange::AddLearner(5), 1024, 0),
+        Err(MembershipError::NotLeader { leader: None })
+    );
+    follower.on_membership(0, Membership::initial(&[1]), &mut out);
+    assert!(out.iter().any(|o| matches!(o, Output::Error(CoreError::MembershipOutOfOrder { .. }))));
+}
+
+#[test]
+fn a_learner_is_promoted_only_once_close_enough_and_then_counts() {
+    let mut leader = leader_with_committed_term();
+    let mut out = Vec::new();
+    let (_, end) = change(&mut leader, MembershipChange::AddLearner(4), &mut out);
+    ack(&mut leader, 2, end, &mut out);
+    leader.on_append_position(1, end + 4096, 1000 * MS, &mut out);
+    ack(&mut leader, 4, end, &mut out);
+    let behind = leader.propose_membership(MembershipChange::Promote(4), 1024, 1000 * MS);
+    assert_eq!(behind, Err(MembershipError::LearnerBehind { member: 4, behind: 4096, limit: 1024 }));
+    ack(&mut leader, 4, end + 4096, &mut out);
+    let (promoted, end) = change(&mut leader, MembershipChange::Promote(4), &mut out);
+    assert_eq!(promoted.voters, vec![1, 2, 3, 4]);
+    ack(&mut leader, 2, end, &mut out);
+    assert!(leader.commit_position() < end, "three of four voters are a majority: the leader and 2 are not");
+    ack(&mut leader, 4, end, &mut out);
+    assert_eq!(leader.commit_position(), end);
+}
+
+#[test]
+fn a_removed_leader_leads_the_change_through_and_then_steps_down_for_good() {
+    let mut leader = leader_with_committed_term();
+    let mut out = Vec::new();
+    ack(&mut leader, 3, 32, &mut out);
+    let (removed, end) = change(&mut leader, MembershipChange::Remove(1), &mut out);
+    assert_eq!(removed.voters, vec![2, 3]);
+    assert_eq!(leader.role(), Role::Leader, "it leads until the change commits");
+    ack(&mut leader, 2, end, &mut out);
+    assert_eq!(leader.role(), Role::Leader, "its own position no longer counts: 2 of {{2, 3}} are needed");
+    ack(&mut leader, 3, end, &mut out);
+    assert_eq!(leader.commit_position(), end);
+    assert_eq!(leader.role(), Role::Follower);
+    assert_eq!(leader.take_step_down(), Some(StepDown::Removed { membership_id: 1 }));
+    out.clear();
+    leader.tick(5000 * MS, &mut out);
+    assert!(sent(&out).is_empty() && leader.role() == Role::Follower, "a removed member never canvasses: {out:?}");
+}
+
+#[test]
+fn a_change_that_would_leave_too_few_live_voters_is_refused() {
+    let leader = leader_with_committed_term();
+    // Member 3 was never heard from: removing 2 would leave {1, 3}, whose majority needs both.
+    let refused = leader.propose_membership(MembershipChange::Remove(2), 1024, 1000 * MS);
+    assert_eq!(refused, Err(MembershipError::TooFewLiveVoters { live: 1, needed: 2 }));
+    assert!(leader.propose_membership(MembershipChange::Remove(3), 1024, 1000 * MS).is_ok());
+}
+
+#[test]
+fn a_member_that_joins_waits_for_a_leader_without_canvassing() {
+    let mut joining = core(4);
+    let mut out = Vec::new();
+    joining.tick(5000 * MS, &mut out);
+    assert!(!joining.is_voter() && sent(&out).is_empty(), "{out:?}");
+    joining.on_message(1, announcement(1, 0, 1, 0, 0), 5001 * MS, &mut out);
+    assert_eq!(joining.leader_member_id(), Some(1), "it follows a leader of the configuration it knows");
+    joining.on_message(9, announcement(1, 0, 1, 0, 0), 5001 * MS, &mut out);
+    assert_eq!(joining.counters().non_member, 1, "and drops a member of no configuration");
+}
+
+#[test]
+fn a_truncation_that_cuts_a_configuration_entry_returns_to_the_one_before() {
+    let mut follower = core_with(2, 1, None, &[(1, 0)], 64, 0);
+    let mut out = Vec::new();
+    let added = Membership::initial(&[1, 2, 3]).apply(MembershipChange::AddLearner(4)).unwrap();
+    follower.on_membership(128, added, &mut out);
+    assert_eq!(follower.membership().id, 0, "not in effect before the core knows the bytes");
+    follower.on_append_position(1, 128, 0, &mut out);
+    assert_eq!((follower.membership().id, follower.followers()), (1, vec![1, 3, 4]));
+    // Member 3 leads term 2, whose log holds term 1 only up to 64: the entry is cut, and with it the change.
+    out.clear();
+    follower.on_message(3, announcement(2, 1, 2, 64, 0), 10 * MS, &mut out);
+    assert!(out.contains(&Output::Truncate { position: 64 }), "{out:?}");
+    assert!(out.contains(&Output::MembershipChanged { membership_id: 0 }), "{out:?}");
+    assert_eq!(follower.membership().id, 0);
+}
+
+#[test]
+fn a_restart_restores_the_configurations_of_its_log() {
+    let added = Membership::initial(&[1, 2, 3]).apply(MembershipChange::AddLearner(4)).unwrap();
+    let promoted = added.apply(MembershipChange::Promote(4)).unwrap();
+    let durable = DurableState {
+        leadership_term_id: 1,
+        term_history: log(&[(1, 0)], 300),
+        append_position: 300,
+        commit_position: 150,
+        memberships: vec![(100, added), (200, promoted.clone())],
+        ..Default::default()
+    };
+    let member = ConsensusCore::new(config(2), durable, 0).unwrap();
+    assert_eq!(member.membership(), &promoted);
+    assert_eq!(member.membership_log().entries().len(), 1, "the committed entry is folded into the base");
 }

@@ -42,7 +42,7 @@ pub(super) struct Transfer {
 pub enum TransferError {
     /// This member does not lead.
     NotLeader,
-    /// The target is this member, or not a member.
+    /// The target is this member, or not a voter.
     NotAFollower(MemberId),
     /// No follower was heard from within the heartbeat timeout, so none can be chosen.
     NoLiveFollower,
@@ -52,7 +52,7 @@ impl fmt::Display for TransferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NotLeader => f.write_str("this member does not lead: ask the leader to transfer its leadership"),
-            Self::NotAFollower(id) => write!(f, "member {id} is not another member of this cluster"),
+            Self::NotAFollower(id) => write!(f, "member {id} is not another voting member of this cluster"),
             Self::NoLiveFollower => {
                 f.write_str("no follower answered within the heartbeat timeout: there is no one to hand over to")
             }
@@ -78,16 +78,17 @@ impl ConsensusCore {
         let me = self.config.member_id;
         let timeout = self.config.timers.heartbeat_timeout_ns;
         let deadline_ns = now_ns.saturating_add(self.config.timers.election_timeout_min_ns);
+        let current = self.membership.at(self.append_position);
         let Phase::Leader(leadership) = &mut self.phase else { return Err(TransferError::NotLeader) };
         let target = match target {
-            Some(id) if id == me || !leadership.peers.iter().any(|p| p.id == id) => {
+            Some(id) if id == me || !current.is_voter(id) || !leadership.peers.iter().any(|p| p.id == id) => {
                 return Err(TransferError::NotAFollower(id))
             }
             Some(id) => id,
             None => leadership
                 .peers
                 .iter()
-                .filter(|p| now_ns.saturating_sub(p.last_heard_ns) < timeout)
+                .filter(|p| current.is_voter(p.id) && now_ns.saturating_sub(p.last_heard_ns) < timeout)
                 .max_by_key(|p| (p.matched_position, std::cmp::Reverse(p.id)))
                 .map(|p| p.id)
                 .ok_or(TransferError::NoLiveFollower)?,
@@ -137,7 +138,8 @@ impl ConsensusCore {
     ) {
         let from_leader = matches!(&self.phase, Phase::Follower(f) if f.leader == Some(from));
         // The next term must leave a next one (every term id stays below `i64::MAX`).
-        if term != self.term || !from_leader || self.append_position < position || term >= i64::MAX - 2 {
+        let refused = !from_leader || !self.is_voter() || self.append_position < position;
+        if term != self.term || refused || term >= i64::MAX - 2 {
             self.counters.unexpected += 1;
             return;
         }

@@ -75,11 +75,19 @@ pub(super) struct DriverCounters {
     pub(super) refused_membership: Counter,
     pub(super) elections: Counter,
     pub(super) truncations: Counter,
+    pub(super) role: Counter,
+    pub(super) leader_member_id: Counter,
 }
 
 impl DriverCounters {
-    pub(super) fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
+    /// The counters of member `member_id`'s consensus agent.
+    pub(super) fn new(member_id: i32, mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
+        allocate(&kinds::election::member_id).set(member_id.into());
+        let leader_member_id = allocate(&kinds::election::leader_member_id);
+        leader_member_id.set(-1);
         Self {
+            role: allocate(&kinds::election::role),
+            leader_member_id,
             frames_received: allocate(&kinds::election::frames_received),
             frames_sent: allocate(&kinds::election::frames_sent),
             foreign_dropped: allocate(&kinds::election::foreign_dropped),
@@ -341,6 +349,11 @@ impl ConsensusAgent {
             Output::Commit { position } => {
                 self.wiring.counters.consensus.commit.set_max(position);
             }
+            Output::MembershipChanged { membership_id } => {
+                // The node appends no configuration entries yet (its members are the node file's), so only
+                // a core given one by a test gets here.
+                self.logs.warn(now_ns, || format!("configuration {membership_id} in effect"));
+            }
             Output::Error(error) => {
                 self.counters.core_errors.increment();
                 self.logs.warn(now_ns, || format!("consensus core refused: {error}"));
@@ -381,6 +394,14 @@ impl ConsensusAgent {
         }
         self.counters.role_changes.increment();
         self.counters.leadership_term.set(leadership_term_id);
+        let role_code = match role {
+            Role::Follower => 0,
+            Role::Canvass => 1,
+            Role::Candidate => 2,
+            Role::Leader => 3,
+        };
+        self.counters.role.set(role_code);
+        self.counters.leader_member_id.set(leader.map_or(-1, i64::from));
         if role == Role::Candidate {
             self.counters.elections.increment();
         }

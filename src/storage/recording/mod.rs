@@ -157,6 +157,9 @@ pub struct Recording {
     /// Set when a segment was created or removed since the directory was last synced.
     dir_changed: bool,
     scratch: Vec<u8>,
+    /// Why a change of the recording failed, if one did: its files may no longer be what this handle
+    /// says (a write, a removal or a sync failed half-way), so every later change is refused.
+    failed: Option<String>,
 }
 
 impl Recording {
@@ -198,6 +201,7 @@ impl Recording {
             end: 0,
             dir_changed: false,
             scratch: Vec::new(),
+            failed: None,
         };
         let rebuild = loaded.is_none() && !recording.bases.is_empty();
         recording.index = match loaded {
@@ -213,6 +217,7 @@ impl Recording {
             recording.dir_changed = true;
             log::info!("removed {}, below the recording's start (a compaction stopped before it)", path.display());
         }
+        recording.remove_segment_ending_below_start(&identity)?;
         if recording.bases.first().is_some_and(|&first| first != recording.index.start_position) {
             let path = recording.segment_path(recording.bases[0]);
             return Err(RecordingError::new(
@@ -258,7 +263,36 @@ impl Recording {
         }
         recording.index.cut(recording.end);
         recording.store_index()?;
+        if recording.config.sync == SyncPolicy::Batch {
+            // What a stopped process wrote after its last sync may still be dirty in the page cache: it is
+            // made durable before the recorder reports the recording's end synced (found by the node
+            // simulator: seed 1796357726977249856, a member that stopped on a failing index sync, started
+            // again, counted its unsynced tail synced, and lost it to a power loss).
+            recording.sync()?;
+        }
         Ok((recording, report))
+    }
+
+    /// A first segment that begins below the start and ends at or below it: what a reset to a snapshot left
+    /// when it stopped after making its new start durable; removed.
+    fn remove_segment_ending_below_start(&mut self, identity: &RecordingIdentity) -> Result<(), RecordingError> {
+        let start = self.index.start_position;
+        let Some(&first) = self.bases.first().filter(|&&first| first < start) else { return Ok(()) };
+        let path = self.segment_path(first);
+        let Ok(mut segment) = Segment::open(&*self.disk, &path, identity) else { return Ok(()) };
+        let walk = segment.walk(&mut self.scratch, |_, _| {}).map_err(|e| RecordingError::io(&path, "read", e))?;
+        if walk.end_position > start {
+            return Ok(());
+        }
+        drop(segment);
+        self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+        self.bases.remove(0);
+        self.dir_changed = true;
+        log::info!(
+            "removed {}, which ends below the recording's start (a reset to a snapshot stopped)",
+            path.display()
+        );
+        Ok(())
     }
 
     /// The disk it is on.
@@ -351,6 +385,12 @@ impl Recording {
     /// term-start markers it holds in the index; returns the frames it holds. Not synced: see
     /// [`sync`](Self::sync).
     pub fn append(&mut self, position: i64, payload: &[u8], advance: usize) -> Result<usize, RecordingError> {
+        self.usable()?;
+        let result = self.append_unchecked(position, payload, advance);
+        self.note(result)
+    }
+
+    fn append_unchecked(&mut self, position: i64, payload: &[u8], advance: usize) -> Result<usize, RecordingError> {
         if position != self.end {
             return Err(RecordingError::new(
                 &self.config.dir,
@@ -397,6 +437,12 @@ impl Recording {
     /// Makes everything appended so far durable (`fdatasync` of the segment being written, and of the
     /// directory when a segment was made).
     pub fn sync(&mut self) -> Result<(), RecordingError> {
+        self.usable()?;
+        let result = self.sync_unchecked();
+        self.note(result)
+    }
+
+    fn sync_unchecked(&mut self) -> Result<(), RecordingError> {
         if let Some(segment) = &self.active {
             segment.file.sync_data().map_err(|e| RecordingError::io(&segment.path, "sync", e))?;
         }
@@ -411,6 +457,12 @@ impl Recording {
     /// Cuts the recording back to `position` (a frame boundary): a leader's log this member held beyond
     /// the point where it agrees with the new leader's. Below the recording's start is an error.
     pub fn truncate(&mut self, position: i64) -> Result<(), RecordingError> {
+        self.usable()?;
+        let result = self.truncate_unchecked(position);
+        self.note(result)
+    }
+
+    fn truncate_unchecked(&mut self, position: i64) -> Result<(), RecordingError> {
         if position >= self.end {
             return Ok(());
         }
@@ -452,6 +504,12 @@ impl Recording {
     /// Deletes the segments that end at or before `position` (the log below the oldest snapshot kept);
     /// returns the new start.
     pub fn delete_before(&mut self, position: i64) -> Result<i64, RecordingError> {
+        self.usable()?;
+        let result = self.delete_before_unchecked(position);
+        self.note(result)
+    }
+
+    fn delete_before_unchecked(&mut self, position: i64) -> Result<i64, RecordingError> {
         let gone = (1..self.bases.len()).take_while(|&i| self.bases[i] <= position).count();
         if gone == 0 {
             return Ok(self.start());
@@ -479,6 +537,12 @@ impl Recording {
     /// Empties the recording to start again at `position`, in leadership term `term` (a snapshot at
     /// `position` was installed: the log before it is not this member's to hold).
     pub fn reset(&mut self, position: i64, term: i64) -> Result<(), RecordingError> {
+        self.usable()?;
+        let result = self.reset_unchecked(position, term);
+        self.note(result)
+    }
+
+    fn reset_unchecked(&mut self, position: i64, term: i64) -> Result<(), RecordingError> {
         self.reset_with_history(position, term, &[])
     }
 
@@ -491,11 +555,19 @@ impl Recording {
         term: i64,
         history: &[(i64, i64)],
     ) -> Result<(), RecordingError> {
+        self.usable()?;
+        let result = self.reset_with_history_unchecked(position, term, history);
+        self.note(result)
+    }
+
+    fn reset_with_history_unchecked(
+        &mut self,
+        position: i64,
+        term: i64,
+        history: &[(i64, i64)],
+    ) -> Result<(), RecordingError> {
         self.active = None;
-        for base in std::mem::take(&mut self.bases) {
-            let path = self.segment_path(base);
-            self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
-        }
+        let old = std::mem::take(&mut self.bases);
         // The term at `position` too, when it starts there: the index then says which term every position
         // from 0 to the recording's start is in (a marker recorded again later is no change).
         let terms = history
@@ -505,9 +577,41 @@ impl Recording {
             .collect();
         self.index = Index { start_position: position, start_term: term, terms };
         self.end = position;
+        // The new start is made durable before any old segment goes: a member stopped in between finds the
+        // old segments wholly below the start, which the next open removes, never an index without its log
+        // (found by the node simulator: seed 1796356595306429662, an index write failing after the removals).
         self.dir_changed = true;
         self.store_index()?;
+        self.sync()?;
+        for base in old {
+            let path = self.segment_path(base);
+            self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
+        }
+        self.dir_changed = true;
         self.sync()
+    }
+
+    /// Why a change of this recording failed, if one did (then every later change is refused: the files
+    /// may no longer match this handle, and only opening the recording again reads what they hold).
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn usable(&self) -> Result<(), RecordingError> {
+        match &self.failed {
+            Some(why) => {
+                Err(RecordingError::new(&self.config.dir, format!("an earlier change failed ({why}): reopen it")))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Records a failed change.
+    fn note<T>(&mut self, result: Result<T, RecordingError>) -> Result<T, RecordingError> {
+        if let Err(e) = &result {
+            self.failed.get_or_insert_with(|| e.to_string());
+        }
+        result
     }
 
     /// A reader of this recording from `position`.

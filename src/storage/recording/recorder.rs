@@ -276,6 +276,16 @@ impl Recorder {
         };
         pending.take();
         drop(pending);
+        if request.from < self.recording.start() {
+            // The recording begins at a snapshot a catch-up installed after its followership ended (cancelled
+            // too late to stop it): the member's log goes on there, so this catch-up reports that snapshot
+            // instead of fetching (found by the node simulator: seed 1796355903926318035).
+            self.ticket = ticket;
+            let result = self.installed_snapshot(&snapshots, request.from);
+            self.snapshots = Some(snapshots);
+            self.report_catch_up(result)?;
+            return Ok(1);
+        }
         // The catch-up decides where the recording goes on: the logs queued before it (a Receiver's image
         // it replaces) and the one being recorded are done with; the next comes after it.
         self.switches.clear();
@@ -364,8 +374,10 @@ impl Recorder {
                 }
             };
             self.fetching = None;
-            // Whatever arrived is kept (it verified); it is made durable before it is reported.
-            let result = self.recording.sync().map_err(|e| e.to_string()).and(result);
+            // Whatever arrived is kept (it verified); it is made durable before it is reported. A sync that
+            // fails loses it (as any failed fsync does): the recorder stops rather than report it synced
+            // (found by the node simulator: seed 1796356595306429662).
+            self.recording.sync().map_err(|e| AgentError::msg(format!("after a catch-up: {e}")))?;
             self.report_catch_up(result)?;
             return Ok(false);
         }
@@ -374,19 +386,48 @@ impl Recorder {
         };
         let (result, snapshots) = thread.join().map_err(|_| AgentError::msg("the catch-up thread panicked"))?;
         self.snapshots = Some(snapshots);
-        let result = match result {
-            Ok((recording, fetched)) => {
-                self.recording = recording;
-                fetched
-            }
-            Err(why) => Err(why),
-        };
+        // The catch-up's own handle on the recording could not be opened or synced: what it wrote is not
+        // durable, and this handle no longer describes the files. The recorder stops, as on any failed sync.
+        let (recording, result) = result.map_err(|why| AgentError::msg(format!("during a catch-up: {why}")))?;
+        self.recording = recording;
         self.report_catch_up(result)?;
         Ok(false)
     }
 
+    /// The snapshot the recording begins at, as a catch-up from `from` (below it) reports it: the recording
+    /// is cut back to the snapshot (what was fetched past it may not be committed) and the member joins
+    /// there; the terms below it are the recording's (the leader's, kept when it was installed).
+    fn installed_snapshot(&mut self, snapshots: &SnapshotStore, from: i64) -> Result<Fetched, String> {
+        let start = self.recording.start();
+        if self.recording.end() > start {
+            self.cut(start).map_err(|e| e.to_string())?;
+        }
+        self.recording.sync().map_err(|e| e.to_string())?;
+        let snapshot = snapshots
+            .list()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .rfind(|s| s.position == start)
+            .ok_or_else(|| format!("the recording begins at {start}, and no snapshot there is kept"))?;
+        let index = self.recording.index();
+        let history: Vec<(i64, i64)> = index
+            .terms
+            .iter()
+            .filter(|t| t.base_position <= start)
+            .map(|t| (t.base_position, t.leadership_term_id))
+            .collect();
+        let terms = vec![(start, index.term_at(start))];
+        Ok(Fetched { from, end: start, terms, history, snapshot: Some(snapshot) })
+    }
+
     /// Counts a finished catch-up and hands its outcome to the consensus agent.
     fn report_catch_up(&mut self, result: Result<Fetched, String>) -> Result<(), AgentError> {
+        if let Some(why) = self.recording.failed() {
+            // A write to the recording failed during the catch-up (the snapshot's install, a block): its files
+            // may not be what it says (segments removed, the index not rewritten). It reports nothing synced
+            // and stops, as on any failed write (found by the node simulator: seed 1796356595306429662).
+            return Err(AgentError::msg(format!("the recording failed during a catch-up: {why}")));
+        }
         match &result {
             Ok(fetched) => {
                 self.counters.catch_ups.increment();
@@ -424,7 +465,21 @@ impl Recorder {
         let Some((at, source, next)) = self.switches.take() else {
             return Ok(0);
         };
-        if at < end {
+        let start = self.recording.start();
+        if at < start && end >= start {
+            // A catch-up whose followership ended installed the leader's snapshot after this log began
+            // (it was cancelled too late to stop it): the bytes below the snapshot are the committed log the
+            // snapshot covers, so they are passed over rather than cut back into, and what the catch-up
+            // fetched past the snapshot (perhaps not committed) is cut (found by the node simulator: seed
+            // 1796355885111822848).
+            if end > start {
+                self.cut(start)?;
+            }
+            log::info!(
+                "recorder: the log to record starts at {at}, below the snapshot the recording starts at ({start}): \
+                 its bytes up to {start} are passed over"
+            );
+        } else if at < end {
             self.cut(at)?;
         } else if at > end {
             return Err(AgentError::msg(format!(
@@ -459,6 +514,16 @@ impl Recorder {
             return Ok(0);
         };
         let log = &source.log;
+        let end = self.recording.end();
+        if source.consumer.get() < end {
+            // Passing over what an installed snapshot covers: the log's writer may not wait on this consumer,
+            // and nothing is read until the log reaches the recording's end.
+            let produced = log.producer_position();
+            source.consumer.set(produced.min(end));
+            if produced < end {
+                return Ok(0);
+            }
+        }
         let bits = position_bits_to_shift(log.term_length());
         let mut blocks = 0;
         let mut bytes = 0;

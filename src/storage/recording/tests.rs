@@ -276,3 +276,38 @@ fn a_last_segment_shorter_than_its_header_is_removed_at_open() {
     assert!(!dir.join(segment::file_name(end)).exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reset to a snapshot makes its new start durable before it removes the old segments; a member that
+/// stopped in between finds them, all below the start, and the open removes them (found by the node
+/// simulator: seed 1796356595306429662).
+#[test]
+fn segments_a_stopped_reset_left_below_the_start_are_removed_at_open() {
+    let dir = scratch("reset-leftovers");
+    let log = log_of(2, 60);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 1024);
+    assert!(recording.segment_count() > 1);
+    let kept = scratch("reset-leftovers-kept");
+    std::fs::create_dir_all(&kept).unwrap();
+    let segments: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rec"))
+        .collect();
+    for segment in &segments {
+        std::fs::copy(segment, kept.join(segment.file_name().unwrap())).unwrap();
+    }
+    let snapshot = end + 4096;
+    recording.reset_with_history(snapshot, 2, &[(0, 1)]).unwrap();
+    drop(recording);
+    // The segments as a reset stopped after its new index leaves them.
+    for segment in &segments {
+        std::fs::copy(kept.join(segment.file_name().unwrap()), segment).unwrap();
+    }
+    let (recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    assert_eq!((recording.start(), recording.end(), recording.segment_count()), (snapshot, snapshot, 0));
+    assert!(segments.iter().all(|s| !s.exists()), "every segment below the start is gone");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&kept);
+}

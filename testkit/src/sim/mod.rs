@@ -549,8 +549,10 @@ impl Simulation {
                     let error = format!("poll_state: {e}");
                     return Err(self.failure(Violation::AgentFailed { member: i, error }));
                 }
-                // A snapshot it could not write on its failing disk: it stops, as it must.
+                // A snapshot it could not write (or load) on its failing disk: it stops, as it must, and a
+                // state it was loading when the load failed is not used (the node said so).
                 self.trace(|| format!("member {i} stopped on its failing disk: {e}"));
+                self.nodes[i].state.loaded = None;
                 self.nodes[i].down = true;
                 self.nodes[i].paused_until_ns = u64::MAX;
                 self.report.stopped_by_disk += 1;

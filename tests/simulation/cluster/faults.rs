@@ -156,7 +156,12 @@ impl Simulation {
         self.network.heal();
         self.network.faults = Faults::NONE;
         let minority = (self.nodes.len() - 1) / 2;
-        let stay_down = if self.faults.below(2) == 0 { self.faults.between(0, minority as u64) as usize } else { 0 };
+        let mut stay_down =
+            if self.faults.below(2) == 0 { self.faults.between(0, minority as u64) as usize } else { 0 };
+        if self.config.membership {
+            // Which members a minority is depends on the configuration in effect: all of them come back.
+            stay_down = 0;
+        }
         for index in 0..self.nodes.len() {
             if index < stay_down {
                 if self.faults.chance(self.config.storage.power_crash_share_per_million) {
@@ -207,6 +212,11 @@ impl Simulation {
             term_history: node.log.term_history(),
             append_position: node.log.end(),
             commit_position: node.applied_position,
+            memberships: node
+                .log
+                .membership_entries()
+                .map(|(id, end)| (end, self.configurations[&id].clone()))
+                .collect(),
         };
         let core = ConsensusCore::new(config, durable, now).map_err(|e| format!("member {} restart: {e}", node.id))?;
         node.core = Some(core);
@@ -219,7 +229,7 @@ impl Simulation {
         let index = self.faults.below(self.nodes.len() as u64) as usize;
         let Some(core) = &self.nodes[index].core else { return Ok(()) };
         let term = core.leadership_term_id();
-        let members = self.config.members as MemberId;
+        let members = self.nodes.len() as MemberId;
         let before = *core.counters();
         match self.faults.below(3) {
             0 => {
@@ -244,7 +254,9 @@ impl Simulation {
                 self.expect_counted(index, before.non_member, |c| c.non_member)?;
             }
             _ => {
-                let member = 1 + self.faults.below(members as u64) as MemberId;
+                // A member the target knows (the run's members, unless the membership changed).
+                let known: Vec<MemberId> = core.membership().members().collect();
+                let member = known[self.faults.below(known.len() as u64) as usize];
                 if member != self.nodes[index].id {
                     let message = Message::RequestVote {
                         candidate_term_id: term + 1,

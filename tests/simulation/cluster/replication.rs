@@ -56,7 +56,11 @@ impl Simulation {
             }
             let run = rest.iter().take_while(|e| e.term == first.term).count();
             let run_term = first.term;
-            rest[..run].iter().for_each(|&entry| self.nodes[index].log.push(entry));
+            for &entry in &rest[..run] {
+                self.nodes[index].log.push(entry);
+                let end = self.nodes[index].log.end();
+                self.received(index, entry, end)?;
+            }
             rest = &rest[run..];
             self.written(index, run_term)?;
         }
@@ -81,7 +85,13 @@ impl Simulation {
     /// A member that leads and has started its term (its log ends in its term), picked by the clients'
     /// generator; `None` while there is none.
     pub(super) fn started_leader(&mut self) -> Option<usize> {
-        let leaders: Vec<usize> = (0..self.nodes.len())
+        let leaders = self.started_leaders();
+        (!leaders.is_empty()).then(|| leaders[self.clients.below(leaders.len() as u64) as usize])
+    }
+
+    /// The members that lead and have started their term (their log ends in it).
+    pub(super) fn started_leaders(&self) -> Vec<usize> {
+        (0..self.nodes.len())
             .filter(|&i| {
                 let node = &self.nodes[i];
                 node.core.as_ref().is_some_and(|c| {
@@ -89,7 +99,6 @@ impl Simulation {
                         && node.log.entries().last().map(|e| e.term) == Some(c.leadership_term_id())
                 })
             })
-            .collect();
-        (!leaders.is_empty()).then(|| leaders[self.clients.below(leaders.len() as u64) as usize])
+            .collect()
     }
 }

@@ -107,6 +107,14 @@ impl Simulation {
         if !self.config.check_durability || from >= self.checker.committed.len() {
             return Ok(());
         }
+        if self.config.membership {
+            let groups: Vec<Vec<_>> = self
+                .voter_groups()
+                .iter()
+                .map(|voters| voters.iter().map(|&id| self.durable_entries(&self.nodes[id as usize - 1])).collect())
+                .collect();
+            return self.checker.check_held_by_any(from, &groups).map_err(|lost| format!("{lost}, after {after}"));
+        }
         let logs: Vec<_> = self.nodes.iter().map(|node| self.durable_entries(node)).collect();
         self.checker.check_held(from, &logs).map_err(|lost| format!("{lost}, after {after}"))
     }
@@ -119,7 +127,7 @@ impl Simulation {
     }
 
     /// The entries of a member's log that count toward a commit's majority.
-    fn durable_entries<'a>(&self, node: &'a Node) -> &'a [super::Entry] {
+    pub(super) fn durable_entries<'a>(&self, node: &'a Node) -> &'a [super::Entry] {
         let count = node.log.count_at(self.counted_end(node)).expect("the counted end is an entry boundary");
         &node.log.entries()[..count]
     }

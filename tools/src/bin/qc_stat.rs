@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! qc-stat [--once] [--json] [--interval-ms 1000] [--allow-stale] (--dir PATH | NAME)
+//! qc-stat --prometheus ADDR [--allow-stale] (--dir PATH | NAME)
 //! ```
 //!
 //! Attaches to the node directory (`NAME` means `/dev/shm/quorumcast/NAME`, or the temp-dir fallback),
@@ -16,12 +17,18 @@
 //! `--once` takes two samples 100 ms apart and prints the second, with rates over those 100 ms, then
 //! exits: a single print still shows what is moving. Rates over 100 ms are coarse for slow counters.
 //!
+//! `--prometheus ADDR` serves the counters instead, in the Prometheus text format, at
+//! `http://ADDR/metrics` (read at each scrape; names and labels in `quorumcast_tools::prometheus`). It
+//! prints the address it listens on (`ADDR` may give port 0), answers 503 while the node is stale (unless
+//! `--allow-stale`), and exits once a scrape finds the node shut down.
+//!
 //! Exit status: 0 after `--once`, or when the node shuts down (its directory disappears); 1 when the
 //! directory or counters file is missing, unreadable or stale (the node died), 2 on bad arguments.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
+use std::io::{IsTerminal, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::thread;
@@ -31,10 +38,15 @@ use clap::{ArgGroup, Parser};
 use quorumcast::shm::counters::{CounterSnapshot, CountersReader, COUNTERS_FILE_NAME};
 use quorumcast::shm::directory::{DirectoryStatus, NodeDirectory};
 use quorumcast::shm::stats::CounterKind;
+use quorumcast_tools::prometheus;
 use serde_json::{json, Value};
 
 /// Window of the double sample taken by `--once`.
 const ONCE_WINDOW: Duration = Duration::from_millis(100);
+/// How long a scraper may take to send its request or read the answer.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest request head read from a scraper.
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
 /// Command line of qc-stat.
 #[derive(Debug, Parser)]
@@ -53,6 +65,9 @@ struct Args {
     /// Show the last values of a node that died (a stale directory) instead of refusing.
     #[arg(long)]
     allow_stale: bool,
+    /// Serve the counters in the Prometheus text format at http://ADDR/metrics instead of printing them.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["once", "json"])]
+    prometheus: Option<String>,
     /// The node directory.
     #[arg(long, value_name = "PATH")]
     dir: Option<PathBuf>,
@@ -84,6 +99,9 @@ fn run(args: &Args, path: &Path) -> Result<(), String> {
     let directory = NodeDirectory::attach(path).map_err(|e| e.to_string())?;
     let reader = CountersReader::open(directory.file(COUNTERS_FILE_NAME))
         .map_err(|e| format!("cannot read the counters of {} (node {state}): {e}", path.display()))?;
+    if let Some(addr) = &args.prometheus {
+        return serve_prometheus(args, path, &reader, addr);
+    }
     if args.once {
         let first = Sample::take(&reader);
         thread::sleep(ONCE_WINDOW);
@@ -120,6 +138,64 @@ fn sample_forever(args: &Args, path: &Path, reader: &CountersReader, mut state: 
             status => state = describe(&status, path, true)?,
         }
     }
+}
+
+/// Answers scrapes at `addr` until one finds the node shut down.
+fn serve_prometheus(args: &Args, path: &Path, reader: &CountersReader, addr: &str) -> Result<(), String> {
+    let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    print(&format!("serving the counters of {} at http://{local}/metrics", path.display()), false);
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        let status = NodeDirectory::status(path);
+        let answer = match &status {
+            DirectoryStatus::Missing => Err("the node has shut down"),
+            DirectoryStatus::Stale(_) if !args.allow_stale => Err("the node died without shutting down"),
+            _ => Ok(()),
+        };
+        // A client that goes away mid-answer costs only its own scrape.
+        let _ = answer_scrape(&mut stream, reader, answer);
+        if matches!(status, DirectoryStatus::Missing) {
+            print(&format!("node in {} has shut down", path.display()), false);
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Reads one HTTP request head (bounded, with a time-out) and answers it: the exposition for `GET
+/// /metrics` (or `/`), 404 for another path, 503 with `unavailable`'s reason.
+fn answer_scrape(
+    stream: &mut TcpStream,
+    reader: &CountersReader,
+    unavailable: Result<(), &str>,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(SCRAPE_TIMEOUT))?;
+    stream.set_write_timeout(Some(SCRAPE_TIMEOUT))?;
+    let mut head = Vec::with_capacity(1024);
+    let mut buffer = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST_HEAD {
+        let read = stream.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        head.extend_from_slice(&buffer[..read]);
+    }
+    let request = String::from_utf8_lossy(&head);
+    let mut words = request.split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (status, content_type, body) = match unavailable {
+        Err(reason) => ("503 Service Unavailable", "text/plain", format!("{reason}\n")),
+        Ok(()) if method == "GET" && (target == "/metrics" || target == "/") => {
+            ("200 OK", prometheus::CONTENT_TYPE, prometheus::exposition(&reader.snapshot()))
+        }
+        Ok(()) => ("404 Not Found", "text/plain", "the counters are at /metrics\n".to_owned()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes())
 }
 
 /// A one-line description of the node's state, or the error to report for a missing or stale directory.

@@ -1,0 +1,166 @@
+//! The cluster as an operator sees it, from its members' counters (what `qc-cluster describe` prints):
+//! each member's role, term, leader, positions, and how far it is behind the leader, in bytes and in time.
+//!
+//! Read from the node directories of members on this host (their `counters.dat`, never written). The lag in
+//! time is the lag in bytes over the leader's commit rate, measured between two readings.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use quorumcast::shm::counters::{CountersReader, COUNTERS_FILE_NAME};
+use quorumcast::shm::directory::{DirectoryStatus, NodeDirectory};
+use quorumcast::shm::stats::{kinds, Stats};
+use serde_json::{json, Value};
+
+/// One member, as its counters say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberView {
+    /// Its node directory.
+    pub dir: PathBuf,
+    /// Its member id (-1 for a node that publishes none).
+    pub member_id: i64,
+    /// `follower`, `canvass`, `candidate` or `leader`.
+    pub role: &'static str,
+    /// Its leadership term.
+    pub leadership_term_id: i64,
+    /// The leader it knows of.
+    pub leader: Option<i64>,
+    /// Its commit position.
+    pub commit_position: i64,
+    /// The leader's append position (on the leader; 0 elsewhere).
+    pub append_position: i64,
+    /// Where its recorded log ends (0 without a recorded log).
+    pub recorded_position: i64,
+    /// What of its recorded log is durable.
+    pub synced_position: i64,
+    /// Where its recorded log starts (past 0 once compacted below a snapshot, or begun at one).
+    pub recording_start: i64,
+    /// Behind the leader's commit position, in bytes (`None` while no leader is known here).
+    pub lag_bytes: Option<i64>,
+    /// The lag in time at the leader's commit rate (`None` while the leader commits nothing).
+    pub lag: Option<Duration>,
+}
+
+impl MemberView {
+    fn from_stats(dir: &Path, stats: &Stats) -> Self {
+        let election = stats.election();
+        let recorder = stats.recorder();
+        let role = match election.role() {
+            3 => "leader",
+            2 => "candidate",
+            1 => "canvass",
+            _ => "follower",
+        };
+        let leader = Some(election.leader_member_id()).filter(|&id| id >= 0);
+        Self {
+            dir: dir.to_path_buf(),
+            member_id: if stats.iter().any(|c| c.type_id == kinds::election::member_id.type_id) {
+                election.member_id()
+            } else {
+                -1
+            },
+            role,
+            leadership_term_id: election.leadership_term(),
+            leader,
+            commit_position: stats.consensus().commit_position(),
+            append_position: stats.consensus().append_position(),
+            recorded_position: recorder.position(),
+            synced_position: recorder.synced_position(),
+            recording_start: recorder.start_position(),
+            lag_bytes: None,
+            lag: None,
+        }
+    }
+}
+
+/// Reads the members in `dirs`: two readings `window` apart, the second described, the lag taken against the
+/// member leading the highest term, its commit rate over the window.
+pub fn describe(dirs: &[PathBuf], window: Duration) -> Result<Vec<MemberView>, String> {
+    let readers = dirs.iter().map(|dir| open(dir)).collect::<Result<Vec<_>, _>>()?;
+    let first: Vec<Stats> = readers.iter().map(Stats::read).collect();
+    std::thread::sleep(window);
+    let second: Vec<Stats> = readers.iter().map(Stats::read).collect();
+    let mut views: Vec<MemberView> = dirs.iter().zip(&second).map(|(dir, s)| MemberView::from_stats(dir, s)).collect();
+    let leader = (0..views.len()).filter(|&i| views[i].role == "leader").max_by_key(|&i| views[i].leadership_term_id);
+    if let Some(leader) = leader {
+        let commit = views[leader].commit_position;
+        let moved = commit - first[leader].consensus().commit_position();
+        let rate = moved as f64 / window.as_secs_f64();
+        for view in &mut views {
+            let lag = (commit - view.commit_position).max(0);
+            view.lag_bytes = Some(lag);
+            view.lag = (rate > 0.0).then(|| Duration::from_secs_f64(lag as f64 / rate));
+        }
+    }
+    Ok(views)
+}
+
+/// Opens a running member's counters; a clear error for a missing or stale directory.
+fn open(dir: &Path) -> Result<CountersReader, String> {
+    match NodeDirectory::status(dir) {
+        DirectoryStatus::Missing => {
+            return Err(format!("no node directory at {}: is the member running?", dir.display()))
+        }
+        DirectoryStatus::Stale(owner) => {
+            return Err(format!("{} is stale: its node ({owner}) is not running", dir.display()));
+        }
+        _ => {}
+    }
+    CountersReader::open(dir.join(COUNTERS_FILE_NAME))
+        .map_err(|e| format!("cannot read the counters of {}: {e}", dir.display()))
+}
+
+/// The members as a table.
+pub fn render(views: &[MemberView]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  dir",
+        "member", "role", "term", "leader", "commit", "recorded", "synced", "lag bytes", "lag"
+    );
+    for v in views {
+        let leader = v.leader.map_or("-".into(), |l| l.to_string());
+        let lag_bytes = v.lag_bytes.map_or("-".into(), |b| b.to_string());
+        let lag = v.lag.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
+        let _ = writeln!(
+            out,
+            "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}",
+            v.member_id,
+            v.role,
+            v.leadership_term_id,
+            leader,
+            v.commit_position,
+            v.recorded_position,
+            v.synced_position,
+            lag_bytes,
+            lag,
+            v.dir.display()
+        );
+    }
+    out
+}
+
+/// The members as one JSON object: `{"members": [{...}]}`, `lag_ms` and `lag_bytes` null when unknown.
+pub fn render_json(views: &[MemberView]) -> Value {
+    let members: Vec<Value> = views
+        .iter()
+        .map(|v| {
+            json!({
+                "member_id": v.member_id,
+                "dir": v.dir.display().to_string(),
+                "role": v.role,
+                "leadership_term_id": v.leadership_term_id,
+                "leader": v.leader,
+                "commit_position": v.commit_position,
+                "append_position": v.append_position,
+                "recorded_position": v.recorded_position,
+                "synced_position": v.synced_position,
+                "recording_start": v.recording_start,
+                "lag_bytes": v.lag_bytes,
+                "lag_ms": v.lag.map(|d| d.as_secs_f64() * 1e3),
+            })
+        })
+        .collect();
+    json!({ "members": members })
+}
