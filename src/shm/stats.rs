@@ -294,6 +294,14 @@ catalogue! {
         /// Catch-up connections closed for not proving themselves in time, for moving nothing for too
         /// long, or evicted by a newer handshake.
         catch_ups_timed_out = 513, "recorder catch-ups timed out";
+        /// Write calls to the segment files (one per block).
+        writes = 514, "recorder write calls";
+        /// Nanoseconds computing block checksums (wall time).
+        checksum_ns = 515, "recorder checksum ns";
+        /// Nanoseconds in write calls to the segment files (wall time: the copy into the page cache).
+        write_ns = 516, "recorder write ns";
+        /// Nanoseconds in `fdatasync` calls of group commits (wall time, on whichever thread makes them).
+        sync_ns = 517, "recorder fsync ns";
     }
     /// Remote clients: a member's client endpoint ([`crate::client`]) and its sessions' answers.
     clients: ClientStats {

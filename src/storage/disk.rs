@@ -31,6 +31,15 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `bytes` at `offset`, extending the file as needed. Not durable until synced.
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `parts` one after the other from `offset`, as [`write_all_at`](Self::write_all_at) would
+    /// each (a file on the operating system's disk in one `pwritev`). Not durable until synced.
+    fn write_parts_at(&self, parts: &[&[u8]], mut offset: u64) -> io::Result<()> {
+        for part in parts {
+            self.write_all_at(part, offset)?;
+            offset += part.len() as u64;
+        }
+        Ok(())
+    }
     /// The file's length.
     fn len(&self) -> io::Result<u64>;
     /// Whether the file is empty.
@@ -176,6 +185,9 @@ pub struct OsDisk;
 #[derive(Debug)]
 struct OsFile(File);
 
+/// Parts one `pwritev` takes (more go in several): a block header and its payload, with room to spare.
+const MAX_PARTS: usize = 8;
+
 impl DiskFile for OsFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
@@ -183,6 +195,48 @@ impl DiskFile for OsFile {
 
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(bytes, offset)
+    }
+
+    fn write_parts_at(&self, parts: &[&[u8]], offset: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut iovecs = [io::IoSlice::new(&[]); MAX_PARTS];
+        if parts.len() > MAX_PARTS {
+            return parts
+                .chunks(MAX_PARTS)
+                .try_fold(offset, |at, chunk| {
+                    self.write_parts_at(chunk, at).map(|()| at + chunk.iter().map(|p| p.len() as u64).sum::<u64>())
+                })
+                .map(|_| ());
+        }
+        for (iovec, part) in iovecs.iter_mut().zip(parts) {
+            *iovec = io::IoSlice::new(part);
+        }
+        let mut slices = &mut iovecs[..parts.len()];
+        let mut at = offset;
+        while !slices.is_empty() {
+            let Ok(position) = libc::off_t::try_from(at) else {
+                return Err(io::Error::from(io::ErrorKind::InvalidInput));
+            };
+            // SAFETY: `IoSlice` is ABI-compatible with `iovec` and every slice borrows live memory for the
+            // call; the file descriptor is this file's own.
+            let written = unsafe {
+                libc::pwritev(self.0.as_raw_fd(), slices.as_ptr().cast(), slices.len() as libc::c_int, position)
+            };
+            match written {
+                -1 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+                0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                n => {
+                    at += n as u64;
+                    io::IoSlice::advance_slices(&mut slices, n as usize);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn len(&self) -> io::Result<u64> {

@@ -33,7 +33,7 @@ use std::str::FromStr;
 pub use index::{Index, RecordedTerm};
 pub use reader::RecordingReader;
 pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
-pub use segment::{BlockHeader, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
+pub use segment::{BlockHeader, WriteCost, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
 
 use crate::cluster::consensus_core::{TermBase, TermHistory};
 use crate::cluster::frames::term_start_of;
@@ -160,6 +160,8 @@ pub struct Recording {
     /// Why a change of the recording failed, if one did: its files may no longer be what this handle
     /// says (a write, a removal or a sync failed half-way), so every later change is refused.
     failed: Option<String>,
+    /// What appends cost since [`take_cost`](Self::take_cost).
+    cost: WriteCost,
 }
 
 impl Recording {
@@ -202,6 +204,7 @@ impl Recording {
             dir_changed: false,
             scratch: Vec::new(),
             failed: None,
+            cost: WriteCost::default(),
         };
         let rebuild = loaded.is_none() && !recording.bases.is_empty();
         recording.index = match loaded {
@@ -402,13 +405,20 @@ impl Recording {
             self.roll()?;
         }
         let segment = self.active.as_mut().expect("a segment after a roll");
-        segment.append(position, payload, advance).map_err(|e| RecordingError::io(&segment.path, "write", e))?;
+        segment
+            .append(position, payload, advance, &mut self.cost)
+            .map_err(|e| RecordingError::io(&segment.path, "write", e))?;
         self.end = segment.end_position;
         let (frames, new_terms) = add_markers(&mut self.index, payload, position);
         if new_terms {
             self.store_index()?;
         }
         Ok(frames)
+    }
+
+    /// What appends cost since this was last called.
+    pub fn take_cost(&mut self) -> WriteCost {
+        std::mem::take(&mut self.cost)
     }
 
     /// How many segment files it has.

@@ -128,6 +128,14 @@ pub struct RecorderCounters {
     pub catch_ups_refused: Counter,
     /// Catch-up connections timed out.
     pub catch_ups_timed_out: Counter,
+    /// Write calls to the segment files.
+    pub writes: Counter,
+    /// Nanoseconds computing block checksums.
+    pub checksum_ns: Counter,
+    /// Nanoseconds in write calls.
+    pub write_ns: Counter,
+    /// Nanoseconds in the `fdatasync` calls of group commits.
+    pub sync_ns: Counter,
 }
 
 impl RecorderCounters {
@@ -148,6 +156,10 @@ impl RecorderCounters {
             catch_ups_served: allocate(&kinds::recorder::catch_ups_served),
             catch_ups_refused: allocate(&kinds::recorder::catch_ups_refused),
             catch_ups_timed_out: allocate(&kinds::recorder::catch_ups_timed_out),
+            writes: allocate(&kinds::recorder::writes),
+            checksum_ns: allocate(&kinds::recorder::checksum_ns),
+            write_ns: allocate(&kinds::recorder::write_ns),
+            sync_ns: allocate(&kinds::recorder::sync_ns),
         }
     }
 
@@ -546,6 +558,10 @@ impl Recorder {
             bytes += found.available;
         }
         if blocks > 0 {
+            let cost = self.recording.take_cost();
+            self.counters.writes.add(cost.writes as i64);
+            self.counters.checksum_ns.add(cost.checksum_ns as i64);
+            self.counters.write_ns.add(cost.write_ns as i64);
             self.counters.bytes.add(bytes as i64);
             self.counters.position.set(self.recording.end());
             match self.recording.config().sync {

@@ -256,6 +256,51 @@ fn a_segment_of_an_older_block_format_is_refused_not_cut() {
     }
 }
 
+/// A segment the version before wrote (`qcb3` blocks, BLAKE3) is read back, appended to in this version's
+/// format, and a torn block after both is still cut.
+#[test]
+fn a_segment_of_the_previous_block_format_is_read_and_appended_to() {
+    let dir = scratch("previous-format");
+    let log = log_of(2, 60);
+    let end = log.producer_position();
+    let middle = end / 2 / 32 * 32;
+    let middle = crate::shm::log_buffer::scan(&log, 0, middle as usize).available as i64;
+    let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    record(&mut recording, &log, middle, 1024);
+    recording.sync().unwrap();
+    drop(recording);
+    // Every block rewritten as the version before wrote it.
+    let segment = dir.join(segment::file_name(0));
+    let file = crate::storage::disk::SharedDisk::os().open(&segment).unwrap();
+    let length = file.len().unwrap();
+    let mut reader = segment::BlockReader::new(0, segment::SEGMENT_HEADER_LENGTH);
+    let mut payload = Vec::new();
+    let mut rewritten = 0;
+    loop {
+        let at = reader.offset;
+        let Some(header) = reader.next(&*file, length, &mut payload).unwrap() else { break };
+        file.write_all_at(bytemuck::bytes_of(&header.in_blake3_format(&payload)), at).unwrap();
+        rewritten += 1;
+    }
+    assert!(rewritten > 1);
+    drop(file);
+    let (mut recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    assert_eq!((report.torn, recording.end()), (None, middle));
+    record(&mut recording, &log, end, 1024);
+    recording.sync().unwrap();
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
+    drop(recording);
+    // A torn last block (of this version's format) is cut back to the blocks before it.
+    let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    let length = file.metadata().unwrap().len();
+    file.set_len(length - 8).unwrap();
+    drop(file);
+    let (recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    assert!(report.torn.is_some() && recording.end() > middle && recording.end() < end, "{report:?}");
+    assert_eq!(read_all(&recording, 0, recording.end()).unwrap(), log_bytes(&log, 0, recording.end()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Found by the node simulator (disk schedule): a member stopped while its newest segment had no whole
 /// header on the disk (its creation failed, or the header's sync did); it must start without that
 /// segment, not refuse to start over it.
