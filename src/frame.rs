@@ -83,9 +83,9 @@ pub const END_FLAG: u8 = 0x40;
 pub const UNFRAGMENTED: u8 = BEGIN_FLAG | END_FLAG;
 /// Data flag: end of stream (set with [`UNFRAGMENTED`] on the last heartbeat of a closed publication).
 pub const EOS_FLAG: u8 = 0x20;
-/// Data flag: a marker. The log's writer puts an unfragmented data frame flagged so, whose 8-byte payload
-/// is a value of its own (little-endian, not negative), into the log for the log's readers; it is not a
-/// message, and readers of messages skip it. The media layer carries it as any frame and reports where
+/// Data flag: a marker. The log's writer puts an unfragmented data frame flagged so, whose payload starts
+/// with an 8-byte value of its own (little-endian, not negative; bytes of the writer's may follow it), into
+/// the log for the log's readers; it is not a message, and readers of messages skip it. The media layer carries it as any frame and reports where
 /// each one is ([`DataRun::markers`]) without knowing what it means (a cluster opens each leadership term
 /// with one: `cluster::frames::TERM_START_FLAG`).
 pub const MARKER_FLAG: u8 = 0x10;
@@ -93,7 +93,7 @@ pub const MARKER_FLAG: u8 = 0x10;
 /// replication, recording and catch-up like the fragment flags; what it means is the writer's (a
 /// cluster flags client session entries with it: `cluster::frames::SESSION_FLAG`).
 pub const APPLICATION_FLAG: u8 = 0x08;
-/// Payload length of a marker: its value.
+/// Least payload length of a marker: its value.
 pub const MARKER_LENGTH: usize = 8;
 /// STATUS MESSAGE flag: the receiver asks the sender for a SETUP frame.
 pub const SM_SEND_SETUP_FLAG: u8 = 0x80;
@@ -894,13 +894,13 @@ impl DataRun {
     }
 }
 
-/// The value a marker frame carries: its payload, when `flags` mark one ([`MARKER_FLAG`]) and the payload
-/// is [`MARKER_LENGTH`] bytes of a value that is not negative; `None` otherwise (not a marker).
+/// The value a marker frame carries: its payload's first [`MARKER_LENGTH`] bytes, when `flags` mark one
+/// ([`MARKER_FLAG`]) and they hold a value that is not negative; `None` otherwise (not a marker).
 pub fn marker_of(flags: u8, payload: &[u8]) -> Option<i64> {
-    if flags & MARKER_FLAG == 0 || payload.len() != MARKER_LENGTH {
+    if flags & MARKER_FLAG == 0 {
         return None;
     }
-    let value = i64::from_le_bytes(payload.try_into().ok()?);
+    let value = i64::from_le_bytes(payload.get(..MARKER_LENGTH)?.try_into().ok()?);
     (value >= 0).then_some(value)
 }
 

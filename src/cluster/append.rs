@@ -20,7 +20,7 @@
 use std::fmt;
 
 use crate::cluster::frames::{CommitPositionFrame, SESSION_FLAG, TERM_START_FLAG};
-use crate::frame::UNFRAGMENTED;
+use crate::frame::{MARKER_FLAG, UNFRAGMENTED};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::{AppendError, ExclusiveAppender};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, OneToOneRingBuffer};
@@ -192,6 +192,15 @@ impl AppendStage {
         let (flags, commit) = (UNFRAGMENTED | TERM_START_FLAG, self.commit);
         // The marker is never held back: without it, nothing of the term commits.
         let result = refreshing_once(&mut self.appender, i64::MAX, |a| a.append_frame(&payload, flags, commit));
+        result.inspect(|&position| self.counters.append.set(position))
+    }
+
+    /// Appends a configuration entry (`payload`, from [`Configuration::encode`](crate::cluster::configuration::Configuration::encode))
+    /// as one marker frame; returns the position after it. Never held back by the uncommitted bound (a
+    /// change must get into the log to commit), refused when longer than one frame holds.
+    pub fn append_configuration(&mut self, payload: &[u8]) -> Result<i64, AppendError> {
+        let (flags, commit) = (UNFRAGMENTED | MARKER_FLAG, self.commit);
+        let result = refreshing_once(&mut self.appender, i64::MAX, |a| a.append_frame(payload, flags, commit));
         result.inspect(|&position| self.counters.append.set(position))
     }
 

@@ -42,9 +42,11 @@ pub const APPEND_POSITION_LENGTH: usize = 40;
 pub const COMMIT_POSITION_LENGTH: usize = 40;
 
 /// The leadership term a term-start marker frame names: its payload, when `flags` mark one and the payload
-/// is a term id. A marker with a negative term, or of the wrong length, is not a marker.
+/// is a term id. A marker with a negative term, or of another length, is not a term start (a configuration
+/// entry is a marker too: [`crate::cluster::configuration`]).
 pub fn term_start_of(flags: u8, payload: &[u8]) -> Option<i64> {
-    frame::marker_of(flags & TERM_START_FLAG, payload)
+    let term = frame::marker_of(flags & TERM_START_FLAG, payload)?;
+    (payload.len() == TERM_START_LENGTH && term < crate::cluster::configuration::CONFIGURATION_MARKER).then_some(term)
 }
 
 /// APPEND_POSITION (40 bytes): follower -> leader, "I have appended the log up to `log_position` in

@@ -7,6 +7,7 @@
 //! This layer imports the foundation, [`crate::shm`], [`crate::agent`] and [`crate::media`].
 
 pub mod append;
+pub mod configuration;
 pub mod consensus_core;
 pub mod frames;
 pub mod log_switch;

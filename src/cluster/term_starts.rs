@@ -6,6 +6,10 @@
 //! makes of each datagram, and reports each as `(position, leadership term id)` here. The consensus agent
 //! takes them once the follower's rebuilt position has passed them, so the Receiver's hot path takes a lock
 //! only for a datagram that carries a marker: once per leadership term, plus repairs.
+//!
+//! Configuration entries ([`crate::cluster::configuration`]) are markers too: the Receiver reports each
+//! with its payload, read from the image it was just copied into, and the consensus agent hands it to
+//! its core before it feeds the rebuilt position past the entry.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -19,8 +23,13 @@ pub struct TermStarts {
     /// Bumped after every report, so the consensus agent locks only when something is new.
     reported: AtomicU64,
     marks: Mutex<Vec<(i64, i64)>>,
+    /// Configuration entries: where each starts and ends, and its payload.
+    configurations: Mutex<Vec<ReportedConfiguration>>,
     overflowed: AtomicBool,
 }
+
+/// A configuration entry a Receiver rebuilt: the frame's position, the position after it, its payload.
+pub type ReportedConfiguration = (i64, i64, Vec<u8>);
 
 impl TermStarts {
     /// Reports a marker of `leadership_term_id` at `position` (duplicates are harmless).
@@ -33,6 +42,24 @@ impl TermStarts {
         }
         drop(marks);
         self.reported.fetch_add(1, Ordering::Release);
+    }
+
+    /// Reports the configuration entry `payload` whose frame is at `position` and ends at `end`
+    /// (duplicates are harmless). Counted with the term starts against [`MAX_PENDING_TERM_STARTS`].
+    pub fn report_configuration(&self, position: i64, end: i64, payload: &[u8]) {
+        let mut entries = self.configurations.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() < MAX_PENDING_TERM_STARTS {
+            entries.push((position, end, payload.to_vec()));
+        } else {
+            self.overflowed.store(true, Ordering::Release);
+        }
+        drop(entries);
+        self.reported.fetch_add(1, Ordering::Release);
+    }
+
+    /// Moves the reported configuration entries into `into`.
+    pub fn take_configurations(&self, into: &mut Vec<ReportedConfiguration>) {
+        into.append(&mut self.configurations.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// How many reports were made so far (cheap: one atomic load).

@@ -90,6 +90,18 @@ pub struct Member {
     pub client: SocketAddr,
 }
 
+impl Member {
+    /// Its endpoints, as a configuration entry carries them.
+    pub fn endpoints(&self) -> crate::cluster::configuration::MemberEndpoints {
+        crate::cluster::configuration::MemberEndpoints {
+            id: self.id,
+            log: self.log,
+            consensus: self.consensus,
+            client: self.client,
+        }
+    }
+}
+
 /// How far above its log endpoint's port a member's consensus endpoint is when not given.
 pub const CONSENSUS_PORT_OFFSET: u16 = 100;
 /// How far above its log endpoint's port a member's client endpoint is when not given.
@@ -361,6 +373,15 @@ pub struct NodeConfig {
     /// Remote clients: off by default.
     /// Default: as its type documents.
     pub clients: ClientEndpointConfig,
+    /// The ids of the cluster's initial configuration (its voters when it first started), each listed in
+    /// `members`; every later configuration is an entry in the log. A member that joins a running cluster
+    /// (added as a learner with [`Node::add_learner`](crate::node::Node::add_learner)) lists itself in
+    /// `members` and not here. Every member of a cluster must give the same list.
+    /// Default: `None` (every member in `members`).
+    pub initial_members: Option<Vec<i32>>,
+    /// A learner is promoted to voter only when it is at most this many bytes behind the leader's log.
+    /// Default: `4194304`.
+    pub promote_within: i64,
 }
 
 impl NodeConfig {
@@ -377,6 +398,16 @@ impl NodeConfig {
         sorted.dedup();
         if sorted.len() != ids.len() {
             return Err(NodeError::Config(format!("member ids must be unique: {ids:?}")));
+        }
+        if let Some(initial) = &self.initial_members {
+            if initial.is_empty() || initial.iter().any(|id| !ids.contains(id)) {
+                return Err(NodeError::Config(format!(
+                    "initial_members {initial:?} must name at least one member, each listed in members {ids:?}"
+                )));
+            }
+        }
+        if self.promote_within < 0 {
+            return Err(NodeError::Config(format!("promote_within ({}) must be 0 or more bytes", self.promote_within)));
         }
         let client = |m: &Member| Some(m.client).filter(|_| self.clients.enabled);
         let mut endpoints: Vec<SocketAddr> =
@@ -449,9 +480,17 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// This cluster's member-list tag (see [`membership_tag`]).
+    /// This cluster's member-list tag (see [`membership_tag`]): of its initial configuration, which names
+    /// the cluster however its members change.
     pub(super) fn membership(&self) -> i64 {
-        membership_tag(&self.members.iter().map(|m| (m.id, m.log)).collect::<Vec<_>>())
+        let initial = self.initial_member_ids();
+        let members: Vec<_> = self.members.iter().filter(|m| initial.contains(&m.id)).map(|m| (m.id, m.log)).collect();
+        membership_tag(&members)
+    }
+
+    /// The ids of the initial configuration: [`initial_members`](Self::initial_members), or every member.
+    pub(super) fn initial_member_ids(&self) -> Vec<i32> {
+        self.initial_members.clone().unwrap_or_else(|| self.members.iter().map(|m| m.id).collect())
     }
 
     /// This node's member entry.
@@ -527,6 +566,8 @@ impl NodeBuilder {
                 ingress_capacity: 4 << 20,
                 resume_from: None,
                 clients: ClientEndpointConfig::default(),
+                initial_members: None,
+                promote_within: 4 << 20,
             },
         }
     }
@@ -651,6 +692,19 @@ impl NodeBuilder {
     /// Start even when busy-spinning threads outnumber cores (a warning instead of a refusal).
     pub fn force_layout(mut self, force: bool) -> Self {
         self.config.force_layout = force;
+        self
+    }
+
+    /// The ids of the cluster's initial configuration (see [`NodeConfig::initial_members`]): a member that
+    /// joins a running cluster lists itself among the members, and not here.
+    pub fn initial_members(mut self, ids: Vec<i32>) -> Self {
+        self.config.initial_members = Some(ids);
+        self
+    }
+
+    /// How far behind the leader's log a learner may be when it is promoted, in bytes.
+    pub fn promote_within(mut self, bytes: i64) -> Self {
+        self.config.promote_within = bytes;
         self
     }
 

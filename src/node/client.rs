@@ -41,6 +41,10 @@ pub(super) struct Shared {
     pub(super) event_generation: AtomicU64,
     /// A leadership transfer asked of the consensus agent: [`NO_TRANSFER`], [`ANY_MEMBER`] or a member id.
     transfer: AtomicI64,
+    /// The members the recorder's catch-up server serves (the consensus agent changes them).
+    pub(super) catch_up_members: crate::storage::recording::catch_up::CatchUpMembers,
+    /// Membership changes asked of the consensus agent, its answers, and the configuration in effect.
+    pub(super) membership: super::membership::MembershipDesk,
 }
 
 /// No transfer is asked for.
@@ -67,6 +71,8 @@ impl Shared {
             events: Mutex::new(Vec::new()),
             event_generation: AtomicU64::new(0),
             transfer: AtomicI64::new(NO_TRANSFER),
+            catch_up_members: Default::default(),
+            membership: Default::default(),
         }
     }
 

@@ -41,6 +41,9 @@ use crate::storage::recording::SyncPolicy;
 /// ingress_capacity = "4MiB"    # client ingress ring, a power of two
 /// members = [ { id = 0, log = "127.0.0.1:40501", consensus = "127.0.0.1:40601" },
 ///             { id = 1, log = "127.0.0.1:40502" } ]   # consensus: default the log port + 100
+/// initial_members = [0, 1]     # the cluster's first voters (default: every member); a member joining a
+///                              # running cluster lists itself in members, not here
+/// promote_within = "4MiB"      # a learner is promoted only this close to the leader's log
 ///
 /// [consensus]                  # elections; see the README for how to choose
 /// heartbeat_interval = "10ms"  # the leader's heartbeat (its commit position) at least this often
@@ -118,6 +121,8 @@ pub struct NodeFile {
     stream_id: Option<i32>,
     commit_piggyback: Option<bool>,
     ingress_capacity: Option<FileSize>,
+    initial_members: Option<Vec<i32>>,
+    promote_within: Option<FileSize>,
     #[serde(default)]
     channel: ChannelSection,
     #[serde(default)]
@@ -328,7 +333,7 @@ impl NodeFile {
     /// `members` is replaced whole). So `node.merge(profile)`: the profile wins where both set a key.
     pub fn merge(mut self, over: NodeFile) -> NodeFile {
         merge_fields!(self, over; id, leader, members, directory, data_dir, clean_stale, stream_id,
-            commit_piggyback, ingress_capacity);
+            commit_piggyback, ingress_capacity, initial_members, promote_within);
         let (c, o) = (&mut self.consensus, over.consensus);
         merge_fields!(c, o; heartbeat_interval, heartbeat_timeout, election_timeout_min, election_timeout_max);
         let (c, o) = (&mut self.channel, over.channel);
@@ -406,6 +411,8 @@ impl NodeFile {
         set(&mut config.stream_id, self.stream_id);
         set(&mut config.commit_piggyback, self.commit_piggyback);
         set(&mut config.ingress_capacity, self.ingress_capacity.map(|s| s.0));
+        config.initial_members = self.initial_members.clone();
+        set(&mut config.promote_within, self.promote_within.map(|s| s.0 as i64));
         if !config.ingress_capacity.is_power_of_two() {
             return Err(NodeError::Config(format!(
                 "ingress_capacity {} must be a power of two",

@@ -48,6 +48,7 @@ mod driver;
 mod environment;
 mod error;
 mod ingress;
+mod membership;
 mod recovery;
 mod replay;
 mod seams;
@@ -63,6 +64,7 @@ pub use builder::{
 pub use client::LocalClient;
 pub use environment::{Environment, InlineLogCost, LogFiles, PlantedBugs};
 pub use error::{LocalOfferError, LocalWaitError, NodeError};
+pub use membership::{MembershipChangeError, PendingChange};
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -176,7 +178,8 @@ impl Node {
         if self.role() != Role::Leader {
             return Err(TransferError::NotLeader);
         }
-        if let Some(id) = to.filter(|&id| id == self.config.id || !self.config.members.iter().any(|m| m.id == id)) {
+        let voters = self.membership().map(|(m, _)| m.voters).unwrap_or_default();
+        if let Some(id) = to.filter(|&id| id == self.config.id || !voters.contains(&id)) {
             return Err(TransferError::NotAFollower(id));
         }
         self.shared.request_transfer(to);

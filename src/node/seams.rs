@@ -4,14 +4,16 @@
 
 use std::sync::Arc;
 
+use crate::cluster::configuration::CONFIGURATION_MARKER;
 use crate::cluster::consensus_core::{follower_commit, AckRule};
 use crate::cluster::frames::{AppendPositionFrame, CommitPositionFrame};
 use crate::cluster::term_starts::TermStarts;
+use crate::frame::{align_frame, DATA_HEADER_LENGTH};
 use crate::frame::{DataRun, ExtensionHeader, Frame};
 use crate::media::network_publication::ControlHandler;
 use crate::media::receiver::FollowerObserver;
 use crate::shm::counters::Counter;
-use crate::shm::log_buffer::descriptor::position;
+use crate::shm::log_buffer::descriptor::{partition_index, position};
 use crate::shm::log_buffer::LogBuffer;
 
 /// A follower's view of the leader's log, fed by its Receiver: the rebuilt (appended) position, the
@@ -50,11 +52,23 @@ impl FollowerObserver for FollowerLog {
         if run.marker_count == 0 {
             return;
         }
-        // The log's markers are its term starts: their value is the leadership term.
+        // The log's markers are its term starts (their value is the leadership term) and its configuration
+        // entries (read back from the image they were just copied into).
         let (initial, bits) = (log.config().initial_term_id, log.position_bits_to_shift());
-        for &(term_offset, leadership_term_id) in run.markers() {
+        for &(term_offset, value) in run.markers() {
             let at = position(run.first.term_id, term_offset as usize, initial, bits);
-            self.term_starts.report(at, leadership_term_id);
+            if value < CONFIGURATION_MARKER {
+                self.term_starts.report(at, value);
+                continue;
+            }
+            let term = log.term(partition_index(at, bits));
+            let offset = term_offset as usize;
+            let length = (term.get_i32(offset).max(0) as usize).min(term.len() - offset);
+            let mut frame = vec![0u8; length];
+            term.get_bytes(offset, &mut frame);
+            if let Some(payload) = frame.get(DATA_HEADER_LENGTH..) {
+                self.term_starts.report_configuration(at, at + align_frame(length) as i64, payload);
+            }
         }
     }
 

@@ -189,6 +189,8 @@ fn start_recorder(
             .map_err(|e| NodeError::Snapshot(e.to_string()))
     };
     let others = config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
+    shared.catch_up_members.set(others);
+    let others = shared.catch_up_members.clone();
     let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
     let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone());
     if env.bugs.ack_before_sync {
@@ -277,7 +279,7 @@ fn start_core(
     let seed = env.random(config.id as u64);
     let core_config = CoreConfig {
         member_id: config.id,
-        members: config.members.iter().map(|m| m.id).collect(),
+        members: config.initial_member_ids(),
         timers: config.timers,
         seed,
         bugs: Default::default(),

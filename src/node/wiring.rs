@@ -14,6 +14,7 @@ use super::seams::{FollowerLog, LeaderAcks};
 use crate::agent::clock::NanoClock;
 use crate::agent::{available_cores, Agent, AgentCounters, AgentHandles, AgentLayout, AgentRole, AgentSpec, Warning};
 use crate::cluster::append::ConsensusCounters;
+use crate::cluster::configuration::MemberEndpoints;
 use crate::cluster::consensus_core::AckRule;
 use crate::cluster::term_starts::TermStarts;
 use crate::media::channel::ChannelConfig;
@@ -35,7 +36,7 @@ use crate::shm::stats::{agent_type_of, kinds, CounterKind, TYPE_ACK_POSITION};
 
 use super::environment::{Environment, LogFiles};
 use super::slot::{Slot, SlotHandle};
-use super::{NodeConfig, NodeError};
+use super::{Member, NodeConfig, NodeError};
 
 /// The counters a node allocates once and every role's agents share.
 #[derive(Clone, Debug)]
@@ -96,6 +97,9 @@ pub(super) struct Wiring {
     spares_made: u64,
     /// Image files named so far (each follow's image takes the spare log file).
     images_made: u64,
+    /// Every member's endpoints this node knows: the node file's, and those of every configuration entry
+    /// its log has held (a member added while the cluster runs is named by no node file).
+    known: Vec<MemberEndpoints>,
 }
 
 /// A leader's log for one term, its Sender handed to its place.
@@ -110,6 +114,8 @@ pub(super) struct Leadership {
     pub(super) appender: ExclusiveAppender,
     /// Where commit frames go to the Sender.
     pub(super) commands: OneToOneRingBuffer,
+    /// The ring's buffer (a Sender made again for new members reads it too).
+    pub(super) command_buffer: AtomicBuffer,
     /// Each follower's acknowledged position in this term, raised by the Sender's control handler.
     pub(super) acks: Vec<(i32, Counter)>,
     /// The session of this term's log.
@@ -149,7 +155,10 @@ impl Wiring {
             ready: None,
             spares_made: 0,
             images_made: 0,
+            known: Vec::new(),
         };
+        let members: Vec<MemberEndpoints> = wiring.config.members.iter().map(Member::endpoints).collect();
+        wiring.learn(&members);
         // The first spare is made now, before the node joins an election: a member that wins its first
         // election without one makes its log on the consensus thread (a 48 MiB log took 125-233 ms), and
         // its followers, hearing nothing for longer than the heartbeat timeout, elect another.
@@ -157,6 +166,26 @@ impl Wiring {
             wiring.make_spare_now();
         }
         wiring
+    }
+
+    /// Learns the endpoints of `members` (those of a configuration entry replace what was known of them).
+    pub(super) fn learn(&mut self, members: &[MemberEndpoints]) {
+        for member in members {
+            match self.known.iter_mut().find(|k| k.id == member.id) {
+                Some(known) => *known = *member,
+                None => self.known.push(*member),
+            }
+        }
+    }
+
+    /// Every member's endpoints this node knows.
+    pub(super) fn known(&self) -> &[MemberEndpoints] {
+        &self.known
+    }
+
+    /// Member `id`'s endpoints, if known.
+    pub(super) fn endpoints(&self, id: i32) -> Option<MemberEndpoints> {
+        self.known.iter().find(|k| k.id == id).copied()
     }
 
     /// The length of a log file, and the path of the next spare.
@@ -231,6 +260,7 @@ impl Wiring {
         position: i64,
         previous: Option<(&LogBuffer, i64)>,
         ack_rule: impl FnOnce(i32) -> AckRule,
+        quorum: usize,
     ) -> Result<Leadership, NodeError> {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
@@ -254,20 +284,42 @@ impl Wiring {
             }
         };
         let (log, start, appender) = continue_log(make, position, previous)?;
-        // The core says which follower each destination is, and which acknowledgement counts.
         let rule = ack_rule(session_id);
+        let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
+        let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
+        let acks = self.send(&log, start, rule, quorum, &command_buffer)?;
+        Ok(Leadership { log, start, file, appender, commands, command_buffer, acks, session_id })
+    }
+
+    /// Puts a Sender of this leader's `log` (whose first byte is at `start`) in the Sender's place, for the
+    /// followers of `rule` (the core says which follower each destination is, and which acknowledgement
+    /// counts), waiting for `quorum` of them; its commit frames come by `command_buffer`'s ring. Called
+    /// when a term starts and when the members change during it (the Sender before goes; the new one
+    /// goes on from the log's end, and a follower behind has what it misses sent again on its NAKs).
+    /// Returns each follower's acknowledged position counter.
+    pub(super) fn send(
+        &mut self,
+        log: &LogBuffer,
+        start: i64,
+        rule: AckRule,
+        quorum: usize,
+        command_buffer: &AtomicBuffer,
+    ) -> Result<Vec<(i32, Counter)>, NodeError> {
         let others = rule
             .followers()
             .iter()
-            .map(|&id| config.member(id).ok_or_else(|| NodeError::Config(format!("no member {id}"))))
+            .map(|&id| {
+                self.endpoints(id).ok_or_else(|| NodeError::Config(format!("no endpoints known for member {id}")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
+        let config = &self.config;
         // The leader sends from its member endpoint, the one source its followers accept, and waits for the
         // followers a commit needs (a majority, less itself), not for the slowest.
         let channel = ChannelConfig {
             destinations: others.iter().map(|m| m.log).collect(),
             source: Some(config.me().log),
             membership: Some(config.membership()),
-            flow_control: FlowControlMode::Quorum(config.members.len() / 2),
+            flow_control: FlowControlMode::Quorum(quorum),
             ..config.channel.clone()
         };
         let acks: Vec<(i32, Counter)> = others.iter().map(|m| (m.id, Counter::detached())).collect();
@@ -282,9 +334,7 @@ impl Wiring {
         mirrors.iter().for_each(|c| c.set(0));
         let refused = self.counters.refused_acks.clone();
         let handler = Box::new(LeaderAcks { rule, acks: forwarded, mirrors, refused });
-        let command_buffer = AtomicBuffer::anonymous(ring_buffer::required_length(64 * 1024))?;
-        let commands = OneToOneRingBuffer::new(command_buffer.clone())?;
-        let sender_commands = OneToOneRingBuffer::new(command_buffer)?;
+        let sender_commands = OneToOneRingBuffer::new(command_buffer.clone())?;
         let counters = self.counters.sender.clone();
         let clock = self.env.clock.fresh();
         // The production Sender runs on bare UDP endpoints; another network, or fault injection (for tests),
@@ -300,7 +350,7 @@ impl Wiring {
         };
         self.receiver.replace(None);
         self.sender.replace(Some(sender));
-        Ok(Leadership { log, start, file, appender, commands, acks, session_id })
+        Ok(acks)
     }
 
     /// Starts following `leader` from `position`: a Receiver that accepts only the leader's log, and
@@ -313,12 +363,14 @@ impl Wiring {
         let spare_image = self.take_spare(&image_path).map(|region| SpareImage { path: image_path, region });
         let config = &self.config;
         let me = config.me();
-        let leader = config.member(leader).ok_or_else(|| NodeError::Config(format!("no member {leader}")))?;
+        let leader = self
+            .endpoints(leader)
+            .ok_or_else(|| NodeError::Config(format!("no endpoints known for member {leader}")))?;
         let mut channel = ReceiveChannelConfig::new(me.log, config.stream_id);
         channel.channel = ChannelConfig { membership: Some(config.membership()), ..config.channel.clone() };
         // Only the leader's endpoint may send the log; the other members' datagrams are counted apart.
         channel.peers = vec![leader.log];
-        channel.members = config.members.iter().map(|m| m.log).filter(|e| *e != me.log).collect();
+        channel.members = self.known.iter().map(|m| m.log).filter(|e| *e != me.log).collect();
         channel.image_dir = Some(self.directory.clone());
         // The image starts where this member's log agrees with the leader's, never where the leader's
         // sender happens to be when the SETUP arrives: it would acknowledge a log it does not have.

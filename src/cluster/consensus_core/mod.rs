@@ -98,7 +98,7 @@ pub use config::{Bugs, CoreConfig, CoreConfigError, Timers};
 pub use counters::CoreCounters;
 pub use durable::DurableState;
 pub use machine::{ConsensusCore, StepDown};
-pub use membership::{Membership, MembershipChange, MembershipError, MembershipLog};
+pub use membership::{Membership, MembershipChange, MembershipError, MembershipLog, MAX_MEMBERS};
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
 pub use quorum::{follower_commit, majority_position, quorum_position, AckRule};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::{ConsensusAgent, Current, MemberLog};
 use crate::agent::AgentError;
+use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::{ConsensusCore, Message, Output, TermBase};
 use crate::cluster::term_starts::TermStarts;
 use crate::media::receiver::{ImageHandoff, Subscription};
@@ -27,6 +28,8 @@ pub(super) struct Following {
     pub(super) reported: u64,
     /// Markers not yet passed by the rebuilt position, by position.
     pub(super) pending: Vec<(i64, i64)>,
+    /// Configuration entries not yet handed to the core: where each starts and ends, and what it holds.
+    pub(super) configurations: Vec<(i64, i64, Configuration)>,
     /// The position and the term of the last byte handed to the core.
     pub(super) fed: i64,
     pub(super) fed_term: i64,
@@ -75,6 +78,20 @@ impl ConsensusAgent {
             }
         }
         let durable = self.synced.as_ref().map_or(i64::MAX, Counter::get);
+        if following.term_starts.reported() != following.reported {
+            let mut reported = Vec::new();
+            following.term_starts.take_configurations(&mut reported);
+            for (at, end, payload) in reported {
+                let entry = Configuration::decode(&payload).map_err(|why| {
+                    AgentError::msg(format!(
+                        "the configuration entry at {at} of leader {}'s log: {why}",
+                        following.leader
+                    ))
+                })?;
+                self.wiring.learn(entry.endpoints());
+                following.configurations.push((at, end, entry));
+            }
+        }
         work += feed_follower(following, durable, &mut self.core, now_ns, &mut self.outputs);
         let commit = self.wiring.counters.consensus.commit.get();
         if commit > following.commit_fed {
@@ -260,6 +277,7 @@ impl ConsensusAgent {
             held: followership.held,
             reported: 0,
             pending: Vec::new(),
+            configurations: Vec::new(),
             fed: position,
             fed_term,
             commit_fed: 0,
@@ -295,17 +313,28 @@ fn feed_follower(
     if rebuilt <= following.fed {
         return 0;
     }
+    // The configuration entries the rebuilt position passed, in log order (those below what was fed
+    // already went to the core, or lie below where this member joined).
+    following.configurations.sort_unstable_by_key(|(at, _, _)| *at);
+    following.configurations.dedup_by_key(|(at, _, _)| *at);
+    let (fed_from, passed) = (following.fed, following.configurations.partition_point(|(at, _, _)| *at < rebuilt));
+    let mut entries: Vec<_> = following.configurations.drain(..passed).filter(|(at, _, _)| *at >= fed_from).collect();
+    let mut entries = entries.drain(..).peekable();
     let mut fed = 0;
-    for &(at, term) in &following.pending {
-        if at < following.fed || at >= rebuilt {
-            continue;
+    let terms: Vec<(i64, i64)> =
+        following.pending.iter().copied().filter(|&(at, _)| at >= following.fed && at < rebuilt).collect();
+    for (at, term) in terms {
+        // The configuration entries before this term start go to the core first.
+        while let Some((entry_at, end, entry)) = entries.next_if(|(entry_at, _, _)| *entry_at < at) {
+            fed += feed_to(following, entry_at, core, now_ns, out);
+            core.on_membership(end, entry.membership().clone(), out);
         }
-        if at > following.fed {
-            core.on_append_position(following.fed_term, at, now_ns, out);
-            following.fed = at;
-            fed += 1;
-        }
+        fed += feed_to(following, at, core, now_ns, out);
         following.fed_term = term;
+    }
+    for (entry_at, end, entry) in entries {
+        fed += feed_to(following, entry_at, core, now_ns, out);
+        core.on_membership(end, entry.membership().clone(), out);
     }
     following.pending.retain(|(at, _)| *at >= rebuilt);
     core.on_append_position(following.fed_term, rebuilt, now_ns, out);
@@ -313,4 +342,21 @@ fn feed_follower(
     // What the core now holds may be acknowledged (and voted with).
     following.held.set_max(core.append_position());
     fed + 1
+}
+
+/// Hands the core the follower's log up to `position` (in the term being fed), if it holds less;
+/// returns the positions handed over.
+fn feed_to(
+    following: &mut Following,
+    position: i64,
+    core: &mut ConsensusCore,
+    now_ns: u64,
+    out: &mut Vec<Output>,
+) -> usize {
+    if position <= following.fed {
+        return 0;
+    }
+    core.on_append_position(following.fed_term, position, now_ns, out);
+    following.fed = position;
+    1
 }

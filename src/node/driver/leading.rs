@@ -1,12 +1,14 @@
 //! The consensus agent as the leader: starting a term's log, counting itself and its followers'
 //! acknowledgements, and appending clients' messages.
 
+use super::reconfiguring::sender_quorum;
 use super::{ConsensusAgent, Current, MemberLog};
 use crate::agent::AgentError;
 use crate::cluster::append::{AppendParts, AppendStage, LogIdentity};
 use crate::cluster::consensus_core::Message;
 use crate::node::client::ReaderLog;
 use crate::node::ingress::Appending;
+use crate::shm::buffer::AtomicBuffer;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogReader;
 use crate::storage::recording::RecorderSource;
@@ -18,6 +20,8 @@ pub(super) struct Leading {
     pub(super) acks: Vec<(i32, Counter, i64)>,
     /// With a recorded log: the leader's own durable position last handed to the core.
     pub(super) own_fed: i64,
+    /// The buffer of the ring commit frames go to the Sender by (a Sender made for new members reads it).
+    pub(super) command_buffer: AtomicBuffer,
 }
 
 impl ConsensusAgent {
@@ -82,7 +86,7 @@ impl ConsensusAgent {
         let making = std::time::Instant::now();
         let leadership = self
             .wiring
-            .lead(term, position, previous, |session| self.core.ack_rule(session))
+            .lead(term, position, previous, |session| self.core.ack_rule(session), sender_quorum(&self.core))
             .map_err(AgentError::new)?;
         log::info!(
             "member {} leads term {term} from position {position}: its log (from {}) made in {:?}",
@@ -123,7 +127,8 @@ impl ConsensusAgent {
         self.replace_log(MemberLog { log: leadership.log, start: leadership.start, file: Some(leadership.file) });
         self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
-        self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position }));
+        let command_buffer = leadership.command_buffer;
+        self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position, command_buffer }));
         self.shared.catch_ups.cancel();
         if self.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);

@@ -50,6 +50,7 @@ use super::RoleChange;
 
 mod following;
 mod leading;
+mod reconfiguring;
 
 /// Most consensus frames read per duty cycle.
 const MAX_FRAMES_PER_CYCLE: usize = 64;
@@ -184,13 +185,11 @@ pub(super) struct DriverParts {
 impl ConsensusAgent {
     pub(super) fn new(parts: DriverParts) -> Self {
         let config = &parts.wiring.config;
-        let peers = config
-            .members
-            .iter()
-            .filter(|m| m.id != config.id)
-            .map(|m| Peer { id: m.id, addr: m.consensus, sockaddr: SockAddr::from(m.consensus) })
-            .collect();
+        let peers = reconfiguring::peers_of(&parts.core, &parts.wiring);
         let preferred_leader = config.leader == Some(config.id);
+        let membership = parts.core.membership().clone();
+        let endpoints = membership.members().filter_map(|m| parts.wiring.endpoints(m)).collect();
+        parts.shared.membership.publish(membership, endpoints);
         Self {
             core: parts.core,
             outputs: Vec::with_capacity(16),
@@ -233,7 +232,7 @@ impl ConsensusAgent {
                 Err(e) => log::warn!("member {}: cannot transfer the leadership: {e}", self.wiring.config.id),
             }
         }
-        let mut work = 0;
+        let mut work = self.poll_membership_request(now_ns);
         if now_ns >= self.next_receive_ns {
             let received = self.receive(now_ns);
             // While frames arrive (an election), read on every cycle.
@@ -349,11 +348,7 @@ impl ConsensusAgent {
             Output::Commit { position } => {
                 self.wiring.counters.consensus.commit.set_max(position);
             }
-            Output::MembershipChanged { membership_id } => {
-                // The node appends no configuration entries yet (its members are the node file's), so only
-                // a core given one by a test gets here.
-                self.logs.warn(now_ns, || format!("configuration {membership_id} in effect"));
-            }
+            Output::MembershipChanged { .. } => self.on_membership_changed()?,
             Output::Error(error) => {
                 self.counters.core_errors.increment();
                 self.logs.warn(now_ns, || format!("consensus core refused: {error}"));

@@ -865,13 +865,36 @@ impl PeerLog {
     }
 }
 
+/// The members a catch-up server serves, by id and address; the node changes them as its membership
+/// changes (a learner added while the cluster runs catches up from the leader).
+#[derive(Clone, Debug, Default)]
+pub struct CatchUpMembers(Arc<std::sync::RwLock<Vec<(i32, IpAddr)>>>);
+
+impl CatchUpMembers {
+    /// Serving `members`.
+    pub fn new(members: Vec<(i32, IpAddr)>) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(members)))
+    }
+
+    /// From now on, serving `members`.
+    pub fn set(&self, members: Vec<(i32, IpAddr)>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = members;
+    }
+
+    /// Whether a member at `ip` (with `id`, when given) is served.
+    fn contains(&self, id: Option<i32>, ip: IpAddr) -> bool {
+        let members = self.0.read().unwrap_or_else(|e| e.into_inner());
+        members.iter().any(|&(m, at)| at == ip && id.is_none_or(|id| id == m))
+    }
+}
+
 /// The leader's side: serves catch-ups from its recording, a little per duty cycle.
 pub struct CatchUpServer {
     listener: Box<dyn StreamListener>,
     connections: Vec<Connection>,
     /// The other members, by id and address: a connection from anywhere else is closed, and a hello must
-    /// name the member at its address.
-    members: Vec<(i32, IpAddr)>,
+    /// name the member at its address. Shared with the node, which changes it with the membership.
+    members: CatchUpMembers,
     membership: i64,
     key: CatchUpKey,
     snapshots: SnapshotStore,
@@ -893,7 +916,7 @@ impl CatchUpServer {
     /// from `nonces`.
     pub fn new(
         listener: Box<dyn StreamListener>,
-        members: Vec<(i32, IpAddr)>,
+        members: CatchUpMembers,
         membership: i64,
         key: CatchUpKey,
         snapshots: SnapshotStore,
@@ -943,7 +966,7 @@ impl CatchUpServer {
                 break;
             };
             work += 1;
-            if !self.members.iter().any(|&(_, ip)| ip == peer.ip()) {
+            if !self.members.contains(None, peer.ip()) {
                 counters.catch_ups_refused.increment();
                 self.logged.warn(peer.ip(), now_ns, || {
                     format!("refused a catch-up connection from {peer}: not a member's address")
@@ -1090,7 +1113,7 @@ impl CatchUpServer {
     fn on_hello(&mut self, i: usize, now_ns: u64) {
         let c = &mut self.connections[i];
         let hello: Hello = bytemuck::pod_read_unaligned(&c.inbound[..std::mem::size_of::<Hello>()]);
-        let member = self.members.iter().any(|&(id, ip)| id == hello.member_id && ip == c.peer.ip());
+        let member = self.members.contains(Some(hello.member_id), c.peer.ip());
         let why = if hello.magic != HELLO_MAGIC {
             Some("not a catch-up hello of this version".to_string())
         } else if hello.membership != self.membership {

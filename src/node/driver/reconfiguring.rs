@@ -1,0 +1,120 @@
+//! The consensus agent and membership changes: the leader appends a change an embedder asked for as a
+//! configuration entry; every member, leader or follower, hands each entry its log gains to the core
+//! before its append position passes it; and when the configuration in effect changes, the node follows
+//! it: whom it sends consensus frames to and accepts them from, the leader's Sender's destinations, the
+//! members its catch-up server serves, and the configuration it publishes.
+
+use std::net::IpAddr;
+
+use super::{ConsensusAgent, Current, Peer};
+use crate::agent::AgentError;
+use crate::cluster::configuration::Configuration;
+use crate::cluster::consensus_core::{ConsensusCore, MembershipError};
+use crate::node::membership::{MembershipAnswer, MembershipChangeError, MembershipRequest};
+use crate::node::wiring::Wiring;
+
+impl ConsensusAgent {
+    /// Takes a membership change asked through the node, if one waits, and answers it.
+    pub(super) fn poll_membership_request(&mut self, now_ns: u64) -> usize {
+        let Some(request) = self.shared.membership.take_request() else {
+            return 0;
+        };
+        let answer = self.propose(&request, now_ns);
+        match &answer {
+            Ok((membership, end)) => log::info!(
+                "member {}: {}: configuration {} appended, ending at {end}",
+                self.wiring.config.id,
+                request.change,
+                membership.id
+            ),
+            Err(why) => log::warn!("member {}: {} not made: {why}", self.wiring.config.id, request.change),
+        }
+        self.shared.membership.answer(request.ticket, answer);
+        1
+    }
+
+    /// On the leader: the change, if the core allows it now, appended as a configuration entry.
+    fn propose(&mut self, request: &MembershipRequest, now_ns: u64) -> MembershipAnswer {
+        let Current::Leading(leading) = &mut self.current else {
+            let leader = self.core.leader_member_id();
+            return Err(MembershipChangeError::Refused(MembershipError::NotLeader { leader }));
+        };
+        let promote_within = self.wiring.config.promote_within;
+        let next = self
+            .core
+            .propose_membership(request.change, promote_within, now_ns)
+            .map_err(MembershipChangeError::Refused)?;
+        if let Some(endpoints) = request.endpoints {
+            if let Some(taken) = self.wiring.known().iter().find(|k| {
+                k.id != endpoints.id
+                    && [k.log, k.consensus, k.client].iter().any(|a| *a == endpoints.log || *a == endpoints.consensus)
+            }) {
+                return Err(MembershipChangeError::Failed(format!(
+                    "member {}'s endpoints are member {}'s: every member needs endpoints of its own",
+                    endpoints.id, taken.id
+                )));
+            }
+            self.wiring.learn(&[endpoints]);
+        }
+        let entry = Configuration::new(next.clone(), self.wiring.known()).map_err(MembershipChangeError::Failed)?;
+        let end = leading.stage.append_configuration(&entry.encode()).map_err(|e| {
+            MembershipChangeError::Failed(format!("the entry of configuration {} was refused by the log: {e}", next.id))
+        })?;
+        let term = leading.term;
+        self.core.on_membership(end, next.clone(), &mut self.outputs);
+        if self.synced.is_none() {
+            // A leader without a recorded log counts itself as it appends.
+            self.core.on_append_position(term, end, now_ns, &mut self.outputs);
+        }
+        Ok((next, end))
+    }
+
+    /// The configuration in effect changed: the node follows it.
+    pub(super) fn on_membership_changed(&mut self) -> Result<(), AgentError> {
+        let membership = self.core.membership().clone();
+        let id = self.wiring.config.id;
+        log::info!(
+            "member {id}: configuration {} in effect: voters {:?}, learners {:?}",
+            membership.id,
+            membership.voters,
+            membership.learners
+        );
+        self.peers = peers_of(&self.core, &self.wiring);
+        let served: Vec<(i32, IpAddr)> =
+            self.peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
+        self.shared.catch_up_members.set(served);
+        let endpoints = membership.members().filter_map(|m| self.wiring.endpoints(m)).collect();
+        self.shared.membership.publish(membership, endpoints);
+        if let Current::Leading(leading) = &mut self.current {
+            // The Sender goes on with the followers of the configuration in effect.
+            let rule = self.core.ack_rule(leading.stage.identity().session_id);
+            let log = &self.log.as_ref().expect("a leader has its log").log;
+            let start = self.log.as_ref().map_or(0, |l| l.start);
+            let acks = self
+                .wiring
+                .send(log, start, rule, sender_quorum(&self.core), &leading.command_buffer)
+                .map_err(AgentError::new)?;
+            leading.acks = acks.into_iter().map(|(member, counter)| (member, counter, 0)).collect();
+        }
+        Ok(())
+    }
+}
+
+/// Whom a member speaks to on the consensus endpoint: every member of a configuration its log holds,
+/// but itself, whose endpoints it knows.
+pub(super) fn peers_of(core: &ConsensusCore, wiring: &Wiring) -> Vec<Peer> {
+    let log = core.membership_log();
+    let me = wiring.config.id;
+    wiring
+        .known()
+        .iter()
+        .filter(|m| m.id != me && log.knows(m.id))
+        .map(|m| Peer { id: m.id, addr: m.consensus, sockaddr: m.consensus.into() })
+        .collect()
+}
+
+/// How many followers' windows a leader's Sender waits for: a majority of the voters, less the leader if
+/// it is one.
+pub(super) fn sender_quorum(core: &ConsensusCore) -> usize {
+    core.membership().majority() - usize::from(core.is_voter())
+}

@@ -1,0 +1,100 @@
+//! Membership changes on a running cluster of in-process nodes over UDP loopback (invoker mode, driven
+//! by the test thread): a member that no node file of the others names joins as a learner, catches up,
+//! is promoted, and the member it replaces is removed (the leader itself); every node applies the same
+//! messages, in order, exactly once, before, during and after the changes.
+
+use std::time::Duration;
+
+use quorumcast::cluster::consensus_core::{Membership, MembershipChange, MembershipError};
+use quorumcast::node::{Member, MembershipChangeError, Node, PendingChange};
+use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
+use quorumcast_testkit::load::drive_until;
+use quorumcast_testkit::{dump, ScratchDir};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Node `id` of a cluster whose initial configuration is members 0, 1 and 2 and which knows `members`.
+fn start(scratch: &ScratchDir, id: i32, members: &[Member]) -> Node {
+    test_builder(scratch, id, members, test_channel()).initial_members(vec![0, 1, 2]).start().unwrap()
+}
+
+/// Drives every node (offering and applying through `driver`) until `change`, asked of `nodes[leader]`,
+/// commits or is refused.
+fn settle(
+    driver: &mut Driver,
+    nodes: &mut [Node],
+    active: &[bool],
+    leader: usize,
+    mut change: PendingChange,
+    target: u64,
+) -> Result<Membership, MembershipChangeError> {
+    let mut outcome = None;
+    let result = drive_until("the change settles", DEADLINE, driver, |d| {
+        if let Some(done) = change.poll(&nodes[leader]) {
+            outcome = Some(done);
+            return Ok(None);
+        }
+        Ok(Some(d.round(nodes, active, target)))
+    });
+    if let Err(e) = result {
+        panic!("{e}: {:?}\n{}", change.change(), dump(nodes));
+    }
+    outcome.expect("settled")
+}
+
+fn voters_and_learners(node: &Node) -> (Vec<i32>, Vec<i32>) {
+    let (membership, _) = node.membership().expect("published");
+    (membership.voters, membership.learners)
+}
+
+#[test]
+fn a_new_member_joins_as_a_learner_is_promoted_and_replaces_the_leader() {
+    let scratch = ScratchDir::new("membership-replace");
+    let all = members(4);
+    // Members 0-2 know only each other; member 3 knows them and itself.
+    let mut nodes: Vec<Node> = (0..3).map(|id| start(&scratch, id, &all[..3])).collect();
+    elect(&mut nodes, 0, Duration::from_secs(30));
+    nodes.push(start(&scratch, 3, &all));
+    let mut driver = Driver::checked(4);
+    let first_three = [true, true, true, false];
+    driver.run_to(&mut nodes, &first_three, 500, DEADLINE);
+    assert_eq!(voters_and_learners(&nodes[3]), (vec![0, 1, 2], vec![]), "a joiner starts from the initial one");
+
+    // Only the leader takes changes; a promotion of a non-learner is refused, naming why.
+    let refused = nodes[1].propose_membership(MembershipChange::AddLearner(3), Some(&all[3]));
+    let outcome = settle(&mut driver, &mut nodes, &first_three, 1, refused, 500);
+    assert_eq!(outcome, Err(MembershipChangeError::Refused(MembershipError::NotLeader { leader: Some(0) })));
+    let refused = nodes[0].propose_membership(MembershipChange::Promote(3), None);
+    let outcome = settle(&mut driver, &mut nodes, &first_three, 0, refused, 500);
+    assert_eq!(outcome, Err(MembershipChangeError::Refused(MembershipError::NotALearner(3))));
+
+    // Member 3 joins as a learner, with messages flowing, and applies the whole log from its start.
+    let all_four = [true; 4];
+    let add = nodes[0].propose_membership(MembershipChange::AddLearner(3), Some(&all[3]));
+    let added = settle(&mut driver, &mut nodes, &all_four, 0, add, 1_500).unwrap();
+    assert_eq!((added.id, added.voters.clone(), added.learners.clone()), (1, vec![0, 1, 2], vec![3]));
+    driver.run_to(&mut nodes, &all_four, 2_000, DEADLINE);
+    for node in &nodes {
+        assert_eq!(voters_and_learners(node), (vec![0, 1, 2], vec![3]), "member {}", node.id());
+    }
+
+    // Promoted, it votes; then the leader removes itself, steps down, and the others elect a leader.
+    let promote = nodes[0].propose_membership(MembershipChange::Promote(3), None);
+    let promoted = settle(&mut driver, &mut nodes, &all_four, 0, promote, 2_500).unwrap();
+    assert_eq!(promoted.voters, vec![0, 1, 2, 3]);
+    let remove = nodes[0].propose_membership(MembershipChange::Remove(0), None);
+    let removed = settle(&mut driver, &mut nodes, &all_four, 0, remove, 3_000).unwrap();
+    assert_eq!(removed.voters, vec![1, 2, 3]);
+    let rest = [false, true, true, true];
+    driver.run_to(&mut nodes, &rest, 5_000, DEADLINE);
+    let leader = nodes[1].leader_id().expect("a leader");
+    assert_ne!(leader, 0, "the removed leader stepped down");
+    for node in &nodes[1..] {
+        assert_eq!(voters_and_learners(node), (vec![1, 2, 3], vec![]), "member {}", node.id());
+        assert_eq!(node.leader_id(), Some(leader));
+    }
+    assert_eq!(driver.bad_entries(), 0);
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
