@@ -5,6 +5,7 @@
 //! The application's state is rebuilt separately: the node's reader replays the recording, from the
 //! newest snapshot on, as the commit position allows (`Node::restore`, `Node::poll_committed`).
 
+use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::TermHistory;
 use crate::shm::log_buffer::{position_bits_to_shift, term_id, term_offset, LogBuffer, LogConfig, TermRebuilder};
 use crate::storage::recording::{OpenReport, Recording, RecordingConfig, RecordingIdentity};
@@ -18,6 +19,8 @@ pub(super) struct Recovered {
     pub(super) history: TermHistory,
     /// The last bytes of the recording, rebuilt in a log in memory from where it starts.
     pub(super) tail: Option<(LogBuffer, i64)>,
+    /// The configuration entries the recording's index holds, with where each ends, oldest first.
+    pub(super) configurations: Vec<(i64, Configuration)>,
 }
 
 /// The identity the recording of `config`'s node has.
@@ -52,7 +55,20 @@ pub(super) fn open(config: &NodeConfig, env: &Environment) -> Result<Recovered, 
         })
     })?;
     let tail = rebuild_tail(config, &recording).map_err(NodeError::Recording)?;
-    Ok(Recovered { recording, report, history, tail })
+    let configurations = recording
+        .index()
+        .configurations
+        .iter()
+        .map(|(end, payload)| {
+            Configuration::decode(payload).map(|c| (*end, c)).map_err(|why| {
+                NodeError::Recording(crate::storage::recording::RecordingError {
+                    path: recording.dir().join("index.dat"),
+                    message: format!("its configuration entry ending at {end}: {why}"),
+                })
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Recovered { recording, report, history, tail, configurations })
 }
 
 /// The recording's last bytes, from the start of the term before the one it ends in (as much as a leader's

@@ -70,6 +70,11 @@ impl Node {
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
         let recovered = if config.storage.records() { Some(recovery::open(&config, &env)?) } else { None };
         let (core, votes) = start_core(&config, recovered.as_ref(), &env)?;
+        // The endpoints of members the recorded configuration entries name (added while the cluster ran).
+        let recorded_endpoints: Vec<_> = recovered
+            .iter()
+            .flat_map(|r| r.configurations.iter().flat_map(|(_, c)| c.endpoints().iter().copied()))
+            .collect();
         let (socket, mut warnings) = bind_consensus(&config, &env)?;
         let (clients, sessions) = start_clients(&config, &counters, &env)?;
         let node_counters = NodeCounters::allocate(&config, &counters);
@@ -93,20 +98,22 @@ impl Node {
         // `batch`, written (to the page cache) under `none`, so that a killed process never forgot what it
         // acknowledged.
         let synced = recorder_counters.as_ref().map(|c| c.synced_position.clone());
+        let mut wiring = Wiring::new(
+            env.clone(),
+            config.clone(),
+            directory.path().to_path_buf(),
+            node_counters,
+            sender_handle,
+            receiver_handle,
+        );
+        wiring.learn(&recorded_endpoints);
         let agent = ConsensusAgent::new(DriverParts {
             tail,
             synced,
             records: recorder.is_some(),
             core,
             clock: env.clock.fresh(),
-            wiring: Wiring::new(
-                env.clone(),
-                config.clone(),
-                directory.path().to_path_buf(),
-                node_counters,
-                sender_handle,
-                receiver_handle,
-            ),
+            wiring,
             socket,
             votes,
             clients,
@@ -261,6 +268,7 @@ fn start_core(
         let end = recovered.recording.end();
         durable = DurableState {
             term_history: recovered.history.clone(),
+            memberships: recovered.configurations.iter().map(|(end, c)| (*end, c.membership().clone())).collect(),
             append_position: end,
             leadership_term_id: durable.leadership_term_id.max(recovered.history.last_term_id()),
             ..durable

@@ -199,7 +199,12 @@ impl ConsensusCore {
         durable.validate()?;
         let voted_for = if config.bugs.forget_vote_on_restart { None } else { durable.voted_for };
         let mut membership = MembershipLog::new(Membership::initial(&config.members));
-        for (end, entry) in &durable.memberships {
+        for (i, (end, entry)) in durable.memberships.iter().enumerate() {
+            if i == 0 && entry.id > membership.latest().id + 1 {
+                // The entries before it went with the log below it (compacted, so committed): it is the base.
+                membership.reset(entry.clone());
+                continue;
+            }
             membership.push(*end, entry.clone()).map_err(|e| CoreConfigError::new("durable.memberships", e))?;
         }
         membership.compact(durable.commit_position);

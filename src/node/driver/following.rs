@@ -220,6 +220,9 @@ impl ConsensusAgent {
         for &(base, term) in terms {
             followership.term_starts.report(base, term);
         }
+        for (at, end, payload) in &fetched.configurations {
+            followership.term_starts.report_configuration(*at, *end, payload);
+        }
         let snapshot = fetched.snapshot.as_ref().map(|s| s.position);
         let installed = snapshot.map_or(String::new(), |at| format!(", after installing its snapshot at {at}"));
         log::info!(

@@ -45,6 +45,8 @@
 //!   a count or length is bounded before anything is allocated for it.
 
 use std::collections::HashMap;
+
+use crate::cluster::configuration::configuration_of;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -338,6 +340,8 @@ pub struct CatchUpFetch {
     history: Vec<(i64, i64)>,
     install: Option<SnapshotInstall>,
     snapshot: Option<SnapshotInfo>,
+    /// The configuration entries fetched so far.
+    configurations: Vec<(i64, i64, Vec<u8>)>,
     timeout_ns: u64,
     progress_ns: u64,
     closed: bool,
@@ -385,6 +389,7 @@ impl CatchUpFetch {
             history: Vec::new(),
             install: None,
             snapshot: None,
+            configurations: Vec::new(),
             timeout_ns,
             progress_ns: now_ns,
             closed: false,
@@ -444,6 +449,7 @@ impl CatchUpFetch {
             terms,
             history: std::mem::take(&mut self.history),
             snapshot: Some(snapshot),
+            configurations: std::mem::take(&mut self.configurations).into_iter().filter(|c| c.1 <= end).collect(),
         })
     }
 
@@ -670,6 +676,7 @@ impl CatchUpFetch {
                 terms: std::mem::take(&mut self.terms),
                 history: std::mem::take(&mut self.history),
                 snapshot: self.snapshot.take(),
+                configurations: std::mem::take(&mut self.configurations),
             };
             return Ok(Consumed::Done(fetched));
         }
@@ -689,6 +696,14 @@ impl CatchUpFetch {
             return Err(format!("{leader} sent a block at {} that fails its checksum", header.position));
         }
         recording.append(header.position, payload, header.advance as usize).map_err(|e| e.to_string())?;
+        super::for_each_frame(payload, header.position, |at, frame| {
+            if let crate::frame::Frame::Data { header, payload } = frame {
+                if let Some(entry) = configuration_of(header.flags, payload) {
+                    let end = at + crate::frame::align_frame(header.frame_length as usize) as i64;
+                    self.configurations.push((at, end, entry.to_vec()));
+                }
+            }
+        });
         self.taken += head + length;
         Ok(Consumed::More)
     }
@@ -781,6 +796,8 @@ pub struct Fetched {
     pub history: Vec<(i64, i64)>,
     /// The snapshot installed first, when the follower was behind the leader's recording.
     pub snapshot: Option<SnapshotInfo>,
+    /// The configuration entries in the fetched range: where each starts and ends, and its payload.
+    pub configurations: Vec<(i64, i64, Vec<u8>)>,
 }
 
 /// Where a connection to the leader is.

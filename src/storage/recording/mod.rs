@@ -35,6 +35,7 @@ pub use reader::RecordingReader;
 pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
 pub use segment::{BlockHeader, WriteCost, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
 
+use crate::cluster::configuration::configuration_of;
 use crate::cluster::consensus_core::{TermBase, TermHistory};
 use crate::cluster::frames::term_start_of;
 use crate::frame::{Frame, DATA_HEADER_LENGTH};
@@ -531,6 +532,7 @@ impl Recording {
         let start = self.bases[gone];
         self.index.start_term = self.index.term_at(start);
         self.index.start_position = start;
+        self.index.forget_configurations_below(start);
         // The terms below the start stay: the member answers which term a position is in from them (a
         // follower with an uncommitted suffix there is told where the leader's terms start), and they are
         // one entry per leadership term.
@@ -585,7 +587,8 @@ impl Recording {
             .filter(|&&(base, _)| base <= position)
             .map(|&(base_position, leadership_term_id)| index::RecordedTerm { leadership_term_id, base_position })
             .collect();
-        self.index = Index { start_position: position, start_term: term, terms };
+        // The configuration in effect at the snapshot is the leader's: none of this member's log is kept.
+        self.index = Index { start_position: position, start_term: term, terms, configurations: Vec::new() };
         self.end = position;
         // The new start is made durable before any old segment goes: a member stopped in between finds the
         // old segments wholly below the start, which the next open removes, never an index without its log
@@ -649,7 +652,7 @@ fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<i64>, RecordingError
     Ok(bases)
 }
 
-/// Adds the term-start markers among the frames of a block's `payload` (at `position`) to `index`; returns
+/// Adds the term-start markers and configuration entries among the frames of a block's `payload` (at `position`) to `index`; returns
 /// the frames walked and whether the index changed.
 fn add_markers(index: &mut Index, payload: &[u8], position: i64) -> (usize, bool) {
     let (mut frames, mut changed) = (0, false);
@@ -658,6 +661,9 @@ fn add_markers(index: &mut Index, payload: &[u8], position: i64) -> (usize, bool
         if let Frame::Data { header, payload } = frame {
             if let Some(term) = term_start_of(header.flags, payload) {
                 changed |= index.add_term(term, at);
+            } else if let Some(entry) = configuration_of(header.flags, payload) {
+                let end = at + crate::frame::align_frame(header.frame_length as usize) as i64;
+                changed |= index.add_configuration(end, entry);
             }
         }
     });

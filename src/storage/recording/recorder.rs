@@ -429,7 +429,7 @@ impl Recorder {
             .map(|t| (t.base_position, t.leadership_term_id))
             .collect();
         let terms = vec![(start, index.term_at(start))];
-        Ok(Fetched { from, end: start, terms, history, snapshot: Some(snapshot) })
+        Ok(Fetched { from, end: start, terms, history, snapshot: Some(snapshot), configurations: Vec::new() })
     }
 
     /// Counts a finished catch-up and hands its outcome to the consensus agent.

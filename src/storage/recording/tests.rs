@@ -356,3 +356,40 @@ fn segments_a_stopped_reset_left_below_the_start_are_removed_at_open() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&kept);
 }
+
+#[test]
+fn configuration_entries_are_indexed_kept_across_a_reopen_and_cut_with_the_log() {
+    use crate::cluster::configuration::{Configuration, MemberEndpoints};
+    use crate::cluster::consensus_core::{Membership, MembershipChange};
+    let dir = scratch("configurations");
+    let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let endpoints = |id: i32| MemberEndpoints { id, log: at(1000 + id as u16), consensus: at(2000), client: at(3000) };
+    let added = Membership::initial(&[0, 1, 2]).apply(MembershipChange::AddLearner(3)).unwrap();
+    let promoted = added.apply(MembershipChange::Promote(3)).unwrap();
+    let known: Vec<_> = (0..4).map(endpoints).collect();
+    let log = LogBuffer::create_anonymous(LogConfig { stream_id: 1001, ..LogConfig::new(65536, 1408) }).unwrap();
+    let mut appender = log.appender().unwrap();
+    appender.set_limit(i64::MAX);
+    appender.append_frame(&1i64.to_le_bytes(), UNFRAGMENTED | TERM_START_FLAG, 0).unwrap();
+    let (mut starts, mut ends) = (Vec::new(), Vec::new());
+    for membership in [&added, &promoted] {
+        starts.push(appender.append(&[7; 100]).unwrap());
+        let entry = Configuration::new(membership.clone(), &known).unwrap();
+        ends.push(appender.append_frame(&entry.encode(), UNFRAGMENTED | TERM_START_FLAG, 0).unwrap());
+    }
+    let end = appender.append(&[8; 100]).unwrap();
+    let (mut recording, _) = Recording::open(config(&dir, 4096), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 256);
+    let decoded = |r: &Recording| -> Vec<(i64, u64)> {
+        let entries = &r.index().configurations;
+        entries.iter().map(|(end, payload)| (*end, Configuration::decode(payload).unwrap().membership().id)).collect()
+    };
+    assert_eq!(decoded(&recording), vec![(ends[0], 1), (ends[1], 2)]);
+    assert_eq!(recording.index().terms.len(), 1, "a configuration entry is no term start");
+    drop(recording);
+    let (mut recording, _) = Recording::open(config(&dir, 4096), IDENTITY).unwrap();
+    assert_eq!(decoded(&recording), vec![(ends[0], 1), (ends[1], 2)], "kept across a reopen");
+    recording.truncate(starts[1]).unwrap();
+    assert_eq!(decoded(&recording), vec![(ends[0], 1)], "the cut entry goes with the log");
+    let _ = std::fs::remove_dir_all(&dir);
+}
