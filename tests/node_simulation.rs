@@ -810,3 +810,40 @@ fn a_starved_follower_beside_a_stopped_one_does_not_depose_the_leader() {
     }
     assert!(stepped.is_empty(), "the leader stopped leading in (seed, starvation) {stepped:?}");
 }
+
+/// Seeds of the membership test in a plain `cargo test`.
+const MEMBERSHIP_SEEDS: u64 = 60;
+
+/// Membership changes at random steps among the full schedule's faults (restarts, pauses, partitions,
+/// clock jumps), and among the disk schedule's (crashes, power losses, failing disks) with snapshots, with
+/// a recorded log: a spare node joins as a learner, is promoted, voters are removed
+/// (the leader among them) and join again. One committed order, and progress after the faults stop on
+/// every member of the configuration then in effect; and the run made changes.
+#[test]
+fn real_nodes_keep_one_committed_order_while_their_membership_changes() {
+    let mut seeds = seeds(60_000);
+    if env_u64("QC_NODE_SIM_SEED").is_none() && env_u64("QC_NODE_SIM_SOAK").is_none() {
+        seeds.truncate(MEMBERSHIP_SEEDS as usize);
+    }
+    let (mut changes, mut refused, mut committed) = (0, 0, 0);
+    for (seed, schedule, snapshots) in
+        seeds.iter().flat_map(|&s| [(s, Schedule::Full, false), (s ^ (1 << 41), Schedule::Disk, true)])
+    {
+        let mut config = SimConfig::new(seed, 3);
+        (config.membership, config.schedule, config.snapshots) = (true, schedule, snapshots);
+        config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
+        if config.trace {
+            let _ = env_logger::builder().is_test(true).try_init();
+        }
+        let report = Simulation::new(config).run().unwrap_or_else(|failure| {
+            panic!("membership changes, {schedule:?} schedule, snapshots {snapshots}: {failure}")
+        });
+        changes += report.membership_changes;
+        refused += report.membership_refused;
+        committed += report.committed;
+    }
+    eprintln!(
+        "membership: {changes} changes committed, {refused} refused or given up on, {committed} entries committed"
+    );
+    assert!(changes > 0, "the runs changed the membership");
+}

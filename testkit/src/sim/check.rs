@@ -144,9 +144,9 @@ impl Checker {
         self.order.len() as u64
     }
 
-    /// How many members applied message `seq` or a later one.
-    pub(super) fn applied_by(&self, seq: u64) -> usize {
-        self.highest.iter().filter(|h| h.is_some_and(|h| h + 1 >= seq)).count()
+    /// Whether member `member` applied message `seq` or a later one.
+    pub(super) fn has_applied(&self, member: usize, seq: u64) -> bool {
+        self.highest[member].is_some_and(|h| h + 1 >= seq)
     }
 
     /// Member `member` restarted: it hands out the committed order again from its start (or a snapshot).

@@ -28,6 +28,7 @@ mod check;
 pub mod clients;
 pub mod disk;
 pub mod forge;
+mod membership;
 pub mod network;
 pub mod prng;
 pub mod state;
@@ -103,6 +104,9 @@ pub struct SimConfig {
     /// Remote clients ([`clients`]) offering through sessions beside the local client (the members serve
     /// clients at their client endpoints).
     pub clients: usize,
+    /// Membership changes at random steps ([`membership`]): one node more than `members` (a spare outside
+    /// the initial configuration), added, promoted and removed in turn while the faults run.
+    pub membership: bool,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -128,6 +132,7 @@ impl SimConfig {
             shuffle_agents: false,
             snapshots: false,
             clients: 0,
+            membership: false,
             trace: false,
         }
     }
@@ -179,6 +184,10 @@ pub struct SimReport {
     pub snapshots_loaded: u64,
     /// What the remote clients did.
     pub clients: clients::ClientReport,
+    /// Membership changes that committed, and those refused or given up on.
+    pub membership_changes: u64,
+    /// Membership changes refused (by the leader's rules) or given up on (no commit in time).
+    pub membership_refused: u64,
     /// What happened, when traced.
     pub trace: String,
 }
@@ -291,6 +300,8 @@ pub struct Simulation {
     remote: Option<clients::SimClients>,
     /// The remote clients' clock.
     client_time: Arc<SimulatedTime>,
+    /// A membership change asked of a leader and not settled yet.
+    asked: Option<membership::Asked>,
 }
 
 impl Simulation {
@@ -300,11 +311,12 @@ impl Simulation {
         static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let scratch = ScratchDir::in_shared_memory(&format!("node-sim-{}x{}-{run}", config.seed, config.members));
-        let members: Vec<Member> = (0..config.members as i32).map(|id| Member::new(id, address(id, 40_100))).collect();
+        let nodes_count = config.members + usize::from(config.membership);
+        let members: Vec<Member> = (0..nodes_count as i32).map(|id| Member::new(id, address(id, 40_100))).collect();
         let network = SimNetwork::new(config.seed ^ 0x0005_EED0_F0E7);
         let mut prng = Prng::new(config.seed);
         let mut nodes = Vec::new();
-        for id in 0..config.members as i32 {
+        for id in 0..nodes_count as i32 {
             let time = SimulatedTime::new(1_700_000_000_000_000_000 + prng.between(0, 1_000_000_000) as i64);
             let busy_ns = Arc::default();
             // Its own seed, not a draw: a seed's schedule stays what it was before disks were simulated.
@@ -318,7 +330,7 @@ impl Simulation {
                 SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down, state };
             nodes.push(member);
         }
-        let checker = Checker::new(config.members);
+        let checker = Checker::new(nodes_count);
         let endpoints = members.iter().map(|m| (m.log, m.consensus)).collect();
         let client_endpoints = members.iter().map(|m| m.client).collect();
         let forger = config
@@ -346,6 +358,7 @@ impl Simulation {
             forger,
             remote,
             client_time,
+            asked: None,
         }
     }
 
@@ -353,6 +366,7 @@ impl Simulation {
     pub fn run(mut self) -> Result<SimReport, SimFailure> {
         while self.now_ns < self.config.fault_ns {
             self.maybe_start_fault()?;
+            self.maybe_change_membership();
             self.end_faults(false)?;
             self.step()?;
         }
@@ -362,7 +376,7 @@ impl Simulation {
         let target = self.next_message + 1;
         while self.now_ns - healed_at < LIVENESS_BOUND_NS {
             self.step()?;
-            if self.checker.applied_by(target) == self.nodes.len() {
+            if self.members_in_effect().iter().all(|&i| self.checker.has_applied(i, target)) {
                 if let Some(Err(violation)) = self.remote.as_ref().map(|r| r.finish(&self.checker)) {
                     return Err(self.failure(violation));
                 }
@@ -423,6 +437,63 @@ impl Simulation {
             .filter(running)
             .filter(|&i| self.nodes[i].node.role() == Role::Leader)
             .max_by_key(|&i| self.nodes[i].node.leadership_term_id())
+    }
+
+    /// The nodes of the configuration in effect on the leader (every node while none leads, or without
+    /// [`SimConfig::membership`]).
+    fn members_in_effect(&self) -> Vec<usize> {
+        let all = (0..self.nodes.len()).collect();
+        if !self.config.membership {
+            return all;
+        }
+        let membership = self.leader().and_then(|i| self.nodes[i].node.membership());
+        membership.map_or(all, |(m, _)| m.members().map(|id| id as usize).collect())
+    }
+
+    /// Now and then, asks the leader for the next membership change, unless one is still unsettled.
+    fn maybe_change_membership(&mut self) {
+        if !self.config.membership || self.asked.is_some() || !self.prng.chance(0.001) {
+            return;
+        }
+        let Some(leader) = self.leader() else {
+            return;
+        };
+        let (node, members, initial) = (&self.nodes[leader].node, &self.members, self.config.members);
+        self.asked = membership::ask(node, leader, members, initial, &mut self.prng, self.now_ns);
+        if let Some(asked) = &self.asked {
+            let change = asked.pending.change();
+            self.trace(|| format!("member {leader} asked: {change}"));
+        }
+    }
+
+    /// Polls the membership change asked, and says how it settled.
+    fn settle_membership_change(&mut self) {
+        let Some(mut asked) = self.asked.take() else {
+            return;
+        };
+        let change = asked.pending.change();
+        match asked.pending.poll(&self.nodes[asked.leader].node) {
+            Some(Ok(made)) => {
+                self.report.membership_changes += 1;
+                self.trace(|| {
+                    format!(
+                        "{change} committed: configuration {}, voters {:?}, learners {:?}",
+                        made.id, made.voters, made.learners
+                    )
+                });
+            }
+            Some(Err(why)) => {
+                self.report.membership_refused += 1;
+                self.trace(|| format!("{change} not made: {why}"));
+            }
+            None if self.now_ns > asked.until_ns => {
+                self.report.membership_refused += 1;
+                self.trace(|| {
+                    format!("{change} given up on (not committed within {} ms)", membership::SETTLE_NS / 1_000_000)
+                });
+            }
+            None => self.asked = Some(asked),
+        }
     }
 
     /// Entries in the committed order so far.
@@ -498,6 +569,7 @@ impl Simulation {
             self.trace_role(i);
         }
         self.offer();
+        self.settle_membership_change();
         self.client_time.advance_to(self.now_ns);
         if let Some(remote) = self.remote.as_mut() {
             if let Err(violation) = remote.step(&mut self.checker, &mut self.report.clients) {
@@ -992,7 +1064,10 @@ fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimC
     let auth = config.auth.then(|| AuthKey::derive("node simulator", &config.seed.to_le_bytes()));
     let channel =
         ChannelConfig { mtu: 1408, term_length, receiver_window: term_length / 2, auth, ..ChannelConfig::default() };
-    let builder = NodeBuilder::new(id, members.to_vec());
+    let mut builder = NodeBuilder::new(id, members.to_vec());
+    if config.membership {
+        builder = builder.initial_members((0..config.members as i32).collect());
+    }
     let builder = builder
         .leader(0)
         .timers(Timers::default())
