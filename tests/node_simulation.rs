@@ -847,3 +847,17 @@ fn real_nodes_keep_one_committed_order_while_their_membership_changes() {
     );
     assert!(changes > 0, "the runs changed the membership");
 }
+
+/// The checker is proven on membership changes: nodes whose consensus cores count learners (and removed
+/// members) toward commits and elections are caught within the default seeds.
+#[test]
+fn nodes_that_count_non_voters_are_caught() {
+    let failure = caught("count_non_voters", 60_000..60_000 + DEFAULT_SEEDS, |seed| {
+        let mut config = SimConfig::new(seed, 3);
+        config.membership = true;
+        config.bugs = PlantedBugs { count_non_voters: true, ..PlantedBugs::default() };
+        config
+    });
+    // Caught as a broken committed order (seed 60025 the first time), not as a stall.
+    assert!(!matches!(failure.violation, Violation::NoProgress { .. }), "caught as {failure}");
+}

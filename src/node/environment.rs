@@ -53,6 +53,8 @@ pub struct PlantedBugs {
     /// `poll_state` does not load a snapshot a catch-up installed: the entries after it are applied to
     /// the state it should have replaced.
     pub skip_snapshot_load: bool,
+    /// The consensus core counts learners (and members a change removed) toward commits and elections.
+    pub count_non_voters: bool,
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:

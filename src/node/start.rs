@@ -290,7 +290,10 @@ fn start_core(
         members: config.initial_member_ids(),
         timers: config.timers,
         seed,
-        bugs: Default::default(),
+        bugs: crate::cluster::consensus_core::Bugs {
+            count_non_voters: env.bugs.count_non_voters,
+            ..Default::default()
+        },
     };
     let now_ns = env.clock.now_ns();
     let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
