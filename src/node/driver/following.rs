@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{ConsensusAgent, Current, MemberLog};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
-use crate::cluster::consensus_core::{ConsensusCore, Message, Output, TermBase};
+use crate::cluster::consensus_core::{ConsensusCore, Membership, Message, Output, TermBase};
 use crate::cluster::term_starts::TermStarts;
 use crate::media::receiver::{ImageHandoff, Subscription};
 use crate::node::catch_up::{self, CatchUpState};
@@ -120,7 +120,7 @@ impl ConsensusAgent {
         }
         match self.shared.catch_ups.take_result().filter(|(ticket, _)| following.catch_up.asked(*ticket)) {
             Some((_, Ok(fetched))) => {
-                self.join_after_catch_up(fetched)?;
+                self.join_after_catch_up(fetched, now_ns)?;
                 return Ok(1);
             }
             Some((_, Err(why))) => {
@@ -190,7 +190,7 @@ impl ConsensusAgent {
     /// The recorder fetched the log up to `fetched.end` (after the snapshot it installed, if any): the
     /// member's log goes on there. The node's reader replays what was fetched, the core is handed its
     /// terms and end, and a new Receiver joins the live log at the end: no gap, no duplicate.
-    fn join_after_catch_up(&mut self, fetched: Fetched) -> Result<(), AgentError> {
+    fn join_after_catch_up(&mut self, fetched: Fetched, now_ns: u64) -> Result<(), AgentError> {
         let Current::Following(following) = &mut self.current else {
             return Ok(());
         };
@@ -216,6 +216,19 @@ impl ConsensusAgent {
             // The log goes on in the term it is in at the snapshot.
             following.fed_term = following.fed_term.max(history.last().map_or(0, |t| t.leadership_term_id));
             self.core.on_snapshot_installed(snapshot.position, &history, &mut self.outputs);
+            // The configuration in effect at the snapshot is the leader's (the entries below it are gone
+            // with the log they were in).
+            let membership = match fetched.configuration_at_snapshot.as_deref() {
+                Some(payload) if !payload.is_empty() => {
+                    let entry = Configuration::decode(payload).map_err(|why| {
+                        AgentError::msg(format!("the configuration at leader {}'s snapshot: {why}", following.leader))
+                    })?;
+                    self.wiring.learn(entry.endpoints());
+                    entry.membership().clone()
+                }
+                _ => Membership::initial(&self.wiring.config.initial_member_ids()),
+            };
+            self.core.on_snapshot_membership(membership, now_ns, &mut self.outputs);
         }
         for &(base, term) in terms {
             followership.term_starts.report(base, term);

@@ -71,7 +71,7 @@ const CHALLENGE_MAGIC: u64 = u64::from_le_bytes(*b"qccuchl2");
 const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"qccureq2");
 /// Version 3: the answer lists every term of the leader's log before its end, not only those in the
 /// range sent (a follower that installs the snapshot needs the history below it).
-const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"qccures3");
+const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"qccures4");
 /// Connections that may wait in the handshake at once.
 pub const MAX_HANDSHAKES: usize = 16;
 /// How long a connection may take to prove itself, from its accept.
@@ -218,8 +218,13 @@ struct CatchUpResponse {
     /// The leadership term of the byte at `from`.
     start_term: i64,
     term_count: u32,
-    reserved: u32,
+    /// Bytes of the configuration entry in effect at `from` (the leader's), sent after the terms; 0 when
+    /// the initial configuration is.
+    configuration_length: u32,
 }
+
+/// The longest configuration entry a catch-up answer carries (a bound on what a follower allocates).
+const MAX_CONFIGURATION_LENGTH: u32 = 64 * 1024;
 
 /// A term that starts within the fetched range.
 #[repr(C)]
@@ -299,6 +304,8 @@ enum Step {
     Response,
     /// Reading the terms the answer lists, this many still.
     Terms(u32),
+    /// Reading the configuration entry in effect at the answer's start.
+    Configuration,
     /// Reading the snapshot file's header.
     SnapshotHeader,
     /// Reading the snapshot's state into its install.
@@ -342,6 +349,8 @@ pub struct CatchUpFetch {
     snapshot: Option<SnapshotInfo>,
     /// The configuration entries fetched so far.
     configurations: Vec<(i64, i64, Vec<u8>)>,
+    /// The configuration entry in effect at the answer's start (empty: the initial configuration).
+    configuration_at_start: Option<Vec<u8>>,
     timeout_ns: u64,
     progress_ns: u64,
     closed: bool,
@@ -390,6 +399,7 @@ impl CatchUpFetch {
             install: None,
             snapshot: None,
             configurations: Vec::new(),
+            configuration_at_start: None,
             timeout_ns,
             progress_ns: now_ns,
             closed: false,
@@ -450,6 +460,7 @@ impl CatchUpFetch {
             history: std::mem::take(&mut self.history),
             snapshot: Some(snapshot),
             configurations: std::mem::take(&mut self.configurations).into_iter().filter(|c| c.1 <= end).collect(),
+            configuration_at_snapshot: Some(self.configuration_at_start.clone().unwrap_or_default()),
         })
     }
 
@@ -583,7 +594,10 @@ impl CatchUpFetch {
                 if response.refused != 0 {
                     return Err(format!("{leader} refused to serve the log from {} (see its log)", self.request.from));
                 }
-                if response.term_count > MAX_TERMS || response.end < response.from {
+                if response.term_count > MAX_TERMS
+                    || response.end < response.from
+                    || response.configuration_length > MAX_CONFIGURATION_LENGTH
+                {
                     return Err(format!("{leader} sent a malformed answer"));
                 }
                 self.response = response;
@@ -593,6 +607,14 @@ impl CatchUpFetch {
                 Ok(Consumed::More)
             }
             Step::Terms(0) => {
+                self.step = Step::Configuration;
+                Ok(Consumed::More)
+            }
+            Step::Configuration => {
+                let Some(bytes) = self.take(self.response.configuration_length as usize) else {
+                    return Ok(Consumed::Wait);
+                };
+                self.configuration_at_start = Some(bytes.to_vec());
                 if self.response.snapshot != 0 {
                     self.step = Step::SnapshotHeader;
                 } else if self.response.from != recording.end() {
@@ -658,8 +680,9 @@ impl CatchUpFetch {
         if info.position != self.response.from {
             return Err(format!("{leader} sent a snapshot at {} for a log from {}", info.position, self.response.from));
         }
+        let configuration = self.configuration_at_start.as_deref().filter(|c| !c.is_empty());
         recording
-            .reset_with_history(info.position, self.response.start_term, &self.history)
+            .reset_at_snapshot(info.position, self.response.start_term, &self.history, configuration)
             .map_err(|e| e.to_string())?;
         self.snapshot = Some(info);
         self.step = Step::Blocks;
@@ -675,6 +698,10 @@ impl CatchUpFetch {
                 end: recording.end(),
                 terms: std::mem::take(&mut self.terms),
                 history: std::mem::take(&mut self.history),
+                configuration_at_snapshot: self
+                    .snapshot
+                    .is_some()
+                    .then(|| self.configuration_at_start.clone().unwrap_or_default()),
                 snapshot: self.snapshot.take(),
                 configurations: std::mem::take(&mut self.configurations),
             };
@@ -798,6 +825,9 @@ pub struct Fetched {
     pub snapshot: Option<SnapshotInfo>,
     /// The configuration entries in the fetched range: where each starts and ends, and its payload.
     pub configurations: Vec<(i64, i64, Vec<u8>)>,
+    /// With a snapshot: the payload of the configuration entry in effect at it (the leader's; empty when
+    /// the initial configuration is).
+    pub configuration_at_snapshot: Option<Vec<u8>>,
 }
 
 /// Where a connection to the leader is.
@@ -1216,7 +1246,7 @@ impl CatchUpServer {
             end: recording.end(),
             start_term: 0,
             term_count: 0,
-            reserved: 0,
+            configuration_length: 0,
         };
         let mut snapshot = None;
         if from < recording.start() {
@@ -1247,8 +1277,14 @@ impl CatchUpServer {
                 .map(|t| TermRecord { leadership_term_id: t.leadership_term_id, base_position: t.base_position })
                 .collect();
             response.term_count = terms.len() as u32;
+            // The configuration in effect at the answer's start: the last entry ending at or before it.
+            let configurations = &recording.index().configurations;
+            let configuration = configurations.iter().rev().find(|(end, _)| *end <= response.from).map(|(_, c)| c);
+            let configuration = configuration.map_or(&[][..], |c| &c[..]);
+            response.configuration_length = configuration.len() as u32;
             first.extend_from_slice(bytemuck::bytes_of(&response));
             first.extend_from_slice(bytemuck::cast_slice(&terms));
+            first.extend_from_slice(configuration);
             c.snapshot = snapshot;
             c.reader = Some(recording.reader(response.from));
             c.end = response.end;

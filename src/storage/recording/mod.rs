@@ -567,8 +567,21 @@ impl Recording {
         term: i64,
         history: &[(i64, i64)],
     ) -> Result<(), RecordingError> {
+        self.reset_at_snapshot(position, term, history, None)
+    }
+
+    /// As [`reset_with_history`](Self::reset_with_history), keeping `configuration` (the payload of the
+    /// configuration entry in effect at `position`, the leader's) in the index as the one in effect at the
+    /// recording's start.
+    pub fn reset_at_snapshot(
+        &mut self,
+        position: i64,
+        term: i64,
+        history: &[(i64, i64)],
+        configuration: Option<&[u8]>,
+    ) -> Result<(), RecordingError> {
         self.usable()?;
-        let result = self.reset_with_history_unchecked(position, term, history);
+        let result = self.reset_with_history_unchecked(position, term, history, configuration);
         self.note(result)
     }
 
@@ -577,6 +590,7 @@ impl Recording {
         position: i64,
         term: i64,
         history: &[(i64, i64)],
+        configuration: Option<&[u8]>,
     ) -> Result<(), RecordingError> {
         self.active = None;
         let old = std::mem::take(&mut self.bases);
@@ -588,7 +602,8 @@ impl Recording {
             .map(|&(base_position, leadership_term_id)| index::RecordedTerm { leadership_term_id, base_position })
             .collect();
         // The configuration in effect at the snapshot is the leader's: none of this member's log is kept.
-        self.index = Index { start_position: position, start_term: term, terms, configurations: Vec::new() };
+        let configurations = configuration.map(|c| vec![(position, c.to_vec())]).unwrap_or_default();
+        self.index = Index { start_position: position, start_term: term, terms, configurations };
         self.end = position;
         // The new start is made durable before any old segment goes: a member stopped in between finds the
         // old segments wholly below the start, which the next open removes, never an index without its log

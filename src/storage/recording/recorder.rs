@@ -429,7 +429,18 @@ impl Recorder {
             .map(|t| (t.base_position, t.leadership_term_id))
             .collect();
         let terms = vec![(start, index.term_at(start))];
-        Ok(Fetched { from, end: start, terms, history, snapshot: Some(snapshot), configurations: Vec::new() })
+        // The configuration in effect at the snapshot: the one the index keeps at its start, if any.
+        let configuration = index.configurations.iter().rev().find(|(end, _)| *end <= start).map(|(_, c)| c.clone());
+        let configuration_at_snapshot = Some(configuration.unwrap_or_default());
+        Ok(Fetched {
+            from,
+            end: start,
+            terms,
+            history,
+            snapshot: Some(snapshot),
+            configurations: Vec::new(),
+            configuration_at_snapshot,
+        })
     }
 
     /// Counts a finished catch-up and hands its outcome to the consensus agent.
