@@ -867,6 +867,17 @@ fn soak_seed_1796365461760372995_a_snapshot_carries_the_configuration() {
     run_membership(1_796_365_461_760_372_995, Schedule::Disk, true);
 }
 
+/// Found by the second membership soak (full schedule): member 1, cut off from leader 3 while it added
+/// member 0 back as a learner and promoted it, held a log ending at configuration 3, which had removed
+/// member 0. Member 0 then led, and member 1 dropped everything it sent (a member of no configuration
+/// it knew): it never learnt configurations 4 on, and stayed behind for good. Fix: a member hears any
+/// member whose endpoints it knows (Raft's rule: a leader outside a server's latest configuration is
+/// followed); it sends to all only the members of configurations its log holds.
+#[test]
+fn soak_seed_1796367895856828931_a_leader_outside_the_configuration_is_heard() {
+    run_membership(1_796_367_895_856_828_931, Schedule::Full, false);
+}
+
 /// The checker is proven on membership changes: nodes whose consensus cores count learners (and removed
 /// members) toward commits and elections are caught within the default seeds.
 #[test]

@@ -43,6 +43,10 @@ pub(super) struct Shared {
     transfer: AtomicI64,
     /// The members the recorder's catch-up server serves (the consensus agent changes them).
     pub(super) catch_up_members: crate::storage::recording::catch_up::CatchUpMembers,
+    /// The cluster takes no client entries (an operator suspended it; `qc-cluster suspend`).
+    pub(super) suspended: AtomicBool,
+    /// A snapshot is to be taken at the application's next `poll_state` (`qc-cluster snapshot`).
+    pub(super) snapshot_requested: AtomicBool,
     /// Membership changes asked of the consensus agent, its answers, and the configuration in effect.
     pub(super) membership: super::membership::MembershipDesk,
 }
@@ -72,6 +76,8 @@ impl Shared {
             event_generation: AtomicU64::new(0),
             transfer: AtomicI64::new(NO_TRANSFER),
             catch_up_members: Default::default(),
+            suspended: AtomicBool::new(false),
+            snapshot_requested: AtomicBool::new(false),
             membership: Default::default(),
         }
     }
@@ -139,6 +145,9 @@ impl LocalClient {
         }
         if self.shared.role() != Role::Leader {
             return Err(LocalOfferError::NotLeader { leader: self.shared.leader() });
+        }
+        if self.shared.suspended.load(Ordering::Acquire) {
+            return Err(LocalOfferError::Suspended);
         }
         Ok(())
     }

@@ -130,6 +130,8 @@ pub enum LocalOfferError {
     Closed,
     /// The message is longer than the ingress takes (capacity / 8).
     TooLong,
+    /// The cluster is suspended: it takes no client entries until an operator resumes it.
+    Suspended,
 }
 
 impl fmt::Display for LocalOfferError {
@@ -140,6 +142,9 @@ impl fmt::Display for LocalOfferError {
             Self::NotLeader { leader: None } => f.write_str("not the leader, and no leader is known yet: retry"),
             Self::Closed => f.write_str("the node is closed"),
             Self::TooLong => f.write_str("message longer than the ingress takes (capacity / 8)"),
+            Self::Suspended => {
+                f.write_str("the cluster is suspended by its operator: it takes no entries until resumed")
+            }
         }
     }
 }

@@ -37,6 +37,7 @@
 //! entries read from the recording); node files in TOML are read by `node::config` (feature
 //! `config`).
 
+pub mod admin;
 mod builder;
 mod catch_up;
 mod client;
@@ -399,9 +400,11 @@ impl Node {
             .config
             .storage
             .snapshot_interval
-            .is_some_and(|every| self.applied_position() - self.last_snapshot >= every as i64);
+            .is_some_and(|every| self.applied_position() - self.last_snapshot >= every as i64)
+            || self.shared.snapshot_requested.load(Ordering::Acquire);
         if due && self.committed.pending_snapshot().is_none() && self.committed.recorded_past(self.applied_position()) {
             self.take_snapshot(machine)?;
+            self.shared.snapshot_requested.store(false, Ordering::Release);
         }
         Ok(fragments)
     }

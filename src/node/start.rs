@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::admin::AdminRings;
 use super::builder::NodeConfig;
 use super::client::Shared;
 use super::committed::CommittedReader;
@@ -120,6 +121,7 @@ impl Node {
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
             shared: Arc::clone(&shared),
             counters: DriverCounters::new(config.id, |kind| node_counter(&counters, kind)),
+            admin: Some(AdminRings::create(directory.path()).map_err(NodeError::Io)?),
         });
         let committed = CommittedReader::new(
             config.id,

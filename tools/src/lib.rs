@@ -22,6 +22,7 @@
 //! The binaries: `qc-stat` (a running node's counters), `qc-model`, `qc-probe`, `qc-node` (one node of a
 //! cluster from a TOML file) and `qc-client` (a remote client, or the UDP round trip to an echo).
 
+pub mod admin;
 pub mod bench;
 pub mod client_load;
 pub mod cluster_view;

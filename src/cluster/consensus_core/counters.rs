@@ -3,7 +3,7 @@
 /// Counts kept by the core; they only grow (a restart starts them again from zero).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CoreCounters {
-    /// Messages from ids that are not other members (this member's own id included): dropped.
+    /// Messages claiming this member's own id: dropped.
     pub non_member: u64,
     /// Messages with a negative term or position: dropped.
     pub malformed: u64,

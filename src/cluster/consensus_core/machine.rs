@@ -232,10 +232,17 @@ impl ConsensusCore {
     // Inputs
     // -----------------------------------------------------------------------------------------------
 
-    /// Handles `message` from member `from`. Messages from non-members, malformed, stale, duplicated or
-    /// out of place are counted in [`counters`](Self::counters) and dropped.
+    /// Handles `message` from member `from`. Messages claiming to be this member's own, malformed, stale,
+    /// duplicated or out of place are counted in [`counters`](Self::counters) and dropped.
+    ///
+    /// A member of no configuration this member knows is heard (the driver vouches for who sends, by
+    /// address and key): a member whose log stops at a configuration that removed the leader, or before
+    /// the one that added it, must still follow that leader to learn the configurations after (Raft's
+    /// rule: a server accepts AppendEntries from a leader outside its latest configuration). What such a
+    /// member says counts for nothing it does not vote in: votes and acknowledgements count only from the
+    /// voters of the configuration in effect.
     pub fn on_message(&mut self, from: MemberId, message: Message, now_ns: u64, out: &mut Vec<Output>) {
-        if from == self.config.member_id || !self.membership.knows(from) {
+        if from == self.config.member_id {
             self.counters.non_member += 1;
             return;
         }

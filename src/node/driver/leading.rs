@@ -64,9 +64,10 @@ impl ConsensusAgent {
         };
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
         leading.stage.on_commit(self.core.commit_position());
-        if self.core.is_transferring() {
+        if self.core.is_transferring() || self.shared.suspended.load(std::sync::atomic::Ordering::Acquire) {
             // Handing the leadership over: nothing new, so the target can reach the end of the log (the
-            // ingress ring and the clients' sockets hold what arrives; a new leader's term drops it).
+            // ingress ring and the clients' sockets hold what arrives; a new leader's term drops it). Or
+            // suspended by the operator: local offers are refused, remote clients' datagrams wait.
             return leading.stage.send_commit_if_due(0, now_ns);
         }
         let mut appended = leading.stage.drain(&self.ingress);

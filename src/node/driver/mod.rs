@@ -43,11 +43,14 @@ use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::stats::{kinds, CounterKind};
 use crate::storage::vote_file::{TermVote, VoteFile};
 
+use super::admin::AdminRings;
+
 use super::client::Shared;
 use super::ingress::ClientIngress;
 use super::wiring::Wiring;
 use super::RoleChange;
 
+mod administering;
 mod following;
 mod leading;
 mod reconfiguring;
@@ -159,6 +162,10 @@ pub(super) struct ConsensusAgent {
     next_receive_ns: u64,
     logs: RateLimited,
     membership_log: RateLimited,
+    /// The operator's command rings in the node directory.
+    admin: Option<AdminRings>,
+    /// The operator's membership changes appended and not yet committed.
+    pending_admin: Vec<administering::PendingAdmin>,
 }
 
 /// What a consensus agent is made of.
@@ -180,12 +187,14 @@ pub(super) struct DriverParts {
     pub(super) ingress: ManyToOneRingBuffer,
     pub(super) shared: Arc<Shared>,
     pub(super) counters: DriverCounters,
+    /// The operator's command rings in the node directory.
+    pub(super) admin: Option<AdminRings>,
 }
 
 impl ConsensusAgent {
     pub(super) fn new(parts: DriverParts) -> Self {
         let config = &parts.wiring.config;
-        let peers = reconfiguring::peers_of(&parts.core, &parts.wiring);
+        let peers = reconfiguring::peers_of(&parts.wiring);
         let preferred_leader = config.leader == Some(config.id);
         let membership = parts.core.membership().clone();
         let endpoints = membership.members().filter_map(|m| parts.wiring.endpoints(m)).collect();
@@ -212,6 +221,8 @@ impl ConsensusAgent {
             next_receive_ns: 0,
             logs: RateLimited::default(),
             membership_log: RateLimited::default(),
+            admin: parts.admin,
+            pending_admin: Vec::new(),
             wiring: parts.wiring,
         }
     }
@@ -238,7 +249,7 @@ impl ConsensusAgent {
             // While frames arrive (an election), read on every cycle.
             self.next_receive_ns = if received > 0 { now_ns } else { now_ns + CONSENSUS_POLL_INTERVAL_NS };
             self.mirror_counters(now_ns);
-            work += received;
+            work += received + self.poll_admin(now_ns);
             // What the messages decided is carried out before the data path's positions are handed over:
             // a new term's ReplicateFrom names the core's position now, and an image of the term it ends
             // must not feed the core past it first (soak seeds 1796322893243130984, 1796322893239166647).
@@ -374,7 +385,14 @@ impl ConsensusAgent {
         let Ok(length) = wire::encode(self.core.member_id(), &message, &mut bytes) else {
             return;
         };
-        for peer in self.peers.iter().filter(|p| matches!(to, Destination::Others) || to == Destination::Member(p.id)) {
+        // To all: the members of the configurations its log holds (a removed member stops hearing, and a
+        // member of no configuration yet waits to be added). To one: whoever it is.
+        let configurations = self.core.membership_log();
+        let to_peer = |p: &&Peer| match to {
+            Destination::Others => configurations.knows(p.id),
+            Destination::Member(id) => id == p.id,
+        };
+        for peer in self.peers.iter().filter(to_peer) {
             // A lost send is what the network does anyway: the core repeats what matters.
             let _ = self.socket.send(&bytes[..length], Some(&peer.sockaddr));
             self.counters.frames_sent.increment();

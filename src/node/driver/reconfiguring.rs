@@ -34,7 +34,7 @@ impl ConsensusAgent {
     }
 
     /// On the leader: the change, if the core allows it now, appended as a configuration entry.
-    fn propose(&mut self, request: &MembershipRequest, now_ns: u64) -> MembershipAnswer {
+    pub(super) fn propose(&mut self, request: &MembershipRequest, now_ns: u64) -> MembershipAnswer {
         let Current::Leading(leading) = &mut self.current else {
             let leader = self.core.leader_member_id();
             return Err(MembershipChangeError::Refused(MembershipError::NotLeader { leader }));
@@ -79,7 +79,7 @@ impl ConsensusAgent {
             membership.voters,
             membership.learners
         );
-        self.peers = peers_of(&self.core, &self.wiring);
+        self.peers = peers_of(&self.wiring);
         let served: Vec<(i32, IpAddr)> =
             self.peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
         self.shared.catch_up_members.set(served);
@@ -100,15 +100,16 @@ impl ConsensusAgent {
     }
 }
 
-/// Whom a member speaks to on the consensus endpoint: every member of a configuration its log holds,
-/// but itself, whose endpoints it knows.
-pub(super) fn peers_of(core: &ConsensusCore, wiring: &Wiring) -> Vec<Peer> {
-    let log = core.membership_log();
+/// Whom a member hears on the consensus endpoint: every other member whose endpoints it knows (from its
+/// node file and every configuration entry its log held), in a configuration it knows or not: a member
+/// whose log stops before the entry that added the leader (or at one that removed it) must still hear
+/// that leader to learn what came after. It sends to fewer: see `ConsensusAgent::send`.
+pub(super) fn peers_of(wiring: &Wiring) -> Vec<Peer> {
     let me = wiring.config.id;
     wiring
         .known()
         .iter()
-        .filter(|m| m.id != me && log.knows(m.id))
+        .filter(|m| m.id != me)
         .map(|m| Peer { id: m.id, addr: m.consensus, sockaddr: m.consensus.into() })
         .collect()
 }

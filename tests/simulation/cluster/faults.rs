@@ -223,7 +223,7 @@ impl Simulation {
         Ok(())
     }
 
-    /// Junk a correct core must drop: undecodable bytes, messages from non-members, requests from a
+    /// Junk a correct core must drop: undecodable bytes, messages claiming its own id, requests from a
     /// member configured with another member list.
     pub(super) fn inject_junk(&mut self) -> Check {
         let index = self.faults.below(self.nodes.len() as u64) as usize;
@@ -242,7 +242,8 @@ impl Simulation {
                 }
             }
             1 => {
-                let stranger = members + 1 + self.faults.below(100) as MemberId;
+                // A message claiming to be the target's own (the driver vouches for every other sender).
+                let stranger = self.nodes[index].id;
                 let message = Message::NewLeadershipTerm {
                     leadership_term_id: term + 1,
                     log_leadership_term_id: 0,

@@ -2,7 +2,19 @@
 //!
 //! ```text
 //! qc-cluster describe [--json] [--window-ms 200] (--dir PATH)... | NAME...
+//! qc-cluster add-member --id ID --log ADDR [--consensus ADDR] [--client ADDR] MEMBERS
+//! qc-cluster promote --id ID MEMBERS
+//! qc-cluster remove-member --id ID MEMBERS
+//! qc-cluster transfer-leadership [--to ID] MEMBERS
+//! qc-cluster step-down MEMBERS          (transfer-leadership to the follower furthest along)
+//! qc-cluster snapshot MEMBERS           (every member takes one at its application's next poll)
+//! qc-cluster suspend | resume MEMBERS   (the leader stops / starts again taking client entries)
 //! ```
+//!
+//! MEMBERS are the node directories of members on this host (`--dir PATH` or `NAME`, as for `describe`);
+//! a command goes to the one that leads (a snapshot to each), through the directory's admin ring: the
+//! directory's file permissions are the credential. Membership changes wait until they commit, a transfer
+//! until another member leads, each at most `--timeout-ms` (default 10000).
 //!
 //! `describe` reads the counters of the members running on this host (their node directories: `NAME` means
 //! `/dev/shm/quorumcast/NAME`) and prints each member's role, leadership term, leader, commit position,
@@ -17,9 +29,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::net::SocketAddr;
+
 use clap::{Parser, Subcommand};
+use quorumcast::cluster::configuration::MemberEndpoints;
+use quorumcast::node::admin::AdminCommand;
+use quorumcast::node::{CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET};
 use quorumcast::shm::directory::NodeDirectory;
-use quorumcast_tools::cluster_view;
+use quorumcast_tools::{admin, cluster_view};
 
 /// Command line of qc-cluster.
 #[derive(Debug, Parser)]
@@ -46,10 +63,129 @@ enum Command {
         #[arg(value_name = "NAME")]
         names: Vec<String>,
     },
+    /// Adds a member (a node started with itself outside `initial_members`) as a learner.
+    AddMember {
+        /// The new member's id.
+        #[arg(long)]
+        id: i32,
+        /// Its log endpoint.
+        #[arg(long)]
+        log: SocketAddr,
+        /// Its consensus endpoint (default: the log port + 100).
+        #[arg(long)]
+        consensus: Option<SocketAddr>,
+        /// Its client endpoint (default: the log port + 200).
+        #[arg(long)]
+        client: Option<SocketAddr>,
+        #[command(flatten)]
+        members: Members,
+    },
+    /// Makes a learner a voter (once it is close enough to the leader's log).
+    Promote {
+        /// The learner's id.
+        #[arg(long)]
+        id: i32,
+        #[command(flatten)]
+        members: Members,
+    },
+    /// Removes a member (a removed leader steps down once the change commits).
+    RemoveMember {
+        /// The member's id.
+        #[arg(long)]
+        id: i32,
+        #[command(flatten)]
+        members: Members,
+    },
+    /// Hands the leadership to a member (default: the follower furthest along).
+    TransferLeadership {
+        /// The member to lead.
+        #[arg(long)]
+        to: Option<i32>,
+        #[command(flatten)]
+        members: Members,
+    },
+    /// The leader hands its leadership to the follower furthest along.
+    StepDown {
+        #[command(flatten)]
+        members: Members,
+    },
+    /// Every member takes a snapshot at its application's next poll.
+    Snapshot {
+        #[command(flatten)]
+        members: Members,
+    },
+    /// The leader stops taking client entries.
+    Suspend {
+        #[command(flatten)]
+        members: Members,
+    },
+    /// The leader takes client entries again.
+    Resume {
+        #[command(flatten)]
+        members: Members,
+    },
+}
+
+/// The members a command may go to.
+#[derive(Debug, clap::Args)]
+struct Members {
+    /// A member's node directory (repeat for each member).
+    #[arg(long, value_name = "PATH")]
+    dir: Vec<PathBuf>,
+    /// A member's node name, looked up under /dev/shm/quorumcast (or the temp-dir fallback).
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
+    /// The most milliseconds to wait for the answer (and the commit, or the new leader).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    timeout_ms: u64,
+}
+
+impl Members {
+    fn dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.dir.clone();
+        dirs.extend(self.names.iter().map(|name| NodeDirectory::default_path(name)));
+        dirs
+    }
+}
+
+/// Carries out an administrative command; the exit status.
+fn administer(members: &Members, command: AdminCommand) -> ExitCode {
+    let dirs = members.dirs();
+    if dirs.is_empty() {
+        eprintln!("qc-cluster: `{command}` needs the members: --dir PATH or NAME, once per member");
+        return ExitCode::from(2);
+    }
+    match admin::run(&dirs, &command, Duration::from_millis(members.timeout_ms)) {
+        Ok(answer) => {
+            println!("{answer}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("qc-cluster: {command}: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let Command::Describe { json, window_ms, dir, names } = Args::parse().command;
+    let offset = |addr: SocketAddr, by: u16| SocketAddr::new(addr.ip(), addr.port().wrapping_add(by));
+    let (json, window_ms, dir, names) = match Args::parse().command {
+        Command::Describe { json, window_ms, dir, names } => (json, window_ms, dir, names),
+        Command::AddMember { id, log, consensus, client, members } => {
+            let consensus = consensus.unwrap_or(offset(log, CONSENSUS_PORT_OFFSET));
+            let client = client.unwrap_or(offset(log, CLIENT_PORT_OFFSET));
+            return administer(&members, AdminCommand::AddMember(MemberEndpoints { id, log, consensus, client }));
+        }
+        Command::Promote { id, members } => return administer(&members, AdminCommand::Promote(id)),
+        Command::RemoveMember { id, members } => return administer(&members, AdminCommand::RemoveMember(id)),
+        Command::TransferLeadership { to, members } => {
+            return administer(&members, AdminCommand::TransferLeadership(to))
+        }
+        Command::StepDown { members } => return administer(&members, AdminCommand::TransferLeadership(None)),
+        Command::Snapshot { members } => return administer(&members, AdminCommand::Snapshot),
+        Command::Suspend { members } => return administer(&members, AdminCommand::Suspend),
+        Command::Resume { members } => return administer(&members, AdminCommand::Resume),
+    };
     let mut dirs = dir;
     dirs.extend(names.iter().map(|name| NodeDirectory::default_path(name)));
     if dirs.is_empty() {

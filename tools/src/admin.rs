@@ -1,0 +1,98 @@
+//! What `qc-cluster`'s administrative commands do: find the member that must take a command (the leader,
+//! or every member for a snapshot) among the node directories given, send it through the directory's
+//! admin ring ([`quorumcast::node::admin`]), and wait, with a time-out, for its answer (a membership change
+//! is answered once it commits) and, for a leadership transfer, for another member to lead.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use quorumcast::node::admin::{AdminCommand, AdminRings};
+
+use crate::cluster_view::{self, MemberView};
+
+/// Carries out `command` on the members in `dirs`; the answers, one line each, or a clear error naming
+/// the member and the reason. Never waits past `timeout`.
+pub fn run(dirs: &[PathBuf], command: &AdminCommand, timeout: Duration) -> Result<String, String> {
+    let started = Instant::now();
+    let views = cluster_view::describe(dirs, Duration::from_millis(1))?;
+    let targets: Vec<&MemberView> = match command {
+        AdminCommand::Snapshot => views.iter().collect(),
+        _ => vec![leader(&views)?],
+    };
+    let mut lines = Vec::new();
+    for target in targets {
+        let rings = AdminRings::attach(&target.dir)?;
+        let correlation = correlation();
+        rings.send(correlation, command)?;
+        let answer = wait(&rings, correlation, started, timeout)
+            .map_err(|why| format!("member {} ({}): {why}", target.member_id, target.dir.display()))?;
+        lines.push(format!("member {}: {answer}", target.member_id));
+        if let AdminCommand::TransferLeadership(to) = command {
+            let (from, term) = (target.member_id, target.leadership_term_id);
+            lines.push(wait_for_new_leader(dirs, from, term, *to, started, timeout)?);
+        }
+    }
+    Ok(lines.join("\n"))
+}
+
+/// The member that leads the newest term among `views`.
+fn leader(views: &[MemberView]) -> Result<&MemberView, String> {
+    views.iter().filter(|v| v.role == "leader").max_by_key(|v| v.leadership_term_id).ok_or_else(|| {
+        let known: Vec<String> = views.iter().map(|v| format!("member {} is {}", v.member_id, v.role)).collect();
+        format!(
+            "no member given leads ({}): give the leader's directory too, or retry after the election",
+            known.join(", ")
+        )
+    })
+}
+
+/// A correlation id no other run of the tool is likely to use.
+fn correlation() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    (u64::from(std::process::id()) << 40) ^ nanos
+}
+
+fn wait(rings: &AdminRings, correlation: u64, started: Instant, timeout: Duration) -> Result<String, String> {
+    loop {
+        if let Some(answer) = rings.answer(correlation) {
+            return answer;
+        }
+        if started.elapsed() >= timeout {
+            return Err(format!("no answer within {timeout:?} (the change may still be made: describe the cluster)"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until a member other than `from` leads a term after `term` (`to`, when named).
+fn wait_for_new_leader(
+    dirs: &[PathBuf],
+    from: i64,
+    term: i64,
+    to: Option<i32>,
+    started: Instant,
+    timeout: Duration,
+) -> Result<String, String> {
+    loop {
+        let views = cluster_view::describe(dirs, Duration::from_millis(1))?;
+        if let Ok(now) = leader(&views) {
+            if now.member_id != from && now.leadership_term_id > term {
+                if to.is_some_and(|to| i64::from(to) != now.member_id) {
+                    return Err(format!(
+                        "member {} leads term {}, not member {}",
+                        now.member_id,
+                        now.leadership_term_id,
+                        to.unwrap_or(-1)
+                    ));
+                }
+                return Ok(format!("member {} leads term {}", now.member_id, now.leadership_term_id));
+            }
+        }
+        if started.elapsed() >= timeout {
+            return Err(format!(
+                "member {from} still leads after {timeout:?}: the transfer was abandoned (see its log)"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
