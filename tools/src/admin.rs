@@ -1,7 +1,8 @@
 //! What `qc-cluster`'s administrative commands do: find the member that must take a command (the leader,
 //! or every member for a snapshot) among the node directories given, send it through the directory's
 //! admin ring ([`quorumcast::node::admin`]), and wait, with a time-out, for its answer (a membership change
-//! is answered once it commits) and, for a leadership transfer, for another member to lead.
+//! is answered once it commits) and, for a leadership transfer, for another member to lead. A refusal
+//! that says to retry (a new leader that has not committed an entry of its term yet) is retried.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -22,10 +23,19 @@ pub fn run(dirs: &[PathBuf], command: &AdminCommand, timeout: Duration) -> Resul
     let mut lines = Vec::new();
     for target in targets {
         let rings = AdminRings::attach(&target.dir)?;
-        let correlation = correlation();
-        rings.send(correlation, command)?;
-        let answer = wait(&rings, correlation, started, timeout)
-            .map_err(|why| format!("member {} ({}): {why}", target.member_id, target.dir.display()))?;
+        // A refusal that says to retry (the leader has not committed an entry of its new term yet, a
+        // transfer runs) is retried until the time-out.
+        let answer = loop {
+            let correlation = correlation();
+            rings.send(correlation, command)?;
+            match wait(&rings, correlation, started, timeout) {
+                Err(why) if why.contains("retry") && started.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                answer => break answer,
+            }
+        };
+        let answer = answer.map_err(|why| format!("member {} ({}): {why}", target.member_id, target.dir.display()))?;
         lines.push(format!("member {}: {answer}", target.member_id));
         if let AdminCommand::TransferLeadership(to) = command {
             let (from, term) = (target.member_id, target.leadership_term_id);

@@ -80,3 +80,77 @@ fn describe_lists_every_member_with_its_lag_behind_the_leader() {
     assert!(stderr.contains(paths[2].to_str().unwrap()), "{stderr}");
     drop(leader);
 }
+
+/// Runs `qc-cluster` with `args` and the members' directories; its exit status and output.
+fn qc_cluster(args: &[&str], dirs: &[std::path::PathBuf]) -> (bool, String) {
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    for dir in dirs {
+        all.extend(["--dir".to_string(), dir.to_str().unwrap().to_string()]);
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_qc-cluster")).args(&all).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+/// The leader `describe --json` names.
+fn leader_of(dirs: &[std::path::PathBuf]) -> Option<i64> {
+    let (ok, text) = qc_cluster(&["describe", "--json", "--window-ms", "1"], dirs);
+    assert!(ok, "{text}");
+    let view: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let members = view["members"].as_array().unwrap().clone();
+    members.iter().find(|m| m["role"] == "leader").and_then(|m| m["member_id"].as_i64())
+}
+
+#[test]
+fn qc_cluster_changes_a_running_clusters_members_and_hands_over_its_leadership() {
+    use quorumcast::agent::ThreadingMode;
+    use quorumcast::cluster::consensus_core::Role;
+    use quorumcast::node::{LocalOfferError, Node};
+    use quorumcast_testkit::cluster::{members, test_builder, test_channel};
+    use quorumcast_testkit::wait_until;
+    use std::time::Duration;
+
+    let scratch = ScratchDir::new("qc-cluster-admin");
+    let all = members(4);
+    let start = |id: i32| -> Node {
+        let known = if id == 3 { &all[..] } else { &all[..3] };
+        test_builder(&scratch, id, known, test_channel())
+            .initial_members(vec![0, 1, 2])
+            .threading(ThreadingMode::Dedicated)
+            .idle_all("backoff:10,5,1us,100us")
+            .start()
+            .unwrap()
+    };
+    let nodes: Vec<Node> = (0..4).map(start).collect();
+    let dirs: Vec<_> = nodes.iter().map(|n| n.directory().unwrap().to_path_buf()).collect();
+    let three = &dirs[..3];
+    wait_until("member 0 leads", Duration::from_secs(60), || nodes[0].role() == Role::Leader);
+    let client = nodes[0].client();
+    client.offer_and_wait(b"before", Duration::from_secs(30)).unwrap();
+
+    let (log, consensus, client) = (all[3].log.to_string(), all[3].consensus.to_string(), all[3].client.to_string());
+    let add = ["add-member", "--id", "3", "--log", &log, "--consensus", &consensus, "--client", &client];
+    let (ok, text) = qc_cluster(&add, three);
+    assert!(ok && text.contains("learners [3] committed"), "{text}");
+    let (ok, text) = qc_cluster(&add, three);
+    assert!(!ok && text.contains("member 3 is already a member"), "a second add is refused, naming why: {text}");
+    let (ok, text) = qc_cluster(&["promote", "--id", "3"], three);
+    assert!(ok && text.contains("voters [0, 1, 2, 3]"), "{text}");
+    let (ok, text) = qc_cluster(&["transfer-leadership", "--to", "3"], &dirs);
+    assert!(ok && text.contains("member 3 leads"), "{text}");
+    assert_eq!(leader_of(&dirs), Some(3));
+    let (ok, text) = qc_cluster(&["remove-member", "--id", "0"], &dirs);
+    assert!(ok && text.contains("voters [1, 2, 3]"), "{text}");
+
+    let (ok, text) = qc_cluster(&["suspend"], &dirs);
+    assert!(ok, "{text}");
+    assert_eq!(nodes[3].client().offer(b"while suspended"), Err(LocalOfferError::Suspended));
+    let (ok, text) = qc_cluster(&["resume"], &dirs);
+    assert!(ok, "{text}");
+    nodes[3].client().offer_and_wait(b"after", Duration::from_secs(30)).unwrap();
+    let (ok, text) = qc_cluster(&["snapshot"], &dirs[1..]);
+    assert!(ok && text.matches("takes a snapshot").count() == 3, "every member given is asked: {text}");
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
