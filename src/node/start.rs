@@ -194,6 +194,9 @@ fn start_recorder(
     if env.bugs.ack_before_sync {
         agent = agent.plant_ack_before_sync();
     }
+    if env.log_files == LogFiles::Threaded {
+        agent = agent.with_group_commit_thread()?;
+    }
     if env.catch_up {
         let local = config.me().consensus;
         let runtime = CatchUpRuntime {
