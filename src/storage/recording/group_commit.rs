@@ -85,6 +85,9 @@ struct State {
     pending: Option<CommitRequest>,
     /// A sync is in flight.
     busy: bool,
+    /// The committer waits on `wake`: a request wakes it (else it takes the request when its sync is
+    /// done, and the recorder saves the wake-up's system call).
+    parked: bool,
     /// Why a sync failed; nothing is synced after it.
     failure: Option<String>,
     stop: bool,
@@ -115,8 +118,11 @@ impl GroupCommit {
         }
         let older = state.pending.take();
         state.pending = Some(request.merged_with(older));
+        let parked = state.parked;
         drop(state);
-        self.shared.wake.notify_one();
+        if parked {
+            self.shared.wake.notify_one();
+        }
     }
 
     /// Why a sync failed, if one did.
@@ -161,7 +167,9 @@ fn commit(shared: &Shared, counters: &RecorderCounters) {
                     break request;
                 }
                 shared.idle.notify_all();
+                state.parked = true;
                 state = shared.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+                state.parked = false;
             }
         };
         let started = Instant::now();
