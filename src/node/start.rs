@@ -190,7 +190,8 @@ fn start_recorder(
     };
     let others = config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
     let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
-    let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone());
+    let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone())
+        .with_write_coalescing(env.clock.fresh());
     if env.bugs.ack_before_sync {
         agent = agent.plant_ack_before_sync();
     }

@@ -21,6 +21,7 @@
 //!   synced position is the end of what is written (to the page cache).
 
 pub mod catch_up;
+mod coalescing;
 mod group_commit;
 mod index;
 mod reader;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
+use super::coalescing::{Coalescing, Decision};
 use super::group_commit::GroupCommit;
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
@@ -30,7 +31,9 @@ use crate::cluster::log_switch::SwitchQueue;
 use crate::media::transport::stream::StreamOptions;
 use crate::media::transport::Network;
 use crate::shm::counters::Counter;
-use crate::shm::log_buffer::{partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer};
+use crate::shm::log_buffer::{
+    partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer, Scan,
+};
 use crate::shm::stats::{kinds, CounterKind};
 use crate::storage::snapshot::SnapshotStore;
 
@@ -191,6 +194,10 @@ pub struct Recorder {
     group_commit: Option<GroupCommit>,
     /// The end of the last request made to the committer (or of a sync made here since).
     requested: i64,
+    /// What the recorder holds back for a larger write (see `coalescing`).
+    coalescing: Coalescing,
+    /// The clock coalescing reads; `None`: every look writes what it finds.
+    coalescing_clock: Option<crate::agent::clock::NanoClock>,
     /// Serves other members' catch-ups from this recording.
     server: Option<CatchUpServer>,
     /// The catch-up running on its thread, if one is.
@@ -236,6 +243,8 @@ impl Recorder {
             unsynced: false,
             group_commit: None,
             requested: recording_end,
+            coalescing: Coalescing::default(),
+            coalescing_clock: None,
             server: None,
             catching_up: None,
             fetching: None,
@@ -263,6 +272,12 @@ impl Recorder {
             self.group_commit = Some(GroupCommit::start(&self.counters)?);
         }
         Ok(self)
+    }
+
+    /// Holds back short runs of a streaming log for larger writes (see `coalescing`), timed by `clock`.
+    pub fn with_write_coalescing(mut self, clock: crate::agent::clock::NanoClock) -> Self {
+        self.coalescing_clock = Some(clock);
+        self
     }
 
     /// Waits until the committer thread, if there is one, has no sync pending or in flight: before the
@@ -483,6 +498,7 @@ impl Recorder {
         self.counters.position.set(self.recording.end());
         self.counters.synced_position.set(self.recording.end());
         self.requested = self.recording.end();
+        self.coalescing.reset();
         *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.ticket, result));
         Ok(())
     }
@@ -532,6 +548,7 @@ impl Recorder {
         }
         source.consumer.set(at);
         self.source = Some(source);
+        self.coalescing.reset();
         self.bound = next.unwrap_or(i64::MAX);
         Ok(1)
     }
@@ -549,6 +566,7 @@ impl Recorder {
         self.counters.synced_position.set(at);
         self.unsynced = false;
         self.requested = at;
+        self.coalescing.reset();
         Ok(())
     }
 
@@ -581,13 +599,27 @@ impl Recorder {
                 // its end (see `group_commit`).
                 break;
             }
-            let room = (self.bound - position).clamp(0, MAX_BLOCK_LENGTH as i64) as usize;
+            let in_term = log.term_length() as usize - term_offset(position, log.term_length());
+            let room = (self.bound - position).clamp(0, MAX_BLOCK_LENGTH as i64).min(in_term as i64) as usize;
             if room == 0 {
                 break;
             }
-            let found = scan(log, position, room);
+            // Frames held back at the last look were scanned then: the scan goes on after them.
+            let held = self.coalescing.held().min(room);
+            let more = scan(log, position + held as i64, room - held);
+            let found = Scan { available: held + more.available, padding: more.padding };
             if found.available == 0 {
                 break;
+            }
+            if let (0, Some(clock)) = (blocks, &self.coalescing_clock) {
+                // A PAD frame, the term's end, the switch or the longest block: nothing more can join it.
+                let ends_term = found.padding > 0 || found.available == room;
+                if self.coalescing.decide(found.available, more.available, ends_term, clock.now_ns()) == Decision::Hold
+                {
+                    // Held for a larger write: this look did work, so that the idle strategy does not park
+                    // the recorder on it.
+                    return Ok(1);
+                }
             }
             let term = log.term(partition_index(position, bits));
             let payload = term.bytes(term_offset(position, log.term_length()), found.available);
@@ -596,6 +628,10 @@ impl Recorder {
             self.counters.frames.add(frames as i64);
             blocks += 1;
             bytes += found.available;
+        }
+        if blocks == 0 {
+            // Nothing found: the log paused.
+            self.coalescing.decide(0, 0, false, 0);
         }
         if blocks > 0 {
             let cost = self.recording.take_cost();
