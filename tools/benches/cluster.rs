@@ -28,9 +28,10 @@
 //!   (checksum and write calls, wall time from their counters), bytes per write call and mean fsync time.
 //!   The summary's rows say `storage`: `memory`, `none` or `batch`;
 //! - the disk's floor, right after the durable rows (same run, same directory): `fdatasync` after a 4 KiB
-//!   append (p50/p99), three writers appending 1 MiB through the page cache, and, for each `batch` row,
-//!   three writers each appending that row's mean bytes per fsync and syncing every batch; then issue 28's
-//!   targets for the log on disk, met or missed (`durable_targets` in the summary);
+//!   append (p50/p99), three writers appending 1 MiB through the page cache, for each `none` row one writer
+//!   appending that row's mean bytes per write call (its CPU per byte: the page cache's copy at best), and
+//!   for each `batch` row three writers each appending that row's mean bytes per fsync and syncing every
+//!   batch; then issue 28's targets for the log on disk, met or missed (`durable_targets` in the summary);
 //! - the stall of a stopped follower: at a paced 200k msg/s, member 2 is not run for 2 s, and the longest
 //!   time the leader's commit position stood still is reported before, during and after (`--no-stall`
 //!   skips it; `--only stall` runs only it);
@@ -958,6 +959,9 @@ struct DiskFloor {
     /// Per `batch` row: three writers each appending that row's mean bytes per `fdatasync` and syncing
     /// each, one sync in flight per writer (what three recorders on this disk can do at best).
     synced: Vec<(Variant, WriteRate)>,
+    /// Per `none` row: one writer appending that row's mean bytes per write call through the page cache,
+    /// for its CPU per byte (what the recorders' writes cost at best).
+    page_cache: Vec<(Variant, WriteRate)>,
 }
 
 /// Appended before each `fdatasync` of the floor's latency.
@@ -981,7 +985,12 @@ fn measure_floor(results: &[VariantResult], settings: &Settings) -> Result<Optio
             let block = (batch as usize).next_multiple_of(32).max(32);
             synced.push((r.variant, disk_floor::write_rate(&dir, FLOOR_WRITERS, block, true, time)?));
         }
-        Ok(DiskFloor { sync, sequential, synced })
+        let mut page_cache = Vec::new();
+        for r in results.iter().filter(|r| r.variant.storage == Storage::Disk(SyncPolicy::None)) {
+            let block = (r.saturation.recorder.all.bytes_per_write() as usize).next_multiple_of(32).max(32);
+            page_cache.push((r.variant, disk_floor::write_rate(&dir, 1, block, false, time)?));
+        }
+        Ok(DiskFloor { sync, sequential, synced, page_cache })
     })();
     remove_data("floor");
     measured.map(Some).map_err(|e| format!("the disk floor: {e}"))
@@ -998,7 +1007,19 @@ fn verdicts(results: &[VariantResult], floor: Option<&DiskFloor>) -> Vec<(Varian
         let met = |ok: bool| if ok { "met" } else { "MISSED" };
         let verdict = match r.variant.storage {
             Storage::Disk(SyncPolicy::None) => {
-                format!("committed {:.2}x memory (target >= 0.9x): {}", ratio, met(ratio >= 0.9))
+                let mut verdict = format!("committed {:.2}x memory (target >= 0.9x): {}", ratio, met(ratio >= 0.9));
+                if let Some((_, floor_rate)) = floor.and_then(|f| f.page_cache.iter().find(|(v, _)| *v == r.variant)) {
+                    let all = &r.saturation.recorder.all;
+                    verdict.push_str(&format!(
+                        "; the recorders' write calls {:.3} ns/B (wall) against the page cache's {:.3} ns/B (CPU, \
+                         one writer of {:.0} KB writes), checksum {:.3} ns/B",
+                        all.write_ns_per_byte,
+                        floor_rate.cpu_ns_per_byte,
+                        floor_rate.block as f64 / 1e3,
+                        all.checksum_ns_per_byte
+                    ));
+                }
+                verdict
             }
             _ => {
                 let mut parts = vec![format!("committed {:.2}x memory (target >= 0.5x): {}", ratio, met(ratio >= 0.5))];
@@ -1048,6 +1069,15 @@ fn print_floor(results: &[VariantResult], floor: Option<&DiskFloor>) {
             floor.sequential.writers,
             floor.sequential.bytes_per_s / 1e6
         );
+        for (variant, rate) in &floor.page_cache {
+            println!(
+                "  for {}: one writer appending {:.0} KB through the page cache: {:.3} ns/B of CPU, {:.0} MB/s",
+                variant.name(),
+                rate.block as f64 / 1e3,
+                rate.cpu_ns_per_byte,
+                rate.bytes_per_s / 1e6
+            );
+        }
         for (variant, rate) in &floor.synced {
             println!(
                 "  for {}: {} writers each appending {:.0} KB and syncing it: {:.0} MB/s, {:.0} fsyncs/s each",
@@ -1392,6 +1422,9 @@ fn main() {
             "sequential_page_cache": { "writers": f.sequential.writers, "block_bytes": f.sequential.block, "bytes_per_s": f.sequential.bytes_per_s },
             "synced_batches": f.synced.iter().map(|(v, w)| json!({
                 "variant": v.name(), "writers": w.writers, "block_bytes": w.block, "bytes_per_s": w.bytes_per_s, "fsyncs_per_s_each": w.syncs_per_s_each,
+            })).collect::<Vec<_>>(),
+            "page_cache_writes": f.page_cache.iter().map(|(v, w)| json!({
+                "variant": v.name(), "writers": w.writers, "block_bytes": w.block, "cpu_ns_per_byte": w.cpu_ns_per_byte, "bytes_per_s": w.bytes_per_s,
             })).collect::<Vec<_>>(),
         })),
         "durable_targets": verdicts(&results, floor.as_ref()).into_iter().map(|(v, verdict)| json!({"variant": v.name(), "verdict": verdict})).collect::<Vec<_>>(),

@@ -42,6 +42,21 @@ pub struct WriteRate {
     pub bytes_per_s: f64,
     /// `fdatasync` calls per second per writer (0 when not synced per block).
     pub syncs_per_s_each: f64,
+    /// The writers' CPU time (user and system, `RUSAGE_THREAD`) per byte written, nanoseconds: what the
+    /// page cache's copy costs, whatever share of the cores the writers got.
+    pub cpu_ns_per_byte: f64,
+}
+
+/// This thread's CPU time (user and system), nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    // SAFETY: getrusage fills the zeroed struct it is given and touches nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        usage
+    };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
 }
 
 /// A file appended to as a recorder appends to its segment.
@@ -101,16 +116,18 @@ pub fn sync_latency(dir: &Path, append: usize, samples: usize, time: Duration) -
 
 /// `writers` threads, each appending `block` bytes at a time to a file of its own in `dir` for `time`;
 /// with `synced`, each `fdatasync`s after every block (one sync in flight per writer), else once at the
-/// end (counted in the time: the rate is what reached the disk).
+/// end (counted in the time: the rate is what reached the disk; not in the CPU per byte, which is the
+/// writes' own).
 pub fn write_rate(dir: &Path, writers: usize, block: usize, synced: bool, time: Duration) -> io::Result<WriteRate> {
     std::fs::create_dir_all(dir)?;
     let started = Instant::now();
-    let results: Vec<io::Result<(u64, u64)>> = std::thread::scope(|scope| {
+    let results: Vec<io::Result<(u64, u64, u64)>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..writers)
             .map(|w| {
                 let path = dir.join(format!("floor-write-{w}.dat"));
-                scope.spawn(move || -> io::Result<(u64, u64)> {
+                scope.spawn(move || -> io::Result<(u64, u64, u64)> {
                     let mut file = Appender::create(path)?;
+                    let cpu = thread_cpu_ns();
                     let bytes = vec![0xa5u8; block];
                     let (mut written, mut syncs) = (0u64, 0u64);
                     let end = Instant::now() + time;
@@ -122,26 +139,29 @@ pub fn write_rate(dir: &Path, writers: usize, block: usize, synced: bool, time: 
                             syncs += 1;
                         }
                     }
+                    let cpu = thread_cpu_ns() - cpu;
                     if !synced {
                         file.file.sync_data()?;
                     }
-                    Ok((written, syncs))
+                    Ok((written, syncs, cpu))
                 })
             })
             .collect();
         threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err(io::Error::other("a writer panicked")))).collect()
     });
     let seconds = started.elapsed().as_secs_f64();
-    let (mut written, mut syncs) = (0u64, 0u64);
+    let (mut written, mut syncs, mut cpu) = (0u64, 0u64, 0u64);
     for result in results {
-        let (w, s) = result?;
+        let (w, s, c) = result?;
         written += w;
         syncs += s;
+        cpu += c;
     }
     Ok(WriteRate {
         writers,
         block,
         bytes_per_s: written as f64 / seconds,
         syncs_per_s_each: syncs as f64 / seconds / writers.max(1) as f64,
+        cpu_ns_per_byte: cpu as f64 / written.max(1) as f64,
     })
 }
