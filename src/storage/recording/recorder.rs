@@ -599,7 +599,7 @@ impl Recorder {
                 // its end (see `group_commit`).
                 break;
             }
-            let in_term = log.term_length() as usize - term_offset(position, log.term_length());
+            let in_term = log.term_length() - term_offset(position, log.term_length());
             let room = (self.bound - position).clamp(0, MAX_BLOCK_LENGTH as i64).min(in_term as i64) as usize;
             if room == 0 {
                 break;
