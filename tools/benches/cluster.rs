@@ -1101,7 +1101,7 @@ fn print_durable(results: &[VariantResult]) {
     }
     println!();
     println!(
-        "## The log on disk (recorder agent; `none` = page cache only, `batch` = fdatasync per recorder cycle, \
+        "## The log on disk (recorder agent; `none` = page cache only, `batch` = group commit, one fdatasync in flight per recorder, \
          acknowledged and counted only once synced), beside the log in memory, same run"
     );
     println!();

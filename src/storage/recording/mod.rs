@@ -53,9 +53,11 @@ pub enum SyncPolicy {
     /// not yet written, which a member may already have acknowledged.
     #[default]
     None,
-    /// `batch`: group commit. The recorder calls `fdatasync` once per duty cycle that wrote, and the member
-    /// acknowledges (a leader counts itself) only up to the synced position: a committed entry is on the
-    /// disks of a majority and survives the power loss of every member.
+    /// `batch`: group commit. One `fdatasync` at a time covers everything written before it started (on a
+    /// committer thread beside the recorder while the recorder writes the next batch, or in the recorder's
+    /// duty cycle under the simulator), and the member acknowledges (a leader counts itself) only up to
+    /// the synced position: a committed entry is on the disks of a majority and survives the power loss of
+    /// every member.
     Batch,
 }
 
