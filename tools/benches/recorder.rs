@@ -54,8 +54,8 @@ fn run(step: usize, index: usize) -> Row {
     let identity = RecordingIdentity { membership: 1, stream_id: 1001, term_length: TERM_LENGTH as u32 };
     let config = RecordingConfig { dir: dir.clone(), segment_length: 128 << 20, sync: SyncPolicy::None };
     let (recording, _) = Recording::open(config, identity).expect("a recording");
-    let log = LogBuffer::create_anonymous(LogConfig { stream_id: 1001, ..LogConfig::new(TERM_LENGTH, 1408) })
-        .expect("a log");
+    let log =
+        LogBuffer::create_anonymous(LogConfig { stream_id: 1001, ..LogConfig::new(TERM_LENGTH, 1408) }).expect("a log");
     let mut appender = log.appender().expect("the appender");
     appender.set_limit(i64::MAX);
     let switches = Arc::new(SwitchQueue::default());

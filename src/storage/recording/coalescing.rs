@@ -52,21 +52,26 @@ impl Coalescing {
     }
 
     /// Decides for the run at the recording's end, `available` bytes of whole frames of which `new` came
-    /// since the last look, and whether it `ends_term` (a PAD frame or the term's end follows it).
-    pub(super) fn decide(&mut self, available: usize, new: usize, ends_term: bool, now_ns: u64) -> Decision {
+    /// since the last look, and whether it `ends_term` (a PAD frame or the term's end follows it); `now_ns`
+    /// is asked for the time only when the decision depends on it.
+    pub(super) fn decide(
+        &mut self,
+        available: usize,
+        new: usize,
+        ends_term: bool,
+        now_ns: impl FnOnce() -> u64,
+    ) -> Decision {
         let streaming = std::mem::replace(&mut self.streaming, available > 0);
-        let fresh = self.held == 0;
-        let hold = streaming
-            && new >= MIN_GROWTH
-            && !ends_term
-            && available < COALESCE_BYTES
-            && (fresh || now_ns.saturating_sub(self.since_ns) < MAX_HOLD_NS);
-        if !hold {
+        if !streaming || new < MIN_GROWTH || ends_term || available >= COALESCE_BYTES {
             self.held = 0;
             return Decision::Write;
         }
-        if fresh {
+        let now_ns = now_ns();
+        if self.held == 0 {
             self.since_ns = now_ns;
+        } else if now_ns.saturating_sub(self.since_ns) >= MAX_HOLD_NS {
+            self.held = 0;
+            return Decision::Write;
         }
         self.held = available;
         Decision::Hold
@@ -85,8 +90,8 @@ mod tests {
     #[test]
     fn a_lone_message_is_written_by_the_first_look_that_finds_it() {
         let mut c = Coalescing::default();
-        assert_eq!(c.decide(0, 0, false, 0), Decision::Write, "nothing there");
-        assert_eq!(c.decide(160, 160, false, 10), Decision::Write);
+        assert_eq!(c.decide(0, 0, false, || 0), Decision::Write, "nothing there");
+        assert_eq!(c.decide(160, 160, false, || 10), Decision::Write);
         assert_eq!(c.held(), 0);
     }
 
@@ -94,30 +99,30 @@ mod tests {
     fn a_log_streaming_in_fast_is_held_until_it_slows_grows_long_enough_or_the_time_is_up() {
         let g = MIN_GROWTH;
         let mut c = Coalescing::default();
-        assert_eq!(c.decide(g, g, false, 0), Decision::Write, "the first look: not streaming yet");
-        assert_eq!(c.decide(g, g, false, 1_000), Decision::Hold);
+        assert_eq!(c.decide(g, g, false, || 0), Decision::Write, "the first look: not streaming yet");
+        assert_eq!(c.decide(g, g, false, || 1_000), Decision::Hold);
         assert_eq!(c.held(), g);
-        assert_eq!(c.decide(2 * g, g, false, 2_000), Decision::Hold);
-        assert_eq!(c.decide(2 * g + 160, 160, false, 3_000), Decision::Write, "the log slowed");
-        assert_eq!(c.decide(g, g, false, 3_500), Decision::Hold);
-        assert_eq!(c.decide(g, 0, false, 3_600), Decision::Write, "the log paused");
+        assert_eq!(c.decide(2 * g, g, false, || 2_000), Decision::Hold);
+        assert_eq!(c.decide(2 * g + 160, 160, false, || 3_000), Decision::Write, "the log slowed");
+        assert_eq!(c.decide(g, g, false, || 3_500), Decision::Hold);
+        assert_eq!(c.decide(g, 0, false, || 3_600), Decision::Write, "the log paused");
         // Long enough.
-        assert_eq!(c.decide(g, g, false, 4_000), Decision::Hold);
-        assert_eq!(c.decide(COALESCE_BYTES, COALESCE_BYTES - g, false, 5_000), Decision::Write);
+        assert_eq!(c.decide(g, g, false, || 4_000), Decision::Hold);
+        assert_eq!(c.decide(COALESCE_BYTES, COALESCE_BYTES - g, false, || 5_000), Decision::Write);
         // The time up, counted from the first look that held.
-        assert_eq!(c.decide(g, g, false, 10_000), Decision::Hold);
-        assert_eq!(c.decide(2 * g, g, false, 10_000 + MAX_HOLD_NS - 1), Decision::Hold);
-        assert_eq!(c.decide(3 * g, g, false, 10_000 + MAX_HOLD_NS), Decision::Write);
+        assert_eq!(c.decide(g, g, false, || 10_000), Decision::Hold);
+        assert_eq!(c.decide(2 * g, g, false, || 10_000 + MAX_HOLD_NS - 1), Decision::Hold);
+        assert_eq!(c.decide(3 * g, g, false, || 10_000 + MAX_HOLD_NS), Decision::Write);
         // The end of a term.
-        assert_eq!(c.decide(g, g, false, 1_000_000), Decision::Hold);
-        assert_eq!(c.decide(2 * g + 32, g + 32, true, 1_000_001), Decision::Write);
+        assert_eq!(c.decide(g, g, false, || 1_000_000), Decision::Hold);
+        assert_eq!(c.decide(2 * g + 32, g + 32, true, || 1_000_001), Decision::Write);
     }
 
     #[test]
     fn a_moderate_load_is_written_look_by_look() {
         let mut c = Coalescing::default();
         for look in 1..100u64 {
-            assert_eq!(c.decide(1536, 1536, false, look * 1_000), Decision::Write, "16 messages a look");
+            assert_eq!(c.decide(1536, 1536, false, || look * 1_000), Decision::Write, "16 messages a look");
         }
     }
 }

@@ -614,7 +614,8 @@ impl Recorder {
             if let (0, Some(clock)) = (blocks, &self.coalescing_clock) {
                 // A PAD frame, the term's end, the switch or the longest block: nothing more can join it.
                 let ends_term = found.padding > 0 || found.available == room;
-                if self.coalescing.decide(found.available, more.available, ends_term, clock.now_ns()) == Decision::Hold
+                if self.coalescing.decide(found.available, more.available, ends_term, || clock.now_ns())
+                    == Decision::Hold
                 {
                     // Held for a larger write: this look did work, so that the idle strategy does not park
                     // the recorder on it.
@@ -631,7 +632,7 @@ impl Recorder {
         }
         if blocks == 0 {
             // Nothing found: the log paused.
-            self.coalescing.decide(0, 0, false, 0);
+            self.coalescing.decide(0, 0, false, || 0);
         }
         if blocks > 0 {
             let cost = self.recording.take_cost();
