@@ -110,8 +110,10 @@ impl GroupCommit {
     }
 
     /// Asks for everything up to `request.end` to be made durable: at once when no sync is in flight, else
-    /// by the next one (replacing a request that waits for it).
+    /// by the next one (replacing a request that waits for it). When the committer was parked, the
+    /// segment's writeback starts here, while it wakes (tens of microseconds on a busy host).
     pub(crate) fn request(&self, request: CommitRequest) {
+        let file = Arc::clone(&request.file);
         let mut state = self.shared.lock();
         if state.failure.is_some() {
             return;
@@ -122,6 +124,7 @@ impl GroupCommit {
         drop(state);
         if parked {
             self.shared.wake.notify_one();
+            file.start_writeback();
         }
     }
 
