@@ -23,6 +23,8 @@ const RESERVE_STEP: u64 = 8 << 20;
 pub struct SyncLatency {
     /// Bytes appended before each sync.
     pub append: usize,
+    /// Writers syncing at once, each its own file.
+    pub writers: usize,
     /// Median, microseconds.
     pub p50_us: f64,
     /// 99th percentile, microseconds.
@@ -93,25 +95,46 @@ impl Drop for Appender {
     }
 }
 
-/// `fdatasync` after each append of `append` bytes to one file in `dir`: `samples` syncs, or as many as
-/// `time` allows.
-pub fn sync_latency(dir: &Path, append: usize, samples: usize, time: Duration) -> io::Result<SyncLatency> {
+/// `fdatasync` after each append of `append` bytes, by `writers` threads each to a file of its own in
+/// `dir` (so many syncs at once on the disk): `samples` syncs each, or as many as `time` allows.
+pub fn sync_latency(
+    dir: &Path,
+    append: usize,
+    writers: usize,
+    samples: usize,
+    time: Duration,
+) -> io::Result<SyncLatency> {
     std::fs::create_dir_all(dir)?;
-    let mut file = Appender::create(dir.join("floor-sync.dat"))?;
-    let block = vec![0x5au8; append];
+    let histograms: Vec<io::Result<Histogram<u64>>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..writers)
+            .map(|w| {
+                let path = dir.join(format!("floor-sync-{w}.dat"));
+                scope.spawn(move || -> io::Result<Histogram<u64>> {
+                    let mut file = Appender::create(path)?;
+                    let block = vec![0x5au8; append];
+                    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+                    let end = Instant::now() + time;
+                    for _ in 0..samples {
+                        if Instant::now() > end {
+                            break;
+                        }
+                        file.append(&block)?;
+                        let started = Instant::now();
+                        file.file.sync_data()?;
+                        let _ = histogram.record(started.elapsed().as_nanos() as u64);
+                    }
+                    Ok(histogram)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err(io::Error::other("a writer panicked")))).collect()
+    });
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
-    let end = Instant::now() + time;
-    for _ in 0..samples {
-        if Instant::now() > end {
-            break;
-        }
-        file.append(&block)?;
-        let started = Instant::now();
-        file.file.sync_data()?;
-        let _ = histogram.record(started.elapsed().as_nanos() as u64);
+    for h in histograms {
+        histogram.add(h?).map_err(|e| io::Error::other(e.to_string()))?;
     }
     let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
-    Ok(SyncLatency { append, p50_us: us(0.5), p99_us: us(0.99), samples: histogram.len() })
+    Ok(SyncLatency { append, writers, p50_us: us(0.5), p99_us: us(0.99), samples: histogram.len() })
 }
 
 /// `writers` threads, each appending `block` bytes at a time to a file of its own in `dir` for `time`;
