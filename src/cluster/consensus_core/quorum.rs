@@ -1,27 +1,20 @@
-//! What counts toward a commit, in one place: the leader's quorum rule ([`quorum_position`]), a follower's
-//! commit rule ([`follower_commit`]), and which acknowledgement counts for which leader's log
-//! ([`AckRule`]). The consensus core decides with them, and so do the threads that apply a decision early
-//! for latency (a follower's Receiver, the leader's Sender): there is one rule, whoever runs it.
+//! What counts toward a commit, in one place: the leader's quorum rule ([`majority_position`] over the
+//! voters' positions; [`quorum_position`] when every member votes), a follower's commit rule
+//! ([`follower_commit`]), and which acknowledgement counts for which leader's log ([`AckRule`]). The
+//! consensus core decides with them, and so do the threads that apply a decision early for latency (a
+//! follower's Receiver, the leader's Sender): there is one rule, whoever runs it.
 
 use super::MemberId;
 
 /// The commit position of a cluster: the `(n / 2 + 1)`-th highest append position over all `n` members,
 /// the leader counting as one with its own position, and never above the leader's own position.
 ///
-/// `followers` holds each follower's last acknowledged position (0 for one never heard from).
+/// `followers` holds each follower's last acknowledged position (0 for one never heard from). The case of
+/// [`majority_position`] where every member votes, the leader among them (it allocates: not for a hot path).
 pub fn quorum_position(leader: i64, followers: &[i64]) -> i64 {
-    let members = followers.len() + 1;
-    let majority = members / 2 + 1;
-    // The majority-th highest: count, for a candidate, how many members are at or above it. Small n, no
-    // allocation: try each member's position as the candidate, keep the highest that a majority reaches.
-    let mut best = i64::MIN;
-    for candidate in std::iter::once(leader).chain(followers.iter().copied()) {
-        let at_or_above = (candidate <= leader) as usize + followers.iter().filter(|&&p| p >= candidate).count();
-        if at_or_above >= majority && candidate > best {
-            best = candidate;
-        }
-    }
-    best.min(leader).max(0)
+    let mut positions: Vec<i64> = std::iter::once(leader).chain(followers.iter().copied()).collect();
+    let majority = positions.len() / 2 + 1;
+    majority_position(&mut positions, majority).min(leader)
 }
 
 /// The highest position a majority of voters holds: the `majority`-th highest of `positions` (one per
