@@ -23,11 +23,12 @@ use crate::storage::disk::SharedDisk;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFiles {
     /// On threads of their own, while the node runs (production: neither a failover nor a follower's
-    /// join waits on the file system's reservation of a large log).
+    /// join waits on the file system's reservation of a large log); so do catch-ups, and the recorder's
+    /// group commits under `batch` (its `fdatasync` never blocks the agents that share its thread).
     #[default]
     Threaded,
     /// On the agent's thread that needs one, when it needs it (deterministic: for the simulator); so do
-    /// catch-ups, in the recorder's duty cycles.
+    /// catch-ups and group commits, in the recorder's duty cycles.
     Inline,
 }
 

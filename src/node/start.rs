@@ -201,9 +201,13 @@ fn start_recorder(
     shared.catch_up_members.set(others);
     let others = shared.catch_up_members.clone();
     let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
-    let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone());
+    let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone())
+        .with_write_coalescing(env.clock.fresh());
     if env.bugs.ack_before_sync {
         agent = agent.plant_ack_before_sync();
+    }
+    if env.log_files == LogFiles::Threaded {
+        agent = agent.with_group_commit_thread()?;
     }
     if env.catch_up {
         let local = config.me().consensus;

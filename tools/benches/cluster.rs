@@ -18,13 +18,20 @@
 //! - with the log recorded on disk (`durable none` and `durable batch` rows, classic with separate commit
 //!   frames, each right after its memory twin): every node's recorder agent writes its log to a fresh data
 //!   directory under `<target>/cluster-data` (on the target directory's disk, not /dev/shm; removed after
-//!   the run). `none` leaves the bytes in the page cache; `batch` calls `fdatasync` once per recorder duty
-//!   cycle that wrote, and a follower acknowledges (the leader counts itself) only up to the synced
-//!   position. Reported beside the memory twin: committed msg/s and its ratio to memory, serial p50/p99, the
-//!   leader recorder's fsyncs per second and entries (frames recorded) per fsync, the followers' fsyncs,
-//!   fsyncs per serial message, and the process's CPU per committed message (the recorders' copy into the
-//!   page cache and checksums are CPU the 2 cores no longer give the data path). The summary's rows say
-//!   `storage`: `memory`, `none` or `batch`;
+//!   the run). `none` leaves the bytes in the page cache; `batch` makes them durable by group commit (each
+//!   recorder's committer thread keeps one `fdatasync` in flight while the recorder writes the next batch),
+//!   and a follower acknowledges (the leader counts itself) only up to the synced position. Reported beside
+//!   the memory twin: committed msg/s and its ratio to memory, serial p50/p99, the leader recorder's fsyncs
+//!   per second and entries (frames recorded) per fsync, the followers' fsyncs, fsyncs per serial message,
+//!   the process's CPU per committed message (the recorders' copy into the page cache and checksums are CPU
+//!   the 2 cores no longer give the data path), and the three recorders' cost per byte they wrote
+//!   (checksum and write calls, wall time from their counters), bytes per write call and mean fsync time.
+//!   The summary's rows say `storage`: `memory`, `none` or `batch`;
+//! - the disk's floor, right after the durable rows (same run, same directory): `fdatasync` after a 4 KiB
+//!   append (p50/p99; by one writer, and by three at once, as three recorders on one disk), three writers appending 1 MiB through the page cache, for each `none` row one writer
+//!   appending that row's mean bytes per write call (its CPU per byte: the page cache's copy at best), and
+//!   for each `batch` row three writers each appending that row's mean bytes per fsync and syncing every
+//!   batch; then issue 28's targets for the log on disk, met or missed (`durable_targets` in the summary);
 //! - the stall of a stopped follower: at a paced 200k msg/s, member 2 is not run for 2 s, and the longest
 //!   time the leader's commit position stood still is reported before, during and after (`--no-stall`
 //!   skips it; `--only stall` runs only it);
@@ -67,6 +74,7 @@ use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
 
 use quorumcast_tools::bench::{host, target_dir, write_summary};
+use quorumcast_tools::disk_floor::{self, SyncLatency, WriteRate};
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
 struct CountingAllocator;
@@ -425,6 +433,57 @@ struct RecorderRates {
     bytes_per_s: f64,
     /// The followers' recorders' `fdatasync` calls per second, each (the mean of the two).
     follower_fsyncs_per_s: f64,
+    /// The three recorders together: what they cost per byte they wrote.
+    all: RecorderCost,
+}
+
+/// The three recorders' counters added up over the saturation windows: their cost per byte.
+#[derive(Clone, Copy, Debug, Default)]
+struct RecorderCost {
+    /// Bytes written per second, the three together.
+    bytes_per_s: f64,
+    /// Write calls per second.
+    writes_per_s: f64,
+    /// `fdatasync` calls per second.
+    fsyncs_per_s: f64,
+    /// Nanoseconds checksumming, per byte written.
+    checksum_ns_per_byte: f64,
+    /// Nanoseconds in write calls, per byte written.
+    write_ns_per_byte: f64,
+    /// Mean `fdatasync` time, microseconds.
+    fsync_us: f64,
+}
+
+impl RecorderCost {
+    fn of(recorders: &[quorumcast::shm::stats::RecorderStats<'_>], seconds: f64) -> Self {
+        let sum = |f: &dyn Fn(&quorumcast::shm::stats::RecorderStats<'_>) -> i64| {
+            recorders.iter().map(|r| f(r) as f64).sum::<f64>()
+        };
+        let (bytes, writes, fsyncs) = (sum(&|r| r.bytes()), sum(&|r| r.writes()), sum(&|r| r.fsyncs()));
+        let per_byte = |ns: f64| if bytes > 0.0 { ns / bytes } else { 0.0 };
+        Self {
+            bytes_per_s: bytes / seconds,
+            writes_per_s: writes / seconds,
+            fsyncs_per_s: fsyncs / seconds,
+            checksum_ns_per_byte: per_byte(sum(&|r| r.checksum_ns())),
+            write_ns_per_byte: per_byte(sum(&|r| r.write_ns())),
+            fsync_us: if fsyncs > 0.0 { sum(&|r| r.sync_ns()) / fsyncs / 1e3 } else { 0.0 },
+        }
+    }
+
+    /// Bytes per write call.
+    fn bytes_per_write(&self) -> f64 {
+        if self.writes_per_s > 0.0 {
+            self.bytes_per_s / self.writes_per_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Bytes per `fdatasync`: the batch a group commit covered, on average.
+    fn bytes_per_fsync(&self) -> Option<f64> {
+        (self.fsyncs_per_s > 0.0).then(|| self.bytes_per_s / self.fsyncs_per_s)
+    }
 }
 
 impl RecorderRates {
@@ -510,6 +569,7 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
         frames_per_s: per_s(leader.recorder().frames()),
         bytes_per_s: per_s(leader.recorder().bytes()),
         follower_fsyncs_per_s: per_s(f1.recorder().fsyncs() + f2.recorder().fsyncs()) / 2.0,
+        all: RecorderCost::of(&[leader.recorder(), f1.recorder(), f2.recorder()], seconds),
     };
     let follower_loops = {
         let (loops, idle_loops) = cluster.follower_loops();
@@ -563,6 +623,18 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
             r.follower_fsyncs_per_s,
             last[0].consensus().append_position() - last[0].recorder().position(),
             last[0].recorder().position() - last[0].recorder().synced_position(),
+        ));
+        let all = &r.all;
+        result.diagnosis.push(format!(
+            "recorders' cost (all three): {:.0} MB/s in {:.0} B writes, checksum {:.3} ns/B, write calls {:.3} ns/B \
+             (wall time), {:.0} fsyncs/s of {:.0} KB, mean fsync {:.0} us",
+            all.bytes_per_s / 1e6,
+            all.bytes_per_write(),
+            all.checksum_ns_per_byte,
+            all.write_ns_per_byte,
+            all.fsyncs_per_s,
+            all.bytes_per_fsync().unwrap_or(0.0) / 1e3,
+            all.fsync_us,
         ));
     }
     result
@@ -877,6 +949,160 @@ fn ratio_to_memory(results: &[VariantResult], r: &VariantResult) -> Option<f64> 
     twin_of(results, &r.variant).map(|t| r.saturation.median() / t.saturation.median())
 }
 
+/// This disk's floors, measured right after the durable rows, in the same run.
+#[derive(Clone, Debug)]
+struct DiskFloor {
+    /// `fdatasync` after a 4 KiB append, one writer: the target's floor.
+    sync: SyncLatency,
+    /// The same by three writers at once (each its own file), as three recorders on one disk sync.
+    sync_three: SyncLatency,
+    /// Three writers appending 1 MiB at a time through the page cache, synced once at the end.
+    sequential: WriteRate,
+    /// Per `batch` row: three writers each appending that row's mean bytes per `fdatasync` and syncing
+    /// each, one sync in flight per writer (what three recorders on this disk can do at best).
+    synced: Vec<(Variant, WriteRate)>,
+    /// Per `none` row: one writer appending that row's mean bytes per write call through the page cache,
+    /// for its CPU per byte (what the recorders' writes cost at best).
+    page_cache: Vec<(Variant, WriteRate)>,
+}
+
+/// Appended before each `fdatasync` of the floor's latency.
+const FLOOR_APPEND: usize = 4096;
+/// Writers of the floor's write rates: one per recorder.
+const FLOOR_WRITERS: usize = 3;
+
+/// Measures the disk's floor when durable rows ran, under `<target>/cluster-data` (where they wrote).
+fn measure_floor(results: &[VariantResult], settings: &Settings) -> Result<Option<DiskFloor>, String> {
+    if !results.iter().any(|r| r.variant.storage.durable()) {
+        return Ok(None);
+    }
+    let dir = data_root("floor");
+    let time = if settings.quick { Duration::from_millis(300) } else { Duration::from_secs(1) };
+    let measured = (|| -> std::io::Result<DiskFloor> {
+        let sync = disk_floor::sync_latency(&dir, FLOOR_APPEND, 1, 2_000, time)?;
+        let sync_three = disk_floor::sync_latency(&dir, FLOOR_APPEND, FLOOR_WRITERS, 2_000, time)?;
+        let sequential = disk_floor::write_rate(&dir, FLOOR_WRITERS, 1 << 20, false, time)?;
+        let mut synced = Vec::new();
+        for r in results.iter().filter(|r| r.variant.storage == Storage::Disk(SyncPolicy::Batch)) {
+            let Some(batch) = r.saturation.recorder.all.bytes_per_fsync() else { continue };
+            let block = (batch as usize).next_multiple_of(32).max(32);
+            synced.push((r.variant, disk_floor::write_rate(&dir, FLOOR_WRITERS, block, true, time)?));
+        }
+        let mut page_cache = Vec::new();
+        for r in results.iter().filter(|r| r.variant.storage == Storage::Disk(SyncPolicy::None)) {
+            let block = (r.saturation.recorder.all.bytes_per_write() as usize).next_multiple_of(32).max(32);
+            page_cache.push((r.variant, disk_floor::write_rate(&dir, 1, block, false, time)?));
+        }
+        Ok(DiskFloor { sync, sync_three, sequential, synced, page_cache })
+    })();
+    remove_data("floor");
+    measured.map(Some).map_err(|e| format!("the disk floor: {e}"))
+}
+
+/// Issue 28's targets for the log on disk, against the memory twin and the disk's floor of the same run:
+/// a verdict per durable row.
+fn verdicts(results: &[VariantResult], floor: Option<&DiskFloor>) -> Vec<(Variant, String)> {
+    let mut out = Vec::new();
+    for r in results.iter().filter(|r| r.variant.storage.durable()) {
+        let (Some(twin), Some(ratio)) = (twin_of(results, &r.variant), ratio_to_memory(results, r)) else {
+            continue;
+        };
+        let met = |ok: bool| if ok { "met" } else { "MISSED" };
+        let verdict = match r.variant.storage {
+            Storage::Disk(SyncPolicy::None) => {
+                let mut verdict = format!("committed {:.2}x memory (target >= 0.9x): {}", ratio, met(ratio >= 0.9));
+                if let Some((_, floor_rate)) = floor.and_then(|f| f.page_cache.iter().find(|(v, _)| *v == r.variant)) {
+                    let all = &r.saturation.recorder.all;
+                    verdict.push_str(&format!(
+                        "; the recorders' write calls {:.3} ns/B (wall) against the page cache's {:.3} ns/B (CPU, \
+                         one writer of {:.0} KB writes), checksum {:.3} ns/B",
+                        all.write_ns_per_byte,
+                        floor_rate.cpu_ns_per_byte,
+                        floor_rate.block as f64 / 1e3,
+                        all.checksum_ns_per_byte
+                    ));
+                }
+                verdict
+            }
+            _ => {
+                let mut parts = vec![format!("committed {:.2}x memory (target >= 0.5x): {}", ratio, met(ratio >= 0.5))];
+                if let Some((_, floor_rate)) = floor.and_then(|f| f.synced.iter().find(|(v, _)| *v == r.variant)) {
+                    let share = r.saturation.recorder.all.bytes_per_s / floor_rate.bytes_per_s;
+                    parts.push(format!(
+                        "or the three recorders' {:.0} MB/s {:.2}x the disk's {:.0} MB/s with {} writers of {:.0} KB \
+                         batches each synced (target >= 0.8x): {}",
+                        r.saturation.recorder.all.bytes_per_s / 1e6,
+                        share,
+                        floor_rate.bytes_per_s / 1e6,
+                        floor_rate.writers,
+                        floor_rate.block as f64 / 1e3,
+                        met(share >= 0.8)
+                    ));
+                }
+                if let Some(floor) = floor {
+                    let bound = floor.sync.p50_us + 1.5 * twin.serial.0;
+                    parts.push(format!(
+                        "serial p50 {:.0} us against fdatasync p50 {:.0} us + 1.5 x memory's {:.1} us = {:.0} us: {} \
+                         (three writers syncing at once: fdatasync p50 {:.0} us)",
+                        r.serial.0,
+                        floor.sync.p50_us,
+                        twin.serial.0,
+                        bound,
+                        met(r.serial.0 <= bound),
+                        floor.sync_three.p50_us
+                    ));
+                }
+                parts.join("; ")
+            }
+        };
+        out.push((r.variant, verdict));
+    }
+    out
+}
+
+/// The disk's floor and the targets' verdicts.
+fn print_floor(results: &[VariantResult], floor: Option<&DiskFloor>) {
+    if let Some(floor) = floor {
+        println!();
+        println!(
+            "Floor (this disk, same run): fdatasync after a {} B append p50 {:.0} us, p99 {:.0} us ({} syncs); \
+             by {} writers at once p50 {:.0} us, p99 {:.0} us; {} writers appending 1 MiB through the page cache \
+             {:.0} MB/s",
+            floor.sync.append,
+            floor.sync.p50_us,
+            floor.sync.p99_us,
+            floor.sync.samples,
+            floor.sync_three.writers,
+            floor.sync_three.p50_us,
+            floor.sync_three.p99_us,
+            floor.sequential.writers,
+            floor.sequential.bytes_per_s / 1e6
+        );
+        for (variant, rate) in &floor.page_cache {
+            println!(
+                "  for {}: one writer appending {:.0} KB through the page cache: {:.3} ns/B of CPU, {:.0} MB/s",
+                variant.name(),
+                rate.block as f64 / 1e3,
+                rate.cpu_ns_per_byte,
+                rate.bytes_per_s / 1e6
+            );
+        }
+        for (variant, rate) in &floor.synced {
+            println!(
+                "  for {}: {} writers each appending {:.0} KB and syncing it: {:.0} MB/s, {:.0} fsyncs/s each",
+                variant.name(),
+                rate.writers,
+                rate.block as f64 / 1e3,
+                rate.bytes_per_s / 1e6,
+                rate.syncs_per_s_each
+            );
+        }
+    }
+    for (variant, verdict) in verdicts(results, floor) {
+        println!("Target, {}: {verdict}", variant.name());
+    }
+}
+
 /// The log on disk beside the same variant in memory, measured in this run.
 fn print_durable(results: &[VariantResult]) {
     if !results.iter().any(|r| r.variant.storage.durable()) {
@@ -884,12 +1110,12 @@ fn print_durable(results: &[VariantResult]) {
     }
     println!();
     println!(
-        "## The log on disk (recorder agent; `none` = page cache only, `batch` = fdatasync per recorder cycle, \
+        "## The log on disk (recorder agent; `none` = page cache only, `batch` = group commit, one fdatasync in flight per recorder, \
          acknowledged and counted only once synced), beside the log in memory, same run"
     );
     println!();
-    println!("| Variant | storage | committed msg/s, median (min / max) | vs memory | serial p50 | serial p99 | leader fsyncs/s | entries/fsync | follower fsyncs/s (each) | leader recorded MB/s | fsyncs per serial msg | process CPU | CPU us per committed msg |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| Variant | storage | committed msg/s, median (min / max) | vs memory | serial p50 | serial p99 | leader fsyncs/s | entries/fsync | follower fsyncs/s (each) | leader recorded MB/s | fsyncs per serial msg | process CPU | CPU us per committed msg | recorders' MB/s (3) | B per write | checksum ns/B | write ns/B | mean fsync |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let groups = results.iter().filter(|r| r.variant.storage.durable()).map(|r| r.variant.memory_twin());
     let mut twins: Vec<Variant> = Vec::new();
     for twin in groups {
@@ -905,7 +1131,7 @@ fn print_durable(results: &[VariantResult]) {
             let durable = r.variant.storage.durable();
             let rec = &s.recorder;
             println!(
-                "| {} | {} | {} ({} / {}) | {} | {:.1}us | {:.1}us | {} | {} | {} | {} | {} | {:.2} cores | {:.2} |",
+                "| {} | {} | {} ({} / {}) | {} | {:.1}us | {:.1}us | {} | {} | {} | {} | {} | {:.2} cores | {:.2} | {} |",
                 twin.name(),
                 r.variant.storage.as_str(),
                 rate(s.median()),
@@ -925,6 +1151,19 @@ fn print_durable(results: &[VariantResult]) {
                 if durable { format!("{:.2}", r.serial_fsyncs_per_msg) } else { "—".into() },
                 s.cpu_util,
                 s.cpu_per_entry_us(),
+                if durable {
+                    let all = &rec.all;
+                    format!(
+                        "{:.0} | {:.0} | {:.3} | {:.3} | {}",
+                        all.bytes_per_s / 1e6,
+                        all.bytes_per_write(),
+                        all.checksum_ns_per_byte,
+                        all.write_ns_per_byte,
+                        if all.fsyncs_per_s > 0.0 { format!("{:.0}us", all.fsync_us) } else { "—".into() }
+                    )
+                } else {
+                    "— | — | — | — | —".into()
+                },
             );
         }
     }
@@ -981,6 +1220,15 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
                     "leader_bytes_per_s": rec.bytes_per_s,
                     "follower_fsyncs_per_s": rec.follower_fsyncs_per_s,
                     "serial_fsyncs_per_msg": r.serial_fsyncs_per_msg,
+                    "all_three": {
+                        "bytes_per_s": rec.all.bytes_per_s,
+                        "bytes_per_write": rec.all.bytes_per_write(),
+                        "checksum_ns_per_byte": rec.all.checksum_ns_per_byte,
+                        "write_ns_per_byte": rec.all.write_ns_per_byte,
+                        "fsyncs_per_s": rec.all.fsyncs_per_s,
+                        "bytes_per_fsync": rec.all.bytes_per_fsync(),
+                        "mean_fsync_us": rec.all.fsync_us,
+                    },
                     "data_dir": target_dir().join("cluster-data").display().to_string(),
                 });
                 row["committed_vs_memory"] = json!(ratio_to_memory(results, r));
@@ -1146,7 +1394,12 @@ fn main() {
             }
         }
     }
+    let floor = measure_floor(&results, &settings).unwrap_or_else(|e| {
+        println!("FAILED: {e}");
+        None
+    });
     print_tables(&results, &c_results);
+    print_floor(&results, floor.as_ref());
     let stall = if settings.skip_stall || !selected(&settings, "stall") {
         None
     } else {
@@ -1172,6 +1425,19 @@ fn main() {
         "message_bytes": MESSAGE,
         "pinned": settings.pin,
         "rows": rows(&settings, &results, &c_results),
+        "disk_floor": floor.as_ref().map(|f| json!({
+            "dir": target_dir().join("cluster-data").display().to_string(),
+            "fdatasync_after_append": { "append_bytes": f.sync.append, "p50_us": f.sync.p50_us, "p99_us": f.sync.p99_us, "samples": f.sync.samples },
+            "fdatasync_after_append_three_writers": { "append_bytes": f.sync_three.append, "writers": f.sync_three.writers, "p50_us": f.sync_three.p50_us, "p99_us": f.sync_three.p99_us, "samples": f.sync_three.samples },
+            "sequential_page_cache": { "writers": f.sequential.writers, "block_bytes": f.sequential.block, "bytes_per_s": f.sequential.bytes_per_s },
+            "synced_batches": f.synced.iter().map(|(v, w)| json!({
+                "variant": v.name(), "writers": w.writers, "block_bytes": w.block, "bytes_per_s": w.bytes_per_s, "fsyncs_per_s_each": w.syncs_per_s_each,
+            })).collect::<Vec<_>>(),
+            "page_cache_writes": f.page_cache.iter().map(|(v, w)| json!({
+                "variant": v.name(), "writers": w.writers, "block_bytes": w.block, "cpu_ns_per_byte": w.cpu_ns_per_byte, "bytes_per_s": w.bytes_per_s,
+            })).collect::<Vec<_>>(),
+        })),
+        "durable_targets": verdicts(&results, floor.as_ref()).into_iter().map(|(v, verdict)| json!({"variant": v.name(), "verdict": verdict})).collect::<Vec<_>>(),
         "stopped_follower": stall.map(|s| json!({
             "variant": "mtu1408 classic separate, status_interval 10ms",
             "offered_msgs_per_s": s.offered_per_s,

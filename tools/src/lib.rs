@@ -10,6 +10,8 @@
 //! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
 //!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
 //! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
+//! - [`disk_floor`]: this disk's `fdatasync` latency and write rates, the floor under the recorded log's
+//!   figures (the cluster bench's floor row);
 //! - [`bench`](mod@bench): what the benches (`tools/benches/`) share: pinned thread pairs, percentiles, the
 //!   host's description and their `target/<bench>/latest/summary.json`;
 //! - [`client_load`]: the load of a remote client (behind `qc-client`), and [`sweep::remote`], a
@@ -26,6 +28,7 @@ pub mod admin;
 pub mod bench;
 pub mod client_load;
 pub mod cluster_view;
+pub mod disk_floor;
 pub mod hiccup;
 pub mod model;
 pub mod probe;

@@ -21,6 +21,8 @@
 //!   synced position is the end of what is written (to the page cache).
 
 pub mod catch_up;
+mod coalescing;
+mod group_commit;
 mod index;
 mod reader;
 mod recorder;
@@ -52,9 +54,11 @@ pub enum SyncPolicy {
     /// not yet written, which a member may already have acknowledged.
     #[default]
     None,
-    /// `batch`: group commit. The recorder calls `fdatasync` once per duty cycle that wrote, and the member
-    /// acknowledges (a leader counts itself) only up to the synced position: a committed entry is on the
-    /// disks of a majority and survives the power loss of every member.
+    /// `batch`: group commit. One `fdatasync` at a time covers everything written before it started (on a
+    /// committer thread beside the recorder while the recorder writes the next batch, or in the recorder's
+    /// duty cycle under the simulator), and the member acknowledges (a leader counts itself) only up to
+    /// the synced position: a committed entry is on the disks of a majority and survives the power loss of
+    /// every member.
     Batch,
 }
 
@@ -420,6 +424,29 @@ impl Recording {
     /// What appends cost since this was last called.
     pub fn take_cost(&mut self) -> WriteCost {
         std::mem::take(&mut self.cost)
+    }
+
+    /// Whether the segment being written is full: the next append starts a new one.
+    pub(crate) fn segment_full(&self) -> bool {
+        self.active.as_ref().is_some_and(|s| s.file_end >= self.config.segment_length)
+    }
+
+    /// What a group commit must make durable for everything appended so far: the segment being written up
+    /// to [`end`](Self::end), and the directory when a segment was made or removed since the last sync
+    /// (taking the request clears that mark: a request that fails stops the node). `None` without a
+    /// segment, or once a change failed (nothing it holds is to be counted durable again).
+    pub(crate) fn commit_request(&mut self) -> Option<group_commit::CommitRequest> {
+        if self.failed.is_some() {
+            return None;
+        }
+        let segment = self.active.as_ref()?;
+        let dir = std::mem::take(&mut self.dir_changed).then(|| (self.disk.clone(), self.config.dir.clone()));
+        Some(group_commit::CommitRequest {
+            file: std::sync::Arc::clone(&segment.file),
+            path: segment.path.clone(),
+            dir,
+            end: self.end,
+        })
     }
 
     /// How many segment files it has.

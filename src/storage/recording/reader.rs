@@ -14,7 +14,7 @@ pub type Block<'a> = (i64, &'a [u8], i64);
 #[derive(Debug)]
 struct Open {
     path: PathBuf,
-    file: Box<dyn DiskFile>,
+    file: std::sync::Arc<dyn DiskFile>,
     blocks: BlockReader,
 }
 

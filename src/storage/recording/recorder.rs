@@ -10,9 +10,11 @@
 //! 2. records the whole frames its current log holds past the recording's end, in blocks of up to
 //!    [`MAX_BLOCK_LENGTH`] bytes, at most [`MAX_BYTES_PER_CYCLE`], publishing its consumer position so
 //!    the log's writer never overwrites what it has not recorded;
-//! 3. under [`SyncPolicy::Batch`], calls `fdatasync` once for everything the cycle wrote (a group
-//!    commit), then publishes the synced position; under [`SyncPolicy::None`] the synced position is
-//!    the written one;
+//! 3. under [`SyncPolicy::Batch`], makes everything the cycle wrote durable with one `fdatasync` (a group
+//!    commit) and publishes the synced position: on a committer thread of its own when it has one (see
+//!    `group_commit`: one sync in flight while the next batch is written, the position published by the
+//!    committer), else in the duty cycle; under [`SyncPolicy::None`] the synced position is the written
+//!    one;
 //! 4. deletes the segments below a compaction point the application asked for (its oldest snapshot
 //!    kept).
 
@@ -21,13 +23,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
+use super::coalescing::{Coalescing, Decision};
+use super::group_commit::GroupCommit;
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
 use crate::cluster::log_switch::SwitchQueue;
 use crate::media::transport::stream::StreamOptions;
 use crate::media::transport::Network;
 use crate::shm::counters::Counter;
-use crate::shm::log_buffer::{partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer};
+use crate::shm::log_buffer::{
+    partition_index, position_bits_to_shift, scan, term_offset, ConsumerPosition, LogBuffer, Scan,
+};
 use crate::shm::stats::{kinds, CounterKind};
 use crate::storage::snapshot::SnapshotStore;
 
@@ -183,6 +189,15 @@ pub struct Recorder {
     compact_below: Counter,
     compacted_to: i64,
     unsynced: bool,
+    /// Under `batch`, the committer thread that syncs while the recorder writes; `None`: the recorder
+    /// syncs in its duty cycle.
+    group_commit: Option<GroupCommit>,
+    /// The end of the last request made to the committer (or of a sync made here since).
+    requested: i64,
+    /// What the recorder holds back for a larger write (see `coalescing`).
+    coalescing: Coalescing,
+    /// The clock coalescing reads; `None`: every look writes what it finds.
+    coalescing_clock: Option<crate::agent::clock::NanoClock>,
     /// Serves other members' catch-ups from this recording.
     server: Option<CatchUpServer>,
     /// The catch-up running on its thread, if one is.
@@ -215,7 +230,7 @@ impl Recorder {
         counters.position.set(recording.end());
         counters.synced_position.set(recording.end());
         counters.start_position.set(recording.start());
-        let compacted_to = recording.start();
+        let (compacted_to, recording_end) = (recording.start(), recording.end());
         Self {
             recording,
             switches,
@@ -226,6 +241,10 @@ impl Recorder {
             compact_below,
             compacted_to,
             unsynced: false,
+            group_commit: None,
+            requested: recording_end,
+            coalescing: Coalescing::default(),
+            coalescing_clock: None,
             server: None,
             catching_up: None,
             fetching: None,
@@ -244,6 +263,27 @@ impl Recorder {
     pub fn plant_ack_before_sync(mut self) -> Self {
         self.ack_before_sync = true;
         self
+    }
+
+    /// Under `batch`, makes its group commits on a committer thread of its own (see `group_commit`)
+    /// instead of in its duty cycle; no change under `none`.
+    pub fn with_group_commit_thread(mut self) -> std::io::Result<Self> {
+        if self.recording.config().sync == SyncPolicy::Batch && self.group_commit.is_none() {
+            self.group_commit = Some(GroupCommit::start(&self.counters)?);
+        }
+        Ok(self)
+    }
+
+    /// Holds back short runs of a streaming log for larger writes (see `coalescing`), timed by `clock`.
+    pub fn with_write_coalescing(mut self, clock: crate::agent::clock::NanoClock) -> Self {
+        self.coalescing_clock = Some(clock);
+        self
+    }
+
+    /// Waits until the committer thread, if there is one, has no sync pending or in flight: before the
+    /// recording is cut, compacted, handed to a catch-up or closed.
+    fn quiesce(&self) -> Result<(), AgentError> {
+        self.group_commit.as_ref().map_or(Ok(()), |g| g.quiesce().map_err(AgentError::msg))
     }
 
     /// Serves catch-ups with `server`, and makes the ones `catch_ups` asks for on `runtime`, proving `key`,
@@ -288,6 +328,10 @@ impl Recorder {
         };
         pending.take();
         drop(pending);
+        if let Err(e) = self.quiesce() {
+            self.snapshots = Some(snapshots);
+            return Err(e);
+        }
         if request.from < self.recording.start() {
             // The recording begins at a snapshot a catch-up installed after its followership ended (cancelled
             // too late to stop it): the member's log goes on there, so this catch-up reports that snapshot
@@ -464,6 +508,8 @@ impl Recorder {
         self.counters.fsyncs.increment();
         self.counters.position.set(self.recording.end());
         self.counters.synced_position.set(self.recording.end());
+        self.requested = self.recording.end();
+        self.coalescing.reset();
         *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.ticket, result));
         Ok(())
     }
@@ -513,11 +559,13 @@ impl Recorder {
         }
         source.consumer.set(at);
         self.source = Some(source);
+        self.coalescing.reset();
         self.bound = next.unwrap_or(i64::MAX);
         Ok(1)
     }
 
     fn cut(&mut self, at: i64) -> Result<(), AgentError> {
+        self.quiesce()?;
         // Lowered before the cut: what is above `at` is no longer held as soon as the cut starts, and a
         // cut that fails on the way (its sync) must not leave the member reporting it synced (found by the
         // node simulator: seed 1796347944366307667).
@@ -528,6 +576,8 @@ impl Recorder {
         self.counters.position.set(at);
         self.counters.synced_position.set(at);
         self.unsynced = false;
+        self.requested = at;
+        self.coalescing.reset();
         Ok(())
     }
 
@@ -552,13 +602,36 @@ impl Recorder {
         let mut bytes = 0;
         while bytes < MAX_BYTES_PER_CYCLE {
             let position = self.recording.end();
-            let room = (self.bound - position).clamp(0, MAX_BLOCK_LENGTH as i64) as usize;
+            if self.group_commit.is_some()
+                && self.recording.segment_full()
+                && self.counters.synced_position.get() < position
+            {
+                // The next block starts a new segment: only once the committer made this one durable to
+                // its end (see `group_commit`).
+                break;
+            }
+            let in_term = log.term_length() - term_offset(position, log.term_length());
+            let room = (self.bound - position).clamp(0, MAX_BLOCK_LENGTH as i64).min(in_term as i64) as usize;
             if room == 0 {
                 break;
             }
-            let found = scan(log, position, room);
+            // Frames held back at the last look were scanned then: the scan goes on after them.
+            let held = self.coalescing.held().min(room);
+            let more = scan(log, position + held as i64, room - held);
+            let found = Scan { available: held + more.available, padding: more.padding };
             if found.available == 0 {
                 break;
+            }
+            if let (0, Some(clock)) = (blocks, &self.coalescing_clock) {
+                // A PAD frame, the term's end, the switch or the longest block: nothing more can join it.
+                let ends_term = found.padding > 0 || found.available == room;
+                if self.coalescing.decide(found.available, more.available, ends_term, || clock.now_ns())
+                    == Decision::Hold
+                {
+                    // Held for a larger write: this look did work, so that the idle strategy does not park
+                    // the recorder on it.
+                    return Ok(1);
+                }
             }
             let term = log.term(partition_index(position, bits));
             let payload = term.bytes(term_offset(position, log.term_length()), found.available);
@@ -567,6 +640,10 @@ impl Recorder {
             self.counters.frames.add(frames as i64);
             blocks += 1;
             bytes += found.available;
+        }
+        if blocks == 0 {
+            // Nothing found: the log paused.
+            self.coalescing.decide(0, 0, false, || 0);
         }
         if blocks > 0 {
             let cost = self.recording.take_cost();
@@ -588,8 +665,23 @@ impl Recorder {
         Ok(blocks)
     }
 
-    /// Under `batch`: one `fdatasync` for what was written since the last, then the synced position.
+    /// Under `batch`: one `fdatasync` for what was written since the last, then the synced position (by
+    /// the committer thread when there is one).
     fn sync_if_due(&mut self) -> Result<usize, AgentError> {
+        if let Some(group_commit) = &self.group_commit {
+            if let Some(why) = group_commit.failure() {
+                return Err(AgentError::msg(why));
+            }
+            self.unsynced = false;
+            if self.recording.end() <= self.requested {
+                return Ok(0);
+            }
+            if let Some(request) = self.recording.commit_request() {
+                self.requested = request.end;
+                group_commit.request(request);
+            }
+            return Ok(1);
+        }
         if !std::mem::take(&mut self.unsynced) {
             return Ok(0);
         }
@@ -606,6 +698,7 @@ impl Recorder {
             return Ok(0);
         }
         self.compacted_to = below;
+        self.quiesce()?;
         let segments = self.recording.segment_count();
         let start = self.recording.delete_before(below).map_err(AgentError::new)?;
         self.counters.segments_deleted.add((segments - self.recording.segment_count()) as i64);
@@ -646,6 +739,8 @@ impl Agent for Recorder {
             let _ = thread.join();
         }
         // What was written is made durable on a clean close, whatever the policy.
+        let _ = self.quiesce();
+        self.group_commit = None;
         let _ = self.recording.sync();
     }
 }

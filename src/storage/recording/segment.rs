@@ -26,6 +26,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytemuck::{Pod, Zeroable};
@@ -233,7 +234,8 @@ pub(super) fn parse_file_name(name: &str) -> Option<i64> {
 #[derive(Debug)]
 pub(super) struct Segment {
     pub(super) path: PathBuf,
-    pub(super) file: Box<dyn DiskFile>,
+    /// Shared with a group commit in flight (see `group_commit`).
+    pub(super) file: Arc<dyn DiskFile>,
     pub(super) base_position: i64,
     /// The file length up to the end of the last whole block.
     pub(super) file_end: u64,
@@ -283,7 +285,7 @@ impl Segment {
         file.write_all_at(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)), 0)?;
         Ok(Segment {
             path,
-            file,
+            file: Arc::from(file),
             base_position,
             file_end: SEGMENT_HEADER_LENGTH,
             end_position: base_position,
@@ -308,7 +310,7 @@ impl Segment {
         }
         Ok(Segment {
             path: path.to_path_buf(),
-            file,
+            file: Arc::from(file),
             base_position: header.base_position,
             file_end: SEGMENT_HEADER_LENGTH,
             end_position: header.base_position,
