@@ -104,8 +104,9 @@ pub struct SimConfig {
     /// Remote clients ([`clients`]) offering through sessions beside the local client (the members serve
     /// clients at their client endpoints).
     pub clients: usize,
-    /// Membership changes at random steps ([`membership`]): one node more than `members` (a spare outside
-    /// the initial configuration), added, promoted and removed in turn while the faults run.
+    /// Membership changes at random steps (the simulator's `membership` module): one node more than
+    /// `members` (a spare outside the initial configuration), added, promoted and removed in turn while the
+    /// faults run.
     pub membership: bool,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
