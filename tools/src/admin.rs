@@ -11,6 +11,9 @@ use quorumcast::node::admin::{AdminCommand, AdminRings};
 
 use crate::cluster_view::{self, MemberView};
 
+/// How long a transfer is given before it is asked again.
+const TRANSFER_ROUND: Duration = Duration::from_secs(1);
+
 /// Carries out `command` on the members in `dirs`; the answers, one line each, or a clear error naming
 /// the member and the reason. Never waits past `timeout`.
 pub fn run(dirs: &[PathBuf], command: &AdminCommand, timeout: Duration) -> Result<String, String> {
@@ -39,7 +42,19 @@ pub fn run(dirs: &[PathBuf], command: &AdminCommand, timeout: Duration) -> Resul
         lines.push(format!("member {}: {answer}", target.member_id));
         if let AdminCommand::TransferLeadership(to) = command {
             let (from, term) = (target.member_id, target.leadership_term_id);
-            lines.push(wait_for_new_leader(dirs, from, term, *to, started, timeout)?);
+            // A transfer whose target does not win in time is abandoned, and the leader leads on: it is
+            // asked again (another follower may be further along by then) until the time-out.
+            loop {
+                let round = Instant::now();
+                match wait_for_new_leader(dirs, from, term, *to, round, TRANSFER_ROUND.min(timeout)) {
+                    Ok(line) => {
+                        lines.push(line);
+                        break;
+                    }
+                    Err(why) if started.elapsed() >= timeout => return Err(why),
+                    Err(_) => rings.send(correlation(), command)?,
+                }
+            }
         }
     }
     Ok(lines.join("\n"))

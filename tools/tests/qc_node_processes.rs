@@ -960,3 +960,197 @@ fn killing_the_leader_under_steady_clients_applies_every_message_exactly_once() 
     terminate(nodes);
     assert_exactly_once(&scratch, &[0, 1, 2], &sessions, per_client);
 }
+
+const QC_CLUSTER: &str = env!("CARGO_BIN_EXE_qc-cluster");
+
+/// Node files of five members of which 0, 1 and 2 make the initial configuration: every file lists all
+/// five (their endpoints on free ports), remote clients taken at each member's client endpoint.
+fn five_member_files(scratch: &Path) -> Vec<PathBuf> {
+    let free = |n: usize| -> Vec<u16> { (0..n).map(|_| free_loopback_port()).collect() };
+    let (logs, consensus, clients) = (free(5), free(5), free(5));
+    let session_key = quorumcast::media::auth::AuthKey::generate().unwrap().to_hex();
+    let template = std::fs::read_to_string(tuning("cluster/node0.toml")).unwrap();
+    (0..5)
+        .map(|id| {
+            let mut table: toml::Table = template.parse().unwrap();
+            table.insert("id".into(), (id as i64).into());
+            let members: Vec<toml::Value> = (0..5)
+                .map(|m| {
+                    let mut member = toml::Table::new();
+                    member.insert("id".into(), (m as i64).into());
+                    member.insert("log".into(), format!("127.0.0.1:{}", logs[m]).into());
+                    member.insert("consensus".into(), format!("127.0.0.1:{}", consensus[m]).into());
+                    member.insert("client".into(), format!("127.0.0.1:{}", clients[m]).into());
+                    member.into()
+                })
+                .collect();
+            table.insert("members".into(), members.into());
+            table.insert("initial_members".into(), vec![0i64, 1, 2].into());
+            let clients = table["clients"].as_table_mut().unwrap();
+            clients.insert("enabled".into(), true.into());
+            clients.insert("session_key".into(), session_key.clone().into());
+            let path = scratch.join(format!("node{id}.toml"));
+            std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// Runs `qc-cluster` with `args` and the directories of `members`: whether it succeeded, and its output.
+fn try_qc_cluster(scratch: &ScratchDir, args: &[&str], members: &[usize]) -> (bool, String) {
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    for id in members {
+        all.extend(["--dir".into(), scratch.join(format!("dir{id}")).to_str().unwrap().into()]);
+    }
+    if args[0] != "describe" {
+        all.extend(["--timeout-ms".into(), "60000".into()]);
+    }
+    let output = Command::new(QC_CLUSTER).args(&all).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+/// As [`try_qc_cluster`]; its output, or a panic with it.
+fn qc_cluster(scratch: &ScratchDir, args: &[&str], members: &[usize]) -> String {
+    let (ok, text) = try_qc_cluster(scratch, args, members);
+    assert!(ok, "qc-cluster {args:?}: {text}");
+    text
+}
+
+/// The member that `describe --json` says leads, among `members`, once one does.
+fn await_leader(scratch: &ScratchDir, members: &[usize], not: Option<i64>) -> i64 {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        // A member starting has no directory yet: describe fails until it has.
+        let (ok, text) = try_qc_cluster(scratch, &["describe", "--json", "--window-ms", "1"], members);
+        let view: serde_json::Value = if ok { serde_json::from_str(text.trim()).unwrap() } else { Default::default() };
+        let described = view["members"].as_array().cloned().unwrap_or_default();
+        let leader = described.iter().find(|m| m["role"] == "leader").cloned();
+        if let Some(id) = leader.and_then(|m| m["member_id"].as_i64()).filter(|id| Some(*id) != not) {
+            return id;
+        }
+        assert!(Instant::now() < deadline, "no leader among {members:?}: {text}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until member `id`'s process runs and its directory can be described; panics with what it printed
+/// if it exits first.
+fn await_running(scratch: &ScratchDir, nodes: &mut [Option<Process>], id: usize) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let process = nodes[id].as_mut().unwrap();
+        if process.poll() {
+            panic!("member {id} exited ({:?}):\n{}", process.status, process.all_stderr());
+        }
+        if try_qc_cluster(scratch, &["describe", "--window-ms", "1"], &[id]).0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "member {id} never ran");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Adds member `id` (of `files`) as a learner and promotes it once it has caught up, through `members`.
+fn add_and_promote(scratch: &ScratchDir, files: &[PathBuf], id: usize, members: &[usize]) {
+    let table: toml::Table = std::fs::read_to_string(&files[id]).unwrap().parse().unwrap();
+    let entry = table["members"].as_array().unwrap()[id].as_table().unwrap().clone();
+    let endpoint = |key: &str| entry[key].as_str().unwrap().to_string();
+    let (log, consensus, client) = (endpoint("log"), endpoint("consensus"), endpoint("client"));
+    let id_text = id.to_string();
+    let add = ["add-member", "--id", &id_text, "--log", &log, "--consensus", &consensus, "--client", &client];
+    let text = qc_cluster(scratch, &add, members);
+    assert!(text.contains("committed"), "{text}");
+    // Promoted once it is within the leader's promotion distance and has answered the leader: until then
+    // the leader says how far behind it is, or that too few voters of the new configuration answered.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (ok, text) = try_qc_cluster(scratch, &["promote", "--id", &id_text], members);
+        if ok {
+            break;
+        }
+        let waiting = text.contains("behind the leader") || text.contains("answered recently");
+        assert!(waiting && Instant::now() < deadline, "promote {id}: {text}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Under steady client load, member 0 (the leader) is killed for good and replaced by member 3 (a new
+/// process on new ports, from an empty data directory: it catches up from the leader's recording); the
+/// cluster then grows to five (member 4, and member 0 started again on its old directories, each added
+/// and promoted), hands its leadership over 20 times in a row, and shrinks back to three. Every client
+/// message acknowledged is applied exactly once, in order, on every final member.
+#[test]
+fn a_killed_member_is_replaced_and_the_cluster_grows_to_five_and_shrinks_to_three_under_load() {
+    let scratch = ScratchDir::new("membership-processes");
+    let files = five_member_files(scratch.path());
+    let mut nodes: Vec<Option<Process>> = (0..5).map(|_| None).collect();
+    for id in 0..3 {
+        nodes[id] = Some(client_cluster_node(&scratch, &files, id));
+    }
+    assert_eq!(await_leader(&scratch, &[0, 1, 2], None), 0);
+    let per_client: u64 = 30_000;
+    let count = per_client.to_string();
+    let mut clients: Vec<Process> = (0..2)
+        .map(|i| {
+            let load = ["--offer", &count, "--rate", "1000", "--window", "1024", "--leader-timeout", "0.5"];
+            client_process(&files[1 + i], &format!("client {i}"), &load)
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(2));
+    let mut killed = nodes[0].take().unwrap();
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    let leader = await_leader(&scratch, &[1, 2], Some(0));
+    eprintln!("member 0 killed; member {leader} leads");
+
+    nodes[3] = Some(client_cluster_node(&scratch, &files, 3));
+    await_running(&scratch, &mut nodes, 3);
+    add_and_promote(&scratch, &files, 3, &[1, 2]);
+    let text = qc_cluster(&scratch, &["remove-member", "--id", "0"], &[1, 2, 3]);
+    assert!(text.contains("voters [1, 2, 3]"), "{text}");
+    eprintln!("member 0 replaced by member 3");
+
+    nodes[4] = Some(client_cluster_node(&scratch, &files, 4));
+    await_running(&scratch, &mut nodes, 4);
+    add_and_promote(&scratch, &files, 4, &[1, 2, 3]);
+    nodes[0] = Some(client_cluster_node(&scratch, &files, 0));
+    await_running(&scratch, &mut nodes, 0);
+    add_and_promote(&scratch, &files, 0, &[1, 2, 3, 4]);
+    let all = [0, 1, 2, 3, 4];
+    let (ok, text) = try_qc_cluster(&scratch, &["describe", "--json", "--window-ms", "1"], &all);
+    if !ok {
+        let report: Vec<String> =
+            nodes.iter_mut().flatten().map(|p| format!("--- {} {:?}:\n{}", p.name, p.status, p.all_stderr())).collect();
+        panic!("grown to five: {text}\n{}", report.join("\n"));
+    }
+    eprintln!("grown to five: {text}");
+    for i in 0..20 {
+        let (ok, text) = try_qc_cluster(&scratch, &["transfer-leadership"], &all);
+        if !ok || !text.contains("leads term") {
+            let report: Vec<String> =
+                nodes.iter_mut().flatten().map(|p| format!("--- {}:\n{}", p.name, p.all_stderr())).collect();
+            panic!("transfer {i}: {text}\n{}", report.join("\n"));
+        }
+    }
+    for id in [4, 0] {
+        let text = qc_cluster(&scratch, &["remove-member", "--id", &id.to_string()], &all);
+        assert!(text.contains("committed"), "{text}");
+    }
+    let text = qc_cluster(&scratch, &["describe", "--json", "--window-ms", "1"], &[1, 2, 3]);
+    eprintln!("shrunk to three: {text}");
+
+    wait_all(&mut clients, Instant::now() + DEADLINE);
+    let mut sessions = Vec::new();
+    for client in &mut clients {
+        let (session, values) = client_outcome(client);
+        eprintln!("{}: {:?}", client.name, values);
+        assert_eq!(values["committed"], per_client as f64);
+        assert_eq!(values["reported_twice"], 0.0);
+        assert_eq!(values["not_applied"], 0.0);
+        sessions.push(session);
+    }
+    await_applied(&scratch, &[1, 2, 3], &sessions, per_client as usize, &mut nodes);
+    terminate(nodes);
+    assert_exactly_once(&scratch, &[1, 2, 3], &sessions, per_client);
+}

@@ -72,6 +72,10 @@ impl ConsensusAgent {
     /// The configuration in effect changed: the node follows it.
     pub(super) fn on_membership_changed(&mut self) -> Result<(), AgentError> {
         let membership = self.core.membership().clone();
+        if self.shared.membership.current().is_some_and(|(published, _)| published == membership) {
+            // Several entries handed over at once (a catch-up's) each report the latest: once is enough.
+            return Ok(());
+        }
         let id = self.wiring.config.id;
         log::info!(
             "member {id}: configuration {} in effect: voters {:?}, learners {:?}",
