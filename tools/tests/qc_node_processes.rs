@@ -1084,10 +1084,8 @@ fn add_and_promote(scratch: &ScratchDir, files: &[PathBuf], id: usize, members: 
 fn a_killed_member_is_replaced_and_the_cluster_grows_to_five_and_shrinks_to_three_under_load() {
     let scratch = ScratchDir::new("membership-processes");
     let files = five_member_files(scratch.path());
-    let mut nodes: Vec<Option<Process>> = (0..5).map(|_| None).collect();
-    for id in 0..3 {
-        nodes[id] = Some(client_cluster_node(&scratch, &files, id));
-    }
+    let mut nodes: Vec<Option<Process>> =
+        (0..5).map(|id| (id < 3).then(|| client_cluster_node(&scratch, &files, id))).collect();
     assert_eq!(await_leader(&scratch, &[0, 1, 2], None), 0);
     let per_client: u64 = 30_000;
     let count = per_client.to_string();
