@@ -176,6 +176,9 @@ fn snapshots_restore_the_state_and_the_log_below_them_is_deleted() {
         let recorder = stats.recorder();
         assert!(recorder.segments_deleted() > 0, "member {}: segments below the snapshots go", node.id());
         assert!(recorder.start_position() > 0);
+        // What `qc-cluster describe` reads: the applied position and the newest snapshot's, as counters.
+        assert_eq!(stats.state().applied_position(), node.applied_position());
+        assert!(stats.state().snapshot_position() >= recorder.start_position(), "{:?}", stats.state());
     }
     for node in nodes {
         node.close().unwrap();
@@ -187,6 +190,8 @@ fn snapshots_restore_the_state_and_the_log_below_them_is_deleted() {
     for (node, state) in nodes.iter_mut().zip(restored.iter_mut()) {
         let position = node.restore(state).unwrap().expect("a snapshot");
         assert!(position > 0 && state.next > 0, "restored at {position}: {state:?}");
+        let counted = node.stats().state();
+        assert_eq!((counted.snapshot_position(), counted.applied_position()), (position, position));
     }
     elect(&mut nodes);
     run_states(&mut nodes, &mut restored, &mut offered, 25_000);

@@ -25,6 +25,7 @@ use crate::shm::counters::{Counter, CountersManager};
 use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
+use crate::shm::stats::kinds;
 use crate::storage::recording::catch_up::{CatchUpKey, CatchUpRuntime, CatchUpServer};
 use crate::storage::recording::{Recorder, RecorderCounters, RecordingReader};
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotStore};
@@ -122,6 +123,8 @@ impl Node {
             recording_template,
             env.clock.fresh(),
         );
+        let applied = node_counter(&counters, &kinds::state::applied_position);
+        applied.set(committed.applied());
         let order = env.agent_order(u64::from(config.id as u32));
         let agents = NodeAgents { consensus: Box::new(agent), sender, receiver, recorder };
         let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;
@@ -136,7 +139,8 @@ impl Node {
             sessions: Some(sessions),
             snapshots: None,
             disk: env.disk.clone(),
-            last_snapshot: 0,
+            last_snapshot: node_counter(&counters, &kinds::state::snapshot_position),
+            applied,
             polled: false,
             event_generation: 0,
             callbacks: Vec::new(),
@@ -339,8 +343,8 @@ fn start_clients(
     let ingress_counters = IngressCounters::new(|kind| node_counter(counters, kind));
     let session_counters = SessionEventCounters {
         egress_dropped: ingress_counters.egress_dropped.clone(),
-        duplicates: node_counter(counters, &crate::shm::stats::kinds::clients::duplicates),
-        responses_too_long: node_counter(counters, &crate::shm::stats::kinds::clients::responses_too_long),
+        duplicates: node_counter(counters, &kinds::clients::duplicates),
+        responses_too_long: node_counter(counters, &kinds::clients::responses_too_long),
         malformed: ingress_counters.malformed_dropped.clone(),
     };
     let datagram_capacity = config.channel.mtu;

@@ -20,6 +20,8 @@ fn member(path: &Path, id: i64, role: i64, leader: i64, commit: i64) -> (NodeDir
         t if t == kinds::election::leader_member_id.type_id => leader,
         t if t == kinds::election::leadership_term.type_id => 4,
         t if t == kinds::consensus::commit_position.type_id => commit,
+        t if t == kinds::state::applied_position.type_id => commit - 64 * (id + 1),
+        t if t == kinds::state::snapshot_position.type_id => 4096 * (id + 1),
         _ => 0,
     };
     let mut commit_counter = None;
@@ -68,6 +70,11 @@ fn describe_lists_every_member_with_its_lag_behind_the_leader() {
     assert_eq!(
         (&members[1]["role"], &members[1]["leader"], &members[1]["leadership_term_id"]),
         (&"follower".into(), &0.into(), &4.into())
+    );
+    assert_eq!(
+        (&members[1]["applied_position"], &members[1]["snapshot_position"]),
+        (&(9_000 - 128).into(), &8192.into()),
+        "each member's applied position and last snapshot, from its counters"
     );
     let leader_commit = members[0]["commit_position"].as_i64().unwrap();
     assert_eq!(members[1]["lag_bytes"].as_i64(), Some(leader_commit - 9_000));

@@ -6,10 +6,12 @@
 //!
 //! `describe` reads the counters of the members running on this host (their node directories: `NAME` means
 //! `/dev/shm/quorumcast/NAME`) and prints each member's role, leadership term, leader, commit position,
-//! recorded and synced positions, and how far it is behind the leader's commit position, in bytes and in
-//! time at the leader's commit rate (measured over `--window-ms`). `--json` prints one object,
+//! applied position (what its state machine has consumed), recorded and synced positions, its newest
+//! snapshot's position, and how far it is behind the leader's commit position, in bytes and in time at
+//! the leader's commit rate (measured over `--window-ms`). `--json` prints one object,
 //! `{"members": [{member_id, dir, role, leadership_term_id, leader, commit_position, append_position,
-//! recorded_position, synced_position, recording_start, lag_bytes, lag_ms}]}`, for scripts.
+//! recorded_position, synced_position, recording_start, applied_position, snapshot_position, lag_bytes,
+//! lag_ms}]}`, for scripts.
 //!
 //! Exit status: 0, 1 when a member's directory is missing or stale, 2 on bad arguments.
 
