@@ -129,6 +129,8 @@ pub struct Node {
     handles: Option<AgentHandles>,
     counters: CountersManager,
     directory: Option<NodeDirectory>,
+    /// The data directory's lock, held while the node lives (`None` on a simulated disk).
+    data_lock: Option<crate::shm::directory::DirectoryLock>,
     warnings: Vec<String>,
     logs: crate::event_log::RateLimited,
     /// The clock of the application's thread (rate-limited warnings).
@@ -472,6 +474,8 @@ impl Node {
             Some(handles) => handles.close().map_err(NodeError::Agents),
             None => Ok(()),
         };
+        // The agents (the recorder among them) are stopped: the data directory is no longer written.
+        drop(self.data_lock.take());
         if let Some(directory) = self.directory.take() {
             directory.close().map_err(NodeError::Directory)?;
         }
