@@ -170,6 +170,19 @@ impl Index {
         Ok(Some(Index { start_position: header.start_position, start_term: header.start_term, terms }))
     }
 
+    /// The identity `dir/index.dat`'s header names, when there is one with the index's magic number
+    /// (unchecked otherwise: [`load`](Self::load) checks it), for a reader that does not know whose
+    /// recording it looks at.
+    pub(super) fn stored_identity(disk: &dyn Disk, dir: &Path) -> Option<RecordingIdentity> {
+        let bytes = disk.read(&dir.join(INDEX_FILE)).ok()?;
+        let header: IndexHeader = bytemuck::pod_read_unaligned(bytes.get(..std::mem::size_of::<IndexHeader>())?);
+        (header.magic == MAGIC).then_some(RecordingIdentity {
+            membership: header.membership,
+            stream_id: header.stream_id,
+            term_length: header.term_length,
+        })
+    }
+
     /// Replaces `dir/index.dat` with this index, atomically; synced (file and directory) when `sync`.
     pub fn store(&self, disk: &dyn Disk, dir: &Path, identity: &RecordingIdentity, sync: bool) -> io::Result<()> {
         let entries: Vec<TermEntry> = self
