@@ -32,5 +32,6 @@ pub mod hiccup;
 pub mod model;
 pub mod probe;
 pub mod prometheus;
+pub mod recovery_plan;
 pub mod report;
 pub mod sweep;

@@ -21,7 +21,14 @@ use crate::storage::disk::Disk;
 
 /// The index file's name.
 pub(super) const INDEX_FILE: &str = "index.dat";
-const MAGIC: u64 = u64::from_le_bytes(*b"qcidx001");
+/// The index file's first 8 bytes: its format and version, `qcidx001`.
+const MAGIC_BYTES: [u8; 8] = *b"qcidx001";
+const MAGIC: u64 = u64::from_le_bytes(MAGIC_BYTES);
+/// The index format this version writes and reads, as its magic number spells it.
+pub const INDEX_FORMAT: &str = match std::str::from_utf8(&MAGIC_BYTES) {
+    Ok(format) => format,
+    Err(_) => panic!("the magic number is ASCII"),
+};
 /// The end of a term the recording is still in.
 const OPEN: i64 = -1;
 /// The most terms an index holds: a bound on what a damaged count can make a reader allocate.

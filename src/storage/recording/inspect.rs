@@ -67,6 +67,8 @@ pub struct Inspection {
     pub dir: PathBuf,
     /// Whose log it is, from the index's header or the first segment's (`None` for an empty directory).
     pub identity: Option<RecordingIdentity>,
+    /// The index's format (its magic number, [`super::INDEX_FORMAT`]) when `index.dat` loaded.
+    pub index_format: Option<&'static str>,
     /// `index.dat` was missing: a restart rebuilds it from the segments' term-start markers.
     pub index_missing: bool,
     /// The index as a restart completes it: its start and the terms whose markers are recorded.
@@ -99,6 +101,7 @@ impl Recording {
         let mut inspection = Inspection {
             dir: dir.to_path_buf(),
             identity,
+            index_format: None,
             index_missing: false,
             index: Index::default(),
             segments: Vec::new(),
@@ -127,6 +130,7 @@ impl Recording {
             }
         };
         let rebuild = loaded.is_none() && !bases.is_empty();
+        inspection.index_format = loaded.is_some().then_some(super::INDEX_FORMAT);
         inspection.index_missing = loaded.is_none() && inspection.refusal.is_none();
         let mut index =
             loaded.unwrap_or_else(|| Index { start_position: bases.first().copied().unwrap_or(0), ..Index::default() });

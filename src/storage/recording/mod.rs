@@ -33,7 +33,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-pub use index::{Index, RecordedTerm};
+pub use index::{Index, RecordedTerm, INDEX_FORMAT};
 pub use inspect::{Inspection, SegmentFate, SegmentInspection};
 pub use reader::RecordingReader;
 pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};

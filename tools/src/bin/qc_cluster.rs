@@ -13,15 +13,30 @@
 //! recorded_position, synced_position, recording_start, applied_position, snapshot_position, lag_bytes,
 //! lag_ms}]}`, for scripts.
 //!
-//! Exit status: 0, 1 when a member's directory is missing or stale, 2 on bad arguments.
+//! ```text
+//! qc-cluster recovery-plan --data-dir PATH [--recording-dir PATH] [--json]
+//! ```
+//!
+//! `recovery-plan` reads the data directory of a STOPPED member (one whose node runs is refused: it holds
+//! the directory's `data.lock`) and says what a restart of it would read, replay and catch up: its vote
+//! file (term, voted for), its recording's index (format, term history, start), each segment (positions,
+//! size, blocks valid, where damage or a torn tail is and how many bytes a restart cuts), its snapshots
+//! (the newest that verifies, and why newer ones do not), the term and position it restarts at, what it
+//! replays into its state machine (from the snapshot to the end of the recording), and that anything past
+//! comes from the leader. It changes nothing in the directory. `--json` prints one object (see
+//! `quorumcast_tools::recovery_plan::render_json`).
+//!
+//! Exit status: 0; 1 when a member's directory is missing or stale (`describe`), or missing, in use or
+//! unreadable (`recovery-plan`); 3 when the plan finds the member would refuse to start or restore (the
+//! reasons are printed); 2 on bad arguments.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use quorumcast::shm::directory::NodeDirectory;
-use quorumcast_tools::cluster_view;
+use quorumcast_tools::{cluster_view, recovery_plan};
 
 /// Command line of qc-cluster.
 #[derive(Debug, Parser)]
@@ -48,11 +63,28 @@ enum Command {
         #[arg(value_name = "NAME")]
         names: Vec<String>,
     },
+    /// What a restart of a stopped member would read, replay and catch up, from its data directory.
+    RecoveryPlan {
+        /// The member's data directory (`data_dir` in its node file).
+        #[arg(long, value_name = "PATH")]
+        data_dir: PathBuf,
+        /// Its recording's directory, when `storage.recording_dir` moved it out of `<data dir>/recording`.
+        #[arg(long, value_name = "PATH")]
+        recording_dir: Option<PathBuf>,
+        /// One JSON object instead of the text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
-    let Command::Describe { json, window_ms, dir, names } = Args::parse().command;
-    let mut dirs = dir;
+    match Args::parse().command {
+        Command::Describe { json, window_ms, dir, names } => describe(json, window_ms, dir, &names),
+        Command::RecoveryPlan { data_dir, recording_dir, json } => recovery_plan(&data_dir, recording_dir, json),
+    }
+}
+
+fn describe(json: bool, window_ms: u64, mut dirs: Vec<PathBuf>, names: &[String]) -> ExitCode {
     dirs.extend(names.iter().map(|name| NodeDirectory::default_path(name)));
     if dirs.is_empty() {
         eprintln!("qc-cluster: describe needs the members: --dir PATH or NAME, once per member");
@@ -67,4 +99,24 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+fn recovery_plan(data_dir: &Path, recording_dir: Option<PathBuf>, json: bool) -> ExitCode {
+    let plan = match recovery_plan::plan(data_dir, recording_dir.as_deref()) {
+        Ok(plan) => plan,
+        Err(message) => {
+            eprintln!("qc-cluster: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        println!("{}", recovery_plan::render_json(&plan));
+    } else {
+        print!("{}", recovery_plan::render(&plan));
+    }
+    if plan.refusals.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }
 }
