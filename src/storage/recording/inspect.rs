@@ -341,6 +341,36 @@ mod tests {
     }
 
     #[test]
+    fn segments_a_stopped_compaction_left_below_the_start_are_reported_as_removed() {
+        let dir = scratch("inspect-compaction");
+        let log = log_of(2, 60);
+        let end = log.producer_position();
+        let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+        record(&mut recording, &log, end, 1024);
+        let first = Recording::inspect(&OsDisk, &dir).unwrap().segments;
+        let copies: Vec<(PathBuf, Vec<u8>)> =
+            first.iter().map(|s| (s.path.clone(), std::fs::read(&s.path).unwrap())).collect();
+        let start = recording.delete_before(5000).unwrap();
+        drop(recording);
+        // The segments as a compaction stopped after its new index leaves them.
+        let restored: Vec<&PathBuf> = copies.iter().filter(|(p, _)| !p.exists()).map(|(p, _)| p).collect();
+        for (path, bytes) in &copies {
+            std::fs::write(path, bytes).unwrap();
+        }
+        let inspection = Recording::inspect(&OsDisk, &dir).unwrap();
+        assert_eq!((inspection.index.start_position, inspection.end, &inspection.refusal), (start, end, &None));
+        let removed: Vec<&PathBuf> =
+            inspection.segments.iter().filter(|s| s.fate == SegmentFate::BelowStart).map(|s| &s.path).collect();
+        assert!(!removed.is_empty());
+        assert_eq!(removed, restored);
+        let (recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+        assert_eq!((recording.start(), recording.end()), (start, end));
+        assert!(removed.iter().all(|p| !p.exists()), "open removed what the inspection said");
+        drop(recording);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_damaged_index_is_the_refusal_open_would_stop_with_and_a_missing_directory_is_empty() {
         let dir = scratch("inspect-index");
         let log = log_of(1, 10);
