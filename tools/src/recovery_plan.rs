@@ -54,12 +54,15 @@ pub struct RecoveryPlan {
     pub restart_position: i64,
     /// Why the member would not start, or its application could not restore (each with what to do).
     pub refusals: Vec<String>,
+    /// What the reader could not check (a directory without `data.lock`, written by an older node).
+    pub notes: Vec<String>,
 }
 
 /// Reads the data directory `data_dir` of a stopped member, its recording in `recording_dir` (default
 /// `<data_dir>/recording`, as a node has it unless `storage.recording_dir` moves it). `Err` for a missing
 /// directory or one whose node runs.
 pub fn plan(data_dir: &Path, recording_dir: Option<&Path>) -> Result<RecoveryPlan, String> {
+    let mut notes = Vec::new();
     match DirectoryLock::status(data_dir, DATA_LOCK_FILE) {
         DirectoryStatus::Missing => return Err(format!("no data directory at {}", data_dir.display())),
         DirectoryStatus::Running(owner) => {
@@ -69,7 +72,12 @@ pub fn plan(data_dir: &Path, recording_dir: Option<&Path>) -> Result<RecoveryPla
                 data_dir.display()
             ))
         }
-        _ => {}
+        DirectoryStatus::NoLockFile => notes.push(format!(
+            "{} has no {DATA_LOCK_FILE} (a node of an earlier version wrote it, or none ever ran there): whether \
+             a node runs on it cannot be told; make sure none does",
+            data_dir.display()
+        )),
+        DirectoryStatus::Stale(_) => {}
     }
     let disk = OsDisk;
     let vote = VoteFile::read_stored(&disk, &data_dir.join("vote.dat")).map_err(|e| e.to_string());
@@ -86,8 +94,18 @@ pub fn plan(data_dir: &Path, recording_dir: Option<&Path>) -> Result<RecoveryPla
         })
         .transpose()?;
     let mut refusals: Vec<String> = recording.refusal.iter().cloned().collect();
-    if let Err(why) = &vote {
-        refusals.push(why.clone());
+    match (&vote, recording.identity) {
+        (Err(why), _) => refusals.push(why.clone()),
+        // The node loads its vote file only if its own cluster wrote it.
+        (Ok(Some(v)), Some(identity)) if v.membership != identity.membership => refusals.push(format!(
+            "vote file {}: written by member {} of cluster {:#018x}, the recording is of cluster {:#018x}; if this \
+             directory belongs to another member or cluster, give the node its own",
+            data_dir.join("vote.dat").display(),
+            v.member_id,
+            v.membership,
+            identity.membership
+        )),
+        _ => {}
     }
     let start = recording.index.start_position;
     let newest = snapshots.as_ref().and_then(|s| s.newest.as_ref());
@@ -123,6 +141,7 @@ pub fn plan(data_dir: &Path, recording_dir: Option<&Path>) -> Result<RecoveryPla
         snapshots,
         recording,
         refusals,
+        notes,
     })
 }
 
@@ -238,6 +257,9 @@ pub fn render(plan: &RecoveryPlan) -> String {
     for refusal in &plan.refusals {
         let _ = writeln!(out, "REFUSED: {refusal}");
     }
+    for note in &plan.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
     out
 }
 
@@ -315,5 +337,6 @@ pub fn render_json(plan: &RecoveryPlan) -> Value {
         "restart_position": plan.restart_position,
         "catch_up_from": plan.restart_position,
         "refusals": plan.refusals,
+        "notes": plan.notes,
     })
 }

@@ -186,6 +186,7 @@ fn recovery_plan_reads_a_stopped_members_data_directory_and_changes_nothing() {
     assert_eq!(plan["replay_from"].as_i64(), Some(snapshot.position));
     assert_eq!(plan["replay_bytes"].as_i64(), Some(end - snapshot.position));
     assert_eq!((plan["restart_position"].as_i64(), plan["catch_up_from"].as_i64()), (Some(end), Some(end)));
+    assert_eq!((&plan["refusals"], &plan["notes"]), (&serde_json::json!([]), &serde_json::json!([])), "{plan}");
 
     // A torn last block (half a block header, as a crash mid-write leaves): the plan says what is cut.
     let last = std::path::PathBuf::from(segments.last().unwrap()["file"].as_str().unwrap());
@@ -212,4 +213,14 @@ fn recovery_plan_reads_a_stopped_members_data_directory_and_changes_nothing() {
     let stats = restarted.stats();
     assert_eq!((stats.recorder().torn_bytes(), stats.recorder().position()), (11, end));
     restarted.close().unwrap();
+
+    // A damaged index: the plan's refusal (exit status 3) is the error the node stops with.
+    let index = scratch.join("data-1").join("recording").join("index.dat");
+    let mut bytes = std::fs::read(&index).unwrap();
+    bytes[20] ^= 0x40;
+    std::fs::write(&index, bytes).unwrap();
+    let (code, refused, stderr) = recovery_plan(&scratch.join("data-1"));
+    assert_eq!(code, Some(3), "{refused}{stderr}");
+    let error = builder(1).start().expect_err("a damaged index stops the node").to_string();
+    assert!(error.contains(refused["refusals"][0].as_str().unwrap()), "{error}\n{refused}");
 }
