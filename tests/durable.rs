@@ -176,6 +176,9 @@ fn snapshots_restore_the_state_and_the_log_below_them_is_deleted() {
         let recorder = stats.recorder();
         assert!(recorder.segments_deleted() > 0, "member {}: segments below the snapshots go", node.id());
         assert!(recorder.start_position() > 0);
+        // What `qc-cluster describe` reads: the applied position and the newest snapshot's, as counters.
+        assert_eq!(stats.state().applied_position(), node.applied_position());
+        assert!(stats.state().snapshot_position() >= recorder.start_position(), "{:?}", stats.state());
     }
     for node in nodes {
         node.close().unwrap();
@@ -187,6 +190,8 @@ fn snapshots_restore_the_state_and_the_log_below_them_is_deleted() {
     for (node, state) in nodes.iter_mut().zip(restored.iter_mut()) {
         let position = node.restore(state).unwrap().expect("a snapshot");
         assert!(position > 0 && state.next > 0, "restored at {position}: {state:?}");
+        let stats = node.stats();
+        assert_eq!((stats.state().snapshot_position(), stats.state().applied_position()), (position, position));
     }
     elect(&mut nodes);
     run_states(&mut nodes, &mut restored, &mut offered, 25_000);
@@ -431,4 +436,19 @@ fn a_follower_behind_the_leaders_recording_catches_up_from_its_snapshot() {
     for node in nodes {
         node.close().unwrap();
     }
+}
+
+#[test]
+fn a_second_node_on_a_data_directory_in_use_is_refused_naming_it() {
+    let scratch = ScratchDir::new("durable-data-lock");
+    let members = members(3);
+    let storage = storage(SyncPolicy::None);
+    let running = builder(&scratch, 0, &members, storage.clone()).start().expect("node starts");
+    // Another node directory, the same data directory: refused before it reads or repairs anything there.
+    let error = builder(&scratch, 0, &members, storage.clone()).directory(scratch.join("node-0-again")).start();
+    let text = error.expect_err("a second node on the same data directory").to_string();
+    assert!(text.contains(scratch.join("data-0").to_str().unwrap()) && text.contains("in use"), "{text}");
+    running.close().unwrap();
+    // Released when the node closes: it starts again there.
+    builder(&scratch, 0, &members, storage).start().expect("starts again").close().unwrap();
 }

@@ -120,8 +120,11 @@ pub struct Node {
     snapshots: Option<SnapshotStore>,
     /// The disk its data directory is on.
     disk: crate::storage::disk::SharedDisk,
-    /// The position of the newest snapshot taken or restored.
-    last_snapshot: i64,
+    /// The position of the newest snapshot taken or restored (its counter, `state.snapshot_position`).
+    last_snapshot: Counter,
+    /// The applied position as the counter `state.applied_position` publishes it (after each poll and
+    /// restore).
+    applied: Counter,
     /// Committed entries were polled for (a restore after that is refused).
     polled: bool,
     event_generation: u64,
@@ -129,6 +132,8 @@ pub struct Node {
     handles: Option<AgentHandles>,
     counters: CountersManager,
     directory: Option<NodeDirectory>,
+    /// The data directory's lock, held while the node lives (`None` on a simulated disk).
+    data_lock: Option<crate::shm::directory::DirectoryLock>,
     warnings: Vec<String>,
     logs: crate::event_log::RateLimited,
     /// The clock of the application's thread (rate-limited warnings).
@@ -318,6 +323,7 @@ impl Node {
         });
         sessions.flush();
         self.sessions = Some(sessions);
+        self.applied.set(self.committed.applied());
         fragments
     }
 
@@ -350,7 +356,7 @@ impl Node {
             // With a recorded log, its replay starts at the snapshot; without one, there is nothing to replay.
             Some(info) => {
                 self.committed.restart_replay_at(info.position);
-                self.last_snapshot = info.position;
+                self.last_snapshot.set(info.position);
             }
             None if start > 0 => {
                 return Err(NodeError::Snapshot(format!(
@@ -361,6 +367,7 @@ impl Node {
             }
             None => {}
         }
+        self.applied.set(self.committed.applied());
         Ok(restored.info.map(|info| info.position))
     }
 
@@ -371,7 +378,7 @@ impl Node {
         if let Some(position) = self.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load) {
             // The planted bug: the entries after the snapshot go to the state it should have replaced.
             self.committed.snapshot_loaded(position);
-            self.last_snapshot = position;
+            self.last_snapshot.set(position);
         }
         if let Some(position) = self.committed.newest_pending_snapshot() {
             // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
@@ -393,14 +400,14 @@ impl Node {
                 }
             }
             self.committed.snapshot_loaded(position);
-            self.last_snapshot = position;
+            self.last_snapshot.set(position);
         }
         let fragments = self.poll_service(fragment_limit, |entry, response| machine.apply_entry(entry, response));
         let due = self
             .config
             .storage
             .snapshot_interval
-            .is_some_and(|every| self.applied_position() - self.last_snapshot >= every as i64)
+            .is_some_and(|every| self.applied_position() - self.last_snapshot.get() >= every as i64)
             || self.shared.snapshot_requested.load(Ordering::Acquire);
         if due && self.committed.pending_snapshot().is_none() && self.committed.recorded_past(self.applied_position()) {
             self.take_snapshot(machine)?;
@@ -431,7 +438,7 @@ impl Node {
         if let Some(oldest) = store.retain(kept).map_err(|e| NodeError::Snapshot(e.to_string()))? {
             self.compact_below.set_max(oldest);
         }
-        self.last_snapshot = position;
+        self.last_snapshot.set(position);
         Ok(info)
     }
 
@@ -473,6 +480,8 @@ impl Node {
             Some(handles) => handles.close().map_err(NodeError::Agents),
             None => Ok(()),
         };
+        // The agents (the recorder among them) are stopped: the data directory is no longer written.
+        drop(self.data_lock.take());
         if let Some(directory) = self.directory.take() {
             directory.close().map_err(NodeError::Directory)?;
         }

@@ -23,9 +23,10 @@ use crate::media::transport::{Binding, Network, Transport};
 use crate::setting::{Setting, SettingError};
 use crate::shm::buffer::{AtomicBuffer, Region};
 use crate::shm::counters::{Counter, CountersManager};
-use crate::shm::directory::{DirectoryError, NodeDirectory, StalePolicy};
+use crate::shm::directory::{DirectoryError, DirectoryLock, NodeDirectory, StalePolicy};
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
+use crate::shm::stats::kinds;
 use crate::storage::recording::catch_up::{CatchUpKey, CatchUpRuntime, CatchUpServer};
 use crate::storage::recording::{Recorder, RecorderCounters, RecordingReader};
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotStore};
@@ -69,6 +70,7 @@ impl Node {
             NodeError::Io(std::io::Error::new(e.kind(), format!("cannot create {}: {e}", ingress_path.display())))
         })?;
         let ingress = Arc::new(ManyToOneRingBuffer::new(AtomicBuffer::new(ingress_region))?);
+        let data_lock = lock_data_dir(&config, &env)?;
         let recovered = if config.storage.records() { Some(recovery::open(&config, &env)?) } else { None };
         let (core, votes) = start_core(&config, recovered.as_ref(), &env)?;
         // The endpoints of members the recorded configuration entries name (added while the cluster ran).
@@ -131,6 +133,8 @@ impl Node {
             recording_template,
             env.clock.fresh(),
         );
+        let applied = node_counter(&counters, &kinds::state::applied_position);
+        applied.set(committed.applied());
         let order = env.agent_order(u64::from(config.id as u32));
         let agents = NodeAgents { consensus: Box::new(agent), sender, receiver, recorder };
         let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;
@@ -145,13 +149,15 @@ impl Node {
             sessions: Some(sessions),
             snapshots: None,
             disk: env.disk.clone(),
-            last_snapshot: 0,
+            last_snapshot: node_counter(&counters, &kinds::state::snapshot_position),
+            applied,
             polled: false,
             event_generation: 0,
             callbacks: Vec::new(),
             handles: Some(handles),
             counters,
             directory: Some(directory),
+            data_lock,
             warnings,
             logs: crate::event_log::RateLimited::default(),
             clock: env.clock.fresh(),
@@ -247,6 +253,26 @@ fn start_recorder(
     Ok(Recorded { agent: Box::new(agent), counters: recorder_counters, tail, replay, template })
 }
 
+/// Creates the data directory and takes its lock (before anything in it is read or repaired): a second
+/// node on the same data directory is refused, naming it and the pid that holds it.
+fn lock_data_dir(config: &NodeConfig, env: &Environment) -> Result<Option<DirectoryLock>, NodeError> {
+    let data_dir = config.data_dir_path();
+    env.disk.create_dir_all(&data_dir).map_err(|e| {
+        NodeError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot create the data directory {}: {e}", data_dir.display()),
+        ))
+    })?;
+    env.disk.lock_dir(&data_dir).map_err(|e| match e {
+        DirectoryError::AlreadyRunning { pid, .. } => NodeError::Config(format!(
+            "the data directory {} is in use by another node ({}): give each node its own data_dir",
+            data_dir.display(),
+            pid.map_or("unknown pid".to_string(), |p| format!("pid {p}")),
+        )),
+        e => NodeError::Directory(e),
+    })
+}
+
 /// The consensus core of a starting node, from its persisted term and vote (the vote file it goes on
 /// writing) and its recorded log, if it has one.
 fn start_core(
@@ -255,12 +281,6 @@ fn start_core(
     env: &Environment,
 ) -> Result<(ConsensusCore, VoteFile), NodeError> {
     let data_dir = config.data_dir_path();
-    env.disk.create_dir_all(&data_dir).map_err(|e| {
-        NodeError::Io(std::io::Error::new(
-            e.kind(),
-            format!("cannot create the data directory {}: {e}", data_dir.display()),
-        ))
-    })?;
     let votes = VoteFile::on(env.disk.clone(), &data_dir, config.id, config.membership());
     let mut durable = match votes.load().map_err(NodeError::Vote)? {
         Some(vote) => DurableState {
@@ -354,8 +374,8 @@ fn start_clients(
     let ingress_counters = IngressCounters::new(|kind| node_counter(counters, kind));
     let session_counters = SessionEventCounters {
         egress_dropped: ingress_counters.egress_dropped.clone(),
-        duplicates: node_counter(counters, &crate::shm::stats::kinds::clients::duplicates),
-        responses_too_long: node_counter(counters, &crate::shm::stats::kinds::clients::responses_too_long),
+        duplicates: node_counter(counters, &kinds::clients::duplicates),
+        responses_too_long: node_counter(counters, &kinds::clients::responses_too_long),
         malformed: ingress_counters.malformed_dropped.clone(),
     };
     let datagram_capacity = config.channel.mtu;

@@ -258,19 +258,7 @@ impl NodeDirectory {
     /// The probe takes a shared lock for a few microseconds when nobody holds the exclusive one; a node
     /// starting in that instant retries (`create` tries several times before it reports a running node).
     pub fn status(path: impl AsRef<Path>) -> DirectoryStatus {
-        let path = path.as_ref();
-        if !path.is_dir() {
-            return DirectoryStatus::Missing;
-        }
-        let Ok(mut file) = File::open(path.join(LOCK_FILE_NAME)) else {
-            return DirectoryStatus::NoLockFile;
-        };
-        let owner = read_owner(&mut file);
-        match try_flock(&file, libc::LOCK_SH) {
-            Ok(true) => DirectoryStatus::Stale(owner),
-            // A lock we cannot probe (an odd file system) is reported as held: the safer guess.
-            Ok(false) | Err(_) => DirectoryStatus::Running(owner),
-        }
+        DirectoryLock::status(path.as_ref(), LOCK_FILE_NAME)
     }
 
     /// Removes the directory now and releases the lock, reporting a failure to remove it.
@@ -299,6 +287,52 @@ impl NodeDirectory {
         let removed = fs::remove_dir(&self.path);
         drop(lock);
         removed.map_err(io_error("remove the node directory", &self.path))
+    }
+}
+
+/// An exclusive `flock` on the lock file `name` in a directory other than a node directory (a member's
+/// data directory), held for as long as this value lives, so that a second process (or a second holder in
+/// this one) is refused and a reader can tell whether the directory is in use ([`DirectoryLock::status`]).
+///
+/// Invariants: the file holds `<pid> <start ms>` of the holder, as a node directory's lock file does; it
+/// is never removed (the next holder takes the lock on it again), and dropping the value releases the lock.
+#[derive(Debug)]
+pub struct DirectoryLock {
+    path: PathBuf,
+    _file: File,
+}
+
+impl DirectoryLock {
+    /// Takes the lock of `dir/name` (creating the file; `dir` must exist), or refuses with
+    /// [`DirectoryError::AlreadyRunning`] naming `dir` and the holder's pid while another holds it.
+    pub fn acquire(dir: &Path, name: &str) -> Result<Self, DirectoryError> {
+        let path = dir.join(name);
+        let mut file = lock_exclusively(dir, &path)?;
+        write_owner(&mut file).map_err(io_error("write the lock file", &path))?;
+        Ok(Self { path, _file: file })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a process holds the lock of `dir/name`, by probing it (a shared lock for a few
+    /// microseconds when nobody holds the exclusive one); writes nothing. [`DirectoryStatus::Stale`]: the
+    /// file is there and nobody holds it.
+    pub fn status(dir: &Path, name: &str) -> DirectoryStatus {
+        if !dir.is_dir() {
+            return DirectoryStatus::Missing;
+        }
+        let Ok(mut file) = File::open(dir.join(name)) else {
+            return DirectoryStatus::NoLockFile;
+        };
+        let owner = read_owner(&mut file);
+        match try_flock(&file, libc::LOCK_SH) {
+            Ok(true) => DirectoryStatus::Stale(owner),
+            // A lock we cannot probe (an odd file system) is reported as held: the safer guess.
+            Ok(false) | Err(_) => DirectoryStatus::Running(owner),
+        }
     }
 }
 
@@ -460,6 +494,22 @@ mod tests {
         assert_eq!(dir.cleaned(), None);
         dir.close().unwrap();
         assert!(!root.exists());
+    }
+
+    #[test]
+    fn a_directory_lock_refuses_a_second_holder_and_tells_a_reader_whether_it_is_held() {
+        let root = test_dir("data-lock");
+        fs::create_dir_all(&root).unwrap();
+        assert_eq!(DirectoryLock::status(&root, "data.lock"), DirectoryStatus::NoLockFile);
+        let lock = DirectoryLock::acquire(&root, "data.lock").unwrap();
+        let error = DirectoryLock::acquire(&root, "data.lock").unwrap_err();
+        assert!(matches!(error, DirectoryError::AlreadyRunning { pid: Some(pid), .. } if pid == std::process::id()));
+        assert!(matches!(DirectoryLock::status(&root, "data.lock"), DirectoryStatus::Running(_)));
+        drop(lock);
+        assert!(matches!(DirectoryLock::status(&root, "data.lock"), DirectoryStatus::Stale(_)), "released, file kept");
+        drop(DirectoryLock::acquire(&root, "data.lock").unwrap());
+        assert_eq!(DirectoryLock::status(&root.join("none"), "data.lock"), DirectoryStatus::Missing);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -303,6 +303,16 @@ catalogue! {
         /// Nanoseconds in `fdatasync` calls of group commits (wall time, on whichever thread makes them).
         sync_ns = 517, "recorder fsync ns";
     }
+    /// The application's side of the node: what its state machine (or reader) has consumed, and the
+    /// newest snapshot it has.
+    state: StateStats {
+        /// Where the last committed message handed to the application ends (`Node::applied_position`):
+        /// set as it polls, and at a restore (to the snapshot's position).
+        applied_position = 700, "state applied position";
+        /// The position of the newest snapshot this member took, restored at start or loaded from a
+        /// catch-up's install; 0 while it has none.
+        snapshot_position = 701, "state snapshot position";
+    }
     /// Remote clients: a member's client endpoint ([`crate::client`]) and its sessions' answers.
     clients: ClientStats {
         /// Client datagrams received.

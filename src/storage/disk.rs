@@ -25,6 +25,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::shm::directory::{DirectoryError, DirectoryLock};
+
 /// A file open on a [`Disk`], for reading and writing at offsets.
 pub trait DiskFile: Send + Sync + fmt::Debug {
     /// Fills `buf` from `offset`, or fails (`UnexpectedEof` past the end).
@@ -89,7 +91,17 @@ pub trait Disk: Send + Sync + fmt::Debug {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Makes the names made, renamed or removed in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Takes the lock of the data directory `dir` ([`DATA_LOCK_FILE`]) for as long as the result lives,
+    /// refusing while another holds it: one node per data directory, and a reader (`qc-cluster
+    /// recovery-plan`) can tell a running member's directory. `None` where there is no other process to
+    /// keep out (a simulated disk, the default).
+    fn lock_dir(&self, _dir: &Path) -> Result<Option<DirectoryLock>, DirectoryError> {
+        Ok(None)
+    }
 }
+
+/// The lock file a node holds in its data directory while it runs ([`Disk::lock_dir`]).
+pub const DATA_LOCK_FILE: &str = "data.lock";
 
 /// A file read or written in order, from an offset on: `Read` and `Write` over [`DiskFile`]'s positioned
 /// calls, for the streams (snapshots) that are copied through a buffer. Reads stop at `end`.
@@ -317,5 +329,9 @@ impl Disk for OsDisk {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+
+    fn lock_dir(&self, dir: &Path) -> Result<Option<DirectoryLock>, DirectoryError> {
+        DirectoryLock::acquire(dir, DATA_LOCK_FILE).map(Some)
     }
 }

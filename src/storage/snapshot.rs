@@ -440,6 +440,27 @@ impl SnapshotStore {
         Ok(store)
     }
 
+    /// The store in `dir` on `disk` for reading only (a stopped member's snapshots, inspected): unlike
+    /// [`open_on`](Self::open_on) it creates nothing and removes nothing (an unfinished temporary file
+    /// stays), and a directory that does not exist holds no snapshot. Only the reading calls
+    /// ([`list`](Self::list), [`newest`](Self::newest)) are for it.
+    pub fn open_read_only(disk: SharedDisk, dir: &Path, identity: SnapshotIdentity) -> Self {
+        Self {
+            disk,
+            dir: dir.to_path_buf(),
+            identity,
+            max_install_length: DEFAULT_MAX_INSTALL_LENGTH,
+            temp_sequence: AtomicU64::new(0),
+        }
+    }
+
+    /// The newest snapshot that verifies entirely (header, identity, length and state checksum): the one
+    /// [`restore`](Self::restore) would load, and why each newer one would be skipped. Reads only.
+    pub fn newest(&self) -> Result<(Option<SnapshotInfo>, Vec<String>), SnapshotError> {
+        let (found, skipped) = self.newest_verified()?;
+        Ok((found.map(|(info, _, _)| info), skipped))
+    }
+
     /// The store with [`install`](Self::install) refusing a state longer than `bytes` (default
     /// [`DEFAULT_MAX_INSTALL_LENGTH`]).
     pub fn with_max_install_length(mut self, bytes: u64) -> Self {
@@ -649,7 +670,12 @@ impl SnapshotStore {
     /// The snapshot files by name (`snapshot-<position>.qcsnap`, nothing else), oldest first.
     fn names(&self) -> Result<Vec<(i64, PathBuf)>, SnapshotError> {
         let mut names = Vec::new();
-        for name in self.disk.list(&self.dir).map_err(io_error(&self.dir, "list the directory"))? {
+        let listed = match self.disk.list(&self.dir) {
+            // Only a store opened read-only can lack its directory: no snapshot there.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            listed => listed.map_err(io_error(&self.dir, "list the directory"))?,
+        };
+        for name in listed {
             if let Some(position) = parse_name(&name) {
                 names.push((position, self.dir.join(name)));
             }
@@ -1094,6 +1120,16 @@ mod tests {
         write_bytes(&store, 100, 1, 5_000);
         let bad = write_bytes(&store, 200, 2, 5_000);
         flip_byte(&bad.path, HEADER_LENGTH + 4_321);
+        // A reader that only looks (read-only, in a directory it does not change) is told the same.
+        fs::write(dir.join("snapshot-00000000000000000300.qcsnap.0.tmp"), b"unfinished").unwrap();
+        let before = entries(&dir);
+        let looking = SnapshotStore::open_read_only(SharedDisk::os(), &dir, IDENTITY);
+        let (newest, skipped) = looking.newest().unwrap();
+        assert_eq!((newest.map(|i| i.position), skipped.len()), (Some(100), 1));
+        assert_eq!(entries(&dir), before, "nothing created or removed");
+        let missing = SnapshotStore::open_read_only(SharedDisk::os(), &dir.join("none"), IDENTITY);
+        assert_eq!(missing.newest().unwrap(), (None, vec![]));
+        assert!(!dir.join("none").exists());
         let (state, restored) = restore_bytes(&store);
         assert_eq!(state, vec![1; 5_000]);
         assert_eq!(restored.info.unwrap().position, 100);

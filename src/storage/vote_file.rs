@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use bytemuck::{Pod, Zeroable};
 
-use super::disk::SharedDisk;
+use super::disk::{Disk, SharedDisk};
 
 /// The record's first 8 bytes: `qcvote01`, little-endian.
 const MAGIC: u64 = u64::from_le_bytes(*b"qcvote01");
@@ -54,6 +54,17 @@ pub struct TermVote {
     pub leadership_term_id: i64,
     /// The member voted for in that term, if any.
     pub voted_for: Option<i32>,
+}
+
+/// A vote record as stored, with the member and cluster that wrote it ([`VoteFile::read_stored`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredVote {
+    /// The member that wrote it.
+    pub member_id: i32,
+    /// The member-list tag of its cluster.
+    pub membership: i64,
+    /// Its term and vote.
+    pub vote: TermVote,
 }
 
 /// Why the vote file could not be read or written; every message names the file.
@@ -119,12 +130,31 @@ impl VoteFile {
 
     /// The persisted term and vote, or `None` when nothing was ever stored (a new member).
     pub fn load(&self) -> Result<Option<TermVote>, VoteFileError> {
-        let bytes = match self.disk.read(&self.path) {
+        let Some(stored) = Self::read_stored(&*self.disk, &self.path)? else {
+            return Ok(None);
+        };
+        if stored.member_id != self.member_id || stored.membership != self.membership {
+            return Err(VoteFileError::Invalid {
+                path: self.path.clone(),
+                reason: format!(
+                    "written by member {} of cluster {:#018x}, this is member {} of cluster {:#018x}",
+                    stored.member_id, stored.membership, self.member_id, self.membership
+                ),
+            });
+        }
+        Ok(Some(stored.vote))
+    }
+
+    /// The record in the vote file at `path` (`<data dir>/vote.dat`), whole and checksummed, whichever
+    /// member and cluster wrote it (for a reader that does not know them: an operator's tool; the node
+    /// loads with [`load`](Self::load), which checks them too); `None` when there is none. Reads only.
+    pub fn read_stored(disk: &dyn Disk, path: &Path) -> Result<Option<StoredVote>, VoteFileError> {
+        let bytes = match disk.read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(VoteFileError::Io { path: self.path.clone(), action: "read it", source }),
+            Err(source) => return Err(VoteFileError::Io { path: path.to_path_buf(), action: "read it", source }),
         };
-        let invalid = |reason: String| VoteFileError::Invalid { path: self.path.clone(), reason };
+        let invalid = |reason: String| VoteFileError::Invalid { path: path.to_path_buf(), reason };
         if bytes.len() != std::mem::size_of::<VoteRecord>() {
             return Err(invalid(format!("{} bytes, a vote record has 40", bytes.len())));
         }
@@ -135,15 +165,13 @@ impl VoteFile {
         if record.checksum != record.checksum_of() {
             return Err(invalid("its checksum does not match: the file is damaged".into()));
         }
-        if record.member_id != self.member_id || record.membership != self.membership {
-            return Err(invalid(format!(
-                "written by member {} of cluster {:#018x}, this is member {} of cluster {:#018x}",
-                record.member_id, record.membership, self.member_id, self.membership
-            )));
-        }
-        Ok(Some(TermVote {
-            leadership_term_id: record.leadership_term_id,
-            voted_for: (record.voted_for >= 0).then_some(record.voted_for),
+        Ok(Some(StoredVote {
+            member_id: record.member_id,
+            membership: record.membership,
+            vote: TermVote {
+                leadership_term_id: record.leadership_term_id,
+                voted_for: (record.voted_for >= 0).then_some(record.voted_for),
+            },
         }))
     }
 
@@ -186,6 +214,9 @@ mod tests {
         file.store(later).unwrap();
         assert_eq!(file.load().unwrap(), Some(later));
         assert!(!dir.join("vote.dat.tmp").exists(), "the temporary copy is renamed away");
+        // A reader that does not know the member learns it from the record.
+        let stored = VoteFile::read_stored(&crate::storage::disk::OsDisk, file.path()).unwrap();
+        assert_eq!(stored, Some(StoredVote { member_id: 2, membership: 77, vote: later }));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,5 +1,6 @@
 //! The cluster as an operator sees it, from its members' counters (what `qc-cluster describe` prints):
-//! each member's role, term, leader, positions, and how far it is behind the leader, in bytes and in time.
+//! each member's role, term, leader, positions (committed, applied by its state machine, recorded, synced,
+//! its newest snapshot's), and how far it is behind the leader, in bytes and in time.
 //!
 //! Read from the node directories of members on this host (their `counters.dat`, never written). The lag in
 //! time is the lag in bytes over the leader's commit rate, measured between two readings.
@@ -36,6 +37,12 @@ pub struct MemberView {
     pub synced_position: i64,
     /// Where its recorded log starts (past 0 once compacted below a snapshot, or begun at one).
     pub recording_start: i64,
+    /// What its state machine (or reader) has consumed: where the last committed message handed to the
+    /// application ends.
+    pub applied_position: i64,
+    /// The position of its newest snapshot (taken, restored at start, or installed by a catch-up); 0
+    /// without one.
+    pub snapshot_position: i64,
     /// Behind the leader's commit position, in bytes (`None` while no leader is known here).
     pub lag_bytes: Option<i64>,
     /// The lag in time at the leader's commit rate (`None` while the leader commits nothing).
@@ -68,6 +75,8 @@ impl MemberView {
             recorded_position: recorder.position(),
             synced_position: recorder.synced_position(),
             recording_start: recorder.start_position(),
+            applied_position: stats.state().applied_position(),
+            snapshot_position: stats.state().snapshot_position(),
             lag_bytes: None,
             lag: None,
         }
@@ -116,8 +125,8 @@ pub fn render(views: &[MemberView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  dir",
-        "member", "role", "term", "leader", "commit", "recorded", "synced", "lag bytes", "lag"
+        "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  dir",
+        "member", "role", "term", "leader", "commit", "applied", "recorded", "synced", "snapshot", "lag bytes", "lag"
     );
     for v in views {
         let leader = v.leader.map_or("-".into(), |l| l.to_string());
@@ -125,14 +134,16 @@ pub fn render(views: &[MemberView]) -> String {
         let lag = v.lag.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
         let _ = writeln!(
             out,
-            "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}",
+            "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}",
             v.member_id,
             v.role,
             v.leadership_term_id,
             leader,
             v.commit_position,
+            v.applied_position,
             v.recorded_position,
             v.synced_position,
+            v.snapshot_position,
             lag_bytes,
             lag,
             v.dir.display()
@@ -157,6 +168,8 @@ pub fn render_json(views: &[MemberView]) -> Value {
                 "recorded_position": v.recorded_position,
                 "synced_position": v.synced_position,
                 "recording_start": v.recording_start,
+                "applied_position": v.applied_position,
+                "snapshot_position": v.snapshot_position,
                 "lag_bytes": v.lag_bytes,
                 "lag_ms": v.lag.map(|d| d.as_secs_f64() * 1e3),
             })

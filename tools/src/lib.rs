@@ -21,8 +21,13 @@
 //! The harness around an in-process cluster (ports, scratch directories, waits, the numbered load and its
 //! driver) is the crate `quorumcast-testkit`, which the engine's integration tests use too.
 //!
-//! The binaries: `qc-stat` (a running node's counters), `qc-model`, `qc-probe`, `qc-node` (one node of a
-//! cluster from a TOML file) and `qc-client` (a remote client, or the UDP round trip to an echo).
+//! - [`cluster_view`]: the members on this host as their counters say (`qc-cluster describe`);
+//! - [`recovery_plan`]: what a restart of a stopped member would read, replay and catch up, from its data
+//!   directory (`qc-cluster recovery-plan`).
+//!
+//! The binaries: `qc-stat` (a running node's counters), `qc-cluster` (the cluster as an operator sees it),
+//! `qc-model`, `qc-probe`, `qc-node` (one node of a cluster from a TOML file) and `qc-client` (a remote
+//! client, or the UDP round trip to an echo).
 
 pub mod admin;
 pub mod bench;
@@ -33,5 +38,6 @@ pub mod hiccup;
 pub mod model;
 pub mod probe;
 pub mod prometheus;
+pub mod recovery_plan;
 pub mod report;
 pub mod sweep;

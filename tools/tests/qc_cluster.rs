@@ -1,13 +1,18 @@
-//! The built `qc-cluster` binary against node directories laid out as three members' would be.
+//! The built `qc-cluster` binary: `describe` against node directories laid out as three members' would be,
+//! `recovery-plan` against the data directory a real node wrote (whole, then with a torn tail).
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
+use quorumcast::node::{Node, StorageConfig};
 use quorumcast::shm::counters::{Counter, CountersManager, COUNTERS_FILE_NAME};
 use quorumcast::shm::directory::{NodeDirectory, StalePolicy};
 use quorumcast::shm::stats::{kinds, CounterKind, CATALOGUE};
+use quorumcast::storage::snapshot::StateMachine;
+use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
 use quorumcast_testkit::ScratchDir;
 
 /// A member's directory with every catalogue counter, and the given election and consensus values.
@@ -20,6 +25,8 @@ fn member(path: &Path, id: i64, role: i64, leader: i64, commit: i64) -> (NodeDir
         t if t == kinds::election::leader_member_id.type_id => leader,
         t if t == kinds::election::leadership_term.type_id => 4,
         t if t == kinds::consensus::commit_position.type_id => commit,
+        t if t == kinds::state::applied_position.type_id => commit - 64 * (id + 1),
+        t if t == kinds::state::snapshot_position.type_id => 4096 * (id + 1),
         _ => 0,
     };
     let mut commit_counter = None;
@@ -68,6 +75,11 @@ fn describe_lists_every_member_with_its_lag_behind_the_leader() {
     assert_eq!(
         (&members[1]["role"], &members[1]["leader"], &members[1]["leadership_term_id"]),
         (&"follower".into(), &0.into(), &4.into())
+    );
+    assert_eq!(
+        (&members[1]["applied_position"], &members[1]["snapshot_position"]),
+        (&(9_000 - 128).into(), &8192.into()),
+        "each member's applied position and last snapshot, from its counters"
     );
     let leader_commit = members[0]["commit_position"].as_i64().unwrap();
     assert_eq!(members[1]["lag_bytes"].as_i64(), Some(leader_commit - 9_000));
@@ -153,4 +165,136 @@ fn qc_cluster_changes_a_running_clusters_members_and_hands_over_its_leadership()
     for node in nodes {
         node.close().unwrap();
     }
+}
+
+/// A state machine that counts its entries' bytes: something to snapshot.
+#[derive(Default)]
+struct Bytes(u64);
+
+impl StateMachine for Bytes {
+    fn apply(&mut self, _position: i64, entry: &[u8]) {
+        self.0 += entry.len() as u64;
+    }
+    fn take_snapshot(&mut self, writer: &mut dyn std::io::Write) -> std::io::Result<()> {
+        writer.write_all(&self.0.to_le_bytes())
+    }
+    fn load_snapshot(&mut self, reader: &mut dyn std::io::Read) -> std::io::Result<()> {
+        let mut bytes = [0; 8];
+        reader.read_exact(&mut bytes)?;
+        self.0 = u64::from_le_bytes(bytes);
+        Ok(())
+    }
+}
+
+/// Every file under `dir` (recursively) with its length and content hash, in path order.
+fn fingerprint(dir: &Path) -> Vec<(std::path::PathBuf, u64, String)> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                let mut hash = quorumcast_testkit::Fnv1a64::new();
+                hash.update(&bytes);
+                files.push((path, bytes.len() as u64, format!("{:016x}", hash.value())));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn recovery_plan(data_dir: &Path) -> (Option<i32>, serde_json::Value, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_qc-cluster"))
+        .args(["recovery-plan", "--json", "--data-dir", data_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null), stderr)
+}
+
+#[test]
+fn recovery_plan_reads_a_stopped_members_data_directory_and_changes_nothing() {
+    let scratch = ScratchDir::new("qc-cluster-recovery-plan");
+    let members = members(3);
+    let storage = StorageConfig { segment_length: 64 << 10, ..StorageConfig::default() };
+    let builder =
+        |id| test_builder(&scratch, id, &members, test_channel()).term_buffer_length(1 << 20).storage(storage.clone());
+    let mut nodes: Vec<Node> = (0..3).map(|id| builder(id).start().expect("node starts")).collect();
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    let mut driver = Driver::checked(3);
+    driver.run_to(&mut nodes, &[true; 3], 1_500, Duration::from_secs(120));
+    let snapshot = nodes[2].take_snapshot(&mut Bytes::default()).unwrap();
+    driver.run_to(&mut nodes, &[true; 3], 2_000, Duration::from_secs(120));
+    let data_dir = scratch.join("data-2");
+
+    // A running member's directory is refused: its files change under a reader.
+    let (code, _, stderr) = recovery_plan(&data_dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("running") && stderr.contains(data_dir.to_str().unwrap()), "{stderr}");
+
+    let term = nodes[2].leadership_term_id();
+    for node in nodes {
+        node.close().unwrap();
+    }
+    let before = fingerprint(&data_dir);
+    let (code, plan, stderr) = recovery_plan(&data_dir);
+    assert_eq!(fingerprint(&data_dir), before, "recovery-plan changes nothing");
+    assert_eq!(code, Some(0), "{plan}{stderr}");
+    assert_eq!((&plan["vote"]["member_id"], &plan["restart_term"]), (&2.into(), &term.into()), "{plan}");
+    let recording = &plan["recording"];
+    let segments = recording["segments"].as_array().unwrap();
+    // The snapshot let the recorder delete the segments below it: the recording starts past 0.
+    let start = recording["start_position"].as_i64().unwrap();
+    assert!(!segments.is_empty() && start > 0 && start <= snapshot.position, "{plan}");
+    assert_eq!(segments[0]["base_position"].as_i64(), Some(start));
+    assert!(segments.iter().all(|s| s["damage"].is_null() && s["fate"] == "kept" && s["blocks"].as_u64() > Some(0)));
+    let end = recording["end_position"].as_i64().unwrap();
+    assert_eq!(segments.last().unwrap()["end_position"].as_i64(), Some(end));
+    assert_eq!((&recording["torn_bytes"], &recording["index_format"]), (&0.into(), &"qcidx002".into()));
+    assert_eq!(plan["snapshots"]["newest_verified"]["position"].as_i64(), Some(snapshot.position), "{plan}");
+    assert_eq!(plan["replay_from"].as_i64(), Some(snapshot.position));
+    assert_eq!(plan["replay_bytes"].as_i64(), Some(end - snapshot.position));
+    assert_eq!((plan["restart_position"].as_i64(), plan["catch_up_from"].as_i64()), (Some(end), Some(end)));
+    assert_eq!((&plan["refusals"], &plan["notes"]), (&serde_json::json!([]), &serde_json::json!([])), "{plan}");
+
+    // A torn last block (half a block header, as a crash mid-write leaves): the plan says what is cut.
+    let last = std::path::PathBuf::from(segments.last().unwrap()["file"].as_str().unwrap());
+    let mut file = std::fs::OpenOptions::new().append(true).open(&last).unwrap();
+    std::io::Write::write_all(&mut file, &[0x71, 0x63, 0x62, 0x34, 0x40, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(file);
+    let before = fingerprint(&data_dir);
+    let (code, torn, stderr) = recovery_plan(&data_dir);
+    assert_eq!(fingerprint(&data_dir), before, "recovery-plan cuts nothing itself");
+    assert_eq!(code, Some(0), "{torn}{stderr}");
+    assert_eq!((torn["recording"]["torn_bytes"].as_u64(), torn["restart_position"].as_i64()), (Some(11), Some(end)));
+    let segment = torn["recording"]["segments"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(segment["bytes_past_damage"].as_u64(), Some(11), "{segment}");
+    // The text names the file and the bytes cut.
+    let text = Command::new(env!("CARGO_BIN_EXE_qc-cluster"))
+        .args(["recovery-plan", "--data-dir", data_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("restart cuts 11 bytes") && text.contains(last.to_str().unwrap()), "{text}");
+
+    // What the node then does at its start is what the plan said.
+    let restarted = builder(2).start().expect("member 2 starts again");
+    let stats = restarted.stats();
+    assert_eq!((stats.recorder().torn_bytes(), stats.recorder().position()), (11, end));
+    restarted.close().unwrap();
+
+    // A damaged index: the plan's refusal (exit status 3) is the error the node stops with.
+    let index = scratch.join("data-1").join("recording").join("index.dat");
+    let mut bytes = std::fs::read(&index).unwrap();
+    bytes[20] ^= 0x40;
+    std::fs::write(&index, bytes).unwrap();
+    let (code, refused, stderr) = recovery_plan(&scratch.join("data-1"));
+    assert_eq!(code, Some(3), "{refused}{stderr}");
+    let error = builder(1).start().expect_err("a damaged index stops the node").to_string();
+    assert!(error.contains(refused["refusals"][0].as_str().unwrap()), "{error}\n{refused}");
 }

@@ -25,7 +25,14 @@ use crate::storage::disk::Disk;
 
 /// The index file's name.
 pub(super) const INDEX_FILE: &str = "index.dat";
-const MAGIC: u64 = u64::from_le_bytes(*b"qcidx002");
+/// The index file's first 8 bytes: its format and version, `qcidx002`.
+const MAGIC_BYTES: [u8; 8] = *b"qcidx002";
+const MAGIC: u64 = u64::from_le_bytes(MAGIC_BYTES);
+/// The index format this version writes, as its magic number spells it.
+pub const INDEX_FORMAT: &str = match std::str::from_utf8(&MAGIC_BYTES) {
+    Ok(format) => format,
+    Err(_) => panic!("the magic number is ASCII"),
+};
 /// The format before configuration entries were kept (read, never written).
 const MAGIC_V1: u64 = u64::from_le_bytes(*b"qcidx001");
 /// The most configuration entries an index holds, and the longest one: bounds on what a damaged file can
@@ -254,6 +261,19 @@ impl Index {
             return Err("holds terms out of order".into());
         }
         Ok(Some(Index { start_position: header.start_position, start_term: header.start_term, terms, configurations }))
+    }
+
+    /// The identity `dir/index.dat`'s header names, when there is one with the index's magic number
+    /// (unchecked otherwise: [`load`](Self::load) checks it), for a reader that does not know whose
+    /// recording it looks at.
+    pub(super) fn stored_identity(disk: &dyn Disk, dir: &Path) -> Option<RecordingIdentity> {
+        let bytes = disk.read(&dir.join(INDEX_FILE)).ok()?;
+        let header: IndexHeader = bytemuck::pod_read_unaligned(bytes.get(..std::mem::size_of::<IndexHeader>())?);
+        (header.magic == MAGIC || header.magic == MAGIC_V1).then_some(RecordingIdentity {
+            membership: header.membership,
+            stream_id: header.stream_id,
+            term_length: header.term_length,
+        })
     }
 
     /// Replaces `dir/index.dat` with this index, atomically; synced (file and directory) when `sync`.

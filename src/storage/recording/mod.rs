@@ -24,6 +24,7 @@ pub mod catch_up;
 mod coalescing;
 mod group_commit;
 mod index;
+mod inspect;
 mod reader;
 mod recorder;
 mod segment;
@@ -32,7 +33,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-pub use index::{Index, RecordedTerm};
+pub use index::{Index, RecordedTerm, INDEX_FORMAT};
+pub use inspect::{Inspection, SegmentFate, SegmentInspection};
 pub use reader::RecordingReader;
 pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
 pub use segment::{BlockHeader, WriteCost, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
@@ -365,27 +367,7 @@ impl Recording {
     /// below a snapshot, or begun at an installed snapshot) holds its first term from position 0: every
     /// byte below its start was committed, so no election and no cut ever asks which term it was.
     pub fn term_history(&self) -> Option<TermHistory> {
-        if self.end == self.start() && self.index.terms.is_empty() && self.start() == 0 {
-            return Some(TermHistory::new());
-        }
-        let mut terms: Vec<TermBase> = Vec::with_capacity(self.index.terms.len() + 1);
-        if self.index.terms.first().is_none_or(|t| t.base_position > 0) && self.index.start_term > 0 {
-            terms.push(TermBase { leadership_term_id: self.index.start_term, base_position: 0 });
-        }
-        // A recording begun at an installed snapshot that is also its term's start lists that term's start
-        // too (its first block carries the term-start marker): the term is held from 0 already.
-        let held_from_zero = terms.first().map(|t| t.leadership_term_id);
-        terms.extend(
-            self.index
-                .terms
-                .iter()
-                .filter(|t| Some(t.leadership_term_id) != held_from_zero)
-                .map(|t| TermBase { leadership_term_id: t.leadership_term_id, base_position: t.base_position }),
-        );
-        if terms.is_empty() {
-            return (self.end == 0).then(TermHistory::new);
-        }
-        TermHistory::from_terms(terms, self.end)
+        term_history_of(&self.index, self.end)
     }
 
     /// Appends a block of `payload` (whole frames of one term, as [`crate::shm::log_buffer::scan`] finds them)
@@ -684,6 +666,32 @@ impl Recording {
     fn segment_path(&self, base: i64) -> PathBuf {
         self.config.dir.join(segment::file_name(base))
     }
+}
+
+/// The terms of a recorded log whose index is `index` and which ends at `end` (see
+/// [`Recording::term_history`]).
+fn term_history_of(index: &Index, end: i64) -> Option<TermHistory> {
+    if end == index.start_position && index.terms.is_empty() && index.start_position == 0 {
+        return Some(TermHistory::new());
+    }
+    let mut terms: Vec<TermBase> = Vec::with_capacity(index.terms.len() + 1);
+    if index.terms.first().is_none_or(|t| t.base_position > 0) && index.start_term > 0 {
+        terms.push(TermBase { leadership_term_id: index.start_term, base_position: 0 });
+    }
+    // A recording begun at an installed snapshot that is also its term's start lists that term's start
+    // too (its first block carries the term-start marker): the term is held from 0 already.
+    let held_from_zero = terms.first().map(|t| t.leadership_term_id);
+    terms.extend(
+        index
+            .terms
+            .iter()
+            .filter(|t| Some(t.leadership_term_id) != held_from_zero)
+            .map(|t| TermBase { leadership_term_id: t.leadership_term_id, base_position: t.base_position }),
+    );
+    if terms.is_empty() {
+        return (end == 0).then(TermHistory::new);
+    }
+    TermHistory::from_terms(terms, end)
 }
 
 /// The base positions of the segment files in `dir`, ascending.

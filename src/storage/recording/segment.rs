@@ -296,6 +296,18 @@ impl Segment {
     /// Opens a segment and checks its header against `identity`.
     pub(super) fn open(disk: &dyn Disk, path: &Path, identity: &RecordingIdentity) -> Result<Segment, String> {
         let file = disk.open(path).map_err(|e| format!("cannot be opened: {e}"))?;
+        Self::checked(file, path, identity)
+    }
+
+    /// As [`open`](Self::open), for reading only (a recording inspected, never changed): nothing may be
+    /// appended, cut or synced through it.
+    pub(super) fn open_read(disk: &dyn Disk, path: &Path, identity: &RecordingIdentity) -> Result<Segment, String> {
+        let file = disk.open_read(path).map_err(|e| format!("cannot be opened: {e}"))?;
+        Self::checked(file, path, identity)
+    }
+
+    /// The segment in `file`, its header checked against `identity`.
+    fn checked(file: Box<dyn DiskFile>, path: &Path, identity: &RecordingIdentity) -> Result<Segment, String> {
         let mut header = SegmentHeader::zeroed();
         file.read_exact_at(bytemuck::bytes_of_mut(&mut header), 0)
             .map_err(|e| format!("its header cannot be read: {e}"))?;

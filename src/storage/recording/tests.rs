@@ -5,20 +5,21 @@ use crate::cluster::frames::TERM_START_FLAG;
 use crate::frame::UNFRAGMENTED;
 use crate::shm::log_buffer::{LogBuffer, LogConfig};
 
-const IDENTITY: RecordingIdentity = RecordingIdentity { membership: 42, stream_id: 1001, term_length: 65536 };
+pub(super) const IDENTITY: RecordingIdentity =
+    RecordingIdentity { membership: 42, stream_id: 1001, term_length: 65536 };
 
-fn scratch(name: &str) -> PathBuf {
+pub(super) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("qc-recording-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
 
-fn config(dir: &Path, segment_length: u64) -> RecordingConfig {
+pub(super) fn config(dir: &Path, segment_length: u64) -> RecordingConfig {
     RecordingConfig { dir: dir.to_path_buf(), segment_length, sync: SyncPolicy::Batch }
 }
 
 /// A log of `terms` leadership terms (1, 2, ...), each its marker and `per_term` messages of 100 bytes.
-fn log_of(terms: i64, per_term: usize) -> LogBuffer {
+pub(super) fn log_of(terms: i64, per_term: usize) -> LogBuffer {
     let log = LogBuffer::create_anonymous(LogConfig { stream_id: 1001, ..LogConfig::new(65536, 1408) }).unwrap();
     let mut appender = log.appender().unwrap();
     appender.set_limit(i64::MAX);
@@ -32,7 +33,7 @@ fn log_of(terms: i64, per_term: usize) -> LogBuffer {
 }
 
 /// Records `log` from the recording's end to `to`, in blocks of at most `block` bytes.
-fn record(recording: &mut Recording, log: &LogBuffer, to: i64, block: usize) {
+pub(super) fn record(recording: &mut Recording, log: &LogBuffer, to: i64, block: usize) {
     while recording.end() < to {
         let position = recording.end();
         let found = crate::shm::log_buffer::scan(log, position, block.min((to - position) as usize));

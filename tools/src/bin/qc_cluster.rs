@@ -18,14 +18,31 @@
 //!
 //! `describe` reads the counters of the members running on this host (their node directories: `NAME` means
 //! `/dev/shm/quorumcast/NAME`) and prints each member's role, leadership term, leader, commit position,
-//! recorded and synced positions, and how far it is behind the leader's commit position, in bytes and in
-//! time at the leader's commit rate (measured over `--window-ms`). `--json` prints one object,
+//! applied position (what its state machine has consumed), recorded and synced positions, its newest
+//! snapshot's position, and how far it is behind the leader's commit position, in bytes and in time at
+//! the leader's commit rate (measured over `--window-ms`). `--json` prints one object,
 //! `{"members": [{member_id, dir, role, leadership_term_id, leader, commit_position, append_position,
-//! recorded_position, synced_position, recording_start, lag_bytes, lag_ms}]}`, for scripts.
+//! recorded_position, synced_position, recording_start, applied_position, snapshot_position, lag_bytes,
+//! lag_ms}]}`, for scripts.
 //!
-//! Exit status: 0, 1 when a member's directory is missing or stale, 2 on bad arguments.
+//! ```text
+//! qc-cluster recovery-plan --data-dir PATH [--recording-dir PATH] [--json]
+//! ```
+//!
+//! `recovery-plan` reads the data directory of a STOPPED member (one whose node runs is refused: it holds
+//! the directory's `data.lock`) and says what a restart of it would read, replay and catch up: its vote
+//! file (term, voted for), its recording's index (format, term history, start), each segment (positions,
+//! size, blocks valid, where damage or a torn tail is and how many bytes a restart cuts), its snapshots
+//! (the newest that verifies, and why newer ones do not), the term and position it restarts at, what it
+//! replays into its state machine (from the snapshot to the end of the recording), and that anything past
+//! comes from the leader. It changes nothing in the directory. `--json` prints one object (see
+//! `quorumcast_tools::recovery_plan::render_json`).
+//!
+//! Exit status: 0; 1 when a member's directory is missing or stale (`describe`), or missing, in use or
+//! unreadable (`recovery-plan`); 3 when the plan finds the member would refuse to start or restore (the
+//! reasons are printed); 2 on bad arguments.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -36,7 +53,7 @@ use quorumcast::cluster::configuration::MemberEndpoints;
 use quorumcast::node::admin::AdminCommand;
 use quorumcast::node::{CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET};
 use quorumcast::shm::directory::NodeDirectory;
-use quorumcast_tools::{admin, cluster_view};
+use quorumcast_tools::{admin, cluster_view, recovery_plan};
 
 /// Command line of qc-cluster.
 #[derive(Debug, Parser)]
@@ -124,6 +141,18 @@ enum Command {
         #[command(flatten)]
         members: Members,
     },
+    /// What a restart of a stopped member would read, replay and catch up, from its data directory.
+    RecoveryPlan {
+        /// The member's data directory (`data_dir` in its node file).
+        #[arg(long, value_name = "PATH")]
+        data_dir: PathBuf,
+        /// Its recording's directory, when `storage.recording_dir` moved it out of `<data dir>/recording`.
+        #[arg(long, value_name = "PATH")]
+        recording_dir: Option<PathBuf>,
+        /// One JSON object instead of the text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The members a command may go to.
@@ -169,24 +198,25 @@ fn administer(members: &Members, command: AdminCommand) -> ExitCode {
 
 fn main() -> ExitCode {
     let offset = |addr: SocketAddr, by: u16| SocketAddr::new(addr.ip(), addr.port().wrapping_add(by));
-    let (json, window_ms, dir, names) = match Args::parse().command {
-        Command::Describe { json, window_ms, dir, names } => (json, window_ms, dir, names),
+    match Args::parse().command {
+        Command::Describe { json, window_ms, dir, names } => describe(json, window_ms, dir, &names),
+        Command::RecoveryPlan { data_dir, recording_dir, json } => recovery_plan(&data_dir, recording_dir, json),
         Command::AddMember { id, log, consensus, client, members } => {
             let consensus = consensus.unwrap_or(offset(log, CONSENSUS_PORT_OFFSET));
             let client = client.unwrap_or(offset(log, CLIENT_PORT_OFFSET));
-            return administer(&members, AdminCommand::AddMember(MemberEndpoints { id, log, consensus, client }));
+            administer(&members, AdminCommand::AddMember(MemberEndpoints { id, log, consensus, client }))
         }
-        Command::Promote { id, members } => return administer(&members, AdminCommand::Promote(id)),
-        Command::RemoveMember { id, members } => return administer(&members, AdminCommand::RemoveMember(id)),
-        Command::TransferLeadership { to, members } => {
-            return administer(&members, AdminCommand::TransferLeadership(to))
-        }
-        Command::StepDown { members } => return administer(&members, AdminCommand::TransferLeadership(None)),
-        Command::Snapshot { members } => return administer(&members, AdminCommand::Snapshot),
-        Command::Suspend { members } => return administer(&members, AdminCommand::Suspend),
-        Command::Resume { members } => return administer(&members, AdminCommand::Resume),
-    };
-    let mut dirs = dir;
+        Command::Promote { id, members } => administer(&members, AdminCommand::Promote(id)),
+        Command::RemoveMember { id, members } => administer(&members, AdminCommand::RemoveMember(id)),
+        Command::TransferLeadership { to, members } => administer(&members, AdminCommand::TransferLeadership(to)),
+        Command::StepDown { members } => administer(&members, AdminCommand::TransferLeadership(None)),
+        Command::Snapshot { members } => administer(&members, AdminCommand::Snapshot),
+        Command::Suspend { members } => administer(&members, AdminCommand::Suspend),
+        Command::Resume { members } => administer(&members, AdminCommand::Resume),
+    }
+}
+
+fn describe(json: bool, window_ms: u64, mut dirs: Vec<PathBuf>, names: &[String]) -> ExitCode {
     dirs.extend(names.iter().map(|name| NodeDirectory::default_path(name)));
     if dirs.is_empty() {
         eprintln!("qc-cluster: describe needs the members: --dir PATH or NAME, once per member");
@@ -201,4 +231,24 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+fn recovery_plan(data_dir: &Path, recording_dir: Option<PathBuf>, json: bool) -> ExitCode {
+    let plan = match recovery_plan::plan(data_dir, recording_dir.as_deref()) {
+        Ok(plan) => plan,
+        Err(message) => {
+            eprintln!("qc-cluster: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        println!("{}", recovery_plan::render_json(&plan));
+    } else {
+        print!("{}", recovery_plan::render(&plan));
+    }
+    if plan.refusals.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }
 }
