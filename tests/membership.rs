@@ -176,3 +176,76 @@ fn elect_applying_nothing(nodes: &mut [Node]) {
         panic!("{e}\n{}", dump(nodes));
     }
 }
+
+/// A remote client whose list names members 0, 1 and 2 finds member 3, added while the cluster ran and
+/// leading now, through a redirect that carries the leader's client endpoint; its messages commit once.
+#[test]
+fn a_client_finds_a_leader_its_list_does_not_name() {
+    use quorumcast::client::{ClientConfig, ClusterClient};
+    use quorumcast::media::auth::AuthKey;
+    use quorumcast::node::ClientEndpointConfig;
+
+    let scratch = ScratchDir::new("membership-client");
+    let all = members(4);
+    let clients = ClientEndpointConfig::enabled(AuthKey::new([0x5e; 32]));
+    let start = |id: i32, known: &[Member]| {
+        test_builder(&scratch, id, known, test_channel())
+            .initial_members(vec![0, 1, 2])
+            .clients(clients.clone())
+            .start()
+            .unwrap()
+    };
+    let mut nodes: Vec<Node> = (0..3).map(|id| start(id, &all[..3])).collect();
+    elect(&mut nodes, 0, Duration::from_secs(30));
+    nodes.push(start(3, &all));
+    let mut driver = Driver::checked(4);
+    for change in [MembershipChange::AddLearner(3), MembershipChange::Promote(3)] {
+        let pending = nodes[0].propose_membership(change, Some(&all[3]));
+        settle(&mut driver, &mut nodes, &[true; 4], 0, pending, 0).unwrap();
+    }
+    nodes[0].transfer_leadership(Some(3)).unwrap();
+    let outcome = drive_until("member 3 leads", DEADLINE, &mut nodes, |nodes| {
+        if nodes[3].role() == Role::Leader && nodes[3].commit_position() > 0 {
+            return Ok(None);
+        }
+        Ok(Some(nodes.iter_mut().map(|n| n.invoke().unwrap() + n.poll_committed(64, |_| {})).sum()))
+    });
+    outcome.unwrap();
+    // Until the new leader has committed an entry of its term, it refuses changes and says to retry.
+    loop {
+        let remove = nodes[3].propose_membership(MembershipChange::Remove(0), None);
+        match settle(&mut driver, &mut nodes, &[false, true, true, true], 3, remove, 0) {
+            Err(MembershipChangeError::Refused(MembershipError::TermNotCommitted)) => continue,
+            outcome => {
+                outcome.unwrap();
+                break;
+            }
+        };
+    }
+
+    let members: Vec<(i32, std::net::SocketAddr)> = all[..3].iter().map(|m| (m.id, m.client)).collect();
+    let mut client = ClusterClient::new(ClientConfig::new(members)).unwrap();
+    client.start_connect();
+    let mut committed = 0;
+    let outcome = drive_until("the client commits 10 messages", DEADLINE, &mut nodes, |nodes| {
+        if committed >= 10 {
+            return Ok(None);
+        }
+        let mut work: usize = nodes.iter_mut().map(|n| n.invoke().unwrap() + n.poll_committed(64, |_| {})).sum();
+        if client.leader().is_some() && committed + client.in_flight() < 10 {
+            work += usize::from(client.offer(b"through the learnt leader").is_ok());
+        }
+        work += client.poll(|event| {
+            if let quorumcast::client::Event::Committed { .. } = event {
+                committed += 1;
+            }
+        });
+        Ok(Some(work))
+    });
+    outcome.unwrap_or_else(|e| panic!("{e}: {:?}\n{}", client.stats(), dump(&nodes)));
+    assert_eq!(client.leader(), Some(3));
+    assert_eq!(client.stats().members_learnt, 1, "learnt from a redirect");
+    for node in nodes {
+        node.close().unwrap();
+    }
+}

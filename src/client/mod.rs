@@ -62,6 +62,8 @@ use std::time::Duration;
 use socket2::SockAddr;
 
 use crate::agent::clock::NanoClock;
+use crate::cluster::configuration::decode_addr;
+use crate::cluster::consensus_core::MAX_MEMBERS;
 use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::media::auth::AuthKey;
 use crate::media::transport::{Binding, Network, RecvBatch, SharedNetwork, SocketOptions, Transport};
@@ -299,6 +301,9 @@ pub struct ClientStats {
     /// Answers naming another member as the leader that were followed at once (that member had not been
     /// asked in the round).
     pub redirects_followed: u64,
+    /// Members learnt from redirects (a leader added while the cluster ran, which the client's list did
+    /// not name).
+    pub members_learnt: u64,
     /// Datagrams sent (every kind).
     pub datagrams_sent: u64,
     /// Messages sent, resends included.
@@ -492,6 +497,20 @@ impl ClusterClient {
             windows: vec![ReplayWindow::default(); config.members.len()],
             config,
         })
+    }
+
+    /// Adds member `id` at `addr` to the members this client asks (named by a member's redirect, not by
+    /// its configuration); its index, or `None` when the list is full or the address is another's.
+    fn learn_member(&mut self, id: i32, addr: SocketAddr) -> Option<usize> {
+        if id < 0 || self.config.members.len() >= MAX_MEMBERS || self.config.members.iter().any(|m| m.1 == addr) {
+            return None;
+        }
+        self.config.members.push((id, addr));
+        self.addrs.push(SockAddr::from(addr));
+        self.asked_in.push(0);
+        self.windows.push(ReplayWindow::default());
+        self.stats.members_learnt += 1;
+        Some(self.config.members.len() - 1)
     }
 
     /// The local address the client sends from.
@@ -979,7 +998,11 @@ fn on_record(
     let ours = in_session && record.session_id == client.session_id;
     match record.kind {
         wire::REDIRECT => {
-            let leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
+            let mut leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
+            if let (None, Ok(id), Some(addr)) = (leader, i32::try_from(record.value), decode_addr(payload)) {
+                // A leader its list does not name (added while the cluster ran): learnt from the redirect.
+                leader = client.learn_member(id, addr);
+            }
             if let (Some(leader), State::Opening | State::Reconnecting) = (leader, client.state) {
                 // The next round asks it first.
                 client.known_leader = Some(leader);

@@ -15,7 +15,7 @@
 //! | `RECONNECTED` | out | session | | last number applied | |
 //! | `REFUSED` | out | session | the nonce or number refused | the number expected next (a gap) | |
 //! | `CLOSED` | out | session | | | |
-//! | `REDIRECT` | out | | | the leader's member id, or -1 | |
+//! | `REDIRECT` | out | | | the leader's member id, or -1 | the leader's client endpoint, when known (family, address, port) |
 //! | `HEARTBEAT` | out | session | | | |
 //! | `NAK` | out | session | | the number expected next | |
 //! | `CHALLENGE` | out | session | the challenge | | |

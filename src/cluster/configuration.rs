@@ -146,7 +146,8 @@ pub fn configuration_of(flags: u8, payload: &[u8]) -> Option<&[u8]> {
     (flags & MARKER_FLAG != 0 && value >= CONFIGURATION_MARKER).then_some(payload)
 }
 
-fn encode_addr(addr: SocketAddr, out: &mut Vec<u8>) {
+/// Appends `addr` as an entry carries it: family (4 or 6), the address's bytes, the port (little-endian).
+pub fn encode_addr(addr: SocketAddr, out: &mut Vec<u8>) {
     match addr.ip() {
         IpAddr::V4(ip) => {
             out.push(4);
@@ -158,6 +159,11 @@ fn encode_addr(addr: SocketAddr, out: &mut Vec<u8>) {
         }
     }
     out.extend_from_slice(&addr.port().to_le_bytes());
+}
+
+/// The address [`encode_addr`] wrote at the start of `bytes`, if one is there.
+pub fn decode_addr(bytes: &[u8]) -> Option<SocketAddr> {
+    Reader { bytes, at: 0 }.addr().ok()
 }
 
 /// Reads a payload front to back, refusing to run past its end.

@@ -48,6 +48,7 @@ use crate::client::credentials::{wrap_token, ClientKey, ReplayWindow, SessionSec
 use crate::client::session::SessionEntry;
 use crate::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Records, RefusalCode, Seal};
 use crate::cluster::append::AppendStage;
+use crate::cluster::configuration::encode_addr;
 use crate::media::auth::AuthKey;
 use crate::media::transport::{RecvBatch, Transport};
 use crate::shm::counters::Counter;
@@ -238,6 +239,9 @@ pub(super) struct ClientIngress {
     sequence: Sequence,
     open_rate: OpenRate,
     counters: IngressCounters,
+    /// Every member's id and client endpoint, as the configuration in effect names them: a redirect
+    /// carries the leader's, so a client finds a leader its own list does not name.
+    members: Vec<(i32, SocketAddr)>,
 }
 
 /// How the reply to the datagram being read is sealed: like the datagram (its session's token, or its
@@ -306,7 +310,13 @@ impl ClientIngress {
             sequence,
             open_rate,
             counters,
+            members: Vec::new(),
         }
+    }
+
+    /// The members' client endpoints from now on (the configuration in effect changed).
+    pub(super) fn set_members(&mut self, members: Vec<(i32, SocketAddr)>) {
+        self.members = members;
     }
 
     /// Forgets every connection (this member's role changed): their clients reconnect to the leader.
@@ -356,9 +366,13 @@ impl ClientIngress {
                             None => {
                                 self.counters.records_received.add(records.count() as i64);
                                 self.counters.redirects.increment();
+                                let mut endpoint = Vec::new();
+                                if let Some(&(_, addr)) = self.members.iter().find(|m| Some(m.0) == leader) {
+                                    encode_addr(addr, &mut endpoint);
+                                }
                                 let leader = leader.map_or(-1, i64::from);
-                                self.reply
-                                    .push(RecordHeader::new(wire::REDIRECT, header.session_id).value(leader), &[]);
+                                let redirect = RecordHeader::new(wire::REDIRECT, header.session_id).value(leader);
+                                self.reply.push(redirect, &endpoint);
                             }
                         }
                         self.send_reply(source);

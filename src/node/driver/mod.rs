@@ -197,7 +197,11 @@ impl ConsensusAgent {
         let peers = reconfiguring::peers_of(&parts.wiring);
         let preferred_leader = config.leader == Some(config.id);
         let membership = parts.core.membership().clone();
-        let endpoints = membership.members().filter_map(|m| parts.wiring.endpoints(m)).collect();
+        let endpoints: Vec<_> = membership.members().filter_map(|m| parts.wiring.endpoints(m)).collect();
+        let mut clients = parts.clients;
+        if let Some(clients) = clients.as_mut() {
+            clients.set_members(parts.wiring.known().iter().map(|e| (e.id, e.client)).collect());
+        }
         parts.shared.membership.publish(membership, endpoints);
         Self {
             core: parts.core,
@@ -208,7 +212,7 @@ impl ConsensusAgent {
             peers,
             votes: parts.votes,
             ingress: parts.ingress,
-            clients: parts.clients,
+            clients,
             clock: parts.clock,
             current: Current::Idle,
             log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),

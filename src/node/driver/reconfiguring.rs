@@ -87,7 +87,10 @@ impl ConsensusAgent {
         let served: Vec<(i32, IpAddr)> =
             self.peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
         self.shared.catch_up_members.set(served);
-        let endpoints = membership.members().filter_map(|m| self.wiring.endpoints(m)).collect();
+        let endpoints: Vec<_> = membership.members().filter_map(|m| self.wiring.endpoints(m)).collect();
+        if let Some(clients) = self.clients.as_mut() {
+            clients.set_members(endpoints.iter().map(|e| (e.id, e.client)).collect());
+        }
         self.shared.membership.publish(membership, endpoints);
         if let Current::Leading(leading) = &mut self.current {
             // The Sender goes on with the followers of the configuration in effect.
