@@ -18,46 +18,62 @@ const TRANSFER_ROUND: Duration = Duration::from_secs(1);
 /// the member and the reason. Never waits past `timeout`.
 pub fn run(dirs: &[PathBuf], command: &AdminCommand, timeout: Duration) -> Result<String, String> {
     let started = Instant::now();
-    let views = cluster_view::describe(dirs, Duration::from_millis(1))?;
-    let targets: Vec<&MemberView> = match command {
-        AdminCommand::Snapshot => views.iter().collect(),
-        _ => vec![leader(&views)?],
-    };
-    let mut lines = Vec::new();
-    for target in targets {
-        let rings = AdminRings::attach(&target.dir)?;
-        // A refusal that says to retry (the leader has not committed an entry of its new term yet, a
-        // transfer runs) is retried until the time-out.
-        let answer = loop {
-            let correlation = correlation();
-            rings.send(correlation, command)?;
-            match wait(&rings, correlation, started, timeout) {
-                Err(why) if why.contains("retry") && started.elapsed() < timeout => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                answer => break answer,
+    if let AdminCommand::Snapshot = command {
+        let views = cluster_view::describe(dirs, Duration::from_millis(1))?;
+        let answers =
+            views.iter().map(|member| ask(member, command, started, timeout)).collect::<Result<Vec<_>, _>>()?;
+        return Ok(answers.join("\n"));
+    }
+    // The leader read from the counters may have handed over by the time the command reaches it: a
+    // member that does not lead says so, and the command goes to the leader read again.
+    let (leader, answer) = loop {
+        let views = cluster_view::describe(dirs, Duration::from_millis(1))?;
+        let leader = leader(&views)?.clone();
+        match ask(&leader, command, started, timeout) {
+            Err(why) if why.contains("does not lead") && started.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(5))
             }
-        };
-        let answer = answer.map_err(|why| format!("member {} ({}): {why}", target.member_id, target.dir.display()))?;
-        lines.push(format!("member {}: {answer}", target.member_id));
-        if let AdminCommand::TransferLeadership(to) = command {
-            let (from, term) = (target.member_id, target.leadership_term_id);
-            // A transfer whose target does not win in time is abandoned, and the leader leads on: it is
-            // asked again (another follower may be further along by then) until the time-out.
-            loop {
-                let round = Instant::now();
-                match wait_for_new_leader(dirs, from, term, *to, round, TRANSFER_ROUND.min(timeout)) {
-                    Ok(line) => {
-                        lines.push(line);
-                        break;
-                    }
-                    Err(why) if started.elapsed() >= timeout => return Err(why),
-                    Err(_) => rings.send(correlation(), command)?,
+            answer => break (leader, answer?),
+        }
+    };
+    let mut lines = vec![answer];
+    if let AdminCommand::TransferLeadership(to) = command {
+        let (from, term) = (leader.member_id, leader.leadership_term_id);
+        let rings = AdminRings::attach(&leader.dir)?;
+        // A transfer whose target does not win in time is abandoned, and the leader leads on: it is
+        // asked again (another follower may be further along by then) until the time-out.
+        loop {
+            let round = Instant::now();
+            match wait_for_new_leader(dirs, from, term, *to, round, TRANSFER_ROUND.min(timeout)) {
+                Ok(line) => {
+                    lines.push(line);
+                    break;
                 }
+                Err(why) if started.elapsed() >= timeout => return Err(why),
+                Err(_) => rings.send(correlation(), command)?,
             }
         }
     }
     Ok(lines.join("\n"))
+}
+
+/// Sends `command` to `member` and waits for its answer, `member N: <answer>`; a refusal that says to
+/// retry (a new leader that has not committed an entry of its term, a transfer running) is asked again
+/// until the time-out.
+fn ask(member: &MemberView, command: &AdminCommand, started: Instant, timeout: Duration) -> Result<String, String> {
+    let rings = AdminRings::attach(&member.dir)?;
+    let answer = loop {
+        let correlation = correlation();
+        rings.send(correlation, command)?;
+        match wait(&rings, correlation, started, timeout) {
+            Err(why) if why.contains("retry") && started.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            answer => break answer,
+        }
+    };
+    let answer = answer.map_err(|why| format!("member {} ({}): {why}", member.member_id, member.dir.display()))?;
+    Ok(format!("member {}: {answer}", member.member_id))
 }
 
 /// The member that leads the newest term among `views`.
