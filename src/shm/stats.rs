@@ -250,6 +250,8 @@ catalogue! {
         role = 413, "election role";
         /// The leader this node knows of in its term; -1 while it knows none.
         leader_member_id = 414, "election leader member id";
+        /// The id of the configuration in effect on this node (0: the initial one; one more per change).
+        configuration_id = 415, "election configuration id";
         /// Truncations of this node's log (bytes it held that were never committed).
         truncations = 411, "election truncations";
     }

@@ -40,6 +40,8 @@ pub struct MemberView {
     /// What its state machine (or reader) has consumed: where the last committed message handed to the
     /// application ends.
     pub applied_position: i64,
+    /// The id of the configuration in effect on it (0: the initial one).
+    pub configuration_id: i64,
     /// The position of its newest snapshot (taken, restored at start, or installed by a catch-up); 0
     /// without one.
     pub snapshot_position: i64,
@@ -76,6 +78,7 @@ impl MemberView {
             synced_position: recorder.synced_position(),
             recording_start: recorder.start_position(),
             applied_position: stats.state().applied_position(),
+            configuration_id: election.configuration_id(),
             snapshot_position: stats.state().snapshot_position(),
             lag_bytes: None,
             lag: None,
@@ -125,8 +128,19 @@ pub fn render(views: &[MemberView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  dir",
-        "member", "role", "term", "leader", "commit", "applied", "recorded", "synced", "snapshot", "lag bytes", "lag"
+        "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  dir",
+        "member",
+        "role",
+        "term",
+        "leader",
+        "config",
+        "commit",
+        "applied",
+        "recorded",
+        "synced",
+        "snapshot",
+        "lag bytes",
+        "lag"
     );
     for v in views {
         let leader = v.leader.map_or("-".into(), |l| l.to_string());
@@ -134,11 +148,12 @@ pub fn render(views: &[MemberView]) -> String {
         let lag = v.lag.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
         let _ = writeln!(
             out,
-            "{:>6}  {:<9}  {:>5}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}",
+            "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}",
             v.member_id,
             v.role,
             v.leadership_term_id,
             leader,
+            v.configuration_id,
             v.commit_position,
             v.applied_position,
             v.recorded_position,
@@ -163,6 +178,7 @@ pub fn render_json(views: &[MemberView]) -> Value {
                 "role": v.role,
                 "leadership_term_id": v.leadership_term_id,
                 "leader": v.leader,
+                "configuration_id": v.configuration_id,
                 "commit_position": v.commit_position,
                 "append_position": v.append_position,
                 "recorded_position": v.recorded_position,

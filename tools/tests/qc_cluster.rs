@@ -153,6 +153,9 @@ fn qc_cluster_changes_a_running_clusters_members_and_hands_over_its_leadership()
     assert_eq!(leader_of(&dirs), Some(3));
     let (ok, text) = qc_cluster(&["remove-member", "--id", "0"], &dirs);
     assert!(ok && text.contains("voters [1, 2, 3]"), "{text}");
+    let (ok, text) = qc_cluster(&["describe", "--json", "--window-ms", "1"], &dirs[3..]);
+    let view: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert!(ok && view["members"][0]["configuration_id"] == 3, "three changes made: {text}");
 
     let (ok, text) = qc_cluster(&["suspend"], &dirs);
     assert!(ok, "{text}");

@@ -81,6 +81,7 @@ pub(super) struct DriverCounters {
     pub(super) truncations: Counter,
     pub(super) role: Counter,
     pub(super) leader_member_id: Counter,
+    pub(super) configuration_id: Counter,
 }
 
 impl DriverCounters {
@@ -91,6 +92,7 @@ impl DriverCounters {
         leader_member_id.set(-1);
         Self {
             role: allocate(&kinds::election::role),
+            configuration_id: allocate(&kinds::election::configuration_id),
             leader_member_id,
             frames_received: allocate(&kinds::election::frames_received),
             frames_sent: allocate(&kinds::election::frames_sent),
@@ -202,6 +204,7 @@ impl ConsensusAgent {
         if let Some(clients) = clients.as_mut() {
             clients.set_members(parts.wiring.known().iter().map(|e| (e.id, e.client)).collect());
         }
+        parts.counters.configuration_id.set(membership.id as i64);
         parts.shared.membership.publish(membership, endpoints);
         Self {
             core: parts.core,

@@ -91,6 +91,7 @@ impl ConsensusAgent {
         if let Some(clients) = self.clients.as_mut() {
             clients.set_members(endpoints.iter().map(|e| (e.id, e.client)).collect());
         }
+        self.counters.configuration_id.set(membership.id as i64);
         self.shared.membership.publish(membership, endpoints);
         if let Current::Leading(leading) = &mut self.current {
             // The Sender goes on with the followers of the configuration in effect.

@@ -21,7 +21,7 @@
 //! applied position (what its state machine has consumed), recorded and synced positions, its newest
 //! snapshot's position, and how far it is behind the leader's commit position, in bytes and in time at
 //! the leader's commit rate (measured over `--window-ms`). `--json` prints one object,
-//! `{"members": [{member_id, dir, role, leadership_term_id, leader, commit_position, append_position,
+//! `{"members": [{member_id, dir, role, leadership_term_id, leader, configuration_id, commit_position, append_position,
 //! recorded_position, synced_position, recording_start, applied_position, snapshot_position, lag_bytes,
 //! lag_ms}]}`, for scripts.
 //!
