@@ -90,6 +90,8 @@ pub enum MembershipError {
     LastVoter(MemberId),
     /// The configuration would hold more than [`MAX_MEMBERS`].
     TooManyMembers,
+    /// The learner to promote has not answered the leader within the shortest election timeout.
+    LearnerSilent(MemberId),
     /// The learner to promote is further behind the leader than the configured distance.
     LearnerBehind {
         /// The learner.
@@ -128,6 +130,11 @@ impl fmt::Display for MembershipError {
             Self::NotAMember(id) => write!(f, "member {id} is not a member"),
             Self::LastVoter(id) => write!(f, "member {id} is the last voter: a cluster needs one"),
             Self::TooManyMembers => write!(f, "a configuration holds at most {MAX_MEMBERS} members"),
+            Self::LearnerSilent(member) => write!(
+                f,
+                "learner {member} has not answered the leader recently: start it (or wait until it catches up) and \
+                 promote it then"
+            ),
             Self::LearnerBehind { member, behind, limit } => write!(
                 f,
                 "learner {member} is {behind} bytes behind the leader, more than the {limit} a promotion allows: \

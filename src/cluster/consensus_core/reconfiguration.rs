@@ -37,13 +37,18 @@ impl ConsensusCore {
         }
         let next = self.membership.latest().apply(change)?;
         let peer = |id: MemberId| leadership.peers.iter().find(|p| p.id == id);
+        let timeout = self.config.timers.election_timeout_min_ns;
         if let MembershipChange::Promote(member) = change {
+            // A learner that has not answered within the election timeout is not known to hold anything
+            // (a log shorter than the promotion distance would otherwise let a silent one through).
+            if !peer(member).is_some_and(|p| p.heard && now_ns.saturating_sub(p.last_heard_ns) < timeout) {
+                return Err(MembershipError::LearnerSilent(member));
+            }
             let behind = self.append_position - peer(member).map_or(0, |p| p.matched_position);
             if behind > promote_within {
                 return Err(MembershipError::LearnerBehind { member, behind, limit: promote_within });
             }
         }
-        let timeout = self.config.timers.election_timeout_min_ns;
         let me = self.config.member_id;
         let live = next
             .voters

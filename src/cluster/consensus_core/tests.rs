@@ -1000,6 +1000,8 @@ fn a_learner_is_promoted_only_once_close_enough_and_then_counts() {
     let mut out = Vec::new();
     let (_, end) = change(&mut leader, MembershipChange::AddLearner(4), &mut out);
     ack(&mut leader, 2, end, &mut out);
+    let silent = leader.propose_membership(MembershipChange::Promote(4), 1 << 30, 1000 * MS);
+    assert_eq!(silent, Err(MembershipError::LearnerSilent(4)), "never heard: not promoted, however short the log");
     leader.on_append_position(1, end + 4096, 1000 * MS, &mut out);
     ack(&mut leader, 4, end, &mut out);
     let behind = leader.propose_membership(MembershipChange::Promote(4), 1024, 1000 * MS);
