@@ -26,6 +26,7 @@ mod group_commit;
 mod index;
 mod reader;
 mod recorder;
+mod repair;
 mod segment;
 
 use std::fmt;
@@ -145,6 +146,12 @@ pub struct OpenReport {
     pub torn_bytes: u64,
     /// The index was missing and was rebuilt from the segments' term-start markers.
     pub index_rebuilt: bool,
+    /// Why the bytes cut were damage below what was written after them (a bad block followed by blocks
+    /// that verify), not a torn tail, if they were.
+    pub damaged: Option<String>,
+    /// The end of the log this member held before a loss it has not repaired yet (found now or at an
+    /// earlier start, `repair.dat`): see [`Recording::repair`].
+    pub repair: Option<i64>,
 }
 
 /// A recording opened for writing: one writer (the [`Recorder`]) per recording.
@@ -166,6 +173,9 @@ pub struct Recording {
     failed: Option<String>,
     /// What appends cost since [`take_cost`](Self::take_cost).
     cost: WriteCost,
+    /// The end of the log held before a loss being repaired (`repair.dat`), while the recording ends
+    /// below it.
+    repair: Option<i64>,
 }
 
 impl Recording {
@@ -196,6 +206,13 @@ impl Recording {
                 format!("{why}; the recording cannot be trusted: delete index.dat to have it rebuilt from the segments, or move the recording directory away to start this member empty"),
             )
         })?;
+        let repair_path = dir.join(repair::REPAIR_FILE);
+        let mut marked = repair::load(&*disk, &dir).map_err(|why| {
+            RecordingError::new(
+                &repair_path,
+                format!("{why}; this member cannot tell how much of its log it lost: move the recording directory away to start it empty (it catches up from the leader)"),
+            )
+        })?;
         let mut report = OpenReport::default();
         let mut recording = Recording {
             disk,
@@ -209,6 +226,7 @@ impl Recording {
             scratch: Vec::new(),
             failed: None,
             cost: WriteCost::default(),
+            repair: None,
         };
         let rebuild = loaded.is_none() && !recording.bases.is_empty();
         recording.index = match loaded {
@@ -260,6 +278,25 @@ impl Recording {
                 continue;
             }
             if let Some(why) = walk.torn {
+                // A torn tail is only ever past the last sync, the last writes made; a bad block that blocks
+                // which verify follow is damage (a misdirected write, a bad sector) below them, which may
+                // be below what this member synced and acknowledged. Its end before the loss is made
+                // durable before the cut: until it holds that again it repairs.
+                let past = segment
+                    .verified_end_past(walk.file_end, walk.end_position)
+                    .map_err(|e| RecordingError::io(&path, "read", e))?;
+                if let Some(held) = past {
+                    report.damaged = Some(format!(
+                        "{}: {why} at position {}, below blocks that verify up to {held}",
+                        path.display(),
+                        walk.end_position
+                    ));
+                    if marked.is_none_or(|m| m < held) {
+                        repair::store(&*recording.disk, &dir, held)
+                            .map_err(|e| RecordingError::io(&repair_path, "write", e))?;
+                        marked = Some(held);
+                    }
+                }
                 report.torn_bytes = length - walk.file_end;
                 report.torn = Some(format!("{}: {why}", path.display()));
                 segment.file.set_len(walk.file_end).map_err(|e| RecordingError::io(&path, "cut the torn tail", e))?;
@@ -277,6 +314,9 @@ impl Recording {
             // again, counted its unsynced tail synced, and lost it to a power loss).
             recording.sync()?;
         }
+        recording.repair = marked;
+        recording.end_repair_if_synced(recording.end);
+        report.repair = recording.repair;
         Ok((recording, report))
     }
 
@@ -352,6 +392,32 @@ impl Recording {
     /// Where it ends: the position after its last block.
     pub fn end(&self) -> i64 {
         self.end
+    }
+
+    /// The end of the log this member held before a loss it repairs (its recording was found damaged below
+    /// what it had synced, at this start or an earlier one), while the recording ends below it: until then
+    /// the member must not vote for a log less up to date than that one, nor stand
+    /// (`consensus_core::repair`). `None` once repaired.
+    pub fn repair(&self) -> Option<i64> {
+        self.repair
+    }
+
+    /// The recording is synced up to `synced`: a repair up to there is over (its `repair.dat` goes; a
+    /// failure to remove it is only logged: the next start finds the recording past it and removes it).
+    pub fn end_repair_if_synced(&mut self, synced: i64) {
+        if self.repair.is_some_and(|held| held <= synced) {
+            self.end_repair();
+        }
+    }
+
+    /// Ends a repair: the log holds what it held, or was cut back by a leader whose log disagrees with it
+    /// (then nothing it held past the cut was committed).
+    fn end_repair(&mut self) {
+        if self.repair.take().is_some() {
+            if let Err(e) = repair::remove(&*self.disk, &self.config.dir) {
+                log::warn!("{}: cannot remove {}: {e}", self.config.dir.display(), repair::REPAIR_FILE);
+            }
+        }
     }
 
     /// The index: its start and terms.
@@ -535,7 +601,10 @@ impl Recording {
         if self.index.cut(position) {
             self.store_index()?;
         }
-        self.sync()
+        self.sync()?;
+        // A leader's log disagrees with this one at `position`: nothing held past it was committed.
+        self.end_repair();
+        Ok(())
     }
 
     /// Deletes the segments that end at or before `position` (the log below the oldest snapshot kept);
@@ -625,7 +694,9 @@ impl Recording {
             self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
         }
         self.dir_changed = true;
-        self.sync()
+        self.sync()?;
+        self.end_repair_if_synced(position);
+        Ok(())
     }
 
     /// Why a change of this recording failed, if one did (then every later change is refused: the files
