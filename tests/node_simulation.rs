@@ -97,7 +97,13 @@ fn seeds(first: u64) -> Vec<u64> {
 /// A seed under the disk schedule (crashes, power losses under `batch`, failing disks) with `sync`, with
 /// snapshots or not.
 fn run_disk(seed: u64, members: usize, sync: SyncPolicy, snapshots: bool) -> SimReport {
+    run_disk_with(seed, members, sync, snapshots, false)
+}
+
+/// As [`run_disk`], and failing disks may misdirect writes (the seeds found before keep their schedule).
+fn run_disk_with(seed: u64, members: usize, sync: SyncPolicy, snapshots: bool, misdirect: bool) -> SimReport {
     let mut config = SimConfig::new(seed, members);
+    config.misdirect = misdirect;
     config.schedule = Schedule::Disk;
     config.storage = Some(sync);
     config.snapshots = snapshots;
@@ -119,7 +125,8 @@ fn disk_seeds(first: u64) -> Vec<u64> {
 }
 
 /// Crashes without a close, power losses of one member or a majority (`batch`), and failing disks
-/// (writes and syncs failing, bits flipped on read), under both sync policies: one committed order, and
+/// (writes and syncs failing, bits flipped on read, writes misdirected), under both sync policies: one
+/// committed order, and
 /// progress after the faults stop. The run must have done what it claims to test.
 #[test]
 fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_failing_disks() {
@@ -127,8 +134,10 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     for (members, first) in [(3, 20_000), (5, 25_000)] {
         for seed in disk_seeds(first) {
             for (seed, sync) in [(seed, SyncPolicy::Batch), (seed ^ (1 << 40), SyncPolicy::None)] {
-                let report = run_disk(seed, members, sync, true);
+                let report = run_disk_with(seed, members, sync, true, true);
                 total.restarts += report.restarts;
+                total.misdirected += report.misdirected;
+                total.repairs += report.repairs;
                 total.power_losses += report.power_losses;
                 total.stopped_by_disk += report.stopped_by_disk;
                 total.committed += report.committed;
@@ -136,8 +145,9 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
         }
     }
     eprintln!(
-        "disk schedule: {} restarts, {} power losses, {} members stopped by a failing disk, {} entries committed",
-        total.restarts, total.power_losses, total.stopped_by_disk, total.committed
+        "disk schedule: {} restarts, {} power losses, {} members stopped by a failing disk, {} writes misdirected, \
+         {} restarts repairing a damaged log, {} entries committed",
+        total.restarts, total.power_losses, total.stopped_by_disk, total.misdirected, total.repairs, total.committed
     );
     if env_u64("QC_NODE_SIM_SEED").is_none() {
         assert!(total.power_losses > 0 && total.stopped_by_disk > 0 && total.restarts > 0, "{total:?}");

@@ -77,6 +77,7 @@ pub(super) struct DriverCounters {
     pub(super) truncations: Counter,
     pub(super) role: Counter,
     pub(super) leader_member_id: Counter,
+    pub(super) repairing_to: Counter,
 }
 
 impl DriverCounters {
@@ -100,6 +101,7 @@ impl DriverCounters {
             refused_membership: allocate(&kinds::election::refused_membership),
             elections: allocate(&kinds::election::elections),
             truncations: allocate(&kinds::election::truncations),
+            repairing_to: allocate(&kinds::election::repairing_to),
         }
     }
 }
@@ -449,6 +451,7 @@ impl ConsensusAgent {
         }
         self.counters.stale_dropped.set((core.stale_term + core.duplicate + core.unexpected) as i64);
         self.counters.refused_membership.set(core.membership_mismatch as i64);
+        self.counters.repairing_to.set(self.core.repair().map_or(0, |r| r.held));
         if let Current::Following(_) = self.current {
             self.wiring.counters.follower_commit.set_max(self.wiring.counters.consensus.commit.get());
         }
