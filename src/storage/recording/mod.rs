@@ -256,15 +256,22 @@ impl Recording {
         report.index_rebuilt = rebuild;
         recording.end = recording.index.start_position;
         recording.drop_unmade_last_segment(&mut report)?;
-        let last = recording.bases.len().saturating_sub(1);
+        // Every segment is walked, verifying each block (and completing the index with term markers it
+        // lacks): a misdirected write can damage any segment written since the last start, not only the
+        // last one's tail, and a reader (the node's replay, a catch-up served) that met the damage later
+        // would stop. Opening reads the recording once; it is bounded by compaction below the snapshots.
+        let mut cut: Option<Cut> = None;
         for i in 0..recording.bases.len() {
             let path = recording.segment_path(recording.bases[i]);
             let mut segment = Segment::open(&*recording.disk, &path, &identity).map_err(|why| {
                 RecordingError::new(&path, format!("{why}; move it (and the segments after it) away, or the whole recording directory to start this member empty"))
             })?;
-            // Only the last segment is walked (its tail may be torn), and every one when the index is
-            // rebuilt from their term-start markers; the walk completes the index either way.
-            if i < last && !rebuild {
+            if let Some(cut) = cut.as_mut() {
+                // Past the first bad block: what verifies here was written after it.
+                let past = segment
+                    .verified_end_past(segment::SEGMENT_HEADER_LENGTH, cut.walk.end_position)
+                    .map_err(|e| RecordingError::io(&path, "read", e))?;
+                cut.held = cut.held.max(past).max(Some(recording.bases[i]));
                 continue;
             }
             let length = segment.file.len().map_err(|e| RecordingError::io(&path, "read", e))?;
@@ -274,36 +281,21 @@ impl Recording {
                     add_markers(index, payload, header.position);
                 })
                 .map_err(|e| RecordingError::io(&path, "read", e))?;
-            if i < last {
-                continue;
-            }
-            if let Some(why) = walk.torn {
-                // A torn tail is only ever past the last sync, the last writes made; a bad block that blocks
-                // which verify follow is damage (a misdirected write, a bad sector) below them, which may
-                // be below what this member synced and acknowledged. Its end before the loss is made
-                // durable before the cut: until it holds that again it repairs.
-                let past = segment
+            if walk.torn.is_some() {
+                // A torn tail is only ever past the last sync, the last writes made, which nothing that
+                // verifies follows; a bad block that blocks which verify follow (here or in a later segment)
+                // is damage (a misdirected write, a bad sector) below them, maybe below what this member
+                // synced and acknowledged.
+                let held = segment
                     .verified_end_past(walk.file_end, walk.end_position)
                     .map_err(|e| RecordingError::io(&path, "read", e))?;
-                if let Some(held) = past {
-                    report.damaged = Some(format!(
-                        "{}: {why} at position {}, below blocks that verify up to {held}",
-                        path.display(),
-                        walk.end_position
-                    ));
-                    if marked.is_none_or(|m| m < held) {
-                        repair::store(&*recording.disk, &dir, held)
-                            .map_err(|e| RecordingError::io(&repair_path, "write", e))?;
-                        marked = Some(held);
-                    }
-                }
-                report.torn_bytes = length - walk.file_end;
-                report.torn = Some(format!("{}: {why}", path.display()));
-                segment.file.set_len(walk.file_end).map_err(|e| RecordingError::io(&path, "cut the torn tail", e))?;
-                segment.file.sync_data().map_err(|e| RecordingError::io(&path, "sync", e))?;
+                cut = Some(Cut { segment: i, length, walk, held });
             }
-            recording.end = walk.end_position;
+            recording.end = segment.end_position;
             recording.active = Some(segment);
+        }
+        if let Some(cut) = cut {
+            recording.cut_at_first_bad_block(cut, &mut marked, &mut report)?;
         }
         recording.index.cut(recording.end);
         recording.store_index()?;
@@ -318,6 +310,66 @@ impl Recording {
         recording.end_repair_if_synced(recording.end);
         report.repair = recording.repair;
         Ok((recording, report))
+    }
+
+    /// Cuts the recording where its first bad block is (`cut`): the segments after it go, and the bad one is
+    /// cut back to its last block that verified. When blocks that verify were found past the bad one, it is
+    /// damage, not a torn tail: the end held before (the highest of theirs) is made durable in `repair.dat`
+    /// before anything is cut, and the member repairs until it holds that end again.
+    fn cut_at_first_bad_block(
+        &mut self,
+        cut: Cut,
+        marked: &mut Option<i64>,
+        report: &mut OpenReport,
+    ) -> Result<(), RecordingError> {
+        let base = self.bases[cut.segment];
+        let path = self.segment_path(base);
+        let why = cut.walk.torn.as_deref().unwrap_or("a bad block");
+        if cut.walk.end_position < self.start() {
+            return Err(RecordingError::new(
+                &path,
+                format!(
+                    "{why} at position {}, below the recording's start {}: move the recording directory away to start this member empty (it catches up from the leader)",
+                    cut.walk.end_position,
+                    self.start()
+                ),
+            ));
+        }
+        if let Some(held) = cut.held {
+            report.damaged = Some(format!(
+                "{}: {why} at position {}, below log written up to {held}",
+                path.display(),
+                cut.walk.end_position
+            ));
+            if marked.is_none_or(|m| m < held) {
+                let repair_path = self.config.dir.join(repair::REPAIR_FILE);
+                repair::store(&*self.disk, &self.config.dir, held)
+                    .map_err(|e| RecordingError::io(&repair_path, "write", e))?;
+                *marked = Some(held);
+            }
+        }
+        let mut cut_bytes = cut.length - cut.walk.file_end;
+        while self.bases.len() > cut.segment + 1 {
+            let later = self.bases.pop().expect("a later segment");
+            let later_path = self.segment_path(later);
+            cut_bytes += self.disk.read(&later_path).map_or(0, |bytes| bytes.len() as u64);
+            self.active = None;
+            self.disk.remove_file(&later_path).map_err(|e| RecordingError::io(&later_path, "remove", e))?;
+            self.dir_changed = true;
+        }
+        let mut segment = match self.active.take() {
+            Some(segment) if segment.base_position == base => segment,
+            _ => Segment::open(&*self.disk, &path, &self.identity).map_err(|why| RecordingError::new(&path, why))?,
+        };
+        segment.file.set_len(cut.walk.file_end).map_err(|e| RecordingError::io(&path, "cut the torn tail", e))?;
+        segment.file.sync_data().map_err(|e| RecordingError::io(&path, "sync", e))?;
+        segment.file_end = cut.walk.file_end;
+        segment.end_position = cut.walk.end_position;
+        report.torn_bytes = cut_bytes;
+        report.torn = Some(format!("{}: {why}", path.display()));
+        self.end = cut.walk.end_position;
+        self.active = Some(segment);
+        Ok(())
     }
 
     /// A first segment that begins below the start and ends at or below it: what a reset to a snapshot left
@@ -737,6 +789,18 @@ impl Recording {
     fn segment_path(&self, base: i64) -> PathBuf {
         self.config.dir.join(segment::file_name(base))
     }
+}
+
+/// Where [`Recording::open`] found the first bad block.
+struct Cut {
+    /// Its segment's index in the bases.
+    segment: usize,
+    /// That segment's file length.
+    length: u64,
+    /// The walk that stopped at it.
+    walk: segment::Walk,
+    /// The highest end of a block that verifies past it, if one does (then it is damage).
+    held: Option<i64>,
 }
 
 /// The base positions of the segment files in `dir`, ascending.
