@@ -138,6 +138,7 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
                 total.restarts += report.restarts;
                 total.misdirected += report.misdirected;
                 total.repairs += report.repairs;
+                total.damage_restarts += report.damage_restarts;
                 total.power_losses += report.power_losses;
                 total.stopped_by_disk += report.stopped_by_disk;
                 total.committed += report.committed;
@@ -146,7 +147,7 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     }
     eprintln!(
         "disk schedule: {} restarts, {} power losses, {} members stopped by a failing disk, {} writes misdirected, \
-         {} restarts repairing a damaged log, {} entries committed",
+         {} restarts repairing a damaged log ({} on damage a replay found), {} entries committed",
         total.restarts, total.power_losses, total.stopped_by_disk, total.misdirected, total.repairs, total.committed
     );
     if env_u64("QC_NODE_SIM_SEED").is_none() {

@@ -8,9 +8,12 @@ use crate::storage::recording::{for_each_frame, RecordingError, RecordingReader}
 
 /// How long a block may fail to read before it is called damaged: the recorder may be cutting the block
 /// being read (a new leader's log agrees with this member's only up to inside it), which a later read
-/// gets whole, or emptying the recording for a snapshot a catch-up installs, which replaces this replay.
-/// Read on the node's clock (the environment's, simulated under the node simulator).
-const READ_FAILING_FOR_NS: u64 = 10_000_000_000;
+/// gets whole, or emptying the recording for a snapshot a catch-up installs, which replaces this replay;
+/// a read may fail once (a flipped bit) and verify when read again. Each takes milliseconds; a block that
+/// still fails after a second is damage (a misdirected write, a bad sector), and the node says so
+/// ([`crate::node::Node::recording_error`]): started again, it cuts its recording there and repairs the
+/// rest from its leader. Read on the node's clock (the environment's, simulated under the node simulator).
+const READ_FAILING_FOR_NS: u64 = 1_000_000_000;
 
 /// Whole messages from the recording, one block at a time, never past a limit.
 pub(super) struct Replay {

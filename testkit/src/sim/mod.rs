@@ -180,6 +180,8 @@ pub struct SimReport {
     pub misdirected: u64,
     /// Restarts after which a member repaired its log: recovery found it damaged below what it had synced.
     pub repairs: u64,
+    /// Members started again because they found their recording damaged while running (a replay).
+    pub damage_restarts: u64,
     /// Datagrams a host outside the cluster sent.
     pub forged: u64,
     /// What the hostile host sent.
@@ -583,15 +585,23 @@ impl Simulation {
         } else {
             self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
         }
-        if let Some(e) = self.nodes[i].node.recording_error() {
-            // The reader of committed entries gave up on the recorded log: this member applies nothing more.
-            let error = format!("its replay of the recorded log stopped: {e}");
-            return Err(self.failure(Violation::AgentFailed { member: i, error }));
-        }
         for (end, entry) in applied {
             if let Err(violation) = self.checker.on_applied(i, end, &entry) {
                 return Err(self.failure(violation));
             }
+        }
+        if let Some(e) = self.nodes[i].node.recording_error() {
+            // The reader of committed entries gave up on the recorded log: this member applies nothing more.
+            let error = format!("its replay of the recorded log stopped: {e}");
+            if self.nodes[i].disk.stats().misdirected == 0 {
+                return Err(self.failure(Violation::AgentFailed { member: i, error }));
+            }
+            // Its disk misdirected writes: the damage is real, and the node said so. Its operator starts it
+            // again, and it repairs (it must not have lost what it synced without knowing it).
+            self.trace(|| format!("member {i} restarted to repair its damaged recording: {error}"));
+            self.report.damage_restarts += 1;
+            let synced = self.synced_position(i);
+            return self.restart_holding(i, Stop::Crash, synced);
         }
         Ok(())
     }
