@@ -148,7 +148,13 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     eprintln!(
         "disk schedule: {} restarts, {} power losses, {} members stopped by a failing disk, {} writes misdirected, \
          {} restarts repairing a damaged log ({} on damage a replay found), {} entries committed",
-        total.restarts, total.power_losses, total.stopped_by_disk, total.misdirected, total.repairs, total.committed
+        total.restarts,
+        total.power_losses,
+        total.stopped_by_disk,
+        total.misdirected,
+        total.repairs,
+        total.damage_restarts,
+        total.committed
     );
     if env_u64("QC_NODE_SIM_SEED").is_none() {
         assert!(total.power_losses > 0 && total.stopped_by_disk > 0 && total.restarts > 0, "{total:?}");
