@@ -180,7 +180,7 @@ pub struct SimReport {
     pub misdirected: u64,
     /// Restarts after which a member repaired its log: recovery found it damaged below what it had synced.
     pub repairs: u64,
-    /// Members started again because they found their recording damaged while running (a replay).
+    /// Members started again because they found their recording damaged while running (a replay, a cut).
     pub damage_restarts: u64,
     /// Datagrams a host outside the cluster sent.
     pub forged: u64,
@@ -499,7 +499,15 @@ impl Simulation {
                         self.report.stopped_by_disk += 1;
                         break;
                     }
-                    return Err(self.failure(Violation::AgentFailed { member: i, error: e.to_string() }));
+                    let error = e.to_string();
+                    if self.damage_found(i, &error) {
+                        self.trace(|| format!("member {i} stopped on its damaged recording, restarted: {error}"));
+                        self.report.damage_restarts += 1;
+                        let synced = self.synced_position(i);
+                        self.restart_holding(i, Stop::Crash, synced)?;
+                        break;
+                    }
+                    return Err(self.failure(Violation::AgentFailed { member: i, error }));
                 }
                 let busy = self.nodes[i].busy_ns.swap(0, std::sync::atomic::Ordering::Relaxed);
                 if busy > 0 {
@@ -593,7 +601,7 @@ impl Simulation {
         if let Some(e) = self.nodes[i].node.recording_error() {
             // The reader of committed entries gave up on the recorded log: this member applies nothing more.
             let error = format!("its replay of the recorded log stopped: {e}");
-            if self.nodes[i].disk.stats().misdirected == 0 {
+            if !self.damage_found(i, &error) {
                 return Err(self.failure(Violation::AgentFailed { member: i, error }));
             }
             // Its disk misdirected writes: the damage is real, and the node said so. Its operator starts it
@@ -604,6 +612,21 @@ impl Simulation {
             return self.restart_holding(i, Stop::Crash, synced);
         }
         Ok(())
+    }
+
+    /// Whether member `i` stopped (or stopped applying) on a block of its recording that does not verify,
+    /// on a disk that misdirected writes: damage it must report and stop on (as it must on a failing
+    /// disk), and repair once started again.
+    fn damage_found(&self, i: usize, error: &str) -> bool {
+        const DAMAGE: [&str; 6] = [
+            "fails its checksum",
+            "was expected",
+            "no block header",
+            "a block length of",
+            "a block covering",
+            "left in the file",
+        ];
+        self.nodes[i].disk.stats().misdirected > 0 && DAMAGE.iter().any(|why| error.contains(why))
     }
 
     /// A member repairing its log (it lost bytes it had synced) never stands or leads: its votes and its
