@@ -161,6 +161,18 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     }
 }
 
+/// Found by the first soak with misdirected writes (disk schedule, `batch`): member 0's disk misdirected
+/// writes while it ran; later, asked to cut its log back to where a new leader's agrees, its recorder
+/// walked the segment and met a block a misdirected write had overwritten, below the cut, and failed.
+/// Stopping is right (the damage is below what it synced); the simulation called it a failed agent.
+/// Now: a member that stops on a block of its recording that does not verify, on a disk that misdirected
+/// writes, is started again, and its recovery cuts the recording at the damage and repairs (it stands
+/// and votes for a less up-to-date log only once it holds what it held again).
+#[test]
+fn soak_seed_1796369126766409893_a_cut_that_meets_damage_stops_and_the_restart_repairs() {
+    run_disk_with(1_796_369_126_766_409_893, 3, SyncPolicy::Batch, true, true);
+}
+
 /// Found by the first run of the disk schedule (then seed 20013, `batch`; seed 20023 of the schedule as it
 /// is now): a follower's sync failed and it stopped, as it must; started again, it read its last segment
 /// from the page cache, which still showed the bytes whose sync had failed (the kernel marks such pages
