@@ -13,9 +13,12 @@
 //!
 //! - The segments hold one contiguous run of the log, `[start, end)`: each segment's base is where the one
 //!   before it ends. Every byte below `end` was a frame of this member's log when it was written.
-//! - What the recording says it holds is only what verified: at [`Recording::open`] the last segment is
-//!   walked block by block, and a block that fails (a write torn by a crash, or damage) is cut off with
-//!   everything after it, and reported. A reader verifies every block it hands out.
+//! - What the recording says it holds is only what verified: at [`Recording::open`] every segment is
+//!   walked block by block, and the first block that fails (a write torn by a crash, or damage) is cut off
+//!   with everything after it, and reported. A reader verifies every block it hands out.
+//! - A bad block that blocks which verify follow is damage, not a torn tail (a crash tears only the last
+//!   writes): the end of what verified past it is kept in `repair.dat` until the recording holds that end
+//!   again or is cut back, and the member repairs meanwhile ([`Recording::repair`], `repair`).
 //! - Under [`SyncPolicy::Batch`] the recorder's synced position is the end of what `fdatasync` made
 //!   durable; a member acknowledges and counts itself only up to it. Under [`SyncPolicy::None`] the
 //!   synced position is the end of what is written (to the page cache).
@@ -352,7 +355,7 @@ impl Recording {
         while self.bases.len() > cut.segment + 1 {
             let later = self.bases.pop().expect("a later segment");
             let later_path = self.segment_path(later);
-            cut_bytes += self.disk.read(&later_path).map_or(0, |bytes| bytes.len() as u64);
+            cut_bytes += self.disk.open_read(&later_path).and_then(|file| file.len()).unwrap_or(0);
             self.active = None;
             self.disk.remove_file(&later_path).map_err(|e| RecordingError::io(&later_path, "remove", e))?;
             self.dir_changed = true;

@@ -186,6 +186,30 @@ fn damage_below_blocks_that_verify_is_told_from_a_torn_tail_and_repaired_until_t
 }
 
 #[test]
+fn damage_in_an_earlier_segment_cuts_the_recording_there_and_the_later_segments_count_as_held() {
+    let dir = scratch("repair-earlier");
+    let log = log_of(1, 60);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 512);
+    recording.sync().unwrap();
+    assert!(recording.segment_count() > 3);
+    let bases = list_segments(&*SharedDisk::os(), &dir).unwrap();
+    drop(recording);
+    // A sector of the second segment overwritten: its blocks from there on, and every later segment, go.
+    let segment = dir.join(segment::file_name(bases[1]));
+    let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xC3; 512], 1024).unwrap();
+    drop(file);
+    let (recording, report) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    assert!(report.damaged.is_some(), "{report:?}");
+    assert_eq!((recording.segment_count(), report.repair), (2, Some(end)), "{report:?}");
+    assert!(recording.end() > bases[1] && recording.end() < bases[2], "{}", recording.end());
+    assert_eq!(read_all(&recording, 0, recording.end()).unwrap(), log_bytes(&log, 0, recording.end()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_damaged_index_or_segment_header_or_a_foreign_recording_stops_the_open_naming_the_file() {
     let dir = scratch("damaged");
     let log = log_of(2, 10);
