@@ -296,6 +296,21 @@ fn a_recorder_that_acknowledges_before_it_syncs_is_caught() {
     assert!(matches!(failure.violation, Violation::LostDurable { .. }), "caught as {failure}");
 }
 
+/// The checker is proven on damage: a member whose recording was damaged below what it synced (by
+/// misdirected writes) and that does not repair, starting from the cut log as if nothing were lost, is
+/// caught (it holds less than it reported synced, and does not say so), within the default seeds.
+#[test]
+fn a_member_that_forgets_the_damage_to_its_recording_is_caught() {
+    let failure = caught("forget_damage", 20_000..20_000 + DISK_SEEDS, |seed| {
+        let mut config = SimConfig::new(seed, 3);
+        (config.schedule, config.storage) = (Schedule::Disk, Some(SyncPolicy::Batch));
+        (config.misdirect, config.snapshots) = (true, true);
+        config.bugs = PlantedBugs { forget_damage: true, ..PlantedBugs::default() };
+        config
+    });
+    assert!(matches!(failure.violation, Violation::LostDurable { .. }), "caught as {failure}");
+}
+
 /// The first seed of `seeds` whose run (`config` of it, with a bug planted) breaks a checked property; panics
 /// when none does.
 fn caught(bug: &str, seeds: std::ops::Range<u64>, config: impl Fn(u64) -> SimConfig) -> SimFailure {

@@ -54,6 +54,9 @@ pub struct PlantedBugs {
     /// `poll_state` does not load a snapshot a catch-up installed: the entries after it are applied to
     /// the state it should have replaced.
     pub skip_snapshot_load: bool,
+    /// A member whose recorded log was found damaged below what it synced does not repair: its consensus
+    /// core starts from the cut log as if nothing were lost.
+    pub forget_damage: bool,
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:

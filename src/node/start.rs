@@ -303,7 +303,7 @@ fn start_core(
     };
     let now_ns = env.clock.now_ns();
     let mut core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
-    if let Some(held) = recovered.and_then(|r| r.report.repair) {
+    if let Some(held) = recovered.and_then(|r| r.report.repair).filter(|_| !env.bugs.forget_damage) {
         // The recorded log was damaged below what this member synced (and may have acknowledged): it
         // repairs, voting only for logs as up to date as the one it held, until it holds that again.
         core.start_repair(held);
