@@ -465,10 +465,10 @@ impl ConsensusCore {
     }
 
     /// Whether this member may canvass and stand: it is not repairing its log ([`super::repair`]), and it
-    /// votes in the configuration in effect, or that
-    /// configuration is not committed yet and it voted in the one before (a member being removed may
-    /// hold the only log a majority can elect: it stands, counting the new configuration's votes, leads
-    /// the change through and steps down, as a removed leader does).
+    /// votes in the configuration in effect, or that configuration is not committed yet and it voted in
+    /// the one before (a member being removed may hold the only log a majority can elect: it stands,
+    /// counting the new configuration's votes, leads the change through and steps down, as a removed
+    /// leader does).
     pub fn may_stand(&self) -> bool {
         let me = self.config.member_id;
         if self.repair.is_some() {

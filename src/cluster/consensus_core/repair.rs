@@ -9,9 +9,10 @@
 //!
 //! - does not canvass, stand, or answer a leader's request to stand at once;
 //! - grants a canvass or a vote only to a candidate whose log is at least as up to date as the log it held
-//!   before, `(term, held)`: `held` is the highest end of a block its recovery found (at or past what it
-//!   acknowledged), and `term` its persisted term when the loss was found, at or past the term of any byte
-//!   it held (a member adopts and persists a term before it takes bytes of it);
+//!   before, `(term, held)`: `held` is the highest end of a block its recovery found past the damage (what
+//!   it may have acknowledged, as far as recovery can tell: docs/ARCHITECTURE.md says what it cannot),
+//!   and `term` its persisted term when the loss was found, at or past the term of any byte it held (a
+//!   member adopts and persists a term before it takes bytes of it);
 //! - acknowledges only what it holds now (its append position, as every follower): an acknowledgement
 //!   claims bytes the member holds and has synced, so counting it is sound; what was unsound was counting
 //!   the old ones for a log it then lost, and those are answered by the vote rule above.
