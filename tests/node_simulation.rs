@@ -161,6 +161,29 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     }
 }
 
+/// Found by the default disk seeds once failing disks misdirected writes (`batch`): member 0's disk
+/// misdirected writes into an earlier segment of its recording (below the last, which alone was walked at
+/// start); started again, it rebuilt its log's tail from there and refused to start on the damaged block.
+/// Fix: the open walks every segment and cuts at the first bad block (later segments count as evidence
+/// of what was held), and the member repairs. Then, its recording cut below its newest snapshot, it
+/// restored the snapshot (at 305696) and applied the leader's log from where its recording now ended
+/// (216256): entries its state already held. Fix: the committed reader hands out nothing at or below the
+/// snapshot the state holds.
+#[test]
+fn seed_20002_a_recording_damaged_below_its_snapshot_is_cut_and_repaired_and_nothing_applied_twice() {
+    run_disk_with(20_002, 3, SyncPolicy::Batch, true, true);
+}
+
+/// Found by the default disk seeds once failing disks misdirected writes (5 members, `none`): member 3's
+/// replay of its recording after a catch-up met a block a misdirected write had overwritten, and retried it
+/// for 10 s of its clock before saying so, longer than the 3 s in which every member must apply again
+/// once the faults stop. Fix: a block still failing after a second is damage the node reports
+/// (`Node::recording_error`); started again, the member cuts its recording there and repairs.
+#[test]
+fn seed_25038_a_replay_that_meets_damage_says_so_and_the_restart_repairs() {
+    run_disk_with(25_038 ^ (1 << 40), 5, SyncPolicy::None, true, true);
+}
+
 /// Found by the first soak with misdirected writes (disk schedule, `batch`): member 0's disk misdirected
 /// writes while it ran; later, asked to cut its log back to where a new leader's agrees, its recorder
 /// walked the segment and met a block a misdirected write had overwritten, below the cut, and failed.
