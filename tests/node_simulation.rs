@@ -161,6 +161,15 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     }
 }
 
+/// Found by the third soak with misdirected writes (disk schedule, `batch`): member 1's disk flipped bits on
+/// read, one read of its replay failed, and then its clock jumped 1.4 s: a replay called a block damaged
+/// after a second of failing reads, counted from that one failure. Fix: a block is damaged only after a
+/// second and 64 failed reads in a row.
+#[test]
+fn soak_seed_1796371351338974204_one_failed_read_and_a_clock_jump_are_not_damage() {
+    run_disk_with(1_796_371_351_338_974_204, 3, SyncPolicy::Batch, true, true);
+}
+
 /// Found by the default disk seeds once failing disks misdirected writes (`batch`): member 0's disk
 /// misdirected writes into an earlier segment of its recording (below the last, which alone was walked at
 /// start); started again, it rebuilt its log's tail from there and refused to start on the damaged block.
