@@ -162,9 +162,11 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
 }
 
 /// Found by the third soak with misdirected writes (disk schedule, `batch`): member 1's disk flipped bits on
-/// read, one read of its replay failed, and then its clock jumped 1.4 s: a replay called a block damaged
-/// after a second of failing reads, counted from that one failure. Fix: a block is damaged only after a
-/// second and 64 failed reads in a row.
+/// read (a quarter of its reads), so its replay, reading a segment's blocks from the first, failed every
+/// time, and its clock jumped 1.4 s: the replay, which now calls a block damaged after a second of failing
+/// reads (ten before), stopped, and the simulation called that a failed agent. Stopping on a disk that
+/// fails is right: such a member is now stopped and started again once its disk is healthy, as one whose
+/// agents stop on it; and a block is damaged only after a second and 64 failed reads in a row.
 #[test]
 fn soak_seed_1796371351338974204_one_failed_read_and_a_clock_jump_are_not_damage() {
     run_disk_with(1_796_371_351_338_974_204, 3, SyncPolicy::Batch, true, true);

@@ -16,8 +16,7 @@ use crate::storage::recording::{for_each_frame, RecordingError, RecordingReader}
 /// simulated under the node simulator).
 const READ_FAILING_FOR_NS: u64 = 1_000_000_000;
 /// Reads in a row a block must fail, beside [`READ_FAILING_FOR_NS`], to be called damaged: a process
-/// paused (or a clock that jumped) past the time after one failed read is not damage (the node simulator
-/// found it: a bit flipped on read, then a clock jump of 1.4 s, seed 1796371351338974204).
+/// paused (or a clock that jumped) past the time after one failed read is not damage.
 const READ_FAILING_TIMES: u32 = 64;
 
 /// Whole messages from the recording, one block at a time, never past a limit.

@@ -601,6 +601,15 @@ impl Simulation {
         if let Some(e) = self.nodes[i].node.recording_error() {
             // The reader of committed entries gave up on the recorded log: this member applies nothing more.
             let error = format!("its replay of the recorded log stopped: {e}");
+            if self.nodes[i].disk_failing {
+                // Its disk fails reads for longer than the replay waits: it stops applying and says so, as
+                // it must; started again once the disk is healthy.
+                self.trace(|| format!("member {i} stopped on its failing disk: {error}"));
+                self.nodes[i].down = true;
+                self.nodes[i].paused_until_ns = u64::MAX;
+                self.report.stopped_by_disk += 1;
+                return Ok(());
+            }
             if !self.damage_found(i, &error) {
                 return Err(self.failure(Violation::AgentFailed { member: i, error }));
             }
