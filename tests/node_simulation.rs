@@ -97,7 +97,13 @@ fn seeds(first: u64) -> Vec<u64> {
 /// A seed under the disk schedule (crashes, power losses under `batch`, failing disks) with `sync`, with
 /// snapshots or not.
 fn run_disk(seed: u64, members: usize, sync: SyncPolicy, snapshots: bool) -> SimReport {
+    run_disk_with(seed, members, sync, snapshots, false)
+}
+
+/// As [`run_disk`], and failing disks may misdirect writes (the seeds found before keep their schedule).
+fn run_disk_with(seed: u64, members: usize, sync: SyncPolicy, snapshots: bool, misdirect: bool) -> SimReport {
     let mut config = SimConfig::new(seed, members);
+    config.misdirect = misdirect;
     config.schedule = Schedule::Disk;
     config.storage = Some(sync);
     config.snapshots = snapshots;
@@ -119,7 +125,8 @@ fn disk_seeds(first: u64) -> Vec<u64> {
 }
 
 /// Crashes without a close, power losses of one member or a majority (`batch`), and failing disks
-/// (writes and syncs failing, bits flipped on read), under both sync policies: one committed order, and
+/// (writes and syncs failing, bits flipped on read, writes misdirected), under both sync policies: one
+/// committed order, and
 /// progress after the faults stop. The run must have done what it claims to test.
 #[test]
 fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_failing_disks() {
@@ -127,8 +134,11 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     for (members, first) in [(3, 20_000), (5, 25_000)] {
         for seed in disk_seeds(first) {
             for (seed, sync) in [(seed, SyncPolicy::Batch), (seed ^ (1 << 40), SyncPolicy::None)] {
-                let report = run_disk(seed, members, sync, true);
+                let report = run_disk_with(seed, members, sync, true, true);
                 total.restarts += report.restarts;
+                total.misdirected += report.misdirected;
+                total.repairs += report.repairs;
+                total.damage_restarts += report.damage_restarts;
                 total.power_losses += report.power_losses;
                 total.stopped_by_disk += report.stopped_by_disk;
                 total.committed += report.committed;
@@ -136,12 +146,65 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
         }
     }
     eprintln!(
-        "disk schedule: {} restarts, {} power losses, {} members stopped by a failing disk, {} entries committed",
-        total.restarts, total.power_losses, total.stopped_by_disk, total.committed
+        "disk schedule: {} restarts, {} power losses, {} members stopped by a failing disk, {} writes misdirected, \
+         {} restarts repairing a damaged log ({} on damage a replay found), {} entries committed",
+        total.restarts,
+        total.power_losses,
+        total.stopped_by_disk,
+        total.misdirected,
+        total.repairs,
+        total.damage_restarts,
+        total.committed
     );
     if env_u64("QC_NODE_SIM_SEED").is_none() {
         assert!(total.power_losses > 0 && total.stopped_by_disk > 0 && total.restarts > 0, "{total:?}");
     }
+}
+
+/// Found by the third soak with misdirected writes (disk schedule, `batch`): member 1's disk flipped bits on
+/// read (a quarter of its reads), so its replay, reading a segment's blocks from the first, failed every
+/// time, and its clock jumped 1.4 s: the replay, which now calls a block damaged after a second of failing
+/// reads (ten before), stopped, and the simulation called that a failed agent. Stopping on a disk that
+/// fails is right: such a member is now stopped and started again once its disk is healthy, as one whose
+/// agents stop on it; and a block is damaged only after a second and 64 failed reads in a row.
+#[test]
+fn soak_seed_1796371351338974204_one_failed_read_and_a_clock_jump_are_not_damage() {
+    run_disk_with(1_796_371_351_338_974_204, 3, SyncPolicy::Batch, true, true);
+}
+
+/// Found by the default disk seeds once failing disks misdirected writes (`batch`): member 0's disk
+/// misdirected writes into an earlier segment of its recording (below the last, which alone was walked at
+/// start); started again, it rebuilt its log's tail from there and refused to start on the damaged block.
+/// Fix: the open walks every segment and cuts at the first bad block (later segments count as evidence
+/// of what was held), and the member repairs. Then, its recording cut below its newest snapshot, it
+/// restored the snapshot (at 305696) and applied the leader's log from where its recording now ended
+/// (216256): entries its state already held. Fix: the committed reader hands out nothing at or below the
+/// snapshot the state holds.
+#[test]
+fn seed_20002_a_recording_damaged_below_its_snapshot_is_cut_and_repaired_and_nothing_applied_twice() {
+    run_disk_with(20_002, 3, SyncPolicy::Batch, true, true);
+}
+
+/// Found by the default disk seeds once failing disks misdirected writes (5 members, `none`): member 3's
+/// replay of its recording after a catch-up met a block a misdirected write had overwritten, and retried it
+/// for 10 s of its clock before saying so, longer than the 3 s in which every member must apply again
+/// once the faults stop. Fix: a block still failing after a second is damage the node reports
+/// (`Node::recording_error`); started again, the member cuts its recording there and repairs.
+#[test]
+fn seed_25038_a_replay_that_meets_damage_says_so_and_the_restart_repairs() {
+    run_disk_with(25_038 ^ (1 << 40), 5, SyncPolicy::None, true, true);
+}
+
+/// Found by the first soak with misdirected writes (disk schedule, `batch`): member 0's disk misdirected
+/// writes while it ran; later, asked to cut its log back to where a new leader's agrees, its recorder
+/// walked the segment and met a block a misdirected write had overwritten, below the cut, and failed.
+/// Stopping is right (the damage is below what it synced); the simulation called it a failed agent.
+/// Now: a member that stops on a block of its recording that does not verify, on a disk that misdirected
+/// writes, is started again, and its recovery cuts the recording at the damage and repairs (it stands
+/// and votes for a less up-to-date log only once it holds what it held again).
+#[test]
+fn soak_seed_1796369126766409893_a_cut_that_meets_damage_stops_and_the_restart_repairs() {
+    run_disk_with(1_796_369_126_766_409_893, 3, SyncPolicy::Batch, true, true);
 }
 
 /// Found by the first run of the disk schedule (then seed 20013, `batch`; seed 20023 of the schedule as it
@@ -262,6 +325,21 @@ fn a_recorder_that_acknowledges_before_it_syncs_is_caught() {
         let mut config = SimConfig::new(seed, 3);
         (config.schedule, config.storage) = (Schedule::Disk, Some(SyncPolicy::Batch));
         config.bugs = PlantedBugs { ack_before_sync: true, ..PlantedBugs::default() };
+        config
+    });
+    assert!(matches!(failure.violation, Violation::LostDurable { .. }), "caught as {failure}");
+}
+
+/// The checker is proven on damage: a member whose recording was damaged below what it synced (by
+/// misdirected writes) and that does not repair, starting from the cut log as if nothing were lost, is
+/// caught (it holds less than it reported synced, and does not say so), within the default seeds.
+#[test]
+fn a_member_that_forgets_the_damage_to_its_recording_is_caught() {
+    let failure = caught("forget_damage", 20_000..20_000 + DISK_SEEDS, |seed| {
+        let mut config = SimConfig::new(seed, 3);
+        (config.schedule, config.storage) = (Schedule::Disk, Some(SyncPolicy::Batch));
+        (config.misdirect, config.snapshots) = (true, true);
+        config.bugs = PlantedBugs { forget_damage: true, ..PlantedBugs::default() };
         config
     });
     assert!(matches!(failure.violation, Violation::LostDurable { .. }), "caught as {failure}");

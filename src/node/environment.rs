@@ -56,6 +56,9 @@ pub struct PlantedBugs {
     pub skip_snapshot_load: bool,
     /// The consensus core counts learners (and members a change removed) toward commits and elections.
     pub count_non_voters: bool,
+    /// A member whose recorded log was found damaged below what it synced does not repair: its consensus
+    /// core starts from the cut log as if nothing were lost.
+    pub forget_damage: bool,
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:

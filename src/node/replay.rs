@@ -8,9 +8,16 @@ use crate::storage::recording::{for_each_frame, RecordingError, RecordingReader}
 
 /// How long a block may fail to read before it is called damaged: the recorder may be cutting the block
 /// being read (a new leader's log agrees with this member's only up to inside it), which a later read
-/// gets whole, or emptying the recording for a snapshot a catch-up installs, which replaces this replay.
-/// Read on the node's clock (the environment's, simulated under the node simulator).
-const READ_FAILING_FOR_NS: u64 = 10_000_000_000;
+/// gets whole, or emptying the recording for a snapshot a catch-up installs, which replaces this replay;
+/// a read may fail once (a flipped bit) and verify when read again. Each takes milliseconds; a block that
+/// still fails after a second, and [`READ_FAILING_TIMES`] reads in a row, is damage (a misdirected write, a
+/// bad sector), and the node says so ([`crate::node::Node::recording_error`]): started again, it cuts its
+/// recording there and repairs the rest from its leader. Read on the node's clock (the environment's,
+/// simulated under the node simulator).
+const READ_FAILING_FOR_NS: u64 = 1_000_000_000;
+/// Reads in a row a block must fail, beside [`READ_FAILING_FOR_NS`], to be called damaged: a process
+/// paused (or a clock that jumped) past the time after one failed read is not damage.
+const READ_FAILING_TIMES: u32 = 64;
 
 /// Whole messages from the recording, one block at a time, never past a limit.
 pub(super) struct Replay {
@@ -22,6 +29,8 @@ pub(super) struct Replay {
     pub(super) assembler: FragmentAssembler<()>,
     /// Since when reads have failed, if they do (node clock, ns).
     failing_since: Option<u64>,
+    /// Reads failed in a row.
+    failed_reads: u32,
 }
 
 impl Replay {
@@ -34,6 +43,7 @@ impl Replay {
             offset: 0,
             assembler: FragmentAssembler::new(()),
             failing_since: None,
+            failed_reads: 0,
         }
     }
 
@@ -90,12 +100,14 @@ impl Replay {
                 self.block_position = at;
                 self.offset = 0;
                 self.failing_since = None;
+                self.failed_reads = 0;
                 Ok(true)
             }
             Ok(None) => Ok(false),
             Err(e) => {
                 let since = *self.failing_since.get_or_insert(now_ns);
-                if now_ns.saturating_sub(since) >= READ_FAILING_FOR_NS {
+                self.failed_reads = self.failed_reads.saturating_add(1);
+                if now_ns.saturating_sub(since) >= READ_FAILING_FOR_NS && self.failed_reads >= READ_FAILING_TIMES {
                     return Err(e);
                 }
                 self.reader = self.reader.reopen(at);

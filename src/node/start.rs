@@ -110,6 +110,9 @@ impl Node {
             receiver_handle,
         );
         wiring.learn(&recorded_endpoints);
+        let driver_counters = DriverCounters::new(config.id, |kind| node_counter(&counters, kind));
+        // Shown from the start: a member repairing its log says so before its agents first run.
+        driver_counters.repairing_to.set(core.repair().map_or(0, |r| r.held));
         let agent = ConsensusAgent::new(DriverParts {
             tail,
             synced,
@@ -122,7 +125,7 @@ impl Node {
             clients,
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
             shared: Arc::clone(&shared),
-            counters: DriverCounters::new(config.id, |kind| node_counter(&counters, kind)),
+            counters: driver_counters,
             admin: Some(AdminRings::create(directory.path()).map_err(NodeError::Io)?),
         });
         let committed = CommittedReader::new(
@@ -189,8 +192,20 @@ fn start_recorder(
 ) -> Result<Recorded, NodeError> {
     let recorder_counters = RecorderCounters::new(|kind| node_counter(counters, kind));
     recorder_counters.torn_bytes.set(recovered.report.torn_bytes as i64);
-    if let Some(torn) = &recovered.report.torn {
-        let message = format!("member {}: cut a torn end off the recorded log: {torn}", config.id);
+    let report = &recovered.report;
+    let cut = match (&report.damaged, &report.torn) {
+        (Some(damaged), _) => Some(format!("cut the recorded log back where it is damaged: {damaged}")),
+        (None, Some(torn)) => Some(format!("cut a torn end off the recorded log: {torn}")),
+        (None, None) => None,
+    };
+    let repair = report.repair.map(|held| {
+        format!(
+            "it held its log up to {held} before: until it holds that again (fetched from the leader) it neither \
+             stands nor votes for a log less up to date"
+        )
+    });
+    for message in [cut, repair].into_iter().flatten() {
+        let message = format!("member {}: {message}", config.id);
         log::warn!("{message}");
         warnings.push(message);
     }
@@ -322,7 +337,12 @@ fn start_core(
         },
     };
     let now_ns = env.clock.now_ns();
-    let core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
+    let mut core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
+    if let Some(held) = recovered.and_then(|r| r.report.repair).filter(|_| !env.bugs.forget_damage) {
+        // The recorded log was damaged below what this member synced (and may have acknowledged): it
+        // repairs, voting only for logs as up to date as the one it held, until it holds that again.
+        core.start_repair(held);
+    }
     Ok((core, votes))
 }
 

@@ -254,6 +254,9 @@ catalogue! {
         configuration_id = 415, "election configuration id";
         /// Truncations of this node's log (bytes it held that were never committed).
         truncations = 411, "election truncations";
+        /// The end of the log this node held before its recording was found damaged below it, while it
+        /// repairs (it neither stands nor votes for a less up-to-date log); 0 otherwise.
+        repairing_to = 419, "election repairing to";
     }
 
     /// The node's role-specific counters outside the agents.

@@ -158,6 +158,7 @@ fn fate(fate: SegmentFate) -> &'static str {
         SegmentFate::Kept => "kept",
         SegmentFate::BelowStart => "removed (below the recording's start)",
         SegmentFate::Unmade => "removed (shorter than its header)",
+        SegmentFate::PastCut => "removed (past the first bad block of an earlier segment)",
     }
 }
 
@@ -294,6 +295,7 @@ pub fn render_json(plan: &RecoveryPlan) -> Value {
                     SegmentFate::Kept => "kept",
                     SegmentFate::BelowStart => "below_start",
                     SegmentFate::Unmade => "unmade",
+                    SegmentFate::PastCut => "past_cut",
                 },
             })
         })

@@ -8,7 +8,9 @@
 //!   that, and requests votes;
 //! - a vote is granted at most once per term, persisted before it is sent, and only to a candidate whose
 //!   log is at least as up to date: (last term, position) compared lexicographically;
-//! - canvass and vote requests carry the membership hash; a mismatch is refused and counted.
+//! - canvass and vote requests carry the membership hash; a mismatch is refused and counted;
+//! - a member repairing its log ([`super::repair`]) neither canvasses nor stands, and grants only to a
+//!   candidate at least as up to date as the log it held before its loss.
 
 use super::machine::{Ballot, ConsensusCore, Phase};
 use super::message::Message;
@@ -195,9 +197,11 @@ impl ConsensusCore {
         }
     }
 
-    /// Whether a log ending at `log` = (last term, position) is at least as up to date as this one.
+    /// Whether a log ending at `log` = (last term, position) is at least as up to date as this one (and,
+    /// while this member repairs its log, as the one it held before: [`super::repair`]).
     fn is_up_to_date(&self, log: (i64, i64)) -> bool {
-        self.config.bugs.skip_up_to_date_check || log >= self.log_tip()
+        self.config.bugs.skip_up_to_date_check
+            || (log >= self.log_tip() && self.repair.is_none_or(|repair| repair.grants(log)))
     }
 
     /// Whether this member leads, or heard from its leader within the heartbeat timeout.

@@ -143,6 +143,8 @@ pub struct ConsensusCore {
     pub(super) counters: CoreCounters,
     /// Why this member last stopped leading, until taken ([`take_step_down`](Self::take_step_down)).
     step_down: Option<StepDown>,
+    /// What this member must hold again before it votes by the ordinary rules ([`super::repair`]).
+    pub(super) repair: Option<super::repair::Repair>,
 }
 
 /// Why a leader stopped leading.
@@ -223,6 +225,7 @@ impl ConsensusCore {
             announced: (Role::Follower, durable.leadership_term_id, None),
             counters: CoreCounters::default(),
             step_down: None,
+            repair: None,
         };
         core.reset_election_timer(now_ns);
         Ok(core)
@@ -342,6 +345,7 @@ impl ConsensusCore {
         self.history.append(leadership_term_id, self.append_position);
         let before = self.append_position;
         self.append_position = position;
+        self.end_repair_if_done();
         self.on_append_moved(before, now_ns, out);
         match self.phase {
             Phase::Leader(_) => {
@@ -375,6 +379,7 @@ impl ConsensusCore {
         let before = self.membership().id;
         self.membership.truncate(self.commit_position);
         self.append_position = position;
+        self.end_repair_if_done();
         let membership_id = self.membership().id;
         if membership_id != before {
             // A follower's: no canvass to stop, no peer to drop.
@@ -471,12 +476,16 @@ impl ConsensusCore {
         self.membership().is_voter(self.config.member_id)
     }
 
-    /// Whether this member may canvass and stand: it votes in the configuration in effect, or that
-    /// configuration is not committed yet and it voted in the one before (a member being removed may
-    /// hold the only log a majority can elect: it stands, counting the new configuration's votes, leads
-    /// the change through and steps down, as a removed leader does).
+    /// Whether this member may canvass and stand: it is not repairing its log ([`super::repair`]), and it
+    /// votes in the configuration in effect, or that configuration is not committed yet and it voted in
+    /// the one before (a member being removed may hold the only log a majority can elect: it stands,
+    /// counting the new configuration's votes, leads the change through and steps down, as a removed
+    /// leader does).
     pub fn may_stand(&self) -> bool {
         let me = self.config.member_id;
+        if self.repair.is_some() {
+            return false;
+        }
         self.is_voter()
             || self
                 .membership
@@ -613,6 +622,9 @@ impl ConsensusCore {
             self.history.truncate(position);
             self.append_position = position;
             self.counters.truncations += 1;
+            // A leader's log disagrees with this one at `position`, and so with the log it held before a
+            // loss it repairs: nothing of that log past here was committed (`repair`'s module docs).
+            self.repair = None;
             out.push(Output::Truncate { position });
             self.membership.truncate(position);
             let membership_id = self.membership.at(position).id;

@@ -130,15 +130,13 @@ impl fmt::Display for MembershipError {
             Self::NotAMember(id) => write!(f, "member {id} is not a member"),
             Self::LastVoter(id) => write!(f, "member {id} is the last voter: a cluster needs one"),
             Self::TooManyMembers => write!(f, "a configuration holds at most {MAX_MEMBERS} members"),
-            Self::LearnerSilent(member) => write!(
-                f,
-                "learner {member} has not answered the leader recently: start it (or wait until it catches up) and \
-                 promote it then"
-            ),
+            Self::LearnerSilent(member) => {
+                write!(f, "learner {member} has not answered the leader recently: start it, and retry once it runs")
+            }
             Self::LearnerBehind { member, behind, limit } => write!(
                 f,
                 "learner {member} is {behind} bytes behind the leader, more than the {limit} a promotion allows: \
-                 wait until it catches up"
+                 retry once it catches up"
             ),
             Self::TooFewLiveVoters { live, needed } => write!(
                 f,

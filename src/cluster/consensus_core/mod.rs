@@ -70,7 +70,8 @@
 //! [`durable`] (what survives a restart), [`counters`] (what was dropped and why), [`prng`] (election
 //! timeouts), [`membership`] (configurations and their log), and the state machine itself: [`machine`] (state, inputs, role changes), `election.rs`
 //! (canvass and votes), `leadership.rs` (the leader's side), `following.rs` (the follower's side),
-//! `reconfiguration.rs` (membership changes) and `transfer.rs` (leadership transfer),
+//! `reconfiguration.rs` (membership changes), `transfer.rs` (leadership transfer) and [`repair`] (a
+//! member that lost part of its recorded log),
 //! each opening with the rules it keeps.
 
 pub mod config;
@@ -86,6 +87,7 @@ pub mod output;
 pub mod prng;
 mod quorum;
 mod reconfiguration;
+pub mod repair;
 mod role;
 pub mod term_history;
 mod transfer;
@@ -102,6 +104,7 @@ pub use membership::{Membership, MembershipChange, MembershipError, MembershipLo
 pub use message::Message;
 pub use output::{CoreError, Destination, Output};
 pub use quorum::{follower_commit, majority_position, quorum_position, AckRule};
+pub use repair::Repair;
 pub use role::Role;
 pub use term_history::{TermBase, TermHistory};
 pub use transfer::TransferError;

@@ -1092,3 +1092,91 @@ fn a_restart_restores_the_configurations_of_its_log() {
     assert_eq!(member.membership(), &promoted);
     assert_eq!(member.membership_log().entries().len(), 1, "the committed entry is folded into the base");
 }
+
+/// Member 1 in term 3, its log (term 1 from 0, term 3 from 100) ending at 200 after a loss: it held up to
+/// 500 before.
+fn repairing() -> ConsensusCore {
+    let mut member = core_with(1, 3, None, &[(1, 0), (3, 100)], 200, 0);
+    member.start_repair(500);
+    assert_eq!(member.repair(), Some(Repair { held: 500, term: 3 }));
+    member
+}
+
+#[test]
+fn a_repairing_member_neither_canvasses_nor_stands_when_told_to() {
+    let mut member = repairing();
+    let mut out = Vec::new();
+    member.tick(1000 * MS, &mut out);
+    member.campaign(1000 * MS, &mut out);
+    assert_eq!(member.role(), Role::Follower);
+    assert!(sent(&out).is_empty(), "{out:?}");
+    assert!(!member.may_stand());
+    member.on_message(2, Message::CommitPosition { leadership_term_id: 3, log_position: 0 }, 1000 * MS, &mut out);
+    member.on_message(2, Message::TimeoutNow { leadership_term_id: 3, log_position: 200 }, 1000 * MS, &mut out);
+    assert_eq!((member.role(), member.leadership_term_id()), (Role::Follower, 3));
+}
+
+#[test]
+fn a_repairing_member_grants_only_a_log_as_up_to_date_as_the_one_it_held_before() {
+    // Up to date with what it holds now, not with what it held: refused, canvass and vote alike.
+    for message in [canvass(4, 3, 400), request_vote(4, 3, 400)] {
+        let mut out = Vec::new();
+        repairing().on_message(2, message, 1000 * MS, &mut out);
+        assert_eq!(granted(&out), Some(false), "{message:?}");
+    }
+    let mut member = repairing();
+    let mut out = Vec::new();
+    member.on_message(2, request_vote(4, 3, 400), 1000 * MS, &mut out);
+    assert_eq!(member.voted_for(), None, "a refused vote is not cast");
+    // As far as the log it held, or of a newer last term: granted.
+    for message in [canvass(4, 3, 500), request_vote(4, 3, 500), request_vote(4, 4, 300)] {
+        let mut out = Vec::new();
+        repairing().on_message(2, message, 1000 * MS, &mut out);
+        assert_eq!(granted(&out), Some(true), "{message:?}");
+    }
+}
+
+#[test]
+fn a_repair_ends_when_the_log_holds_what_it_held_before() {
+    let mut member = repairing();
+    let mut out = Vec::new();
+    let announce = Message::NewLeadershipTerm {
+        leadership_term_id: 4,
+        log_leadership_term_id: 3,
+        next_leadership_term_id: 4,
+        next_term_base_position: 600,
+        commit_position: 0,
+    };
+    member.on_message(2, announce, 1000 * MS, &mut out);
+    assert!(out.iter().any(|o| matches!(o, Output::ReplicateFrom { position: 200, .. })), "{out:?}");
+    member.on_append_position(3, 499, 1000 * MS, &mut out);
+    assert!(member.repair().is_some());
+    member.on_append_position(3, 500, 1000 * MS, &mut out);
+    assert_eq!(member.repair(), None);
+    assert!(member.may_stand());
+}
+
+#[test]
+fn a_repair_ends_when_a_leader_cuts_the_log_back() {
+    // The leader of term 4 holds no byte of term 3 (its term 1 is followed by term 4 at 150): the member's
+    // term 3 goes, and with it anything of term 3 it held before, none of which was committed.
+    let mut member = repairing();
+    let mut out = Vec::new();
+    let announce = Message::NewLeadershipTerm {
+        leadership_term_id: 4,
+        log_leadership_term_id: 1,
+        next_leadership_term_id: 4,
+        next_term_base_position: 150,
+        commit_position: 0,
+    };
+    member.on_message(2, announce, 1000 * MS, &mut out);
+    assert!(out.iter().any(|o| matches!(o, Output::Truncate { position: 100 })), "{out:?}");
+    assert_eq!((member.append_position(), member.repair()), (100, None));
+}
+
+#[test]
+fn a_member_that_holds_what_it_held_does_not_repair() {
+    let mut member = core_with(1, 3, None, &[(1, 0), (3, 100)], 200, 0);
+    member.start_repair(200);
+    assert_eq!(member.repair(), None);
+}

@@ -138,7 +138,7 @@ impl ConsensusCore {
     ) {
         let from_leader = matches!(&self.phase, Phase::Follower(f) if f.leader == Some(from));
         // The next term must leave a next one (every term id stays below `i64::MAX`).
-        let refused = !from_leader || !self.is_voter() || self.append_position < position;
+        let refused = !from_leader || !self.is_voter() || self.repair.is_some() || self.append_position < position;
         if term != self.term || refused || term >= i64::MAX - 2 {
             self.counters.unexpected += 1;
             return;

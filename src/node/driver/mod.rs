@@ -82,6 +82,7 @@ pub(super) struct DriverCounters {
     pub(super) role: Counter,
     pub(super) leader_member_id: Counter,
     pub(super) configuration_id: Counter,
+    pub(super) repairing_to: Counter,
 }
 
 impl DriverCounters {
@@ -106,6 +107,7 @@ impl DriverCounters {
             refused_membership: allocate(&kinds::election::refused_membership),
             elections: allocate(&kinds::election::elections),
             truncations: allocate(&kinds::election::truncations),
+            repairing_to: allocate(&kinds::election::repairing_to),
         }
     }
 }
@@ -469,6 +471,7 @@ impl ConsensusAgent {
         }
         self.counters.stale_dropped.set((core.stale_term + core.duplicate + core.unexpected) as i64);
         self.counters.refused_membership.set(core.membership_mismatch as i64);
+        self.counters.repairing_to.set(self.core.repair().map_or(0, |r| r.held));
         if let Current::Following(_) = self.current {
             self.wiring.counters.follower_commit.set_max(self.wiring.counters.consensus.commit.get());
         }

@@ -36,6 +36,8 @@ pub enum SegmentFate {
     BelowStart,
     /// Removed: the last segment, shorter than its header (it was being made when the member stopped).
     Unmade,
+    /// Removed: it lies past the first bad block of an earlier segment, where a restart cuts the recording.
+    PastCut,
 }
 
 /// One segment file, as read.
@@ -174,8 +176,17 @@ impl Recording {
         }
         let kept: Vec<usize> = (0..walked.len()).filter(|&i| walked[i].0.fate == SegmentFate::Kept).collect();
         inspection.end = start;
+        // As open: the first bad block in any segment cuts the recording there, and the segments after it go
+        // (blocks that verify past it, there or later, make it damage rather than a torn tail).
+        let cut_at = kept.iter().position(|&i| walked[i].0.damage.is_some() && walked[i].1.is_some());
         for (n, &i) in kept.iter().enumerate() {
-            let is_last = n + 1 == kept.len();
+            let is_last = cut_at.map_or(n + 1 == kept.len(), |c| n == c);
+            if cut_at.is_some_and(|c| n > c) {
+                let (report, _) = &mut walked[i];
+                report.fate = SegmentFate::PastCut;
+                inspection.torn_bytes += report.file_length;
+                continue;
+            }
             let (report, segment) = &mut walked[i];
             let Some(segment) = segment else {
                 if inspection.refusal.is_none() {
@@ -313,7 +324,8 @@ mod tests {
         assert!(whole.segments.len() > 2 && whole.segments.iter().all(|s| s.damage.is_none() && s.blocks > 0));
         assert_eq!(whole.terms().len(), 3);
 
-        // A torn last block, and a damaged block in the first segment (which open does not walk).
+        // A torn last block, and a damaged block in the first segment: open cuts the recording there (and
+        // the segments after it go), which the inspection says.
         let last = &whole.segments.last().unwrap().path;
         let mut file = std::fs::OpenOptions::new().append(true).open(last).unwrap();
         std::io::Write::write_all(&mut file, &[0x71, 0x63, 0x62, 0x34, 0x40, 0, 0, 0, 1, 2, 3]).unwrap();
@@ -325,11 +337,12 @@ mod tests {
         let before = fingerprint(&dir);
         let torn = Recording::inspect(&OsDisk, &dir).unwrap();
         assert_eq!(fingerprint(&dir), before, "an inspection writes nothing");
-        assert_eq!((torn.end, torn.torn_bytes), (end, 11));
-        assert!(torn.torn.as_deref().is_some_and(|t| t.contains(last.to_str().unwrap())), "{torn:?}");
         let damaged = &torn.segments[0];
         assert!(damaged.damage.as_deref().is_some_and(|d| d.contains("checksum")), "{damaged:?}");
         assert!(damaged.valid_length < damaged.file_length && damaged.fate == SegmentFate::Kept);
+        assert_eq!(torn.end, damaged.end_position, "cut at the first bad block");
+        assert!(torn.torn.as_deref().is_some_and(|t| t.contains(first.to_str().unwrap())), "{torn:?}");
+        assert!(torn.segments[1..].iter().all(|s| s.fate == SegmentFate::PastCut));
 
         // What open then does is what the inspection said.
         let (recording, report) = Recording::open(config(&dir, 4096), IDENTITY).unwrap();

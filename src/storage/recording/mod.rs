@@ -13,9 +13,12 @@
 //!
 //! - The segments hold one contiguous run of the log, `[start, end)`: each segment's base is where the one
 //!   before it ends. Every byte below `end` was a frame of this member's log when it was written.
-//! - What the recording says it holds is only what verified: at [`Recording::open`] the last segment is
-//!   walked block by block, and a block that fails (a write torn by a crash, or damage) is cut off with
-//!   everything after it, and reported. A reader verifies every block it hands out.
+//! - What the recording says it holds is only what verified: at [`Recording::open`] every segment is
+//!   walked block by block, and the first block that fails (a write torn by a crash, or damage) is cut off
+//!   with everything after it, and reported. A reader verifies every block it hands out.
+//! - A bad block that blocks which verify follow is damage, not a torn tail (a crash tears only the last
+//!   writes): the end of what verified past it is kept in `repair.dat` until the recording holds that end
+//!   again or is cut back, and the member repairs meanwhile ([`Recording::repair`], `repair`).
 //! - Under [`SyncPolicy::Batch`] the recorder's synced position is the end of what `fdatasync` made
 //!   durable; a member acknowledges and counts itself only up to it. Under [`SyncPolicy::None`] the
 //!   synced position is the end of what is written (to the page cache).
@@ -27,6 +30,7 @@ mod index;
 mod inspect;
 mod reader;
 mod recorder;
+mod repair;
 mod segment;
 
 use std::fmt;
@@ -148,6 +152,12 @@ pub struct OpenReport {
     pub torn_bytes: u64,
     /// The index was missing and was rebuilt from the segments' term-start markers.
     pub index_rebuilt: bool,
+    /// Why the bytes cut were damage below what was written after them (a bad block followed by blocks
+    /// that verify), not a torn tail, if they were.
+    pub damaged: Option<String>,
+    /// The end of the log this member held before a loss it has not repaired yet (found now or at an
+    /// earlier start, `repair.dat`): see [`Recording::repair`].
+    pub repair: Option<i64>,
 }
 
 /// A recording opened for writing: one writer (the [`Recorder`]) per recording.
@@ -169,6 +179,9 @@ pub struct Recording {
     failed: Option<String>,
     /// What appends cost since [`take_cost`](Self::take_cost).
     cost: WriteCost,
+    /// The end of the log held before a loss being repaired (`repair.dat`), while the recording ends
+    /// below it.
+    repair: Option<i64>,
 }
 
 impl Recording {
@@ -199,6 +212,13 @@ impl Recording {
                 format!("{why}; the recording cannot be trusted: delete index.dat to have it rebuilt from the segments, or move the recording directory away to start this member empty"),
             )
         })?;
+        let repair_path = dir.join(repair::REPAIR_FILE);
+        let mut marked = repair::load(&*disk, &dir).map_err(|why| {
+            RecordingError::new(
+                &repair_path,
+                format!("{why}; this member cannot tell how much of its log it lost: move the recording directory away to start it empty (it catches up from the leader)"),
+            )
+        })?;
         let mut report = OpenReport::default();
         let mut recording = Recording {
             disk,
@@ -212,6 +232,7 @@ impl Recording {
             scratch: Vec::new(),
             failed: None,
             cost: WriteCost::default(),
+            repair: None,
         };
         let rebuild = loaded.is_none() && !recording.bases.is_empty();
         recording.index = match loaded {
@@ -241,15 +262,22 @@ impl Recording {
         report.index_rebuilt = rebuild;
         recording.end = recording.index.start_position;
         recording.drop_unmade_last_segment(&mut report)?;
-        let last = recording.bases.len().saturating_sub(1);
+        // Every segment is walked, verifying each block (and completing the index with term markers it
+        // lacks): a misdirected write can damage any segment written since the last start, not only the
+        // last one's tail, and a reader (the node's replay, a catch-up served) that met the damage later
+        // would stop. Opening reads the recording once; it is bounded by compaction below the snapshots.
+        let mut cut: Option<Cut> = None;
         for i in 0..recording.bases.len() {
             let path = recording.segment_path(recording.bases[i]);
             let mut segment = Segment::open(&*recording.disk, &path, &identity).map_err(|why| {
                 RecordingError::new(&path, format!("{why}; move it (and the segments after it) away, or the whole recording directory to start this member empty"))
             })?;
-            // Only the last segment is walked (its tail may be torn), and every one when the index is
-            // rebuilt from their term-start markers; the walk completes the index either way.
-            if i < last && !rebuild {
+            if let Some(cut) = cut.as_mut() {
+                // Past the first bad block: what verifies here was written after it.
+                let past = segment
+                    .verified_end_past(segment::SEGMENT_HEADER_LENGTH, cut.walk.end_position)
+                    .map_err(|e| RecordingError::io(&path, "read", e))?;
+                cut.held = cut.held.max(past).max(Some(recording.bases[i]));
                 continue;
             }
             let length = segment.file.len().map_err(|e| RecordingError::io(&path, "read", e))?;
@@ -259,17 +287,21 @@ impl Recording {
                     add_markers(index, payload, header.position);
                 })
                 .map_err(|e| RecordingError::io(&path, "read", e))?;
-            if i < last {
-                continue;
+            if walk.torn.is_some() {
+                // A torn tail is only ever past the last sync, the last writes made, which nothing that
+                // verifies follows; a bad block that blocks which verify follow (here or in a later segment)
+                // is damage (a misdirected write, a bad sector) below them, maybe below what this member
+                // synced and acknowledged.
+                let held = segment
+                    .verified_end_past(walk.file_end, walk.end_position)
+                    .map_err(|e| RecordingError::io(&path, "read", e))?;
+                cut = Some(Cut { segment: i, length, walk, held });
             }
-            if let Some(why) = walk.torn {
-                report.torn_bytes = length - walk.file_end;
-                report.torn = Some(format!("{}: {why}", path.display()));
-                segment.file.set_len(walk.file_end).map_err(|e| RecordingError::io(&path, "cut the torn tail", e))?;
-                segment.file.sync_data().map_err(|e| RecordingError::io(&path, "sync", e))?;
-            }
-            recording.end = walk.end_position;
+            recording.end = segment.end_position;
             recording.active = Some(segment);
+        }
+        if let Some(cut) = cut {
+            recording.cut_at_first_bad_block(cut, &mut marked, &mut report)?;
         }
         recording.index.cut(recording.end);
         recording.store_index()?;
@@ -280,7 +312,70 @@ impl Recording {
             // again, counted its unsynced tail synced, and lost it to a power loss).
             recording.sync()?;
         }
+        recording.repair = marked;
+        recording.end_repair_if_synced(recording.end);
+        report.repair = recording.repair;
         Ok((recording, report))
+    }
+
+    /// Cuts the recording where its first bad block is (`cut`): the segments after it go, and the bad one is
+    /// cut back to its last block that verified. When blocks that verify were found past the bad one, it is
+    /// damage, not a torn tail: the end held before (the highest of theirs) is made durable in `repair.dat`
+    /// before anything is cut, and the member repairs until it holds that end again.
+    fn cut_at_first_bad_block(
+        &mut self,
+        cut: Cut,
+        marked: &mut Option<i64>,
+        report: &mut OpenReport,
+    ) -> Result<(), RecordingError> {
+        let base = self.bases[cut.segment];
+        let path = self.segment_path(base);
+        let why = cut.walk.torn.as_deref().unwrap_or("a bad block");
+        if cut.walk.end_position < self.start() {
+            return Err(RecordingError::new(
+                &path,
+                format!(
+                    "{why} at position {}, below the recording's start {}: move the recording directory away to start this member empty (it catches up from the leader)",
+                    cut.walk.end_position,
+                    self.start()
+                ),
+            ));
+        }
+        if let Some(held) = cut.held {
+            report.damaged = Some(format!(
+                "{}: {why} at position {}, below log written up to {held}",
+                path.display(),
+                cut.walk.end_position
+            ));
+            if marked.is_none_or(|m| m < held) {
+                let repair_path = self.config.dir.join(repair::REPAIR_FILE);
+                repair::store(&*self.disk, &self.config.dir, held)
+                    .map_err(|e| RecordingError::io(&repair_path, "write", e))?;
+                *marked = Some(held);
+            }
+        }
+        let mut cut_bytes = cut.length - cut.walk.file_end;
+        while self.bases.len() > cut.segment + 1 {
+            let later = self.bases.pop().expect("a later segment");
+            let later_path = self.segment_path(later);
+            cut_bytes += self.disk.open_read(&later_path).and_then(|file| file.len()).unwrap_or(0);
+            self.active = None;
+            self.disk.remove_file(&later_path).map_err(|e| RecordingError::io(&later_path, "remove", e))?;
+            self.dir_changed = true;
+        }
+        let mut segment = match self.active.take() {
+            Some(segment) if segment.base_position == base => segment,
+            _ => Segment::open(&*self.disk, &path, &self.identity).map_err(|why| RecordingError::new(&path, why))?,
+        };
+        segment.file.set_len(cut.walk.file_end).map_err(|e| RecordingError::io(&path, "cut the torn tail", e))?;
+        segment.file.sync_data().map_err(|e| RecordingError::io(&path, "sync", e))?;
+        segment.file_end = cut.walk.file_end;
+        segment.end_position = cut.walk.end_position;
+        report.torn_bytes = cut_bytes;
+        report.torn = Some(format!("{}: {why}", path.display()));
+        self.end = cut.walk.end_position;
+        self.active = Some(segment);
+        Ok(())
     }
 
     /// A first segment that begins below the start and ends at or below it: what a reset to a snapshot left
@@ -355,6 +450,32 @@ impl Recording {
     /// Where it ends: the position after its last block.
     pub fn end(&self) -> i64 {
         self.end
+    }
+
+    /// The end of the log this member held before a loss it repairs (its recording was found damaged below
+    /// what it had synced, at this start or an earlier one), while the recording ends below it: until then
+    /// the member must not vote for a log less up to date than that one, nor stand
+    /// (`consensus_core::repair`). `None` once repaired.
+    pub fn repair(&self) -> Option<i64> {
+        self.repair
+    }
+
+    /// The recording is synced up to `synced`: a repair up to there is over (its `repair.dat` goes; a
+    /// failure to remove it is only logged: the next start finds the recording past it and removes it).
+    pub fn end_repair_if_synced(&mut self, synced: i64) {
+        if self.repair.is_some_and(|held| held <= synced) {
+            self.end_repair();
+        }
+    }
+
+    /// Ends a repair: the log holds what it held, or was cut back by a leader whose log disagrees with it
+    /// (then nothing it held past the cut was committed).
+    fn end_repair(&mut self) {
+        if self.repair.take().is_some() {
+            if let Err(e) = repair::remove(&*self.disk, &self.config.dir) {
+                log::warn!("{}: cannot remove {}: {e}", self.config.dir.display(), repair::REPAIR_FILE);
+            }
+        }
     }
 
     /// The index: its start and terms.
@@ -518,7 +639,10 @@ impl Recording {
         if self.index.cut(position) {
             self.store_index()?;
         }
-        self.sync()
+        self.sync()?;
+        // A leader's log disagrees with this one at `position`: nothing held past it was committed.
+        self.end_repair();
+        Ok(())
     }
 
     /// Deletes the segments that end at or before `position` (the log below the oldest snapshot kept);
@@ -625,7 +749,9 @@ impl Recording {
             self.disk.remove_file(&path).map_err(|e| RecordingError::io(&path, "remove", e))?;
         }
         self.dir_changed = true;
-        self.sync()
+        self.sync()?;
+        self.end_repair_if_synced(position);
+        Ok(())
     }
 
     /// Why a change of this recording failed, if one did (then every later change is refused: the files
@@ -692,6 +818,18 @@ fn term_history_of(index: &Index, end: i64) -> Option<TermHistory> {
         return (end == 0).then(TermHistory::new);
     }
     TermHistory::from_terms(terms, end)
+}
+
+/// Where [`Recording::open`] found the first bad block.
+struct Cut {
+    /// Its segment's index in the bases.
+    segment: usize,
+    /// That segment's file length.
+    length: u64,
+    /// The walk that stopped at it.
+    walk: segment::Walk,
+    /// The highest end of a block that verifies past it, if one does (then it is damage).
+    held: Option<i64>,
 }
 
 /// The base positions of the segment files in `dir`, ascending.

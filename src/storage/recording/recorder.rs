@@ -725,6 +725,8 @@ impl Agent for Recorder {
         if !self.ack_before_sync {
             work += self.sync_if_due()?;
         }
+        // A repair of a loss found at start is over once the log it held is synced again.
+        self.recording.end_repair_if_synced(self.counters.synced_position.get());
         work += self.compact()?;
         work += self.catch_up()?;
         if let Some(server) = self.server.as_mut() {

@@ -378,6 +378,34 @@ impl Segment {
         Ok(Walk { file_end: reader.offset, end_position: reader.position, torn })
     }
 
+    /// After a block that does not verify at file offset `offset` (where the block at log position
+    /// `position` was expected): the highest end of a block that verifies anywhere further in the file (at
+    /// any block-aligned offset: a block written whole, in its place or misdirected) and ends past
+    /// `position`. `Some` is evidence that the bad block is damage below bytes written after it, not a
+    /// torn tail: a crash tears only the last writes, which nothing valid follows. Reads the rest of the
+    /// file once (at most a segment's length and a block).
+    pub(super) fn verified_end_past(&self, offset: u64, position: i64) -> io::Result<Option<i64>> {
+        let length = self.file.len()?;
+        if length <= offset {
+            return Ok(None);
+        }
+        let mut rest = vec![0; (length - offset) as usize];
+        self.file.read_exact_at(&mut rest, offset)?;
+        let mut highest = None;
+        for at in (0..rest.len().saturating_sub(BLOCK_HEADER_LENGTH - 1)).step_by(FRAME_ALIGNMENT) {
+            let header: BlockHeader = bytemuck::pod_read_unaligned(&rest[at..at + BLOCK_HEADER_LENGTH]);
+            if header.end() <= position || header.check_fields(header.position).is_err() {
+                continue;
+            }
+            let payload = at + BLOCK_HEADER_LENGTH;
+            let Some(bytes) = rest.get(payload..payload + header.length as usize) else { continue };
+            if header.position % FRAME_ALIGNMENT as i64 == 0 && header.check_payload(bytes) {
+                highest = highest.max(Some(header.end()));
+            }
+        }
+        Ok(highest)
+    }
+
     /// Cuts the segment at log position `position` (a frame boundary at or after its base): blocks after it
     /// go, and a block across it is rewritten to end there.
     pub(super) fn cut(&mut self, position: i64, scratch: &mut Vec<u8>) -> io::Result<()> {

@@ -111,9 +111,103 @@ fn a_torn_or_damaged_last_block_is_cut_and_reported() {
         assert_eq!(recording.end(), expected_end, "{damage}");
         assert!(report.torn.is_some(), "{damage}: {report:?}");
         assert!(report.torn_bytes > 0);
+        assert_eq!((report.damaged, report.repair), (None, None), "{damage}: a torn tail, nothing to repair");
         assert_eq!(read_all(&recording, 0, expected_end).unwrap(), log_bytes(&log, 0, expected_end));
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The file offsets and log positions of the blocks of the recording's only segment.
+fn blocks_of(recording: &Recording, end: i64) -> Vec<(u64, i64, usize)> {
+    let (mut reader, mut offset, mut blocks) = (recording.reader(0), segment::SEGMENT_HEADER_LENGTH, Vec::new());
+    while let Some((at, bytes, _)) = reader.next_block(end).unwrap() {
+        blocks.push((offset, at, bytes.len()));
+        offset += (BLOCK_HEADER_LENGTH + bytes.len()) as u64;
+    }
+    blocks
+}
+
+#[test]
+fn damage_below_blocks_that_verify_is_told_from_a_torn_tail_and_repaired_until_the_log_holds_its_end_again() {
+    for damage in ["bad sector", "misdirected last write"] {
+        let dir = scratch(&format!("repair-{}", damage.replace(' ', "-")));
+        let log = log_of(1, 40);
+        let end = log.producer_position();
+        let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        record(&mut recording, &log, end, 512);
+        recording.sync().unwrap();
+        let blocks = blocks_of(&recording, end);
+        drop(recording);
+        let segment = dir.join(segment::file_name(0));
+        let file = std::fs::OpenOptions::new().write(true).read(true).open(&segment).unwrap();
+        let (bad_offset, _, _) = blocks[2];
+        let valid_end = match damage {
+            "bad sector" => {
+                std::os::unix::fs::FileExt::write_all_at(&file, &[0x5A; 16], bad_offset + 40).unwrap();
+                blocks[2].1
+            }
+            _ => {
+                // The last block's write landed on a sector below; where it was asked for keeps what it
+                // had: nothing (the file ends before it).
+                let &(last_offset, _, _) = blocks.last().unwrap();
+                let bytes = std::fs::read(&segment).unwrap()[last_offset as usize..].to_vec();
+                file.set_len(last_offset).unwrap();
+                std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 1024).unwrap();
+                blocks.iter().rev().find(|(offset, _, _)| *offset <= 1024).unwrap().1
+            }
+        };
+        drop(file);
+        let (recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        assert!(report.damaged.is_some(), "{damage}: {report:?}");
+        assert_eq!((recording.end(), report.repair, recording.repair()), (valid_end, Some(end), Some(end)), "{damage}");
+        drop(recording);
+        // The repair outlives a restart: the recording no longer shows the damage.
+        let (mut recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        assert_eq!((report.damaged, report.repair), (None, Some(end)), "{damage}");
+        // The log fetched back up to its end and synced: repaired, for good.
+        record(&mut recording, &log, end, 512);
+        recording.sync().unwrap();
+        recording.end_repair_if_synced(end - 32);
+        assert_eq!(recording.repair(), Some(end), "not yet synced up to its end");
+        recording.end_repair_if_synced(end);
+        assert_eq!(recording.repair(), None);
+        drop(recording);
+        let (recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        assert_eq!((recording.end(), report.repair), (end, None), "{damage}");
+        // A repair also ends when a leader cuts the log back (nothing past the cut was committed).
+        drop(recording);
+        repair::store(&*SharedDisk::os(), &dir, end + 4096).unwrap();
+        let (mut recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+        assert_eq!(report.repair, Some(end + 4096));
+        recording.truncate(blocks[1].1).unwrap();
+        assert_eq!(recording.repair(), None);
+        assert!(!dir.join(repair::REPAIR_FILE).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn damage_in_an_earlier_segment_cuts_the_recording_there_and_the_later_segments_count_as_held() {
+    let dir = scratch("repair-earlier");
+    let log = log_of(1, 60);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    record(&mut recording, &log, end, 512);
+    recording.sync().unwrap();
+    assert!(recording.segment_count() > 3);
+    let bases = list_segments(&*SharedDisk::os(), &dir).unwrap();
+    drop(recording);
+    // A sector of the second segment overwritten: its blocks from there on, and every later segment, go.
+    let segment = dir.join(segment::file_name(bases[1]));
+    let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xC3; 512], 1024).unwrap();
+    drop(file);
+    let (recording, report) = Recording::open(config(&dir, 2048), IDENTITY).unwrap();
+    assert!(report.damaged.is_some(), "{report:?}");
+    assert_eq!((recording.segment_count(), report.repair), (2, Some(end)), "{report:?}");
+    assert!(recording.end() > bases[1] && recording.end() < bases[2], "{}", recording.end());
+    assert_eq!(read_all(&recording, 0, recording.end()).unwrap(), log_bytes(&log, 0, recording.end()));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -31,6 +31,10 @@ pub enum Violation {
     /// After a power loss, a node's recorded log ended before the position its recorder had reported as
     /// synced (and so as acknowledgeable) before it.
     LostDurable { member: usize, synced: i64, recovered: i64 },
+    /// A member whose recorded log was found damaged below what it held (repairing up to `held`) stood
+    /// for election or led: it could win with a log that lacks entries committed with its old
+    /// acknowledgements.
+    StoodWhileRepairing { member: usize, role: quorumcast::cluster::consensus_core::Role, held: i64 },
     /// A remote client was told something the committed order contradicts: a message committed that is
     /// not in the order, a response that is not the state after its message, one message reported twice,
     /// or a session's messages applied out of order.
@@ -70,6 +74,10 @@ impl fmt::Display for Violation {
             Self::LostDurable { member, synced, recovered } => write!(
                 f,
                 "member {member} reported its log synced up to {synced}, and after a power loss held it up to {recovered}"
+            ),
+            Self::StoodWhileRepairing { member, role, held } => write!(
+                f,
+                "member {member} was {role} while it repaired its log (it held up to {held} before a loss)"
             ),
             Self::Client { client, detail } => write!(f, "remote client {client}: {detail}"),
             Self::SessionOrder { member, session, got, expected } => write!(

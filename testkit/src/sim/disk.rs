@@ -12,9 +12,13 @@
 //! rate, and a failed sync loses the writes it was to make durable for good (Linux marks the pages clean
 //! after a failed writeback: a later successful sync does not bring them back), so a node that goes on as
 //! if it had synced is caught after the next power loss (and [`DiskFile::drop_cache`] shows the disk's
-//! bytes again, as `POSIX_FADV_DONTNEED` does); reads return a flipped bit at a drawn rate.
+//! bytes again, as `POSIX_FADV_DONTNEED` does); reads return a flipped bit at a drawn rate; a write lands
+//! at the wrong offset (a misdirected write) at a drawn rate: it succeeds, its bytes go to another
+//! sector-aligned offset below the one asked for in the same file (never the file's first sector, where a
+//! file's own header is, whose damage is another fault), and the range asked for keeps what it had. Such
+//! a write is synced, lost or torn as any other.
 //!
-//! Not simulated: writes that land at the wrong offset, and writes that persist out of order.
+//! Not simulated: writes that persist out of order, and misdirected writes across files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -36,7 +40,13 @@ pub struct DiskFaults {
     pub sync_error: f64,
     /// The chance a read returns one bit flipped.
     pub read_flip: f64,
+    /// The chance a write (of bytes, at an offset past the file's first two sectors) lands at another
+    /// offset of the same file.
+    pub misdirect: f64,
 }
+
+/// The granularity at which a misdirected write lands: a disk sector.
+pub const SECTOR: u64 = 512;
 
 /// What the simulated disk did (for traces and tests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,6 +59,8 @@ pub struct DiskStats {
     pub failed: u64,
     /// Reads with a bit flipped.
     pub flipped: u64,
+    /// Writes that landed at another offset than the one asked for.
+    pub misdirected: u64,
     /// Power losses.
     pub power_losses: u64,
     /// Unsynced writes lost to power losses (and torn ones counted once).
@@ -214,6 +226,18 @@ impl State {
         Ok(())
     }
 
+    /// Where a write asked at `offset` lands: there, or (at the misdirect rate) a drawn sector-aligned
+    /// offset in `[SECTOR, offset)`, counted.
+    fn landing(&mut self, offset: u64) -> u64 {
+        if self.faults.misdirect <= 0.0 || offset < 2 * SECTOR || !self.prng.chance(self.faults.misdirect) {
+            return offset;
+        }
+        let sectors = (offset - 1) / SECTOR;
+        let at = SECTOR * (1 + self.prng.below(sectors as usize) as u64);
+        self.stats.misdirected += 1;
+        at
+    }
+
     fn inode(&mut self, ino: u64) -> &mut Inode {
         self.inodes.entry(ino).or_default()
     }
@@ -344,6 +368,10 @@ impl SimFile {
         let mut state = self.state()?;
         state.fail_write()?;
         state.stats.writes += 1;
+        let op = match op {
+            Op::Write { offset, bytes } => Op::Write { offset: state.landing(offset), bytes },
+            op => op,
+        };
         let inode = state.inode(self.ino);
         op.apply(&mut inode.data);
         inode.pending.push(op);
@@ -456,6 +484,29 @@ mod tests {
         assert_eq!(process.read(&path("/d/a")).unwrap(), b"", "read from the disk again, it is gone");
         disk.power_loss();
         assert_eq!(disk.process().read(&path("/d/a")).unwrap(), b"", "but the disk never did");
+    }
+
+    #[test]
+    fn a_misdirected_write_lands_on_a_sector_below_and_leaves_the_range_asked_for_as_it_was() {
+        let disk = SimDisk::new(4);
+        let process = disk.process();
+        process.create_dir_all(&path("/d")).unwrap();
+        let file = process.create(&path("/d/a")).unwrap();
+        process.sync_dir(&path("/d")).unwrap();
+        let old = vec![7u8; 4 * SECTOR as usize];
+        file.write_all_at(&old, 0).unwrap();
+        disk.set_faults(DiskFaults { misdirect: 1.0, ..DiskFaults::default() });
+        file.write_all_at(&[9u8; 8], 3 * SECTOR).unwrap();
+        // Too near the start to have a sector below it other than the first: written where asked.
+        file.write_all_at(b"near", SECTOR).unwrap();
+        file.sync_data().unwrap();
+        assert_eq!(disk.stats().misdirected, 1);
+        disk.power_loss();
+        let bytes = disk.process().read(&path("/d/a")).unwrap();
+        assert_eq!(&bytes[SECTOR as usize..SECTOR as usize + 4], b"near");
+        assert_eq!(&bytes[3 * SECTOR as usize..3 * SECTOR as usize + 8], &[7u8; 8], "the range asked for is as it was");
+        let landed = (1..3).map(|s| s * SECTOR as usize).filter(|&at| bytes[at + 4..at + 8] == [9u8; 4]).count();
+        assert_eq!(landed, 1, "the bytes are on one sector below, synced");
     }
 
     #[test]

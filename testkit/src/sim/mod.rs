@@ -61,6 +61,9 @@ use crate::ScratchDir;
 /// log in memory).
 pub const LIVENESS_BOUND_NS: u64 = 3_000_000_000;
 
+/// The counter of the end of the log a member held before a loss it repairs (0: none).
+const REPAIRING_TO: &str = "election repairing to";
+
 /// What one simulated run is.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -101,6 +104,9 @@ pub struct SimConfig {
     /// snapshots and a member far behind is sent a snapshot), and restore it at every restart; off in the
     /// regression seeds found before (they apply through `poll_positions`, with no snapshot).
     pub snapshots: bool,
+    /// A failing disk may misdirect writes (the bytes land at another offset of the file, silently):
+    /// drawn beside its other faults under [`Schedule::Disk`]; off in the regression seeds found before.
+    pub misdirect: bool,
     /// Remote clients ([`clients`]) offering through sessions beside the local client (the members serve
     /// clients at their client endpoints).
     pub clients: usize,
@@ -132,6 +138,7 @@ impl SimConfig {
             spoof_sessions: false,
             shuffle_agents: false,
             snapshots: false,
+            misdirect: false,
             clients: 0,
             membership: false,
             trace: false,
@@ -175,6 +182,12 @@ pub struct SimReport {
     pub stopped_by_disk: u64,
     /// Power losses.
     pub power_losses: u64,
+    /// Writes that landed at another offset than asked (every member's disk, this process's and before).
+    pub misdirected: u64,
+    /// Restarts after which a member repaired its log: recovery found it damaged below what it had synced.
+    pub repairs: u64,
+    /// Members started again because they found their recording damaged while running (a replay, a cut).
+    pub damage_restarts: u64,
     /// Datagrams a host outside the cluster sent.
     pub forged: u64,
     /// What the hostile host sent.
@@ -387,6 +400,7 @@ impl Simulation {
                 self.report.end_ns = self.now_ns;
                 self.report.steps = self.step;
                 self.report.committed = self.checker.committed();
+                self.report.misdirected = self.nodes.iter().map(|n| n.disk.stats().misdirected).sum();
                 return Ok(self.report);
             }
         }
@@ -557,7 +571,15 @@ impl Simulation {
                         self.report.stopped_by_disk += 1;
                         break;
                     }
-                    return Err(self.failure(Violation::AgentFailed { member: i, error: e.to_string() }));
+                    let error = e.to_string();
+                    if self.damage_found(i, &error) {
+                        self.trace(|| format!("member {i} stopped on its damaged recording, restarted: {error}"));
+                        self.report.damage_restarts += 1;
+                        let synced = self.synced_position(i);
+                        self.restart_holding(i, Stop::Crash, synced)?;
+                        break;
+                    }
+                    return Err(self.failure(Violation::AgentFailed { member: i, error }));
                 }
                 let busy = self.nodes[i].busy_ns.swap(0, std::sync::atomic::Ordering::Relaxed);
                 if busy > 0 {
@@ -568,6 +590,7 @@ impl Simulation {
             }
             self.apply(i)?;
             self.trace_role(i);
+            self.check_repairing(i)?;
         }
         self.offer();
         self.settle_membership_change();
@@ -643,17 +666,63 @@ impl Simulation {
         } else {
             self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
         }
-        if let Some(e) = self.nodes[i].node.recording_error() {
-            // The reader of committed entries gave up on the recorded log: this member applies nothing more.
-            let error = format!("its replay of the recorded log stopped: {e}");
-            return Err(self.failure(Violation::AgentFailed { member: i, error }));
-        }
         for (end, entry) in applied {
             if let Err(violation) = self.checker.on_applied(i, end, &entry) {
                 return Err(self.failure(violation));
             }
         }
+        if let Some(e) = self.nodes[i].node.recording_error() {
+            // The reader of committed entries gave up on the recorded log: this member applies nothing more.
+            let error = format!("its replay of the recorded log stopped: {e}");
+            if self.nodes[i].disk_failing {
+                // Its disk fails reads for longer than the replay waits: it stops applying and says so, as
+                // it must; started again once the disk is healthy.
+                self.trace(|| format!("member {i} stopped on its failing disk: {error}"));
+                self.nodes[i].down = true;
+                self.nodes[i].paused_until_ns = u64::MAX;
+                self.report.stopped_by_disk += 1;
+                return Ok(());
+            }
+            if !self.damage_found(i, &error) {
+                return Err(self.failure(Violation::AgentFailed { member: i, error }));
+            }
+            // Its disk misdirected writes: the damage is real, and the node said so. Its operator starts it
+            // again, and it repairs (it must not have lost what it synced without knowing it).
+            self.trace(|| format!("member {i} restarted to repair its damaged recording: {error}"));
+            self.report.damage_restarts += 1;
+            let synced = self.synced_position(i);
+            return self.restart_holding(i, Stop::Crash, synced);
+        }
         Ok(())
+    }
+
+    /// Whether member `i` stopped (or stopped applying) on a block of its recording that does not verify,
+    /// on a disk that misdirected writes: damage it must report and stop on (as it must on a failing
+    /// disk), and repair once started again.
+    fn damage_found(&self, i: usize, error: &str) -> bool {
+        const DAMAGE: [&str; 6] = [
+            "fails its checksum",
+            "was expected",
+            "no block header",
+            "a block length of",
+            "a block covering",
+            "left in the file",
+        ];
+        self.nodes[i].disk.stats().misdirected > 0 && DAMAGE.iter().any(|why| error.contains(why))
+    }
+
+    /// A member repairing its log (it lost bytes it had synced) never stands or leads: its votes and its
+    /// log no longer hold what it acknowledged.
+    fn check_repairing(&self, i: usize) -> Result<(), SimFailure> {
+        let node = &self.nodes[i].node;
+        let role = node.role();
+        if !matches!(role, Role::Candidate | Role::Leader) {
+            return Ok(());
+        }
+        match crate::cluster::counter_value(node, REPAIRING_TO) {
+            Some(held) if held > 0 => Err(self.failure(Violation::StoodWhileRepairing { member: i, role, held })),
+            _ => Ok(()),
+        }
     }
 
     /// Traces member `i`'s role, term or leader when one changed.
@@ -753,14 +822,16 @@ impl Simulation {
             _ => {
                 let member = self.prng.below(n);
                 let rate = self.prng.between(1, 30) as f64 / 100.0;
-                let faults = match self.prng.below(4) {
+                let faults = match self.prng.below(if self.config.misdirect { 5 } else { 4 }) {
                     0 => DiskFaults { write_error: rate, ..DiskFaults::default() },
                     1 => DiskFaults { write_error: rate, full: true, ..DiskFaults::default() },
                     // Under `none` a failed writeback loses acknowledged bytes as a power loss does, which
                     // that policy does not protect against (its docs say so): syncs fail only under `batch`.
                     2 if batch => DiskFaults { sync_error: rate, ..DiskFaults::default() },
                     2 => DiskFaults { write_error: rate, ..DiskFaults::default() },
-                    _ => DiskFaults { read_flip: rate, ..DiskFaults::default() },
+                    3 => DiskFaults { read_flip: rate, ..DiskFaults::default() },
+                    // Misdirected writes at a tenth of the rate (each one damages what was written before).
+                    _ => DiskFaults { misdirect: rate / 10.0, ..DiskFaults::default() },
                 };
                 Fault::FailingDisk(member, faults)
             }
@@ -863,7 +934,15 @@ impl Simulation {
     fn restart_holding(&mut self, i: usize, stop: Stop, synced: Option<i64>) -> Result<(), SimFailure> {
         self.restart(i, stop)?;
         let recovered = crate::cluster::counter_value(&self.nodes[i].node, "recorder position");
+        let repairing_to = crate::cluster::counter_value(&self.nodes[i].node, REPAIRING_TO).unwrap_or(0);
+        if repairing_to > 0 {
+            self.report.repairs += 1;
+            self.trace(|| format!("member {i} repairs its log: it held up to {repairing_to}, now {recovered:?}"));
+        }
         match (synced, recovered) {
+            // A loss the member knows of: it repairs, and neither stands nor votes for a shorter log until
+            // it holds what it synced again (checked at every step).
+            (Some(synced), Some(_)) if repairing_to >= synced => Ok(()),
             (Some(synced), Some(recovered)) if recovered < synced => {
                 Err(self.failure(Violation::LostDurable { member: i, synced, recovered }))
             }
