@@ -44,11 +44,11 @@
 //!   one draining, placed as the layout places the leader and the followers) and C the leader Sender's
 //!   control syscalls at saturation less its idle polls (as the sweep takes them). The stage that saturated
 //!   first is named (`sweep::bottleneck::classify_split`): the Sender only when it put out at least 90% of
-//!   that S; the followers when its empty cycles met a closed flow-control window more often than they
-//!   found nothing to send (on two cores the four followers share one thread and may saturate before the
-//!   Sender); else the leader's thread (load generator, consensus and Sender on one core). Only a
-//!   Sender-bound row is set against the model; the others say which stage held them and are "not
-//!   compared". Each row also shows the leader's and each follower's agents' busy time (`work ns` over the
+//!   that S; the followers (`receiver`) when its empty cycles met a closed flow-control window more often
+//!   than they found nothing to send, or when it caught up with a log that waited for the commit (on two
+//!   cores the four followers share one thread and may saturate before the Sender); else the load
+//!   generator or the consensus append, which share the leader's thread. Only a Sender-bound row is set
+//!   against the model; the others say which stage held them and are "not compared". Each row also shows the leader's and each follower's agents' busy time (`work ns` over the
 //!   wall time) and both threads' idle loops, and its ratio to the 3-member row of the same variant when
 //!   that ran.
 //!
@@ -630,6 +630,8 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
         sender_share: 0.0,
         window_closed_per_s: per_s(sender.window_closed_cycles()),
         caught_up_per_s: per_s(sender.caught_up_cycles()),
+        ingress_full: refused as f64 / loops.max(1) as f64,
+        log_back_pressured: consensus.back_pressure() as f64 / loops.max(1) as f64,
         leader_thread_idle: idle_loops as f64 / loops.max(1) as f64,
         followers_thread_idle: follower_loops.1 as f64 / follower_loops.0.max(1) as f64,
     };

@@ -164,51 +164,68 @@ pub struct SplitEvidence {
     pub window_closed_per_s: f64,
     /// The Sender's duty cycles per second that sent nothing because it had caught up with the appender.
     pub caught_up_per_s: f64,
+    /// Fraction of the load generator's offer bursts that found the ingress full.
+    pub ingress_full: f64,
+    /// The consensus agent's appends that met a full log window, per loop of the leader's thread.
+    pub log_back_pressured: f64,
     /// Fraction of the leader's thread's loops that found no work.
     pub leader_thread_idle: f64,
     /// Fraction of the followers' thread's loops that found no work.
     pub followers_thread_idle: f64,
 }
 
-/// Names the stage that saturated first in the split layout, from `e`:
+/// Names the stage that saturated first in the split layout, from `e`, as [`classify`] does where the
+/// Sender's own time is not counted:
 ///
 /// 1. the Sender put out at least [`SENDER_BUSY_SATURATED`] of S → `sender` (the model's stage: its
 ///    prediction applies);
 /// 2. else, if more of the Sender's empty cycles met a closed flow-control window than found nothing to
-///    send → `receiver`: the followers' thread, which runs every follower on one core, could not take
-///    the log as fast as the Sender could send it;
-/// 3. else → `load`: the leader's thread (load generator, consensus append and Sender on one core) could
-///    not keep the Sender busy; the Sender got less than S.
+///    send → `receiver`: the followers, all on one thread, could not take the log as fast as the Sender
+///    could send it;
+/// 3. else the Sender caught up with the log: a log back-pressured in more than [`LOG_BACK_PRESSURED`]
+///    of the leader's loops waited for the commit, so for the followers' acknowledgements → `receiver`;
+///    an ingress rarely full → `load` (the load generator, on the leader's thread); else → `append`.
 ///
 /// Only under 1 is the model's `(S - C) / D x M_pkt` the figure to compare with.
 pub fn classify_split(e: &SplitEvidence) -> Bottleneck {
+    let followers = e.followers;
     let (stage, why) = if e.sender_share >= SENDER_BUSY_SATURATED {
         (Stage::Sender, "the Sender put out nearly S: the model's stage".to_string())
     } else if e.window_closed_per_s > e.caught_up_per_s {
         (
             Stage::Receiver,
             format!(
-                "the {} followers, all on one thread, saturated before the Sender: it waited on their flow-control \
-                 window",
-                e.followers
+                "the {followers} followers, all on one thread, saturated before the Sender: it waited on their \
+                 flow-control window"
             ),
         )
+    } else if e.log_back_pressured > LOG_BACK_PRESSURED {
+        (
+            Stage::Receiver,
+            format!(
+                "the Sender caught up with a log that waited for the commit, which waited for the acknowledgements \
+                 of the {followers} followers, all on one thread"
+            ),
+        )
+    } else if e.ingress_full < INGRESS_FULL {
+        (Stage::Load, "the load generator, on the leader's thread, could not keep the Sender busy".to_string())
     } else {
         (
-            Stage::Load,
-            "the leader's thread (load generator, consensus append and Sender on one core) saturated before the \
-             Sender: it caught up with the log"
+            Stage::Append,
+            "the consensus append, on the leader's thread, could not drain the ingress as fast as the Sender sent"
                 .to_string(),
         )
     };
     let pct = |x: f64| format!("{:.0}%", 100.0 * x);
     let text = format!(
-        "{stage}: {why} (sender data at {} of S for D = {}; its empty cycles {:.0}/s window closed, {:.0}/s caught \
-         up; idle loops: leader's thread {}, followers' thread {})",
+        "{stage}: {why} (sender data at {} of S for D = {followers}; its empty cycles {:.0}/s window closed, {:.0}/s \
+         caught up; ingress full in {} of bursts; log back-pressured in {} of the leader's loops; idle loops: \
+         leader's thread {}, followers' thread {})",
         pct(e.sender_share),
-        e.followers,
         e.window_closed_per_s,
         e.caught_up_per_s,
+        pct(e.ingress_full),
+        pct(e.log_back_pressured),
         pct(e.leader_thread_idle),
         pct(e.followers_thread_idle)
     );
@@ -322,6 +339,8 @@ mod tests {
             sender_share: 0.95,
             window_closed_per_s: 9e4,
             caught_up_per_s: 10.0,
+            ingress_full: 0.9,
+            log_back_pressured: 0.5,
             leader_thread_idle: 0.0,
             followers_thread_idle: 0.0,
         };
@@ -336,8 +355,14 @@ mod tests {
             "{}",
             b.text
         );
-        let starved = SplitEvidence { window_closed_per_s: 5.0, caught_up_per_s: 7e4, ..held };
-        assert_eq!(classify_split(&starved).stage, Stage::Load);
+        // The Sender caught up: the log's back pressure, then the ingress, say what it waited for.
+        let caught_up = SplitEvidence { window_closed_per_s: 5.0, caught_up_per_s: 7e4, ..held };
+        let b = classify_split(&caught_up);
+        assert_eq!(b.stage, Stage::Receiver);
+        assert!(b.text.contains("waited for the commit"), "{}", b.text);
+        let free = SplitEvidence { log_back_pressured: 0.0, ..caught_up };
+        assert_eq!(classify_split(&free).stage, Stage::Append);
+        assert_eq!(classify_split(&SplitEvidence { ingress_full: 0.01, ..free }).stage, Stage::Load);
     }
 
     #[test]
