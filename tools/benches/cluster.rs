@@ -48,9 +48,9 @@
 //!   than they found nothing to send, or when it caught up with a log that waited for the commit (on two
 //!   cores the four followers share one thread and may saturate before the Sender); else the load
 //!   generator or the consensus append, which share the leader's thread. Only a Sender-bound row is set
-//!   against the model; the others say which stage held them and are "not compared". Each row also shows the leader's and each follower's agents' busy time (`work ns` over the
-//!   wall time) and both threads' idle loops, and its ratio to the 3-member row of the same variant when
-//!   that ran.
+//!   against the model; the others say which stage held them and are "not compared". Each row also shows
+//!   the leader's and each follower's agents' busy time (`work ns` over the wall time) and both threads'
+//!   idle loops, and its ratio to the 3-member row of the same variant when that ran.
 //!
 //! Thread layouts (this machine has 2 cores; busy-spinning threads never outnumber them):
 //! - throughput and latency: every node in invoker mode. Bench thread 0 is the load generator and drives
@@ -1023,7 +1023,7 @@ fn rate(value: f64) -> String {
 fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     println!();
     println!(
-        "## Raft table (layout of docs/BASELINE.md): 3 nodes in one process, 128 B messages, committed = applied on all 3"
+        "## Raft table (layout of docs/BASELINE.md): 3 nodes (5 where said) in one process, 128 B messages, committed = applied on all"
     );
     println!();
     println!("| Engine | Variant / completion level | Serial p50 | Serial p99 | Pipeline (window 256) sustained, p50 / p99 | Saturation sustained, median (min / max of 3 windows) | Allocation/entry |");
@@ -1033,7 +1033,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
         let min = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
         let max = s.rates.iter().copied().fold(0.0, f64::max);
         println!(
-            "| quorumcast | UDP loopback · MTU {} · {} · commit {}{} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
+            "| quorumcast | UDP loopback · MTU {} · {} · commit {}{}{} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
             r.variant.mtu,
             r.variant.mode.as_str(),
             r.variant.control(),
@@ -1041,6 +1041,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
                 Storage::Memory => String::new(),
                 storage => format!(" · log on disk, sync {}", storage.as_str()),
             },
+            if r.variant.is_five() { " · 5 members" } else { "" },
             r.serial.0,
             r.serial.1,
             rate(r.pipeline.2),

@@ -1,7 +1,7 @@
-//! The measuring cluster: a 3-node loopback cluster in this process, and the thread that loads it. The
-//! sweep, the cluster bench and the client bench measure through it; its load (numbered messages, applied
-//! and checked in sequence on every node) is the test kit's [`Driver`] (`quorumcast-testkit`), which the
-//! engine's tests use too.
+//! The measuring cluster: a loopback cluster in this process (3 members; the cluster bench's five-member
+//! rows run 5, see [`ClusterSpec::members`]), and the thread that loads it. The sweep, the cluster bench
+//! and the client bench measure through it; its load (numbered messages, applied and checked in sequence
+//! on every node) is the test kit's [`Driver`] (`quorumcast-testkit`), which the engine's tests use too.
 //!
 //! The calling thread is the harness: the load generator (it offers through the leader's client) and the
 //! applier of the nodes (it calls `poll_service` on each, so logs and receive windows drain). Where the
@@ -390,8 +390,9 @@ pub struct Positions {
     pub applied: i64,
 }
 
-/// A running cluster (3 members unless [`ClusterSpec::members`] says otherwise) and the harness state: the load's [`Driver`] (next sequence number, entries
-/// applied per node), and in the [`Layout::split`] layout the followers' thread.
+/// A running cluster (3 members unless [`ClusterSpec::members`] says otherwise) and the harness state: the
+/// load's [`Driver`] (next sequence number, entries applied per node), and in the [`Layout::split`] layout
+/// the followers' thread.
 pub struct LoadCluster {
     /// The leader first, then the followers; only the leader in the split layout.
     nodes: Vec<Node>,
