@@ -163,7 +163,8 @@ struct Outcome {
     add_to_committed_s: f64,
     add_to_caught_up_s: f64,
     catch_ups: i64,
-    learner_recorded_bytes: i64,
+    /// Where the learner's recording ends once caught up: the log it fetched and recorded.
+    learner_recording_position: i64,
     cold: bool,
 }
 
@@ -325,7 +326,7 @@ fn run(size: i64, warm: bool) -> Result<(Outcome, Floor, Floor), String> {
         add_to_committed_s: committed_after.unwrap_or_default().as_secs_f64(),
         add_to_caught_up_s: caught_up.as_secs_f64(),
         catch_ups: learner.recorder().catch_ups(),
-        learner_recorded_bytes: learner.recorder().bytes(),
+        learner_recording_position: learner.recorder().position(),
         cold,
     };
     let bad = cluster.driver.bad_entries();
@@ -384,6 +385,11 @@ fn main() {
         if outcome.cold { "dropped" } else { "warm" }
     );
     println!(
+        "the learner's recording ends at {:.0} MiB (the leader's log: {:.0} MiB)",
+        mib(outcome.learner_recording_position.max(0) as u64),
+        mib(outcome.log_bytes as u64)
+    );
+    println!(
         "(issue 27 sets no target for this figure: it is reported beside its floors; a catch-up cannot beat the \
          slower of the two)"
     );
@@ -401,7 +407,7 @@ fn main() {
             "add_to_caught_up_s": outcome.add_to_caught_up_s,
             "catch_up_bytes_per_s": rate,
             "catch_ups": outcome.catch_ups,
-            "recorded_bytes": outcome.learner_recorded_bytes,
+            "recording_position": outcome.learner_recording_position,
             "page_cache_dropped_before_add": outcome.cold,
             "share_of_slower_floor": rate / slower,
         },
