@@ -183,8 +183,10 @@ pub struct SplitEvidence {
 ///    send → `receiver`: the followers, all on one thread, could not take the log as fast as the Sender
 ///    could send it;
 /// 3. else the Sender caught up with the log: a log back-pressured in more than [`LOG_BACK_PRESSURED`]
-///    of the leader's loops waited for the commit, so for the followers' acknowledgements → `receiver`;
-///    an ingress rarely full → `load` (the load generator, on the leader's thread); else → `append`.
+///    of the leader's loops waited for the commit, so for the followers' acknowledgements → `receiver`
+///    (the text says whether the followers' thread was busy, or idle in most loops, when the
+///    acknowledgements' cadence rather than the followers' CPU held the commit); an ingress rarely full →
+///    `load` (the load generator, on the leader's thread); else → `append`.
 ///
 /// Only under 1 is the model's `(S - C) / D x M_pkt` the figure to compare with.
 pub fn classify_split(e: &SplitEvidence) -> Bottleneck {
@@ -200,11 +202,17 @@ pub fn classify_split(e: &SplitEvidence) -> Bottleneck {
             ),
         )
     } else if e.log_back_pressured > LOG_BACK_PRESSURED {
+        let held_by = if e.followers_thread_idle >= 0.5 {
+            ", though their thread found no work in most loops: the acknowledgements' cadence, not the followers' \
+             CPU, held the commit"
+        } else {
+            ", all on one thread"
+        };
         (
             Stage::Receiver,
             format!(
                 "the Sender caught up with a log that waited for the commit, which waited for the acknowledgements \
-                 of the {followers} followers, all on one thread"
+                 of the {followers} followers{held_by}"
             ),
         )
     } else if e.ingress_full < INGRESS_FULL {
@@ -359,7 +367,11 @@ mod tests {
         let caught_up = SplitEvidence { window_closed_per_s: 5.0, caught_up_per_s: 7e4, ..held };
         let b = classify_split(&caught_up);
         assert_eq!(b.stage, Stage::Receiver);
-        assert!(b.text.contains("waited for the commit"), "{}", b.text);
+        assert!(b.text.contains("waited for the commit") && b.text.contains("all on one thread"), "{}", b.text);
+        let idle_followers = SplitEvidence { followers_thread_idle: 0.9, ..caught_up };
+        let b = classify_split(&idle_followers);
+        assert_eq!(b.stage, Stage::Receiver);
+        assert!(b.text.contains("the acknowledgements' cadence, not the followers' CPU"), "{}", b.text);
         let free = SplitEvidence { log_back_pressured: 0.0, ..caught_up };
         assert_eq!(classify_split(&free).stage, Stage::Append);
         assert_eq!(classify_split(&SplitEvidence { ingress_full: 0.01, ..free }).stage, Stage::Load);
