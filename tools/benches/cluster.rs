@@ -37,6 +37,20 @@
 //!   skips it; `--only stall` runs only it);
 //! - the model's C: for each idle strategy of the leader's consensus agent, at a paced moderate load, the
 //!   leader Sender's control syscalls per second (and data syscalls, commit frames) per second.
+//! - five members (`five members` rows, `--only five` runs only them; MTU 1408 and 8192, classic, separate
+//!   commit frames, the log in memory, the same layout with all four followers on bench thread 1): the same
+//!   figures, and the committed rate beside the model's `(S - C) / 4 x M_pkt` (issue 27), with S probed
+//!   for D = 4 destinations at the row's mode and MTU just before its cluster starts (one sending thread,
+//!   one draining, placed as the layout places the leader and the followers) and C the leader Sender's
+//!   control syscalls at saturation less its idle polls (as the sweep takes them). The stage that saturated
+//!   first is named (`sweep::bottleneck::classify_split`): the Sender only when it put out at least 90% of
+//!   that S; the followers (`receiver`) when its empty cycles met a closed flow-control window more often
+//!   than they found nothing to send, or when it caught up with a log that waited for the commit (on two
+//!   cores the four followers share one thread and may saturate before the Sender); else the load
+//!   generator or the consensus append, which share the leader's thread. Only a Sender-bound row is set
+//!   against the model; the others say which stage held them and are "not compared". Each row also shows
+//!   the leader's and each follower's agents' busy time (`work ns` over the wall time) and both threads'
+//!   idle loops, and its ratio to the 3-member row of the same variant when that ran.
 //!
 //! Thread layouts (this machine has 2 cores; busy-spinning threads never outnumber them):
 //! - throughput and latency: every node in invoker mode. Bench thread 0 is the load generator and drives
@@ -66,6 +80,7 @@ use quorumcast::media::channel::ChannelConfig;
 use quorumcast::media::transport::{SendMode, SocketOptions};
 use quorumcast::shm::stats::Stats;
 use quorumcast::storage::recording::SyncPolicy;
+use quorumcast_tools::sweep::bottleneck::{classify_split, Bottleneck, SplitEvidence, Stage};
 use quorumcast_tools::sweep::cluster::{
     on_harness_thread, ClusterSpec, Layout, LoadCluster, Storage as ClusterStorage,
 };
@@ -75,6 +90,7 @@ use serde_json::{json, Value};
 
 use quorumcast_tools::bench::{host, target_dir, write_summary};
 use quorumcast_tools::disk_floor::{self, SyncLatency, WriteRate};
+use quorumcast_tools::model::Model;
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
 struct CountingAllocator;
@@ -239,6 +255,9 @@ struct Variant {
     fast_status: bool,
     /// In memory, or recorded on disk with a sync policy.
     storage: Storage,
+    /// Members of the cluster: 3, or 5 for the five-member rows (each log datagram to `members - 1`
+    /// followers, the model's D).
+    members: usize,
 }
 
 impl Variant {
@@ -250,18 +269,35 @@ impl Variant {
         }
     }
 
-    /// `mtu1408 classic separate`, with ` auth` when authenticated and ` durable none` / ` durable batch`
-    /// when the log is recorded on disk (`--only durable` selects those, and their memory twins run too).
+    /// `mtu1408 classic separate`, with ` auth` when authenticated, ` durable none` / ` durable batch`
+    /// when the log is recorded on disk (`--only durable` selects those, and their memory twins run too),
+    /// and ` five members` for a 5-member cluster (`--only five`).
     fn name(&self) -> String {
         let auth = if self.auth { " auth" } else { "" };
         let storage =
             if self.storage.durable() { format!(" durable {}", self.storage.as_str()) } else { String::new() };
-        format!("mtu{} {} {}{auth}{storage}", self.mtu, self.mode.as_str(), self.control())
+        let members = if self.is_five() { " five members" } else { "" };
+        format!("mtu{} {} {}{auth}{storage}{members}", self.mtu, self.mode.as_str(), self.control())
     }
 
-    /// A plain variant: no authentication, the log in memory.
+    /// A plain variant: no authentication, the log in memory, 3 members.
     const fn plain(mtu: usize, mode: SendMode, piggyback: bool) -> Self {
-        Self { mtu, mode, piggyback, auth: false, fast_status: false, storage: Storage::Memory }
+        Self { mtu, mode, piggyback, auth: false, fast_status: false, storage: Storage::Memory, members: 3 }
+    }
+
+    /// A 5-member row (D = 4): classic sends, separate commit frames, the log in memory.
+    const fn five(mtu: usize) -> Self {
+        Self { members: 5, ..Self::plain(mtu, SendMode::Classic, false) }
+    }
+
+    /// Whether this is a 5-member row.
+    fn is_five(&self) -> bool {
+        self.members == 5
+    }
+
+    /// Followers each log datagram goes to: the model's D.
+    fn followers(&self) -> usize {
+        self.members - 1
     }
 
     /// The same variant with the log in memory: what a durable row is compared with.
@@ -339,6 +375,7 @@ fn spec(run: &str, variant: &Variant, layout: Layout) -> ClusterSpec {
             Storage::Disk(sync) => ClusterStorage::Disk { root: data_root(run), sync },
         },
         channel: Some(channel(variant)),
+        members: variant.members,
         ..ClusterSpec::new(variant.mtu, MESSAGE, layout)
     }
 }
@@ -419,6 +456,13 @@ struct Saturation {
     cpu_util: f64,
     /// The recorders (all 0 with the log in memory).
     recorder: RecorderRates,
+    /// The leader Sender's control syscalls per second less its polls on cycles that sent nothing: the C
+    /// of the model (as the sweep takes it).
+    model_c_per_s: f64,
+    /// The leader Sender's data datagrams per second, every follower's copy counted.
+    datagrams_per_s: f64,
+    /// What names the stage that saturated first (its `sender_share` is set once S is known).
+    evidence: SplitEvidence,
     diagnosis: Vec<String>,
 }
 
@@ -527,7 +571,7 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
     let (mut loops, mut idle_loops, mut refused) = (0u64, 0u64, 0u64);
     let started = Instant::now();
     let first_applied = cluster.applied();
-    let mut window_start = (started, first_applied);
+    let mut window_start = (started, first_applied.clone());
     for _ in 0..settings.windows {
         let end = window_start.0 + settings.window;
         loop {
@@ -548,7 +592,7 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
         let now = Instant::now();
         let applied = cluster.applied();
         let seconds = (now - window_start.0).as_secs_f64();
-        let slowest = (0..3).map(|i| applied[i] - window_start.1[i]).min().unwrap_or(0);
+        let slowest = applied.iter().zip(&window_start.1).map(|(a, b)| a - b).min().unwrap_or(0);
         result.rates.push(slowest as f64 / seconds);
         window_start = (now, applied);
     }
@@ -558,24 +602,43 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
     let entries = last_applied[0] - first_applied[0];
     result.alloc_bytes_per_entry = (ALLOCATED.load(Ordering::Relaxed) - alloc_start) as f64 / entries.max(1) as f64;
     let last = cluster.stats();
-    let [leader, f1, f2] = [0, 1, 2].map(|i| last[i].since(&first_counters[i]));
+    let deltas: Vec<Stats> = last.iter().zip(&first_counters).map(|(l, f)| l.since(f)).collect();
+    let (leader, followers) = deltas.split_first().expect("the leader's counters");
     let (sender, consensus) = (leader.sender(), leader.consensus());
     let per_s = |count: i64| count as f64 / seconds;
     result.control_per_s = per_s(sender.control_syscalls());
     result.data_per_s = per_s(sender.data_syscalls());
     result.commit_frames_per_s = per_s(consensus.commit_frames());
+    result.model_c_per_s = per_s(sender.control_syscalls() - sender.idle_control_polls());
+    let recorders: Vec<_> = deltas.iter().map(|d| d.recorder()).collect();
     result.recorder = RecorderRates {
         fsyncs_per_s: per_s(leader.recorder().fsyncs()),
         frames_per_s: per_s(leader.recorder().frames()),
         bytes_per_s: per_s(leader.recorder().bytes()),
-        follower_fsyncs_per_s: per_s(f1.recorder().fsyncs() + f2.recorder().fsyncs()) / 2.0,
-        all: RecorderCost::of(&[leader.recorder(), f1.recorder(), f2.recorder()], seconds),
+        follower_fsyncs_per_s: per_s(followers.iter().map(|f| f.recorder().fsyncs()).sum())
+            / followers.len().max(1) as f64,
+        all: RecorderCost::of(&recorders, seconds),
     };
     let follower_loops = {
         let (loops, idle_loops) = cluster.follower_loops();
         (loops - follower_loops.0, idle_loops - follower_loops.1)
     };
     let datagrams = per_s(sender.data_datagrams());
+    result.datagrams_per_s = datagrams;
+    result.evidence = SplitEvidence {
+        followers: followers.len(),
+        sender_share: 0.0,
+        window_closed_per_s: per_s(sender.window_closed_cycles()),
+        caught_up_per_s: per_s(sender.caught_up_cycles()),
+        ingress_full: refused as f64 / loops.max(1) as f64,
+        log_back_pressured: consensus.back_pressure() as f64 / loops.max(1) as f64,
+        leader_thread_idle: idle_loops as f64 / loops.max(1) as f64,
+        followers_thread_idle: follower_loops.1 as f64 / follower_loops.0.max(1) as f64,
+    };
+    // Each node's agents' time in duty cycles that did work (their `work ns` counters) over the wall time.
+    let busy = |d: &Stats| {
+        d.iter().filter(|c| c.label.ends_with(" work ns")).map(|c| c.value as f64).sum::<f64>() / (seconds * 1e9)
+    };
     result.diagnosis = vec![
         format!(
             "process CPU {:.2} cores of 2 (load average {:.1}); thread 0 (load + leader): {:.0} loops/s, {:.1}% idle, {:.1}% of loops the ingress was full; appended {:.0}/s, \
@@ -590,25 +653,35 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
             per_s(sender.flow_control_stalls()),
         ),
         format!(
-            "leader sender: {:.0} data syscalls/s, {:.0} datagrams/s (both followers), {:.1} msgs/datagram, \
-             {:.0} control syscalls/s, {:.0} commit frames/s, {:.0} status msgs/s in, short sends {:.0}/s",
+            "leader sender: {:.0} data syscalls/s, {:.0} datagrams/s (all {} followers), {:.1} msgs/datagram, \
+             {:.0} control syscalls/s, {:.0} commit frames/s, {:.0} status msgs/s in, short sends {:.0}/s, \
+             empty cycles {:.0}/s window closed and {:.0}/s caught up",
             result.data_per_s,
             datagrams,
-            2.0 * per_s(consensus.messages_appended()) / datagrams.max(1.0),
+            followers.len(),
+            followers.len() as f64 * per_s(consensus.messages_appended()) / datagrams.max(1.0),
             result.control_per_s,
             result.commit_frames_per_s,
             per_s(sender.status_messages_received()),
             per_s(sender.short_sends()),
+            result.evidence.window_closed_per_s,
+            result.evidence.caught_up_per_s,
         ),
         format!(
-            "thread 1 (2 followers): {:.0} loops/s, {:.1}% idle; follower 1 receives {:.0} datagrams/s in {:.0} recv \
-             syscalls/s, NAKs {:.0}/s, follower 2 {:.0} datagrams/s",
+            "thread 1 ({} followers): {:.0} loops/s, {:.1}% idle; follower 1 receives {:.0} datagrams/s in {:.0} recv \
+             syscalls/s, NAKs {:.0}/s; datagrams/s of the others {}",
+            followers.len(),
             follower_loops.0 as f64 / seconds,
-            100.0 * follower_loops.1 as f64 / follower_loops.0.max(1) as f64,
-            per_s(f1.receiver().datagrams()),
-            per_s(f1.receiver().recv_syscalls()),
-            per_s(f1.receiver().naks_sent()),
-            per_s(f2.receiver().datagrams()),
+            100.0 * result.evidence.followers_thread_idle,
+            per_s(followers[0].receiver().datagrams()),
+            per_s(followers[0].receiver().recv_syscalls()),
+            per_s(followers[0].receiver().naks_sent()),
+            followers[1..].iter().map(|f| rate(per_s(f.receiver().datagrams()))).collect::<Vec<_>>().join(" "),
+        ),
+        format!(
+            "agents busy (work ns / wall time): leader {:.0}% (on thread 0), followers {} (on thread 1)",
+            100.0 * busy(leader),
+            followers.iter().map(|f| format!("{:.0}%", 100.0 * busy(f))).collect::<Vec<_>>().join(" "),
         ),
     ];
     if result.recorder.frames_per_s > 0.0 {
@@ -706,6 +779,90 @@ struct VariantResult {
     pipeline: (f64, f64, f64),
     warnings: Vec<String>,
     out_of_order: u64,
+    /// Five-member rows: the model beside the measured rate, and the stage that saturated first.
+    model: Option<ModelCheck>,
+}
+
+/// The model's `(S - C) / D x M_pkt` for a row, with S probed in the same run for its D, and the stage
+/// that saturated first: the model's figure is the one to compare with only when it was the Sender.
+#[derive(Clone, Debug)]
+struct ModelCheck {
+    /// S: datagrams per second one thread puts out to D loopback destinations at the row's mode and MTU.
+    s: f64,
+    /// C: the leader Sender's control syscalls per second at saturation, less its idle polls.
+    c: f64,
+    /// D: followers.
+    d: usize,
+    /// M_pkt: messages per datagram at the row's MTU.
+    m_pkt: f64,
+    /// The model's mu, messages per second (0 when it cannot predict: `error` says why).
+    mu: f64,
+    error: Option<String>,
+    bottleneck: Bottleneck,
+}
+
+impl ModelCheck {
+    /// Whether the measured rate is to be set against the model: the Sender saturated first.
+    fn comparable(&self) -> bool {
+        self.bottleneck.stage == Stage::Sender && self.mu > 0.0
+    }
+
+    /// `committed 1.23M/s = 0.95x the model's 1.29M/s (S ..., C ..., D 4, M_pkt 8)`, or why it is not
+    /// compared.
+    fn describe(&self, committed: f64) -> String {
+        let inputs = format!(
+            "S {}/s for D = {}, C {}/s, M_pkt {:.0}: (S - C) / {} x M_pkt = {}/s",
+            rate(self.s),
+            self.d,
+            rate(self.c),
+            self.m_pkt,
+            self.d,
+            rate(self.mu)
+        );
+        match (&self.error, self.comparable()) {
+            (Some(e), _) => format!("the model cannot predict: {e}"),
+            (None, true) => {
+                format!("committed {}/s = {:.2}x the model's ({inputs})", rate(committed), committed / self.mu)
+            }
+            (None, false) => format!(
+                "not compared with the model ({inputs}): the Sender was not the stage that saturated; {}",
+                self.bottleneck.text
+            ),
+        }
+    }
+}
+
+/// How long the S probe of a five-member row runs: `windows` windows of `window`.
+fn s_probe_timing(settings: &Settings) -> (Duration, usize) {
+    if settings.quick {
+        (Duration::from_millis(200), 3)
+    } else {
+        (Duration::from_millis(500), 5)
+    }
+}
+
+/// S for `variant`'s D, mode and MTU, probed before its cluster starts (nothing else of the bench runs).
+fn probe_s_for(variant: &Variant, settings: &Settings) -> Result<f64, String> {
+    let (window, windows) = s_probe_timing(settings);
+    let cores = Layout::split(settings.pin).probe_cores();
+    quorumcast_tools::probe::probe_s(variant.mode, variant.mtu, variant.followers(), window, windows, cores)
+        .map(|r| r.datagrams_per_s)
+        .map_err(|e| format!("the S probe for D = {}: {e}", variant.followers()))
+}
+
+/// The model and the stage that saturated for a row measured with `saturation`, given its probed `s`.
+fn model_check(variant: &Variant, saturation: &Saturation, s: f64) -> ModelCheck {
+    let evidence = SplitEvidence {
+        sender_share: if s > 0.0 { saturation.datagrams_per_s / s } else { 0.0 },
+        ..saturation.evidence
+    };
+    let c = saturation.model_c_per_s.max(0.0);
+    let analysis = Model::new(s, c, variant.followers() as u32).and_then(|m| m.analyze(variant.mtu, MESSAGE));
+    let (m_pkt, mu, error) = match analysis {
+        Ok(capacity) => (capacity.packing.per_datagram(), capacity.mu, None),
+        Err(e) => (0.0, 0.0, Some(e.to_string())),
+    };
+    ModelCheck { s, c, d: variant.followers(), m_pkt, mu, error, bottleneck: classify_split(&evidence) }
 }
 
 fn us(histogram: &Histogram<u64>, quantile: f64) -> f64 {
@@ -715,10 +872,13 @@ fn us(histogram: &Histogram<u64>, quantile: f64) -> f64 {
 fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<VariantResult, String> {
     let run = format!("v{index}");
     remove_data(&run);
+    let s = if variant.is_five() { Some(probe_s_for(&variant, settings)?) } else { None };
     let result = on_harness_thread(|| measure_variant(&run, variant, settings).map_err(SweepError::Cluster))
         .map_err(|e| e.to_string());
     remove_data(&run);
-    result
+    let mut result = result?;
+    result.model = s.map(|s| model_check(&variant, &result.saturation, s));
+    Ok(result)
 }
 
 fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<VariantResult, String> {
@@ -734,8 +894,8 @@ fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<V
         after[0].since(&before[0]).recorder().fsyncs() as f64 / serial_histogram.len().max(1) as f64;
     if std::env::var_os("QC_BENCH_DEBUG").is_some() {
         println!("serial samples {}", serial_histogram.len());
-        for i in 0..3 {
-            for counter in after[i].since(&before[i]).iter().filter(|c| c.value != 0) {
+        for (i, (a, b)) in after.iter().zip(&before).enumerate() {
+            for counter in a.since(b).iter().filter(|c| c.value != 0) {
                 println!("  node {i} {}: {}", counter.label, counter.value);
             }
         }
@@ -752,6 +912,7 @@ fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<V
         pipeline: (us(&pipeline_histogram, 0.5), us(&pipeline_histogram, 0.99), pipeline_rate),
         warnings,
         out_of_order,
+        model: None,
     })
 }
 
@@ -790,14 +951,14 @@ fn measure_c(run: &str, variant: Variant, idle: &str, settings: &Settings) -> Re
     let warmup = settings.c_time / 3;
     let start = Instant::now();
     let base = cluster.offered();
-    let mut first: Option<(Instant, Stats, [u64; 3])> = None;
+    let mut first: Option<(Instant, Stats, Vec<u64>)> = None;
     loop {
         let elapsed = start.elapsed();
         if elapsed >= warmup + settings.c_time {
             break;
         }
         if first.is_none() && elapsed >= warmup {
-            let [leader, _, _] = cluster.stats();
+            let leader = cluster.stats().swap_remove(0);
             first = Some((Instant::now(), leader, cluster.applied()));
         }
         let due = base + (C_RATE as u128 * elapsed.as_nanos() / 1_000_000_000) as u64;
@@ -808,10 +969,9 @@ fn measure_c(run: &str, variant: Variant, idle: &str, settings: &Settings) -> Re
     let (t0, s0, a0) = first.expect("the warm-up ends before the window");
     let seconds = t0.elapsed().as_secs_f64();
     let applied = cluster.applied();
-    let [leader, _, _] = cluster.stats();
-    let leader = leader.since(&s0);
+    let leader = cluster.stats().swap_remove(0).since(&s0);
     let rate = |count: i64| count as f64 / seconds;
-    let achieved = (0..3).map(|i| applied[i] - a0[i]).min().unwrap_or(0) as f64 / seconds;
+    let achieved = applied.iter().zip(&a0).map(|(a, b)| a - b).min().unwrap_or(0) as f64 / seconds;
     let (control_per_s, data_per_s) = (rate(leader.sender().control_syscalls()), rate(leader.sender().data_syscalls()));
     let (commit_frames_per_s, consensus_cycles_per_s) =
         (rate(leader.consensus().commit_frames()), rate(leader.labelled("consensus duty cycles")));
@@ -863,7 +1023,7 @@ fn rate(value: f64) -> String {
 fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     println!();
     println!(
-        "## Raft table (layout of docs/BASELINE.md): 3 nodes in one process, 128 B messages, committed = applied on all 3"
+        "## Raft table (layout of docs/BASELINE.md): 3 nodes (5 where said) in one process, 128 B messages, committed = applied on all"
     );
     println!();
     println!("| Engine | Variant / completion level | Serial p50 | Serial p99 | Pipeline (window 256) sustained, p50 / p99 | Saturation sustained, median (min / max of 3 windows) | Allocation/entry |");
@@ -873,7 +1033,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
         let min = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
         let max = s.rates.iter().copied().fold(0.0, f64::max);
         println!(
-            "| quorumcast | UDP loopback · MTU {} · {} · commit {}{} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
+            "| quorumcast | UDP loopback · MTU {} · {} · commit {}{}{} · applied | {:.1}us | {:.1}us | {} op/s, {:.0}us / {:.0}us | {} ({} / {}) | {:.1} B |",
             r.variant.mtu,
             r.variant.mode.as_str(),
             r.variant.control(),
@@ -881,6 +1041,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
                 Storage::Memory => String::new(),
                 storage => format!(" · log on disk, sync {}", storage.as_str()),
             },
+            if r.variant.is_five() { " · 5 members" } else { "" },
             r.serial.0,
             r.serial.1,
             rate(r.pipeline.2),
@@ -913,6 +1074,7 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
         );
     }
     print_durable(results);
+    print_five(results);
     if !c_results.is_empty() {
         println!();
         println!(
@@ -936,6 +1098,42 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
                 c.serial.1
             );
         }
+    }
+}
+
+/// The five-member rows beside the model and beside the same variant with 3 members, when it ran.
+fn print_five(results: &[VariantResult]) {
+    let five: Vec<(&VariantResult, &ModelCheck)> =
+        results.iter().filter_map(|r| r.model.as_ref().map(|m| (r, m))).collect();
+    if five.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "## Five members (D = 4, in memory, classic, separate commit frames): committed msg/s beside the model's (S - C) / 4 x M_pkt"
+    );
+    println!();
+    println!("| Variant | committed msg/s, median | vs 3 members | S (D = 4) | C | M_pkt | model (S - C) / 4 x M_pkt | vs model | stage that saturated first |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (r, m) in five {
+        let committed = r.saturation.median();
+        let three = Variant { members: 3, ..r.variant };
+        let vs_three = results
+            .iter()
+            .find(|t| t.variant == three)
+            .map_or("not run".into(), |t| format!("{:.2}x", committed / t.saturation.median()));
+        println!(
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} |",
+            r.variant.name(),
+            rate(committed),
+            vs_three,
+            rate(m.s),
+            rate(m.c),
+            m.m_pkt,
+            rate(m.mu),
+            if m.comparable() { format!("{:.2}x", committed / m.mu) } else { "not compared".into() },
+            m.bottleneck.text
+        );
     }
 }
 
@@ -1173,7 +1371,8 @@ fn invoker_layout(settings: &Settings) -> String {
     let (a, b) = if settings.pin { (" (pinned to core 0)", " (pinned to core 1)") } else { ("", "") };
     format!(
         "every node in invoker mode; bench thread 0{a} = load generator + leader's agents + leader's apply; \
-         bench thread 1{b} = both followers' agents + their apply; 2 spinning threads on 2 cores"
+         bench thread 1{b} = every follower's agents + their apply (2 followers; 4 in the five-member rows); 2 \
+         spinning threads on 2 cores"
     )
 }
 
@@ -1210,7 +1409,23 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
                 "cpu_cores_used": r.saturation.cpu_util,
                 "cpu_us_per_committed_msg": r.saturation.cpu_per_entry_us(),
                 "out_of_order": r.out_of_order,
+                "members": r.variant.members,
             });
+            if let Some(m) = &r.model {
+                row["model"] = json!({
+                    "s_datagrams_per_s": m.s,
+                    "s_destinations": m.d,
+                    "c_per_s": m.c,
+                    "d": m.d,
+                    "m_pkt": m.m_pkt,
+                    "mu_predicted": m.mu,
+                    "error": m.error,
+                    "stage": m.bottleneck.stage.as_str(),
+                    "stage_evidence": m.bottleneck.text,
+                    "compared": m.comparable(),
+                    "committed_vs_model": m.comparable().then(|| r.saturation.median() / m.mu),
+                });
+            }
             if r.variant.storage.durable() {
                 let rec = &r.saturation.recorder;
                 row["recorder"] = json!({
@@ -1285,6 +1500,8 @@ fn variants(settings: &Settings) -> Vec<Variant> {
             all.push(Variant { auth: true, ..Variant::plain(mtu, mode, false) });
         }
     }
+    // Five members (D = 4), classic with separate commit frames, in memory: beside the model.
+    all.extend([1408, 8192].map(Variant::five));
     all
 }
 
@@ -1317,7 +1534,7 @@ fn main() {
     let started = Instant::now();
     let load_at_start = load_average();
     println!(
-        "cluster bench{}: 3 nodes over UDP loopback in one process, {MESSAGE} B messages, {} cores",
+        "cluster bench{}: 3 nodes (5 in the `five members` rows) over UDP loopback in one process, {MESSAGE} B messages, {} cores",
         if settings.quick && settings.only.is_none() { " (quick)" } else { "" },
         quorumcast::agent::available_cores()
     );
@@ -1344,6 +1561,9 @@ fn main() {
                 for line in &r.saturation.diagnosis {
                     println!("    {line}");
                 }
+                if let Some(model) = &r.model {
+                    println!("    {} members: {}", variant.members, model.describe(r.saturation.median()));
+                }
                 for w in &r.warnings {
                     println!("    warning: {w}");
                 }
@@ -1357,7 +1577,7 @@ fn main() {
     }
     let best = results
         .iter()
-        .filter(|r| r.variant.mtu == 8192 && !r.variant.auth && !r.variant.storage.durable())
+        .filter(|r| r.variant.mtu == 8192 && !r.variant.auth && !r.variant.storage.durable() && !r.variant.is_five())
         .max_by(|a, b| a.saturation.median().total_cmp(&b.saturation.median()))
         .map(|r| r.variant);
     let mut c_variants = vec![Variant::plain(1408, SendMode::Classic, false)];

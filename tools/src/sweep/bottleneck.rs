@@ -148,6 +148,98 @@ pub fn classify(e: &StageEvidence) -> Bottleneck {
     Bottleneck { stage, text: format!("{stage}: {why}{shared} ({})", describe(e)) }
 }
 
+/// The counter evidence of one saturating run in the cluster bench's split layout ([`super::cluster::Layout::split`]):
+/// the load generator and the whole leader (consensus, Sender, Receiver) run on one harness thread, every
+/// follower on a second. The Sender has no thread of its own there, so its busy time is not counted apart;
+/// what it sent is set against the S probed for its datagram size and follower count instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SplitEvidence {
+    /// Followers each log datagram goes to (the model's `D`).
+    pub followers: usize,
+    /// The Sender's data datagrams per second (each follower's copy counted) over the S probed for `D`
+    /// destinations at its mode and MTU.
+    pub sender_share: f64,
+    /// The Sender's duty cycles per second that sent nothing with the flow-control window closed and data
+    /// waiting.
+    pub window_closed_per_s: f64,
+    /// The Sender's duty cycles per second that sent nothing because it had caught up with the appender.
+    pub caught_up_per_s: f64,
+    /// Fraction of the load generator's offer bursts that found the ingress full.
+    pub ingress_full: f64,
+    /// The consensus agent's appends that met a full log window, per loop of the leader's thread.
+    pub log_back_pressured: f64,
+    /// Fraction of the leader's thread's loops that found no work.
+    pub leader_thread_idle: f64,
+    /// Fraction of the followers' thread's loops that found no work.
+    pub followers_thread_idle: f64,
+}
+
+/// Names the stage that saturated first in the split layout, from `e`, as [`classify`] does where the
+/// Sender's own time is not counted:
+///
+/// 1. the Sender put out at least [`SENDER_BUSY_SATURATED`] of S → `sender` (the model's stage: its
+///    prediction applies);
+/// 2. else, if more of the Sender's empty cycles met a closed flow-control window than found nothing to
+///    send → `receiver`: the followers, all on one thread, could not take the log as fast as the Sender
+///    could send it;
+/// 3. else the Sender caught up with the log: a log back-pressured in more than [`LOG_BACK_PRESSURED`]
+///    of the leader's loops waited for the commit, so for the followers' acknowledgements → `receiver`
+///    (the text says whether the followers' thread was busy, or idle in most loops, when the
+///    acknowledgements' cadence rather than the followers' CPU held the commit); an ingress rarely full →
+///    `load` (the load generator, on the leader's thread); else → `append`.
+///
+/// Only under 1 is the model's `(S - C) / D x M_pkt` the figure to compare with.
+pub fn classify_split(e: &SplitEvidence) -> Bottleneck {
+    let followers = e.followers;
+    let (stage, why) = if e.sender_share >= SENDER_BUSY_SATURATED {
+        (Stage::Sender, "the Sender put out nearly S: the model's stage".to_string())
+    } else if e.window_closed_per_s > e.caught_up_per_s {
+        (
+            Stage::Receiver,
+            format!(
+                "the {followers} followers, all on one thread, saturated before the Sender: it waited on their \
+                 flow-control window"
+            ),
+        )
+    } else if e.log_back_pressured > LOG_BACK_PRESSURED {
+        let held_by = if e.followers_thread_idle >= 0.5 {
+            ", though their thread found no work in most loops: the acknowledgements' cadence, not the followers' \
+             CPU, held the commit"
+        } else {
+            ", all on one thread"
+        };
+        (
+            Stage::Receiver,
+            format!(
+                "the Sender caught up with a log that waited for the commit, which waited for the acknowledgements \
+                 of the {followers} followers{held_by}"
+            ),
+        )
+    } else if e.ingress_full < INGRESS_FULL {
+        (Stage::Load, "the load generator, on the leader's thread, could not keep the Sender busy".to_string())
+    } else {
+        (
+            Stage::Append,
+            "the consensus append, on the leader's thread, could not drain the ingress as fast as the Sender sent"
+                .to_string(),
+        )
+    };
+    let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+    let text = format!(
+        "{stage}: {why} (sender data at {} of S for D = {followers}; its empty cycles {:.0}/s window closed, {:.0}/s \
+         caught up; ingress full in {} of bursts; log back-pressured in {} of the leader's loops; idle loops: \
+         leader's thread {}, followers' thread {})",
+        pct(e.sender_share),
+        e.window_closed_per_s,
+        e.caught_up_per_s,
+        pct(e.ingress_full),
+        pct(e.log_back_pressured),
+        pct(e.leader_thread_idle),
+        pct(e.followers_thread_idle)
+    );
+    Bottleneck { stage, text }
+}
+
 /// The evidence as one line.
 fn describe(e: &StageEvidence) -> String {
     let pct = |x: f64| format!("{:.0}%", 100.0 * x);
@@ -246,6 +338,43 @@ mod tests {
         assert_eq!(classify(&e).stage, Stage::Load);
         let e = StageEvidence { sender_busy: 0.95, sender_window_closed_per_s: 60_000.0, ..base() };
         assert_eq!(classify(&e).stage, Stage::Sender, "empty cycles are short: a Sender busy 95% is saturated");
+    }
+
+    #[test]
+    fn the_split_layout_names_the_sender_only_when_it_put_out_nearly_s() {
+        let busy = SplitEvidence {
+            followers: 4,
+            sender_share: 0.95,
+            window_closed_per_s: 9e4,
+            caught_up_per_s: 10.0,
+            ingress_full: 0.9,
+            log_back_pressured: 0.5,
+            leader_thread_idle: 0.0,
+            followers_thread_idle: 0.0,
+        };
+        let b = classify_split(&busy);
+        assert_eq!(b.stage, Stage::Sender);
+        assert!(b.text.contains("sender data at 95% of S for D = 4"), "{}", b.text);
+        let held = SplitEvidence { sender_share: 0.4, ..busy };
+        let b = classify_split(&held);
+        assert_eq!(b.stage, Stage::Receiver);
+        assert!(
+            b.text.starts_with("receiver: the 4 followers, all on one thread, saturated before the Sender"),
+            "{}",
+            b.text
+        );
+        // The Sender caught up: the log's back pressure, then the ingress, say what it waited for.
+        let caught_up = SplitEvidence { window_closed_per_s: 5.0, caught_up_per_s: 7e4, ..held };
+        let b = classify_split(&caught_up);
+        assert_eq!(b.stage, Stage::Receiver);
+        assert!(b.text.contains("waited for the commit") && b.text.contains("all on one thread"), "{}", b.text);
+        let idle_followers = SplitEvidence { followers_thread_idle: 0.9, ..caught_up };
+        let b = classify_split(&idle_followers);
+        assert_eq!(b.stage, Stage::Receiver);
+        assert!(b.text.contains("the acknowledgements' cadence, not the followers' CPU"), "{}", b.text);
+        let free = SplitEvidence { log_back_pressured: 0.0, ..caught_up };
+        assert_eq!(classify_split(&free).stage, Stage::Append);
+        assert_eq!(classify_split(&SplitEvidence { ingress_full: 0.01, ..free }).stage, Stage::Load);
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! The measuring cluster: a 3-node loopback cluster in this process, and the thread that loads it. The
-//! sweep, the cluster bench and the client bench measure through it; its load (numbered messages, applied
-//! and checked in sequence on every node) is the test kit's [`Driver`] (`quorumcast-testkit`), which the
-//! engine's tests use too.
+//! The measuring cluster: a loopback cluster in this process (3 members; the cluster bench's five-member
+//! rows run 5, see [`ClusterSpec::members`]), and the thread that loads it. The sweep, the cluster bench
+//! and the client bench measure through it; its load (numbered messages, applied and checked in sequence
+//! on every node) is the test kit's [`Driver`] (`quorumcast-testkit`), which the engine's tests use too.
 //!
 //! The calling thread is the harness: the load generator (it offers through the leader's client) and the
 //! applier of the nodes (it calls `poll_service` on each, so logs and receive windows drain). Where the
@@ -343,6 +343,9 @@ pub struct ClusterSpec {
     pub client_key: Option<AuthKey>,
     /// Where the nodes keep their log: in memory for the sweep (see [`Storage`]).
     pub storage: Storage,
+    /// Members of the cluster: the leader (member 0) and `members - 1` followers, each log datagram sent to
+    /// every follower (the model's `D = members - 1`). Odd, at least 3; 3 for the sweep.
+    pub members: usize,
     /// The log channel, when not the sweep's own (`mtu` and `send_mode` above are then ignored): the
     /// cluster bench sets its own window, buffers, status interval and authentication.
     pub channel: Option<ChannelConfig>,
@@ -364,6 +367,7 @@ impl ClusterSpec {
             client_key: None,
             storage: Storage::Memory,
             channel: None,
+            members: 3,
         }
     }
 }
@@ -378,7 +382,7 @@ pub struct Positions {
     /// How far flow control lets the Sender go (`snd-lmt`): the slowest follower's consumption plus its
     /// receiver window.
     pub limit: i64,
-    /// Acknowledged by both followers (their slowest).
+    /// Acknowledged by every follower (their slowest).
     pub acknowledged: i64,
     /// Committed (a quorum acknowledged it).
     pub committed: i64,
@@ -386,10 +390,11 @@ pub struct Positions {
     pub applied: i64,
 }
 
-/// A running 3-node cluster and the harness state: the load's [`Driver`] (next sequence number, entries
-/// applied per node), and in the [`Layout::split`] layout the followers' thread.
+/// A running cluster (3 members unless [`ClusterSpec::members`] says otherwise) and the harness state: the
+/// load's [`Driver`] (next sequence number, entries applied per node), and in the [`Layout::split`] layout
+/// the followers' thread.
 pub struct LoadCluster {
-    /// The leader first, then the two followers; only the leader in the split layout.
+    /// The leader first, then the followers; only the leader in the split layout.
     nodes: Vec<Node>,
     /// Every member, by id (the leader is 0).
     members: Vec<Member>,
@@ -401,7 +406,7 @@ pub struct LoadCluster {
     /// The harness runs the invokers of the nodes in `nodes` each cycle (see [`Layout::invoked`]).
     invoked: bool,
     /// Members the harness does not run (see [`pause_member`](Self::pause_member)).
-    paused: [bool; 3],
+    paused: Vec<bool>,
     /// How the harness idles when a cycle found no work: the consensus idle strategy under test when it
     /// invokes the consensus agent, else `yield`.
     idle: Idle,
@@ -422,15 +427,16 @@ impl std::fmt::Debug for LoadCluster {
 #[derive(Default)]
 struct FollowerState {
     stop: AtomicBool,
-    /// A follower whose flag is set is not run at all (a stopped process, as far as its peers can tell).
-    paused: [AtomicBool; 2],
-    applied: [AtomicU64; 2],
+    /// A follower whose flag is set is not run at all (a stopped process, as far as its peers can tell);
+    /// follower `i` is member `i + 1`.
+    paused: Vec<AtomicBool>,
+    applied: Vec<AtomicU64>,
     bad_entries: AtomicU64,
     loops: AtomicU64,
     idle_loops: AtomicU64,
 }
 
-/// The split layout's second harness thread: it starts both followers, then runs and applies them until
+/// The split layout's second harness thread: it starts every follower, then runs and applies them until
 /// stopped.
 struct FollowerThread {
     state: Arc<FollowerState>,
@@ -439,10 +445,15 @@ struct FollowerThread {
 
 impl FollowerThread {
     /// Starts the thread, which pins itself to `core`, starts the followers from `builders` and runs
-    /// them; returns once both have started (an error if either did not), with the thread's and the
+    /// them; returns once all have started (an error if one did not), with the thread's and the
     /// followers' start-up warnings.
-    fn start(builders: [NodeBuilder; 2], core: Option<usize>, msg: usize) -> Result<(Self, Vec<String>), SweepError> {
-        let state = Arc::new(FollowerState::default());
+    fn start(builders: Vec<NodeBuilder>, core: Option<usize>, msg: usize) -> Result<(Self, Vec<String>), SweepError> {
+        let followers = builders.len();
+        let state = Arc::new(FollowerState {
+            paused: (0..followers).map(|_| AtomicBool::new(false)).collect(),
+            applied: (0..followers).map(|_| AtomicU64::new(0)).collect(),
+            ..FollowerState::default()
+        });
         let (ready_tx, ready_rx) = mpsc::channel();
         let shared = Arc::clone(&state);
         let thread = std::thread::Builder::new()
@@ -454,15 +465,18 @@ impl FollowerThread {
                         warnings.push(format!("the followers' thread runs unpinned: {e}"));
                     }
                 }
-                let [a, b] = builders;
-                let nodes = match (a.start(), b.start()) {
-                    (Ok(a), Ok(b)) => vec![a, b],
-                    (a, b) => {
-                        let error = format!("followers did not start: {:?} {:?}", a.err(), b.err());
-                        let _ = ready_tx.send(Err(error.clone()));
-                        return Err(error);
-                    }
-                };
+                let started: Vec<_> = builders.into_iter().map(NodeBuilder::start).collect();
+                if started.iter().any(Result::is_err) {
+                    let errors: Vec<String> = started
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, s)| s.as_ref().err().map(|e| format!("follower {}: {e}", i + 1)))
+                        .collect();
+                    let error = format!("followers did not start: {}", errors.join("; "));
+                    let _ = ready_tx.send(Err(error.clone()));
+                    return Err(error);
+                }
+                let nodes: Vec<Node> = started.into_iter().flatten().collect();
                 warnings.extend(nodes.iter().flat_map(|n| n.warnings().iter().cloned()));
                 let _ = ready_tx.send(Ok(warnings));
                 Self::run(nodes, &shared, msg)
@@ -476,7 +490,7 @@ impl FollowerThread {
     /// The thread's loop: one cycle of each follower that is not paused and its apply, a yield after a
     /// loop that found no work.
     fn run(mut nodes: Vec<Node>, state: &FollowerState, msg: usize) -> Result<(), String> {
-        let mut driver = Driver::new(2, Messages::Fixed(msg));
+        let mut driver = Driver::new(nodes.len(), Messages::Fixed(msg));
         let (mut loops, mut idle_loops) = (0u64, 0u64);
         while !state.stop.load(Ordering::Acquire) {
             let mut work = 0;
@@ -493,7 +507,9 @@ impl FollowerThread {
                 idle_loops += 1;
                 std::thread::yield_now();
             }
-            if loops % 1024 == 0 {
+            // Published often enough that a slow loop (four followers at saturation: a few thousand a
+            // second) still shows in a window of a few hundred milliseconds.
+            if loops % 64 == 0 {
                 state.loops.store(loops, Ordering::Relaxed);
                 state.idle_loops.store(idle_loops, Ordering::Relaxed);
             }
@@ -613,9 +629,16 @@ impl LoadCluster {
         if spec.msg < super::profile::MIN_MESSAGE {
             return Err(SweepError::Config(format!("message size {} is below 8 bytes", spec.msg)));
         }
+        if spec.members < 3 || spec.members % 2 == 0 {
+            return Err(SweepError::Config(format!(
+                "{} members: a cluster has an odd number, at least 3",
+                spec.members
+            )));
+        }
+        let n = spec.members as i32;
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
-        let members = quorumcast_testkit::members_on(Ipv4Addr::LOCALHOST.into(), 3)?;
-        let dirs: Vec<PathBuf> = (0..3).map(|id| quorumcast_testkit::node_dir("sweep", run, id)).collect();
+        let members = quorumcast_testkit::members_on(Ipv4Addr::LOCALHOST.into(), n)?;
+        let dirs: Vec<PathBuf> = (0..n).map(|id| quorumcast_testkit::node_dir("sweep", run, id)).collect();
         let backoff = IdleStrategyConfig::default();
         let channel = spec.channel.clone().unwrap_or_else(|| channel(spec));
         // The members' session key: fresh for each cluster, held by its members alone.
@@ -643,16 +666,16 @@ impl LoadCluster {
         };
         let layout = spec.layout;
         let sender_idle = layout.sender_idle(spec.sender_idle);
-        let mut nodes = Vec::with_capacity(3);
+        let mut nodes = Vec::with_capacity(spec.members);
         let mut warnings = Vec::new();
         let followers = if layout.split {
-            let builders = [1, 2].map(|id| base(id).threading(ThreadingMode::Invoker));
+            let builders = (1..n).map(|id| base(id).threading(ThreadingMode::Invoker)).collect();
             let (thread, thread_warnings) = FollowerThread::start(builders, layout.followers, spec.msg)?;
             warnings = thread_warnings;
             Some(thread)
         } else {
             let mode = if layout.invoked { ThreadingMode::Invoker } else { ThreadingMode::Shared };
-            for id in [1, 2] {
+            for id in 1..n {
                 let follower = base(id).threading(mode).idle([backoff; 4]).cores([layout.followers; 4]).start();
                 nodes.push(follower.map_err(|e| SweepError::Cluster(format!("follower {id} did not start: {e}")))?);
             }
@@ -700,9 +723,9 @@ impl LoadCluster {
             client_key_file,
             client,
             invoked: layout.invoked,
-            paused: [false; 3],
+            paused: vec![false; spec.members],
             idle,
-            driver: Driver::new(3, Messages::Fixed(spec.msg)),
+            driver: Driver::new(spec.members, Messages::Fixed(spec.msg)),
             followers,
             warnings,
         };
@@ -710,7 +733,7 @@ impl LoadCluster {
         Ok(cluster)
     }
 
-    /// Waits for both followers' images, then commits one message everywhere.
+    /// Waits for every follower's image, then commits one message everywhere.
     fn warm_up(&mut self) -> Result<(), SweepError> {
         self.drive("the followers make an image of the leader's log", SETTLE_TIMEOUT, |c| {
             Ok(c.stats()[1..].iter().all(|s| s.receiver().images() >= 1))
@@ -820,9 +843,10 @@ impl LoadCluster {
     /// Stops running member `id` (a follower) until called again with `paused` false: to its peers, a
     /// stopped process. Only where the harness runs the followers (an invoked layout); an error otherwise.
     pub fn pause_member(&mut self, id: usize, paused: bool) -> Result<(), SweepError> {
-        match (&self.followers, id) {
-            (Some(thread), 1 | 2) => thread.state.paused[id - 1].store(paused, Ordering::Release),
-            (None, 1 | 2) if self.invoked => self.paused[id] = paused,
+        let follower = (1..self.members.len()).contains(&id);
+        match &self.followers {
+            Some(thread) if follower => thread.state.paused[id - 1].store(paused, Ordering::Release),
+            None if follower && self.invoked => self.paused[id] = paused,
             _ => return Err(SweepError::Config(format!("member {id} cannot be paused in this layout"))),
         }
         Ok(())
@@ -833,8 +857,8 @@ impl LoadCluster {
     pub fn drain(&mut self, timeout: Duration) -> Result<(), SweepError> {
         self.drive("the cluster applies everything offered", timeout, |c| {
             let client_messages = c.driver.applier(0).client_messages();
-            let clients_done =
-                c.followers.is_some() || (1..3).all(|i| c.driver.applier(i).client_messages() >= client_messages);
+            let clients_done = c.followers.is_some()
+                || (1..c.size()).all(|i| c.driver.applier(i).client_messages() >= client_messages);
             Ok(c.applied().iter().all(|&a| a >= c.offered()) && clients_done)
         })
     }
@@ -859,14 +883,18 @@ impl LoadCluster {
         self.nodes[0].commit_position()
     }
 
+    /// Members of the cluster ([`ClusterSpec::members`]).
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
     /// Entries applied on each node, the leader first.
-    pub fn applied(&self) -> [u64; 3] {
+    pub fn applied(&self) -> Vec<u64> {
         match &self.followers {
-            Some(thread) => {
-                let follower = |i: usize| thread.state.applied[i].load(Ordering::Acquire);
-                [self.driver.applied(0), follower(0), follower(1)]
-            }
-            None => [0, 1, 2].map(|i| self.driver.applied(i)),
+            Some(thread) => std::iter::once(self.driver.applied(0))
+                .chain(thread.state.applied.iter().map(|a| a.load(Ordering::Acquire)))
+                .collect(),
+            None => self.driver.applied_all(),
         }
     }
 
@@ -899,7 +927,7 @@ impl LoadCluster {
         self.driver.bad_entries()
     }
 
-    /// Where the log stands on the leader: appended, sent, acknowledged by both followers, committed and
+    /// Where the log stands on the leader: appended, sent, acknowledged by every follower, committed and
     /// applied by the harness.
     pub fn positions(&self) -> Positions {
         let stats = self.nodes[0].stats();
@@ -915,13 +943,15 @@ impl LoadCluster {
 
     /// Every node's counters, the leader first (a follower's read from its counters file when another
     /// thread runs it).
-    pub fn stats(&self) -> [Stats; 3] {
-        [0, 1, 2].map(|i| match self.nodes.get(i) {
-            Some(node) => node.stats(),
-            None => {
-                CountersReader::open(self.dirs[i].join("counters.dat")).map(|c| Stats::read(&c)).unwrap_or_default()
-            }
-        })
+    pub fn stats(&self) -> Vec<Stats> {
+        (0..self.size())
+            .map(|i| match self.nodes.get(i) {
+                Some(node) => node.stats(),
+                None => {
+                    CountersReader::open(self.dirs[i].join("counters.dat")).map(|c| Stats::read(&c)).unwrap_or_default()
+                }
+            })
+            .collect()
     }
 
     /// Start-up warnings of every node.

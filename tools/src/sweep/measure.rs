@@ -256,8 +256,8 @@ fn saturate(cluster: &mut LoadCluster, period: Duration) -> Result<(), SweepErro
 /// What the saturating windows saw, summed over them.
 #[derive(Debug, Default)]
 struct Saturated {
-    /// Counter changes of each node over the windows.
-    deltas: [Stats; 3],
+    /// Counter changes of each node over the windows (the leader first; empty before the first window).
+    deltas: Vec<Stats>,
     /// Committed messages per second of each window.
     windows: Vec<f64>,
     committed: u64,
@@ -290,6 +290,7 @@ impl Saturated {
         let cpu = ProcessTimes::read().zip(cpu_before).map(|(after, before)| after.since(&before).own);
         self.cpu_ticks = self.cpu_ticks.zip(cpu).map(|(sum, ticks)| sum + ticks);
         let after = cluster.stats();
+        self.deltas.resize_with(after.len(), Stats::default);
         for (sum, (b, a)) in self.deltas.iter_mut().zip(before.iter().zip(&after)) {
             sum.accumulate(&a.since(b));
         }
@@ -326,7 +327,7 @@ pub fn measure_mu(
         s_slices.extend(cluster.paused(&mut probe_s)?);
     }
     let s = mean(&s_slices);
-    let [l, f1, f2] = &run.deltas;
+    let (l, followers) = run.deltas.split_first().ok_or_else(|| SweepError::Cluster("no window ran".into()))?;
     let (sender, consensus) = (l.sender(), l.consensus());
     let idle_polls_per_s = run.per_second(sender.idle_control_polls());
     let control_per_s = run.per_second(sender.control_syscalls()) - idle_polls_per_s;
@@ -344,7 +345,7 @@ pub fn measure_mu(
         sender_share: if s > 0.0 { datagrams / s } else { 0.0 },
         window_closed: run.queues.closed_fraction(),
         naks_per_s: run.per_second(sender.naks_received()),
-        receiver_idle: idle_fraction(f1, FOLLOWER).min(idle_fraction(f2, FOLLOWER)),
+        receiver_idle: followers.iter().map(|f| idle_fraction(f, FOLLOWER)).fold(1.0, f64::min),
         sender_queue: run.queues.mean(0),
         receiver_queue: run.queues.mean(1),
         apply_queue: run.queues.mean(2),
