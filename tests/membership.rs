@@ -44,6 +44,30 @@ fn settle(
     outcome.expect("settled")
 }
 
+/// Asks `nodes[leader]` for `change` and settles it as [`settle`] does, asking again while the leader
+/// says to retry (its term not committed yet, a learner not heard from yet or behind).
+fn make(
+    driver: &mut Driver,
+    nodes: &mut [Node],
+    active: &[bool],
+    leader: usize,
+    change: MembershipChange,
+    member: Option<&Member>,
+    target: u64,
+) -> Result<Membership, MembershipChangeError> {
+    loop {
+        let pending = nodes[leader].propose_membership(change, member);
+        match settle(driver, nodes, active, leader, pending, target) {
+            Err(MembershipChangeError::Refused(
+                MembershipError::TermNotCommitted
+                | MembershipError::LearnerSilent(_)
+                | MembershipError::LearnerBehind { .. },
+            )) => continue,
+            outcome => return outcome,
+        }
+    }
+}
+
 fn voters_and_learners(node: &Node) -> (Vec<i32>, Vec<i32>) {
     let (membership, _) = node.membership().expect("published");
     (membership.voters, membership.learners)
@@ -81,8 +105,7 @@ fn a_new_member_joins_as_a_learner_is_promoted_and_replaces_the_leader() {
     }
 
     // Promoted, it votes; then the leader removes itself, steps down, and the others elect a leader.
-    let promote = nodes[0].propose_membership(MembershipChange::Promote(3), None);
-    let promoted = settle(&mut driver, &mut nodes, &all_four, 0, promote, 2_500).unwrap();
+    let promoted = make(&mut driver, &mut nodes, &all_four, 0, MembershipChange::Promote(3), None, 2_500).unwrap();
     assert_eq!(promoted.voters, vec![0, 1, 2, 3]);
     let remove = nodes[0].propose_membership(MembershipChange::Remove(0), None);
     let removed = settle(&mut driver, &mut nodes, &all_four, 0, remove, 3_000).unwrap();
@@ -136,8 +159,7 @@ fn a_learner_far_behind_catches_up_from_the_recording_and_restarts_keep_the_conf
     driver.run_to(&mut nodes, &[true; 4], 22_000, DEADLINE);
     let stats = nodes[3].stats();
     assert!(stats.recorder().catch_ups() >= 1, "it caught up from the leader's recording: {}", dump(&nodes));
-    let promote = nodes[0].propose_membership(MembershipChange::Promote(3), None);
-    settle(&mut driver, &mut nodes, &[true; 4], 0, promote, 22_000).unwrap();
+    make(&mut driver, &mut nodes, &[true; 4], 0, MembershipChange::Promote(3), None, 22_000).unwrap();
     driver.run_to(&mut nodes, &[true; 4], 23_000, DEADLINE);
 
     // Stopped whole and started again, every member (members 0-2 from node files that do not name member
@@ -200,8 +222,7 @@ fn a_client_finds_a_leader_its_list_does_not_name() {
     nodes.push(start(3, &all));
     let mut driver = Driver::checked(4);
     for change in [MembershipChange::AddLearner(3), MembershipChange::Promote(3)] {
-        let pending = nodes[0].propose_membership(change, Some(&all[3]));
-        settle(&mut driver, &mut nodes, &[true; 4], 0, pending, 0).unwrap();
+        make(&mut driver, &mut nodes, &[true; 4], 0, change, Some(&all[3]), 0).unwrap();
     }
     nodes[0].transfer_leadership(Some(3)).unwrap();
     let outcome = drive_until("member 3 leads", DEADLINE, &mut nodes, |nodes| {
@@ -212,16 +233,7 @@ fn a_client_finds_a_leader_its_list_does_not_name() {
     });
     outcome.unwrap();
     // Until the new leader has committed an entry of its term, it refuses changes and says to retry.
-    loop {
-        let remove = nodes[3].propose_membership(MembershipChange::Remove(0), None);
-        match settle(&mut driver, &mut nodes, &[false, true, true, true], 3, remove, 0) {
-            Err(MembershipChangeError::Refused(MembershipError::TermNotCommitted)) => continue,
-            outcome => {
-                outcome.unwrap();
-                break;
-            }
-        };
-    }
+    make(&mut driver, &mut nodes, &[false, true, true, true], 3, MembershipChange::Remove(0), None, 0).unwrap();
 
     let members: Vec<(i32, std::net::SocketAddr)> = all[..3].iter().map(|m| (m.id, m.client)).collect();
     let mut client = ClusterClient::new(ClientConfig::new(members)).unwrap();
