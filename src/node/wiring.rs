@@ -264,6 +264,7 @@ impl Wiring {
     ) -> Result<Leadership, NodeError> {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
+        crate::event_log::trace(String::new(), || format!("m{} lead term {leadership_term_id} at {position}: spare {}", self.config.id, spare.is_some()));
         let config = &self.config;
         let session_id = session_id_for(config.id, leadership_term_id, self.env.random(config.id as u64));
         let log_config = LogConfig {
@@ -350,6 +351,7 @@ impl Wiring {
         };
         self.receiver.replace(None);
         self.sender.replace(Some(sender));
+        crate::event_log::trace(String::new(), || format!("m{} sender in its slot", self.config.id));
         Ok(acks)
     }
 
@@ -361,6 +363,7 @@ impl Wiring {
         self.images_made += 1;
         let image_path = self.directory.join(format!("image-{}.log", self.images_made));
         let spare_image = self.take_spare(&image_path).map(|region| SpareImage { path: image_path, region });
+        crate::event_log::trace(String::new(), || format!("m{} follow {leader} from {position}: spare {}", self.config.id, spare_image.is_some()));
         let config = &self.config;
         let me = config.me();
         let leader = self
@@ -399,6 +402,7 @@ impl Wiring {
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),
             member_id: config.id,
+            traced: Default::default(),
         };
         channel.follower = Some(FollowerSeam {
             ack_interval: config.ack_interval,
@@ -418,6 +422,7 @@ impl Wiring {
         };
         self.sender.replace(None);
         self.receiver.replace(Some(receiver));
+        crate::event_log::trace(String::new(), || format!("m{} receiver in its slot", self.config.id));
         Ok(Followership { subscription, append, term_starts, held })
     }
 }

@@ -269,6 +269,7 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         let old_term = cluster.members[leader].node.leadership_term_id();
         // Stop it: from here it sends and reads nothing. Or, with `--transfer`, ask it to hand over.
         let stopped = Instant::now();
+        quorumcast::event_log::trace(String::new(), || format!("BENCH trial {trial} request, leader m{leader}"));
         if args.transfer {
             let to = cluster.members[(leader + 1) % 3].node.id();
             cluster.members[leader].node.transfer_leadership(Some(to)).expect("the leader transfers");
@@ -318,6 +319,7 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         row.commit.record(ms(commit_at.expect("done"))).expect("in bounds");
         row.apply.record(ms(apply_at.expect("done"))).expect("in bounds");
         row.elected.record(ms(elected_at.map_or(commit_at.expect("done"), |(at, _)| at))).expect("in bounds");
+        quorumcast::event_log::trace(String::new(), || format!("BENCH trial {trial} done: elected {:?} commit {:?}", elected_at.map(|(at, _)| at), commit_at));
         if let Some(first) = first_commit {
             eprintln!(
                 "trial {trial}: elected {:?}, its commit moved {first:?}, a new message committed {:?}",
