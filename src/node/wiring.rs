@@ -217,7 +217,22 @@ impl Wiring {
         let (length, path) = self.next_spare();
         let (done, made) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("log-spare".into()).spawn(move || {
+            if std::env::var_os("QC_SPARE_IDLE").is_some() {
+                // SAFETY: TEMPORARY experiment; a plain syscall on this thread.
+                let param = libc::sched_param { sched_priority: 0 };
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+            }
+            let cpu = || {
+                let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+                // SAFETY: TEMPORARY.
+                unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) };
+                let u = unsafe { u.assume_init() };
+                (u.ru_utime.tv_sec * 1_000_000 + u.ru_utime.tv_usec + u.ru_stime.tv_sec * 1_000_000 + u.ru_stime.tv_usec) as u64
+            };
+            let began = std::time::Instant::now();
+            crate::event_log::trace(String::new(), || format!("SPARE begin {}", path.display()));
             let region = Region::create_file(&path, length, true).map_err(|e| format!("{}: {e}", path.display()));
+            crate::event_log::trace(String::new(), || format!("SPARE end {} took {:?} cpu {} us", path.display(), began.elapsed(), cpu()));
             drop(done.send(region.map(|r| (path, r))));
         });
         if let Some(previous) = self.spare_thread.take() {

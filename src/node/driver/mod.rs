@@ -457,7 +457,9 @@ impl ConsensusAgent {
     fn replace_log(&mut self, log: MemberLog) {
         if let Some(file) = self.log.take().and_then(|old| old.file) {
             // Unlinked, the file's memory stays mapped for a reader still on it, and is freed with it.
-            let _ = std::fs::remove_file(file);
+            let began = std::time::Instant::now();
+            let _ = std::fs::remove_file(&file);
+            crate::event_log::trace(String::new(), || format!("m{} removed {} in {:?}", self.wiring.config.id, file.display(), began.elapsed()));
         }
         self.log = Some(log);
     }
