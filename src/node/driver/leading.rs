@@ -23,6 +23,8 @@ pub(super) struct Leading {
     /// The buffer of the ring commit frames go to the Sender by (a Sender made for new members reads it).
     pub(super) command_buffer: AtomicBuffer,
     pub(super) traced: u32,
+    /// Where the term-start marker ends: once the commit reaches it, the term has settled.
+    pub(super) start_end: i64,
 }
 
 impl ConsensusAgent {
@@ -139,7 +141,15 @@ impl ConsensusAgent {
         self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
         let command_buffer = leadership.command_buffer;
-        self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position, command_buffer, traced: 0 }));
+        self.current = Current::Leading(Box::new(Leading {
+            term,
+            stage,
+            acks,
+            own_fed: position,
+            command_buffer,
+            traced: 0,
+            start_end: end,
+        }));
         self.shared.catch_ups.cancel();
         crate::event_log::trace(String::new(), || format!("m{} start_term {term} done, marker end {end}", self.wiring.config.id));
         if self.synced.is_none() {
