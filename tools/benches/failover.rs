@@ -160,6 +160,9 @@ impl Cluster {
                 if client.offer(&message).is_err() {
                     break;
                 }
+                if self.rate > 0 && term > 0 {
+                    quorumcast::event_log::trace(format!("offer {term}"), || format!("BENCH first offer to m{leader} in term {term}: seq {}", self.offered));
+                }
                 self.offered += 1;
             }
         }
@@ -301,6 +304,9 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
                 }
                 let at = stopped.elapsed();
                 if member.node.role() == Role::Leader && member.node.leadership_term_id() > old_term {
+                    if commit_at.is_none() {
+                        quorumcast::event_log::trace(String::new(), || format!("BENCH saw applied seq {} >= {first_after}", member.last_seq));
+                    }
                     commit_at.get_or_insert(at);
                 } else {
                     apply_at.get_or_insert(at);

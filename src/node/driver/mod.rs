@@ -377,8 +377,12 @@ impl ConsensusAgent {
                 self.replicate_from(leader_member_id, leadership_term_id, position)?
             }
             Output::Commit { position } => {
-                if let Current::Leading(l) = &self.current {
+                if let Current::Leading(l) = &mut self.current {
                     crate::event_log::trace(format!("commit {} {}", self.wiring.config.id, l.term), || format!("m{} LEAD first commit in term {} at {position}", self.wiring.config.id, l.term));
+                    if l.traced < 40 {
+                        l.traced += 1;
+                        crate::event_log::trace(String::new(), || format!("LEAD commit {position}"));
+                    }
                 }
                 self.wiring.counters.consensus.commit.set_max(position);
             }
