@@ -77,8 +77,10 @@ impl NodeCounters {
 /// A spare log file made off the consensus agent's thread: its path and mapping, or why it failed.
 type SpareLog = Result<(PathBuf, Arc<Region>), String>;
 
-/// The longest the spare taken by a term waits to be replaced when the term does not settle (see
-/// [`Wiring::make_spare_if_due`]).
+/// How long after a term took the spare the next one is made at the earliest, once the term has settled
+/// (see [`Wiring::make_spare_if_due`]): the first commits of a new term come in its first milliseconds.
+const SPARE_DEFERRAL_MIN_NS: u64 = 100_000_000;
+/// The longest the spare taken by a term waits to be replaced when the term does not settle.
 const SPARE_DEFERRAL_MAX_NS: u64 = 500_000_000;
 
 /// Builds each role's agents and hands them to their places.
@@ -278,13 +280,15 @@ impl Wiring {
 
     /// Starts making the next spare log file, if one is due, once the term that took the last one has
     /// `settled` (its first commit: the leader's term start acknowledged by a quorum, or a follower's
-    /// commit past where it joined), or [`SPARE_DEFERRAL_MAX_NS`] after it was taken, whichever is first.
+    /// commit past where it joined) and [`SPARE_DEFERRAL_MIN_NS`] have passed since this was first asked
+    /// after it was taken, or once [`SPARE_DEFERRAL_MAX_NS`] have, whichever is first.
     pub(super) fn make_spare_if_due(&mut self, settled: bool, now_ns: u64) {
         if !self.spare_due {
             return;
         }
         let since = *self.spare_due_since.get_or_insert(now_ns);
-        if settled || now_ns.saturating_sub(since) >= SPARE_DEFERRAL_MAX_NS {
+        let waited = now_ns.saturating_sub(since);
+        if (settled && waited >= SPARE_DEFERRAL_MIN_NS) || waited >= SPARE_DEFERRAL_MAX_NS {
             self.spare_due = false;
             self.spare_due_since = None;
             self.replace_spare();
