@@ -54,23 +54,3 @@ mod tests {
         assert_eq!(limit.held_back, 0);
     }
 }
-
-/// TEMPORARY (transfer investigation): with `QC_TRACE` set, prints `what` with a wall-clock time in
-/// microseconds, the first time `key` is seen only (an empty key: every time).
-pub fn trace(key: String, what: impl FnOnce() -> String) {
-    use std::sync::{Mutex, OnceLock};
-    static ON: OnceLock<bool> = OnceLock::new();
-    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    if !*ON.get_or_init(|| std::env::var_os("QC_TRACE").is_some()) {
-        return;
-    }
-    if !key.is_empty() {
-        let mut seen = SEEN.lock().expect("trace keys");
-        if seen.contains(&key) {
-            return;
-        }
-        seen.push(key);
-    }
-    let us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
-    eprintln!("TRACE {:>10} {}", us % 1_000_000_000, what());
-}

@@ -935,7 +935,6 @@ fn on_setup(
         }
     }
     let join = channel.config.join_position.map_or(setup_position, |p| p.min(setup_position));
-    crate::event_log::trace(String::new(), || format!("RCV setup session {} from {source} at {} join {join}: spare {} pending {}", setup.session_id, channel.config.bind, channel.spare_image.is_some(), channel.pending.is_some()));
     let Some(dir) = channel.config.image_dir.as_ref() else {
         let made = LogBuffer::create_anonymous(log_config);
         install_image(channel, counters, NewImage { source, join, file: None }, made, now_ns);
@@ -1022,7 +1021,6 @@ fn install_image(
     now_ns: u64,
 ) {
     let NewImage { source, join, file } = new;
-    crate::event_log::trace(String::new(), || format!("RCV install image at {} from {source} join {join} ok {}", channel.config.bind, made.is_ok()));
     let log = match made {
         Ok(log) => log,
         Err(e) => {

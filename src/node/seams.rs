@@ -36,8 +36,6 @@ pub(super) struct FollowerLog {
     pub(super) term_starts: Arc<TermStarts>,
     /// This member's id, in its acknowledgements.
     pub(super) member_id: i32,
-    /// TEMPORARY: acknowledgements traced.
-    pub(super) traced: std::sync::atomic::AtomicU32,
 }
 
 impl FollowerObserver for FollowerLog {
@@ -82,9 +80,6 @@ impl FollowerObserver for FollowerLog {
     }
 
     fn encode_ack(&self, session_id: i32, stream_id: i32, position: i64, dst: &mut [u8]) -> usize {
-        if self.traced.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 6 {
-            crate::event_log::trace(String::new(), || format!("FOL m{} ack out session {session_id} position {position}", self.member_id));
-        }
         let ack = AppendPositionFrame {
             session_id,
             stream_id,
@@ -124,7 +119,6 @@ impl ControlHandler for LeaderAcks {
         };
         match (ack, self.acks.get(destination)) {
             (Some(ack), Some(counter)) if self.rule.counts(destination, ack.member_id, ack.session_id) => {
-                crate::event_log::trace(format!("ackin {} {}", ack.session_id, ack.member_id), || format!("LEAD first ack in session {} from m{} position {}", ack.session_id, ack.member_id, ack.log_position));
                 counter.set_max(ack.log_position);
                 if let Some(mirror) = self.mirrors.get(destination) {
                     mirror.set_max(ack.log_position);

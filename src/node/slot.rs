@@ -58,12 +58,7 @@ impl<A: Agent> Slot<A> {
         self.exchange.pending.store(false, Ordering::Release);
         if let Some(next) = next {
             // The old agent (its sockets, its log mapping) goes here, on this thread.
-            let began = std::time::Instant::now();
             self.current = next;
-            let took = began.elapsed();
-            if took > std::time::Duration::from_micros(100) {
-                crate::event_log::trace(String::new(), || format!("SLOT {} swapped (old dropped) in {took:?}", self.name));
-            }
         }
     }
 }

@@ -103,7 +103,7 @@ pub(super) struct Wiring {
     /// The next spare is due: a term took the last one. It is made once that term has settled, never
     /// while it starts: reserving and touching a log file takes about 20 ms of CPU, which on a small host
     /// competes with every member's agents for the cores just when the new leader and its followers need
-    /// them (a leadership transfer's first commit waited for it).
+    /// them (a leadership transfer's first commit waited for the three members' spares).
     spare_due: bool,
     /// Since when (the consensus agent's time) the due spare has waited for its term to settle.
     spare_due_since: Option<u64>,
@@ -232,22 +232,7 @@ impl Wiring {
         let (length, path) = self.next_spare();
         let (done, made) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("log-spare".into()).spawn(move || {
-            if std::env::var_os("QC_SPARE_IDLE").is_some() {
-                // SAFETY: TEMPORARY experiment; a plain syscall on this thread.
-                let param = libc::sched_param { sched_priority: 0 };
-                unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-            }
-            let cpu = || {
-                let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-                // SAFETY: TEMPORARY.
-                unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) };
-                let u = unsafe { u.assume_init() };
-                (u.ru_utime.tv_sec * 1_000_000 + u.ru_utime.tv_usec + u.ru_stime.tv_sec * 1_000_000 + u.ru_stime.tv_usec) as u64
-            };
-            let began = std::time::Instant::now();
-            crate::event_log::trace(String::new(), || format!("SPARE begin {}", path.display()));
             let region = Region::create_file(&path, length, true).map_err(|e| format!("{}: {e}", path.display()));
-            crate::event_log::trace(String::new(), || format!("SPARE end {} took {:?} cpu {} us", path.display(), began.elapsed(), cpu()));
             drop(done.send(region.map(|r| (path, r))));
         });
         if let Some(previous) = self.spare_thread.take() {
@@ -313,7 +298,6 @@ impl Wiring {
     ) -> Result<Leadership, NodeError> {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
-        crate::event_log::trace(String::new(), || format!("m{} lead term {leadership_term_id} at {position}: spare {}", self.config.id, spare.is_some()));
         let config = &self.config;
         let session_id = session_id_for(config.id, leadership_term_id, self.env.random(config.id as u64));
         let log_config = LogConfig {
@@ -400,7 +384,6 @@ impl Wiring {
         };
         self.receiver.replace(None);
         self.sender.replace(Some(sender));
-        crate::event_log::trace(String::new(), || format!("m{} sender in its slot", self.config.id));
         Ok(acks)
     }
 
@@ -412,7 +395,6 @@ impl Wiring {
         self.images_made += 1;
         let image_path = self.directory.join(format!("image-{}.log", self.images_made));
         let spare_image = self.take_spare(&image_path).map(|region| SpareImage { path: image_path, region });
-        crate::event_log::trace(String::new(), || format!("m{} follow {leader} from {position}: spare {}", self.config.id, spare_image.is_some()));
         let config = &self.config;
         let me = config.me();
         let leader = self
@@ -451,7 +433,6 @@ impl Wiring {
             append: append.clone(),
             term_starts: Arc::clone(&term_starts),
             member_id: config.id,
-            traced: Default::default(),
         };
         channel.follower = Some(FollowerSeam {
             ack_interval: config.ack_interval,
@@ -471,7 +452,6 @@ impl Wiring {
         };
         self.sender.replace(None);
         self.receiver.replace(Some(receiver));
-        crate::event_log::trace(String::new(), || format!("m{} receiver in its slot", self.config.id));
         Ok(Followership { subscription, append, term_starts, held })
     }
 }

@@ -160,9 +160,6 @@ impl Cluster {
                 if client.offer(&message).is_err() {
                     break;
                 }
-                if self.rate > 0 && term > 0 {
-                    quorumcast::event_log::trace(format!("offer {term}"), || format!("BENCH first offer to m{leader} in term {term}: seq {}", self.offered));
-                }
                 self.offered += 1;
             }
         }
@@ -272,7 +269,6 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         let old_term = cluster.members[leader].node.leadership_term_id();
         // Stop it: from here it sends and reads nothing. Or, with `--transfer`, ask it to hand over.
         let stopped = Instant::now();
-        quorumcast::event_log::trace(String::new(), || format!("BENCH trial {trial} request, leader m{leader}"));
         if args.transfer {
             let to = cluster.members[(leader + 1) % 3].node.id();
             cluster.members[leader].node.transfer_leadership(Some(to)).expect("the leader transfers");
@@ -304,9 +300,6 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
                 }
                 let at = stopped.elapsed();
                 if member.node.role() == Role::Leader && member.node.leadership_term_id() > old_term {
-                    if commit_at.is_none() {
-                        quorumcast::event_log::trace(String::new(), || format!("BENCH saw applied seq {} >= {first_after}", member.last_seq));
-                    }
                     commit_at.get_or_insert(at);
                 } else {
                     apply_at.get_or_insert(at);
@@ -325,7 +318,6 @@ fn run_timers(name: &'static str, timers: Timers, args: &Args) -> Row {
         row.commit.record(ms(commit_at.expect("done"))).expect("in bounds");
         row.apply.record(ms(apply_at.expect("done"))).expect("in bounds");
         row.elected.record(ms(elected_at.map_or(commit_at.expect("done"), |(at, _)| at))).expect("in bounds");
-        quorumcast::event_log::trace(String::new(), || format!("BENCH trial {trial} done: elected {:?} commit {:?}", elected_at.map(|(at, _)| at), commit_at));
         if let Some(first) = first_commit {
             eprintln!(
                 "trial {trial}: elected {:?}, its commit moved {first:?}, a new message committed {:?}",

@@ -31,10 +31,8 @@ impl<T: Transport> NetworkPublication<T> {
                     None => setup.encode(&mut bytes),
                 };
                 let length = length.expect("a setup frame fits its own length");
-                let requested = dest.setup_requested;
                 self.send_counted(d, &bytes[..length]);
                 self.counters.setups.increment();
-                crate::event_log::trace(String::new(), || format!("PUB setup sent session {} dest {} (requested {})", setup.session_id, self.destinations[d].addr, requested));
                 let dest = &mut self.destinations[d];
                 dest.setup_requested = false;
                 let interval = nanos(self.config.setup_interval);
@@ -155,7 +153,6 @@ impl<T: Transport> NetworkPublication<T> {
                     });
                     return;
                 }
-                crate::event_log::trace(format!("sm {} {} {}", c.session_id, d, frame.flags & frame::SM_SEND_SETUP_FLAG), || format!("PUB first status message session {} from {} setup-flag {}", c.session_id, self.destinations[d].addr, frame.flags & frame::SM_SEND_SETUP_FLAG));
                 if frame.flags & frame::SM_SEND_SETUP_FLAG != 0 {
                     // A receiver without an image asks for a SETUP; its position and window mean nothing yet.
                     self.destinations[d].setup_requested = true;
@@ -170,9 +167,6 @@ impl<T: Transport> NetworkPublication<T> {
                 );
                 let window = frame.receiver_window as i64;
                 let change = self.flow_control.on_status_message(d, frame.receiver_id(), pos, window, now_ns);
-                if change == StatusChange::Joined {
-                    crate::event_log::trace(String::new(), || format!("PUB joined session {} dest {} pos {pos} sender {}", c.session_id, self.destinations[d].addr, self.sender_position));
-                }
                 if pos < self.oldest_retained() {
                     self.tell_behind(d, pos, now_ns);
                 }

@@ -36,7 +36,6 @@ pub(super) struct Following {
     pub(super) commit_fed: i64,
     /// A catch-up from the leader's recording.
     pub(super) catch_up: CatchUpState,
-    pub(super) traced: u32,
 }
 
 impl Following {
@@ -65,7 +64,6 @@ impl ConsensusAgent {
             // An image that does not start where the logs agree is not this member's log.
             if image.position == following.join {
                 taken = Some(image);
-            crate::event_log::trace(String::new(), || format!("m{} image taken at {}", self.wiring.config.id, following.join));
                 work += 1;
             } else {
                 log::warn!(
@@ -272,7 +270,6 @@ impl ConsensusAgent {
 
     /// Follows `leader` in `term` from `position`, where this member's log agrees with the leader's.
     pub(super) fn replicate_from(&mut self, leader: i32, term: i64, position: i64) -> Result<(), AgentError> {
-        crate::event_log::trace(String::new(), || format!("m{} replicate_from {leader} term {term} at {position}", self.wiring.config.id));
         if matches!(&self.current, Current::Following(f) if f.continues(leader, term, position)) {
             // Matched again within what this Receiver's image already rebuilt (after a refused canvass): go on.
             return Ok(());
@@ -301,7 +298,6 @@ impl ConsensusAgent {
             fed_term,
             commit_fed: 0,
             catch_up: CatchUpState::new(self.wiring.counters.receiver.behind_retained.get()),
-            traced: 0,
         }));
         Ok(())
     }
@@ -359,10 +355,6 @@ fn feed_follower(
     following.pending.retain(|(at, _)| *at >= rebuilt);
     core.on_append_position(following.fed_term, rebuilt, now_ns, out);
     following.fed = rebuilt;
-    if following.traced < 4 {
-        following.traced += 1;
-        crate::event_log::trace(String::new(), || format!("FOL fed core {rebuilt} term {} (durable {durable})", following.fed_term));
-    }
     // What the core now holds may be acknowledged (and voted with).
     following.held.set_max(core.append_position());
     fed + 1

@@ -22,7 +22,6 @@ pub(super) struct Leading {
     pub(super) own_fed: i64,
     /// The buffer of the ring commit frames go to the Sender by (a Sender made for new members reads it).
     pub(super) command_buffer: AtomicBuffer,
-    pub(super) traced: u32,
     /// Where the term-start marker ends: once the commit reaches it, the term has settled.
     pub(super) start_end: i64,
 }
@@ -39,10 +38,6 @@ impl ConsensusAgent {
             let own = leading.stage.position().min(synced.get());
             if own > leading.own_fed {
                 leading.own_fed = own;
-                if leading.traced < 4 {
-                    leading.traced += 1;
-                    crate::event_log::trace(String::new(), || format!("LEAD own durable {own} term {}", leading.term));
-                }
                 self.core.on_append_position(leading.term, own, now_ns, &mut self.outputs);
                 work += 1;
             }
@@ -54,10 +49,6 @@ impl ConsensusAgent {
             let position = counter.get().min(own);
             if position > *fed {
                 *fed = position;
-                if leading.traced < 12 {
-                    leading.traced += 1;
-                    crate::event_log::trace(String::new(), || format!("LEAD ack to core m{member} {position} term {}", leading.term));
-                }
                 let message = Message::AppendPosition { leadership_term_id: leading.term, log_position: position };
                 self.core.on_message(*member, message, now_ns, &mut self.outputs);
                 work += 1;
@@ -94,7 +85,6 @@ impl ConsensusAgent {
 
     /// Leads `term` from `position`: a new log continued from this member's, a Sender, the marker.
     pub(super) fn start_term(&mut self, term: i64, position: i64, now_ns: u64) -> Result<(), AgentError> {
-        crate::event_log::trace(String::new(), || format!("m{} start_term {term} at {position}", self.wiring.config.id));
         let previous = self.log.as_ref().map(|l| (&l.log, l.start));
         let making = std::time::Instant::now();
         let leadership = self
@@ -147,11 +137,9 @@ impl ConsensusAgent {
             acks,
             own_fed: position,
             command_buffer,
-            traced: 0,
             start_end: end,
         }));
         self.shared.catch_ups.cancel();
-        crate::event_log::trace(String::new(), || format!("m{} start_term {term} done, marker end {end}", self.wiring.config.id));
         if self.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }

@@ -234,7 +234,6 @@ impl ConsensusAgent {
             self.core.campaign(now_ns, &mut self.outputs);
         }
         if let Some(target) = self.shared.take_transfer() {
-            crate::event_log::trace(String::new(), || format!("m{} transfer asked to {target:?}", self.wiring.config.id));
             let log_end = match &self.current {
                 Current::Leading(leading) => leading.stage.position(),
                 _ => self.core.append_position(),
@@ -290,9 +289,6 @@ impl ConsensusAgent {
                 };
                 match wire::decode(datagram.bytes) {
                     Ok((sender, message)) if sender == peer.id => {
-                        if !matches!(message, Message::CommitPosition { .. } | Message::AppendPosition { .. }) {
-                            crate::event_log::trace(String::new(), || format!("m{} got from {sender} {message:?}", self.wiring.config.id));
-                        }
                         self.core.on_message(sender, message, now_ns, &mut self.outputs)
                     }
                     Ok(_) => self.counters.foreign_dropped.increment(),
@@ -354,12 +350,7 @@ impl ConsensusAgent {
                 // persist stops rather than vote.
                 self.votes.store(TermVote { leadership_term_id, voted_for }).map_err(AgentError::new)?;
             }
-            Output::Send { to, message } => {
-                if !matches!(message, Message::CommitPosition { .. } | Message::AppendPosition { .. }) {
-                    crate::event_log::trace(String::new(), || format!("m{} send {to:?} {message:?}", self.wiring.config.id));
-                }
-                self.send(to, message, now_ns)
-            }
+            Output::Send { to, message } => self.send(to, message, now_ns),
             Output::RoleChange { role, leadership_term_id, leader_member_id } => {
                 self.on_role_change(role, leadership_term_id, leader_member_id)
             }
@@ -377,13 +368,6 @@ impl ConsensusAgent {
                 self.replicate_from(leader_member_id, leadership_term_id, position)?
             }
             Output::Commit { position } => {
-                if let Current::Leading(l) = &mut self.current {
-                    crate::event_log::trace(format!("commit {} {}", self.wiring.config.id, l.term), || format!("m{} LEAD first commit in term {} at {position}", self.wiring.config.id, l.term));
-                    if l.traced < 40 {
-                        l.traced += 1;
-                        crate::event_log::trace(String::new(), || format!("LEAD commit {position}"));
-                    }
-                }
                 self.wiring.counters.consensus.commit.set_max(position);
             }
             Output::MembershipChanged { .. } => self.on_membership_changed()?,
@@ -429,7 +413,6 @@ impl ConsensusAgent {
     fn on_role_change(&mut self, role: Role, leadership_term_id: i64, leader: Option<i32>) {
         let id = self.wiring.config.id;
         log::info!("member {id}: {role} in term {leadership_term_id}, leader {leader:?}");
-        crate::event_log::trace(String::new(), || format!("m{id} role {role} term {leadership_term_id} leader {leader:?}"));
         if let Some(why) = self.core.take_step_down() {
             log::warn!("member {id}: stopped leading: {why}");
         }
@@ -472,9 +455,7 @@ impl ConsensusAgent {
     fn replace_log(&mut self, log: MemberLog) {
         if let Some(file) = self.log.take().and_then(|old| old.file) {
             // Unlinked, the file's memory stays mapped for a reader still on it, and is freed with it.
-            let began = std::time::Instant::now();
-            let _ = std::fs::remove_file(&file);
-            crate::event_log::trace(String::new(), || format!("m{} removed {} in {:?}", self.wiring.config.id, file.display(), began.elapsed()));
+            let _ = std::fs::remove_file(file);
         }
         self.log = Some(log);
     }

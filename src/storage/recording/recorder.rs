@@ -558,7 +558,6 @@ impl Recorder {
             )));
         }
         source.consumer.set(at);
-        crate::event_log::trace(String::new(), || format!("REC switch at {at} (end {end})"));
         self.source = Some(source);
         self.coalescing.reset();
         self.bound = next.unwrap_or(i64::MAX);
