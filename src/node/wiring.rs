@@ -77,6 +77,12 @@ impl NodeCounters {
 /// A spare log file made off the consensus agent's thread: its path and mapping, or why it failed.
 type SpareLog = Result<(PathBuf, Arc<Region>), String>;
 
+/// How long after a term took the spare the next one is made at the earliest, once the term has settled
+/// (see [`Wiring::make_spare_if_due`]): the first commits of a new term come in its first milliseconds.
+const SPARE_DEFERRAL_MIN_NS: u64 = 100_000_000;
+/// The longest the spare taken by a term waits to be replaced when the term does not settle.
+const SPARE_DEFERRAL_MAX_NS: u64 = 500_000_000;
+
 /// Builds each role's agents and hands them to their places.
 pub(super) struct Wiring {
     /// The clock, network and seed every agent made here is given.
@@ -94,6 +100,13 @@ pub(super) struct Wiring {
     spare_thread: Option<std::thread::JoinHandle<()>>,
     /// A spare made on this thread (the first, at start; every one with [`LogFiles::Inline`]).
     ready: Option<(PathBuf, Arc<Region>)>,
+    /// The next spare is due: a term took the last one. It is made once that term has settled, never
+    /// while it starts: reserving and touching a log file takes about 20 ms of CPU, which on a small host
+    /// competes with every member's agents for the cores just when the new leader and its followers need
+    /// them (a leadership transfer's first commit waited for the three members' spares).
+    spare_due: bool,
+    /// Since when (the consensus agent's time) the due spare has waited for its term to settle.
+    spare_due_since: Option<u64>,
     spares_made: u64,
     /// Image files named so far (each follow's image takes the spare log file).
     images_made: u64,
@@ -153,6 +166,8 @@ impl Wiring {
             spare: None,
             spare_thread: None,
             ready: None,
+            spare_due: false,
+            spare_due_since: None,
             spares_made: 0,
             images_made: 0,
             known: Vec::new(),
@@ -227,10 +242,11 @@ impl Wiring {
         self.spare_thread = spawned.ok();
     }
 
-    /// The spare log file, renamed to `file`, if it is ready; a new one is started either way.
+    /// The spare log file, renamed to `file`, if it is ready; the next one is due either way (see
+    /// [`Self::make_spare_if_due`]).
     fn take_spare(&mut self, file: &std::path::Path) -> Option<Arc<Region>> {
         if let Some((path, region)) = self.ready.take() {
-            self.replace_spare();
+            self.spare_due = true;
             std::fs::rename(&path, file).ok()?;
             return Some(region);
         }
@@ -240,10 +256,28 @@ impl Wiring {
             Err(mpsc::TryRecvError::Empty) => return None,
             Err(mpsc::TryRecvError::Disconnected) => Err("the thread making it stopped".into()),
         };
-        self.make_spare();
+        self.spare = None;
+        self.spare_due = true;
         let (path, region) = made.ok()?;
         std::fs::rename(&path, file).ok()?;
         Some(region)
+    }
+
+    /// Starts making the next spare log file, if one is due, once the term that took the last one has
+    /// `settled` (its first commit: the leader's term start acknowledged by a quorum, or a follower's
+    /// commit past where it joined) and [`SPARE_DEFERRAL_MIN_NS`] have passed since this was first asked
+    /// after it was taken, or once [`SPARE_DEFERRAL_MAX_NS`] have, whichever is first.
+    pub(super) fn make_spare_if_due(&mut self, settled: bool, now_ns: u64) {
+        if !self.spare_due {
+            return;
+        }
+        let since = *self.spare_due_since.get_or_insert(now_ns);
+        let waited = now_ns.saturating_sub(since);
+        if (settled && waited >= SPARE_DEFERRAL_MIN_NS) || waited >= SPARE_DEFERRAL_MAX_NS {
+            self.spare_due = false;
+            self.spare_due_since = None;
+            self.replace_spare();
+        }
     }
 
     /// Stops whatever runs in the Sender's and the Receiver's places (they are dropped on their threads).

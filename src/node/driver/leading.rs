@@ -22,6 +22,8 @@ pub(super) struct Leading {
     pub(super) own_fed: i64,
     /// The buffer of the ring commit frames go to the Sender by (a Sender made for new members reads it).
     pub(super) command_buffer: AtomicBuffer,
+    /// Where the term-start marker ends: once the commit reaches it, the term has settled.
+    pub(super) start_end: i64,
 }
 
 impl ConsensusAgent {
@@ -129,7 +131,14 @@ impl ConsensusAgent {
         self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
         let command_buffer = leadership.command_buffer;
-        self.current = Current::Leading(Box::new(Leading { term, stage, acks, own_fed: position, command_buffer }));
+        self.current = Current::Leading(Box::new(Leading {
+            term,
+            stage,
+            acks,
+            own_fed: position,
+            command_buffer,
+            start_end: end,
+        }));
         self.shared.catch_ups.cancel();
         if self.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);

@@ -269,7 +269,18 @@ impl ConsensusAgent {
         work += self.execute(now_ns)?;
         work += self.append(now_ns);
         work += self.execute(now_ns)?;
+        self.wiring.make_spare_if_due(self.term_settled(), now_ns);
         Ok(work)
+    }
+
+    /// Whether the current term has settled: as leader, a quorum holds its term start (its first commit);
+    /// as a follower, the leader's commit has passed where this member joined its log.
+    fn term_settled(&self) -> bool {
+        match &self.current {
+            Current::Leading(leading) => self.core.commit_position() >= leading.start_end,
+            Current::Following(following) => following.commit_fed > following.join,
+            Current::Idle => false,
+        }
     }
 
     /// Reads consensus frames and hands each, from a member's consensus endpoint, to the core.
