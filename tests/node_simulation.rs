@@ -969,3 +969,28 @@ fn nodes_that_count_non_voters_are_caught() {
     // Caught as a broken committed order (seed 60025 the first time), not as a stall.
     assert!(!matches!(failure.violation, Violation::NoProgress { .. }), "caught as {failure}");
 }
+
+/// Found by the last soak of the session (disk schedule, 5 members, `batch`), NOT FIXED: member 4's disk
+/// misdirected writes onto its last synced blocks as well as below them; at its restart the blocks that
+/// still verify past the first bad one end at 141984, below the 142144 it had reported synced (and may
+/// have acknowledged), so its repair target is short of what it acknowledged: the case the README and
+/// ARCHITECTURE name as one recovery cannot tell from a torn tail. Fixing it needs the synced end made
+/// durable apart from the blocks (in the index or `repair.dat`, at some cost per group commit). Run it
+/// with `--ignored`.
+#[test]
+#[ignore = "known failure, not fixed: misdirected writes over the last synced blocks"]
+fn soak_seed_1796375184919812163_damage_over_the_last_synced_blocks() {
+    run_disk(1_796_375_184_919_812_163, 5, SyncPolicy::Batch, true);
+}
+
+/// Found by the last soak of the session (membership changes, disk schedule with snapshots), NOT FIXED, a
+/// liveness failure: a promotion of a learner heard 9 ms before it was isolated was accepted while another
+/// voter was cut off; the leader then crashed, led term 2 again from its recording with configuration 2
+/// (four voters) in effect, and never committed in that term: its Sender stalled at its flow-control
+/// limit with two followers behind (commit 34592 and 59392) and the learner-turned-voter at 0, from 2 s
+/// to the end of the run. Not yet traced further. Run it with `--ignored`.
+#[test]
+#[ignore = "known failure, not fixed: a leader of four voters that never commits after its crash"]
+fn soak_seed_1796377089329489059_a_restarted_leader_of_four_voters_commits() {
+    run_membership(1_796_377_089_329_489_059, Schedule::Disk, true);
+}
