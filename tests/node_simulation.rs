@@ -980,7 +980,7 @@ fn nodes_that_count_non_voters_are_caught() {
 #[test]
 #[ignore = "known failure, not fixed: misdirected writes over the last synced blocks"]
 fn soak_seed_1796375184919812163_damage_over_the_last_synced_blocks() {
-    run_disk(1_796_375_184_919_812_163, 5, SyncPolicy::Batch, true);
+    run_disk_with(1_796_375_184_919_812_163, 5, SyncPolicy::Batch, true, true);
 }
 
 /// Found by the last soak of the session (membership changes, disk schedule with snapshots), NOT FIXED, a
