@@ -826,6 +826,29 @@ fn client_outcome(process: &mut Process) -> (u64, std::collections::HashMap<Stri
     (session, values)
 }
 
+/// What each of `nodes` printed to stderr so far, for a failure message.
+fn stderr_of(nodes: &mut [Option<Process>]) -> String {
+    let report: Vec<String> =
+        nodes.iter_mut().flatten().map(|p| format!("--- {} {:?}:\n{}", p.name, p.status, p.all_stderr())).collect();
+    report.join("\n")
+}
+
+/// Waits for `clients` to finish and checks each had all `per_client` messages committed, none reported
+/// twice, none reported not applied; returns their sessions with what each printed.
+fn finished_sessions(clients: &mut [Process], per_client: u64) -> Vec<(u64, std::collections::HashMap<String, f64>)> {
+    wait_all(clients, Instant::now() + DEADLINE);
+    let mut sessions = Vec::new();
+    for client in clients.iter_mut() {
+        let (session, values) = client_outcome(client);
+        eprintln!("{}: {:?}", client.name, values);
+        assert_eq!(values["committed"], per_client as f64);
+        assert_eq!(values["reported_twice"], 0.0);
+        assert_eq!(values["not_applied"], 0.0);
+        sessions.push((session, values));
+    }
+    sessions
+}
+
 /// The client messages a member applied, by session, in log order.
 fn applied_by_session(path: &Path) -> std::collections::BTreeMap<u64, Vec<u64>> {
     let mut sessions = std::collections::BTreeMap::<u64, Vec<u64>>::new();
@@ -856,9 +879,7 @@ fn await_applied(
             return;
         }
         if Instant::now() >= deadline {
-            let report: Vec<String> =
-                nodes.iter_mut().flatten().map(|p| format!("--- {}:\n{}", p.name, p.all_stderr())).collect();
-            panic!("the members did not apply every client message:\n{}", report.join("\n"));
+            panic!("the members did not apply every client message:\n{}", stderr_of(nodes));
         }
         thread::sleep(Duration::from_millis(50));
     }
@@ -942,17 +963,11 @@ fn killing_the_leader_under_steady_clients_applies_every_message_exactly_once() 
     leader.child.kill().unwrap();
     leader.child.wait().unwrap();
     eprintln!("killed the leader at {} applied on member 1", progress[1].applied());
-    wait_all(&mut clients, Instant::now() + DEADLINE);
-    let mut sessions = Vec::new();
-    for client in &mut clients {
-        let (session, values) = client_outcome(client);
-        eprintln!("{}: {:?}", client.name, values);
-        assert_eq!(values["committed"], per_client as f64);
-        assert_eq!(values["reported_twice"], 0.0);
-        assert_eq!(values["not_applied"], 0.0);
+    let finished = finished_sessions(&mut clients, per_client);
+    for (client, (_, values)) in clients.iter().zip(&finished) {
         assert!(values["reconnects"] >= 1.0, "{} found the new leader", client.name);
-        sessions.push(session);
     }
+    let sessions: Vec<u64> = finished.iter().map(|(session, _)| *session).collect();
     // The killed member comes back with its recorded log: it replays it (writing its applied log anew
     // from the first entry), catches up, and must have applied the same, once each.
     nodes[0] = Some(client_cluster_node(&scratch, &files, 0));
@@ -1108,17 +1123,13 @@ fn a_killed_member_is_replaced_and_the_cluster_grows_to_five_and_shrinks_to_thre
     let all = [0, 1, 2, 3, 4];
     let (ok, text) = try_qc_cluster(&scratch, &["describe", "--json", "--window-ms", "1"], &all);
     if !ok {
-        let report: Vec<String> =
-            nodes.iter_mut().flatten().map(|p| format!("--- {} {:?}:\n{}", p.name, p.status, p.all_stderr())).collect();
-        panic!("grown to five: {text}\n{}", report.join("\n"));
+        panic!("grown to five: {text}\n{}", stderr_of(&mut nodes));
     }
     eprintln!("grown to five: {text}");
     for i in 0..20 {
         let (ok, text) = try_qc_cluster(&scratch, &["transfer-leadership"], &all);
         if !ok || !text.contains("leads term") {
-            let report: Vec<String> =
-                nodes.iter_mut().flatten().map(|p| format!("--- {}:\n{}", p.name, p.all_stderr())).collect();
-            panic!("transfer {i}: {text}\n{}", report.join("\n"));
+            panic!("transfer {i}: {text}\n{}", stderr_of(&mut nodes));
         }
     }
     for id in [4, 0] {
@@ -1128,16 +1139,7 @@ fn a_killed_member_is_replaced_and_the_cluster_grows_to_five_and_shrinks_to_thre
     let text = qc_cluster(&scratch, &["describe", "--json", "--window-ms", "1"], &[1, 2, 3]);
     eprintln!("shrunk to three: {text}");
 
-    wait_all(&mut clients, Instant::now() + DEADLINE);
-    let mut sessions = Vec::new();
-    for client in &mut clients {
-        let (session, values) = client_outcome(client);
-        eprintln!("{}: {:?}", client.name, values);
-        assert_eq!(values["committed"], per_client as f64);
-        assert_eq!(values["reported_twice"], 0.0);
-        assert_eq!(values["not_applied"], 0.0);
-        sessions.push(session);
-    }
+    let sessions: Vec<u64> = finished_sessions(&mut clients, per_client).into_iter().map(|(s, _)| s).collect();
     await_applied(&scratch, &[1, 2, 3], &sessions, per_client as usize, &mut nodes);
     terminate(nodes);
     assert_exactly_once(&scratch, &[1, 2, 3], &sessions, per_client);
