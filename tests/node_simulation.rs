@@ -970,15 +970,13 @@ fn nodes_that_count_non_voters_are_caught() {
     assert!(!matches!(failure.violation, Violation::NoProgress { .. }), "caught as {failure}");
 }
 
-/// Found by the last soak of the session (disk schedule, 5 members, `batch`), NOT FIXED: member 4's disk
-/// misdirected writes onto its last synced blocks as well as below them; at its restart the blocks that
-/// still verify past the first bad one end at 141984, below the 142144 it had reported synced (and may
-/// have acknowledged), so its repair target is short of what it acknowledged: the case the README and
-/// ARCHITECTURE name as one recovery cannot tell from a torn tail. Fixing it needs the synced end made
-/// durable apart from the blocks (in the index or `repair.dat`, at some cost per group commit). Run it
-/// with `--ignored`.
+/// Found by a soak (disk schedule, 5 members, `batch`): member 4's disk misdirected writes onto its last
+/// synced blocks as well as below them; at its restart the blocks that still verify past the first bad
+/// one ended at 141984, below the 142144 it had reported synced (and may have acknowledged), so its repair
+/// target was short of what it acknowledged. Fixed by each segment's sync marks (the position each sync
+/// made durable, written before it in the segment's first page): blocks below the mark are damage, and the
+/// repair target is at least the mark.
 #[test]
-#[ignore = "known failure, not fixed: misdirected writes over the last synced blocks"]
 fn soak_seed_1796375184919812163_damage_over_the_last_synced_blocks() {
     run_disk_with(1_796_375_184_919_812_163, 5, SyncPolicy::Batch, true, true);
 }

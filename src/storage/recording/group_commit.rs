@@ -25,6 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::segment::SyncMarks;
 use super::{RecorderCounters, RecordingError};
 use crate::storage::disk::{DiskFile, SharedDisk};
 
@@ -33,6 +34,8 @@ use crate::storage::disk::{DiskFile, SharedDisk};
 pub(crate) struct CommitRequest {
     /// The segment being written.
     pub(crate) file: Arc<dyn DiskFile>,
+    /// Its sync marks, when it has them: `end` is marked before the sync.
+    pub(crate) marks: Option<Arc<SyncMarks>>,
     /// Its path, for errors.
     pub(crate) path: PathBuf,
     /// The recording's directory, when a segment was made or removed since the last sync.
@@ -42,8 +45,11 @@ pub(crate) struct CommitRequest {
 }
 
 impl CommitRequest {
-    /// `fdatasync` of the segment, then of the directory when asked.
+    /// The sync mark, `fdatasync` of the segment, then of the directory when asked.
     fn run(&self) -> Result<(), RecordingError> {
+        if let Some(marks) = &self.marks {
+            marks.write(&*self.file, self.end).map_err(|e| RecordingError::io(&self.path, "write", e))?;
+        }
         self.file.sync_data().map_err(|e| RecordingError::io(&self.path, "sync", e))?;
         if let Some((disk, dir)) = &self.dir {
             disk.sync_dir(dir).map_err(|e| RecordingError::io(dir, "sync", e))?;

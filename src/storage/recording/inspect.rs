@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use bytemuck::Zeroable;
 
 use super::index::{Index, RecordedTerm};
-use super::segment::{self, Segment, SegmentHeader, SEGMENT_HEADER_LENGTH, SEGMENT_MAGIC};
+use super::segment::{self, Segment, SegmentHeader, SEGMENT_HEADER_LENGTH, SEGMENT_MAGIC, UNMARKED_SEGMENT_MAGIC};
 use super::{add_markers, list_segments, term_history_of, Recording, RecordingError, RecordingIdentity};
 use crate::cluster::consensus_core::TermHistory;
 use crate::storage::disk::Disk;
@@ -277,6 +277,10 @@ fn walk(
             report.end_position = walk.end_position;
             report.valid_length = walk.file_end;
             report.damage = walk.torn;
+            if let Some(marked) = segment.marked_end.filter(|&m| m > walk.end_position && report.damage.is_none()) {
+                report.damage =
+                    Some(format!("its blocks end at {}, below the {marked} a sync made durable", walk.end_position));
+            }
         }
         Err(e) => report.damage = Some(format!("cannot be read: {e}")),
     }
@@ -288,7 +292,7 @@ fn segment_identity(disk: &dyn Disk, path: &Path) -> Option<RecordingIdentity> {
     let file = disk.open_read(path).ok()?;
     let mut header = SegmentHeader::zeroed();
     file.read_exact_at(bytemuck::bytes_of_mut(&mut header), 0).ok()?;
-    (header.magic == SEGMENT_MAGIC).then_some(RecordingIdentity {
+    (header.magic == SEGMENT_MAGIC || header.magic == UNMARKED_SEGMENT_MAGIC).then_some(RecordingIdentity {
         membership: header.membership,
         stream_id: header.stream_id,
         term_length: header.term_length,

@@ -275,9 +275,9 @@ impl Recording {
             if let Some(cut) = cut.as_mut() {
                 // Past the first bad block: what verifies here was written after it.
                 let past = segment
-                    .verified_end_past(segment::SEGMENT_HEADER_LENGTH, cut.walk.end_position)
+                    .verified_end_past(segment.data_start, cut.walk.end_position)
                     .map_err(|e| RecordingError::io(&path, "read", e))?;
-                cut.held = cut.held.max(past).max(Some(recording.bases[i]));
+                cut.held = cut.held.max(past).max(Some(recording.bases[i])).max(segment.marked_end);
                 continue;
             }
             let length = segment.file.len().map_err(|e| RecordingError::io(&path, "read", e))?;
@@ -287,15 +287,24 @@ impl Recording {
                     add_markers(index, payload, header.position);
                 })
                 .map_err(|e| RecordingError::io(&path, "read", e))?;
-            if walk.torn.is_some() {
+            // Blocks that end below the segment's sync mark lost bytes a sync made durable.
+            let synced_past = segment.marked_end.filter(|&marked| marked > walk.end_position);
+            if walk.torn.is_some() || synced_past.is_some() {
                 // A torn tail is only ever past the last sync, the last writes made, which nothing that
                 // verifies follows; a bad block that blocks which verify follow (here or in a later segment)
                 // is damage (a misdirected write, a bad sector) below them, maybe below what this member
-                // synced and acknowledged.
-                let held = segment
+                // synced and acknowledged; and so are blocks that stop below the sync mark.
+                let past = segment
                     .verified_end_past(walk.file_end, walk.end_position)
                     .map_err(|e| RecordingError::io(&path, "read", e))?;
-                cut = Some(Cut { segment: i, length, walk, held });
+                let mut walk = walk;
+                if let (None, Some(marked)) = (&walk.torn, synced_past) {
+                    walk.torn = Some(format!(
+                        "its blocks end at {}, below the {marked} a sync made durable",
+                        walk.end_position
+                    ));
+                }
+                cut = Some(Cut { segment: i, length, walk, held: past.max(synced_past) });
             }
             recording.end = segment.end_position;
             recording.active = Some(segment);
@@ -367,6 +376,7 @@ impl Recording {
             Some(segment) if segment.base_position == base => segment,
             _ => Segment::open(&*self.disk, &path, &self.identity).map_err(|why| RecordingError::new(&path, why))?,
         };
+        segment.lower_marks(cut.walk.end_position).map_err(|e| RecordingError::io(&path, "write", e))?;
         segment.file.set_len(cut.walk.file_end).map_err(|e| RecordingError::io(&path, "cut the torn tail", e))?;
         segment.file.sync_data().map_err(|e| RecordingError::io(&path, "sync", e))?;
         segment.file_end = cut.walk.file_end;
@@ -546,6 +556,7 @@ impl Recording {
         let dir = std::mem::take(&mut self.dir_changed).then(|| (self.disk.clone(), self.config.dir.clone()));
         Some(group_commit::CommitRequest {
             file: std::sync::Arc::clone(&segment.file),
+            marks: segment.marks.clone(),
             path: segment.path.clone(),
             dir,
             end: self.end,
@@ -561,6 +572,7 @@ impl Recording {
     fn roll(&mut self) -> Result<(), RecordingError> {
         if let Some(old) = self.active.take() {
             if self.config.sync == SyncPolicy::Batch {
+                old.mark_synced_end().map_err(|e| RecordingError::io(&old.path, "write", e))?;
                 old.file.sync_data().map_err(|e| RecordingError::io(&old.path, "sync", e))?;
             }
         }
@@ -585,6 +597,7 @@ impl Recording {
 
     fn sync_unchecked(&mut self) -> Result<(), RecordingError> {
         if let Some(segment) = &self.active {
+            segment.mark_synced_end().map_err(|e| RecordingError::io(&segment.path, "write", e))?;
             segment.file.sync_data().map_err(|e| RecordingError::io(&segment.path, "sync", e))?;
         }
         if self.dir_changed {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::segment::{self, BlockReader, SEGMENT_HEADER_LENGTH};
+use super::segment::{self, BlockReader};
 use super::{list_segments, RecordingError, RecordingIdentity};
 use crate::storage::disk::{DiskFile, SharedDisk};
 
@@ -129,6 +129,6 @@ impl RecordingReader {
         let path = self.dir.join(segment::file_name(base));
         let opened = segment::Segment::open(&*self.disk, &path, &self.identity)
             .map_err(|why| RecordingError::new(&path, why))?;
-        Ok(Open { path, file: opened.file, blocks: BlockReader::new(base, SEGMENT_HEADER_LENGTH) })
+        Ok(Open { path, file: opened.file, blocks: BlockReader::new(base, opened.data_start) })
     }
 }

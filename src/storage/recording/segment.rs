@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! SegmentHeader (64 bytes)  identity, base position, checksum of the header
+//! SyncMark x 2  (64 bytes)  the log position each of the last two syncs made durable (`qcseg002`)
 //! BlockHeader   (32 bytes)  position, stored length, log bytes covered, checksum of header and payload
 //! payload                   the log's frames from `position`, exactly as in the term (a data run)
 //! BlockHeader ...
@@ -23,9 +24,18 @@
 //!   as `qcb3` (a segment begun by the version before, which this one goes on appending to: each block's
 //!   magic says its checksum). A segment whose first block is of a format no longer read is refused when
 //!   it is opened, never walked and cut as torn.
+//! - Sync marks (segments of format `qcseg002`; `qcseg001` ones, begun by the version before, have none
+//!   and are still read and appended to): before each sync of the segment, the log position it makes
+//!   durable is written into the older of two slots (with a sequence number and a checksum), so the
+//!   newest slot that verifies names an end the segment's blocks reached and synced. Blocks that end below
+//!   it are damage (a misdirected write, a bad sector), not a torn tail: the blocks alone cannot tell the
+//!   two apart when the damage is the last synced blocks themselves (found by the node simulator: seed
+//!   1796375184919812163). The mark is written after the blocks it covers, so on a disk that persists
+//!   writes in order a mark never outlives them; a cut lowers both slots, durably, before it cuts.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,8 +45,12 @@ use super::RecordingIdentity;
 use crate::frame::FRAME_ALIGNMENT;
 use crate::storage::disk::{Disk, DiskFile};
 
-/// A segment file's first 8 bytes.
-pub(super) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"qcseg001");
+/// A segment file's first 8 bytes: the format this version writes, with sync marks.
+pub(super) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"qcseg002");
+/// The segment format before, still read and appended to: blocks right after the header, no sync marks.
+pub(super) const UNMARKED_SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"qcseg001");
+/// A sync mark's first 8 bytes.
+const SYNC_MARK_MAGIC: u64 = u64::from_le_bytes(*b"qcsync01");
 /// A block header's first 4 bytes: the block format. `qcb4`: the checksum is CRC-32 (`crc32fast`, with
 /// the CPU's carry-less multiply) over the payload, then the header's first fields: it finds a torn or
 /// damaged block at 4-5x less CPU than BLAKE3 (docs/results.md), on a recorder that shares the cores with
@@ -52,6 +66,10 @@ const OLDER_BLOCK_FORMATS: [(u32, &str); 2] = [
 ];
 /// Bytes of the segment header.
 pub(super) const SEGMENT_HEADER_LENGTH: u64 = std::mem::size_of::<SegmentHeader>() as u64;
+/// Bytes of one sync mark.
+const SYNC_MARK_LENGTH: u64 = std::mem::size_of::<SyncMark>() as u64;
+/// Where the first block of a segment of this version's format starts: after the header and two marks.
+pub(super) const MARKED_DATA_START: u64 = SEGMENT_HEADER_LENGTH + 2 * SYNC_MARK_LENGTH;
 /// Bytes of a block header.
 pub const BLOCK_HEADER_LENGTH: usize = std::mem::size_of::<BlockHeader>();
 /// The longest block payload a reader accepts: a bound on what a damaged length can make it allocate.
@@ -73,6 +91,78 @@ pub(super) struct SegmentHeader {
 }
 
 const _: () = assert!(std::mem::size_of::<SegmentHeader>() == 64);
+
+/// One sync mark slot, little-endian: a log position the segment's blocks were synced up to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+struct SyncMark {
+    magic: u64,
+    /// Higher in each mark written to the segment: the newest slot that verifies is the one to believe.
+    sequence: u64,
+    /// The log position everything before which (in this segment) was written before the sync.
+    end: i64,
+    /// The first 8 bytes of BLAKE3 over the fields before it.
+    checksum: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<SyncMark>() == 32);
+
+impl SyncMark {
+    fn new(sequence: u64, end: i64) -> Self {
+        let mut mark = Self { magic: SYNC_MARK_MAGIC, sequence, end, checksum: 0 };
+        mark.checksum = checksum(&[&bytemuck::bytes_of(&mark)[..24]]);
+        mark
+    }
+
+    fn verifies(&self) -> bool {
+        self.magic == SYNC_MARK_MAGIC && self.checksum == checksum(&[&bytemuck::bytes_of(self)[..24]])
+    }
+}
+
+/// The sync marks of one segment (format `qcseg002`): shared by the recorder and a group commit in
+/// flight, which writes one before each sync. Only one writer at a time: the recorder quiesces the
+/// group commit before it cuts.
+#[derive(Debug, Default)]
+pub(crate) struct SyncMarks {
+    /// The sequence number of the next mark; its slot is `next % 2`, so the newest one is never
+    /// overwritten by the mark after it.
+    next: AtomicU64,
+}
+
+impl SyncMarks {
+    /// Writes `end` as the next mark (not synced: the sync that follows makes it durable with the blocks
+    /// written before it).
+    pub(crate) fn write(&self, file: &dyn DiskFile, end: i64) -> io::Result<()> {
+        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = SEGMENT_HEADER_LENGTH + (sequence % 2) * SYNC_MARK_LENGTH;
+        file.write_all_at(bytemuck::bytes_of(&SyncMark::new(sequence, end)), slot)
+    }
+
+    /// Lowers both slots to `end` (a cut), durably: no mark is left above the blocks that stay, even if
+    /// the cut itself is lost to a power loss.
+    fn lower(&self, file: &dyn DiskFile, end: i64) -> io::Result<()> {
+        self.write(file, end)?;
+        self.write(file, end)?;
+        file.sync_data()
+    }
+
+    /// The newest mark of `file` that verifies, if one does, and the sequence number to write next.
+    fn read(file: &dyn DiskFile) -> (Option<i64>, u64) {
+        let mut newest: Option<SyncMark> = None;
+        for slot in 0..2 {
+            let mut mark = SyncMark::zeroed();
+            if file
+                .read_exact_at(bytemuck::bytes_of_mut(&mut mark), SEGMENT_HEADER_LENGTH + slot * SYNC_MARK_LENGTH)
+                .is_ok()
+                && mark.verifies()
+                && newest.is_none_or(|n| n.sequence < mark.sequence)
+            {
+                newest = Some(mark);
+            }
+        }
+        (newest.map(|m| m.end), newest.map_or(0, |m| m.sequence + 1))
+    }
+}
 
 /// A block's header, little-endian.
 #[repr(C)]
@@ -111,7 +201,7 @@ impl SegmentHeader {
 
     /// Checks the header is whole and of `identity`; the error says what is wrong.
     pub(super) fn verify(&self, identity: &RecordingIdentity) -> Result<(), String> {
-        if self.magic != SEGMENT_MAGIC {
+        if self.magic != SEGMENT_MAGIC && self.magic != UNMARKED_SEGMENT_MAGIC {
             return Err("is not a segment of a quorumcast recording (no magic number)".into());
         }
         if self.checksum != checksum(&[&bytemuck::bytes_of(self)[..56]]) {
@@ -184,6 +274,16 @@ impl BlockHeader {
 }
 
 #[cfg(test)]
+impl SegmentHeader {
+    /// This header as the version before wrote it (`qcseg001`: no sync marks after it).
+    pub(super) fn in_unmarked_format(mut self) -> Self {
+        self.magic = UNMARKED_SEGMENT_MAGIC;
+        self.checksum = checksum(&[&bytemuck::bytes_of(&self)[..56]]);
+        self
+    }
+}
+
+#[cfg(test)]
 impl BlockHeader {
     /// This header as the version before wrote it (`qcb3`, BLAKE3), for `payload`.
     pub(super) fn in_blake3_format(mut self, payload: &[u8]) -> Self {
@@ -237,6 +337,12 @@ pub(super) struct Segment {
     /// Shared with a group commit in flight (see `group_commit`).
     pub(super) file: Arc<dyn DiskFile>,
     pub(super) base_position: i64,
+    /// Where its first block starts: after the header, and the sync marks when it has them.
+    pub(super) data_start: u64,
+    /// Its sync marks (`None`: a segment of the format before, which has none).
+    pub(super) marks: Option<Arc<SyncMarks>>,
+    /// The end its newest sync mark names, as it was opened (`None` for a new segment or one without).
+    pub(super) marked_end: Option<i64>,
     /// The file length up to the end of the last whole block.
     pub(super) file_end: u64,
     /// The log position where the last whole block ends.
@@ -282,12 +388,18 @@ impl Segment {
     ) -> io::Result<Segment> {
         let path = dir.join(file_name(base_position));
         let file = disk.create(&path)?;
-        file.write_all_at(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)), 0)?;
+        let mut start = [0u8; MARKED_DATA_START as usize];
+        start[..SEGMENT_HEADER_LENGTH as usize]
+            .copy_from_slice(bytemuck::bytes_of(&SegmentHeader::new(identity, base_position)));
+        file.write_all_at(&start, 0)?;
         Ok(Segment {
             path,
             file: Arc::from(file),
             base_position,
-            file_end: SEGMENT_HEADER_LENGTH,
+            data_start: MARKED_DATA_START,
+            marks: Some(Arc::default()),
+            marked_end: None,
+            file_end: MARKED_DATA_START,
             end_position: base_position,
             reserved: 0,
         })
@@ -314,17 +426,23 @@ impl Segment {
         header.verify(identity)?;
         // The first block says the format of every block in the file: one of an older format is refused
         // here, rather than failing the walk and being cut as a torn tail.
+        let marked = header.magic == SEGMENT_MAGIC;
+        let data_start = if marked { MARKED_DATA_START } else { SEGMENT_HEADER_LENGTH };
         let mut magic = [0u8; 4];
-        if file.read_exact_at(&mut magic, SEGMENT_HEADER_LENGTH).is_ok() {
+        if file.read_exact_at(&mut magic, data_start).is_ok() {
             if let Some(format) = older_format(u32::from_le_bytes(magic)) {
                 return Err(format!("holds blocks of an older format ({format}), which this version does not read"));
             }
         }
+        let (marked_end, next) = if marked { SyncMarks::read(&*file) } else { (None, 0) };
         Ok(Segment {
             path: path.to_path_buf(),
             file: Arc::from(file),
             base_position: header.base_position,
-            file_end: SEGMENT_HEADER_LENGTH,
+            data_start,
+            marks: marked.then(|| Arc::new(SyncMarks { next: AtomicU64::new(next) })),
+            marked_end,
+            file_end: data_start,
             end_position: header.base_position,
             reserved: 0,
         })
@@ -365,7 +483,7 @@ impl Segment {
         mut on_block: impl FnMut(&BlockHeader, &[u8]),
     ) -> io::Result<Walk> {
         let file_length = self.file.len()?;
-        let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
+        let mut reader = BlockReader::new(self.base_position, self.data_start);
         let torn = loop {
             match reader.next(&*self.file, file_length, scratch) {
                 Ok(Some(header)) => on_block(&header, scratch),
@@ -406,11 +524,29 @@ impl Segment {
         Ok(highest)
     }
 
+    /// Writes a sync mark for everything appended so far (before a sync of the file; not synced).
+    pub(super) fn mark_synced_end(&self) -> io::Result<()> {
+        match &self.marks {
+            Some(marks) => marks.write(&*self.file, self.end_position),
+            None => Ok(()),
+        }
+    }
+
+    /// Before the file is cut back to `end`: its sync marks lowered to it, durably.
+    pub(super) fn lower_marks(&self, end: i64) -> io::Result<()> {
+        match &self.marks {
+            Some(marks) => marks.lower(&*self.file, end),
+            None => Ok(()),
+        }
+    }
+
     /// Cuts the segment at log position `position` (a frame boundary at or after its base): blocks after it
     /// go, and a block across it is rewritten to end there.
     pub(super) fn cut(&mut self, position: i64, scratch: &mut Vec<u8>) -> io::Result<()> {
+        self.lower_marks(position)?;
+        self.marked_end = None;
         let file_length = self.file.len()?;
-        let mut reader = BlockReader::new(self.base_position, SEGMENT_HEADER_LENGTH);
+        let mut reader = BlockReader::new(self.base_position, self.data_start);
         loop {
             let block_offset = reader.offset;
             // A block that does not read back (a failing read, a damaged block) stops the cut: cutting there

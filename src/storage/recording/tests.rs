@@ -119,7 +119,7 @@ fn a_torn_or_damaged_last_block_is_cut_and_reported() {
 
 /// The file offsets and log positions of the blocks of the recording's only segment.
 fn blocks_of(recording: &Recording, end: i64) -> Vec<(u64, i64, usize)> {
-    let (mut reader, mut offset, mut blocks) = (recording.reader(0), segment::SEGMENT_HEADER_LENGTH, Vec::new());
+    let (mut reader, mut offset, mut blocks) = (recording.reader(0), segment::MARKED_DATA_START, Vec::new());
     while let Some((at, bytes, _)) = reader.next_block(end).unwrap() {
         blocks.push((offset, at, bytes.len()));
         offset += (BLOCK_HEADER_LENGTH + bytes.len()) as u64;
@@ -129,7 +129,7 @@ fn blocks_of(recording: &Recording, end: i64) -> Vec<(u64, i64, usize)> {
 
 #[test]
 fn damage_below_blocks_that_verify_is_told_from_a_torn_tail_and_repaired_until_the_log_holds_its_end_again() {
-    for damage in ["bad sector", "misdirected last write"] {
+    for damage in ["bad sector", "misdirected last write", "last synced blocks gone"] {
         let dir = scratch(&format!("repair-{}", damage.replace(' ', "-")));
         let log = log_of(1, 40);
         let end = log.producer_position();
@@ -145,6 +145,14 @@ fn damage_below_blocks_that_verify_is_told_from_a_torn_tail_and_repaired_until_t
             "bad sector" => {
                 std::os::unix::fs::FileExt::write_all_at(&file, &[0x5A; 16], bad_offset + 40).unwrap();
                 blocks[2].1
+            }
+            "last synced blocks gone" => {
+                // The last two blocks lost after they were synced (a misdirected write over them, then the
+                // file cut by a torn tail): nothing past them verifies, and only the sync mark tells it from
+                // a torn tail (the node simulator's seed 1796375184919812163).
+                let (offset, at, _) = blocks[blocks.len() - 2];
+                file.set_len(offset).unwrap();
+                at
             }
             _ => {
                 // The last block's write landed on a sector below; where it was asked for keeps what it
@@ -342,7 +350,7 @@ fn a_segment_of_an_older_block_format_is_refused_not_cut() {
         let segment = dir.join(segment::file_name(0));
         let length = std::fs::metadata(&segment).unwrap().len();
         let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
-        std::os::unix::fs::FileExt::write_all_at(&file, &older, segment::SEGMENT_HEADER_LENGTH).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &older, segment::MARKED_DATA_START).unwrap();
         drop(file);
         let e = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap_err();
         assert!(e.path == segment && e.message.contains("older format") && e.message.contains(format), "{e}");
@@ -368,7 +376,7 @@ fn a_segment_of_the_previous_block_format_is_read_and_appended_to() {
     let segment = dir.join(segment::file_name(0));
     let file = crate::storage::disk::SharedDisk::os().open(&segment).unwrap();
     let length = file.len().unwrap();
-    let mut reader = segment::BlockReader::new(0, segment::SEGMENT_HEADER_LENGTH);
+    let mut reader = segment::BlockReader::new(0, segment::MARKED_DATA_START);
     let mut payload = Vec::new();
     let mut rewritten = 0;
     loop {
@@ -486,5 +494,39 @@ fn configuration_entries_are_indexed_kept_across_a_reopen_and_cut_with_the_log()
     assert_eq!(decoded(&recording), vec![(ends[0], 1), (ends[1], 2)], "kept across a reopen");
     recording.truncate(starts[1]).unwrap();
     assert_eq!(decoded(&recording), vec![(ends[0], 1)], "the cut entry goes with the log");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A segment the version before began (`qcseg001`: blocks right after the header, no sync marks) is read
+/// back and appended to; blocks cut from its end are then a torn tail, as that version knew them.
+#[test]
+fn a_segment_without_sync_marks_is_read_and_appended_to() {
+    let dir = scratch("unmarked-segment");
+    let log = log_of(2, 60);
+    let end = log.producer_position();
+    let middle = end / 2 / 32 * 32;
+    let middle = crate::shm::log_buffer::scan(&log, 0, middle as usize).available as i64;
+    let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    record(&mut recording, &log, middle, 1024);
+    recording.sync().unwrap();
+    drop(recording);
+    let path = dir.join(segment::file_name(0));
+    let bytes = std::fs::read(&path).unwrap();
+    let header: segment::SegmentHeader =
+        bytemuck::pod_read_unaligned(&bytes[..segment::SEGMENT_HEADER_LENGTH as usize]);
+    let mut older = bytemuck::bytes_of(&header.in_unmarked_format()).to_vec();
+    older.extend_from_slice(&bytes[segment::MARKED_DATA_START as usize..]);
+    std::fs::write(&path, &older).unwrap();
+    let (mut recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    assert_eq!((recording.end(), report.torn, report.damaged), (middle, None, None));
+    record(&mut recording, &log, end, 1024);
+    recording.sync().unwrap();
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
+    drop(recording);
+    // No mark to say the last block was synced: cut from the file, it is a torn tail.
+    let length = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(length - 7).unwrap();
+    let (recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    assert!(report.torn.is_some() && report.damaged.is_none() && recording.end() < end, "{report:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
