@@ -981,14 +981,14 @@ fn soak_seed_1796375184919812163_damage_over_the_last_synced_blocks() {
     run_disk_with(1_796_375_184_919_812_163, 5, SyncPolicy::Batch, true, true);
 }
 
-/// Found by the last soak of the session (membership changes, disk schedule with snapshots), NOT FIXED, a
-/// liveness failure: a promotion of a learner heard 9 ms before it was isolated was accepted while another
-/// voter was cut off; the leader then crashed, led term 2 again from its recording with configuration 2
-/// (four voters) in effect, and never committed in that term: its Sender stalled at its flow-control
-/// limit with two followers behind (commit 34592 and 59392) and the learner-turned-voter at 0, from 2 s
-/// to the end of the run. Not yet traced further. Run it with `--ignored`.
+/// Found by a soak (membership changes, disk schedule with snapshots), a liveness failure: a promotion of a
+/// learner heard 9 ms before it was isolated was accepted while another voter was cut off; the leader then
+/// crashed, led term 2 again from its recording with configuration 2 (four voters) in effect and commit 0,
+/// and never committed in that term: two of its three followers' receive windows count from what they
+/// applied (34592 and 0), which only the commit moves, so they could not take its log past its old
+/// uncommitted tail (to 88032) to its term start. Fixed by acknowledgements that carry the follower's
+/// commit position, which a leader that knows less takes (`adopt_commit`).
 #[test]
-#[ignore = "known failure, not fixed: a leader of four voters that never commits after its crash"]
 fn soak_seed_1796377089329489059_a_restarted_leader_of_four_voters_commits() {
     run_membership(1_796_377_089_329_489_059, Schedule::Disk, true);
 }

@@ -37,7 +37,9 @@ pub const TYPE_COMMIT_POSITION: u16 = TYPE_EXTENSION_FIRST + 1;
 const _: () = assert!(TYPE_COMMIT_POSITION <= TYPE_EXTENSION_LAST);
 
 /// Length of an APPEND_POSITION frame.
-pub const APPEND_POSITION_LENGTH: usize = 40;
+pub const APPEND_POSITION_LENGTH: usize = 48;
+/// Length of an APPEND_POSITION frame of the version before, without the commit position (still read).
+pub const SHORT_APPEND_POSITION_LENGTH: usize = 40;
 /// Length of a COMMIT_POSITION frame.
 pub const COMMIT_POSITION_LENGTH: usize = 40;
 
@@ -49,8 +51,9 @@ pub fn term_start_of(flags: u8, payload: &[u8]) -> Option<i64> {
     (payload.len() == TERM_START_LENGTH && term < crate::cluster::configuration::CONFIGURATION_MARKER).then_some(term)
 }
 
-/// APPEND_POSITION (40 bytes): follower -> leader, "I have appended the log up to `log_position` in
-/// `leadership_term_id`". The leader commits the quorum's position.
+/// APPEND_POSITION (48 bytes): follower -> leader, "I have appended the log up to `log_position` in
+/// `leadership_term_id`, and know it committed up to `commit_position`". The leader commits the quorum's
+/// position. The version before sent the first 40 bytes (no commit position): read as commit 0.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct AppendPositionFrame {
@@ -74,6 +77,8 @@ pub struct AppendPositionFrame {
     pub member_id: i32,
     /// Reserved; written as 0 and ignored on read (keeps the frame free of implicit padding).
     pub reserved: i32,
+    /// The follower's commit position, 0 when it knows none (offset 40).
+    pub commit_position: i64,
 }
 
 /// COMMIT_POSITION (40 bytes): leader -> followers, "the log is committed up to `log_position` in
@@ -109,6 +114,7 @@ const _: () = assert!(std::mem::offset_of!(AppendPositionFrame, stream_id) == 12
 const _: () = assert!(std::mem::offset_of!(AppendPositionFrame, leadership_term_id) == 16);
 const _: () = assert!(std::mem::offset_of!(AppendPositionFrame, log_position) == 24);
 const _: () = assert!(std::mem::offset_of!(AppendPositionFrame, member_id) == 32);
+const _: () = assert!(std::mem::offset_of!(AppendPositionFrame, commit_position) == 40);
 const _: () = assert!(std::mem::size_of::<CommitPositionFrame>() == COMMIT_POSITION_LENGTH);
 const _: () = assert!(std::mem::offset_of!(CommitPositionFrame, leadership_term_id) == 16);
 const _: () = assert!(std::mem::offset_of!(CommitPositionFrame, log_position) == 24);
@@ -132,8 +138,22 @@ macro_rules! read_extension {
         }
     };
 }
-read_extension!(AppendPositionFrame);
 read_extension!(CommitPositionFrame);
+
+impl AppendPositionFrame {
+    /// The frame an extension frame the media layer handed on is, when it is one: of this version (a longer
+    /// one is read to its fixed part: later versions may grow it), or of the version before, whose 40
+    /// bytes end before the commit position (read as 0, none known).
+    pub fn read(header: &ExtensionHeader, bytes: &[u8]) -> Option<Self> {
+        if header.frame_type != Self::FRAME_TYPE || bytes.len() < SHORT_APPEND_POSITION_LENGTH {
+            return None;
+        }
+        let mut frame = Self::zeroed();
+        let length = bytes.len().min(Self::LENGTH);
+        bytemuck::bytes_of_mut(&mut frame)[..length].copy_from_slice(&bytes[..length]);
+        Some(frame)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -154,13 +174,21 @@ mod tests {
             member_id: 2,
             ..AppendPositionFrame::default()
         };
-        let mut buf = [0u8; 40];
-        assert_eq!(ack.encode(&mut buf), Ok(40));
+        let mut buf = [0u8; 48];
+        assert_eq!(ack.encode(&mut buf), Ok(48));
         assert_eq!(u16::from_le_bytes([buf[6], buf[7]]), TYPE_APPEND_POSITION);
-        assert_eq!((i64_at(&buf, 16), i64_at(&buf, 24)), (3, 1 << 40));
+        assert_eq!((i64_at(&buf, 16), i64_at(&buf, 24), i64_at(&buf, 40)), (3, 1 << 40, 0));
         let Ok(Frame::Extension { header, bytes }) = parse(&buf) else { panic!("an extension frame") };
         assert_eq!(AppendPositionFrame::read(&header, bytes), Some(ack));
         assert_eq!(CommitPositionFrame::read(&header, bytes), None, "another type");
+        // The version before's 40 bytes, without the commit position: read as none known.
+        let with_commit = AppendPositionFrame { commit_position: 4096, ..ack };
+        with_commit.encode(&mut buf).unwrap();
+        buf[..4].copy_from_slice(&40i32.to_le_bytes());
+        let Ok(Frame::Extension { header, bytes }) = parse(&buf[..40]) else { panic!("an extension frame") };
+        let short = AppendPositionFrame { frame_length: 40, ..ack };
+        assert_eq!(AppendPositionFrame::read(&header, bytes), Some(short));
+        let mut buf = [0u8; 40];
 
         let commit = CommitPositionFrame { session_id: 1, log_position: 4096, ..CommitPositionFrame::default() };
         assert_eq!(commit.encode(&mut buf), Ok(40));

@@ -85,6 +85,7 @@ impl FollowerObserver for FollowerLog {
             stream_id,
             log_position: position,
             member_id: self.member_id,
+            commit_position: self.commit.get(),
             ..AppendPositionFrame::default()
         };
         ack.encode(dst).unwrap_or(0)

@@ -149,7 +149,11 @@ impl ConsensusCore {
         let Phase::Follower(following) = &mut self.phase else { return };
         let Some(leader) = following.leader else { return };
         following.next_ack_ns = now_ns.saturating_add(self.config.timers.heartbeat_interval_ns);
-        let ack = Message::AppendPosition { leadership_term_id: self.term, log_position: self.append_position };
+        let ack = Message::AppendPosition {
+            leadership_term_id: self.term,
+            log_position: self.append_position,
+            commit_position: self.commit_position,
+        };
         self.send(Destination::Member(leader), ack, out);
     }
 

@@ -115,6 +115,7 @@ impl ConsensusCore {
         from: MemberId,
         term: i64,
         position: i64,
+        commit: i64,
         now_ns: u64,
         out: &mut Vec<Output>,
     ) {
@@ -123,18 +124,41 @@ impl ConsensusCore {
         }
         let append_position = self.append_position;
         let Some(peer) = self.hear(from, now_ns) else { return };
-        if position > append_position {
-            // In this term a follower's log is a prefix of the leader's: an ack past it is not ours.
+        if position > append_position || commit > append_position {
+            // In this term a follower's log is a prefix of the leader's, and what any member knows committed
+            // is in it (Leader Completeness): an ack past it is not ours.
             self.counters.unexpected += 1;
             return;
         }
-        if position < peer.matched_position {
+        let fresh = position >= peer.matched_position;
+        if fresh {
+            peer.matched_position = position;
+        } else {
             self.counters.duplicate += 1;
+        }
+        self.adopt_commit(commit, now_ns, out);
+        if fresh {
+            self.update_commit(now_ns, out);
+            self.send_timeout_now_if_due(now_ns, out);
+        }
+    }
+
+    /// A follower's commit position, when it is past this leader's own: committed by a leader of an earlier
+    /// term, so taken as it is (a leader counts acknowledgements only for its own term's entries, and one
+    /// just elected or restarted knows no commit). It matters for liveness, not safety: a follower's receive
+    /// window counts from what it applied, which only the commit moves, so followers that lag in commits
+    /// could not take a new leader's log past its old uncommitted tail, and the new term could never commit
+    /// (the node simulator's seed 1796377089329489059: a restarted leader of four voters, commit 0, two of
+    /// its three followers held back below its term start).
+    fn adopt_commit(&mut self, commit: i64, now_ns: u64, out: &mut Vec<Output>) {
+        let Phase::Leader(leadership) = &mut self.phase else { return };
+        if commit <= self.commit_position {
             return;
         }
-        peer.matched_position = position;
-        self.update_commit(now_ns, out);
-        self.send_timeout_now_if_due(now_ns, out);
+        leadership.next_heartbeat_ns = now_ns.saturating_add(self.config.timers.heartbeat_interval_ns);
+        self.advance_commit(commit, out);
+        let commit = Message::CommitPosition { leadership_term_id: self.term, log_position: self.commit_position };
+        self.send(Destination::Others, commit, out);
     }
 
     /// A follower asks where its last term ends in this leader's log.

@@ -285,8 +285,8 @@ impl ConsensusCore {
             Message::TermQuery { leadership_term_id, log_leadership_term_id, .. } => {
                 self.on_term_query(from, leadership_term_id, log_leadership_term_id, now_ns, out)
             }
-            Message::AppendPosition { leadership_term_id, log_position } => {
-                self.on_append_ack(from, leadership_term_id, log_position, now_ns, out)
+            Message::AppendPosition { leadership_term_id, log_position, commit_position } => {
+                self.on_append_ack(from, leadership_term_id, log_position, commit_position, now_ns, out)
             }
             Message::CommitPosition { leadership_term_id, log_position } => {
                 self.on_commit_position(from, leadership_term_id, log_position, now_ns, out)

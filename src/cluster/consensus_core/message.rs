@@ -77,6 +77,10 @@ pub enum Message {
         leadership_term_id: i64,
         /// The follower's append position.
         log_position: i64,
+        /// The follower's commit position (0: none known). Committed by a leader of some term, so in this
+        /// leader's log: a leader that knows less (just elected, or restarted) takes it, and followers whose
+        /// receive windows count from what they applied can take the log past it.
+        commit_position: i64,
     },
     /// The leader's commit position, also its heartbeat (frame 0x41).
     CommitPosition {
@@ -137,8 +141,10 @@ impl Message {
             Self::TermQuery { leadership_term_id, log_leadership_term_id, log_position } => {
                 &[*leadership_term_id, *log_leadership_term_id, *log_position]
             }
-            Self::AppendPosition { leadership_term_id, log_position }
-            | Self::CommitPosition { leadership_term_id, log_position }
+            Self::AppendPosition { leadership_term_id, log_position, commit_position } => {
+                &[*leadership_term_id, *log_position, *commit_position]
+            }
+            Self::CommitPosition { leadership_term_id, log_position }
             | Self::TimeoutNow { leadership_term_id, log_position } => &[*leadership_term_id, *log_position],
         };
         values.iter().all(|&v| (0..i64::MAX).contains(&v))

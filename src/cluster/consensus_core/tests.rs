@@ -64,6 +64,11 @@ fn request_vote(term: i64, log_term: i64, position: i64) -> Message {
     }
 }
 
+/// A follower's acknowledgement of `position` in `term`, knowing no commit.
+fn append_ack(term: i64, position: i64) -> Message {
+    Message::AppendPosition { leadership_term_id: term, log_position: position, commit_position: 0 }
+}
+
 fn granted(out: &[Output]) -> Option<bool> {
     sent(out).iter().find_map(|(_, m)| match m {
         Message::Vote { granted, .. } | Message::CanvassReply { granted, .. } => Some(*granted),
@@ -243,7 +248,7 @@ fn the_up_to_date_check_can_be_broken_for_the_checker_test() {
 fn a_leader_steps_down_on_a_higher_term() {
     let mut leader = elected_leader();
     let mut out = Vec::new();
-    leader.on_message(3, Message::AppendPosition { leadership_term_id: 2, log_position: 0 }, 1001 * MS, &mut out);
+    leader.on_message(3, append_ack(2, 0), 1001 * MS, &mut out);
     assert_eq!(leader.role(), Role::Follower);
     assert_eq!(leader.leadership_term_id(), 2);
     assert_eq!(out[0], Output::Persist { leadership_term_id: 2, voted_for: None });
@@ -258,7 +263,7 @@ fn a_leader_without_a_majority_steps_down() {
     let mut out = Vec::new();
     leader.on_append_position(1, 32, 1000 * MS, &mut out);
     for ms in (1000..1090).step_by(10) {
-        leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 32 }, ms * MS, &mut out);
+        leader.on_message(2, append_ack(1, 32), ms * MS, &mut out);
         leader.tick(ms * MS, &mut out);
     }
     assert_eq!(leader.role(), Role::Leader, "one follower answering is a majority of three");
@@ -272,6 +277,36 @@ fn a_leader_without_a_majority_steps_down() {
     assert!(StepDown::NoMajority { heard }.to_string().contains("member 2 last heard 160 ms ago"));
 }
 
+/// A leader that knows no commit (just elected from a restart) takes a follower's: committed by an
+/// earlier leader, in its own log, and what lets followers' windows (which count from what they applied)
+/// take the log past its old uncommitted tail. Never past its own log, and never back.
+#[test]
+fn a_leader_takes_a_followers_commit_past_its_own() {
+    let mut leader = core_with(1, 1, None, &[(1, 0)], 100, 0);
+    let mut out = Vec::new();
+    win(&mut leader, &mut out);
+    leader.on_append_position(2, 132, 1001 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 0);
+    out.clear();
+    let with_commit = |position, commit| Message::AppendPosition {
+        leadership_term_id: 2,
+        log_position: position,
+        commit_position: commit,
+    };
+    leader.on_message(2, with_commit(64, 96), 1002 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 96, "below its term start, committed before");
+    assert!(out.contains(&Output::Commit { position: 96 }));
+    assert!(sent(&out)
+        .contains(&(Destination::Others, Message::CommitPosition { leadership_term_id: 2, log_position: 96 })));
+    out.clear();
+    leader.on_message(3, with_commit(64, 32), 1003 * MS, &mut out);
+    assert_eq!((leader.commit_position(), out.len()), (96, 0), "never back");
+    leader.on_message(3, with_commit(100, 164), 1003 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 96, "past its own log: not of this term's log, refused whole");
+    leader.on_message(3, with_commit(132, 100), 1004 * MS, &mut out);
+    assert_eq!(leader.commit_position(), 132, "its own term's entry, by the quorum of 1 and 3");
+}
+
 /// A transfer: the leader takes nothing new, tells the target once it holds the whole log, and the
 /// target stands at once without a canvass.
 #[test]
@@ -282,11 +317,11 @@ fn a_leader_hands_over_once_the_target_holds_its_log_and_the_target_stands_at_on
     leader.on_append_position(2, 132, 1001 * MS, &mut out);
     assert_eq!(leader.transfer_leadership(Some(1), 132, 1001 * MS, &mut out), Err(TransferError::NotAFollower(1)));
     out.clear();
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 100 }, 1002 * MS, &mut out);
+    leader.on_message(2, append_ack(2, 100), 1002 * MS, &mut out);
     assert_eq!(leader.transfer_leadership(None, 132, 1002 * MS, &mut out), Ok(2), "the live follower furthest along");
     assert!(leader.is_transferring());
     assert!(!sent(&out).iter().any(|(_, m)| matches!(m, Message::TimeoutNow { .. })), "2 lacks 100..132");
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 132 }, 1003 * MS, &mut out);
+    leader.on_message(2, append_ack(2, 132), 1003 * MS, &mut out);
     let timeout_now = Message::TimeoutNow { leadership_term_id: 2, log_position: 132 };
     assert!(sent(&out).contains(&(Destination::Member(2), timeout_now)));
 
@@ -312,13 +347,13 @@ fn a_transfer_waits_until_the_leaders_whole_log_is_durable_and_on_the_target() {
     let mut leader = elected_leader();
     let mut out = Vec::new();
     leader.on_append_position(1, 64, 1000 * MS, &mut out);
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 64 }, 1000 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 64), 1000 * MS, &mut out);
     out.clear();
     assert_eq!(leader.transfer_leadership(Some(2), 96, 1000 * MS, &mut out), Ok(2));
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 64 }, 1001 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 64), 1001 * MS, &mut out);
     leader.on_append_position(1, 96, 1001 * MS, &mut out);
     assert!(!sent(&out).iter().any(|(_, m)| matches!(m, Message::TimeoutNow { .. })), "2 holds 64 of 96");
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 96 }, 1002 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 96), 1002 * MS, &mut out);
     let timeout_now = Message::TimeoutNow { leadership_term_id: 1, log_position: 96 };
     assert!(sent(&out).contains(&(Destination::Member(2), timeout_now)));
 }
@@ -327,13 +362,13 @@ fn a_transfer_waits_until_the_leaders_whole_log_is_durable_and_on_the_target() {
 fn a_transfer_is_abandoned_after_the_minimum_election_timeout() {
     let mut leader = elected_leader();
     let mut out = Vec::new();
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1000 * MS, &mut out);
-    leader.on_message(3, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1000 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 0), 1000 * MS, &mut out);
+    leader.on_message(3, append_ack(1, 0), 1000 * MS, &mut out);
     assert_eq!(leader.transfer_leadership(Some(3), 0, 1000 * MS, &mut out), Ok(3));
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1100 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 0), 1100 * MS, &mut out);
     leader.tick(1100 * MS, &mut out);
     assert!(leader.is_transferring());
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 0 }, 1150 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 0), 1150 * MS, &mut out);
     leader.tick(1150 * MS, &mut out);
     assert!(!leader.is_transferring(), "abandoned: the leader takes entries again");
     assert_eq!((leader.role(), leader.counters().transfers_abandoned), (Role::Leader, 1));
@@ -354,10 +389,10 @@ fn a_leader_commits_only_once_its_own_term_is_on_a_majority() {
         1001 * MS,
         &mut out,
     );
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 100 }, 1001 * MS, &mut out);
+    leader.on_message(2, append_ack(2, 100), 1001 * MS, &mut out);
     assert_eq!(leader.commit_position(), 0, "a majority holds term 1's bytes, but none of term 2 (figure 8)");
     leader.on_append_position(2, 132, 1002 * MS, &mut out);
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 2, log_position: 132 }, 1003 * MS, &mut out);
+    leader.on_message(2, append_ack(2, 132), 1003 * MS, &mut out);
     assert_eq!(leader.commit_position(), 132);
     assert_eq!((leader.acknowledged_position(2), leader.acknowledged_position(3)), (Some(132), Some(0)));
     assert_eq!((leader.acknowledged_position(1), leader.acknowledged_position(9)), (Some(132), None));
@@ -409,8 +444,8 @@ fn a_follower_truncates_an_uncommitted_suffix_and_replicates_from_the_common_pos
     assert!(out.contains(&Output::ReplicateFrom { leader_member_id: 1, leadership_term_id: 3, position: 100 }));
     assert_eq!(follower.append_position(), 100);
     assert_eq!(follower.term_history().last_term_id(), 1);
-    assert!(sent(&out)
-        .contains(&(Destination::Member(1), Message::AppendPosition { leadership_term_id: 3, log_position: 100 })));
+    let ack = Message::AppendPosition { leadership_term_id: 3, log_position: 100, commit_position: 60 };
+    assert!(sent(&out).contains(&(Destination::Member(1), ack)), "with the commit it knows");
 }
 
 #[test]
@@ -481,7 +516,7 @@ fn stale_duplicate_and_foreign_messages_are_counted_and_dropped() {
     member.on_message(1, Message::CommitPosition { leadership_term_id: 9, log_position: 0 }, MS, &mut out);
     member.on_message(2, Message::CommitPosition { leadership_term_id: 4, log_position: 0 }, MS, &mut out);
     member.on_message(2, Message::CommitPosition { leadership_term_id: 6, log_position: -1 }, MS, &mut out);
-    member.on_message(2, Message::AppendPosition { leadership_term_id: 5, log_position: 0 }, MS, &mut out);
+    member.on_message(2, append_ack(5, 0), MS, &mut out);
     let counters = member.counters();
     assert_eq!((counters.non_member, counters.stale_term, counters.malformed, counters.unexpected), (1, 1, 1, 1));
     assert!(out.is_empty(), "{out:?}");
@@ -622,7 +657,7 @@ fn an_idle_leader_heartbeats_every_interval_and_announces_its_term_to_the_silent
     let mut leader = elected_leader();
     let mut out = Vec::new();
     leader.on_append_position(1, 32, 1000 * MS, &mut out);
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 32 }, 1001 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 32), 1001 * MS, &mut out);
     assert_eq!(leader.commit_position(), 32);
     out.clear();
     leader.tick(1005 * MS, &mut out);
@@ -705,7 +740,7 @@ mod arbitrary_inputs {
                 log_leadership_term_id: b,
                 log_position: c
             }),
-            (value(), value()).prop_map(|(a, b)| Message::AppendPosition { leadership_term_id: a, log_position: b }),
+            (value(), value()).prop_map(|(a, b)| append_ack(a, b)),
             (value(), value()).prop_map(|(a, b)| Message::CommitPosition { leadership_term_id: a, log_position: b }),
             (value(), value()).prop_map(|(a, b)| Message::TimeoutNow { leadership_term_id: a, log_position: b }),
         ]
@@ -921,7 +956,7 @@ fn leader_with_committed_term() -> ConsensusCore {
     let mut leader = elected_leader();
     let mut out = Vec::new();
     leader.on_append_position(1, 32, 1000 * MS, &mut out);
-    leader.on_message(2, Message::AppendPosition { leadership_term_id: 1, log_position: 32 }, 1000 * MS, &mut out);
+    leader.on_message(2, append_ack(1, 32), 1000 * MS, &mut out);
     assert_eq!(leader.commit_position(), 32);
     leader
 }
@@ -938,12 +973,7 @@ fn change(leader: &mut ConsensusCore, change: MembershipChange, out: &mut Vec<Ou
 
 fn ack(leader: &mut ConsensusCore, from: MemberId, position: i64, out: &mut Vec<Output>) {
     let term = leader.leadership_term_id();
-    leader.on_message(
-        from,
-        Message::AppendPosition { leadership_term_id: term, log_position: position },
-        1000 * MS,
-        out,
-    );
+    leader.on_message(from, append_ack(term, position), 1000 * MS, out);
 }
 
 #[test]

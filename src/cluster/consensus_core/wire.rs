@@ -300,10 +300,11 @@ pub fn encode(sender: MemberId, message: &Message, dst: &mut [u8]) -> Result<usi
             };
             write(dst, bytemuck::bytes_of(&frame))
         }
-        Message::AppendPosition { leadership_term_id, log_position } => {
+        Message::AppendPosition { leadership_term_id, log_position, commit_position } => {
             let frame = AppendPositionFrame {
                 leadership_term_id,
                 log_position,
+                commit_position,
                 member_id: sender,
                 ..AppendPositionFrame::default()
             };
@@ -382,8 +383,11 @@ pub fn decode(bytes: &[u8]) -> Result<(MemberId, Message), FrameError> {
                 return Err(FrameError::UnknownType { frame_type: common.frame_type });
             };
             if let Some(f) = AppendPositionFrame::read(&header, bytes) {
-                let message =
-                    Message::AppendPosition { leadership_term_id: f.leadership_term_id, log_position: f.log_position };
+                let message = Message::AppendPosition {
+                    leadership_term_id: f.leadership_term_id,
+                    log_position: f.log_position,
+                    commit_position: f.commit_position,
+                };
                 Ok((f.member_id, message))
             } else if let Some(f) = CommitPositionFrame::read(&header, bytes) {
                 let message =
@@ -473,7 +477,11 @@ mod tests {
                 log_leadership_term_id: b,
                 log_position: c
             }),
-            (i(), i()).prop_map(|(a, b)| Message::AppendPosition { leadership_term_id: a, log_position: b }),
+            (i(), i(), i()).prop_map(|(a, b, c)| Message::AppendPosition {
+                leadership_term_id: a,
+                log_position: b,
+                commit_position: c
+            }),
             (i(), i()).prop_map(|(a, b)| Message::CommitPosition { leadership_term_id: a, log_position: b }),
             (i(), i()).prop_map(|(a, b)| Message::TimeoutNow { leadership_term_id: a, log_position: b }),
         ]

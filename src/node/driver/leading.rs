@@ -49,7 +49,11 @@ impl ConsensusAgent {
             let position = counter.get().min(own);
             if position > *fed {
                 *fed = position;
-                let message = Message::AppendPosition { leadership_term_id: leading.term, log_position: position };
+                let message = Message::AppendPosition {
+                    leadership_term_id: leading.term,
+                    log_position: position,
+                    commit_position: 0,
+                };
                 self.core.on_message(*member, message, now_ns, &mut self.outputs);
                 work += 1;
             }
