@@ -200,14 +200,8 @@ impl ConsensusAgent {
         let config = &parts.wiring.config;
         let peers = reconfiguring::peers_of(&parts.wiring);
         let preferred_leader = config.leader == Some(config.id);
-        let membership = parts.core.membership().clone();
-        let endpoints: Vec<_> = membership.members().filter_map(|m| parts.wiring.endpoints(m)).collect();
         let mut clients = parts.clients;
-        if let Some(clients) = clients.as_mut() {
-            clients.set_members(parts.wiring.known().iter().map(|e| (e.id, e.client)).collect());
-        }
-        parts.counters.configuration_id.set(membership.id as i64);
-        parts.shared.membership.publish(membership, endpoints);
+        reconfiguring::publish_membership(&parts.core, &parts.wiring, clients.as_mut(), &parts.counters, &parts.shared);
         Self {
             core: parts.core,
             outputs: Vec::with_capacity(16),

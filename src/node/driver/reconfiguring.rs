@@ -6,10 +6,12 @@
 
 use std::net::IpAddr;
 
-use super::{ConsensusAgent, Current, Peer};
+use super::{ConsensusAgent, Current, DriverCounters, Peer};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::{ConsensusCore, MembershipError};
+use crate::node::client::Shared;
+use crate::node::ingress::ClientIngress;
 use crate::node::membership::{MembershipAnswer, MembershipChangeError, MembershipRequest};
 use crate::node::wiring::Wiring;
 
@@ -87,12 +89,7 @@ impl ConsensusAgent {
         let served: Vec<(i32, IpAddr)> =
             self.peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
         self.shared.catch_up_members.set(served);
-        let endpoints: Vec<_> = membership.members().filter_map(|m| self.wiring.endpoints(m)).collect();
-        if let Some(clients) = self.clients.as_mut() {
-            clients.set_members(endpoints.iter().map(|e| (e.id, e.client)).collect());
-        }
-        self.counters.configuration_id.set(membership.id as i64);
-        self.shared.membership.publish(membership, endpoints);
+        publish_membership(&self.core, &self.wiring, self.clients.as_mut(), &self.counters, &self.shared);
         if let Current::Leading(leading) = &mut self.current {
             // The Sender goes on with the followers of the configuration in effect.
             let rule = self.core.ack_rule(leading.stage.identity().session_id);
@@ -106,6 +103,26 @@ impl ConsensusAgent {
         }
         Ok(())
     }
+}
+
+/// What the rest of the node learns of the configuration in effect, at start and at each change: the
+/// client endpoint's member table (every member whose endpoints are known, so that a redirect can name a
+/// leader of a configuration this member has not applied yet), counter `election configuration id`, and
+/// the membership and its members' endpoints that `Node::membership` returns.
+pub(super) fn publish_membership(
+    core: &ConsensusCore,
+    wiring: &Wiring,
+    clients: Option<&mut ClientIngress>,
+    counters: &DriverCounters,
+    shared: &Shared,
+) {
+    let membership = core.membership().clone();
+    if let Some(clients) = clients {
+        clients.set_members(wiring.known().iter().map(|e| (e.id, e.client)).collect());
+    }
+    let endpoints: Vec<_> = membership.members().filter_map(|m| wiring.endpoints(m)).collect();
+    counters.configuration_id.set(membership.id as i64);
+    shared.membership.publish(membership, endpoints);
 }
 
 /// Whom a member hears on the consensus endpoint: every other member whose endpoints it knows (from its
