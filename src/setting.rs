@@ -66,6 +66,8 @@ settings! {
     SessionKey = "clients.session_key", "[clients] session_key", "ClientEndpointConfig::session_key";
     /// The log channel's shared key.
     ChannelAuthKey = "channel.auth_key", "[channel] auth_key", "NodeBuilder::auth_key";
+    /// The operator key of administrative commands over the network.
+    AdminKey = "admin.key", "[admin] key", "NodeBuilder::admin_key";
     /// Sessions the cluster holds at most.
     MaxSessions = "clients.max_sessions", "[clients] max_sessions", "ClientEndpointConfig::max_sessions";
     /// Sessions one address holds at most.

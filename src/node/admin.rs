@@ -19,13 +19,30 @@
 //! ```
 //!
 //! An answer is `17 ok <what happened>` or `17 error <why>`; membership changes are answered once they
-//! commit (or fail), the others once the node took them.
+//! commit (or fail), the others once the node took them. `24 status` answers at once with the member's
+//! view: `member=0 role=leader term=2 leader=0 append=4096 commit=4096 configuration=1`.
+//!
+//! # Over the network
+//!
+//! The same commands reach a member over its consensus endpoint as [admin frames](AdminFrame), each
+//! request and answer tagged with the **operator key** (`[admin] key`, [`AuthKey`]; a key of its own,
+//! distinct from the members' `auth_key`, so an operator need not hold the members' key and a member's key
+//! does not administer). A member without an operator key takes no command over the network: it answers
+//! a well-formed request with an error saying so (no larger than the request), and counts it. A request
+//! whose tag is wrong is dropped and counted, unanswered. A request carries the wall-clock time it was
+//! sent: one older or newer than [`ADMIN_REQUEST_LIFETIME_MS`], or whose correlation id the member took
+//! within that time, is a replay and is dropped ([`AdminReplayGuard`], bounded).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use bytemuck::{Pod, Zeroable};
+
 use crate::cluster::configuration::MemberEndpoints;
+use crate::frame::CURRENT_VERSION;
+use crate::media::auth::{AuthKey, TAG_LENGTH};
 use crate::shm::buffer::{AtomicBuffer, Region};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer};
 
@@ -55,6 +72,8 @@ pub enum AdminCommand {
     Suspend,
     /// Take client entries again.
     Resume,
+    /// The member's view: role, term, leader, positions, configuration (answered at once).
+    Status,
 }
 
 impl fmt::Display for AdminCommand {
@@ -68,6 +87,7 @@ impl fmt::Display for AdminCommand {
             Self::Snapshot => f.write_str("snapshot"),
             Self::Suspend => f.write_str("suspend"),
             Self::Resume => f.write_str("resume"),
+            Self::Status => f.write_str("status"),
         }
     }
 }
@@ -98,6 +118,7 @@ impl AdminCommand {
             Some("snapshot") => Ok(Self::Snapshot),
             Some("suspend") => Ok(Self::Suspend),
             Some("resume") => Ok(Self::Resume),
+            Some("status") => Ok(Self::Status),
             _ => Err(format!("`{line}` is not an administrative command")),
         }
     }
@@ -182,6 +203,233 @@ impl AdminRings {
     }
 }
 
+/// Frame type of an administrative request on the consensus endpoint (after the consensus frames' 0x48).
+pub const TYPE_ADMIN_REQUEST: u16 = 0x49;
+/// Frame type of an administrative answer.
+pub const TYPE_ADMIN_ANSWER: u16 = 0x4A;
+/// The admin frames' own version (their `admin_version`): a member refuses another, naming it.
+pub const ADMIN_FRAME_VERSION: u8 = 1;
+/// The longest command or answer text an admin frame carries (a longer answer is cut).
+pub const MAX_ADMIN_TEXT: usize = 1024;
+/// How far a request's send time may be from the member's wall clock, either way.
+pub const ADMIN_REQUEST_LIFETIME_MS: i64 = 30_000;
+/// Answer flag: the command was carried out (else the text says why not).
+const OK_FLAG: u8 = 0x80;
+/// BLAKE3 key-derivation context of the tag key, so an operator key tags nothing but admin frames.
+const TAG_CONTEXT: &str = "quorumcast admin frame tag v1";
+
+/// An admin frame's fixed part, little-endian; the text follows, then a [`TAG_LENGTH`]-byte tag (keyed
+/// BLAKE3, with a key derived from the operator key) over both.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+struct AdminHeader {
+    frame_length: i32,
+    version: u8,
+    flags: u8,
+    frame_type: u16,
+    admin_version: u8,
+    reserved: [u8; 3],
+    text_length: u32,
+    correlation: u64,
+    /// Requests: the sender's wall clock, milliseconds since the Unix epoch. Answers: the request's.
+    sent_unix_ms: i64,
+    /// Answers: the answering member. Requests: -1.
+    member_id: i32,
+    reserved2: i32,
+}
+
+const ADMIN_HEADER_LENGTH: usize = std::mem::size_of::<AdminHeader>();
+const _: () = assert!(ADMIN_HEADER_LENGTH == 40);
+/// The longest admin frame.
+pub const MAX_ADMIN_FRAME_LENGTH: usize = ADMIN_HEADER_LENGTH + MAX_ADMIN_TEXT + TAG_LENGTH;
+
+/// An admin frame read off the network, its tag checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminFrame {
+    /// Ties an answer to its request.
+    pub correlation: u64,
+    /// The request's send time (milliseconds since the Unix epoch).
+    pub sent_unix_ms: i64,
+    /// A request's command line, or an answer.
+    pub body: AdminBody,
+}
+
+/// What an admin frame says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminBody {
+    /// A command line ([`AdminCommand::parse`] reads it).
+    Request(String),
+    /// Member `member_id`'s answer.
+    Answer {
+        /// The answering member.
+        member_id: i32,
+        /// What happened, or why not.
+        result: Result<String, String>,
+    },
+}
+
+/// Why bytes are not an admin frame to take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminFrameError {
+    /// Not an admin frame at all (another frame type).
+    NotAdmin,
+    /// Too short, or lengths that do not add up.
+    Malformed,
+    /// An admin frame version this member does not read.
+    UnknownVersion(u8),
+    /// The tag does not verify with the operator key.
+    BadTag,
+}
+
+impl fmt::Display for AdminFrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotAdmin => f.write_str("not an admin frame"),
+            Self::Malformed => f.write_str("a malformed admin frame"),
+            Self::UnknownVersion(v) => {
+                write!(
+                    f,
+                    "admin frame version {v}, which this version (admin frames v{ADMIN_FRAME_VERSION}) does not read"
+                )
+            }
+            Self::BadTag => f.write_str("an admin frame whose tag does not verify with the operator key"),
+        }
+    }
+}
+
+/// Whether `bytes` begin as an admin request (the frame type alone: nothing is checked yet).
+pub fn is_admin_request(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && u16::from_le_bytes([bytes[6], bytes[7]]) == TYPE_ADMIN_REQUEST
+}
+
+fn tag(key: &AuthKey, bytes: &[u8]) -> [u8; TAG_LENGTH] {
+    AuthKey::derive(TAG_CONTEXT, &key.to_bytes()).tag(bytes)
+}
+
+fn encode(
+    key: &AuthKey,
+    frame_type: u16,
+    flags: u8,
+    correlation: u64,
+    sent_unix_ms: i64,
+    member_id: i32,
+    text: &str,
+) -> Vec<u8> {
+    let mut cut = text.len().min(MAX_ADMIN_TEXT);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let text = &text.as_bytes()[..cut];
+    let header = AdminHeader {
+        frame_length: (ADMIN_HEADER_LENGTH + text.len() + TAG_LENGTH) as i32,
+        version: CURRENT_VERSION,
+        flags,
+        frame_type,
+        admin_version: ADMIN_FRAME_VERSION,
+        reserved: [0; 3],
+        text_length: text.len() as u32,
+        correlation,
+        sent_unix_ms,
+        member_id,
+        reserved2: 0,
+    };
+    let mut bytes = Vec::with_capacity(header.frame_length as usize);
+    bytes.extend_from_slice(bytemuck::bytes_of(&header));
+    bytes.extend_from_slice(text);
+    let tag = tag(key, &bytes);
+    bytes.extend_from_slice(&tag);
+    bytes
+}
+
+/// A request for `command`, sent at `sent_unix_ms`, tagged with the operator key.
+pub fn encode_request(key: &AuthKey, correlation: u64, sent_unix_ms: i64, command: &AdminCommand) -> Vec<u8> {
+    encode(key, TYPE_ADMIN_REQUEST, 0, correlation, sent_unix_ms, -1, &command.to_string())
+}
+
+/// Member `member_id`'s answer to the request `correlation` sent at `sent_unix_ms` (text cut at
+/// [`MAX_ADMIN_TEXT`] bytes).
+pub fn encode_answer(
+    key: &AuthKey,
+    correlation: u64,
+    sent_unix_ms: i64,
+    member_id: i32,
+    result: &Result<String, String>,
+) -> Vec<u8> {
+    let (flags, text) = match result {
+        Ok(what) => (OK_FLAG, what.as_str()),
+        Err(why) => (0, why.as_str()),
+    };
+    encode(key, TYPE_ADMIN_ANSWER, flags, correlation, sent_unix_ms, member_id, text)
+}
+
+/// Reads an admin frame (request or answer) from `bytes` (trailing bytes past its length, such as a channel
+/// tag, are ignored), checking its tag with `key`; `None` for the key: the tag is not checked (only to
+/// answer a member without an operator key, which takes nothing).
+pub fn decode(key: Option<&AuthKey>, bytes: &[u8]) -> Result<AdminFrame, AdminFrameError> {
+    if bytes.len() < 8 {
+        return Err(AdminFrameError::NotAdmin);
+    }
+    let frame_type = u16::from_le_bytes([bytes[6], bytes[7]]);
+    if frame_type != TYPE_ADMIN_REQUEST && frame_type != TYPE_ADMIN_ANSWER {
+        return Err(AdminFrameError::NotAdmin);
+    }
+    let header: AdminHeader =
+        bytemuck::pod_read_unaligned(bytes.get(..ADMIN_HEADER_LENGTH).ok_or(AdminFrameError::Malformed)?);
+    if header.admin_version != ADMIN_FRAME_VERSION {
+        return Err(AdminFrameError::UnknownVersion(header.admin_version));
+    }
+    let text_length = header.text_length as usize;
+    let length = ADMIN_HEADER_LENGTH + text_length + TAG_LENGTH;
+    if text_length > MAX_ADMIN_TEXT || header.frame_length as usize != length || bytes.len() < length {
+        return Err(AdminFrameError::Malformed);
+    }
+    let (body, tail) = bytes[..length].split_at(length - TAG_LENGTH);
+    if let Some(key) = key {
+        if !constant_time_eq(&tag(key, body), tail) {
+            return Err(AdminFrameError::BadTag);
+        }
+    }
+    let text = String::from_utf8_lossy(&body[ADMIN_HEADER_LENGTH..]).into_owned();
+    let body = if frame_type == TYPE_ADMIN_REQUEST {
+        AdminBody::Request(text)
+    } else {
+        let result = if header.flags & OK_FLAG != 0 { Ok(text) } else { Err(text) };
+        AdminBody::Answer { member_id: header.member_id, result }
+    };
+    Ok(AdminFrame { correlation: header.correlation, sent_unix_ms: header.sent_unix_ms, body })
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The requests a member took lately, so that a replayed one is dropped: bounded, and a request older than
+/// [`ADMIN_REQUEST_LIFETIME_MS`] is refused anyway, so the ids of the last [`AdminReplayGuard::CAPACITY`]
+/// suffice unless an operator sends more than that many within the lifetime (then the oldest ids are
+/// forgotten early: a replay of one within the rest of its lifetime would be taken).
+#[derive(Debug, Default)]
+pub struct AdminReplayGuard {
+    recent: VecDeque<u64>,
+}
+
+impl AdminReplayGuard {
+    /// Correlation ids remembered.
+    pub const CAPACITY: usize = 1024;
+
+    /// Whether a request `correlation` sent at `sent_unix_ms` is to be taken at `now_unix_ms` (and, if so,
+    /// remembers it): within the lifetime, and not taken before.
+    pub fn admit(&mut self, correlation: u64, sent_unix_ms: i64, now_unix_ms: i64) -> bool {
+        if (now_unix_ms - sent_unix_ms).abs() > ADMIN_REQUEST_LIFETIME_MS || self.recent.contains(&correlation) {
+            return false;
+        }
+        if self.recent.len() == Self::CAPACITY {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(correlation);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +446,7 @@ mod tests {
             AdminCommand::Snapshot,
             AdminCommand::Suspend,
             AdminCommand::Resume,
+            AdminCommand::Status,
         ];
         for command in commands {
             assert_eq!(AdminCommand::parse(&command.to_string()), Ok(command));
@@ -220,5 +469,57 @@ mod tests {
         node.answer_with(7, Err("member 3 is not a learner".into()));
         assert_eq!(tool.answer(7), Some(Err("member 3 is not a learner".into())));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn admin_frames_round_trip_tagged_with_the_operator_key_and_refuse_the_rest() {
+        let key = AuthKey::new([7; 32]);
+        let request = encode_request(&key, 42, 1_000, &AdminCommand::Promote(3));
+        assert!(is_admin_request(&request));
+        let mut with_channel_tag = request.clone();
+        with_channel_tag.extend_from_slice(&[0xEE; TAG_LENGTH]);
+        let frame = decode(Some(&key), &with_channel_tag).unwrap();
+        assert_eq!(
+            frame,
+            AdminFrame { correlation: 42, sent_unix_ms: 1_000, body: AdminBody::Request("promote 3".into()) }
+        );
+        assert_eq!(decode(Some(&AuthKey::new([8; 32])), &request), Err(AdminFrameError::BadTag), "another key");
+        assert_eq!(decode(None, &request).unwrap().correlation, 42, "unchecked: to say no key is configured");
+        let mut altered = request.clone();
+        altered[ADMIN_HEADER_LENGTH] ^= 1;
+        assert_eq!(decode(Some(&key), &altered), Err(AdminFrameError::BadTag));
+        let mut newer = request.clone();
+        newer[8] = 2;
+        assert_eq!(decode(Some(&key), &newer), Err(AdminFrameError::UnknownVersion(2)));
+        assert!(decode(Some(&key), &newer).unwrap_err().to_string().contains("version 2"));
+        for cut in [0, 7, 39, request.len() - 1] {
+            assert!(decode(Some(&key), &request[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut long = request.clone();
+        long[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode(Some(&key), &long), Err(AdminFrameError::Malformed), "no length past the datagram");
+        assert_eq!(decode(Some(&key), &[0u8; 64]), Err(AdminFrameError::NotAdmin));
+
+        let long_answer = Ok("é".repeat(MAX_ADMIN_TEXT));
+        let answer = encode_answer(&key, 42, 1_000, 2, &long_answer);
+        assert!(answer.len() <= MAX_ADMIN_FRAME_LENGTH);
+        let AdminBody::Answer { member_id, result } = decode(Some(&key), &answer).unwrap().body else { panic!() };
+        assert_eq!(member_id, 2);
+        assert_eq!(result.unwrap().len(), MAX_ADMIN_TEXT, "cut on a character boundary");
+        let refused = encode_answer(&key, 43, 1_000, 2, &Err("no".into()));
+        assert!(matches!(decode(Some(&key), &refused).unwrap().body, AdminBody::Answer { result: Err(_), .. }));
+    }
+
+    #[test]
+    fn a_replayed_or_stale_request_is_refused() {
+        let mut guard = AdminReplayGuard::default();
+        assert!(guard.admit(1, 100_000, 100_500));
+        assert!(!guard.admit(1, 100_000, 100_600), "taken before");
+        assert!(!guard.admit(2, 100_000, 100_000 + ADMIN_REQUEST_LIFETIME_MS + 1), "too old");
+        assert!(!guard.admit(3, 200_000, 100_000), "from the future");
+        for id in 10..10 + AdminReplayGuard::CAPACITY as u64 {
+            assert!(guard.admit(id, 100_000, 100_000));
+        }
+        assert_eq!(guard.recent.len(), AdminReplayGuard::CAPACITY, "bounded");
     }
 }

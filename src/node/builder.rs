@@ -382,6 +382,11 @@ pub struct NodeConfig {
     /// A learner is promoted to voter only when it is at most this many bytes behind the leader's log.
     /// Default: `4194304`.
     pub promote_within: i64,
+    /// The operator key: administrative commands over the network (`qc-cluster --connect`) must carry its
+    /// tag ([`crate::node::admin`]); distinct from the channel's `auth_key`. Without one, the node takes
+    /// administrative commands only through its directory.
+    /// Default: `None`.
+    pub admin_key: Option<AuthKey>,
 }
 
 impl NodeConfig {
@@ -405,6 +410,14 @@ impl NodeConfig {
                     "initial_members {initial:?} must name at least one member, each listed in members {ids:?}"
                 )));
             }
+        }
+        if self.admin_key.is_some() && self.admin_key == self.channel.auth {
+            return Err(SettingError::new(
+                Setting::AdminKey,
+                "is the same key as {channel.auth_key}: the operator's key must be a key of its own, so that \
+                 holding the members' key does not administer the cluster; make one with `openssl rand -hex 32`",
+            )
+            .into());
         }
         if self.promote_within < 0 {
             return Err(NodeError::Config(format!("promote_within ({}) must be 0 or more bytes", self.promote_within)));
@@ -568,6 +581,7 @@ impl NodeBuilder {
                 clients: ClientEndpointConfig::default(),
                 initial_members: None,
                 promote_within: 4 << 20,
+                admin_key: None,
             },
         }
     }
@@ -699,6 +713,13 @@ impl NodeBuilder {
     /// joins a running cluster lists itself among the members, and not here.
     pub fn initial_members(mut self, ids: Vec<i32>) -> Self {
         self.config.initial_members = Some(ids);
+        self
+    }
+
+    /// The operator key: administrative commands over the network must carry its tag (distinct from the
+    /// channel's `auth_key`). Node files: `[admin] key`.
+    pub fn admin_key(mut self, key: AuthKey) -> Self {
+        self.config.admin_key = Some(key);
         self
     }
 

@@ -95,6 +95,10 @@ use crate::storage::recording::SyncPolicy;
 /// auth_key = "<64 hex digits>"          # optional: only clients holding it (as "default") get in
 /// keys = [{ name = "billing", key = "<64 hex digits>" }]   # optional: named client keys, too
 ///
+/// [admin]
+/// key = "<64 hex digits>"      # the operator key: qc-cluster --connect commands carry its tag (default:
+///                              # none, administration only through the node directory)
+///
 /// [agents]
 /// threading = "dedicated"      # dedicated, shared-network, shared, invoker or shared-network-invoker
 /// force_layout = false
@@ -135,6 +139,15 @@ pub struct NodeFile {
     storage: StorageSection,
     #[serde(default)]
     clients: ClientsSection,
+    #[serde(default)]
+    admin: AdminSection,
+}
+
+/// The `[admin]` table.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdminSection {
+    key: Option<Parsed<AuthKey>>,
 }
 
 /// The `[clients]` table.
@@ -358,6 +371,8 @@ impl NodeFile {
         let (c, o) = (&mut self.clients, over.clients);
         merge_fields!(c, o; enabled, max_sessions, session_timeout, window, allow, session_key, auth_key, keys,
             max_sessions_per_address, opens_per_second);
+        let (a, o) = (&mut self.admin, over.admin);
+        merge_fields!(a, o; key);
         self
     }
 
@@ -413,6 +428,7 @@ impl NodeFile {
         set(&mut config.ingress_capacity, self.ingress_capacity.map(|s| s.0));
         config.initial_members = self.initial_members.clone();
         set(&mut config.promote_within, self.promote_within.map(|s| s.0 as i64));
+        config.admin_key = self.admin.key.map(|key| key.0);
         if !config.ingress_capacity.is_power_of_two() {
             return Err(NodeError::Config(format!(
                 "ingress_capacity {} must be a power of two",
@@ -768,6 +784,20 @@ mod file_tests {
         assert!(e.contains("[clients] session_key") && e.contains("[channel] auth_key"), "{e}");
         let e = NodeFile::parse("[clients]\nauth_key = \"12\"\n").unwrap_err().to_string();
         assert!(e.contains("auth_key"), "{e}");
+    }
+
+    #[test]
+    fn the_admin_table_takes_the_operator_key_which_must_not_be_the_channels() {
+        let key = |digit: char| std::iter::repeat_n(digit, 64).collect::<String>();
+        let config = NodeConfig::from_toml(&format!("{NODE}[admin]\nkey = \"{}\"\n", key('4'))).unwrap();
+        assert_eq!(config.admin_key, Some(key('4').parse().unwrap()));
+        assert_eq!(NodeConfig::from_toml(NODE).unwrap().admin_key, None, "none by default");
+        let one = "id = 0\nmembers = [{ id = 0, log = \"127.0.0.1:40501\" }]\n";
+        let same = format!("{one}[channel]\nauth_key = \"{}\"\n[admin]\nkey = \"{}\"\n", key('5'), key('5'));
+        let e = NodeConfig::from_toml(&same).unwrap_err().to_string();
+        assert!(e.contains("[admin] key") && e.contains("[channel] auth_key") && e.contains("a key of its own"), "{e}");
+        let e = NodeFile::parse("[admin]\nkey = \"12\"\n").unwrap_err().to_string();
+        assert!(e.contains("key"), "{e}");
     }
 
     #[test]

@@ -257,6 +257,11 @@ catalogue! {
         /// The end of the log this node held before its recording was found damaged below it, while it
         /// repairs (it neither stands nor votes for a less up-to-date log); 0 otherwise.
         repairing_to = 419, "election repairing to";
+        /// Administrative commands taken over the network (their operator-key tag verified).
+        admin_taken = 416, "election admin commands taken over the network";
+        /// Administrative frames dropped: a tag that does not verify, a replay, malformed, of an unknown
+        /// version, or sent to a member without an operator key (answered with why).
+        admin_refused = 417, "election admin frames refused";
     }
 
     /// The node's role-specific counters outside the agents.

@@ -170,6 +170,73 @@ fn qc_cluster_changes_a_running_clusters_members_and_hands_over_its_leadership()
     }
 }
 
+/// Administration over the network: `--connect` to the members' consensus endpoints with the operator key;
+/// a wrong key gets no answer, and a member without an operator key says it takes none this way.
+#[test]
+fn qc_cluster_administers_over_the_network_with_the_operator_key_only() {
+    use quorumcast::agent::ThreadingMode;
+    use quorumcast::cluster::consensus_core::Role;
+    use quorumcast::media::auth::AuthKey;
+    use quorumcast::node::{LocalOfferError, Node};
+    use quorumcast_testkit::cluster::{members, test_builder, test_channel};
+    use quorumcast_testkit::wait_until;
+    use std::time::Duration;
+
+    let scratch = ScratchDir::new("qc-cluster-remote");
+    let all = members(3);
+    let key = AuthKey::generate().unwrap();
+    let start = |id: i32| -> Node {
+        let builder = test_builder(&scratch, id, &all, test_channel())
+            .threading(ThreadingMode::Dedicated)
+            .idle_all("backoff:10,5,1us,100us");
+        // Member 2 has no operator key: it takes commands only through its directory.
+        let builder = if id == 2 { builder } else { builder.admin_key(key) };
+        builder.start().unwrap()
+    };
+    let nodes: Vec<Node> = (0..3).map(start).collect();
+    wait_until("member 0 leads", Duration::from_secs(60), || nodes[0].role() == Role::Leader);
+    let key_file = scratch.path().join("admin.key");
+    std::fs::write(&key_file, key.to_hex()).unwrap();
+    let wrong_file = scratch.path().join("wrong.key");
+    std::fs::write(&wrong_file, AuthKey::generate().unwrap().to_hex()).unwrap();
+    let run = |args: &[&str], endpoints: &[usize], key: &Path| -> (bool, String) {
+        let mut all_args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        for &i in endpoints {
+            all_args.extend(["--connect".to_string(), all[i].consensus.to_string()]);
+        }
+        all_args.extend(["--admin-key-file".to_string(), key.to_str().unwrap().to_string()]);
+        let output = Command::new(env!("CARGO_BIN_EXE_qc-cluster")).args(&all_args).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.success(), text)
+    };
+
+    let (ok, text) = run(&["describe", "--json"], &[0, 1], &key_file);
+    assert!(ok, "{text}");
+    let view: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let roles: Vec<&str> = view["members"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["leader", "follower"], "{text}");
+    assert_eq!(view["members"][1]["leader"], 0, "{text}");
+
+    let (ok, text) = run(&["suspend"], &[0, 1], &key_file);
+    assert!(ok && text.contains("member 0 takes no client entries"), "{text}");
+    assert_eq!(nodes[0].client().offer(b"while suspended"), Err(LocalOfferError::Suspended));
+    let (ok, text) = run(&["resume"], &[1, 0], &key_file);
+    assert!(ok, "{text}");
+    nodes[0].client().offer_and_wait(b"after", Duration::from_secs(30)).unwrap();
+    let (ok, text) = run(&["transfer-leadership", "--to", "1"], &[0, 1], &key_file);
+    assert!(ok && text.contains("member 1 leads"), "{text}");
+
+    // Another key: the members drop the requests unanswered.
+    let (ok, text) = run(&["suspend", "--timeout-ms", "300"], &[0], &wrong_file);
+    assert!(!ok && text.contains("no answer"), "{text}");
+    // No operator key on member 2: refused, saying why.
+    let (ok, text) = run(&["snapshot"], &[2], &key_file);
+    assert!(!ok && text.contains("no operator key"), "{text}");
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
+
 /// A state machine that counts its entries' bytes: something to snapshot.
 #[derive(Default)]
 struct Bytes(u64);

@@ -43,7 +43,7 @@ use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::stats::{kinds, CounterKind};
 use crate::storage::vote_file::{TermVote, VoteFile};
 
-use super::admin::AdminRings;
+use super::admin::{self, AdminReplayGuard, AdminRings};
 
 use super::client::Shared;
 use super::ingress::ClientIngress;
@@ -83,6 +83,8 @@ pub(super) struct DriverCounters {
     pub(super) leader_member_id: Counter,
     pub(super) configuration_id: Counter,
     pub(super) repairing_to: Counter,
+    pub(super) admin_taken: Counter,
+    pub(super) admin_refused: Counter,
 }
 
 impl DriverCounters {
@@ -108,6 +110,8 @@ impl DriverCounters {
             elections: allocate(&kinds::election::elections),
             truncations: allocate(&kinds::election::truncations),
             repairing_to: allocate(&kinds::election::repairing_to),
+            admin_taken: allocate(&kinds::election::admin_taken),
+            admin_refused: allocate(&kinds::election::admin_refused),
         }
     }
 }
@@ -170,6 +174,8 @@ pub(super) struct ConsensusAgent {
     admin: Option<AdminRings>,
     /// The operator's membership changes appended and not yet committed.
     pending_admin: Vec<administering::PendingAdmin>,
+    /// The operator's requests over the network taken lately (a replay is dropped).
+    admin_replay: AdminReplayGuard,
 }
 
 /// What a consensus agent is made of.
@@ -226,6 +232,7 @@ impl ConsensusAgent {
             membership_log: RateLimited::default(),
             admin: parts.admin,
             pending_admin: Vec::new(),
+            admin_replay: AdminReplayGuard::default(),
             wiring: parts.wiring,
         }
     }
@@ -285,6 +292,12 @@ impl ConsensusAgent {
             for i in 0..received {
                 let datagram = self.batch.datagram(i);
                 self.counters.frames_received.increment();
+                if admin::is_admin_request(datagram.bytes) {
+                    // From an operator, not a member: its own key authenticates it, whatever its source.
+                    let (bytes, source) = (datagram.bytes.to_vec(), datagram.source);
+                    self.on_admin_datagram(&bytes, source, now_ns);
+                    continue;
+                }
                 let peer = datagram.source.and_then(|s| self.peers.iter().find(|p| p.addr == s));
                 let (Some(peer), false) = (peer, datagram.forged) else {
                     self.counters.foreign_dropped.increment();

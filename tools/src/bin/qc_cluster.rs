@@ -13,8 +13,14 @@
 //!
 //! MEMBERS are the node directories of members on this host (`--dir PATH` or `NAME`, as for `describe`);
 //! a command goes to the one that leads (a snapshot to each), through the directory's admin ring: the
-//! directory's file permissions are the credential. Membership changes wait until they commit, a transfer
-//! until another member leads, each at most `--timeout-ms` (default 10000).
+//! directory's file permissions are the credential. Or, from any host, MEMBERS are members' consensus
+//! endpoints (`--connect ADDR`, once per member) with `--admin-key-file PATH` (the members' `[admin] key`,
+//! 64 hexadecimal digits): the commands travel as admin frames tagged with that operator key, and a member
+//! configured without one refuses them. Membership changes wait until they commit, a transfer until
+//! another member leads, each at most `--timeout-ms` (default 10000).
+//!
+//! `describe --connect ADDR... --admin-key-file PATH` asks each member over the network instead: its role,
+//! term, leader, configuration, append and commit positions, and its commit's lag behind the leader's.
 //!
 //! `describe` reads the counters of the members running on this host (their node directories: `NAME` means
 //! `/dev/shm/quorumcast/NAME`) and prints each member's role, leadership term, leader, commit position,
@@ -50,6 +56,7 @@ use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
 use quorumcast::cluster::configuration::MemberEndpoints;
+use quorumcast::media::auth::AuthKey;
 use quorumcast::node::admin::AdminCommand;
 use quorumcast::node::{CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET};
 use quorumcast::shm::directory::NodeDirectory;
@@ -79,6 +86,8 @@ enum Command {
         /// A member's node name, looked up under /dev/shm/quorumcast (or the temp-dir fallback).
         #[arg(value_name = "NAME")]
         names: Vec<String>,
+        #[command(flatten)]
+        remote: Remote,
     },
     /// Adds a member (a node started with itself outside `initial_members`) as a learner.
     AddMember {
@@ -167,6 +176,31 @@ struct Members {
     /// The most milliseconds to wait for the answer (and the commit, or the new leader).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     timeout_ms: u64,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+/// Members reached over the network.
+#[derive(Debug, clap::Args)]
+struct Remote {
+    /// A member's consensus endpoint (repeat for each member): commands go over the network, tagged with
+    /// the operator key of `--admin-key-file`.
+    #[arg(long, value_name = "ADDR")]
+    connect: Vec<SocketAddr>,
+    /// A file holding the operator key (the members' `[admin] key`: 64 hexadecimal digits).
+    #[arg(long, value_name = "PATH")]
+    admin_key_file: Option<PathBuf>,
+}
+
+impl Remote {
+    /// The operator key, when members are given by endpoint; an error naming what is missing or wrong.
+    fn key(&self) -> Result<AuthKey, String> {
+        let path = self.admin_key_file.as_ref().ok_or(
+            "--connect needs --admin-key-file PATH: the members' operator key ([admin] key in their node files)",
+        )?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        text.trim().parse().map_err(|e| format!("{}: {e} (64 hexadecimal digits, as [admin] key)", path.display()))
+    }
 }
 
 impl Members {
@@ -180,11 +214,28 @@ impl Members {
 /// Carries out an administrative command; the exit status.
 fn administer(members: &Members, command: AdminCommand) -> ExitCode {
     let dirs = members.dirs();
-    if dirs.is_empty() {
-        eprintln!("qc-cluster: `{command}` needs the members: --dir PATH or NAME, once per member");
-        return ExitCode::from(2);
-    }
-    match admin::run(&dirs, &command, Duration::from_millis(members.timeout_ms)) {
+    let timeout = Duration::from_millis(members.timeout_ms);
+    let result = match (&dirs[..], &members.remote.connect[..]) {
+        ([], []) => {
+            eprintln!(
+                "qc-cluster: `{command}` needs the members: --dir PATH or NAME, or --connect ADDR, once per member"
+            );
+            return ExitCode::from(2);
+        }
+        ([], endpoints) => match members.remote.key() {
+            Ok(key) => admin::remote::run(endpoints, &key, &command, timeout),
+            Err(why) => {
+                eprintln!("qc-cluster: {why}");
+                return ExitCode::from(2);
+            }
+        },
+        (_, []) => admin::run(&dirs, &command, timeout),
+        _ => {
+            eprintln!("qc-cluster: give the members either by directory or by --connect, not both");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
         Ok(answer) => {
             println!("{answer}");
             ExitCode::SUCCESS
@@ -199,7 +250,8 @@ fn administer(members: &Members, command: AdminCommand) -> ExitCode {
 fn main() -> ExitCode {
     let offset = |addr: SocketAddr, by: u16| SocketAddr::new(addr.ip(), addr.port().wrapping_add(by));
     match Args::parse().command {
-        Command::Describe { json, window_ms, dir, names } => describe(json, window_ms, dir, &names),
+        Command::Describe { json, remote, .. } if !remote.connect.is_empty() => describe_remote(json, &remote),
+        Command::Describe { json, window_ms, dir, names, .. } => describe(json, window_ms, dir, &names),
         Command::RecoveryPlan { data_dir, recording_dir, json } => recovery_plan(&data_dir, recording_dir, json),
         Command::AddMember { id, log, consensus, client, members } => {
             let consensus = consensus.unwrap_or(offset(log, CONSENSUS_PORT_OFFSET));
@@ -225,6 +277,26 @@ fn describe(json: bool, window_ms: u64, mut dirs: Vec<PathBuf>, names: &[String]
     match cluster_view::describe(&dirs, Duration::from_millis(window_ms)) {
         Ok(views) if json => println!("{}", cluster_view::render_json(&views)),
         Ok(views) => print!("{}", cluster_view::render(&views)),
+        Err(message) => {
+            eprintln!("qc-cluster: {message}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn describe_remote(json: bool, remote: &Remote) -> ExitCode {
+    let key = match remote.key() {
+        Ok(key) => key,
+        Err(why) => {
+            eprintln!("qc-cluster: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    match admin::remote::statuses(&remote.connect, &key, deadline) {
+        Ok(statuses) if json => println!("{}", admin::remote::render_json(&statuses)),
+        Ok(statuses) => print!("{}", admin::remote::render(&statuses)),
         Err(message) => {
             eprintln!("qc-cluster: {message}");
             return ExitCode::FAILURE;
