@@ -19,6 +19,7 @@
 //! | `HEARTBEAT` | out | session | | | |
 //! | `NAK` | out | session | | the number expected next | |
 //! | `CHALLENGE` | out | session | the challenge | | |
+//! | `MEMBERS` | out | session | | the configuration id | each member's id and client endpoint |
 //!
 //! `code` says more: a [`RefusalCode`] in `REFUSED`, 1 for a duplicate in `COMMITTED`, 1 for a timeout in
 //! `CLOSED`.
@@ -92,6 +93,11 @@ pub const COMMITTED_RUN: u8 = 24;
 /// The leader asks the client to prove it holds the session's token before the session moves to the
 /// address the challenge went to: the client answers with a `RECONNECT` carrying the challenge.
 pub const CHALLENGE: u8 = 25;
+/// The members of the configuration in effect on the leader: the value is the configuration id, the
+/// payload each member's id (4 bytes, little-endian) and client endpoint (family, address, port; see
+/// [`encode_members`]). Sent after `OPENED` and with `RECONNECTED` and `HEARTBEAT`, so a client learns a
+/// change within a keep-alive interval.
+pub const MEMBERS: u8 = 26;
 
 /// `code` of a `COMMITTED` record for a resend of a message applied before.
 pub const DUPLICATE: u8 = 1;
@@ -123,6 +129,8 @@ pub enum RefusalCode {
     RateLimited = 9,
     /// This address holds `clients.max_sessions_per_address` sessions already.
     TooManyFromAddress = 10,
+    /// The cluster takes no new sessions or messages now (an operator suspended it): resend later.
+    Suspended = 11,
 }
 
 impl RefusalCode {
@@ -139,6 +147,7 @@ impl RefusalCode {
             8 => Self::Displaced,
             9 => Self::RateLimited,
             10 => Self::TooManyFromAddress,
+            11 => Self::Suspended,
             _ => return None,
         })
     }
@@ -157,6 +166,7 @@ impl fmt::Display for RefusalCode {
             Self::Displaced => "the session moved to another address that holds its token",
             Self::RateLimited => "this address opens sessions faster than clients.opens_per_second allows",
             Self::TooManyFromAddress => "this address holds clients.max_sessions_per_address sessions",
+            Self::Suspended => "the cluster takes no client entries now (an operator suspended it): resend later",
         })
     }
 }
@@ -456,6 +466,35 @@ impl DatagramWriter {
     }
 }
 
+/// A `MEMBERS` payload: each member's id and client endpoint.
+pub fn encode_members(members: &[(i32, std::net::SocketAddr)], out: &mut Vec<u8>) {
+    for &(id, addr) in members {
+        out.extend_from_slice(&id.to_le_bytes());
+        crate::cluster::configuration::encode_addr(addr, out);
+    }
+}
+
+/// The members a `MEMBERS` payload lists, up to the first entry that does not read whole (at most one per
+/// 11 bytes of payload: nothing is allocated past what the datagram holds).
+pub fn decode_members(payload: &[u8]) -> Vec<(i32, std::net::SocketAddr)> {
+    let mut members = Vec::new();
+    let mut at = 0;
+    while let Some(id) = payload.get(at..at + 4) {
+        let length = match payload.get(at + 4) {
+            Some(4) => 7,
+            Some(6) => 19,
+            _ => break,
+        };
+        let Some(addr) = payload.get(at + 4..at + 4 + length).and_then(crate::cluster::configuration::decode_addr)
+        else {
+            break;
+        };
+        members.push((i32::from_le_bytes(id.try_into().expect("4 bytes")), addr));
+        at += 4 + length;
+    }
+    members
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,5 +603,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_member_list_round_trips_and_a_cut_one_reads_to_its_last_whole_member() {
+        let members: Vec<(i32, std::net::SocketAddr)> =
+            vec![(0, "127.0.0.1:40700".parse().unwrap()), (7, "[::1]:40701".parse().unwrap())];
+        let mut payload = Vec::new();
+        encode_members(&members, &mut payload);
+        assert_eq!(payload.len(), 4 + 7 + 4 + 19);
+        assert_eq!(decode_members(&payload), members);
+        assert_eq!(decode_members(&payload[..payload.len() - 1]), members[..1], "the second cut short");
+        let mut strange = payload.clone();
+        strange[4] = 5;
+        assert!(decode_members(&strange).is_empty(), "an unknown address family stops the list");
+        assert!(decode_members(&[]).is_empty());
+        assert_eq!(RefusalCode::from_u8(RefusalCode::Suspended as u8), Some(RefusalCode::Suspended));
     }
 }

@@ -86,6 +86,7 @@ pub(super) struct IngressCounters {
     window_exceeded: Counter,
     gaps: Counter,
     back_pressured: Counter,
+    suspended_refused: Counter,
     redirects: Counter,
     egress_datagrams: Counter,
     egress_records: Counter,
@@ -115,6 +116,7 @@ impl IngressCounters {
             window_exceeded: allocate(&k::window_exceeded),
             gaps: allocate(&k::gaps),
             back_pressured: allocate(&k::back_pressured),
+            suspended_refused: allocate(&k::suspended_refused),
             redirects: allocate(&k::redirects),
             egress_datagrams: allocate(&k::egress_datagrams),
             egress_records: allocate(&k::egress_records),
@@ -242,6 +244,9 @@ pub(super) struct ClientIngress {
     /// Every member's id and client endpoint, as the configuration in effect names them: a redirect
     /// carries the leader's, so a client finds a leader its own list does not name.
     members: Vec<(i32, SocketAddr)>,
+    /// The configuration in effect: its id and a `MEMBERS` payload of its members (sent after `OPENED`
+    /// and with `RECONNECTED` and `HEARTBEAT`).
+    member_set: (i64, Vec<u8>),
 }
 
 /// How the reply to the datagram being read is sealed: like the datagram (its session's token, or its
@@ -258,6 +263,9 @@ struct ReplySeal {
 pub(super) struct Appending<'a> {
     pub(super) stage: &'a mut AppendStage,
     pub(super) term: i64,
+    /// An operator suspended the cluster: opens and messages are refused (`RefusalCode::Suspended`); keep
+    /// -alives, reconnects and closes still go into the log, so that sessions outlive a suspension.
+    pub(super) suspended: bool,
     /// Session entries appended.
     pub(super) entries: usize,
     /// Of those, client messages.
@@ -267,7 +275,7 @@ pub(super) struct Appending<'a> {
 impl<'a> Appending<'a> {
     /// Appending through `stage` for `term`.
     pub(super) fn new(stage: &'a mut AppendStage, term: i64) -> Self {
-        Self { stage, term, entries: 0, messages: 0 }
+        Self { stage, term, suspended: false, entries: 0, messages: 0 }
     }
 }
 
@@ -311,12 +319,19 @@ impl ClientIngress {
             open_rate,
             counters,
             members: Vec::new(),
+            member_set: (0, Vec::new()),
         }
     }
 
-    /// The members' client endpoints from now on (the configuration in effect changed).
-    pub(super) fn set_members(&mut self, members: Vec<(i32, SocketAddr)>) {
-        self.members = members;
+    /// The members' client endpoints from now on (the configuration in effect changed): `known`, every
+    /// member whose endpoints this member knows (a redirect may name any), and the configuration in effect,
+    /// its id and members, which clients are told.
+    pub(super) fn set_members(&mut self, known: Vec<(i32, SocketAddr)>, configuration: i64, members: &[i32]) {
+        let listed: Vec<(i32, SocketAddr)> = known.iter().copied().filter(|(id, _)| members.contains(id)).collect();
+        let mut payload = Vec::new();
+        wire::encode_members(&listed, &mut payload);
+        self.member_set = (configuration, payload);
+        self.members = known;
     }
 
     /// Forgets every connection (this member's role changed): their clients reconnect to the leader.
@@ -493,6 +508,11 @@ impl ClientIngress {
                 self.reply.push(record, &token);
                 self.reply_seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
                 let source = connection.addr;
+                // The members follow in the session's first datagram, tagged with its token.
+                let (configuration, payload) = &self.member_set;
+                let members = RecordHeader::new(wire::MEMBERS, header.session_id).value(*configuration);
+                let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
+                queue(connection, out, &mut self.dirty, header.session_id, members, payload);
                 self.counters.egress_records.increment();
                 self.send_reply(source);
                 return;
@@ -536,6 +556,12 @@ impl ClientIngress {
         }
         let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
         queue(connection, out, &mut self.dirty, header.session_id, record, payload);
+        if record.kind == wire::RECONNECTED {
+            let (configuration, payload) = &self.member_set;
+            let members = RecordHeader::new(wire::MEMBERS, header.session_id).value(*configuration);
+            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
+            queue(connection, out, &mut self.dirty, header.session_id, members, payload);
+        }
         if remove {
             if let Some(mut connection) = self.connections.remove(&header.session_id) {
                 let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
@@ -588,6 +614,7 @@ impl ClientIngress {
                     reply: &mut self.reply,
                     counters: &self.counters,
                     sequence: &mut self.sequence,
+                    member_set: &self.member_set,
                 };
                 on_session_records(&mut state, connection, session, records, append, from.epoch_ns);
             }
@@ -656,6 +683,10 @@ impl ClientIngress {
         if self.connections.per_address.of(address) >= self.config.max_sessions_per_address {
             self.counters.address_sessions_refused.increment();
             return refuse(&mut self.reply, RefusalCode::TooManyFromAddress);
+        }
+        if append.suspended {
+            self.counters.suspended_refused.increment();
+            return refuse(&mut self.reply, RefusalCode::Suspended);
         }
         self.sessions_opened += 1;
         let session_id = self.secret.session_id(self.term, self.sessions_opened);
@@ -801,6 +832,7 @@ struct IngressState<'a> {
     reply: &'a mut DatagramWriter,
     counters: &'a IngressCounters,
     sequence: &'a mut Sequence,
+    member_set: &'a (i64, Vec<u8>),
 }
 
 impl IngressState<'_> {
@@ -820,12 +852,17 @@ fn on_session_records(
     append: &mut Appending<'_>,
     now: i64,
 ) {
-    // One NAK per datagram is enough: the client resends from it.
+    // One NAK per datagram is enough: the client resends from it. So is one refusal while suspended.
     let mut nak = None;
+    let mut suspended = None;
     let mut received = 0i64;
     for (record, payload) in records {
         received += 1;
         match record.kind {
+            wire::MESSAGE if append.suspended => {
+                state.counters.suspended_refused.increment();
+                suspended = suspended.or(Some(record.correlation_id));
+            }
             wire::MESSAGE => {
                 let expected = on_message(state.config, state.counters, connection, record, payload, append, now);
                 nak = nak.or(expected);
@@ -844,6 +881,10 @@ fn on_session_records(
                     connection.last_logged_ns = now;
                 }
                 state.queue_on(connection, session, RecordHeader::new(wire::HEARTBEAT, session));
+                let (configuration, payload) = state.member_set;
+                let members = RecordHeader::new(wire::MEMBERS, session).value(*configuration);
+                let out = Out { socket: &mut *state.socket, counters: state.counters, sequence: state.sequence };
+                queue(connection, out, state.dirty, session, members, payload);
             }
             wire::CLOSE => {
                 let _ = append_entry(
@@ -872,6 +913,10 @@ fn on_session_records(
     }
     if let Some(expected) = nak {
         state.queue_on(connection, session, RecordHeader::new(wire::NAK, session).value(expected as i64));
+    }
+    if let Some(first) = suspended {
+        let refusal = RecordHeader::new(wire::REFUSED, session).correlation(first).code(RefusalCode::Suspended as u8);
+        state.queue_on(connection, session, refusal);
     }
     state.counters.records_received.add(received);
 }

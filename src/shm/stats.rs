@@ -377,6 +377,8 @@ catalogue! {
         rate_limited = 623, "client opens rate-limited";
         /// Opens and reconnects refused for an address holding `clients.max_sessions_per_address`.
         address_sessions_refused = 624, "client sessions refused per address";
+        /// Opens and messages refused while an operator suspended the cluster (`qc-cluster suspend`).
+        suspended_refused = 626, "client records refused while suspended";
     }
 }
 

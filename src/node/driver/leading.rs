@@ -70,15 +70,18 @@ impl ConsensusAgent {
         };
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
         leading.stage.on_commit(self.core.commit_position());
-        if self.core.is_transferring() || self.shared.suspended.load(std::sync::atomic::Ordering::Acquire) {
+        if self.core.is_transferring() {
             // Handing the leadership over: nothing new, so the target can reach the end of the log (the
-            // ingress ring and the clients' sockets hold what arrives; a new leader's term drops it). Or
-            // suspended by the operator: local offers are refused, remote clients' datagrams wait.
+            // ingress ring and the clients' sockets hold what arrives; a new leader's term drops it).
             return leading.stage.send_commit_if_due(0, now_ns);
         }
-        let mut appended = leading.stage.drain(&self.ingress);
+        // Suspended by the operator: local offers are refused (`LocalOfferError::Suspended`), and remote
+        // clients' opens and messages (`RefusalCode::Suspended`); their sessions live on.
+        let suspended = self.shared.suspended.load(std::sync::atomic::Ordering::Acquire);
+        let mut appended = if suspended { 0 } else { leading.stage.drain(&self.ingress) };
         if let Some(clients) = self.clients.as_mut() {
-            let appending = Appending::new(&mut leading.stage, leading.term);
+            let mut appending = Appending::new(&mut leading.stage, leading.term);
+            appending.suspended = suspended;
             appended += clients.poll(now_ns, Some(appending), Some(self.core.member_id()));
         }
         if appended > 0 && self.synced.is_none() {

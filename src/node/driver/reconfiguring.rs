@@ -118,7 +118,8 @@ pub(super) fn publish_membership(
 ) {
     let membership = core.membership().clone();
     if let Some(clients) = clients {
-        clients.set_members(wiring.known().iter().map(|e| (e.id, e.client)).collect());
+        let ids: Vec<i32> = membership.members().collect();
+        clients.set_members(wiring.known().iter().map(|e| (e.id, e.client)).collect(), membership.id as i64, &ids);
     }
     let endpoints: Vec<_> = membership.members().filter_map(|m| wiring.endpoints(m)).collect();
     counters.configuration_id.set(membership.id as i64);
