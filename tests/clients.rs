@@ -1114,3 +1114,43 @@ fn wait_returns_when_a_datagram_arrives_or_the_next_timer_is_due() {
     patient.poll(|_| events += 1);
     assert_eq!((events, patient.stats().datagrams_received), (0, 1));
 }
+
+/// Issue 27, item 6: a client started with member 0 alone learns the others from the leader (`MEMBERS`
+/// after `OPENED`); while an operator suspends the cluster its messages are refused with a distinct event
+/// and its session lives on; once resumed they are sent again and committed, each once.
+#[test]
+fn a_client_learns_the_members_and_a_suspended_cluster_refuses_its_messages_until_it_resumes() {
+    use quorumcast::node::admin::{AdminCommand, AdminRings};
+
+    let scratch = ScratchDir::new("clients-suspended");
+    let (members, mut nodes, mut applied) = start(&scratch, clients_config());
+    let mut config = client_config(&members, &[0]);
+    config.resend_timeout = Duration::from_millis(50);
+    let mut client = ClusterClient::new(config).unwrap();
+    let session = connect(&mut nodes, &mut applied, &mut client);
+    let mut events = vec![Vec::new()];
+    drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |c, _| c[0].stats().members_learnt == 2, "learn");
+
+    let admin = AdminRings::attach(nodes[0].directory().unwrap()).unwrap();
+    admin.send(1, &AdminCommand::Suspend).unwrap();
+    drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |_, _| admin.answer(1).is_some(), "suspend");
+    let first = client.offer(b"while suspended").unwrap();
+    let second = client.offer(b"and another").unwrap();
+    let refused = format!("{:?}", Event::Suspended { correlation_id: first });
+    drive(&mut nodes, &mut applied, &mut [&mut client], &mut events, |_, e| e[0].contains(&refused), "refused");
+    assert!(!events[0].iter().any(|e| e.starts_with("committed")), "nothing committed while suspended: {events:?}");
+    assert_eq!(client.session_id(), Some(session), "the session lives on");
+
+    admin.send(2, &AdminCommand::Resume).unwrap();
+    let done = [committed(first), committed(second)];
+    drive(
+        &mut nodes,
+        &mut applied,
+        &mut [&mut client],
+        &mut events,
+        |_, e| done.iter().all(|d| e[0].contains(d)),
+        "resumed",
+    );
+    await_applied(&mut nodes, &mut applied, |a| a.sessions.get(&session).is_some_and(|m| m[..] == [first, second]));
+    assert!(quorumcast_testkit::cluster::counter(&nodes[0], "client records refused while suspended") >= 1);
+}

@@ -275,6 +275,13 @@ pub enum Event<'a> {
         /// Why.
         reason: RefusalCode,
     },
+    /// The cluster takes no new messages now (an operator suspended it, `qc-cluster suspend`): message
+    /// `correlation_id` and those after it stay in flight, and are sent again until it resumes. The
+    /// session lives on.
+    Suspended {
+        /// The first message refused.
+        correlation_id: u64,
+    },
 }
 
 /// Why a session closed under its client.
@@ -511,6 +518,26 @@ impl ClusterClient {
         self.windows.push(ReplayWindow::default());
         self.stats.members_learnt += 1;
         Some(self.config.members.len() - 1)
+    }
+
+    /// Takes the members of the configuration in effect, as the leader lists them (`MEMBERS`): a member not
+    /// known yet is added, one known at another address moves there. Members the list no longer names are
+    /// kept (asked as before: one that left answers with a redirect, or not at all).
+    fn learn_members(&mut self, members: &[(i32, SocketAddr)]) {
+        for &(id, addr) in members {
+            match self.config.members.iter().position(|m| m.0 == id) {
+                Some(i) if self.config.members[i].1 != addr && !self.config.members.iter().any(|m| m.1 == addr) => {
+                    self.config.members[i].1 = addr;
+                    self.addrs[i] = SockAddr::from(addr);
+                    self.windows[i] = ReplayWindow::default();
+                    self.stats.members_learnt += 1;
+                }
+                Some(_) => {}
+                None => {
+                    let _ = self.learn_member(id, addr);
+                }
+            }
+        }
     }
 
     /// The local address the client sends from.
@@ -1084,6 +1111,7 @@ fn on_record(
             client.flush();
         }
         wire::REFUSED => on_refused(client, member, ours, record, now, handler),
+        wire::MEMBERS if ours => client.learn_members(&wire::decode_members(payload)),
         wire::CLOSED if ours && client.state != State::Idle => {
             client.state = State::Idle;
             // The session's last message applied: those up to it were (their answers were lost), the rest
@@ -1109,7 +1137,12 @@ fn on_refused(
     };
     let to_open = !ours && client.state == State::Opening && record.correlation_id == client.nonce;
     match code {
-        RefusalCode::TooManySessions | RefusalCode::TooManyFromAddress | RefusalCode::RateLimited if to_open => {
+        RefusalCode::TooManySessions
+        | RefusalCode::TooManyFromAddress
+        | RefusalCode::RateLimited
+        | RefusalCode::Suspended
+            if to_open =>
+        {
             client.state = State::Idle;
             handler(Event::ConnectRefused { reason: code });
         }
@@ -1134,6 +1167,9 @@ fn on_refused(
                 client.resent_from = from;
                 client.resend_from(from, now);
             }
+        }
+        RefusalCode::Suspended if ours && client.state == State::Connected => {
+            handler(Event::Suspended { correlation_id: record.correlation_id });
         }
         RefusalCode::NotConnected if ours && client.state == State::Connected && member == client.target => {
             // The leader does not know this session (it was elected since): go on with it there.
