@@ -7,6 +7,7 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::budget::SenderBudget;
 use crate::hiccup::Hiccups;
 
 /// The whole report of one sweep run: what `summary.json` holds.
@@ -215,6 +216,11 @@ pub struct ConfigResult {
     pub mu_measured: f64,
     /// The stage that saturated first: `sender`, `append`, `receiver` or `load`.
     pub bottleneck: String,
+    /// The leader Sender's time split over the mu windows and the capacity that budget gives, with the
+    /// seed model's error taken apart term by term (see [`crate::budget`]). Absent where the split was not
+    /// measured, and in reports written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_budget: Option<SenderBudget>,
     /// One entry per utilization point, in the order they ran.
     pub points: Vec<PointResult>,
     /// The agents' duty-cycle lengths at the point nearest rho 0.5 (each point has its own in `points`).
@@ -818,6 +824,7 @@ mod tests {
             mu_predicted: 0.0,
             mu_measured: 0.0,
             bottleneck: "sender".into(),
+            sender_budget: None,
             points: vec![],
             agents: vec![],
             latency_source: None,
