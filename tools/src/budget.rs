@@ -198,11 +198,11 @@ pub struct SenderBudget {
     pub within_tolerance: bool,
     /// The seed model's `(S - C) / D x M_pkt` with the same S and C as the configuration's prediction.
     pub mu_seed: f64,
-    /// `mu_seed / mu_measured - 1`.
+    /// `mu_seed / mu_measured - 1` (0 without a seed model).
     pub seed_error: f64,
-    /// The seed's error, factor by factor.
+    /// The seed's error, factor by factor (without a seed model, only `idle`).
     pub seed_terms: SeedTerms,
-    /// The term of `seed_terms` with the largest effect.
+    /// The term of `seed_terms` with the largest effect, or `no seed model` (no S was probed for the row).
     pub seed_main_term: String,
     /// What the timing cost.
     pub overhead: TimingOverhead,
@@ -224,12 +224,16 @@ impl SenderBudget {
         let mu_measured = w.committed / w.seconds;
         let mu_seed = seed.mu();
         let g = w.data_ns / busy;
-        let seed_terms = SeedTerms {
-            data_calls: per(w.data_ns) * seed.s / 1e9 - 1.0,
-            control_calls: if seed.s > 0.0 { (w.control_ns / busy - seed.c / seed.s) / g } else { 0.0 },
-            own_code: w.own_ns / busy / g,
-            fill: if m > 0.0 { seed.m_pkt / m - 1.0 } else { 0.0 },
-            idle: mu_budget / mu_measured - 1.0,
+        let seed_terms = if mu_seed <= 0.0 {
+            SeedTerms { idle: mu_budget / mu_measured - 1.0, ..SeedTerms::default() }
+        } else {
+            SeedTerms {
+                data_calls: per(w.data_ns) * seed.s / 1e9 - 1.0,
+                control_calls: if seed.s > 0.0 { (w.control_ns / busy - seed.c / seed.s) / g } else { 0.0 },
+                own_code: w.own_ns / busy / g,
+                fill: if m > 0.0 { seed.m_pkt / m - 1.0 } else { 0.0 },
+                idle: mu_budget / mu_measured - 1.0,
+            }
         };
         let reads_per_s = (2.0 * (w.data_calls + w.control_calls) + w.cycles) / w.seconds;
         let budget_error = mu_budget / mu_measured - 1.0;
@@ -251,7 +255,7 @@ impl SenderBudget {
             within_tolerance: budget_error.abs() <= BUDGET_TOLERANCE,
             mu_seed,
             seed_error: if mu_seed > 0.0 { mu_seed / mu_measured - 1.0 } else { 0.0 },
-            seed_main_term: seed_terms.main().to_string(),
+            seed_main_term: if mu_seed > 0.0 { seed_terms.main().to_string() } else { "no seed model".to_string() },
             seed_terms,
             overhead: TimingOverhead { clock_read_ns, reads_per_s, share: reads_per_s * clock_read_ns / 1e9 },
         })
@@ -401,6 +405,10 @@ mod tests {
         let no_seed = SeedInputs { s: 0.0, ..seed() };
         let b = SenderBudget::of(&window(), &no_seed, 25.0).unwrap();
         assert_eq!((b.mu_seed, b.seed_error, b.probe_ns_per_datagram), (0.0, 0.0, 0.0));
+        assert_eq!(
+            (b.seed_terms.data_calls, b.seed_terms.fill, b.seed_main_term.as_str()),
+            (0.0, 0.0, "no seed model")
+        );
     }
 
     #[test]

@@ -36,6 +36,13 @@
 //! report says so (`latency_source`, the profile's name ends in `-client`). That cluster's Sender backs off
 //! instead of spinning, so that the client process finds a core.
 //!
+//! The mu cluster's leader Sender splits its time (`NodeBuilder::sender_time_split`; the points' clusters
+//! run without it): over the mu windows, its wall time in data calls, control calls, own code, idle and
+//! between cycles gives its budget ([`crate::budget`]): the capacity its measured time per datagram pays
+//! for, held within 5% of mu where the Sender saturated first, and the seed model's error taken apart by
+//! term (a data call's cost under load against the probe's, control calls, own code, fill, idle). The
+//! sweep measures a clock read's cost first and reports the share of the Sender's time the timing took.
+//!
 //! The prediction: S the mean of the slices probed between the mu windows; C the leader Sender's control syscalls
 //! per second during the configuration's own saturated run, less its polls on duty cycles that sent
 //! nothing (commit frames to each follower, acknowledgement reads, heartbeats: what control traffic took
