@@ -543,6 +543,12 @@ fn round3(x: f64) -> f64 {
 }
 
 impl ConfigResult {
+    /// Whether the Sender was the stage that saturated first (`bottleneck` names it first): the rows whose
+    /// [`sender_budget`](Self::sender_budget) is held to mu.
+    pub fn sender_bound(&self) -> bool {
+        self.bottleneck.starts_with("sender")
+    }
+
     /// The file stem for one point of this configuration, e.g. `mtu1408-noop-msg128-classic-separate-rho0.70`:
     /// only ASCII letters, digits, `.`, `-` and `_` (other characters, like the `:` of `sleep-ns:1000`, become
     /// `_`). Unique within a sweep as long as configurations and rho values (to 2 decimals) are.

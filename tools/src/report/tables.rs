@@ -262,7 +262,7 @@ pub(crate) fn budget_table(r: &SweepReport) -> Table {
         let Some(b) = &c.sender_budget else { continue };
         let percent = |x: f64| format!("{:.1}", 100.0 * x);
         let ns = |x: f64| format!("{x:.0}");
-        let check = match (c.bottleneck.starts_with("sender"), b.within_tolerance) {
+        let check = match (c.sender_bound(), b.within_tolerance) {
             (true, true) => "yes".to_string(),
             (true, false) => "NO".to_string(),
             (false, _) => format!("not compared ({})", c.bottleneck.split(':').next().unwrap_or("?")),

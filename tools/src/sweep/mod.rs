@@ -648,7 +648,12 @@ fn summarize(config: &ConfigSpec, probes: &HostProbes<'_>, mu: &measure::MuRun, 
         result.bottleneck
     ));
     match &result.sender_budget {
-        Some(b) => progress.line(&format!("   {}", b.describe(mu.mu))),
+        Some(b) => {
+            progress.line(&format!("   {}", b.describe(mu.mu)));
+            if !result.sender_bound() {
+                progress.line("   (the budget is held to mu only where the Sender saturated first: not compared here)");
+            }
+        }
         None => progress.line("   sender time: not split (no data sent, or the split was off)"),
     }
     result
