@@ -274,12 +274,25 @@ impl SenderBudget {
 
     /// One line: the split, the budget against mu, the seed and its terms.
     pub fn describe(&self, mu_measured: f64) -> String {
+        let (probe, seed) = if self.mu_seed > 0.0 {
+            (
+                format!("the probe's 1/S {:.0} ns", self.probe_ns_per_datagram),
+                format!(
+                    "seed model {:.0} ({:+.1}%: {}; mainly {})",
+                    self.mu_seed,
+                    100.0 * self.seed_error,
+                    self.terms_text(),
+                    self.seed_main_term
+                ),
+            )
+        } else {
+            ("no S probed".to_string(), "no seed model (no S probed for this row)".to_string())
+        };
         format!(
             "sender time: data calls {:.1}%, control calls {:.1}%, own code {:.1}%, idle {:.1}%, between cycles {:.1}% \
-             ({:.1}% accounted); per datagram {:.0} ns data ({:.0} ns per call; the probe's 1/S {:.0} ns) + {:.0} ns \
+             ({:.1}% accounted); per datagram {:.0} ns data ({:.0} ns per call; {probe}) + {:.0} ns \
              control + {:.0} ns own code, {:.2} msgs/datagram: budget mu {:.0} msg/s against measured {:.0} ({:+.1}%, {}); \
-             seed model {:.0} ({:+.1}%: {}; mainly {}); timing {:.1}M clock reads/s x {:.1} ns = {:.2}% of the thread",
-            100.0 * self.data_share,
+             {seed}; timing {:.1}M clock reads/s x {:.1} ns = {:.2}% of the thread",            100.0 * self.data_share,
             100.0 * self.control_share,
             100.0 * self.own_share,
             100.0 * self.idle_share,
@@ -287,7 +300,6 @@ impl SenderBudget {
             100.0 * self.accounted,
             self.data_ns_per_datagram,
             self.data_ns_per_call,
-            self.probe_ns_per_datagram,
             self.control_ns_per_datagram,
             self.own_ns_per_datagram,
             self.messages_per_datagram,
@@ -295,10 +307,6 @@ impl SenderBudget {
             mu_measured,
             100.0 * self.budget_error,
             if self.within_tolerance { "within 5%" } else { "OUTSIDE 5%" },
-            self.mu_seed,
-            100.0 * self.seed_error,
-            self.terms_text(),
-            self.seed_main_term,
             self.overhead.reads_per_s / 1e6,
             self.overhead.clock_read_ns,
             100.0 * self.overhead.share
@@ -409,6 +417,17 @@ mod tests {
             (b.seed_terms.data_calls, b.seed_terms.fill, b.seed_main_term.as_str()),
             (0.0, 0.0, "no seed model")
         );
+    }
+
+    #[test]
+    fn the_line_names_the_split_the_check_and_the_seed_s_main_term() {
+        let line = SenderBudget::of(&window(), &seed(), 25.0).unwrap().describe(792_000.0);
+        assert!(
+            line.contains("data calls 60.0%") && line.contains("OUTSIDE 5%") && line.contains("mainly idle"),
+            "{line}"
+        );
+        let no_seed = SenderBudget::of(&window(), &SeedInputs { s: 0.0, ..seed() }, 25.0).unwrap();
+        assert!(no_seed.describe(792_000.0).contains("no seed model (no S probed for this row)"));
     }
 
     #[test]
