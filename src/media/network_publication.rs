@@ -37,6 +37,7 @@ use crate::media::auth::TAG_LENGTH;
 use crate::media::channel::{ChannelConfig, ChannelConfigError};
 use crate::media::flow_control::{FlowControl, StatusChange};
 use crate::media::retransmit::{NakOutcome, RetransmitHandler};
+use crate::media::time_split::{CallClass, CallNs, CallTimer};
 use crate::media::transport::{
     MmsgScratch, Network, RecvBatch, SendMode, SendOutcome, Transport, Udp, UdpEndpoint, MAX_BATCH,
 };
@@ -260,6 +261,8 @@ pub struct NetworkPublication<T: Transport = UdpEndpoint> {
     runs: [Run; MAX_BATCH],
     failure: Option<PublicationError>,
     counters: SenderCounters,
+    /// The time inside its send and poll calls, when the Sender splits its time (off by default).
+    calls: CallTimer,
     warnings: Vec<String>,
     logs: PublicationLogs,
 }
@@ -373,6 +376,7 @@ impl<T: Transport> NetworkPublication<T> {
             runs: [Run::default(); MAX_BATCH],
             failure: None,
             counters,
+            calls: CallTimer::default(),
             warnings,
             logs: PublicationLogs::default(),
             config,
@@ -425,6 +429,18 @@ impl<T: Transport> NetworkPublication<T> {
     /// log retains, and does not hold the stream back.
     pub fn set_log_start(&mut self, start: i64) {
         self.log_start = start;
+    }
+
+    /// Times every send and poll call with `clock` from now on (`None`: stops), for the Sender's
+    /// [time split](crate::media::time_split).
+    pub fn time_calls(&mut self, clock: Option<crate::agent::clock::NanoClock>) {
+        self.calls.set_clock(clock);
+    }
+
+    /// The time spent inside calls since the last take, by class (all 0 when calls are not timed), and
+    /// zeroes it.
+    pub fn take_call_ns(&mut self) -> CallNs {
+        self.calls.take()
     }
 
     /// Sets the handler of control frames other than status messages and NAKs (consensus frames).

@@ -5,12 +5,17 @@
 //! or every [`CONTROL_POLL_RATIO`] cycles, or when [`CONTROL_POLL_INTERVAL`] has passed, so that a
 //! saturated Sender spends its syscalls on data. The work count it returns (bytes sent plus frames read)
 //! drives its idle strategy.
+//!
+//! With its [time split](crate::media::time_split) on ([`Sender::split_time`]), each duty cycle is booked
+//! into data calls, control calls, own code, idle and the time between cycles: one more clock read per
+//! cycle (its end), and two around each call in its publications.
 
 use std::time::Duration;
 
 use crate::agent::clock::{nanos, NanoClock};
 use crate::agent::{Agent, AgentError};
 use crate::media::network_publication::NetworkPublication;
+use crate::media::time_split::{CallNs, TimeSplit, TimeSplitCounters};
 use crate::media::transport::{RecvBatch, Transport, UdpEndpoint};
 use crate::shm::ring_buffer::OneToOneRingBuffer;
 
@@ -33,12 +38,30 @@ pub struct Sender<T: Transport = UdpEndpoint> {
     next_poll_ns: u64,
     round_robin: usize,
     commands: Vec<(OneToOneRingBuffer, usize)>,
+    /// Where each duty cycle's time goes, when asked for (`None`: not measured, no clock read for it).
+    split: Option<TimeSplit>,
 }
 
 impl<T: Transport> Sender<T> {
     /// Reads `clock` from now on (a simulated one, under the node simulator).
     pub fn set_clock(&mut self, clock: NanoClock) {
         self.clock = clock;
+        if self.split.is_some() {
+            self.time_publications();
+        }
+    }
+
+    /// Splits the Sender's time into `counters` from now on: its publications time their calls with its
+    /// clock, and each duty cycle is booked when it ends (see [`crate::media::time_split`]).
+    pub fn split_time(&mut self, counters: TimeSplitCounters) {
+        self.split = Some(TimeSplit::new(counters));
+        self.time_publications();
+    }
+
+    fn time_publications(&mut self) {
+        for publication in &mut self.publications {
+            publication.time_calls(Some(self.clock.clone()));
+        }
     }
 
     /// A Sender of `publications`.
@@ -51,6 +74,7 @@ impl<T: Transport> Sender<T> {
             next_poll_ns: 0,
             round_robin: 0,
             commands: Vec::new(),
+            split: None,
         }
     }
 
@@ -72,14 +96,26 @@ impl<T: Transport> Sender<T> {
         &mut self.publications
     }
 
-    /// One duty cycle; returns the work done.
+    /// One duty cycle at the clock's time; returns the work done. With the time split on, the cycle is
+    /// booked into it (from this clock read to one at its end).
     pub fn poll_once(&mut self) -> usize {
         let now_ns = self.clock.now_ns();
-        self.poll_at(now_ns)
+        let (sent, read) = self.cycle(now_ns);
+        if self.split.is_some() {
+            self.book_cycle(now_ns, sent > 0);
+        }
+        sent + read
     }
 
-    /// One duty cycle at `now_ns`.
+    /// One duty cycle at `now_ns` (a time the caller keeps, never booked into the time split).
     pub fn poll_at(&mut self, now_ns: u64) -> usize {
+        let (sent, read) = self.cycle(now_ns);
+        sent + read
+    }
+
+    /// One duty cycle at `now_ns`: returns the work of sending (bytes, commit frames, heartbeats, SETUPs)
+    /// and of reading control frames.
+    fn cycle(&mut self, now_ns: u64) -> (usize, usize) {
         let count = self.publications.len();
         let mut sent = self.drain_commands();
         for i in 0..count {
@@ -98,7 +134,20 @@ impl<T: Transport> Sender<T> {
             self.cycles_since_poll = 0;
             self.next_poll_ns = now_ns + nanos(CONTROL_POLL_INTERVAL);
         }
-        sent + read
+        (sent, read)
+    }
+
+    /// Books the cycle that started at `start_ns` into the time split (which is on).
+    #[inline(never)]
+    fn book_cycle(&mut self, start_ns: u64, sent: bool) {
+        let mut calls = CallNs::default();
+        for publication in &mut self.publications {
+            calls.add(publication.take_call_ns());
+        }
+        let end_ns = self.clock.now_ns();
+        if let Some(split) = &mut self.split {
+            split.book(start_ns, end_ns, sent, calls);
+        }
     }
 }
 

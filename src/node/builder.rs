@@ -357,6 +357,11 @@ pub struct NodeConfig {
     /// Carry the commit position in data frames while data flows.
     /// Default: `false`.
     pub commit_piggyback: bool,
+    /// Split the leader Sender's time into data calls, control calls, own code, idle and the time between
+    /// its duty cycles, in its counters (see [`crate::media::time_split`]): a few clock reads per send call,
+    /// for measuring its capacity as a budget.
+    /// Default: `false`.
+    pub sender_time_split: bool,
     /// Resend an unchanged commit position this often.
     /// Default: `100ms`.
     pub commit_heartbeat: Duration,
@@ -574,6 +579,7 @@ impl NodeBuilder {
                 threading: ThreadingMode::Dedicated,
                 force_layout: false,
                 commit_piggyback: false,
+                sender_time_split: false,
                 commit_heartbeat: Duration::from_millis(100),
                 ack_interval: Duration::from_millis(200),
                 ingress_capacity: 4 << 20,
@@ -732,6 +738,12 @@ impl NodeBuilder {
     /// Carry the commit position in data frames while data flows.
     pub fn commit_piggyback(mut self, piggyback: bool) -> Self {
         self.config.commit_piggyback = piggyback;
+        self
+    }
+
+    /// Split the leader Sender's time in its counters (see [`NodeConfig::sender_time_split`]).
+    pub fn sender_time_split(mut self, split: bool) -> Self {
+        self.config.sender_time_split = split;
         self
     }
 

@@ -38,6 +38,7 @@ use crate::storage::recording::SyncPolicy;
 /// clean_stale = true           # remove a crashed run's directory instead of refusing to start
 /// stream_id = 1001
 /// commit_piggyback = true      # carry the commit position in data frames
+/// sender_time_split = true     # split the leader Sender's time in its counters (a few clock reads per send)
 /// ingress_capacity = "4MiB"    # client ingress ring, a power of two
 /// members = [ { id = 0, log = "127.0.0.1:40501", consensus = "127.0.0.1:40601" },
 ///             { id = 1, log = "127.0.0.1:40502" } ]   # consensus: default the log port + 100
@@ -124,6 +125,7 @@ pub struct NodeFile {
     clean_stale: Option<bool>,
     stream_id: Option<i32>,
     commit_piggyback: Option<bool>,
+    sender_time_split: Option<bool>,
     ingress_capacity: Option<FileSize>,
     initial_members: Option<Vec<i32>>,
     promote_within: Option<FileSize>,
@@ -346,7 +348,7 @@ impl NodeFile {
     /// `members` is replaced whole). So `node.merge(profile)`: the profile wins where both set a key.
     pub fn merge(mut self, over: NodeFile) -> NodeFile {
         merge_fields!(self, over; id, leader, members, directory, data_dir, clean_stale, stream_id,
-            commit_piggyback, ingress_capacity, initial_members, promote_within);
+            commit_piggyback, sender_time_split, ingress_capacity, initial_members, promote_within);
         let (c, o) = (&mut self.consensus, over.consensus);
         merge_fields!(c, o; heartbeat_interval, heartbeat_timeout, election_timeout_min, election_timeout_max);
         let (c, o) = (&mut self.channel, over.channel);
@@ -425,6 +427,7 @@ impl NodeFile {
         set(&mut config.clean_stale, self.clean_stale);
         set(&mut config.stream_id, self.stream_id);
         set(&mut config.commit_piggyback, self.commit_piggyback);
+        set(&mut config.sender_time_split, self.sender_time_split);
         set(&mut config.ingress_capacity, self.ingress_capacity.map(|s| s.0));
         config.initial_members = self.initial_members.clone();
         set(&mut config.promote_within, self.promote_within.map(|s| s.0 as i64));

@@ -24,6 +24,7 @@ use crate::media::receiver::{
     FollowerSeam, ReceiveChannelConfig, Receiver, ReceiverCounters, SpareImage, Subscription,
 };
 use crate::media::sender::Sender;
+use crate::media::time_split::TimeSplitCounters;
 use crate::media::transport::faulty::{FaultConfig, Faulty};
 use crate::media::transport::{Network, Udp};
 use crate::shm::buffer::AtomicBuffer;
@@ -42,6 +43,8 @@ use super::{Member, NodeConfig, NodeError};
 #[derive(Clone, Debug)]
 pub(super) struct NodeCounters {
     pub(super) sender: SenderCounters,
+    /// The leader Sender's time split (0 unless `sender_time_split`).
+    pub(super) sender_time: TimeSplitCounters,
     pub(super) receiver: ReceiverCounters,
     /// The leader's record of each other member's acknowledged position (for `qc-stat`; the consensus
     /// core gets each term's acknowledgements from counters of that term alone).
@@ -65,6 +68,7 @@ impl NodeCounters {
             .collect();
         Self {
             sender: SenderCounters::new(allocate),
+            sender_time: TimeSplitCounters::new(allocate),
             receiver: ReceiverCounters::new(allocate),
             acks,
             refused_acks: allocate(&kinds::membership::acknowledgements_refused),
@@ -371,10 +375,11 @@ impl Wiring {
         let sender_commands = OneToOneRingBuffer::new(command_buffer.clone())?;
         let counters = self.counters.sender.clone();
         let clock = self.env.clock.fresh();
+        let time_split = self.config.sender_time_split.then(|| self.counters.sender_time.clone());
         // The production Sender runs on bare UDP endpoints; another network, or fault injection (for tests),
         // takes boxed ones.
-        let parts =
-            SenderParts { log: log.clone(), start, channel, counters, handler, commands: sender_commands, clock };
+        let commands = sender_commands;
+        let parts = SenderParts { log: log.clone(), start, channel, counters, time_split, handler, commands, clock };
         let sender = if self.env.is_udp() && !parts.channel.has_faults() {
             sender_on(&mut Udp, parts)?
         } else {
@@ -471,6 +476,7 @@ struct SenderParts {
     start: i64,
     channel: ChannelConfig,
     counters: SenderCounters,
+    time_split: Option<TimeSplitCounters>,
     handler: Box<dyn ControlHandler>,
     commands: OneToOneRingBuffer,
     clock: NanoClock,
@@ -481,12 +487,15 @@ fn sender_on<N: Network>(network: &mut N, parts: SenderParts) -> Result<Box<dyn 
 where
     N::Endpoint: 'static,
 {
-    let SenderParts { log, start, channel, counters, handler, commands, clock } = parts;
+    let SenderParts { log, start, channel, counters, time_split, handler, commands, clock } = parts;
     let mut publication = NetworkPublication::open(log, channel, counters, network)?;
     publication.set_log_start(start);
     publication.set_control_handler(handler);
     let mut sender = Sender::new(vec![publication]);
     sender.set_clock(clock);
+    if let Some(counters) = time_split {
+        sender.split_time(counters);
+    }
     sender.add_command_ring(commands, 0);
     Ok(Box::new(sender))
 }

@@ -139,6 +139,17 @@ catalogue! {
         recv_errors = 124, "sender recv errors";
         /// GSO sends the kernel refused at run time, after which the Sender sends `classic`.
         gso_fallbacks = 125, "sender gso fallbacks";
+        /// Nanoseconds inside data sends (with the time split on: `NodeBuilder::sender_time_split`).
+        data_call_ns = 126, "sender data call ns";
+        /// Nanoseconds inside control sends, and control polls on duty cycles that sent (the model's C).
+        control_call_ns = 127, "sender control call ns";
+        /// Nanoseconds of duty cycles that sent, outside calls: the Sender's own code.
+        own_code_ns = 128, "sender own code ns";
+        /// Nanoseconds of duty cycles that sent nothing, less their sends.
+        idle_ns = 129, "sender idle ns";
+        /// Nanoseconds between the end of a duty cycle and the start of the next (runner, idle strategy,
+        /// agents sharing the thread).
+        between_cycles_ns = 130, "sender between cycles ns";
         /// The sender position (`snd-pos`), in bytes of the log.
         position = TYPE_SENDER_POSITION, "snd-pos";
         /// The flow-control limit (`snd-lmt`), in bytes of the log.

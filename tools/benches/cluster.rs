@@ -35,6 +35,12 @@
 //! - the stall of a stopped follower: at a paced 200k msg/s, member 2 is not run for 2 s, and the longest
 //!   time the leader's commit position stood still is reported before, during and after (`--no-stall`
 //!   skips it; `--only stall` runs only it);
+//! - the leader Sender's time split over the saturation windows (`--no-split` turns it off): its wall time
+//!   in data calls, control calls, its own code, idle and between its duty cycles (on bench thread 0 the
+//!   load and the leader's other agents run there), the nanoseconds per datagram in each busy class, and
+//!   the capacity that budget gives (`quorumcast_tools::budget`), beside the model in the five-member rows
+//!   (`sender_budget` in the summary's rows; held to the committed rate only where the Sender saturated
+//!   first). The clock reads it costs are printed beside it;
 //! - the model's C: for each idle strategy of the leader's consensus agent, at a paced moderate load, the
 //!   leader Sender's control syscalls per second (and data syscalls, commit frames) per second.
 //! - five members (`five members` rows, `--only five` runs only them; MTU 1408 and 8192, classic, separate
@@ -89,6 +95,7 @@ use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
 
 use quorumcast_tools::bench::{host, target_dir, write_summary};
+use quorumcast_tools::budget::{self, SeedInputs, SenderBudget, SenderWindow};
 use quorumcast_tools::disk_floor::{self, SyncLatency, WriteRate};
 use quorumcast_tools::model::Model;
 
@@ -149,6 +156,10 @@ struct Settings {
     pipeline_time: Duration,
     c_time: Duration,
     c_serial_samples: usize,
+    /// The leader Sender splits its time in the saturation runs (not with `--no-split`).
+    split: bool,
+    /// Nanoseconds one clock read of the split takes here ([`budget::clock_read_ns`]).
+    clock_read_ns: f64,
 }
 
 /// A 3-node quorumcast cluster over UDP loopback in one process: committed messages per second at
@@ -172,6 +183,10 @@ struct Cli {
     /// Pins the bench and agent threads to cores 0 and 1 (see the layouts in the bench's docs).
     #[arg(long)]
     pin: bool,
+    /// Runs the saturation rows without the leader Sender's time split (on by default: two clock reads
+    /// per send or poll call and one per duty cycle; the rows print what they cost).
+    #[arg(long = "no-split")]
+    no_split: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -180,7 +195,8 @@ struct Cli {
 impl Settings {
     /// The settings the command line asks for.
     fn from_args() -> Self {
-        let Cli { quick, only, no_c: skip_c, no_stall: skip_stall, pin, bench: _ } = Cli::parse();
+        let Cli { quick, only, no_c: skip_c, no_stall: skip_stall, pin, no_split, bench: _ } = Cli::parse();
+        let (split, clock_read_ns) = (!no_split, budget::clock_read_ns());
         if quick {
             Self {
                 quick,
@@ -196,6 +212,8 @@ impl Settings {
                 pipeline_time: Duration::from_millis(300),
                 c_time: Duration::from_millis(500),
                 c_serial_samples: 200,
+                split,
+                clock_read_ns,
             }
         } else {
             Self {
@@ -212,6 +230,8 @@ impl Settings {
                 pipeline_time: Duration::from_secs(1),
                 c_time: Duration::from_secs(2),
                 c_serial_samples: 1_000,
+                split,
+                clock_read_ns,
             }
         }
     }
@@ -464,6 +484,8 @@ struct Saturation {
     /// What names the stage that saturated first (its `sender_share` is set once S is known).
     evidence: SplitEvidence,
     diagnosis: Vec<String>,
+    /// The leader Sender over the windows: its time split (0 with `--no-split`) and its counts.
+    sender: SenderWindow,
 }
 
 /// What the recorders did over the saturation windows.
@@ -625,6 +647,21 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
     };
     let datagrams = per_s(sender.data_datagrams());
     result.datagrams_per_s = datagrams;
+    result.sender = SenderWindow {
+        seconds,
+        data_ns: sender.data_call_ns() as f64,
+        control_ns: sender.control_call_ns() as f64,
+        own_ns: sender.own_code_ns() as f64,
+        idle_ns: sender.idle_ns() as f64,
+        between_ns: sender.between_cycles_ns() as f64,
+        data_calls: sender.data_syscalls() as f64,
+        control_calls: sender.control_syscalls() as f64,
+        // The leader's agents run as one invoked composite: its duty cycles are the Sender's.
+        cycles: leader.iter().filter(|c| c.label.ends_with(" duty cycles")).map(|c| c.value as f64).sum(),
+        datagrams: sender.data_datagrams() as f64,
+        appended: consensus.messages_appended() as f64,
+        committed: result.rates.iter().sum::<f64>() / result.rates.len().max(1) as f64 * seconds,
+    };
     result.evidence = SplitEvidence {
         followers: followers.len(),
         sender_share: 0.0,
@@ -783,6 +820,21 @@ struct VariantResult {
     model: Option<ModelCheck>,
 }
 
+impl VariantResult {
+    /// The leader Sender's budget over the saturation windows (none with `--no-split`), beside the model
+    /// where the row has one (the five-member rows probe S; the others have no seed figure), and whether
+    /// it is held to mu: only where the Sender saturated first.
+    fn budget(&self, clock_read_ns: f64) -> Option<(SenderBudget, bool)> {
+        let d = self.variant.followers() as u32;
+        let seed =
+            self.model.as_ref().map_or(SeedInputs { s: 0.0, c: self.saturation.model_c_per_s, d, m_pkt: 0.0 }, |m| {
+                SeedInputs { s: m.s, c: m.c, d, m_pkt: m.m_pkt }
+            });
+        let compared = self.model.as_ref().is_some_and(ModelCheck::comparable);
+        SenderBudget::of(&self.saturation.sender, &seed, clock_read_ns).map(|b| (b, compared))
+    }
+}
+
 /// The model's `(S - C) / D x M_pkt` for a row, with S probed in the same run for its D, and the stage
 /// that saturated first: the model's figure is the one to compare with only when it was the Sender.
 #[derive(Clone, Debug)]
@@ -883,7 +935,8 @@ fn run_variant(variant: Variant, settings: &Settings, index: usize) -> Result<Va
 
 fn measure_variant(run: &str, variant: Variant, settings: &Settings) -> Result<VariantResult, String> {
     let layout = Layout::split(settings.pin);
-    let mut cluster = LoadCluster::start(&spec(run, &variant, layout)).map_err(|e| e.to_string())?;
+    let spec = ClusterSpec { time_split: settings.split, ..spec(run, &variant, layout) };
+    let mut cluster = LoadCluster::start(&spec).map_err(|e| e.to_string())?;
     let warnings = cluster.warnings().to_vec();
     let saturation = saturate(&mut cluster, settings);
     cluster.drain(Duration::from_secs(10)).map_err(|e| e.to_string())?;
@@ -1020,7 +1073,7 @@ fn rate(value: f64) -> String {
     }
 }
 
-fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
+fn print_tables(results: &[VariantResult], c_results: &[CResult], clock_read_ns: f64) {
     println!();
     println!(
         "## Raft table (layout of docs/BASELINE.md): 3 nodes (5 where said) in one process, 128 B messages, committed = applied on all"
@@ -1060,12 +1113,38 @@ fn print_tables(results: &[VariantResult], c_results: &[CResult]) {
     println!();
     println!("Saturation detail (leader Sender at saturation):");
     println!();
-    println!("| Variant | committed msg/s | data syscalls/s | control syscalls/s (C) | commit frames/s |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| Variant | committed msg/s | data syscalls/s | control syscalls/s (C) | commit frames/s | sender time: data / \
+         control / own / idle / between cycles | ns per datagram: data / control / own | budget mu (vs committed) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for r in results {
         let s = &r.saturation;
+        let (split, per_datagram, mu) = match r.budget(clock_read_ns) {
+            Some((b, compared)) => (
+                format!(
+                    "{:.0}% / {:.0}% / {:.0}% / {:.0}% / {:.0}%",
+                    100.0 * b.data_share,
+                    100.0 * b.control_share,
+                    100.0 * b.own_share,
+                    100.0 * b.idle_share,
+                    100.0 * b.between_share
+                ),
+                format!(
+                    "{:.0} / {:.0} / {:.0}",
+                    b.data_ns_per_datagram, b.control_ns_per_datagram, b.own_ns_per_datagram
+                ),
+                format!(
+                    "{} ({:+.1}%{})",
+                    rate(b.mu_budget),
+                    100.0 * b.budget_error,
+                    if compared { "" } else { ", not compared" }
+                ),
+            ),
+            None => ("not split".into(), "-".into(), "-".into()),
+        };
         println!(
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {split} | {per_datagram} | {mu} |",
             r.variant.name(),
             rate(s.median()),
             rate(s.data_per_s),
@@ -1411,6 +1490,10 @@ fn rows(settings: &Settings, results: &[VariantResult], c_results: &[CResult]) -
                 "out_of_order": r.out_of_order,
                 "members": r.variant.members,
             });
+            if let Some((b, compared)) = r.budget(settings.clock_read_ns) {
+                row["sender_budget"] = json!(b);
+                row["sender_budget_compared"] = json!(compared);
+            }
             if let Some(m) = &r.model {
                 row["model"] = json!({
                     "s_datagrams_per_s": m.s,
@@ -1564,6 +1647,15 @@ fn main() {
                 if let Some(model) = &r.model {
                     println!("    {} members: {}", variant.members, model.describe(r.saturation.median()));
                 }
+                if let Some((b, compared)) = r.budget(settings.clock_read_ns) {
+                    println!("    {}", b.describe(r.saturation.sender.committed / r.saturation.sender.seconds));
+                    if !compared {
+                        println!(
+                            "    (the budget is not held to mu here: the Sender was not found to be the stage that \
+                             saturated first; it shares bench thread 0 with the load and the leader's other agents)"
+                        );
+                    }
+                }
                 for w in &r.warnings {
                     println!("    warning: {w}");
                 }
@@ -1618,7 +1710,7 @@ fn main() {
         println!("FAILED: {e}");
         None
     });
-    print_tables(&results, &c_results);
+    print_tables(&results, &c_results, settings.clock_read_ns);
     print_floor(&results, floor.as_ref());
     let stall = if settings.skip_stall || !selected(&settings, "stall") {
         None

@@ -10,6 +10,8 @@
 //! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
 //!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
 //! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
+//! - [`budget`]: the leader Sender's capacity as a measured budget (its time split: data calls, control
+//!   calls, own code, idle) beside the seed model, whose error it takes apart term by term;
 //! - [`disk_floor`]: this disk's `fdatasync` latency and write rates, the floor under the recorded log's
 //!   figures (the cluster bench's floor row);
 //! - [`bench`](mod@bench): what the benches (`tools/benches/`) share: pinned thread pairs, percentiles, the
@@ -31,6 +33,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod budget;
 pub mod client_load;
 pub mod cluster_view;
 pub mod disk_floor;

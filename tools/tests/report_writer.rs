@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
+use quorumcast_tools::budget::{SeedInputs, SenderBudget, SenderWindow};
 use quorumcast_tools::hiccup::{CoreHiccups, Hiccups};
 use quorumcast_tools::report::{
     link_latest, write_point_histograms, write_report, AgentDutyCycles, CProbe, ConfigResult, CycleQuantiles, Host,
@@ -90,10 +91,29 @@ fn config(
         mu_predicted,
         mu_measured: mu_predicted * (0.88 + 0.2 * rng.next_f64()),
         bottleneck: if mtu > 4000 { "append".into() } else { "sender".into() },
+        sender_budget: None,
         points: Vec::new(),
         agents: Vec::new(),
         latency_source: None,
     };
+    // A Sender busy all but 2% of the windows (1 s), its datagrams full.
+    let datagrams = cfg.mu_measured / f64::from(m_pkt) * f64::from(d);
+    let window = SenderWindow {
+        seconds: 1.0,
+        data_ns: 0.8e9,
+        control_ns: 0.05e9,
+        own_ns: 0.13e9,
+        idle_ns: 0.01e9,
+        between_ns: 0.01e9,
+        data_calls: datagrams,
+        control_calls: c,
+        cycles: datagrams / 16.0,
+        datagrams,
+        appended: cfg.mu_measured * 0.98,
+        committed: cfg.mu_measured,
+    };
+    let seed = SeedInputs { s, c, d, m_pkt: f64::from(m_pkt) };
+    cfg.sender_budget = SenderBudget::of(&window, &seed, 25.0);
     for &rho in rhos {
         let stem = cfg.point_stem(rho);
         let (intended, service) = latency_histograms(rng, rho, 4000);
@@ -386,6 +406,12 @@ fn synthetic_run_writes_a_complete_report() {
     let capacity_header =
         |l: &&str| l.starts_with('|') && l.contains(" MTU ") && l.contains("mu predicted") && l.contains("mu measured");
     assert_eq!(md.lines().filter(capacity_header).count(), 1, "{md}");
+    // The Sender's budget: a row per configuration, its split, the check and the seed's terms.
+    assert!(md.contains("## Sender budget: the measured split against the seed model"), "{md}");
+    let budget_rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|') && l.contains("data calls ")).collect();
+    assert_eq!(budget_rows.len(), report.configs.len(), "{md}");
+    assert!(budget_rows.iter().any(|l| l.contains("| yes ")), "a Sender-bound row within 5%: {md}");
+    assert!(budget_rows.iter().any(|l| l.contains("not compared (append)")), "{md}");
     for p in report.configs.iter().flat_map(|c| &c.points) {
         let rows = md.lines().filter(|l| l.starts_with('|') && l.contains(&p.hgrm)).count();
         assert_eq!(rows, 1, "{} rows name {}", rows, p.hgrm);
@@ -396,6 +422,7 @@ fn synthetic_run_writes_a_complete_report() {
     assert_eq!(html.matches("<svg").count(), 2 + 1 + 1, "charts in report.html");
     assert_self_contained(&html);
     assert!(html.contains("(S − C) / D × M_pkt"));
+    assert!(html.contains("Sender budget: the measured split against the seed model"));
     assert!(html.contains("&lt;synthetic&gt;"), "the host's text is escaped");
 
     // Each configuration's latency chart is also a file of its own, named for the configuration.

@@ -96,6 +96,22 @@ fn the_tiny_sweep_writes_a_whole_report() {
     }
     let stage = config["bottleneck"].as_str().unwrap();
     assert!(["load", "append", "sender", "receiver"].iter().any(|s| stage.starts_with(s)), "{stage}");
+    // The mu cluster's Sender split its time: the budget is there, its shares and times not negative, and
+    // the seed model's error is the product of its terms.
+    let budget = &config["sender_budget"];
+    for key in ["data_share", "control_share", "own_share", "idle_share", "between_share", "data_ns_per_datagram"] {
+        assert!(budget[key].as_f64().is_some_and(|x| x >= 0.0), "sender_budget.{key}: {budget}");
+    }
+    assert!(budget["data_share"].as_f64().unwrap() > 0.0, "the Sender sent data in calls it timed: {budget}");
+    assert!(budget["mu_budget"].as_f64().unwrap() > 0.0, "{budget}");
+    let terms = &budget["seed_terms"];
+    let factor = |k: &str| 1.0 + terms[k].as_f64().unwrap();
+    let product = factor("data_calls")
+        * (factor("control_calls") + terms["own_code"].as_f64().unwrap())
+        * factor("fill")
+        * factor("idle");
+    let seed_error = budget["seed_error"].as_f64().unwrap();
+    assert!((product - 1.0 - seed_error).abs() < 1e-6 * (1.0 + seed_error.abs()), "{budget}");
 
     let points = config["points"].as_array().unwrap();
     assert_eq!(points.len(), 2);

@@ -92,7 +92,8 @@ impl<T: Transport> NetworkPublication<T> {
             if idle_cycle {
                 self.counters.idle_polls.increment();
             }
-            let received = match self.sockets.endpoints_mut()[s].recv_batch(batch) {
+            let endpoint = &mut self.sockets.endpoints_mut()[s];
+            let received = match self.calls.time(CallClass::Poll, || endpoint.recv_batch(batch)) {
                 Ok(n) => n,
                 Err(_) => {
                     self.counters.recv_errors.increment();
@@ -289,7 +290,8 @@ impl<T: Transport> NetworkPublication<T> {
             }
             let partition = partition_index(from, bits);
             let bytes = self.log.term(partition).bytes(term_offset(from, term_length), found.available);
-            let outcome = transmit(&mut self.sockets, d, bytes, None, &self.counters.control_syscalls);
+            let call = (&self.counters.control_syscalls, CallClass::Control);
+            let outcome = transmit(&mut self.sockets, d, bytes, None, call, &mut self.calls);
             if !matches!(outcome, SendOutcome::Sent(_)) {
                 self.counters.short_sends.increment();
                 break;

@@ -157,7 +157,8 @@ impl<T: Transport> NetworkPublication<T> {
             let mut taken = false;
             for (d, dest) in self.destinations.iter().enumerate() {
                 if self.flow_control.is_live(d) {
-                    let outcome = transmit(&mut self.sockets, d, bytes, tag.as_ref(), &self.counters.data_syscalls);
+                    let call = (&self.counters.data_syscalls, CallClass::Data);
+                    let outcome = transmit(&mut self.sockets, d, bytes, tag.as_ref(), call, &mut self.calls);
                     taken |=
                         account(outcome, bytes.len(), 1, dest.addr, &self.config, &self.counters, &mut self.failure);
                 }
@@ -186,7 +187,9 @@ impl<T: Transport> NetworkPublication<T> {
         for (slot, run) in datagrams.iter_mut().zip(&self.runs[..count]) {
             *slot = self.log.term(run.partition).bytes(run.offset, run.length);
         }
-        let (outcome, calls) = endpoint.send_mmsg(&datagrams[..count], &self.live_addrs, &mut self.scratch);
+        let (outcome, calls) = self
+            .calls
+            .time(CallClass::Data, || endpoint.send_mmsg(&datagrams[..count], &self.live_addrs, &mut self.scratch));
         self.counters.data_syscalls.add(calls as i64);
         let fan = self.live_addrs.len();
         let messages = match outcome {
@@ -246,7 +249,7 @@ impl<T: Transport> NetworkPublication<T> {
         for (d, dest) in self.destinations.iter().enumerate() {
             if self.flow_control.is_live(d) {
                 self.counters.data_syscalls.increment();
-                let outcome = endpoints[d].send_gso(bytes, segment);
+                let outcome = self.calls.time(CallClass::Data, || endpoints[d].send_gso(bytes, segment));
                 if let SendOutcome::Failed(e) = &outcome {
                     if is_gso_refusal(e) {
                         refused = Some((dest.addr, e.to_string()));
@@ -271,7 +274,8 @@ impl<T: Transport> NetworkPublication<T> {
 
     /// Sends a control frame to destination `d`, counted as a control syscall; true when it went.
     pub(super) fn send_counted(&mut self, d: usize, bytes: &[u8]) -> bool {
-        let outcome = transmit(&mut self.sockets, d, bytes, None, &self.counters.control_syscalls);
+        let call = (&self.counters.control_syscalls, CallClass::Control);
+        let outcome = transmit(&mut self.sockets, d, bytes, None, call, &mut self.calls);
         match outcome {
             SendOutcome::Sent(_) => true,
             SendOutcome::WouldBlock => {

@@ -49,7 +49,8 @@ impl<T: Transport> Sockets<T> {
     }
 }
 
-/// Sends `bytes` to destination `d`, counting the syscall on `syscalls`.
+/// Sends `bytes` to destination `d`, counting the syscall on `syscalls` and its time (when timed) in
+/// `class` of `timer`.
 ///
 /// `tag` is `bytes`' authentication tag when the caller computed it once for several destinations (`None`:
 /// the socket computes it, if it authenticates).
@@ -59,13 +60,14 @@ pub(super) fn transmit<T: Transport>(
     d: usize,
     bytes: &[u8],
     tag: Option<&[u8; TAG_LENGTH]>,
-    syscalls: &Counter,
+    (syscalls, class): (&Counter, CallClass),
+    timer: &mut CallTimer,
 ) -> SendOutcome {
     syscalls.increment();
-    match tag {
+    timer.time(class, || match tag {
         Some(tag) => sockets.send_with_tag(d, bytes, Some(tag)),
         None => sockets.send(d, bytes),
-    }
+    })
 }
 
 /// Whether a failed GSO send means the kernel will not segment on this path (rather than a passing error).

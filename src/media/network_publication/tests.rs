@@ -285,6 +285,18 @@ impl<T: Transport, R: Transport> Stream<T, R> {
     /// Offers messages up to the `total`-th as back-pressure allows, runs the Sender and the Receiver at
     /// 20 us of test time past the last step, and reads the subscription when `read` says so.
     fn step(&mut self, total: u32, read: bool) {
+        self.offer(total);
+        self.now_ns += 20_000;
+        self.sender.poll_at(self.now_ns);
+        self.receiver.poll_at(self.now_ns);
+        if read {
+            let read = &mut self.read;
+            self.subscription.poll(64, |m| read.push(m.to_vec()));
+        }
+    }
+
+    /// Offers messages up to the `total`-th as back-pressure allows.
+    fn offer(&mut self, total: u32) {
         while self.offered < total {
             match self.appender.append(&message(self.offered)) {
                 Ok(_) => self.offered += 1,
@@ -294,13 +306,6 @@ impl<T: Transport, R: Transport> Stream<T, R> {
                 }
                 Err(e) => panic!("append: {e}"),
             }
-        }
-        self.now_ns += 20_000;
-        self.sender.poll_at(self.now_ns);
-        self.receiver.poll_at(self.now_ns);
-        if read {
-            let read = &mut self.read;
-            self.subscription.poll(64, |m| read.push(m.to_vec()));
         }
     }
 
@@ -421,5 +426,143 @@ fn a_stream_is_rebuilt_whole_through_faults_on_both_sides_in_every_send_mode() {
         s.run(3000, 400_000);
         assert!(s.receiver.counters().naks.get() > 0, "{mode}");
         assert!(s.publication().counters().retransmits.get() > 0, "{mode}");
+    }
+}
+
+/// Simulated nanoseconds a send (any kind) takes on a [`Slow`] network, and a poll.
+const SEND_NS: u64 = 1_000;
+const POLL_NS: u64 = 300;
+
+/// The memory network with a simulated time that each call moves on: a send by [`SEND_NS`], a poll by
+/// [`POLL_NS`], counting both.
+#[derive(Clone)]
+struct Slow {
+    network: MemoryNetwork,
+    time: Arc<crate::agent::clock::SimulatedTime>,
+    calls: Arc<[std::sync::atomic::AtomicU64; 2]>,
+}
+
+struct SlowEndpoint {
+    inner: MemoryEndpoint,
+    slow: Slow,
+}
+
+impl SlowEndpoint {
+    fn spend(&self, which: usize, ns: u64) {
+        self.slow.calls[which].fetch_add(1, Ordering::Relaxed);
+        self.slow.time.advance_to(self.slow.time.now_ns() + ns);
+    }
+}
+
+impl Network for Slow {
+    type Endpoint = SlowEndpoint;
+
+    fn bind(
+        &mut self,
+        local: SocketAddr,
+        binding: &crate::media::transport::Binding<'_>,
+    ) -> std::io::Result<(SlowEndpoint, Vec<String>)> {
+        let (inner, warnings) = Network::bind(&mut self.network, local, binding)?;
+        Ok((SlowEndpoint { inner, slow: self.clone() }, warnings))
+    }
+
+    fn supports(&self, mode: SendMode) -> bool {
+        self.network.supports(mode)
+    }
+}
+
+impl Transport for SlowEndpoint {
+    fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr()
+    }
+
+    fn connect(&mut self, peer: SocketAddr) -> std::io::Result<()> {
+        self.inner.connect(peer)
+    }
+
+    fn send(&mut self, datagram: &[u8], dest: Option<&SockAddr>) -> SendOutcome {
+        self.spend(0, SEND_NS);
+        self.inner.send(datagram, dest)
+    }
+
+    fn send_with_tag(
+        &mut self,
+        datagram: &[u8],
+        tag: Option<&[u8; TAG_LENGTH]>,
+        dest: Option<&SockAddr>,
+    ) -> SendOutcome {
+        self.spend(0, SEND_NS);
+        self.inner.send_with_tag(datagram, tag, dest)
+    }
+
+    fn send_mmsg(
+        &mut self,
+        datagrams: &[&[u8]],
+        dests: &[SockAddr],
+        scratch: &mut MmsgScratch,
+    ) -> (SendOutcome, usize) {
+        self.spend(0, SEND_NS);
+        self.inner.send_mmsg(datagrams, dests, scratch)
+    }
+
+    fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
+        self.spend(0, SEND_NS);
+        self.inner.send_gso(data, segment)
+    }
+
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> std::io::Result<usize> {
+        self.spend(1, POLL_NS);
+        self.inner.recv_batch(batch)
+    }
+}
+
+#[test]
+fn the_time_split_books_every_call_to_its_class_and_tiles_the_sender_s_time() {
+    use crate::agent::clock::{NanoClock, SimulatedTime};
+    use crate::media::time_split::TimeSplitCounters;
+    for mode in SendMode::ALL {
+        let time = SimulatedTime::new(0);
+        let net = MemoryNetwork::new();
+        let slow = Slow { network: net.clone(), time: Arc::clone(&time), calls: Arc::default() };
+        let send = ChannelConfig { send_mode: mode, ..channel(vec![]) };
+        let mut s = stream_on(slow.clone(), net, send, channel(vec![]));
+        s.sender.set_clock(NanoClock::simulated(Arc::clone(&time)));
+        let split = TimeSplitCounters::detached();
+        s.sender.split_time(split.clone());
+        let first_ns = time.now_ns();
+        let mut cycles = 0;
+        for _ in 0..2_000 {
+            if s.read.len() == 500 {
+                break;
+            }
+            // 20 us between the Sender's cycles, none inside them but the calls' own time.
+            time.advance_to(time.now_ns() + 20_000);
+            s.offer(500);
+            s.sender.poll_once();
+            s.receiver.poll_at(time.now_ns());
+            let read = &mut s.read;
+            s.subscription.poll(64, |m| read.push(m.to_vec()));
+            cycles += 1;
+        }
+        assert_eq!(s.read.len(), 500, "{mode}: the stream went through");
+        let counters = s.publication().counters();
+        let [sends, polls] = [0, 1].map(|i| slow.calls[i].load(Ordering::Relaxed));
+        let values =
+            [&split.data_call_ns, &split.control_call_ns, &split.own_code_ns, &split.idle_ns].map(|c| c.get() as u64);
+        let between = split.between_cycles_ns.get() as u64;
+        assert_eq!(values[0], SEND_NS * counters.data_syscalls.get() as u64, "{mode}: data calls");
+        assert_eq!(values[2], 0, "{mode}: no simulated time passes in the Sender's own code");
+        assert_eq!(
+            values[0] + values[1] + values[3],
+            SEND_NS * sends + POLL_NS * polls,
+            "{mode}: every call is in data, control or (a poll on a cycle that sent nothing) idle"
+        );
+        assert!(values[1] >= SEND_NS, "{mode}: the SETUP at least is a control call");
+        assert_eq!(between, 20_000 * (cycles - 1), "{mode}: between cycles");
+        assert_eq!(
+            values.iter().sum::<u64>() + between + 20_000,
+            time.now_ns() - first_ns,
+            "{mode}: the classes tile the time"
+        );
     }
 }

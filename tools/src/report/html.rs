@@ -81,6 +81,7 @@ pub(crate) fn render(r: &SweepReport) -> Result<String, ReportError> {
 
     out.push_str("<h2>Tables</h2>\n<p class=\"note\">The same tables as summary.md. Latencies in microseconds, rates per second.</p>\n");
     let _ = writeln!(out, "<div class=\"tablewrap\">{}</div>", table_html(&tables::capacity_table(r), "h3"));
+    let _ = writeln!(out, "<div class=\"tablewrap\">{}</div>", table_html(&tables::budget_table(r), "h3"));
     for c in &r.configs {
         let _ = writeln!(out, "<div class=\"tablewrap\">{}</div>", table_html(&tables::latency_table(c), "h3"));
         let _ = writeln!(out, "<div class=\"tablewrap\">{}</div>", table_html(&tables::tail_table(c), "h3"));

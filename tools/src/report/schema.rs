@@ -7,6 +7,7 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::budget::SenderBudget;
 use crate::hiccup::Hiccups;
 
 /// The whole report of one sweep run: what `summary.json` holds.
@@ -215,6 +216,11 @@ pub struct ConfigResult {
     pub mu_measured: f64,
     /// The stage that saturated first: `sender`, `append`, `receiver` or `load`.
     pub bottleneck: String,
+    /// The leader Sender's time split over the mu windows and the capacity that budget gives, with the
+    /// seed model's error taken apart term by term (see [`crate::budget`]). Absent where the split was not
+    /// measured, and in reports written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_budget: Option<SenderBudget>,
     /// One entry per utilization point, in the order they ran.
     pub points: Vec<PointResult>,
     /// The agents' duty-cycle lengths at the point nearest rho 0.5 (each point has its own in `points`).
@@ -537,6 +543,12 @@ fn round3(x: f64) -> f64 {
 }
 
 impl ConfigResult {
+    /// Whether the Sender was the stage that saturated first (`bottleneck` names it first): the rows whose
+    /// [`sender_budget`](Self::sender_budget) is held to mu.
+    pub fn sender_bound(&self) -> bool {
+        self.bottleneck.starts_with("sender")
+    }
+
     /// The file stem for one point of this configuration, e.g. `mtu1408-noop-msg128-classic-separate-rho0.70`:
     /// only ASCII letters, digits, `.`, `-` and `_` (other characters, like the `:` of `sleep-ns:1000`, become
     /// `_`). Unique within a sweep as long as configurations and rho values (to 2 decimals) are.
@@ -818,6 +830,7 @@ mod tests {
             mu_predicted: 0.0,
             mu_measured: 0.0,
             bottleneck: "sender".into(),
+            sender_budget: None,
             points: vec![],
             agents: vec![],
             latency_source: None,

@@ -217,6 +217,87 @@ pub(crate) fn capacity_table(r: &SweepReport) -> Table {
     t
 }
 
+/// The leader Sender's time split over the mu windows, the capacity that budget gives, and the seed
+/// model's error by term, a row per configuration (see [`crate::budget`]).
+pub(crate) fn budget_table(r: &SweepReport) -> Table {
+    let note = "The leader Sender's wall time over the mu windows, in data calls, control calls (sends, and polls \
+                on cycles that sent: what C counts), its own code, idle (cycles that sent nothing) and between \
+                cycles; per datagram (each follower's copy); budget mu = 1e9 / (data + control + own ns per \
+                datagram) / D x msgs per datagram, checked against mu measured within 5% where the Sender was the \
+                bottleneck. The seed model (S - C) / D x M_pkt beside it, its error as factors: data calls (a call \
+                under load against the probe's 1/S), control calls, own code, fill (M_pkt against msgs per \
+                datagram), idle. Timing: the share of the Sender's time its clock reads took.";
+    let mut t = Table::new(
+        "Sender budget: the measured split against the seed model",
+        note,
+        &[
+            ("MTU", true),
+            ("msg B", true),
+            ("idle", false),
+            ("send mode", false),
+            ("control", false),
+            ("data %", true),
+            ("control %", true),
+            ("own %", true),
+            ("idle %", true),
+            ("between %", true),
+            ("data ns/dgram", true),
+            ("ns/call", true),
+            ("probe ns", true),
+            ("control ns/dgram", true),
+            ("own ns/dgram", true),
+            ("msgs/dgram", true),
+            ("mu budget", true),
+            ("mu measured", true),
+            ("budget error", true),
+            ("within 5%", false),
+            ("seed mu", true),
+            ("seed error", true),
+            ("seed error by term", false),
+            ("mainly", false),
+            ("timing %", true),
+        ],
+    );
+    for c in &r.configs {
+        let Some(b) = &c.sender_budget else { continue };
+        let percent = |x: f64| format!("{:.1}", 100.0 * x);
+        let ns = |x: f64| format!("{x:.0}");
+        let check = match (c.sender_bound(), b.within_tolerance) {
+            (true, true) => "yes".to_string(),
+            (true, false) => "NO".to_string(),
+            (false, _) => format!("not compared ({})", c.bottleneck.split(':').next().unwrap_or("?")),
+        };
+        t.push(vec![
+            c.mtu.to_string(),
+            c.msg.to_string(),
+            c.idle.clone(),
+            c.send_mode.clone(),
+            c.control.clone(),
+            percent(b.data_share),
+            percent(b.control_share),
+            percent(b.own_share),
+            percent(b.idle_share),
+            percent(b.between_share),
+            ns(b.data_ns_per_datagram),
+            ns(b.data_ns_per_call),
+            ns(b.probe_ns_per_datagram),
+            ns(b.control_ns_per_datagram),
+            ns(b.own_ns_per_datagram),
+            format!("{:.2}", b.messages_per_datagram),
+            rate(b.mu_budget),
+            rate(c.mu_measured),
+            format!("{:+.1}%", 100.0 * b.budget_error),
+            check,
+            rate(b.mu_seed),
+            format!("{:+.1}%", 100.0 * b.seed_error),
+            b.terms_text(),
+            b.seed_main_term.clone(),
+            format!("{:.2}", 100.0 * b.overhead.share),
+        ]);
+    }
+    t
+}
+
 /// One configuration's latency points, a row per rho.
 pub(crate) fn latency_table(c: &ConfigResult) -> Table {
     let note = match &c.latency_source {
@@ -307,7 +388,7 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
 }
 /// Every table of the report, in reading order.
 pub(crate) fn all(r: &SweepReport) -> Vec<Table> {
-    let mut tables = vec![host_table(r), s_table(r), c_table(r), capacity_table(r)];
+    let mut tables = vec![host_table(r), s_table(r), c_table(r), capacity_table(r), budget_table(r)];
     tables.extend(r.configs.iter().flat_map(|c| [latency_table(c), tail_table(c)]));
     tables
 }

@@ -349,6 +349,9 @@ pub struct ClusterSpec {
     /// The log channel, when not the sweep's own (`mtu` and `send_mode` above are then ignored): the
     /// cluster bench sets its own window, buffers, status interval and authentication.
     pub channel: Option<ChannelConfig>,
+    /// The leader's Sender splits its time in its counters (`NodeBuilder::sender_time_split`: a few clock
+    /// reads per send call): for the runs whose Sender budget is read ([`crate::budget`]), off elsewhere.
+    pub time_split: bool,
 }
 
 impl ClusterSpec {
@@ -368,6 +371,7 @@ impl ClusterSpec {
             storage: Storage::Memory,
             channel: None,
             members: 3,
+            time_split: false,
         }
     }
 }
@@ -656,7 +660,8 @@ impl LoadCluster {
                 .directory(&dirs[id as usize])
                 .clean_stale(true)
                 .channel(channel.clone())
-                .commit_piggyback(spec.control == Control::Piggyback);
+                .commit_piggyback(spec.control == Control::Piggyback)
+                .sender_time_split(spec.time_split);
             match &spec.storage {
                 // The sweep measures the replication path of the model: the log in memory (the cluster
                 // bench measures the recorded log beside it).

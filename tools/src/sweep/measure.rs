@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::budget::SenderWindow;
 use crate::hiccup::ProcessTimes;
 use crate::probe::{probe_s, ProbeCores, SendRate};
 use quorumcast::agent::{cycle_bucket_ns, cycle_quantile_ns, CYCLE_BUCKETS};
@@ -164,6 +165,9 @@ pub struct MuRun {
     pub cpu_s: Option<f64>,
     /// Messages committed over the windows.
     pub committed: u64,
+    /// The leader Sender over the windows: its time split (all 0 when the cluster did not split it) and
+    /// its counts, for its budget ([`crate::budget`]).
+    pub sender: SenderWindow,
 }
 
 impl MuRun {
@@ -353,6 +357,20 @@ pub fn measure_mu(
     };
     let messages_per_datagram =
         if datagrams > 0.0 { D as f64 * run.per_second(consensus.messages_appended()) / datagrams } else { 0.0 };
+    let sender_window = SenderWindow {
+        seconds: run.seconds,
+        data_ns: sender.data_call_ns() as f64,
+        control_ns: sender.control_call_ns() as f64,
+        own_ns: sender.own_code_ns() as f64,
+        idle_ns: sender.idle_ns() as f64,
+        between_ns: sender.between_cycles_ns() as f64,
+        data_calls: sender.data_syscalls() as f64,
+        control_calls: sender.control_syscalls() as f64,
+        cycles: l.labelled(&format!("{LEADER_SENDER} duty cycles")) as f64,
+        datagrams: sender.data_datagrams() as f64,
+        appended: consensus.messages_appended() as f64,
+        committed: run.committed as f64,
+    };
     cluster.drain(SETTLE_TIMEOUT)?;
     Ok(MuRun {
         mu: run.committed as f64 / run.seconds,
@@ -366,6 +384,7 @@ pub fn measure_mu(
         messages_per_datagram,
         cpu_s: run.cpu_ticks.map(ProcessTimes::seconds),
         committed: run.committed,
+        sender: sender_window,
     })
 }
 

@@ -36,6 +36,13 @@
 //! report says so (`latency_source`, the profile's name ends in `-client`). That cluster's Sender backs off
 //! instead of spinning, so that the client process finds a core.
 //!
+//! The mu cluster's leader Sender splits its time (`NodeBuilder::sender_time_split`; the points' clusters
+//! run without it): over the mu windows, its wall time in data calls, control calls, own code, idle and
+//! between cycles gives its budget ([`crate::budget`]): the capacity its measured time per datagram pays
+//! for, held within 5% of mu where the Sender saturated first, and the seed model's error taken apart by
+//! term (a data call's cost under load against the probe's, control calls, own code, fill, idle). The
+//! sweep measures a clock read's cost first and reports the share of the Sender's time the timing took.
+//!
 //! The prediction: S the mean of the slices probed between the mu windows; C the leader Sender's control syscalls
 //! per second during the configuration's own saturated run, less its polls on duty cycles that sent
 //! nothing (commit frames to each follower, acknowledgement reads, heartbeats: what control traffic took
@@ -54,6 +61,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::budget::{self, SeedInputs, SenderBudget};
 use crate::hiccup::{self, Hiccups, HostCpu, WakeProbe};
 use crate::model::{Model, ModelError};
 use crate::probe::SendRate;
@@ -291,6 +299,11 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     progress.step("hiccup probe", t.hiccup);
 
     let c_probe = probe_c(options, profile, &rates, &progress)?;
+    let clock_read_ns = budget::clock_read_ns();
+    progress.line(&format!(
+        "clock: {clock_read_ns:.1} ns per read (the Sender's time split reads it twice per send or poll call and once \
+         per duty cycle, in the mu runs only)"
+    ));
 
     let mut results = Vec::with_capacity(configs.len());
     let mut failures = Vec::new();
@@ -299,7 +312,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         let remaining = profile.config_estimate() * (configs.len() - index) as u32;
         progress.bar.set_message(format!("[{}/{}] {config}: mu", index + 1, configs.len()));
         let times = &mut times;
-        let probes = HostProbes { rates: &rates, c: &c_probe, hiccups: &hiccups };
+        let probes = HostProbes { rates: &rates, c: &c_probe, hiccups: &hiccups, clock_read_ns };
         match run_config(options, config, &probes, times, &dir, &progress) {
             Ok(result) => results.push(result),
             Err(e) => {
@@ -492,6 +505,8 @@ struct HostProbes<'a> {
     c: &'a [CProbe],
     /// The host's own stalls.
     hiccups: &'a Hiccups,
+    /// Nanoseconds one read of the clock the Sender's time split uses takes ([`budget::clock_read_ns`]).
+    clock_read_ns: f64,
 }
 
 fn run_config(
@@ -521,8 +536,10 @@ fn run_config(
         sender_idle: profile.sender_idle,
         ..ClusterSpec::new(config.mtu, config.msg, options.layout)
     };
-    let mu = with_cluster(&spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
-    let mut result = summarize(config, probes.c, &mu, progress);
+    // The mu cluster's Sender splits its time (its budget); the points' clusters run without the timing.
+    let mu_spec = ClusterSpec { time_split: true, ..spec.clone() };
+    let mu = with_cluster(&mu_spec, progress, |cluster| measure::measure_mu(cluster, t, probe))?;
+    let mut result = summarize(config, probes, &mu, progress);
     let client = options.client.as_ref();
     let points_spec = match client {
         None => spec,
@@ -568,9 +585,9 @@ fn with_cluster<T: Send>(
 
 /// The configuration's result without its points: the prediction from the mean of the S slices probed
 /// around the mu windows and the C of the saturated run, beside the measured mu; printed.
-fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progress: &Progress) -> ConfigResult {
+fn summarize(config: &ConfigSpec, probes: &HostProbes<'_>, mu: &measure::MuRun, progress: &Progress) -> ConfigResult {
     let s = mu.s();
-    let c_probe = probe_c_for(config, c_probe);
+    let c_probe = probe_c_for(config, probes.c);
     let c = mu.control_per_s;
     let (m_pkt, mu_predicted, why) = predict(config, s, c);
     if let Some(why) = why {
@@ -597,6 +614,11 @@ fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progr
         mu_predicted,
         mu_measured: mu.mu,
         bottleneck: bottleneck::classify(&mu.evidence).text,
+        sender_budget: SenderBudget::of(
+            &mu.sender,
+            &SeedInputs { s, c, d: D as u32, m_pkt: f64::from(m_pkt) },
+            probes.clock_read_ns,
+        ),
         points: Vec::new(),
         agents: Vec::new(),
         latency_source: None,
@@ -625,6 +647,15 @@ fn summarize(config: &ConfigSpec, c_probe: &[CProbe], mu: &measure::MuRun, progr
         mu.messages_per_datagram,
         result.bottleneck
     ));
+    match &result.sender_budget {
+        Some(b) => {
+            progress.line(&format!("   {}", b.describe(mu.mu)));
+            if !result.sender_bound() {
+                progress.line("   (the budget is held to mu only where the Sender saturated first: not compared here)");
+            }
+        }
+        None => progress.line("   sender time: not split (no data sent, or the split was off)"),
+    }
     result
 }
 
