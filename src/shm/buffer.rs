@@ -404,6 +404,28 @@ impl AtomicBuffer {
         unsafe { copy_bytes(src.as_ptr(), dst, src.len()) }
     }
 
+    /// Writes a record whose first four bytes are its length: `head` at `offset + 4`, `body` right after
+    /// it, then `length` at `offset` with a release store, which publishes the record to a reader that
+    /// loads that length with acquire (a log frame). One bounds check covers all three writes, where
+    /// three [`put_bytes`](Self::put_bytes)-like calls would check three times on an append's hot path.
+    ///
+    /// The caller's protocol must make the range exclusively its own until that release store.
+    #[inline]
+    pub fn put_record_release(&self, offset: usize, head: &[u8], body: &[u8], length: i32) {
+        let body_at = 4 + head.len();
+        let dst = self.at(offset, body_at + body.len());
+        debug_assert!(dst as usize % 4 == 0, "unaligned record at offset {offset}");
+        // SAFETY: `offset .. offset + 4 + head.len() + body.len()` is in bounds (checked just above), so are
+        // both copies and the 4-byte length; `head` and `body` are Rust slices, which cannot overlap memory
+        // reached only through raw pointers while the protocol gives this range to the writer alone; the
+        // length is 4-byte aligned (debug-checked: records start on frame boundaries).
+        unsafe {
+            copy_bytes(head.as_ptr(), dst.add(4), head.len());
+            copy_bytes(body.as_ptr(), dst.add(body_at), body.len());
+            AtomicI32::from_ptr(dst as *mut i32).store(length, Ordering::Release);
+        }
+    }
+
     /// Copies `dst.len()` bytes at `offset` out of the buffer.
     #[inline]
     pub fn get_bytes(&self, offset: usize, dst: &mut [u8]) {

@@ -30,6 +30,7 @@ use serde_json::json;
 
 mod spsc;
 use quorumcast_tools::bench::{host, median, new_histogram, record, write_summary, Cores};
+use quorumcast_tools::hiccup::{clock_ticks_per_s, HostCpu};
 use spsc::{Consumer, Producer, SpscRing};
 
 /// Message sizes of the throughput runs, how many messages each run sends, and the term length of its log.
@@ -60,6 +61,8 @@ const RTT_MESSAGE: usize = 32;
 /// Targets.
 const TARGET_RTT_RATIO: f64 = 2.0;
 const TARGET_MSGS_PER_S_32: f64 = 30e6;
+/// Target of the 32-byte throughput beside the SPSC ring floor of the same run (median over median).
+const TARGET_SPSC_RATIO_32: f64 = 0.8;
 
 /// IPC throughput and ping-pong round trip beside floors measured in the same run on the same two threads:
 /// a raw one-cache-line handoff (round trip), a plain SPSC ring (throughput) and memcpy (bandwidth).
@@ -158,6 +161,19 @@ fn main() {
         t32.ipc.slowest_over_median(),
         verdict(t32.ipc.median() >= TARGET_MSGS_PER_S_32)
     );
+    println!(
+        "target: 32-byte throughput >= {TARGET_SPSC_RATIO_32}x the SPSC ring floor of the same run: {:.2}x ({:.2}M / {:.2}M, medians of {RUNS})  {}",
+        t32.ratio(),
+        t32.ipc.median() / 1e6,
+        t32.spsc.median() / 1e6,
+        verdict(t32.ratio() >= TARGET_SPSC_RATIO_32)
+    );
+    let busiest = throughput.iter().map(|t| t.others_max).fold(0.0, f64::max);
+    println!(
+        "other processes took up to {:.0}% of a core during a throughput run{}",
+        100.0 * busiest,
+        if busiest > QUIET_OTHERS { ": not a quiet run; its figures are not results" } else { "" }
+    );
 
     let by_size = |f: &dyn Fn(&Throughput) -> serde_json::Value| -> serde_json::Map<String, serde_json::Value> {
         throughput.iter().map(|t| (t.size.to_string(), f(t))).collect()
@@ -183,6 +199,10 @@ fn main() {
         Err(e) => eprintln!("could not write the summary: {e}"),
     }
 }
+
+/// Above this share of a core taken by other processes during a throughput run, the run is not quiet: a
+/// spinning bench thread pinned to a core that another process also wants loses whole time slices.
+const QUIET_OTHERS: f64 = 0.05;
 
 /// One line of the table: the IPC log's median beside the SPSC ring's, and its slowest run.
 fn print_throughput(t: &Throughput, memcpy_64k: f64) {
@@ -367,9 +387,16 @@ struct Throughput {
     size: usize,
     ipc: Runs,
     spsc: Runs,
+    /// The largest share of a core other processes took during one of its runs (either medium).
+    others_max: f64,
 }
 
 impl Throughput {
+    /// IPC median over the SPSC ring median.
+    fn ratio(&self) -> f64 {
+        self.ipc.median() / self.spsc.median()
+    }
+
     fn to_json(&self) -> serde_json::Value {
         json!({
             "median_msgs_per_s": self.ipc.median(),
@@ -378,7 +405,8 @@ impl Throughput {
             "runs": self.ipc.0,
             "spsc_median_msgs_per_s": self.spsc.median(),
             "spsc_runs": self.spsc.0,
-            "ratio_to_spsc": self.ipc.median() / self.spsc.median(),
+            "ratio_to_spsc": self.ratio(),
+            "others_max_core_share": self.others_max,
         })
     }
 }
@@ -459,10 +487,17 @@ fn throughput(cores: &Cores, size: usize, count: u64, term_length: usize) -> Thr
         polls(&ipc),
         polls(&spsc)
     );
+    let others = |runs: &[Run]| runs.iter().map(|r| format!("{:.0}%", 100.0 * r.others)).collect::<Vec<_>>().join(" ");
+    println!(
+        "throughput {size:>4} B, term {term_length}: other processes' CPU (share of a core): IPC {}; SPSC ring {}",
+        others(&ipc),
+        others(&spsc)
+    );
+    let others_max = ipc.iter().chain(&spsc).map(|r| r.others).fold(0.0, f64::max);
     let rates = |runs: &[Run]| Runs(runs.iter().map(|r| r.rate).collect());
     let (ipc, spsc) = (rates(&ipc), rates(&spsc));
     println!("throughput {size:>4} B, term {term_length}: IPC {} msg/s; SPSC ring {}", ipc.describe(), spsc.describe());
-    Throughput { size, ipc, spsc }
+    Throughput { size, ipc, spsc, others_max }
 }
 
 /// One timed run: its rate and how the subscriber's polls went.
@@ -473,6 +508,8 @@ struct Run {
     busy_polls: u64,
     /// Polls that found none.
     empty_polls: u64,
+    /// CPU time other processes took during the run, as a share of one core (from `/proc`; 0 unknown).
+    others: f64,
 }
 
 impl Run {
@@ -486,6 +523,7 @@ impl Run {
 /// first thread, to `source`, polled on the second; from the first offer to the receipt of the last.
 fn run_once(cores: &Cores, sink: &mut impl Sink, source: &mut impl Source, size: usize, count: u64) -> Run {
     let idle: u32 = std::env::var("QC_BENCH_IDLE").ok().and_then(|t| t.parse().ok()).unwrap_or(SUBSCRIBER_IDLE_PAUSES);
+    let cpu_before = HostCpu::read();
     let (start, (end, checksum, busy_polls, empty_polls)) = cores.run(
         || {
             let mut message = vec![0u8; size];
@@ -518,7 +556,14 @@ fn run_once(cores: &Cores, sink: &mut impl Sink, source: &mut impl Source, size:
         },
     );
     black_box(checksum);
-    Run { rate: count as f64 / end.duration_since(start).as_secs_f64(), busy_polls, empty_polls }
+    let elapsed = end.duration_since(start).as_secs_f64();
+    let others = match (cpu_before, HostCpu::read()) {
+        (Some(before), Some(after)) => {
+            after.since(&before).other_ticks() as f64 / clock_ticks_per_s() as f64 / elapsed.max(1e-9)
+        }
+        _ => 0.0,
+    };
+    Run { rate: count as f64 / elapsed, busy_polls, empty_polls, others }
 }
 
 // ---------------------------------------------------------------------------------------------------
