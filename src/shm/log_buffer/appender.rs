@@ -179,36 +179,54 @@ impl ExclusiveAppender {
     }
 
     /// Appends `message` once, fragmenting it if longer than `mtu - 32`, and returns the new position.
-    #[inline]
+    #[inline(always)]
     pub fn append(&mut self, message: &[u8]) -> Result<i64, AppendError> {
         self.append_with_reserved(message, 0)
     }
 
     /// As [`append`](Self::append), with `reserved` in the `reserved_value` field of every frame
     /// (the consensus module piggybacks its commit position there).
-    #[inline]
+    #[inline(always)]
     pub fn append_with_reserved(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
         if message.len() <= self.max_payload {
             return self.append_unfragmented(message, reserved);
         }
+        self.append_fragmented(message, reserved)
+    }
+
+    /// A message longer than one frame's payload, out of line.
+    #[inline(never)]
+    fn append_fragmented(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
         self.append_parts(&[message], message.len(), reserved, 0)
     }
 
     /// The hot path: one frame, header, copy, commit, tail. A payload shorter than [`COPY_CHUNK`] (every
     /// one but the longest) goes in with the header and the commit as one record: one bounds check.
-    #[inline]
+    ///
+    /// Inlined into the caller (an offer loop), as an SPSC ring's push is: a call, its saved registers
+    /// and a result returned through memory cost more than the rest of a 32-byte append.
+    #[inline(always)]
     fn append_unfragmented(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
+        if message.len() >= COPY_CHUNK {
+            return self.append_long_unfragmented(message, reserved);
+        }
         let required = framed_length(message.len());
         let offset = self.reserve(required)?;
+        let header = self.header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
         let frame_length = (DATA_HEADER_LENGTH + message.len()) as i32;
-        if message.len() < COPY_CHUNK {
-            let header = self.header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
-            self.term.put_record_release(offset, &bytes_of(&header)[4..], message, frame_length);
-        } else {
-            self.write_header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
-            copy_in_chunks(&self.term, offset + DATA_HEADER_LENGTH, message);
-            self.term.put_i32_release(offset + FRAME_LENGTH_OFFSET, frame_length);
-        }
+        self.term.put_record_release(offset, &bytes_of(&header)[4..], message, frame_length);
+        Ok(self.advance(required))
+    }
+
+    /// [`append_unfragmented`](Self::append_unfragmented) of a payload of at least [`COPY_CHUNK`] bytes,
+    /// copied in chunks (see [`copy_in_chunks`]); out of line, where its copy dwarfs the call.
+    #[inline(never)]
+    fn append_long_unfragmented(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
+        let required = framed_length(message.len());
+        let offset = self.reserve(required)?;
+        self.write_header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
+        copy_in_chunks(&self.term, offset + DATA_HEADER_LENGTH, message);
+        self.term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + message.len()) as i32);
         Ok(self.advance(required))
     }
 
