@@ -501,6 +501,28 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_its_length_head_and_body_and_nothing_beside() {
+        let buffer = AtomicBuffer::anonymous(4096).unwrap();
+        let head: Vec<u8> = (0..28u8).collect();
+        let body: Vec<u8> = (0..200u32).map(|i| (i * 5 + 3) as u8).collect();
+        for length in [0usize, 1, 31, 32, 33, 64, 65, 200] {
+            for offset in [0, 32, 4096 - 32 - length.next_multiple_of(32).max(32)] {
+                buffer.set_memory(0, 4096, 0xEE);
+                buffer.put_record_release(offset, &head, &body[..length], 32 + length as i32);
+                assert_eq!(buffer.get_i32_acquire(offset), 32 + length as i32);
+                assert_eq!(buffer.bytes(offset + 4, 28), &head[..]);
+                assert_eq!(buffer.bytes(offset + 32, length), &body[..length], "{length} at {offset}");
+                assert!(buffer.bytes(0, offset).iter().all(|&b| b == 0xEE), "before: {length} at {offset}");
+                let after = offset + 32 + length;
+                assert!(buffer.bytes(after, 4096 - after).iter().all(|&b| b == 0xEE), "after: {length} at {offset}");
+            }
+        }
+        buffer.set_memory(0, 4096, 0);
+        assert!(std::panic::catch_unwind(|| buffer.put_record_release(4064, &head, b"x", 33)).is_err());
+        assert_eq!(buffer.get_i32(4064), 0, "nothing written by a refused record");
+    }
+
+    #[test]
     fn views_are_bounds_checked_and_share_memory() {
         let whole = AtomicBuffer::anonymous(4096).unwrap();
         let part = whole.view(128, 256);
