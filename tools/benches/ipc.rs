@@ -499,6 +499,10 @@ fn throughput(cores: &Cores, size: usize, count: u64, term_length: usize) -> Thr
     let rates = |runs: &[Run]| Runs(runs.iter().map(|r| r.rate).collect());
     let (ipc, spsc) = (rates(&ipc), rates(&spsc));
     println!("throughput {size:>4} B, term {term_length}: IPC {} msg/s; SPSC ring {}", ipc.describe(), spsc.describe());
+    // Each IPC run beside the ring run right after it: a spread here that the medians hide says the host
+    // changed under the runs (the two media react differently to a thread losing its core).
+    let pairs: Vec<String> = ipc.0.iter().zip(&spsc.0).map(|(i, s)| format!("{:.2}", i / s)).collect();
+    println!("throughput {size:>4} B, term {term_length}: IPC / SPSC ring, run by run: {}", pairs.join(" "));
     Throughput { size, ipc, spsc, others_max }
 }
 
