@@ -5,13 +5,19 @@
 //! Run with `cargo bench --bench ipc` (`-- --quick` for a smoke run with a tenth of every count, `-- --help`
 //! for the options). Two threads, pinned to cores 0 and 1 when the host allows, busy-spin for the whole run
 //! (this is a bench; the machine has 2 cores). Prints a table with each figure, its ratio to the floor and
-//! the targets (IPC RTT p50 within 2x the raw handoff floor; >= 30M msg/s of 32 bytes), and writes
-//! `target/ipc/<timestamp>/summary.json`, pointed at by the symlink `target/ipc/latest`.
+//! the targets (IPC RTT p50 within 2x the raw handoff floor; >= 30M msg/s of 32 bytes; 32-byte throughput
+//! at least 0.8x the SPSC ring's of the same run), and writes `target/ipc/<timestamp>/summary.json`,
+//! pointed at by the symlink `target/ipc/latest`.
 //!
 //! Throughput: for each message size, [`RUNS`] runs over the IPC log alternate with as many over the SPSC
 //! ring (`tools/benches/spsc`, a ring of one term's bytes; the same two threads, the same subscriber
 //! idling), so both see the same host. Each figure is the median of its runs; the slowest run is reported
-//! beside it (slowest / median).
+//! beside it (slowest / median), each IPC run's rate over the ring run after it, and the CPU time other
+//! processes took during each run (`/proc`, as a share of a core). A run where others took more than
+//! [`QUIET_OTHERS`] of a core is not quiet, and the bench says so: a pinned spinning thread that shares
+//! its core with another process loses whole time slices, and the two media react to that differently
+//! (the ring's consumer re-reads the producer's index on every drain and falls to a few messages per
+//! drain; the log's subscriber chases frames), so their ratio then moves far more than either figure.
 //!
 //! Knobs for exploring (not needed for the standard run): `QC_BENCH_TERM` (bytes, a power of two) overrides
 //! the term length of the throughput logs; `QC_BENCH_IDLE` the `PAUSE`s a throughput subscriber spends after
@@ -76,7 +82,9 @@ struct Cli {
     /// them, `--count` messages in all, over the IPC log and then over the SPSC ring, for an instruction
     /// count per message that the host's load does not move. Run the bench binary under
     /// `valgrind --tool=callgrind --toggle-collect='*instructions_over*'` and divide each function's
-    /// inclusive count by `--count`.
+    /// inclusive count by `--count`. Take the IPC log's `__memset_*` (the zeroing of the next partition, a
+    /// `rep stosb` of 4 KiB that callgrind counts once per byte) out of its count first: on the CPU it is
+    /// a few instructions per 64 messages.
     #[arg(long)]
     instructions: bool,
     /// Messages of the `--instructions` run (each medium).
