@@ -87,9 +87,8 @@ pub struct ExclusiveAppender {
     term_offset: usize,
     position: i64,
     limit: i64,
-    /// The next partition held an old term and is being zeroed ahead of use.
-    clean_ahead: bool,
-    /// Bytes of the next partition zeroed so far while in the active term.
+    /// Bytes of the next partition zeroed so far while in the active term, or `usize::MAX` when it
+    /// needs no zeroing (fresh memory, never written), so that the hot path tests one compare.
     clean_offset: usize,
     closed: bool,
     taken: Arc<AtomicBool>,
@@ -97,6 +96,17 @@ pub struct ExclusiveAppender {
 
 /// The appender zeroes the next partition this many bytes at a time (a page).
 pub const CLEAN_CHUNK: usize = 4096;
+
+/// The appender's `clean_offset` on entering the term of `term_count`: 0 when the next partition held a
+/// term (`term_count - 2`) and must be zeroed as this one fills, `usize::MAX` when it was never used
+/// (fresh memory is zero already, and touching it would fault pages in).
+fn first_clean_offset(term_count: i32) -> usize {
+    if term_count >= 2 {
+        0
+    } else {
+        usize::MAX
+    }
+}
 
 impl ExclusiveAppender {
     pub(super) fn new(log: &LogBuffer, taken: Arc<AtomicBool>) -> Self {
@@ -126,8 +136,7 @@ impl ExclusiveAppender {
             limit: 0,
             // The next partition held term `term_count - 2` if there was one; zero it from the start (again:
             // what an earlier appender zeroed is zero still, and nothing of the next term is written yet).
-            clean_ahead: term_count >= 2,
-            clean_offset: 0,
+            clean_offset: first_clean_offset(term_count),
             closed: log.end_of_stream_position().is_some(),
             taken,
         }
@@ -170,30 +179,54 @@ impl ExclusiveAppender {
     }
 
     /// Appends `message` once, fragmenting it if longer than `mtu - 32`, and returns the new position.
-    #[inline]
+    #[inline(always)]
     pub fn append(&mut self, message: &[u8]) -> Result<i64, AppendError> {
         self.append_with_reserved(message, 0)
     }
 
     /// As [`append`](Self::append), with `reserved` in the `reserved_value` field of every frame
     /// (the consensus module piggybacks its commit position there).
-    #[inline]
+    #[inline(always)]
     pub fn append_with_reserved(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
         if message.len() <= self.max_payload {
             return self.append_unfragmented(message, reserved);
         }
+        self.append_fragmented(message, reserved)
+    }
+
+    /// A message longer than one frame's payload, out of line.
+    #[inline(never)]
+    fn append_fragmented(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
         self.append_parts(&[message], message.len(), reserved, 0)
     }
 
-    /// The hot path: one frame, header, copy, commit, tail.
-    #[inline]
+    /// The hot path: one frame, header, copy, commit, tail. A payload shorter than [`COPY_CHUNK`] (every
+    /// one but the longest) goes in with the header and the commit as one record: one bounds check.
+    ///
+    /// Inlined into the caller (an offer loop), as an SPSC ring's push is: a call, its saved registers
+    /// and a result returned through memory cost more than the rest of a 32-byte append.
+    #[inline(always)]
     fn append_unfragmented(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
+        if message.len() >= COPY_CHUNK {
+            return self.append_long_unfragmented(message, reserved);
+        }
+        let required = framed_length(message.len());
+        let offset = self.reserve(required)?;
+        let header = self.header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
+        let frame_length = (DATA_HEADER_LENGTH + message.len()) as i32;
+        self.term.put_record_release(offset, &bytes_of(&header)[4..], message, frame_length);
+        Ok(self.advance(required))
+    }
+
+    /// [`append_unfragmented`](Self::append_unfragmented) of a payload of at least [`COPY_CHUNK`] bytes,
+    /// copied in chunks (see [`copy_in_chunks`]); out of line, where its copy dwarfs the call.
+    #[inline(never)]
+    fn append_long_unfragmented(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
         let required = framed_length(message.len());
         let offset = self.reserve(required)?;
         self.write_header(offset, UNFRAGMENTED, TYPE_DATA, reserved);
-        let term = &self.term;
-        copy_in_chunks(term, offset + DATA_HEADER_LENGTH, message);
-        term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + message.len()) as i32);
+        copy_in_chunks(&self.term, offset + DATA_HEADER_LENGTH, message);
+        self.term.put_i32_release(offset + FRAME_LENGTH_OFFSET, (DATA_HEADER_LENGTH + message.len()) as i32);
         Ok(self.advance(required))
     }
 
@@ -306,6 +339,16 @@ impl ExclusiveAppender {
         if self.closed {
             return Err(AppendError::Closed);
         }
+        // The common case, one test each: the frame fits in the term and under the limit.
+        if required <= self.term_length - self.term_offset && self.position + required as i64 <= self.limit {
+            return Ok(self.term_offset);
+        }
+        self.reserve_across(required)
+    }
+
+    /// [`reserve`](Self::reserve) when the frame does not fit in the term or passes the limit.
+    #[cold]
+    fn reserve_across(&mut self, required: usize) -> Result<usize, AppendError> {
         let remaining = self.term_length - self.term_offset;
         let total = if required <= remaining { required } else { remaining + required };
         if self.position + total as i64 > self.limit {
@@ -339,9 +382,7 @@ impl ExclusiveAppender {
         let next = self.partition();
         self.term = self.terms[next].clone();
         self.tail_offset = tail_counter_offset(next);
-        // Never used before the third term: fresh memory is zero already, and touching it would fault pages in.
-        self.clean_ahead = self.term_count >= 2;
-        self.clean_offset = 0;
+        self.clean_offset = first_clean_offset(self.term_count);
         self.metadata.put_i64_release(tail_counter_offset(next), pack_tail(self.term_id, 0));
         self.metadata.put_i32_release(ACTIVE_TERM_COUNT_OFFSET, self.term_count);
     }
@@ -356,7 +397,7 @@ impl ExclusiveAppender {
     fn advance(&mut self, length: usize) -> i64 {
         self.term_offset += length;
         self.position += length as i64;
-        if self.clean_ahead && self.term_offset > self.clean_offset {
+        if self.term_offset > self.clean_offset {
             self.clean_next_to(self.term_offset);
         }
         let raw = pack_tail(self.term_id, self.term_offset as u32);
@@ -365,12 +406,9 @@ impl ExclusiveAppender {
     }
 
     /// Zeroes the next partition up to `offset` rounded up to [`CLEAN_CHUNK`] (at most the term length),
-    /// when it held an old term.
+    /// when it held an old term (`clean_offset` is `usize::MAX` otherwise, and nothing is below it).
     #[cold]
     fn clean_next_to(&mut self, offset: usize) {
-        if !self.clean_ahead {
-            return;
-        }
         let end = offset.next_multiple_of(CLEAN_CHUNK).min(self.term_length);
         if end > self.clean_offset {
             let next = (self.active + 1) % PARTITION_COUNT;
@@ -382,7 +420,15 @@ impl ExclusiveAppender {
     /// Writes every header field but `frame_length`, which stays 0 (uncommitted).
     #[inline]
     fn write_header(&self, offset: usize, flags: u8, frame_type: u16, reserved: i64) {
-        let header = DataHeader {
+        let header = self.header(offset, flags, frame_type, reserved);
+        // Skip `frame_length`: readers load it atomically, so it is only ever written by the release store.
+        self.term.put_bytes(offset + 4, &bytes_of(&header)[4..]);
+    }
+
+    /// The header of a frame at `offset` of the active term, `frame_length` 0 (written last, on commit).
+    #[inline(always)]
+    fn header(&self, offset: usize, flags: u8, frame_type: u16, reserved: i64) -> DataHeader {
+        DataHeader {
             frame_length: 0,
             version: CURRENT_VERSION,
             flags,
@@ -392,9 +438,7 @@ impl ExclusiveAppender {
             stream_id: self.stream_id,
             term_id: self.term_id,
             reserved_value: reserved,
-        };
-        // Skip `frame_length`: readers load it atomically, so it is only ever written by the release store.
-        self.term.put_bytes(offset + 4, &bytes_of(&header)[4..]);
+        }
     }
 
     /// Writes one whole frame: header, `length` bytes from `source`, then the release store of its length.

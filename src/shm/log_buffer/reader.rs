@@ -101,9 +101,11 @@ impl LogReader {
             if aligned > stop - offset {
                 break; // runs past the term, or past `end`
             }
-            let header: DataHeader = bytemuck::pod_read_unaligned(term.bytes(offset, DATA_HEADER_LENGTH));
+            // One bounds check for the frame; its header and payload are slices of it.
+            let frame = term.bytes(offset, frame_length as usize);
+            let (header, payload) = frame.split_at(DATA_HEADER_LENGTH);
+            let header: DataHeader = bytemuck::pod_read_unaligned(header);
             if header.frame_type != TYPE_PAD {
-                let payload = term.bytes(offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
                 handler(payload, &header);
                 fragments += 1;
             }
