@@ -37,8 +37,8 @@
 //!   client credentials beside session tags alone (every client datagram is tagged either way).
 //!
 //! Beside each rate, CPU microseconds per committed message (user + system time from `/proc/<pid>/stat`,
-//! every thread): in process, this process's over the capacity windows (the cluster and the harness that
-//! offers and applies); remote, the client process's and this (the cluster's) process's over the client's
+//! every thread): in process, this process's over the capacity windows and over each latency point (the
+//! cluster and the harness that offers and applies); remote, the client process's and this (the cluster's) process's over the client's
 //! run from its first offer to its last acknowledgement, as the client reads both. A figure that the
 //! sharing of two cores moves much less than a rate.
 //!
@@ -63,6 +63,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast_tools::hiccup::ProcessTimes;
 use quorumcast_tools::report::{self, Percentiles, NS_PER_US};
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_tools::sweep::measure::{self, SendTimes};
@@ -177,6 +178,9 @@ struct Point {
     in_process: Percentiles,
     in_process_achieved: f64,
     in_process_back_pressured: u64,
+    /// This (the cluster's and its harness's) process's CPU microseconds per committed message over the
+    /// in-process point.
+    in_process_cpu: Option<f64>,
     client: remote::ClientPoint,
 }
 
@@ -184,6 +188,14 @@ impl Point {
     /// The check: client p50 at most in-process p50 + the floor's p50.
     fn met(&self, floor: &RttReport) -> bool {
         self.client.report.latency_us.p50 <= self.in_process.p50 + floor.rtt_us.p50
+    }
+
+    /// CPU microseconds per committed message at this point: in process; remote (client process +
+    /// cluster process); remote over in process.
+    fn cpu(&self) -> Option<(f64, f64, f64)> {
+        let in_process = self.in_process_cpu?;
+        let remote = self.client.report.client_cpu_us_per_msg()? + self.client.report.cluster_cpu_us_per_msg()?;
+        Some((in_process, remote, remote / in_process.max(f64::MIN_POSITIVE)))
     }
 }
 
@@ -276,7 +288,11 @@ fn run_mtu(
         let mut times = SendTimes::new();
         let mut in_process = Vec::new();
         for &rho in &cli.rho {
+            let cpu_before = ProcessTimes::read();
             let point = measure::run_point(cluster, rho, mu.mu, t, &mut times)?;
+            let cpu = ProcessTimes::read().zip(cpu_before).map(|(after, before)| {
+                ProcessTimes::seconds(after.since(&before).own) * 1e6 / point.messages.max(1) as f64
+            });
             report::write_hgrm(
                 &point.latency,
                 &dir.join(format!("hgrm/mtu{mtu}-rho{rho:.2}.in-process.hgrm")),
@@ -285,15 +301,16 @@ fn run_mtu(
             let p = Percentiles::from_histogram(&point.latency, NS_PER_US);
             println!(
                 "MTU {mtu}: in-process rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us, \
-                 {} back-pressured offers",
+                 {} back-pressured offers; CPU us/msg {}",
                 si(point.lambda),
                 si(point.achieved),
                 p.p50,
                 p.p99,
                 p.p999,
-                point.back_pressured
+                point.back_pressured,
+                cpu_figure(cpu)
             );
-            in_process.push((rho, point.lambda, p, point.achieved, point.back_pressured));
+            in_process.push((rho, point.lambda, p, point.achieved, point.back_pressured, cpu));
         }
         let floor = client.udp_rtt(
             cluster,
@@ -311,12 +328,13 @@ fn run_mtu(
         let points: Vec<Point> = in_process
             .into_iter()
             .zip(clients)
-            .map(|((rho, lambda, p, achieved, back_pressured), c)| Point {
+            .map(|((rho, lambda, p, achieved, back_pressured, cpu), c)| Point {
                 rho,
                 lambda,
                 in_process: p,
                 in_process_achieved: achieved,
                 in_process_back_pressured: back_pressured,
+                in_process_cpu: cpu,
                 client: c,
             })
             .collect();
@@ -392,8 +410,8 @@ fn client_runs(
         );
         println!(
             "MTU {mtu}: client{tag} rho {rho:.2}: CPU us/msg client {} cluster {}; {}",
-            cpu(c.report.client_cpu_us_per_msg()),
-            cpu(c.report.cluster_cpu_us_per_msg()),
+            cpu_figure(c.report.client_cpu_us_per_msg()),
+            cpu_figure(c.report.cluster_cpu_us_per_msg()),
             client_side(&c.report)
         );
         points.push(c);
@@ -422,8 +440,8 @@ fn client_runs(
         report.elapsed_s,
         report.latency_us.p50,
         report.latency_us.p99,
-        cpu(report.client_cpu_us_per_msg()),
-        cpu(report.cluster_cpu_us_per_msg()),
+        cpu_figure(report.client_cpu_us_per_msg()),
+        cpu_figure(report.cluster_cpu_us_per_msg()),
         client_side(&report),
         report.leader.describe()
     );
@@ -439,7 +457,7 @@ fn client_idle_name(client: &ClientProcess) -> String {
 }
 
 /// A CPU figure, or `?` where unmeasured.
-fn cpu(us: Option<f64>) -> String {
+fn cpu_figure(us: Option<f64>) -> String {
     us.map_or("?".into(), |c| format!("{c:.2}"))
 }
 
@@ -497,6 +515,17 @@ fn print_table(r: &MtuResult) {
             c.p50,
             p.in_process.p50 + r.floor.rtt_us.p50
         );
+    }
+    for p in &r.points {
+        if let Some((in_process, remote, ratio)) = p.cpu() {
+            println!(
+                "  {:>5.2} CPU us per committed msg: in-process {in_process:.2}  remote {remote:.2} (client {} + cluster \
+                 {})  ratio {ratio:.2} (idle polling counts: at low rho it is mostly that)",
+                p.rho,
+                cpu_figure(p.client.report.client_cpu_us_per_msg()),
+                cpu_figure(p.client.report.cluster_cpu_us_per_msg())
+            );
+        }
     }
     println!(
         "  client key on: closed loop {} msg/s, {:.2} of session tags only (target >= {KEYED_TARGET:.2}: {})",
@@ -570,6 +599,7 @@ fn mtu_json(r: &MtuResult) -> Value {
                 "achieved": p.in_process_achieved,
                 "back_pressured_offers": p.in_process_back_pressured,
                 "latency_us": p.in_process,
+                "cpu_us_per_msg": p.in_process_cpu,
             },
             "client": {
                 "achieved": p.client.report.rate,
