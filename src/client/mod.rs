@@ -25,7 +25,8 @@
 //!
 //! Messages are numbered from 1 in their session (the correlation id); a message is at most one
 //! datagram's payload ([`ClusterClient::max_message_length`]), and many are batched per datagram: an
-//! offer is sent by the next [`ClusterClient::poll`] (or when the datagram fills). At most
+//! offer is sent by the next [`ClusterClient::poll`], with every datagram filled since the last, in one
+//! `sendmmsg` (or sooner, when [`SEND_BATCH`] datagrams are full). At most
 //! [`ClientConfig::window`] messages are in flight; past that an offer is back-pressured.
 //!
 //! # Finding the leader
@@ -50,6 +51,7 @@
 //! - Only datagrams from the members' client endpoints are read.
 
 pub mod credentials;
+mod outbox;
 pub mod session;
 pub mod wire;
 
@@ -69,7 +71,9 @@ use crate::media::auth::AuthKey;
 use crate::media::transport::{Binding, Network, RecvBatch, SharedNetwork, SocketOptions, Transport};
 
 use self::credentials::{unwrap_token, ClientKey, ReplayWindow};
-use self::wire::{Datagram, DatagramWriter, RecordHeader, RefusalCode, Seal};
+use self::outbox::Outbox;
+pub use self::outbox::SEND_BATCH;
+use self::wire::{Datagram, RecordHeader, RefusalCode, Seal};
 
 /// How a client reaches a cluster, and its timeouts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -312,6 +316,8 @@ pub struct ClientStats {
     pub datagrams_received: u64,
     /// Receive calls (each a `recvmmsg` of up to 16 datagrams).
     pub receive_calls: u64,
+    /// Send calls (each a `sendmmsg` of up to [`SEND_BATCH`] datagrams, or an ask's `sendmsg`).
+    pub send_calls: u64,
 }
 
 /// One message in flight.
@@ -384,7 +390,7 @@ pub struct ClusterClient {
     next_correlation: u64,
     in_flight: VecDeque<Pending>,
     free: Vec<Vec<u8>>,
-    out: DatagramWriter,
+    out: Outbox,
     /// Taken while a poll reads from it (records borrow from it while the client changes).
     batch: Option<RecvBatch>,
     last_heard_ns: u64,
@@ -483,7 +489,7 @@ impl ClusterClient {
             next_correlation: 1,
             in_flight: VecDeque::with_capacity(config.window),
             free: Vec::new(),
-            out: DatagramWriter::new(config.mtu),
+            out: Outbox::new(config.mtu),
             // Room for the largest UDP datagram: the cluster's MTU may be larger than this client's.
             batch: Some(RecvBatch::new(16, MAX_UDP_PAYLOAD_LENGTH)),
             last_heard_ns: 0,
@@ -645,7 +651,7 @@ impl ClusterClient {
     }
 
     /// Offers `message`; returns its correlation id. It is sent by the next [`poll`](Self::poll) (or
-    /// sooner, when the datagram being filled is full). Never blocks.
+    /// sooner, when [`SEND_BATCH`] datagrams are full). Never blocks.
     pub fn offer(&mut self, message: &[u8]) -> Result<u64, ClientOfferError> {
         if self.state != State::Connected {
             return Err(ClientOfferError::NotConnected);
@@ -860,11 +866,13 @@ impl ClusterClient {
         let fanout = self.config.connect_fanout.clamp(1, n);
         self.round += 1;
         self.stats.ask_rounds += 1;
+        // What waits goes to the member it was for; the ask goes alone.
+        let mut sent = self.flush();
         let record = self.ask_record();
         self.push(record, &[]);
         let leader = self.known_leader.take();
         let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
-        let bytes = self.out.finish(seal);
+        let bytes = self.out.finish_current(seal);
         let mut asked = 0;
         if let Some(leader) = leader {
             let _ = self.socket.send(bytes, Some(&self.addrs[leader]));
@@ -891,41 +899,44 @@ impl ClusterClient {
             asked += 1;
         }
         self.cursor = next;
-        self.out.clear();
+        self.out.clear_current();
         self.last_sent_ns = self.clock.now_ns();
         self.stats.asks += asked as u64;
         self.stats.datagrams_sent += asked as u64;
-        asked
+        self.stats.send_calls += asked as u64;
+        sent += asked;
+        sent
     }
 
     /// Asks member `member` alone, now (an answer named it the leader); returns the datagrams sent.
     fn ask_one(&mut self, member: usize) -> usize {
+        // What waits goes to the member it was for.
+        let mut sent = self.flush();
         self.asked_in[member] = self.round;
         self.target = member;
         let record = self.ask_record();
         self.push(record, &[]);
-        let sent = self.flush();
-        self.stats.asks += sent as u64;
+        let asked = self.flush();
+        self.stats.asks += asked as u64;
+        sent += asked;
         sent
     }
 
     /// Resends every message in flight from `from` on; returns the datagrams sent.
     fn resend_from(&mut self, from: u64, now: u64) -> usize {
-        let mut sent = 0;
         let session = self.session_id;
         for i in 0..self.in_flight.len() {
             if self.in_flight[i].correlation_id < from {
                 continue;
             }
             let record = RecordHeader::new(wire::MESSAGE, session).correlation(self.in_flight[i].correlation_id);
-            if !self.out.fits(self.in_flight[i].bytes.len()) {
-                sent += self.flush();
-            }
-            self.out.push(record, &self.in_flight[i].bytes);
+            let bytes = std::mem::take(&mut self.in_flight[i].bytes);
+            self.push(record, &bytes);
+            self.in_flight[i].bytes = bytes;
             self.in_flight[i].sent_ns = now;
             self.stats.messages_sent += 1;
         }
-        sent + self.flush()
+        self.flush()
     }
 
     fn push_message(&mut self, correlation_id: u64, message: &[u8]) {
@@ -933,25 +944,46 @@ impl ClusterClient {
         self.push(RecordHeader::new(wire::MESSAGE, self.session_id).correlation(correlation_id), message);
     }
 
+    /// Adds a record to the datagram being filled; when it does not fit, that datagram is sealed first
+    /// (and the sealed ones sent first when they are [`SEND_BATCH`]).
     fn push(&mut self, record: RecordHeader, payload: &[u8]) {
         if !self.out.fits(payload.len()) {
-            self.flush();
+            self.seal_current();
         }
         self.out.push(record, payload);
     }
 
-    /// Sends the datagram being filled to the member asked or connected to, sealed with the session's
-    /// token (or, opening, with the client key); returns the datagrams sent.
+    /// Seals the datagram being filled with the session's token (or, opening, with the client key); the
+    /// sealed ones are sent first when they are [`SEND_BATCH`] less one.
+    fn seal_current(&mut self) {
+        if self.out.is_full() {
+            self.send_sealed();
+        }
+        let (token, key, state, session_id) = (&self.token, self.config.key.as_ref(), self.state, self.session_id);
+        let sequence = &mut self.sequence;
+        self.out.seal(|| seal(token, key, state, session_id, sequence));
+    }
+
+    /// Sends the sealed datagrams to the member asked or connected to, in one `sendmmsg`; returns the
+    /// datagrams sent.
+    fn send_sealed(&mut self) -> usize {
+        let sent = self.out.send(&mut *self.socket, &self.addrs[self.target]);
+        if sent > 0 {
+            self.last_sent_ns = self.clock.now_ns();
+            self.stats.datagrams_sent += sent as u64;
+            self.stats.send_calls += 1;
+        }
+        sent
+    }
+
+    /// Seals the datagram being filled and sends it with those sealed before it to the member asked or
+    /// connected to; returns the datagrams sent.
     fn flush(&mut self) -> usize {
         if self.out.is_empty() {
             return 0;
         }
-        let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
-        let _ = self.socket.send(self.out.finish(seal), Some(&self.addrs[self.target]));
-        self.out.clear();
-        self.last_sent_ns = self.clock.now_ns();
-        self.stats.datagrams_sent += 1;
-        1
+        self.seal_current();
+        self.send_sealed()
     }
 }
 
