@@ -385,20 +385,14 @@ fn client_runs(
     for &(rho, _) in lambdas {
         let stem = format!("mtu{mtu}-rho{rho:.2}.client{tag}");
         let hgrm = (dir.join(format!("hgrm/{stem}.hgrm")), dir.join(format!("hgrm/{stem}.service.hgrm")));
-        let c = remote::client_point(
-            cluster,
-            client,
-            rho,
-            mu,
-            (MESSAGE, mtu),
-            t,
-            dir.join(format!("{stem}.json")),
-            Some(hgrm),
-        )?;
+        let before = endpoint_totals(cluster);
+        let json = dir.join(format!("{stem}.json"));
+        let c = remote::client_point(cluster, client, rho, mu, (MESSAGE, mtu), t, json.clone(), Some(hgrm))?;
+        let stage_counts = stages(&c.report, &json, before, endpoint_totals(cluster));
         let l = &c.report.latency_us;
         println!(
             "MTU {mtu}: client{tag} rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us (from \
-             offer p50 {:.1} p99 {:.1} us); leader: {}",
+             offer p50 {:.1} p99 {:.1} us)",
             si(c.lambda),
             si(c.report.rate),
             l.p50,
@@ -406,13 +400,11 @@ fn client_runs(
             l.p999,
             c.report.service_latency_us.p50,
             c.report.service_latency_us.p99,
-            c.report.leader.describe()
         );
         println!(
-            "MTU {mtu}: client{tag} rho {rho:.2}: CPU us/msg client {} cluster {}; {}",
+            "MTU {mtu}: client{tag} rho {rho:.2}: CPU us/msg client {} cluster {}; {stage_counts}",
             cpu_figure(c.report.client_cpu_us_per_msg()),
             cpu_figure(c.report.cluster_cpu_us_per_msg()),
-            client_side(&c.report)
         );
         points.push(c);
     }
@@ -431,10 +423,12 @@ fn client_runs(
         hgrm: None,
         service_hgrm: None,
     };
+    let before = endpoint_totals(cluster);
     let report = client.load(cluster, &saturation)?;
+    let stage_counts = stages(&report, &saturation.json, before, endpoint_totals(cluster));
     println!(
         "MTU {mtu}: client{tag} closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
-         p99 {:.1} us; CPU us/msg client {} cluster {}; {}; leader: {}",
+         p99 {:.1} us; CPU us/msg client {} cluster {}; {stage_counts}",
         si(report.rate),
         report.committed,
         report.elapsed_s,
@@ -442,10 +436,47 @@ fn client_runs(
         report.latency_us.p99,
         cpu_figure(report.client_cpu_us_per_msg()),
         cpu_figure(report.cluster_cpu_us_per_msg()),
-        client_side(&report),
-        report.leader.describe()
     );
     Ok((points, report))
+}
+
+/// What every member's client endpoint counted (only the leader's takes messages; the others redirect),
+/// summed: datagrams in, their receive calls, records in, egress datagrams, egress records.
+fn endpoint_totals(cluster: &LoadCluster) -> [i64; 5] {
+    let mut totals = [0; 5];
+    for stats in cluster.stats() {
+        let c = stats.clients();
+        let each =
+            [c.datagrams_received(), c.receive_calls(), c.records_received(), c.egress_datagrams(), c.egress_records()];
+        for (total, value) in totals.iter_mut().zip(each) {
+            *total += value;
+        }
+    }
+    totals
+}
+
+/// The counts of one client run at each stage of a message's way, per committed message: the client's
+/// send calls and datagrams (its `--json`), the members' receive calls, datagrams and records, their
+/// egress datagrams and records, and the client's receive calls.
+fn stages(report: &remote::ClientReport, json: &Path, before: [i64; 5], after: [i64; 5]) -> String {
+    let per = |n: f64| n / report.committed.max(1) as f64;
+    let send_calls = std::fs::read_to_string(json)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|v| v["client_stats"]["send_calls"].as_u64());
+    let d: Vec<f64> = after.iter().zip(before).map(|(a, b)| (a - b) as f64).collect();
+    format!(
+        "stages per committed msg: client {} send calls, {:.4} datagrams -> members {:.4} receive calls, {:.4} \
+         datagrams, {:.3} records -> egress {:.4} datagrams, {:.3} records -> client {:.4} receive calls",
+        send_calls.map_or("?".into(), |n| format!("{:.4}", per(n as f64))),
+        per(report.client_stats.datagrams_sent as f64),
+        per(d[1]),
+        per(d[0]),
+        per(d[2]),
+        per(d[3]),
+        per(d[4]),
+        per(report.client_stats.receive_calls as f64)
+    )
 }
 
 /// How the client process idles.
@@ -459,18 +490,6 @@ fn client_idle_name(client: &ClientProcess) -> String {
 /// A CPU figure, or `?` where unmeasured.
 fn cpu_figure(us: Option<f64>) -> String {
     us.map_or("?".into(), |c| format!("{c:.2}"))
-}
-
-/// The client's own counts per committed message.
-fn client_side(report: &remote::ClientReport) -> String {
-    let c = &report.client_stats;
-    let per = |n: u64| n as f64 / report.committed.max(1) as f64;
-    format!(
-        "client per msg: {:.3} datagrams sent, {:.3} read, {:.3} receive calls",
-        per(c.datagrams_sent),
-        per(c.datagrams_received),
-        per(c.receive_calls)
-    )
 }
 
 fn met(ok: bool) -> &'static str {
