@@ -37,7 +37,9 @@
 //! leader they know), so the first `OPENED` is the session's, and a dead member among those asked costs
 //! nothing. A redirect to a member not asked in the round is followed at once; only a round in which no
 //! member answered as the leader waits [`ClientConfig::connect_retry`] for the next.
-//! [`ClusterClient::stats`] counts the rounds and asks.
+//! [`ClusterClient::stats`] counts the rounds and asks. A new client can be seeded with the leader
+//! another one knows ([`ClientConfig::leader_hint`], [`ClusterClient::known_leader`]): its first open
+//! asks that member first.
 //!
 //! # Invariants
 //!
@@ -114,6 +116,11 @@ pub struct ClientConfig {
     /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
     /// Default: `0ns`.
     pub linger: Duration,
+    /// The member (by id) believed to lead, asked first by the first open: a new client seeded with
+    /// another's [`ClusterClient::known_leader`] goes straight to the leader, whatever the list's order
+    /// and whichever members are down. An id the list does not name is ignored.
+    /// Default: `None`.
+    pub leader_hint: Option<i32>,
     /// The client key, for a cluster that requires one (`[clients] auth_key` or `[[clients.keys]]`):
     /// every datagram is tagged with it (or with the session's token, which the cluster gives only to a
     /// holder of it). `None`, the default: for a cluster without client keys.
@@ -135,6 +142,7 @@ impl ClientConfig {
             connect_fanout: 3,
             bind: None,
             linger: Duration::ZERO,
+            leader_hint: None,
             key: None,
         }
     }
@@ -481,7 +489,7 @@ impl ClusterClient {
             session_id: 0,
             nonce: seed | 1,
             target: 0,
-            known_leader: None,
+            known_leader: config.leader_hint.and_then(|id| config.members.iter().position(|m| m.0 == id)),
             cursor: 0,
             asked_in: vec![0; config.members.len()],
             round: 0,
@@ -538,6 +546,14 @@ impl ClusterClient {
     /// The member the client is connected to (or asking), by id.
     pub fn leader(&self) -> Option<i32> {
         Some(self.config.members[self.target].0).filter(|_| self.state == State::Connected)
+    }
+
+    /// The member (by id) this client last knew to lead: the one it is connected to, else the last one an
+    /// answer named. Seed a new client with it ([`ClientConfig::leader_hint`]) so that its first open
+    /// goes there first.
+    pub fn known_leader(&self) -> Option<i32> {
+        let index = if self.state == State::Connected { Some(self.target) } else { self.known_leader };
+        index.map(|i| self.config.members[i].0)
     }
 
     /// What the client has done so far.

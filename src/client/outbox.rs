@@ -106,3 +106,55 @@ impl Outbox {
         self.writers[self.filling].clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::wire::{self, Datagram};
+    use crate::media::auth::AuthKey;
+    use crate::media::transport::memory::MemoryNetwork;
+    use crate::media::transport::RecvBatch;
+
+    const KEY: AuthKey = AuthKey::new([3; 32]);
+
+    #[test]
+    fn sealed_datagrams_leave_together_in_order_and_the_one_being_filled_stays() {
+        let network = MemoryNetwork::new();
+        let mut from = network.bind("127.0.0.1:1".parse().unwrap(), false).unwrap();
+        let mut to = network.bind("127.0.0.1:2".parse().unwrap(), false).unwrap();
+        let dest = SockAddr::from(to.local_addr());
+        let mut outbox = Outbox::new(256);
+        let mut sequence = 0;
+        let payload = [7u8; 100];
+        // Records of 132 bytes: one to a 256-byte datagram. More than a batch: the oldest sealed ones
+        // leave first, when the batch is full; the rest with the send.
+        let records = SEND_BATCH as u64 + 3;
+        for id in 1..=records {
+            let record = RecordHeader::new(wire::MESSAGE, 5).correlation(id);
+            if !outbox.fits(payload.len()) {
+                if outbox.is_full() {
+                    assert_eq!(outbox.send(&mut from, &dest), SEND_BATCH - 1);
+                }
+                outbox.seal(|| {
+                    sequence += 1;
+                    Seal { session_id: 5, key_id: 0, sequence, key: Some(&KEY) }
+                });
+            }
+            assert!(outbox.push(record, &payload));
+        }
+        assert_eq!(outbox.send(&mut from, &dest), (records - 1) as usize - (SEND_BATCH - 1));
+        assert!(!outbox.is_empty(), "the last record waits in the datagram being filled");
+        let mut batch = RecvBatch::new(64, 512);
+        let mut seen = Vec::new();
+        while let n @ 1.. = to.recv_batch(&mut batch).unwrap() {
+            for i in 0..n {
+                let datagram = Datagram::parse(batch.datagram(i).bytes).unwrap();
+                assert!(datagram.verify(&KEY));
+                let ids: Vec<u64> = datagram.records().unwrap().map(|(r, _)| r.correlation_id).collect();
+                seen.push((datagram.header.sequence, ids));
+            }
+        }
+        let expected: Vec<(u64, Vec<u64>)> = (1..records).map(|id| (id, vec![id])).collect();
+        assert_eq!(seen, expected);
+    }
+}
