@@ -6,8 +6,9 @@
 //!
 //! # Invariants
 //!
-//! - At most [`SEND_BATCH`] datagrams of at most the capacity given are held (allocated once): a caller
-//!   cannot make it grow.
+//! - At most [`SEND_BATCH`] datagrams of at most the capacity given are held, each allocated the first
+//!   time a poll fills that many (a client at light load holds one or two): a caller cannot make it grow
+//!   past that.
 //! - Datagrams leave in the order they were sealed, so their sequence numbers grow on the wire.
 
 use socket2::SockAddr;
@@ -25,14 +26,16 @@ pub(super) struct Outbox {
     writers: Vec<DatagramWriter>,
     /// The writer being filled; those before it are sealed.
     filling: usize,
+    /// Bytes of each datagram.
+    capacity: usize,
     scratch: MmsgScratch,
 }
 
 impl Outbox {
-    /// Room for [`SEND_BATCH`] datagrams of `capacity` bytes each.
+    /// Room for [`SEND_BATCH`] datagrams of `capacity` bytes each (one allocated now).
     pub(super) fn new(capacity: usize) -> Self {
-        let writers = (0..SEND_BATCH).map(|_| DatagramWriter::new(capacity)).collect();
-        Self { writers, filling: 0, scratch: MmsgScratch::default() }
+        let writers = vec![DatagramWriter::new(capacity)];
+        Self { writers, filling: 0, capacity, scratch: MmsgScratch::default() }
     }
 
     /// The longest payload one record can carry.
@@ -53,7 +56,7 @@ impl Outbox {
     /// True when the datagram being filled is the last one: [`send`](Self::send) before the next
     /// [`seal`](Self::seal).
     pub(super) fn is_full(&self) -> bool {
-        self.filling + 1 >= self.writers.len()
+        self.filling + 1 >= SEND_BATCH
     }
 
     /// Adds a record to the datagram being filled; false when it does not fit (seal first).
@@ -71,6 +74,9 @@ impl Outbox {
         }
         self.writers[self.filling].finish(make_seal());
         self.filling += 1;
+        if self.filling == self.writers.len() {
+            self.writers.push(DatagramWriter::new(self.capacity));
+        }
     }
 
     /// Sends every sealed datagram to `dest` in as few calls as the transport takes, and empties them;
