@@ -1084,6 +1084,26 @@ fn a_redirect_is_followed_at_once_and_the_known_leader_is_asked_first() {
 }
 
 #[test]
+fn a_new_client_seeded_with_the_known_leader_asks_it_first() {
+    let scratch = ScratchDir::new("clients-leader-hint");
+    let (members, mut nodes, mut applied, _dead) = start_without_member_0(&scratch);
+    let mut first = patient_client(&members, &[1, 2, 0], 1);
+    connect(&mut nodes, &mut applied, &mut first);
+    assert_eq!(first.known_leader(), Some(1));
+    // One member at a time, the dead member 0 first in the list: unseeded, this client would wait its
+    // hour-long connect retry there; seeded, its first and only ask goes to the leader.
+    let mut config = client_config(&members, &[0, 2, 1]);
+    config.connect_retry = Duration::from_secs(3600);
+    config.connect_fanout = 1;
+    config.leader_hint = first.known_leader();
+    let mut seeded = ClusterClient::new(config).unwrap();
+    connect(&mut nodes, &mut applied, &mut seeded);
+    assert_eq!(seeded.leader(), Some(1));
+    let stats = seeded.stats();
+    assert_eq!((stats.ask_rounds, stats.asks, stats.redirects_followed), (1, 1, 0), "{stats:?}");
+}
+
+#[test]
 fn wait_returns_when_a_datagram_arrives_or_the_next_timer_is_due() {
     // A stand-in member that never answers as a cluster would: it only echoes bytes back.
     let member = UdpSocket::bind("127.0.0.1:0").unwrap();

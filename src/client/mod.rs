@@ -25,7 +25,8 @@
 //!
 //! Messages are numbered from 1 in their session (the correlation id); a message is at most one
 //! datagram's payload ([`ClusterClient::max_message_length`]), and many are batched per datagram: an
-//! offer is sent by the next [`ClusterClient::poll`] (or when the datagram fills). At most
+//! offer is sent by the next [`ClusterClient::poll`], with every datagram filled since the last, in one
+//! `sendmmsg` (or sooner, when [`SEND_BATCH`] datagrams are full). At most
 //! [`ClientConfig::window`] messages are in flight; past that an offer is back-pressured.
 //!
 //! # Finding the leader
@@ -36,7 +37,9 @@
 //! leader they know), so the first `OPENED` is the session's, and a dead member among those asked costs
 //! nothing. A redirect to a member not asked in the round is followed at once; only a round in which no
 //! member answered as the leader waits [`ClientConfig::connect_retry`] for the next.
-//! [`ClusterClient::stats`] counts the rounds and asks.
+//! [`ClusterClient::stats`] counts the rounds and asks. A new client can be seeded with the leader
+//! another one knows ([`ClientConfig::leader_hint`], [`ClusterClient::known_leader`]): its first open
+//! asks that member first.
 //!
 //! # Invariants
 //!
@@ -50,6 +53,7 @@
 //! - Only datagrams from the members' client endpoints are read.
 
 pub mod credentials;
+mod outbox;
 pub mod session;
 pub mod wire;
 
@@ -69,7 +73,9 @@ use crate::media::auth::AuthKey;
 use crate::media::transport::{Binding, Network, RecvBatch, SharedNetwork, SocketOptions, Transport};
 
 use self::credentials::{unwrap_token, ClientKey, ReplayWindow};
-use self::wire::{Datagram, DatagramWriter, RecordHeader, RefusalCode, Seal};
+use self::outbox::Outbox;
+pub use self::outbox::SEND_BATCH;
+use self::wire::{Datagram, RecordHeader, RefusalCode, Seal};
 
 /// How a client reaches a cluster, and its timeouts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +116,11 @@ pub struct ClientConfig {
     /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
     /// Default: `0ns`.
     pub linger: Duration,
+    /// The member (by id) believed to lead, asked first by the first open: a new client seeded with
+    /// another's [`ClusterClient::known_leader`] goes straight to the leader, whatever the list's order
+    /// and whichever members are down. An id the list does not name is ignored.
+    /// Default: `None`.
+    pub leader_hint: Option<i32>,
     /// The client key, for a cluster that requires one (`[clients] auth_key` or `[[clients.keys]]`):
     /// every datagram is tagged with it (or with the session's token, which the cluster gives only to a
     /// holder of it). `None`, the default: for a cluster without client keys.
@@ -131,6 +142,7 @@ impl ClientConfig {
             connect_fanout: 3,
             bind: None,
             linger: Duration::ZERO,
+            leader_hint: None,
             key: None,
         }
     }
@@ -319,6 +331,8 @@ pub struct ClientStats {
     pub datagrams_received: u64,
     /// Receive calls (each a `recvmmsg` of up to 16 datagrams).
     pub receive_calls: u64,
+    /// Send calls (each a `sendmmsg` of up to [`SEND_BATCH`] datagrams, or an ask's `sendmsg`).
+    pub send_calls: u64,
 }
 
 /// One message in flight.
@@ -391,7 +405,7 @@ pub struct ClusterClient {
     next_correlation: u64,
     in_flight: VecDeque<Pending>,
     free: Vec<Vec<u8>>,
-    out: DatagramWriter,
+    out: Outbox,
     /// Taken while a poll reads from it (records borrow from it while the client changes).
     batch: Option<RecvBatch>,
     last_heard_ns: u64,
@@ -482,7 +496,7 @@ impl ClusterClient {
             session_id: 0,
             nonce: seed | 1,
             target: 0,
-            known_leader: None,
+            known_leader: config.leader_hint.and_then(|id| config.members.iter().position(|m| m.0 == id)),
             cursor: 0,
             asked_in: vec![0; config.members.len()],
             round: 0,
@@ -490,7 +504,7 @@ impl ClusterClient {
             next_correlation: 1,
             in_flight: VecDeque::with_capacity(config.window),
             free: Vec::new(),
-            out: DatagramWriter::new(config.mtu),
+            out: Outbox::new(config.mtu),
             // Room for the largest UDP datagram: the cluster's MTU may be larger than this client's.
             batch: Some(RecvBatch::new(16, MAX_UDP_PAYLOAD_LENGTH)),
             last_heard_ns: 0,
@@ -559,6 +573,14 @@ impl ClusterClient {
     /// The member the client is connected to (or asking), by id.
     pub fn leader(&self) -> Option<i32> {
         Some(self.config.members[self.target].0).filter(|_| self.state == State::Connected)
+    }
+
+    /// The member (by id) this client last knew to lead: the one it is connected to, else the last one an
+    /// answer named. Seed a new client with it ([`ClientConfig::leader_hint`]) so that its first open
+    /// goes there first.
+    pub fn known_leader(&self) -> Option<i32> {
+        let index = if self.state == State::Connected { Some(self.target) } else { self.known_leader };
+        index.map(|i| self.config.members[i].0)
     }
 
     /// What the client has done so far.
@@ -672,7 +694,7 @@ impl ClusterClient {
     }
 
     /// Offers `message`; returns its correlation id. It is sent by the next [`poll`](Self::poll) (or
-    /// sooner, when the datagram being filled is full). Never blocks.
+    /// sooner, when [`SEND_BATCH`] datagrams are full). Never blocks.
     pub fn offer(&mut self, message: &[u8]) -> Result<u64, ClientOfferError> {
         if self.state != State::Connected {
             return Err(ClientOfferError::NotConnected);
@@ -688,10 +710,13 @@ impl ClusterClient {
         let mut bytes = self.free.pop().unwrap_or_default();
         bytes.clear();
         bytes.extend_from_slice(message);
-        let now = self.clock.now_ns();
+        // The clock is read once per run of offers that waits to be sent (the first of them), not per
+        // offer: it was a tenth of a saturating client's CPU. A message's resend timer then runs from
+        // the first offer of its run, at most that much early (it is sent later still, at the poll).
         if self.out.is_empty() {
-            self.out_since_ns = now;
+            self.out_since_ns = self.clock.now_ns();
         }
+        let now = self.out_since_ns;
         self.push_message(correlation_id, message);
         self.in_flight.push_back(Pending { correlation_id, bytes, sent_ns: now });
         Ok(correlation_id)
@@ -887,11 +912,13 @@ impl ClusterClient {
         let fanout = self.config.connect_fanout.clamp(1, n);
         self.round += 1;
         self.stats.ask_rounds += 1;
+        // What waits goes to the member it was for; the ask goes alone.
+        let mut sent = self.flush();
         let record = self.ask_record();
         self.push(record, &[]);
         let leader = self.known_leader.take();
         let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
-        let bytes = self.out.finish(seal);
+        let bytes = self.out.finish_current(seal);
         let mut asked = 0;
         if let Some(leader) = leader {
             let _ = self.socket.send(bytes, Some(&self.addrs[leader]));
@@ -918,41 +945,44 @@ impl ClusterClient {
             asked += 1;
         }
         self.cursor = next;
-        self.out.clear();
+        self.out.clear_current();
         self.last_sent_ns = self.clock.now_ns();
         self.stats.asks += asked as u64;
         self.stats.datagrams_sent += asked as u64;
-        asked
+        self.stats.send_calls += asked as u64;
+        sent += asked;
+        sent
     }
 
     /// Asks member `member` alone, now (an answer named it the leader); returns the datagrams sent.
     fn ask_one(&mut self, member: usize) -> usize {
+        // What waits goes to the member it was for.
+        let mut sent = self.flush();
         self.asked_in[member] = self.round;
         self.target = member;
         let record = self.ask_record();
         self.push(record, &[]);
-        let sent = self.flush();
-        self.stats.asks += sent as u64;
+        let asked = self.flush();
+        self.stats.asks += asked as u64;
+        sent += asked;
         sent
     }
 
     /// Resends every message in flight from `from` on; returns the datagrams sent.
     fn resend_from(&mut self, from: u64, now: u64) -> usize {
-        let mut sent = 0;
         let session = self.session_id;
         for i in 0..self.in_flight.len() {
             if self.in_flight[i].correlation_id < from {
                 continue;
             }
             let record = RecordHeader::new(wire::MESSAGE, session).correlation(self.in_flight[i].correlation_id);
-            if !self.out.fits(self.in_flight[i].bytes.len()) {
-                sent += self.flush();
-            }
-            self.out.push(record, &self.in_flight[i].bytes);
+            let bytes = std::mem::take(&mut self.in_flight[i].bytes);
+            self.push(record, &bytes);
+            self.in_flight[i].bytes = bytes;
             self.in_flight[i].sent_ns = now;
             self.stats.messages_sent += 1;
         }
-        sent + self.flush()
+        self.flush()
     }
 
     fn push_message(&mut self, correlation_id: u64, message: &[u8]) {
@@ -960,25 +990,46 @@ impl ClusterClient {
         self.push(RecordHeader::new(wire::MESSAGE, self.session_id).correlation(correlation_id), message);
     }
 
+    /// Adds a record to the datagram being filled; when it does not fit, that datagram is sealed first
+    /// (and the sealed ones sent first when they are [`SEND_BATCH`]).
     fn push(&mut self, record: RecordHeader, payload: &[u8]) {
         if !self.out.fits(payload.len()) {
-            self.flush();
+            self.seal_current();
         }
         self.out.push(record, payload);
     }
 
-    /// Sends the datagram being filled to the member asked or connected to, sealed with the session's
-    /// token (or, opening, with the client key); returns the datagrams sent.
+    /// Seals the datagram being filled with the session's token (or, opening, with the client key); the
+    /// sealed ones are sent first when they are [`SEND_BATCH`] less one.
+    fn seal_current(&mut self) {
+        if self.out.is_full() {
+            self.send_sealed();
+        }
+        let (token, key, state, session_id) = (&self.token, self.config.key.as_ref(), self.state, self.session_id);
+        let sequence = &mut self.sequence;
+        self.out.seal(|| seal(token, key, state, session_id, sequence));
+    }
+
+    /// Sends the sealed datagrams to the member asked or connected to, in one `sendmmsg`; returns the
+    /// datagrams sent.
+    fn send_sealed(&mut self) -> usize {
+        let sent = self.out.send(&mut *self.socket, &self.addrs[self.target]);
+        if sent > 0 {
+            self.last_sent_ns = self.clock.now_ns();
+            self.stats.datagrams_sent += sent as u64;
+            self.stats.send_calls += 1;
+        }
+        sent
+    }
+
+    /// Seals the datagram being filled and sends it with those sealed before it to the member asked or
+    /// connected to; returns the datagrams sent.
     fn flush(&mut self) -> usize {
         if self.out.is_empty() {
             return 0;
         }
-        let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
-        let _ = self.socket.send(self.out.finish(seal), Some(&self.addrs[self.target]));
-        self.out.clear();
-        self.last_sent_ns = self.clock.now_ns();
-        self.stats.datagrams_sent += 1;
-        1
+        self.seal_current();
+        self.send_sealed()
     }
 }
 

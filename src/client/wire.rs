@@ -458,6 +458,11 @@ impl DatagramWriter {
         &self.bytes
     }
 
+    /// The datagram as the last [`finish`](Self::finish) made it (until the next change).
+    pub fn finished(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// Empties it for the next datagram.
     pub fn clear(&mut self) {
         self.bytes.truncate(DATAGRAM_HEADER_LENGTH);

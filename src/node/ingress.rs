@@ -75,6 +75,7 @@ const POLL_INTERVAL_NS: u64 = 5_000;
 #[derive(Clone, Debug)]
 pub(super) struct IngressCounters {
     datagrams_received: Counter,
+    receive_calls: Counter,
     records_received: Counter,
     pub(super) malformed_dropped: Counter,
     address_refused: Counter,
@@ -105,6 +106,7 @@ impl IngressCounters {
         use kinds::clients as k;
         Self {
             datagrams_received: allocate(&k::datagrams_received),
+            receive_calls: allocate(&k::receive_calls),
             records_received: allocate(&k::records_received),
             malformed_dropped: allocate(&k::malformed_dropped),
             address_refused: allocate(&k::address_refused),
@@ -362,6 +364,9 @@ impl ClientIngress {
         let mut batch = self.batch.take().expect("put back after every poll");
         while datagrams < MAX_DATAGRAMS_PER_CYCLE {
             let received = self.socket.recv_batch(&mut batch).unwrap_or(0);
+            if received > 0 {
+                self.counters.receive_calls.increment();
+            }
             for i in 0..received {
                 let datagram = batch.datagram(i);
                 let Some(source) = datagram.source else {

@@ -388,6 +388,9 @@ catalogue! {
         rate_limited = 623, "client opens rate-limited";
         /// Opens and reconnects refused for an address holding `clients.max_sessions_per_address`.
         address_sessions_refused = 624, "client sessions refused per address";
+        /// Receive calls on the client endpoint that found datagrams (each a `recvmmsg` of up to 16): with
+        /// `datagrams_received`, how well the endpoint's reads are batched.
+        receive_calls = 625, "client receive calls";
         /// Opens and messages refused while an operator suspended the cluster (`qc-cluster suspend`).
         suspended_refused = 626, "client records refused while suspended";
     }

@@ -37,8 +37,8 @@
 //!   client credentials beside session tags alone (every client datagram is tagged either way).
 //!
 //! Beside each rate, CPU microseconds per committed message (user + system time from `/proc/<pid>/stat`,
-//! every thread): in process, this process's over the capacity windows (the cluster and the harness that
-//! offers and applies); remote, the client process's and this (the cluster's) process's over the client's
+//! every thread): in process, this process's over the capacity windows and over each latency point (the
+//! cluster and the harness that offers and applies); remote, the client process's and this (the cluster's) process's over the client's
 //! run from its first offer to its last acknowledgement, as the client reads both. A figure that the
 //! sharing of two cores moves much less than a rate.
 //!
@@ -63,6 +63,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast_tools::hiccup::ProcessTimes;
 use quorumcast_tools::report::{self, Percentiles, NS_PER_US};
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_tools::sweep::measure::{self, SendTimes};
@@ -177,6 +178,9 @@ struct Point {
     in_process: Percentiles,
     in_process_achieved: f64,
     in_process_back_pressured: u64,
+    /// This (the cluster's and its harness's) process's CPU microseconds per committed message over the
+    /// in-process point.
+    in_process_cpu: Option<f64>,
     client: remote::ClientPoint,
 }
 
@@ -184,6 +188,14 @@ impl Point {
     /// The check: client p50 at most in-process p50 + the floor's p50.
     fn met(&self, floor: &RttReport) -> bool {
         self.client.report.latency_us.p50 <= self.in_process.p50 + floor.rtt_us.p50
+    }
+
+    /// CPU microseconds per committed message at this point: in process; remote (client process +
+    /// cluster process); remote over in process.
+    fn cpu(&self) -> Option<(f64, f64, f64)> {
+        let in_process = self.in_process_cpu?;
+        let remote = self.client.report.client_cpu_us_per_msg()? + self.client.report.cluster_cpu_us_per_msg()?;
+        Some((in_process, remote, remote / in_process.max(f64::MIN_POSITIVE)))
     }
 }
 
@@ -276,7 +288,11 @@ fn run_mtu(
         let mut times = SendTimes::new();
         let mut in_process = Vec::new();
         for &rho in &cli.rho {
+            let cpu_before = ProcessTimes::read();
             let point = measure::run_point(cluster, rho, mu.mu, t, &mut times)?;
+            let cpu = ProcessTimes::read().zip(cpu_before).map(|(after, before)| {
+                ProcessTimes::seconds(after.since(&before).own) * 1e6 / point.messages.max(1) as f64
+            });
             report::write_hgrm(
                 &point.latency,
                 &dir.join(format!("hgrm/mtu{mtu}-rho{rho:.2}.in-process.hgrm")),
@@ -285,15 +301,16 @@ fn run_mtu(
             let p = Percentiles::from_histogram(&point.latency, NS_PER_US);
             println!(
                 "MTU {mtu}: in-process rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us, \
-                 {} back-pressured offers",
+                 {} back-pressured offers; CPU us/msg {}",
                 si(point.lambda),
                 si(point.achieved),
                 p.p50,
                 p.p99,
                 p.p999,
-                point.back_pressured
+                point.back_pressured,
+                cpu_figure(cpu)
             );
-            in_process.push((rho, point.lambda, p, point.achieved, point.back_pressured));
+            in_process.push((rho, point.lambda, p, point.achieved, point.back_pressured, cpu));
         }
         let floor = client.udp_rtt(
             cluster,
@@ -311,12 +328,13 @@ fn run_mtu(
         let points: Vec<Point> = in_process
             .into_iter()
             .zip(clients)
-            .map(|((rho, lambda, p, achieved, back_pressured), c)| Point {
+            .map(|((rho, lambda, p, achieved, back_pressured, cpu), c)| Point {
                 rho,
                 lambda,
                 in_process: p,
                 in_process_achieved: achieved,
                 in_process_back_pressured: back_pressured,
+                in_process_cpu: cpu,
                 client: c,
             })
             .collect();
@@ -367,20 +385,14 @@ fn client_runs(
     for &(rho, _) in lambdas {
         let stem = format!("mtu{mtu}-rho{rho:.2}.client{tag}");
         let hgrm = (dir.join(format!("hgrm/{stem}.hgrm")), dir.join(format!("hgrm/{stem}.service.hgrm")));
-        let c = remote::client_point(
-            cluster,
-            client,
-            rho,
-            mu,
-            (MESSAGE, mtu),
-            t,
-            dir.join(format!("{stem}.json")),
-            Some(hgrm),
-        )?;
+        let before = endpoint_totals(cluster);
+        let json = dir.join(format!("{stem}.json"));
+        let c = remote::client_point(cluster, client, rho, mu, (MESSAGE, mtu), t, json.clone(), Some(hgrm))?;
+        let stage_counts = stages(&c.report, &json, before, endpoint_totals(cluster));
         let l = &c.report.latency_us;
         println!(
             "MTU {mtu}: client{tag} rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us (from \
-             offer p50 {:.1} p99 {:.1} us); leader: {}",
+             offer p50 {:.1} p99 {:.1} us)",
             si(c.lambda),
             si(c.report.rate),
             l.p50,
@@ -388,13 +400,11 @@ fn client_runs(
             l.p999,
             c.report.service_latency_us.p50,
             c.report.service_latency_us.p99,
-            c.report.leader.describe()
         );
         println!(
-            "MTU {mtu}: client{tag} rho {rho:.2}: CPU us/msg client {} cluster {}; {}",
-            cpu(c.report.client_cpu_us_per_msg()),
-            cpu(c.report.cluster_cpu_us_per_msg()),
-            client_side(&c.report)
+            "MTU {mtu}: client{tag} rho {rho:.2}: CPU us/msg client {} cluster {}; {stage_counts}",
+            cpu_figure(c.report.client_cpu_us_per_msg()),
+            cpu_figure(c.report.cluster_cpu_us_per_msg()),
         );
         points.push(c);
     }
@@ -413,21 +423,60 @@ fn client_runs(
         hgrm: None,
         service_hgrm: None,
     };
+    let before = endpoint_totals(cluster);
     let report = client.load(cluster, &saturation)?;
+    let stage_counts = stages(&report, &saturation.json, before, endpoint_totals(cluster));
     println!(
         "MTU {mtu}: client{tag} closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
-         p99 {:.1} us; CPU us/msg client {} cluster {}; {}; leader: {}",
+         p99 {:.1} us; CPU us/msg client {} cluster {}; {stage_counts}",
         si(report.rate),
         report.committed,
         report.elapsed_s,
         report.latency_us.p50,
         report.latency_us.p99,
-        cpu(report.client_cpu_us_per_msg()),
-        cpu(report.cluster_cpu_us_per_msg()),
-        client_side(&report),
-        report.leader.describe()
+        cpu_figure(report.client_cpu_us_per_msg()),
+        cpu_figure(report.cluster_cpu_us_per_msg()),
     );
     Ok((points, report))
+}
+
+/// What every member's client endpoint counted (only the leader's takes messages; the others redirect),
+/// summed: datagrams in, their receive calls, records in, egress datagrams, egress records.
+fn endpoint_totals(cluster: &LoadCluster) -> [i64; 5] {
+    let mut totals = [0; 5];
+    for stats in cluster.stats() {
+        let c = stats.clients();
+        let each =
+            [c.datagrams_received(), c.receive_calls(), c.records_received(), c.egress_datagrams(), c.egress_records()];
+        for (total, value) in totals.iter_mut().zip(each) {
+            *total += value;
+        }
+    }
+    totals
+}
+
+/// The counts of one client run at each stage of a message's way, per committed message: the client's
+/// send calls and datagrams (its `--json`), the members' receive calls, datagrams and records, their
+/// egress datagrams and records, and the client's receive calls.
+fn stages(report: &remote::ClientReport, json: &Path, before: [i64; 5], after: [i64; 5]) -> String {
+    let per = |n: f64| n / report.committed.max(1) as f64;
+    let send_calls = std::fs::read_to_string(json)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|v| v["client_stats"]["send_calls"].as_u64());
+    let d: Vec<f64> = after.iter().zip(before).map(|(a, b)| (a - b) as f64).collect();
+    format!(
+        "stages per committed msg: client {} send calls, {:.4} datagrams -> members {:.4} receive calls, {:.4} \
+         datagrams, {:.3} records -> egress {:.4} datagrams, {:.3} records -> client {:.4} receive calls",
+        send_calls.map_or("?".into(), |n| format!("{:.4}", per(n as f64))),
+        per(report.client_stats.datagrams_sent as f64),
+        per(d[1]),
+        per(d[0]),
+        per(d[2]),
+        per(d[3]),
+        per(d[4]),
+        per(report.client_stats.receive_calls as f64)
+    )
 }
 
 /// How the client process idles.
@@ -439,20 +488,8 @@ fn client_idle_name(client: &ClientProcess) -> String {
 }
 
 /// A CPU figure, or `?` where unmeasured.
-fn cpu(us: Option<f64>) -> String {
+fn cpu_figure(us: Option<f64>) -> String {
     us.map_or("?".into(), |c| format!("{c:.2}"))
-}
-
-/// The client's own counts per committed message.
-fn client_side(report: &remote::ClientReport) -> String {
-    let c = &report.client_stats;
-    let per = |n: u64| n as f64 / report.committed.max(1) as f64;
-    format!(
-        "client per msg: {:.3} datagrams sent, {:.3} read, {:.3} receive calls",
-        per(c.datagrams_sent),
-        per(c.datagrams_received),
-        per(c.receive_calls)
-    )
 }
 
 fn met(ok: bool) -> &'static str {
@@ -497,6 +534,17 @@ fn print_table(r: &MtuResult) {
             c.p50,
             p.in_process.p50 + r.floor.rtt_us.p50
         );
+    }
+    for p in &r.points {
+        if let Some((in_process, remote, ratio)) = p.cpu() {
+            println!(
+                "  {:>5.2} CPU us per committed msg: in-process {in_process:.2}  remote {remote:.2} (client {} + cluster \
+                 {})  ratio {ratio:.2} (idle polling counts: at low rho it is mostly that)",
+                p.rho,
+                cpu_figure(p.client.report.client_cpu_us_per_msg()),
+                cpu_figure(p.client.report.cluster_cpu_us_per_msg())
+            );
+        }
     }
     println!(
         "  client key on: closed loop {} msg/s, {:.2} of session tags only (target >= {KEYED_TARGET:.2}: {})",
@@ -570,6 +618,7 @@ fn mtu_json(r: &MtuResult) -> Value {
                 "achieved": p.in_process_achieved,
                 "back_pressured_offers": p.in_process_back_pressured,
                 "latency_us": p.in_process,
+                "cpu_us_per_msg": p.in_process_cpu,
             },
             "client": {
                 "achieved": p.client.report.rate,

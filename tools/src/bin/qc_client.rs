@@ -23,7 +23,8 @@
 //!
 //! `--idle` sets how it waits on a duty cycle that found nothing to do (an idle strategy as in a node
 //! file: `yield`, `sleep-ns:1000`, `backoff`, `noop`, ...); without it, it yields the CPU
-//! (`sched_yield`), which spins on an otherwise idle core. `--wait` instead blocks on the socket until
+//! (`sched_yield`), which spins on an otherwise idle core. A cycle that can offer nothing until an answer
+//! comes (a full window, or everything offered) blocks on the socket whatever `--idle` says. `--wait` instead blocks on the socket until
 //! an answer arrives or the next message is due (`ClusterClient::wait`): no CPU spent waiting.
 //!
 //! `--udp-rtt HOST:PORT` measures the UDP round trip to an echo socket instead (the floor under a
@@ -370,6 +371,7 @@ fn run(args: &Args) -> Result<bool, Usage> {
                 "messages_sent": run.stats.messages_sent,
                 "datagrams_received": run.stats.datagrams_received,
                 "receive_calls": run.stats.receive_calls,
+                "send_calls": run.stats.send_calls,
             },
         }),
     );
