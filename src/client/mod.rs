@@ -535,21 +535,14 @@ impl ClusterClient {
     }
 
     /// Takes the members of the configuration in effect, as the leader lists them (`MEMBERS`): a member not
-    /// known yet is added, one known at another address moves there. Members the list no longer names are
-    /// kept (asked as before: one that left answers with a redirect, or not at all).
+    /// known yet is added. A member it knows keeps the address it was given (the application may reach it
+    /// through a relay or a translated address: what the member advertises need not be reachable from
+    /// here), and members the list no longer names are kept (one that left answers with a redirect, or
+    /// not at all).
     fn learn_members(&mut self, members: &[(i32, SocketAddr)]) {
         for &(id, addr) in members {
-            match self.config.members.iter().position(|m| m.0 == id) {
-                Some(i) if self.config.members[i].1 != addr && !self.config.members.iter().any(|m| m.1 == addr) => {
-                    self.config.members[i].1 = addr;
-                    self.addrs[i] = SockAddr::from(addr);
-                    self.windows[i] = ReplayWindow::default();
-                    self.stats.members_learnt += 1;
-                }
-                Some(_) => {}
-                None => {
-                    let _ = self.learn_member(id, addr);
-                }
+            if !self.config.members.iter().any(|m| m.0 == id) {
+                let _ = self.learn_member(id, addr);
             }
         }
     }
