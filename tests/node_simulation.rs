@@ -981,6 +981,19 @@ fn soak_seed_1796375184919812163_damage_over_the_last_synced_blocks() {
     run_disk_with(1_796_375_184_919_812_163, 5, SyncPolicy::Batch, true, true);
 }
 
+/// Found by the 20,000-seed soak of this session (disk schedule, 3 members, `batch`), liveness: leader 2
+/// of term 2 committed with member 1 while member 0 was paused, then members 1 and 2 lost power together:
+/// what term 2 had committed was remembered by no member that was up (commit positions are not kept),
+/// member 0 knew 14784. Member 1 led term 3 from its recording's end (91616); its followers' receive
+/// windows count from what they applied (14784 + 32 KiB), which only a commit moves, and the leader
+/// commits nothing of term 3 before a majority holds its start: stalled for good. Fixed: a follower whose
+/// log stands still below its leader's term start for 500 ms fetches the rest from the leader's recording,
+/// which has no window (`catch_up::STUCK_NS`).
+#[test]
+fn soak_seed_1796382014415141825_a_follower_held_below_the_term_start_catches_up() {
+    run_disk_with(1_796_382_014_415_141_825, 3, SyncPolicy::Batch, true, true);
+}
+
 /// Found by a soak (membership changes, disk schedule with snapshots), a liveness failure: a promotion of a
 /// learner heard 9 ms before it was isolated was accepted while another voter was cut off; the leader then
 /// crashed, led term 2 again from its recording with configuration 2 (four voters) in effect and commit 0,

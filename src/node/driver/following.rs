@@ -136,11 +136,13 @@ impl ConsensusAgent {
             None => {}
         }
         let behind = self.wiring.counters.receiver.behind_retained.get();
-        if following.fed == i64::MAX || !following.catch_up.start_if_due(behind, now_ns) {
+        let below_term_start = (following.fed_term < following.term).then_some(following.fed);
+        if following.fed == i64::MAX || !following.catch_up.start_if_due(behind, below_term_start, now_ns) {
             return Ok(0);
         }
-        // The leader no longer holds this member's position in memory: its Receiver stops, and the recorder
-        // fetches the log from the leader's recording.
+        // The leader no longer holds this member's position in memory (or its live log has held this member
+        // below its term start): its Receiver stops, and the recorder fetches the log from the leader's
+        // recording.
         following.subscription = None;
         self.wiring.clear();
         let config = &self.wiring.config;
