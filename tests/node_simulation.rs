@@ -996,6 +996,20 @@ fn soak_seed_1796375184919812163_damage_over_the_last_synced_blocks() {
     run_disk_with(1_796_375_184_919_812_163, 5, SyncPolicy::Batch, true, true);
 }
 
+/// Found by the soak after seed 1796382014415141825's fix (disk schedule, 3 members, `batch`): writes
+/// misdirected on members 0 and 1 (at different times), then a power loss of both: each found its
+/// recording damaged below what it had synced (0 held 332544, kept 315616; 1 held 337216, kept 267392),
+/// and term 3's start, committed by the two of them, was on no other member (member 2 held term 2's log
+/// to 332544). Both repair, and refuse to vote for a log less up to date than the one they held: no
+/// leader is elected, which is right (any would lack a committed entry). The simulation now accepts a
+/// run that ends with a majority repairing (`SimReport::majority_damaged`) instead of calling it a stall;
+/// every safety check still runs.
+#[test]
+fn soak_seed_1796384979554427353_a_majority_that_lost_what_it_acknowledged_elects_no_one() {
+    let report = run_disk_with(1_796_384_979_554_427_353, 3, SyncPolicy::Batch, true, true);
+    assert_eq!(report.majority_damaged, 1, "{report:?}");
+}
+
 /// Found by the 20,000-seed soak of this session (disk schedule, 3 members, `batch`), liveness: leader 2
 /// of term 2 committed with member 1 while member 0 was paused, then members 1 and 2 lost power together:
 /// what term 2 had committed was remembered by no member that was up (commit positions are not kept),

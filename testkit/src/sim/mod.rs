@@ -188,6 +188,10 @@ pub struct SimReport {
     pub repairs: u64,
     /// Members started again because they found their recording damaged while running (a replay, a cut).
     pub damage_restarts: u64,
+    /// Runs that ended with a majority of the members repairing: damage to the disks of a majority lost
+    /// what they had acknowledged, and the cluster refused to elect a leader that might lack a committed
+    /// entry, as it must (liveness is promised only while a majority holds what it acknowledged).
+    pub majority_damaged: u64,
     /// Datagrams a host outside the cluster sent.
     pub forged: u64,
     /// What the hostile host sent.
@@ -403,6 +407,18 @@ impl Simulation {
                 self.report.misdirected = self.nodes.iter().map(|n| n.disk.stats().misdirected).sum();
                 return Ok(self.report);
             }
+        }
+        if self.majority_repairing() {
+            // No leader can be elected safely: a majority lost (to damage on their disks) bytes they had
+            // acknowledged, which may have been committed, and each refuses a log less up to date than the
+            // one it held. An operator restores; the simulation checks that nothing wrong was decided.
+            self.trace(|| "a majority repairs its log: no leader is elected, as none may be".into());
+            self.report.majority_damaged += 1;
+            self.report.end_ns = self.now_ns;
+            self.report.steps = self.step;
+            self.report.committed = self.checker.committed();
+            self.report.misdirected = self.nodes.iter().map(|n| n.disk.stats().misdirected).sum();
+            return Ok(self.report);
         }
         Err(self.failure(Violation::NoProgress {
             healed_ms: healed_at / 1_000_000,
@@ -709,6 +725,17 @@ impl Simulation {
             "left in the file",
         ];
         self.nodes[i].disk.stats().misdirected > 0 && DAMAGE.iter().any(|why| error.contains(why))
+    }
+
+    /// Whether a majority of the members repair their logs (each lost bytes it had synced and may have
+    /// acknowledged toward a commit).
+    fn majority_repairing(&self) -> bool {
+        let repairing = self
+            .nodes
+            .iter()
+            .filter(|n| crate::cluster::counter_value(&n.node, REPAIRING_TO).is_some_and(|held| held > 0))
+            .count();
+        repairing > self.nodes.len() / 2
     }
 
     /// A member repairing its log (it lost bytes it had synced) never stands or leads: its votes and its
