@@ -1010,6 +1010,20 @@ fn soak_seed_1796384979554427353_a_majority_that_lost_what_it_acknowledged_elect
     assert_eq!(report.majority_damaged, 1, "{report:?}");
 }
 
+/// Found by the soak after the sync marks (disk schedule, 3 members, `batch`), liveness: member 2 lost
+/// power with its recording damaged by misdirected writes below what it had synced (it held 322720, kept
+/// 165824) and restored its own newest snapshot, at 299360; repairing, it caught up from leader 1's
+/// recording, which installed the leader's snapshot, at 297600, older than its state. The application's
+/// poll waited for good for that snapshot to load (the store's newest was its own, newer one) while its
+/// commit reached 801760, and the leader's Sender stalled on it. Fixed: an installed snapshot that the
+/// state already holds (applied at or past its position) is not loaded; the replay from it hands out
+/// only what follows the state (`CommittedReader::to_load`).
+#[test]
+fn soak_seed_1796386179766239534_a_snapshot_older_than_the_state_is_not_waited_for() {
+    let report = run_disk_with(1_796_386_179_766_239_534, 3, SyncPolicy::Batch, true, true);
+    assert!(report.repairs > 0 && report.catch_ups > 0, "{report:?}");
+}
+
 /// Found by the 20,000-seed soak of this session (disk schedule, 3 members, `batch`), liveness: leader 2
 /// of term 2 committed with member 1 while member 0 was paused, then members 1 and 2 lost power together:
 /// what term 2 had committed was remembered by no member that was up (commit positions are not kept),

@@ -238,7 +238,22 @@ impl CommittedReader {
         };
         self.reader = None;
         self.replay = Some(Replay::new(template.reopen(position)));
-        self.pending_snapshot = Some(position);
+        self.pending_snapshot = self.to_load(position);
+    }
+
+    /// The installed snapshot at `position` the application must load, or `None` when its state already
+    /// holds every entry up to there (it was restored from, or applied past, a snapshot of its own newer
+    /// than the leader's): the replay from `position` then hands out only what follows the state. Committed
+    /// entries are the same on every member, so either state is the log's up to its position. (Found by the
+    /// node simulator: a member restored its own snapshot at 299360, repaired from the leader's at 297600,
+    /// and waited for good for a load that would have taken its state back.)
+    fn to_load(&mut self, position: i64) -> Option<i64> {
+        let held = self.applied.max(self.held_by_state);
+        if position > held {
+            return Some(position);
+        }
+        self.held_by_state = held;
+        None
     }
 
     /// At the next switch's position, goes on in its log, once it is there; true when it did.
@@ -268,7 +283,7 @@ impl CommittedReader {
                     replay.assembler = reader.into_assembler();
                 }
                 self.replay = Some(replay);
-                self.pending_snapshot = snapshot;
+                self.pending_snapshot = snapshot.and_then(|position| self.to_load(position));
             }
         }
         true
