@@ -1017,7 +1017,7 @@ fn soak_seed_1796384979554427353_a_majority_that_lost_what_it_acknowledged_elect
 /// poll waited for good for that snapshot to load (the store's newest was its own, newer one) while its
 /// commit reached 801760, and the leader's Sender stalled on it. Fixed: an installed snapshot that the
 /// state already holds (applied at or past its position) is not loaded; the replay from it hands out
-/// only what follows the state (`CommittedReader::to_load`).
+/// only what follows the state (`CommittedReader::snapshot_to_load`).
 #[test]
 fn soak_seed_1796386179766239534_a_snapshot_older_than_the_state_is_not_waited_for() {
     let report = run_disk_with(1_796_386_179_766_239_534, 3, SyncPolicy::Batch, true, true);

@@ -238,7 +238,7 @@ impl CommittedReader {
         };
         self.reader = None;
         self.replay = Some(Replay::new(template.reopen(position)));
-        self.pending_snapshot = self.to_load(position);
+        self.pending_snapshot = self.snapshot_to_load(position);
     }
 
     /// The installed snapshot at `position` the application must load, or `None` when its state already
@@ -247,7 +247,7 @@ impl CommittedReader {
     /// entries are the same on every member, so either state is the log's up to its position. (Found by the
     /// node simulator: a member restored its own snapshot at 299360, repaired from the leader's at 297600,
     /// and waited for good for a load that would have taken its state back.)
-    fn to_load(&mut self, position: i64) -> Option<i64> {
+    fn snapshot_to_load(&mut self, position: i64) -> Option<i64> {
         let held = self.applied.max(self.held_by_state);
         if position > held {
             return Some(position);
@@ -283,7 +283,7 @@ impl CommittedReader {
                     replay.assembler = reader.into_assembler();
                 }
                 self.replay = Some(replay);
-                self.pending_snapshot = snapshot.and_then(|position| self.to_load(position));
+                self.pending_snapshot = snapshot.and_then(|position| self.snapshot_to_load(position));
             }
         }
         true
