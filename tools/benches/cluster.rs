@@ -647,21 +647,14 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
     };
     let datagrams = per_s(sender.data_datagrams());
     result.datagrams_per_s = datagrams;
-    result.sender = SenderWindow {
+    result.sender = SenderWindow::from_counters(
         seconds,
-        data_ns: sender.data_call_ns() as f64,
-        control_ns: sender.control_call_ns() as f64,
-        own_ns: sender.own_code_ns() as f64,
-        idle_ns: sender.idle_ns() as f64,
-        between_ns: sender.between_cycles_ns() as f64,
-        data_calls: sender.data_syscalls() as f64,
-        control_calls: sender.control_syscalls() as f64,
+        sender,
+        consensus,
         // The leader's agents run as one invoked composite: its duty cycles are the Sender's.
-        cycles: leader.iter().filter(|c| c.label.ends_with(" duty cycles")).map(|c| c.value as f64).sum(),
-        datagrams: sender.data_datagrams() as f64,
-        appended: consensus.messages_appended() as f64,
-        committed: result.rates.iter().sum::<f64>() / result.rates.len().max(1) as f64 * seconds,
-    };
+        leader.iter().filter(|c| c.label.ends_with(" duty cycles")).map(|c| c.value as f64).sum(),
+        result.rates.iter().sum::<f64>() / result.rates.len().max(1) as f64 * seconds,
+    );
     result.evidence = SplitEvidence {
         followers: followers.len(),
         sender_share: 0.0,

@@ -39,6 +39,7 @@
 use std::time::Instant;
 
 use quorumcast::agent::clock::NanoClock;
+use quorumcast::shm::stats::{ConsensusStats, SenderStats};
 use serde::{Deserialize, Serialize};
 
 /// The budget prediction must be within this share of measured mu.
@@ -75,6 +76,32 @@ pub struct SenderWindow {
 }
 
 impl SenderWindow {
+    /// The window read from the changes of the leader's counters over `seconds`: the Sender's (its time
+    /// split on) and the consensus stage's; `cycles` is the Sender's duty cycles and `committed` the
+    /// messages committed in the window, as the harness counts them.
+    pub fn from_counters(
+        seconds: f64,
+        sender: SenderStats<'_>,
+        consensus: ConsensusStats<'_>,
+        cycles: f64,
+        committed: f64,
+    ) -> Self {
+        Self {
+            seconds,
+            data_ns: sender.data_call_ns() as f64,
+            control_ns: sender.control_call_ns() as f64,
+            own_ns: sender.own_code_ns() as f64,
+            idle_ns: sender.idle_ns() as f64,
+            between_ns: sender.between_cycles_ns() as f64,
+            data_calls: sender.data_syscalls() as f64,
+            control_calls: sender.control_syscalls() as f64,
+            cycles,
+            datagrams: sender.data_datagrams() as f64,
+            appended: consensus.messages_appended() as f64,
+            committed,
+        }
+    }
+
     /// The busy nanoseconds: data calls, control calls and own code.
     pub fn busy_ns(&self) -> f64 {
         self.data_ns + self.control_ns + self.own_ns

@@ -359,19 +359,36 @@ fn a_segment_of_an_older_block_format_is_refused_not_cut() {
     }
 }
 
+/// A recording in a new scratch directory `name` holding, synced, the first half of a log of two terms (to
+/// a message's end): what a test of an older format rewrites. Returns the directory, the log, where the
+/// recorded half ends and where the log ends.
+fn half_recorded(name: &str) -> (PathBuf, LogBuffer, i64, i64) {
+    let dir = scratch(name);
+    let log = log_of(2, 60);
+    let end = log.producer_position();
+    let middle = crate::shm::log_buffer::scan(&log, 0, (end / 2 / 32 * 32) as usize).available as i64;
+    let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
+    record(&mut recording, &log, middle, 1024);
+    recording.sync().unwrap();
+    (dir, log, middle, end)
+}
+
+/// Opens the recording in `dir` again, which must end at `middle`, records the rest of `log` to `end` in
+/// this version's format and checks that all of it reads back; returns what the open reported.
+fn reopen_and_finish(dir: &Path, log: &LogBuffer, middle: i64, end: i64) -> OpenReport {
+    let (mut recording, report) = Recording::open(config(dir, 1 << 20), IDENTITY).unwrap();
+    assert_eq!(recording.end(), middle, "{report:?}");
+    record(&mut recording, log, end, 1024);
+    recording.sync().unwrap();
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(log, 0, end));
+    report
+}
+
 /// A segment the version before wrote (`qcb3` blocks, BLAKE3) is read back, appended to in this version's
 /// format, and a torn block after both is still cut.
 #[test]
 fn a_segment_of_the_previous_block_format_is_read_and_appended_to() {
-    let dir = scratch("previous-format");
-    let log = log_of(2, 60);
-    let end = log.producer_position();
-    let middle = end / 2 / 32 * 32;
-    let middle = crate::shm::log_buffer::scan(&log, 0, middle as usize).available as i64;
-    let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
-    record(&mut recording, &log, middle, 1024);
-    recording.sync().unwrap();
-    drop(recording);
+    let (dir, log, middle, end) = half_recorded("previous-format");
     // Every block rewritten as the version before wrote it.
     let segment = dir.join(segment::file_name(0));
     let file = crate::storage::disk::SharedDisk::os().open(&segment).unwrap();
@@ -387,12 +404,8 @@ fn a_segment_of_the_previous_block_format_is_read_and_appended_to() {
     }
     assert!(rewritten > 1);
     drop(file);
-    let (mut recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
-    assert_eq!((report.torn, recording.end()), (None, middle));
-    record(&mut recording, &log, end, 1024);
-    recording.sync().unwrap();
-    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
-    drop(recording);
+    let report = reopen_and_finish(&dir, &log, middle, end);
+    assert_eq!(report.torn, None);
     // A torn last block (of this version's format) is cut back to the blocks before it.
     let file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
     let length = file.metadata().unwrap().len();
@@ -501,15 +514,7 @@ fn configuration_entries_are_indexed_kept_across_a_reopen_and_cut_with_the_log()
 /// back and appended to; blocks cut from its end are then a torn tail, as that version knew them.
 #[test]
 fn a_segment_without_sync_marks_is_read_and_appended_to() {
-    let dir = scratch("unmarked-segment");
-    let log = log_of(2, 60);
-    let end = log.producer_position();
-    let middle = end / 2 / 32 * 32;
-    let middle = crate::shm::log_buffer::scan(&log, 0, middle as usize).available as i64;
-    let (mut recording, _) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
-    record(&mut recording, &log, middle, 1024);
-    recording.sync().unwrap();
-    drop(recording);
+    let (dir, log, middle, end) = half_recorded("unmarked-segment");
     let path = dir.join(segment::file_name(0));
     let bytes = std::fs::read(&path).unwrap();
     let header: segment::SegmentHeader =
@@ -517,12 +522,8 @@ fn a_segment_without_sync_marks_is_read_and_appended_to() {
     let mut older = bytemuck::bytes_of(&header.in_unmarked_format()).to_vec();
     older.extend_from_slice(&bytes[segment::MARKED_DATA_START as usize..]);
     std::fs::write(&path, &older).unwrap();
-    let (mut recording, report) = Recording::open(config(&dir, 1 << 20), IDENTITY).unwrap();
-    assert_eq!((recording.end(), report.torn, report.damaged), (middle, None, None));
-    record(&mut recording, &log, end, 1024);
-    recording.sync().unwrap();
-    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
-    drop(recording);
+    let report = reopen_and_finish(&dir, &log, middle, end);
+    assert_eq!((report.torn, report.damaged), (None, None));
     // No mark to say the last block was synced: cut from the file, it is a torn tail.
     let length = std::fs::metadata(&path).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(length - 7).unwrap();

@@ -357,20 +357,13 @@ pub fn measure_mu(
     };
     let messages_per_datagram =
         if datagrams > 0.0 { D as f64 * run.per_second(consensus.messages_appended()) / datagrams } else { 0.0 };
-    let sender_window = SenderWindow {
-        seconds: run.seconds,
-        data_ns: sender.data_call_ns() as f64,
-        control_ns: sender.control_call_ns() as f64,
-        own_ns: sender.own_code_ns() as f64,
-        idle_ns: sender.idle_ns() as f64,
-        between_ns: sender.between_cycles_ns() as f64,
-        data_calls: sender.data_syscalls() as f64,
-        control_calls: sender.control_syscalls() as f64,
-        cycles: l.labelled(&format!("{LEADER_SENDER} duty cycles")) as f64,
-        datagrams: sender.data_datagrams() as f64,
-        appended: consensus.messages_appended() as f64,
-        committed: run.committed as f64,
-    };
+    let sender_window = SenderWindow::from_counters(
+        run.seconds,
+        sender,
+        consensus,
+        l.labelled(&format!("{LEADER_SENDER} duty cycles")) as f64,
+        run.committed as f64,
+    );
     cluster.drain(SETTLE_TIMEOUT)?;
     Ok(MuRun {
         mu: run.committed as f64 / run.seconds,
