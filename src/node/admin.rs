@@ -20,7 +20,9 @@
 //!
 //! An answer is `17 ok <what happened>` or `17 error <why>`; membership changes are answered once they
 //! commit (or fail), the others once the node took them. `24 status` answers at once with the member's
-//! view: `member=0 role=leader term=2 leader=0 append=4096 commit=4096 configuration=1`.
+//! view: `member=0 role=leader term=2 leader=0 append=4096 commit=4096 applied=4096 snapshot=0
+//! configuration=1 voters=[0,1,2] learners=[]` (`applied` and `snapshot` are the application's: what its
+//! node last applied, and its newest snapshot's position).
 //!
 //! # Over the network
 //!

@@ -111,6 +111,8 @@ impl Node {
         );
         wiring.learn(&recorded_endpoints);
         let driver_counters = DriverCounters::new(config.id, |kind| node_counter(&counters, kind));
+        // The application's positions, which the node sets and the consensus agent reports to `status`.
+        let (applied, last_snapshot) = (driver_counters.applied.clone(), driver_counters.snapshot.clone());
         // Shown from the start: a member repairing its log says so before its agents first run.
         driver_counters.repairing_to.set(core.repair().map_or(0, |r| r.held));
         let agent = ConsensusAgent::new(DriverParts {
@@ -136,7 +138,6 @@ impl Node {
             recording_template,
             env.clock.fresh(),
         );
-        let applied = node_counter(&counters, &kinds::state::applied_position);
         applied.set(committed.applied());
         let order = env.agent_order(u64::from(config.id as u32));
         let agents = NodeAgents { consensus: Box::new(agent), sender, receiver, recorder };
@@ -152,7 +153,7 @@ impl Node {
             sessions: Some(sessions),
             snapshots: None,
             disk: env.disk.clone(),
-            last_snapshot: node_counter(&counters, &kinds::state::snapshot_position),
+            last_snapshot,
             applied,
             polled: false,
             event_generation: 0,

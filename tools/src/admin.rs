@@ -170,6 +170,17 @@ pub mod remote {
         pub commit: i64,
         /// The configuration in effect on it.
         pub configuration: i64,
+        /// What its application applied, and its newest snapshot's position (`None` from a member of a
+        /// version that does not say).
+        pub applied: Option<i64>,
+        /// See `applied`.
+        pub snapshot: Option<i64>,
+        /// How far its commit is behind the leader's: in bytes, and in time at the leader's commit rate
+        /// (`None` when unknown: no leader, or one that committed nothing in the window). Set by
+        /// [`describe`].
+        pub lag_bytes: Option<i64>,
+        /// See `lag_bytes`.
+        pub lag: Option<Duration>,
         /// The whole answer.
         pub text: String,
     }
@@ -194,6 +205,10 @@ pub mod remote {
                 append: number("append")?,
                 commit: number("commit")?,
                 configuration: number("configuration")?,
+                applied: number("applied").ok(),
+                snapshot: number("snapshot").ok(),
+                lag_bytes: None,
+                lag: None,
                 text: text.to_string(),
             })
         }
@@ -340,28 +355,65 @@ pub mod remote {
         Ok(lines.join("\n"))
     }
 
-    /// `describe` over the network: each member's role, term, leader, configuration, append and commit
-    /// positions, and how far its commit is behind the leader's.
+    /// `describe` over the network: every member's status, read twice `window` apart (the second kept),
+    /// with its lag behind the member leading the highest term, in bytes and in time at that leader's
+    /// commit rate over the window (as [`crate::cluster_view::describe`] reads local members).
+    pub fn describe(
+        endpoints: &[SocketAddr],
+        key: &AuthKey,
+        window: Duration,
+        deadline: Instant,
+    ) -> Result<Vec<Status>, String> {
+        let first = statuses(endpoints, key, deadline)?;
+        let started = Instant::now();
+        std::thread::sleep(window.min(deadline.saturating_duration_since(started)));
+        let mut second = statuses(endpoints, key, deadline)?;
+        let elapsed = started.elapsed();
+        let lead = leader(&second).ok().map(|l| (l.endpoint, l.term, l.commit));
+        if let Some((endpoint, term, commit)) = lead {
+            // The rate counts only when the same member led the same term at both readings.
+            let before = first.iter().find(|s| s.endpoint == endpoint && s.term == term).map(|s| s.commit);
+            for status in &mut second {
+                let (bytes, lag) = crate::cluster_view::lag(commit, before.map(|b| commit - b), elapsed, status.commit);
+                (status.lag_bytes, status.lag) = (Some(bytes), lag);
+            }
+        }
+        Ok(second)
+    }
+
+    /// `describe` over the network as a table: each member's role, term, leader, configuration, append,
+    /// commit and applied positions, newest snapshot, and lag behind the leader (see [`describe`]).
     pub fn render(statuses: &[Status]) -> String {
-        let lead = leader(statuses).ok().map(|l| l.commit);
+        let known = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
         let mut out = format!(
-            "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>12}  endpoint\n",
-            "member", "role", "term", "leader", "config", "append", "commit", "lag bytes"
+            "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  endpoint\n",
+            "member", "role", "term", "leader", "config", "append", "commit", "applied", "snapshot", "lag bytes", "lag"
         );
         for s in statuses {
-            let lag = lead.map_or("-".into(), |l| (l - s.commit).max(0).to_string());
+            let lag = s.lag.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
             out += &format!(
-                "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>12}  {}\n",
-                s.member_id, s.role, s.term, s.leader, s.configuration, s.append, s.commit, lag, s.endpoint
+                "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}\n",
+                s.member_id,
+                s.role,
+                s.term,
+                s.leader,
+                s.configuration,
+                s.append,
+                s.commit,
+                known(s.applied),
+                known(s.snapshot),
+                known(s.lag_bytes),
+                lag,
+                s.endpoint
             );
         }
         out
     }
 
     /// The same as one JSON object, `{"members": [{member_id, endpoint, role, leadership_term_id, leader,
-    /// configuration_id, append_position, commit_position, lag_bytes}]}`.
+    /// configuration_id, append_position, commit_position, applied_position, snapshot_position, lag_bytes,
+    /// lag_ms}]}` (null where unknown).
     pub fn render_json(statuses: &[Status]) -> Value {
-        let lead = leader(statuses).ok().map(|l| l.commit);
         let members: Vec<Value> = statuses
             .iter()
             .map(|s| {
@@ -374,7 +426,10 @@ pub mod remote {
                     "configuration_id": s.configuration,
                     "append_position": s.append,
                     "commit_position": s.commit,
-                    "lag_bytes": lead.map(|l| (l - s.commit).max(0)),
+                    "applied_position": s.applied,
+                    "snapshot_position": s.snapshot,
+                    "lag_bytes": s.lag_bytes,
+                    "lag_ms": s.lag.map(|d| d.as_secs_f64() * 1e3),
                 })
             })
             .collect();
@@ -395,6 +450,10 @@ pub mod remote {
             let text = "member=2 role=leader term=7 leader=2 append=4096 commit=4000 configuration=3 voters=[0,1,2] learners=[]";
             let status = Status::parse(at, text).unwrap();
             assert_eq!((status.member_id, status.role.as_str(), status.term, status.commit), (2, "leader", 7, 4000));
+            assert_eq!((status.applied, status.snapshot), (None, None), "a member of the version before");
+            let newer = text.replace("commit=4000", "commit=4000 applied=3900 snapshot=2048");
+            let status = Status::parse(at, &newer).unwrap();
+            assert_eq!((status.applied, status.snapshot), (Some(3900), Some(2048)));
             assert!(Status::parse(at, "member=2 role=leader").unwrap_err().contains("no term"));
             assert!(Status::parse(at, &text.replace("term=7", "term=x")).unwrap_err().contains("not a number"));
         }

@@ -98,14 +98,21 @@ pub fn describe(dirs: &[PathBuf], window: Duration) -> Result<Vec<MemberView>, S
     if let Some(leader) = leader {
         let commit = views[leader].commit_position;
         let moved = commit - first[leader].consensus().commit_position();
-        let rate = moved as f64 / window.as_secs_f64();
         for view in &mut views {
-            let lag = (commit - view.commit_position).max(0);
-            view.lag_bytes = Some(lag);
-            view.lag = (rate > 0.0).then(|| Duration::from_secs_f64(lag as f64 / rate));
+            let (bytes, lag) = lag(commit, Some(moved), window, view.commit_position);
+            (view.lag_bytes, view.lag) = (Some(bytes), lag);
         }
     }
     Ok(views)
+}
+
+/// A member's lag behind a leader whose commit is at `leader_commit` and `moved` that far over `window`:
+/// in bytes (from the member's `commit`), and in time at the leader's rate (`None` when the rate is not
+/// known or the leader committed nothing).
+pub fn lag(leader_commit: i64, moved: Option<i64>, window: Duration, commit: i64) -> (i64, Option<Duration>) {
+    let bytes = (leader_commit - commit).max(0);
+    let rate = moved.map_or(0.0, |moved| moved as f64 / window.as_secs_f64().max(1e-9));
+    (bytes, (rate > 0.0).then(|| Duration::from_secs_f64(bytes as f64 / rate)))
 }
 
 /// Opens a running member's counters; a clear error for a missing or stale directory.

@@ -193,29 +193,47 @@ fn qc_cluster_administers_over_the_network_with_the_operator_key_only() {
         let builder = if id == 2 { builder } else { builder.admin_key(key) };
         builder.start().unwrap()
     };
-    let nodes: Vec<Node> = (0..3).map(start).collect();
+    let mut nodes: Vec<Node> = (0..3).map(start).collect();
     wait_until("member 0 leads", Duration::from_secs(60), || nodes[0].role() == Role::Leader);
     let key_file = scratch.path().join("admin.key");
     std::fs::write(&key_file, key.to_hex()).unwrap();
     let wrong_file = scratch.path().join("wrong.key");
     std::fs::write(&wrong_file, AuthKey::generate().unwrap().to_hex()).unwrap();
-    let run = |args: &[&str], endpoints: &[usize], key: &Path| -> (bool, String) {
+    let spawn = |args: &[&str], endpoints: &[usize], key: &Path| -> std::process::Child {
         let mut all_args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         for &i in endpoints {
             all_args.extend(["--connect".to_string(), all[i].consensus.to_string()]);
         }
         all_args.extend(["--admin-key-file".to_string(), key.to_str().unwrap().to_string()]);
-        let output = Command::new(env!("CARGO_BIN_EXE_qc-cluster")).args(&all_args).output().unwrap();
+        let piped = std::process::Stdio::piped;
+        Command::new(env!("CARGO_BIN_EXE_qc-cluster")).args(&all_args).stdout(piped()).stderr(piped()).spawn().unwrap()
+    };
+    let finished = |child: std::process::Child| -> (bool, String) {
+        let output = child.wait_with_output().unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
         (output.status.success(), text)
     };
+    let run = |args: &[&str], endpoints: &[usize], key: &Path| finished(spawn(args, endpoints, key));
 
-    let (ok, text) = run(&["describe", "--json"], &[0, 1], &key_file);
+    // Described while the leader commits (offered and applied here): the lag in time needs a commit rate.
+    let mut describing = spawn(&["describe", "--json", "--window-ms", "300"], &[0, 1], &key_file);
+    while describing.try_wait().unwrap().is_none() {
+        let _ = nodes[0].client().offer(b"while described");
+        for node in nodes.iter_mut() {
+            node.poll_committed(64, |_| {});
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (ok, text) = finished(describing);
     assert!(ok, "{text}");
     let view: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
-    let roles: Vec<&str> = view["members"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let members = view["members"].as_array().unwrap();
+    let roles: Vec<&str> = members.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["leader", "follower"], "{text}");
     assert_eq!(view["members"][1]["leader"], 0, "{text}");
+    assert!(members[0]["applied_position"].as_i64().is_some_and(|a| a > 0), "the leader applied: {text}");
+    assert_eq!(members[0]["snapshot_position"], 0, "no snapshot taken: {text}");
+    assert!(members.iter().all(|m| m["lag_ms"].as_f64().is_some()), "the leader committed in the window: {text}");
 
     let (ok, text) = run(&["suspend"], &[0, 1], &key_file);
     assert!(ok && text.contains("member 0 takes no client entries"), "{text}");

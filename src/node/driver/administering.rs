@@ -201,13 +201,16 @@ impl ConsensusAgent {
     fn status(&self) -> String {
         let membership = self.core.membership();
         format!(
-            "member={} role={} term={} leader={} append={} commit={} configuration={} voters={:?} learners={:?}",
+            "member={} role={} term={} leader={} append={} commit={} applied={} snapshot={} configuration={} \
+             voters={:?} learners={:?}",
             self.wiring.config.id,
             self.core.role(),
             self.core.leadership_term_id(),
             self.core.leader_member_id().map_or(-1, i64::from),
             self.core.append_position(),
             self.core.commit_position(),
+            self.counters.applied.get(),
+            self.counters.snapshot.get(),
             membership.id,
             membership.voters,
             membership.learners

@@ -85,6 +85,10 @@ pub(super) struct DriverCounters {
     pub(super) repairing_to: Counter,
     pub(super) admin_taken: Counter,
     pub(super) admin_refused: Counter,
+    /// The node's applied position (the application's, which `Node` sets): what `status` reports.
+    pub(super) applied: Counter,
+    /// The node's newest snapshot's position (which `Node` sets): what `status` reports.
+    pub(super) snapshot: Counter,
 }
 
 impl DriverCounters {
@@ -112,6 +116,8 @@ impl DriverCounters {
             repairing_to: allocate(&kinds::election::repairing_to),
             admin_taken: allocate(&kinds::election::admin_taken),
             admin_refused: allocate(&kinds::election::admin_refused),
+            applied: allocate(&kinds::state::applied_position),
+            snapshot: allocate(&kinds::state::snapshot_position),
         }
     }
 }

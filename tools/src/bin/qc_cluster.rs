@@ -19,8 +19,11 @@
 //! configured without one refuses them. Membership changes wait until they commit, a transfer until
 //! another member leads, each at most `--timeout-ms` (default 10000).
 //!
-//! `describe --connect ADDR... --admin-key-file PATH` asks each member over the network instead: its role,
-//! term, leader, configuration, append and commit positions, and its commit's lag behind the leader's.
+//! `describe --connect ADDR... --admin-key-file PATH` asks each member over the network instead (twice,
+//! `--window-ms` apart): its role, term, leader, configuration, append, commit and applied positions, its
+//! newest snapshot's position, and its commit's lag behind the leader's in bytes and in time; `--json`
+//! prints `{"members": [{member_id, endpoint, role, leadership_term_id, leader, configuration_id,
+//! append_position, commit_position, applied_position, snapshot_position, lag_bytes, lag_ms}]}`.
 //!
 //! `describe` reads the counters of the members running on this host (their node directories: `NAME` means
 //! `/dev/shm/quorumcast/NAME`) and prints each member's role, leadership term, leader, commit position,
@@ -250,7 +253,9 @@ fn administer(members: &Members, command: AdminCommand) -> ExitCode {
 fn main() -> ExitCode {
     let offset = |addr: SocketAddr, by: u16| SocketAddr::new(addr.ip(), addr.port().wrapping_add(by));
     match Args::parse().command {
-        Command::Describe { json, remote, .. } if !remote.connect.is_empty() => describe_remote(json, &remote),
+        Command::Describe { json, window_ms, remote, .. } if !remote.connect.is_empty() => {
+            describe_remote(json, window_ms, &remote)
+        }
         Command::Describe { json, window_ms, dir, names, .. } => describe(json, window_ms, dir, &names),
         Command::RecoveryPlan { data_dir, recording_dir, json } => recovery_plan(&data_dir, recording_dir, json),
         Command::AddMember { id, log, consensus, client, members } => {
@@ -285,7 +290,7 @@ fn describe(json: bool, window_ms: u64, mut dirs: Vec<PathBuf>, names: &[String]
     ExitCode::SUCCESS
 }
 
-fn describe_remote(json: bool, remote: &Remote) -> ExitCode {
+fn describe_remote(json: bool, window_ms: u64, remote: &Remote) -> ExitCode {
     let key = match remote.key() {
         Ok(key) => key,
         Err(why) => {
@@ -293,8 +298,9 @@ fn describe_remote(json: bool, remote: &Remote) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    match admin::remote::statuses(&remote.connect, &key, deadline) {
+    let window = Duration::from_millis(window_ms);
+    let deadline = std::time::Instant::now() + window + Duration::from_secs(5);
+    match admin::remote::describe(&remote.connect, &key, window, deadline) {
         Ok(statuses) if json => println!("{}", admin::remote::render_json(&statuses)),
         Ok(statuses) => print!("{}", admin::remote::render(&statuses)),
         Err(message) => {
