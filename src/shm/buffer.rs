@@ -10,6 +10,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::mem::ManuallyDrop;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
@@ -36,10 +37,19 @@ pub const fn align(value: usize, alignment: usize) -> usize {
     (value + alignment - 1) & !(alignment - 1)
 }
 
-/// The memory behind one or more [`AtomicBuffer`]s: a file mapping or an anonymous mapping.
+/// The memory behind one or more [`AtomicBuffer`]s: a file mapping or an anonymous mapping. A large one
+/// is unmapped, once the last view of it goes, off the dropping thread ([`super::reclaim`]).
 #[derive(Debug)]
 pub struct Region {
-    map: MmapMut,
+    map: ManuallyDrop<MmapMut>,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `map` is taken once, here, as the region is dropped, and is not used after.
+        let map = unsafe { ManuallyDrop::take(&mut self.map) };
+        super::reclaim::unmap(map);
+    }
 }
 
 /// Reserves the blocks of `file`'s first `length` bytes now (`posix_fallocate`), so that a full file
@@ -68,7 +78,7 @@ impl Region {
     /// Maps `length` bytes of fresh, zeroed anonymous memory (page aligned), for use within one process.
     pub fn anonymous(length: usize) -> io::Result<Arc<Self>> {
         let map = MmapOptions::new().len(length.max(1)).map_anon()?;
-        Ok(Arc::new(Self { map }))
+        Ok(Arc::new(Self { map: ManuallyDrop::new(map) }))
     }
 
     /// Creates (or truncates) the file at `path` with `length` zeroed bytes, reserved on the file system
@@ -115,7 +125,7 @@ impl Region {
         // concurrent access by other processes well defined. Truncation of the file by another process
         // while mapped is outside that protocol, as it is for Aeron's CnC and log files.
         let map = unsafe { MmapOptions::new().map_mut(file)? };
-        Ok(Arc::new(Self { map }))
+        Ok(Arc::new(Self { map: ManuallyDrop::new(map) }))
     }
 
     /// Length of the region in bytes.
