@@ -7,7 +7,7 @@
 //! saw a new leader's first commit up to 14 ms late: three members' old logs unmapped in one poll).
 //!
 //! A mapping at least [`DEFERRED_MIN_LENGTH`] long is therefore handed to one thread of the process,
-//! started on first use, which unmaps it at a lowered priority (nice [`NICE`]: it yields the cores to
+//! started on first use, which unmaps it at a lowered priority (nice 10: it yields the cores to
 //! the agents, and still progresses when they are all busy). Smaller ones are unmapped at once.
 //!
 //! Invariant: what is handed over is the mapping's last owner (a [`Region`](super::buffer::Region) being
