@@ -1010,6 +1010,18 @@ fn soak_seed_1796384979554427353_a_majority_that_lost_what_it_acknowledged_elect
     assert_eq!(report.majority_damaged, 1, "{report:?}");
 }
 
+/// Found by the 20,000-seed soak of 2026-12-04 13:24 (disk schedule, 3 members, `none`; present in the builds
+/// before), SAFETY: member 2 crashed with its recording ending inside a fragmented message (72928 to
+/// 76032; recorded to 75744); started again, its replay stopped at the recording's end holding that
+/// message's first fragments, and a catch-up fetched the rest from 75744. The switch to the fetched log
+/// made a new replay with an empty assembler, which dropped the last fragment without its first ones: the
+/// member applied the message ending at 76384 after the one ending at 72928. Fixed: the switch carries the
+/// assembler of the replay it replaces, as it did that of a log in memory.
+#[test]
+fn soak_seed_1796390550818795903_a_message_split_by_a_catch_up_is_applied_whole() {
+    run_disk_with(1_796_390_550_818_795_903, 3, SyncPolicy::None, true, true);
+}
+
 /// Found by the soak after the sync marks (disk schedule, 3 members, `batch`), liveness: member 2 lost
 /// power with its recording damaged by misdirected writes below what it had synced (it held 322720, kept
 /// 165824) and restored its own newest snapshot, at 299360; repairing, it caught up from leader 1's

@@ -279,8 +279,17 @@ impl CommittedReader {
                 // which the catch-up fetched again.
                 let from = snapshot.unwrap_or(at.max(self.read_position()));
                 let mut replay = Replay::new(template.reopen(from));
-                if let (Some(reader), None) = (self.reader.take(), snapshot) {
-                    replay.assembler = reader.into_assembler();
+                let (reader, previous) = (self.reader.take(), self.replay.take());
+                if snapshot.is_none() {
+                    // The first fragments of a message the reader holds go on with the rest from `from`,
+                    // whether it read them from a log in memory or from the recording (a replay that
+                    // reached the recording's end inside a message, whose rest the catch-up fetched: found
+                    // by the node simulator, seed 1796390550818795903, which lost that message).
+                    match (reader, previous) {
+                        (Some(reader), _) => replay.assembler = reader.into_assembler(),
+                        (None, Some(previous)) => replay.assembler = previous.assembler,
+                        (None, None) => {}
+                    }
                 }
                 self.replay = Some(replay);
                 self.pending_snapshot = snapshot.and_then(|position| self.snapshot_to_load(position));
