@@ -124,8 +124,18 @@ impl Process {
         panic!("{} never printed `{text}`; stderr so far:\n{}", self.name, seen.join("\n"));
     }
 
-    fn all_stdout(&self) -> Vec<String> {
-        self.stdout.try_iter().collect()
+    /// Every line it printed to stdout, once it has exited: read until the pipe's end, which its reader
+    /// thread may reach after the exit is seen (a client's last lines were missed on a loaded host).
+    fn stdout_to_end(&self) -> Vec<String> {
+        assert!(self.status.is_some(), "{} is still running", self.name);
+        let mut out = Vec::new();
+        loop {
+            match self.stdout.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => out.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return out,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("{}: its stdout never ended", self.name),
+            }
+        }
     }
 
     fn all_stderr(&self) -> String {
@@ -232,7 +242,7 @@ fn three_processes_apply_100k_messages_with_the_same_digest() {
     let expected = format!("applied {MESSAGES} digest {}", expected_digest(MESSAGES, MSG_SIZE));
     for (id, process) in processes.iter_mut().enumerate() {
         let status = process.status.unwrap();
-        let stdout: Vec<String> = process.all_stdout().into_iter().filter(|l| l.starts_with("applied")).collect();
+        let stdout: Vec<String> = process.stdout_to_end().into_iter().filter(|l| l.starts_with("applied")).collect();
         assert!(status.success(), "node {id} exited with {status}:\n{}", process.all_stderr());
         assert_eq!(stdout, vec![expected.clone()], "node {id} applied a different sequence");
         assert!(!scratch.join(format!("dir{id}")).exists(), "node {id} left its directory behind");
@@ -796,7 +806,7 @@ fn client_process(file: &Path, name: &str, load: &[&str]) -> Process {
 /// What a finished qc-client printed: its session and `key value` counts.
 fn client_outcome(process: &mut Process) -> (u64, std::collections::HashMap<String, f64>) {
     let status = process.status.unwrap();
-    let stdout = process.all_stdout();
+    let stdout = process.stdout_to_end();
     assert!(
         status.success(),
         "{} exited with {status}:\n{}\n{}",
