@@ -971,6 +971,20 @@ fn soak_seed_1796367895856828931_a_leader_outside_the_configuration_is_heard() {
     run_membership(1_796_367_895_856_828_931, Schedule::Full, false);
 }
 
+/// Found by the 20,000-seed soak of 2026-12-04 13:33 (membership changes, disk schedule with snapshots;
+/// present in the builds before), SAFETY: member 0, removed from the voters, still followed leader 1 in
+/// term 3 and had fetched its recording to 207456, past term 3's commit (term 4, led by member 3, began at
+/// 204896). Member 1 restarted, led term 5, and added member 0 back as a learner: its term-5 log reached
+/// member 0's Receiver of term 3, which took it for that term's (nothing had come of term 3's live log,
+/// and the image started where member 0's log agreed with term 3's), and raised member 0's commit with
+/// it: member 0 applied term 3's uncommitted entries after 204896. Fixed: a leader's log session is its
+/// id and term (`session_id_for`), and a follower's Receiver accepts only the session of the term it was
+/// told to follow. (The run's own replay hint names the disk schedule's seed: this one.)
+#[test]
+fn soak_seed_1796394069813840699_a_follower_takes_only_its_terms_log() {
+    run_membership(1_796_394_069_813_840_699, Schedule::Disk, true);
+}
+
 /// The checker is proven on membership changes: nodes whose consensus cores count learners (and removed
 /// members) toward commits and elections are caught within the default seeds.
 #[test]

@@ -64,6 +64,9 @@ pub struct ReceiveChannelConfig {
     pub join_position: Option<i64>,
     /// Identity sent in status messages, unique per receiver start.
     pub receiver_id: i64,
+    /// Accept only this publication session (a follower that knows which log it was told to follow); a
+    /// SETUP of another is refused and counted (`receiver new sessions refused`). `None` accepts any.
+    pub session_id: Option<i32>,
     /// Set when this channel carries a replicated log: acknowledge what is rebuilt (APPEND_POSITION), and
     /// hand what the media layer does not interpret (runs, commit frames) to the layer above.
     pub follower: Option<FollowerSeam>,
@@ -129,6 +132,7 @@ impl ReceiveChannelConfig {
             image_dir: None,
             join_position: None,
             receiver_id: unique_receiver_id(),
+            session_id: None,
             follower: None,
             reuse_port: false,
             inline_image_files: false,
@@ -868,6 +872,12 @@ fn refuse_setup(config: &ReceiveChannelConfig, setup: &SetupFrame, bytes: &[u8])
 /// data, would make it drop its log and rejoin a different one (re-applying from its join position).
 /// Until elections hand a log from one leader to the next, such a SETUP is refused and the log kept.
 fn refuse_new_session(channel: &ReceiveChannel, setup: &SetupFrame) -> Option<String> {
+    if let Some(expected) = channel.config.session_id.filter(|&s| s != setup.session_id) {
+        return Some(format!(
+            "is not the log this receiver was told to follow (session {expected}): the log of another \
+             leadership term of the same leader"
+        ));
+    }
     channel.config.follower.as_ref()?;
     let image = channel.images.iter().find(|i| i.session_id() != setup.session_id && i.hwm() > i.join_position())?;
     Some(format!(

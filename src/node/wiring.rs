@@ -303,7 +303,9 @@ impl Wiring {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
         let config = &self.config;
-        let session_id = session_id_for(config.id, leadership_term_id, self.env.random(config.id as u64));
+        let session_id = session_id_for(config.id, leadership_term_id);
+        // Drawn as before the session id stopped using it, so that every simulated seed replays as it did.
+        let _ = self.env.random(config.id as u64);
         let log_config = LogConfig {
             session_id,
             stream_id: config.stream_id,
@@ -392,9 +394,15 @@ impl Wiring {
         Ok(acks)
     }
 
-    /// Starts following `leader` from `position`: a Receiver that accepts only the leader's log, and
-    /// makes its image start at `position`.
-    pub(super) fn follow(&mut self, leader: i32, position: i64) -> Result<Followership, NodeError> {
+    /// Starts following `leader` in `leadership_term_id` from `position`: a Receiver that accepts only that
+    /// term's log from the leader's endpoint, and makes its image start at `position`.
+    pub(super) fn follow(
+        &mut self,
+        leader: i32,
+        leadership_term_id: i64,
+        position: i64,
+    ) -> Result<Followership, NodeError> {
+        let session_id = session_id_for(leader, leadership_term_id);
         // The spare log file is the image's (both are the channel's log length): the follower joins at
         // once instead of waiting tens of milliseconds for a file, and a new spare is made meanwhile.
         self.images_made += 1;
@@ -414,6 +422,7 @@ impl Wiring {
         // The image starts where this member's log agrees with the leader's, never where the leader's
         // sender happens to be when the SETUP arrives: it would acknowledge a log it does not have.
         channel.join_position = Some(position);
+        channel.session_id = Some(session_id);
         channel.reuse_port = true;
         channel.receiver_id = self.env.random(config.id as u64) as i64;
         channel.inline_image_files = self.env.log_files == LogFiles::Inline;
@@ -618,9 +627,11 @@ pub(super) fn node_counter(counters: &CountersManager, kind: &CounterKind) -> Co
     counters.allocate(kind.label, kind.type_id).expect("counters file has room")
 }
 
-/// A session id for the log of a leader's term: distinct per member, per term and per start (`nonce`, a
-/// random draw), so followers tell each term's log, and a restarted leader's, from the others.
-pub(super) fn session_id_for(member: i32, leadership_term_id: i64, nonce: u64) -> i32 {
-    let term = (leadership_term_id as u32).wrapping_mul(0x9E37_79B9);
-    ((nonce as u32 ^ term) as i32 & 0x7FFF_0000) | (member & 0xFFFF)
+/// The session id of the log member `member` leads in `leadership_term_id`: its low 16 bits are the member's,
+/// the 15 above the term's (modulo 32,768). One member leads a term once (a vote per member per term is kept
+/// on disk), so a follower told to follow `member` in a term knows its log's session before any SETUP comes,
+/// and refuses the log of another term of the same leader (found by the node simulator: a removed member
+/// still following its leader's term 3 took that leader's term-5 log for it, and its commits with it).
+pub(super) fn session_id_for(member: i32, leadership_term_id: i64) -> i32 {
+    (((leadership_term_id as u32) & 0x7FFF) << 16) as i32 | (member & 0xFFFF)
 }

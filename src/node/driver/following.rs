@@ -168,7 +168,8 @@ impl ConsensusAgent {
             return Ok(());
         };
         self.wiring.clear();
-        let followership = self.wiring.follow(following.leader, following.join).map_err(AgentError::new)?;
+        let followership =
+            self.wiring.follow(following.leader, following.term, following.join).map_err(AgentError::new)?;
         following.subscription = Some(followership.subscription);
         following.append = followership.append;
         following.term_starts = followership.term_starts;
@@ -196,7 +197,8 @@ impl ConsensusAgent {
         let Current::Following(following) = &mut self.current else {
             return Ok(());
         };
-        let followership = self.wiring.follow(following.leader, fetched.end).map_err(AgentError::new)?;
+        let followership =
+            self.wiring.follow(following.leader, following.term, fetched.end).map_err(AgentError::new)?;
         let mut terms = fetched.terms.iter();
         if let Some(snapshot) = &fetched.snapshot {
             // The bytes between this member's log and the snapshot are not this member's: its log goes on
@@ -279,7 +281,7 @@ impl ConsensusAgent {
         // A catch-up the previous followership asked for is of its leader's log: it stops, and its result,
         // if one still comes, is not this followership's.
         self.shared.catch_ups.cancel();
-        let followership = self.wiring.follow(leader, position).map_err(AgentError::new)?;
+        let followership = self.wiring.follow(leader, term, position).map_err(AgentError::new)?;
         self.shared.switches.push(position, None);
         if self.records {
             self.shared.recorder_switches.push(position, None);
