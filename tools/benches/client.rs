@@ -385,10 +385,9 @@ fn client_runs(
     for &(rho, _) in lambdas {
         let stem = format!("mtu{mtu}-rho{rho:.2}.client{tag}");
         let hgrm = (dir.join(format!("hgrm/{stem}.hgrm")), dir.join(format!("hgrm/{stem}.service.hgrm")));
-        let before = endpoint_totals(cluster);
         let json = dir.join(format!("{stem}.json"));
-        let c = remote::client_point(cluster, client, rho, mu, (MESSAGE, mtu), t, json.clone(), Some(hgrm))?;
-        let stage_counts = stages(&c.report, &json, before, endpoint_totals(cluster));
+        let c = remote::client_point(cluster, client, rho, mu, (MESSAGE, mtu), t, json, Some(hgrm))?;
+        let stage_counts = stages(&c.report);
         let l = &c.report.latency_us;
         println!(
             "MTU {mtu}: client{tag} rho {rho:.2}: lambda {} achieved {} msg/s, p50 {:.1} p99 {:.1} p99.9 {:.1} us (from \
@@ -423,9 +422,8 @@ fn client_runs(
         hgrm: None,
         service_hgrm: None,
     };
-    let before = endpoint_totals(cluster);
     let report = client.load(cluster, &saturation)?;
-    let stage_counts = stages(&report, &saturation.json, before, endpoint_totals(cluster));
+    let stage_counts = stages(&report);
     println!(
         "MTU {mtu}: client{tag} closed loop ({MAX_WINDOW} in flight): committed {} msg/s ({} in {:.2} s), p50 {:.1} \
          p99 {:.1} us; CPU us/msg client {} cluster {}; {stage_counts}",
@@ -440,42 +438,23 @@ fn client_runs(
     Ok((points, report))
 }
 
-/// What every member's client endpoint counted (only the leader's takes messages; the others redirect),
-/// summed: datagrams in, their receive calls, records in, egress datagrams, egress records.
-fn endpoint_totals(cluster: &LoadCluster) -> [i64; 5] {
-    let mut totals = [0; 5];
-    for stats in cluster.stats() {
-        let c = stats.clients();
-        let each =
-            [c.datagrams_received(), c.receive_calls(), c.records_received(), c.egress_datagrams(), c.egress_records()];
-        for (total, value) in totals.iter_mut().zip(each) {
-            *total += value;
-        }
-    }
-    totals
-}
-
 /// The counts of one client run at each stage of a message's way, per committed message: the client's
-/// send calls and datagrams (its `--json`), the members' receive calls, datagrams and records, their
-/// egress datagrams and records, and the client's receive calls.
-fn stages(report: &remote::ClientReport, json: &Path, before: [i64; 5], after: [i64; 5]) -> String {
+/// send calls and datagrams, the members' receive calls, datagrams and records, their egress datagrams
+/// and records, and the client's receive calls.
+fn stages(report: &remote::ClientReport) -> String {
     let per = |n: f64| n / report.committed.max(1) as f64;
-    let send_calls = std::fs::read_to_string(json)
-        .ok()
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-        .and_then(|v| v["client_stats"]["send_calls"].as_u64());
-    let d: Vec<f64> = after.iter().zip(before).map(|(a, b)| (a - b) as f64).collect();
+    let (client, members) = (&report.client_stats, &report.endpoints);
     format!(
         "stages per committed msg: client {} send calls, {:.4} datagrams -> members {:.4} receive calls, {:.4} \
          datagrams, {:.3} records -> egress {:.4} datagrams, {:.3} records -> client {:.4} receive calls",
-        send_calls.map_or("?".into(), |n| format!("{:.4}", per(n as f64))),
-        per(report.client_stats.datagrams_sent as f64),
-        per(d[1]),
-        per(d[0]),
-        per(d[2]),
-        per(d[3]),
-        per(d[4]),
-        per(report.client_stats.receive_calls as f64)
+        client.send_calls.map_or("?".into(), |n| format!("{:.4}", per(n as f64))),
+        per(client.datagrams_sent as f64),
+        per(members.receive_calls as f64),
+        per(members.datagrams_in as f64),
+        per(members.records_in as f64),
+        per(members.datagrams_out as f64),
+        per(members.records_out as f64),
+        per(client.receive_calls as f64)
     )
 }
 
@@ -591,7 +570,7 @@ fn mtu_json(r: &MtuResult) -> Value {
             "latency_us": r.client.latency_us,
             "duplicates": r.client.duplicates,
             "reconnects": r.client.reconnects,
-            "leader_client_endpoint": r.client.leader,
+            "client_endpoints": r.client.endpoints,
             "cpu_us_per_msg": { "client": r.client.client_cpu_us_per_msg(), "cluster": r.client.cluster_cpu_us_per_msg() },
             "client_counts": r.client.client_stats,
         },
@@ -626,7 +605,7 @@ fn mtu_json(r: &MtuResult) -> Value {
                 "warmup": p.client.warmup,
                 "latency_us": p.client.report.latency_us,
                 "service_latency_us": p.client.report.service_latency_us,
-                "leader_client_endpoint": p.client.report.leader,
+                "client_endpoints": p.client.report.endpoints,
                 "cpu_us_per_msg": {
                     "client": p.client.report.client_cpu_us_per_msg(),
                     "cluster": p.client.report.cluster_cpu_us_per_msg(),

@@ -112,9 +112,9 @@ pub struct ClientReport {
     /// The client's own counts over the same time.
     #[serde(default)]
     pub client_stats: ClientSideCounts,
-    /// What the leader's client endpoint counted during the run (not in the client's JSON).
+    /// What the members' client endpoints counted during the run, summed (not in the client's JSON).
     #[serde(skip)]
-    pub leader: EndpointCounts,
+    pub endpoints: EndpointCounts,
 }
 
 impl ClientReport {
@@ -140,13 +140,19 @@ pub struct ClientSideCounts {
     pub datagrams_received: u64,
     /// Receive calls (`recvmmsg`), the empty ones included.
     pub receive_calls: u64,
+    /// Send calls (`sendmmsg`, or an ask's `sendmsg`); `None` from a client that does not count them.
+    #[serde(default)]
+    pub send_calls: Option<u64>,
 }
 
-/// The leader's client-endpoint counters over one client run: how well datagrams were filled each way.
+/// Every member's client-endpoint counters over one client run, summed (only the leader takes messages;
+/// the others answer with a redirect): how well datagrams were filled and read each way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EndpointCounts {
     /// Client datagrams received.
     pub datagrams_in: i64,
+    /// Receive calls that found datagrams.
+    pub receive_calls: i64,
     /// Client records received (messages, keep-alives, opens).
     pub records_in: i64,
     /// Egress datagrams sent to the client.
@@ -160,33 +166,21 @@ pub struct EndpointCounts {
 }
 
 impl EndpointCounts {
-    fn between(before: &Stats, after: &Stats) -> Self {
-        let delta = after.since(before);
-        let c = delta.clients();
-        Self {
-            datagrams_in: c.datagrams_received(),
-            records_in: c.records_received(),
-            datagrams_out: c.egress_datagrams(),
-            records_out: c.egress_records(),
-            back_pressured: c.back_pressured(),
-            gaps: c.gaps(),
+    /// The members' counters' changes from `before` to `after` (the same members, in the same order), summed.
+    fn between(before: &[Stats], after: &[Stats]) -> Self {
+        let mut sum = Self::default();
+        for (before, after) in before.iter().zip(after) {
+            let delta = after.since(before);
+            let c = delta.clients();
+            sum.datagrams_in += c.datagrams_received();
+            sum.receive_calls += c.receive_calls();
+            sum.records_in += c.records_received();
+            sum.datagrams_out += c.egress_datagrams();
+            sum.records_out += c.egress_records();
+            sum.back_pressured += c.back_pressured();
+            sum.gaps += c.gaps();
         }
-    }
-
-    /// `N datagrams in (x records each), M out (y records each)`, plus back pressure and gaps if any.
-    pub fn describe(&self) -> String {
-        let per = |records: i64, datagrams: i64| records as f64 / datagrams.max(1) as f64;
-        let mut text = format!(
-            "{} datagrams in ({:.1} records each), {} out ({:.1} records each)",
-            self.datagrams_in,
-            per(self.records_in, self.datagrams_in),
-            self.datagrams_out,
-            per(self.records_out, self.datagrams_out)
-        );
-        if self.back_pressured > 0 || self.gaps > 0 {
-            text += &format!(", {} records back-pressured, {} gaps", self.back_pressured, self.gaps);
-        }
-        text
+        sum
     }
 }
 
@@ -289,7 +283,7 @@ impl ClientProcess {
         if let Some(dir) = load.json.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let before = cluster.stats()[0].clone();
+        let before = cluster.stats();
         run_child(command, load.timeout + SETTLE_TIMEOUT, |check| {
             if check {
                 cluster.failure()?;
@@ -300,7 +294,7 @@ impl ClientProcess {
         // The followers apply the client's last messages after the leader acknowledged them.
         cluster.drain(SETTLE_TIMEOUT)?;
         let mut report: ClientReport = read_json(&load.json)?;
-        report.leader = EndpointCounts::between(&before, &cluster.stats()[0]);
+        report.endpoints = EndpointCounts::between(&before, &cluster.stats());
         Ok(report)
     }
 
