@@ -205,14 +205,9 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
                 // the CPU goes to the cluster.
                 let _ = client.wait(Duration::from_nanos(MAX_WAIT_NS));
             } else if load.wait {
-                let can_offer = offered < target && client.in_flight() < load.window;
-                let until_ns = match interval_ns {
-                    Some(interval) if can_offer => {
-                        ((offered as f64 * interval) as u64).saturating_sub(ns(Instant::now()))
-                    }
-                    None if can_offer => 0,
-                    _ => MAX_WAIT_NS,
-                };
+                // It can offer: wait until the next message is due (none in a closed loop).
+                let until_ns = interval_ns
+                    .map_or(0, |interval| ((offered as f64 * interval) as u64).saturating_sub(ns(Instant::now())));
                 if until_ns > 0 {
                     let _ = client.wait(Duration::from_nanos(until_ns.min(MAX_WAIT_NS)));
                 }
