@@ -401,11 +401,7 @@ impl Simulation {
                 let made = |n: &SimNode| crate::cluster::counter_value(&n.node, "recorder catch-ups made");
                 self.report.catch_ups += self.nodes.iter().filter_map(made).sum::<i64>() as u64;
                 self.report.hostile = self.forger.as_ref().map(forge::Forger::forged).unwrap_or_default();
-                self.report.end_ns = self.now_ns;
-                self.report.steps = self.step;
-                self.report.committed = self.checker.committed();
-                self.report.misdirected = self.nodes.iter().map(|n| n.disk.stats().misdirected).sum();
-                return Ok(self.report);
+                return Ok(self.finish_report());
             }
         }
         if self.majority_repairing() {
@@ -414,11 +410,7 @@ impl Simulation {
             // one it held. An operator restores; the simulation checks that nothing wrong was decided.
             self.trace(|| "a majority repairs its log: no leader is elected, as none may be".into());
             self.report.majority_damaged += 1;
-            self.report.end_ns = self.now_ns;
-            self.report.steps = self.step;
-            self.report.committed = self.checker.committed();
-            self.report.misdirected = self.nodes.iter().map(|n| n.disk.stats().misdirected).sum();
-            return Ok(self.report);
+            return Ok(self.finish_report());
         }
         Err(self.failure(Violation::NoProgress {
             healed_ms: healed_at / 1_000_000,
@@ -725,6 +717,15 @@ impl Simulation {
             "left in the file",
         ];
         self.nodes[i].disk.stats().misdirected > 0 && DAMAGE.iter().any(|why| error.contains(why))
+    }
+
+    /// The report of a run that ended as it may: where it ended, and what it committed and misdirected.
+    fn finish_report(mut self) -> SimReport {
+        self.report.end_ns = self.now_ns;
+        self.report.steps = self.step;
+        self.report.committed = self.checker.committed();
+        self.report.misdirected = self.nodes.iter().map(|n| n.disk.stats().misdirected).sum();
+        self.report
     }
 
     /// Whether a majority of the members repair their logs (each lost bytes it had synced and may have
