@@ -390,7 +390,7 @@ pub mod remote {
             "member", "role", "term", "leader", "config", "append", "commit", "applied", "snapshot", "lag bytes", "lag"
         );
         for s in statuses {
-            let lag = s.lag.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
+            let lag = crate::cluster_view::lag_text(s.lag);
             out += &format!(
                 "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}\n",
                 s.member_id,
@@ -429,7 +429,7 @@ pub mod remote {
                     "applied_position": s.applied,
                     "snapshot_position": s.snapshot,
                     "lag_bytes": s.lag_bytes,
-                    "lag_ms": s.lag.map(|d| d.as_secs_f64() * 1e3),
+                    "lag_ms": crate::cluster_view::lag_ms(s.lag),
                 })
             })
             .collect();

@@ -115,6 +115,16 @@ pub fn lag(leader_commit: i64, moved: Option<i64>, window: Duration, commit: i64
     (bytes, (rate > 0.0).then(|| Duration::from_secs_f64(bytes as f64 / rate)))
 }
 
+/// A lag in time as the tables show it (`-` when unknown).
+pub fn lag_text(lag: Option<Duration>) -> String {
+    lag_ms(lag).map_or("-".into(), |ms| format!("{ms:.3} ms"))
+}
+
+/// A lag in time as the JSON gives it: milliseconds, `None` (null) when unknown.
+pub fn lag_ms(lag: Option<Duration>) -> Option<f64> {
+    lag.map(|d| d.as_secs_f64() * 1e3)
+}
+
 /// Opens a running member's counters; a clear error for a missing or stale directory.
 fn open(dir: &Path) -> Result<CountersReader, String> {
     match NodeDirectory::status(dir) {
@@ -152,7 +162,7 @@ pub fn render(views: &[MemberView]) -> String {
     for v in views {
         let leader = v.leader.map_or("-".into(), |l| l.to_string());
         let lag_bytes = v.lag_bytes.map_or("-".into(), |b| b.to_string());
-        let lag = v.lag.map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
+        let lag = lag_text(v.lag);
         let _ = writeln!(
             out,
             "{:>6}  {:<9}  {:>5}  {:>6}  {:>6}  {:>14}  {:>14}  {:>14}  {:>14}  {:>14}  {:>12}  {:>10}  {}",
@@ -194,7 +204,7 @@ pub fn render_json(views: &[MemberView]) -> Value {
                 "applied_position": v.applied_position,
                 "snapshot_position": v.snapshot_position,
                 "lag_bytes": v.lag_bytes,
-                "lag_ms": v.lag.map(|d| d.as_secs_f64() * 1e3),
+                "lag_ms": lag_ms(v.lag),
             })
         })
         .collect();
