@@ -868,9 +868,10 @@ fn refuse_setup(config: &ReceiveChannelConfig, setup: &SetupFrame, bytes: &[u8])
     None
 }
 
-/// A follower's log holds one session: a SETUP for another session from the leader, once the image has
-/// data, would make it drop its log and rejoin a different one (re-applying from its join position).
-/// Until elections hand a log from one leader to the next, such a SETUP is refused and the log kept.
+/// A follower's log holds one session. A receiver told which one (`session_id`: a cluster member knows
+/// its leader's term's) refuses every other; one that was not refuses another session's SETUP once its
+/// image has data, which would make it drop its log and rejoin a different one (re-applying from its join
+/// position).
 fn refuse_new_session(channel: &ReceiveChannel, setup: &SetupFrame) -> Option<String> {
     if let Some(expected) = channel.config.session_id.filter(|&s| s != setup.session_id) {
         return Some(format!(
@@ -882,8 +883,7 @@ fn refuse_new_session(channel: &ReceiveChannel, setup: &SetupFrame) -> Option<St
     let image = channel.images.iter().find(|i| i.session_id() != setup.session_id && i.hwm() > i.join_position())?;
     Some(format!(
         "starts a new log (session {}) while this follower holds session {} up to position {}: refused, the \
-         follower keeps its log; a leader that restarted with a new log cannot be followed until elections \
-         exist: restart the followers too",
+         follower keeps its log",
         setup.session_id,
         image.session_id(),
         image.rebuild_position()
