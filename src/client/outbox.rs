@@ -1,8 +1,9 @@
 //! A client's datagrams between two sends: records fill one datagram after another, each sealed when
-//! the next record does not fit, and the sealed ones leave together in one `sendmmsg`
-//! ([`Transport::send_mmsg`]) at the end of the caller's poll (or when [`SEND_BATCH`] are sealed), as the
-//! Sender's `mmsg` mode batches the data path's datagrams: a poll that sends twenty datagrams makes one
-//! system call, not twenty.
+//! the next record does not fit, and the sealed ones leave together at the end of the caller's poll (or
+//! when [`SEND_BATCH`] are sealed) in as few system calls as the socket takes
+//! ([`Transport::send_runs`]): over UDP, each run of datagrams of one length (full of records of one
+//! size) in one `sendmsg` the kernel cuts (`UDP_SEGMENT`, as the Sender's `gso` mode), the rest in one
+//! `sendmmsg`: a poll that sends twenty datagrams makes one or two system calls, not twenty.
 //!
 //! # Invariants
 //!
@@ -91,7 +92,7 @@ impl Outbox {
         for (slot, writer) in datagrams.iter_mut().zip(&self.writers[..sealed]) {
             *slot = writer.finished();
         }
-        let _ = socket.send_mmsg(&datagrams[..sealed], std::slice::from_ref(dest), &mut self.scratch);
+        let _ = socket.send_runs(&datagrams[..sealed], dest, &mut self.scratch);
         for writer in &mut self.writers[..sealed] {
             writer.clear();
         }

@@ -41,6 +41,10 @@ pub const MAX_BATCH: usize = 64;
 /// Most segments the kernel accepts in one `UDP_SEGMENT` send (`UDP_MAX_SEGMENTS`).
 pub const MAX_GSO_SEGMENTS: usize = 64;
 
+/// Most bytes one `UDP_SEGMENT` send carries in all: one IPv4 datagram's largest payload (65,535 bytes
+/// less the IP and UDP headers), which the kernel holds a segmented send to as well.
+pub const MAX_GSO_BYTES: usize = 65_507;
+
 /// How a channel puts datagrams on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum SendMode {
@@ -170,6 +174,14 @@ pub trait Transport: Send {
     /// [`UdpEndpoint::send_gso`]).
     fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome;
 
+    /// Sends `datagrams`, in order, each to `dest`, in as few calls as the transport can make: over UDP,
+    /// each run of equal-length datagrams (its last may be shorter) in one `sendmsg` the kernel cuts
+    /// (`UDP_SEGMENT`, see [`UdpEndpoint::send_runs`]); elsewhere as [`send_mmsg`](Self::send_mmsg) to the
+    /// one destination. Returns what `send_mmsg` returns.
+    fn send_runs(&mut self, datagrams: &[&[u8]], dest: &SockAddr, scratch: &mut MmsgScratch) -> (SendOutcome, usize) {
+        self.send_mmsg(datagrams, std::slice::from_ref(dest), scratch)
+    }
+
     /// Receives what is waiting into `batch`, without blocking; returns how many datagrams arrived.
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize>;
 
@@ -257,6 +269,11 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     #[inline]
     fn send_gso(&mut self, data: &[u8], segment: usize) -> SendOutcome {
         (**self).send_gso(data, segment)
+    }
+
+    #[inline]
+    fn send_runs(&mut self, datagrams: &[&[u8]], dest: &SockAddr, scratch: &mut MmsgScratch) -> (SendOutcome, usize) {
+        (**self).send_runs(datagrams, dest, scratch)
     }
 
     #[inline]
@@ -457,6 +474,11 @@ impl Transport for UdpEndpoint {
     }
 
     #[inline]
+    fn send_runs(&mut self, datagrams: &[&[u8]], dest: &SockAddr, scratch: &mut MmsgScratch) -> (SendOutcome, usize) {
+        UdpEndpoint::send_runs(self, datagrams, dest, scratch)
+    }
+
+    #[inline]
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
         UdpEndpoint::recv_batch(self, batch)
     }
@@ -473,6 +495,9 @@ pub struct UdpEndpoint {
     local: SocketAddr,
     peer: Option<SocketAddr>,
     auth: Option<AuthKey>,
+    /// [`send_runs`](Self::send_runs) may hand the kernel a run to cut (`UDP_SEGMENT`); false once the
+    /// kernel or the path refused one.
+    segments: bool,
 }
 
 impl UdpEndpoint {
@@ -518,7 +543,7 @@ impl UdpEndpoint {
             .bind(&SockAddr::from(local))
             .map_err(|e| io::Error::new(e.kind(), format!("cannot bind UDP {local}: {e}")))?;
         let local = socket.local_addr()?.as_socket().expect("a UDP socket has an IP address");
-        Ok((Self { socket, local, peer: None, auth: None }, warnings))
+        Ok((Self { socket, local, peer: None, auth: None, segments: true }, warnings))
     }
 
     /// Connects the socket to `peer`: sends need no address (10-25% cheaper per call, measured on
@@ -625,11 +650,23 @@ impl UdpEndpoint {
             return SendOutcome::Sent(segments);
         }
         let mut iov = iovec(data);
+        let rc = self.send_segmented(std::slice::from_mut(&mut iov), None, segment);
+        self.outcome(rc, segment, segments)
+    }
+
+    /// One `sendmsg` of the bytes of `iov`, one after the other, to the connected peer or to `dest`, with
+    /// a `UDP_SEGMENT` control message that has the kernel cut them every `segment` bytes. Returns what
+    /// `sendmsg` returned.
+    fn send_segmented(&self, iov: &mut [libc::iovec], dest: Option<&SockAddr>, segment: usize) -> i64 {
         let mut control = CmsgBuffer::zeroed();
         // SAFETY: an all-zero msghdr is a valid empty header.
         let mut msg: libc::msghdr = unsafe { zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len();
+        if let Some(addr) = dest {
+            msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+            msg.msg_namelen = addr.len();
+        }
         msg.msg_control = control.0.as_mut_ptr().cast();
         // SAFETY: CMSG_SPACE is a pure size computation.
         msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
@@ -642,9 +679,71 @@ impl UdpEndpoint {
             (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
             std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment as u16);
         }
-        // SAFETY: msg points at one iovec over `data` and at `control`, both alive for the call.
-        let rc = unsafe { libc::sendmsg(self.fd(), &msg, 0) };
-        self.outcome(rc as i64, segment, segments)
+        // SAFETY: msg points at the iovecs of `iov` (over memory the caller borrows for the call), at
+        // `control` and, when given, at `dest`'s address; sendmsg only reads them.
+        unsafe { libc::sendmsg(self.fd(), &msg, 0) as i64 }
+    }
+
+    /// Sends `datagrams`, in order, each to `dest`: each run of two or more that the kernel can cut from
+    /// one buffer ([`segment_run`]) in one `sendmsg` with `UDP_SEGMENT`, the others together in
+    /// `sendmmsg` calls. A client's poll seals many datagrams of one length (full of records of one
+    /// size): on loopback this costs half the CPU per datagram of `sendmmsg` (657 against 1,319 ns per
+    /// 1408-byte datagram in runs of 14, measured on the 2-core test host). The first run the kernel or
+    /// the path refuses (no `UDP_SEGMENT`, a segment longer than the path's MTU) goes by `sendmmsg`, as
+    /// every later one. A socket with a key (whose tags the kernel's cutting cannot add) sends as
+    /// [`send_mmsg`](Self::send_mmsg).
+    ///
+    /// Returns the outcome of the first call that did not take everything, or `Sent(n)` with the
+    /// datagrams sent, and the number of calls made.
+    pub fn send_runs(
+        &mut self,
+        datagrams: &[&[u8]],
+        dest: &SockAddr,
+        scratch: &mut MmsgScratch,
+    ) -> (SendOutcome, usize) {
+        let dests = std::slice::from_ref(dest);
+        if !self.segments || self.auth.is_some() {
+            return self.send_mmsg(datagrams, dests, scratch);
+        }
+        let (mut sent, mut calls) = (0, 0);
+        while sent < datagrams.len() {
+            let rest = &datagrams[sent..];
+            let run = segment_run(rest);
+            let outcome = if run >= 2 {
+                for (slot, datagram) in scratch.iov.iter_mut().zip(&rest[..run]) {
+                    *slot = iovec(datagram);
+                }
+                let rc = self.send_segmented(&mut scratch.iov[..run], Some(dest), rest[0].len());
+                calls += 1;
+                let error = (rc < 0).then(|| io::Error::last_os_error().raw_os_error()).flatten();
+                if matches!(error, Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT)) {
+                    // The kernel or the path does not cut runs: this one and every later one by sendmmsg.
+                    self.segments = false;
+                    let (outcome, more) = self.send_mmsg(rest, dests, scratch);
+                    calls += more;
+                    outcome
+                } else {
+                    self.outcome(rc, rest[0].len(), run)
+                }
+            } else {
+                // Datagrams that start no run, together.
+                let singles = (1..rest.len()).find(|&i| segment_run(&rest[i..]) >= 2).unwrap_or(rest.len());
+                let (outcome, more) = self.send_mmsg(&rest[..singles], dests, scratch);
+                calls += more;
+                outcome
+            };
+            match outcome {
+                SendOutcome::Sent(n) => {
+                    sent += n;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                other if sent == 0 => return (other, calls),
+                _ => break,
+            }
+        }
+        (SendOutcome::Sent(sent), calls)
     }
 
     /// Sends every datagram of `datagrams` to every destination of `dests` (or to the connected peer when
@@ -760,6 +859,32 @@ impl UdpEndpoint {
 
 fn iovec(bytes: &[u8]) -> libc::iovec {
     libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() }
+}
+
+/// How many of `datagrams`, from the first, the kernel can cut from one buffer in one `UDP_SEGMENT`
+/// send: as long as the first, but the last which may be shorter (not empty), at most
+/// [`MAX_GSO_SEGMENTS`] and [`MAX_GSO_BYTES`] in all. 1 when the first starts no run (or 0 with no
+/// datagram).
+fn segment_run(datagrams: &[&[u8]]) -> usize {
+    let Some(first) = datagrams.first().map(|d| d.len()) else {
+        return 0;
+    };
+    if first == 0 {
+        return 1;
+    }
+    let most = datagrams.len().min(MAX_GSO_SEGMENTS).min(MAX_GSO_BYTES / first);
+    let mut run = 1;
+    while run < most {
+        let length = datagrams[run].len();
+        if length == 0 || length > first {
+            break;
+        }
+        run += 1;
+        if length < first {
+            break;
+        }
+    }
+    run.max(1)
 }
 
 fn check_buffer(name: &str, asked: usize, got: usize, sysctl: &str, warnings: &mut Vec<String>) {
@@ -1181,6 +1306,43 @@ mod tests {
         let joined: Vec<u8> = got.iter().flat_map(|(d, _)| d.clone()).collect();
         assert_eq!(joined, data);
         assert_eq!(got[5].0.len(), 300);
+    }
+
+    #[test]
+    fn a_run_is_as_long_as_its_first_datagram_allows() {
+        let d = |lengths: &[usize]| -> Vec<Vec<u8>> { lengths.iter().map(|&l| vec![1u8; l]).collect() };
+        let run = |lengths: &[usize]| {
+            let owned = d(lengths);
+            let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            segment_run(&slices)
+        };
+        assert_eq!(run(&[]), 0);
+        assert_eq!(run(&[100]), 1);
+        assert_eq!(run(&[100, 100, 100]), 3);
+        assert_eq!(run(&[100, 100, 60, 100]), 3, "a shorter datagram ends the run it joins");
+        assert_eq!(run(&[100, 120, 100]), 1, "a longer one starts another");
+        assert_eq!(run(&[100, 0]), 1, "an empty one is never cut from a buffer");
+        assert_eq!(run(&[8192; 20]), MAX_GSO_BYTES / 8192, "at most 64 KiB in all");
+        assert_eq!(run(&[16; 100]), MAX_GSO_SEGMENTS);
+    }
+
+    #[test]
+    fn runs_go_in_one_call_each_and_arrive_whole_in_order() {
+        let rx = endpoint();
+        let dest = SockAddr::from(rx.local_addr());
+        let mut tx = endpoint();
+        // Two runs (each ending with a shorter datagram), then two datagrams that start none.
+        let lengths = [1408, 1408, 1408, 1000, 1408, 1408, 700, 900, 1200];
+        let owned: Vec<Vec<u8>> =
+            lengths.iter().enumerate().map(|(i, &l)| (0..l).map(|j| (i * 7 + j) as u8).collect()).collect();
+        let datagrams: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let (outcome, calls) = tx.send_runs(&datagrams, &dest, &mut MmsgScratch::default());
+        assert!(matches!(outcome, SendOutcome::Sent(9)), "{outcome:?}");
+        if probe_gso() {
+            assert_eq!(calls, 3, "a call per run, one for the rest");
+        }
+        let got: Vec<Vec<u8>> = drain(&rx, 9).into_iter().map(|(d, _)| d).collect();
+        assert_eq!(got, owned);
     }
 
     #[test]
