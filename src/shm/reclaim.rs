@@ -63,15 +63,18 @@ fn start() -> Option<Sender<MmapMut>> {
     spawned.ok().map(|_| unmapper)
 }
 
+/// Lowers the calling thread's priority to nice 10: for work beside the agents that must not take their
+/// cores from them (this module's unmapping, the making of a spare log file).
 #[cfg(target_os = "linux")]
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     // SAFETY: `setpriority` reads only its integer arguments; on Linux `PRIO_PROCESS` with `who == 0` sets
     // the calling thread's nice value. A failure leaves the priority as it was, which is harmless.
     let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) };
 }
 
+/// See the Linux version: elsewhere the priority stays as it is.
 #[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
+pub(crate) fn lower_priority() {}
 
 #[cfg(test)]
 mod tests {
