@@ -609,6 +609,23 @@ mod tests {
     }
 
     #[test]
+    fn paced_touching_makes_every_page_resident() {
+        let dir = std::env::temp_dir().join(format!("qc-buffer-paced-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let length = 9 * PAGE_LENGTH + 100;
+        let region = Region::create_file(&dir.join("region"), length, false).unwrap();
+        region.touch_pages_paced(2 * PAGE_LENGTH, std::time::Duration::ZERO);
+        let pages = length.div_ceil(PAGE_LENGTH);
+        let mut resident = vec![0u8; pages];
+        // SAFETY: the range is the region's own mapping, page aligned, and `resident` has a byte per page.
+        let rc = unsafe { libc::mincore(region.map.as_ptr() as *mut libc::c_void, length, resident.as_mut_ptr()) };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        assert!(resident.iter().all(|&r| r & 1 == 1), "pages not resident: {resident:?}");
+        assert!(AtomicBuffer::new(Arc::clone(&region)).bytes(0, length).iter().all(|&b| b == 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn align_rounds_up() {
         assert_eq!(align(0, 32), 0);
         assert_eq!(align(1, 32), 32);
