@@ -91,6 +91,7 @@ const SPARE_TOUCH_CHUNK: usize = 1 << 20;
 
 /// The sleep between two bursts: a 48 MiB spare is ready about 65 ms after it is begun.
 const SPARE_TOUCH_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The longest the spare taken by a term waits to be replaced when the term does not settle.
 const SPARE_DEFERRAL_MAX_NS: u64 = 500_000_000;
 

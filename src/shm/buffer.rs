@@ -52,6 +52,14 @@ impl Drop for Region {
     }
 }
 
+/// Writes a zero into the first byte of each page from `start` to `end` (a page-aligned `start`), so that
+/// the kernel backs them now.
+fn touch_pages(buffer: &AtomicBuffer, start: usize, end: usize) {
+    for offset in (start..end).step_by(PAGE_LENGTH) {
+        buffer.put_u8(offset, 0);
+    }
+}
+
 /// Reserves the blocks of `file`'s first `length` bytes now (`posix_fallocate`), so that a full file
 /// system (a full `/dev/shm`) is an error here, naming the file and the size, and never a `SIGBUS` on
 /// the first write into a sparse page of the mapping later. File systems that cannot preallocate
@@ -103,12 +111,7 @@ impl Region {
         }
         let region = Self::map_file(&file)?;
         if pre_touch {
-            let buffer = AtomicBuffer::new(Arc::clone(&region));
-            let mut offset = 0;
-            while offset < length {
-                buffer.put_u8(offset, 0);
-                offset += PAGE_LENGTH;
-            }
+            touch_pages(&AtomicBuffer::new(Arc::clone(&region)), 0, length);
         }
         Ok(region)
     }
@@ -119,18 +122,13 @@ impl Region {
     /// not as one stall of whichever core the calling thread shares. For a background thread.
     pub fn touch_pages_paced(self: &Arc<Self>, chunk: usize, pause: std::time::Duration) {
         let buffer = AtomicBuffer::new(Arc::clone(self));
-        let chunk = chunk.max(PAGE_LENGTH);
+        let chunk = chunk.next_multiple_of(PAGE_LENGTH).max(PAGE_LENGTH);
         let length = self.map.len();
-        let mut offset = 0;
-        while offset < length {
-            let end = (offset + chunk).min(length);
-            while offset < end {
-                buffer.put_u8(offset, 0);
-                offset += PAGE_LENGTH;
-            }
-            if offset < length {
+        for start in (0..length).step_by(chunk) {
+            if start > 0 {
                 std::thread::sleep(pause);
             }
+            touch_pages(&buffer, start, (start + chunk).min(length));
         }
     }
 
