@@ -11,7 +11,7 @@ use quorumcast::node::{Member, MembershipChangeError, Node, PendingChange, Stora
 use quorumcast::storage::recording::SyncPolicy;
 use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
 use quorumcast_testkit::load::drive_until;
-use quorumcast_testkit::{dump, ScratchDir};
+use quorumcast_testkit::{dump, dump_each, ScratchDir};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -183,7 +183,19 @@ fn a_learner_far_behind_catches_up_from_the_recording_and_restarts_keep_the_conf
     driver.run_to(&mut nodes, &[true; 4], 24_000, DEADLINE);
     let (_, endpoints) = nodes[1].membership().unwrap();
     assert_eq!(endpoints.iter().find(|e| e.id == 3).map(|e| e.log), Some(all[3].log));
-    for node in nodes {
+
+    // Member 3 stops while the others go on past what the leader's term buffer retains, and starts again:
+    // it catches up from member 0's recording, although member 0's node file does not name it (its
+    // catch-up server serves the members of the configuration it read back, not of its node file).
+    let mut nodes: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
+    nodes[3].take().unwrap().close().unwrap();
+    driver.run_to_live(&mut nodes, 28_000, DEADLINE);
+    nodes[3] = Some(recorded(&scratch, 3, &all));
+    driver.resume(3, 0);
+    driver.run_to_live(&mut nodes, 29_000, DEADLINE);
+    let caught_up = nodes[3].as_ref().unwrap().stats().recorder().catch_ups();
+    assert!(caught_up >= 1, "member 3 caught up from member 0's recording: {}", dump_each(nodes.iter().flatten()));
+    for node in nodes.into_iter().flatten() {
         node.close().unwrap();
     }
 }

@@ -219,6 +219,8 @@ fn start_recorder(
         SnapshotStore::open_on(env.disk.clone(), &config.snapshot_dir_path(), identity)
             .map_err(|e| NodeError::Snapshot(e.to_string()))
     };
+    // The node file's other members, until the consensus agent publishes the configuration its recording
+    // holds (`publish_membership`), which may name members the node file does not.
     let others = config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
     shared.catch_up_members.set(others);
     let others = shared.catch_up_members.clone();

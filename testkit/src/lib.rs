@@ -21,7 +21,7 @@ use quorumcast::node::Member;
 pub mod cluster;
 pub mod load;
 pub mod sim;
-pub use load::{dump, Applier, Driver, Messages};
+pub use load::{dump, dump_each, Applier, Driver, Messages};
 
 /// Ports handed out so far by this process.
 static HANDED_OUT: AtomicU32 = AtomicU32::new(0);

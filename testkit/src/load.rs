@@ -339,7 +339,7 @@ pub fn dump(nodes: &[Node]) -> String {
 }
 
 /// [`dump`] of the nodes `nodes` gives.
-fn dump_each<'a>(nodes: impl Iterator<Item = &'a Node>) -> String {
+pub fn dump_each<'a>(nodes: impl Iterator<Item = &'a Node>) -> String {
     let mut out = String::new();
     for node in nodes {
         out += &format!("node {}:\n", node.id());

@@ -86,9 +86,6 @@ impl ConsensusAgent {
             membership.learners
         );
         self.peers = peers_of(&self.wiring);
-        let served: Vec<(i32, IpAddr)> =
-            self.peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
-        self.shared.catch_up_members.set(served);
         publish_membership(&self.core, &self.wiring, self.clients.as_mut(), &self.counters, &self.shared);
         if let Current::Leading(leading) = &mut self.current {
             // The Sender goes on with the followers of the configuration in effect.
@@ -106,9 +103,11 @@ impl ConsensusAgent {
 }
 
 /// What the rest of the node learns of the configuration in effect, at start and at each change: the
-/// client endpoint's member table (every member whose endpoints are known, so that a redirect can name a
-/// leader of a configuration this member has not applied yet), counter `election configuration id`, and
-/// the membership and its members' endpoints that `Node::membership` returns.
+/// members its catch-up server serves (the other members of the configuration, at their consensus
+/// addresses: at start too, so that a member a node file does not name but the recording added can catch
+/// up), the client endpoint's member table (every member whose endpoints are known, so that a redirect can
+/// name a leader of a configuration this member has not applied yet), counter `election configuration
+/// id`, and the membership and its members' endpoints that `Node::membership` returns.
 pub(super) fn publish_membership(
     core: &ConsensusCore,
     wiring: &Wiring,
@@ -117,6 +116,9 @@ pub(super) fn publish_membership(
     shared: &Shared,
 ) {
     let membership = core.membership().clone();
+    let served: Vec<(i32, IpAddr)> =
+        peers_of(wiring).iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
+    shared.catch_up_members.set(served);
     if let Some(clients) = clients {
         let ids: Vec<i32> = membership.members().collect();
         clients.set_members(wiring.known().iter().map(|e| (e.id, e.client)).collect(), membership.id as i64, &ids);
