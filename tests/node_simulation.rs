@@ -909,8 +909,15 @@ const MEMBERSHIP_SEEDS: u64 = 60;
 
 /// A seed with membership changes under `schedule`, with snapshots or not.
 fn run_membership(seed: u64, schedule: Schedule, snapshots: bool) -> SimReport {
+    run_membership_with(seed, schedule, snapshots, false)
+}
+
+/// [`run_membership`], the initial members' node files naming only the initial configuration when
+/// `narrow_node_files` (see `SimConfig::narrow_node_files`).
+fn run_membership_with(seed: u64, schedule: Schedule, snapshots: bool, narrow_node_files: bool) -> SimReport {
     let mut config = SimConfig::new(seed, 3);
     (config.membership, config.schedule, config.snapshots) = (true, schedule, snapshots);
+    config.narrow_node_files = narrow_node_files;
     config.trace = std::env::var_os("QC_NODE_SIM_TRACE").is_some();
     if config.trace {
         let _ = env_logger::builder().is_test(true).try_init();
@@ -924,8 +931,10 @@ fn run_membership(seed: u64, schedule: Schedule, snapshots: bool) -> SimReport {
 /// clock jumps), and among the disk schedule's (crashes, power losses, failing disks) with snapshots, with
 /// a recorded log: a spare node joins as a learner, is promoted, voters are removed (the leader among
 /// them) and join again. One committed order, and progress after the faults stop on every member of the
-/// configuration then in effect; and the runs made changes. (`QC_NODE_SIM_SEED` names the full
-/// schedule's seed; the disk schedule's is it with bit 41 flipped.)
+/// configuration then in effect; and the runs made changes. One of each seed's two runs gives the initial
+/// members node files that name only the initial configuration (the full schedule's on odd seeds, the
+/// disk schedule's on even ones), as an operator's are when a member is added later. (`QC_NODE_SIM_SEED`
+/// names the full schedule's seed; the disk schedule's is it with bit 41 flipped.)
 #[test]
 fn real_nodes_keep_one_committed_order_while_their_membership_changes() {
     let mut seeds = seeds(60_000);
@@ -934,9 +943,10 @@ fn real_nodes_keep_one_committed_order_while_their_membership_changes() {
     }
     let (mut changes, mut refused, mut committed) = (0, 0, 0);
     for seed in seeds {
-        for report in
-            [run_membership(seed, Schedule::Full, false), run_membership(seed ^ (1 << 41), Schedule::Disk, true)]
-        {
+        for report in [
+            run_membership_with(seed, Schedule::Full, false, seed % 2 == 1),
+            run_membership_with(seed ^ (1 << 41), Schedule::Disk, true, seed % 2 == 0),
+        ] {
             changes += report.membership_changes;
             refused += report.membership_refused;
             committed += report.committed;
@@ -946,6 +956,18 @@ fn real_nodes_keep_one_committed_order_while_their_membership_changes() {
         "membership: {changes} changes committed, {refused} refused or given up on, {committed} entries committed"
     );
     assert!(changes > 0, "the runs changed the membership");
+}
+
+/// Found by seed 60008 once the initial members' node files named only the initial configuration (full
+/// schedule, no snapshots): member 3, added while the cluster ran, led term 2; members 0 and 1 fell behind
+/// what its log retained and were told so, dropped their Receivers to fetch the rest from its recording,
+/// and never asked: the catch-up request looked the leader up in the node file (which does not name member
+/// 3), not among the endpoints the member knows (node file and configuration entries), and gave up
+/// silently. Members 0 and 1 stayed behind for good. Fix: the request goes to the endpoints the member
+/// knows, as its Receiver's do (and a leader it knows no endpoints of is logged).
+#[test]
+fn seed_60008_a_follower_catches_up_from_a_leader_its_node_file_does_not_name() {
+    run_membership_with(60_008, Schedule::Full, false, true);
 }
 
 /// Found by the first membership soak (disk schedule, snapshots): member 1 caught up from a snapshot of

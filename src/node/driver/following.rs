@@ -145,13 +145,25 @@ impl ConsensusAgent {
         // recording.
         following.subscription = None;
         self.wiring.clear();
+        // The leader's endpoints as this member knows them: from its node file or from a configuration entry
+        // its log holds (a leader added while the cluster ran is in no older member's node file). Known,
+        // since this member follows it.
+        let leader_at = self.wiring.endpoints(following.leader).map(|m| m.consensus);
         let config = &self.wiring.config;
-        if let Some(leader) = config.member(following.leader).map(|m| m.consensus) {
+        if let Some(leader) = leader_at {
             let request = CatchUpRequest::new(config.membership(), config.id, following.fed);
             following.catch_up.ticket(self.shared.catch_ups.request(leader, request));
             log::info!(
                 "member {}: leader {} no longer holds this member's log position {} in memory; fetching the rest \
                  from its recording (a catch-up over TCP at {leader}), then joining its live log",
+                config.id,
+                following.leader,
+                following.fed
+            );
+        } else {
+            log::warn!(
+                "member {}: leader {} no longer holds this member's log position {} in memory, and this member \
+                 knows no endpoints of it to fetch the rest from: name it in this node's `members`",
                 config.id,
                 following.leader,
                 following.fed

@@ -114,6 +114,11 @@ pub struct SimConfig {
     /// `members` (a spare outside the initial configuration), added, promoted and removed in turn while the
     /// faults run.
     pub membership: bool,
+    /// With [`membership`](Self::membership): the node files of the initial configuration's members name
+    /// only those members (as an operator's node files do when a member is added later), the spare's
+    /// names every node; a member then learns the spare's endpoints from the configuration entries its
+    /// log holds, at a restart too. Off in the membership regression seeds found before.
+    pub narrow_node_files: bool,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -141,6 +146,7 @@ impl SimConfig {
             misdirect: false,
             clients: 0,
             membership: false,
+            narrow_node_files: false,
             trace: false,
         }
     }
@@ -340,7 +346,7 @@ impl Simulation {
             // Its own seed, not a draw: a seed's schedule stays what it was before disks were simulated.
             let disk = SimDisk::new(config.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let env = environment(&config, &network, id, &time, &busy_ns, &disk, prng.next_u64());
-            let builder = node_builder(&scratch, id, &members, &config);
+            let builder = node_builder(&scratch, id, node_file(&members, id, &config), &config);
             let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
             let seen = (Role::Follower, -1, None);
             let (disk_failing, down, state) = (false, false, state::SimState::default());
@@ -991,7 +997,7 @@ impl Simulation {
         let disk = self.nodes[i].disk.clone();
         // The old process goes first: its endpoints and directory are free for the new one. Killed, its
         // close path runs but writes nothing: its disk handles fail.
-        let builder = node_builder(&self.scratch, id, &self.members, &self.config);
+        let builder = node_builder(&self.scratch, id, node_file(&self.members, id, &self.config), &self.config);
         let SimNode { node: old, skew_ns, .. } = self.nodes.remove(i);
         self.report.catch_ups += crate::cluster::counter_value(&old, "recorder catch-ups made").unwrap_or(0) as u64;
         drop(old);
@@ -1167,6 +1173,15 @@ fn address(id: i32, port: u16) -> SocketAddr {
 }
 
 /// Member `id`'s node: invoker mode, the default timers, a small-term channel, the storage of `config`.
+/// The members node `id`'s node file names (see [`SimConfig::narrow_node_files`]).
+fn node_file<'a>(members: &'a [Member], id: i32, config: &SimConfig) -> &'a [Member] {
+    if config.membership && config.narrow_node_files && (id as usize) < config.members {
+        &members[..config.members]
+    } else {
+        members
+    }
+}
+
 fn node_builder(scratch: &ScratchDir, id: i32, members: &[Member], config: &SimConfig) -> NodeBuilder {
     let term_length = config.term_length;
     let auth = config.auth.then(|| AuthKey::derive("node simulator", &config.seed.to_le_bytes()));
