@@ -516,11 +516,6 @@ impl NodeConfig {
         self.members.iter().find(|m| m.id == self.id).expect("validated")
     }
 
-    /// Member `id`'s entry.
-    pub(super) fn member(&self, id: i32) -> Option<&Member> {
-        self.members.iter().find(|m| m.id == id)
-    }
-
     /// The node directory's path.
     pub(super) fn directory_path(&self) -> PathBuf {
         self.directory.clone().unwrap_or_else(|| NodeDirectory::default_path(&format!("node-{}", self.id)))
