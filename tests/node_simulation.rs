@@ -970,6 +970,18 @@ fn seed_60008_a_follower_catches_up_from_a_leader_its_node_file_does_not_name() 
     run_membership_with(60_008, Schedule::Full, false, true);
 }
 
+/// Found by the first soak with narrow node files (full schedule): member 1, paused, held its log to
+/// 95936, before the entry that added member 3; member 3 led term 3, and member 1 (whose node file names
+/// members 0-2) dropped its frames as a non-member's and canvassed members 0 and 2, who followed member 3
+/// and refused it: it never followed again (the README called this a limitation: list every member in
+/// each node file). Fix: a follower canvassed by a member introduces its leader's endpoints
+/// (`cluster::introduction`); the canvasser, hearing member 3 from then on, follows it and catches up
+/// from its recording.
+#[test]
+fn soak_seed_1796410061840290961_a_member_behind_the_entry_that_added_its_leader_is_introduced_to_it() {
+    run_membership_with(1_796_410_061_840_290_961, Schedule::Full, false, true);
+}
+
 /// Found by the first membership soak (disk schedule, snapshots): member 1 caught up from a snapshot of
 /// the leader's taken after configurations 1 and 2 were appended; the entries were below the snapshot,
 /// so its core stayed in the initial configuration, refused every later entry as out of order, and, once

@@ -10,5 +10,6 @@ pub mod append;
 pub mod configuration;
 pub mod consensus_core;
 pub mod frames;
+pub mod introduction;
 pub mod log_switch;
 pub mod term_starts;

@@ -273,6 +273,11 @@ catalogue! {
         /// Administrative frames dropped: a tag that does not verify, a replay, malformed, of an unknown
         /// version, or sent to a member without an operator key (answered with why).
         admin_refused = 417, "election admin frames refused";
+        /// Introductions of this member's leader sent to a member that canvassed it (see
+        /// `cluster::introduction`).
+        introductions_sent = 420, "election leader introductions sent";
+        /// Leaders' endpoints learnt from another member's introduction (this member knew none of them).
+        introductions_taken = 421, "election leader introductions taken";
     }
 
     /// The node's role-specific counters outside the agents.

@@ -35,6 +35,7 @@ use socket2::SockAddr;
 use crate::agent::clock::NanoClock;
 use crate::agent::{Agent, AgentError};
 use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
+use crate::cluster::introduction;
 use crate::event_log::RateLimited;
 use crate::media::transport::{RecvBatch, Transport};
 use crate::shm::counters::Counter;
@@ -85,6 +86,8 @@ pub(super) struct DriverCounters {
     pub(super) repairing_to: Counter,
     pub(super) admin_taken: Counter,
     pub(super) admin_refused: Counter,
+    pub(super) introductions_sent: Counter,
+    pub(super) introductions_taken: Counter,
     /// The node's applied position (the application's, which `Node` sets): what `status` reports.
     pub(super) applied: Counter,
     /// The node's newest snapshot's position (which `Node` sets): what `status` reports.
@@ -116,6 +119,8 @@ impl DriverCounters {
             repairing_to: allocate(&kinds::election::repairing_to),
             admin_taken: allocate(&kinds::election::admin_taken),
             admin_refused: allocate(&kinds::election::admin_refused),
+            introductions_sent: allocate(&kinds::election::introductions_sent),
+            introductions_taken: allocate(&kinds::election::introductions_taken),
             applied: allocate(&kinds::state::applied_position),
             snapshot: allocate(&kinds::state::snapshot_position),
         }
@@ -309,8 +314,16 @@ impl ConsensusAgent {
                     self.counters.foreign_dropped.increment();
                     continue;
                 };
+                if introduction::is_introduction(datagram.bytes) {
+                    let (introduced, from) = (introduction::decode(datagram.bytes), peer.id);
+                    self.on_introduction(introduced, from, now_ns);
+                    continue;
+                }
                 match wire::decode(datagram.bytes) {
                     Ok((sender, message)) if sender == peer.id => {
+                        if let Message::Canvass { .. } = message {
+                            self.introduce_leader(sender);
+                        }
                         self.core.on_message(sender, message, now_ns, &mut self.outputs)
                     }
                     Ok(_) => self.counters.foreign_dropped.increment(),

@@ -9,7 +9,8 @@ use std::net::IpAddr;
 use super::{ConsensusAgent, Current, DriverCounters, Peer};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
-use crate::cluster::consensus_core::{ConsensusCore, MembershipError};
+use crate::cluster::consensus_core::{ConsensusCore, MembershipError, Role, MAX_MEMBERS};
+use crate::cluster::introduction::{self, Introduction};
 use crate::node::client::Shared;
 use crate::node::ingress::ClientIngress;
 use crate::node::membership::{MembershipAnswer, MembershipChangeError, MembershipRequest};
@@ -99,6 +100,67 @@ impl ConsensusAgent {
             leading.acks = acks.into_iter().map(|(member, counter)| (member, counter, 0)).collect();
         }
         Ok(())
+    }
+}
+
+impl ConsensusAgent {
+    /// Member `canvasser` canvasses while this member follows a leader it knows the endpoints of: it is
+    /// told who leads and where, in case its log stops before the entry that added that leader (see
+    /// `cluster::introduction`). One introduction per canvass, so no more often than the canvasser asks.
+    pub(super) fn introduce_leader(&mut self, canvasser: i32) {
+        let (Role::Follower, Some(leader)) = (self.core.role(), self.core.leader_member_id()) else {
+            return;
+        };
+        let Some(endpoints) = self.wiring.endpoints(leader).filter(|_| leader != canvasser) else {
+            return;
+        };
+        let Some(peer) = self.peers.iter().find(|p| p.id == canvasser) else {
+            return;
+        };
+        let introduction =
+            Introduction { sender: self.wiring.config.id, term: self.core.leadership_term_id(), leader: endpoints };
+        let mut bytes = Vec::with_capacity(introduction::MAX_INTRODUCTION_LENGTH);
+        introduction::encode(&introduction, &mut bytes);
+        // A lost introduction is answered again at the next canvass.
+        let _ = self.socket.send(&bytes, Some(&peer.sockaddr));
+        self.counters.frames_sent.increment();
+        self.counters.introductions_sent.increment();
+    }
+
+    /// Member `from` (a member this one hears) introduced its leader: if this member knew no endpoints of
+    /// it, it learns them and hears that leader from now on. Endpoints it knows are never replaced here
+    /// (only a configuration entry replaces them), and none is learnt once this member knows twice
+    /// [`MAX_MEMBERS`] members' endpoints, so a member cannot make this one grow its tables without bound.
+    pub(super) fn on_introduction(&mut self, introduced: Result<Introduction, String>, from: i32, now_ns: u64) {
+        let introduction = match introduced {
+            Ok(introduction) if introduction.sender == from => introduction,
+            Ok(_) => {
+                self.counters.foreign_dropped.increment();
+                return;
+            }
+            Err(why) => {
+                self.counters.malformed_dropped.increment();
+                self.logs.warn(now_ns, || format!("dropped an introduction from member {from}: {why}"));
+                return;
+            }
+        };
+        let leader = introduction.leader;
+        let me = self.wiring.config.id;
+        if leader.id == me || self.wiring.endpoints(leader.id).is_some() || self.wiring.known().len() > 2 * MAX_MEMBERS
+        {
+            return;
+        }
+        log::info!(
+            "member {me}: member {from} follows member {} in term {}, whose endpoints no configuration this member \
+             holds names (consensus {}, log {}): hearing it from now on",
+            leader.id,
+            introduction.term,
+            leader.consensus,
+            leader.log
+        );
+        self.wiring.learn(&[leader]);
+        self.peers = peers_of(&self.wiring);
+        self.counters.introductions_taken.increment();
     }
 }
 
