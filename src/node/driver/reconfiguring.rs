@@ -107,10 +107,17 @@ impl ConsensusAgent {
     /// Member `canvasser` canvasses while this member follows a leader it knows the endpoints of: it is
     /// told who leads and where, in case its log stops before the entry that added that leader (see
     /// `cluster::introduction`). One introduction per canvass, so no more often than the canvasser asks.
+    /// Not when this member's node file names the leader: the node files written with it (the initial
+    /// members', or those of members added after the leader) name it too, and one whose node file does not
+    /// is introduced by a member whose file does not either (an initial member's, written before the leader
+    /// was added). So a cluster whose node files all name every member sends none.
     pub(super) fn introduce_leader(&mut self, canvasser: i32) {
         let (Role::Follower, Some(leader)) = (self.core.role(), self.core.leader_member_id()) else {
             return;
         };
+        if self.wiring.config.members.iter().any(|m| m.id == leader) {
+            return;
+        }
         let Some(endpoints) = self.wiring.endpoints(leader).filter(|_| leader != canvasser) else {
             return;
         };
