@@ -353,6 +353,10 @@ struct ReceiveChannel {
     shared: Arc<ChannelShared>,
     timers: ImageTimers,
     next_elicit_ns: u64,
+    /// A follower's channel told its session asks its peers for a SETUP until it has an image (see
+    /// [`ask_for_setup`]): when it next asks, and the interval after that one.
+    next_ask_ns: u64,
+    ask_retry_ns: u64,
     /// The file of the newest image, removed when a newer one replaces it.
     image_file: Option<PathBuf>,
     /// An image whose file is being made off the receive loop.
@@ -477,6 +481,8 @@ impl<T: Transport> Receiver<T> {
                 shared,
                 timers,
                 next_elicit_ns: 0,
+                next_ask_ns: 0,
+                ask_retry_ns: FIRST_ASK_RETRY_NS,
                 image_file: None,
                 pending: None,
                 spare_image,
@@ -520,6 +526,7 @@ impl<T: Transport> Receiver<T> {
         let mut work = 0;
         for c in 0..self.channels.len() {
             work += install_pending(&mut self.channels[c], &self.counters, now_ns) as usize;
+            work += ask_for_setup(&mut self.channels[c], &mut self.endpoints[c], &self.counters, now_ns);
             work += self.receive(c, now_ns);
             work += self.send_feedback(c, now_ns);
         }
@@ -813,6 +820,38 @@ fn on_data<T: Transport>(
     }
 }
 
+/// The first interval between a follower's SETUP requests (see [`ask_for_setup`]); it doubles up to the
+/// status interval.
+const FIRST_ASK_RETRY_NS: u64 = 500_000;
+
+/// A follower's channel told the session it is to follow (`session_id`, from `peers`) and holding no
+/// image yet asks each peer for a SETUP: at once, then after [`FIRST_ASK_RETRY_NS`], doubling up to the
+/// status interval. Without it the follower waits for the publisher's own SETUP retries, which double
+/// from 1 ms: a follower whose Receiver binds just after one (a new leader announces its term before
+/// its followers' Receivers exist) joined up to several milliseconds late, and a leader's first commit
+/// of its term waited for it. Returns the requests sent.
+fn ask_for_setup<T: Transport>(
+    channel: &mut ReceiveChannel,
+    endpoint: &mut T,
+    counters: &ReceiverCounters,
+    now_ns: u64,
+) -> usize {
+    let Some(session_id) = channel.config.session_id else {
+        return 0;
+    };
+    if !channel.images.is_empty() || channel.pending.is_some() || now_ns < channel.next_ask_ns {
+        return 0;
+    }
+    channel.next_ask_ns = now_ns + channel.ask_retry_ns;
+    channel.ask_retry_ns = (channel.ask_retry_ns * 2).min(channel.timers.status_interval_ns.max(FIRST_ASK_RETRY_NS));
+    let stream_id = channel.config.stream_id;
+    for i in 0..channel.config.peers.len() {
+        let peer = channel.config.peers[i];
+        send_setup_request(channel, endpoint, counters, peer, session_id, stream_id, 0);
+    }
+    channel.config.peers.len()
+}
+
 /// Asks an unknown publisher for a SETUP, at most once per status interval per channel.
 fn elicit_setup<T: Transport>(
     channel: &mut ReceiveChannel,
@@ -826,10 +865,24 @@ fn elicit_setup<T: Transport>(
         return;
     }
     channel.next_elicit_ns = now_ns + channel.timers.status_interval_ns;
+    send_setup_request(channel, endpoint, counters, source, header.session_id, header.stream_id, header.term_id);
+}
+
+/// Sends `to` a status message that asks for a SETUP of session `session_id` (its position and window
+/// mean nothing).
+fn send_setup_request<T: Transport>(
+    channel: &ReceiveChannel,
+    endpoint: &mut T,
+    counters: &ReceiverCounters,
+    to: SocketAddr,
+    session_id: i32,
+    stream_id: i32,
+    term_id: i32,
+) {
     let mut sm = StatusMessageFrame {
-        session_id: header.session_id,
-        stream_id: header.stream_id,
-        consumption_term_id: header.term_id,
+        session_id,
+        stream_id,
+        consumption_term_id: term_id,
         consumption_term_offset: 0,
         receiver_window: 0,
         ..StatusMessageFrame::default()
@@ -839,7 +892,7 @@ fn elicit_setup<T: Transport>(
     let mut bytes = [0u8; 64];
     if let Ok(length) = encode_status(&sm, channel.config.channel.membership, &mut bytes) {
         counters.status_messages.increment();
-        if !matches!(endpoint.send(&bytes[..length], Some(&SockAddr::from(source))), SendOutcome::Sent(_)) {
+        if !matches!(endpoint.send(&bytes[..length], Some(&SockAddr::from(to))), SendOutcome::Sent(_)) {
             counters.feedback_send_failures.increment();
         }
     }

@@ -257,3 +257,38 @@ fn data_without_an_image_asks_for_a_setup_once_per_status_interval() {
     receiver.poll_at(1_000 * US);
     assert_eq!(status_messages(&publisher.drain()).len(), 1);
 }
+
+/// A follower's channel, told the session it follows and from where, asks for a SETUP before any of the
+/// publisher's datagrams arrive: at once, then 0.5 ms later, then 1 ms later (doubling up to the status
+/// interval), and no more once the SETUP made its image.
+#[test]
+fn a_channel_told_its_session_asks_its_peer_for_a_setup_until_it_has_an_image() {
+    let net = MemoryNetwork::new();
+    let mut publisher = net.bind(loopback(), false).unwrap();
+    let mut config = ReceiveChannelConfig::new(loopback(), STREAM);
+    config.channel = ChannelConfig { status_interval: Duration::from_millis(4), ..channel() };
+    config.peers = vec![publisher.local_addr()];
+    config.session_id = Some(SESSION);
+    let (mut receiver, _subscriptions, _) =
+        Receiver::open(vec![config], ReceiverCounters::detached(), &mut net.clone()).unwrap();
+    let at = receiver.local_addr(0);
+
+    let asks_at = |receiver: &mut Receiver<MemoryEndpoint>, publisher: &mut MemoryEndpoint, now_ns: u64| {
+        receiver.poll_at(now_ns);
+        let sent = status_messages(&publisher.drain());
+        let asked: Vec<_> = sent.iter().filter(|sm| sm.flags & SM_SEND_SETUP_FLAG != 0).collect();
+        assert!(asked.iter().all(|sm| (sm.session_id, sm.stream_id) == (SESSION, STREAM)));
+        asked.len()
+    };
+    assert_eq!(asks_at(&mut receiver, &mut publisher, 0), 1, "at once");
+    assert_eq!(asks_at(&mut receiver, &mut publisher, 400 * US), 0);
+    assert_eq!(asks_at(&mut receiver, &mut publisher, 500 * US), 1);
+    assert_eq!(asks_at(&mut receiver, &mut publisher, 1_400 * US), 0);
+    assert_eq!(asks_at(&mut receiver, &mut publisher, 1_500 * US), 1);
+
+    send(&mut publisher, at, &setup(TERM, MTU));
+    receiver.poll_at(1_600 * US);
+    assert_eq!(receiver.images(0).len(), 1, "the SETUP made the image");
+    publisher.drain();
+    assert_eq!(asks_at(&mut receiver, &mut publisher, 100_000 * US), 0, "no more asks once it has an image");
+}
