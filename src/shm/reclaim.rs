@@ -10,22 +10,33 @@
 //! started on first use, which unmaps it at a lowered priority (nice 10: it yields the cores to
 //! the agents, and still progresses when they are all busy). Smaller ones are unmapped at once.
 //!
+//! The thread unmaps each mapping [`UNMAP_DELAY`] after it was handed over, not at once: an unmap holds
+//! the process's `mmap_lock` for its milliseconds, and a term change, when old logs retire, is also when
+//! the agents map and free memory (a follower's new Receiver, its buffers): measured on the failover
+//! bench (`perf record -e sched:sched_switch -g`), the members' agent threads waited up to 5.4 ms in
+//! `mmap` and `munmap` for the lock while `qc-unmap` unmapped a 48 MiB log, right in the transfer's
+//! critical path. By the delay's end the new term has settled.
+//!
 //! Invariant: what is handed over is the mapping's last owner (a [`Region`](super::buffer::Region) being
 //! dropped), so nothing reads or writes it after; when the thread cannot be started, the caller unmaps.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use memmap2::MmapMut;
 
 /// Mappings at least this long are unmapped by the background thread.
 pub const DEFERRED_MIN_LENGTH: usize = 1 << 20;
 
+/// How long after it is handed over the background thread unmaps a mapping (see the module docs).
+pub const UNMAP_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The background thread's nice value (Linux: per thread).
 const NICE: libc::c_int = 10;
 
-static UNMAPPER: OnceLock<Option<Sender<MmapMut>>> = OnceLock::new();
+static UNMAPPER: OnceLock<Option<Sender<(Instant, MmapMut)>>> = OnceLock::new();
 
 /// Mappings the background thread has unmapped so far.
 static UNMAPPED: AtomicU64 = AtomicU64::new(0);
@@ -38,7 +49,7 @@ pub(crate) fn unmap(map: MmapMut) {
     }
     match UNMAPPER.get_or_init(start) {
         Some(unmapper) => {
-            if let Err(returned) = unmapper.send(map) {
+            if let Err(returned) = unmapper.send((Instant::now(), map)) {
                 drop(returned.0);
             }
         }
@@ -51,11 +62,12 @@ pub fn unmapped() -> u64 {
     UNMAPPED.load(Ordering::Acquire)
 }
 
-fn start() -> Option<Sender<MmapMut>> {
-    let (unmapper, retired) = mpsc::channel::<MmapMut>();
+fn start() -> Option<Sender<(Instant, MmapMut)>> {
+    let (unmapper, retired) = mpsc::channel::<(Instant, MmapMut)>();
     let spawned = std::thread::Builder::new().name("qc-unmap".into()).spawn(move || {
         lower_priority();
-        for map in retired {
+        for (handed_over, map) in retired {
+            std::thread::sleep((handed_over + UNMAP_DELAY).saturating_duration_since(Instant::now()));
             drop(map);
             UNMAPPED.fetch_add(1, Ordering::Release);
         }
