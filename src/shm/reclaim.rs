@@ -15,7 +15,8 @@
 //! the agents map and free memory (a follower's new Receiver, its buffers): measured on the failover
 //! bench (`perf record -e sched:sched_switch -g`), the members' agent threads waited up to 5.4 ms in
 //! `mmap` and `munmap` for the lock while `qc-unmap` unmapped a 48 MiB log, right in the transfer's
-//! critical path. By the delay's end the new term has settled.
+//! critical path. By the delay's end the new term has settled. The cost: a retired log's pages (its file
+//! in `/dev/shm` is unlinked, but the mapping holds them) count against the file system for 50 ms more.
 //!
 //! Invariant: what is handed over is the mapping's last owner (a [`Region`](super::buffer::Region) being
 //! dropped), so nothing reads or writes it after; when the thread cannot be started, the caller unmaps.

@@ -116,6 +116,8 @@ struct Cluster {
     started: Instant,
     rate: u64,
     frozen: Option<usize>,
+    /// The members' data directories (in shared memory): removed at `close`, as the node directories are.
+    data_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Cluster {
@@ -130,6 +132,7 @@ impl Cluster {
             builder.start().expect("the node starts")
         });
         let addrs = members.iter().map(|m| (m.id, m.client)).collect();
+        let data_dirs = (0..3).map(|id| node_dir(run, id).with_extension("data")).collect();
         let members = nodes
             .map(|node| Running {
                 node,
@@ -139,7 +142,7 @@ impl Cluster {
                 history: std::collections::VecDeque::with_capacity(HISTORY),
             })
             .collect();
-        Self { members, addrs, offered: 0, started: Instant::now(), rate, frozen: None }
+        Self { members, addrs, offered: 0, started: Instant::now(), rate, frozen: None, data_dirs }
     }
 
     /// The live member that leads, if any.
@@ -199,11 +202,21 @@ impl Cluster {
             member.node.resume_agents();
             let _ = member.node.close();
         }
+        // A node keeps its data directory (its durable log) when it closes; the bench's are scratch, and
+        // left in shared memory they filled it (97 MiB a member a timer set, run after run).
+        for dir in &self.data_dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
+/// Member `id`'s node directory in run `run` (its data directory is beside it, with extension `data`).
+fn node_dir(run: &str, id: i32) -> std::path::PathBuf {
+    shared_memory().join(format!("quorumcast-failover-{}-{run}-{id}", std::process::id()))
+}
+
 fn builder(run: &str, id: i32, members: &[Member], timers: Timers) -> NodeBuilder {
-    let dir = shared_memory().join(format!("quorumcast-failover-{}-{run}-{id}", std::process::id()));
+    let dir = node_dir(run, id);
     NodeBuilder::new(id, members.to_vec())
         .leader(0)
         .timers(timers)
