@@ -93,10 +93,7 @@ impl Configuration {
         out.extend_from_slice(&(length as u16).to_le_bytes());
         out.extend_from_slice(&membership[..length]);
         for e in &self.endpoints {
-            out.extend_from_slice(&e.id.to_le_bytes());
-            for addr in [e.log, e.consensus, e.client] {
-                encode_addr(addr, &mut out);
-            }
+            encode_endpoints(e, &mut out);
         }
         out
     }
@@ -104,7 +101,7 @@ impl Configuration {
     /// Decodes an entry's frame payload (marker value first), refusing an unknown version, a short or
     /// inconsistent payload, and endpoints that do not match the membership one for one.
     pub fn decode(payload: &[u8]) -> Result<Self, String> {
-        let mut r = Reader { bytes: payload, at: 0 };
+        let mut r = Reader { bytes: payload, at: 0, what: "a configuration entry" };
         let value = i64::from_le_bytes(r.take(MARKER_LENGTH)?.try_into().expect("8 bytes"));
         if value < CONFIGURATION_MARKER {
             return Err("not a configuration entry".into());
@@ -124,9 +121,7 @@ impl Configuration {
         }
         let mut endpoints = Vec::with_capacity(count);
         for _ in 0..count {
-            let id = i32::from_le_bytes(r.take(4)?.try_into().expect("4 bytes"));
-            let (log, consensus, client) = (r.addr()?, r.addr()?, r.addr()?);
-            endpoints.push(MemberEndpoints { id, log, consensus, client });
+            endpoints.push(r.endpoints()?);
         }
         let ids: Vec<MemberId> = endpoints.iter().map(|e| e.id).collect();
         let mut members: Vec<MemberId> = membership.members().collect();
@@ -161,29 +156,54 @@ pub fn encode_addr(addr: SocketAddr, out: &mut Vec<u8>) {
     out.extend_from_slice(&addr.port().to_le_bytes());
 }
 
+/// Appends one member's endpoints as an entry carries them: its id (i32, little-endian), then its log,
+/// consensus and client addresses ([`encode_addr`]).
+pub fn encode_endpoints(endpoints: &MemberEndpoints, out: &mut Vec<u8>) {
+    out.extend_from_slice(&endpoints.id.to_le_bytes());
+    for addr in [endpoints.log, endpoints.consensus, endpoints.client] {
+        encode_addr(addr, out);
+    }
+}
+
+/// The endpoints [`encode_endpoints`] wrote at the start of `bytes`, and how many bytes they took; an error
+/// names `what` holds them ("an introduction").
+pub fn decode_endpoints(bytes: &[u8], what: &'static str) -> Result<(MemberEndpoints, usize), String> {
+    let mut r = Reader { bytes, at: 0, what };
+    let endpoints = r.endpoints()?;
+    Ok((endpoints, r.at))
+}
+
 /// The address [`encode_addr`] wrote at the start of `bytes`, if one is there.
 pub fn decode_addr(bytes: &[u8]) -> Option<SocketAddr> {
-    Reader { bytes, at: 0 }.addr().ok()
+    Reader { bytes, at: 0, what: "an address" }.addr().ok()
 }
 
 /// Reads a payload front to back, refusing to run past its end.
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// What the payload is, for errors ("a configuration entry").
+    what: &'static str,
 }
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let taken = self.bytes.get(self.at..self.at + n).ok_or("a configuration entry ends early")?;
+        let taken = self.bytes.get(self.at..self.at + n).ok_or_else(|| format!("{} ends early", self.what))?;
         self.at += n;
         Ok(taken)
+    }
+
+    fn endpoints(&mut self) -> Result<MemberEndpoints, String> {
+        let id = i32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
+        let (log, consensus, client) = (self.addr()?, self.addr()?, self.addr()?);
+        Ok(MemberEndpoints { id, log, consensus, client })
     }
 
     fn addr(&mut self) -> Result<SocketAddr, String> {
         let ip = match self.take(1)?[0] {
             4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(self.take(4)?).expect("4 bytes"))),
             6 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(self.take(16)?).expect("16 bytes"))),
-            family => return Err(format!("a configuration entry names address family {family}")),
+            family => return Err(format!("{} names address family {family}", self.what)),
         };
         let port = u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes"));
         Ok(SocketAddr::new(ip, port))

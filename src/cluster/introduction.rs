@@ -16,25 +16,25 @@
 //! 5   flags          u8    0
 //! 6   frame_type     u16   TYPE_INTRODUCTION (0x4B, in the extension range)
 //! 8   sender         i32   the introducing member
-//! 12  leader         i32   the member it follows
-//! 16  term           i64   the leader's term, as the sender knows it
-//! 24  endpoints            the leader's log, consensus and client addresses
-//!                          (family u8 4 or 6, the address's 4 or 16 bytes, port u16)
+//! 12  term           i64   the leader's term, as the sender knows it
+//! 20  leader               the member it follows, as a configuration entry carries each member
+//!                          (`configuration::encode_endpoints`): its id (i32), then its log, consensus
+//!                          and client addresses (family u8 4 or 6, the address's 4 or 16 bytes, port u16)
 //! ```
 //!
 //! Little-endian. [`decode`] refuses, never panics on, any other bytes.
 
-use std::net::SocketAddr;
-
-use super::configuration::{decode_addr, encode_addr, MemberEndpoints};
+use super::configuration::{decode_endpoints, encode_endpoints, MemberEndpoints};
 use super::consensus_core::MemberId;
 
 /// The frame type of an introduction.
 pub const TYPE_INTRODUCTION: u16 = 0x4B;
 /// The format this build writes and reads.
 pub const INTRODUCTION_VERSION: u8 = 1;
-/// The longest introduction: three IPv6 endpoints.
-pub const MAX_INTRODUCTION_LENGTH: usize = 24 + 3 * 19;
+/// Where the leader's endpoints start.
+const HEADER_LENGTH: usize = 20;
+/// The longest introduction: the leader's id and three IPv6 addresses.
+pub const MAX_INTRODUCTION_LENGTH: usize = HEADER_LENGTH + 4 + 3 * 19;
 
 /// What an introduction says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,19 +60,15 @@ pub fn encode(introduction: &Introduction, out: &mut Vec<u8>) {
     out.push(0);
     out.extend_from_slice(&TYPE_INTRODUCTION.to_le_bytes());
     out.extend_from_slice(&introduction.sender.to_le_bytes());
-    out.extend_from_slice(&introduction.leader.id.to_le_bytes());
     out.extend_from_slice(&introduction.term.to_le_bytes());
-    let leader = &introduction.leader;
-    for addr in [leader.log, leader.consensus, leader.client] {
-        encode_addr(addr, out);
-    }
+    encode_endpoints(&introduction.leader, out);
     let length = out.len() as i32;
     out[..4].copy_from_slice(&length.to_le_bytes());
 }
 
 /// The introduction `bytes` hold, or why they hold none.
 pub fn decode(bytes: &[u8]) -> Result<Introduction, String> {
-    let header = bytes.get(..24).ok_or("shorter than an introduction's header")?;
+    let header = bytes.get(..HEADER_LENGTH).ok_or("shorter than an introduction's header")?;
     let i32_at = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
     if i32_at(0) as usize != bytes.len() {
         return Err(format!("frame length {} in a datagram of {} bytes", i32_at(0), bytes.len()));
@@ -83,22 +79,15 @@ pub fn decode(bytes: &[u8]) -> Result<Introduction, String> {
     if !is_introduction(bytes) {
         return Err("not an introduction".into());
     }
-    let term = i64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
-    let mut addrs = [None::<SocketAddr>; 3];
-    let mut at = 24;
-    for addr in &mut addrs {
-        let found = decode_addr(&bytes[at..]).ok_or("a truncated or unknown address")?;
-        at += if found.is_ipv4() { 7 } else { 19 };
-        *addr = Some(found);
-    }
-    if at != bytes.len() {
+    let term = i64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
+    let (leader, length) = decode_endpoints(&bytes[HEADER_LENGTH..], "an introduction")?;
+    if HEADER_LENGTH + length != bytes.len() {
         return Err("bytes after the endpoints".into());
     }
-    let [Some(log), Some(consensus), Some(client)] = addrs else { unreachable!("each decoded above") };
     if term < 0 {
         return Err(format!("term {term}"));
     }
-    Ok(Introduction { sender: i32_at(8), term, leader: MemberEndpoints { id: i32_at(12), log, consensus, client } })
+    Ok(Introduction { sender: i32_at(8), term, leader })
 }
 
 #[cfg(test)]
@@ -107,7 +96,7 @@ mod tests {
 
     fn introduction(v6: bool) -> Introduction {
         let ip: std::net::IpAddr = if v6 { "fd00::7".parse().unwrap() } else { "10.1.2.3".parse().unwrap() };
-        let at = |port| SocketAddr::new(ip, port);
+        let at = |port| std::net::SocketAddr::new(ip, port);
         Introduction {
             sender: 2,
             term: 9,
@@ -139,7 +128,7 @@ mod tests {
         version[4] = 2;
         assert!(decode(&version).unwrap_err().contains("version 2"));
         let mut family = good.clone();
-        family[24] = 5;
+        family[HEADER_LENGTH + 4] = 5; // the log address's family, after the leader's id
         assert!(decode(&family).is_err());
         for byte in 0..good.len() {
             let mut flipped = good.clone();

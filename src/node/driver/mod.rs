@@ -218,7 +218,14 @@ impl ConsensusAgent {
         let peers = reconfiguring::peers_of(&parts.wiring);
         let preferred_leader = config.leader == Some(config.id);
         let mut clients = parts.clients;
-        reconfiguring::publish_membership(&parts.core, &parts.wiring, clients.as_mut(), &parts.counters, &parts.shared);
+        reconfiguring::publish_membership(
+            &parts.core,
+            &parts.wiring,
+            &peers,
+            clients.as_mut(),
+            &parts.counters,
+            &parts.shared,
+        );
         Self {
             core: parts.core,
             outputs: Vec::with_capacity(16),

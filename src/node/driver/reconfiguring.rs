@@ -87,7 +87,7 @@ impl ConsensusAgent {
             membership.learners
         );
         self.peers = peers_of(&self.wiring);
-        publish_membership(&self.core, &self.wiring, self.clients.as_mut(), &self.counters, &self.shared);
+        publish_membership(&self.core, &self.wiring, &self.peers, self.clients.as_mut(), &self.counters, &self.shared);
         if let Current::Leading(leading) = &mut self.current {
             // The Sender goes on with the followers of the configuration in effect.
             let rule = self.core.ack_rule(leading.stage.identity().session_id);
@@ -101,9 +101,7 @@ impl ConsensusAgent {
         }
         Ok(())
     }
-}
 
-impl ConsensusAgent {
     /// Member `canvasser` canvasses while this member follows a leader it knows the endpoints of: it is
     /// told who leads and where, in case its log stops before the entry that added that leader (see
     /// `cluster::introduction`). One introduction per canvass, so no more often than the canvasser asks.
@@ -115,10 +113,10 @@ impl ConsensusAgent {
         let (Role::Follower, Some(leader)) = (self.core.role(), self.core.leader_member_id()) else {
             return;
         };
-        if self.wiring.config.members.iter().any(|m| m.id == leader) {
+        if leader == canvasser || self.wiring.config.members.iter().any(|m| m.id == leader) {
             return;
         }
-        let Some(endpoints) = self.wiring.endpoints(leader).filter(|_| leader != canvasser) else {
+        let Some(endpoints) = self.wiring.endpoints(leader) else {
             return;
         };
         let Some(peer) = self.peers.iter().find(|p| p.id == canvasser) else {
@@ -172,7 +170,7 @@ impl ConsensusAgent {
 }
 
 /// What the rest of the node learns of the configuration in effect, at start and at each change: the
-/// members its catch-up server serves (the other members of the configuration, at their consensus
+/// members its catch-up server serves (the `peers` of the configuration, at their consensus
 /// addresses: at start too, so that a member a node file does not name but the recording added can catch
 /// up), the client endpoint's member table (every member whose endpoints are known, so that a redirect can
 /// name a leader of a configuration this member has not applied yet), counter `election configuration
@@ -180,13 +178,14 @@ impl ConsensusAgent {
 pub(super) fn publish_membership(
     core: &ConsensusCore,
     wiring: &Wiring,
+    peers: &[Peer],
     clients: Option<&mut ClientIngress>,
     counters: &DriverCounters,
     shared: &Shared,
 ) {
     let membership = core.membership().clone();
     let served: Vec<(i32, IpAddr)> =
-        peers_of(wiring).iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
+        peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
     shared.catch_up_members.set(served);
     if let Some(clients) = clients {
         let ids: Vec<i32> = membership.members().collect();
