@@ -49,8 +49,11 @@
 //! Thread layout (the sweep's, `Layout::for_host`; busy-spinning threads never outnumber the cores): on 2
 //! cores, the leader's Sender (with its receiver) on core 1 and the harness thread on core 0, invoking the
 //! leader's consensus agent and both followers and idling with `backoff`. Unlike the sweep's, the Sender
-//! idles with `backoff` rather than spinning, so that the client process finds a core: the client idles
-//! with `sched_yield` (qc-client's default; `--client-idle` changes it), which spins only on an idle core.
+//! idles with `backoff` rather than spinning, so that the client process finds a core: the client runs on
+//! the Sender's core (`Layout::client_core`: a core no thread of the layout is pinned to where there is
+//! one; `--client-core` changes it) and idles with `sched_yield` (qc-client's default; `--client-idle`
+//! changes it), which spins only on an idle core. Left to the scheduler, the client ran for long stretches
+//! on the harness's core, the saturated one, while the Sender's idled.
 //! During the floor, the harness spins on its echo socket and the client on its own, with the cluster
 //! parked: two spinners, two cores.
 //!
@@ -116,6 +119,9 @@ struct Cli {
     /// (`ClientConfig::linger`; 0 sends at every poll).
     #[arg(long, value_name = "US", default_value_t = 0)]
     client_linger_us: u64,
+    /// The one CPU the client process runs on [default: one the layout leaves free, else the Sender's].
+    #[arg(long, value_name = "CPU")]
+    client_core: Option<usize>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -631,6 +637,7 @@ fn main() -> ExitCode {
             idle: cli.client_idle,
             linger: Duration::from_micros(cli.client_linger_us),
             wait: cli.client_wait,
+            core: cli.client_core.or_else(|| Layout::for_host().client_core()),
             ..client
         },
         Err(e) => {
@@ -647,11 +654,12 @@ fn main() -> ExitCode {
     }
     let layout = Layout::for_host().describe(cli.consensus_idle.unwrap_or_default());
     println!(
-        "client bench{}: 3 nodes over UDP loopback in this process, a qc-client process ({}, idle {}), {MESSAGE} B \
-         messages, {} cores",
+        "client bench{}: 3 nodes over UDP loopback in this process, a qc-client process ({}, idle {}, {}), \
+         {MESSAGE} B messages, {} cores",
         if settings.quick { " (quick)" } else { "" },
         client.binary.display(),
         client_idle_name(&client),
+        client.core.map_or_else(|| "on any core".to_string(), |c| format!("on core {c}")),
         quorumcast::agent::available_cores()
     );
     println!("layout: {layout}");
@@ -679,6 +687,7 @@ fn main() -> ExitCode {
         "client": {
             "binary": client.binary,
             "idle": client_idle_name(&client),
+            "core": client.core,
         },
         "settings": {
             "mu_windows": settings.timings.mu_windows,

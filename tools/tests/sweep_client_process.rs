@@ -24,6 +24,7 @@ fn the_tiny_sweep_takes_its_points_from_a_client_process() {
         idle: Some(IdleStrategyConfig::default()),
         linger: std::time::Duration::ZERO,
         wait: false,
+        core: None,
     };
     let options = SweepOptions {
         profile: Profile::tiny(),

@@ -131,6 +131,18 @@ impl Layout {
         Self::for_cores(quorumcast::agent::available_cores()).on_cores(&ids)
     }
 
+    /// The core for a client process beside this layout (the client bench's `qc-client`): the first of
+    /// this process's cores that no thread of the layout is pinned to, else the Sender's. On 2 cores that
+    /// is the Sender's: the harness's core is the one the cluster saturates, and the client, left to the
+    /// scheduler, ran there for long stretches while the Sender's core idled (measured in the client bench:
+    /// the closed loop took 0.36 of a core, mostly on the harness's, with the Sender's idle 23% of the time).
+    /// `None` with nothing pinned.
+    pub fn client_core(&self) -> Option<usize> {
+        let used = [self.harness, self.sender, self.consensus, self.followers];
+        let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+        ids.into_iter().find(|id| !used.contains(&Some(*id))).or(self.sender)
+    }
+
     /// This layout with its `i`-th core replaced by `ids[i]` (a core beyond `ids` stays as it is).
     pub fn on_cores(self, ids: &[usize]) -> Self {
         let map = |core: Option<usize>| core.map(|i| ids.get(i).copied().unwrap_or(i));

@@ -51,6 +51,8 @@ pub struct ClientProcess {
     pub linger: Duration,
     /// Its `--wait`: block on the socket when idle (instead of `idle`).
     pub wait: bool,
+    /// The one CPU it runs on; `None`: any of this process's.
+    pub core: Option<usize>,
 }
 
 /// One load of a client process.
@@ -202,7 +204,7 @@ impl ClientProcess {
     pub fn find(built: &str) -> Result<Self, String> {
         let binary = PathBuf::from(built);
         if binary.is_file() {
-            return Ok(Self { binary, idle: None, linger: Duration::ZERO, wait: false });
+            return Ok(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None });
         }
         Self::next_to_current_exe().ok_or_else(|| {
             format!(
@@ -217,14 +219,24 @@ impl ClientProcess {
     pub fn next_to_current_exe() -> Option<Self> {
         let exe = std::env::current_exe().ok()?;
         let binary = exe.parent()?.parent()?.join("qc-client");
-        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO, wait: false })
+        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None })
     }
 
     fn command(&self) -> Command {
         let mut command = Command::new(&self.binary);
         // A child inherits the CPU affinity of the thread that forks it, and the harness thread is pinned:
         // left alone, the client would share the harness's core, which spins (the echo) or runs the nodes.
-        if let Some(cpus) = crate::hiccup::process_cpus() {
+        let cpus = match self.core {
+            Some(core) => {
+                // SAFETY: cpu_set_t is a plain bit array, valid when zeroed.
+                let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                // SAFETY: CPU_SET writes one bit inside the set it is given, and ignores a core past its size.
+                unsafe { libc::CPU_SET(core, &mut one) };
+                Some(one)
+            }
+            None => crate::hiccup::process_cpus(),
+        };
+        if let Some(cpus) = cpus {
             // SAFETY: the closure runs in the child between fork and exec; it makes one system call, which is
             // async-signal-safe, on a set copied into the closure, and neither allocates nor takes a lock.
             unsafe {
