@@ -28,6 +28,7 @@ mod runner;
 
 pub mod clock;
 pub mod idle;
+pub mod timed_wait;
 
 use std::error::Error;
 use std::fmt;
