@@ -18,8 +18,8 @@ use std::time::Duration;
 const COST_SAMPLES: usize = 5;
 
 /// The longest wait not worth arming a timer for on this host: twice the CPU time a 1 us timed wait costs
-/// the calling thread, the least of [`COST_SAMPLES`] tries. Measured by the first call in the process
-/// (about `COST_SAMPLES` timed waits), then kept.
+/// the calling thread, the least of five tries. Measured by the first call in the process
+/// (about five timed waits), then kept.
 pub fn short_wait() -> Duration {
     static SHORT: OnceLock<Duration> = OnceLock::new();
     *SHORT.get_or_init(|| 2 * cost())
