@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use quorumcast::client::{ClientOfferError, ClientStats, ClusterClient, Event};
+use quorumcast::client::{ClientOfferError, ClientStats, ClosedReason, ClusterClient, Event};
 use quorumcast_testkit::fill_numbered;
 
 use crate::hiccup::ProcessTimes;
@@ -170,6 +170,7 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
         // Acknowledgements are timed when the poll hands out the first of them (after the datagram was
         // read), once per poll: each would cost a clock read, and one datagram holds many.
         let mut polled_at = None;
+        let mut closed: Option<ClosedReason> = None;
         work += client.poll(|event| match event {
             Event::Committed { correlation_id, response, duplicate, .. } => {
                 let now = *polled_at.get_or_insert_with(|| ns(Instant::now()));
@@ -195,8 +196,17 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
             // A message whose session moved to another holder of its token: not known applied here.
             Event::NotApplied { .. } | Event::OutcomeUnknown { .. } => run.not_applied += 1,
             Event::Connected { .. } => run.reconnects += 1,
+            Event::SessionClosed { reason } => closed = Some(reason),
             _ => {}
         });
+        if let Some(reason) = closed.take() {
+            // A closed session takes no more offers: say so now rather than wait out the timeout.
+            return Err(format!(
+                "the cluster closed the session ({reason:?}) after {} committed and {} not known applied, {} \
+                 offered of {target}",
+                run.committed, run.not_applied, offered
+            ));
+        }
         if work == 0 {
             let can_offer = offered < target && client.in_flight() < load.window;
             if !can_offer {
