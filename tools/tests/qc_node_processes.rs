@@ -844,11 +844,19 @@ fn stderr_of(nodes: &mut [Option<Process>]) -> String {
 }
 
 /// Waits for `clients` to finish and checks each had all `per_client` messages committed, none reported
-/// twice, none reported not applied; returns their sessions with what each printed.
-fn finished_sessions(clients: &mut [Process], per_client: u64) -> Vec<(u64, std::collections::HashMap<String, f64>)> {
+/// twice, none reported not applied; returns their sessions with what each printed. A client that failed
+/// has the members' logs printed beside its own output.
+fn finished_sessions(
+    clients: &mut [Process],
+    nodes: &mut [Option<Process>],
+    per_client: u64,
+) -> Vec<(u64, std::collections::HashMap<String, f64>)> {
     wait_all(clients, Instant::now() + DEADLINE);
     let mut sessions = Vec::new();
     for client in clients.iter_mut() {
+        if !client.status.is_some_and(|s| s.success()) {
+            eprintln!("{} failed; the members' logs:\n{}", client.name, stderr_of(nodes));
+        }
         let (session, values) = client_outcome(client);
         eprintln!("{}: {:?}", client.name, values);
         assert_eq!(values["committed"], per_client as f64);
@@ -973,7 +981,7 @@ fn killing_the_leader_under_steady_clients_applies_every_message_exactly_once() 
     leader.child.kill().unwrap();
     leader.child.wait().unwrap();
     eprintln!("killed the leader at {} applied on member 1", progress[1].applied());
-    let finished = finished_sessions(&mut clients, per_client);
+    let finished = finished_sessions(&mut clients, &mut nodes, per_client);
     for (client, (_, values)) in clients.iter().zip(&finished) {
         assert!(values["reconnects"] >= 1.0, "{} found the new leader", client.name);
     }
@@ -1149,7 +1157,8 @@ fn a_killed_member_is_replaced_and_the_cluster_grows_to_five_and_shrinks_to_thre
     let text = qc_cluster(&scratch, &["describe", "--json", "--window-ms", "1"], &[1, 2, 3]);
     eprintln!("shrunk to three: {text}");
 
-    let sessions: Vec<u64> = finished_sessions(&mut clients, per_client).into_iter().map(|(s, _)| s).collect();
+    let sessions: Vec<u64> =
+        finished_sessions(&mut clients, &mut nodes, per_client).into_iter().map(|(s, _)| s).collect();
     await_applied(&scratch, &[1, 2, 3], &sessions, per_client as usize, &mut nodes);
     terminate(nodes);
     assert_exactly_once(&scratch, &[1, 2, 3], &sessions, per_client);
