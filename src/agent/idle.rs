@@ -260,7 +260,7 @@ struct BackoffCursor {
 /// No park is shorter than the host's [`short_wait`](crate::agent::timed_wait::short_wait) (nor longer
 /// than `max_park`): a shorter one costs more CPU than it spares and does not give up the core. On the KVM
 /// guests this project is measured on (25 us of CPU per timed wait) the parks of `backoff:10,5,1us,1ms`
-/// begin at about 50 us, and the in-process cluster's CPU per committed message at saturation fell 6-17%
+/// begin at about 50 us, and the in-process cluster's CPU per committed message at saturation fell 6-19%
 /// (client bench, MTU 1408 and 8192); on bare metal the floor is a few microseconds.
 ///
 /// The cursor is cache-padded: it is written on every idle cycle, and a strategy boxed on the heap could

@@ -723,9 +723,9 @@ impl ClusterClient {
     /// arrives, not at the end of a sleep, and leaves the core to others meanwhile (on a host whose cores
     /// the cluster shares, a client that spins takes them from it). Call [`poll`](Self::poll) after it.
     ///
-    /// A wait too short to be worth arming a timer on this host (twice what arming one costs, measured once per process: on some
-    /// virtual machines arming one costs 25 us of CPU and never gives up the core) yields the core once
-    /// and looks at the socket without blocking instead.
+    /// A wait too short to be worth arming a timer on this host (twice what arming one costs, measured once
+    /// per process: on some virtual machines arming one costs 25 us of CPU and never gives up the core)
+    /// yields the core once and looks at the socket without blocking instead.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         let now = self.clock.now_ns();
         let mut wait_ns = timeout.as_nanos().min(u128::from(u64::MAX)) as u64;

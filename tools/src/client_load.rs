@@ -199,7 +199,7 @@ pub fn drive(client: &mut ClusterClient, load: &ClientLoad, mut idle: impl FnMut
             Event::SessionClosed { reason } => closed = Some(reason),
             _ => {}
         });
-        if let Some(reason) = closed.take() {
+        if let Some(reason) = closed {
             // A closed session takes no more offers: say so now rather than wait out the timeout.
             return Err(format!(
                 "the cluster closed the session ({reason:?}) after {} committed and {} not known applied, {} \

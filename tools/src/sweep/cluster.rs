@@ -84,6 +84,11 @@ pub struct Layout {
     pub leader_shared: bool,
 }
 
+/// The ids of the cores this process may run on, in order (none where they cannot be read).
+fn process_core_ids() -> Vec<usize> {
+    core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect()
+}
+
 impl Layout {
     /// The layout that suits `cores` cores: the Sender alone on core 1 and the harness on core 0; with 4
     /// cores or more, the consensus agent on core 2 and the followers on core 3, else all of them invoked
@@ -127,8 +132,7 @@ impl Layout {
     /// This host's layout, on the cores this process may run on (a cpuset of cores 2 and 3 puts the
     /// harness on core 2 and the Sender on core 3, where pinning them to cores 0 and 1 would be refused).
     pub fn for_host() -> Self {
-        let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
-        Self::for_cores(quorumcast::agent::available_cores()).on_cores(&ids)
+        Self::for_cores(quorumcast::agent::available_cores()).on_cores(&process_core_ids())
     }
 
     /// The core for a client process beside this layout (the client bench's `qc-client`): the first of
@@ -139,8 +143,7 @@ impl Layout {
     /// `None` with nothing pinned.
     pub fn client_core(&self) -> Option<usize> {
         let used = [self.harness, self.sender, self.consensus, self.followers];
-        let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
-        ids.into_iter().find(|id| !used.contains(&Some(*id))).or(self.sender)
+        process_core_ids().into_iter().find(|id| !used.contains(&Some(*id))).or(self.sender)
     }
 
     /// This layout with its `i`-th core replaced by `ids[i]` (a core beyond `ids` stays as it is).
