@@ -97,6 +97,7 @@ use serde_json::{json, Value};
 use quorumcast_tools::bench::{host, target_dir, write_summary};
 use quorumcast_tools::budget::{self, SeedInputs, SenderBudget, SenderWindow};
 use quorumcast_tools::disk_floor::{self, SyncLatency, WriteRate};
+use quorumcast_tools::host_memory::FreePageReporting;
 use quorumcast_tools::model::Model;
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
@@ -1234,6 +1235,10 @@ struct DiskFloor {
     /// Per `none` row: one writer appending that row's mean bytes per write call through the page cache,
     /// for its CPU per byte (what the recorders' writes cost at best).
     page_cache: Vec<(Variant, WriteRate)>,
+    /// Whether the hypervisor took freed memory back, at the bench's start and at the floor: where it
+    /// does, the rows' page cache may have paid a hypervisor fault per new page that the floor, writing
+    /// into memory the rows had just freed, did not.
+    reporting: Option<(Option<FreePageReporting>, FreePageReporting)>,
 }
 
 /// Appended before each `fdatasync` of the floor's latency.
@@ -1242,7 +1247,11 @@ const FLOOR_APPEND: usize = 4096;
 const FLOOR_WRITERS: usize = 3;
 
 /// Measures the disk's floor when durable rows ran, under `<target>/cluster-data` (where they wrote).
-fn measure_floor(results: &[VariantResult], settings: &Settings) -> Result<Option<DiskFloor>, String> {
+fn measure_floor(
+    results: &[VariantResult],
+    settings: &Settings,
+    reporting_at_start: Option<FreePageReporting>,
+) -> Result<Option<DiskFloor>, String> {
     if !results.iter().any(|r| r.variant.storage.durable()) {
         return Ok(None);
     }
@@ -1263,7 +1272,8 @@ fn measure_floor(results: &[VariantResult], settings: &Settings) -> Result<Optio
             let block = (r.saturation.recorder.all.bytes_per_write() as usize).next_multiple_of(32).max(32);
             page_cache.push((r.variant, disk_floor::write_rate(&dir, 1, block, false, time)?));
         }
-        Ok(DiskFloor { sync, sync_three, sequential, synced, page_cache })
+        let reporting = FreePageReporting::read().map(|now| (reporting_at_start, now));
+        Ok(DiskFloor { sync, sync_three, sequential, synced, page_cache, reporting })
     })();
     remove_data("floor");
     measured.map(Some).map_err(|e| format!("the disk floor: {e}"))
@@ -1291,6 +1301,12 @@ fn verdicts(results: &[VariantResult], floor: Option<&DiskFloor>) -> Vec<(Varian
                         floor_rate.block as f64 / 1e3,
                         all.checksum_ns_per_byte
                     ));
+                }
+                if floor.and_then(|f| f.reporting).is_some_and(|(_, now)| now.on) {
+                    verdict.push_str(
+                        "; free page reporting is on: each new page-cache page may have cost a hypervisor fault \
+                         (see the host memory line)",
+                    );
                 }
                 verdict
             }
@@ -1348,6 +1364,9 @@ fn print_floor(results: &[VariantResult], floor: Option<&DiskFloor>) {
             floor.sequential.writers,
             floor.sequential.bytes_per_s / 1e6
         );
+        if let Some((before, now)) = &floor.reporting {
+            println!("Host memory: {}", now.describe(before.as_ref()));
+        }
         for (variant, rate) in &floor.page_cache {
             println!(
                 "  for {}: one writer appending {:.0} KB through the page cache: {:.3} ns/B of CPU, {:.0} MB/s",
@@ -1609,6 +1628,7 @@ fn main() {
     let settings = Settings::from_args();
     let started = Instant::now();
     let load_at_start = load_average();
+    let reporting_at_start = FreePageReporting::read();
     println!(
         "cluster bench{}: 3 nodes (5 in the `five members` rows) over UDP loopback in one process, {MESSAGE} B messages, {} cores",
         if settings.quick && settings.only.is_none() { " (quick)" } else { "" },
@@ -1699,7 +1719,7 @@ fn main() {
             }
         }
     }
-    let floor = measure_floor(&results, &settings).unwrap_or_else(|e| {
+    let floor = measure_floor(&results, &settings, reporting_at_start).unwrap_or_else(|e| {
         println!("FAILED: {e}");
         None
     });
@@ -1738,6 +1758,11 @@ fn main() {
             "synced_batches": f.synced.iter().map(|(v, w)| json!({
                 "variant": v.name(), "writers": w.writers, "block_bytes": w.block, "bytes_per_s": w.bytes_per_s, "fsyncs_per_s_each": w.syncs_per_s_each,
             })).collect::<Vec<_>>(),
+            "free_page_reporting": f.reporting.map(|(before, now)| json!({
+                "on": now.on,
+                "order": now.order,
+                "reported_kib_during_run": now.reported_kib.zip(before.and_then(|b| b.reported_kib)).map(|(n, b)| n.saturating_sub(b)),
+            })),
             "page_cache_writes": f.page_cache.iter().map(|(v, w)| json!({
                 "variant": v.name(), "writers": w.writers, "block_bytes": w.block, "cpu_ns_per_byte": w.cpu_ns_per_byte, "bytes_per_s": w.bytes_per_s,
             })).collect::<Vec<_>>(),

@@ -14,6 +14,8 @@
 //!   calls, own code, idle) beside the seed model, whose error it takes apart term by term;
 //! - [`disk_floor`]: this disk's `fdatasync` latency and write rates, the floor under the recorded log's
 //!   figures (the cluster bench's floor row);
+//! - [`host_memory`]: whether the hypervisor takes freed guest memory back (free page reporting), which a
+//!   recorder's page cache then pays for on every new page;
 //! - [`bench`](mod@bench): what the benches (`tools/benches/`) share: pinned thread pairs, percentiles, the
 //!   host's description and their `target/<bench>/latest/summary.json`;
 //! - [`client_load`]: the load of a remote client (behind `qc-client`), and [`sweep::remote`], a
@@ -38,6 +40,7 @@ pub mod client_load;
 pub mod cluster_view;
 pub mod disk_floor;
 pub mod hiccup;
+pub mod host_memory;
 pub mod model;
 pub mod probe;
 pub mod prometheus;
