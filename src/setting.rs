@@ -115,6 +115,8 @@ settings! {
     CleanStale = "node.clean_stale", "clean_stale", "NodeBuilder::clean_stale";
     /// The recording's segment length.
     SegmentLength = "storage.segment_length", "[storage] segment_length", "StorageConfig::segment_length";
+    /// Bytes of the recorded log kept in the page cache behind its end.
+    PageCacheWindow = "storage.page_cache_window", "[storage] page_cache_window", "StorageConfig::page_cache_window";
     /// Snapshots kept.
     SnapshotsKept = "storage.snapshots_kept", "[storage] snapshots_kept", "StorageConfig::snapshots_kept";
     /// Log bytes between snapshots.

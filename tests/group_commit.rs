@@ -27,6 +27,7 @@ fn config() -> RecordingConfig {
         dir: Path::new("/data/recording").to_path_buf(),
         segment_length: 8 << 10,
         sync: SyncPolicy::Batch,
+        page_cache_window: Some(8 << 20),
     }
 }
 

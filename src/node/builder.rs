@@ -43,6 +43,14 @@ pub struct StorageConfig {
     /// A new segment file starts once the current one holds this many bytes.
     /// Default: `134217728`.
     pub segment_length: u64,
+    /// How many bytes behind the end of the log the recorder keeps in the page cache: older ones are
+    /// written back as they are written (`sync_file_range`, 4 MiB at a time) and their pages dropped
+    /// (`POSIX_FADV_DONTNEED`) once this far behind, so the recorder's writes reuse the same memory instead
+    /// of taking new pages for every byte and leaving the kernel to reclaim them. Catch-ups and recovery
+    /// read older bytes from the disk. `None`: everything stays cached until reclaimed (a host with memory
+    /// to spare whose catch-ups read far back). At least 8 MiB.
+    /// Default: `Some(67108864)`.
+    pub page_cache_window: Option<u64>,
     /// [`Node::poll_state`] takes a snapshot of the application each time this many more bytes of log
     /// have been applied since the last (`None`: only on request, [`Node::take_snapshot`]).
     /// Default: `Some(268435456)`.
@@ -59,6 +67,7 @@ impl Default for StorageConfig {
             sync: SyncPolicy::None,
             recording_dir: None,
             segment_length: 128 << 20,
+            page_cache_window: Some(64 << 20),
             snapshot_interval: Some(256 << 20),
             snapshots_kept: 2,
         }
@@ -488,6 +497,14 @@ impl NodeConfig {
                 return Err(SettingError::new(Setting::ClientWindow, "must be at least 1 message").into());
             }
             check_timer(Setting::SessionTimeout, self.clients.session_timeout)?;
+        }
+        if self.storage.page_cache_window.is_some_and(|w| w < 8 << 20) {
+            let window = self.storage.page_cache_window.unwrap_or_default();
+            return Err(SettingError::new(
+                Setting::PageCacheWindow,
+                format!("({window}) must be at least 8 MiB (two steps of the writeback), or off"),
+            )
+            .into());
         }
         if self.storage.snapshots_kept == 0 {
             return Err(SettingError::new(Setting::SnapshotsKept, "must be at least 1").into());

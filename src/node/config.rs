@@ -81,6 +81,7 @@ use crate::storage::recording::SyncPolicy;
 /// sync = "none"                # none (page cache) or batch (group commit with fdatasync)
 /// recording_dir = "/var/lib/quorumcast/node-0/recording"   # default: recording in data_dir
 /// segment_length = "128MiB"
+/// page_cache_window = "64MiB"  # or "off": the recorded log kept cached behind its end
 /// snapshot_interval = "256MiB"  # or "off": snapshots only on request
 /// snapshots_kept = 2
 ///
@@ -206,23 +207,24 @@ struct StorageSection {
     sync: Option<Parsed<SyncPolicy>>,
     recording_dir: Option<PathBuf>,
     segment_length: Option<FileSize>,
-    snapshot_interval: Option<Parsed<SnapshotInterval>>,
+    page_cache_window: Option<Parsed<SizeOrOff>>,
+    snapshot_interval: Option<Parsed<SizeOrOff>>,
     snapshots_kept: Option<usize>,
 }
 
-/// A snapshot interval in a file: a size, or `off`.
+/// A size in a file, or `off` (a snapshot interval, a page cache window).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct SnapshotInterval(Option<u64>);
+struct SizeOrOff(Option<u64>);
 
-impl std::str::FromStr for SnapshotInterval {
+impl std::str::FromStr for SizeOrOff {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
         if text == "off" {
-            return Ok(SnapshotInterval(None));
+            return Ok(SizeOrOff(None));
         }
         let size = parse_size_text(text).map_err(|e| format!("{e}, or off"))?;
-        Ok(SnapshotInterval(Some(size as u64)))
+        Ok(SizeOrOff(Some(size as u64)))
     }
 }
 
@@ -232,6 +234,9 @@ impl StorageSection {
         set(&mut storage.sync, self.sync.map(|p| p.0));
         storage.recording_dir = self.recording_dir.clone().or(storage.recording_dir.take());
         set(&mut storage.segment_length, self.segment_length.map(|s| s.0 as u64));
+        if let Some(window) = self.page_cache_window {
+            storage.page_cache_window = window.0 .0;
+        }
         if let Some(interval) = self.snapshot_interval {
             storage.snapshot_interval = interval.0 .0;
         }
@@ -369,7 +374,8 @@ impl NodeFile {
             merge_fields!(entry, over; idle, core);
         }
         let (s, o) = (&mut self.storage, over.storage);
-        merge_fields!(s, o; log, sync, recording_dir, segment_length, snapshot_interval, snapshots_kept);
+        merge_fields!(s, o; log, sync, recording_dir, segment_length, page_cache_window, snapshot_interval,
+            snapshots_kept);
         let (c, o) = (&mut self.clients, over.clients);
         merge_fields!(c, o; enabled, max_sessions, session_timeout, window, allow, session_key, auth_key, keys,
             max_sessions_per_address, opens_per_second);
@@ -722,6 +728,19 @@ mod file_tests {
         let e = NodeBuilder::new(0, members).timers(timers).config().validate().unwrap_err().to_string();
         assert!(e.contains("NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. }): (200ms) must be below"), "{e}");
         assert!(e.contains("election_timeout_min_ns") && !e.contains("[consensus]"), "{e}");
+    }
+
+    #[test]
+    fn the_page_cache_window_is_a_size_or_off_and_too_small_a_one_is_refused_by_name() {
+        assert_eq!(NodeConfig::from_toml(NODE).unwrap().storage.page_cache_window, Some(64 << 20));
+        let with =
+            |value: &str| NodeConfig::from_toml(&format!("{NODE}\n[storage]\npage_cache_window = \"{value}\"\n"));
+        assert_eq!(with("256MiB").unwrap().storage.page_cache_window, Some(256 << 20));
+        assert_eq!(with("off").unwrap().storage.page_cache_window, None);
+        let e = with("4MiB").unwrap_err().to_string();
+        assert!(e.contains("[storage] page_cache_window: (4194304) must be at least 8 MiB"), "{e}");
+        let e = with("lots").unwrap_err().to_string();
+        assert!(e.contains("page_cache_window") && e.contains("or off"), "{e}");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub(super) fn open(config: &NodeConfig, env: &Environment) -> Result<Recovered, 
         dir: config.recording_dir_path(),
         segment_length: config.storage.segment_length,
         sync: config.storage.sync,
+        page_cache_window: config.storage.page_cache_window,
     };
     let (recording, report) =
         Recording::open_on(env.disk.clone(), recording_config, identity(config)).map_err(NodeError::Recording)?;

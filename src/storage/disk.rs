@@ -64,6 +64,13 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     /// `SYNC_FILE_RANGE_WRITE`), so that a `sync_data` soon after has less to wait for. Makes nothing
     /// durable; best effort, and a no-op where a disk has nothing to start.
     fn start_writeback(&self) {}
+    /// Starts writing the dirty bytes of `length` bytes from `offset` to the disk without waiting for them,
+    /// as [`start_writeback`](Self::start_writeback) does for the whole file. Best effort.
+    fn start_writeback_of(&self, _offset: u64, _length: u64) {}
+    /// Drops the clean cached pages of `length` bytes from `offset` (`POSIX_FADV_DONTNEED`; dirty pages
+    /// and pages being written stay), so that the memory goes back to the page cache's free pages rather
+    /// than staying cached until reclaimed. Changes no byte of the file. Best effort.
+    fn drop_cached(&self, _offset: u64, _length: u64) {}
 }
 
 /// A file system: files by path, and the directory operations the storage layer uses.
@@ -284,6 +291,20 @@ impl DiskFile for OsFile {
         use std::os::fd::AsRawFd;
         // SAFETY: a plain syscall on an open file descriptor this file owns; it touches no memory.
         let _ = unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+    }
+
+    fn start_writeback_of(&self, offset: u64, length: u64) {
+        use std::os::fd::AsRawFd;
+        let (offset, length) = (offset as libc::off64_t, length as libc::off64_t);
+        // SAFETY: a plain syscall on an open file descriptor this file owns; it touches no memory.
+        let _ = unsafe { libc::sync_file_range(self.0.as_raw_fd(), offset, length, libc::SYNC_FILE_RANGE_WRITE) };
+    }
+
+    fn drop_cached(&self, offset: u64, length: u64) {
+        use std::os::fd::AsRawFd;
+        let (offset, length) = (offset as libc::off_t, length as libc::off_t);
+        // SAFETY: a plain syscall on an open file descriptor this file owns; it touches no memory.
+        let _ = unsafe { libc::posix_fadvise(self.0.as_raw_fd(), offset, length, libc::POSIX_FADV_DONTNEED) };
     }
 }
 

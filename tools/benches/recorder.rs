@@ -16,6 +16,7 @@ use std::time::Instant;
 use quorumcast::agent::clock::NanoClock;
 use quorumcast::agent::Agent;
 use quorumcast::cluster::log_switch::SwitchQueue;
+use quorumcast::node::StorageConfig;
 use quorumcast::shm::counters::Counter;
 use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
 use quorumcast::storage::recording::{
@@ -52,7 +53,12 @@ fn run(step: usize, index: usize) -> Row {
     let dir = target_dir().join("recorder-data").join(format!("{}-{index}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let identity = RecordingIdentity { membership: 1, stream_id: 1001, term_length: TERM_LENGTH as u32 };
-    let config = RecordingConfig { dir: dir.clone(), segment_length: 128 << 20, sync: SyncPolicy::None };
+    let config = RecordingConfig {
+        dir: dir.clone(),
+        segment_length: 128 << 20,
+        sync: SyncPolicy::None,
+        page_cache_window: StorageConfig::default().page_cache_window,
+    };
     let (recording, _) = Recording::open(config, identity).expect("a recording");
     let log =
         LogBuffer::create_anonymous(LogConfig { stream_id: 1001, ..LogConfig::new(TERM_LENGTH, 1408) }).expect("a log");

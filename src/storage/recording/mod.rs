@@ -141,6 +141,10 @@ pub struct RecordingConfig {
     pub segment_length: u64,
     /// When bytes are made durable.
     pub sync: SyncPolicy,
+    /// How many bytes behind its end the segment being written keeps in the page cache: older ones are
+    /// written back and dropped as it grows (`None`: all stay cached until the kernel reclaims them).
+    /// See [`StorageConfig::page_cache_window`](crate::node::StorageConfig::page_cache_window).
+    pub page_cache_window: Option<u64>,
 }
 
 /// What [`Recording::open`] found besides the recording.
@@ -526,6 +530,9 @@ impl Recording {
         segment
             .append(position, payload, advance, &mut self.cost)
             .map_err(|e| RecordingError::io(&segment.path, "write", e))?;
+        if let Some(window) = self.config.page_cache_window {
+            segment.release_cache(window, self.config.sync == SyncPolicy::None, &mut self.cost);
+        }
         self.end = segment.end_position;
         let (frames, new_terms) = add_markers(&mut self.index, payload, position);
         if new_terms {

@@ -349,7 +349,25 @@ pub(super) struct Segment {
     pub(super) end_position: i64,
     /// How far the file's disk space is reserved (see [`RESERVE_STEP`]).
     reserved: u64,
+    /// How far its writeback has been started, and how far its cached pages dropped, by
+    /// [`release_cache`](Self::release_cache).
+    released: CacheRelease,
 }
+
+/// How far behind its end a segment's page cache has been written back and dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CacheRelease {
+    /// Writeback started for every byte below this offset.
+    written_back: u64,
+    /// Cached pages dropped below this offset, from [`RELEASE_FROM`] (the first page, with the header and
+    /// the sync marks the group commit rewrites, stays cached).
+    dropped: u64,
+}
+
+/// A segment's page cache is written back and dropped this much at a time.
+pub(super) const RELEASE_STEP: u64 = 4 << 20;
+/// Where dropping a segment's cached pages starts: past its first page.
+const RELEASE_FROM: u64 = 4096;
 
 /// What appending blocks cost, added up until the recorder takes it for its counters. Times are wall
 /// time (a thread that loses its core meanwhile counts the wait).
@@ -402,6 +420,7 @@ impl Segment {
             file_end: MARKED_DATA_START,
             end_position: base_position,
             reserved: 0,
+            released: CacheRelease::default(),
         })
     }
 
@@ -445,6 +464,7 @@ impl Segment {
             file_end: data_start,
             end_position: header.base_position,
             reserved: 0,
+            released: CacheRelease::default(),
         })
     }
 
@@ -473,6 +493,37 @@ impl Segment {
         cost.checksum_ns += (checksummed - started).as_nanos() as u64;
         cost.write_ns += checksummed.elapsed().as_nanos() as u64;
         Ok(())
+    }
+
+    /// Keeps the page cache this segment holds to about `window` bytes behind its end: with `write_back`
+    /// (sync `none`, where nothing else writes the bytes back soon) starts the writeback of each
+    /// [`RELEASE_STEP`] written, and drops the cached pages of each step that ended `window` bytes ago or
+    /// more (by then written back, by this or by a group commit's `fdatasync`: pages still dirty or being
+    /// written stay cached).
+    /// A recorder that appends through the page cache otherwise fills memory with pages no reader asks for
+    /// again until reclaim takes them, and takes every new page from free memory, which on a guest whose
+    /// hypervisor takes freed memory back costs a hypervisor fault per page (docs/results.md, 2026-12-05).
+    /// `window` at least `2 x RELEASE_STEP`; the time it takes is counted as write time in `cost`.
+    pub(super) fn release_cache(&mut self, window: u64, write_back: bool, cost: &mut WriteCost) {
+        let started = Instant::now();
+        let mut calls = 0;
+        let released = &mut self.released;
+        while write_back && self.file_end.saturating_sub(released.written_back) >= RELEASE_STEP {
+            self.file.start_writeback_of(released.written_back, RELEASE_STEP);
+            released.written_back += RELEASE_STEP;
+            calls += 1;
+        }
+        let behind = if write_back { released.written_back } else { self.file_end - self.file_end % RELEASE_STEP };
+        let dropped_to = behind.saturating_sub(window);
+        released.dropped = released.dropped.max(RELEASE_FROM);
+        while dropped_to >= released.dropped + RELEASE_STEP {
+            self.file.drop_cached(released.dropped, RELEASE_STEP);
+            released.dropped += RELEASE_STEP;
+            calls += 1;
+        }
+        if calls > 0 {
+            cost.write_ns += started.elapsed().as_nanos() as u64;
+        }
     }
 
     /// Walks every block from the first, verifying each and handing it to `on_block`, and sets where the
@@ -631,5 +682,129 @@ impl BlockReader {
         self.offset = payload_at + length as u64;
         self.position = header.end();
         Ok(Some(header))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// What a segment asked of its file's page cache, in order: (started writeback, offset, length).
+    type Calls = Arc<Mutex<Vec<(bool, u64, u64)>>>;
+
+    /// A file that keeps only its length and the page cache calls made on it.
+    #[derive(Debug)]
+    struct CacheCalls(Calls, AtomicU64);
+
+    impl DiskFile for CacheCalls {
+        fn read_exact_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+            Err(io::ErrorKind::UnexpectedEof.into())
+        }
+        fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+            self.1.fetch_max(offset + bytes.len() as u64, Ordering::Relaxed);
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.1.load(Ordering::Relaxed))
+        }
+        fn set_len(&self, length: u64) -> io::Result<()> {
+            self.1.store(length, Ordering::Relaxed);
+            Ok(())
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn start_writeback_of(&self, offset: u64, length: u64) {
+            self.0.lock().unwrap().push((true, offset, length));
+        }
+        fn drop_cached(&self, offset: u64, length: u64) {
+            self.0.lock().unwrap().push((false, offset, length));
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct OneFileDisk(Calls);
+
+    impl Disk for OneFileDisk {
+        fn create(&self, _: &Path) -> io::Result<Box<dyn DiskFile>> {
+            Ok(Box::new(CacheCalls(Arc::clone(&self.0), AtomicU64::new(0))))
+        }
+        fn open(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
+            self.create(path)
+        }
+        fn open_read(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
+            self.create(path)
+        }
+        fn rename(&self, _: &Path, _: &Path) -> io::Result<()> {
+            Ok(())
+        }
+        fn remove_file(&self, _: &Path) -> io::Result<()> {
+            Ok(())
+        }
+        fn create_dir_all(&self, _: &Path) -> io::Result<()> {
+            Ok(())
+        }
+        fn list(&self, _: &Path) -> io::Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        fn sync_dir(&self, _: &Path) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_page_cache_is_written_back_as_it_grows_and_dropped_a_window_behind_but_never_the_first_page() {
+        const MIB: u64 = 1 << 20;
+        let disk = OneFileDisk::default();
+        let identity = RecordingIdentity { membership: 1, stream_id: 2, term_length: 1 << 20 };
+        let mut segment = Segment::create(&disk, Path::new("/r"), &identity, 0).unwrap();
+        let payload = vec![0u8; 32 * 1024];
+        let mut cost = WriteCost::default();
+        let mut position = 0;
+        while segment.file_end < 30 * MIB {
+            segment.append(position, &payload, payload.len(), &mut cost).unwrap();
+            position += payload.len() as i64;
+            segment.release_cache(16 * MIB, true, &mut cost);
+        }
+        let calls = disk.0.lock().unwrap().clone();
+        let started: Vec<_> = calls.iter().filter(|c| c.0).map(|c| (c.1, c.2)).collect();
+        let dropped: Vec<_> = calls.iter().filter(|c| !c.0).map(|c| (c.1, c.2)).collect();
+        // Every whole step written is written back, in order, once.
+        let steps = segment.file_end / RELEASE_STEP;
+        assert_eq!(started, (0..steps).map(|i| (i * RELEASE_STEP, RELEASE_STEP)).collect::<Vec<_>>());
+        // Dropped: steps from past the first page, each ending at least the window below the writeback.
+        assert_eq!(dropped.first(), Some(&(RELEASE_FROM, RELEASE_STEP)));
+        let written_back = steps * RELEASE_STEP;
+        assert!(dropped.iter().all(|&(offset, length)| offset + length + 16 * MIB <= written_back), "{dropped:?}");
+        assert!(dropped.windows(2).all(|w| w[1].0 == w[0].0 + RELEASE_STEP));
+        let last_dropped = dropped.last().map(|&(offset, length)| offset + length).unwrap();
+        assert!(written_back - last_dropped < 16 * MIB + RELEASE_STEP, "{last_dropped} {written_back}");
+        // A cut below what was written back neither underflows nor asks again for what it asked.
+        segment.file_end = 5 * MIB;
+        segment.release_cache(16 * MIB, true, &mut cost);
+        assert_eq!(disk.0.lock().unwrap().len(), calls.len());
+    }
+
+    #[test]
+    fn under_group_commit_the_page_cache_is_only_dropped_a_window_behind() {
+        const MIB: u64 = 1 << 20;
+        let disk = OneFileDisk::default();
+        let identity = RecordingIdentity { membership: 1, stream_id: 2, term_length: 1 << 20 };
+        let mut segment = Segment::create(&disk, Path::new("/r"), &identity, 0).unwrap();
+        let payload = vec![0u8; 32 * 1024];
+        let (mut cost, mut position) = (WriteCost::default(), 0);
+        while segment.file_end < 30 * MIB {
+            segment.append(position, &payload, payload.len(), &mut cost).unwrap();
+            position += payload.len() as i64;
+            segment.release_cache(16 * MIB, false, &mut cost);
+        }
+        let calls = disk.0.lock().unwrap().clone();
+        assert!(calls.iter().all(|c| !c.0), "no writeback started: {calls:?}");
+        let whole = segment.file_end - segment.file_end % RELEASE_STEP;
+        assert_eq!(calls.first().map(|c| (c.1, c.2)), Some((RELEASE_FROM, RELEASE_STEP)));
+        assert!(calls.iter().all(|&(_, offset, length)| offset + length + 16 * MIB <= whole), "{calls:?}");
+        assert!(calls.len() >= 2, "{calls:?}");
     }
 }

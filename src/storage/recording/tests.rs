@@ -15,7 +15,7 @@ pub(super) fn scratch(name: &str) -> PathBuf {
 }
 
 pub(super) fn config(dir: &Path, segment_length: u64) -> RecordingConfig {
-    RecordingConfig { dir: dir.to_path_buf(), segment_length, sync: SyncPolicy::Batch }
+    RecordingConfig { dir: dir.to_path_buf(), segment_length, sync: SyncPolicy::Batch, page_cache_window: None }
 }
 
 /// A log of `terms` leadership terms (1, 2, ...), each its marker and `per_term` messages of 100 bytes.
