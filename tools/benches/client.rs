@@ -49,7 +49,9 @@
 //! Thread layout (the sweep's, `Layout::for_host`; busy-spinning threads never outnumber the cores): on 2
 //! cores, the leader's Sender (with its receiver) on core 1 and the harness thread on core 0, invoking the
 //! leader's consensus agent and both followers and idling with `backoff`. Unlike the sweep's, the Sender
-//! idles with `backoff` rather than spinning, so that the client process finds a core: the client runs on
+//! idles with `backoff` rather than spinning, so that the client process finds a core, and without its
+//! yields when the client shares its core (`SENDER_IDLE_BESIDE_CLIENT`; `--sender-idle` changes it: a
+//! yield hands a busy client the rest of its scheduler slice): the client runs on
 //! the Sender's core (`Layout::client_core`: a core no thread of the layout is pinned to where there is
 //! one; `--client-core` changes it) and idles with `sched_yield` (qc-client's default; `--client-idle`
 //! changes it), which spins only on an idle core. Left to the scheduler, the client ran for long stretches
@@ -111,6 +113,10 @@ struct Cli {
     /// which parks up to 1 ms after cycles without work].
     #[arg(long, value_name = "STRATEGY")]
     consensus_idle: Option<IdleStrategyConfig>,
+    /// The leader's Sender (and Receiver) thread's idle strategy, e.g. `backoff:10,0,1us,1ms` (no
+    /// yields) [default: the default backoff; a spinning one is replaced by it, as the layout allows].
+    #[arg(long, value_name = "STRATEGY")]
+    sender_idle: Option<IdleStrategyConfig>,
     /// The client process blocks on its socket when idle (`qc-client --wait`: no CPU spent waiting,
     /// woken by the answer) instead of its idle strategy.
     #[arg(long, conflicts_with = "client_idle")]
@@ -239,6 +245,25 @@ impl MtuResult {
     }
 }
 
+/// The Sender's idle strategy when the client process runs on its core (the default layout on 2 cores):
+/// the default backoff without its yields. A `sched_yield` while the client is runnable hands the client
+/// the core for the rest of its scheduler slice: on the AMD guest of 2026-12-05 (`perf sched timehist`,
+/// MTU 8192, rho 0.1) the Sender and the client took turns of 0.8-1 ms, the Sender yielding while its log
+/// was 150 KB unsent, and the client's p50 was 2.6-2.9 ms; with parks only (woken within 15 us) 392 us.
+const SENDER_IDLE_BESIDE_CLIENT: &str = "backoff:10,0,1us,1ms";
+
+/// The Sender's idle strategy: `--sender-idle`, else [`SENDER_IDLE_BESIDE_CLIENT`] when the client
+/// process shares the Sender's core, else the default.
+fn sender_idle(cli: &Cli, client: &ClientProcess) -> IdleStrategyConfig {
+    cli.sender_idle.unwrap_or_else(|| {
+        if client.core.is_some() && client.core == Layout::for_host().sender {
+            SENDER_IDLE_BESIDE_CLIENT.parse().expect("a valid idle strategy")
+        } else {
+            IdleStrategyConfig::default()
+        }
+    })
+}
+
 fn spec(mtu: usize) -> ClusterSpec {
     // The Sender backs off rather than spins (the default): the client process needs a core (see the
     // module doc).
@@ -281,6 +306,7 @@ fn run_mtu(
     if let Some(idle) = cli.consensus_idle {
         spec.consensus_idle = idle;
     }
+    spec.sender_idle = sender_idle(cli, client);
     let t = &settings.timings;
     let mut warnings = Vec::new();
     let mu = with_cluster(&spec, &mut warnings, |cluster| measure::measure_mu(cluster, t, || Ok(None)))?;
@@ -652,7 +678,7 @@ fn main() -> ExitCode {
         eprintln!("cannot create {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
-    let layout = Layout::for_host().describe(cli.consensus_idle.unwrap_or_default());
+    let layout = Layout::for_host().describe(sender_idle(&cli, &client));
     println!(
         "client bench{}: 3 nodes over UDP loopback in this process, a qc-client process ({}, idle {}, {}), \
          {MESSAGE} B messages, {} cores",
