@@ -1301,12 +1301,13 @@ fn verdicts(results: &[VariantResult], floor: Option<&DiskFloor>) -> Vec<(Varian
                         floor_rate.block as f64 / 1e3,
                         all.checksum_ns_per_byte
                     ));
-                }
-                if floor.and_then(|f| f.reporting).is_some_and(|(_, now)| now.on) {
-                    verdict.push_str(
-                        "; free page reporting is on: each new page-cache page may have cost a hypervisor fault \
-                         (see the host memory line)",
-                    );
+                    let reporting = floor.and_then(|f| f.reporting).is_some_and(|(_, now)| now.on);
+                    if reporting && all.write_ns_per_byte > 1.5 * floor_rate.cpu_ns_per_byte {
+                        verdict.push_str(
+                            "; free page reporting is on: the write calls' excess may be hypervisor faults on \
+                             new page-cache pages (see the host memory line)",
+                        );
+                    }
                 }
                 verdict
             }
