@@ -15,7 +15,7 @@ use crate::setting::{Setting, SettingError};
 use crate::shm::directory::NodeDirectory;
 
 use super::{Node, NodeError};
-use crate::storage::recording::SyncPolicy;
+use crate::storage::recording::{SyncPolicy, MIN_PAGE_CACHE_WINDOW};
 
 /// Where a node keeps its log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -498,8 +498,7 @@ impl NodeConfig {
             }
             check_timer(Setting::SessionTimeout, self.clients.session_timeout)?;
         }
-        if self.storage.page_cache_window.is_some_and(|w| w < 8 << 20) {
-            let window = self.storage.page_cache_window.unwrap_or_default();
+        if let Some(window) = self.storage.page_cache_window.filter(|&w| w < MIN_PAGE_CACHE_WINDOW) {
             return Err(SettingError::new(
                 Setting::PageCacheWindow,
                 format!("({window}) must be at least 8 MiB (two steps of the writeback), or off"),

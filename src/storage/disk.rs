@@ -288,9 +288,7 @@ impl DiskFile for OsFile {
     }
 
     fn start_writeback(&self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a plain syscall on an open file descriptor this file owns; it touches no memory.
-        let _ = unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        self.start_writeback_of(0, 0); // a length of 0: to the end of the file
     }
 
     fn start_writeback_of(&self, offset: u64, length: u64) {

@@ -41,7 +41,7 @@ pub use index::{Index, RecordedTerm, INDEX_FORMAT};
 pub use inspect::{Inspection, SegmentFate, SegmentInspection};
 pub use reader::RecordingReader;
 pub use recorder::{CatchUpChannel, Recorder, RecorderCounters, RecorderSource};
-pub use segment::{BlockHeader, WriteCost, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH};
+pub use segment::{BlockHeader, WriteCost, BLOCK_HEADER_LENGTH, MAX_BLOCK_LENGTH, MIN_PAGE_CACHE_WINDOW};
 
 use crate::cluster::configuration::configuration_of;
 use crate::cluster::consensus_core::{TermBase, TermHistory};

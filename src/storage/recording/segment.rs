@@ -366,6 +366,9 @@ struct CacheRelease {
 
 /// A segment's page cache is written back and dropped this much at a time.
 pub(super) const RELEASE_STEP: u64 = 4 << 20;
+/// The smallest page cache window a segment keeps (`StorageConfig::page_cache_window`): two steps, so the
+/// step being written back is never the one being dropped.
+pub const MIN_PAGE_CACHE_WINDOW: u64 = 2 * RELEASE_STEP;
 /// Where dropping a segment's cached pages starts: past its first page.
 const RELEASE_FROM: u64 = 4096;
 
@@ -503,7 +506,7 @@ impl Segment {
     /// A recorder that appends through the page cache otherwise fills memory with pages no reader asks for
     /// again until reclaim takes them, and takes every new page from free memory, which on a guest whose
     /// hypervisor takes freed memory back costs a hypervisor fault per page (docs/results.md, 2026-12-05).
-    /// `window` at least `2 x RELEASE_STEP`; the time it takes is counted as write time in `cost`.
+    /// `window` at least [`MIN_PAGE_CACHE_WINDOW`]; the time it takes is counted as write time in `cost`.
     pub(super) fn release_cache(&mut self, window: u64, write_back: bool, cost: &mut WriteCost) {
         let started = Instant::now();
         let mut calls = 0;
@@ -754,20 +757,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_page_cache_is_written_back_as_it_grows_and_dropped_a_window_behind_but_never_the_first_page() {
-        const MIB: u64 = 1 << 20;
-        let disk = OneFileDisk::default();
+    const MIB: u64 = 1 << 20;
+
+    /// A segment on `disk` grown to 30 MiB in 32 KiB blocks, releasing its cache 16 MiB behind after each.
+    fn grown(disk: &OneFileDisk, write_back: bool) -> (Segment, WriteCost) {
         let identity = RecordingIdentity { membership: 1, stream_id: 2, term_length: 1 << 20 };
-        let mut segment = Segment::create(&disk, Path::new("/r"), &identity, 0).unwrap();
+        let mut segment = Segment::create(disk, Path::new("/r"), &identity, 0).unwrap();
         let payload = vec![0u8; 32 * 1024];
-        let mut cost = WriteCost::default();
-        let mut position = 0;
+        let (mut cost, mut position) = (WriteCost::default(), 0);
         while segment.file_end < 30 * MIB {
             segment.append(position, &payload, payload.len(), &mut cost).unwrap();
             position += payload.len() as i64;
-            segment.release_cache(16 * MIB, true, &mut cost);
+            segment.release_cache(16 * MIB, write_back, &mut cost);
         }
+        (segment, cost)
+    }
+
+    #[test]
+    fn the_page_cache_is_written_back_as_it_grows_and_dropped_a_window_behind_but_never_the_first_page() {
+        let disk = OneFileDisk::default();
+        let (mut segment, mut cost) = grown(&disk, true);
         let calls = disk.0.lock().unwrap().clone();
         let started: Vec<_> = calls.iter().filter(|c| c.0).map(|c| (c.1, c.2)).collect();
         let dropped: Vec<_> = calls.iter().filter(|c| !c.0).map(|c| (c.1, c.2)).collect();
@@ -789,17 +798,8 @@ mod tests {
 
     #[test]
     fn under_group_commit_the_page_cache_is_only_dropped_a_window_behind() {
-        const MIB: u64 = 1 << 20;
         let disk = OneFileDisk::default();
-        let identity = RecordingIdentity { membership: 1, stream_id: 2, term_length: 1 << 20 };
-        let mut segment = Segment::create(&disk, Path::new("/r"), &identity, 0).unwrap();
-        let payload = vec![0u8; 32 * 1024];
-        let (mut cost, mut position) = (WriteCost::default(), 0);
-        while segment.file_end < 30 * MIB {
-            segment.append(position, &payload, payload.len(), &mut cost).unwrap();
-            position += payload.len() as i64;
-            segment.release_cache(16 * MIB, false, &mut cost);
-        }
+        let (segment, _) = grown(&disk, false);
         let calls = disk.0.lock().unwrap().clone();
         assert!(calls.iter().all(|c| !c.0), "no writeback started: {calls:?}");
         let whole = segment.file_end - segment.file_end % RELEASE_STEP;
