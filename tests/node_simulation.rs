@@ -172,6 +172,17 @@ fn soak_seed_1796371351338974204_one_failed_read_and_a_clock_jump_are_not_damage
     run_disk_with(1_796_371_351_338_974_204, 3, SyncPolicy::Batch, true, true);
 }
 
+/// Found by a soak of 1,000 disk seeds (2026-12-05, `batch`, 3 members): member 2 won a canvass and stood
+/// as candidate in term 4 just as it was cut off from the others, so no request of term 4 reached them;
+/// member 0 went on leading term 3. Healed, member 2 dropped the leader's term-3 heartbeats as stale, and
+/// its canvasses were refused by members that heard the leader: it never applied again. Fix: a member
+/// answers a leader of an older term with its own term, and the leader, adopting it, steps down (etcd's
+/// raft does the same under pre-vote).
+#[test]
+fn soak_seed_1796437342204275117_a_member_in_a_newer_term_makes_an_older_leader_step_down() {
+    run_disk_with(1_796_437_342_204_275_117, 3, SyncPolicy::Batch, true, true);
+}
+
 /// Found by the default disk seeds once failing disks misdirected writes (`batch`): member 0's disk
 /// misdirected writes into an earlier segment of its recording (below the last, which alone was walked at
 /// start); started again, it rebuilt its log's tail from there and refused to start on the damaged block.

@@ -43,6 +43,7 @@ impl ConsensusCore {
         now_ns: u64,
         out: &mut Vec<Output>,
     ) {
+        self.answer_older_leader(from, leadership_term_id, out);
         if !self.observe_term(leadership_term_id, now_ns, out) || !self.follow(from, now_ns, out) {
             return;
         }
@@ -66,6 +67,7 @@ impl ConsensusCore {
         now_ns: u64,
         out: &mut Vec<Output>,
     ) {
+        self.answer_older_leader(from, term, out);
         if !self.observe_term(term, now_ns, out) || !self.follow(from, now_ns, out) {
             return;
         }
@@ -149,6 +151,24 @@ impl ConsensusCore {
         let Phase::Follower(following) = &mut self.phase else { return };
         let Some(leader) = following.leader else { return };
         following.next_ack_ns = now_ns.saturating_add(self.config.timers.heartbeat_interval_ns);
+        let ack = Message::AppendPosition {
+            leadership_term_id: self.term,
+            log_position: self.append_position,
+            commit_position: self.commit_position,
+        };
+        self.send(Destination::Member(leader), ack, out);
+    }
+
+    /// A leader of a term older than this member's is answered with this member's term (an
+    /// acknowledgement of the newer term, which the leader adopts, stepping down): a member that moved to
+    /// a newer term none of whose messages reached the others (a candidate cut off from them) otherwise
+    /// drops the leader's heartbeats as stale, while its canvasses are refused by members that hear the
+    /// leader, and it never rejoins. etcd's raft answers a stale append the same way under pre-vote. Found
+    /// by the node simulator: seed 1796437342204275117.
+    fn answer_older_leader(&self, leader: MemberId, leadership_term_id: i64, out: &mut Vec<Output>) {
+        if leadership_term_id >= self.term {
+            return;
+        }
         let ack = Message::AppendPosition {
             leadership_term_id: self.term,
             log_position: self.append_position,
