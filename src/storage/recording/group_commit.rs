@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::segment::SyncMarks;
+use super::segment::{SyncMarks, WRITE_AHEAD_BELOW};
 use super::{RecorderCounters, RecordingError};
 use crate::storage::disk::{DiskFile, SharedDisk};
 
@@ -83,6 +83,9 @@ struct Shared {
     idle: Condvar,
     /// Set with the failure, so that the recorder looks at the lock only then.
     failed: AtomicBool,
+    /// The last sync covered fewer log bytes than [`WRITE_AHEAD_BELOW`]: the recorder writes zeros ahead
+    /// of its blocks (see `segment::WRITE_AHEAD_STEP`).
+    small_syncs: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +137,11 @@ impl GroupCommit {
         }
     }
 
+    /// Whether the last sync covered fewer log bytes than [`WRITE_AHEAD_BELOW`].
+    pub(crate) fn syncs_are_small(&self) -> bool {
+        self.shared.small_syncs.load(Ordering::Relaxed)
+    }
+
     /// Why a sync failed, if one did.
     pub(crate) fn failure(&self) -> Option<String> {
         if !self.shared.failed.load(Ordering::Acquire) {
@@ -164,6 +172,7 @@ impl Drop for GroupCommit {
 
 /// The committer: one request at a time, until stopped or a sync fails.
 fn commit(shared: &Shared, counters: &RecorderCounters) {
+    let mut synced = counters.synced_position.get();
     loop {
         let request = {
             let mut state = shared.lock();
@@ -190,6 +199,8 @@ fn commit(shared: &Shared, counters: &RecorderCounters) {
                 counters.sync_ns.add(started.elapsed().as_nanos() as i64);
                 counters.fsyncs.increment();
                 counters.synced_position.set_max(request.end);
+                shared.small_syncs.store(request.end - synced < WRITE_AHEAD_BELOW, Ordering::Relaxed);
+                synced = synced.max(request.end);
             }
             Err(e) => {
                 state.failure = Some(e.to_string());
@@ -199,5 +210,37 @@ fn commit(shared: &Shared, counters: &RecorderCounters) {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request to sync `file` to `end`.
+    fn request(file: &Arc<dyn DiskFile>, end: i64) -> CommitRequest {
+        CommitRequest { file: Arc::clone(file), marks: None, path: "segment".into(), dir: None, end }
+    }
+
+    #[test]
+    fn a_sync_covering_fewer_bytes_than_the_write_ahead_bound_says_syncs_are_small_and_a_larger_one_not() {
+        let dir = std::env::temp_dir().join(format!("qc-group-commit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file: Arc<dyn DiskFile> = Arc::from(SharedDisk::os().create(&dir.join("segment")).unwrap());
+        let counters = RecorderCounters::detached();
+        let group_commit = GroupCommit::start(&counters).unwrap();
+        assert!(!group_commit.syncs_are_small(), "nothing synced yet");
+        let mut end = 0;
+        for (covered, small) in
+            [(4096, true), (WRITE_AHEAD_BELOW, false), (WRITE_AHEAD_BELOW - 1, true), (1 << 20, false)]
+        {
+            end += covered;
+            group_commit.request(request(&file, end));
+            group_commit.quiesce().unwrap();
+            assert_eq!(counters.synced_position.get(), end);
+            assert_eq!(group_commit.syncs_are_small(), small, "a sync of {covered} bytes");
+        }
+        drop(group_commit);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -183,6 +183,8 @@ pub struct Recording {
     failed: Option<String>,
     /// What appends cost since [`take_cost`](Self::take_cost).
     cost: WriteCost,
+    /// Appends write zeros ahead of the blocks (see [`segment::WRITE_AHEAD_STEP`]).
+    write_ahead: bool,
     /// The end of the log held before a loss being repaired (`repair.dat`), while the recording ends
     /// below it.
     repair: Option<i64>,
@@ -236,6 +238,7 @@ impl Recording {
             scratch: Vec::new(),
             failed: None,
             cost: WriteCost::default(),
+            write_ahead: false,
             repair: None,
         };
         let rebuild = loaded.is_none() && !recording.bases.is_empty();
@@ -527,6 +530,7 @@ impl Recording {
             self.roll()?;
         }
         let segment = self.active.as_mut().expect("a segment after a roll");
+        segment.write_ahead = self.write_ahead;
         segment
             .append(position, payload, advance, &mut self.cost)
             .map_err(|e| RecordingError::io(&segment.path, "write", e))?;
@@ -539,6 +543,22 @@ impl Recording {
             self.store_index()?;
         }
         Ok(frames)
+    }
+
+    /// Whether appends write zeros ahead of the blocks, so that a sync of them changes no file length
+    /// (see [`segment::WRITE_AHEAD_STEP`]): the recorder asks for it under `batch` while its syncs are
+    /// small.
+    pub(crate) fn set_write_ahead(&mut self, write_ahead: bool) {
+        self.write_ahead = write_ahead;
+    }
+
+    /// Cuts the zeros written ahead of the segment being written, if there are any (a clean close: the
+    /// next open finds the file ending at its last block). Not synced.
+    pub(crate) fn cut_zeros_ahead(&mut self) -> Result<(), RecordingError> {
+        self.usable()?;
+        let Some(segment) = self.active.as_mut() else { return Ok(()) };
+        let result = segment.cut_zeros_ahead().map_err(|e| RecordingError::io(&segment.path, "cut", e));
+        self.note(result)
     }
 
     /// What appends cost since this was last called.
@@ -577,7 +597,9 @@ impl Recording {
 
     /// Starts a new segment at the end (the one before it synced first when the policy syncs).
     fn roll(&mut self) -> Result<(), RecordingError> {
-        if let Some(old) = self.active.take() {
+        if let Some(mut old) = self.active.take() {
+            // Only the last segment may go on past its blocks (a walk stops there as at a torn tail).
+            old.cut_zeros_ahead().map_err(|e| RecordingError::io(&old.path, "cut", e))?;
             if self.config.sync == SyncPolicy::Batch {
                 old.mark_synced_end().map_err(|e| RecordingError::io(&old.path, "write", e))?;
                 old.file.sync_data().map_err(|e| RecordingError::io(&old.path, "sync", e))?;

@@ -25,6 +25,7 @@ use std::time::Duration;
 use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
 use super::coalescing::{Coalescing, Decision};
 use super::group_commit::GroupCommit;
+use super::segment::WRITE_AHEAD_BELOW;
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
 use crate::cluster::log_switch::SwitchQueue;
@@ -673,6 +674,7 @@ impl Recorder {
                 return Err(AgentError::msg(why));
             }
             self.unsynced = false;
+            self.recording.set_write_ahead(group_commit.syncs_are_small());
             if self.recording.end() <= self.requested {
                 return Ok(0);
             }
@@ -685,6 +687,8 @@ impl Recorder {
         if !std::mem::take(&mut self.unsynced) {
             return Ok(0);
         }
+        let covered = self.recording.end() - self.counters.synced_position.get();
+        self.recording.set_write_ahead(covered < WRITE_AHEAD_BELOW);
         self.recording.sync().map_err(AgentError::new)?;
         self.counters.fsyncs.increment();
         self.counters.synced_position.set(self.recording.end());
@@ -743,6 +747,7 @@ impl Agent for Recorder {
         // What was written is made durable on a clean close, whatever the policy.
         let _ = self.quiesce();
         self.group_commit = None;
+        let _ = self.recording.cut_zeros_ahead();
         let _ = self.recording.sync();
     }
 }

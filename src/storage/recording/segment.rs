@@ -24,6 +24,12 @@
 //!   as `qcb3` (a segment begun by the version before, which this one goes on appending to: each block's
 //!   magic says its checksum). A segment whose first block is of a format no longer read is refused when
 //!   it is opened, never walked and cut as torn.
+//! - Space written ahead (under `batch`, while each sync covers little: see [`WRITE_AHEAD_STEP`]): the
+//!   file of the segment being written may go on past its last block with zeros the writer wrote ahead,
+//!   so that the block writes after them overwrite bytes the file already holds and a sync carries no
+//!   change of the file's length. A walk stops at them as at a torn block (a block header of zeros); only
+//!   the last segment ever has them: a segment's zeros are cut before the next segment is made, and on a
+//!   clean close.
 //! - Sync marks (segments of format `qcseg002`; `qcseg001` ones, begun by the version before, have none
 //!   and are still read and appended to): before each sync of the segment, the log position it makes
 //!   durable is written into the older of two slots (with a sequence number and a checksum), so the
@@ -249,6 +255,12 @@ impl BlockHeader {
     /// Checks the header's own fields, before its payload is read: at `position`, of a sane length.
     pub fn check_fields(&self, position: i64) -> Result<(), String> {
         let length = self.length as usize;
+        if *self == Self::zeroed() {
+            return Err(
+                "zeros where a block would start (written ahead of the blocks, or a write that never reached the disk)"
+                    .into(),
+            );
+        }
         if self.magic != BLOCK_MAGIC && self.magic != BLAKE3_BLOCK_MAGIC {
             return Err(match older_format(self.magic) {
                 Some(format) => format!("a block of an older format ({format}), which this version does not read"),
@@ -349,6 +361,11 @@ pub(super) struct Segment {
     pub(super) end_position: i64,
     /// How far the file's disk space is reserved (see [`RESERVE_STEP`]).
     reserved: u64,
+    /// Whether appends write zeros ahead of the blocks (see [`WRITE_AHEAD_STEP`]); set by the recording.
+    pub(super) write_ahead: bool,
+    /// How far this handle wrote the file with zeros ahead of its blocks (at or below `file_end`: no zeros
+    /// past the blocks).
+    written_ahead: u64,
     /// How far its writeback has been started, and how far its cached pages dropped, by
     /// [`release_cache`](Self::release_cache).
     released: CacheRelease,
@@ -383,6 +400,24 @@ pub struct WriteCost {
     /// Nanoseconds in write calls (the copy into the page cache, on the operating system's disk).
     pub write_ns: u64,
 }
+
+/// Zeros are written ahead of the blocks this much at a time, when asked (`Segment::write_ahead`).
+/// Measured on ext4 (docs/results.md, 2026-12-05): an `fdatasync` after a 4 KiB write into bytes the
+/// file already holds took 92-140 us p50 against 160-182 us after an append, and 139-192 us against
+/// 270-333 us with three writers syncing at once, as the three members of a cluster on one disk do: an
+/// append changes the file's length, which the sync writes with the inode, a second write before the
+/// disk's flush. The zeros cost a second write of the same bytes to the disk (the first sync after them
+/// writes them), which is why they are only written while syncs are small (the latency regime, where the
+/// disk's bandwidth is idle), and one sync per step carries them and the new length.
+pub const WRITE_AHEAD_STEP: u64 = 256 << 10;
+
+/// Zeros are written ahead while each sync covers fewer log bytes than this (a few pages: above it the
+/// length's inode write is a small part of what a sync writes, and the second write of the zeros is not).
+pub(super) const WRITE_AHEAD_BELOW: i64 = 16 << 10;
+
+/// Zeros to write ahead of the blocks from: one step's worth, made once per process (calloc'd: pages of
+/// zeros the kernel maps as they are read).
+static ZEROS: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| vec![0; WRITE_AHEAD_STEP as usize]);
 
 /// Disk space is reserved ahead of the writes this much at a time, so that appends do not allocate ext4
 /// blocks one write at a time, and a small log does not hold a whole segment's worth of disk.
@@ -423,6 +458,8 @@ impl Segment {
             file_end: MARKED_DATA_START,
             end_position: base_position,
             reserved: 0,
+            write_ahead: false,
+            written_ahead: 0,
             released: CacheRelease::default(),
         })
     }
@@ -467,6 +504,8 @@ impl Segment {
             file_end: data_start,
             end_position: header.base_position,
             reserved: 0,
+            write_ahead: false,
+            written_ahead: 0,
             released: CacheRelease::default(),
         })
     }
@@ -489,13 +528,48 @@ impl Segment {
             self.reserved = needed.next_multiple_of(RESERVE_STEP);
             self.file.reserve(self.reserved);
         }
-        self.file.write_parts_at(&[bytemuck::bytes_of(&header), payload], self.file_end)?;
+        let zeros = self.zeros_ahead(needed);
+        self.file.write_parts_at(&[bytemuck::bytes_of(&header), payload, &ZEROS[..zeros]], self.file_end)?;
         self.file_end = needed;
         self.end_position = header.end();
         cost.writes += 1;
         cost.checksum_ns += (checksummed - started).as_nanos() as u64;
         cost.write_ns += checksummed.elapsed().as_nanos() as u64;
         Ok(())
+    }
+
+    /// How many zeros to write after a block that ends at file offset `end`: up to the next
+    /// [`WRITE_AHEAD_STEP`] when writing ahead and the block ends past the zeros written before; else none.
+    fn zeros_ahead(&mut self, end: u64) -> usize {
+        if !self.write_ahead || end <= self.written_ahead {
+            return 0;
+        }
+        self.written_ahead = (end + 1).next_multiple_of(WRITE_AHEAD_STEP);
+        (self.written_ahead - end) as usize
+    }
+
+    /// Whether the file goes on past its last block with zeros written ahead.
+    pub(super) fn has_zeros_ahead(&self) -> bool {
+        self.written_ahead > self.file_end
+    }
+
+    /// Cuts the zeros written ahead of the blocks, if there are any (not synced: see
+    /// [`WRITE_AHEAD_STEP`]'s callers).
+    pub(super) fn cut_zeros_ahead(&mut self) -> io::Result<()> {
+        if self.has_zeros_ahead() {
+            self.file.set_len(self.file_end)?;
+        }
+        self.written_ahead = 0;
+        Ok(())
+    }
+
+    /// The file's length, for reading this handle's blocks: where its blocks end when it wrote zeros
+    /// ahead of them.
+    fn readable_length(&self) -> io::Result<u64> {
+        if self.has_zeros_ahead() {
+            return Ok(self.file_end);
+        }
+        self.file.len()
     }
 
     /// Keeps the page cache this segment holds to about `window` bytes behind its end: with `write_back`
@@ -599,7 +673,9 @@ impl Segment {
     pub(super) fn cut(&mut self, position: i64, scratch: &mut Vec<u8>) -> io::Result<()> {
         self.lower_marks(position)?;
         self.marked_end = None;
-        let file_length = self.file.len()?;
+        let file_length = self.readable_length()?;
+        // Every way on from here sets the file's length (an error fails the recording).
+        self.written_ahead = 0;
         let mut reader = BlockReader::new(self.base_position, self.data_start);
         loop {
             let block_offset = reader.offset;

@@ -531,3 +531,63 @@ fn a_segment_without_sync_marks_is_read_and_appended_to() {
     assert!(report.torn.is_some() && report.damaged.is_none() && recording.end() < end, "{report:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The file lengths of a recording's segments, oldest first.
+fn segment_lengths(recording: &Recording) -> Vec<u64> {
+    let length = |base: &i64| std::fs::metadata(recording.segment_path(*base)).unwrap().len();
+    recording.bases.iter().map(length).collect()
+}
+
+#[test]
+fn zeros_written_ahead_are_written_over_cut_at_a_roll_a_cut_and_a_close_and_a_torn_tail_after_a_crash() {
+    let dir = scratch("write-ahead");
+    let log = log_of(2, 60);
+    let end = log.producer_position();
+    let (mut recording, _) = Recording::open(config(&dir, 8192), IDENTITY).unwrap();
+    recording.set_write_ahead(true);
+    record(&mut recording, &log, 1024, 1024);
+    let ahead = segment_lengths(&recording);
+    assert_eq!(ahead, vec![segment::WRITE_AHEAD_STEP], "the first block wrote zeros ahead of it");
+    record(&mut recording, &log, 4064, 1024);
+    assert_eq!(segment_lengths(&recording), ahead, "blocks written over the zeros: the length stays");
+    record(&mut recording, &log, end, 1024);
+    let lengths = segment_lengths(&recording);
+    assert!(lengths.len() > 2, "8 KiB segments roll: {lengths:?}");
+    let (last, finished) = lengths.split_last().unwrap();
+    assert_eq!(*last, segment::WRITE_AHEAD_STEP, "the segment being written goes on with zeros");
+    assert!(finished.iter().all(|&l| l < 8192 + 1024 + 64), "a roll cuts the zeros: {finished:?}");
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
+
+    // A cut in the last segment (the second term's 55th message), then the log again.
+    let cut = end - 5 * 160;
+    recording.truncate(cut).unwrap();
+    assert!(*segment_lengths(&recording).last().unwrap() < 8192, "the cut cuts the zeros too");
+    assert_eq!(read_all(&recording, 0, cut).unwrap(), log_bytes(&log, 0, cut));
+    record(&mut recording, &log, end, 1024);
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
+
+    // A crash: the zeros stay, and the next open reads them as a torn tail and cuts them.
+    recording.sync().unwrap();
+    let zeros = *segment_lengths(&recording).last().unwrap();
+    drop(recording);
+    let (mut recording, report) = Recording::open(config(&dir, 8192), IDENTITY).unwrap();
+    assert_eq!(recording.end(), end);
+    assert!(report.torn.as_deref().is_some_and(|t| t.contains("zeros where a block would start")), "{report:?}");
+    assert!(report.torn_bytes > 0 && report.torn_bytes < zeros, "{report:?}");
+    assert_eq!((report.damaged, report.repair), (None, None), "zeros are no damage");
+    assert_eq!(read_all(&recording, 0, end).unwrap(), log_bytes(&log, 0, end));
+
+    // A clean close cuts them: the next open finds nothing torn.
+    let more = log_of(3, 60);
+    let further = more.producer_position();
+    recording.set_write_ahead(true);
+    record(&mut recording, &more, further, 1024);
+    assert_eq!(*segment_lengths(&recording).last().unwrap() % segment::WRITE_AHEAD_STEP, 0);
+    recording.cut_zeros_ahead().unwrap();
+    recording.sync().unwrap();
+    drop(recording);
+    let (recording, report) = Recording::open(config(&dir, 8192), IDENTITY).unwrap();
+    assert_eq!((recording.end(), report.torn), (further, None));
+    assert_eq!(read_all(&recording, 0, further).unwrap(), log_bytes(&more, 0, further));
+    let _ = std::fs::remove_dir_all(&dir);
+}
