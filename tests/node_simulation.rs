@@ -135,6 +135,10 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
         for seed in disk_seeds(first) {
             for (seed, sync) in [(seed, SyncPolicy::Batch), (seed ^ (1 << 40), SyncPolicy::None)] {
                 let report = run_disk_with(seed, members, sync, true, true);
+                if report.majority_damaged > 0 {
+                    eprintln!("seed {seed} ({members} members, sync {sync}): a majority repairing at the end");
+                }
+                total.majority_damaged += report.majority_damaged;
                 total.restarts += report.restarts;
                 total.misdirected += report.misdirected;
                 total.repairs += report.repairs;
@@ -147,13 +151,15 @@ fn real_nodes_keep_what_they_acknowledged_through_crashes_power_losses_and_faili
     }
     eprintln!(
         "disk schedule: {} restarts, {} power losses, {} members stopped by a failing disk, {} writes misdirected, \
-         {} restarts repairing a damaged log ({} on damage a replay found), {} entries committed",
+         {} restarts repairing a damaged log ({} on damage a replay found), {} runs ending with a majority \
+         repairing, {} entries committed",
         total.restarts,
         total.power_losses,
         total.stopped_by_disk,
         total.misdirected,
         total.repairs,
         total.damage_restarts,
+        total.majority_damaged,
         total.committed
     );
     if env_u64("QC_NODE_SIM_SEED").is_none() {
@@ -1062,10 +1068,14 @@ fn soak_seed_1796375184919812163_damage_over_the_last_synced_blocks() {
 /// to 332544). Both repair, and refuse to vote for a log less up to date than the one they held: no
 /// leader is elected, which is right (any would lack a committed entry). The simulation now accepts a
 /// run that ends with a majority repairing (`SimReport::majority_damaged`) instead of calling it a stall;
-/// every safety check still runs.
+/// every safety check still runs. Since a member answers an older leader with its term (seed
+/// 1796437342204275117), that seed's run takes another course (the network's draws follow the messages
+/// sent) and ends with no majority repairing; seed 1796438281628544434, found by the soak of 2026-12-05
+/// (1,500 seeds, which prints such seeds), ends so now and stands in for it.
 #[test]
 fn soak_seed_1796384979554427353_a_majority_that_lost_what_it_acknowledged_elects_no_one() {
-    let report = run_disk_with(1_796_384_979_554_427_353, 3, SyncPolicy::Batch, true, true);
+    run_disk_with(1_796_384_979_554_427_353, 3, SyncPolicy::Batch, true, true);
+    let report = run_disk_with(1_796_438_281_628_544_434, 3, SyncPolicy::Batch, true, true);
     assert_eq!(report.majority_damaged, 1, "{report:?}");
 }
 
