@@ -328,6 +328,9 @@ catalogue! {
         write_ns = 516, "recorder write ns";
         /// Nanoseconds in `fdatasync` calls of group commits (wall time, on whichever thread makes them).
         sync_ns = 517, "recorder fsync ns";
+        /// Bytes of zeros written ahead of the blocks (under `batch` while syncs are small, so that the
+        /// blocks' syncs change no file length): each is written to the disk twice.
+        zeros_ahead = 518, "recorder zeros written ahead";
     }
     /// The application's side of the node: what its state machine (or reader) has consumed, and the
     /// newest snapshot it has.

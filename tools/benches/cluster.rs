@@ -519,6 +519,8 @@ struct RecorderCost {
     write_ns_per_byte: f64,
     /// Mean `fdatasync` time, microseconds.
     fsync_us: f64,
+    /// Zeros written ahead of the blocks, per byte written (each is written to the disk twice).
+    zeros_ahead_per_byte: f64,
 }
 
 impl RecorderCost {
@@ -535,6 +537,7 @@ impl RecorderCost {
             checksum_ns_per_byte: per_byte(sum(&|r| r.checksum_ns())),
             write_ns_per_byte: per_byte(sum(&|r| r.write_ns())),
             fsync_us: if fsyncs > 0.0 { sum(&|r| r.sync_ns()) / fsyncs / 1e3 } else { 0.0 },
+            zeros_ahead_per_byte: per_byte(sum(&|r| r.zeros_ahead())),
         }
     }
 
@@ -731,7 +734,7 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
         let all = &r.all;
         result.diagnosis.push(format!(
             "recorders' cost (all three): {:.0} MB/s in {:.0} B writes, checksum {:.3} ns/B, write calls {:.3} ns/B \
-             (wall time), {:.0} fsyncs/s of {:.0} KB, mean fsync {:.0} us",
+             (wall time), {:.0} fsyncs/s of {:.0} KB, mean fsync {:.0} us, zeros written ahead {:.1}% of the bytes",
             all.bytes_per_s / 1e6,
             all.bytes_per_write(),
             all.checksum_ns_per_byte,
@@ -739,6 +742,7 @@ fn saturate(cluster: &mut LoadCluster, settings: &Settings) -> Saturation {
             all.fsyncs_per_s,
             all.bytes_per_fsync().unwrap_or(0.0) / 1e3,
             all.fsync_us,
+            all.zeros_ahead_per_byte * 100.0,
         ));
     }
     result

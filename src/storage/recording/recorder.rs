@@ -143,6 +143,8 @@ pub struct RecorderCounters {
     pub write_ns: Counter,
     /// Nanoseconds in the `fdatasync` calls of group commits.
     pub sync_ns: Counter,
+    /// Bytes of zeros written ahead of the blocks.
+    pub zeros_ahead: Counter,
 }
 
 impl RecorderCounters {
@@ -167,6 +169,7 @@ impl RecorderCounters {
             checksum_ns: allocate(&kinds::recorder::checksum_ns),
             write_ns: allocate(&kinds::recorder::write_ns),
             sync_ns: allocate(&kinds::recorder::sync_ns),
+            zeros_ahead: allocate(&kinds::recorder::zeros_ahead),
         }
     }
 
@@ -651,6 +654,7 @@ impl Recorder {
             self.counters.writes.add(cost.writes as i64);
             self.counters.checksum_ns.add(cost.checksum_ns as i64);
             self.counters.write_ns.add(cost.write_ns as i64);
+            self.counters.zeros_ahead.add(cost.zeros_ahead as i64);
             self.counters.bytes.add(bytes as i64);
             self.counters.position.set(self.recording.end());
             match self.recording.config().sync {

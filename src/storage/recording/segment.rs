@@ -399,6 +399,8 @@ pub struct WriteCost {
     pub checksum_ns: u64,
     /// Nanoseconds in write calls (the copy into the page cache, on the operating system's disk).
     pub write_ns: u64,
+    /// Bytes of zeros written ahead of the blocks (see [`WRITE_AHEAD_STEP`]).
+    pub zeros_ahead: u64,
 }
 
 /// Zeros are written ahead of the blocks this much at a time, when asked (`Segment::write_ahead`).
@@ -533,6 +535,7 @@ impl Segment {
         self.file_end = needed;
         self.end_position = header.end();
         cost.writes += 1;
+        cost.zeros_ahead += zeros as u64;
         cost.checksum_ns += (checksummed - started).as_nanos() as u64;
         cost.write_ns += checksummed.elapsed().as_nanos() as u64;
         Ok(())

@@ -548,6 +548,8 @@ fn zeros_written_ahead_are_written_over_cut_at_a_roll_a_cut_and_a_close_and_a_to
     record(&mut recording, &log, 1024, 1024);
     let ahead = segment_lengths(&recording);
     assert_eq!(ahead, vec![segment::WRITE_AHEAD_STEP], "the first block wrote zeros ahead of it");
+    let first_block_end = segment::MARKED_DATA_START + (BLOCK_HEADER_LENGTH + 1024) as u64;
+    assert_eq!(recording.take_cost().zeros_ahead, segment::WRITE_AHEAD_STEP - first_block_end, "counted");
     record(&mut recording, &log, 4064, 1024);
     assert_eq!(segment_lengths(&recording), ahead, "blocks written over the zeros: the length stays");
     record(&mut recording, &log, end, 1024);
