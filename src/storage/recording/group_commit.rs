@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::segment::{SyncMarks, WRITE_AHEAD_BELOW};
+use super::segment::{SyncMarks, WriteAheadChoice};
 use super::{RecorderCounters, RecordingError};
 use crate::storage::disk::{DiskFile, SharedDisk};
 
@@ -83,7 +83,7 @@ struct Shared {
     idle: Condvar,
     /// Set with the failure, so that the recorder looks at the lock only then.
     failed: AtomicBool,
-    /// The last sync covered fewer log bytes than [`WRITE_AHEAD_BELOW`]: the recorder writes zeros ahead
+    /// The last syncs covered few log bytes (see [`WriteAheadChoice`]): the recorder writes zeros ahead
     /// of its blocks (see `segment::WRITE_AHEAD_STEP`).
     small_syncs: AtomicBool,
 }
@@ -137,7 +137,7 @@ impl GroupCommit {
         }
     }
 
-    /// Whether the last sync covered fewer log bytes than [`WRITE_AHEAD_BELOW`].
+    /// Whether the last syncs covered few enough log bytes to write zeros ahead ([`WriteAheadChoice`]).
     pub(crate) fn syncs_are_small(&self) -> bool {
         self.shared.small_syncs.load(Ordering::Relaxed)
     }
@@ -173,6 +173,7 @@ impl Drop for GroupCommit {
 /// The committer: one request at a time, until stopped or a sync fails.
 fn commit(shared: &Shared, counters: &RecorderCounters) {
     let mut synced = counters.synced_position.get();
+    let mut write_ahead = WriteAheadChoice::default();
     loop {
         let request = {
             let mut state = shared.lock();
@@ -199,7 +200,7 @@ fn commit(shared: &Shared, counters: &RecorderCounters) {
                 counters.sync_ns.add(started.elapsed().as_nanos() as i64);
                 counters.fsyncs.increment();
                 counters.synced_position.set_max(request.end);
-                shared.small_syncs.store(request.end - synced < WRITE_AHEAD_BELOW, Ordering::Relaxed);
+                shared.small_syncs.store(write_ahead.after_sync(request.end - synced), Ordering::Relaxed);
                 synced = synced.max(request.end);
             }
             Err(e) => {
@@ -215,6 +216,7 @@ fn commit(shared: &Shared, counters: &RecorderCounters) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::segment::{SMALL_SYNCS_TO_WRITE_AHEAD, WRITE_AHEAD_BELOW};
     use super::*;
 
     /// A request to sync `file` to `end`.
@@ -223,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sync_covering_fewer_bytes_than_the_write_ahead_bound_says_syncs_are_small_and_a_larger_one_not() {
+    fn syncs_are_small_after_a_run_of_syncs_each_covering_fewer_bytes_than_the_write_ahead_bound() {
         let dir = std::env::temp_dir().join(format!("qc-group-commit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file: Arc<dyn DiskFile> = Arc::from(SharedDisk::os().create(&dir.join("segment")).unwrap());
@@ -231,15 +233,19 @@ mod tests {
         let group_commit = GroupCommit::start(&counters).unwrap();
         assert!(!group_commit.syncs_are_small(), "nothing synced yet");
         let mut end = 0;
-        for (covered, small) in
-            [(4096, true), (WRITE_AHEAD_BELOW, false), (WRITE_AHEAD_BELOW - 1, true), (1 << 20, false)]
-        {
+        let mut sync = |covered: i64| {
             end += covered;
             group_commit.request(request(&file, end));
             group_commit.quiesce().unwrap();
             assert_eq!(counters.synced_position.get(), end);
-            assert_eq!(group_commit.syncs_are_small(), small, "a sync of {covered} bytes");
-        }
+            group_commit.syncs_are_small()
+        };
+        let small = SMALL_SYNCS_TO_WRITE_AHEAD as usize;
+        let run: Vec<bool> = (0..small).map(|_| sync(4096)).collect();
+        assert_eq!(run.iter().filter(|&&s| s).count(), 1, "only the last of a run of small ones: {run:?}");
+        assert!(sync(WRITE_AHEAD_BELOW - 1), "still small");
+        assert!(!sync(WRITE_AHEAD_BELOW), "one large sync ends it");
+        assert!(!sync(4096), "and the run starts again");
         drop(group_commit);
         let _ = std::fs::remove_dir_all(&dir);
     }

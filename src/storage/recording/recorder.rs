@@ -25,7 +25,7 @@ use std::time::Duration;
 use super::catch_up::{self, CatchUpKey, CatchUpRequest, CatchUpServer, Fetched};
 use super::coalescing::{Coalescing, Decision};
 use super::group_commit::GroupCommit;
-use super::segment::WRITE_AHEAD_BELOW;
+use super::segment::WriteAheadChoice;
 use super::{Recording, SyncPolicy, MAX_BLOCK_LENGTH};
 use crate::agent::{Agent, AgentError};
 use crate::cluster::log_switch::SwitchQueue;
@@ -196,6 +196,8 @@ pub struct Recorder {
     /// Under `batch`, the committer thread that syncs while the recorder writes; `None`: the recorder
     /// syncs in its duty cycle.
     group_commit: Option<GroupCommit>,
+    /// Whether to write zeros ahead of the blocks, from what its syncs covered (without a committer).
+    write_ahead: WriteAheadChoice,
     /// The end of the last request made to the committer (or of a sync made here since).
     requested: i64,
     /// What the recorder holds back for a larger write (see `coalescing`).
@@ -246,6 +248,7 @@ impl Recorder {
             compacted_to,
             unsynced: false,
             group_commit: None,
+            write_ahead: WriteAheadChoice::default(),
             requested: recording_end,
             coalescing: Coalescing::default(),
             coalescing_clock: None,
@@ -692,7 +695,8 @@ impl Recorder {
             return Ok(0);
         }
         let covered = self.recording.end() - self.counters.synced_position.get();
-        self.recording.set_write_ahead(covered < WRITE_AHEAD_BELOW);
+        let write_ahead = self.write_ahead.after_sync(covered);
+        self.recording.set_write_ahead(write_ahead);
         self.recording.sync().map_err(AgentError::new)?;
         self.counters.fsyncs.increment();
         self.counters.synced_position.set(self.recording.end());
