@@ -399,7 +399,7 @@ pub struct WriteCost {
     pub checksum_ns: u64,
     /// Nanoseconds in write calls (the copy into the page cache, on the operating system's disk).
     pub write_ns: u64,
-    /// Bytes of zeros written ahead of the blocks (see [`WRITE_AHEAD_STEP`]).
+    /// Bytes of zeros written ahead of the blocks (under `batch` while syncs are small).
     pub zeros_ahead: u64,
 }
 
