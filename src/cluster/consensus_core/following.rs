@@ -159,22 +159,23 @@ impl ConsensusCore {
         self.send(Destination::Member(leader), ack, out);
     }
 
-    /// A leader of a term older than this member's is answered with this member's term (an
-    /// acknowledgement of the newer term, which the leader adopts, stepping down): a member that moved to
-    /// a newer term none of whose messages reached the others (a candidate cut off from them) otherwise
-    /// drops the leader's heartbeats as stale, while its canvasses are refused by members that hear the
-    /// leader, and it never rejoins. etcd's raft answers a stale append the same way under pre-vote. Found
-    /// by the node simulator: seed 1796437342204275117.
+    /// A leader of a term older than this member's is answered with this member's term, which the leader
+    /// adopts, stepping down: a member that moved to a newer term none of whose messages reached the
+    /// others (a candidate cut off from them) otherwise drops the leader's heartbeats as stale, while its
+    /// canvasses are refused by members that hear the leader, and it never rejoins. etcd's raft answers a
+    /// stale append the same way under pre-vote. Found by the node simulator: seed 1796437342204275117.
+    ///
+    /// The answer is a refused canvass, never an acknowledgement: delivered late, to a member that has
+    /// since become leader of this member's term, an acknowledgement would count this member's log as
+    /// held in that term without the match that makes it so (the membership simulation found that: seeds
+    /// 500574 and 501639 committed on a minority); a refusal changes no count.
     fn answer_older_leader(&self, leader: MemberId, leadership_term_id: i64, out: &mut Vec<Output>) {
         if leadership_term_id >= self.term {
             return;
         }
-        let ack = Message::AppendPosition {
-            leadership_term_id: self.term,
-            log_position: self.append_position,
-            commit_position: self.commit_position,
-        };
-        self.send(Destination::Member(leader), ack, out);
+        let answer =
+            Message::CanvassReply { leadership_term_id: self.term, candidate_term_id: self.term, granted: false };
+        self.send(Destination::Member(leader), answer, out);
     }
 
     fn send_term_query(&self, leader: MemberId, out: &mut Vec<Output>) {

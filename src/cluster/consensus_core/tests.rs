@@ -520,26 +520,42 @@ fn stale_duplicate_and_foreign_messages_are_counted_and_dropped() {
     let counters = member.counters();
     assert_eq!((counters.non_member, counters.stale_term, counters.malformed, counters.unexpected), (1, 1, 1, 1));
     // The stale leader's message is not acted on; it is answered with the newer term (see the test after).
-    assert_eq!(sent(&out), vec![(Destination::Member(2), append_ack(5, 0))], "{out:?}");
+    assert_eq!(sent(&out), vec![(Destination::Member(2), refusal(5))], "{out:?}");
     assert_eq!(member.leadership_term_id(), 5);
+}
+
+/// The answer to a leader of a term older than `term`: a refused canvass of `term`.
+fn refusal(term: i64) -> Message {
+    Message::CanvassReply { leadership_term_id: term, candidate_term_id: term, granted: false }
 }
 
 #[test]
 fn a_member_in_a_newer_term_answers_an_older_leaders_heartbeat_and_the_leader_steps_down() {
     // Member 2 stood in term 2 while cut off (no request of term 2 reached anyone); member 1 leads term 1.
     let mut leader = elected_leader();
-    let mut member = core_with(2, 2, Some(2), &[], 0, 0);
+    // Its log holds 500 bytes of term 1 that no leader of term 2 has matched.
+    let mut member = core_with(2, 2, Some(2), &[(1, 0)], 500, 0);
     let mut out = Vec::new();
     for heartbeat in [Message::CommitPosition { leadership_term_id: 1, log_position: 0 }, announcement(1, 0, 1, 0, 0)] {
         out.clear();
         member.on_message(1, heartbeat, 1001 * MS, &mut out);
-        assert_eq!(sent(&out), vec![(Destination::Member(1), append_ack(2, 0))], "{heartbeat:?}");
+        assert_eq!(sent(&out), vec![(Destination::Member(1), refusal(2))], "{heartbeat:?}");
         assert_eq!(member.leadership_term_id(), 2, "an older term is never adopted");
     }
     let (_, answer) = sent(&out)[0];
     leader.on_message(2, answer, 1001 * MS, &mut Vec::new());
     assert_eq!((leader.role(), leader.leadership_term_id()), (Role::Follower, 2));
     assert_eq!(leader.take_step_down(), Some(StepDown::NewerTerm { leadership_term_id: 2 }));
+    // Delivered late, to a member that leads the answering member's term by then, it counts for nothing.
+    // (An acknowledgement of 500 there would make a majority with the leader's own 600 of term 2.)
+    let mut leader = core_with(1, 1, None, &[], 0, 0);
+    win(&mut leader, &mut Vec::new());
+    assert_eq!(leader.leadership_term_id(), 2);
+    leader.on_append_position(2, 600, 1002 * MS, &mut Vec::new());
+    let commit = leader.commit_position();
+    assert_eq!(commit, 0);
+    leader.on_message(2, answer, 1002 * MS, &mut Vec::new());
+    assert_eq!((leader.role(), leader.leadership_term_id(), leader.commit_position()), (Role::Leader, 2, commit));
     // A leader of the member's own term is not answered so.
     out.clear();
     member.on_message(3, Message::CommitPosition { leadership_term_id: 2, log_position: 0 }, 1002 * MS, &mut out);
