@@ -341,7 +341,12 @@ fn a_seed_replays_exactly() {
 /// 2's log was not up to date enough to win. A member whose removal is uncommitted now stands.
 #[test]
 fn regression_membership_seed_32_a_member_being_removed_stands() {
-    let config = SimConfig { membership: true, ..SimConfig::for_seed(32) };
+    run_membership_seed(32);
+}
+
+/// Runs `seed` with membership changes; panics with the property it broke, if it broke one.
+fn run_membership_seed(seed: u64) {
+    let config = SimConfig { membership: true, ..SimConfig::for_seed(seed) };
     if let Err(violation) = Simulation::new(config).run() {
         panic!("{violation}");
     }
@@ -356,10 +361,7 @@ fn regression_membership_seed_32_a_member_being_removed_stands() {
 #[test]
 fn regression_membership_seeds_500574_and_501639_a_commit_taken_from_a_follower_is_no_count() {
     for seed in [500_574, 501_639] {
-        let config = SimConfig { membership: true, ..SimConfig::for_seed(seed) };
-        if let Err(violation) = Simulation::new(config).run() {
-            panic!("{violation}");
-        }
+        run_membership_seed(seed);
     }
 }
 
@@ -373,8 +375,5 @@ fn regression_membership_seeds_500574_and_501639_a_commit_taken_from_a_follower_
 /// The checker now asks exactly that of each configuration (`check_held_at`).
 #[test]
 fn regression_membership_seed_506439_an_entry_committed_under_a_configuration_cut_away_stays_safe() {
-    let config = SimConfig { membership: true, ..SimConfig::for_seed(506_439) };
-    if let Err(violation) = Simulation::new(config).run() {
-        panic!("{violation}");
-    }
+    run_membership_seed(506_439);
 }

@@ -172,7 +172,6 @@ impl Drop for GroupCommit {
 
 /// The committer: one request at a time, until stopped or a sync fails.
 fn commit(shared: &Shared, counters: &RecorderCounters) {
-    let mut synced = counters.synced_position.get();
     let mut write_ahead = WriteAheadChoice::default();
     loop {
         let request = {
@@ -199,9 +198,9 @@ fn commit(shared: &Shared, counters: &RecorderCounters) {
             Ok(()) => {
                 counters.sync_ns.add(started.elapsed().as_nanos() as i64);
                 counters.fsyncs.increment();
+                let covered = request.end - counters.synced_position.get();
                 counters.synced_position.set_max(request.end);
-                shared.small_syncs.store(write_ahead.after_sync(request.end - synced), Ordering::Relaxed);
-                synced = synced.max(request.end);
+                shared.small_syncs.store(write_ahead.after_sync(covered), Ordering::Relaxed);
             }
             Err(e) => {
                 state.failure = Some(e.to_string());

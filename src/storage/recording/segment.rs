@@ -572,12 +572,12 @@ impl Segment {
     }
 
     /// Whether the file goes on past its last block with zeros written ahead.
-    pub(super) fn has_zeros_ahead(&self) -> bool {
+    fn has_zeros_ahead(&self) -> bool {
         self.written_ahead > self.file_end
     }
 
-    /// Cuts the zeros written ahead of the blocks, if there are any (not synced: see
-    /// [`WRITE_AHEAD_STEP`]'s callers).
+    /// Cuts the zeros written ahead of the blocks, if there are any. Not synced: a roll syncs the segment
+    /// after it, a clean close syncs the recording.
     pub(super) fn cut_zeros_ahead(&mut self) -> io::Result<()> {
         if self.has_zeros_ahead() {
             self.file.set_len(self.file_end)?;
