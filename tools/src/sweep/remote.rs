@@ -53,6 +53,11 @@ pub struct ClientProcess {
     pub wait: bool,
     /// The one CPU it runs on; `None`: any of this process's.
     pub core: Option<usize>,
+    /// It runs under `SCHED_IDLE`: on a core it shares with the cluster's threads, it takes only the time
+    /// they leave, and a cluster thread that wakes runs at once instead of waiting out the client's slice.
+    /// The client stands in for a process on another host; where it must share a core (2 cores), this keeps
+    /// its CPU from delaying the cluster it measures. Its own CPU time is counted either way.
+    pub idle_priority: bool,
 }
 
 /// One load of a client process.
@@ -204,7 +209,7 @@ impl ClientProcess {
     pub fn find(built: &str) -> Result<Self, String> {
         let binary = PathBuf::from(built);
         if binary.is_file() {
-            return Ok(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None });
+            return Ok(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None, idle_priority: false });
         }
         Self::next_to_current_exe().ok_or_else(|| {
             format!(
@@ -219,7 +224,7 @@ impl ClientProcess {
     pub fn next_to_current_exe() -> Option<Self> {
         let exe = std::env::current_exe().ok()?;
         let binary = exe.parent()?.parent()?.join("qc-client");
-        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None })
+        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None, idle_priority: false })
     }
 
     fn command(&self) -> Command {
@@ -236,13 +241,21 @@ impl ClientProcess {
             }
             None => crate::hiccup::process_cpus(),
         };
-        if let Some(cpus) = cpus {
-            // SAFETY: the closure runs in the child between fork and exec; it makes one system call, which is
-            // async-signal-safe, on a set copied into the closure, and neither allocates nor takes a lock.
+        let idle_priority = self.idle_priority;
+        if cpus.is_some() || idle_priority {
+            // SAFETY: the closure runs in the child between fork and exec; it makes at most two system calls,
+            // which are async-signal-safe, on values copied into the closure, and neither allocates nor takes
+            // a lock.
             unsafe {
                 command.pre_exec(move || {
-                    // Best effort: a child left on the harness's core still runs, only slower.
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpus);
+                    // Best effort: a child left on the harness's core, or at normal priority, still runs.
+                    if let Some(cpus) = &cpus {
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpus);
+                    }
+                    if idle_priority {
+                        let param = libc::sched_param { sched_priority: 0 };
+                        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+                    }
                     Ok(())
                 });
             }
