@@ -209,7 +209,7 @@ impl ClientProcess {
     pub fn find(built: &str) -> Result<Self, String> {
         let binary = PathBuf::from(built);
         if binary.is_file() {
-            return Ok(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None, idle_priority: false });
+            return Ok(Self::at(binary));
         }
         Self::next_to_current_exe().ok_or_else(|| {
             format!(
@@ -224,7 +224,13 @@ impl ClientProcess {
     pub fn next_to_current_exe() -> Option<Self> {
         let exe = std::env::current_exe().ok()?;
         let binary = exe.parent()?.parent()?.join("qc-client");
-        binary.is_file().then_some(Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None, idle_priority: false })
+        binary.is_file().then(|| Self::at(binary))
+    }
+
+    /// The client at `binary`, run with its defaults: its own idle strategy, no linger, no wait, on any of
+    /// this process's cores, at normal priority.
+    fn at(binary: PathBuf) -> Self {
+        Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None, idle_priority: false }
     }
 
     fn command(&self) -> Command {
