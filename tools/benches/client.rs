@@ -266,7 +266,7 @@ const SENDER_IDLE_BESIDE_CLIENT: &str = "backoff:10,0,1us,1ms";
 /// process shares the Sender's core, else the default.
 fn sender_idle(cli: &Cli, client: &ClientProcess) -> IdleStrategyConfig {
     cli.sender_idle.unwrap_or_else(|| {
-        if shares_senders_core(client.core) {
+        if client.core.is_some() && client.core == Layout::for_host().sender {
             SENDER_IDLE_BESIDE_CLIENT.parse().expect("a valid idle strategy")
         } else {
             IdleStrategyConfig::default()
@@ -661,11 +661,6 @@ fn mtu_json(r: &MtuResult) -> Value {
     })
 }
 
-/// True when a client process on `core` shares the leader Sender's core (the 2-core layout).
-fn shares_senders_core(core: Option<usize>) -> bool {
-    core.is_some() && core == Layout::for_host().sender
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(bad) = cli.rho.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
@@ -674,17 +669,14 @@ fn main() -> ExitCode {
     }
     let settings = Settings::new(cli.quick);
     let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
-        Ok(client) => {
-            let core = cli.client_core.or_else(|| Layout::for_host().client_core());
-            ClientProcess {
-                idle: cli.client_idle,
-                linger: Duration::from_micros(cli.client_linger_us),
-                wait: cli.client_wait,
-                core,
-                idle_priority: cli.client_sched_idle,
-                ..client
-            }
-        }
+        Ok(client) => ClientProcess {
+            idle: cli.client_idle,
+            linger: Duration::from_micros(cli.client_linger_us),
+            wait: cli.client_wait,
+            core: cli.client_core.or_else(|| Layout::for_host().client_core()),
+            sched_idle: cli.client_sched_idle,
+            ..client
+        },
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
@@ -705,7 +697,7 @@ fn main() -> ExitCode {
         client.binary.display(),
         client_idle_name(&client),
         client.core.map_or_else(|| "on any core".to_string(), |c| format!("on core {c}")),
-        if client.idle_priority { " under SCHED_IDLE" } else { "" },
+        if client.sched_idle { " under SCHED_IDLE" } else { "" },
         quorumcast::agent::available_cores()
     );
     println!("layout: {layout}");

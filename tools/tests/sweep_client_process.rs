@@ -25,7 +25,7 @@ fn the_tiny_sweep_takes_its_points_from_a_client_process() {
         linger: std::time::Duration::ZERO,
         wait: false,
         core: None,
-        idle_priority: false,
+        sched_idle: false,
     };
     let options = SweepOptions {
         profile: Profile::tiny(),

@@ -57,7 +57,7 @@ pub struct ClientProcess {
     /// they leave, and a cluster thread that wakes runs at once instead of waiting out the client's slice.
     /// The client stands in for a process on another host; where it must share a core (2 cores), this keeps
     /// its CPU from delaying the cluster it measures. Its own CPU time is counted either way.
-    pub idle_priority: bool,
+    pub sched_idle: bool,
 }
 
 /// One load of a client process.
@@ -230,7 +230,7 @@ impl ClientProcess {
     /// The client at `binary`, run with its defaults: its own idle strategy, no linger, no wait, on any of
     /// this process's cores, at normal priority.
     fn at(binary: PathBuf) -> Self {
-        Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None, idle_priority: false }
+        Self { binary, idle: None, linger: Duration::ZERO, wait: false, core: None, sched_idle: false }
     }
 
     fn command(&self) -> Command {
@@ -247,8 +247,8 @@ impl ClientProcess {
             }
             None => crate::hiccup::process_cpus(),
         };
-        let idle_priority = self.idle_priority;
-        if cpus.is_some() || idle_priority {
+        let sched_idle = self.sched_idle;
+        if cpus.is_some() || sched_idle {
             // SAFETY: the closure runs in the child between fork and exec; it makes at most two system calls,
             // which are async-signal-safe, on values copied into the closure, and neither allocates nor takes
             // a lock.
@@ -258,7 +258,7 @@ impl ClientProcess {
                     if let Some(cpus) = &cpus {
                         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpus);
                     }
-                    if idle_priority {
+                    if sched_idle {
                         let param = libc::sched_param { sched_priority: 0 };
                         libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
                     }
