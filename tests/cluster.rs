@@ -83,6 +83,41 @@ fn check_typed_counters(nodes: &[Node], commit: i64) {
     assert!(nodes[1].stats().receiver().acknowledgements_sent() > 0, "a follower acknowledges what it receives");
 }
 
+/// Each member replaces the log file its first term took with a spare made off its consensus thread, and
+/// says so in its counters: the spare is ready again, two were made (the first at start), and no term
+/// began without one.
+///
+/// The spares are made at idle priority: the loop sleeps when idle (a yield would keep its core from them),
+/// and the deadline allows for the other tests of this binary keeping both cores busy meanwhile.
+#[test]
+fn every_member_has_a_spare_log_ready_again_after_its_first_term() {
+    let scratch = ScratchDir::new("cluster-spares");
+    let mut nodes = start(&scratch, false);
+    run(&mut nodes, 1_000);
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    while !nodes.iter().all(|n| n.stats().log_files().spare_ready() == 1) {
+        assert!(std::time::Instant::now() < deadline, "the spares were not made in 600 s");
+        let mut work = 0;
+        for node in nodes.iter_mut() {
+            work += node.invoke().unwrap();
+            work += node.poll_committed(64, |_| {});
+        }
+        if work == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    for node in &nodes {
+        let stats = node.stats();
+        let files = stats.log_files();
+        assert_eq!(files.spares_made(), 2, "member {}: the first spare and its replacement", node.id());
+        assert_eq!(files.terms_without_spare(), 0, "member {}", node.id());
+        assert_eq!(files.spare_ready(), stats.labelled("log spare ready"));
+    }
+    for node in nodes {
+        node.close().unwrap();
+    }
+}
+
 #[test]
 fn three_nodes_commit_through_loss_duplication_and_reordering() {
     let scratch = ScratchDir::new("cluster-faults");

@@ -52,6 +52,10 @@ pub(super) struct NodeCounters {
     pub(super) refused_acks: Counter,
     pub(super) follower_commit: Counter,
     pub(super) consensus: ConsensusCounters,
+    /// Spare log files: one ready (0 or 1), made, and terms that found none (`LogFileStats`).
+    pub(super) spare_ready: Counter,
+    pub(super) spares_made: Counter,
+    pub(super) terms_without_spare: Counter,
 }
 
 impl NodeCounters {
@@ -74,6 +78,9 @@ impl NodeCounters {
             refused_acks: allocate(&kinds::membership::acknowledgements_refused),
             follower_commit: allocate(&kinds::membership::follower_commit_position),
             consensus: ConsensusCounters::new(allocate),
+            spare_ready: allocate(&kinds::log_files::spare_ready),
+            spares_made: allocate(&kinds::log_files::spares_made),
+            terms_without_spare: allocate(&kinds::log_files::terms_without_spare),
         }
     }
 }
@@ -227,6 +234,10 @@ impl Wiring {
     fn make_spare_now(&mut self) {
         let (length, path) = self.next_spare();
         self.ready = Region::create_file(&path, length, true).ok().map(|region| (path, region));
+        if self.ready.is_some() {
+            self.counters.spares_made.get_and_add(1);
+            self.counters.spare_ready.set(1);
+        }
     }
 
     /// Makes the next spare: on a thread of its own, or on this one with [`LogFiles::Inline`] (where it
@@ -250,9 +261,16 @@ impl Wiring {
     fn make_spare(&mut self) {
         let (length, path) = self.next_spare();
         let (done, made) = mpsc::channel();
+        // Written by the spare's thread and this one: `spares_made` with atomic adds; `spare_ready` set to 1
+        // there before the spare is sent, to 0 here once it is received and taken, so never at once.
+        let (ready, made_count) = (self.counters.spare_ready.clone(), self.counters.spares_made.clone());
         let spawned = crate::agent::background::spawn("log-spare", move || {
             let region =
                 Region::create_file_paced(&path, length, SPARE_PACING).map_err(|e| format!("{}: {e}", path.display()));
+            if region.is_ok() {
+                made_count.get_and_add(1);
+                ready.set(1);
+            }
             drop(done.send(region.map(|r| (path, r))));
         });
         if let Some(previous) = self.spare_thread.take() {
@@ -267,6 +285,7 @@ impl Wiring {
     fn take_spare(&mut self, file: &std::path::Path) -> Option<Arc<Region>> {
         if let Some((path, region)) = self.ready.take() {
             self.spare_due = true;
+            self.counters.spare_ready.set(0);
             std::fs::rename(&path, file).ok()?;
             return Some(region);
         }
@@ -278,6 +297,7 @@ impl Wiring {
         };
         self.spare = None;
         self.spare_due = true;
+        self.counters.spare_ready.set(0);
         let (path, region) = made.ok()?;
         std::fs::rename(&path, file).ok()?;
         Some(region)
@@ -318,6 +338,9 @@ impl Wiring {
     ) -> Result<Leadership, NodeError> {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
+        if spare.is_none() {
+            self.counters.terms_without_spare.increment();
+        }
         let config = &self.config;
         let session_id = session_id_for(config.id, leadership_term_id);
         // Drawn as before the session id stopped using it, so that every simulated seed replays as it did.
@@ -424,6 +447,9 @@ impl Wiring {
         self.images_made += 1;
         let image_path = self.directory.join(format!("image-{}.log", self.images_made));
         let spare_image = self.take_spare(&image_path).map(|region| SpareImage { path: image_path, region });
+        if spare_image.is_none() {
+            self.counters.terms_without_spare.increment();
+        }
         let config = &self.config;
         let me = config.me();
         let leader = self

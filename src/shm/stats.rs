@@ -402,6 +402,19 @@ catalogue! {
         /// Opens and messages refused while an operator suspended the cluster (`qc-cluster suspend`).
         suspended_refused = 626, "client records refused while suspended";
     }
+    /// Log files: the spare each member keeps ready so that a new term (its leader's log, a follower's
+    /// image) need not make one in its path.
+    log_files: LogFileStats {
+        /// 1 while a spare log file is ready for the next term, 0 while none is (taken by a term, and the
+        /// next not made yet: a term begun now would make its own). A tool waiting for a member to be
+        /// settled after a term change waits for 1.
+        spare_ready = 800, "log spare ready";
+        /// Spare log files made, reserved and written (at start on the consensus thread, then off it).
+        spares_made = 801, "log spares made";
+        /// Terms that found no spare ready (a leader's log or a follower's image): made in the term's
+        /// path, tens of milliseconds for a large log.
+        terms_without_spare = 802, "log terms begun without a spare";
+    }
 }
 
 /// One kind of node counter.

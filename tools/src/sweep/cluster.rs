@@ -51,6 +51,10 @@ use super::SweepError;
 /// How long the harness waits for a cluster to come up or drain.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long a new cluster waits for its members' spare log files before it is measured (see
+/// [`LoadCluster::warm_up`]): about 0.5 s after a term settles where a core is free some of the time.
+pub const SPARE_WAIT: Duration = Duration::from_secs(3);
+
 /// Which core each thread of the harness runs on, and which agents the harness runs itself.
 ///
 /// Invariant: busy-spinning threads never outnumber the host's cores. The Sender busy-spins (`noop`) only
@@ -753,13 +757,43 @@ impl LoadCluster {
         Ok(cluster)
     }
 
-    /// Waits for every follower's image, then commits one message everywhere.
+    /// Waits for every follower's image, commits one message everywhere, then waits until every member
+    /// has made the spare log file that replaces the one its first term took.
+    ///
+    /// Why the last wait: the members make their spares off their agents' threads, but on a host with
+    /// no core free of the agents they still share one with the harness or the Sender. Measured on the
+    /// AMD guest of 2026-12-05 (perf sched of the sweep): at idle priority the three spares took 3-4 s
+    /// on cores the agents kept busy, and while they were runnable there, a thread woken on those cores
+    /// (the wake probe) waited for the tick (p99 0.9-1.8 ms against 45-77 us without them). A point
+    /// measures the cluster settled, as one runs between terms, not its start. Where the agents spin on
+    /// every core, an idle-priority thread may not get one for long: after [`SPARE_WAIT`] the sweep goes
+    /// on, with a warning that says so.
     fn warm_up(&mut self) -> Result<(), SweepError> {
         self.drive("the followers make an image of the leader's log", SETTLE_TIMEOUT, |c| {
             Ok(c.stats()[1..].iter().all(|s| s.receiver().images() >= 1))
         })?;
         self.drive("the leader's ingress takes a first message", SETTLE_TIMEOUT, |c| c.offer())?;
-        self.drain(SETTLE_TIMEOUT)
+        self.drain(SETTLE_TIMEOUT)?;
+        let spares_ready = |c: &Self| c.stats().iter().map(|s| s.log_files().spare_ready() == 1).collect::<Vec<_>>();
+        let until = std::time::Instant::now() + SPARE_WAIT;
+        while !spares_ready(self).iter().all(|&r| r) && std::time::Instant::now() < until {
+            self.failure()?;
+            // Sleeps rather than yields when idle: the harness's core is the one the spares' threads can
+            // have (a yield keeps it from them: they run at idle priority).
+            if self.poll(|_| {}) == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        if !spares_ready(self).iter().all(|&r| r) {
+            let waiting: Vec<String> =
+                spares_ready(self).iter().enumerate().filter(|(_, &r)| !r).map(|(i, _)| i.to_string()).collect();
+            self.warnings.push(format!(
+                "after {SPARE_WAIT:?}, member(s) {} still make their spare log file (idle priority, on cores the \
+                 agents keep busy): the first points overlap it",
+                waiting.join(", ")
+            ));
+        }
+        Ok(())
     }
 
     /// Runs harness cycles (yielding after one that found no work) until `done` holds: an error naming
