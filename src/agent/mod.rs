@@ -21,7 +21,6 @@
 //!   for the owner ([`AgentRunner::status`], [`AgentRunner::failure`], [`AgentRunner::join`]): no thread dies
 //!   silently. [`AgentError::Terminate`] stops it cleanly instead.
 
-pub(crate) mod background;
 mod composite;
 mod invoker;
 mod layout;

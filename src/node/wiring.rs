@@ -250,21 +250,21 @@ impl Wiring {
     }
 
     /// Starts making the next spare log file on a housekeeping thread
-    /// ([`background`](crate::agent::background): the process's cores, `SCHED_IDLE`), its pages reserved and
+    /// ([`housekeeping`](crate::housekeeping): the process's cores, `SCHED_IDLE`), its pages reserved and
     /// written in bursts ([`SPARE_PACING`]). Made at once, a 48 MiB spare's page
     /// faults hold a core for about 17 ms (the test host), and on the sweep the three members' spares,
     /// made as their first term settled, stalled the pinned harness thread inside the first latency point
     /// (found with `perf record` of the point: three `log-spare` threads in `Region::create_file`'s faults
     /// while the harness had no sample for 12.2 ms); paced in 1 MiB bursts at nice 10 on the spawner's
     /// core, they still made 66 of the harness's 72 cycles over 1 ms in a latency point (see the module
-    /// docs of `background`).
+    /// docs of `housekeeping`).
     fn make_spare(&mut self) {
         let (length, path) = self.next_spare();
         let (done, made) = mpsc::channel();
         // Written by the spare's thread and this one: `spares_made` with atomic adds; `spare_ready` set to 1
         // there before the spare is sent, to 0 here once it is received and taken, so never at once.
         let (ready, made_count) = (self.counters.spare_ready.clone(), self.counters.spares_made.clone());
-        let spawned = crate::agent::background::spawn("log-spare", move || {
+        let spawned = crate::housekeeping::spawn("log-spare", move || {
             let region =
                 Region::create_file_paced(&path, length, SPARE_PACING).map_err(|e| format!("{}: {e}", path.display()));
             if region.is_ok() {

@@ -145,7 +145,7 @@ impl Region {
     /// a yield between (the reservation as well as the writes): the page allocations (each a page
     /// allocated and zeroed by the kernel: about 17 ms for 48 MiB of `/dev/shm` on the test host) come as
     /// short bursts that leave the cores to the agents between them, not as one stall of whichever core
-    /// the calling thread shares. For a housekeeping thread (`agent::background`).
+    /// the calling thread shares. For a housekeeping thread (`housekeeping`).
     pub fn create_file_paced(path: &Path, length: usize, pacing: Pacing) -> io::Result<Arc<Self>> {
         let region = Self::create_reserved(path, length, Some(pacing))?;
         let buffer = AtomicBuffer::new(Arc::clone(&region));

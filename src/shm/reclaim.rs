@@ -7,7 +7,7 @@
 //! saw a new leader's first commit up to 14 ms late: three members' old logs unmapped in one poll).
 //!
 //! A mapping at least [`DEFERRED_MIN_LENGTH`] long is therefore handed to one thread of the process,
-//! started on first use, which unmaps it beside the agents (`agent::background`: on
+//! started on first use, which unmaps it beside the agents (`housekeeping`: on
 //! the process's cores, `SCHED_IDLE`, so that an agent woken on its core preempts it inside the unmap at
 //! the kernel's next `cond_resched`). Smaller ones are unmapped at once.
 //!
@@ -63,7 +63,7 @@ pub fn unmapped() -> u64 {
 
 fn start() -> Option<Sender<(Instant, MmapMut)>> {
     let (unmapper, retired) = mpsc::channel::<(Instant, MmapMut)>();
-    let spawned = crate::agent::background::spawn("qc-unmap", move || {
+    let spawned = crate::housekeeping::spawn("qc-unmap", move || {
         for (handed_over, map) in retired {
             std::thread::sleep((handed_over + UNMAP_DELAY).saturating_duration_since(Instant::now()));
             drop(map);

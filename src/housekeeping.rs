@@ -65,8 +65,9 @@ fn run_beside_agents() {
 #[cfg(not(target_os = "linux"))]
 fn run_beside_agents() {}
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests {
+    #![cfg(target_os = "linux")]
     use super::*;
 
     #[test]
