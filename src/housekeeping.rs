@@ -67,7 +67,6 @@ fn run_beside_agents() {}
 
 #[cfg(test)]
 mod tests {
-    #![cfg(target_os = "linux")]
     use super::*;
 
     #[test]
