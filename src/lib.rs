@@ -100,8 +100,6 @@
 pub mod event_log;
 #[doc(hidden)]
 pub mod frame;
-/// Housekeeping threads beside the agents (see the module).
-pub(crate) mod housekeeping;
 #[doc(hidden)]
 pub mod setting;
 

@@ -87,8 +87,8 @@ fn check_typed_counters(nodes: &[Node], commit: i64) {
 /// says so in its counters: the spare is ready again, two were made (the first at start), and no term
 /// began without one.
 ///
-/// The spares are made at idle priority: the loop sleeps when idle (a yield would keep its core from them),
-/// and the deadline allows for the other tests of this binary keeping both cores busy meanwhile.
+/// The spares are made at a lowered priority: the loop sleeps when idle, and the deadline allows for the
+/// other tests of this binary keeping both cores busy meanwhile.
 #[test]
 fn every_member_has_a_spare_log_ready_again_after_its_first_term() {
     let scratch = ScratchDir::new("cluster-spares");

@@ -3,7 +3,7 @@
 //! Read from the `use` lines and paths of every file under `src/` (comments and doc links aside: a doc
 //! may point up to the layer that uses a type; unit tests aside: like integration tests, they may drive
 //! the whole crate). Layers, bottom first: the foundation (`frame`,
-//! `event_log`, `setting`, `housekeeping`), `shm`, `agent`, `media`, `cluster`, `client`, `storage`, `node`.
+//! `event_log`, `setting`), `shm`, `agent`, `media`, `cluster`, `client`, `storage`, `node`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first; a module may import its own layer and those before it.
 const LAYERS: &[&[&str]] = &[
-    &["frame", "event_log", "setting", "housekeeping"],
+    &["frame", "event_log", "setting"],
     &["shm"],
     &["agent"],
     &["media"],

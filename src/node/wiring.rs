@@ -28,7 +28,7 @@ use crate::media::time_split::TimeSplitCounters;
 use crate::media::transport::faulty::{FaultConfig, Faulty};
 use crate::media::transport::{Network, Udp};
 use crate::shm::buffer::AtomicBuffer;
-use crate::shm::buffer::{Pacing, Region};
+use crate::shm::buffer::Region;
 use crate::shm::counters::{Counter, CountersManager};
 use crate::shm::log_buffer::descriptor::log_length;
 use crate::shm::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfig, LogError};
@@ -92,11 +92,12 @@ type SpareLog = Result<(PathBuf, Arc<Region>), String>;
 /// (see [`Wiring::make_spare_if_due`]): the first commits of a new term come in its first milliseconds.
 const SPARE_DEFERRAL_MIN_NS: u64 = 100_000_000;
 
-/// How the thread making a spare log file spreads its page allocations: bursts of 64 KiB (16 pages,
-/// 0.04-0.27 ms here), a yield between two. With the file reserved in one call (15-17 ms for 48 MiB) and
-/// its pages written in 1 MiB bursts 1 ms apart at nice 10 on the spawner's core, one running when an
-/// agent woke on that core kept the core until it ended or the tick came (AMD guest of 2026-12-05).
-const SPARE_PACING: Pacing = Pacing { chunk: 64 << 10 };
+/// Bytes of a spare log file whose pages the thread making it writes in one burst (256 pages: about
+/// 0.35 ms of page faults on the test host).
+const SPARE_TOUCH_CHUNK: usize = 1 << 20;
+
+/// The sleep between two bursts: a 48 MiB spare is ready about 65 ms after it is begun.
+const SPARE_TOUCH_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The longest the spare taken by a term waits to be replaced when the term does not settle.
 const SPARE_DEFERRAL_MAX_NS: u64 = 500_000_000;
@@ -249,24 +250,24 @@ impl Wiring {
         }
     }
 
-    /// Starts making the next spare log file on a housekeeping thread
-    /// ([`housekeeping`](crate::housekeeping): the process's cores, `SCHED_IDLE`), its pages reserved and
-    /// written in bursts ([`SPARE_PACING`]). Made at once, a 48 MiB spare's page
-    /// faults hold a core for about 17 ms (the test host), and on the sweep the three members' spares,
-    /// made as their first term settled, stalled the pinned harness thread inside the first latency point
-    /// (found with `perf record` of the point: three `log-spare` threads in `Region::create_file`'s faults
-    /// while the harness had no sample for 12.2 ms); paced in 1 MiB bursts at nice 10 on the spawner's
-    /// core, they still made 66 of the harness's 72 cycles over 1 ms in a latency point (see the module
-    /// docs of `housekeeping`).
+    /// Starts making the next spare log file on a thread of its own, at a lowered priority, its pages
+    /// written in [`SPARE_TOUCH_CHUNK`] bursts [`SPARE_TOUCH_PAUSE`] apart. Made at once, a 48 MiB spare's
+    /// page faults hold a core for about 17 ms (the test host), and on the sweep the three members'
+    /// spares, made as their first term settled, stalled the pinned harness thread inside the first
+    /// latency point (found with `perf record` of the point: three `log-spare` threads in
+    /// `Region::create_file`'s faults while the harness had no sample for 12.2 ms).
     fn make_spare(&mut self) {
         let (length, path) = self.next_spare();
         let (done, made) = mpsc::channel();
         // Written by the spare's thread and this one: `spares_made` with atomic adds; `spare_ready` set to 1
         // there before the spare is sent, to 0 here once it is received and taken, so never at once.
         let (ready, made_count) = (self.counters.spare_ready.clone(), self.counters.spares_made.clone());
-        let spawned = crate::housekeeping::spawn("log-spare", move || {
-            let region =
-                Region::create_file_paced(&path, length, SPARE_PACING).map_err(|e| format!("{}: {e}", path.display()));
+        let spawned = std::thread::Builder::new().name("log-spare".into()).spawn(move || {
+            crate::shm::reclaim::lower_priority();
+            let region = Region::create_file(&path, length, false).map_err(|e| format!("{}: {e}", path.display()));
+            if let Ok(region) = &region {
+                region.touch_pages_paced(SPARE_TOUCH_CHUNK, SPARE_TOUCH_PAUSE);
+            }
             if region.is_ok() {
                 made_count.get_and_add(1);
                 ready.set(1);

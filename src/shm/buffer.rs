@@ -44,24 +44,6 @@ pub struct Region {
     map: ManuallyDrop<MmapMut>,
 }
 
-/// How a housekeeping thread spreads page allocations over time: bursts of `chunk` bytes (rounded up to
-/// whole pages), with a `sched_yield` between two, so that a thread of the process's agents that is
-/// runnable on the same core takes it back after one burst at most. A sleep between bursts, as before,
-/// spent more CPU in its wake-ups than the bursts themselves (a 48 MiB file in 64 KiB bursts 200 us
-/// apart: 65-83 ms of CPU, against 32-34 ms with yields, on the AMD guest of 2026-12-05).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pacing {
-    /// Bytes per burst.
-    pub chunk: usize,
-}
-
-impl Pacing {
-    /// The burst in bytes: whole pages, at least one.
-    fn chunk(self) -> usize {
-        self.chunk.next_multiple_of(PAGE_LENGTH).max(PAGE_LENGTH)
-    }
-}
-
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: `map` is taken once, here, as the region is dropped, and is not used after.
@@ -82,34 +64,14 @@ fn touch_pages(buffer: &AtomicBuffer, start: usize, end: usize) {
 /// system (a full `/dev/shm`) is an error here, naming the file and the size, and never a `SIGBUS` on
 /// the first write into a sparse page of the mapping later. File systems that cannot preallocate
 /// (`EOPNOTSUPP`) keep the sparse file: their pages are then reserved on first touch only.
-///
-/// With a [`Pacing`], the blocks are reserved `chunk` bytes at a time, yielding between (on
-/// `/dev/shm` each reserved block is a page allocated and zeroed now: one call for a 48 MiB file held
-/// a core for 4 ms and more on the AMD guest of 2026-12-05).
-fn reserve(file: &File, length: usize, pacing: Option<Pacing>) -> io::Result<()> {
-    let Some(pacing) = pacing else {
-        return reserve_range(file, 0, length, length);
-    };
-    for start in (0..length).step_by(pacing.chunk()) {
-        if start > 0 {
-            std::thread::yield_now();
-        }
-        let end = (start + pacing.chunk()).min(length);
-        reserve_range(file, start, end - start, length)?;
-    }
-    Ok(())
-}
-
-/// Reserves `len` bytes of `file` from `offset` (see [`reserve`]); `length` is the whole file's, named
-/// in the error.
-fn reserve_range(file: &File, offset: usize, len: usize, length: usize) -> io::Result<()> {
+fn reserve(file: &File, length: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+    let Ok(len) = libc::off_t::try_from(length) else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{length} bytes is too large to map")));
     };
     // SAFETY: `posix_fallocate` reads only its integer arguments; the descriptor is owned by `file`, which
     // outlives the call.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), offset, len) };
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
     match rc {
         0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
         libc::ENOSPC => Err(io::Error::new(
@@ -134,30 +96,6 @@ impl Region {
     /// When `pre_touch` is true every page is written once now, so that the first use on the hot path
     /// does not take a page fault.
     pub fn create_file(path: &Path, length: usize, pre_touch: bool) -> io::Result<Arc<Self>> {
-        let region = Self::create_reserved(path, length, None)?;
-        if pre_touch {
-            touch_pages(&AtomicBuffer::new(Arc::clone(&region)), 0, length);
-        }
-        Ok(region)
-    }
-
-    /// [`create_file`](Self::create_file) with every page written, in bursts of `pacing.chunk` bytes with
-    /// a yield between (the reservation as well as the writes): the page allocations (each a page
-    /// allocated and zeroed by the kernel: about 17 ms for 48 MiB of `/dev/shm` on the test host) come as
-    /// short bursts that leave the cores to the agents between them, not as one stall of whichever core
-    /// the calling thread shares. For a housekeeping thread (`housekeeping`).
-    pub fn create_file_paced(path: &Path, length: usize, pacing: Pacing) -> io::Result<Arc<Self>> {
-        let region = Self::create_reserved(path, length, Some(pacing))?;
-        let buffer = AtomicBuffer::new(Arc::clone(&region));
-        for start in (0..length).step_by(pacing.chunk()) {
-            std::thread::yield_now();
-            touch_pages(&buffer, start, (start + pacing.chunk()).min(length));
-        }
-        Ok(region)
-    }
-
-    /// Creates the file at `path`, `length` bytes reserved (paced or not), and maps it.
-    fn create_reserved(path: &Path, length: usize, pacing: Option<Pacing>) -> io::Result<Arc<Self>> {
         // A file already at `path` is unlinked, never truncated: a mapping of it (a reader still on an
         // earlier log of the same name) keeps its pages, where a truncation would make it fault (SIGBUS).
         match std::fs::remove_file(path) {
@@ -166,12 +104,32 @@ impl Region {
         }
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
         file.set_len(length as u64)?;
-        if let Err(e) = reserve(&file, length, pacing) {
+        if let Err(e) = reserve(&file, length) {
             // Leave no sparse file behind: a later write into it would be the SIGBUS this call prevents.
             let _ = std::fs::remove_file(path);
             return Err(e);
         }
-        Self::map_file(&file)
+        let region = Self::map_file(&file)?;
+        if pre_touch {
+            touch_pages(&AtomicBuffer::new(Arc::clone(&region)), 0, length);
+        }
+        Ok(region)
+    }
+
+    /// Writes every page of the region once, `chunk` bytes at a time with a sleep of `pause` after each, so
+    /// that the page faults (each a page allocated and zeroed by the kernel: about 17 ms for 48 MiB of
+    /// `/dev/shm` on the test host) come as short bursts that leave the cores to the agents between them,
+    /// not as one stall of whichever core the calling thread shares. For a background thread.
+    pub fn touch_pages_paced(self: &Arc<Self>, chunk: usize, pause: std::time::Duration) {
+        let buffer = AtomicBuffer::new(Arc::clone(self));
+        let chunk = chunk.next_multiple_of(PAGE_LENGTH).max(PAGE_LENGTH);
+        let length = self.map.len();
+        for start in (0..length).step_by(chunk) {
+            if start > 0 {
+                std::thread::sleep(pause);
+            }
+            touch_pages(&buffer, start, (start + chunk).min(length));
+        }
     }
 
     /// Maps an existing file at `path`, shared, read and write.
@@ -649,20 +607,12 @@ mod tests {
     }
 
     #[test]
-    fn a_paced_file_has_every_page_reserved_and_resident() {
+    fn paced_touching_makes_every_page_resident() {
         let dir = std::env::temp_dir().join(format!("qc-buffer-paced-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let length = 9 * PAGE_LENGTH + 100;
-        let pacing = Pacing { chunk: 2 * PAGE_LENGTH };
-        let region = Region::create_file_paced(&dir.join("region"), length, pacing).unwrap();
-        let metadata = std::fs::metadata(dir.join("region")).unwrap();
-        assert_eq!(metadata.len(), length as u64);
-        // Reserved, not sparse: every block of the file is allocated (512-byte units, as `stat` counts).
-        assert!(
-            std::os::unix::fs::MetadataExt::blocks(&metadata) * 512 >= length as u64,
-            "blocks {} for {length} bytes",
-            std::os::unix::fs::MetadataExt::blocks(&metadata)
-        );
+        let region = Region::create_file(&dir.join("region"), length, false).unwrap();
+        region.touch_pages_paced(2 * PAGE_LENGTH, std::time::Duration::ZERO);
         let pages = length.div_ceil(PAGE_LENGTH);
         let mut resident = vec![0u8; pages];
         // SAFETY: the range is the region's own mapping, page aligned, and `resident` has a byte per page.

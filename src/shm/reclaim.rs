@@ -7,9 +7,8 @@
 //! saw a new leader's first commit up to 14 ms late: three members' old logs unmapped in one poll).
 //!
 //! A mapping at least [`DEFERRED_MIN_LENGTH`] long is therefore handed to one thread of the process,
-//! started on first use, which unmaps it beside the agents (`housekeeping`: on
-//! the process's cores, `SCHED_IDLE`, so that an agent woken on its core preempts it inside the unmap at
-//! the kernel's next `cond_resched`). Smaller ones are unmapped at once.
+//! started on first use, which unmaps it at a lowered priority (nice 10: it yields the cores to
+//! the agents, and still progresses when they are all busy). Smaller ones are unmapped at once.
 //!
 //! The thread unmaps each mapping [`UNMAP_DELAY`] after it was handed over, not at once: an unmap holds
 //! the process's `mmap_lock` for its milliseconds, and a term change, when old logs retire, is also when
@@ -34,6 +33,9 @@ pub const DEFERRED_MIN_LENGTH: usize = 1 << 20;
 
 /// How long after it is handed over the background thread unmaps a mapping (see the module docs).
 pub const UNMAP_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The background thread's nice value (Linux: per thread).
+const NICE: libc::c_int = 10;
 
 static UNMAPPER: OnceLock<Option<Sender<(Instant, MmapMut)>>> = OnceLock::new();
 
@@ -63,7 +65,8 @@ pub fn unmapped() -> u64 {
 
 fn start() -> Option<Sender<(Instant, MmapMut)>> {
     let (unmapper, retired) = mpsc::channel::<(Instant, MmapMut)>();
-    let spawned = crate::housekeeping::spawn("qc-unmap", move || {
+    let spawned = std::thread::Builder::new().name("qc-unmap".into()).spawn(move || {
+        lower_priority();
         for (handed_over, map) in retired {
             std::thread::sleep((handed_over + UNMAP_DELAY).saturating_duration_since(Instant::now()));
             drop(map);
@@ -72,6 +75,19 @@ fn start() -> Option<Sender<(Instant, MmapMut)>> {
     });
     spawned.ok().map(|_| unmapper)
 }
+
+/// Lowers the calling thread's priority to nice 10: for work beside the agents that must not take their
+/// cores from them (this module's unmapping, the making of a spare log file).
+#[cfg(target_os = "linux")]
+pub(crate) fn lower_priority() {
+    // SAFETY: `setpriority` reads only its integer arguments; on Linux `PRIO_PROCESS` with `who == 0` sets
+    // the calling thread's nice value. A failure leaves the priority as it was, which is harmless.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) };
+}
+
+/// See the Linux version: elsewhere the priority stays as it is.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn lower_priority() {}
 
 #[cfg(test)]
 mod tests {

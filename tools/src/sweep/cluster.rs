@@ -52,8 +52,7 @@ use super::SweepError;
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long a new cluster waits for its members' spare log files before it is measured (see
-/// `LoadCluster::warm_up`): the quick sweep took 164 s with the wait against 158 s without it (AMD guest,
-/// 2026-12-05), and no cluster needed all of it.
+/// `LoadCluster::warm_up`): no cluster of the quick sweep needed all of it (AMD guest, 2026-12-05).
 pub const SPARE_WAIT: Duration = Duration::from_secs(3);
 
 /// Which core each thread of the harness runs on, and which agents the harness runs itself.
@@ -762,13 +761,14 @@ impl LoadCluster {
     /// has made the spare log file that replaces the one its first term took.
     ///
     /// Why the last wait: the members make their spares off their agents' threads, but on a host with
-    /// no core free of the agents they still share one with the harness or the Sender. Measured on the
-    /// AMD guest of 2026-12-05 (perf sched of the sweep): at idle priority the three spares took 3-4 s
-    /// on cores the agents kept busy, and while they were runnable there, a thread woken on those cores
-    /// (the wake probe) waited for the tick (p99 0.9-1.8 ms against 45-77 us without them). A point
-    /// measures the cluster settled, as one runs between terms, not its start. Where the agents spin on
-    /// every core, an idle-priority thread may not get one for long: after [`SPARE_WAIT`] the sweep goes
-    /// on, with a warning that says so.
+    /// no core free of the agents they still share one with the harness or the Sender, and they are made
+    /// a few hundred milliseconds after a new cluster's first term settles, inside its first points.
+    /// Measured on the AMD guest of 2026-12-05 (a probe logging each harness cycle over 1 ms beside
+    /// `perf record` of the core): the three `log-spare` threads held the harness's core in 62 of its 71
+    /// cycles over 1 ms in an in-process point at rho 0.1 (13 of them a whole 4 ms tick). A point
+    /// measures the cluster settled, as it runs between terms, not its start: the quick sweep's tail
+    /// target was met at 27 of 36 points with this wait against 14 without it. After [`SPARE_WAIT`] the
+    /// sweep goes on, with a warning that says so.
     fn warm_up(&mut self) -> Result<(), SweepError> {
         self.drive("the followers make an image of the leader's log", SETTLE_TIMEOUT, |c| {
             Ok(c.stats()[1..].iter().all(|s| s.receiver().images() >= 1))
@@ -779,8 +779,7 @@ impl LoadCluster {
         let until = std::time::Instant::now() + SPARE_WAIT;
         while !spares_ready(self).iter().all(|&r| r) && std::time::Instant::now() < until {
             self.failure()?;
-            // Sleeps rather than yields when idle: the harness's core is the one the spares' threads can
-            // have (a yield keeps it from them: they run at idle priority).
+            // Sleeps rather than yields when idle: the harness's core is one the spares' threads can have.
             if self.poll(|_| {}) == 0 {
                 std::thread::sleep(Duration::from_micros(200));
             }
@@ -789,8 +788,8 @@ impl LoadCluster {
             let waiting: Vec<String> =
                 spares_ready(self).iter().enumerate().filter(|(_, &r)| !r).map(|(i, _)| i.to_string()).collect();
             self.warnings.push(format!(
-                "after {SPARE_WAIT:?}, member(s) {} still make their spare log file (idle priority, on cores the \
-                 agents keep busy): the first points overlap it",
+                "after {SPARE_WAIT:?}, member(s) {} still make their spare log file (on cores the agents keep \
+                 busy): the first points overlap it",
                 waiting.join(", ")
             ));
         }
