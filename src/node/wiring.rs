@@ -267,8 +267,6 @@ impl Wiring {
             let region = Region::create_file(&path, length, false).map_err(|e| format!("{}: {e}", path.display()));
             if let Ok(region) = &region {
                 region.touch_pages_paced(SPARE_TOUCH_CHUNK, SPARE_TOUCH_PAUSE);
-            }
-            if region.is_ok() {
                 made_count.get_and_add(1);
                 ready.set(1);
             }

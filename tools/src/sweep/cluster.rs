@@ -775,22 +775,26 @@ impl LoadCluster {
         })?;
         self.drive("the leader's ingress takes a first message", SETTLE_TIMEOUT, |c| c.offer())?;
         self.drain(SETTLE_TIMEOUT)?;
-        let spares_ready = |c: &Self| c.stats().iter().map(|s| s.log_files().spare_ready() == 1).collect::<Vec<_>>();
+        // The members without a spare ready.
+        let waiting = |c: &Self| -> Vec<String> {
+            let stats = c.stats();
+            (0..stats.len()).filter(|&i| stats[i].log_files().spare_ready() != 1).map(|i| i.to_string()).collect()
+        };
         let until = std::time::Instant::now() + SPARE_WAIT;
-        while !spares_ready(self).iter().all(|&r| r) && std::time::Instant::now() < until {
+        let mut left = waiting(self);
+        while !left.is_empty() && std::time::Instant::now() < until {
             self.failure()?;
             // Sleeps rather than yields when idle: the harness's core is one the spares' threads can have.
             if self.poll(|_| {}) == 0 {
                 std::thread::sleep(Duration::from_micros(200));
             }
+            left = waiting(self);
         }
-        if !spares_ready(self).iter().all(|&r| r) {
-            let waiting: Vec<String> =
-                spares_ready(self).iter().enumerate().filter(|(_, &r)| !r).map(|(i, _)| i.to_string()).collect();
+        if !left.is_empty() {
             self.warnings.push(format!(
                 "after {SPARE_WAIT:?}, member(s) {} still make their spare log file (on cores the agents keep \
                  busy): the first points overlap it",
-                waiting.join(", ")
+                left.join(", ")
             ));
         }
         Ok(())
