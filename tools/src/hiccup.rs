@@ -19,10 +19,12 @@
 //!
 //! Two things do run during every point, because they cost almost nothing:
 //!
-//! - [`WakeProbe`]: one thread that sleeps [`WAKE_INTERVAL_NS`] at a time and records how late it woke,
-//!   as jHiccup does. It is asleep nearly all the time (a wake-up a millisecond, a few microseconds of
-//!   CPU each), so it does not take a core from the agents; what it sees is how long the host keeps a
-//!   runnable thread waiting: the same stalls that delay a message, measured over the same window.
+//! - [`WakeProbe`]: threads that sleep [`WAKE_INTERVAL_NS`] at a time and record how late they woke, as
+//!   jHiccup does: one free to run anywhere (jHiccup's), and one pinned to each core at real-time
+//!   priority, which sees the stalls of a core a busy agent holds. They are asleep nearly all the time (a
+//!   wake-up a millisecond, a few microseconds of CPU each), so they do not take a core from the agents;
+//!   what they see is how long the host keeps a runnable thread waiting: the same stalls that delay a
+//!   message, measured over the same window.
 //! - [`HostCpu`]: `/proc/stat`'s busy ticks against this process's own (`/proc/self/stat`), so that a
 //!   point can say how much CPU other processes took while it ran.
 
@@ -395,70 +397,183 @@ impl Default for WakeRecord {
     }
 }
 
-/// A thread that sleeps [`WAKE_INTERVAL_NS`] at a time, from [`start`](Self::start) until
-/// [`stop`](Self::stop), and records how late it woke (see [`WakeRecord`]).
+/// Threads that sleep [`WAKE_INTERVAL_NS`] at a time, from [`start`](Self::start) until
+/// [`stop`](Self::stop), and record how late they woke (see [`WakeRecord`]): one that may run on any CPU
+/// of the process, and one pinned to each of those CPUs at real-time priority.
 ///
 /// Each sleep is relative (`clock_nanosleep(CLOCK_MONOTONIC, 0, 1 ms)`), timed from just before the call,
 /// as jHiccup's `Thread.sleep` is: after a 5 ms stall the next sleep starts afresh, and the correction
 /// fills in the four wake-ups the stall swallowed. Absolute deadlines would replay them as four
 /// immediate returns of decreasing lateness, and with the correction count the stall twice.
 ///
-/// The thread asks for a timer slack of 1 ns (Linux's default, 50 us, would wake it up to 50 us late on
-/// a quiet host and hide small stalls), and may run on any CPU the process may, not on the core of the
-/// thread that started it (the sweep's harness thread is pinned).
+/// Why both kinds. The thread free to run anywhere (jHiccup's) is woken on whichever core the scheduler
+/// picks, which is the idle one: a stall of the core a busy agent holds (the kernel's own threads, such
+/// as a memory-monitoring `kdamond`, run there for milliseconds) is one it does not see, yet every
+/// message through that agent waits it out. A thread pinned to each core sees that core's stalls; at
+/// `SCHED_FIFO` priority it takes the core from any ordinary thread the moment it wakes, so what keeps
+/// it waiting is what no thread of this process could have got past either: the hypervisor not running
+/// the virtual CPU, interrupts, and kernel work that does not yield (this kernel's own threads, and the
+/// kernel side of a system call in progress). At ordinary priority a pinned thread would also wait for
+/// this process's own busy threads, so where the kernel refuses real-time priority (no
+/// `CAP_SYS_NICE`) the pinned thread still runs but says so ([`CoreWakeRecord::realtime`]) and the
+/// host's stalls are read from the free thread alone ([`WakeRecords::host_stalls`]).
+///
+/// Each thread asks for a timer slack of 1 ns (Linux's default, 50 us, would wake it up to 50 us late on
+/// a quiet host and hide small stalls). Costs: a wake-up a millisecond per thread, a few microseconds of
+/// CPU each; on a core a busy agent holds, a real-time wake-up preempts it for about as long.
 #[derive(Debug)]
 pub struct WakeProbe {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<WakeRecord>>,
+    any_core: Option<JoinHandle<(WakeRecord, bool)>>,
+    cores: Vec<(usize, JoinHandle<(WakeRecord, bool)>)>,
+}
+
+/// What one pinned thread of a [`WakeProbe`] recorded.
+#[derive(Debug, Clone)]
+pub struct CoreWakeRecord {
+    /// The core it was pinned to.
+    pub core: usize,
+    /// Whether it ran at real-time priority (`SCHED_FIFO`); if not, its lateness includes this
+    /// process's own threads on that core.
+    pub realtime: bool,
+    /// How late it woke.
+    pub record: WakeRecord,
+}
+
+/// What a [`WakeProbe`]'s threads recorded.
+#[derive(Debug, Clone, Default)]
+pub struct WakeRecords {
+    /// The thread that could run on any CPU of the process.
+    pub any_core: WakeRecord,
+    /// The pinned threads, one per core (empty where they could not be started).
+    pub cores: Vec<CoreWakeRecord>,
+}
+
+impl WakeRecords {
+    /// Whether a pinned thread ran on every core at real-time priority.
+    pub fn every_core_realtime(&self) -> bool {
+        !self.cores.is_empty() && self.cores.iter().all(|c| c.realtime)
+    }
+
+    /// The records to read the host's stalls from: the pinned threads' when every one of them ran at
+    /// real-time priority (a stall of any core the pipeline runs on is the host's), else the free
+    /// thread's alone.
+    pub fn host_stalls(&self) -> Vec<&WakeRecord> {
+        if self.every_core_realtime() {
+            self.cores.iter().map(|c| &c.record).collect()
+        } else {
+            vec![&self.any_core]
+        }
+    }
 }
 
 impl WakeProbe {
-    /// Starts the thread; the error when it cannot be spawned.
+    /// Starts the threads; the error when the free one cannot be spawned (a pinned one that cannot is
+    /// left out).
     ///
-    /// Returns once the thread runs its loop, so that the window a caller measures next is covered from
-    /// its start: on a busy host a new thread may wait milliseconds for its first time on a CPU, and a
-    /// short window would otherwise end before the probe began. Since the loop checks for
-    /// [`stop`](Self::stop) only after each sleep, the record holds at least one wake-up.
+    /// Returns once every thread runs its loop, so that the window a caller measures next is covered
+    /// from its start: on a busy host a new thread may wait milliseconds for its first time on a CPU,
+    /// and a short window would otherwise end before the probe began. Since each loop checks for
+    /// [`stop`](Self::stop) only after each sleep, each record holds at least one wake-up.
     pub fn start() -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let running = Arc::new(Barrier::new(2));
-        let started = Arc::clone(&running);
-        let thread = std::thread::Builder::new().name("wake-probe".into()).spawn(move || {
+        let cpus = process_cpu_list();
+        let running = Arc::new(Barrier::new(2 + cpus.len()));
+        // The first thread: no other waits at the barrier yet if it cannot start.
+        let any_core = spawn_sleeper("wake-probe", &stop, &running, || {
             unpin_current_thread();
-            set_timer_slack_ns(1);
-            let mut record = WakeRecord::new();
-            started.wait();
-            loop {
-                let before = Instant::now();
-                sleep_interval();
-                record.record_sleep(before.elapsed().as_nanos() as u64);
-                if flag.load(Ordering::Relaxed) {
-                    return record;
-                }
-            }
+            false
         })?;
+        let mut cores = Vec::with_capacity(cpus.len());
+        let mut missing = 0;
+        for core in cpus {
+            let name = format!("wake-probe-{core}");
+            let spawned = spawn_sleeper(&name, &stop, &running, move || {
+                quorumcast::agent::pin_current_thread(core).is_ok() && set_realtime_priority()
+            });
+            match spawned {
+                Ok(thread) => cores.push((core, thread)),
+                Err(_) => missing += 1,
+            }
+        }
+        // A thread that could not be spawned never reaches the barrier: stand in for it.
+        for _ in 0..missing {
+            let running = Arc::clone(&running);
+            std::thread::spawn(move || running.wait());
+        }
         running.wait();
-        Ok(Self { stop, thread: Some(thread) })
+        Ok(Self { stop, any_core: Some(any_core), cores })
     }
 
-    /// Stops the thread (after its current sleep, within one interval and its lateness) and returns
-    /// what it recorded (empty if it panicked).
-    pub fn stop(mut self) -> WakeRecord {
-        self.halt().unwrap_or_default()
+    /// Stops the threads (after their current sleeps, within one interval and its lateness) and returns
+    /// what they recorded (an empty record for one that panicked).
+    pub fn stop(mut self) -> WakeRecords {
+        self.halt()
     }
 
-    fn halt(&mut self) -> Option<WakeRecord> {
+    fn halt(&mut self) -> WakeRecords {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.take()?.join().ok()
+        let any_core = self.any_core.take().and_then(|t| t.join().ok()).unwrap_or_default().0;
+        let cores = self
+            .cores
+            .drain(..)
+            .map(|(core, t)| {
+                let (record, realtime) = t.join().unwrap_or_default();
+                CoreWakeRecord { core, realtime, record }
+            })
+            .collect();
+        WakeRecords { any_core, cores }
     }
 }
 
 impl Drop for WakeProbe {
-    /// A probe dropped without [`stop`](Self::stop) (an error of the point) still ends its thread.
+    /// A probe dropped without [`stop`](Self::stop) (an error of the point) still ends its threads.
     fn drop(&mut self) {
         let _ = self.halt();
     }
+}
+
+/// Spawns a thread named `name` that runs `setup` (its result is handed back with the record), waits at
+/// `running`, then sleeps and records until `stop`.
+fn spawn_sleeper(
+    name: &str,
+    stop: &Arc<AtomicBool>,
+    running: &Arc<Barrier>,
+    setup: impl FnOnce() -> bool + Send + 'static,
+) -> std::io::Result<JoinHandle<(WakeRecord, bool)>> {
+    let (stop, running) = (Arc::clone(stop), Arc::clone(running));
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        let set = setup();
+        set_timer_slack_ns(1);
+        let mut record = WakeRecord::new();
+        running.wait();
+        loop {
+            let before = Instant::now();
+            sleep_interval();
+            record.record_sleep(before.elapsed().as_nanos() as u64);
+            if stop.load(Ordering::Relaxed) {
+                return (record, set);
+            }
+        }
+    })
+}
+
+/// Puts the calling thread in `SCHED_FIFO` at the highest real-time priority (above any agent an
+/// operator runs at real-time priority); false when the kernel refuses (no `CAP_SYS_NICE`, or a
+/// real-time budget of 0).
+fn set_realtime_priority() -> bool {
+    // SAFETY: reads only its integer argument.
+    let highest = unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) };
+    let param = libc::sched_param { sched_priority: highest.max(1) };
+    // SAFETY: `param` is a valid sched_param that outlives the call; 0 names the calling thread.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
+/// The CPUs this process may run on, as core numbers (empty when the kernel does not say).
+fn process_cpu_list() -> Vec<usize> {
+    let Some(cpus) = process_cpus() else { return Vec::new() };
+    // SAFETY: CPU_ISSET reads one bit of a valid set, at an index below its size.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &cpus) }).collect()
 }
 
 /// Sleeps [`WAKE_INTERVAL_NS`] on the monotonic clock, relative to now; a signal may end it early.
@@ -611,11 +726,23 @@ mod tests {
     fn the_wake_probe_stops_and_hands_back_its_record() {
         let probe = WakeProbe::start().unwrap();
         std::thread::sleep(Duration::from_millis(5));
-        let record = probe.stop();
-        // However late the host woke it, it woke at least once (start waits for its loop, which checks
-        // for the stop after each sleep), and every recorded value is a wake-up or one it swallowed.
-        assert!(record.wakeups >= 1);
-        assert!(record.late_ns.len() >= record.wakeups);
+        let records = probe.stop();
+        // One pinned thread per core of the process, each on its own core.
+        let cores: Vec<usize> = records.cores.iter().map(|c| c.core).collect();
+        assert_eq!(cores, process_cpu_list());
+        // However late the host woke them, each woke at least once (start waits for every loop, which
+        // checks for the stop after each sleep), and every recorded value is a wake-up or one it swallowed.
+        for record in std::iter::once(&records.any_core).chain(records.cores.iter().map(|c| &c.record)) {
+            assert!(record.wakeups >= 1);
+            assert!(record.late_ns.len() >= record.wakeups);
+        }
+        // The host's stalls are read from the pinned threads only when all ran at real-time priority.
+        let read = records.host_stalls();
+        if records.every_core_realtime() {
+            assert_eq!(read.len(), records.cores.len());
+        } else {
+            assert!(read.len() == 1 && std::ptr::eq(read[0], &records.any_core));
+        }
         // Dropped without stop: the thread still ends (the test would hang on a leak only at exit).
         drop(WakeProbe::start().unwrap());
     }

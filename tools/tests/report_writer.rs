@@ -10,9 +10,9 @@ use hdrhistogram::Histogram;
 use quorumcast_tools::budget::{SeedInputs, SenderBudget, SenderWindow};
 use quorumcast_tools::hiccup::{CoreHiccups, Hiccups};
 use quorumcast_tools::report::{
-    link_latest, write_point_histograms, write_report, AgentDutyCycles, CProbe, ConfigResult, CycleQuantiles, Host,
-    OtherCpu, Percentiles, PointHistograms, PointResult, ReportError, SProbe, SProbeEntry, SweepReport, WakeLateness,
-    C_ALONE, C_SHARED, LATEST, NS_PER_US,
+    link_latest, write_point_histograms, write_report, AgentDutyCycles, CProbe, ConfigResult, CoreLateness,
+    CycleQuantiles, Host, OtherCpu, Percentiles, PointHistograms, PointResult, ReportError, SProbe, SProbeEntry,
+    SweepReport, WakeLateness, C_ALONE, C_SHARED, LATEST, NS_PER_US,
 };
 use serde_json::Value;
 
@@ -132,7 +132,16 @@ fn config(
 /// A wake probe's figures: how late a 1 ms sleeper woke, p99, p99.9 and max (us).
 fn wake_probe(p99: f64, p999: f64, max: f64) -> WakeLateness {
     let late_us = Percentiles { p50: 4.0, p90: p99 / 2.0, p99, p999, max, mean: 6.0, stddev: 9.0 };
-    WakeLateness { interval_us: 1000.0, wakeups: 1450, recorded: 1462, late_us }
+    let core = |core, late_us| CoreLateness { core, realtime: true, wakeups: 725, late_us };
+    WakeLateness {
+        interval_us: 1000.0,
+        wakeups: 1450,
+        recorded: 1462,
+        late_us,
+        reference: "every core".into(),
+        any_core_us: Some(Percentiles { p99: p99 / 3.0, ..late_us }),
+        cores: vec![core(0, Percentiles { p99: p99 / 2.0, ..late_us }), core(1, late_us)],
+    }
 }
 
 /// A synthetic sweep of the given configurations (MTU, idle, msg) and rho points.

@@ -28,9 +28,9 @@ use hdrhistogram::Histogram;
 
 pub use hgrm::{format_hgrm, write_hgrm, TICKS_PER_HALF_DISTANCE};
 pub use schema::{
-    AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, LateStage, OtherCpu, Percentiles,
-    PointFlags, PointResult, SProbe, SProbeEntry, SweepReport, TailTarget, WakeLateness, C_ALONE, C_SHARED,
-    OTHER_CPU_FLAG_SHARE, OTHER_CPU_MIN_TICKS, SATURATED_BELOW, TAIL_TARGET_MAX_RHO, TAIL_TARGET_P50_FACTOR,
+    AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CoreLateness, CycleQuantiles, Host, LateStage, OtherCpu,
+    Percentiles, PointFlags, PointResult, SProbe, SProbeEntry, SweepReport, TailTarget, WakeLateness, C_ALONE,
+    C_SHARED, OTHER_CPU_FLAG_SHARE, OTHER_CPU_MIN_TICKS, SATURATED_BELOW, TAIL_TARGET_MAX_RHO, TAIL_TARGET_P50_FACTOR,
 };
 
 /// Histogram units per reported microsecond: the sweep records nanoseconds.

@@ -301,29 +301,78 @@ pub const TAIL_TARGET_MAX_RHO: f64 = 0.5;
 /// latency p50s.
 pub const TAIL_TARGET_P50_FACTOR: f64 = 3.0;
 
-/// What the wake probe (a thread sleeping 1 ms at a time, see [`crate::hiccup::WakeProbe`]) saw during a
-/// point: how late it woke.
+/// What the wake probe (threads sleeping 1 ms at a time, see [`crate::hiccup::WakeProbe`]) saw during a
+/// point: how late they woke.
+///
+/// Invariant: `late_us` is, percentile by percentile, the worst of the threads the host's stalls are
+/// read from ([`crate::hiccup::WakeRecords::host_stalls`]): every core's pinned real-time thread, or the
+/// free thread alone where real-time priority was refused; `reference` names which.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WakeLateness {
     /// The sleep asked for each time, and the correction's expected interval, us (1000).
     pub interval_us: f64,
-    /// Times the thread woke during the point.
+    /// Times the threads read for `late_us` woke during the point, together.
     pub wakeups: u64,
-    /// Values in `late_us`: the wake-ups plus, for each one late by k intervals, the k it swallowed
-    /// (recorded with the expected-interval correction, as jHiccup does).
+    /// Values in their histograms: the wake-ups plus, for each one late by k intervals, the k it
+    /// swallowed (recorded with the expected-interval correction, as jHiccup does).
     pub recorded: u64,
-    /// How late it woke, us: the host's stalls as a runnable thread saw them, over the point's window.
+    /// How late they woke, us: the host's stalls as a runnable thread saw them, over the point's window.
+    pub late_us: Percentiles,
+    /// Where `late_us` comes from: `every core` (the pinned real-time threads) or `any core` (the free
+    /// thread). Reports from before the pinned threads read `any core`.
+    #[serde(default = "any_core")]
+    pub reference: String,
+    /// The free thread's lateness (the one jHiccup runs: woken wherever the scheduler puts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub any_core_us: Option<Percentiles>,
+    /// Each core's pinned thread.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cores: Vec<CoreLateness>,
+}
+
+fn any_core() -> String {
+    "any core".into()
+}
+
+/// What one core's pinned wake-probe thread saw during a point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoreLateness {
+    /// The core.
+    pub core: usize,
+    /// Whether the thread ran at real-time priority (else its lateness includes this process's threads).
+    pub realtime: bool,
+    /// Its wake-ups.
+    pub wakeups: u64,
+    /// How late it woke, us.
     pub late_us: Percentiles,
 }
 
 impl WakeLateness {
-    /// The report's form of a probe's record (histogram in ns).
-    pub fn from_record(record: &crate::hiccup::WakeRecord) -> Self {
+    /// The report's form of a probe's records (histograms in ns).
+    pub fn from_records(records: &crate::hiccup::WakeRecords) -> Self {
+        let stalls = records.host_stalls();
+        let late_us = stalls
+            .iter()
+            .map(|r| Percentiles::from_histogram(&r.late_ns, 1000.0))
+            .reduce(|a, b| a.worst(&b))
+            .unwrap_or_else(|| Percentiles::from_histogram(&records.any_core.late_ns, 1000.0));
         Self {
             interval_us: crate::hiccup::WAKE_INTERVAL_NS as f64 / 1000.0,
-            wakeups: record.wakeups,
-            recorded: record.late_ns.len(),
-            late_us: Percentiles::from_histogram(&record.late_ns, 1000.0),
+            wakeups: stalls.iter().map(|r| r.wakeups).sum(),
+            recorded: stalls.iter().map(|r| r.late_ns.len()).sum(),
+            late_us,
+            reference: if records.every_core_realtime() { "every core".into() } else { any_core() },
+            any_core_us: Some(Percentiles::from_histogram(&records.any_core.late_ns, 1000.0)),
+            cores: records
+                .cores
+                .iter()
+                .map(|c| CoreLateness {
+                    core: c.core,
+                    realtime: c.realtime,
+                    wakeups: c.record.wakeups,
+                    late_us: Percentiles::from_histogram(&c.record.late_ns, 1000.0),
+                })
+                .collect(),
         }
     }
 }
@@ -535,6 +584,21 @@ impl Percentiles {
             stddev: round3(stddev / div),
         }
     }
+
+    /// Field by field, the larger of `self` and `other`: the worst of two threads' distributions. Of
+    /// two cores' stalls, the share of time either was late by more than `x` is at least the larger
+    /// share, so this is a lower bound on what a pipeline that needs both cores meets.
+    pub fn worst(&self, other: &Self) -> Self {
+        Self {
+            p50: self.p50.max(other.p50),
+            p90: self.p90.max(other.p90),
+            p99: self.p99.max(other.p99),
+            p999: self.p999.max(other.p999),
+            max: self.max.max(other.max),
+            mean: self.mean.max(other.mean),
+            stddev: self.stddev.max(other.stddev),
+        }
+    }
 }
 
 /// `x` rounded to 3 decimals (a nanosecond, in microseconds), so the JSON shows no float noise.
@@ -706,6 +770,9 @@ mod tests {
             wakeups: 1000,
             recorded: 1000,
             late_us: percentiles(5.0, probe_p99, probe_max),
+            reference: any_core(),
+            any_core_us: None,
+            cores: Vec::new(),
         });
         p
     }

@@ -2,7 +2,7 @@
 //! always show the same numbers.
 
 use super::schema::{
-    ConfigResult, PointResult, SweepReport, OTHER_CPU_FLAG_SHARE, OTHER_CPU_MIN_TICKS, SATURATED_BELOW,
+    ConfigResult, PointResult, SweepReport, WakeLateness, OTHER_CPU_FLAG_SHARE, OTHER_CPU_MIN_TICKS, SATURATED_BELOW,
     TAIL_TARGET_MAX_RHO, TAIL_TARGET_P50_FACTOR,
 };
 use crate::model::regime;
@@ -70,6 +70,7 @@ pub(crate) const TAIL_COLUMNS: &[(&str, bool)] = &[
     ("probe p99 us", true),
     ("probe p99.9 us", true),
     ("probe max us", true),
+    ("probe p99 per thread us", false),
     ("limit us", true),
     ("target", false),
     ("other CPU % core", true),
@@ -355,8 +356,13 @@ pub(crate) fn flags(c: &ConfigResult, p: &PointResult) -> String {
 /// latency tail, the wake probe's, the tail target and the CPU other processes took.
 pub(crate) fn tail_table(c: &ConfigResult) -> Table {
     let note = format!(
-        "probe = how late a thread sleeping 1 ms at a time woke during the point (clock_nanosleep, recorded with the \
-         expected-interval correction, as jHiccup does): the host's own stalls over the same window. Target at rho <= \
+        "probe = how late threads sleeping 1 ms at a time woke during the point (clock_nanosleep, recorded with the \
+         expected-interval correction, as jHiccup does): the host's own stalls over the same window. One thread is pinned \
+         to each core at real-time priority, so that only what no thread of this process could get past keeps it waiting \
+         (the hypervisor, interrupts, kernel work that does not yield) and a stall of a busy agent's core is seen; the \
+         probe columns are the worst core's, percentile by percentile (where real-time priority was refused, the free \
+         thread's alone, as jHiccup runs it: it wakes on the idle core and waits for this process's threads too). Per \
+         thread: c<core> for the pinned ones, any for the free one. Target at rho <= \
          {TAIL_TARGET_MAX_RHO}: latency p99 <= limit = probe p99 + {TAIL_TARGET_P50_FACTOR} x latency p50; a miss names the \
          agent thread whose longest duty cycle was surely longer than the host's longest stall. other CPU = busy ticks of \
          /proc/stat not this process's nor its children's, as a share of one core (flagged past {:.0}%, from {OTHER_CPU_MIN_TICKS} \
@@ -378,6 +384,7 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
             probe.map_or_else(dash, |w| micros(w.p99)),
             probe.map_or_else(dash, |w| micros(w.p999)),
             probe.map_or_else(dash, |w| micros(w.max)),
+            p.wake_probe.as_ref().map_or_else(dash, probe_threads),
             p.tail_target.as_ref().map_or_else(dash, |t| micros(t.limit_us)),
             p.tail_target.as_ref().map_or_else(dash, |t| t.verdict()),
             p.other_cpu.map_or_else(dash, |o| format!("{:.1} ({})", 100.0 * o.core_share, o.ticks_text())),
@@ -386,6 +393,16 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
     }
     t
 }
+
+/// Each wake-probe thread's p99: `c0 36.2, c1 44.1, any 58.2` (a pinned thread not at real-time priority
+/// is marked `*`).
+fn probe_threads(w: &WakeLateness) -> String {
+    let cores =
+        w.cores.iter().map(|c| format!("c{}{} {}", c.core, if c.realtime { "" } else { "*" }, micros(c.late_us.p99)));
+    let any = w.any_core_us.iter().map(|a| format!("any {}", micros(a.p99)));
+    cores.chain(any).collect::<Vec<_>>().join(", ")
+}
+
 /// Every table of the report, in reading order.
 pub(crate) fn all(r: &SweepReport) -> Vec<Table> {
     let mut tables = vec![host_table(r), s_table(r), c_table(r), capacity_table(r), budget_table(r)];

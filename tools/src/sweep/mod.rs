@@ -18,8 +18,9 @@
 //!    saturating load in windows, with S for the configuration's mode and MTU probed in slices between
 //!    them while the cluster's threads are paused (S drifts on a shared host), and name the bottleneck
 //!    ([`bottleneck::classify`]); then, on a fresh cluster, per rho offer `lambda = rho x mu` open loop and
-//!    record latency histograms ([`measure::run_point`]). During each point a thread sleeping 1 ms at a
-//!    time records how late it wakes ([`hiccup::WakeProbe`]: the host's own stalls over the same window),
+//!    record latency histograms ([`measure::run_point`]). During each point threads sleeping 1 ms at a
+//!    time, one pinned to each core at real-time priority and one free, record how late they wake
+//!    ([`hiccup::WakeProbe`]: the host's own stalls over the same window, on every core),
 //!    and the CPU time other processes took is counted from `/proc` ([`hiccup::HostCpu`]); the point is
 //!    then judged ([`PointResult::assess`]): saturated when it carried less than 95% of its offered load,
 //!    and at rho <= 0.5 held to the tail target `p99 <= probe p99 + 3 x p50`, a miss naming the agent
@@ -749,7 +750,7 @@ fn measure_points(
     Ok(())
 }
 
-/// What watches the host while one point runs: the wake probe (a thread sleeping 1 ms at a time) and
+/// What watches the host while one point runs: the wake probe (threads sleeping 1 ms at a time) and
 /// the CPU ticks at the point's start. Both cost next to nothing, so they run during the point.
 struct HostWatch {
     probe: Option<WakeProbe>,
@@ -771,7 +772,7 @@ impl HostWatch {
     /// ([`PointResult::assess`]).
     fn finish(self, entry: &mut PointResult) {
         let seconds = self.started.elapsed().as_secs_f64();
-        entry.wake_probe = self.probe.map(|p| WakeLateness::from_record(&p.stop()));
+        entry.wake_probe = self.probe.map(|p| WakeLateness::from_records(&p.stop()));
         if let (Some(before), Some(after)) = (self.cpu, HostCpu::read()) {
             let delta = after.since(&before);
             entry.steal_share = delta.cpu.steal_share();
@@ -788,10 +789,28 @@ fn host_during(entry: &PointResult, achieved_rho: f64) -> String {
     let probe = entry.wake_probe.as_ref().map_or_else(
         || "no wake probe".to_string(),
         |w| {
+            let mut threads: Vec<String> = w
+                .cores
+                .iter()
+                .map(|c| {
+                    let rt = if c.realtime { "" } else { ", not real-time" };
+                    format!("core {} p99 {:.1}, max {:.0}{rt}", c.core, c.late_us.p99, c.late_us.max)
+                })
+                .collect();
+            if let Some(any) = &w.any_core_us {
+                threads.push(format!("any core p99 {:.1}, max {:.0}", any.p99, any.max));
+            }
             format!(
-                "a 1 ms sleeper woke late p99 {:.1} us, p99.9 {:.1} us, max {:.0} us ({} wake-ups; latency p99 {:.1} us, \
-                 p99.9 {:.1} us)",
-                w.late_us.p99, w.late_us.p999, w.late_us.max, w.wakeups, entry.latency_us.p99, entry.latency_us.p999
+                "1 ms sleepers ({}) woke late p99 {:.1} us, p99.9 {:.1} us, max {:.0} us ({} wake-ups; {} us; latency \
+                 p99 {:.1} us, p99.9 {:.1} us)",
+                w.reference,
+                w.late_us.p99,
+                w.late_us.p999,
+                w.late_us.max,
+                w.wakeups,
+                threads.join("; "),
+                entry.latency_us.p99,
+                entry.latency_us.p999
             )
         },
     );
