@@ -28,7 +28,7 @@
 //! - [`HostCpu`]: `/proc/stat`'s busy ticks against this process's own (`/proc/self/stat`), so that a
 //!   point can say how much CPU other processes took while it ran.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -477,31 +477,21 @@ impl WakeProbe {
     /// [`stop`](Self::stop) only after each sleep, each record holds at least one wake-up.
     pub fn start() -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let cpus = process_cpu_list();
-        let running = Arc::new(Barrier::new(2 + cpus.len()));
-        // The first thread: no other waits at the barrier yet if it cannot start.
+        let running = Arc::new(AtomicUsize::new(0));
         let any_core = spawn_sleeper("wake-probe", &stop, &running, || {
             unpin_current_thread();
             false
         })?;
-        let mut cores = Vec::with_capacity(cpus.len());
-        let mut missing = 0;
-        for core in cpus {
-            let name = format!("wake-probe-{core}");
-            let spawned = spawn_sleeper(&name, &stop, &running, move || {
-                quorumcast::agent::pin_current_thread(core).is_ok() && set_realtime_priority()
-            });
-            match spawned {
-                Ok(thread) => cores.push((core, thread)),
-                Err(_) => missing += 1,
-            }
+        let cores: Vec<_> = process_cpu_list()
+            .into_iter()
+            .filter_map(|core| {
+                let setup = move || quorumcast::agent::pin_current_thread(core).is_ok() && set_realtime_priority();
+                spawn_sleeper(&format!("wake-probe-{core}"), &stop, &running, setup).ok().map(|t| (core, t))
+            })
+            .collect();
+        while running.load(Ordering::Acquire) < 1 + cores.len() {
+            std::thread::sleep(Duration::from_micros(100));
         }
-        // A thread that could not be spawned never reaches the barrier: stand in for it.
-        for _ in 0..missing {
-            let running = Arc::clone(&running);
-            std::thread::spawn(move || running.wait());
-        }
-        running.wait();
         Ok(Self { stop, any_core: Some(any_core), cores })
     }
 
@@ -533,12 +523,12 @@ impl Drop for WakeProbe {
     }
 }
 
-/// Spawns a thread named `name` that runs `setup` (its result is handed back with the record), waits at
-/// `running`, then sleeps and records until `stop`.
+/// Spawns a thread named `name` that runs `setup` (its result is handed back with the record), counts
+/// itself in `running`, then sleeps and records until `stop`.
 fn spawn_sleeper(
     name: &str,
     stop: &Arc<AtomicBool>,
-    running: &Arc<Barrier>,
+    running: &Arc<AtomicUsize>,
     setup: impl FnOnce() -> bool + Send + 'static,
 ) -> std::io::Result<JoinHandle<(WakeRecord, bool)>> {
     let (stop, running) = (Arc::clone(stop), Arc::clone(running));
@@ -546,7 +536,7 @@ fn spawn_sleeper(
         let set = setup();
         set_timer_slack_ns(1);
         let mut record = WakeRecord::new();
-        running.wait();
+        running.fetch_add(1, Ordering::Release);
         loop {
             let before = Instant::now();
             sleep_interval();
