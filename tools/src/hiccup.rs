@@ -418,9 +418,18 @@ impl Default for WakeRecord {
 /// `CAP_SYS_NICE`) the pinned thread still runs but says so ([`CoreWakeRecord::realtime`]) and the
 /// host's stalls are read from the free thread alone ([`WakeRecords::host_stalls`]).
 ///
+/// What the pinned threads do not see: an ordinary host thread that yields (the guest's `kdamond.0`)
+/// taking its fair turns on an agent's core. Measured (perf sched, 2026-12-05): it took the Sender's core
+/// in 1 ms turns for 11 ms, the Sender getting one turn in three, while the real-time sleeper there woke
+/// within 10-180 us. Pinned sleepers at ordinary priority would see those turns, but they wait for this
+/// process's own busy threads too (tried: the free thread's waits of over 0.3 ms in a rho 0.5 point were
+/// behind the harness or the Sender in 6 of 8), and such a reference would excuse the engine's own
+/// stalls. The report counts other processes' CPU time per point beside it ([`HostCpu`]).
+///
 /// Each thread asks for a timer slack of 1 ns (Linux's default, 50 us, would wake it up to 50 us late on
-/// a quiet host and hide small stalls). Costs: a wake-up a millisecond per thread, a few microseconds of
-/// CPU each; on a core a busy agent holds, a real-time wake-up preempts it for about as long.
+/// a quiet host and hide small stalls). Costs: a wake-up a millisecond per thread; on a core a busy agent
+/// holds, each real-time wake-up preempts it for about 10 us (measured: 14 ms of a 1.36 s point on the
+/// Sender's core).
 #[derive(Debug)]
 pub struct WakeProbe {
     stop: Arc<AtomicBool>,
