@@ -575,6 +575,69 @@ fn process_cpu_list() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &cpus) }).collect()
 }
 
+/// How long each thread of this process has waited runnable for a CPU, from the kernel's scheduler
+/// statistics (`/proc/self/task/<tid>/schedstat`: time on a CPU, time waiting on a run queue, turns):
+/// the one figure that says whether a late agent was working or was kept off its core by other threads.
+///
+/// Invariant: keyed by thread id, each with its name (`comm`) and its run-queue wait, ns, as read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ThreadWaits(std::collections::BTreeMap<u32, (String, u64)>);
+
+/// A thread's run-queue wait over a window, summed over the threads of one name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadWait {
+    /// The thread name (`comm`, at most 15 bytes: `sender+receiver`, `sweep-harness`, ...).
+    pub thread: String,
+    /// The threads of that name.
+    pub threads: usize,
+    /// Milliseconds they stood runnable while other threads held the CPUs they may run on.
+    pub waited_ms: f64,
+}
+
+impl ThreadWaits {
+    /// Reads every thread of this process; `None` when the kernel keeps no scheduler statistics.
+    pub fn read() -> Option<Self> {
+        let mut waits = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else { continue };
+            // A thread that ended between the listing and the reads is left out.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("schedstat")) else { continue };
+            let Some(waited) = Self::parse(&stat) else { continue };
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            waits.insert(tid, (name.trim_end().to_string(), waited));
+        }
+        (!waits.is_empty()).then_some(Self(waits))
+    }
+
+    /// The run-queue wait of one `schedstat` line (`<on cpu ns> <waiting ns> <turns>`).
+    fn parse(line: &str) -> Option<u64> {
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// What the threads waited since `before` (a thread new since then from 0), summed by name, of the
+    /// names that waited at least `min_ms`, longest first; threads whose names start with `leave_out`'s
+    /// entries are left out.
+    pub fn since(&self, before: &Self, min_ms: f64, leave_out: &[&str]) -> Vec<ThreadWait> {
+        let mut by_name: std::collections::BTreeMap<&str, (usize, u64)> = std::collections::BTreeMap::new();
+        for (tid, (name, waited)) in &self.0 {
+            if leave_out.iter().any(|l| name.starts_with(l)) {
+                continue;
+            }
+            let earlier = before.0.get(tid).map_or(0, |(_, w)| *w);
+            let entry = by_name.entry(name).or_default();
+            entry.0 += 1;
+            entry.1 += waited.saturating_sub(earlier);
+        }
+        let mut waits: Vec<ThreadWait> = by_name
+            .into_iter()
+            .map(|(name, (threads, ns))| ThreadWait { thread: name.to_string(), threads, waited_ms: ns as f64 / 1e6 })
+            .filter(|w| w.waited_ms >= min_ms)
+            .collect();
+        waits.sort_by(|a, b| b.waited_ms.total_cmp(&a.waited_ms));
+        waits
+    }
+}
+
 /// Sleeps [`WAKE_INTERVAL_NS`] on the monotonic clock, relative to now; a signal may end it early.
 fn sleep_interval() {
     let request = libc::timespec { tv_sec: 0, tv_nsec: WAKE_INTERVAL_NS as libc::c_long };
@@ -719,6 +782,29 @@ mod tests {
         r.record_sleep(u64::MAX);
         assert_eq!(r.wakeups, 5);
         assert!(r.late_ns.equivalent(r.late_ns.max(), MAX_LATENESS_NS));
+    }
+
+    #[test]
+    fn thread_waits_are_summed_by_name_from_the_earlier_reading() {
+        assert_eq!(ThreadWaits::parse("123 456 7\n"), Some(456));
+        assert_eq!(ThreadWaits::parse("123"), None);
+        let reading = |entries: &[(u32, &str, u64)]| {
+            ThreadWaits(entries.iter().map(|&(tid, name, ns)| (tid, (name.to_string(), ns))).collect())
+        };
+        let before = reading(&[(1, "sender+receiver", 1_000_000), (2, "sweep-harness", 5_000_000)]);
+        let after = reading(&[
+            (1, "sender+receiver", 12_000_000),
+            (2, "sweep-harness", 5_400_000),
+            (3, "sender+receiver", 2_000_000),
+            (4, "wake-probe-1", 9_000_000),
+        ]);
+        let waits = after.since(&before, 0.5, &["wake-probe"]);
+        assert_eq!(waits, vec![ThreadWait { thread: "sender+receiver".into(), threads: 2, waited_ms: 13.0 }]);
+        assert_eq!(after.since(&before, 0.0, &[]).len(), 3);
+        // This process's own threads can be read where the kernel keeps the statistics.
+        if let Some(now) = ThreadWaits::read() {
+            assert!(!now.0.is_empty());
+        }
     }
 
     #[test]

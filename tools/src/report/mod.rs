@@ -31,6 +31,7 @@ pub use schema::{
     AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CoreLateness, CycleQuantiles, Host, LateStage, OtherCpu,
     Percentiles, PointFlags, PointResult, SProbe, SProbeEntry, SweepReport, TailTarget, WakeLateness, C_ALONE,
     C_SHARED, OTHER_CPU_FLAG_SHARE, OTHER_CPU_MIN_TICKS, SATURATED_BELOW, TAIL_TARGET_MAX_RHO, TAIL_TARGET_P50_FACTOR,
+    THREAD_WAIT_MIN_MS,
 };
 
 /// Histogram units per reported microsecond: the sweep records nanoseconds.

@@ -74,6 +74,7 @@ pub(crate) const TAIL_COLUMNS: &[(&str, bool)] = &[
     ("limit us", true),
     ("target", false),
     ("other CPU % core", true),
+    ("waited for a core, ms", false),
     ("flags", false),
 ];
 
@@ -367,7 +368,9 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
          agent thread whose longest duty cycle was surely longer than the host's longest stall. other CPU = busy ticks of \
          /proc/stat not this process's nor its children's, as a share of one core (flagged past {:.0}%, from {OTHER_CPU_MIN_TICKS} \
          ticks of 10 ms up; irq and softirq work counts, which may be this process's own traffic on some kernels). \
-         Saturated: achieved < {:.0}% of offered; its achieved rho is achieved / mu measured.",
+         Saturated: achieved < {:.0}% of offered; its achieved rho is achieved / mu measured. Waited for a core = the time \
+         the sweep's threads stood runnable while other threads held their cores during the point \
+         (/proc/self/task/*/schedstat; from 0.5 ms): a late stage whose thread waited was kept off its core.",
         100.0 * OTHER_CPU_FLAG_SHARE,
         100.0 * SATURATED_BELOW
     );
@@ -388,10 +391,21 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
             p.tail_target.as_ref().map_or_else(dash, |t| micros(t.limit_us)),
             p.tail_target.as_ref().map_or_else(dash, |t| t.verdict()),
             p.other_cpu.map_or_else(dash, |o| format!("{:.1} ({})", 100.0 * o.core_share, o.ticks_text())),
+            thread_waits(p),
             flags(c, p),
         ]);
     }
     t
+}
+
+/// The threads of the sweep that stood runnable while others held their cores during the point (at
+/// most three): `sender+receiver 11.2, sweep-harness 0.6`; `-` for none.
+fn thread_waits(p: &PointResult) -> String {
+    if p.thread_waits.is_empty() {
+        return "-".into();
+    }
+    let each: Vec<String> = p.thread_waits.iter().take(3).map(|w| format!("{} {:.1}", w.thread, w.waited_ms)).collect();
+    each.join(", ")
 }
 
 /// Each wake-probe thread's p99: `c0 36.2, c1 44.1, any 58.2` (a pinned thread not at real-time priority

@@ -718,6 +718,7 @@ fn measure_points(
                     wake_probe: None,
                     tail_target: None,
                     other_cpu: None,
+                    thread_waits: Vec::new(),
                     saturated: false,
                 }
             }
@@ -755,6 +756,7 @@ fn measure_points(
 struct HostWatch {
     probe: Option<WakeProbe>,
     cpu: Option<HostCpu>,
+    waits: Option<hiccup::ThreadWaits>,
     started: Instant,
 }
 
@@ -764,7 +766,7 @@ impl HostWatch {
         let probe = WakeProbe::start()
             .map_err(|e| progress.line(&format!("   warning: no wake probe for this point: {e}")))
             .ok();
-        Self { probe, cpu: HostCpu::read(), started: Instant::now() }
+        Self { probe, cpu: HostCpu::read(), waits: hiccup::ThreadWaits::read(), started: Instant::now() }
     }
 
     /// Stops the probe and fills in `entry`'s host fields over the window since [`start`](Self::start):
@@ -773,6 +775,9 @@ impl HostWatch {
     fn finish(self, entry: &mut PointResult) {
         let seconds = self.started.elapsed().as_secs_f64();
         entry.wake_probe = self.probe.map(|p| WakeLateness::from_records(&p.stop()));
+        if let (Some(before), Some(after)) = (&self.waits, hiccup::ThreadWaits::read()) {
+            entry.thread_waits = after.since(before, report::THREAD_WAIT_MIN_MS, &["wake-probe"]);
+        }
         if let (Some(before), Some(after)) = (self.cpu, HostCpu::read()) {
             let delta = after.since(&before);
             entry.steal_share = delta.cpu.steal_share();
@@ -830,7 +835,16 @@ fn host_during(entry: &PointResult, achieved_rho: f64) -> String {
         },
     );
     let saturated = if entry.saturated { format!("; SATURATED: ran at rho {achieved_rho:.2}") } else { String::new() };
-    format!("host: {probe}{target}{other}{saturated}")
+    format!("host: {probe}{target}{other}{saturated}; {}", thread_waits_text(&entry.thread_waits))
+}
+
+/// The threads that waited for a CPU during a point: `waited for a core: sender+receiver 11.2 ms, ...`.
+fn thread_waits_text(waits: &[hiccup::ThreadWait]) -> String {
+    if waits.is_empty() {
+        return format!("no thread of this process waited {} ms or more for a core", report::THREAD_WAIT_MIN_MS);
+    }
+    let each: Vec<String> = waits.iter().map(|w| format!("{} {:.1} ms", w.thread, w.waited_ms)).collect();
+    format!("waited for a core: {}", each.join(", "))
 }
 
 /// One utilisation point with the in-process load generator ([`measure::run_point`]), its histograms
