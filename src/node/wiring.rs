@@ -279,9 +279,19 @@ impl Wiring {
         self.spare_thread = spawned.ok();
     }
 
-    /// The spare log file, renamed to `file`, if it is ready; the next one is due either way (see
-    /// [`Self::make_spare_if_due`]).
+    /// The spare log file for a term (a leader's log or a follower's image), renamed to `file`, if it is
+    /// ready; the next one is due either way (see [`Self::make_spare_if_due`]). A term that finds none is
+    /// counted (`log terms begun without a spare`).
     fn take_spare(&mut self, file: &std::path::Path) -> Option<Arc<Region>> {
+        let spare = self.take_ready_spare(file);
+        if spare.is_none() {
+            self.counters.terms_without_spare.increment();
+        }
+        spare
+    }
+
+    /// [`Self::take_spare`] without the count.
+    fn take_ready_spare(&mut self, file: &std::path::Path) -> Option<Arc<Region>> {
         if let Some((path, region)) = self.ready.take() {
             self.spare_due = true;
             self.counters.spare_ready.set(0);
@@ -337,9 +347,6 @@ impl Wiring {
     ) -> Result<Leadership, NodeError> {
         let file = self.directory.join(format!("log-{leadership_term_id}.dat"));
         let mut spare = self.take_spare(&file);
-        if spare.is_none() {
-            self.counters.terms_without_spare.increment();
-        }
         let config = &self.config;
         let session_id = session_id_for(config.id, leadership_term_id);
         // Drawn as before the session id stopped using it, so that every simulated seed replays as it did.
@@ -446,9 +453,6 @@ impl Wiring {
         self.images_made += 1;
         let image_path = self.directory.join(format!("image-{}.log", self.images_made));
         let spare_image = self.take_spare(&image_path).map(|region| SpareImage { path: image_path, region });
-        if spare_image.is_none() {
-            self.counters.terms_without_spare.increment();
-        }
         let config = &self.config;
         let me = config.me();
         let leader = self
