@@ -27,6 +27,10 @@
 //!   message, measured over the same window.
 //! - [`HostCpu`]: `/proc/stat`'s busy ticks against this process's own (`/proc/self/stat`), so that a
 //!   point can say how much CPU other processes took while it ran.
+//! - [`HostTasks`]: the same from the scheduler's statistics, task by task (`schedstat`: time on a CPU and
+//!   turns), so that a point can name the kernel threads and processes that took the cores, which a
+//!   real-time sleeper preempts and so never sees; and [`ThreadWaits`], how long this process's own
+//!   threads stood waiting for a core.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -575,13 +579,47 @@ fn process_cpu_list() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &cpus) }).collect()
 }
 
+/// One task's scheduler statistics, as `/proc/<pid>/task/<tid>/schedstat` gives them (kept where the
+/// kernel has `CONFIG_SCHED_INFO`), and its name (`comm`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct TaskSched {
+    name: String,
+    /// Nanoseconds on a CPU.
+    ran_ns: u64,
+    /// Nanoseconds runnable on a run queue, waiting for a CPU.
+    waited_ns: u64,
+    /// Turns on a CPU.
+    turns: u64,
+}
+
+impl TaskSched {
+    /// One `schedstat` line: `<on cpu ns> <waiting ns> <turns>`.
+    fn parse(line: &str) -> Option<(u64, u64, u64)> {
+        let mut fields = line.split_whitespace().map(str::parse::<u64>);
+        Some((fields.next()?.ok()?, fields.next()?.ok()?, fields.next()?.ok()?))
+    }
+
+    /// Every task under `tasks` (a `/proc/<pid>/task` directory) into `into`, keyed by thread id; a task
+    /// that ended between the listing and the reads is left out.
+    fn read_all(tasks: &std::path::Path, into: &mut std::collections::BTreeMap<u32, TaskSched>) {
+        let Ok(entries) = std::fs::read_dir(tasks) else { return };
+        for entry in entries.flatten() {
+            let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("schedstat")) else { continue };
+            let Some((ran_ns, waited_ns, turns)) = Self::parse(&stat) else { continue };
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            into.insert(tid, TaskSched { name: name.trim_end().to_string(), ran_ns, waited_ns, turns });
+        }
+    }
+}
+
 /// How long each thread of this process has waited runnable for a CPU, from the kernel's scheduler
 /// statistics (`/proc/self/task/<tid>/schedstat`: time on a CPU, time waiting on a run queue, turns):
 /// the one figure that says whether a late agent was working or was kept off its core by other threads.
 ///
-/// Invariant: keyed by thread id, each with its name (`comm`) and its run-queue wait, ns, as read.
+/// Invariant: keyed by thread id, each with its name (`comm`) and its statistics, as read.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ThreadWaits(std::collections::BTreeMap<u32, (String, u64)>);
+pub struct ThreadWaits(std::collections::BTreeMap<u32, TaskSched>);
 
 /// A thread's run-queue wait over a window, summed over the threads of one name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -597,21 +635,9 @@ pub struct ThreadWait {
 impl ThreadWaits {
     /// Reads every thread of this process; `None` when the kernel keeps no scheduler statistics.
     pub fn read() -> Option<Self> {
-        let mut waits = std::collections::BTreeMap::new();
-        for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-            let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else { continue };
-            // A thread that ended between the listing and the reads is left out.
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("schedstat")) else { continue };
-            let Some(waited) = Self::parse(&stat) else { continue };
-            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            waits.insert(tid, (name.trim_end().to_string(), waited));
-        }
-        (!waits.is_empty()).then_some(Self(waits))
-    }
-
-    /// The run-queue wait of one `schedstat` line (`<on cpu ns> <waiting ns> <turns>`).
-    fn parse(line: &str) -> Option<u64> {
-        line.split_whitespace().nth(1)?.parse().ok()
+        let mut tasks = std::collections::BTreeMap::new();
+        TaskSched::read_all(std::path::Path::new("/proc/self/task"), &mut tasks);
+        (!tasks.is_empty()).then_some(Self(tasks))
     }
 
     /// What the threads waited since `before` (a thread new since then from 0), summed by name, of the
@@ -619,14 +645,14 @@ impl ThreadWaits {
     /// entries are left out.
     pub fn since(&self, before: &Self, min_ms: f64, leave_out: &[&str]) -> Vec<ThreadWait> {
         let mut by_name: std::collections::BTreeMap<&str, (usize, u64)> = std::collections::BTreeMap::new();
-        for (tid, (name, waited)) in &self.0 {
-            if leave_out.iter().any(|l| name.starts_with(l)) {
+        for (tid, task) in &self.0 {
+            if leave_out.iter().any(|l| task.name.starts_with(l)) {
                 continue;
             }
-            let earlier = before.0.get(tid).map_or(0, |(_, w)| *w);
-            let entry = by_name.entry(name).or_default();
+            let earlier = before.0.get(tid).map_or(0, |t| t.waited_ns);
+            let entry = by_name.entry(&task.name).or_default();
             entry.0 += 1;
-            entry.1 += waited.saturating_sub(earlier);
+            entry.1 += task.waited_ns.saturating_sub(earlier);
         }
         let mut waits: Vec<ThreadWait> = by_name
             .into_iter()
@@ -636,6 +662,100 @@ impl ThreadWaits {
         waits.sort_by(|a, b| b.waited_ms.total_cmp(&a.waited_ms));
         waits
     }
+}
+
+/// The CPU time every task of the machine that is neither this process's nor a child's took, task by
+/// task, from the same scheduler statistics (`/proc/<pid>/task/<tid>/schedstat`): the kernel's own
+/// threads (`kdamond`, `kworker`, `ksoftirqd`, ...) and other processes. A wake probe at real-time
+/// priority preempts them, so it cannot see them take a busy agent's core; this can, by their run time
+/// and turns (measured 2026-12-05 on the AMD guest: `kdamond.0`, the kernel's memory-access monitor, ran
+/// about 1 ms turns twice a second, and in a missed point took the Sender's core for 11 ms).
+///
+/// Invariant: keyed by thread id, tasks of this process and of its children excluded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostTasks(std::collections::BTreeMap<u32, TaskSched>);
+
+/// What the host's tasks ran over a window: all of them, and the names that ran the most.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostTasksRan {
+    /// Milliseconds on a CPU, every task (but this process's and its children's) summed: an upper bound
+    /// on the time they can have kept any one of this process's threads off its core.
+    pub ran_ms: f64,
+    /// Their turns on a CPU.
+    pub turns: u64,
+    /// The names that ran at least [`HOST_TASK_MIN_MS`], most first (at most [`HOST_TASKS_NAMED`]).
+    pub largest: Vec<HostTaskRan>,
+}
+
+/// The tasks of one name over a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostTaskRan {
+    /// The task name (`comm`): `kdamond.0`, `kworker/1:2-events`, `sshd`, ...
+    pub task: String,
+    /// Milliseconds on a CPU.
+    pub ran_ms: f64,
+    /// Turns on a CPU (`ran_ms / turns` is a turn's mean length).
+    pub turns: u64,
+}
+
+/// Host tasks that ran less than this over a window are counted but not named.
+pub const HOST_TASK_MIN_MS: f64 = 0.5;
+/// At most this many host task names are kept per window.
+pub const HOST_TASKS_NAMED: usize = 4;
+
+impl HostTasksRan {
+    /// `11.0 ms in 40 turns (kdamond.0 8.2 ms in 9, kworker/1:2-events 1.1 ms in 30)`.
+    pub fn describe(&self) -> String {
+        let named: Vec<String> =
+            self.largest.iter().map(|t| format!("{} {:.1} ms in {}", t.task, t.ran_ms, t.turns)).collect();
+        let named = if named.is_empty() { String::new() } else { format!(" ({})", named.join(", ")) };
+        format!("{:.1} ms in {} turns{named}", self.ran_ms, self.turns)
+    }
+}
+
+impl HostTasks {
+    /// Reads every task of the machine but this process's and its children's; `None` when the kernel
+    /// keeps no scheduler statistics or `/proc` cannot be listed.
+    pub fn read() -> Option<Self> {
+        let me = std::process::id();
+        let mut tasks = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+            if pid == me || parent_of(pid) == Some(me) {
+                continue;
+            }
+            TaskSched::read_all(&entry.path().join("task"), &mut tasks);
+        }
+        (!tasks.is_empty()).then_some(Self(tasks))
+    }
+
+    /// What the tasks ran since `before` (a task new since then from 0, one gone since then not at all).
+    pub fn since(&self, before: &Self) -> HostTasksRan {
+        let mut by_name: std::collections::BTreeMap<&str, (u64, u64)> = std::collections::BTreeMap::new();
+        for (tid, task) in &self.0 {
+            let (ran, turns) = before.0.get(tid).map_or((0, 0), |t| (t.ran_ns, t.turns));
+            let entry = by_name.entry(&task.name).or_default();
+            entry.0 += task.ran_ns.saturating_sub(ran);
+            entry.1 += task.turns.saturating_sub(turns);
+        }
+        let ran_ns: u64 = by_name.values().map(|&(ns, _)| ns).sum();
+        let turns = by_name.values().map(|&(_, t)| t).sum();
+        let mut largest: Vec<HostTaskRan> = by_name
+            .into_iter()
+            .map(|(name, (ns, turns))| HostTaskRan { task: name.to_string(), ran_ms: ns as f64 / 1e6, turns })
+            .filter(|t| t.ran_ms >= HOST_TASK_MIN_MS)
+            .collect();
+        largest.sort_by(|a, b| b.ran_ms.total_cmp(&a.ran_ms));
+        largest.truncate(HOST_TASKS_NAMED);
+        HostTasksRan { ran_ms: ran_ns as f64 / 1e6, turns, largest }
+    }
+}
+
+/// The parent process id of `pid` (`/proc/<pid>/stat`'s fourth field, after the parenthesised name,
+/// which may itself hold spaces and parentheses); `None` for a process gone or unreadable.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Sleeps [`WAKE_INTERVAL_NS`] on the monotonic clock, relative to now; a signal may end it early.
@@ -786,10 +906,10 @@ mod tests {
 
     #[test]
     fn thread_waits_are_summed_by_name_from_the_earlier_reading() {
-        assert_eq!(ThreadWaits::parse("123 456 7\n"), Some(456));
-        assert_eq!(ThreadWaits::parse("123"), None);
+        assert_eq!(TaskSched::parse("123 456 7\n"), Some((123, 456, 7)));
+        assert_eq!(TaskSched::parse("123 456"), None);
         let reading = |entries: &[(u32, &str, u64)]| {
-            ThreadWaits(entries.iter().map(|&(tid, name, ns)| (tid, (name.to_string(), ns))).collect())
+            ThreadWaits(entries.iter().map(|&(tid, name, ns)| (tid, task(name, 0, ns, 0))).collect())
         };
         let before = reading(&[(1, "sender+receiver", 1_000_000), (2, "sweep-harness", 5_000_000)]);
         let after = reading(&[
@@ -805,6 +925,38 @@ mod tests {
         if let Some(now) = ThreadWaits::read() {
             assert!(!now.0.is_empty());
         }
+    }
+
+    fn task(name: &str, ran_ns: u64, waited_ns: u64, turns: u64) -> TaskSched {
+        TaskSched { name: name.into(), ran_ns, waited_ns, turns }
+    }
+
+    #[test]
+    fn host_tasks_are_summed_by_name_and_the_largest_named() {
+        let reading = |entries: &[(u32, &str, u64, u64)]| {
+            HostTasks(entries.iter().map(|&(tid, n, ns, t)| (tid, task(n, ns, 0, t))).collect())
+        };
+        let before = reading(&[(10, "kdamond.0", 5_000_000, 100), (11, "sshd", 1_000_000, 10)]);
+        let after = reading(&[
+            (10, "kdamond.0", 16_000_000, 111),
+            (11, "sshd", 1_200_000, 14),
+            (12, "kworker/1:2-events", 300_000, 30),
+            (13, "kworker/1:2-events", 400_000, 20),
+        ]);
+        let ran = after.since(&before);
+        assert!((ran.ran_ms - 11.9).abs() < 1e-9, "{}", ran.ran_ms);
+        assert_eq!(ran.turns, 11 + 4 + 50);
+        // sshd's 0.2 ms is counted but not named; the two kworkers of one name are one entry (0.7 ms).
+        let named: Vec<(&str, u64)> = ran.largest.iter().map(|t| (t.task.as_str(), t.turns)).collect();
+        assert_eq!(named, [("kdamond.0", 11), ("kworker/1:2-events", 50)]);
+        assert_eq!(ran.describe(), "11.9 ms in 65 turns (kdamond.0 11.0 ms in 11, kworker/1:2-events 0.7 ms in 50)");
+        // The machine's other tasks can be read where the kernel keeps the statistics; none is this
+        // process's.
+        if let Some(now) = HostTasks::read() {
+            let mine = ThreadWaits::read().map(|w| w.0.into_keys().collect::<Vec<_>>()).unwrap_or_default();
+            assert!(mine.iter().all(|tid| !now.0.contains_key(tid)));
+        }
+        assert_eq!(parent_of(std::process::id()), Some(std::os::unix::process::parent_id()));
     }
 
     #[test]

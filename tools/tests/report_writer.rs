@@ -8,7 +8,7 @@ use std::path::Path;
 
 use hdrhistogram::Histogram;
 use quorumcast_tools::budget::{SeedInputs, SenderBudget, SenderWindow};
-use quorumcast_tools::hiccup::{CoreHiccups, Hiccups};
+use quorumcast_tools::hiccup::{CoreHiccups, Hiccups, HostTaskRan, HostTasksRan};
 use quorumcast_tools::report::{
     link_latest, write_point_histograms, write_report, AgentDutyCycles, CProbe, ConfigResult, CoreLateness,
     CycleQuantiles, Host, OtherCpu, Percentiles, PointHistograms, PointResult, ReportError, SProbe, SProbeEntry,
@@ -496,6 +496,11 @@ fn tails_against_the_host_are_judged_tabled_and_drawn() {
     points[1].latency_us.p99 = 5_000.0;
     points[1].wake_probe = Some(wake_probe(40.0, 3_000.0, 9_000.0));
     points[1].agents = points[0].agents.clone();
+    // The host's tasks ran 1.2 ms of it: still short of the Sender's cycle (from 2.1 ms), which stays named.
+    let kdamond = HostTaskRan { task: "kdamond.0".into(), ran_ms: 1.0, turns: 1 };
+    points[0].host_tasks = Some(HostTasksRan { ran_ms: 1.2, turns: 9, largest: vec![kdamond.clone()] });
+    // rho 0.3, once more: the host's tasks ran 11 ms, as long as any cycle: the host, not a stage, again.
+    points[1].host_tasks = Some(HostTasksRan { ran_ms: 11.0, turns: 20, largest: vec![kdamond] });
     // rho 0.5: met, but other processes took 40% of a core.
     points[2].other_cpu = Some(OtherCpu::from_ticks(60, 2, 1.5, 100));
     // rho 0.9: carried half its load.
@@ -529,9 +534,11 @@ fn tails_against_the_host_are_judged_tabled_and_drawn() {
             .to_string()
     };
     assert!(row("0.10").contains("missed: node 0 sender+receiver late (cycles up to 4.2 ms"), "{}", row("0.10"));
-    assert!(row("0.10").contains("the host's longest stall 300 us"), "{}", row("0.10"));
+    assert!(row("0.10").contains("the host's longest stall 300 us, its tasks 1.2 ms"), "{}", row("0.10"));
+    assert!(row("0.10").contains("| 1.2 (kdamond.0 1.0/1) "), "{}", row("0.10"));
     assert!(
-        row("0.30").contains("missed: no stage's cycle outlasted the host's longest stall (9 ms)"),
+        row("0.30")
+            .contains("missed: no stage's cycle outlasted what the host took (longest stall 9 ms, its tasks 11 ms)"),
         "{}",
         row("0.30")
     );

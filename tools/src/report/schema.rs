@@ -282,6 +282,11 @@ pub struct PointResult {
     /// 10-20 us, 20-30 ms of a 1.5 s point (measured 2026-12-05); the rest is other threads'.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thread_waits: Vec<crate::hiccup::ThreadWait>,
+    /// The CPU time the machine's other tasks (kernel threads and other processes) took during the point,
+    /// task by task: what the real-time wake probe, which preempts them, cannot see. Absent where the
+    /// kernel keeps no scheduler statistics, and in reports written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tasks: Option<crate::hiccup::HostTasksRan>,
     /// The point carried less than [`SATURATED_BELOW`] of its offered load (`achieved < 0.95 x lambda`):
     /// it did not run at its nominal rho, so the chart draws it apart, at its achieved rho
     /// (`achieved / mu_measured`), off the latency line.
@@ -437,31 +442,41 @@ pub struct TailTarget {
     pub limit_us: f64,
     /// Whether latency p99 was within it.
     pub met: bool,
-    /// The wake probe's greatest lateness during the point, us: the host's longest stall it saw, which
-    /// a stage's cycle must outlast to be named.
+    /// The wake probe's greatest lateness during the point, us: the host's longest stall it saw.
     pub host_max_us: f64,
+    /// Milliseconds the machine's other tasks ran during the point ([`PointResult::host_tasks`]; 0 where
+    /// not known): time they may have held a core inside any one duty cycle, which the probe, at
+    /// real-time priority, does not see.
+    #[serde(default)]
+    pub host_tasks_ms: f64,
     /// On a miss, the agent thread whose longest duty cycle was surely longer than the host's longest
-    /// stall the probe saw: the stage that was late while the host was not. `None` when met, or when
-    /// every agent's longest cycle fits within the host's stalls (the host, or queueing, then explains
-    /// the tail, not one stage's cycle).
+    /// stall the probe saw plus all the time the host's tasks ran: the stage that was late while the host
+    /// was not. `None` when met, or when every agent's longest cycle fits within what the host took (the
+    /// host, or queueing, then explains the tail, not one stage's cycle).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_stage: Option<LateStage>,
 }
 
 impl TailTarget {
-    /// `met`, or `missed: node 0 sender+receiver late (cycles up to 2.1 ms, the host's longest stall 400
-    /// us)`, or `missed: no stage's cycle outlasted the host's longest stall (5 ms)` when none is named.
+    /// `met`, or `missed: node 0 sender+receiver late (cycles up to 2.1 ms; the host's longest stall 400
+    /// us, its tasks 1.2 ms)`, or `missed: no stage's cycle outlasted what the host took (longest stall 5
+    /// ms, its tasks 11 ms)` when none is named.
     pub fn verdict(&self) -> String {
         use super::charts::duration_label;
-        let host = duration_label(self.host_max_us);
+        let tasks = if self.host_tasks_ms > 0.0 {
+            format!(", its tasks {}", duration_label(self.host_tasks_ms * 1000.0))
+        } else {
+            String::new()
+        };
+        let host = format!("longest stall {}{tasks}", duration_label(self.host_max_us));
         match (&self.late_stage, self.met) {
             (_, true) => "met".into(),
             (Some(s), false) => format!(
-                "missed: {} late (cycles up to {}, the host's longest stall {host})",
+                "missed: {} late (cycles up to {}; the host's {host})",
                 s.name,
                 duration_label(s.max_cycle_ns as f64 / 1000.0)
             ),
-            (None, false) => format!("missed: no stage's cycle outlasted the host's longest stall ({host})"),
+            (None, false) => format!("missed: no stage's cycle outlasted what the host took ({host})"),
         }
     }
 }
@@ -489,8 +504,9 @@ impl TailTarget {
         let limit_us = probe.late_us.p99 + TAIL_TARGET_P50_FACTOR * latency.p50;
         let met = latency.p99 <= limit_us;
         let host_max_us = probe.late_us.max;
-        let late_stage = if met { None } else { late_stage(&point.agents, host_max_us) };
-        Some(Self { limit_us, met, host_max_us, late_stage })
+        let host_tasks_ms = point.host_tasks.as_ref().map_or(0.0, |t| t.ran_ms);
+        let late_stage = if met { None } else { late_stage(&point.agents, host_max_us + host_tasks_ms * 1000.0) };
+        Some(Self { limit_us, met, host_max_us, host_tasks_ms, late_stage })
     }
 }
 
@@ -505,10 +521,10 @@ fn bucket_floor_ns(bucket_ns: u64) -> u64 {
 }
 
 /// Of `agents`, the one with the longest duty cycle among those whose longest cycle was surely longer
-/// than `host_max_us` (the wake probe's greatest lateness): that stage was late by itself. `None` when
-/// none was.
-fn late_stage(agents: &[AgentDutyCycles], host_max_us: f64) -> Option<LateStage> {
-    let host_max_ns = (host_max_us.max(0.0) * 1000.0) as u64;
+/// than `host_us` (the wake probe's greatest lateness plus the host's tasks' run time: all the host can
+/// have taken from one cycle): that stage was late by itself. `None` when none was.
+fn late_stage(agents: &[AgentDutyCycles], host_us: f64) -> Option<LateStage> {
+    let host_max_ns = (host_us.max(0.0) * 1000.0) as u64;
     let late = agents.iter().filter(|a| bucket_floor_ns(a.duty_cycle_ns.max) > host_max_ns);
     let worst = late.fold(None::<&AgentDutyCycles>, |worst, a| match worst {
         Some(w) if w.duty_cycle_ns.max >= a.duty_cycle_ns.max => Some(w),
@@ -702,6 +718,7 @@ impl PointResult {
             tail_target: None,
             other_cpu: None,
             thread_waits: Vec::new(),
+            host_tasks: None,
             saturated: achieved_short_of(achieved, lambda),
         }
     }
@@ -823,13 +840,27 @@ mod tests {
         assert_eq!(stage.max_cycle_ns, 2_097_152);
         assert_eq!(
             t.verdict(),
-            "missed: node 0 sender+receiver late (cycles up to 2.1 ms, the host's longest stall 400 us)"
+            "missed: node 0 sender+receiver late (cycles up to 2.1 ms; the host's longest stall 400 us)"
         );
         // When the host stalled longer than any cycle could have been, no stage is blamed.
         p.wake_probe.as_mut().unwrap().late_us.max = 5000.0;
         let t = TailTarget::evaluate(&p).unwrap();
         assert_eq!((t.met, t.late_stage.as_ref()), (false, None));
-        assert_eq!(t.verdict(), "missed: no stage's cycle outlasted the host's longest stall (5 ms)");
+        assert_eq!(t.verdict(), "missed: no stage's cycle outlasted what the host took (longest stall 5 ms)");
+        // Nor when the host's tasks ran as long as a cycle, unseen by the probe: 400 us + 1.7 ms covers
+        // the 2.1 ms bucket's floor (1.05 ms) and the 1 ms one's, so only a longer cycle is named.
+        p.wake_probe.as_mut().unwrap().late_us.max = 400.0;
+        p.host_tasks = Some(crate::hiccup::HostTasksRan { ran_ms: 1.7, turns: 2, largest: Vec::new() });
+        let t = TailTarget::evaluate(&p).unwrap();
+        assert_eq!((t.late_stage.as_ref(), t.host_tasks_ms), (None, 1.7));
+        assert_eq!(
+            t.verdict(),
+            "missed: no stage's cycle outlasted what the host took (longest stall 400 us, its tasks 1.7 ms)"
+        );
+        p.agents.push(agent("node 2 consensus+sender+receiver", 8_388_608));
+        let t = TailTarget::evaluate(&p).unwrap();
+        assert_eq!(t.late_stage.unwrap().name, "node 2 consensus+sender+receiver");
+        p.host_tasks = None;
         // Equal maxima: the first one listed.
         p.wake_probe.as_mut().unwrap().late_us.max = 400.0;
         p.agents = vec![agent("a", 4_194_304), agent("b", 4_194_304)];

@@ -74,6 +74,7 @@ pub(crate) const TAIL_COLUMNS: &[(&str, bool)] = &[
     ("limit us", true),
     ("target", false),
     ("other CPU % core", true),
+    ("host's tasks ran, ms", false),
     ("waited for a core, ms", false),
     ("flags", false),
 ];
@@ -365,9 +366,13 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
          thread's alone, as jHiccup runs it: it wakes on the idle core and waits for this process's threads too). Per \
          thread: c<core> for the pinned ones, any for the free one. Target at rho <= \
          {TAIL_TARGET_MAX_RHO}: latency p99 <= limit = probe p99 + {TAIL_TARGET_P50_FACTOR} x latency p50; a miss names the \
-         agent thread whose longest duty cycle was surely longer than the host's longest stall. other CPU = busy ticks of \
+         agent thread whose longest duty cycle was surely longer than the host's longest stall plus all its tasks' run \
+         time (what the host can have taken from one cycle). other CPU = busy ticks of \
          /proc/stat not this process's nor its children's, as a share of one core (flagged past {:.0}%, from {OTHER_CPU_MIN_TICKS} \
          ticks of 10 ms up; irq and softirq work counts, which may be this process's own traffic on some kernels). \
+         Host's tasks ran = the CPU time of every task not of this process nor its children (kernel threads such as \
+         kdamond, kworker, ksoftirqd, and other processes) during the point, from /proc/*/task/*/schedstat, in ms, the \
+         two largest by name with ms/turns: time the real-time probe, which preempts them, does not see. \
          Saturated: achieved < {:.0}% of offered; its achieved rho is achieved / mu measured. Waited for a core = the time \
          the sweep's threads stood runnable while other threads held their cores during the point \
          (/proc/self/task/*/schedstat; from 0.5 ms): a late stage whose thread waited was kept off its core.",
@@ -391,6 +396,7 @@ pub(crate) fn tail_table(c: &ConfigResult) -> Table {
             p.tail_target.as_ref().map_or_else(dash, |t| micros(t.limit_us)),
             p.tail_target.as_ref().map_or_else(dash, |t| t.verdict()),
             p.other_cpu.map_or_else(dash, |o| format!("{:.1} ({})", 100.0 * o.core_share, o.ticks_text())),
+            p.host_tasks.as_ref().map_or_else(dash, host_tasks),
             thread_waits(p),
             flags(c, p),
         ]);
@@ -406,6 +412,18 @@ fn thread_waits(p: &PointResult) -> String {
     }
     let each: Vec<String> = p.thread_waits.iter().take(3).map(|w| format!("{} {:.1}", w.thread, w.waited_ms)).collect();
     each.join(", ")
+}
+
+/// The host's tasks over a point, the two that ran most named: `11.9 (kdamond.0 11.0/11, kworker/1:2 0.7/50)`
+/// (milliseconds / turns).
+fn host_tasks(t: &crate::hiccup::HostTasksRan) -> String {
+    let each: Vec<String> =
+        t.largest.iter().take(2).map(|n| format!("{} {:.1}/{}", n.task, n.ran_ms, n.turns)).collect();
+    if each.is_empty() {
+        format!("{:.1}", t.ran_ms)
+    } else {
+        format!("{:.1} ({})", t.ran_ms, each.join(", "))
+    }
 }
 
 /// Each wake-probe thread's p99: `c0 36.2, c1 44.1, any 58.2` (a pinned thread not at real-time priority

@@ -21,10 +21,12 @@
 //!    record latency histograms ([`measure::run_point`]). During each point threads sleeping 1 ms at a
 //!    time, one pinned to each core at real-time priority and one free, record how late they wake
 //!    ([`hiccup::WakeProbe`]: the host's own stalls over the same window, on every core),
-//!    and the CPU time other processes took is counted from `/proc` ([`hiccup::HostCpu`]); the point is
-//!    then judged ([`PointResult::assess`]): saturated when it carried less than 95% of its offered load,
-//!    and at rho <= 0.5 held to the tail target `p99 <= probe p99 + 3 x p50`, a miss naming the agent
-//!    whose longest duty cycle outlasted the host's longest stall. The summary line counts the points
+//!    and the CPU time other processes took is counted from `/proc` ([`hiccup::HostCpu`]), task by task
+//!    ([`hiccup::HostTasks`]: the kernel's threads too, which the real-time probe preempts and so does
+//!    not see); the point is then judged ([`PointResult::assess`]): saturated when it carried less than
+//!    95% of its offered load, and at rho <= 0.5 held to the tail target `p99 <= probe p99 + 3 x p50`, a
+//!    miss naming the agent whose longest duty cycle outlasted the host's longest stall plus all its
+//!    tasks' run time. The summary line counts the points
 //!    flagged (other processes past 5% of a core), saturated, and meeting or missing the target.
 //! 4. Write `summary.json`, `summary.md`, `report.html`, the `.hgrm` files and one SVG chart per
 //!    configuration into `<out>/<timestamp>/`, and point `<out>/latest` at it.
@@ -719,6 +721,7 @@ fn measure_points(
                     tail_target: None,
                     other_cpu: None,
                     thread_waits: Vec::new(),
+                    host_tasks: None,
                     saturated: false,
                 }
             }
@@ -757,6 +760,7 @@ struct HostWatch {
     probe: Option<WakeProbe>,
     cpu: Option<HostCpu>,
     waits: Option<hiccup::ThreadWaits>,
+    tasks: Option<hiccup::HostTasks>,
     started: Instant,
 }
 
@@ -766,17 +770,21 @@ impl HostWatch {
         let probe = WakeProbe::start()
             .map_err(|e| progress.line(&format!("   warning: no wake probe for this point: {e}")))
             .ok();
-        Self { probe, cpu: HostCpu::read(), waits: hiccup::ThreadWaits::read(), started: Instant::now() }
+        let tasks = hiccup::HostTasks::read();
+        Self { probe, cpu: HostCpu::read(), waits: hiccup::ThreadWaits::read(), tasks, started: Instant::now() }
     }
 
     /// Stops the probe and fills in `entry`'s host fields over the window since [`start`](Self::start):
-    /// the probe's lateness, the steal, the other processes' CPU; then its judgements
+    /// the probe's lateness, the steal, the other processes' CPU, the host's tasks; then its judgements
     /// ([`PointResult::assess`]).
     fn finish(self, entry: &mut PointResult) {
         let seconds = self.started.elapsed().as_secs_f64();
         entry.wake_probe = self.probe.map(|p| WakeLateness::from_records(&p.stop()));
         if let (Some(before), Some(after)) = (&self.waits, hiccup::ThreadWaits::read()) {
             entry.thread_waits = after.since(before, report::THREAD_WAIT_MIN_MS, &["wake-probe"]);
+        }
+        if let (Some(before), Some(after)) = (&self.tasks, hiccup::HostTasks::read()) {
+            entry.host_tasks = Some(after.since(before));
         }
         if let (Some(before), Some(after)) = (self.cpu, HostCpu::read()) {
             let delta = after.since(&before);
@@ -834,8 +842,10 @@ fn host_during(entry: &PointResult, achieved_rho: f64) -> String {
             )
         },
     );
+    let tasks =
+        entry.host_tasks.as_ref().map_or_else(String::new, |t| format!("; the host's tasks ran {}", t.describe()));
     let saturated = if entry.saturated { format!("; SATURATED: ran at rho {achieved_rho:.2}") } else { String::new() };
-    format!("host: {probe}{target}{other}{saturated}; {}", thread_waits_text(&entry.thread_waits))
+    format!("host: {probe}{target}{other}{tasks}{saturated}; {}", thread_waits_text(&entry.thread_waits))
 }
 
 /// The threads that waited for a CPU during a point: `waited for a core: sender+receiver 11.2 ms, ...`.
