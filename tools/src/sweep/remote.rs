@@ -344,7 +344,12 @@ impl ClientProcess {
         let echo = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
         echo.set_nonblocking(true)?;
         let addr = echo.local_addr()?;
-        let mut command = self.command();
+        // The echo spins on this (pinned) thread's core: a client pinned to the same core would take turns
+        // with it a scheduler slice at a time, not measure a round trip; it runs on any other core then.
+        // SAFETY: sched_getcpu takes no arguments and only reads which CPU the calling thread is on.
+        let here = usize::try_from(unsafe { libc::sched_getcpu() }).ok();
+        let floor_client = Self { core: self.core.filter(|&core| Some(core) != here), ..self.clone() };
+        let mut command = floor_client.command();
         command
             .arg("--udp-rtt")
             .arg(addr.to_string())
