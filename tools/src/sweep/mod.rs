@@ -275,7 +275,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         dir.display()
     ));
     progress.line(&format!("layout: {layout}"));
-    if let Some(warning) = cluster::window_warning() {
+    for warning in cluster::window_warning().into_iter().chain(hiccup::damon_warning()) {
         progress.line(&format!("warning: {warning}"));
     }
     let clock = Instant::now();
