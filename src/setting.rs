@@ -62,6 +62,8 @@ settings! {
     CommitHeartbeat = "timers.commit_heartbeat", "[timers] commit_heartbeat", "NodeBuilder::commit_heartbeat";
     /// The followers' acknowledgement interval.
     AckInterval = "timers.ack_interval", "[timers] ack_interval", "NodeBuilder::ack_interval";
+    /// The shortest time between two of a follower's acknowledgements.
+    AckGap = "timers.ack_gap", "[timers] ack_gap", "NodeBuilder::ack_gap";
     /// The session key of the client endpoint.
     SessionKey = "clients.session_key", "[clients] session_key", "ClientEndpointConfig::session_key";
     /// The log channel's shared key.

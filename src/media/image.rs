@@ -109,11 +109,25 @@ pub struct PublicationImage {
 }
 
 /// When a follower's image acknowledges its append position.
+///
+/// Invariant: an acknowledgement goes out at least every `interval_ns`, and after one, a position that
+/// moved goes out as soon as `gap_ns` has passed since it (at once when the last one is older).
 #[derive(Clone, Copy, Debug)]
 struct AckTimer {
     interval_ns: u64,
+    gap_ns: u64,
     last_position: i64,
+    /// When the last acknowledgement went out; `None` before the first.
+    last_sent_ns: Option<u64>,
     next_ns: u64,
+}
+
+impl AckTimer {
+    /// Whether an acknowledgement of `position` is due at `now_ns`.
+    fn due(&self, position: i64, now_ns: u64) -> bool {
+        let gap_over = self.last_sent_ns.is_none_or(|sent| now_ns >= sent.saturating_add(self.gap_ns));
+        now_ns >= self.next_ns || (position > self.last_position && gap_over)
+    }
 }
 
 /// What an acknowledgement may report: the rebuild position, or (under a `batch` sync policy) no more than
@@ -153,10 +167,26 @@ impl PublicationImage {
         }
     }
 
-    /// Makes this image acknowledge its rebuild position whenever it advances, and every `interval_ns`
-    /// when it does not (a follower's append position, for the leader's quorum).
-    pub fn acknowledge_every(&mut self, interval_ns: u64) {
-        self.ack = Some(AckTimer { interval_ns, last_position: i64::MIN, next_ns: 0 });
+    /// Makes this image acknowledge its rebuild position whenever it advances, but no sooner than `gap_ns`
+    /// after its last acknowledgement (an advance within the gap goes out when the gap ends), and every
+    /// `interval_ns` when it does not advance (a follower's append position, for the leader's quorum).
+    ///
+    /// The gap bounds the acknowledgements of a busy follower to one per gap (each is a send call on the
+    /// follower and a receive on the leader's Sender); an advance after a quiet spell longer than the
+    /// gap is acknowledged at once, so light load waits for nothing.
+    pub fn acknowledge_every(&mut self, interval_ns: u64, gap_ns: u64) {
+        self.ack = Some(AckTimer { interval_ns, gap_ns, last_position: i64::MIN, last_sent_ns: None, next_ns: 0 });
+    }
+
+    /// Whether the rebuild position moved past the last acknowledgement, which waits for the gap to end
+    /// ([`acknowledge_every`](Self::acknowledge_every)): the receiver keeps polling rather than parking.
+    pub fn ack_deferred(&self) -> bool {
+        self.ack.as_ref().is_some_and(|ack| self.ack_position() > ack.last_position)
+    }
+
+    /// The position an acknowledgement reports: the rebuild position, bounded by the durable one.
+    fn ack_position(&self) -> i64 {
+        self.ack_bound.0.as_ref().map_or(self.rebuild_position, |d| d.get().min(self.rebuild_position))
     }
 
     /// Makes this image acknowledge no more than `durable` says (the position a recorder has synced):
@@ -319,12 +349,13 @@ impl PublicationImage {
     }
 
     fn ack_check(&mut self, now_ns: u64, send: &mut impl FnMut(Feedback)) -> usize {
+        let position = self.ack_position();
         let Some(ack) = self.ack.as_mut() else {
             return 0;
         };
-        let position = self.ack_bound.0.as_ref().map_or(self.rebuild_position, |d| d.get().min(self.rebuild_position));
-        if position > ack.last_position || now_ns >= ack.next_ns {
+        if ack.due(position, now_ns) {
             ack.last_position = position;
+            ack.last_sent_ns = Some(now_ns);
             ack.next_ns = now_ns + ack.interval_ns;
             send(Feedback::Ack { position });
             return 1;
@@ -472,6 +503,80 @@ mod tests {
         reader.poll(0, 100, |payload, _| got.push(payload[0]));
         assert_eq!(got, (0..20).collect::<Vec<u8>>());
         drop(consumer);
+    }
+
+    /// The acknowledgements among `feedback`'s output at each of `times`, after inserting the datagrams
+    /// of `at[i]` before the call at `times[i]`.
+    fn acks_at(image: &mut PublicationImage, steps: &[(u64, &[Vec<u8>])]) -> Vec<(u64, i64)> {
+        let mut acks = Vec::new();
+        for &(now_ns, datagrams) in steps {
+            for d in datagrams {
+                assert_eq!(image.insert(d), InsertOutcome::Inserted);
+            }
+            image.track_rebuild();
+            image.feedback(now_ns, |f| {
+                if let Feedback::Ack { position } = f {
+                    acks.push((now_ns, position));
+                }
+            });
+        }
+        acks
+    }
+
+    #[test]
+    fn a_follower_acknowledges_each_advance_but_no_sooner_than_the_gap_after_the_last() {
+        let (log, image_log) = logs();
+        let all: Vec<Vec<u8>> = datagrams(&log, append_numbered(&log, 4, 1000)).into_iter().map(|(_, d)| d).collect();
+        let end = |i: usize| all[..=i].iter().map(|d| crate::frame::align_frame(d.len()) as i64).sum::<i64>();
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let _consumer = image.register_consumer().unwrap();
+        // A gap of 20 us, an interval of 1 ms.
+        image.acknowledge_every(1_000_000, 20_000);
+        let acks = acks_at(
+            &mut image,
+            &[
+                (0, &all[..1]),       // the first: at once
+                (5_000, &all[1..2]),  // within the gap: waits...
+                (15_000, &[]),        // ...still within it
+                (20_000, &[]),        // ...and goes out when it ends, with everything since
+                (25_000, &all[2..3]), // within the next gap
+                (45_000, &[]),
+                (200_000, &all[3..4]), // after a quiet spell longer than the gap: at once
+                (1_199_999, &[]),      // nothing moved: nothing until the interval is up
+                (1_200_000, &[]),
+            ],
+        );
+        assert_eq!(
+            acks,
+            [(0, end(0)), (20_000, end(1)), (45_000, end(2)), (200_000, end(3)), (1_200_000, end(3))],
+            "{acks:?}"
+        );
+        assert!(!image.ack_deferred());
+
+        // Without a gap, every advance at once.
+        let (log, image_log) = logs();
+        let all: Vec<Vec<u8>> = datagrams(&log, append_numbered(&log, 3, 1000)).into_iter().map(|(_, d)| d).collect();
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let _consumer = image.register_consumer().unwrap();
+        image.acknowledge_every(1_000_000, 0);
+        let acks = acks_at(&mut image, &[(0, &all[..1]), (1, &all[1..2]), (2, &all[2..3])]);
+        assert_eq!(acks.iter().map(|&(t, _)| t).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn an_acknowledgement_waiting_for_its_gap_is_deferred() {
+        let (log, image_log) = logs();
+        let all: Vec<Vec<u8>> = datagrams(&log, append_numbered(&log, 2, 1000)).into_iter().map(|(_, d)| d).collect();
+        let mut image = PublicationImage::new(image_log, source(), 0, TIMERS, 0);
+        let _consumer = image.register_consumer().unwrap();
+        assert!(!image.ack_deferred(), "an image that does not acknowledge defers nothing");
+        image.acknowledge_every(1_000_000, 20_000);
+        acks_at(&mut image, &[(0, &all[..1])]);
+        assert!(!image.ack_deferred());
+        acks_at(&mut image, &[(1_000, &all[1..2])]);
+        assert!(image.ack_deferred(), "moved within the gap");
+        acks_at(&mut image, &[(20_000, &[])]);
+        assert!(!image.ack_deferred());
     }
 
     #[test]

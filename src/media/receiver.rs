@@ -98,6 +98,8 @@ pub struct SpareImage {
 pub struct FollowerSeam {
     /// Acknowledge at least this often, even when the log does not move.
     pub ack_interval: Duration,
+    /// Acknowledge an advance no sooner than this after the last acknowledgement (zero: at every advance).
+    pub ack_gap: Duration,
     /// Acknowledge no further than this counter (a recording member: the recorder's durable position).
     pub ack_up_to: Option<Counter>,
     /// Told what the follower's image rebuilds and which commit frames of its session arrive.
@@ -589,6 +591,9 @@ impl<T: Transport> Receiver<T> {
             let endpoint = &mut self.endpoints[c];
             let counters = &self.counters;
             work += image.feedback(now_ns, |feedback| send_feedback_frame(endpoint, counters, source, id, feedback));
+            // An acknowledgement waiting for its gap to end is work about to be done: the idle strategy must
+            // not park the thread past it (a park here costs tens of microseconds, the gap a few).
+            work += image.ack_deferred() as usize;
         }
         work
     }
@@ -1094,7 +1099,7 @@ fn install_image(
     };
     let mut image = PublicationImage::new(log, source, join, channel.timers, now_ns);
     if let Some(follower) = &channel.config.follower {
-        image.acknowledge_every(nanos(follower.ack_interval));
+        image.acknowledge_every(nanos(follower.ack_interval), nanos(follower.ack_gap));
         if let Some(durable) = &follower.ack_up_to {
             image.acknowledge_up_to(durable.clone());
         }

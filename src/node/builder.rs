@@ -377,6 +377,12 @@ pub struct NodeConfig {
     /// A follower acknowledges its append position at least this often.
     /// Default: `200ms`.
     pub ack_interval: Duration,
+    /// A follower acknowledges an advance of its append position no sooner than this after its last
+    /// acknowledgement (an advance within it goes out when it ends; one after a quiet spell at once), so
+    /// a busy follower sends at most one acknowledgement per gap and the leader's Sender reads as few.
+    /// Zero acknowledges every advance. At most `ack_interval`.
+    /// Default: `20µs`.
+    pub ack_gap: Duration,
     /// Bytes of the client ingress ring (a power of two).
     /// Default: `4194304`.
     pub ingress_capacity: usize,
@@ -453,6 +459,18 @@ impl NodeConfig {
         self.timers.validate()?;
         check_timer(Setting::CommitHeartbeat, self.commit_heartbeat)?;
         check_timer(Setting::AckInterval, self.ack_interval)?;
+        if self.ack_gap > self.ack_interval {
+            return Err(SettingError::new(
+                Setting::AckGap,
+                format!(
+                    "({:?}) must be at most {{timers.ack_interval}} ({:?}): an acknowledgement goes out at least \
+                     every {{timers.ack_interval}} whatever the gap; a gap of a few microseconds bounds a busy \
+                     follower's acknowledgements (0 sends one at every advance)",
+                    self.ack_gap, self.ack_interval
+                ),
+            )
+            .into());
+        }
         if !(1 << 16..=1 << 40).contains(&self.storage.segment_length) {
             let length = self.storage.segment_length;
             return Err(SettingError::new(
@@ -593,6 +611,7 @@ impl NodeBuilder {
                 sender_time_split: false,
                 commit_heartbeat: Duration::from_millis(100),
                 ack_interval: Duration::from_millis(200),
+                ack_gap: Duration::from_micros(20),
                 ingress_capacity: 4 << 20,
                 resume_from: None,
                 clients: ClientEndpointConfig::default(),

@@ -75,6 +75,7 @@ use crate::storage::recording::SyncPolicy;
 /// setup_interval = "100ms"
 /// commit_heartbeat = "100ms"
 /// ack_interval = "200ms"
+/// ack_gap = "20us"
 ///
 /// [storage]
 /// log = "disk"                 # disk (recorded by the recorder agent; the default) or memory
@@ -298,6 +299,7 @@ struct TimerSection {
     setup_interval: Option<FileDuration>,
     commit_heartbeat: Option<FileDuration>,
     ack_interval: Option<FileDuration>,
+    ack_gap: Option<FileDuration>,
 }
 
 /// The `[agents]` table.
@@ -361,7 +363,7 @@ impl NodeFile {
             receive_buffer, send_faults, receive_faults, auth_key, max_retransmit_rate);
         let (t, o) = (&mut self.timers, over.timers);
         merge_fields!(t, o; status_interval, nak_delay, nak_retry_delay, retransmit_linger, receiver_timeout,
-            heartbeat_interval, setup_interval, commit_heartbeat, ack_interval);
+            heartbeat_interval, setup_interval, commit_heartbeat, ack_interval, ack_gap);
         let (a, o) = (&mut self.agents, over.agents);
         merge_fields!(a, o; threading, force_layout, idle);
         for (entry, over) in [
@@ -513,6 +515,7 @@ impl TimerSection {
         set(&mut c.setup_interval, d(self.setup_interval));
         set(&mut config.commit_heartbeat, d(self.commit_heartbeat));
         set(&mut config.ack_interval, d(self.ack_interval));
+        set(&mut config.ack_gap, d(self.ack_gap));
     }
 }
 
@@ -703,6 +706,18 @@ mod file_tests {
         assert!(e.contains("leader id 7"), "{e}");
         let e = NodeConfig::from_toml(&NODE.replace("mtu = 8192", "mtu = 1400")).unwrap_err().to_string();
         assert!(e.contains("multiple of 32"), "{e}");
+    }
+
+    #[test]
+    fn the_acknowledgement_gap_is_set_in_timers_and_refused_past_the_interval() {
+        let gap = NODE.replace("nak_delay = \"100us\"", "nak_delay = \"100us\"\nack_gap = \"50us\"");
+        assert_eq!(NodeConfig::from_toml(&gap).unwrap().ack_gap, Duration::from_micros(50));
+        assert_eq!(NodeConfig::from_toml(NODE).unwrap().ack_gap, Duration::from_micros(20), "the default");
+        let none = NODE.replace("nak_delay = \"100us\"", "nak_delay = \"100us\"\nack_gap = \"0us\"");
+        assert_eq!(NodeConfig::from_toml(&none).unwrap().ack_gap, Duration::ZERO, "zero: every advance");
+        let long = NODE.replace("nak_delay = \"100us\"", "nak_delay = \"100us\"\nack_gap = \"300ms\"");
+        let e = NodeConfig::from_toml(&long).unwrap_err().to_string();
+        assert!(e.contains("[timers] ack_gap: (300ms) must be at most [timers] ack_interval (200ms)"), "{e}");
     }
 
     #[test]

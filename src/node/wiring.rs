@@ -495,6 +495,7 @@ impl Wiring {
         };
         channel.follower = Some(FollowerSeam {
             ack_interval: config.ack_interval,
+            ack_gap: config.ack_gap,
             ack_up_to: Some(held.clone()),
             observer: Arc::new(observer),
         });
