@@ -110,8 +110,8 @@ pub struct PublicationImage {
 
 /// When a follower's image acknowledges its append position.
 ///
-/// Invariant: an acknowledgement goes out at least every `interval_ns`, and after one, a position that
-/// moved goes out as soon as `gap_ns` has passed since it (at once when the last one is older).
+/// Invariant: an acknowledgement goes out at least every `interval_ns`; a position that moved goes out at
+/// the first check at least `gap_ns` after the last acknowledgement (at once when that one is older).
 #[derive(Clone, Copy, Debug)]
 struct AckTimer {
     interval_ns: u64,
@@ -505,8 +505,8 @@ mod tests {
         drop(consumer);
     }
 
-    /// The acknowledgements among `feedback`'s output at each of `times`, after inserting the datagrams
-    /// of `at[i]` before the call at `times[i]`.
+    /// The acknowledgements (time, position) `feedback` gives over `steps`: at each `(now_ns, datagrams)`,
+    /// the datagrams are inserted, then feedback is asked for at `now_ns`.
     fn acks_at(image: &mut PublicationImage, steps: &[(u64, &[Vec<u8>])]) -> Vec<(u64, i64)> {
         let mut acks = Vec::new();
         for &(now_ns, datagrams) in steps {

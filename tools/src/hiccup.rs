@@ -297,8 +297,7 @@ impl ProcessTimes {
     /// first after it, `utime` is field 14. `None` when the line is cut short or a field is no number
     /// (a negative `cutime` or `cstime`, which the kernel never writes, counts as 0).
     pub fn parse(text: &str) -> Option<Self> {
-        let (_, rest) = text.rsplit_once(')')?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let fields: Vec<&str> = stat_fields(text)?.1.collect();
         // Field n of the line is fields[n - 3].
         let unsigned = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
         let signed = |n: usize| fields.get(n - 3)?.parse::<i64>().ok().map(|v| v.max(0) as u64);
@@ -780,22 +779,24 @@ pub fn damon_warning() -> Option<String> {
     ))
 }
 
-/// The name and scheduling policy of one `/proc/<pid>/stat` line: the parenthesised name, and field
-/// 41 (`policy`), counted after the name's closing parenthesis (the name may hold spaces and
-/// parentheses).
-fn name_and_policy(stat: &str) -> Option<(&str, u32)> {
+/// One `/proc/<pid>/stat` line taken apart: the parenthesised name (which may itself hold spaces and
+/// parentheses), and the fields after it, from field 3 (`state`) on.
+fn stat_fields(stat: &str) -> Option<(&str, std::str::SplitWhitespace<'_>)> {
     let (head, rest) = stat.rsplit_once(')')?;
-    let name = head.split_once('(')?.1;
-    // After the name come fields 3 (state) onwards: the policy, field 41, is the 39th of them.
-    let policy = rest.split_whitespace().nth(38)?.parse().ok()?;
-    Some((name, policy))
+    Some((head.split_once('(')?.1, rest.split_whitespace()))
 }
 
-/// The parent process id of `pid` (`/proc/<pid>/stat`'s fourth field, after the parenthesised name,
-/// which may itself hold spaces and parentheses); `None` for a process gone or unreadable.
+/// The name and scheduling policy (field 41) of one `/proc/<pid>/stat` line.
+fn name_and_policy(stat: &str) -> Option<(&str, u32)> {
+    let (name, mut fields) = stat_fields(stat)?;
+    Some((name, fields.nth(41 - 3)?.parse().ok()?))
+}
+
+/// The parent process id of `pid` (field 4 of `/proc/<pid>/stat`); `None` for a process gone or
+/// unreadable.
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    stat_fields(&stat)?.1.nth(4 - 3)?.parse().ok()
 }
 
 /// Sleeps [`WAKE_INTERVAL_NS`] on the monotonic clock, relative to now; a signal may end it early.
