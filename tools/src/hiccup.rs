@@ -718,12 +718,11 @@ impl HostTasks {
     pub fn read() -> Option<Self> {
         let me = std::process::id();
         let mut tasks = std::collections::BTreeMap::new();
-        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
-            if pid == me || parent_of(pid) == Some(me) {
+        for (pid, dir, stat) in processes()? {
+            if pid == me || parent(&stat) == Some(me) {
                 continue;
             }
-            TaskSched::read_all(&entry.path().join("task"), &mut tasks);
+            TaskSched::read_all(&dir.join("task"), &mut tasks);
         }
         (!tasks.is_empty()).then_some(Self(tasks))
     }
@@ -757,12 +756,8 @@ impl HostTasks {
 /// the tail target met in 10-16 of 36 points with kdamond at normal priority, 26-27 with it under
 /// `SCHED_IDLE`. `None` where no such thread runs or each is already `SCHED_IDLE`.
 pub fn damon_warning() -> Option<String> {
-    let busy: Vec<String> = std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+    let busy: Vec<String> = processes()?
+        .filter_map(|(pid, _, stat)| {
             let (name, policy) = name_and_policy(&stat)?;
             (name.starts_with("kdamond") && policy != libc::SCHED_IDLE as u32).then(|| format!("{name} (pid {pid})"))
         })
@@ -792,11 +787,19 @@ fn name_and_policy(stat: &str) -> Option<(&str, u32)> {
     Some((name, fields.nth(41 - 3)?.parse().ok()?))
 }
 
-/// The parent process id of `pid` (field 4 of `/proc/<pid>/stat`); `None` for a process gone or
-/// unreadable.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_fields(&stat)?.1.nth(4 - 3)?.parse().ok()
+/// The parent process id (field 4) of one `/proc/<pid>/stat` line.
+fn parent(stat: &str) -> Option<u32> {
+    stat_fields(stat)?.1.nth(4 - 3)?.parse().ok()
+}
+
+/// Every process `/proc` lists, with its directory and its `stat` line; one gone between the listing and
+/// the read is left out. `None` when `/proc` cannot be listed.
+fn processes() -> Option<impl Iterator<Item = (u32, std::path::PathBuf, String)>> {
+    Some(std::fs::read_dir("/proc").ok()?.flatten().filter_map(|entry| {
+        let pid = entry.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        Some((pid, entry.path(), stat))
+    }))
 }
 
 /// Sleeps [`WAKE_INTERVAL_NS`] on the monotonic clock, relative to now; a signal may end it early.
@@ -1008,7 +1011,9 @@ mod tests {
             let mine = ThreadWaits::read().map(|w| w.0.into_keys().collect::<Vec<_>>()).unwrap_or_default();
             assert!(mine.iter().all(|tid| !now.0.contains_key(tid)));
         }
-        assert_eq!(parent_of(std::process::id()), Some(std::os::unix::process::parent_id()));
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert_eq!(parent(&own), Some(std::os::unix::process::parent_id()));
+        assert!(processes().unwrap().any(|(pid, _, _)| pid == std::process::id()));
     }
 
     #[test]
