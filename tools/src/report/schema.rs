@@ -524,8 +524,8 @@ fn bucket_floor_ns(bucket_ns: u64) -> u64 {
 /// than `host_us` (the wake probe's greatest lateness plus the host's tasks' run time: all the host can
 /// have taken from one cycle): that stage was late by itself. `None` when none was.
 fn late_stage(agents: &[AgentDutyCycles], host_us: f64) -> Option<LateStage> {
-    let host_max_ns = (host_us.max(0.0) * 1000.0) as u64;
-    let late = agents.iter().filter(|a| bucket_floor_ns(a.duty_cycle_ns.max) > host_max_ns);
+    let host_ns = (host_us.max(0.0) * 1000.0) as u64;
+    let late = agents.iter().filter(|a| bucket_floor_ns(a.duty_cycle_ns.max) > host_ns);
     let worst = late.fold(None::<&AgentDutyCycles>, |worst, a| match worst {
         Some(w) if w.duty_cycle_ns.max >= a.duty_cycle_ns.max => Some(w),
         _ => Some(a),
