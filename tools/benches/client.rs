@@ -62,6 +62,12 @@
 //! During the floor, the harness spins on its echo socket and the client on its own, with the cluster
 //! parked: two spinners, two cores.
 //!
+//! `--cluster-core N` gives the client a core of its own instead, as a client on another host has: the
+//! whole cluster runs on one thread on core N (`Layout::whole_on`: every member through its invoker, the
+//! leader's Sender too), both in process and beside the client, and the client on a core it leaves free.
+//! The in-process figures are then those of a one-core cluster, and the ratios compare the remote path
+//! with the in-process one on the same cluster.
+//!
 //! Results: a table per MTU, and `target/client/<UTC timestamp>/summary.json` (`target/client/latest`
 //! points at the newest), with each client run's JSON and the latency distributions (`hgrm/`) beside it.
 
@@ -131,6 +137,12 @@ struct Cli {
     /// The one CPU the client process runs on [default: one the layout leaves free, else the Sender's].
     #[arg(long, value_name = "CPU")]
     client_core: Option<usize>,
+    /// Run the whole cluster on one thread pinned to this core (every member through its invoker, the
+    /// leader's Sender too), in process and beside the client alike, and the client process on a core the
+    /// cluster leaves free: a client with a core of its own, as one on another host has, against the same
+    /// one-core cluster driven in process [default: the sweep's layout, which gives the cluster every core].
+    #[arg(long, value_name = "CPU")]
+    cluster_core: Option<usize>,
     /// Run the client process under `SCHED_IDLE`: on the core it shares with the Sender (2 cores), the
     /// Sender, woken, no longer waits out the client's scheduler slice, and the client gets only what the
     /// Sender leaves. Measured on the AMD guest of 2026-12-05: client p50 at rho 0.1 and MTU 8192 210-355 us
@@ -262,11 +274,16 @@ impl MtuResult {
 /// was 150 KB unsent, and the client's p50 was 2.6-2.9 ms; with parks only (woken within 15 us) 392 us.
 const SENDER_IDLE_BESIDE_CLIENT: &str = "backoff:10,0,1us,1ms";
 
+/// The cluster's thread layout: the sweep's for this host, or the whole cluster on `--cluster-core`.
+fn layout(cli: &Cli) -> Layout {
+    cli.cluster_core.map_or_else(Layout::for_host, Layout::whole_on)
+}
+
 /// The Sender's idle strategy: `--sender-idle`, else [`SENDER_IDLE_BESIDE_CLIENT`] when the client
 /// process shares the Sender's core, else the default.
 fn sender_idle(cli: &Cli, client: &ClientProcess) -> IdleStrategyConfig {
     cli.sender_idle.unwrap_or_else(|| {
-        if client.core.is_some() && client.core == Layout::for_host().sender {
+        if client.core.is_some() && client.core == layout(cli).sender {
             SENDER_IDLE_BESIDE_CLIENT.parse().expect("a valid idle strategy")
         } else {
             IdleStrategyConfig::default()
@@ -274,10 +291,10 @@ fn sender_idle(cli: &Cli, client: &ClientProcess) -> IdleStrategyConfig {
     })
 }
 
-fn spec(mtu: usize) -> ClusterSpec {
+fn spec(mtu: usize, layout: Layout) -> ClusterSpec {
     // The Sender backs off rather than spins (the default): the client process needs a core (see the
     // module doc).
-    ClusterSpec { clients: true, ..ClusterSpec::new(mtu, MESSAGE, Layout::for_host()) }
+    ClusterSpec { clients: true, ..ClusterSpec::new(mtu, MESSAGE, layout) }
 }
 
 /// Starts a cluster on a fresh harness thread, runs `work` on it and closes it (an error of `work`
@@ -312,7 +329,7 @@ fn run_mtu(
     client: &ClientProcess,
     dir: &Path,
 ) -> Result<MtuResult, SweepError> {
-    let mut spec = spec(mtu);
+    let mut spec = spec(mtu, layout(cli));
     if let Some(idle) = cli.consensus_idle {
         spec.consensus_idle = idle;
     }
@@ -673,7 +690,7 @@ fn main() -> ExitCode {
             idle: cli.client_idle,
             linger: Duration::from_micros(cli.client_linger_us),
             wait: cli.client_wait,
-            core: cli.client_core.or_else(|| Layout::for_host().client_core()),
+            core: cli.client_core.or_else(|| layout(&cli).client_core()),
             sched_idle: cli.client_sched_idle,
             ..client
         },
@@ -689,7 +706,7 @@ fn main() -> ExitCode {
         eprintln!("cannot create {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
-    let layout = Layout::for_host().describe(sender_idle(&cli, &client));
+    let layout = layout(&cli).describe(sender_idle(&cli, &client));
     println!(
         "client bench{}: 3 nodes over UDP loopback in this process, a qc-client process ({}, idle {}, {}{}), \
          {MESSAGE} B messages, {} cores",

@@ -86,6 +86,10 @@ pub struct Layout {
     /// yields instead of idling with that strategy. The C probe's second layout
     /// ([`for_c_probe_shared`](Self::for_c_probe_shared)).
     pub leader_shared: bool,
+    /// The harness thread runs every member whole (the leader's Sender and Receiver too) through their
+    /// invokers on the `harness` core: one thread for the whole cluster, and the process's other cores left
+    /// to a client process ([`whole_on`](Self::whole_on)); implies `invoked`.
+    pub whole: bool,
 }
 
 /// The ids of the cores this process may run on, in order (none where they cannot be read).
@@ -109,6 +113,7 @@ impl Layout {
                 followers: None,
                 split: false,
                 leader_shared: false,
+                whole: false,
             },
             2 | 3 => Self {
                 cores,
@@ -119,6 +124,7 @@ impl Layout {
                 followers: Some(0),
                 split: false,
                 leader_shared: false,
+                whole: false,
             },
             _ => Self {
                 cores,
@@ -129,6 +135,7 @@ impl Layout {
                 followers: Some(3),
                 split: false,
                 leader_shared: false,
+                whole: false,
             },
         }
     }
@@ -182,6 +189,26 @@ impl Layout {
             followers,
             split: true,
             leader_shared: false,
+            whole: false,
+        }
+    }
+
+    /// The whole cluster on one thread pinned to `core` (the harness's: it offers, applies and runs every
+    /// member through its invoker, idling with the consensus idle strategy), nothing else pinned: the
+    /// client bench's layout for a client process with a core of its own, as a client on another host has
+    /// (`--cluster-core`). Every agent is one duty cycle of that thread, so the cluster's capacity is one
+    /// core's.
+    pub fn whole_on(core: usize) -> Self {
+        Self {
+            cores: quorumcast::agent::available_cores(),
+            invoked: true,
+            harness: Some(core),
+            sender: Some(core),
+            consensus: Some(core),
+            followers: Some(core),
+            split: false,
+            leader_shared: false,
+            whole: true,
         }
     }
 
@@ -196,7 +223,7 @@ impl Layout {
     /// takes the Sender's core and the Sender, the followers and the harness share the other, none of them
     /// spinning (the load is paced, well below capacity).
     pub fn for_c_probe(&self) -> Self {
-        if !self.invoked || self.split || self.sender.is_none() {
+        if !self.invoked || self.split || self.whole || self.sender.is_none() {
             return *self;
         }
         Self { invoked: false, consensus: self.sender, sender: self.harness, followers: self.harness, ..*self }
@@ -206,9 +233,9 @@ impl Layout {
     /// Sender's core, idling with the strategy under test, and the followers where this layout puts them
     /// (on 2 or 3 cores, run through their invokers by the harness, which yields): nothing else spins, and
     /// the followers acknowledge at the harness's pace rather than a backing-off thread's. The split
-    /// layout is left as it is (its leader is invoked whole already).
+    /// and the whole layouts are left as they are (their leader is invoked whole already).
     pub fn for_c_probe_shared(&self) -> Self {
-        if self.split {
+        if self.split || self.whole {
             return *self;
         }
         Self { leader_shared: true, ..*self }
@@ -269,6 +296,15 @@ impl Layout {
                  generator + apply of all 3 nodes, yielding): {}; {followers}",
                 self.cores,
                 core(self.sender),
+                core(self.harness)
+            );
+        }
+        if self.whole {
+            return format!(
+                "{} cores; one harness thread: {}: load generator, apply of all 3 nodes, and every member whole \
+                 (the leader's consensus agent, Sender and Receiver, both followers) run through their invokers, \
+                 idling with the consensus idle strategy; no other thread of the cluster",
+                self.cores,
                 core(self.harness)
             );
         }
@@ -707,7 +743,7 @@ impl LoadCluster {
         };
         let leader = if layout.leader_shared {
             base(0).threading(ThreadingMode::Shared).idle([spec.consensus_idle; 4]).cores([layout.sender; 4])
-        } else if layout.split {
+        } else if layout.split || layout.whole {
             base(0).threading(ThreadingMode::Invoker)
         } else {
             let mode = if layout.invoked { ThreadingMode::SharedNetworkInvoker } else { ThreadingMode::SharedNetwork };
@@ -1091,6 +1127,18 @@ mod tests {
         let text = layout.describe(IdleStrategyConfig::NoOp);
         assert!(text.contains("core 1 alone") && text.contains("through their invokers"), "{text}");
         assert_eq!(layout.sender_idle(IdleStrategyConfig::NoOp), IdleStrategyConfig::NoOp);
+    }
+
+    #[test]
+    fn the_whole_layout_runs_every_member_on_the_harness_thread_and_pins_nothing_else() {
+        let whole = Layout::whole_on(1);
+        assert!(whole.whole && whole.invoked && !whole.split && !whole.leader_shared);
+        assert_eq!(whole.busy_cores(), vec![Some(1)], "one thread, one core");
+        assert_eq!(whole.for_c_probe(), whole, "the leader is invoked whole already");
+        assert_eq!(whole.for_c_probe_shared(), whole, "the leader is invoked whole already");
+        assert!(!whole.sender_idle(IdleStrategyConfig::NoOp).is_busy(), "nothing spins beside the harness");
+        let text = whole.describe(IdleStrategyConfig::NoOp);
+        assert!(text.contains("one harness thread: core 1") && text.contains("every member whole"), "{text}");
     }
 
     #[test]
