@@ -59,11 +59,14 @@ settings! {
     ElectionTimeoutMax = "consensus.election_timeout_max", "[consensus] election_timeout_max",
         "NodeBuilder::timers(Timers { election_timeout_max_ns, .. })";
     /// The commit heartbeat.
-    CommitHeartbeat = "timers.commit_heartbeat", "[timers] commit_heartbeat", "NodeBuilder::commit_heartbeat";
+    CommitHeartbeat = "timers.commit_heartbeat", "[timers] commit_heartbeat",
+        "NodeBuilder::from_config(NodeConfig { commit_heartbeat, .. })";
     /// The followers' acknowledgement interval.
-    AckInterval = "timers.ack_interval", "[timers] ack_interval", "NodeBuilder::ack_interval";
+    AckInterval = "timers.ack_interval", "[timers] ack_interval",
+        "NodeBuilder::from_config(NodeConfig { ack_interval, .. })";
     /// The shortest time between two of a follower's acknowledgements.
-    AckGap = "timers.ack_gap", "[timers] ack_gap", "NodeBuilder::ack_gap";
+    AckGap = "timers.ack_gap", "[timers] ack_gap",
+        "NodeBuilder::from_config(NodeConfig { ack_gap, .. })";
     /// The session key of the client endpoint.
     SessionKey = "clients.session_key", "[clients] session_key", "ClientEndpointConfig::session_key";
     /// The log channel's shared key.
