@@ -1168,3 +1168,57 @@ fn a_transfer_commits_a_new_message_within_two_heartbeats_of_simulated_time() {
     let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
     eprintln!("transfer, request to a new message committed (simulated us): p50 {} max {}", at(0.5), at(1.0));
 }
+
+/// Issue 51, items 1 and 2 (a remote client's session closed as timed out across a failover, in the
+/// process test under load; a client wedged after every member was killed and started again): a
+/// session whose client keeps trying outlives any failover and any restart of the whole cluster, however
+/// long (here longer than the 10 s session timeout), and its client goes on committing after it, every
+/// member applying each message once. Before the fix, the new leader's first entry closed the session for
+/// the silence while no leader was there; and a restarted leader, replaying its recorded log while it
+/// already led, sent the client answers from that past (an old keep-alive), which moved its reconnect
+/// back and left it refused for good.
+#[test]
+fn a_remote_session_outlives_a_whole_cluster_restart_and_a_leaderless_spell_longer_than_its_timeout() {
+    fn fail<T>(failure: SimFailure) -> T {
+        panic!("{failure}")
+    }
+    for seed in 91_000..91_006 {
+        for restart in [true, false] {
+            let mut config = SimConfig::new(seed, 3);
+            (config.fault_ns, config.clients, config.shuffle_agents) = (0, 2, true);
+            let mut sim = Simulation::new(config);
+            sim.settle(500_000_000).unwrap_or_else(fail);
+            let leader = sim.leader().expect("a first leader");
+            let before = sim.remote_clients();
+            assert!(before.committed > 0 && before.sessions == 2, "seed {seed}: the clients commit: {before:?}");
+            sim.kill(leader);
+            let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+            for &i in &others {
+                if restart {
+                    sim.kill(i);
+                } else {
+                    // No leader for 11 s: the members are stopped (SIGSTOP) and go on.
+                    sim.pause(i, 11_000_000_000);
+                }
+            }
+            sim.settle(12_000_000_000).unwrap_or_else(fail);
+            if restart {
+                for i in 0..3 {
+                    sim.revive(i).unwrap_or_else(fail);
+                }
+            } else {
+                sim.revive(leader).unwrap_or_else(fail);
+            }
+            sim.settle(3_000_000_000).unwrap_or_else(fail);
+            let after = sim.remote_clients();
+            assert!(
+                after.committed > before.committed + 50,
+                "seed {seed} (restart: {restart}): the clients committed {} before and {} after",
+                before.committed,
+                after.committed
+            );
+            let report = sim.run().unwrap_or_else(fail);
+            assert_eq!(report.clients.sessions, 2, "seed {seed} (restart: {restart}): a session was closed");
+        }
+    }
+}

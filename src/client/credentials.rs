@@ -3,13 +3,18 @@
 //!
 //! A session is bound to a 32-byte **token** that only the members can derive, from the session's id,
 //! the client key it was opened under (if any) and the members' [`SessionSecret`]; the leader gives it
-//! to the client in `OPENED` (wrapped with the client key, when there is one, so that it does not cross
-//! the network in clear), and every datagram of the session, both ways, is tagged with it. Nothing of
+//! to the client in `OPENED`, wrapped under a key from an ephemeral X25519 exchange (the client's public
+//! key in its `OPEN`, the leader's in `OPENED`: [`seal_token`], [`open_token`]), so that nothing that
+//! crosses the network reveals it, to an observer holding the client key too; and every datagram of the
+//! session, both ways, is tagged with it. Before any of that, an `OPEN` must carry a cookie the leader
+//! gave its source address ([`SessionSecret::cookie`]): no state is kept for an address that cannot
+//! receive there. Nothing of
 //! the token is written to the log, a snapshot or a file: a member derives it again when it needs it,
 //! so a new leader checks a session's datagrams without being told anything.
 //!
-//! Session ids come from the same secret: a pseudo-random function of the leadership term and a count,
-//! so that no one without the secret can name a session that exists.
+//! Session ids come from the same secret: a pseudo-random function of the leadership term, the leader's
+//! random value for its term and a count, so that no one without the secret can name a session that
+//! exists, and ids (so tokens) never repeat across clusters made again with the same secret.
 //!
 //! # Invariants
 //!
@@ -79,6 +84,7 @@ pub struct SessionSecret {
     ids: AuthKey,
     tokens: AuthKey,
     challenges: AuthKey,
+    cookies: AuthKey,
 }
 
 impl fmt::Debug for SessionSecret {
@@ -95,13 +101,57 @@ impl SessionSecret {
             ids: AuthKey::derive("quorumcast 2026-12 client session ids", &material),
             tokens: AuthKey::derive("quorumcast 2026-12 client session tokens", &material),
             challenges: AuthKey::derive("quorumcast 2026-12 client address challenges", &material),
+            cookies: AuthKey::derive("quorumcast 2026-12 client open cookies", &material),
         }
     }
 
-    /// The id of the `count`-th session a leader opens in leadership term `term`: unpredictable without
-    /// the secret, never 0.
-    pub fn session_id(&self, term: i64, count: u64) -> u64 {
-        let hash = self.ids.keyed_hash(&[&term.to_le_bytes(), &count.to_le_bytes()]);
+    /// The cookie an `OPEN` from `source` with the client's public key `client` and `nonce` must carry,
+    /// in the period `now_ns` is in: a stateless proof that the opener receives at `source` (QUIC's Retry,
+    /// TCP's SYN cookies), made and checked without keeping anything.
+    pub fn cookie(
+        &self,
+        source: SocketAddr,
+        client: &[u8; PUBLIC_KEY_LENGTH],
+        nonce: u64,
+        now_ns: u64,
+    ) -> [u8; COOKIE_LENGTH] {
+        self.cookie_in(source, client, nonce, now_ns / CHALLENGE_PERIOD_NS)
+    }
+
+    /// True when `cookie` is the one of this period or the last for that open.
+    pub fn accepts_cookie(
+        &self,
+        source: SocketAddr,
+        client: &[u8; PUBLIC_KEY_LENGTH],
+        nonce: u64,
+        now_ns: u64,
+        cookie: &[u8],
+    ) -> bool {
+        let period = now_ns / CHALLENGE_PERIOD_NS;
+        cookie == self.cookie_in(source, client, nonce, period)
+            || (period > 0 && cookie == self.cookie_in(source, client, nonce, period - 1))
+    }
+
+    fn cookie_in(
+        &self,
+        source: SocketAddr,
+        client: &[u8; PUBLIC_KEY_LENGTH],
+        nonce: u64,
+        period: u64,
+    ) -> [u8; COOKIE_LENGTH] {
+        let ip = match source.ip() {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        let parts: [&[u8]; 5] =
+            [&ip, &source.port().to_le_bytes(), client, &nonce.to_le_bytes(), &period.to_le_bytes()];
+        self.cookies.keyed_hash(&parts)[..COOKIE_LENGTH].try_into().expect("16 bytes")
+    }
+
+    /// The id of the `count`-th session a leader opens in leadership term `term`, whose random value for
+    /// the term is `nonce`: unpredictable without the secret, never 0.
+    pub fn session_id(&self, term: i64, nonce: u64, count: u64) -> u64 {
+        let hash = self.ids.keyed_hash(&[&term.to_le_bytes(), &nonce.to_le_bytes(), &count.to_le_bytes()]);
         u64::from_le_bytes(hash[..8].try_into().expect("8 bytes")).max(1)
     }
 
@@ -135,29 +185,129 @@ impl SessionSecret {
     }
 }
 
-/// The token as an `OPENED` record carries it: in clear without a client key, else XORed with a pad
-/// that only a holder of the client key can make (for this session and this open).
-pub fn wrap_token(token: &AuthKey, key: Option<&ClientKey>, session_id: u64, nonce: u64) -> [u8; TOKEN_LENGTH] {
-    let mut bytes = token.to_bytes();
-    xor_pad(&mut bytes, key, session_id, nonce);
-    bytes
+/// Bytes of an X25519 public key.
+pub const PUBLIC_KEY_LENGTH: usize = 32;
+/// Bytes of an address cookie.
+pub const COOKIE_LENGTH: usize = 16;
+/// Bytes of an `OPENED` record's payload: the leader's ephemeral public key, the token wrapped for the
+/// client, and the proof that the unwrapped token is the session's.
+pub const OPENED_LENGTH: usize = PUBLIC_KEY_LENGTH + TOKEN_LENGTH + 16;
+
+/// One side's ephemeral X25519 key pair for one open: the secret is used for one exchange and dropped.
+pub struct Ephemeral {
+    secret: [u8; 32],
+    public: [u8; PUBLIC_KEY_LENGTH],
 }
 
-/// The token from the bytes an `OPENED` record carried (unwrapped with the client key, when the
-/// session has one).
-pub fn unwrap_token(carried: &[u8; TOKEN_LENGTH], key: Option<&ClientKey>, session_id: u64, nonce: u64) -> AuthKey {
-    let mut bytes = *carried;
-    xor_pad(&mut bytes, key, session_id, nonce);
-    AuthKey::new(bytes)
-}
-
-fn xor_pad(bytes: &mut [u8; TOKEN_LENGTH], key: Option<&ClientKey>, session_id: u64, nonce: u64) {
-    if let Some(key) = key {
-        let pad = key.key.keyed_hash(&[b"token wrap", &session_id.to_le_bytes(), &nonce.to_le_bytes()]);
-        for (byte, pad) in bytes.iter_mut().zip(pad) {
-            *byte ^= pad;
-        }
+impl fmt::Debug for Ephemeral {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ephemeral").field("public", &self.public).finish_non_exhaustive()
     }
+}
+
+impl Ephemeral {
+    /// The pair whose secret is these 32 random bytes (clamped by X25519 itself).
+    pub fn from_random(secret: [u8; 32]) -> Self {
+        let public = x25519_dalek::x25519(secret, x25519_dalek::X25519_BASEPOINT_BYTES);
+        Self { secret, public }
+    }
+
+    /// A pair from the kernel's randomness.
+    pub fn generate() -> std::io::Result<Self> {
+        let mut secret = [0u8; 32];
+        crate::media::auth::fill_random(&mut secret)?;
+        Ok(Self::from_random(secret))
+    }
+
+    /// Its public key (what crosses the wire).
+    pub fn public(&self) -> [u8; PUBLIC_KEY_LENGTH] {
+        self.public
+    }
+
+    /// The secret shared with the holder of `peer`'s secret; `None` for a peer key of small order (which
+    /// would make it known to anyone).
+    fn shared(&self, peer: &[u8; PUBLIC_KEY_LENGTH]) -> Option<[u8; 32]> {
+        let shared = x25519_dalek::x25519(self.secret, *peer);
+        (shared != [0; 32]).then_some(shared)
+    }
+}
+
+impl Drop for Ephemeral {
+    fn drop(&mut self) {
+        // Best effort: the secret does not outlive its exchange in this memory.
+        self.secret = [0; 32];
+    }
+}
+
+/// What an exchange binds: the session, the open's nonce, and both public keys.
+struct Transcript<'a> {
+    session_id: u64,
+    nonce: u64,
+    client: &'a [u8; PUBLIC_KEY_LENGTH],
+    leader: &'a [u8; PUBLIC_KEY_LENGTH],
+}
+
+impl Transcript<'_> {
+    fn wrap_key(&self, shared: &[u8; 32]) -> [u8; TOKEN_LENGTH] {
+        let mut hasher = blake3::Hasher::new_derive_key("quorumcast 2026-12 session token wrap");
+        for part in [&shared[..], self.client, self.leader, &self.session_id.to_le_bytes(), &self.nonce.to_le_bytes()] {
+            hasher.update(part);
+        }
+        *hasher.finalize().as_bytes()
+    }
+
+    fn proof(&self, token: &AuthKey) -> [u8; 16] {
+        let hash = token.keyed_hash(&[
+            b"opened",
+            &self.session_id.to_le_bytes(),
+            &self.nonce.to_le_bytes(),
+            self.client,
+            self.leader,
+        ]);
+        hash[..16].try_into().expect("16 bytes")
+    }
+}
+
+/// The leader's side of an open: the `OPENED` payload that gives `token` to the holder of the secret of
+/// `client` (the client's ephemeral public key from its `OPEN`) and to no one else, made with the leader's
+/// ephemeral pair `leader`. Whoever sees this payload, and the `OPEN` before it, learns nothing of the
+/// token without one of the two ephemeral secrets (X25519), client key or not. `None` when `client` is
+/// a key of small order.
+pub fn seal_token(
+    token: &AuthKey,
+    leader: &Ephemeral,
+    client: &[u8; PUBLIC_KEY_LENGTH],
+    session_id: u64,
+    nonce: u64,
+) -> Option<[u8; OPENED_LENGTH]> {
+    let shared = leader.shared(client)?;
+    let transcript = Transcript { session_id, nonce, client, leader: &leader.public };
+    let pad = transcript.wrap_key(&shared);
+    let mut out = [0u8; OPENED_LENGTH];
+    out[..PUBLIC_KEY_LENGTH].copy_from_slice(&leader.public);
+    for (i, (byte, pad)) in token.to_bytes().iter().zip(pad).enumerate() {
+        out[PUBLIC_KEY_LENGTH + i] = byte ^ pad;
+    }
+    out[PUBLIC_KEY_LENGTH + TOKEN_LENGTH..].copy_from_slice(&transcript.proof(token));
+    Some(out)
+}
+
+/// The client's side: the token from an `OPENED` payload, with the client's ephemeral pair `client` of
+/// the open it answers; `None` when the payload is not that open's (its proof fails).
+pub fn open_token(opened: &[u8], client: &Ephemeral, session_id: u64, nonce: u64) -> Option<AuthKey> {
+    let opened: &[u8; OPENED_LENGTH] = opened.try_into().ok()?;
+    let leader: [u8; PUBLIC_KEY_LENGTH] = opened[..PUBLIC_KEY_LENGTH].try_into().expect("32 bytes");
+    let shared = client.shared(&leader)?;
+    let transcript = Transcript { session_id, nonce, client: &client.public, leader: &leader };
+    let pad = transcript.wrap_key(&shared);
+    let mut bytes = [0u8; TOKEN_LENGTH];
+    for (i, pad) in pad.iter().enumerate() {
+        bytes[i] = opened[PUBLIC_KEY_LENGTH + i] ^ pad;
+    }
+    let token = AuthKey::new(bytes);
+    let proof = transcript.proof(&token);
+    // Not secret: a wrong proof says only that this payload is not this open's.
+    (proof[..] == opened[PUBLIC_KEY_LENGTH + TOKEN_LENGTH..]).then_some(token)
 }
 
 /// The sequence numbers a receiver has accepted from one sender: the highest, and which of the 64
@@ -247,25 +397,50 @@ mod tests {
                 assert_ne!(a, b);
             }
         }
-        assert_ne!(secret.session_id(1, 1), secret.session_id(1, 2));
-        assert_ne!(secret.session_id(1, 1), other.session_id(1, 1));
+        assert_ne!(secret.session_id(1, 7, 1), secret.session_id(1, 7, 2));
+        assert_ne!(secret.session_id(1, 7, 1), other.session_id(1, 7, 1));
+        assert_ne!(secret.session_id(1, 7, 1), secret.session_id(1, 8, 1), "another incarnation's term 1");
     }
 
+    /// Issue 51, item 3: from the `OPEN` and `OPENED` an observer captures, no one but the client that
+    /// opened recovers the token, whatever key the observer holds; and the unwrap fails on any other
+    /// open's payload.
     #[test]
-    fn a_wrapped_token_opens_only_with_its_client_key() {
+    fn a_sealed_token_opens_only_with_the_clients_ephemeral_secret() {
         let secret = SessionSecret::new(&AuthKey::new([1; 32]));
         let key = ClientKey::new("a", AuthKey::new([3; 32]));
         let token = secret.token(9, Some(&key));
-        let carried = wrap_token(&token, Some(&key), 9, 77);
-        assert_ne!(carried, token.to_bytes(), "wrapped");
-        assert_eq!(unwrap_token(&carried, Some(&key), 9, 77), token);
-        let stranger = ClientKey::new("a", AuthKey::new([5; 32]));
-        assert_ne!(unwrap_token(&carried, Some(&stranger), 9, 77), token);
-        assert_ne!(unwrap_token(&carried, None, 9, 77), token);
-        assert_ne!(unwrap_token(&carried, Some(&key), 9, 78), token, "another open's pad");
-        // Without a client key the token travels in clear.
-        let plain = secret.token(9, None);
-        assert_eq!(unwrap_token(&wrap_token(&plain, None, 9, 77), None, 9, 77), plain);
+        let client = Ephemeral::from_random([7; 32]);
+        let leader = Ephemeral::from_random([8; 32]);
+        let opened = seal_token(&token, &leader, &client.public(), 9, 77).unwrap();
+        assert!(!opened.windows(TOKEN_LENGTH).any(|w| w == token.to_bytes()), "the token is not in clear");
+        assert_eq!(open_token(&opened, &client, 9, 77), Some(token));
+        // An observer with its own pair (as another client of the same key is) gets nothing.
+        let observer = Ephemeral::from_random([9; 32]);
+        assert_eq!(open_token(&opened, &observer, 9, 77), None);
+        assert_eq!(open_token(&opened, &client, 9, 78), None, "another open's nonce");
+        assert_eq!(open_token(&opened, &client, 10, 77), None, "another session");
+        let mut flipped = opened;
+        flipped[40] ^= 1;
+        assert_eq!(open_token(&flipped, &client, 9, 77), None, "a changed payload");
+        // A small-order key would make the shared secret known to all: refused.
+        assert!(seal_token(&token, &leader, &[0; 32], 9, 77).is_none());
+    }
+
+    #[test]
+    fn a_cookie_holds_for_its_address_key_and_nonce_this_period_and_the_next() {
+        let secret = SessionSecret::new(&AuthKey::new([1; 32]));
+        let here: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let there: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+        let now = 5 * CHALLENGE_PERIOD_NS + 10;
+        let cookie = secret.cookie(here, &[4; 32], 11, now);
+        assert!(secret.accepts_cookie(here, &[4; 32], 11, now, &cookie));
+        assert!(secret.accepts_cookie(here, &[4; 32], 11, now + CHALLENGE_PERIOD_NS, &cookie));
+        assert!(!secret.accepts_cookie(here, &[4; 32], 11, now + 2 * CHALLENGE_PERIOD_NS, &cookie));
+        assert!(!secret.accepts_cookie(there, &[4; 32], 11, now, &cookie));
+        assert!(!secret.accepts_cookie(here, &[5; 32], 11, now, &cookie));
+        assert!(!secret.accepts_cookie(here, &[4; 32], 12, now, &cookie));
+        assert!(!secret.accepts_cookie(here, &[4; 32], 11, now, &cookie[..8]));
     }
 
     #[test]

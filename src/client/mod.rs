@@ -73,7 +73,7 @@ use crate::frame::MAX_UDP_PAYLOAD_LENGTH;
 use crate::media::auth::AuthKey;
 use crate::media::transport::{Binding, Network, RecvBatch, SharedNetwork, SocketOptions, Transport};
 
-use self::credentials::{unwrap_token, ClientKey, ReplayWindow};
+use self::credentials::{open_token, ClientKey, Ephemeral, ReplayWindow, COOKIE_LENGTH, PUBLIC_KEY_LENGTH};
 use self::outbox::Outbox;
 pub use self::outbox::SEND_BATCH;
 use self::wire::{Datagram, RecordHeader, RefusalCode, Seal};
@@ -307,6 +307,10 @@ pub enum ClosedReason {
     /// Another client proved it holds the session's token and took it (the same token used from two
     /// places): this client's messages in flight end in [`Event::OutcomeUnknown`].
     Displaced,
+    /// The cluster was full, and closed this session (of an address holding more sessions than any
+    /// other) to let a client of another address in: its messages in flight end in
+    /// [`Event::OutcomeUnknown`].
+    Evicted,
 }
 
 /// What a client has done so far (plain counts, read with [`ClusterClient::stats`]): how it found its
@@ -318,6 +322,9 @@ pub struct ClientStats {
     pub ask_rounds: u64,
     /// Datagrams of those rounds and of followed redirects (an open or reconnect to one member each).
     pub asks: u64,
+    /// Cookies a leader gave this client's address, each answered with the open again, carrying it (the
+    /// second half of an ask; not counted in `asks`).
+    pub cookies: u64,
     /// Answers naming another member as the leader that were followed at once (that member had not been
     /// asked in the round).
     pub redirects_followed: u64,
@@ -390,6 +397,12 @@ pub struct ClusterClient {
     session_id: u64,
     /// The nonce of the open being asked for.
     nonce: u64,
+    /// The ephemeral key pair of the open being asked for (a new one for each open).
+    ephemeral: Ephemeral,
+    /// The cookie a member gave this client's address for that open, once one did.
+    cookie: Option<[u8; COOKIE_LENGTH]>,
+    /// The seed of its random choices, when its environment gives one (then its keys come from it).
+    seed: Option<u64>,
     /// The member connected to (or last asked alone), by index in `members`: where the session's
     /// datagrams go.
     target: usize,
@@ -496,6 +509,9 @@ impl ClusterClient {
             state: State::Idle,
             session_id: 0,
             nonce: seed | 1,
+            ephemeral: ephemeral(env.seed, seed | 1),
+            cookie: None,
+            seed: env.seed,
             target: 0,
             known_leader: config.leader_hint.and_then(|id| config.members.iter().position(|m| m.0 == id)),
             cursor: 0,
@@ -676,6 +692,8 @@ impl ClusterClient {
     pub fn start_connect(&mut self) {
         self.state = State::Opening;
         self.nonce = self.nonce.wrapping_add(2);
+        self.ephemeral = ephemeral(self.seed, self.nonce);
+        self.cookie = None;
         self.session_id = 0;
         self.token = None;
         self.windows.fill(ReplayWindow::default());
@@ -874,12 +892,22 @@ impl ClusterClient {
         }
     }
 
-    /// The record that asks for the session: an open, or a reconnect of the session.
-    fn ask_record(&self) -> RecordHeader {
+    /// Pushes the record that asks for the session: an open (with this open's public key, and the
+    /// cookie once a member gave one), or a reconnect of the session.
+    fn push_ask(&mut self) {
         if self.state == State::Opening {
-            RecordHeader::new(wire::OPEN, 0).correlation(self.nonce)
+            let mut payload = [0u8; PUBLIC_KEY_LENGTH + COOKIE_LENGTH];
+            payload[..PUBLIC_KEY_LENGTH].copy_from_slice(&self.ephemeral.public());
+            let length = match self.cookie {
+                Some(cookie) => {
+                    payload[PUBLIC_KEY_LENGTH..].copy_from_slice(&cookie);
+                    payload.len()
+                }
+                None => PUBLIC_KEY_LENGTH,
+            };
+            self.push(RecordHeader::new(wire::OPEN, 0).correlation(self.nonce), &payload[..length]);
         } else {
-            RecordHeader::new(wire::RECONNECT, self.session_id)
+            self.push(RecordHeader::new(wire::RECONNECT, self.session_id), &[]);
         }
     }
 
@@ -894,8 +922,7 @@ impl ClusterClient {
         self.stats.ask_rounds += 1;
         // What waits goes to the member it was for; the ask goes alone.
         let mut sent = self.flush();
-        let record = self.ask_record();
-        self.push(record, &[]);
+        self.push_ask();
         let leader = self.known_leader.take();
         let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
         let bytes = self.out.finish_current(seal);
@@ -940,8 +967,7 @@ impl ClusterClient {
         let mut sent = self.flush();
         self.asked_in[member] = self.round;
         self.target = member;
-        let record = self.ask_record();
-        self.push(record, &[]);
+        self.push_ask();
         let asked = self.flush();
         self.stats.asks += asked as u64;
         sent += asked;
@@ -1050,7 +1076,7 @@ fn on_record(
 ) {
     let now = view.now;
     let client = &mut *view.client;
-    if !in_session && !matches!(record.kind, wire::REDIRECT | wire::OPENED | wire::REFUSED) {
+    if !in_session && !matches!(record.kind, wire::REDIRECT | wire::OPENED | wire::REFUSED | wire::COOKIE) {
         return;
     }
     let ours = in_session && record.session_id == client.session_id;
@@ -1080,11 +1106,26 @@ fn on_record(
                 client.next_ask_ns = 0;
             }
         }
-        wire::OPENED if !in_session && client.state == State::Opening && record.correlation_id == client.nonce => {
-            let Ok(carried) = <&[u8; wire::TOKEN_LENGTH]>::try_from(payload) else {
+        wire::COOKIE if !in_session && client.state == State::Opening && record.correlation_id == client.nonce => {
+            let Ok(cookie) = <[u8; COOKIE_LENGTH]>::try_from(payload) else {
                 return;
             };
-            client.token = Some(unwrap_token(carried, client.config.key.as_ref(), record.session_id, client.nonce));
+            // The member asks for proof that this address is the opener's: the open again, with it (the
+            // second half of the ask it answers, counted apart).
+            client.cookie = Some(cookie);
+            client.stats.cookies += 1;
+            client.flush();
+            client.target = member;
+            client.push_ask();
+            client.flush();
+        }
+        wire::OPENED if !in_session && client.state == State::Opening && record.correlation_id == client.nonce => {
+            // Only the holder of this open's ephemeral secret unwraps the token; a payload that is not this
+            // open's (forged, or another's) fails its proof and is ignored.
+            let Some(token) = open_token(payload, &client.ephemeral, record.session_id, client.nonce) else {
+                return;
+            };
+            client.token = Some(token);
             client.session_id = record.session_id;
             client.state = State::Connected;
             client.target = member;
@@ -1184,9 +1225,14 @@ fn on_refused(
             let reason = ClosedReason::Unknown;
             client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: false });
         }
-        RefusalCode::Displaced if ours && client.state != State::Idle => {
+        RefusalCode::Displaced | RefusalCode::Evicted if ours && client.state != State::Idle => {
             client.state = State::Idle;
-            client.closing = Some(Closing { refusal: code, reason: ClosedReason::Displaced, known: false });
+            let reason = if code == RefusalCode::Evicted { ClosedReason::Evicted } else { ClosedReason::Displaced };
+            client.closing = Some(Closing { refusal: code, reason, known: false });
+        }
+        RefusalCode::Replayed if to_open => {
+            // Two members took the same open (or a delayed copy came back): a new open, with a new key.
+            client.start_connect();
         }
         RefusalCode::Gap | RefusalCode::WindowExceeded if ours && client.state == State::Connected => {
             let from = if code == RefusalCode::Gap { record.value as u64 } else { record.correlation_id };
@@ -1209,6 +1255,24 @@ fn on_refused(
             client.next_ask_ns = 0;
         }
         _ => {}
+    }
+}
+
+/// The ephemeral key pair of the open with `nonce`: from the seed when there is one (a simulated client
+/// replays exactly), from the kernel's randomness otherwise.
+fn ephemeral(seed: Option<u64>, nonce: u64) -> Ephemeral {
+    let from_seed = |seed: u64| {
+        let mut hasher = blake3::Hasher::new_derive_key("quorumcast 2026-12 seeded client ephemeral");
+        hasher.update(&seed.to_le_bytes()).update(&nonce.to_le_bytes());
+        Ephemeral::from_random(*hasher.finalize().as_bytes())
+    };
+    match seed {
+        Some(seed) => from_seed(seed),
+        None => Ephemeral::generate().unwrap_or_else(|_| {
+            from_seed(
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+            )
+        }),
     }
 }
 

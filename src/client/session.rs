@@ -9,6 +9,14 @@
 //! not told was committed). Time in the table is the leader's clock as written into each entry, never a
 //! member's own, so sessions time out at the same log position everywhere.
 //!
+//! Two entries carry only the leader's clock. A leader opens its term with a **leader term** entry, which
+//! restarts every session's silence from its time: a session is closed for silence only for time during
+//! which a leader was there to hear it (as Aeron Cluster resets every session's activity at a new
+//! leadership term), so a failover or a restart of the whole cluster, however long, closes no session
+//! whose client keeps trying. A **tick** is what a leader appends when its own clock passes the table's
+//! next expiry and nothing else was appended: silent sessions close on the leader's clock, whether or not
+//! anything else comes.
+//!
 //! # Invariants
 //!
 //! - [`SessionTable::apply`] is a pure function of the table and the entry: no clock, no I/O.
@@ -26,6 +34,8 @@ const OPEN: u8 = 1;
 const MESSAGE: u8 = 2;
 const KEEP_ALIVE: u8 = 3;
 const CLOSE: u8 = 4;
+const LEADER_TERM: u8 = 5;
+const TICK: u8 = 6;
 /// Bytes before a message's payload: kind, session id, timestamp, correlation id.
 pub const MESSAGE_HEADER_LENGTH: usize = 1 + 8 + 8 + 8;
 
@@ -64,6 +74,23 @@ pub enum SessionEntry<'a> {
         /// The leader's clock when it appended the entry.
         timestamp_ns: i64,
     },
+    /// A leader's first session entry of its term: every open session's silence starts again from
+    /// `timestamp_ns` (time without a leader does not count). Encoded as a message's header: the session
+    /// id's place holds `nonce`, the correlation id's the term.
+    LeaderTerm {
+        /// The leadership term it opens.
+        leadership_term_id: i64,
+        /// The leader's random value for the term (its sessions' ids derive from it, so that they never
+        /// repeat across clusters or incarnations of one).
+        nonce: u64,
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+    },
+    /// The leader's clock passed the table's next expiry: sessions silent for the timeout close.
+    Tick {
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+    },
 }
 
 /// Why bytes are not a session entry.
@@ -86,9 +113,10 @@ impl fmt::Display for SessionDecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Truncated { need, have } => write!(f, "a session entry of {have} bytes; its kind needs {need}"),
-            Self::UnknownKind(kind) => {
-                write!(f, "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close")
-            }
+            Self::UnknownKind(kind) => write!(
+                f,
+                "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close, 5 leader term, 6 tick"
+            ),
             Self::ZeroCorrelation => f.write_str("a message with correlation id 0 (they count from 1)"),
         }
     }
@@ -97,13 +125,14 @@ impl fmt::Display for SessionDecodeError {
 impl std::error::Error for SessionDecodeError {}
 
 impl<'a> SessionEntry<'a> {
-    /// The session the entry is about.
+    /// The session the entry is about (0: none, for a leader term or a tick).
     pub fn session_id(&self) -> u64 {
         match *self {
             Self::Open { session_id, .. }
             | Self::Message { session_id, .. }
             | Self::KeepAlive { session_id, .. }
             | Self::Close { session_id, .. } => session_id,
+            Self::LeaderTerm { .. } | Self::Tick { .. } => 0,
         }
     }
 
@@ -113,7 +142,9 @@ impl<'a> SessionEntry<'a> {
             Self::Open { timestamp_ns, .. }
             | Self::Message { timestamp_ns, .. }
             | Self::KeepAlive { timestamp_ns, .. }
-            | Self::Close { timestamp_ns, .. } => timestamp_ns,
+            | Self::Close { timestamp_ns, .. }
+            | Self::LeaderTerm { timestamp_ns, .. }
+            | Self::Tick { timestamp_ns, .. } => timestamp_ns,
         }
     }
 
@@ -131,14 +162,16 @@ impl<'a> SessionEntry<'a> {
     /// [`encode`](Self::encode) writes them, without allocating: the array and how much of it is used.
     pub fn header(&self) -> ([u8; MESSAGE_HEADER_LENGTH], usize) {
         let mut bytes = [0u8; MESSAGE_HEADER_LENGTH];
-        let (kind, correlation) = match self {
-            Self::Open { .. } => (OPEN, None),
-            Self::Message { correlation_id, .. } => (MESSAGE, Some(*correlation_id)),
-            Self::KeepAlive { .. } => (KEEP_ALIVE, None),
-            Self::Close { .. } => (CLOSE, None),
+        let (kind, correlation, session) = match *self {
+            Self::Open { session_id, .. } => (OPEN, None, session_id),
+            Self::Message { correlation_id, session_id, .. } => (MESSAGE, Some(correlation_id), session_id),
+            Self::KeepAlive { session_id, .. } => (KEEP_ALIVE, None, session_id),
+            Self::Close { session_id, .. } => (CLOSE, None, session_id),
+            Self::LeaderTerm { leadership_term_id, nonce, .. } => (LEADER_TERM, Some(leadership_term_id as u64), nonce),
+            Self::Tick { .. } => (TICK, None, 0),
         };
         bytes[0] = kind;
-        bytes[1..9].copy_from_slice(&self.session_id().to_le_bytes());
+        bytes[1..9].copy_from_slice(&session.to_le_bytes());
         bytes[9..17].copy_from_slice(&self.timestamp_ns().to_le_bytes());
         match correlation {
             Some(id) => {
@@ -152,8 +185,8 @@ impl<'a> SessionEntry<'a> {
     /// Reads an entry from `bytes` (the payload points into them).
     pub fn decode(bytes: &'a [u8]) -> Result<Self, SessionDecodeError> {
         let &kind = bytes.first().ok_or(SessionDecodeError::Truncated { need: 17, have: 0 })?;
-        let need = if kind == MESSAGE { MESSAGE_HEADER_LENGTH } else { 17 };
-        if !(OPEN..=CLOSE).contains(&kind) {
+        let need = if kind == MESSAGE || kind == LEADER_TERM { MESSAGE_HEADER_LENGTH } else { 17 };
+        if !(OPEN..=TICK).contains(&kind) {
             return Err(SessionDecodeError::UnknownKind(kind));
         }
         if bytes.len() < need {
@@ -165,6 +198,8 @@ impl<'a> SessionEntry<'a> {
             OPEN => Self::Open { session_id, timestamp_ns },
             KEEP_ALIVE => Self::KeepAlive { session_id, timestamp_ns },
             CLOSE => Self::Close { session_id, timestamp_ns },
+            TICK => Self::Tick { timestamp_ns },
+            LEADER_TERM => Self::LeaderTerm { leadership_term_id: word(17) as i64, nonce: session_id, timestamp_ns },
             _ => {
                 let correlation_id = word(17);
                 if correlation_id == 0 {
@@ -277,6 +312,13 @@ pub enum Applied<'a> {
         /// Its last message applied (0: none): every later one never is.
         applied: u64,
     },
+    /// A leader's term began: every session's silence starts again.
+    LeaderTerm {
+        /// The term.
+        leadership_term_id: i64,
+    },
+    /// The leader's clock was noted (silent sessions closed before it).
+    Ticked,
     /// The entry was refused.
     Refused {
         /// The session it named.
@@ -359,11 +401,22 @@ impl SessionTable {
         self.counters
     }
 
+    /// No open session times out before this time of the leader's clock (`i64::MAX`: none is open): a
+    /// leader appends a tick once its clock passes it. A lower bound, made exact by the tick's look at
+    /// every session.
+    pub fn next_expiry_ns(&self) -> i64 {
+        self.expires_at_ns
+    }
+
     /// Closes the sessions silent for the timeout at the entry's time, calling `closed` for each (in
     /// session id order), then applies `entry`.
     /// `closed` is told of every session that times out: its id and its last message applied.
+    ///
+    /// A leader term closes none: it restarts every session's silence from its time.
     pub fn apply<'a>(&mut self, entry: &SessionEntry<'a>, mut closed: impl FnMut(u64, u64)) -> Applied<'a> {
-        self.expire(entry.timestamp_ns(), &mut closed);
+        if !matches!(entry, SessionEntry::LeaderTerm { .. }) {
+            self.expire(entry.timestamp_ns(), &mut closed);
+        }
         let session_id = entry.session_id();
         let refused = |table: &mut Self, refusal| {
             table.counters.refused += 1;
@@ -409,6 +462,14 @@ impl SessionTable {
                 Some(session) => Applied::Closed { session_id, reason: CloseReason::Client, applied: session.applied },
                 None => refused(self, Refusal::UnknownSession),
             },
+            SessionEntry::Tick { .. } => Applied::Ticked,
+            SessionEntry::LeaderTerm { leadership_term_id, timestamp_ns, .. } => {
+                for session in self.sessions.values_mut() {
+                    session.last_active_ns = session.last_active_ns.max(timestamp_ns);
+                }
+                self.recompute_expiry();
+                Applied::LeaderTerm { leadership_term_id }
+            }
         }
     }
 

@@ -4,12 +4,13 @@
 //!
 //! | kind | way | `session_id` | `correlation_id` | `value` | payload |
 //! |---|---|---|---|---|---|
-//! | `OPEN` | in | 0 | the client's nonce | | |
+//! | `OPEN` | in | 0 | the client's nonce | | its ephemeral X25519 public key (32 bytes), then the cookie (16) once it has one |
 //! | `MESSAGE` | in | session | the message's number (from 1) | | the message |
 //! | `KEEP_ALIVE` | in | session | | | |
 //! | `CLOSE` | in | session | | | |
 //! | `RECONNECT` | in | session | the challenge answered, or 0 | | |
-//! | `OPENED` | out | session | the nonce | | the session token (32 bytes; wrapped with a client key) |
+//! | `COOKIE` | out | | the nonce | | the cookie that the open from this address must carry (16 bytes) |
+//! | `OPENED` | out | session | the nonce | | the leader's ephemeral public key (32), the token wrapped under their exchange (32), its proof (16) |
 //! | `COMMITTED` | out | session | the message's number | log position it ends at | the response |
 //! | `COMMITTED_RUN` | out | session | the first message's number | how many | each one's position (8 bytes) |
 //! | `RECONNECTED` | out | session | | last number applied | |
@@ -50,8 +51,9 @@ use crate::media::auth::{AuthKey, TAG_LENGTH};
 
 /// A client protocol datagram's first 4 bytes.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"qcC1");
-/// The protocol version this build speaks (2: the 32-byte header with session, sequence and tag).
-pub const VERSION: u16 = 2;
+/// The protocol version this build speaks (3: an open carries an ephemeral key and a cookie; 2 had the
+/// 32-byte header with session, sequence and tag, and a token wrapped with the client key).
+pub const VERSION: u16 = 3;
 /// Bytes of [`DatagramHeader`].
 pub const DATAGRAM_HEADER_LENGTH: usize = 32;
 /// Bytes of [`RecordHeader`].
@@ -98,6 +100,9 @@ pub const CHALLENGE: u8 = 25;
 /// [`encode_members`]). Sent after `OPENED` and with `RECONNECTED` and `HEARTBEAT`, so a client learns a
 /// change within a keep-alive interval.
 pub const MEMBERS: u8 = 26;
+/// The answer to an `OPEN` without a valid cookie: the cookie the open must carry from this address
+/// (made and checked without state; good for this second and the next).
+pub const COOKIE: u8 = 27;
 
 /// `code` of a `COMMITTED` record for a resend of a message applied before.
 pub const DUPLICATE: u8 = 1;
@@ -131,6 +136,11 @@ pub enum RefusalCode {
     TooManyFromAddress = 10,
     /// The cluster takes no new sessions or messages now (an operator suspended it): resend later.
     Suspended = 11,
+    /// The cluster was full and closed this session, of an address holding more sessions than any
+    /// other, to let a client of another address in: open a new one.
+    Evicted = 12,
+    /// This open was seen before (an `OPEN` is good once): open with a new key and nonce.
+    Replayed = 13,
 }
 
 impl RefusalCode {
@@ -148,6 +158,8 @@ impl RefusalCode {
             9 => Self::RateLimited,
             10 => Self::TooManyFromAddress,
             11 => Self::Suspended,
+            12 => Self::Evicted,
+            13 => Self::Replayed,
             _ => return None,
         })
     }
@@ -167,6 +179,8 @@ impl fmt::Display for RefusalCode {
             Self::RateLimited => "this address opens sessions faster than clients.opens_per_second allows",
             Self::TooManyFromAddress => "this address holds clients.max_sessions_per_address sessions",
             Self::Suspended => "the cluster takes no client entries now (an operator suspended it): resend later",
+            Self::Evicted => "the cluster was full and closed this session to let a client of another address in",
+            Self::Replayed => "this open was seen before: open again with a new key",
         })
     }
 }

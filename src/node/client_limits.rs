@@ -130,6 +130,36 @@ impl SessionsPerAddress {
     pub(super) fn clear(&mut self) {
         self.counts.clear();
     }
+
+    /// The address holding the most sessions, and how many (the lowest such address on a tie).
+    pub(super) fn heaviest(&self) -> Option<(AddressKey, usize)> {
+        self.counts.iter().map(|(&a, &n)| (a, n)).max_by_key(|&(a, n)| (n, std::cmp::Reverse(a)))
+    }
+}
+
+/// The client public keys of the opens a member admitted in this cookie period and the last: an open
+/// is good once, and a replayed one (its cookie still good) opens nothing.
+#[derive(Debug, Default)]
+pub(super) struct UsedOpens {
+    keys: HashMap<[u8; 32], u64>,
+}
+
+impl UsedOpens {
+    /// Whether an open with `key` was admitted in period `period` or the one before; forgets older ones.
+    pub(super) fn seen(&mut self, key: &[u8; 32], period: u64) -> bool {
+        self.keys.retain(|_, at| *at + 1 >= period);
+        self.keys.contains_key(key)
+    }
+
+    /// Keys remembered.
+    pub(super) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Remembers `key`, admitted in `period`.
+    pub(super) fn insert(&mut self, key: [u8; 32], period: u64) {
+        self.keys.insert(key, period);
+    }
 }
 
 #[cfg(test)]
@@ -174,12 +204,24 @@ mod tests {
     }
 
     #[test]
+    fn an_open_is_remembered_for_its_period_and_the_next() {
+        let mut used = UsedOpens::default();
+        assert!(!used.seen(&[1; 32], 5));
+        used.insert([1; 32], 5);
+        assert!(used.seen(&[1; 32], 5) && used.seen(&[1; 32], 6));
+        assert!(!used.seen(&[1; 32], 7), "its cookie is spent by then");
+        assert_eq!(used.len(), 0);
+    }
+
+    #[test]
     fn sessions_per_address_count_up_and_down() {
         let mut sessions = SessionsPerAddress::default();
         let a = key("10.0.0.1");
         sessions.add(a);
         sessions.add(a);
         assert_eq!(sessions.of(a), 2);
+        sessions.add(key("10.0.0.2"));
+        assert_eq!(sessions.heaviest(), Some((a, 2)));
         sessions.remove(a);
         sessions.remove(a);
         sessions.remove(a);

@@ -44,7 +44,10 @@ use std::sync::Arc;
 use socket2::SockAddr;
 
 use crate::agent::clock::NanoClock;
-use crate::client::credentials::{wrap_token, ClientKey, ReplayWindow, SessionSecret};
+use crate::client::credentials::{
+    seal_token, ClientKey, Ephemeral, ReplayWindow, SessionSecret, CHALLENGE_PERIOD_NS, COOKIE_LENGTH, OPENED_LENGTH,
+    PUBLIC_KEY_LENGTH,
+};
 use crate::client::session::SessionEntry;
 use crate::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Records, RefusalCode, Seal};
 use crate::cluster::append::AppendStage;
@@ -57,7 +60,9 @@ use crate::shm::ring_buffer::OneToOneRingBuffer;
 use crate::shm::stats::{kinds, CounterKind};
 
 use super::builder::ClientEndpointConfig;
-use super::client_limits::{AddressKey, OpenRate, SessionsPerAddress};
+use super::client_limits::{AddressKey, OpenRate, SessionsPerAddress, UsedOpens};
+use super::sessions::SessionDeadline;
+use crate::storage::recording::catch_up::Nonces;
 
 /// Egress ring message type (never on the wire): a keep-alive was applied; `value` is the session's last
 /// applied correlation id. It completes a reconnect.
@@ -70,6 +75,10 @@ const MAX_DATAGRAMS_PER_CYCLE: usize = 1024;
 
 /// How often the client endpoint is read while it is quiet.
 const POLL_INTERVAL_NS: u64 = 5_000;
+
+/// Least time between two ticks a leader appends (its clock passed the session table's next expiry, and
+/// the tick closing those sessions is in the log but not yet applied): a session closes at most this late.
+const TICK_INTERVAL_NS: i64 = 50_000_000;
 
 /// The counters of a member's client endpoint (see [`kinds::clients`]).
 #[derive(Clone, Debug)]
@@ -99,6 +108,7 @@ pub(super) struct IngressCounters {
     displaced: Counter,
     rate_limited: Counter,
     address_sessions_refused: Counter,
+    evicted: Counter,
 }
 
 impl IngressCounters {
@@ -130,6 +140,7 @@ impl IngressCounters {
             displaced: allocate(&k::displaced),
             rate_limited: allocate(&k::rate_limited),
             address_sessions_refused: allocate(&k::address_sessions_refused),
+            evicted: allocate(&k::evicted),
         }
     }
 }
@@ -153,6 +164,8 @@ struct Connection {
     state: State,
     /// The client's nonce of its open.
     nonce: u64,
+    /// The `OPENED` payload of its open (the token sealed for the client), until it is sent.
+    opened: Option<Box<[u8; OPENED_LENGTH]>>,
     /// The client key the session is under (0: none).
     key_id: u32,
     /// What the session's datagrams are tagged with.
@@ -237,11 +250,24 @@ pub(super) struct ClientIngress {
     /// Sessions this leader has opened in its term (the session ids come from it).
     sessions_opened: u64,
     term: i64,
+    /// This leader's random value for its term: its sessions' ids derive from it, so that they never
+    /// repeat across clusters made again with the same secret, nor across incarnations of one.
+    term_nonce: u64,
+    /// The term's leader-term entry is in the log: nothing of a client is appended before it.
+    announced: bool,
+    /// The session table's next expiry as the node's reader applied it, and when this leader last
+    /// appended a tick for it.
+    deadline: SessionDeadline,
+    last_tick_ns: i64,
+    /// Where the term nonces come from.
+    entropy: Nonces,
     next_receive_ns: u64,
     /// Of every datagram the endpoint sends: it starts at the wall clock, so that it grows across
     /// restarts of the member too.
     sequence: Sequence,
     open_rate: OpenRate,
+    /// The opens admitted in this cookie period and the last (each is good once).
+    used_opens: UsedOpens,
     counters: IngressCounters,
     /// Every member's id and client endpoint, as the configuration in effect names them: a redirect
     /// carries the leader's, so a client finds a leader its own list does not name.
@@ -281,6 +307,13 @@ impl<'a> Appending<'a> {
     }
 }
 
+/// What the client endpoint shares with the node's reader of committed entries: the answers it makes,
+/// and the session table's next expiry.
+pub(super) struct ReaderLink {
+    pub(super) egress: Arc<OneToOneRingBuffer>,
+    pub(super) deadline: SessionDeadline,
+}
+
 /// Why a datagram was dropped before its records were read.
 enum Dropped {
     Malformed,
@@ -288,17 +321,19 @@ enum Dropped {
 }
 
 impl ClientIngress {
-    /// A client endpoint on `socket`, binding sessions with `secret`, answering through datagrams of at
-    /// most `datagram_capacity` bytes, sending what the node's reader puts in `egress`.
+    /// A client endpoint on `socket`, binding sessions with `secret` (and keys and term values drawn from
+    /// `entropy`), answering through datagrams of at most `datagram_capacity` bytes, sending what the
+    /// node's reader puts in `reader`'s egress.
     pub(super) fn new(
         socket: Box<dyn Transport>,
         clock: NanoClock,
         config: ClientEndpointConfig,
-        secret: SessionSecret,
+        (secret, entropy): (SessionSecret, Nonces),
         datagram_capacity: usize,
-        egress: Arc<OneToOneRingBuffer>,
+        reader: ReaderLink,
         counters: IngressCounters,
     ) -> Self {
+        let ReaderLink { egress, deadline } = reader;
         let open_rate = OpenRate::new(config.opens_per_second);
         let sequence = Sequence(clock.epoch_ns().max(0) as u64);
         Self {
@@ -316,9 +351,15 @@ impl ClientIngress {
             egress,
             sessions_opened: 0,
             term: -1,
+            term_nonce: 0,
+            announced: false,
+            deadline,
+            last_tick_ns: i64::MIN,
+            entropy,
             next_receive_ns: 0,
             sequence,
             open_rate,
+            used_opens: UsedOpens::default(),
             counters,
             members: Vec::new(),
             member_set: (0, Vec::new()),
@@ -352,9 +393,19 @@ impl ClientIngress {
             if appending.term != self.term {
                 self.term = appending.term;
                 self.sessions_opened = 0;
+                self.term_nonce = self.entropy.next_u64();
+                self.announced = false;
             }
         }
         let mut work = self.send_egress(appending.is_some());
+        if let Some(appending) = appending.as_mut() {
+            work += self.keep_time(appending);
+            if !self.announced {
+                // Nothing of a client goes into the log before the term's entry (the log has room for it
+                // at a term's start; until then the clients' datagrams wait in the socket).
+                return work + self.flush();
+            }
+        }
         if now_ns < self.next_receive_ns {
             // What this cycle took from the egress ring leaves in this cycle, not with the next receive.
             return work + self.flush();
@@ -414,6 +465,32 @@ impl ClientIngress {
         self.next_receive_ns = if datagrams > 0 { now_ns } else { now_ns + POLL_INTERVAL_NS };
         work += datagrams;
         work + self.flush()
+    }
+
+    /// On the leader: the term's leader-term entry first, then a tick whenever the leader's clock passes
+    /// the session table's next expiry (so silent sessions close on the leader's clock alone). Returns the
+    /// entries appended.
+    fn keep_time(&mut self, append: &mut Appending<'_>) -> usize {
+        let epoch_ns = self.clock.epoch_ns();
+        if !self.announced {
+            let entry = SessionEntry::LeaderTerm {
+                leadership_term_id: self.term,
+                nonce: self.term_nonce,
+                timestamp_ns: epoch_ns,
+            };
+            self.announced = append_entry(append, &self.counters, &entry, &[]).is_ok();
+            return usize::from(self.announced);
+        }
+        if epoch_ns < self.deadline.get() || epoch_ns.saturating_sub(self.last_tick_ns) < TICK_INTERVAL_NS {
+            return 0;
+        }
+        match append_entry(append, &self.counters, &SessionEntry::Tick { timestamp_ns: epoch_ns }, &[]) {
+            Ok(()) => {
+                self.last_tick_ns = epoch_ns;
+                1
+            }
+            Err(_) => 0,
+        }
     }
 
     /// Checks a datagram's header and tag before anything else of it is read: its session's token (a
@@ -502,15 +579,16 @@ impl ClientIngress {
         let mut remove = false;
         match kind {
             wire::OPENED => {
+                let Some(opened) = connection.opened.take() else {
+                    return;
+                };
                 connection.state = State::Open;
                 connection.next_expected = 1;
                 connection.acked = 0;
                 record.correlation_id = connection.nonce;
                 // The answer to an open goes in a datagram of no session (the client has no token yet),
-                // with the token, wrapped with the client key when there is one.
-                let key = self.config.key(connection.key_id);
-                let token = wrap_token(&connection.token, key, header.session_id, connection.nonce);
-                self.reply.push(record, &token);
+                // with the token sealed for the client alone (tagged with the client key when there is one).
+                self.reply.push(record, &opened[..]);
                 self.reply_seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
                 let source = connection.addr;
                 // The members follow in the session's first datagram, tagged with its token.
@@ -593,10 +671,10 @@ impl ClientIngress {
         let session = from.header.session_id;
         if session == 0 {
             let mut received = 0;
-            for (record, _) in records {
+            for (record, payload) in records {
                 received += 1;
                 match record.kind {
-                    wire::OPEN => self.on_open(&from, record.correlation_id, append),
+                    wire::OPEN => self.on_open(&from, record.correlation_id, payload, append),
                     // A session's record outside a datagram tagged with its token claims what it cannot prove.
                     _ if record.session_id != 0 => self.counters.forged_dropped.increment(),
                     _ => self.counters.malformed_dropped.increment(),
@@ -662,52 +740,128 @@ impl ClientIngress {
         }
     }
 
-    /// A client asks to open a session (`nonce` tells its repeats apart from a second open).
-    fn on_open(&mut self, from: &Arrival, nonce: u64, append: &mut Appending<'_>) {
+    /// A client asks to open a session (`nonce` tells its repeats apart from a second open), with its
+    /// ephemeral public key and, once it has one, the cookie of its address. Without a good cookie it is
+    /// answered with one and nothing is kept; with one, each open is taken once.
+    fn on_open(&mut self, from: &Arrival, nonce: u64, payload: &[u8], append: &mut Appending<'_>) {
         let refuse = |reply: &mut DatagramWriter, code: RefusalCode| {
             reply.push(RecordHeader::new(wire::REFUSED, 0).correlation(nonce).code(code as u8), &[]);
         };
+        let (Some(client), cookie) = (payload.get(..PUBLIC_KEY_LENGTH), payload.get(PUBLIC_KEY_LENGTH..)) else {
+            self.counters.malformed_dropped.increment();
+            return;
+        };
+        let client: [u8; PUBLIC_KEY_LENGTH] = client.try_into().expect("32 bytes");
+        let cookie = cookie.unwrap_or_default();
+        let has_cookie = match cookie.len() {
+            0 => false,
+            COOKIE_LENGTH => self.secret.accepts_cookie(from.source, &client, nonce, from.now_ns, cookie),
+            _ => {
+                self.counters.malformed_dropped.increment();
+                return;
+            }
+        };
+        if !has_cookie {
+            // Stateless, and no larger than the open it answers: a spoofed source gets nothing to amplify.
+            self.counters.challenges_sent.increment();
+            let cookie = self.secret.cookie(from.source, &client, nonce, from.now_ns);
+            self.reply.push(RecordHeader::new(wire::COOKIE, 0).correlation(nonce), &cookie);
+            return;
+        }
         let repeat = self
             .connections
             .by_session
-            .iter()
-            .find(|(_, c)| c.addr == from.source && c.nonce == nonce && c.state == State::Opening);
-        if repeat.is_some() {
+            .values()
+            .any(|c| c.addr == from.source && c.nonce == nonce && c.state == State::Opening);
+        if repeat {
             // Its open is in the log: the answer comes when it is applied.
             return;
         }
+        let period = from.now_ns / CHALLENGE_PERIOD_NS;
+        if self.used_opens.seen(&client, period) {
+            self.counters.replayed_dropped.increment();
+            return refuse(&mut self.reply, RefusalCode::Replayed);
+        }
         let address = AddressKey::of(from.source.ip());
-        if !self.open_rate.take(address, from.now_ns) {
+        if !self.open_rate.take(address, from.now_ns) || self.used_opens.len() >= self.config.max_sessions * 4 {
             self.counters.rate_limited.increment();
             return refuse(&mut self.reply, RefusalCode::RateLimited);
-        }
-        if self.connections.len() >= self.config.max_sessions {
-            self.counters.sessions_refused.increment();
-            return refuse(&mut self.reply, RefusalCode::TooManySessions);
-        }
-        if self.connections.per_address.of(address) >= self.config.max_sessions_per_address {
-            self.counters.address_sessions_refused.increment();
-            return refuse(&mut self.reply, RefusalCode::TooManyFromAddress);
         }
         if append.suspended {
             self.counters.suspended_refused.increment();
             return refuse(&mut self.reply, RefusalCode::Suspended);
         }
+        if self.connections.per_address.of(address) >= self.config.max_sessions_per_address {
+            self.counters.address_sessions_refused.increment();
+            return refuse(&mut self.reply, RefusalCode::TooManyFromAddress);
+        }
+        if self.connections.len() >= self.config.max_sessions && !self.evict_for(address, from.epoch_ns, append) {
+            self.counters.sessions_refused.increment();
+            return refuse(&mut self.reply, RefusalCode::TooManySessions);
+        }
         self.sessions_opened += 1;
-        let session_id = self.secret.session_id(self.term, self.sessions_opened);
+        let session_id = self.secret.session_id(self.term, self.term_nonce, self.sessions_opened);
+        let token = self.secret.token(session_id, self.config.key(from.header.key_id));
+        let mut leader_secret = [0u8; 32];
+        if self.entropy.fill(&mut leader_secret).is_err() {
+            return refuse(&mut self.reply, RefusalCode::BackPressured);
+        }
+        let Some(opened) = seal_token(&token, &Ephemeral::from_random(leader_secret), &client, session_id, nonce)
+        else {
+            // A key of small order: anyone could compute the exchange's secret.
+            self.counters.malformed_dropped.increment();
+            return;
+        };
         let entry = SessionEntry::Open { session_id, timestamp_ns: from.epoch_ns };
         match append_entry(append, &self.counters, &entry, &[]) {
             Ok(()) => {
                 self.counters.sessions_opened.increment();
-                let key = self.config.key(from.header.key_id);
-                let token = self.secret.token(session_id, key);
+                self.used_opens.insert(client, period);
                 let mut connection = self.connection(from, State::Opening, token);
                 connection.nonce = nonce;
+                connection.opened = Some(Box::new(opened));
                 self.connections.insert(session_id, connection);
                 self.counters.connections.set(self.connections.len() as i64);
             }
             Err(_) => refuse(&mut self.reply, RefusalCode::BackPressured),
         }
+    }
+
+    /// The endpoint is full and `address` asks for a session: when some address holds at least two more
+    /// sessions than it, that address's longest silent session is closed (a close in the log, and the
+    /// news to its client) to make room. True when one was. So a few addresses cannot keep every other
+    /// out: sessions are shared among the addresses that ask, and one client of a new address gets in.
+    fn evict_for(&mut self, address: AddressKey, epoch_ns: i64, append: &mut Appending<'_>) -> bool {
+        let held = self.connections.per_address.of(address);
+        let Some((heaviest, most)) = self.connections.per_address.heaviest() else {
+            return false;
+        };
+        if most < held + 2 {
+            return false;
+        }
+        let victim = self
+            .connections
+            .by_session
+            .iter()
+            .filter(|(_, c)| c.state == State::Open && AddressKey::of(c.addr.ip()) == heaviest)
+            .min_by_key(|(&id, c)| (c.last_logged_ns, id))
+            .map(|(&id, _)| id);
+        let Some(victim) = victim else {
+            return false;
+        };
+        let entry = SessionEntry::Close { session_id: victim, timestamp_ns: epoch_ns };
+        if append_entry(append, &self.counters, &entry, &[]).is_err() {
+            return false;
+        }
+        if let Some(mut old) = self.connections.remove(&victim) {
+            self.counters.evicted.increment();
+            let evicted = RecordHeader::new(wire::REFUSED, victim).code(RefusalCode::Evicted as u8);
+            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
+            queue(&mut old, out, &mut self.dirty, victim, evicted, &[]);
+            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
+            flush_connection(&mut old, victim, out);
+        }
+        true
     }
 
     /// The client of `from`'s session proved it holds the token from `from.source`: the session goes on
@@ -758,6 +912,7 @@ impl ClientIngress {
             sockaddr: SockAddr::from(from.source),
             state,
             nonce: 0,
+            opened: None,
             key_id: from.header.key_id,
             token,
             window: ReplayWindow::starting_after(from.header.sequence),

@@ -311,7 +311,7 @@ impl Node {
         }
         let commit = if self.bugs.apply_uncommitted { i64::MAX } else { self.commit.get() };
         let skip_below = self.config.resume_from.unwrap_or(0);
-        let leading = self.shared.role() == Role::Leader;
+        let leading = (self.shared.role() == Role::Leader).then(|| self.shared.leadership_term_id());
         let mut sessions = self.sessions.take().expect("the session table is put back after every poll");
         let fragments = self.committed.poll(commit, fragment_limit, &mut |entry: &[u8], end: i64, flags: u8| {
             let handed = end > skip_below;

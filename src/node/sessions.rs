@@ -7,10 +7,16 @@
 //! - Every member applies every session entry of the log to its table, in log order, leader or not, and
 //!   below `resume_from` too: the tables of all members are the same at the same position.
 //! - The application sees a client's message exactly once, when the table delivers it.
-//! - Answers are written only while this member leads; a full egress ring drops an answer (counted),
-//!   never blocks the reader: the client resends, and is answered as a duplicate.
+//! - Answers are written only while this member leads, and only for entries after its own term's
+//!   leader-term entry: what it applies before that (its recorded log replayed at a restart, the previous
+//!   leader's entries) was answered by whoever appended it, and an answer from that past would move a
+//!   client's state back (a reconnect is answered from the state after the replay). A full egress ring
+//!   drops an answer (counted), never blocks the reader: the client resends, and is answered as a duplicate.
+//! - After every entry, [`SessionDeadline`] holds the table's next expiry, which the leader's client
+//!   endpoint reads to append a tick when its clock passes it.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crate::client::session::{
@@ -47,6 +53,27 @@ impl Run {
     }
 }
 
+/// The leader's clock at which the table's first open session would time out, as the node's reader last
+/// applied it (`i64::MAX`: none is open), shared with the client endpoint.
+#[derive(Clone, Debug)]
+pub(super) struct SessionDeadline(Arc<AtomicI64>);
+
+impl Default for SessionDeadline {
+    fn default() -> Self {
+        Self(Arc::new(AtomicI64::new(i64::MAX)))
+    }
+}
+
+impl SessionDeadline {
+    pub(super) fn get(&self) -> i64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self, at_ns: i64) {
+        self.0.store(at_ns, Ordering::Release);
+    }
+}
+
 /// The session table and the way back to the clients.
 pub(super) struct ClientSessions {
     table: SessionTable,
@@ -58,6 +85,10 @@ pub(super) struct ClientSessions {
     /// The answers being gathered into one record.
     run: Run,
     counters: SessionEventCounters,
+    /// The term whose leader-term entry this member applied while leading it: answers go out only
+    /// for entries after it.
+    live_term: i64,
+    deadline: SessionDeadline,
     /// A planted bug (the node simulator's own test): a resend found applied is handed out again.
     pub(super) apply_duplicates: bool,
 }
@@ -78,8 +109,15 @@ impl ClientSessions {
             max_response,
             run,
             counters,
+            live_term: -1,
+            deadline: SessionDeadline::default(),
             apply_duplicates,
         }
+    }
+
+    /// The table's next expiry, as the client endpoint reads it.
+    pub(super) fn deadline(&self) -> SessionDeadline {
+        self.deadline.clone()
     }
 
     /// Hands a committed entry that is not a session entry to `handler` (with `deliver`).
@@ -97,12 +135,13 @@ impl ClientSessions {
     }
 
     /// Applies a session entry to the table; a message it delivers goes to `handler` (with `deliver`),
-    /// and, on the leader (`leading`), every answer goes to the client.
+    /// and, on the leader of term `leading` once its leader-term entry is applied, every answer goes to
+    /// the client.
     pub(super) fn on_entry(
         &mut self,
         bytes: &[u8],
         position: i64,
-        leading: bool,
+        leading: Option<i64>,
         deliver: bool,
         handler: &mut impl FnMut(&Entry<'_>, &mut Vec<u8>),
     ) {
@@ -110,8 +149,14 @@ impl ClientSessions {
             self.counters.malformed.increment();
             return;
         };
-        let Self { table, egress, response, max_response, run, counters, apply_duplicates } = self;
-        let egress = egress.as_deref().filter(|_| leading);
+        if let (SessionEntry::LeaderTerm { leadership_term_id, .. }, Some(term)) = (entry, leading) {
+            if leadership_term_id == term {
+                self.live_term = term;
+            }
+        }
+        let Self { table, egress, response, max_response, run, counters, live_term, deadline, apply_duplicates } = self;
+        let live = leading.is_some_and(|term| term == *live_term);
+        let egress = egress.as_deref().filter(|_| live);
         let answer = |run: &mut Run, record: RecordHeader, payload: &[u8]| {
             flush_run(run, egress, &counters.egress_dropped);
             send(egress, &counters.egress_dropped, record, payload)
@@ -120,6 +165,7 @@ impl ClientSessions {
             // With its last message applied: the client tells what was applied from what never will be.
             answer(run, RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT).value(applied as i64), &[]);
         });
+        deadline.set(table.next_expiry_ns());
         match applied {
             Applied::Deliver { session_id, correlation_id, payload } => {
                 response.clear();
@@ -168,6 +214,7 @@ impl ClientSessions {
                 let code = if reason == CloseReason::Timeout { wire::TIMED_OUT } else { 0 };
                 answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
             }
+            Applied::LeaderTerm { .. } | Applied::Ticked => {}
             Applied::Refused { session_id, refusal } => {
                 let correlation = match entry {
                     SessionEntry::Message { correlation_id, .. } => correlation_id,
@@ -207,7 +254,9 @@ impl ClientSessions {
 
     /// Reads the table from a snapshot (before the application's state).
     pub(super) fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
-        self.table.read_snapshot(input)
+        self.table.read_snapshot(input)?;
+        self.deadline.set(self.table.next_expiry_ns());
+        Ok(())
     }
 }
 
@@ -239,5 +288,60 @@ fn send(egress: Option<&OneToOneRingBuffer>, dropped: &Counter, record: RecordHe
             }
         }
         Err(_) => dropped.increment(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::buffer::AtomicBuffer;
+    use crate::shm::ring_buffer::required_length;
+
+    fn entry(entry: SessionEntry<'_>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        entry.encode(&mut bytes);
+        bytes
+    }
+
+    /// Issue 51, item 2: a restarted leader replays its recorded log while it already leads (term 5 here);
+    /// what it applies before its own term's entry (an old keep-alive, old commits) sends the clients
+    /// nothing, and answers go out from that entry on.
+    #[test]
+    fn a_leader_answers_nothing_of_the_log_it_replays_before_its_own_terms_entry() {
+        let ring =
+            Arc::new(OneToOneRingBuffer::new(AtomicBuffer::anonymous(required_length(64 * 1024)).unwrap()).unwrap());
+        let counter = Counter::detached();
+        let counters = SessionEventCounters {
+            egress_dropped: counter.clone(),
+            duplicates: counter.clone(),
+            responses_too_long: counter.clone(),
+            malformed: counter,
+        };
+        let mut sessions = ClientSessions::new(SessionConfig::default(), Some(Arc::clone(&ring)), 1024, counters);
+        let mut handler = |_: &Entry<'_>, _: &mut Vec<u8>| {};
+        let past = [
+            entry(SessionEntry::LeaderTerm { leadership_term_id: 3, nonce: 1, timestamp_ns: 0 }),
+            entry(SessionEntry::Open { session_id: 9, timestamp_ns: 1 }),
+            entry(SessionEntry::Message { session_id: 9, timestamp_ns: 2, correlation_id: 1, payload: b"x" }),
+            entry(SessionEntry::KeepAlive { session_id: 9, timestamp_ns: 3 }),
+        ];
+        for (i, bytes) in past.iter().enumerate() {
+            sessions.on_entry(bytes, 64 * (i as i64 + 1), Some(5), true, &mut handler);
+        }
+        sessions.flush();
+        let mut kinds = Vec::new();
+        ring.read(|kind, _| kinds.push(kind as u8), usize::MAX);
+        assert!(kinds.is_empty(), "answers from the replayed past: {kinds:?}");
+        let now = [
+            entry(SessionEntry::LeaderTerm { leadership_term_id: 5, nonce: 2, timestamp_ns: 10 }),
+            entry(SessionEntry::KeepAlive { session_id: 9, timestamp_ns: 11 }),
+        ];
+        for (i, bytes) in now.iter().enumerate() {
+            sessions.on_entry(bytes, 1024 + 64 * i as i64, Some(5), true, &mut handler);
+        }
+        ring.read(|kind, _| kinds.push(kind as u8), usize::MAX);
+        assert_eq!(kinds, vec![KEPT_ALIVE], "the reconnect is answered from the state after the replay");
+        // A lower bound of the next timeout (the leader term's time): a tick there closes none and makes it exact.
+        assert_eq!(sessions.deadline().get(), 10 + SessionConfig::default().timeout_ns);
     }
 }

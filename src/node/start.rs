@@ -418,17 +418,17 @@ fn start_clients(
     let secret = config.clients.secret(config.channel.auth.as_ref()).ok_or_else(|| {
         NodeError::Config("clients need clients.session_key or channel.auth_key (checked at start)".into())
     })?;
+    let mut sessions =
+        ClientSessions::new(config.clients.session_config(), Some(egress.clone()), max_response, session_counters);
     let ingress = ClientIngress::new(
         socket,
         env.clock.fresh(),
         config.clients.clone(),
-        secret,
+        (secret, env.nonces(0x5E55_1011)),
         datagram_capacity,
-        Arc::clone(&egress),
+        super::ingress::ReaderLink { egress, deadline: sessions.deadline() },
         ingress_counters,
     );
-    let mut sessions =
-        ClientSessions::new(config.clients.session_config(), Some(egress), max_response, session_counters);
     sessions.apply_duplicates = env.bugs.apply_duplicates;
     Ok((Some(ingress), sessions))
 }

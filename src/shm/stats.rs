@@ -388,7 +388,8 @@ catalogue! {
         forged_dropped = 619, "client datagrams forged";
         /// Client datagrams of a session dropped for a sequence number already seen (a replay).
         replayed_dropped = 620, "client datagrams replayed";
-        /// Challenges sent: a session's datagram came from an address that is not the session's.
+        /// Challenges and cookies sent: a session's datagram came from an address that is not the
+        /// session's, or an open came without a good cookie of its address.
         challenges_sent = 621, "client challenges sent";
         /// Sessions moved to a new address whose client answered a challenge (the old address is told).
         displaced = 622, "client sessions displaced";
@@ -401,6 +402,9 @@ catalogue! {
         receive_calls = 625, "client receive calls";
         /// Opens and messages refused while an operator suspended the cluster (`qc-cluster suspend`).
         suspended_refused = 626, "client records refused while suspended";
+        /// Sessions closed to let a client of another address in: the endpoint was full, and their address
+        /// held at least two more sessions than the one asking.
+        evicted = 627, "client sessions evicted";
     }
     /// Log files: the spare each member keeps ready so that a new term (its leader's log, a follower's
     /// image) need not make one in its path.

@@ -240,6 +240,7 @@ fn stats_delta(after: &ClientStats, before: &ClientStats) -> ClientStats {
     ClientStats {
         ask_rounds: after.ask_rounds - before.ask_rounds,
         asks: after.asks - before.asks,
+        cookies: after.cookies - before.cookies,
         redirects_followed: after.redirects_followed - before.redirects_followed,
         members_learnt: after.members_learnt - before.members_learnt,
         datagrams_sent: after.datagrams_sent - before.datagrams_sent,

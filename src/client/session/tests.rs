@@ -96,6 +96,37 @@ fn a_silent_session_times_out_by_the_leaders_clock_in_the_log() {
     assert_eq!(apply(&mut t, &message(1, 1, 10 * SECOND)), "Refused { session_id: 1, refusal: UnknownSession }");
 }
 
+/// A failover or a restart of the whole cluster, however long, closes no session: the new leader's
+/// term entry restarts every session's silence, and only silence under a leader closes one (then by a
+/// tick, the leader's clock alone, with nothing else appended).
+#[test]
+fn a_leader_term_restarts_every_sessions_silence_and_a_tick_closes_the_silent() {
+    let mut t = table(4);
+    let mut open = Vec::new();
+    SessionEntry::Open { session_id: 1, timestamp_ns: 0 }.encode(&mut open);
+    apply(&mut t, &open);
+    assert_eq!(t.next_expiry_ns(), 10 * SECOND);
+    // The cluster was down for 60 s: the new leader's term comes first, and the client's reconnect after it.
+    let mut term = Vec::new();
+    SessionEntry::LeaderTerm { leadership_term_id: 2, nonce: 9, timestamp_ns: 60 * SECOND }.encode(&mut term);
+    assert_eq!(
+        SessionEntry::decode(&term).unwrap(),
+        SessionEntry::LeaderTerm { leadership_term_id: 2, nonce: 9, timestamp_ns: 60 * SECOND }
+    );
+    assert_eq!(apply(&mut t, &term), "LeaderTerm { leadership_term_id: 2 }");
+    assert_eq!(t.next_expiry_ns(), 70 * SECOND);
+    let mut keep = Vec::new();
+    SessionEntry::KeepAlive { session_id: 1, timestamp_ns: 61 * SECOND }.encode(&mut keep);
+    assert_eq!(apply(&mut t, &keep), "KeptAlive { session_id: 1 }");
+    // Silent under this leader for the timeout: its tick closes the session.
+    let mut tick = Vec::new();
+    SessionEntry::Tick { timestamp_ns: 71 * SECOND }.encode(&mut tick);
+    let mut closed = Vec::new();
+    let entry = SessionEntry::decode(&tick).unwrap();
+    assert_eq!(t.apply(&entry, |id, _| closed.push(id)), Applied::Ticked);
+    assert_eq!((closed, t.len(), t.next_expiry_ns()), (vec![1], 0, i64::MAX));
+}
+
 #[test]
 fn a_snapshot_restores_the_table_and_a_damaged_one_is_refused() {
     let mut t = table(4);
@@ -153,7 +184,7 @@ proptest! {
     /// the entries (the table looks only when its bound on the next timeout has passed).
     #[test]
     fn sessions_time_out_exactly_when_a_look_at_every_session_says(
-        entries in proptest::collection::vec((1u8..5, 0u64..6, 0i64..40), 0..300)
+        entries in proptest::collection::vec((1u8..7, 0u64..6, 0i64..40), 0..300)
     ) {
         let mut table = table(6);
         let mut naive = std::collections::BTreeMap::<u64, i64>::new();
@@ -163,10 +194,17 @@ proptest! {
                 OPEN => SessionEntry::Open { session_id, timestamp_ns: at },
                 MESSAGE => SessionEntry::Message { session_id, timestamp_ns: at, correlation_id: 1, payload: b"" },
                 KEEP_ALIVE => SessionEntry::KeepAlive { session_id, timestamp_ns: at },
-                _ => SessionEntry::Close { session_id, timestamp_ns: at },
+                CLOSE => SessionEntry::Close { session_id, timestamp_ns: at },
+                LEADER_TERM => SessionEntry::LeaderTerm { leadership_term_id: 1, nonce: session_id, timestamp_ns: at },
+                _ => SessionEntry::Tick { timestamp_ns: at },
             };
-            let mut expected: Vec<u64> =
-                naive.iter().filter(|(_, &last)| at - last >= 10 * SECOND).map(|(&id, _)| id).collect();
+            // A leader term closes none: it restarts every session's silence.
+            let term = matches!(entry, SessionEntry::LeaderTerm { .. });
+            let mut expected: Vec<u64> = naive
+                .iter()
+                .filter(|(_, &last)| !term && at - last >= 10 * SECOND)
+                .map(|(&id, _)| id)
+                .collect();
             naive.retain(|id, _| !expected.contains(id));
             let mut closed = Vec::new();
             let applied = table.apply(&entry, |id, _| closed.push(id));
@@ -187,7 +225,12 @@ proptest! {
                     let last = naive.get_mut(&session_id).expect("open");
                     *last = (*last).max(at);
                 }
-                Applied::Refused { .. } => {}
+                Applied::LeaderTerm { .. } => {
+                    for last in naive.values_mut() {
+                        *last = (*last).max(at);
+                    }
+                }
+                Applied::Refused { .. } | Applied::Ticked => {}
             }
             prop_assert_eq!(table.len(), naive.len());
         }

@@ -283,13 +283,27 @@ impl std::fmt::Debug for Nonces {
 }
 
 impl Nonces {
-    fn fill(&self, nonce: &mut [u8; NONCE_LENGTH]) -> io::Result<()> {
+    /// Fills `out` with random bytes (from the seed's draws, 8 at a time, when seeded).
+    pub fn fill(&self, out: &mut [u8]) -> io::Result<()> {
         match self {
-            Self::Os => fill_random(nonce),
+            Self::Os => fill_random(out),
             Self::Seeded(draw) => {
-                nonce[..8].copy_from_slice(&draw().to_le_bytes());
-                nonce[8..].copy_from_slice(&draw().to_le_bytes());
+                for chunk in out.chunks_mut(8) {
+                    chunk.copy_from_slice(&draw().to_le_bytes()[..chunk.len()]);
+                }
                 Ok(())
+            }
+        }
+    }
+
+    /// A random 64-bit value; should the kernel refuse its randomness (it does not, once booted), one
+    /// from the wall clock, which is unique though not secret.
+    pub fn next_u64(&self) -> u64 {
+        let mut bytes = [0u8; 8];
+        match self.fill(&mut bytes) {
+            Ok(()) => u64::from_le_bytes(bytes),
+            Err(_) => {
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
             }
         }
     }

@@ -535,6 +535,11 @@ impl Simulation {
         &self.nodes[i].node
     }
 
+    /// What the remote clients did so far.
+    pub fn remote_clients(&self) -> clients::ClientReport {
+        self.report.clients
+    }
+
     /// Messages the client offered that a leader took.
     pub fn offered(&self) -> u64 {
         self.next_message
