@@ -139,10 +139,7 @@ impl SessionSecret {
         nonce: u64,
         period: u64,
     ) -> [u8; COOKIE_LENGTH] {
-        let ip = match source.ip() {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
-        };
+        let ip = ip_octets(source);
         let parts: [&[u8]; 5] =
             [&ip, &source.port().to_le_bytes(), client, &nonce.to_le_bytes(), &period.to_le_bytes()];
         self.cookies.keyed_hash(&parts)[..COOKIE_LENGTH].try_into().expect("16 bytes")
@@ -175,10 +172,7 @@ impl SessionSecret {
     }
 
     fn challenge_in(&self, session_id: u64, source: SocketAddr, period: u64) -> u64 {
-        let ip = match source.ip() {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
-        };
+        let ip = ip_octets(source);
         let parts: [&[u8]; 4] = [&session_id.to_le_bytes(), &ip, &source.port().to_le_bytes(), &period.to_le_bytes()];
         let hash = self.challenges.keyed_hash(&parts);
         u64::from_le_bytes(hash[..8].try_into().expect("8 bytes")).max(1)
@@ -308,6 +302,14 @@ pub fn open_token(opened: &[u8], client: &Ephemeral, session_id: u64, nonce: u64
     let proof = transcript.proof(&token);
     // Not secret: a wrong proof says only that this payload is not this open's.
     (proof[..] == opened[PUBLIC_KEY_LENGTH + TOKEN_LENGTH..]).then_some(token)
+}
+
+/// An address's 16 bytes (an IPv4 one as IPv4-mapped IPv6), as challenges and cookies bind it.
+fn ip_octets(source: SocketAddr) -> [u8; 16] {
+    match source.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
 }
 
 /// The sequence numbers a receiver has accepted from one sender: the highest, and which of the 64

@@ -855,13 +855,18 @@ impl ClientIngress {
         }
         if let Some(mut old) = self.connections.remove(&victim) {
             self.counters.evicted.increment();
-            let evicted = RecordHeader::new(wire::REFUSED, victim).code(RefusalCode::Evicted as u8);
-            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
-            queue(&mut old, out, &mut self.dirty, victim, evicted, &[]);
-            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
-            flush_connection(&mut old, victim, out);
+            self.send_last(&mut old, victim, RefusalCode::Evicted);
         }
         true
+    }
+
+    /// Sends what waited for a connection this endpoint has let go, and then why (`code`).
+    fn send_last(&mut self, old: &mut Connection, session: u64, code: RefusalCode) {
+        let record = RecordHeader::new(wire::REFUSED, session).code(code as u8);
+        let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
+        queue(old, out, &mut self.dirty, session, record, &[]);
+        let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
+        flush_connection(old, session, out);
     }
 
     /// The client of `from`'s session proved it holds the token from `from.source`: the session goes on
@@ -895,11 +900,7 @@ impl ClientIngress {
             connection.nonce = old.nonce;
             // Whatever was waiting for the old address goes there, and then the news that it was displaced.
             self.counters.displaced.increment();
-            let displaced = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::Displaced as u8);
-            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
-            queue(&mut old, out, &mut self.dirty, session, displaced, &[]);
-            let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
-            flush_connection(&mut old, session, out);
+            self.send_last(&mut old, session, RefusalCode::Displaced);
         }
         self.connections.insert(session, connection);
         self.counters.connections.set(self.connections.len() as i64);
