@@ -78,6 +78,9 @@ settings! {
     /// Sessions one address holds at most.
     MaxSessionsPerAddress = "clients.max_sessions_per_address", "[clients] max_sessions_per_address",
         "ClientEndpointConfig::max_sessions_per_address";
+    /// Sessions the addresses of one network (IPv4 /24, IPv6 /48) hold together at most.
+    MaxSessionsPerPrefix = "clients.max_sessions_per_prefix", "[clients] max_sessions_per_prefix",
+        "ClientEndpointConfig::max_sessions_per_prefix";
     /// Opens and reconnects per address per second.
     OpensPerSecond = "clients.opens_per_second", "[clients] opens_per_second", "ClientEndpointConfig::opens_per_second";
     /// The named client keys.

@@ -1302,3 +1302,44 @@ fn two_hundred_flooding_addresses_cannot_lock_a_real_client_out() {
     assert!(stats.clients().evicted() > 0, "sessions of the heaviest addresses made room");
     assert!(stats.clients().connections() as usize <= max);
 }
+
+/// Issue 51, item 4: the addresses of one network (an IPv4 /24) hold at most
+/// `clients.max_sessions_per_prefix` sessions together, each told why past it; another network's
+/// client still gets in.
+#[test]
+fn the_addresses_of_one_network_share_its_sessions() {
+    let scratch = ScratchDir::new("clients-prefix");
+    let config =
+        ClientEndpointConfig { max_sessions_per_address: 3, max_sessions_per_prefix: 4, ..clients_config() };
+    let (members, mut nodes, mut applied) = start(&scratch, config);
+    let leader = members[0].client;
+    let mut opened = 0;
+    let mut refusals = Vec::new();
+    for host in 1..=3u64 {
+        let mut raw = RawClient::new(&format!("127.3.3.{host}"));
+        for k in 0..3 {
+            let nonce = host << 8 | k;
+            let payload = raw.open_with_cookie(&mut nodes, &mut applied, leader, nonce);
+            raw.send(leader, &[(RecordHeader::new(wire::OPEN, 0).correlation(nonce), &payload)]);
+            let (answer, _) = raw.await_record(&mut nodes, &mut applied, wire::OPENED, "an open in the network");
+            let _ = answer;
+            opened += 1;
+            if opened == 4 {
+                break;
+            }
+        }
+        if opened == 4 {
+            // The network is full: the next address of it is refused, with the reason.
+            let mut late = RawClient::new("127.3.3.9");
+            let payload = late.open_with_cookie(&mut nodes, &mut applied, leader, 99);
+            late.send(leader, &[(RecordHeader::new(wire::OPEN, 0).correlation(99), &payload)]);
+            let (refused, _) = late.await_record(&mut nodes, &mut applied, wire::REFUSED, "the fifth open");
+            refusals.push(wire::RefusalCode::from_u8(refused.code));
+            break;
+        }
+    }
+    assert_eq!(refusals, vec![Some(wire::RefusalCode::TooManyFromNetwork)]);
+    let mut other = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
+    connect(&mut nodes, &mut applied, &mut other);
+    assert_eq!(nodes[0].stats().clients().connections(), 5);
+}

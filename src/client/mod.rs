@@ -1211,6 +1211,7 @@ fn on_refused(
     match code {
         RefusalCode::TooManySessions
         | RefusalCode::TooManyFromAddress
+        | RefusalCode::TooManyFromNetwork
         | RefusalCode::RateLimited
         | RefusalCode::Suspended
             if to_open =>

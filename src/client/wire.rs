@@ -141,6 +141,9 @@ pub enum RefusalCode {
     Evicted = 12,
     /// This open was seen before (an `OPEN` is good once): open with a new key and nonce.
     Replayed = 13,
+    /// The addresses of this network (an IPv4 /24, an IPv6 /48) hold `clients.max_sessions_per_prefix`
+    /// sessions already.
+    TooManyFromNetwork = 14,
 }
 
 impl RefusalCode {
@@ -160,6 +163,7 @@ impl RefusalCode {
             11 => Self::Suspended,
             12 => Self::Evicted,
             13 => Self::Replayed,
+            14 => Self::TooManyFromNetwork,
             _ => return None,
         })
     }
@@ -181,6 +185,7 @@ impl fmt::Display for RefusalCode {
             Self::Suspended => "the cluster takes no client entries now (an operator suspended it): resend later",
             Self::Evicted => "the cluster was full and closed this session to let a client of another address in",
             Self::Replayed => "this open was seen before: open again with a new key",
+            Self::TooManyFromNetwork => "this address's network holds clients.max_sessions_per_prefix sessions",
         })
     }
 }

@@ -172,6 +172,10 @@ pub struct ClientEndpointConfig {
     /// Sessions one address (an IPv4 address, an IPv6 /64) may hold at once; an open past it is refused.
     /// Default: `256`.
     pub max_sessions_per_address: usize,
+    /// Sessions the addresses of one network (an IPv4 /24, an IPv6 /48) may hold together; an open past
+    /// it is refused, so that one network's many addresses cannot hold the cluster.
+    /// Default: `256`.
+    pub max_sessions_per_prefix: usize,
     /// Opens and reconnects one address may make per second (a burst of as many, refilled over the
     /// second); past it they are refused, counted, and append nothing.
     /// Default: `1000`.
@@ -189,6 +193,7 @@ impl Default for ClientEndpointConfig {
             session_key: None,
             keys: Vec::new(),
             max_sessions_per_address: 256,
+            max_sessions_per_prefix: 256,
             opens_per_second: 1000,
         }
     }
@@ -495,6 +500,14 @@ impl NodeConfig {
             }
             if self.clients.max_sessions_per_address == 0 {
                 return Err(SettingError::new(Setting::MaxSessionsPerAddress, "must be at least 1").into());
+            }
+            if self.clients.max_sessions_per_prefix < self.clients.max_sessions_per_address {
+                return Err(SettingError::new(
+                    Setting::MaxSessionsPerPrefix,
+                    "is below {clients.max_sessions_per_address}: a network holds at least what one of its \
+                     addresses may; raise it",
+                )
+                .into());
             }
             if self.clients.opens_per_second == 0 {
                 return Err(SettingError::new(Setting::OpensPerSecond, "must be at least 1").into());

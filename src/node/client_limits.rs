@@ -31,6 +31,18 @@ impl AddressKey {
     }
 }
 
+impl AddressKey {
+    /// The key of the network `ip` is in: its IPv4 /24, or its IPv6 /48.
+    pub(super) fn prefix_of(ip: IpAddr) -> Self {
+        let Self(bits) = Self::of(ip);
+        if bits >> 32 == 0xffff {
+            Self(bits & !0xff)
+        } else {
+            Self(bits & !((1u128 << 80) - 1))
+        }
+    }
+}
+
 /// A token bucket per address: opens, reconnects and challenges per second.
 #[derive(Debug)]
 pub(super) struct OpenRate {
@@ -176,6 +188,16 @@ mod tests {
         assert_ne!(key("2001:db8::1"), key("2001:db8:0:1::1"));
         assert_eq!(key("::ffff:10.0.0.1"), key("10.0.0.1"));
         assert_ne!(key("10.0.0.1"), key("10.0.0.2"));
+    }
+
+    #[test]
+    fn networks_count_by_their_ipv4_24_and_ipv6_48() {
+        let prefix = |text: &str| AddressKey::prefix_of(text.parse().unwrap());
+        assert_eq!(prefix("10.0.0.1"), prefix("10.0.0.200"));
+        assert_ne!(prefix("10.0.0.1"), prefix("10.0.1.1"));
+        assert_eq!(prefix("2001:db8:1::1"), prefix("2001:db8:1:ffff::2"));
+        assert_ne!(prefix("2001:db8:1::1"), prefix("2001:db8:2::1"));
+        assert_eq!(prefix("::ffff:10.0.0.1"), prefix("10.0.0.9"));
     }
 
     #[test]

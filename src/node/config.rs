@@ -94,6 +94,7 @@ use crate::storage::recording::SyncPolicy;
 /// allow = ["10.0.0.0/8", "127.0.0.1"]   # default: any address
 /// session_key = "<64 hex digits>"       # binds sessions to their clients; default: channel.auth_key
 /// max_sessions_per_address = 256        # per IPv4 address, per IPv6 /64
+/// max_sessions_per_prefix = 256         # per IPv4 /24, per IPv6 /48, all its addresses together
 /// opens_per_second = 1000               # opens and reconnects per address per second
 /// auth_key = "<64 hex digits>"          # optional: only clients holding it (as "default") get in
 /// keys = [{ name = "billing", key = "<64 hex digits>" }]   # optional: named client keys, too
@@ -167,6 +168,7 @@ struct ClientsSection {
     auth_key: Option<Parsed<AuthKey>>,
     keys: Option<Vec<ClientKeyEntry>>,
     max_sessions_per_address: Option<usize>,
+    max_sessions_per_prefix: Option<usize>,
     opens_per_second: Option<u32>,
 }
 
@@ -196,6 +198,7 @@ impl ClientsSection {
             clients.keys = single.into_iter().chain(named).collect();
         }
         set(&mut clients.max_sessions_per_address, self.max_sessions_per_address);
+        set(&mut clients.max_sessions_per_prefix, self.max_sessions_per_prefix);
         set(&mut clients.opens_per_second, self.opens_per_second);
     }
 }
@@ -380,7 +383,7 @@ impl NodeFile {
             snapshots_kept);
         let (c, o) = (&mut self.clients, over.clients);
         merge_fields!(c, o; enabled, max_sessions, session_timeout, window, allow, session_key, auth_key, keys,
-            max_sessions_per_address, opens_per_second);
+            max_sessions_per_address, max_sessions_per_prefix, opens_per_second);
         let (a, o) = (&mut self.admin, over.admin);
         merge_fields!(a, o; key);
         self
@@ -804,7 +807,8 @@ mod file_tests {
         let key = |digit: char| std::iter::repeat_n(digit, 64).collect::<String>();
         let text = format!(
             "{NODE}[clients]\nenabled = true\nsession_key = \"{}\"\nauth_key = \"{}\"\n\
-             keys = [{{ name = \"billing\", key = \"{}\" }}]\nmax_sessions_per_address = 4\nopens_per_second = 20\n",
+             keys = [{{ name = \"billing\", key = \"{}\" }}]\nmax_sessions_per_address = 4\nopens_per_second = 20\n\
+             max_sessions_per_prefix = 8\n",
             key('1'),
             key('2'),
             key('3')
@@ -816,6 +820,12 @@ mod file_tests {
         assert_eq!(names, [DEFAULT_CLIENT_KEY_NAME, "billing"]);
         assert_eq!(clients.keys[1].key(), &key('3').parse().unwrap());
         assert_eq!((clients.max_sessions_per_address, clients.opens_per_second), (4, 20));
+        assert_eq!(clients.max_sessions_per_prefix, 8);
+        // A network's share below one address's is refused, naming both keys.
+        let e = NodeConfig::from_toml(&text.replace("max_sessions_per_prefix = 8", "max_sessions_per_prefix = 2"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[clients] max_sessions_per_prefix") && e.contains("max_sessions_per_address"), "{e}");
         // Clients without a session key (nor the channel's auth_key) are refused, naming both keys.
         let e = NodeConfig::from_toml(&(NODE.to_string() + "[clients]\nenabled = true\n")).unwrap_err().to_string();
         assert!(e.contains("[clients] session_key") && e.contains("[channel] auth_key"), "{e}");

@@ -188,6 +188,8 @@ struct Connection {
 struct Connections {
     by_session: HashMap<u64, Connection>,
     per_address: SessionsPerAddress,
+    /// The same, by network ([`AddressKey::prefix_of`]).
+    per_prefix: SessionsPerAddress,
 }
 
 impl Connections {
@@ -201,20 +203,24 @@ impl Connections {
 
     fn insert(&mut self, session: u64, connection: Connection) {
         self.per_address.add(AddressKey::of(connection.addr.ip()));
+        self.per_prefix.add(AddressKey::prefix_of(connection.addr.ip()));
         if let Some(old) = self.by_session.insert(session, connection) {
             self.per_address.remove(AddressKey::of(old.addr.ip()));
+            self.per_prefix.remove(AddressKey::prefix_of(old.addr.ip()));
         }
     }
 
     fn remove(&mut self, session: &u64) -> Option<Connection> {
         let connection = self.by_session.remove(session)?;
         self.per_address.remove(AddressKey::of(connection.addr.ip()));
+        self.per_prefix.remove(AddressKey::prefix_of(connection.addr.ip()));
         Some(connection)
     }
 
     fn clear(&mut self) {
         self.by_session.clear();
         self.per_address.clear();
+        self.per_prefix.clear();
     }
 }
 
@@ -794,6 +800,12 @@ impl ClientIngress {
         if self.connections.per_address.of(address) >= self.config.max_sessions_per_address {
             self.counters.address_sessions_refused.increment();
             return refuse(&mut self.reply, RefusalCode::TooManyFromAddress);
+        }
+        if self.connections.per_prefix.of(AddressKey::prefix_of(from.source.ip()))
+            >= self.config.max_sessions_per_prefix
+        {
+            self.counters.address_sessions_refused.increment();
+            return refuse(&mut self.reply, RefusalCode::TooManyFromNetwork);
         }
         if self.connections.len() >= self.config.max_sessions && !self.evict_for(address, from.epoch_ns, append) {
             self.counters.sessions_refused.increment();

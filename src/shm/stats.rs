@@ -395,7 +395,8 @@ catalogue! {
         displaced = 622, "client sessions displaced";
         /// Opens, reconnects and challenges refused for an address past `clients.opens_per_second`.
         rate_limited = 623, "client opens rate-limited";
-        /// Opens and reconnects refused for an address holding `clients.max_sessions_per_address`.
+        /// Opens and reconnects refused for an address holding `clients.max_sessions_per_address`, and opens
+        /// for a network holding `clients.max_sessions_per_prefix`.
         address_sessions_refused = 624, "client sessions refused per address";
         /// Receive calls on the client endpoint that found datagrams (each a `recvmmsg` of up to 16): with
         /// `datagrams_received`, how well the endpoint's reads are batched.
