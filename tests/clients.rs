@@ -1309,35 +1309,22 @@ fn two_hundred_flooding_addresses_cannot_lock_a_real_client_out() {
 #[test]
 fn the_addresses_of_one_network_share_its_sessions() {
     let scratch = ScratchDir::new("clients-prefix");
-    let config =
-        ClientEndpointConfig { max_sessions_per_address: 3, max_sessions_per_prefix: 4, ..clients_config() };
+    let config = ClientEndpointConfig { max_sessions_per_address: 3, max_sessions_per_prefix: 4, ..clients_config() };
     let (members, mut nodes, mut applied) = start(&scratch, config);
     let leader = members[0].client;
-    let mut opened = 0;
-    let mut refusals = Vec::new();
-    for host in 1..=3u64 {
-        let mut raw = RawClient::new(&format!("127.3.3.{host}"));
-        for k in 0..3 {
-            let nonce = host << 8 | k;
-            let payload = raw.open_with_cookie(&mut nodes, &mut applied, leader, nonce);
-            raw.send(leader, &[(RecordHeader::new(wire::OPEN, 0).correlation(nonce), &payload)]);
-            let (answer, _) = raw.await_record(&mut nodes, &mut applied, wire::OPENED, "an open in the network");
-            let _ = answer;
-            opened += 1;
-            if opened == 4 {
-                break;
-            }
-        }
-        if opened == 4 {
-            // The network is full: the next address of it is refused, with the reason.
-            let mut late = RawClient::new("127.3.3.9");
-            let payload = late.open_with_cookie(&mut nodes, &mut applied, leader, 99);
-            late.send(leader, &[(RecordHeader::new(wire::OPEN, 0).correlation(99), &payload)]);
-            let (refused, _) = late.await_record(&mut nodes, &mut applied, wire::REFUSED, "the fifth open");
-            refusals.push(wire::RefusalCode::from_u8(refused.code));
-            break;
-        }
+    // Two hosts of 127.3.3.0/24 open two sessions each: the network's four.
+    let mut open = |host: &str, nonce: u64, kind: u8| {
+        let mut raw = RawClient::new(host);
+        let payload = raw.open_with_cookie(&mut nodes, &mut applied, leader, nonce);
+        raw.send(leader, &[(RecordHeader::new(wire::OPEN, 0).correlation(nonce), &payload)]);
+        raw.await_record(&mut nodes, &mut applied, kind, "an open in the network").0
+    };
+    for (host, nonce) in [("127.3.3.1", 1), ("127.3.3.1", 2), ("127.3.3.2", 3), ("127.3.3.2", 4)] {
+        open(host, nonce, wire::OPENED);
     }
+    // A third host of the network is refused, with the reason.
+    let refused = open("127.3.3.9", 5, wire::REFUSED);
+    let refusals = vec![wire::RefusalCode::from_u8(refused.code)];
     assert_eq!(refusals, vec![Some(wire::RefusalCode::TooManyFromNetwork)]);
     let mut other = ClusterClient::new(client_config(&members, &[0, 1, 2])).unwrap();
     connect(&mut nodes, &mut applied, &mut other);

@@ -1189,7 +1189,11 @@ fn on_record(
             // The session's last message applied: those up to it were (their answers were lost), the rest
             // never will be.
             acknowledge_up_to(client, record.value as u64, handler);
-            let reason = if record.code == wire::TIMED_OUT { ClosedReason::TimedOut } else { ClosedReason::Unknown };
+            let reason = match record.code {
+                wire::TIMED_OUT => ClosedReason::TimedOut,
+                wire::EVICTED => ClosedReason::Evicted,
+                _ => ClosedReason::Unknown,
+            };
             client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: true });
         }
         _ => {}

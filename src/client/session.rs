@@ -36,6 +36,7 @@ const KEEP_ALIVE: u8 = 3;
 const CLOSE: u8 = 4;
 const LEADER_TERM: u8 = 5;
 const TICK: u8 = 6;
+const EVICT: u8 = 7;
 /// Bytes before a message's payload: kind, session id, timestamp, correlation id.
 pub const MESSAGE_HEADER_LENGTH: usize = 1 + 8 + 8 + 8;
 
@@ -86,6 +87,14 @@ pub enum SessionEntry<'a> {
         /// The leader's clock when it appended the entry.
         timestamp_ns: i64,
     },
+    /// The leader closes the session to make room for a client of another address (its address held
+    /// the most sessions when the cluster was full).
+    Evict {
+        /// The session.
+        session_id: u64,
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+    },
     /// The leader's clock passed the table's next expiry: sessions silent for the timeout close.
     Tick {
         /// The leader's clock when it appended the entry.
@@ -115,7 +124,7 @@ impl fmt::Display for SessionDecodeError {
             Self::Truncated { need, have } => write!(f, "a session entry of {have} bytes; its kind needs {need}"),
             Self::UnknownKind(kind) => write!(
                 f,
-                "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close, 5 leader term, 6 tick"
+                "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close, 5 leader term, 6 tick, 7 evict"
             ),
             Self::ZeroCorrelation => f.write_str("a message with correlation id 0 (they count from 1)"),
         }
@@ -131,7 +140,8 @@ impl<'a> SessionEntry<'a> {
             Self::Open { session_id, .. }
             | Self::Message { session_id, .. }
             | Self::KeepAlive { session_id, .. }
-            | Self::Close { session_id, .. } => session_id,
+            | Self::Close { session_id, .. }
+            | Self::Evict { session_id, .. } => session_id,
             Self::LeaderTerm { .. } | Self::Tick { .. } => 0,
         }
     }
@@ -143,6 +153,7 @@ impl<'a> SessionEntry<'a> {
             | Self::Message { timestamp_ns, .. }
             | Self::KeepAlive { timestamp_ns, .. }
             | Self::Close { timestamp_ns, .. }
+            | Self::Evict { timestamp_ns, .. }
             | Self::LeaderTerm { timestamp_ns, .. }
             | Self::Tick { timestamp_ns, .. } => timestamp_ns,
         }
@@ -167,6 +178,7 @@ impl<'a> SessionEntry<'a> {
             Self::Message { correlation_id, session_id, .. } => (MESSAGE, Some(correlation_id), session_id),
             Self::KeepAlive { session_id, .. } => (KEEP_ALIVE, None, session_id),
             Self::Close { session_id, .. } => (CLOSE, None, session_id),
+            Self::Evict { session_id, .. } => (EVICT, None, session_id),
             Self::LeaderTerm { leadership_term_id, nonce, .. } => (LEADER_TERM, Some(leadership_term_id as u64), nonce),
             Self::Tick { .. } => (TICK, None, 0),
         };
@@ -186,7 +198,7 @@ impl<'a> SessionEntry<'a> {
     pub fn decode(bytes: &'a [u8]) -> Result<Self, SessionDecodeError> {
         let &kind = bytes.first().ok_or(SessionDecodeError::Truncated { need: 17, have: 0 })?;
         let need = if kind == MESSAGE || kind == LEADER_TERM { MESSAGE_HEADER_LENGTH } else { 17 };
-        if !(OPEN..=TICK).contains(&kind) {
+        if !(OPEN..=EVICT).contains(&kind) {
             return Err(SessionDecodeError::UnknownKind(kind));
         }
         if bytes.len() < need {
@@ -199,6 +211,7 @@ impl<'a> SessionEntry<'a> {
             KEEP_ALIVE => Self::KeepAlive { session_id, timestamp_ns },
             CLOSE => Self::Close { session_id, timestamp_ns },
             TICK => Self::Tick { timestamp_ns },
+            EVICT => Self::Evict { session_id, timestamp_ns },
             LEADER_TERM => Self::LeaderTerm { leadership_term_id: word(17) as i64, nonce: session_id, timestamp_ns },
             _ => {
                 let correlation_id = word(17);
@@ -256,6 +269,9 @@ pub enum CloseReason {
     Client,
     /// Nothing came from it for the session timeout.
     Timeout,
+    /// The leader closed it to let a client of another address in (the cluster was full, and its
+    /// address held the most sessions).
+    Evicted,
 }
 
 /// Why an entry was not applied.
@@ -460,6 +476,10 @@ impl SessionTable {
             },
             SessionEntry::Close { .. } => match self.sessions.remove(&session_id) {
                 Some(session) => Applied::Closed { session_id, reason: CloseReason::Client, applied: session.applied },
+                None => refused(self, Refusal::UnknownSession),
+            },
+            SessionEntry::Evict { .. } => match self.sessions.remove(&session_id) {
+                Some(session) => Applied::Closed { session_id, reason: CloseReason::Evicted, applied: session.applied },
                 None => refused(self, Refusal::UnknownSession),
             },
             SessionEntry::Tick { .. } => Applied::Ticked,

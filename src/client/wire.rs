@@ -22,8 +22,8 @@
 //! | `CHALLENGE` | out | session | the challenge | | |
 //! | `MEMBERS` | out | session | | the configuration id | each member's id and client endpoint |
 //!
-//! `code` says more: a [`RefusalCode`] in `REFUSED`, 1 for a duplicate in `COMMITTED`, 1 for a timeout in
-//! `CLOSED`.
+//! `code` says more: a [`RefusalCode`] in `REFUSED`, 1 for a duplicate in `COMMITTED`, 1 for a timeout and 2 for an
+//! eviction in `CLOSED`.
 //!
 //! # Authentication
 //!
@@ -108,6 +108,8 @@ pub const COOKIE: u8 = 27;
 pub const DUPLICATE: u8 = 1;
 /// `code` of a `CLOSED` record for a session closed for silence.
 pub const TIMED_OUT: u8 = 1;
+/// `code` of a `CLOSED` record for a session evicted to let a client of another address in.
+pub const EVICTED: u8 = 2;
 
 /// Why a member refused a client's record (`code` of a `REFUSED` record).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -861,7 +861,7 @@ impl ClientIngress {
         let Some(victim) = victim else {
             return false;
         };
-        let entry = SessionEntry::Close { session_id: victim, timestamp_ns: epoch_ns };
+        let entry = SessionEntry::Evict { session_id: victim, timestamp_ns: epoch_ns };
         if append_entry(append, &self.counters, &entry, &[]).is_err() {
             return false;
         }

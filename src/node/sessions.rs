@@ -211,7 +211,11 @@ impl ClientSessions {
                 answer(run, RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
             }
             Applied::Closed { session_id, reason, applied } => {
-                let code = if reason == CloseReason::Timeout { wire::TIMED_OUT } else { 0 };
+                let code = match reason {
+                    CloseReason::Timeout => wire::TIMED_OUT,
+                    CloseReason::Evicted => wire::EVICTED,
+                    CloseReason::Client => 0,
+                };
                 answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
             }
             Applied::LeaderTerm { .. } | Applied::Ticked => {}

@@ -184,7 +184,7 @@ proptest! {
     /// the entries (the table looks only when its bound on the next timeout has passed).
     #[test]
     fn sessions_time_out_exactly_when_a_look_at_every_session_says(
-        entries in proptest::collection::vec((1u8..7, 0u64..6, 0i64..40), 0..300)
+        entries in proptest::collection::vec((1u8..8, 0u64..6, 0i64..40), 0..300)
     ) {
         let mut table = table(6);
         let mut naive = std::collections::BTreeMap::<u64, i64>::new();
@@ -196,6 +196,7 @@ proptest! {
                 KEEP_ALIVE => SessionEntry::KeepAlive { session_id, timestamp_ns: at },
                 CLOSE => SessionEntry::Close { session_id, timestamp_ns: at },
                 LEADER_TERM => SessionEntry::LeaderTerm { leadership_term_id: 1, nonce: session_id, timestamp_ns: at },
+                EVICT => SessionEntry::Evict { session_id, timestamp_ns: at },
                 _ => SessionEntry::Tick { timestamp_ns: at },
             };
             // A leader term closes none: it restarts every session's silence.
