@@ -1208,13 +1208,20 @@ fn a_client_learns_the_members_and_a_suspended_cluster_refuses_its_messages_unti
 /// own address) opens nothing; and the victim's session goes on.
 #[test]
 fn an_observer_holding_the_client_key_cannot_unwrap_a_token_or_take_the_session() {
+    // With client keys (the observer holds the victim's), and without any (the token was in clear before).
+    for keyed in [true, false] {
+        observer_cannot_take_a_session(keyed);
+    }
+}
+
+fn observer_cannot_take_a_session(keyed: bool) {
     let scratch = ScratchDir::new("clients-observer");
-    let shared = ClientKey::new("traders", AuthKey::new([0x7e; 32]));
-    let clients = ClientEndpointConfig { keys: vec![shared.clone()], ..clients_config() };
+    let shared = keyed.then(|| ClientKey::new("traders", AuthKey::new([0x7e; 32])));
+    let clients = ClientEndpointConfig { keys: shared.iter().cloned().collect(), ..clients_config() };
     let (members, mut nodes, mut applied) = start(&scratch, clients);
     let leader = members[0].client;
     let mut victim = RawClient::new("127.0.0.1");
-    victim.key = Some(shared.clone());
+    victim.key = shared.clone();
     let open = victim.open_with_cookie(&mut nodes, &mut applied, leader, 41);
     let captured_open = victim.send(leader, &[(RecordHeader::new(wire::OPEN, 0).correlation(41), &open)]);
     let (opened, sealed) = victim.await_record(&mut nodes, &mut applied, wire::OPENED, "the victim's open");
@@ -1226,7 +1233,7 @@ fn an_observer_holding_the_client_key_cannot_unwrap_a_token_or_take_the_session(
     victim.await_record(&mut nodes, &mut applied, wire::COMMITTED, "the victim's message");
 
     let mut observer = RawClient::new("127.0.0.1");
-    observer.key = Some(shared.clone());
+    observer.key = shared.clone();
     // Unwrapping: with its own exchange, and as if the bytes were the token itself.
     let own = Ephemeral::from_random([0x33; 32]);
     assert_eq!(open_token(&sealed, &own, session, 41), None);
