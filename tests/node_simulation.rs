@@ -1222,3 +1222,48 @@ fn a_remote_session_outlives_a_whole_cluster_restart_and_a_leaderless_spell_long
         }
     }
 }
+
+/// Issue 51, item 2 on its own (a client wedged after every member was killed and started again): the
+/// members' application is slow (2 fragments a step), so a restarted leader is still replaying its
+/// recorded log while it leads and its clients reconnect; three restarts, so that the log replayed holds
+/// the keep-alives of the reconnects before; each outage is short (no session times out). The leader
+/// answers nothing of what it replays: without that, an old keep-alive's answer moved a reconnecting
+/// client's state back, and the leader refused its messages from then on (seed 92000 wedged at its
+/// second restart).
+#[test]
+fn seed_92000_a_restarted_leader_replaying_its_log_answers_its_clients_nothing_from_that_past() {
+    fn fail<T>(failure: SimFailure) -> T {
+        panic!("{failure}")
+    }
+    for seed in 92_000..92_004 {
+        let mut config = SimConfig::new(seed, 3);
+        (config.fault_ns, config.clients, config.apply_per_step) = (0, 2, 2);
+        let mut sim = Simulation::new(config);
+        sim.settle(1_000_000_000).unwrap_or_else(fail);
+        // Three restarts: each one's reconnects put keep-alives in the log, which the next one replays.
+        for restart in 0..3 {
+            let before = sim.remote_clients();
+            assert!(before.committed > 0 && before.sessions == 2, "seed {seed}: the clients commit: {before:?}");
+            for i in 0..3 {
+                sim.kill(i);
+            }
+            sim.settle(300_000_000).unwrap_or_else(fail);
+            for i in 0..3 {
+                sim.revive(i).unwrap_or_else(fail);
+            }
+            // Wedged, a client commits nothing more for long (the leader refuses its messages); a slow
+            // application still answers it, fewer a second (its resends wait behind the replay). The
+            // bound is loose: over seeds 92000-92023, one (92010) made only 16 in 3 s at this speed.
+            sim.settle(3_000_000_000).unwrap_or_else(fail);
+            let after = sim.remote_clients();
+            assert!(
+                after.committed > before.committed + 20,
+                "seed {seed}: the clients committed {} before restart {restart} and {} 3 s after it",
+                before.committed,
+                after.committed
+            );
+        }
+        let report = sim.run().unwrap_or_else(fail);
+        assert_eq!(report.clients.sessions, 2, "seed {seed}: a session was closed");
+    }
+}

@@ -119,6 +119,9 @@ pub struct SimConfig {
     /// names every node; a member then learns the spare's endpoints from the configuration entries its
     /// log holds, at a restart too. Off in the membership regression seeds found before.
     pub narrow_node_files: bool,
+    /// Fragments each member's application takes from its node per step (256): fewer make a slow
+    /// application, whose replay of a recorded log outlasts an election after a restart.
+    pub apply_per_step: usize,
     /// Print what happened, step by step, to stderr.
     pub trace: bool,
 }
@@ -147,6 +150,7 @@ impl SimConfig {
             clients: 0,
             membership: false,
             narrow_node_files: false,
+            apply_per_step: 256,
             trace: false,
         }
     }
@@ -659,7 +663,7 @@ impl Simulation {
         let mut applied = Vec::new();
         if self.config.snapshots {
             let member = &mut self.nodes[i];
-            if let Err(e) = member.node.poll_state(&mut member.state, 256) {
+            if let Err(e) = member.node.poll_state(&mut member.state, self.config.apply_per_step) {
                 if !member.disk_failing {
                     let error = format!("poll_state: {e}");
                     return Err(self.failure(Violation::AgentFailed { member: i, error }));
@@ -683,7 +687,9 @@ impl Simulation {
                 return Err(self.failure(Violation::SessionOrder { member: i, session, got, expected }));
             }
         } else {
-            self.nodes[i].node.poll_positions(256, |entry, end| applied.push((end, entry.to_vec())));
+            self.nodes[i]
+                .node
+                .poll_positions(self.config.apply_per_step, |entry, end| applied.push((end, entry.to_vec())));
         }
         for (end, entry) in applied {
             if let Err(violation) = self.checker.on_applied(i, end, &entry) {
