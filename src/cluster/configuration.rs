@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Little-endian throughout. A member refuses an entry of a version it does not know, naming it: a cluster
-//! is upgraded one member at a time before it uses a newer format (README, "Upgrades").
+//! is upgraded one member at a time before it uses a newer format (docs/operating.md, "Upgrades").
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 

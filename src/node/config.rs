@@ -46,7 +46,7 @@ use crate::storage::recording::SyncPolicy;
 ///                              # running cluster lists itself in members, not here
 /// promote_within = "4MiB"      # a learner is promoted only this close to the leader's log
 ///
-/// [consensus]                  # elections; see the README for how to choose
+/// [consensus]                  # elections; see docs/operating.md for how to choose
 /// heartbeat_interval = "10ms"  # the leader's heartbeat (its commit position) at least this often
 /// heartbeat_timeout = "100ms"  # a leader not heard from for this long may be replaced
 /// election_timeout_min = "150ms"   # a follower canvasses after a random timeout in this range

@@ -6,7 +6,7 @@
 //! costs a fault in the hypervisor before its first write completes. Nothing in the guest shows it but
 //! the time: on the AMD EPYC guest of 2026-12-05 a first write of fresh anonymous memory cost 2.2 ns/B
 //! where the hypervisor had dropped it and 0.37-0.46 ns/B where it had not, and the page cache pays the
-//! same when a recorder appends to its segments (docs/results.md, "Runs of 2026-12-05"): new page-cache
+//! same when a recorder appends to its segments (docs/runs/2026-12-05.md): new page-cache
 //! pages are free memory, mostly reported. A node recording its log on such a guest pays it on every
 //! byte the page cache takes into memory it had given back; the benches say so beside their figures.
 //!

@@ -404,7 +404,7 @@ pub struct WriteCost {
 }
 
 /// Zeros are written ahead of the blocks this much at a time, when asked (`Segment::write_ahead`).
-/// Measured on ext4 (docs/results.md, 2026-12-05): an `fdatasync` after a 4 KiB write into bytes the
+/// Measured on ext4 (docs/runs/2026-12-05.md): an `fdatasync` after a 4 KiB write into bytes the
 /// file already holds took 92-140 us p50 against 160-182 us after an append, and 139-192 us against
 /// 270-333 us with three writers syncing at once, as the three members of a cluster on one disk do: an
 /// append changes the file's length, which the sync writes with the inode, a second write before the
@@ -602,7 +602,7 @@ impl Segment {
     /// written stay cached).
     /// A recorder that appends through the page cache otherwise fills memory with pages no reader asks for
     /// again until reclaim takes them, and takes every new page from free memory, which on a guest whose
-    /// hypervisor takes freed memory back costs a hypervisor fault per page (docs/results.md, 2026-12-05).
+    /// hypervisor takes freed memory back costs a hypervisor fault per page (docs/runs/2026-12-05.md).
     /// `window` at least [`MIN_PAGE_CACHE_WINDOW`]; the time it takes is counted as write time in `cost`.
     pub(super) fn release_cache(&mut self, window: u64, write_back: bool, cost: &mut WriteCost) {
         let started = Instant::now();

@@ -149,7 +149,7 @@ pub fn write_report(dir: &Path, report: &SweepReport, histograms: &[PointHistogr
 }
 
 /// Writes each configuration's latency-against-rho chart as `charts/<config>.svg` too, for pages that
-/// embed one picture (the README does).
+/// embed one picture.
 fn write_latency_charts(dir: &Path, report: &SweepReport) -> Result<(), ReportError> {
     let charts_dir = dir.join("charts");
     for config in report.configs.iter().filter(|c| !c.points.is_empty()) {
