@@ -97,6 +97,49 @@
 //! `media::transport` (the `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single
 //! libc calls, each stating what makes it sound.
 
+/// Declares a struct of test-only switches (bugs planted to prove the simulators catch them). With the
+/// `sim` feature it has a public `bool` field per switch; without it (an embedder's build) it has none,
+/// and each switch reads as a constant `false`, so the product carries no test branch. Read a switch
+/// with its method, `bugs.name()`.
+macro_rules! planted_switches {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident: bool,)* }) => {
+        #[cfg(feature = "sim")]
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: bool,)*
+        }
+
+        #[cfg(feature = "sim")]
+        impl $name {
+            $(
+                #[inline]
+                #[allow(dead_code)]
+                pub(crate) fn $field(&self) -> bool {
+                    self.$field
+                }
+            )*
+        }
+
+        #[cfg(not(feature = "sim"))]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub(crate) struct $name {
+            _none: (),
+        }
+
+        #[cfg(not(feature = "sim"))]
+        impl $name {
+            $(
+                #[inline]
+                #[allow(dead_code)]
+                pub(crate) const fn $field(&self) -> bool {
+                    false
+                }
+            )*
+        }
+    };
+}
+
 pub mod event_log;
 #[doc(hidden)]
 pub mod frame;

@@ -32,33 +32,36 @@ pub enum LogFiles {
     Inline,
 }
 
-/// Bugs planted on purpose, for the tests that prove the node simulator catches them. All off unless a
-/// test turns one on; not part of the API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PlantedBugs {
-    /// The node hands out entries past its commit position, as far as its log reaches.
-    pub apply_uncommitted: bool,
-    /// A leader appends past its commit position without the uncommitted bound.
-    pub unbounded_uncommitted: bool,
-    /// A node starts without a spare log file, so its first term makes its log on the consensus thread
-    /// (the behaviour before the first spare was made at start).
-    pub no_first_spare: bool,
-    /// Under `batch`, the recorder reports what it wrote as synced before its `fdatasync`.
-    pub ack_before_sync: bool,
-    /// After a catch-up from the leader's recording, the node's reader of committed entries goes on where
-    /// the fetch ended instead of where it began.
-    pub catch_up_wrong_offset: bool,
-    /// The session table hands a remote client's resend that was applied before to the application again.
-    pub apply_duplicates: bool,
-    /// `poll_state` does not load a snapshot a catch-up installed: the entries after it are applied to
-    /// the state it should have replaced.
-    pub skip_snapshot_load: bool,
-    /// The consensus core counts learners (and members a change removed) toward commits and elections.
-    pub count_non_voters: bool,
-    /// A member whose recorded log was found damaged below what it synced does not repair: its consensus
-    /// core starts from the cut log as if nothing were lost.
-    pub forget_damage: bool,
+planted_switches! {
+    /// Bugs planted on purpose, for the tests that prove the node simulator catches them (the `sim`
+    /// feature; an embedder's build has none). All off unless a test turns one on; not part of the API.
+    #[doc(hidden)]
+    pub struct PlantedBugs {
+        /// The node hands out entries past its commit position, as far as its log reaches.
+        pub apply_uncommitted: bool,
+        /// A leader appends past its commit position without the uncommitted bound.
+        pub unbounded_uncommitted: bool,
+        /// A node starts without a spare log file, so its first term makes its log on the consensus
+        /// thread (the behaviour before the first spare was made at start).
+        pub no_first_spare: bool,
+        /// Under `batch`, the recorder reports what it wrote as synced before its `fdatasync`.
+        pub ack_before_sync: bool,
+        /// After a catch-up from the leader's recording, the node's reader of committed entries goes on
+        /// where the fetch ended instead of where it began.
+        pub catch_up_wrong_offset: bool,
+        /// The session table hands a remote client's resend that was applied before to the application
+        /// again.
+        pub apply_duplicates: bool,
+        /// `poll_state` does not load a snapshot a catch-up installed: the entries after it are applied
+        /// to the state it should have replaced.
+        pub skip_snapshot_load: bool,
+        /// The consensus core counts learners (and members a change removed) toward commits and
+        /// elections.
+        pub count_non_voters: bool,
+        /// A member whose recorded log was found damaged below what it synced does not repair: its
+        /// consensus core starts from the cut log as if nothing were lost.
+        pub forget_damage: bool,
+    }
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:
@@ -100,9 +103,12 @@ pub struct Environment {
     /// catch-ups), over a stream of `network` (TCP in production). Under [`LogFiles::Inline`] a catch-up
     /// runs in the recorder's duty cycles instead of on a thread of its own.
     pub catch_up: bool,
-    /// Bugs planted for the simulator's own tests (none by default).
+    /// Bugs planted for the simulator's own tests (none by default; only with the `sim` feature).
+    #[cfg(feature = "sim")]
     #[doc(hidden)]
     pub bugs: PlantedBugs,
+    #[cfg(not(feature = "sim"))]
+    pub(crate) bugs: PlantedBugs,
     /// Where log files made on the consensus thread are counted (the simulator's cost model); `None` in
     /// production.
     #[doc(hidden)]

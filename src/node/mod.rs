@@ -63,7 +63,9 @@ pub use builder::{
     CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET,
 };
 pub use client::LocalClient;
-pub use environment::{Environment, InlineLogCost, LogFiles, PlantedBugs};
+#[cfg(feature = "sim")]
+pub use environment::PlantedBugs;
+pub use environment::{Environment, InlineLogCost, LogFiles};
 pub use error::{LocalOfferError, LocalWaitError, NodeError};
 pub use membership::{MembershipChangeError, PendingChange};
 
@@ -139,7 +141,7 @@ pub struct Node {
     /// The clock of the application's thread (rate-limited warnings).
     clock: crate::agent::clock::NanoClock,
     /// Bugs planted for the simulator's tests.
-    bugs: PlantedBugs,
+    bugs: environment::PlantedBugs,
 }
 
 impl fmt::Debug for Node {
@@ -309,7 +311,7 @@ impl Node {
             });
             return 0;
         }
-        let commit = if self.bugs.apply_uncommitted { i64::MAX } else { self.commit.get() };
+        let commit = if self.bugs.apply_uncommitted() { i64::MAX } else { self.commit.get() };
         let skip_below = self.config.resume_from.unwrap_or(0);
         let leading = (self.shared.role() == Role::Leader).then(|| self.shared.leadership_term_id());
         let mut sessions = self.sessions.take().expect("the session table is put back after every poll");
@@ -375,7 +377,7 @@ impl Node {
     /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied, once the recorded
     /// log reaches the applied position (a snapshot is never ahead of the log this member holds).
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
-        if let Some(position) = self.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load) {
+        if let Some(position) = self.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load()) {
             // The planted bug: the entries after the snapshot go to the state it should have replaced.
             self.committed.snapshot_loaded(position);
             self.last_snapshot.set(position);

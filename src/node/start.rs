@@ -227,7 +227,8 @@ fn start_recorder(
     let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
     let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone())
         .with_write_coalescing(env.clock.fresh());
-    if env.bugs.ack_before_sync {
+    #[cfg(feature = "sim")]
+    if env.bugs.ack_before_sync() {
         agent = agent.plant_ack_before_sync();
     }
     if env.log_files == LogFiles::Threaded {
@@ -334,14 +335,11 @@ fn start_core(
         members: config.initial_member_ids(),
         timers: config.timers,
         seed,
-        bugs: crate::cluster::consensus_core::Bugs {
-            count_non_voters: env.bugs.count_non_voters,
-            ..Default::default()
-        },
+        bugs: core_bugs(&env.bugs),
     };
     let now_ns = env.clock.now_ns();
     let mut core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
-    if let Some(held) = recovered.and_then(|r| r.report.repair).filter(|_| !env.bugs.forget_damage) {
+    if let Some(held) = recovered.and_then(|r| r.report.repair).filter(|_| !env.bugs.forget_damage()) {
         // The recorded log was damaged below what this member synced (and may have acknowledged): it
         // repairs, voting only for logs as up to date as the one it held, until it holds that again.
         core.start_repair(held);
@@ -429,6 +427,18 @@ fn start_clients(
         super::ingress::ReaderLink { egress, deadline: sessions.deadline() },
         ingress_counters,
     );
-    sessions.apply_duplicates = env.bugs.apply_duplicates;
+    sessions.apply_duplicates = env.bugs.apply_duplicates();
     Ok((Some(ingress), sessions))
+}
+
+/// The consensus core's planted bugs from the node's.
+#[cfg(feature = "sim")]
+fn core_bugs(bugs: &super::environment::PlantedBugs) -> crate::cluster::consensus_core::Bugs {
+    crate::cluster::consensus_core::Bugs { count_non_voters: bugs.count_non_voters, ..Default::default() }
+}
+
+/// The consensus core's planted bugs: none without the `sim` feature.
+#[cfg(not(feature = "sim"))]
+fn core_bugs(_: &super::environment::PlantedBugs) -> crate::cluster::consensus_core::Bugs {
+    crate::cluster::consensus_core::Bugs::default()
 }

@@ -59,17 +59,19 @@ impl Timers {
     }
 }
 
-/// Faults the tests switch on to prove the simulation catches a broken core. All off by default; never
-/// set them outside tests.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Bugs {
-    /// On restart, ignore the persisted vote (as if votes were not persisted).
-    pub forget_vote_on_restart: bool,
-    /// Grant votes (and canvasses) without comparing logs.
-    pub skip_up_to_date_check: bool,
-    /// A leader counts every member toward a commit, learners and members of no configuration included.
-    pub count_non_voters: bool,
+planted_switches! {
+    /// Faults the tests switch on to prove the simulation catches a broken core (the `sim` feature; an
+    /// embedder's build has none). All off by default; never set them outside tests.
+    #[doc(hidden)]
+    pub struct Bugs {
+        /// On restart, ignore the persisted vote (as if votes were not persisted).
+        pub forget_vote_on_restart: bool,
+        /// Grant votes (and canvasses) without comparing logs.
+        pub skip_up_to_date_check: bool,
+        /// A leader counts every member toward a commit, learners and members of no configuration
+        /// included.
+        pub count_non_voters: bool,
+    }
 }
 
 /// Everything a member's consensus core is configured with.
@@ -85,9 +87,12 @@ pub struct CoreConfig {
     pub timers: Timers,
     /// Seed of the PRNG the randomized election timeouts come from.
     pub seed: u64,
-    /// Test-only fault switches.
+    /// Test-only fault switches (the `sim` feature).
+    #[cfg(feature = "sim")]
     #[doc(hidden)]
     pub bugs: Bugs,
+    #[cfg(not(feature = "sim"))]
+    pub(crate) bugs: Bugs,
 }
 
 impl CoreConfig {

@@ -193,7 +193,7 @@ impl ConsensusCore {
         if current.is_voter(self.config.member_id) {
             leadership.positions.push(self.append_position);
         }
-        let counted = |peer: &&Peer| current.is_voter(peer.id) || self.config.bugs.count_non_voters;
+        let counted = |peer: &&Peer| current.is_voter(peer.id) || self.config.bugs.count_non_voters();
         let voters = leadership.peers.iter().filter(counted);
         leadership.positions.extend(voters.map(|peer| peer.matched_position));
         let quorum = majority_position(&mut leadership.positions, current.majority()).min(self.append_position);

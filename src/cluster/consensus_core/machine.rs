@@ -199,7 +199,7 @@ impl ConsensusCore {
     pub fn new(config: CoreConfig, durable: DurableState, now_ns: u64) -> Result<Self, CoreConfigError> {
         config.validate()?;
         durable.validate()?;
-        let voted_for = if config.bugs.forget_vote_on_restart { None } else { durable.voted_for };
+        let voted_for = if config.bugs.forget_vote_on_restart() { None } else { durable.voted_for };
         let mut membership = MembershipLog::new(Membership::initial(&config.members));
         for (i, (end, entry)) in durable.memberships.iter().enumerate() {
             if i == 0 && entry.id > membership.latest().id + 1 {

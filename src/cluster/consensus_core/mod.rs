@@ -96,7 +96,11 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Bugs, CoreConfig, CoreConfigError, Timers};
+#[cfg(feature = "sim")]
+pub use config::Bugs;
+#[cfg(not(feature = "sim"))]
+pub(crate) use config::Bugs;
+pub use config::{CoreConfig, CoreConfigError, Timers};
 pub use counters::CoreCounters;
 pub use durable::DurableState;
 pub use machine::{ConsensusCore, StepDown};

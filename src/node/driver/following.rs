@@ -268,7 +268,7 @@ impl ConsensusAgent {
             following.fed = following.fed.max(at);
         }
         // The planted bug: the reader goes on where the fetch ended, past what it fetched.
-        let from = if self.wiring.env.bugs.catch_up_wrong_offset { fetched.end } else { from };
+        let from = if self.wiring.env.bugs.catch_up_wrong_offset() { fetched.end } else { from };
         self.shared.switches.push(from, Some(ReaderLog::Recorded { snapshot }));
         self.shared.switches.push(fetched.end, None);
         self.shared.recorder_switches.push(fetched.end, None);

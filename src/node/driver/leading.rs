@@ -120,7 +120,7 @@ impl ConsensusAgent {
             piggyback_refresh: (config.channel.receiver_window / 4) as i64,
             commit_heartbeat_ns: crate::agent::clock::nanos(config.commit_heartbeat),
             commit: self.core.commit_position(),
-            max_uncommitted: if self.wiring.env.bugs.unbounded_uncommitted {
+            max_uncommitted: if self.wiring.env.bugs.unbounded_uncommitted() {
                 i64::MAX / 2
             } else {
                 crate::cluster::append::uncommitted_bound(config.channel.receiver_window)

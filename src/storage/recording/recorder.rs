@@ -267,6 +267,7 @@ impl Recorder {
     /// Plants the bug of a recorder that reports what it wrote as synced before its `fdatasync`: for the
     /// test that proves the node simulator catches it. Not part of the API.
     #[doc(hidden)]
+    #[cfg(feature = "sim")]
     pub fn plant_ack_before_sync(mut self) -> Self {
         self.ack_before_sync = true;
         self
