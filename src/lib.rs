@@ -179,3 +179,16 @@ pub use crate::setting::{Setting, SettingError};
 pub use crate::shm::stats::Stats;
 pub use crate::storage::recording::SyncPolicy;
 pub use crate::storage::snapshot::{SnapshotInfo, StateMachine};
+// Every type in the public signatures of the types above, so that an embedder names each from the root.
+pub use crate::agent::clock::NanoClock;
+pub use crate::agent::AgentFailure;
+pub use crate::client::wire::RefusalCode;
+pub use crate::client::{ClientEnvironment, ClientStats, ClosedReason};
+pub use crate::cluster::configuration::MemberEndpoints;
+pub use crate::cluster::consensus_core::{Membership, MembershipChange};
+pub use crate::media::transport::SharedNetwork;
+pub use crate::node::{Environment, LogFiles, MembershipChangeError, PendingChange};
+pub use crate::shm::counters::CountersManager;
+pub use crate::shm::ring_buffer::Claim;
+pub use crate::storage::disk::SharedDisk;
+pub use crate::storage::recording::RecordingError;
