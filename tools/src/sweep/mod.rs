@@ -85,7 +85,7 @@ use quorumcast::media::transport::SendMode;
 
 use cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use measure::{SendTimes, D};
-use profile::{ConfigSpec, Control, Profile};
+use profile::{ConfigSpec, Control, Profile, C_PROBE_RHOS};
 
 /// Why a sweep could not run or finish.
 #[derive(Debug)]
@@ -492,14 +492,6 @@ fn client_note(client: &remote::ClientProcess) -> String {
     )
 }
 
-/// The consensus idle strategies every C probe compares (the profile's own are added): the model's lever
-/// is that a sleeping or backing-off consensus agent coalesces commit updates, so it sends fewer control
-/// packets than a spinning one.
-const C_PROBE_IDLES: [&str; 3] = ["noop", "sleep-ns:1000", "backoff"];
-
-/// The paced loads of the C probe, as shares of the model's capacity for MTU 1408, 128 B, classic.
-const C_PROBE_RHOS: [f64; 3] = [0.1, 0.3, 0.5];
-
 /// The C probe: for each consensus idle strategy, a cluster whose consensus agent runs its own duty cycle
 /// on a core of its own ([`Layout::for_c_probe`]), paced at [`C_PROBE_RHOS`] of the model's capacity for
 /// MTU 1408, 128 B, classic (from this host's S probe), counting commit frames, the Sender's control
@@ -516,9 +508,7 @@ fn probe_c(
     let s = measure::rate_for(rates, SendMode::Classic, mtu).map_or(0.0, |r| r.datagrams_per_s);
     let capacity = predict(&ConfigSpec::c_probe(mtu, msg), s, 0.0).1;
     let capacity = if capacity > 0.0 { capacity } else { t.c_rate / C_PROBE_RHOS[1] };
-    let mut idles: Vec<IdleStrategyConfig> =
-        C_PROBE_IDLES.iter().map(|i| i.parse().expect("a valid idle strategy")).collect();
-    idles.extend(profile.idles.iter().filter(|i| !idles.contains(i)).copied().collect::<Vec<_>>());
+    let idles = profile.c_probe_idles();
     let layouts = [(C_ALONE, options.layout.for_c_probe()), (C_SHARED, options.layout.for_c_probe_shared())];
     for (name, layout) in &layouts {
         progress.detail(&format!("C probe layout {name}: {}", layout.describe(IdleStrategyConfig::default())));
