@@ -1,4 +1,4 @@
-//! `cargo bench --bench sweep -- [--quick|--full|--tiny] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff]
+//! `cargo bench --bench sweep -- [--quick|--full|--tiny] [--verbose] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff]
 //! [--msg 32,128,224,512,1344] [--send-mode classic,mmsg,gso] [--control separate,piggyback]
 //! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR] [--client-process]` (`-- --help` lists them).
 //!
@@ -6,6 +6,11 @@
 //! the quick profile (about 2 minutes on a 2-core machine); `--full` runs docs/MODEL.md's whole table (about
 //! 35 minutes). The report goes to `<out>/<timestamp>/` (default `target/sweep`), and `<out>/latest`
 //! points at it.
+//!
+//! The console shows a progress bar (on a terminal), warnings that need a person (each once), and at the
+//! end one table: a row per configuration with mu measured against the model, the latency p50 and p99 at
+//! rho 0.5 and the flags, then where the report is. `--verbose` prints every probe's and point's detail as
+//! it is measured, as the report holds it.
 //!
 //! `--client-process` offers each latency point's load from a `qc-client` process (built by cargo with this
 //! bench) instead of the in-process load generator: mu is measured in-process as always, and the points'
@@ -58,6 +63,10 @@ struct Cli {
     /// Where the report directories and the `latest` link go [default: target/sweep].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Print every probe's and point's measurements as they come (S, C, the host's stalls, each
+    /// configuration's mu and budget, each point's latency and host), besides the closing table.
+    #[arg(long, short)]
+    verbose: bool,
     /// Offer each latency point's load from a `qc-client` process (open loop at rho x mu, mu still measured
     /// in-process); the points' latency is then the client's round trip to the commit acknowledgement.
     #[arg(long)]
@@ -72,7 +81,8 @@ impl Cli {
     /// one reading of the lists, the one the tests check): clap owns the syntax (`--mtu=1408`, `--help`,
     /// misspelt flags), the library the meaning.
     fn to_args(&self) -> Vec<String> {
-        let profile = [("--quick", self.quick), ("--full", self.full), ("--tiny", self.tiny)];
+        let switches =
+            [("--quick", self.quick), ("--full", self.full), ("--tiny", self.tiny), ("--verbose", self.verbose)];
         let lists = [
             ("--mtu", &self.mtu),
             ("--idle", &self.idle),
@@ -82,7 +92,7 @@ impl Cli {
             ("--rho", &self.rho),
         ];
         let out = self.out.as_ref().map(|dir| dir.to_string_lossy().into_owned());
-        let mut args: Vec<String> = profile.iter().filter(|(_, on)| *on).map(|(flag, _)| flag.to_string()).collect();
+        let mut args: Vec<String> = switches.iter().filter(|(_, on)| *on).map(|(flag, _)| flag.to_string()).collect();
         for (flag, value) in lists.into_iter().chain([("--out", &out)]) {
             if let Some(value) = value {
                 args.extend([flag.to_string(), value.clone()]);
@@ -113,9 +123,8 @@ fn main() -> ExitCode {
         }
     };
     match run(&options) {
+        // The sweep printed its table and where the report is.
         Ok(outcome) => {
-            let flags = outcome.report.flags().describe();
-            println!("summary: {} ({flags})", outcome.dir.join("summary.json").display());
             if outcome.failures.is_empty() {
                 ExitCode::SUCCESS
             } else {

@@ -32,6 +32,8 @@ fn the_tiny_sweep_takes_its_points_from_a_client_process() {
         out: out.clone(),
         layout: Layout::unpinned(),
         progress: false,
+        // The detail lines too (the client points have their own), as `--verbose` prints them.
+        verbose: true,
         client: Some(client),
     };
     let outcome = run(&options).expect("the tiny sweep runs");

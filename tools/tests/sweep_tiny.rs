@@ -1,6 +1,6 @@
 //! The sweep end to end with the `tiny` profile (one configuration, a few thousand messages, two rho
 //! points) into a temporary directory: every file of the report is there and `summary.json` has the
-//! schema's keys and sane numbers.
+//! schema's keys and sane numbers, and the console's closing table has its row.
 
 use std::path::PathBuf;
 
@@ -25,6 +25,7 @@ fn the_tiny_sweep_writes_a_whole_report() {
         out: out.clone(),
         layout: Layout::unpinned(),
         progress: false,
+        verbose: false,
         client: None,
     };
     let outcome = run(&options).expect("the tiny sweep runs");
@@ -148,6 +149,14 @@ fn the_tiny_sweep_writes_a_whole_report() {
             assert!(text.contains("Percentile"), "{} is no percentile distribution", path.display());
         }
     }
+    // The console's closing table: a row for the configuration with its latency at rho 0.5, then the totals.
+    let table = quorumcast_tools::report::console_table(&outcome.report);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(&row[..5], ["1408", "128", "backoff:10,5,1us,1ms", "classic", "separate"], "{table}");
+    assert_eq!(row[8], "0.50", "{table}");
+    assert!(lines[2].starts_with("2 points: "), "{table}");
     assert!(outcome.dir.join("report.html").is_file());
     let md = std::fs::read_to_string(outcome.dir.join("summary.md")).unwrap();
     assert!(md.contains("## Tails against the host: ") && md.contains("Points: 2 points: "), "{md}");

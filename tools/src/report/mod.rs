@@ -8,12 +8,15 @@
 //! - `summary.md`: the tables a person reads in a terminal;
 //! - `report.html`: one self-contained page (inline CSS and SVG, nothing fetched) with the charts.
 //!
+//! The sweep's console ends with [`console_table`], which is written to no file.
+//!
 //! The sweep records latencies in nanoseconds; the report divides by [`NS_PER_US`]. A runner that cannot
 //! hold every histogram until the end writes each point's pair as it finishes with
 //! [`write_point_histograms`] and passes no histograms to [`write_report`], which checks that every point's
 //! `.hgrm` files are there either way. [`link_latest`] then points `target/sweep/latest` at the directory.
 
 mod charts;
+mod console;
 pub mod hgrm;
 mod html;
 mod markdown;
@@ -26,6 +29,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
 
+pub use console::{console_table, CONSOLE_RHO};
 pub use hgrm::{format_hgrm, write_hgrm, TICKS_PER_HALF_DISTANCE};
 pub use schema::{
     AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CoreLateness, CycleQuantiles, Host, LateStage, OtherCpu,

@@ -13,8 +13,8 @@
 //!    syscalls per second (commit frames x D, from the counters) while the cluster carries a moderate fixed
 //!    load (classic, separate commit frames). The Sender's "control syscalls" counter also counts its polls
 //!    of the control socket, one per duty cycle, which at a moderate load are mostly idle cycles and take
-//!    nothing from the data budget; the sweep prints that total beside C.
-//! 3. Per configuration: start a cluster ([`cluster::LoadCluster`], layout printed), measure mu under a
+//!    nothing from the data budget; the report (and `--verbose`) shows that total beside C.
+//! 3. Per configuration: start a cluster ([`cluster::LoadCluster`], layout in the report), measure mu under a
 //!    saturating load in windows, with S for the configuration's mode and MTU probed in slices between
 //!    them while the cluster's threads are paused (S drifts on a shared host), and name the bottleneck
 //!    ([`bottleneck::classify`]); then, on a fresh cluster, per rho offer `lambda = rho x mu` open loop and
@@ -26,10 +26,16 @@
 //!    not see); the point is then judged ([`PointResult::assess`]): saturated when it carried less than
 //!    95% of its offered load, and at rho <= 0.5 held to the tail target `p99 <= probe p99 + 3 x p50`, a
 //!    miss naming the agent whose longest duty cycle outlasted the host's longest stall plus all its
-//!    tasks' run time. The summary line counts the points
+//!    tasks' run time. The report's summary line counts the points
 //!    flagged (other processes past 5% of a core), saturated, and meeting or missing the target.
 //! 4. Write `summary.json`, `summary.md`, `report.html`, the `.hgrm` files and one SVG chart per
 //!    configuration into `<out>/<timestamp>/`, and point `<out>/latest` at it.
+//!
+//! The console speaks to a person: a progress bar over the points (on a terminal), warnings that need
+//! one (host settings, refused pinning; each once), a failed configuration, and at the end one table
+//! ([`report::console_table`]: per configuration mu measured against the prediction, the latency at rho
+//! 0.5, the flags) and where the report is. [`SweepOptions::verbose`] (`--verbose`) adds every probe's
+//! and point's detail as it is measured, as before; the report holds it either way.
 //!
 //! With [`SweepOptions::client`] (`cargo bench --bench sweep -- --client-process`), step 3's points take
 //! their load from a `qc-client` process instead ([`remote::client_point`]): mu is still measured
@@ -58,11 +64,13 @@ pub mod measure;
 pub mod profile;
 pub mod remote;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
 
 use crate::budget::{self, SeedInputs, SenderBudget};
 use crate::hiccup::{self, Hiccups, HostCpu, WakeProbe};
@@ -77,7 +85,7 @@ use quorumcast::media::transport::SendMode;
 
 use cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use measure::{SendTimes, D};
-use profile::{ConfigSpec, Control, Profile};
+use profile::{ConfigSpec, Control, Profile, C_PROBE_RHOS};
 
 /// Why a sweep could not run or finish.
 #[derive(Debug)]
@@ -134,12 +142,16 @@ pub struct SweepOptions {
     pub layout: Layout,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
+    /// Print every probe's and point's detail as it is measured (`--verbose`); without it the console
+    /// shows the progress bar, each warning once, and the closing table (the detail is in the report).
+    pub verbose: bool,
     /// Offer each utilisation point's load from this client process instead of the harness (see the
     /// module documentation); `None`: the in-process load generator.
     pub client: Option<remote::ClientProcess>,
 }
 
-const USAGE: &str = "usage: sweep [--quick|--full|--tiny] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff] \
+const USAGE: &str =
+    "usage: sweep [--quick|--full|--tiny] [--verbose] [--mtu 1408,8192] [--idle noop,sleep-ns:1000,backoff] \
      [--msg 32,128,224,512,1344] [--send-mode classic,mmsg,gso] [--control separate,piggyback] \
      [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR]";
 
@@ -163,10 +175,12 @@ pub fn parse_args(args: &[String], default_out: &Path) -> Result<SweepOptions, S
     }
     let mut out = default_out.to_path_buf();
     let mut custom = false;
+    let mut verbose = false;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
-        if matches!(flag, "--quick" | "--full" | "--tiny" | "--bench") {
+        verbose |= flag == "--verbose";
+        if matches!(flag, "--quick" | "--full" | "--tiny" | "--bench" | "--verbose") {
             i += 1;
             continue;
         }
@@ -188,7 +202,7 @@ pub fn parse_args(args: &[String], default_out: &Path) -> Result<SweepOptions, S
         profile.name = format!("{}-custom", profile.name);
     }
     profile.validate().map_err(SweepError::Config)?;
-    Ok(SweepOptions { profile, out, layout: Layout::for_host(), progress: true, client: None })
+    Ok(SweepOptions { profile, out, layout: Layout::for_host(), progress: true, verbose, client: None })
 }
 
 /// The machine: CPU model, usable cores, kernel release.
@@ -214,32 +228,98 @@ pub struct SweepOutcome {
     pub failures: Vec<String>,
 }
 
-/// Prints lines beside the progress bar (or plainly when it is hidden).
+/// The sweep's console: a progress bar over the sweep's points (on a terminal; indicatif hides it
+/// elsewhere) whose message names the probe or configuration running, and the lines printed above it, or
+/// plainly when it is hidden. The bar is redrawn when it moves or its message changes, never by a
+/// ticker thread of its own, which would wake on the cores being measured.
+///
+/// Without `verbose` only what a person needs is printed: warnings (each text once), failures, and the
+/// closing table; the probes' and points' detail ([`detail`](Self::detail)) goes to the report alone.
 struct Progress {
     bar: ProgressBar,
+    verbose: bool,
+    /// The warnings printed so far (without `verbose`, a repeated one is not printed again).
+    warned: Mutex<HashSet<String>>,
+    /// The configuration running, `[3/12] MTU 1408 128 B backoff classic/separate`, for the bar's message.
+    at: Mutex<String>,
 }
 
 impl Progress {
-    fn new(enabled: bool, total: Duration) -> Self {
-        let bar = if enabled { ProgressBar::new(total.as_millis() as u64) } else { ProgressBar::hidden() };
-        let style = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent:>3}% ~{eta} left  {msg}")
-            .map(|s| s.progress_chars("=> "))
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        Self { bar }
+    fn new(enabled: bool, verbose: bool, points: usize) -> Self {
+        // A sweep that fails part way leaves no bar behind its error.
+        let bar = if enabled {
+            ProgressBar::new(points as u64).with_finish(ProgressFinish::AndClear)
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(Self::style(false));
+        Self { bar, verbose, warned: Mutex::new(HashSet::new()), at: Mutex::new(String::new()) }
     }
 
+    /// The bar's look; `eta` once a point has finished (before, the time left is not known).
+    fn style(eta: bool) -> ProgressStyle {
+        // `wide_msg` is cut to the terminal's width: a line that wrapped would not be cleared on redraw.
+        let template = if eta {
+            "{elapsed_precise} [{bar:20}] {pos}/{len} points, ~{eta} left  {wide_msg}"
+        } else {
+            "{elapsed_precise} [{bar:20}] {pos}/{len} points  {wide_msg}"
+        };
+        ProgressStyle::with_template(template)
+            .map(|s| s.progress_chars("=> "))
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+    }
+
+    /// Prints `text` (above the bar while it is drawn).
     fn line(&self, text: &str) {
-        if self.bar.is_hidden() {
+        if self.bar.is_hidden() || self.bar.is_finished() {
             println!("{text}");
         } else {
             self.bar.println(text);
         }
     }
 
-    fn step(&self, what: &str, estimate: Duration) {
-        self.bar.set_message(what.to_string());
-        self.bar.inc(estimate.as_millis() as u64);
+    /// Prints `text` under `--verbose` only: the probes' and points' measurements, which the report holds.
+    fn detail(&self, text: &str) {
+        if self.verbose {
+            self.line(text);
+        }
+    }
+
+    /// Prints `warning: {text}`: under `--verbose` every time, indented by `indent` beside the detail it
+    /// belongs to; otherwise once per distinct text, on one line.
+    fn warn(&self, indent: &str, text: &str) {
+        if self.verbose {
+            self.line(&format!("{indent}warning: {text}"));
+        } else if self.warned.lock().unwrap_or_else(|e| e.into_inner()).insert(text.to_string()) {
+            self.line(&format!("warning: {text}"));
+        }
+    }
+
+    /// Whether the console shows neither the bar nor the detail (output not a terminal, no `--verbose`):
+    /// then one plain line per configuration says how far the sweep is.
+    fn plain(&self) -> bool {
+        !self.verbose && self.bar.is_hidden()
+    }
+
+    /// Names the configuration now running, for the bar's messages ([`phase`](Self::phase)).
+    fn set_config(&self, label: String) {
+        *self.at.lock().unwrap_or_else(|e| e.into_inner()) = label;
+    }
+
+    /// Shows `{configuration}: {what}` on the bar.
+    fn phase(&self, what: &str) {
+        let at = self.at.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.bar.set_message(if at.is_empty() { what.to_string() } else { format!("{at}: {what}") });
+    }
+
+    /// Moves the bar to `done` points (a failed configuration's points count as done); the time left is
+    /// estimated from the points' pace alone, not the host probes before them.
+    fn points_done(&self, done: usize) {
+        if self.bar.position() == 0 && done > 0 {
+            self.bar.set_style(Self::style(true));
+            self.bar.reset_eta();
+        }
+        self.bar.set_position(done as u64);
     }
 }
 
@@ -261,7 +341,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     let dir = options.out.join(report::utc_dir_name(started));
     std::fs::create_dir_all(&dir)?;
     let configs = profile.configs();
-    let progress = Progress::new(options.progress, profile.estimate());
+    let progress = Progress::new(options.progress, options.verbose, configs.len() * profile.rhos.len());
     let mut layout = options.layout.describe(profile.sender_idle);
     if let Some(client) = &options.client {
         layout += &format!(" {}", client_note(client));
@@ -274,17 +354,17 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         profile.estimate().as_secs_f64(),
         dir.display()
     ));
-    progress.line(&format!("layout: {layout}"));
+    progress.detail(&format!("layout: {layout}"));
     for warning in cluster::window_warning().into_iter().chain(hiccup::damon_warning()) {
-        progress.line(&format!("warning: {warning}"));
+        progress.warn("", &warning);
     }
     let clock = Instant::now();
 
-    progress.bar.set_message("S probe");
+    progress.phase("S probe");
     let rates =
         measure::probe_send_rates(&profile.mtus, &profile.send_modes, &profile.timings, options.layout.probe_cores())?;
     for r in &rates {
-        progress.line(&format!(
+        progress.detail(&format!(
             "S  {:>5} B {:<7} {:>8} datagrams/s in {:>8} syscalls/s (D = {D})",
             r.datagram_bytes,
             r.send_mode.as_str(),
@@ -293,17 +373,14 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
         ));
     }
     let t = &profile.timings;
-    progress
-        .step("S probe", (t.s_window * t.s_windows as u32) * (profile.mtus.len() * profile.send_modes.len()) as u32);
 
-    progress.bar.set_message("hiccup probe");
+    progress.phase("hiccup probe");
     let hiccups = hiccup::probe(&options.layout.busy_cores(), t.hiccup);
-    progress.line(&format!("host stalls: {}", hiccups.describe()));
-    progress.step("hiccup probe", t.hiccup);
+    progress.detail(&format!("host stalls: {}", hiccups.describe()));
 
     let c_probe = probe_c(options, profile, &rates, &progress)?;
     let clock_read_ns = budget::clock_read_ns();
-    progress.line(&format!(
+    progress.detail(&format!(
         "clock: {clock_read_ns:.1} ns per read (the Sender's time split reads it twice per send or poll call and once \
          per duty cycle, in the mu runs only)"
     ));
@@ -311,24 +388,41 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     let mut results = Vec::with_capacity(configs.len());
     let mut failures = Vec::new();
     let mut times = SendTimes::new();
+    if progress.plain() {
+        progress.line(&format!("host probes done ({:.0} s)", clock.elapsed().as_secs_f64()));
+    }
+    let configs_clock = Instant::now();
     for (index, config) in configs.iter().enumerate() {
         let remaining = profile.config_estimate() * (configs.len() - index) as u32;
-        progress.bar.set_message(format!("[{}/{}] {config}: mu", index + 1, configs.len()));
+        let at = format!("[{}/{}] {config}", index + 1, configs.len());
+        progress.set_config(at.clone());
+        progress.phase("mu");
         let times = &mut times;
         let probes = HostProbes { rates: &rates, c: &c_probe, hiccups: &hiccups, clock_read_ns };
-        match run_config(options, config, &probes, times, &dir, &progress) {
-            Ok(result) => results.push(result),
+        let outcome = match run_config(options, config, &probes, times, &dir, &progress) {
+            Ok(result) => {
+                results.push(result);
+                "done"
+            }
             Err(e) => {
                 progress.line(&format!("{config}: FAILED, left out of the report: {e}"));
                 failures.push(format!("{config}: {e}"));
+                "failed"
             }
+        };
+        progress.points_done((index + 1) * profile.rhos.len());
+        let (elapsed, left) =
+            (clock.elapsed().as_secs_f64(), remaining.saturating_sub(profile.config_estimate()).as_secs_f64());
+        progress.detail(&format!("   elapsed {elapsed:.0} s, about {left:.0} s left"));
+        if progress.plain() {
+            // The time left at the pace of the configurations so far.
+            let pace = configs_clock.elapsed().as_secs_f64() / (index + 1) as f64;
+            let left = pace * (configs.len() - index - 1) as f64;
+            progress.line(&format!("{at}: {outcome} ({elapsed:.0} s elapsed, about {left:.0} s left)"));
         }
-        progress.line(&format!(
-            "   elapsed {:.0} s, about {:.0} s left",
-            clock.elapsed().as_secs_f64(),
-            remaining.saturating_sub(profile.config_estimate()).as_secs_f64()
-        ));
     }
+    progress.set_config(String::new());
+    progress.phase("writing the report");
 
     let report = SweepReport {
         profile: if options.client.is_some() { format!("{}-client", profile.name) } else { profile.name.clone() },
@@ -354,19 +448,36 @@ pub fn run(options: &SweepOptions) -> Result<SweepOutcome, SweepError> {
     report::link_latest(&dir)?;
     progress.bar.finish_and_clear();
     let flags = report.flags();
-    progress.line(&format!("report: {} ({:.0} s); {}", dir.display(), clock.elapsed().as_secs_f64(), flags.describe()));
+    progress.detail(&format!(
+        "report: {} ({:.0} s); {}",
+        dir.display(),
+        clock.elapsed().as_secs_f64(),
+        flags.describe()
+    ));
+    progress.line("");
+    progress.line(report::console_table(&report).trim_end());
     if flags.host_busy > 0 {
-        progress.line(&format!(
-            "warning: {} of {} points ran while other processes took more than {:.0}% of a core: their latency is not \
-             the engine's alone (the report's \"other CPU\" column)",
-            flags.host_busy,
-            flags.points,
-            100.0 * OTHER_CPU_FLAG_SHARE
-        ));
+        progress.warn(
+            "",
+            &format!(
+                "{} of {} points ran while other processes took more than {:.0}% of a core: their latency is not \
+                 the engine's alone (the report's \"other CPU\" column)",
+                flags.host_busy,
+                flags.points,
+                100.0 * OTHER_CPU_FLAG_SHARE
+            ),
+        );
     }
     for failure in &failures {
         progress.line(&format!("failed configuration: {failure}"));
     }
+    let latest = options.out.join(report::LATEST);
+    progress.line(&format!(
+        "report: {} and {} ({:.0} s)",
+        latest.join("report.html").display(),
+        latest.join("summary.md").display(),
+        clock.elapsed().as_secs_f64()
+    ));
     Ok(SweepOutcome { dir, report, failures })
 }
 
@@ -380,14 +491,6 @@ fn client_note(client: &remote::ClientProcess) -> String {
         client.idle.map_or_else(|| "sched_yield".to_string(), |i| i.to_string())
     )
 }
-
-/// The consensus idle strategies every C probe compares (the profile's own are added): the model's lever
-/// is that a sleeping or backing-off consensus agent coalesces commit updates, so it sends fewer control
-/// packets than a spinning one.
-const C_PROBE_IDLES: [&str; 3] = ["noop", "sleep-ns:1000", "backoff"];
-
-/// The paced loads of the C probe, as shares of the model's capacity for MTU 1408, 128 B, classic.
-const C_PROBE_RHOS: [f64; 3] = [0.1, 0.3, 0.5];
 
 /// The C probe: for each consensus idle strategy, a cluster whose consensus agent runs its own duty cycle
 /// on a core of its own ([`Layout::for_c_probe`]), paced at [`C_PROBE_RHOS`] of the model's capacity for
@@ -405,16 +508,16 @@ fn probe_c(
     let s = measure::rate_for(rates, SendMode::Classic, mtu).map_or(0.0, |r| r.datagrams_per_s);
     let capacity = predict(&ConfigSpec::c_probe(mtu, msg), s, 0.0).1;
     let capacity = if capacity > 0.0 { capacity } else { t.c_rate / C_PROBE_RHOS[1] };
-    let mut idles: Vec<IdleStrategyConfig> =
-        C_PROBE_IDLES.iter().map(|i| i.parse().expect("a valid idle strategy")).collect();
-    idles.extend(profile.idles.iter().filter(|i| !idles.contains(i)).copied().collect::<Vec<_>>());
+    let idles = profile.c_probe_idles();
     let layouts = [(C_ALONE, options.layout.for_c_probe()), (C_SHARED, options.layout.for_c_probe_shared())];
     for (name, layout) in &layouts {
-        progress.line(&format!("C probe layout {name}: {}", layout.describe(IdleStrategyConfig::default())));
+        progress.detail(&format!("C probe layout {name}: {}", layout.describe(IdleStrategyConfig::default())));
     }
     let mut probes = Vec::new();
+    let count = layouts.len() * idles.len();
     for (name, layout) in layouts {
         for &idle in &idles {
+            progress.phase(&format!("C probe {}/{count}: {name}, consensus idle {idle}", probes.len() + 1));
             probes.push(probe_c_with(layout, name, idle, (mtu, msg, capacity), t, progress)?);
         }
     }
@@ -431,7 +534,6 @@ fn probe_c_with(
     t: &profile::Timings,
     progress: &Progress,
 ) -> Result<CProbe, SweepError> {
-    progress.bar.set_message(format!("C probe, {name}, consensus idle {idle}"));
     let spec = ClusterSpec { consensus_idle: idle, ..ClusterSpec::new(mtu, msg, layout) };
     let loads = on_harness_thread(|| {
         let mut cluster = LoadCluster::start(&spec)?;
@@ -441,7 +543,7 @@ fn probe_c_with(
         loads
     })?;
     for (rho, c) in C_PROBE_RHOS.iter().zip(&loads) {
-        progress.line(&format!(
+        progress.detail(&format!(
             "C  {name:<15} consensus idle {:<20} rho {rho:.1} ({:>6}/s offered, {:>6}/s committed): commit frames {:>6}/s \
              (C = {:>6}/s), control syscalls {:>7}/s of which idle polls {:>7}/s, consensus cycles {:>7}/s",
             idle.to_string(),
@@ -454,8 +556,9 @@ fn probe_c_with(
             rate(c.consensus_cycles_per_s)
         ));
         if c.committed_per_s < 0.5 * c.offered_per_s {
-            progress
-                .line("   warning: the cluster carried under half the load it was offered; this C is not at that load");
+            progress.detail(
+                "   warning: the cluster carried under half the load it was offered; this C is not at that load",
+            );
         }
     }
     let middle = &loads[1];
@@ -478,7 +581,6 @@ fn probe_c_with(
             })
             .collect(),
     };
-    progress.step("C probe", (t.c_warmup + t.c_window) * C_PROBE_RHOS.len() as u32 + Duration::from_millis(400));
     Ok(probe)
 }
 
@@ -561,7 +663,6 @@ fn run_config(
     with_cluster(&points_spec, progress, |cluster| {
         measure_points(cluster, profile, &mut result, mu.mu, times, probes.hiccups, dir, progress, client)
     })?;
-    progress.step(&format!("{config}"), t.mu_phase_estimate());
     Ok(result)
 }
 
@@ -576,7 +677,7 @@ fn with_cluster<T: Send>(
     on_harness_thread(|| {
         let mut cluster = LoadCluster::start(spec)?;
         for warning in cluster.warnings() {
-            progress.line(&format!("   warning: {warning}"));
+            progress.warn("   ", warning);
         }
         let outcome = work(&mut cluster);
         let closed = cluster.close();
@@ -587,14 +688,14 @@ fn with_cluster<T: Send>(
 }
 
 /// The configuration's result without its points: the prediction from the mean of the S slices probed
-/// around the mu windows and the C of the saturated run, beside the measured mu; printed.
+/// around the mu windows and the C of the saturated run, beside the measured mu; printed under `--verbose`.
 fn summarize(config: &ConfigSpec, probes: &HostProbes<'_>, mu: &measure::MuRun, progress: &Progress) -> ConfigResult {
     let s = mu.s();
     let c_probe = probe_c_for(config, probes.c);
     let c = mu.control_per_s;
     let (m_pkt, mu_predicted, why) = predict(config, s, c);
     if let Some(why) = why {
-        progress.line(&format!("   no prediction: {why}"));
+        progress.detail(&format!("   no prediction: {why}"));
     }
     let mu_predicted_probe_c = if c_probe > 0.0 { predict(config, s, c_probe).1 } else { 0.0 };
     let sender_share = mu.evidence.sender_share;
@@ -628,7 +729,7 @@ fn summarize(config: &ConfigSpec, probes: &HostProbes<'_>, mu: &measure::MuRun, 
     };
     let (s_min, s_max) = result.s_band();
     let error = result.mu_error_percent().map_or("n/a".to_string(), |e| format!("{e:+.1}%"));
-    progress.line(&format!(
+    progress.detail(&format!(
         "{config}: mu measured {} msg/s (windows {}), predicted ({} - {}) / {D} x {m_pkt} = {} msg/s, error {error} \
          (S {} slices {}-{}; with the C probe's {}/s: {}); sender {} data syscalls/s ({:.0}% of S) + {} \
          control ({}/s commit frames x {D}; {} idle polls/s left out), {:.1} msgs/datagram; bottleneck: {}",
@@ -652,20 +753,21 @@ fn summarize(config: &ConfigSpec, probes: &HostProbes<'_>, mu: &measure::MuRun, 
     ));
     match &result.sender_budget {
         Some(b) => {
-            progress.line(&format!("   {}", b.describe(mu.mu)));
+            progress.detail(&format!("   {}", b.describe(mu.mu)));
             if !result.sender_bound() {
-                progress.line("   (the budget is held to mu only where the Sender saturated first: not compared here)");
+                progress
+                    .detail("   (the budget is held to mu only where the Sender saturated first: not compared here)");
             }
         }
-        None => progress.line("   sender time: not split (no data sent, or the split was off)"),
+        None => progress.detail("   sender time: not split (no data sent, or the split was off)"),
     }
     result
 }
 
 /// Runs every utilisation point of the profile at `rho x mu` on `cluster`, writing each point's
 /// histograms under `dir` and adding it to `result`; with `client`, each point's load comes from that
-/// client process (see [`remote::client_point`]). Each point is printed beside `hiccups`, the host's
-/// own stalls.
+/// client process (see [`remote::client_point`]). Under `--verbose` each point is printed beside
+/// `hiccups`, the host's own stalls.
 #[allow(clippy::too_many_arguments)]
 fn measure_points(
     cluster: &mut LoadCluster,
@@ -679,9 +781,8 @@ fn measure_points(
     client: Option<&remote::ClientProcess>,
 ) -> Result<(), SweepError> {
     let t = &profile.timings;
-    let config = result.label();
     for &rho in &profile.rhos {
-        progress.bar.set_message(format!("{config}: rho {rho:.2}"));
+        progress.phase(&format!("rho {rho:.2}"));
         let stem = result.point_stem(rho);
         let watch = HostWatch::start(progress);
         let mut entry = match client {
@@ -692,7 +793,7 @@ fn measure_points(
                 let sizes = (result.msg as usize, result.mtu as usize);
                 let point = remote::client_point(cluster, client, rho, mu, sizes, t, json, Some(files))?;
                 let report = &point.report;
-                progress.line(&format!(
+                progress.detail(&format!(
                     "   rho {rho:.2}: client process: lambda {} achieved {} msg/s; from intended p50 {:.1} p99 {:.1} \
                      p99.9 {:.1} max {:.0} us; from offer p50 {:.1} p99 {:.1} us ({} messages after {} of warm-up)",
                     rate(point.lambda),
@@ -728,7 +829,7 @@ fn measure_points(
         };
         watch.finish(&mut entry);
         if let Some(worst) = entry.agents.iter().max_by_key(|a| a.duty_cycle_ns.max) {
-            progress.line(&format!(
+            progress.detail(&format!(
                 "            longest agent duty cycle: {} up to {} us (its p99 {} us, p99.9 {} us)",
                 worst.name,
                 worst.duty_cycle_ns.max / 1000,
@@ -737,19 +838,19 @@ fn measure_points(
             ));
         }
         let measured = entry.past_1ms_share.map_or_else(|| "not known".into(), |s| format!("{:.2}%", 100.0 * s));
-        progress.line(&format!(
+        progress.detail(&format!(
             "            past 1 ms: {measured} of messages (the host alone: {:.2}% of the worst core's time was more \
              than 1 ms into a stall in the hiccup probe); steal {:.2}% of the CPUs' time",
             100.0 * hiccups.past_long_share(),
             100.0 * entry.steal_share
         ));
-        progress.line(&format!("            {}", host_during(&entry, result.achieved_rho(&entry))));
+        progress.detail(&format!("            {}", host_during(&entry, result.achieved_rho(&entry))));
         let nearest_half = result.points.iter().all(|p| (p.rho - 0.5).abs() > (rho - 0.5).abs());
         if nearest_half {
             result.agents = entry.agents.clone();
         }
         result.points.push(entry);
-        progress.step(&format!("{config}: rho {rho:.2}"), t.point + Duration::from_millis(100));
+        progress.points_done(progress.bar.position() as usize + 1);
     }
     Ok(())
 }
@@ -767,9 +868,8 @@ struct HostWatch {
 impl HostWatch {
     /// Starts the probe (a warning, and no probe, when its thread cannot start) and reads the ticks.
     fn start(progress: &Progress) -> Self {
-        let probe = WakeProbe::start()
-            .map_err(|e| progress.line(&format!("   warning: no wake probe for this point: {e}")))
-            .ok();
+        let probe =
+            WakeProbe::start().map_err(|e| progress.warn("   ", &format!("no wake probe for this point: {e}"))).ok();
         let tasks = hiccup::HostTasks::read();
         Self { probe, cpu: HostCpu::read(), waits: hiccup::ThreadWaits::read(), tasks, started: Instant::now() }
     }
@@ -882,7 +982,7 @@ fn in_process_point(
         NS_PER_US,
     );
     entry.agents = point.agents.iter().map(duty_cycles).collect();
-    progress.line(&format!(
+    progress.detail(&format!(
         "   rho {rho:.2}: lambda {} achieved {} msg/s; from intended p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.0} us; \
          from offer p50 {:.1} p99 {:.1} us; {} back-pressured offers, max offer lag {:.0} us",
         rate(point.lambda),
@@ -938,6 +1038,14 @@ mod tests {
         assert_eq!(o.profile.rhos, vec![0.5]);
         assert_eq!(o.profile.timings, Profile::full().timings);
         assert_eq!(o.out, PathBuf::from("/tmp/x"));
+    }
+
+    #[test]
+    fn verbose_is_a_switch_that_leaves_the_profile_alone() {
+        let o = parse_args(&args("--tiny --verbose"), Path::new("t")).unwrap();
+        assert!(o.verbose);
+        assert_eq!(o.profile, Profile::tiny(), "not a custom grid");
+        assert!(!parse_args(&args("--tiny"), Path::new("t")).unwrap().verbose);
     }
 
     #[test]

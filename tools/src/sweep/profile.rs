@@ -120,6 +120,14 @@ pub struct Profile {
     pub sender_idle: IdleStrategyConfig,
 }
 
+/// The consensus idle strategies every C probe compares (the profile's own are added): the model's lever
+/// is that a sleeping or backing-off consensus agent coalesces commit updates, so it sends fewer control
+/// packets than a spinning one.
+pub const C_PROBE_IDLES: [&str; 3] = ["noop", "sleep-ns:1000", "backoff"];
+
+/// The paced loads of the C probe, as shares of the model's capacity for MTU 1408, 128 B, classic.
+pub const C_PROBE_RHOS: [f64; 3] = [0.1, 0.3, 0.5];
+
 /// The smallest message the sweep sends: its sequence number takes 8 bytes.
 pub const MIN_MESSAGE: usize = 8;
 
@@ -268,12 +276,20 @@ impl Profile {
         all
     }
 
+    /// The consensus idle strategies the C probe runs: [`C_PROBE_IDLES`], then the profile's others.
+    pub fn c_probe_idles(&self) -> Vec<IdleStrategyConfig> {
+        let mut idles: Vec<IdleStrategyConfig> = C_PROBE_IDLES.iter().map(|i| idle(i)).collect();
+        idles.extend(self.idles.iter().filter(|i| !idles.contains(i)).copied().collect::<Vec<_>>());
+        idles
+    }
+
     /// A rough estimate of the run time: probes plus each configuration's start, mu windows and points.
     pub fn estimate(&self) -> Duration {
         let t = &self.timings;
         let s = (t.s_window * t.s_windows as u32) * (self.mtus.len() * self.send_modes.len()) as u32;
-        // Each strategy in the C probe's two layouts.
-        let c = (t.c_warmup + t.c_window + Duration::from_millis(400)) * (2 * self.idles.len()) as u32;
+        // Each strategy the C probe runs, in its two layouts: a cluster start and a load per rho.
+        let c_probes = 2 * self.c_probe_idles().len() as u32;
+        let c = (Duration::from_millis(400) + (t.c_warmup + t.c_window) * C_PROBE_RHOS.len() as u32) * c_probes;
         s + t.hiccup + c + self.config_estimate() * self.configs().len() as u32
     }
 
