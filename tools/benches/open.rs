@@ -48,6 +48,7 @@ fn main() {
     let endpoints: Vec<(i32, std::net::SocketAddr)> = members.iter().map(|m| (m.id, m.client)).collect();
     let mut client = ClusterClient::new(ClientConfig::new(endpoints)).expect("a client");
     let mut latency = hdrhistogram::Histogram::<u64>::new(3).expect("a histogram");
+    let mut turns = 0u64;
     let cpu_before = thread_cpu_us();
     let started = Instant::now();
     for _ in 0..opens {
@@ -59,6 +60,7 @@ fn main() {
         while !committed {
             assert!(Instant::now() < deadline, "no commit within 30 s");
             turn(&mut nodes);
+            turns += 1;
             client.poll(|event| committed |= matches!(event, Event::Committed { .. }));
             if !offered && client.session_id().is_some() {
                 client.offer(b"first").expect("offered");
@@ -76,12 +78,13 @@ fn main() {
     let us = |q: f64| latency.value_at_quantile(q) as f64 / 1e3;
     println!(
         "opens {opens} in {:.2} s: open to first commit p50 {:.1} us, p90 {:.1}, p99 {:.1}, max {:.1}; \
-         CPU {:.1} us per open (open, one message, close, every node's turns)",
+         CPU {:.1} us per open (open, one message, close, every node's turns); {:.1} turns of every node per open",
         started.elapsed().as_secs_f64(),
         us(0.5),
         us(0.9),
         us(0.99),
         latency.max() as f64 / 1e3,
-        cpu_us
+        cpu_us,
+        turns as f64 / opens as f64
     );
 }
