@@ -187,9 +187,10 @@ pub const COOKIE_LENGTH: usize = 16;
 /// client, and the proof that the unwrapped token is the session's.
 pub const OPENED_LENGTH: usize = PUBLIC_KEY_LENGTH + TOKEN_LENGTH + 16;
 
-/// One side's ephemeral X25519 key pair for one open: the secret is used for one exchange and dropped.
+/// One side's ephemeral X25519 key pair for one open: the secret is used for one exchange and dropped
+/// (zeroed on drop).
 pub struct Ephemeral {
-    secret: [u8; 32],
+    secret: x25519_dalek::StaticSecret,
     public: [u8; PUBLIC_KEY_LENGTH],
 }
 
@@ -200,9 +201,11 @@ impl fmt::Debug for Ephemeral {
 }
 
 impl Ephemeral {
-    /// The pair whose secret is these 32 random bytes (clamped by X25519 itself).
+    /// The pair whose secret is these 32 random bytes (clamped by X25519 itself). The public key comes
+    /// from the base point's precomputed table (a fifth of a Montgomery ladder's time here).
     pub fn from_random(secret: [u8; 32]) -> Self {
-        let public = x25519_dalek::x25519(secret, x25519_dalek::X25519_BASEPOINT_BYTES);
+        let secret = x25519_dalek::StaticSecret::from(secret);
+        let public = x25519_dalek::PublicKey::from(&secret).to_bytes();
         Self { secret, public }
     }
 
@@ -221,15 +224,8 @@ impl Ephemeral {
     /// The secret shared with the holder of `peer`'s secret; `None` for a peer key of small order (which
     /// would make it known to anyone).
     fn shared(&self, peer: &[u8; PUBLIC_KEY_LENGTH]) -> Option<[u8; 32]> {
-        let shared = x25519_dalek::x25519(self.secret, *peer);
-        (shared != [0; 32]).then_some(shared)
-    }
-}
-
-impl Drop for Ephemeral {
-    fn drop(&mut self) {
-        // Best effort: the secret does not outlive its exchange in this memory.
-        self.secret = [0; 32];
+        let shared = self.secret.diffie_hellman(&x25519_dalek::PublicKey::from(*peer));
+        shared.was_contributory().then(|| shared.to_bytes())
     }
 }
 
