@@ -1169,6 +1169,14 @@ fn a_transfer_commits_a_new_message_within_two_heartbeats_of_simulated_time() {
     eprintln!("transfer, request to a new message committed (simulated us): p50 {} max {}", at(0.5), at(1.0));
 }
 
+/// Settles 3 s of simulated time; the remote clients must have committed more than `more` messages past
+/// `before` by then (`what` names the case).
+fn clients_go_on(sim: &mut Simulation, before: u64, more: u64, what: &str) {
+    sim.settle(3_000_000_000).unwrap_or_else(|failure| panic!("{what}: {failure}"));
+    let after = sim.remote_clients().committed;
+    assert!(after > before + more, "{what}: the clients committed {before} before and {after} 3 s after");
+}
+
 /// Issue 51, items 1 and 2 (a remote client's session closed as timed out across a failover, in the
 /// process test under load; a client wedged after every member was killed and started again): a
 /// session whose client keeps trying outlives any failover and any restart of the whole cluster, however
@@ -1209,14 +1217,7 @@ fn a_remote_session_outlives_a_whole_cluster_restart_and_a_leaderless_spell_long
             } else {
                 sim.revive(leader).unwrap_or_else(fail);
             }
-            sim.settle(3_000_000_000).unwrap_or_else(fail);
-            let after = sim.remote_clients();
-            assert!(
-                after.committed > before.committed + 50,
-                "seed {seed} (restart: {restart}): the clients committed {} before and {} after",
-                before.committed,
-                after.committed
-            );
+            clients_go_on(&mut sim, before.committed, 50, &format!("seed {seed} (restart: {restart})"));
             let report = sim.run().unwrap_or_else(fail);
             assert_eq!(report.clients.sessions, 2, "seed {seed} (restart: {restart}): a session was closed");
         }
@@ -1254,14 +1255,7 @@ fn seed_92000_a_restarted_leader_replaying_its_log_answers_its_clients_nothing_f
             // Wedged, a client commits nothing more for long (the leader refuses its messages); a slow
             // application still answers it, fewer a second (its resends wait behind the replay). The
             // bound is loose: over seeds 92000-92023, one (92010) made only 16 in 3 s at this speed.
-            sim.settle(3_000_000_000).unwrap_or_else(fail);
-            let after = sim.remote_clients();
-            assert!(
-                after.committed > before.committed + 20,
-                "seed {seed}: the clients committed {} before restart {restart} and {} 3 s after it",
-                before.committed,
-                after.committed
-            );
+            clients_go_on(&mut sim, before.committed, 20, &format!("seed {seed}, restart {restart}"));
         }
         let report = sim.run().unwrap_or_else(fail);
         assert_eq!(report.clients.sessions, 2, "seed {seed}: a session was closed");
