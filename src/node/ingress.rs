@@ -479,6 +479,11 @@ impl ClientIngress {
     /// the session table's next expiry (so silent sessions close on the leader's clock alone). Returns the
     /// entries appended.
     fn keep_time(&mut self, append: &mut Appending<'_>) -> usize {
+        let deadline = self.deadline.get();
+        if self.announced && deadline == i64::MAX {
+            // No session is open: no clock to read in this duty cycle.
+            return 0;
+        }
         let epoch_ns = self.clock.epoch_ns();
         if !self.announced {
             let entry = SessionEntry::LeaderTerm {
@@ -489,7 +494,7 @@ impl ClientIngress {
             self.announced = append_entry(append, &self.counters, &entry, &[]).is_ok();
             return usize::from(self.announced);
         }
-        if epoch_ns < self.deadline.get() || epoch_ns.saturating_sub(self.last_tick_ns) < TICK_INTERVAL_NS {
+        if epoch_ns < deadline || epoch_ns.saturating_sub(self.last_tick_ns) < TICK_INTERVAL_NS {
             return 0;
         }
         match append_entry(append, &self.counters, &SessionEntry::Tick { timestamp_ns: epoch_ns }, &[]) {
