@@ -84,84 +84,37 @@
 //!
 //! ## Underneath
 //!
-//! The engine is layered, each layer importing only those below it (`tests/layers.rs` checks):
-//! the foundation (`frame`: Aeron's frames, which the log buffer stores as they go on the wire;
-//! `event_log`; `setting`), `shm` (mapped buffers, log buffers, ring buffers, counters), `agent` (duty
-//! cycles, idle strategies, threading), `media` (transports, the Sender, the Receiver: no cluster
-//! concepts), `cluster` (the I/O-free consensus core and the append stage), `client` (sessions and the
-//! client wire), `storage` (the recorded log, snapshots, the vote file) and `node` (the wiring). Those
-//! modules are public for the benches, fuzz targets and tools beside this crate, hidden from these docs,
-//! and not a stable API. `docs/ARCHITECTURE.md` in the repository draws them.
+//! The engine stands on two crates of its own, and Cargo keeps every dependency pointing down:
+//! `quorumcast-driver` (Aeron's frames, shared memory: mapped buffers, log buffers, ring buffers,
+//! counters; duty-cycle agents and idle strategies; the media: transports, the Sender, the Receiver, with
+//! no cluster concepts) under `quorumcast-consensus` (the I/O-free consensus core, its frames, the
+//! cluster configuration and the append stage) under this crate (sessions and the client wire, the
+//! recorded log, snapshots and the vote file, and the node that wires them). This crate's root is the
+//! embedder's API and nothing else; its modules are private. The tools, benches, fuzz targets and tests
+//! beside it reach the inner modules through `unstable` (feature `unstable`) and the floors through
+//! their crates, none of it a promised API. `docs/ARCHITECTURE.md` in the repository draws them.
 //!
-//! Raw-pointer code is confined to `shm::buffer` (mapped memory and its atomic views) and
-//! `media::transport` (the `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single
+//! Raw-pointer code is confined to the driver (`shm::buffer`, mapped memory and its atomic views;
+//! `media::transport`, the `sendmmsg`, `recvmmsg` and GSO calls); the other `unsafe` blocks are single
 //! libc calls, each stating what makes it sound.
 
-/// Declares a struct of test-only switches (bugs planted to prove the simulators catch them). With the
-/// `sim` feature it has a public `bool` field per switch; without it (an embedder's build) it has none,
-/// and each switch reads as a constant `false`, so the product carries no test branch. Read a switch
-/// with its method, `bugs.name()`.
-macro_rules! planted_switches {
-    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident: bool,)* }) => {
-        #[cfg(feature = "sim")]
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct $name {
-            $($(#[$field_meta])* pub $field: bool,)*
-        }
+// The floors below, under the names the engine's modules use for them: the media driver's layers and the
+// consensus crate (the `cluster` layer).
+pub(crate) use quorumcast_consensus as cluster;
+pub(crate) use quorumcast_driver::{agent, frame, media, planted_switches, setting, shm};
 
-        #[cfg(feature = "sim")]
-        impl $name {
-            $(
-                #[inline]
-                #[allow(dead_code)]
-                pub(crate) fn $field(&self) -> bool {
-                    self.$field
-                }
-            )*
-        }
+// What only the tools and tests beside this crate call (through `unstable`) is unused in an embedder's
+// build, which does not have that feature.
+#[cfg_attr(not(feature = "unstable"), allow(dead_code, unused_imports))]
+mod client;
+#[cfg_attr(not(feature = "unstable"), allow(dead_code, unused_imports))]
+mod node;
+#[cfg_attr(not(feature = "unstable"), allow(dead_code, unused_imports))]
+mod storage;
 
-        #[cfg(not(feature = "sim"))]
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub(crate) struct $name {
-            _none: (),
-        }
+pub use quorumcast_driver::event_log;
 
-        #[cfg(not(feature = "sim"))]
-        impl $name {
-            $(
-                #[inline]
-                #[allow(dead_code)]
-                pub(crate) const fn $field(&self) -> bool {
-                    false
-                }
-            )*
-        }
-    };
-}
-
-pub mod event_log;
-#[doc(hidden)]
-pub mod frame;
-#[doc(hidden)]
-pub mod setting;
-
-#[doc(hidden)]
-pub mod agent;
-#[doc(hidden)]
-pub mod client;
-#[doc(hidden)]
-pub mod cluster;
-#[doc(hidden)]
-pub mod media;
-#[doc(hidden)]
-pub mod node;
-#[doc(hidden)]
-pub mod shm;
-#[doc(hidden)]
-pub mod storage;
-
-pub use crate::agent::idle::{Idle, IdleStrategy, IdleStrategyConfig};
+pub use crate::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 pub use crate::agent::ThreadingMode;
 pub use crate::client::session::Entry;
 pub use crate::client::{ClientConfig, ClientOfferError, ClusterClient, Committed, ConnectError, Event, WaitError};
@@ -188,7 +141,24 @@ pub use crate::cluster::configuration::MemberEndpoints;
 pub use crate::cluster::consensus_core::{Membership, MembershipChange};
 pub use crate::media::transport::SharedNetwork;
 pub use crate::node::{Environment, LogFiles, MembershipChangeError, PendingChange};
+#[cfg(feature = "sim")]
+pub use crate::node::{InlineLogCost, PlantedBugs};
+pub use crate::node::{CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET};
 pub use crate::shm::counters::CountersManager;
 pub use crate::shm::ring_buffer::Claim;
 pub use crate::storage::disk::SharedDisk;
 pub use crate::storage::recording::RecordingError;
+
+/// The engine's inner modules, for the tools, benches, fuzz targets and tests beside this crate (feature
+/// `unstable`).
+///
+/// **Not a promised API**: an embedder names what it needs from the crate root, and a build without the
+/// `unstable` feature has none of this. The floors below the engine are crates of their own, equally
+/// unpromised: `quorumcast-driver` (frames, shared memory, agents, the Sender and the Receiver) and
+/// `quorumcast-consensus` (the consensus core, its frames, the append stage).
+#[cfg(feature = "unstable")]
+pub mod unstable {
+    pub use crate::client::{credentials, session, wire};
+    pub use crate::node::admin;
+    pub use crate::storage::{disk, recording, snapshot, vote_file};
+}

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use quorumcast::client::credentials::{open_token, ClientKey, Ephemeral};
-use quorumcast::client::wire::{self, Datagram, DatagramWriter, RecordHeader, Seal};
-use quorumcast::client::{ClientConfig, ClientOfferError, ClusterClient, Event};
-use quorumcast::media::auth::AuthKey;
-use quorumcast::node::{ClientEndpointConfig, Member, Node};
+use quorumcast::unstable::credentials::{open_token, ClientKey, Ephemeral};
+use quorumcast::unstable::wire::{self, Datagram, DatagramWriter, RecordHeader, Seal};
+use quorumcast::{ClientConfig, ClientOfferError, ClusterClient, Event};
+use quorumcast::{ClientEndpointConfig, Member, Node};
+use quorumcast_driver::media::auth::AuthKey;
 use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel};
 use quorumcast_testkit::{dump, ScratchDir};
 
@@ -24,7 +24,7 @@ struct Applied {
 }
 
 impl Applied {
-    fn record(&mut self, entry: &quorumcast::client::session::Entry<'_>) {
+    fn record(&mut self, entry: &quorumcast::Entry<'_>) {
         for &b in entry.payload {
             self.digest = (self.digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
@@ -63,7 +63,7 @@ fn client_config(members: &[Member], order: &[usize]) -> ClientConfig {
 
 /// The response a node writes for a message: its correlation id and length, for one message in ten
 /// (and the first); the others are committed without one, so their answers travel in runs.
-fn response(entry: &quorumcast::client::session::Entry<'_>, out: &mut Vec<u8>) {
+fn response(entry: &quorumcast::Entry<'_>, out: &mut Vec<u8>) {
     if let Some(client) = entry.client.filter(|c| answered(c.correlation_id)) {
         out.extend_from_slice(&client.correlation_id.to_le_bytes());
         out.extend_from_slice(&(entry.payload.len() as u32).to_le_bytes());
@@ -364,7 +364,7 @@ fn await_stats(
     nodes: &mut [Node],
     applied: &mut [Applied],
     what: &str,
-    mut done: impl FnMut(&quorumcast::shm::stats::Stats) -> bool,
+    mut done: impl FnMut(&quorumcast_driver::shm::stats::Stats) -> bool,
 ) {
     let until = Instant::now() + Duration::from_secs(60);
     while !done(&nodes[0].stats()) {
@@ -379,10 +379,10 @@ fn await_stats(
 fn digest_of(session: u64, payloads: impl IntoIterator<Item = Vec<u8>>) -> u64 {
     let mut digest = Applied::default();
     for (i, payload) in payloads.into_iter().enumerate() {
-        digest.record(&quorumcast::client::session::Entry {
+        digest.record(&quorumcast::Entry {
             payload: &payload,
             position: 0,
-            client: Some(quorumcast::client::session::ClientMessage {
+            client: Some(quorumcast::unstable::session::ClientMessage {
                 session_id: session,
                 correlation_id: i as u64 + 1,
                 timestamp_ns: 0,
@@ -871,10 +871,10 @@ fn a_client_behind_a_lossy_path_still_has_each_message_applied_once() {
 #[derive(Default)]
 struct Messages(Vec<(u64, u64)>);
 
-impl quorumcast::storage::snapshot::StateMachine for Messages {
+impl quorumcast::StateMachine for Messages {
     fn apply(&mut self, _: i64, _: &[u8]) {}
 
-    fn apply_entry(&mut self, entry: &quorumcast::client::session::Entry<'_>, response: &mut Vec<u8>) {
+    fn apply_entry(&mut self, entry: &quorumcast::Entry<'_>, response: &mut Vec<u8>) {
         if let Some(client) = entry.client {
             self.0.push((client.session_id, client.correlation_id));
             response.extend_from_slice(&client.correlation_id.to_le_bytes());
@@ -1166,7 +1166,7 @@ fn wait_returns_when_a_datagram_arrives_or_the_next_timer_is_due() {
 /// and its session lives on; once resumed they are sent again and committed, each once.
 #[test]
 fn a_client_learns_the_members_and_a_suspended_cluster_refuses_its_messages_until_it_resumes() {
-    use quorumcast::node::admin::{AdminCommand, AdminRings};
+    use quorumcast::unstable::admin::{AdminCommand, AdminRings};
 
     let scratch = ScratchDir::new("clients-suspended");
     let (members, mut nodes, mut applied) = start(&scratch, clients_config());

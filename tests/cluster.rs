@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::media::transport::faulty::FaultConfig;
-use quorumcast::node::{LocalOfferError, LocalWaitError, Member, Node, NodeBuilder};
-use quorumcast::shm::counters::TYPE_SYSTEM;
+use quorumcast::{LocalOfferError, LocalWaitError, Member, Node, NodeBuilder};
+use quorumcast_consensus::consensus_core::Role;
+use quorumcast_driver::media::channel::ChannelConfig;
+use quorumcast_driver::media::transport::faulty::FaultConfig;
+use quorumcast_driver::shm::counters::TYPE_SYSTEM;
 use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
 use quorumcast_testkit::ScratchDir;
 

@@ -14,9 +14,9 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::agent::ThreadingMode;
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::node::{LocalOfferError, Member, Node, NodeBuilder};
+use quorumcast::{LocalOfferError, Member, Node, NodeBuilder};
+use quorumcast_driver::agent::ThreadingMode;
+use quorumcast_driver::media::channel::ChannelConfig;
 use quorumcast_testkit::cluster::members;
 use quorumcast_testkit::{dump, ScratchDir};
 

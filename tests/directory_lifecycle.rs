@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorumcast::shm::directory::{DirectoryError, DirectoryStatus, NodeDirectory, StalePolicy, LOCK_FILE_NAME};
+use quorumcast_driver::shm::directory::{DirectoryError, DirectoryStatus, NodeDirectory, StalePolicy, LOCK_FILE_NAME};
 use quorumcast_testkit::ScratchDir;
 
 /// Env var telling the child test where to create its node directory.
@@ -178,8 +178,8 @@ fn a_killed_owner_leaves_a_stale_directory_that_clean_recovers() {
 
 #[test]
 fn a_node_refused_for_a_stale_directory_names_the_setting_its_caller_has() {
-    use quorumcast::setting::FrontEnd;
     use quorumcast::{Member, NodeBuilder, NodeError, Setting};
+    use quorumcast_driver::setting::FrontEnd;
     let scratch = ScratchDir::new("dir-stale-node");
     let root = scratch.join("node");
     NodeDirectory::create(&root, StalePolicy::Refuse).unwrap().leak();

@@ -9,12 +9,12 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::cluster::consensus_core::Timers;
-use quorumcast::media::auth::AuthKey;
-use quorumcast::node::{Member, Node, NodeBuilder, NodeError, StorageConfig};
-use quorumcast::storage::recording::SyncPolicy;
-use quorumcast::storage::snapshot::StateMachine;
+use quorumcast::StateMachine;
+use quorumcast::SyncPolicy;
+use quorumcast::{Member, Node, NodeBuilder, NodeError, StorageConfig};
+use quorumcast_consensus::consensus_core::Role;
+use quorumcast_consensus::consensus_core::Timers;
+use quorumcast_driver::media::auth::AuthKey;
 use quorumcast_testkit::cluster::{members, message, test_builder, test_channel, Driver};
 use quorumcast_testkit::{dump, patient_timers, ScratchDir};
 
@@ -254,7 +254,7 @@ fn a_torn_segment_end_is_cut_at_start_and_a_damaged_index_stops_the_node_naming_
 fn far_builder(scratch: &ScratchDir, id: i32, members: &[Member], storage: StorageConfig) -> NodeBuilder {
     builder(scratch, id, members, storage)
         .term_buffer_length(64 << 10)
-        .threading(quorumcast::agent::ThreadingMode::Dedicated)
+        .threading(quorumcast_driver::agent::ThreadingMode::Dedicated)
         .idle_all("backoff:10,5,1us,100us")
 }
 
@@ -307,7 +307,7 @@ fn read_to_close(stream: &mut std::net::TcpStream) -> Vec<u8> {
 }
 
 fn membership_of(members: &[Member]) -> i64 {
-    quorumcast::media::channel::membership_tag(&members.iter().map(|m| (m.id, m.log)).collect::<Vec<_>>())
+    quorumcast_driver::media::channel::membership_tag(&members.iter().map(|m| (m.id, m.log)).collect::<Vec<_>>())
 }
 
 #[test]

@@ -8,9 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::cluster::consensus_core::Timers;
-use quorumcast::node::{Member, Node, NodeBuilder};
+use quorumcast::{Member, Node, NodeBuilder};
+use quorumcast_consensus::consensus_core::Role;
+use quorumcast_consensus::consensus_core::Timers;
 use quorumcast_testkit::cluster::{members, test_builder, test_channel};
 use quorumcast_testkit::ScratchDir;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use quorumcast::node::NodeError;
+use quorumcast::NodeError;
 use quorumcast_testkit::cluster::{counter, members, test_builder, test_channel, Driver};
 use quorumcast_testkit::{dump, ScratchDir};
 

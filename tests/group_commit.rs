@@ -10,13 +10,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumcast::agent::Agent;
-use quorumcast::cluster::log_switch::SwitchQueue;
-use quorumcast::shm::counters::Counter;
-use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
-use quorumcast::storage::recording::{
+use quorumcast::unstable::recording::{
     Recorder, RecorderCounters, RecorderSource, Recording, RecordingConfig, RecordingIdentity, SyncPolicy,
 };
+use quorumcast_consensus::log_switch::SwitchQueue;
+use quorumcast_driver::agent::Agent;
+use quorumcast_driver::shm::counters::Counter;
+use quorumcast_driver::shm::log_buffer::{LogBuffer, LogConfig};
 use quorumcast_testkit::sim::disk::{DiskFaults, SimDisk};
 
 const IDENTITY: RecordingIdentity = RecordingIdentity { membership: 7, stream_id: 1001, term_length: 1 << 20 };

@@ -11,17 +11,17 @@ use std::time::{Duration, Instant};
 
 use socket2::SockAddr;
 
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::cluster::frames::CommitPositionFrame;
-use quorumcast::frame::{self, DataHeader, NakFrame, SetupFrame, StatusMessageFrame};
-use quorumcast::media::auth::AuthKey;
-use quorumcast::media::channel::{membership_tag, ChannelConfig};
-use quorumcast::media::flow_control::FlowControlMode;
-use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
-use quorumcast::media::sender::Sender;
-use quorumcast::media::transport::{RecvBatch, SocketOptions, UdpEndpoint};
-use quorumcast::node::{Member, Node};
-use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
+use quorumcast::{Member, Node};
+use quorumcast_consensus::consensus_core::Role;
+use quorumcast_consensus::frames::CommitPositionFrame;
+use quorumcast_driver::frame::{self, DataHeader, NakFrame, SetupFrame, StatusMessageFrame};
+use quorumcast_driver::media::auth::AuthKey;
+use quorumcast_driver::media::channel::{membership_tag, ChannelConfig};
+use quorumcast_driver::media::flow_control::FlowControlMode;
+use quorumcast_driver::media::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast_driver::media::sender::Sender;
+use quorumcast_driver::media::transport::{RecvBatch, SocketOptions, UdpEndpoint};
+use quorumcast_driver::shm::log_buffer::{LogBuffer, LogConfig};
 use quorumcast_testkit::cluster::{counter, elect, members, members_on, test_builder, test_channel, Driver};
 use quorumcast_testkit::{dump, ScratchDir};
 
@@ -329,7 +329,7 @@ const TERM: usize = 1 << 20;
 struct Rig {
     sender: Sender,
     counters: SenderCounters,
-    appender: quorumcast::shm::log_buffer::ExclusiveAppender,
+    appender: quorumcast_driver::shm::log_buffer::ExclusiveAppender,
     receivers: [UdpEndpoint; 2],
     control: Vec<SocketAddr>,
     batch: RecvBatch,

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::consensus_core::{Membership, MembershipChange, MembershipError, Role, Timers};
-use quorumcast::node::{Member, MembershipChangeError, Node, PendingChange, StorageConfig};
-use quorumcast::storage::recording::SyncPolicy;
+use quorumcast::SyncPolicy;
+use quorumcast::{Member, MembershipChangeError, Node, PendingChange, StorageConfig};
+use quorumcast_consensus::consensus_core::{Membership, MembershipChange, MembershipError, Role, Timers};
+use quorumcast_driver::agent::ThreadingMode;
 use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
 use quorumcast_testkit::load::drive_until;
 use quorumcast_testkit::{dump, dump_each, ScratchDir};
@@ -218,9 +218,9 @@ fn elect_applying_nothing(nodes: &mut [Node]) {
 /// leading now, through a redirect that carries the leader's client endpoint; its messages commit once.
 #[test]
 fn a_client_finds_a_leader_its_list_does_not_name() {
-    use quorumcast::client::{ClientConfig, ClusterClient};
-    use quorumcast::media::auth::AuthKey;
-    use quorumcast::node::ClientEndpointConfig;
+    use quorumcast::ClientEndpointConfig;
+    use quorumcast::{ClientConfig, ClusterClient};
+    use quorumcast_driver::media::auth::AuthKey;
 
     let scratch = ScratchDir::new("membership-client");
     let all = members(4);
@@ -263,7 +263,7 @@ fn a_client_finds_a_leader_its_list_does_not_name() {
             work += usize::from(client.offer(b"through the learnt leader").is_ok());
         }
         work += client.poll(|event| {
-            if let quorumcast::client::Event::Committed { .. } = event {
+            if let quorumcast::Event::Committed { .. } = event {
                 committed += 1;
             }
         });

@@ -5,8 +5,8 @@
 //! `QC_NODE_SIM_SOAK=<count>` runs that many seeds from a random start. A seed that ever fails becomes a
 //! named test below.
 
-use quorumcast::node::PlantedBugs;
-use quorumcast::storage::recording::SyncPolicy;
+use quorumcast::PlantedBugs;
+use quorumcast::SyncPolicy;
 use quorumcast_testkit::sim::{Schedule, SimConfig, SimFailure, SimReport, Simulation, Violation};
 
 /// Seeds per member count in a plain `cargo test`.
@@ -1142,7 +1142,7 @@ fn a_transfer_commits_a_new_message_within_two_heartbeats_of_simulated_time() {
         Some(seed) => vec![seed],
         None => (90_000..90_030).collect(),
     };
-    let bound_ns = 2 * quorumcast::cluster::consensus_core::Timers::default().heartbeat_interval_ns;
+    let bound_ns = 2 * quorumcast_consensus::consensus_core::Timers::default().heartbeat_interval_ns;
     let mut times = Vec::new();
     for seed in seeds {
         let mut config = SimConfig::new(seed, 3);

@@ -19,10 +19,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quorumcast::client::credentials::ReplayWindow;
-use quorumcast::client::session::{SessionConfig, SessionEntry, SessionTable};
-use quorumcast::client::wire::{Datagram, DatagramWriter, Seal, DATAGRAM_HEADER_LENGTH};
-use quorumcast::media::auth::AuthKey;
+use quorumcast::unstable::credentials::ReplayWindow;
+use quorumcast::unstable::session::{SessionConfig, SessionEntry, SessionTable};
+use quorumcast::unstable::wire::{Datagram, DatagramWriter, Seal, DATAGRAM_HEADER_LENGTH};
+use quorumcast_driver::media::auth::AuthKey;
 
 fuzz_target!(|datagram: &[u8]| {
     check_records(datagram);

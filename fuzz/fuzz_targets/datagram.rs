@@ -18,7 +18,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quorumcast::frame::{
+use quorumcast_driver::frame::{
     frames, parse, peek_header, Frame, FrameError, CURRENT_VERSION, DATA_HEADER_LENGTH, FRAME_ALIGNMENT,
     FRAME_HEADER_LENGTH, STATUS_MESSAGE_LENGTH, STATUS_MESSAGE_WITH_GROUP_TAG_LENGTH, TYPE_DATA, TYPE_PAD,
 };
@@ -32,7 +32,7 @@ fuzz_target!(|datagram: &[u8]| {
 /// A data run the receiver would copy in one piece is contiguous whole frames of the datagram: its span
 /// covers every byte of it, in 32-byte steps, and it starts where its first frame says.
 fn check_data_run(datagram: &[u8]) {
-    if let Ok(run) = quorumcast::frame::data_run(datagram) {
+    if let Ok(run) = quorumcast_driver::frame::data_run(datagram) {
         assert!(run.span % FRAME_ALIGNMENT == 0 && run.span >= datagram.len().min(DATA_HEADER_LENGTH));
         assert!(run.first.term_offset >= 0 && run.first.term_offset % FRAME_ALIGNMENT as i32 == 0);
         assert_eq!(bytemuck::bytes_of(&run.first), &datagram[..DATA_HEADER_LENGTH]);

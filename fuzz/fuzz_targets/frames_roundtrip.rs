@@ -11,8 +11,8 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use quorumcast::cluster::frames::{AppendPositionFrame, CommitPositionFrame};
-use quorumcast::frame::{
+use quorumcast_consensus::frames::{AppendPositionFrame, CommitPositionFrame};
+use quorumcast_driver::frame::{
     align_frame, encode_data, encode_heartbeat, encode_pad, frames, BehindRetainedFrame, DataHeader, Frame, NakFrame,
     RttmFrame, SetupFrame, StatusMessageFrame, MAX_UDP_PAYLOAD_LENGTH, TYPE_DATA, TYPE_PAD,
 };

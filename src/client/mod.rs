@@ -4,7 +4,7 @@
 //! told was committed, and the replicated session table applies each message exactly once.
 //!
 //! ```no_run
-//! use quorumcast::client::{ClientConfig, ClusterClient, Event};
+//! use quorumcast::{ClientConfig, ClusterClient, Event};
 //! use std::time::Duration;
 //!
 //! // Each member's id and client endpoint (`Member::client`).
@@ -75,7 +75,6 @@ use crate::media::transport::{Binding, Network, RecvBatch, SharedNetwork, Socket
 
 use self::credentials::{open_token, ClientKey, Ephemeral, ReplayWindow, COOKIE_LENGTH, PUBLIC_KEY_LENGTH};
 use self::outbox::Outbox;
-pub use self::outbox::SEND_BATCH;
 use self::wire::{Datagram, RecordHeader, RefusalCode, Seal};
 
 /// How a client reaches a cluster, and its timeouts.
@@ -339,7 +338,7 @@ pub struct ClientStats {
     pub datagrams_received: u64,
     /// Receive calls (each a `recvmmsg` of up to 16 datagrams).
     pub receive_calls: u64,
-    /// Send calls (each a `sendmmsg` of up to [`SEND_BATCH`] datagrams, or an ask's `sendmsg`).
+    /// Send calls (each a `sendmmsg` of up to `SEND_BATCH` datagrams, or an ask's `sendmsg`).
     pub send_calls: u64,
 }
 
@@ -706,7 +705,7 @@ impl ClusterClient {
     }
 
     /// Offers `message`; returns its correlation id. It is sent by the next [`poll`](Self::poll) (or
-    /// sooner, when [`SEND_BATCH`] datagrams are full). Never blocks.
+    /// sooner, when `SEND_BATCH` datagrams are full). Never blocks.
     pub fn offer(&mut self, message: &[u8]) -> Result<u64, ClientOfferError> {
         if self.state != State::Connected {
             return Err(ClientOfferError::NotConnected);

@@ -136,7 +136,7 @@ impl Member {
     }
 }
 
-/// Remote clients ([`crate::client`]): whether members take them, and the limits every member
+/// Remote clients ([`ClusterClient`](crate::ClusterClient)): whether members take them, and the limits every member
 /// applies to them. `max_sessions` and `session_timeout` decide what the replicated session table does,
 /// so every member must have the same.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,7 +159,7 @@ pub struct ClientEndpointConfig {
     /// Default: `[]`.
     pub allow: Vec<AddressRange>,
     /// The root of the members' secret that binds each session to its client (session ids, tokens,
-    /// challenges: see [`crate::client::credentials`]): the same on every member, never written
+    /// challenges: see the client wire in `docs/ARCHITECTURE.md`): the same on every member, never written
     /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
     /// needs one of the two.
     /// Default: `None`.
@@ -408,7 +408,7 @@ pub struct NodeConfig {
     /// Default: `4194304`.
     pub promote_within: i64,
     /// The operator key: administrative commands over the network (`qc-cluster --connect`) must carry its
-    /// tag ([`crate::node::admin`]); distinct from the channel's `auth_key`. Without one, the node takes
+    /// tag (what `qc-cluster` sends); distinct from the channel's `auth_key`. Without one, the node takes
     /// administrative commands only through its directory.
     /// Default: `None`.
     pub admin_key: Option<AuthKey>,
@@ -802,7 +802,7 @@ impl NodeBuilder {
         self
     }
 
-    /// Takes remote clients ([`crate::client`]) at each member's client endpoint, with `clients`'
+    /// Takes remote clients ([`ClusterClient`](crate::ClusterClient)) at each member's client endpoint, with `clients`'
     /// limits (`enabled` is set).
     pub fn clients(mut self, clients: ClientEndpointConfig) -> Self {
         self.config.clients = ClientEndpointConfig { enabled: true, ..clients };

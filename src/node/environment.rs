@@ -32,10 +32,9 @@ pub enum LogFiles {
     Inline,
 }
 
-planted_switches! {
+crate::planted_switches! {
     /// Bugs planted on purpose, for the tests that prove the node simulator catches them (the `sim`
     /// feature; an embedder's build has none). All off unless a test turns one on; not part of the API.
-    #[doc(hidden)]
     pub struct PlantedBugs {
         /// The node hands out entries past its commit position, as far as its log reaches.
         pub apply_uncommitted: bool,
@@ -65,17 +64,20 @@ planted_switches! {
 }
 
 /// Told the bytes of every log file a node makes on its consensus thread (no spare ready), as it makes it:
-/// the simulator charges them as time that thread is busy. Clones call the same function.
-#[doc(hidden)]
+/// the simulator charges them as time that thread is busy. Clones call the same function. Only with the
+/// `sim` feature.
+#[cfg(feature = "sim")]
 #[derive(Clone)]
 pub struct InlineLogCost(Arc<dyn Fn(usize) + Send + Sync>);
 
+#[cfg(feature = "sim")]
 impl fmt::Debug for InlineLogCost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("InlineLogCost(..)")
     }
 }
 
+#[cfg(feature = "sim")]
 impl InlineLogCost {
     /// Calls `charge` with the bytes of each log file made on the consensus thread.
     pub fn new(charge: impl Fn(usize) + Send + Sync + 'static) -> Self {
@@ -105,17 +107,16 @@ pub struct Environment {
     pub catch_up: bool,
     /// Bugs planted for the simulator's own tests (none by default; only with the `sim` feature).
     #[cfg(feature = "sim")]
-    #[doc(hidden)]
     pub bugs: PlantedBugs,
     #[cfg(not(feature = "sim"))]
     pub(crate) bugs: PlantedBugs,
     /// Where log files made on the consensus thread are counted (the simulator's cost model); `None` in
-    /// production.
-    #[doc(hidden)]
+    /// production. Only with the `sim` feature.
+    #[cfg(feature = "sim")]
     pub inline_log_cost: Option<InlineLogCost>,
     /// In a seeded environment, the node's invoked agents run in an order drawn from the seed each duty
-    /// cycle (the simulator's), instead of their fixed order.
-    #[doc(hidden)]
+    /// cycle (the simulator's), instead of their fixed order. Only with the `sim` feature.
+    #[cfg(feature = "sim")]
     pub shuffle_agents: bool,
     /// The seed of every random choice; `None` takes one from the wall clock and the member id.
     seed: Option<u64>,
@@ -150,7 +151,9 @@ impl Environment {
             log_files: LogFiles::Threaded,
             catch_up: true,
             bugs: PlantedBugs::default(),
+            #[cfg(feature = "sim")]
             inline_log_cost: None,
+            #[cfg(feature = "sim")]
             shuffle_agents: false,
             seed: None,
             draws: Arc::default(),
@@ -167,7 +170,9 @@ impl Environment {
             log_files: LogFiles::Inline,
             catch_up: true,
             bugs: PlantedBugs::default(),
+            #[cfg(feature = "sim")]
             inline_log_cost: None,
+            #[cfg(feature = "sim")]
             shuffle_agents: false,
             seed: Some(seed),
             draws: Arc::default(),
@@ -187,10 +192,25 @@ impl Environment {
         }
     }
 
+    /// A log file of `bytes` is being made on the consensus thread: the simulator's cost model is told
+    /// (with the `sim` feature; nothing otherwise).
+    pub(super) fn charge_inline_log(&self, bytes: usize) {
+        #[cfg(feature = "sim")]
+        if let Some(cost) = &self.inline_log_cost {
+            cost.add(bytes);
+        }
+        #[cfg(not(feature = "sim"))]
+        let _ = bytes;
+    }
+
     /// The order a node's invoked agents run in each duty cycle: drawn from the seed (a permutation per
     /// cycle, salted with `salt`) in a seeded environment, the fixed order otherwise.
     pub(super) fn agent_order(&self, salt: u64) -> Option<crate::agent::AgentOrder> {
-        if !self.shuffle_agents {
+        #[cfg(feature = "sim")]
+        let shuffle = self.shuffle_agents;
+        #[cfg(not(feature = "sim"))]
+        let shuffle = false;
+        if !shuffle {
             return None;
         }
         self.seed?;

@@ -1,7 +1,7 @@
 //! A cluster node: what an application embeds.
 //!
 //! ```no_run
-//! use quorumcast::node::{Member, NodeBuilder};
+//! use quorumcast::{Member, NodeBuilder};
 //!
 //! // Each member: its id, its log endpoint, and its consensus endpoint (here the default, port + 100).
 //! let members = vec![
@@ -64,8 +64,10 @@ pub use builder::{
 };
 pub use client::LocalClient;
 #[cfg(feature = "sim")]
+pub use environment::InlineLogCost;
+#[cfg(feature = "sim")]
 pub use environment::PlantedBugs;
-pub use environment::{Environment, InlineLogCost, LogFiles};
+pub use environment::{Environment, LogFiles};
 pub use error::{LocalOfferError, LocalWaitError, NodeError};
 pub use membership::{MembershipChangeError, PendingChange};
 
@@ -293,7 +295,7 @@ impl Node {
     }
 
     /// As [`poll_committed`](Self::poll_committed), for a service of remote clients
-    /// ([`crate::client`]): each entry with its position and, for a client's message, its session
+    /// ([`ClusterClient`](crate::ClusterClient)): each entry with its position and, for a client's message, its session
     /// and number. A client's message is handed out exactly once whatever its client resends; what the
     /// handler writes to the response buffer goes back to the client with the message's commit (from the
     /// leader). Session entries (opens, keep-alives, closes) are applied to the replicated session table

@@ -330,13 +330,13 @@ fn start_core(
         log::info!("member {}: recorded log recovered up to position {end}", config.id);
     }
     let seed = env.random(config.id as u64);
-    let core_config = CoreConfig {
-        member_id: config.id,
-        members: config.initial_member_ids(),
-        timers: config.timers,
-        seed,
-        bugs: core_bugs(&env.bugs),
-    };
+    let mut core_config = CoreConfig::new(config.id, config.initial_member_ids());
+    core_config.timers = config.timers;
+    core_config.seed = seed;
+    #[cfg(feature = "sim")]
+    {
+        core_config.bugs.count_non_voters = env.bugs.count_non_voters;
+    }
     let now_ns = env.clock.now_ns();
     let mut core = ConsensusCore::new(core_config, durable, now_ns).map_err(|e| NodeError::Config(e.to_string()))?;
     if let Some(held) = recovered.and_then(|r| r.report.repair).filter(|_| !env.bugs.forget_damage()) {
@@ -429,16 +429,4 @@ fn start_clients(
     );
     sessions.apply_duplicates = env.bugs.apply_duplicates();
     Ok((Some(ingress), sessions))
-}
-
-/// The consensus core's planted bugs from the node's.
-#[cfg(feature = "sim")]
-fn core_bugs(bugs: &super::environment::PlantedBugs) -> crate::cluster::consensus_core::Bugs {
-    crate::cluster::consensus_core::Bugs { count_non_voters: bugs.count_non_voters, ..Default::default() }
-}
-
-/// The consensus core's planted bugs: none without the `sim` feature.
-#[cfg(not(feature = "sim"))]
-fn core_bugs(_: &super::environment::PlantedBugs) -> crate::cluster::consensus_core::Bugs {
-    crate::cluster::consensus_core::Bugs::default()
 }

@@ -357,14 +357,12 @@ impl Wiring {
             pre_touch: true,
             ..LogConfig::new(config.channel.term_length, config.channel.mtu)
         };
-        let stall = self.env.inline_log_cost.clone();
+        let env = &self.env;
         let make = |from: i64| match spare.take() {
             Some(region) => LogBuffer::create_in(region, log_config, from),
             None => {
                 // Made here, on the consensus thread: the simulator charges its modelled time.
-                if let Some(stall) = &stall {
-                    stall.add(log_length(log_config.term_length, log_config.page_size));
-                }
+                env.charge_inline_log(log_length(log_config.term_length, log_config.page_size));
                 LogBuffer::create_at(&file, log_config, from)
             }
         };

@@ -171,7 +171,7 @@ impl io::Write for FileCursor {
     }
 }
 
-/// A [`Disk`] shared by the parts of a node (cheap to clone).
+/// A `Disk` shared by the parts of a node (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct SharedDisk(Arc<dyn Disk>);
 

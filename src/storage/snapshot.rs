@@ -33,7 +33,8 @@
 //!
 //! ```
 //! use std::io::{Read, Write};
-//! use quorumcast::storage::snapshot::{SnapshotIdentity, SnapshotStore, StateMachine};
+//! use quorumcast::unstable::snapshot::{SnapshotIdentity, SnapshotStore};
+//! use quorumcast::StateMachine;
 //!
 //! /// A state machine that sums its entries' bytes.
 //! #[derive(Default)]
@@ -254,7 +255,7 @@ pub struct SnapshotInfo {
 }
 
 impl SnapshotInfo {
-    /// The whole file's length, header included: what [`SnapshotStore::open_for_send`]'s reader yields.
+    /// The whole file's length, header included: what `SnapshotStore::open_for_send`'s reader yields.
     pub fn file_length(&self) -> u64 {
         HEADER_LENGTH.saturating_add(self.length)
     }

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::node::{Member, Node, NodeBuilder};
+use quorumcast::{Member, Node, NodeBuilder};
+use quorumcast_consensus::consensus_core::Role;
+use quorumcast_driver::agent::ThreadingMode;
+use quorumcast_driver::media::channel::ChannelConfig;
 
 use crate::load::drive_until;
 use crate::{dump, ScratchDir};

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use quorumcast::cluster::consensus_core::Timers;
-use quorumcast::node::Member;
+use quorumcast::Member;
+use quorumcast_consensus::consensus_core::Timers;
 
 pub mod cluster;
 pub mod load;

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::node::{LocalClient, LocalOfferError, Node};
+use quorumcast::{LocalClient, LocalOfferError, Node};
+use quorumcast_consensus::consensus_core::Role;
 
 use crate::{fill_numbered, number, seq_of};
 

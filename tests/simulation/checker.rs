@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use quorumcast::cluster::consensus_core::MemberId;
+use quorumcast_consensus::consensus_core::MemberId;
 
 use super::log::{Entry, SimLog};
 

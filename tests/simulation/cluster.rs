@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use quorumcast::cluster::consensus_core::{
+use quorumcast_consensus::consensus_core::{
     wire, Bugs, ConsensusCore, Destination, MemberId, Membership, Message, Output, Role, Timers,
 };
 
@@ -425,7 +425,7 @@ impl Simulation {
         Ok(())
     }
 
-    /// Executes one output as a driver must; see `quorumcast::cluster::consensus_core::output`.
+    /// Executes one output as a driver must; see `quorumcast_consensus::consensus_core::output`.
     fn execute(&mut self, index: usize, output: Output) -> Check {
         let id = self.nodes[index].id;
         match output {

@@ -1,7 +1,7 @@
 //! A member's simulated log: entries of real byte sizes, so positions are positions, and the storage
 //! under them: what is synced (survives a power loss), and the one sync in flight.
 
-use quorumcast::cluster::consensus_core::{TermBase, TermHistory};
+use quorumcast_consensus::consensus_core::{TermBase, TermHistory};
 
 /// One log entry: a client message or a term-start marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -66,7 +66,7 @@ mod prng;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use quorumcast::cluster::consensus_core::Bugs;
+use quorumcast_consensus::consensus_core::Bugs;
 
 use cluster::{SimConfig, Simulation, Storage, Summary, SyncPolicy, Violation};
 use log::{Entry, SimLog};

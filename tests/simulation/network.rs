@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use quorumcast::cluster::consensus_core::MemberId;
+use quorumcast_consensus::consensus_core::MemberId;
 
 use super::log::Entry;
 use super::prng::Rng;
@@ -12,7 +12,7 @@ use super::prng::Rng;
 /// What a packet carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payload {
-    /// A consensus frame, as [`quorumcast::cluster::consensus_core::wire`] encodes it.
+    /// A consensus frame, as [`quorumcast_consensus::consensus_core::wire`] encodes it.
     Frame(Vec<u8>),
     /// A follower asks its leader of `term` for the log from `position` (the Receiver's stand-in).
     Fetch { term: i64, position: i64 },

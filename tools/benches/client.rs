@@ -76,7 +76,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
-use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast_driver::agent::idle::IdleStrategyConfig;
 use quorumcast_tools::hiccup::ProcessTimes;
 use quorumcast_tools::report::{self, Percentiles, NS_PER_US};
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
@@ -401,7 +401,7 @@ fn run_mtu(
     })?;
     // The same client runs on a cluster that requires a client key (the client holds it): the cost of
     // client credentials beside session tags alone.
-    let key = quorumcast::media::auth::AuthKey::generate()?;
+    let key = quorumcast_driver::media::auth::AuthKey::generate()?;
     let keyed_spec = ClusterSpec { client_key: Some(key), ..spec.clone() };
     let lambdas: Vec<(f64, f64)> = points.iter().map(|p| (p.rho, p.lambda)).collect();
     let keyed = with_cluster(&keyed_spec, &mut warnings, |cluster| {
@@ -715,7 +715,7 @@ fn main() -> ExitCode {
         client_idle_name(&client),
         client.core.map_or_else(|| "on any core".to_string(), |c| format!("on core {c}")),
         if client.sched_idle { " under SCHED_IDLE" } else { "" },
-        quorumcast::agent::available_cores()
+        quorumcast_driver::agent::available_cores()
     );
     println!("layout: {layout}");
     let mut results = Vec::new();

@@ -81,11 +81,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use quorumcast::agent::idle::IdleStrategyConfig;
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::media::transport::{SendMode, SocketOptions};
-use quorumcast::shm::stats::Stats;
-use quorumcast::storage::recording::SyncPolicy;
+use quorumcast::SyncPolicy;
+use quorumcast_driver::agent::idle::IdleStrategyConfig;
+use quorumcast_driver::media::channel::ChannelConfig;
+use quorumcast_driver::media::transport::{SendMode, SocketOptions};
+use quorumcast_driver::shm::stats::Stats;
 use quorumcast_tools::sweep::bottleneck::{classify_split, Bottleneck, SplitEvidence, Stage};
 use quorumcast_tools::sweep::cluster::{
     on_harness_thread, ClusterSpec, Layout, LoadCluster, Storage as ClusterStorage,
@@ -524,8 +524,8 @@ struct RecorderCost {
 }
 
 impl RecorderCost {
-    fn of(recorders: &[quorumcast::shm::stats::RecorderStats<'_>], seconds: f64) -> Self {
-        let sum = |f: &dyn Fn(&quorumcast::shm::stats::RecorderStats<'_>) -> i64| {
+    fn of(recorders: &[quorumcast_driver::shm::stats::RecorderStats<'_>], seconds: f64) -> Self {
+        let sum = |f: &dyn Fn(&quorumcast_driver::shm::stats::RecorderStats<'_>) -> i64| {
             recorders.iter().map(|r| f(r) as f64).sum::<f64>()
         };
         let (bytes, writes, fsyncs) = (sum(&|r| r.bytes()), sum(&|r| r.writes()), sum(&|r| r.fsyncs()));
@@ -1637,7 +1637,7 @@ fn main() {
     println!(
         "cluster bench{}: 3 nodes (5 in the `five members` rows) over UDP loopback in one process, {MESSAGE} B messages, {} cores",
         if settings.quick && settings.only.is_none() { " (quick)" } else { "" },
-        quorumcast::agent::available_cores()
+        quorumcast_driver::agent::available_cores()
     );
     println!("throughput/latency layout: {}", invoker_layout(&settings));
     let mut results = Vec::new();

@@ -47,13 +47,13 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use quorumcast::agent::ThreadingMode;
-use quorumcast::client::{ClientConfig, ClusterClient, Event};
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::cluster::consensus_core::Timers;
-use quorumcast::media::auth::AuthKey;
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::node::{ClientEndpointConfig, Member, Node, NodeBuilder};
+use quorumcast::{ClientConfig, ClusterClient, Event};
+use quorumcast::{ClientEndpointConfig, Member, Node, NodeBuilder};
+use quorumcast_consensus::consensus_core::Role;
+use quorumcast_consensus::consensus_core::Timers;
+use quorumcast_driver::agent::ThreadingMode;
+use quorumcast_driver::media::auth::AuthKey;
+use quorumcast_driver::media::channel::ChannelConfig;
 use quorumcast_testkit::{members_on, shared_memory, Fnv1a64};
 use serde_json::{json, Value};
 
@@ -376,7 +376,7 @@ struct OneShot {
 /// for its commit and closes, while the bench steps the cluster; an open the leader refuses (its
 /// `clients.opens_per_second` from one address) is asked again at once, and counted. `None` on the trial
 /// timeout; else the time, the client's counts and the refusals.
-fn one_shot(cluster: &mut Cluster, fanout: usize, n: u64) -> Option<(Duration, quorumcast::client::ClientStats, u64)> {
+fn one_shot(cluster: &mut Cluster, fanout: usize, n: u64) -> Option<(Duration, quorumcast::ClientStats, u64)> {
     let mut config = ClientConfig::new(cluster.addrs.clone());
     config.connect_fanout = fanout;
     let mut client = ClusterClient::new(config).expect("a client socket");

@@ -30,8 +30,8 @@ use std::time::Instant;
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
-use quorumcast::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
-use quorumcast::shm::log_buffer::LogConfig;
+use quorumcast_driver::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
+use quorumcast_driver::shm::log_buffer::LogConfig;
 use serde_json::json;
 
 mod spsc;

@@ -34,12 +34,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::consensus_core::{MembershipChange, Role};
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::media::transport::SocketOptions;
-use quorumcast::node::{Member, Node, NodeBuilder, StorageConfig};
-use quorumcast::storage::recording::SyncPolicy;
+use quorumcast::SyncPolicy;
+use quorumcast::{Member, Node, NodeBuilder, StorageConfig};
+use quorumcast_consensus::consensus_core::{MembershipChange, Role};
+use quorumcast_driver::agent::ThreadingMode;
+use quorumcast_driver::media::channel::ChannelConfig;
+use quorumcast_driver::media::transport::SocketOptions;
 use quorumcast_testkit::load::drive_until;
 use quorumcast_testkit::{Driver, Messages};
 use quorumcast_tools::bench::{host, target_dir, write_summary};

@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use quorumcast::client::{ClientConfig, ClusterClient, Event};
-use quorumcast::media::auth::AuthKey;
-use quorumcast::node::{ClientEndpointConfig, Node};
+use quorumcast::{ClientConfig, ClusterClient, Event};
+use quorumcast::{ClientEndpointConfig, Node};
+use quorumcast_driver::media::auth::AuthKey;
 use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel};
 use quorumcast_testkit::ScratchDir;
 

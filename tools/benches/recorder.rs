@@ -13,15 +13,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use quorumcast::agent::clock::NanoClock;
-use quorumcast::agent::Agent;
-use quorumcast::cluster::log_switch::SwitchQueue;
-use quorumcast::node::StorageConfig;
-use quorumcast::shm::counters::Counter;
-use quorumcast::shm::log_buffer::{LogBuffer, LogConfig};
-use quorumcast::storage::recording::{
+use quorumcast::unstable::recording::{
     Recorder, RecorderCounters, RecorderSource, Recording, RecordingConfig, RecordingIdentity, SyncPolicy,
 };
+use quorumcast::StorageConfig;
+use quorumcast_consensus::log_switch::SwitchQueue;
+use quorumcast_driver::agent::clock::NanoClock;
+use quorumcast_driver::agent::Agent;
+use quorumcast_driver::shm::counters::Counter;
+use quorumcast_driver::shm::log_buffer::{LogBuffer, LogConfig};
 use quorumcast_tools::bench::{host, target_dir, write_summary};
 use serde_json::json;
 

@@ -1,13 +1,13 @@
 //! What `qc-cluster`'s administrative commands do: find the member that must take a command (the leader,
 //! or every member for a snapshot) among the node directories given, send it through the directory's
-//! admin ring ([`quorumcast::node::admin`]), and wait, with a time-out, for its answer (a membership change
+//! admin ring ([`quorumcast::unstable::admin`]), and wait, with a time-out, for its answer (a membership change
 //! is answered once it commits) and, for a leadership transfer, for another member to lead. A refusal
 //! that says to retry (a new leader that has not committed an entry of its term yet) is retried.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use quorumcast::node::admin::{AdminCommand, AdminRings};
+use quorumcast::unstable::admin::{AdminCommand, AdminRings};
 
 use crate::cluster_view::{self, MemberView};
 
@@ -139,13 +139,13 @@ fn wait_for_new_leader(
 }
 
 /// Administration over the network: commands to members' consensus endpoints, each request and answer
-/// tagged with the operator key (`[admin] key` on the members; see [`quorumcast::node::admin`]).
+/// tagged with the operator key (`[admin] key` on the members; see [`quorumcast::unstable::admin`]).
 pub mod remote {
     use std::net::{SocketAddr, UdpSocket};
     use std::time::{Duration, Instant};
 
-    use quorumcast::media::auth::AuthKey;
-    use quorumcast::node::admin::{self, AdminBody, AdminCommand, AdminFrameError, MAX_ADMIN_FRAME_LENGTH};
+    use quorumcast::unstable::admin::{self, AdminBody, AdminCommand, AdminFrameError, MAX_ADMIN_FRAME_LENGTH};
+    use quorumcast_driver::media::auth::AuthKey;
     use serde_json::{json, Value};
 
     /// How often a `status` request is sent again while no answer came (it changes nothing).

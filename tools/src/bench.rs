@@ -37,7 +37,7 @@ impl Cores {
     pub fn run<RA: Send, RB: Send>(&self, a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB + Send) -> (RA, RB) {
         let pin = |i: usize| {
             if let Some(ids) = self.ids() {
-                if let Err(e) = quorumcast::agent::pin_current_thread(ids[i]) {
+                if let Err(e) = quorumcast_driver::agent::pin_current_thread(ids[i]) {
                     eprintln!("warning: bench thread {}: {e}; it runs unpinned", i + 1);
                 }
             }

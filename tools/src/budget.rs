@@ -1,5 +1,5 @@
 //! The Sender's capacity as a measured budget: from its time split over a saturating run (the engine's
-//! [`quorumcast::media::time_split`], on with `NodeBuilder::sender_time_split`), the time it spends per
+//! [`quorumcast_driver::media::time_split`], on with `NodeBuilder::sender_time_split`), the time it spends per
 //! datagram in data calls, control calls and its own code, the capacity that budget gives, and the seed
 //! model's `(S - C) / D x M_pkt` beside it with its error taken apart term by term.
 //!
@@ -38,8 +38,8 @@
 
 use std::time::Instant;
 
-use quorumcast::agent::clock::NanoClock;
-use quorumcast::shm::stats::{ConsensusStats, SenderStats};
+use quorumcast_driver::agent::clock::NanoClock;
+use quorumcast_driver::shm::stats::{ConsensusStats, SenderStats};
 use serde::{Deserialize, Serialize};
 
 /// The budget prediction must be within this share of measured mu.

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use quorumcast::client::{ClientOfferError, ClientStats, ClosedReason, ClusterClient, Event};
+use quorumcast::{ClientOfferError, ClientStats, ClosedReason, ClusterClient, Event};
 use quorumcast_testkit::fill_numbered;
 
 use crate::hiccup::ProcessTimes;

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use quorumcast::shm::counters::{CountersReader, COUNTERS_FILE_NAME};
-use quorumcast::shm::directory::{DirectoryStatus, NodeDirectory};
-use quorumcast::shm::stats::{kinds, Stats};
+use quorumcast_driver::shm::counters::{CountersReader, COUNTERS_FILE_NAME};
+use quorumcast_driver::shm::directory::{DirectoryStatus, NodeDirectory};
+use quorumcast_driver::shm::stats::{kinds, Stats};
 use serde_json::{json, Value};
 
 /// One member, as its counters say.

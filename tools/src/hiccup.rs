@@ -181,7 +181,7 @@ pub fn probe(cores: &[Option<usize>], duration: Duration) -> Hiccups {
         .map(|&core| {
             let barrier = Arc::clone(&barrier);
             std::thread::spawn(move || {
-                let pinned = core.filter(|&c| quorumcast::agent::pin_current_thread(c).is_ok());
+                let pinned = core.filter(|&c| quorumcast_driver::agent::pin_current_thread(c).is_ok());
                 let epoch = Instant::now();
                 let now_ns = || epoch.elapsed().as_nanos() as u64;
                 barrier.wait();
@@ -497,7 +497,8 @@ impl WakeProbe {
         let cores: Vec<_> = process_cpu_list()
             .into_iter()
             .filter_map(|core| {
-                let setup = move || quorumcast::agent::pin_current_thread(core).is_ok() && set_realtime_priority();
+                let setup =
+                    move || quorumcast_driver::agent::pin_current_thread(core).is_ok() && set_realtime_priority();
                 spawn_sleeper(&format!("wake-probe-{core}"), &stop, &running, setup).ok().map(|t| (core, t))
             })
             .collect();

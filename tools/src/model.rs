@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use quorumcast::frame::{self, DATA_HEADER_LENGTH, MAX_UDP_PAYLOAD_LENGTH};
-use quorumcast::media::channel::{MTU_1408, MTU_8192, TERM_MAX_LENGTH};
+use quorumcast_driver::frame::{self, DATA_HEADER_LENGTH, MAX_UDP_PAYLOAD_LENGTH};
+use quorumcast_driver::media::channel::{MTU_1408, MTU_8192, TERM_MAX_LENGTH};
 
 /// Bytes of each datagram the model takes off the MTU before packing frames: `docs/MODEL.md`'s
 /// "~40 (UDP/Aeron header)", an allowance for per-datagram header and packing overhead. It makes `M_pkt`

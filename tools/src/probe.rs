@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use socket2::SockAddr;
 
-use quorumcast::media::transport::{MmsgScratch, RecvBatch, SendMode, SendOutcome, SocketOptions, UdpEndpoint};
+use quorumcast_driver::media::transport::{MmsgScratch, RecvBatch, SendMode, SendOutcome, SocketOptions, UdpEndpoint};
 
 /// One measurement of the send path.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,7 +92,7 @@ pub fn probe_s(
 /// of the layout it is read against, so a refused pin is an error, not a silent fallback.
 pub fn pin(core: Option<usize>) -> std::io::Result<()> {
     match core {
-        Some(core) => quorumcast::agent::pin_current_thread(core).map_err(std::io::Error::other),
+        Some(core) => quorumcast_driver::agent::pin_current_thread(core).map_err(std::io::Error::other),
         None => Ok(()),
     }
 }
@@ -180,7 +180,7 @@ fn send_mmsg(
 
 fn send_gso(connected: &[UdpEndpoint], payload: &[u8], datagram_bytes: usize) -> (u64, u64) {
     // One GSO send carries at most one UDP payload's worth of segments (7 of 8192 B, not 16).
-    let segments = (quorumcast::frame::MAX_UDP_PAYLOAD_LENGTH / datagram_bytes.max(1)).clamp(1, PROBE_BATCH);
+    let segments = (quorumcast_driver::frame::MAX_UDP_PAYLOAD_LENGTH / datagram_bytes.max(1)).clamp(1, PROBE_BATCH);
     let payload = &payload[..segments * datagram_bytes];
     let sent = connected.iter().map(|e| taken(e.send_gso(payload, datagram_bytes))).sum();
     (sent, connected.len() as u64)
@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn every_mode_measures_a_positive_rate() {
         for mode in SendMode::ALL {
-            if mode == SendMode::Gso && !quorumcast::media::transport::probe_gso() {
+            if mode == SendMode::Gso && !quorumcast_driver::media::transport::probe_gso() {
                 continue;
             }
             let rate = probe_s(mode, 1408, 2, Duration::from_millis(20), 1, ProbeCores::default()).unwrap();

@@ -14,8 +14,8 @@
 
 use std::fmt::Write as _;
 
-use quorumcast::shm::counters::CounterSnapshot;
-use quorumcast::shm::stats::{kinds, CounterKind, TYPE_ACK_POSITION};
+use quorumcast_driver::shm::counters::CounterSnapshot;
+use quorumcast_driver::shm::stats::{kinds, CounterKind, TYPE_ACK_POSITION};
 
 /// The content type of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -17,11 +17,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use quorumcast::shm::directory::{DirectoryLock, DirectoryStatus};
-use quorumcast::storage::disk::{OsDisk, SharedDisk, DATA_LOCK_FILE};
-use quorumcast::storage::recording::{Inspection, Recording, SegmentFate};
-use quorumcast::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore};
-use quorumcast::storage::vote_file::{StoredVote, VoteFile};
+use quorumcast::unstable::disk::{OsDisk, SharedDisk, DATA_LOCK_FILE};
+use quorumcast::unstable::recording::{Inspection, Recording, SegmentFate};
+use quorumcast::unstable::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore};
+use quorumcast::unstable::vote_file::{StoredVote, VoteFile};
+use quorumcast_driver::shm::directory::{DirectoryLock, DirectoryStatus};
 use serde_json::{json, Value};
 
 /// The snapshots of a data directory: every file listed, and the one a restore would load.

@@ -7,8 +7,8 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorumcast::shm::counters::{CountersManager, COUNTERS_FILE_NAME, TYPE_SENDER_POSITION, TYPE_SYSTEM};
-use quorumcast::shm::directory::{NodeDirectory, StalePolicy};
+use quorumcast_driver::shm::counters::{CountersManager, COUNTERS_FILE_NAME, TYPE_SENDER_POSITION, TYPE_SYSTEM};
+use quorumcast_driver::shm::directory::{NodeDirectory, StalePolicy};
 use quorumcast_testkit::ScratchDir;
 
 fn qc_stat(args: &[&str]) -> Output {
@@ -204,7 +204,7 @@ fn parse_exposition(text: &str) -> Vec<(String, String, f64)> {
 
 #[test]
 fn prometheus_serves_every_typed_counter_labelled_by_member() {
-    use quorumcast::shm::stats::{kinds, CATALOGUE, TYPE_ACK_POSITION};
+    use quorumcast_driver::shm::stats::{kinds, CATALOGUE, TYPE_ACK_POSITION};
     let scratch = ScratchDir::new("stat-prometheus");
     let path = scratch.join("node");
     let dir = NodeDirectory::create(&path, StalePolicy::Refuse).unwrap();

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumcast::node::{Node, StorageConfig};
-use quorumcast::shm::counters::{Counter, CountersManager, COUNTERS_FILE_NAME};
-use quorumcast::shm::directory::{NodeDirectory, StalePolicy};
-use quorumcast::shm::stats::{kinds, CounterKind, CATALOGUE};
-use quorumcast::storage::snapshot::StateMachine;
+use quorumcast::StateMachine;
+use quorumcast::{Node, StorageConfig};
+use quorumcast_driver::shm::counters::{Counter, CountersManager, COUNTERS_FILE_NAME};
+use quorumcast_driver::shm::directory::{NodeDirectory, StalePolicy};
+use quorumcast_driver::shm::stats::{kinds, CounterKind, CATALOGUE};
 use quorumcast_testkit::cluster::{elect, members, test_builder, test_channel, Driver};
 use quorumcast_testkit::ScratchDir;
 
@@ -115,9 +115,9 @@ fn leader_of(dirs: &[std::path::PathBuf]) -> Option<i64> {
 
 #[test]
 fn qc_cluster_changes_a_running_clusters_members_and_hands_over_its_leadership() {
-    use quorumcast::agent::ThreadingMode;
-    use quorumcast::cluster::consensus_core::Role;
-    use quorumcast::node::{LocalOfferError, Node};
+    use quorumcast::{LocalOfferError, Node};
+    use quorumcast_consensus::consensus_core::Role;
+    use quorumcast_driver::agent::ThreadingMode;
     use quorumcast_testkit::cluster::{members, test_builder, test_channel};
     use quorumcast_testkit::wait_until;
     use std::time::Duration;
@@ -174,10 +174,10 @@ fn qc_cluster_changes_a_running_clusters_members_and_hands_over_its_leadership()
 /// a wrong key gets no answer, and a member without an operator key says it takes none this way.
 #[test]
 fn qc_cluster_administers_over_the_network_with_the_operator_key_only() {
-    use quorumcast::agent::ThreadingMode;
-    use quorumcast::cluster::consensus_core::Role;
-    use quorumcast::media::auth::AuthKey;
-    use quorumcast::node::{LocalOfferError, Node};
+    use quorumcast::{LocalOfferError, Node};
+    use quorumcast_consensus::consensus_core::Role;
+    use quorumcast_driver::agent::ThreadingMode;
+    use quorumcast_driver::media::auth::AuthKey;
     use quorumcast_testkit::cluster::{members, test_builder, test_channel};
     use quorumcast_testkit::wait_until;
     use std::time::Duration;

@@ -37,7 +37,7 @@ fn node_files(scratch: &Path) -> Vec<PathBuf> {
 fn client_node_files(scratch: &Path) -> Vec<PathBuf> {
     let clients: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     // The key every member derives its sessions' ids and tokens from: the same on all three.
-    let session_key = quorumcast::media::auth::AuthKey::generate().unwrap().to_hex();
+    let session_key = quorumcast_driver::media::auth::AuthKey::generate().unwrap().to_hex();
     node_files_with(scratch, |table| {
         for member in table["members"].as_array_mut().unwrap() {
             let member = member.as_table_mut().unwrap();
@@ -345,8 +345,8 @@ fn an_endpoint_in_use_is_refused_naming_the_address() {
 
 #[test]
 fn every_node_file_with_every_profile_is_a_valid_config() {
-    use quorumcast::agent::ThreadingMode;
-    use quorumcast::node::config::NodeFile;
+    use quorumcast::NodeFile;
+    use quorumcast_driver::agent::ThreadingMode;
     for profile in ["latency", "balanced", "small-host"] {
         for id in 0..3 {
             let node = NodeFile::load(tuning(&format!("cluster/node{id}.toml"))).unwrap();
@@ -359,7 +359,7 @@ fn every_node_file_with_every_profile_is_a_valid_config() {
             match profile {
                 "latency" => {
                     assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 3, true));
-                    assert_eq!(config.timers, quorumcast::cluster::consensus_core::Timers::latency());
+                    assert_eq!(config.timers, quorumcast_consensus::consensus_core::Timers::latency());
                 }
                 "balanced" => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Dedicated, 0, false)),
                 _ => assert_eq!((config.threading, busy, busy_app), (ThreadingMode::Invoker, 0, false)),
@@ -1001,7 +1001,7 @@ const QC_CLUSTER: &str = env!("CARGO_BIN_EXE_qc-cluster");
 fn five_member_files(scratch: &Path) -> Vec<PathBuf> {
     let free = |n: usize| -> Vec<u16> { (0..n).map(|_| free_loopback_port()).collect() };
     let (logs, consensus, clients) = (free(5), free(5), free(5));
-    let session_key = quorumcast::media::auth::AuthKey::generate().unwrap().to_hex();
+    let session_key = quorumcast_driver::media::auth::AuthKey::generate().unwrap().to_hex();
     let template = std::fs::read_to_string(tuning("cluster/node0.toml")).unwrap();
     (0..5)
         .map(|id| {

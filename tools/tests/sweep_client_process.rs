@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use quorumcast::agent::idle::IdleStrategyConfig;
+use quorumcast_driver::agent::idle::IdleStrategyConfig;
 use quorumcast_tools::sweep::cluster::Layout;
 use quorumcast_tools::sweep::profile::Profile;
 use quorumcast_tools::sweep::remote::ClientProcess;

@@ -63,7 +63,7 @@ impl RecordingReader {
     }
 
     /// The bytes of the log from [`position`](Self::position) (or from the start of its block, for a reader
-    /// made with [`from_block_with`](Self::from_block_with)) to the end of the block that holds it (whole
+    /// made with `from_block_with`) to the end of the block that holds it (whole
     /// frames, a final PAD frame as its header alone): their position, the bytes, and the position after
     /// them; `Ok(None)` when the position is at or past `limit`.
     pub fn next_block(&mut self, limit: i64) -> Result<Option<Block<'_>>, RecordingError> {

@@ -34,7 +34,7 @@ pub enum Violation {
     /// A member whose recorded log was found damaged below what it held (repairing up to `held`) stood
     /// for election or led: it could win with a log that lacks entries committed with its old
     /// acknowledgements.
-    StoodWhileRepairing { member: usize, role: quorumcast::cluster::consensus_core::Role, held: i64 },
+    StoodWhileRepairing { member: usize, role: quorumcast_consensus::consensus_core::Role, held: i64 },
     /// A remote client was told something the committed order contradicts: a message committed that is
     /// not in the order, a response that is not the state after its message, one message reported twice,
     /// or a session's messages applied out of order.

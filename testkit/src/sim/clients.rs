@@ -18,10 +18,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumcast::agent::clock::{NanoClock, SimulatedTime};
-use quorumcast::client::{ClientEnvironment, ClientOfferError, ClusterClient, Event};
-use quorumcast::media::transport::SharedNetwork;
 use quorumcast::ClientConfig;
+use quorumcast::{ClientEnvironment, ClientOfferError, ClusterClient, Event};
+use quorumcast_driver::agent::clock::{NanoClock, SimulatedTime};
+use quorumcast_driver::media::transport::SharedNetwork;
 
 use super::check::{Checker, Violation};
 use super::network::SimNetwork;

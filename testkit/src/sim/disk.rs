@@ -25,7 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use quorumcast::storage::disk::{Disk, DiskFile, SharedDisk};
+use quorumcast::unstable::disk::{Disk, DiskFile, SharedDisk};
 
 use super::prng::Prng;
 

@@ -11,8 +11,8 @@
 //! configuration does not hold (lost at the next election). The run ends when every member of the
 //! configuration in effect applied the target.
 
-use quorumcast::cluster::consensus_core::{Membership, MembershipChange};
-use quorumcast::node::{Member, Node, PendingChange};
+use quorumcast::{Member, Node, PendingChange};
+use quorumcast_consensus::consensus_core::{Membership, MembershipChange};
 
 use super::prng::Prng;
 

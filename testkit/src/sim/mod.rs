@@ -37,16 +37,16 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use quorumcast::agent::clock::{NanoClock, SimulatedTime};
-use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::consensus_core::{Role, Timers};
-use quorumcast::media::auth::AuthKey;
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::media::transport::SharedNetwork;
-use quorumcast::node::{
+use quorumcast::SyncPolicy;
+use quorumcast::{
     ClientEndpointConfig, Environment, InlineLogCost, Member, Node, NodeBuilder, PlantedBugs, StorageConfig,
 };
-use quorumcast::storage::recording::SyncPolicy;
+use quorumcast_consensus::consensus_core::{Role, Timers};
+use quorumcast_driver::agent::clock::{NanoClock, SimulatedTime};
+use quorumcast_driver::agent::ThreadingMode;
+use quorumcast_driver::media::auth::AuthKey;
+use quorumcast_driver::media::channel::ChannelConfig;
+use quorumcast_driver::media::transport::SharedNetwork;
 
 use check::Checker;
 pub use check::Violation;
@@ -846,7 +846,7 @@ impl Simulation {
             // A path that carries exactly the MTU's datagrams (a smaller one stops the Sender's channel with an
             // error naming the MTU that fits, by design: tests/path_mtu.rs).
             // With a key, the tag rides after the MTU's bytes.
-            4 => Fault::ClampMtu(1408 + if self.config.auth { quorumcast::media::auth::TAG_LENGTH } else { 0 }),
+            4 => Fault::ClampMtu(1408 + if self.config.auth { quorumcast_driver::media::auth::TAG_LENGTH } else { 0 }),
             5 => Fault::Restart(self.prng.below(n)),
             6 => Fault::ClockJump {
                 member: self.prng.below(n),
@@ -1094,7 +1094,7 @@ impl Simulation {
         }
         self.network.heal();
         self.network.set_faults(LinkFaults::QUIET);
-        self.network.clamp_payload(quorumcast::frame::MAX_UDP_PAYLOAD_LENGTH);
+        self.network.clamp_payload(quorumcast_driver::frame::MAX_UDP_PAYLOAD_LENGTH);
         let still: Vec<Fault> = self.faults.iter().map(|(f, _)| f.clone()).collect();
         for fault in &still {
             if !matches!(fault, Fault::FailingDisk(..)) {

@@ -19,9 +19,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use quorumcast::media::auth::{AuthKey, TAG_LENGTH};
-use quorumcast::media::transport::stream::{Stream, StreamListener, StreamOptions};
-use quorumcast::media::transport::{
+use quorumcast_driver::media::auth::{AuthKey, TAG_LENGTH};
+use quorumcast_driver::media::transport::stream::{Stream, StreamListener, StreamOptions};
+use quorumcast_driver::media::transport::{
     send_each_copy, Binding, MmsgScratch, Network, Received, RecvBatch, SendMode, SendOutcome, Transport,
 };
 use socket2::SockAddr;
@@ -150,7 +150,7 @@ impl SimNetwork {
             prng: Prng::new(seed),
             faults: LinkFaults::QUIET,
             cut: BTreeSet::new(),
-            max_payload: quorumcast::frame::MAX_UDP_PAYLOAD_LENGTH,
+            max_payload: quorumcast_driver::frame::MAX_UDP_PAYLOAD_LENGTH,
             endpoints: Vec::new(),
             in_flight: BTreeMap::new(),
             sequence: 0,

@@ -1,7 +1,7 @@
 //! The faults of the chaos phase (process crashes, power losses, partitions, clock jumps, junk
 //! messages), the restarts, and the end of the faults.
 
-use quorumcast::cluster::consensus_core::{
+use quorumcast_consensus::consensus_core::{
     wire, ConsensusCore, CoreConfig, CoreCounters, DurableState, MemberId, Message,
 };
 

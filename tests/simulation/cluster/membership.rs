@@ -5,7 +5,7 @@
 //! committed entry is lost, by the majorities of the latest committed configuration or of the one that
 //! follows it.
 
-use quorumcast::cluster::consensus_core::{MemberId, MembershipChange, Role};
+use quorumcast_consensus::consensus_core::{MemberId, MembershipChange, Role};
 
 use super::super::checker::Check;
 use super::super::log::Entry;

@@ -1,7 +1,7 @@
 //! The stand-ins for the Sender and Receiver (followers fetch the leader's log, the leader answers)
 //! and the clients (which append at a leader).
 
-use quorumcast::cluster::consensus_core::{MemberId, Role};
+use quorumcast_consensus::consensus_core::{MemberId, Role};
 
 use super::super::checker::Check;
 use super::super::log::Entry;

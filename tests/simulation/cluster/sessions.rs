@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use quorumcast::client::session::{Applied, Refusal, SessionConfig, SessionEntry, SessionTable};
-use quorumcast::cluster::consensus_core::Role;
+use quorumcast::unstable::session::{Applied, Refusal, SessionConfig, SessionEntry, SessionTable};
+use quorumcast_consensus::consensus_core::Role;
 
 use super::super::checker::Check;
 use super::super::log::Entry;

@@ -2,7 +2,7 @@
 //! one in flight per member), the cut of an un-synced tail the core never knew of, and the check that no
 //! committed entry is lost.
 
-use quorumcast::cluster::consensus_core::MemberId;
+use quorumcast_consensus::consensus_core::MemberId;
 
 use super::super::checker::Check;
 use super::{Node, Simulation, SyncPolicy};

@@ -29,12 +29,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::media::network_publication::{NetworkPublication, SenderCounters};
-use quorumcast::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
-use quorumcast::media::sender::Sender;
-use quorumcast::media::transport::{probe_gso, SendMode, SocketOptions};
-use quorumcast::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
+use quorumcast_driver::media::channel::ChannelConfig;
+use quorumcast_driver::media::network_publication::{NetworkPublication, SenderCounters};
+use quorumcast_driver::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
+use quorumcast_driver::media::sender::Sender;
+use quorumcast_driver::media::transport::{probe_gso, SendMode, SocketOptions};
+use quorumcast_driver::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
 use quorumcast_tools::model::{Capacity, Model};
 use quorumcast_tools::probe::{probe_s, ProbeCores};
 use serde_json::json;

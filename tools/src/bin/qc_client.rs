@@ -45,11 +45,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
-use quorumcast::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
-use quorumcast::client::{ClientConfig, ClusterClient};
-use quorumcast::media::auth::AuthKey;
-use quorumcast::node::config::NodeFile;
+use quorumcast::unstable::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
+use quorumcast::NodeFile;
+use quorumcast::{ClientConfig, ClusterClient};
+use quorumcast_driver::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
+use quorumcast_driver::media::auth::AuthKey;
 use quorumcast_tools::client_load::{drive, summary, ClientLoad};
 use quorumcast_tools::hiccup::ProcessTimes;
 use quorumcast_tools::report::{write_hgrm, Percentiles, NS_PER_US};

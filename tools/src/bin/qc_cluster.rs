@@ -58,11 +58,11 @@ use std::time::Duration;
 use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
-use quorumcast::cluster::configuration::MemberEndpoints;
-use quorumcast::media::auth::AuthKey;
-use quorumcast::node::admin::AdminCommand;
-use quorumcast::node::{CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET};
-use quorumcast::shm::directory::NodeDirectory;
+use quorumcast::unstable::admin::AdminCommand;
+use quorumcast::{CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET};
+use quorumcast_consensus::configuration::MemberEndpoints;
+use quorumcast_driver::media::auth::AuthKey;
+use quorumcast_driver::shm::directory::NodeDirectory;
 use quorumcast_tools::{admin, cluster_view, recovery_plan};
 
 /// Command line of qc-cluster.

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The node file says who the node is (id, leader, members, channel, timers); each `--profile` is laid over
-//! it in order and wins where both set a key (see `quorumcast::node::config::NodeFile` and `tuning/README.md`).
+//! it in order and wins where both set a key (see `quorumcast::NodeFile` and `tuning/README.md`).
 //!
 //! The main thread is the application: it offers (`--offer N`: while this node leads, N generated
 //! messages of `--msg-size` bytes, each led by its sequence number, retried while the log is
@@ -46,12 +46,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
-use quorumcast::agent::ThreadingMode;
-use quorumcast::cluster::consensus_core::Role;
-use quorumcast::node::config::NodeFile;
-use quorumcast::node::{LocalClient, LocalOfferError, Node, NodeConfig};
-use quorumcast::shm::stats::TYPE_ACK_POSITION;
+use quorumcast::NodeFile;
+use quorumcast::{LocalClient, LocalOfferError, Node, NodeConfig};
+use quorumcast_consensus::consensus_core::Role;
+use quorumcast_driver::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
+use quorumcast_driver::agent::ThreadingMode;
+use quorumcast_driver::shm::stats::TYPE_ACK_POSITION;
 use quorumcast_testkit::{fill_numbered, Fnv1a64};
 
 /// Most committed fragments handed over per application duty cycle.
@@ -503,7 +503,7 @@ fn describe(config: &NodeConfig, file: &NodeFile) {
     }
 }
 
-/// The threads the configuration asks for, by the layout rules of `quorumcast::agent::AgentLayout`: a thread
+/// The threads the configuration asks for, by the layout rules of `quorumcast_driver::agent::AgentLayout`: a thread
 /// of several agents takes the first one's idle strategy and core.
 fn layout_lines(config: &NodeConfig, file: &NodeFile) -> Vec<String> {
     const NAMES: [&str; 3] = ["consensus", "sender", "receiver"];

@@ -18,8 +18,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use quorumcast::agent::idle::IdleStrategyConfig;
-use quorumcast::media::transport::SendMode;
+use quorumcast_driver::agent::idle::IdleStrategyConfig;
+use quorumcast_driver::media::transport::SendMode;
 use quorumcast_tools::hiccup;
 use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_tools::sweep::measure::{probe_control, probe_send_rates, D};

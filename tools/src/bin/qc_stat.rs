@@ -35,9 +35,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{ArgGroup, Parser};
-use quorumcast::shm::counters::{CounterSnapshot, CountersReader, COUNTERS_FILE_NAME};
-use quorumcast::shm::directory::{DirectoryStatus, NodeDirectory};
-use quorumcast::shm::stats::CounterKind;
+use quorumcast_driver::shm::counters::{CounterSnapshot, CountersReader, COUNTERS_FILE_NAME};
+use quorumcast_driver::shm::directory::{DirectoryStatus, NodeDirectory};
+use quorumcast_driver::shm::stats::CounterKind;
 use quorumcast_tools::prometheus;
 use serde_json::{json, Value};
 
@@ -362,7 +362,7 @@ mod tests {
 
     #[test]
     fn rates_are_blank_on_the_first_sample_and_per_second_after() {
-        let manager = quorumcast::shm::counters::CountersManager::anonymous(4).unwrap();
+        let manager = quorumcast_driver::shm::counters::CountersManager::anonymous(4).unwrap();
         let counter = manager.allocate("work", 2).unwrap();
         let reader = manager.reader();
         let first = Sample::take(&reader);
@@ -379,9 +379,9 @@ mod tests {
 
     #[test]
     fn json_is_one_object_a_sample_with_typed_keys_and_rates_after_the_first() {
-        let manager = quorumcast::shm::counters::CountersManager::anonymous(4).unwrap();
+        let manager = quorumcast_driver::shm::counters::CountersManager::anonymous(4).unwrap();
         let label = "sender NAKs received";
-        let kind = quorumcast::shm::stats::CATALOGUE.iter().find(|kind| kind.label == label).unwrap();
+        let kind = quorumcast_driver::shm::stats::CATALOGUE.iter().find(|kind| kind.label == label).unwrap();
         let naks = manager.allocate(label, kind.type_id).unwrap();
         manager.allocate("consensus work", 2).unwrap();
         let reader = manager.reader();

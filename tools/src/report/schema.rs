@@ -513,7 +513,7 @@ impl TailTarget {
 /// The shortest cycle a duty-cycle bucket of upper bound `bucket_ns` can hold: half the bound (the
 /// first bucket holds cycles from 0).
 fn bucket_floor_ns(bucket_ns: u64) -> u64 {
-    if bucket_ns <= quorumcast::agent::cycle_bucket_ns(0) {
+    if bucket_ns <= quorumcast_driver::agent::cycle_bucket_ns(0) {
         0
     } else {
         bucket_ns / 2

@@ -31,16 +31,16 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use quorumcast::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
-use quorumcast::agent::ThreadingMode;
-use quorumcast::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
-use quorumcast::media::auth::AuthKey;
-use quorumcast::media::channel::ChannelConfig;
-use quorumcast::media::transport::{SendMode, SocketOptions};
-use quorumcast::node::{ClientEndpointConfig, LocalClient, Member, Node, NodeBuilder};
-use quorumcast::shm::counters::CountersReader;
-use quorumcast::shm::stats::Stats;
-use quorumcast::storage::recording::SyncPolicy;
+use quorumcast::unstable::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
+use quorumcast::SyncPolicy;
+use quorumcast::{ClientEndpointConfig, LocalClient, Member, Node, NodeBuilder};
+use quorumcast_driver::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
+use quorumcast_driver::agent::ThreadingMode;
+use quorumcast_driver::media::auth::AuthKey;
+use quorumcast_driver::media::channel::ChannelConfig;
+use quorumcast_driver::media::transport::{SendMode, SocketOptions};
+use quorumcast_driver::shm::counters::CountersReader;
+use quorumcast_driver::shm::stats::Stats;
 use quorumcast_testkit::{Driver, Messages};
 
 use crate::probe::ProbeCores;
@@ -143,7 +143,7 @@ impl Layout {
     /// This host's layout, on the cores this process may run on (a cpuset of cores 2 and 3 puts the
     /// harness on core 2 and the Sender on core 3, where pinning them to cores 0 and 1 would be refused).
     pub fn for_host() -> Self {
-        Self::for_cores(quorumcast::agent::available_cores()).on_cores(&process_core_ids())
+        Self::for_cores(quorumcast_driver::agent::available_cores()).on_cores(&process_core_ids())
     }
 
     /// The core for a client process beside this layout (the client bench's `qc-client`): the first of
@@ -172,7 +172,7 @@ impl Layout {
     /// No pinning at all, everything but the Sender invoked by the harness (the test suite's layout: it
     /// shares the machine with other tests).
     pub fn unpinned() -> Self {
-        Self { cores: quorumcast::agent::available_cores(), ..Self::for_cores(1) }
+        Self { cores: quorumcast_driver::agent::available_cores(), ..Self::for_cores(1) }
     }
 
     /// The cluster bench's layout: the harness thread (core 0 when `pinned`) runs the whole leader through
@@ -181,7 +181,7 @@ impl Layout {
     pub fn split(pinned: bool) -> Self {
         let (harness, followers) = if pinned { (Some(0), Some(1)) } else { (None, None) };
         Self {
-            cores: quorumcast::agent::available_cores(),
+            cores: quorumcast_driver::agent::available_cores(),
             invoked: true,
             harness,
             sender: harness,
@@ -200,7 +200,7 @@ impl Layout {
     /// core's.
     pub fn whole_on(core: usize) -> Self {
         Self {
-            cores: quorumcast::agent::available_cores(),
+            cores: quorumcast_driver::agent::available_cores(),
             invoked: true,
             harness: Some(core),
             sender: Some(core),
@@ -520,7 +520,7 @@ impl FollowerThread {
             .spawn(move || {
                 let mut warnings = Vec::new();
                 if let Some(core) = core {
-                    if let Err(e) = quorumcast::agent::pin_current_thread(core) {
+                    if let Err(e) = quorumcast_driver::agent::pin_current_thread(core) {
                         warnings.push(format!("the followers' thread runs unpinned: {e}"));
                     }
                 }
@@ -758,7 +758,7 @@ impl LoadCluster {
         nodes.insert(0, leader);
         warnings.extend(nodes.iter().flat_map(|n| n.warnings().iter().cloned()));
         if let Some(core) = layout.harness {
-            if let Err(e) = quorumcast::agent::pin_current_thread(core) {
+            if let Err(e) = quorumcast_driver::agent::pin_current_thread(core) {
                 warnings.push(format!("the harness thread runs unpinned: {e}"));
             }
         }

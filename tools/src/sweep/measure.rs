@@ -9,9 +9,9 @@ use hdrhistogram::Histogram;
 use crate::budget::SenderWindow;
 use crate::hiccup::ProcessTimes;
 use crate::probe::{probe_s, ProbeCores, SendRate};
-use quorumcast::agent::{cycle_bucket_ns, cycle_quantile_ns, CYCLE_BUCKETS};
-use quorumcast::media::transport::{probe_gso, SendMode};
-use quorumcast::shm::stats::Stats;
+use quorumcast_driver::agent::{cycle_bucket_ns, cycle_quantile_ns, CYCLE_BUCKETS};
+use quorumcast_driver::media::transport::{probe_gso, SendMode};
+use quorumcast_driver::shm::stats::Stats;
 
 use super::bottleneck::StageEvidence;
 use super::cluster::{LoadCluster, Positions, SETTLE_TIMEOUT};
@@ -615,7 +615,7 @@ mod tests {
     }
 
     fn counts(values: &[(&str, i64)]) -> Stats {
-        let manager = quorumcast::shm::counters::CountersManager::anonymous(8).unwrap();
+        let manager = quorumcast_driver::shm::counters::CountersManager::anonymous(8).unwrap();
         for (label, value) in values {
             manager.allocate(label, 0).unwrap().set(*value);
         }

@@ -80,8 +80,8 @@ use crate::report::{
     self, AgentDutyCycles, CProbe, CProbeLoad, ConfigResult, CycleQuantiles, Host, OtherCpu, PointResult, ReportError,
     SProbe, SProbeEntry, SweepReport, WakeLateness, C_ALONE, C_SHARED, NS_PER_US, OTHER_CPU_FLAG_SHARE,
 };
-use quorumcast::agent::idle::IdleStrategyConfig;
-use quorumcast::media::transport::SendMode;
+use quorumcast_driver::agent::idle::IdleStrategyConfig;
+use quorumcast_driver::media::transport::SendMode;
 
 use cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use measure::{SendTimes, D};
@@ -214,7 +214,7 @@ pub fn host() -> Host {
         .and_then(|l| l.split_once(':'))
         .map_or_else(|| "unknown".to_string(), |(_, v)| v.trim().to_string());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
-    Host { cpu, cores: quorumcast::agent::available_cores() as u32, kernel }
+    Host { cpu, cores: quorumcast_driver::agent::available_cores() as u32, kernel }
 }
 
 /// What a finished sweep left.

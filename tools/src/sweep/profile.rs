@@ -15,8 +15,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use quorumcast::agent::idle::IdleStrategyConfig;
-use quorumcast::media::transport::SendMode;
+use quorumcast_driver::agent::idle::IdleStrategyConfig;
+use quorumcast_driver::media::transport::SendMode;
 
 /// How commit positions travel from the leader to the followers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

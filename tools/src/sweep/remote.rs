@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use quorumcast::agent::idle::IdleStrategyConfig;
-use quorumcast::shm::stats::Stats;
+use quorumcast_driver::agent::idle::IdleStrategyConfig;
+use quorumcast_driver::shm::stats::Stats;
 
 use crate::report::Percentiles;
 
