@@ -20,6 +20,7 @@ use quorumcast_consensus::consensus_core::Timers;
 
 pub mod cluster;
 pub mod load;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub use load::{dump, dump_each, Applier, Driver, Messages};
 

@@ -1,49 +1,19 @@
 //! # quorumcast-tools
 //!
-//! What is built around the engine rather than into it: the measurements that hold quorumcast to its
-//! throughput model `peak_TPS = (S - C) / D x M_pkt`, and the command-line tools that run and watch nodes.
+//! The operators' tools: what runs and watches the members of a cluster. The binaries: `qc-node` (one
+//! member from a TOML node file), `qc-cluster` (the cluster as an operator sees it: describe, add,
+//! promote and remove members, transfer leadership, snapshot, plan a recovery) and `qc-stat` (a running
+//! node's counters, as a table, JSON or Prometheus text). What measures the engine (the sweep, its
+//! report, the benches, `qc-client`, `qc-probe`, `qc-model`) is the crate `quorumcast-bench`, in
+//! `benches/`.
 //!
-//! - [`model`]: the throughput model as pure functions (the calculator behind `qc-model`);
-//! - [`probe`]: this host's S, measured with the engine's own sockets (behind `qc-probe`);
-//! - [`hiccup`]: this host's own stalls, the floor under every latency tail (`qc-probe --hiccups`, and the
-//!   sweep's first line of figures);
-//! - [`sweep`]: the model against a running 3-node loopback cluster (`cargo bench --bench sweep`), with
-//!   [`sweep::cluster`] the in-process cluster the sweep and the benches drive;
-//! - [`report`]: the sweep report (JSON, `.hgrm`, Markdown and HTML);
-//! - [`budget`]: the leader Sender's capacity as a measured budget (its time split: data calls, control
-//!   calls, own code, idle) beside the seed model, whose error it takes apart term by term;
-//! - [`disk_floor`]: this disk's `fdatasync` latency and write rates, the floor under the recorded log's
-//!   figures (the cluster bench's floor row);
-//! - [`host_memory`]: whether the hypervisor takes freed guest memory back (free page reporting), which a
-//!   recorder's page cache then pays for on every new page;
-//! - [`bench`](mod@bench): what the benches (`tools/benches/`) share: pinned thread pairs, percentiles, the
-//!   host's description and their `target/<bench>/latest/summary.json`;
-//! - [`client_load`]: the load of a remote client (behind `qc-client`), and [`sweep::remote`], a
-//!   `qc-client` process driving an in-process cluster (`cargo bench --bench client`, the sweep's
-//!   `--client-process`).
-//!
-//! The harness around an in-process cluster (ports, scratch directories, waits, the numbered load and its
-//! driver) is the crate `quorumcast-testkit`, which the engine's integration tests use too.
-//!
+//! - [`admin`]: the admin requests `qc-cluster` sends a running member over its shared-memory rings;
 //! - [`cluster_view`]: the members on this host as their counters say (`qc-cluster describe`);
+//! - [`prometheus`]: the counters in Prometheus' text format (`qc-stat --prometheus`);
 //! - [`recovery_plan`]: what a restart of a stopped member would read, replay and catch up, from its data
 //!   directory (`qc-cluster recovery-plan`).
-//!
-//! The binaries: `qc-stat` (a running node's counters), `qc-cluster` (the cluster as an operator sees it),
-//! `qc-model`, `qc-probe`, `qc-node` (one node of a cluster from a TOML file) and `qc-client` (a remote
-//! client, or the UDP round trip to an echo).
 
 pub mod admin;
-pub mod bench;
-pub mod budget;
-pub mod client_load;
 pub mod cluster_view;
-pub mod disk_floor;
-pub mod hiccup;
-pub mod host_memory;
-pub mod model;
-pub mod probe;
 pub mod prometheus;
 pub mod recovery_plan;
-pub mod report;
-pub mod sweep;

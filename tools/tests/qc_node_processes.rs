@@ -18,11 +18,36 @@ use std::time::{Duration, Instant};
 use quorumcast_testkit::{free_loopback_port, Fnv1a64, ScratchDir};
 
 const QC_NODE: &str = env!("CARGO_BIN_EXE_qc-node");
-const QC_CLIENT: &str = env!("CARGO_BIN_EXE_qc-client");
 const MESSAGES: u64 = 100_000;
 const MSG_SIZE: usize = 64;
 /// Generous: the test machine may be shared with other builds; the run itself takes seconds.
 const DEADLINE: Duration = Duration::from_secs(300);
+
+/// The `qc-client` load client, a binary of `quorumcast-bench`: next to `qc-node`, where a workspace
+/// `cargo test` builds it; built there once (by the cargo that built this test) when this crate's tests run
+/// alone.
+fn qc_client() -> &'static Path {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = Path::new(QC_NODE).parent().expect("qc-node in a profile directory");
+        let binary = dir.join("qc-client");
+        if !binary.exists() {
+            let target_dir = dir.parent().expect("the profile directory in a target directory");
+            let profile = match dir.file_name().and_then(|name| name.to_str()) {
+                Some("debug") | None => "dev",
+                Some(other) => other,
+            };
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "-p", "quorumcast-bench", "--bin", "qc-client", "--profile", profile, "--target-dir"])
+                .arg(target_dir)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "cargo build -p quorumcast-bench --bin qc-client failed: {status}");
+        }
+        binary
+    })
+}
 
 fn tuning(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("tuning").join(path)
@@ -89,7 +114,7 @@ impl Process {
         Self::spawn_binary(QC_NODE, name, args)
     }
 
-    fn spawn_binary(binary: &str, name: &str, args: &[&str]) -> Self {
+    fn spawn_binary(binary: impl AsRef<std::ffi::OsStr>, name: &str, args: &[&str]) -> Self {
         let mut child = Command::new(binary)
             .args(args)
             .stdin(Stdio::null())
@@ -800,7 +825,7 @@ fn client_process(file: &Path, name: &str, load: &[&str]) -> Process {
     let mut args = vec!["--cluster", file.to_str().unwrap(), "--msg-size", "128"];
     args.extend_from_slice(load);
     args.extend(["--timeout", "240"]);
-    Process::spawn_binary(QC_CLIENT, name, &args)
+    Process::spawn_binary(qc_client(), name, &args)
 }
 
 /// What a finished qc-client printed: its session and `key value` counts.

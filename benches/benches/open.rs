@@ -2,7 +2,7 @@
 //! acknowledgement, against a 3-node cluster in this process (invoker mode: the nodes and the client run on
 //! the bench thread, so wall time is the CPU both sides spend, with loopback's kernel work).
 //!
-//! `cargo bench -p quorumcast-tools --bench open [-- --opens N]`: N opens (default 2,000), each followed by
+//! `cargo bench --bench open [-- --opens N]`: N opens (default 2,000), each followed by
 //! one message and a close; prints the open-to-first-commit p50/p90/p99/max in microseconds, and the thread's
 //! CPU microseconds per open. The open is one round trip to the leader (two since protocol 3: the cookie)
 //! and an entry through the log; this bench shows what the handshake adds to it.

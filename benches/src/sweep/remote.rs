@@ -214,7 +214,7 @@ impl ClientProcess {
         Self::next_to_current_exe().ok_or_else(|| {
             format!(
                 "qc-client is neither at {built} nor next to this executable's directory; build it with `cargo build \
-                 --profile bench -p quorumcast-tools --bin qc-client`"
+                 --profile bench -p quorumcast-bench --bin qc-client`"
             )
         })
     }

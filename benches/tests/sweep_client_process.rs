@@ -4,11 +4,11 @@
 
 use std::path::PathBuf;
 
+use quorumcast_bench::sweep::cluster::Layout;
+use quorumcast_bench::sweep::profile::Profile;
+use quorumcast_bench::sweep::remote::ClientProcess;
+use quorumcast_bench::sweep::{run, SweepOptions};
 use quorumcast_driver::agent::idle::IdleStrategyConfig;
-use quorumcast_tools::sweep::cluster::Layout;
-use quorumcast_tools::sweep::profile::Profile;
-use quorumcast_tools::sweep::remote::ClientProcess;
-use quorumcast_tools::sweep::{run, SweepOptions};
 use serde_json::Value;
 
 fn out_dir() -> PathBuf {

@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use quorumcast_tools::budget::{SeedInputs, SenderBudget, SenderWindow};
-use quorumcast_tools::hiccup::{CoreHiccups, Hiccups, HostTaskRan, HostTasksRan};
-use quorumcast_tools::report::{
+use quorumcast_bench::budget::{SeedInputs, SenderBudget, SenderWindow};
+use quorumcast_bench::hiccup::{CoreHiccups, Hiccups, HostTaskRan, HostTasksRan};
+use quorumcast_bench::report::{
     link_latest, write_point_histograms, write_report, AgentDutyCycles, CProbe, ConfigResult, CoreLateness,
     CycleQuantiles, Host, OtherCpu, Percentiles, PointHistograms, PointResult, ReportError, SProbe, SProbeEntry,
     SweepReport, WakeLateness, C_ALONE, C_SHARED, LATEST, NS_PER_US,

@@ -76,17 +76,17 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
+use quorumcast_bench::hiccup::ProcessTimes;
+use quorumcast_bench::report::{self, Percentiles, NS_PER_US};
+use quorumcast_bench::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
+use quorumcast_bench::sweep::measure::{self, SendTimes};
+use quorumcast_bench::sweep::profile::Timings;
+use quorumcast_bench::sweep::remote::{self, ClientLoadSpec, ClientProcess, RttReport, MAX_WINDOW};
+use quorumcast_bench::sweep::SweepError;
 use quorumcast_driver::agent::idle::IdleStrategyConfig;
-use quorumcast_tools::hiccup::ProcessTimes;
-use quorumcast_tools::report::{self, Percentiles, NS_PER_US};
-use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
-use quorumcast_tools::sweep::measure::{self, SendTimes};
-use quorumcast_tools::sweep::profile::Timings;
-use quorumcast_tools::sweep::remote::{self, ClientLoadSpec, ClientProcess, RttReport, MAX_WINDOW};
-use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
 
-use quorumcast_tools::bench::{host, si, target_dir};
+use quorumcast_bench::bench::{host, si, target_dir};
 
 /// Message length of every run.
 const MESSAGE: usize = 128;

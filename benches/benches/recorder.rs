@@ -17,12 +17,12 @@ use quorumcast::unstable::recording::{
     Recorder, RecorderCounters, RecorderSource, Recording, RecordingConfig, RecordingIdentity, SyncPolicy,
 };
 use quorumcast::StorageConfig;
+use quorumcast_bench::bench::{host, target_dir, write_summary};
 use quorumcast_consensus::log_switch::SwitchQueue;
 use quorumcast_driver::agent::clock::NanoClock;
 use quorumcast_driver::agent::Agent;
 use quorumcast_driver::shm::counters::Counter;
 use quorumcast_driver::shm::log_buffer::{LogBuffer, LogConfig};
-use quorumcast_tools::bench::{host, target_dir, write_summary};
 use serde_json::json;
 
 const MESSAGE: usize = 128;

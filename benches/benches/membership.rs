@@ -36,13 +36,13 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use quorumcast::SyncPolicy;
 use quorumcast::{Member, Node, NodeBuilder, StorageConfig};
+use quorumcast_bench::bench::{host, target_dir, write_summary};
 use quorumcast_consensus::consensus_core::{MembershipChange, Role};
 use quorumcast_driver::agent::ThreadingMode;
 use quorumcast_driver::media::channel::ChannelConfig;
 use quorumcast_driver::media::transport::SocketOptions;
 use quorumcast_testkit::load::drive_until;
 use quorumcast_testkit::{Driver, Messages};
-use quorumcast_tools::bench::{host, target_dir, write_summary};
 use serde_json::json;
 
 /// The log channel's MTU: large, so that each datagram carries a whole message.

@@ -10,7 +10,7 @@
 //! pointed at by the symlink `target/ipc/latest`.
 //!
 //! Throughput: for each message size, [`RUNS`] runs over the IPC log alternate with as many over the SPSC
-//! ring (`tools/benches/spsc`, a ring of one term's bytes; the same two threads, the same subscriber
+//! ring (`benches/benches/spsc`, a ring of one term's bytes; the same two threads, the same subscriber
 //! idling), so both see the same host. Each figure is the median of its runs; the slowest run is reported
 //! beside it (slowest / median), each IPC run's rate over the ring run after it, and the CPU time other
 //! processes took during each run (`/proc`, as a share of a core). A run where others took more than
@@ -35,8 +35,8 @@ use quorumcast_driver::shm::log_buffer::LogConfig;
 use serde_json::json;
 
 mod spsc;
-use quorumcast_tools::bench::{host, median, new_histogram, record, write_summary, Cores};
-use quorumcast_tools::hiccup::{clock_ticks_per_s, HostCpu};
+use quorumcast_bench::bench::{host, median, new_histogram, record, write_summary, Cores};
+use quorumcast_bench::hiccup::{clock_ticks_per_s, HostCpu};
 use spsc::{Consumer, Producer, SpscRing};
 
 /// Message sizes of the throughput runs, how many messages each run sends, and the term length of its log.

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Hiccups (with `--hiccups`, first): this host's own stalls, a spinning thread on each core the cluster
-//! would use, all at once, counting the gaps in its clock reads (see `quorumcast_tools::hiccup`).
+//! would use, all at once, counting the gaps in its clock reads (see `quorumcast_bench::hiccup`).
 //!
 //! S: one thread's `sendmsg` calls per second to D = 2 loopback destinations, datagram = MTU (the effective
 //! datagrams per second in the mmsg and gso modes). C: the leader Sender's consensus control syscalls per
@@ -18,13 +18,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use quorumcast_bench::hiccup;
+use quorumcast_bench::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
+use quorumcast_bench::sweep::measure::{probe_control, probe_send_rates, D};
+use quorumcast_bench::sweep::profile::Profile;
+use quorumcast_bench::sweep::SweepError;
 use quorumcast_driver::agent::idle::IdleStrategyConfig;
 use quorumcast_driver::media::transport::SendMode;
-use quorumcast_tools::hiccup;
-use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
-use quorumcast_tools::sweep::measure::{probe_control, probe_send_rates, D};
-use quorumcast_tools::sweep::profile::Profile;
-use quorumcast_tools::sweep::SweepError;
 use serde_json::json;
 
 /// Command line of qc-probe.
@@ -109,7 +109,7 @@ fn probe(args: &Args) -> Result<serde_json::Value, SweepError> {
         }));
     }
     Ok(json!({
-        "host": quorumcast_tools::sweep::host(),
+        "host": quorumcast_bench::sweep::host(),
         "layout": layout.describe(profile.sender_idle),
         "s_probe": rates,
         "c_probe": c_rows,

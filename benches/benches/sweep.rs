@@ -2,7 +2,7 @@
 //! [--msg 32,128,224,512,1344] [--send-mode classic,mmsg,gso] [--control separate,piggyback]
 //! [--rho 0.1,0.3,0.5,0.7,0.9] [--out DIR] [--client-process]` (`-- --help` lists them).
 //!
-//! The model against a running 3-node loopback cluster (see `quorumcast_tools::sweep`). With no arguments it runs
+//! The model against a running 3-node loopback cluster (see `quorumcast_bench::sweep`). With no arguments it runs
 //! the quick profile (about 2 minutes on a 2-core machine); `--full` runs docs/MODEL.md's whole table (about
 //! 35 minutes). The report goes to `<out>/<timestamp>/` (default `target/sweep`), and `<out>/latest`
 //! points at it.
@@ -20,8 +20,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use quorumcast_tools::sweep::remote::ClientProcess;
-use quorumcast_tools::sweep::{parse_args, run};
+use quorumcast_bench::sweep::remote::ClientProcess;
+use quorumcast_bench::sweep::{parse_args, run};
 
 /// The model `(S - C) / D x M_pkt` against a running 3-node loopback cluster: this host's S and C, then
 /// per configuration the cluster's capacity mu beside the prediction, the stage that saturated first, and
@@ -104,7 +104,7 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let target = quorumcast_tools::bench::target_dir();
+    let target = quorumcast_bench::bench::target_dir();
     let options = match parse_args(&cli.to_args(), &target.join("sweep")) {
         Ok(options) if cli.client_process => {
             let client = match ClientProcess::find(env!("CARGO_BIN_EXE_qc-client")) {
@@ -114,7 +114,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            quorumcast_tools::sweep::SweepOptions { client: Some(client), ..options }
+            quorumcast_bench::sweep::SweepOptions { client: Some(client), ..options }
         }
         Ok(options) => options,
         Err(e) => {

@@ -30,7 +30,7 @@
 //! out of the measured time. Windows of bare `sendmsg` (two connected sockets, alternated) run in the
 //! same rounds, so each point is read against the bare rate of its own round.
 //!
-//! Stream: see `tools/benches/stream` (one row per MTU x message size x send mode, about 1.5 s each).
+//! Stream: see `benches/benches/stream` (one row per MTU x message size x send mode, about 1.5 s each).
 //!
 //! Exploration knobs: `QC_BENCH_ONLY=<substring>` runs only the matching segments (and `QC_BENCH_RATES=1`
 //! adds the sender-rate and stream parts); `QC_BENCH_DIAG=1` prints counters after each segment and rate
@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
+use quorumcast_bench::bench::{self, median, new_histogram, record, si, Cores, Percentiles, SetOnDrop};
 use quorumcast_driver::frame::{StatusMessageFrame, DATA_HEADER_LENGTH};
 use quorumcast_driver::media::channel::ChannelConfig;
 use quorumcast_driver::media::ipc::{IpcOfferError, IpcPublication, IpcSubscription};
@@ -54,7 +55,6 @@ use quorumcast_driver::media::transport::{RecvBatch, SendMode, SendOutcome, Sock
 use quorumcast_driver::shm::counters::Counter;
 use quorumcast_driver::shm::log_buffer::{position_bits_to_shift, term_id, term_offset};
 use quorumcast_driver::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
-use quorumcast_tools::bench::{self, median, new_histogram, record, si, Cores, Percentiles, SetOnDrop};
 use serde_json::json;
 use socket2::SockAddr;
 use stream::StreamPlan;

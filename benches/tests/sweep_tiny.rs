@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use quorumcast_tools::sweep::cluster::Layout;
-use quorumcast_tools::sweep::profile::Profile;
-use quorumcast_tools::sweep::{run, SweepOptions};
+use quorumcast_bench::sweep::cluster::Layout;
+use quorumcast_bench::sweep::profile::Profile;
+use quorumcast_bench::sweep::{run, SweepOptions};
 use serde_json::Value;
 
 mod support;
@@ -150,7 +150,7 @@ fn the_tiny_sweep_writes_a_whole_report() {
         }
     }
     // The console's closing table: a row for the configuration with its latency at rho 0.5, then the totals.
-    let table = quorumcast_tools::report::console_table(&outcome.report);
+    let table = quorumcast_bench::report::console_table(&outcome.report);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "{table}");
     let row: Vec<&str> = lines[1].split_whitespace().collect();

@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use quorumcast_tools::model::{
+use quorumcast_bench::model::{
     framed_length, messages_per_datagram, recommend_mtu, regime, saturation_latency, usable_mtu, utilization, Model,
     MtuChoice, Packing, Regime, TABLE_MESSAGE_SIZES, TABLE_MTUS,
 };

@@ -11,7 +11,7 @@
 //! "Sender idle" (its time in duty cycles that sent no data).
 //!
 //! Each row (MTU x message size x send mode) runs on a fresh publication: S probed with
-//! `quorumcast_tools::probe` (one destination, datagrams of the MTU, the row's send mode, the sending thread on
+//! `quorumcast_bench::probe` (one destination, datagrams of the MTU, the row's send mode, the sending thread on
 //! the first core and the draining one on the second), one unmeasured warm-up stream of a tenth of the
 //! window, the measured stream, and S probed again; the row's S is the mean of the two probes (S drifts on
 //! a shared host). The measured rate is the messages received over the time from the first append of the
@@ -29,17 +29,17 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use quorumcast_bench::model::{Capacity, Model};
+use quorumcast_bench::probe::{probe_s, ProbeCores};
 use quorumcast_driver::media::channel::ChannelConfig;
 use quorumcast_driver::media::network_publication::{NetworkPublication, SenderCounters};
 use quorumcast_driver::media::receiver::{ReceiveChannelConfig, Receiver, ReceiverCounters, Subscription};
 use quorumcast_driver::media::sender::Sender;
 use quorumcast_driver::media::transport::{probe_gso, SendMode, SocketOptions};
 use quorumcast_driver::shm::log_buffer::{AppendError, ExclusiveAppender, LogBuffer, LogConfig};
-use quorumcast_tools::model::{Capacity, Model};
-use quorumcast_tools::probe::{probe_s, ProbeCores};
 use serde_json::json;
 
-use quorumcast_tools::bench::{si, Cores, SetOnDrop};
+use quorumcast_bench::bench::{si, Cores, SetOnDrop};
 
 /// Stream id of the streamed publication.
 const STREAM: i32 = 2001;

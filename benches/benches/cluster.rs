@@ -38,7 +38,7 @@
 //! - the leader Sender's time split over the saturation windows (`--no-split` turns it off): its wall time
 //!   in data calls, control calls, its own code, idle and between its duty cycles (on bench thread 0 the
 //!   load and the leader's other agents run there), the nanoseconds per datagram in each busy class, and
-//!   the capacity that budget gives (`quorumcast_tools::budget`), beside the model in the five-member rows
+//!   the capacity that budget gives (`quorumcast_bench::budget`), beside the model in the five-member rows
 //!   (`sender_budget` in the summary's rows; held to the committed rate only where the Sender saturated
 //!   first). The clock reads it costs are printed beside it;
 //! - the model's C: for each idle strategy of the leader's consensus agent, at a paced moderate load, the
@@ -82,23 +82,23 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use quorumcast::SyncPolicy;
+use quorumcast_bench::sweep::bottleneck::{classify_split, Bottleneck, SplitEvidence, Stage};
+use quorumcast_bench::sweep::cluster::{
+    on_harness_thread, ClusterSpec, Layout, LoadCluster, Storage as ClusterStorage,
+};
+use quorumcast_bench::sweep::profile::Control;
+use quorumcast_bench::sweep::SweepError;
 use quorumcast_driver::agent::idle::IdleStrategyConfig;
 use quorumcast_driver::media::channel::ChannelConfig;
 use quorumcast_driver::media::transport::{SendMode, SocketOptions};
 use quorumcast_driver::shm::stats::Stats;
-use quorumcast_tools::sweep::bottleneck::{classify_split, Bottleneck, SplitEvidence, Stage};
-use quorumcast_tools::sweep::cluster::{
-    on_harness_thread, ClusterSpec, Layout, LoadCluster, Storage as ClusterStorage,
-};
-use quorumcast_tools::sweep::profile::Control;
-use quorumcast_tools::sweep::SweepError;
 use serde_json::{json, Value};
 
-use quorumcast_tools::bench::{host, target_dir, write_summary};
-use quorumcast_tools::budget::{self, SeedInputs, SenderBudget, SenderWindow};
-use quorumcast_tools::disk_floor::{self, SyncLatency, WriteRate};
-use quorumcast_tools::host_memory::FreePageReporting;
-use quorumcast_tools::model::Model;
+use quorumcast_bench::bench::{host, target_dir, write_summary};
+use quorumcast_bench::budget::{self, SeedInputs, SenderBudget, SenderWindow};
+use quorumcast_bench::disk_floor::{self, SyncLatency, WriteRate};
+use quorumcast_bench::host_memory::FreePageReporting;
+use quorumcast_bench::model::Model;
 
 /// Counts the bytes the process allocates, to report allocation per committed entry.
 struct CountingAllocator;
@@ -895,7 +895,7 @@ fn s_probe_timing(settings: &Settings) -> (Duration, usize) {
 fn probe_s_for(variant: &Variant, settings: &Settings) -> Result<f64, String> {
     let (window, windows) = s_probe_timing(settings);
     let cores = Layout::split(settings.pin).probe_cores();
-    quorumcast_tools::probe::probe_s(variant.mode, variant.mtu, variant.followers(), window, windows, cores)
+    quorumcast_bench::probe::probe_s(variant.mode, variant.mtu, variant.followers(), window, windows, cores)
         .map(|r| r.datagrams_per_s)
         .map_err(|e| format!("the S probe for D = {}: {e}", variant.followers()))
 }

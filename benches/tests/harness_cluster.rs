@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use quorumcast_bench::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 use quorumcast_testkit::load::{derived_message, drive_until, Messages};
-use quorumcast_tools::sweep::cluster::{on_harness_thread, ClusterSpec, Layout, LoadCluster};
 
 #[test]
 fn messages_are_numbered_and_checked_byte_for_byte() {

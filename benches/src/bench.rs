@@ -1,4 +1,4 @@
-//! Helpers shared by the benches (`tools/benches/`): pinned thread pairs, host description, medians and
+//! Helpers shared by the benches (`benches/benches/`): pinned thread pairs, host description, medians and
 //! percentiles, and the `target/<bench>/<timestamp>/summary.json` + `target/<bench>/latest` output
 //! convention. Each bench uses the part it needs.
 

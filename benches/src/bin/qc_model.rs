@@ -16,7 +16,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use quorumcast_tools::model::{
+use quorumcast_bench::model::{
     regime, saturation_latency, utilization, Capacity, Model, ModelError, Regime, TABLE_MESSAGE_SIZES, TABLE_MTUS,
 };
 use serde::Serialize;

@@ -48,11 +48,11 @@ use hdrhistogram::Histogram;
 use quorumcast::unstable::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use quorumcast::NodeFile;
 use quorumcast::{ClientConfig, ClusterClient};
+use quorumcast_bench::client_load::{drive, summary, ClientLoad};
+use quorumcast_bench::hiccup::ProcessTimes;
+use quorumcast_bench::report::{write_hgrm, Percentiles, NS_PER_US};
 use quorumcast_driver::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
 use quorumcast_driver::media::auth::AuthKey;
-use quorumcast_tools::client_load::{drive, summary, ClientLoad};
-use quorumcast_tools::hiccup::ProcessTimes;
-use quorumcast_tools::report::{write_hgrm, Percentiles, NS_PER_US};
 
 /// Command line of qc-client.
 #[derive(Debug, Parser)]
