@@ -7,8 +7,9 @@
 //! integration tests build (nodes in invoker mode with fast channel timers) and the election they wait for.
 //!
 //! Only `std` and the engine: a dev-dependency of `quorumcast` (its integration tests) and a dependency of
-//! `quorumcast-tools` (the sweep, the benches, `qc-node` and `qc-client`), so that both use the very same
-//! code.
+//! `quorumcast-bench` (the sweep, the benches, `qc-client`) and `quorumcast-tools` (`qc-node`), so that all
+//! use the very same code. The node simulator ([`sim`]) is behind the kit's `sim` feature, which only the
+//! engine's tests turn on.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};

@@ -189,9 +189,8 @@ pub struct Recorder {
     /// Where the current log hands over to the next (`i64::MAX`: no switch queued).
     bound: i64,
     counters: RecorderCounters,
-    /// The position below which the application's snapshots make the log unneeded.
-    compact_below: Counter,
-    compacted_to: i64,
+    /// Segments deleted below what the application's snapshots cover.
+    compaction: Compaction,
     unsynced: bool,
     /// Under `batch`, the committer thread that syncs while the recorder writes; `None`: the recorder
     /// syncs in its duty cycle.
@@ -206,22 +205,40 @@ pub struct Recorder {
     coalescing_clock: Option<crate::agent::clock::NanoClock>,
     /// Serves other members' catch-ups from this recording.
     server: Option<CatchUpServer>,
+    /// The catch-ups this member makes from the leader's recording.
+    catch_up: CatchUps,
+    /// A planted bug (the node simulator's own test): report writes as synced at once, and sync them in
+    /// the next duty cycle.
+    ack_before_sync: bool,
+}
+
+/// The catch-ups a member makes from the leader's recording: what they run on, the one running, and the
+/// stores they install into.
+#[derive(Debug, Default)]
+struct CatchUps {
     /// The catch-up running on its thread, if one is.
-    catching_up: Option<std::thread::JoinHandle<CatchUpOutcome>>,
-    /// The catch-up running in this agent's duty cycles (an inline runtime), if one is.
-    fetching: Option<catch_up::CatchUpFetch>,
+    thread: Option<std::thread::JoinHandle<CatchUpOutcome>>,
+    /// The catch-up running in the recorder's duty cycles (an inline runtime), if one is.
+    inline: Option<catch_up::CatchUpFetch>,
     /// What catch-ups run on.
     runtime: Option<catch_up::CatchUpRuntime>,
     /// The ticket of the catch-up running (or that ran last).
     ticket: u64,
     /// Catch-ups this member makes, and where it installs a snapshot it is sent.
-    catch_ups: Arc<CatchUpChannel>,
+    channel: Arc<CatchUpChannel>,
     /// The key this member proves to the leader it catches up from.
-    catch_up_key: Option<CatchUpKey>,
+    key: Option<CatchUpKey>,
+    /// Where a snapshot a catch-up is sent is installed.
     snapshots: Option<SnapshotStore>,
-    /// A planted bug (the node simulator's own test): report writes as synced at once, and sync them in
-    /// the next duty cycle.
-    ack_before_sync: bool,
+}
+
+/// Deleting the log's segments that the application's snapshots make unneeded.
+#[derive(Debug)]
+struct Compaction {
+    /// The position below which the application's snapshots make the log unneeded.
+    below: Counter,
+    /// Where the recording starts now (segments before it deleted).
+    done_to: i64,
 }
 
 impl Recorder {
@@ -244,8 +261,7 @@ impl Recorder {
             source: None,
             bound: i64::MAX,
             counters,
-            compact_below,
-            compacted_to,
+            compaction: Compaction { below: compact_below, done_to: compacted_to },
             unsynced: false,
             group_commit: None,
             write_ahead: WriteAheadChoice::default(),
@@ -253,13 +269,7 @@ impl Recorder {
             coalescing: Coalescing::default(),
             coalescing_clock: None,
             server: None,
-            catching_up: None,
-            fetching: None,
-            runtime: None,
-            ticket: 0,
-            catch_ups: Arc::default(),
-            catch_up_key: None,
-            snapshots: None,
+            catch_up: CatchUps::default(),
             ack_before_sync: false,
         }
     }
@@ -305,10 +315,10 @@ impl Recorder {
         runtime: catch_up::CatchUpRuntime,
     ) -> Self {
         self.server = server;
-        self.runtime = Some(runtime);
-        self.catch_ups = catch_ups;
-        self.catch_up_key = Some(key);
-        self.snapshots = Some(snapshots);
+        self.catch_up.runtime = Some(runtime);
+        self.catch_up.channel = catch_ups;
+        self.catch_up.key = Some(key);
+        self.catch_up.snapshots = Some(snapshots);
         self
     }
 
@@ -316,37 +326,37 @@ impl Recorder {
     /// agents sharing this thread, the consensus agent among them, must not), with a second handle on the
     /// recording: this one writes nothing until the catch-up is over and hands its handle back.
     fn catch_up(&mut self) -> Result<usize, AgentError> {
-        if !self.catch_ups.requested.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        if !self.catch_up.channel.requested.swap(false, std::sync::atomic::Ordering::AcqRel) {
             return Ok(0);
         }
-        let mut pending = self.catch_ups.request.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = self.catch_up.channel.request.lock().unwrap_or_else(|e| e.into_inner());
         let Some((ticket, leader, mut request)) = *pending else {
             return Ok(0);
         };
-        if self.catch_ups.is_cancelled(ticket) {
+        if self.catch_up.channel.is_cancelled(ticket) {
             pending.take();
             return Ok(0);
         }
-        let (Some(key), Some(runtime)) = (self.catch_up_key, self.runtime.clone()) else {
+        let (Some(key), Some(runtime)) = (self.catch_up.key, self.catch_up.runtime.clone()) else {
             return Ok(0);
         };
-        let Some(snapshots) = self.snapshots.take() else {
-            self.catch_ups.requested.store(true, std::sync::atomic::Ordering::Release);
+        let Some(snapshots) = self.catch_up.snapshots.take() else {
+            self.catch_up.channel.requested.store(true, std::sync::atomic::Ordering::Release);
             return Ok(0);
         };
         pending.take();
         drop(pending);
         if let Err(e) = self.quiesce() {
-            self.snapshots = Some(snapshots);
+            self.catch_up.snapshots = Some(snapshots);
             return Err(e);
         }
         if request.from < self.recording.start() {
             // The recording begins at a snapshot a catch-up installed after its followership ended (cancelled
             // too late to stop it): the member's log goes on there, so this catch-up reports that snapshot
             // instead of fetching (found by the node simulator: seed 1796355903926318035).
-            self.ticket = ticket;
+            self.catch_up.ticket = ticket;
             let result = self.installed_snapshot(&snapshots, request.from);
-            self.snapshots = Some(snapshots);
+            self.catch_up.snapshots = Some(snapshots);
             self.report_catch_up(result)?;
             return Ok(1);
         }
@@ -362,12 +372,12 @@ impl Recorder {
         // What the member holds past the recording (a Receiver's image not yet recorded) is fetched again:
         // the leader's log has the same bytes there.
         request.from = request.from.min(self.recording.end());
-        self.ticket = ticket;
+        self.catch_up.ticket = ticket;
         if runtime.inline {
-            self.snapshots = Some(snapshots);
+            self.catch_up.snapshots = Some(snapshots);
             return self.catch_up_inline(runtime, leader, request, key);
         }
-        let cancelled = Arc::clone(&self.catch_ups.cancelled_through);
+        let cancelled = Arc::clone(&self.catch_up.channel.cancelled_through);
         let (config, identity) = (self.recording.config().clone(), *self.recording.identity());
         let disk = self.recording.disk().clone();
         let thread = std::thread::Builder::new().name("qc-catch-up".into()).spawn(move || {
@@ -391,7 +401,7 @@ impl Recorder {
                 });
             (result, snapshots)
         });
-        self.catching_up = Some(thread.map_err(AgentError::new)?);
+        self.catch_up.thread = Some(thread.map_err(AgentError::new)?);
         Ok(1)
     }
 
@@ -415,7 +425,7 @@ impl Recorder {
                 catch_up::CatchUpFetch::start(leader, stream, request, key, &runtime.nonces, timeout_ns, now_ns)
             });
         match started {
-            Ok(fetch) => self.fetching = Some(fetch),
+            Ok(fetch) => self.catch_up.inline = Some(fetch),
             Err(why) => self.report_catch_up(Err(why))?,
         }
         Ok(1)
@@ -424,10 +434,10 @@ impl Recorder {
     /// While a catch-up runs: once it is over, takes the recording back and reports the outcome; true
     /// while it still runs (nothing else is done meanwhile).
     fn catch_up_running(&mut self) -> Result<bool, AgentError> {
-        if let Some(fetch) = self.fetching.as_mut() {
-            let now_ns = self.runtime.as_ref().map_or(0, |r| r.clock.now_ns());
-            let snapshots = self.snapshots.as_ref().expect("the store stays while a catch-up runs inline");
-            let result = if self.catch_ups.is_cancelled(self.ticket) {
+        if let Some(fetch) = self.catch_up.inline.as_mut() {
+            let now_ns = self.catch_up.runtime.as_ref().map_or(0, |r| r.clock.now_ns());
+            let snapshots = self.catch_up.snapshots.as_ref().expect("the store stays while a catch-up runs inline");
+            let result = if self.catch_up.channel.is_cancelled(self.catch_up.ticket) {
                 Err(CANCELLED.to_string())
             } else {
                 match fetch.poll(&mut self.recording, snapshots, now_ns) {
@@ -437,7 +447,7 @@ impl Recorder {
                     Err(why) => fetch.partial(&self.recording).ok_or(why),
                 }
             };
-            self.fetching = None;
+            self.catch_up.inline = None;
             // Whatever arrived is kept (it verified); it is made durable before it is reported. A sync that
             // fails loses it (as any failed fsync does): the recorder stops rather than report it synced
             // (found by the node simulator: seed 1796356595306429662).
@@ -445,11 +455,11 @@ impl Recorder {
             self.report_catch_up(result)?;
             return Ok(false);
         }
-        let Some(thread) = self.catching_up.take_if(|t| t.is_finished()) else {
-            return Ok(self.catching_up.is_some());
+        let Some(thread) = self.catch_up.thread.take_if(|t| t.is_finished()) else {
+            return Ok(self.catch_up.thread.is_some());
         };
         let (result, snapshots) = thread.join().map_err(|_| AgentError::msg("the catch-up thread panicked"))?;
-        self.snapshots = Some(snapshots);
+        self.catch_up.snapshots = Some(snapshots);
         // The catch-up's own handle on the recording could not be opened or synced: what it wrote is not
         // durable, and this handle no longer describes the files. The recorder stops, as on any failed sync.
         let (recording, result) = result.map_err(|why| AgentError::msg(format!("during a catch-up: {why}")))?;
@@ -508,7 +518,7 @@ impl Recorder {
                 self.counters.catch_ups.increment();
                 if let Some(installed) = &fetched.snapshot {
                     self.counters.start_position.set(installed.position);
-                    self.compacted_to = installed.position;
+                    self.compaction.done_to = installed.position;
                 }
             }
             Err(_) => self.counters.catch_ups_failed.increment(),
@@ -518,7 +528,7 @@ impl Recorder {
         self.counters.synced_position.set(self.recording.end());
         self.requested = self.recording.end();
         self.coalescing.reset();
-        *self.catch_ups.result.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.ticket, result));
+        *self.catch_up.channel.result.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.catch_up.ticket, result));
         Ok(())
     }
 
@@ -706,11 +716,11 @@ impl Recorder {
 
     /// Deletes the segments below the compaction point, once it moved.
     fn compact(&mut self) -> Result<usize, AgentError> {
-        let below = self.compact_below.get().min(self.recording.end());
-        if below <= self.compacted_to {
+        let below = self.compaction.below.get().min(self.recording.end());
+        if below <= self.compaction.done_to {
             return Ok(0);
         }
-        self.compacted_to = below;
+        self.compaction.done_to = below;
         self.quiesce()?;
         let segments = self.recording.segment_count();
         let start = self.recording.delete_before(below).map_err(AgentError::new)?;
@@ -749,7 +759,7 @@ impl Agent for Recorder {
     }
 
     fn on_close(&mut self) {
-        if let Some(thread) = self.catching_up.take() {
+        if let Some(thread) = self.catch_up.thread.take() {
             // Its reads time out: it ends within the catch-up timeout.
             let _ = thread.join();
         }
