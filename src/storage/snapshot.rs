@@ -75,169 +75,33 @@
 //! # }
 //! ```
 
-use std::fmt;
+mod error;
+mod format;
+mod hashing;
+mod install;
+mod state_machine;
+
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytemuck::{Pod, Zeroable};
+pub use error::SnapshotError;
+pub use format::{SnapshotIdentity, HEADER_LENGTH};
+pub use install::SnapshotInstall;
+pub use state_machine::StateMachine;
 
 use crate::storage::disk::{FileCursor, SharedDisk};
-
-/// What an application's replicated state machine implements to be snapshotted and restored.
-pub trait StateMachine {
-    /// Applies one committed entry (the log's message payload) that ends at log `position`.
-    ///
-    /// Implement this or [`apply_entry`](StateMachine::apply_entry) (which calls it by default); a machine
-    /// that implements `apply_entry` need not write this one.
-    fn apply(&mut self, position: i64, entry: &[u8]) {
-        let _ = (position, entry);
-        panic!("StateMachine: implement `apply`, or `apply_entry` (which replaces it)");
-    }
-    /// Applies one committed entry, which may be a remote client's message ([`Entry::client`]); what it
-    /// writes to `response` goes back to that client with the message's commit (on the leader). By
-    /// default the entry's payload goes to [`apply`](StateMachine::apply) and there is no response.
-    ///
-    /// [`Entry::client`]: crate::client::session::Entry::client
-    fn apply_entry(&mut self, entry: &crate::client::session::Entry<'_>, response: &mut Vec<u8>) {
-        let _ = response;
-        self.apply(entry.position, entry.payload);
-    }
-    /// Writes the whole state to `writer`.
-    fn take_snapshot(&mut self, writer: &mut dyn Write) -> io::Result<()>;
-    /// Replaces the whole state with the one `reader` holds (as written by [`take_snapshot`]); the reader
-    /// ends where that state does.
-    ///
-    /// [`take_snapshot`]: StateMachine::take_snapshot
-    fn load_snapshot(&mut self, reader: &mut dyn Read) -> io::Result<()>;
-}
-
-/// The length of a snapshot file's header; its state bytes follow.
-pub const HEADER_LENGTH: u64 = 88;
+use error::{io_error, skip_reason};
+use format::{parse_name, Defect, Header, PREFIX, SUFFIX, TEMP_SUFFIX};
+use hashing::{copy_hashed, Failed, HashingReader, HashingWriter};
+use install::{commit, TempFile};
 
 /// The longest state [`SnapshotStore::install`] accepts unless [`SnapshotStore::with_max_install_length`]
 /// says otherwise: 64 GiB.
 pub const DEFAULT_MAX_INSTALL_LENGTH: u64 = 64 << 30;
 
-/// The header's first 8 bytes.
-const MAGIC: u64 = u64::from_le_bytes(*b"qcsnap\0\0");
-/// The format this build writes and reads.
-const VERSION: u32 = 1;
-const PREFIX: &str = "snapshot-";
-const SUFFIX: &str = ".qcsnap";
-const TEMP_SUFFIX: &str = ".tmp";
 /// The one buffer files and streams are copied through.
 const BUFFER: usize = 64 * 1024;
-
-/// A snapshot file's header, as laid out on disk (little-endian, the only byte order quorumcast runs on).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-struct Header {
-    magic: u64,
-    version: u32,
-    stream_id: i32,
-    membership: i64,
-    /// The log position the state includes every entry up to.
-    position: i64,
-    leadership_term_id: i64,
-    /// How many state bytes follow the header.
-    length: u64,
-    /// BLAKE3 of the state bytes.
-    state_checksum: [u8; 32],
-    /// The first 8 bytes of BLAKE3 over every field before it.
-    header_checksum: u64,
-}
-
-const _: () = assert!(std::mem::size_of::<Header>() as u64 == HEADER_LENGTH);
-
-impl Header {
-    /// A sealed header (its checksum set) for `length` state bytes hashing to `state`.
-    fn new(
-        identity: SnapshotIdentity,
-        position: i64,
-        leadership_term_id: i64,
-        length: u64,
-        state: blake3::Hash,
-    ) -> Self {
-        let mut header = Self {
-            magic: MAGIC,
-            version: VERSION,
-            stream_id: identity.stream_id,
-            membership: identity.membership,
-            position,
-            leadership_term_id,
-            length,
-            state_checksum: *state.as_bytes(),
-            header_checksum: 0,
-        };
-        header.header_checksum = header.checksum_of();
-        header
-    }
-
-    fn checksum_of(&self) -> u64 {
-        let bytes = bytemuck::bytes_of(self);
-        let hash = blake3::hash(&bytes[..bytes.len() - 8]);
-        u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"))
-    }
-
-    /// The header `bytes` hold if it is one this build wrote, whole; otherwise what is wrong with it.
-    fn parse(bytes: &[u8; HEADER_LENGTH as usize]) -> Result<Self, String> {
-        let header: Self = bytemuck::pod_read_unaligned(bytes);
-        if header.magic != MAGIC {
-            return Err("is not a quorumcast snapshot (wrong magic)".into());
-        }
-        if header.version != VERSION {
-            return Err(format!(
-                "has format version {}, this build reads version {VERSION} (another build of quorumcast wrote it)",
-                header.version
-            ));
-        }
-        if header.header_checksum != header.checksum_of() {
-            return Err("fails its header checksum (the header is damaged)".into());
-        }
-        if header.position < 0 {
-            return Err(format!("has a negative position ({})", header.position));
-        }
-        Ok(header)
-    }
-
-    /// [`Header::parse`], then the identity: a header of another cluster or stream is [`Defect::Foreign`].
-    fn check(bytes: &[u8; HEADER_LENGTH as usize], identity: SnapshotIdentity) -> Result<Self, Defect> {
-        let header = Self::parse(bytes).map_err(Defect::Damaged)?;
-        let found = SnapshotIdentity { membership: header.membership, stream_id: header.stream_id };
-        if found != identity {
-            return Err(Defect::Foreign(found));
-        }
-        Ok(header)
-    }
-
-    fn info(&self, path: PathBuf) -> SnapshotInfo {
-        SnapshotInfo { position: self.position, leadership_term_id: self.leadership_term_id, length: self.length, path }
-    }
-}
-
-/// Why a snapshot's bytes are not used.
-enum Defect {
-    /// Damaged, truncated or not a snapshot at all: what is wrong.
-    Damaged(String),
-    /// A whole snapshot of another cluster or stream: whose it is.
-    Foreign(SnapshotIdentity),
-}
-
-/// Which cluster a snapshot belongs to: a snapshot of another cluster or stream is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotIdentity {
-    /// The cluster's member-list tag ([`crate::media::channel::membership_tag`]).
-    pub membership: i64,
-    /// The replicated log's stream.
-    pub stream_id: i32,
-}
-
-impl fmt::Display for SnapshotIdentity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cluster {:#018x} stream {}", self.membership, self.stream_id)
-    }
-}
 
 /// One snapshot file and what its header says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,105 +162,6 @@ impl Read for SnapshotReader {
         self.file.read(buf)
     }
 }
-
-/// Why the store could not do what was asked; every message names the file and says what to do.
-#[derive(Debug)]
-pub enum SnapshotError {
-    /// The file system failed.
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// What was being done.
-        action: &'static str,
-        /// The system's error.
-        source: io::Error,
-    },
-    /// A snapshot file is damaged, truncated, or not a snapshot this build reads.
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A snapshot file belongs to another cluster or stream.
-    Foreign {
-        /// The file.
-        path: PathBuf,
-        /// Whose it is.
-        found: SnapshotIdentity,
-        /// This store's.
-        expected: SnapshotIdentity,
-    },
-    /// [`SnapshotStore::install`] refused what it received; nothing was installed and nothing is left behind.
-    Refused {
-        /// Why, and what to do.
-        reason: String,
-    },
-    /// The application's state machine failed to write or load its state.
-    State {
-        /// The snapshot file.
-        path: PathBuf,
-        /// What it was doing, and what became of the snapshot.
-        action: &'static str,
-        /// Its error.
-        source: io::Error,
-    },
-    /// An argument out of its range.
-    InvalidArgument {
-        /// Which, and why.
-        reason: String,
-    },
-}
-
-impl fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Io { path, action, source } => {
-                write!(f, "snapshot store {}: cannot {action}: {source}", path.display())
-            }
-            Self::Invalid { path, reason } => write!(
-                f,
-                "snapshot {} {reason}: it is not used; delete it, or restore the data directory from a backup",
-                path.display()
-            ),
-            Self::Foreign { path, found, expected } => write!(
-                f,
-                "snapshot {} belongs to {found}, this node's is {expected}: it is not used; if the data directory \
-                 is another cluster's, give this node its own, else delete the file",
-                path.display()
-            ),
-            Self::Refused { reason } => write!(f, "received snapshot refused, nothing was installed: {reason}"),
-            Self::State { path, action, source } => {
-                write!(f, "snapshot {}: the state machine failed to {action}: {source}", path.display())
-            }
-            Self::InvalidArgument { reason } => write!(f, "snapshot store: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for SnapshotError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Io { source, .. } | Self::State { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
-
-/// A maker of [`SnapshotError::Io`] for `path`, for `map_err`.
-fn io_error(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SnapshotError {
-    let path = path.to_path_buf();
-    move |source| SnapshotError::Io { path, action, source }
-}
-
-/// What a skipped snapshot's error says in [`Restored::skipped`] and [`ToSend::skipped`].
-fn skip_reason(error: SnapshotError) -> String {
-    match error {
-        SnapshotError::Invalid { .. } | SnapshotError::Foreign { .. } => error.to_string(),
-        _ => format!("{error}; the snapshot is not used: check the file system, or delete the file"),
-    }
-}
-
 /// The snapshots of one cluster's replicated state machine, in one directory.
 #[derive(Debug)]
 pub struct SnapshotStore {
@@ -654,16 +419,14 @@ impl SnapshotStore {
         }
         let (temp, mut file) = self.create_temp(checked.position)?;
         file.write_all(header).map_err(io_error(&temp.path, "write it"))?;
-        Ok(SnapshotInstall {
-            header: checked,
-            path: self.path_of(checked.position),
-            dir: self.dir.clone(),
-            disk: self.disk.clone(),
+        Ok(SnapshotInstall::new(
+            checked,
+            self.path_of(checked.position),
+            self.dir.clone(),
+            self.disk.clone(),
             temp,
             file,
-            hasher: blake3::Hasher::new(),
-            copied: 0,
-        })
+        ))
     }
 
     /// The snapshot files by name (`snapshot-<position>.qcsnap`, nothing else), oldest first.
@@ -739,7 +502,7 @@ impl SnapshotStore {
         let sequence = self.temp_sequence.fetch_add(1, Ordering::Relaxed);
         let path = self.dir.join(format!("{PREFIX}{position:020}{SUFFIX}.{sequence}{TEMP_SUFFIX}"));
         let file = self.disk.create(&path).map_err(io_error(&path, "create a temporary file"))?;
-        Ok((TempFile { path, disk: self.disk.clone(), committed: false }, FileCursor::new(file, 0, u64::MAX)))
+        Ok((TempFile::new(path, self.disk.clone()), FileCursor::new(file, 0, u64::MAX)))
     }
 
     /// Makes the whole temporary file `file` durable under `path`: sync, rename, sync of the directory.
@@ -773,203 +536,8 @@ impl SnapshotStore {
     }
 }
 
-/// Makes the whole temporary file `file` durable under `path` in `dir`: sync, rename, sync of the directory.
-fn commit(
-    disk: &SharedDisk,
-    dir: &Path,
-    mut temp: TempFile,
-    file: FileCursor,
-    path: &Path,
-) -> Result<(), SnapshotError> {
-    file.file().sync_data().map_err(io_error(&temp.path, "sync it"))?;
-    drop(file);
-    disk.rename(&temp.path, path).map_err(io_error(path, "rename its temporary file into place"))?;
-    temp.committed = true;
-    disk.sync_dir(dir).map_err(io_error(dir, "sync the directory"))
-}
-
-/// A snapshot being installed in pieces ([`SnapshotStore::begin_install`]): its checked header, and its
-/// temporary file, which is removed if this is dropped before [`finish`](Self::finish) stored it.
-#[derive(Debug)]
-pub struct SnapshotInstall {
-    header: Header,
-    path: PathBuf,
-    dir: PathBuf,
-    disk: SharedDisk,
-    temp: TempFile,
-    file: FileCursor,
-    hasher: blake3::Hasher,
-    copied: u64,
-}
-
-impl SnapshotInstall {
-    /// The position of the snapshot being installed.
-    pub fn position(&self) -> i64 {
-        self.header.position
-    }
-
-    /// State bytes still to come.
-    pub fn remaining(&self) -> u64 {
-        self.header.length - self.copied
-    }
-
-    /// Takes the next `bytes` of the state: refused if they run past its length.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        if bytes.len() as u64 > self.remaining() {
-            return Err(SnapshotError::Refused {
-                reason: format!(
-                    "more state came than the {} bytes its header says; have it sent again",
-                    self.header.length
-                ),
-            });
-        }
-        self.hasher.update(bytes);
-        self.file.write_all(bytes).map_err(io_error(&self.temp.path, "write it"))?;
-        self.copied += bytes.len() as u64;
-        Ok(())
-    }
-
-    /// Stores the snapshot, durable when it returns, if all of its state came and its hash matches;
-    /// otherwise refuses it and leaves nothing behind.
-    pub fn finish(self) -> Result<SnapshotInfo, SnapshotError> {
-        if self.copied != self.header.length {
-            return Err(SnapshotError::Refused {
-                reason: format!(
-                    "the stream ended after {} of its {} bytes of state; have it sent again",
-                    self.copied, self.header.length
-                ),
-            });
-        }
-        if self.hasher.finalize() != self.header.state_checksum {
-            return Err(SnapshotError::Refused {
-                reason: "it fails its checksum (damaged in transit or at the sender); have it sent again".into(),
-            });
-        }
-        commit(&self.disk, &self.dir, self.temp, self.file, &self.path)?;
-        Ok(self.header.info(self.path))
-    }
-}
-
-/// A snapshot file that verified: what it holds, and the file, open.
 /// A snapshot that verified: what it holds, its file, and its state's checksum.
 type Verified = (SnapshotInfo, FileCursor, blake3::Hash);
-
-/// The position a snapshot file's name says: `snapshot-<20 digits>.qcsnap`, nothing else.
-fn parse_name(name: &str) -> Option<i64> {
-    let digits = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// Which side of [`copy_hashed`] failed.
-enum Failed {
-    Read(io::Error),
-    Write(io::Error),
-}
-
-/// Copies up to `length` bytes from `from` to `to` through one fixed buffer, hashing them; returns how many
-/// were copied (fewer than `length` only if `from` ended) and their BLAKE3 hash.
-fn copy_hashed(from: &mut dyn Read, to: &mut dyn Write, length: u64) -> Result<(u64, blake3::Hash), Failed> {
-    let mut buffer = vec![0; BUFFER];
-    let mut hasher = blake3::Hasher::new();
-    let mut copied = 0;
-    while copied < length {
-        let want = usize::try_from(length - copied).map_or(BUFFER, |left| left.min(BUFFER));
-        let n = match from.read(&mut buffer[..want]) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Failed::Read(e)),
-        };
-        hasher.update(&buffer[..n]);
-        to.write_all(&buffer[..n]).map_err(Failed::Write)?;
-        copied += n as u64;
-    }
-    Ok((copied, hasher.finalize()))
-}
-
-/// A reader that hashes what it yields, so that what an application loaded can be checked against the
-/// checksum the first pass verified.
-struct HashingReader<R> {
-    inner: R,
-    hasher: blake3::Hasher,
-}
-
-impl<R: Read> HashingReader<R> {
-    fn new(inner: R) -> Self {
-        Self { inner, hasher: blake3::Hasher::new() }
-    }
-
-    /// Reads what is left and compares the hash of everything read with `expected`.
-    fn finish(mut self, expected: blake3::Hash) -> io::Result<()> {
-        io::copy(&mut self, &mut io::sink())?;
-        if self.hasher.finalize() == expected {
-            Ok(())
-        } else {
-            Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "its state read differently than when it was checked (the disk returned other bytes)",
-            ))
-        }
-    }
-}
-
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
-/// A file writer that counts and hashes what it writes: the state, after the header's placeholder.
-struct HashingWriter {
-    file: FileCursor,
-    hasher: blake3::Hasher,
-    written: u64,
-}
-
-impl HashingWriter {
-    fn new(file: FileCursor) -> Self {
-        Self { file, hasher: blake3::Hasher::new(), written: 0 }
-    }
-
-    /// The file, the state's length, and its hash.
-    fn finish(self) -> (FileCursor, u64, blake3::Hash) {
-        (self.file, self.written, self.hasher.finalize())
-    }
-}
-
-impl Write for HashingWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.file.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.written += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
-    }
-}
-
-/// A temporary snapshot file, removed when dropped unless it was renamed into place.
-#[derive(Debug)]
-struct TempFile {
-    path: PathBuf,
-    disk: SharedDisk,
-    committed: bool,
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = self.disk.remove_file(&self.path);
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests;
