@@ -386,14 +386,53 @@ impl ClientEnvironment {
 
 /// A client of a cluster; see the module documentation.
 pub struct ClusterClient {
-    /// A UDP socket (one indirect call beside each system call), or a simulated network's endpoint.
-    socket: Box<dyn Transport>,
     config: ClientConfig,
-    /// The members' client endpoints, as socket addresses.
-    addrs: Vec<SockAddr>,
     clock: NanoClock,
     state: State,
-    session_id: u64,
+    /// The socket, the members' addresses, and the datagrams being filled and read.
+    link: Link,
+    /// The open session's id and credentials.
+    session: Session,
+    /// The open being asked for: its nonce, key pair and cookie.
+    handshake: Handshake,
+    /// Which member is asked or connected to, and the rounds of asking for the leader.
+    search: LeaderSearch,
+    /// The messages offered and not yet reported.
+    in_flight: InFlight,
+    stats: ClientStats,
+    last_heard_ns: u64,
+    last_sent_ns: u64,
+    /// Records of the datagram being read that reported outcomes.
+    closing: Option<Closing>,
+}
+
+/// A client's socket and its datagrams: the members' addresses it sends to, the datagrams being filled
+/// (and since when one waits), and the batch read into.
+struct Link {
+    /// A UDP socket (one indirect call beside each system call), or a simulated network's endpoint.
+    socket: Box<dyn Transport>,
+    /// The members' client endpoints, as socket addresses.
+    addrs: Vec<SockAddr>,
+    out: Outbox,
+    /// When the first message waiting in `out` was offered.
+    out_since_ns: u64,
+    /// Taken while a poll reads from it (records borrow from it while the client changes).
+    batch: Option<RecvBatch>,
+}
+
+/// The session's identity and credentials.
+struct Session {
+    id: u64,
+    /// What the session's datagrams are tagged with (given in `OPENED`).
+    token: Option<AuthKey>,
+    /// Of the datagrams this client sends: from the wall clock at its start, growing with each.
+    sequence: u64,
+    /// The datagrams of the session seen from each member (by index).
+    windows: Vec<ReplayWindow>,
+}
+
+/// The open being asked for, and what makes each open's key pair.
+struct Handshake {
     /// The nonce of the open being asked for.
     nonce: u64,
     /// The ephemeral key pair of the open being asked for (a new one for each open).
@@ -402,6 +441,11 @@ pub struct ClusterClient {
     cookie: Option<[u8; COOKIE_LENGTH]>,
     /// The seed of its random choices, when its environment gives one (then its keys come from it).
     seed: Option<u64>,
+}
+
+/// Where the client looks for the leader: the member asked or connected to, the one last known to lead,
+/// and the rounds of asking.
+struct LeaderSearch {
     /// The member connected to (or last asked alone), by index in `members`: where the session's
     /// datagrams go.
     target: usize,
@@ -414,29 +458,19 @@ pub struct ClusterClient {
     /// asked in this round waits for that member's own answer.
     asked_in: Vec<u64>,
     round: u64,
-    stats: ClientStats,
-    next_correlation: u64,
-    in_flight: VecDeque<Pending>,
-    free: Vec<Vec<u8>>,
-    out: Outbox,
-    /// Taken while a poll reads from it (records borrow from it while the client changes).
-    batch: Option<RecvBatch>,
-    last_heard_ns: u64,
-    last_sent_ns: u64,
     /// When an open or reconnect is next sent.
     next_ask_ns: u64,
+}
+
+/// The window of messages in flight: offered, kept for resending until reported.
+struct InFlight {
+    /// The correlation id the next offer gets.
+    next_correlation: u64,
+    pending: VecDeque<Pending>,
+    /// The buffers of reported messages, for the next offers.
+    free: Vec<Vec<u8>>,
     /// A NAK's resend from this id has been made (no second resend for a repeat of it).
     resent_from: u64,
-    /// Records of the datagram being read that reported outcomes.
-    closing: Option<Closing>,
-    /// When the first message waiting in `out` was offered.
-    out_since_ns: u64,
-    /// What the session's datagrams are tagged with (given in `OPENED`).
-    token: Option<AuthKey>,
-    /// Of the datagrams this client sends: from the wall clock at its start, growing with each.
-    sequence: u64,
-    /// The datagrams of the session seen from each member (by index).
-    windows: Vec<ReplayWindow>,
 }
 
 /// A session closed while its messages were in flight: they are reported not applied when the member
@@ -454,9 +488,9 @@ impl fmt::Debug for ClusterClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterClient")
             .field("state", &self.state)
-            .field("session_id", &self.session_id)
+            .field("session_id", &self.session.id)
             .field("leader", &self.leader())
-            .field("in_flight", &self.in_flight.len())
+            .field("in_flight", &self.in_flight.pending.len())
             .finish()
     }
 }
@@ -501,37 +535,48 @@ impl ClusterClient {
         // Of the datagrams it sends: from the wall clock at its start, so that a client started again goes
         // on past the numbers its predecessor used.
         let sequence = (clock.epoch_ns() as u64).max(1);
+        let known_leader = config.leader_hint.and_then(|id| config.members.iter().position(|m| m.0 == id));
         Ok(Self {
-            socket,
-            addrs,
+            link: Link {
+                socket,
+                addrs,
+                out: Outbox::new(config.mtu),
+                out_since_ns: 0,
+                // Room for the largest UDP datagram: the cluster's MTU may be larger than this client's.
+                batch: Some(RecvBatch::new(16, MAX_UDP_PAYLOAD_LENGTH)),
+            },
             clock,
             state: State::Idle,
-            session_id: 0,
-            nonce: seed | 1,
-            ephemeral: ephemeral(env.seed, seed | 1),
-            cookie: None,
-            seed: env.seed,
-            target: 0,
-            known_leader: config.leader_hint.and_then(|id| config.members.iter().position(|m| m.0 == id)),
-            cursor: 0,
-            asked_in: vec![0; config.members.len()],
-            round: 0,
+            session: Session {
+                id: 0,
+                token: None,
+                sequence,
+                windows: vec![ReplayWindow::default(); config.members.len()],
+            },
+            handshake: Handshake {
+                nonce: seed | 1,
+                ephemeral: ephemeral(env.seed, seed | 1),
+                cookie: None,
+                seed: env.seed,
+            },
+            search: LeaderSearch {
+                target: 0,
+                known_leader,
+                cursor: 0,
+                asked_in: vec![0; config.members.len()],
+                round: 0,
+                next_ask_ns: 0,
+            },
+            in_flight: InFlight {
+                next_correlation: 1,
+                pending: VecDeque::with_capacity(config.window),
+                free: Vec::new(),
+                resent_from: 0,
+            },
             stats: ClientStats::default(),
-            next_correlation: 1,
-            in_flight: VecDeque::with_capacity(config.window),
-            free: Vec::new(),
-            out: Outbox::new(config.mtu),
-            // Room for the largest UDP datagram: the cluster's MTU may be larger than this client's.
-            batch: Some(RecvBatch::new(16, MAX_UDP_PAYLOAD_LENGTH)),
             last_heard_ns: 0,
             last_sent_ns: 0,
-            next_ask_ns: 0,
-            resent_from: 0,
             closing: None,
-            out_since_ns: 0,
-            token: None,
-            sequence,
-            windows: vec![ReplayWindow::default(); config.members.len()],
             config,
         })
     }
@@ -543,9 +588,9 @@ impl ClusterClient {
             return None;
         }
         self.config.members.push((id, addr));
-        self.addrs.push(SockAddr::from(addr));
-        self.asked_in.push(0);
-        self.windows.push(ReplayWindow::default());
+        self.link.addrs.push(SockAddr::from(addr));
+        self.search.asked_in.push(0);
+        self.session.windows.push(ReplayWindow::default());
         self.stats.members_learnt += 1;
         Some(self.config.members.len() - 1)
     }
@@ -565,7 +610,7 @@ impl ClusterClient {
 
     /// The local address the client sends from.
     pub fn local_addr(&self) -> SocketAddr {
-        self.socket.local_addr()
+        self.link.socket.local_addr()
     }
 
     /// Whether it is asking the members for a session (an open, or a reconnect after its leader was lost):
@@ -576,19 +621,19 @@ impl ClusterClient {
 
     /// The open session, if one is.
     pub fn session_id(&self) -> Option<u64> {
-        Some(self.session_id).filter(|_| self.state == State::Connected)
+        Some(self.session.id).filter(|_| self.state == State::Connected)
     }
 
     /// The member the client is connected to (or asking), by id.
     pub fn leader(&self) -> Option<i32> {
-        Some(self.config.members[self.target].0).filter(|_| self.state == State::Connected)
+        Some(self.config.members[self.search.target].0).filter(|_| self.state == State::Connected)
     }
 
     /// The member (by id) this client last knew to lead: the one it is connected to, else the last one an
     /// answer named. Seed a new client with it ([`ClientConfig::leader_hint`]) so that its first open
     /// goes there first.
     pub fn known_leader(&self) -> Option<i32> {
-        let index = if self.state == State::Connected { Some(self.target) } else { self.known_leader };
+        let index = if self.state == State::Connected { Some(self.search.target) } else { self.search.known_leader };
         index.map(|i| self.config.members[i].0)
     }
 
@@ -599,17 +644,17 @@ impl ClusterClient {
 
     /// The correlation id the next offer gets.
     pub fn next_correlation_id(&self) -> u64 {
-        self.next_correlation
+        self.in_flight.next_correlation
     }
 
     /// Messages offered and not yet reported.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.in_flight.pending.len()
     }
 
     /// The longest message [`offer`](Self::offer) takes.
     pub fn max_message_length(&self) -> usize {
-        self.out.max_payload()
+        self.link.out.max_payload()
     }
 
     /// Opens a session with the leader, polling until it is open or `timeout` passes (events of the
@@ -635,7 +680,7 @@ impl ClusterClient {
                 return Err(ConnectError::Refused(reason));
             }
         }
-        Ok(self.session_id)
+        Ok(self.session.id)
     }
 
     /// Offers `message` and waits, polling, until its outcome is known or `timeout` passes: the blocking
@@ -690,18 +735,18 @@ impl ClusterClient {
     /// poll until [`in_flight`](Self::in_flight) is 0 first (after [`Event::SessionClosed`] it is).
     pub fn start_connect(&mut self) {
         self.state = State::Opening;
-        self.nonce = self.nonce.wrapping_add(2);
-        self.ephemeral = ephemeral(self.seed, self.nonce);
-        self.cookie = None;
-        self.session_id = 0;
-        self.token = None;
-        self.windows.fill(ReplayWindow::default());
-        self.next_correlation = 1;
-        self.resent_from = 0;
-        for pending in self.in_flight.drain(..) {
-            self.free.push(pending.bytes);
+        self.handshake.nonce = self.handshake.nonce.wrapping_add(2);
+        self.handshake.ephemeral = ephemeral(self.handshake.seed, self.handshake.nonce);
+        self.handshake.cookie = None;
+        self.session.id = 0;
+        self.session.token = None;
+        self.session.windows.fill(ReplayWindow::default());
+        self.in_flight.next_correlation = 1;
+        self.in_flight.resent_from = 0;
+        for pending in self.in_flight.pending.drain(..) {
+            self.in_flight.free.push(pending.bytes);
         }
-        self.next_ask_ns = 0;
+        self.search.next_ask_ns = 0;
     }
 
     /// Offers `message`; returns its correlation id. It is sent by the next [`poll`](Self::poll) (or
@@ -710,26 +755,26 @@ impl ClusterClient {
         if self.state != State::Connected {
             return Err(ClientOfferError::NotConnected);
         }
-        if message.len() > self.out.max_payload() {
-            return Err(ClientOfferError::TooLong { max: self.out.max_payload() });
+        if message.len() > self.link.out.max_payload() {
+            return Err(ClientOfferError::TooLong { max: self.link.out.max_payload() });
         }
-        if self.in_flight.len() >= self.config.window {
+        if self.in_flight.pending.len() >= self.config.window {
             return Err(ClientOfferError::BackPressured);
         }
-        let correlation_id = self.next_correlation;
-        self.next_correlation += 1;
-        let mut bytes = self.free.pop().unwrap_or_default();
+        let correlation_id = self.in_flight.next_correlation;
+        self.in_flight.next_correlation += 1;
+        let mut bytes = self.in_flight.free.pop().unwrap_or_default();
         bytes.clear();
         bytes.extend_from_slice(message);
         // The clock is read once per run of offers that waits to be sent (the first of them), not per
         // offer: it was a tenth of a saturating client's CPU. A message's resend timer then runs from
         // the first offer of its run, at most that much early (it is sent later still, at the poll).
-        if self.out.is_empty() {
-            self.out_since_ns = self.clock.now_ns();
+        if self.link.out.is_empty() {
+            self.link.out_since_ns = self.clock.now_ns();
         }
-        let now = self.out_since_ns;
+        let now = self.link.out_since_ns;
         self.push_message(correlation_id, message);
-        self.in_flight.push_back(Pending { correlation_id, bytes, sent_ns: now });
+        self.in_flight.pending.push_back(Pending { correlation_id, bytes, sent_ns: now });
         Ok(correlation_id)
     }
 
@@ -749,7 +794,7 @@ impl ClusterClient {
         if let Some(due) = self.next_timer_ns() {
             wait_ns = wait_ns.min(due.saturating_sub(now));
         }
-        let Some(socket_fd) = self.socket.readiness_fd() else {
+        let Some(socket_fd) = self.link.socket.readiness_fd() else {
             // A simulated network: nothing to block on (its caller moves the time).
             return Ok(false);
         };
@@ -759,12 +804,12 @@ impl ClusterClient {
     /// When the first of the client's timers is due (clock ns), if it has any.
     fn next_timer_ns(&self) -> Option<u64> {
         let after = |from: u64, d: Duration| from.saturating_add(d.as_nanos() as u64);
-        let linger = (!self.out.is_empty()).then(|| after(self.out_since_ns, self.config.linger));
+        let linger = (!self.link.out.is_empty()).then(|| after(self.link.out_since_ns, self.config.linger));
         let timers = match self.state {
             State::Idle => None,
-            State::Opening | State::Reconnecting => Some(self.next_ask_ns),
+            State::Opening | State::Reconnecting => Some(self.search.next_ask_ns),
             State::Connected => {
-                let resend = self.in_flight.front().map(|p| after(p.sent_ns, self.config.resend_timeout));
+                let resend = self.in_flight.pending.front().map(|p| after(p.sent_ns, self.config.resend_timeout));
                 let silent = after(self.last_heard_ns, self.config.leader_timeout);
                 let keepalive = after(self.last_sent_ns, self.config.keepalive_interval);
                 Some(silent.min(keepalive).min(resend.unwrap_or(u64::MAX)))
@@ -779,7 +824,7 @@ impl ClusterClient {
     /// Closes the session (the leader is told; nothing in flight is resent after this).
     pub fn close(&mut self) {
         if self.state == State::Connected {
-            self.push(RecordHeader::new(wire::CLOSE, self.session_id), &[]);
+            self.push(RecordHeader::new(wire::CLOSE, self.session.id), &[]);
             self.flush();
         }
         self.state = State::Idle;
@@ -789,11 +834,11 @@ impl ClusterClient {
     /// session alive (keep-alives, resends, finding a new leader); returns the work done.
     pub fn poll(&mut self, mut handler: impl FnMut(Event<'_>)) -> usize {
         let now = self.clock.now_ns();
-        let lingered = now.saturating_sub(self.out_since_ns) >= self.config.linger.as_nanos() as u64;
+        let lingered = now.saturating_sub(self.link.out_since_ns) >= self.config.linger.as_nanos() as u64;
         let mut work = if lingered { self.flush() } else { 0 };
-        let mut batch = self.batch.take().expect("put back after every poll");
+        let mut batch = self.link.batch.take().expect("put back after every poll");
         loop {
-            let received = self.socket.recv_batch(&mut batch).unwrap_or(0);
+            let received = self.link.socket.recv_batch(&mut batch).unwrap_or(0);
             self.stats.receive_calls += 1;
             self.stats.datagrams_received += received as u64;
             for i in 0..received {
@@ -817,15 +862,15 @@ impl ClusterClient {
                 break;
             }
         }
-        self.batch = Some(batch);
+        self.link.batch = Some(batch);
         if let Some(closing) = self.closing.take() {
-            for pending in self.in_flight.drain(..) {
+            for pending in self.in_flight.pending.drain(..) {
                 let correlation_id = pending.correlation_id;
                 handler(match closing.known {
                     false => Event::OutcomeUnknown { correlation_id },
                     true => Event::NotApplied { correlation_id, reason: closing.refusal },
                 });
-                self.free.push(pending.bytes);
+                self.in_flight.free.push(pending.bytes);
             }
             handler(Event::SessionClosed { reason: closing.reason });
         }
@@ -840,8 +885,8 @@ impl ClusterClient {
         let datagram = Datagram::parse(bytes).ok()?;
         let header = datagram.header;
         if header.session_id != 0 {
-            let token = self.token.as_ref().filter(|_| header.session_id == self.session_id)?;
-            if !datagram.verify(token) || !self.windows[member].accept(header.sequence) {
+            let token = self.session.token.as_ref().filter(|_| header.session_id == self.session.id)?;
+            if !datagram.verify(token) || !self.session.windows[member].accept(header.sequence) {
                 return None;
             }
             return Some(true);
@@ -861,29 +906,29 @@ impl ClusterClient {
         match self.state {
             State::Idle => 0,
             State::Opening | State::Reconnecting => {
-                if now < self.next_ask_ns {
+                if now < self.search.next_ask_ns {
                     return 0;
                 }
-                self.next_ask_ns = now + self.config.connect_retry.as_nanos() as u64;
+                self.search.next_ask_ns = now + self.config.connect_retry.as_nanos() as u64;
                 self.ask_round()
             }
             State::Connected => {
                 if now.saturating_sub(self.last_heard_ns) >= self.config.leader_timeout.as_nanos() as u64 {
                     // The leader is silent: look for the leader, from the next member.
                     self.state = State::Reconnecting;
-                    self.known_leader = None;
-                    self.cursor = (self.target + 1) % self.config.members.len();
-                    self.next_ask_ns = 0;
+                    self.search.known_leader = None;
+                    self.search.cursor = (self.search.target + 1) % self.config.members.len();
+                    self.search.next_ask_ns = 0;
                     return 1;
                 }
-                if let Some(oldest) = self.in_flight.front() {
+                if let Some(oldest) = self.in_flight.pending.front() {
                     if now.saturating_sub(oldest.sent_ns) >= self.config.resend_timeout.as_nanos() as u64 {
                         let from = oldest.correlation_id;
                         return self.resend_from(from, now);
                     }
                 }
                 if now.saturating_sub(self.last_sent_ns) >= self.config.keepalive_interval.as_nanos() as u64 {
-                    self.push(RecordHeader::new(wire::KEEP_ALIVE, self.session_id), &[]);
+                    self.push(RecordHeader::new(wire::KEEP_ALIVE, self.session.id), &[]);
                     return self.flush();
                 }
                 0
@@ -896,17 +941,17 @@ impl ClusterClient {
     fn push_ask(&mut self) {
         if self.state == State::Opening {
             let mut payload = [0u8; PUBLIC_KEY_LENGTH + COOKIE_LENGTH];
-            payload[..PUBLIC_KEY_LENGTH].copy_from_slice(&self.ephemeral.public());
-            let length = match self.cookie {
+            payload[..PUBLIC_KEY_LENGTH].copy_from_slice(&self.handshake.ephemeral.public());
+            let length = match self.handshake.cookie {
                 Some(cookie) => {
                     payload[PUBLIC_KEY_LENGTH..].copy_from_slice(&cookie);
                     payload.len()
                 }
                 None => PUBLIC_KEY_LENGTH,
             };
-            self.push(RecordHeader::new(wire::OPEN, 0).correlation(self.nonce), &payload[..length]);
+            self.push(RecordHeader::new(wire::OPEN, 0).correlation(self.handshake.nonce), &payload[..length]);
         } else {
-            self.push(RecordHeader::new(wire::RECONNECT, self.session_id), &[]);
+            self.push(RecordHeader::new(wire::RECONNECT, self.session.id), &[]);
         }
     }
 
@@ -917,23 +962,29 @@ impl ClusterClient {
     fn ask_round(&mut self) -> usize {
         let n = self.config.members.len();
         let fanout = self.config.connect_fanout.clamp(1, n);
-        self.round += 1;
+        self.search.round += 1;
         self.stats.ask_rounds += 1;
         // What waits goes to the member it was for; the ask goes alone.
         let mut sent = self.flush();
         self.push_ask();
-        let leader = self.known_leader.take();
-        let seal = seal(&self.token, self.config.key.as_ref(), self.state, self.session_id, &mut self.sequence);
-        let bytes = self.out.finish_current(seal);
+        let leader = self.search.known_leader.take();
+        let seal = seal(
+            &self.session.token,
+            self.config.key.as_ref(),
+            self.state,
+            self.session.id,
+            &mut self.session.sequence,
+        );
+        let bytes = self.link.out.finish_current(seal);
         let mut asked = 0;
         if let Some(leader) = leader {
-            let _ = self.socket.send(bytes, Some(&self.addrs[leader]));
-            self.asked_in[leader] = self.round;
-            self.target = leader;
+            let _ = self.link.socket.send(bytes, Some(&self.link.addrs[leader]));
+            self.search.asked_in[leader] = self.search.round;
+            self.search.target = leader;
             asked += 1;
         }
         // Each member at most once: at most n steps from the cursor.
-        let mut next = self.cursor;
+        let mut next = self.search.cursor;
         for _ in 0..n {
             if asked >= fanout {
                 break;
@@ -943,15 +994,15 @@ impl ClusterClient {
             if Some(member) == leader {
                 continue;
             }
-            let _ = self.socket.send(bytes, Some(&self.addrs[member]));
-            self.asked_in[member] = self.round;
+            let _ = self.link.socket.send(bytes, Some(&self.link.addrs[member]));
+            self.search.asked_in[member] = self.search.round;
             if asked == 0 {
-                self.target = member;
+                self.search.target = member;
             }
             asked += 1;
         }
-        self.cursor = next;
-        self.out.clear_current();
+        self.search.cursor = next;
+        self.link.out.clear_current();
         self.last_sent_ns = self.clock.now_ns();
         self.stats.asks += asked as u64;
         self.stats.datagrams_sent += asked as u64;
@@ -964,8 +1015,8 @@ impl ClusterClient {
     fn ask_one(&mut self, member: usize) -> usize {
         // What waits goes to the member it was for.
         let mut sent = self.flush();
-        self.asked_in[member] = self.round;
-        self.target = member;
+        self.search.asked_in[member] = self.search.round;
+        self.search.target = member;
         self.push_ask();
         let asked = self.flush();
         self.stats.asks += asked as u64;
@@ -975,16 +1026,17 @@ impl ClusterClient {
 
     /// Resends every message in flight from `from` on; returns the datagrams sent.
     fn resend_from(&mut self, from: u64, now: u64) -> usize {
-        let session = self.session_id;
-        for i in 0..self.in_flight.len() {
-            if self.in_flight[i].correlation_id < from {
+        let session = self.session.id;
+        for i in 0..self.in_flight.pending.len() {
+            if self.in_flight.pending[i].correlation_id < from {
                 continue;
             }
-            let record = RecordHeader::new(wire::MESSAGE, session).correlation(self.in_flight[i].correlation_id);
-            let bytes = std::mem::take(&mut self.in_flight[i].bytes);
+            let record =
+                RecordHeader::new(wire::MESSAGE, session).correlation(self.in_flight.pending[i].correlation_id);
+            let bytes = std::mem::take(&mut self.in_flight.pending[i].bytes);
             self.push(record, &bytes);
-            self.in_flight[i].bytes = bytes;
-            self.in_flight[i].sent_ns = now;
+            self.in_flight.pending[i].bytes = bytes;
+            self.in_flight.pending[i].sent_ns = now;
             self.stats.messages_sent += 1;
         }
         self.flush()
@@ -992,33 +1044,34 @@ impl ClusterClient {
 
     fn push_message(&mut self, correlation_id: u64, message: &[u8]) {
         self.stats.messages_sent += 1;
-        self.push(RecordHeader::new(wire::MESSAGE, self.session_id).correlation(correlation_id), message);
+        self.push(RecordHeader::new(wire::MESSAGE, self.session.id).correlation(correlation_id), message);
     }
 
     /// Adds a record to the datagram being filled; when it does not fit, that datagram is sealed first
     /// (and the sealed ones sent first when they are [`SEND_BATCH`]).
     fn push(&mut self, record: RecordHeader, payload: &[u8]) {
-        if !self.out.fits(payload.len()) {
+        if !self.link.out.fits(payload.len()) {
             self.seal_current();
         }
-        self.out.push(record, payload);
+        self.link.out.push(record, payload);
     }
 
     /// Seals the datagram being filled with the session's token (or, opening, with the client key); the
     /// sealed ones are sent first when they are [`SEND_BATCH`] less one.
     fn seal_current(&mut self) {
-        if self.out.is_full() {
+        if self.link.out.is_full() {
             self.send_sealed();
         }
-        let (token, key, state, session_id) = (&self.token, self.config.key.as_ref(), self.state, self.session_id);
-        let sequence = &mut self.sequence;
-        self.out.seal(|| seal(token, key, state, session_id, sequence));
+        let (token, key, state, session_id) =
+            (&self.session.token, self.config.key.as_ref(), self.state, self.session.id);
+        let sequence = &mut self.session.sequence;
+        self.link.out.seal(|| seal(token, key, state, session_id, sequence));
     }
 
     /// Sends the sealed datagrams to the member asked or connected to, in one `sendmmsg`; returns the
     /// datagrams sent.
     fn send_sealed(&mut self) -> usize {
-        let sent = self.out.send(&mut *self.socket, &self.addrs[self.target]);
+        let sent = self.link.out.send(&mut *self.link.socket, &self.link.addrs[self.search.target]);
         if sent > 0 {
             self.last_sent_ns = self.clock.now_ns();
             self.stats.datagrams_sent += sent as u64;
@@ -1030,7 +1083,7 @@ impl ClusterClient {
     /// Seals the datagram being filled and sends it with those sealed before it to the member asked or
     /// connected to; returns the datagrams sent.
     fn flush(&mut self) -> usize {
-        if self.out.is_empty() {
+        if self.link.out.is_empty() {
             return 0;
         }
         self.seal_current();
@@ -1078,7 +1131,7 @@ fn on_record(
     if !in_session && !matches!(record.kind, wire::REDIRECT | wire::OPENED | wire::REFUSED | wire::COOKIE) {
         return;
     }
-    let ours = in_session && record.session_id == client.session_id;
+    let ours = in_session && record.session_id == client.session.id;
     match record.kind {
         wire::REDIRECT => {
             let mut leader = client.config.members.iter().position(|m| i64::from(m.0) == record.value);
@@ -1088,71 +1141,77 @@ fn on_record(
             }
             if let (Some(leader), State::Opening | State::Reconnecting) = (leader, client.state) {
                 // The next round asks it first.
-                client.known_leader = Some(leader);
+                client.search.known_leader = Some(leader);
                 // Named another member not yet asked in this round: ask it now. Named one asked in this
                 // round (its own answer is on the way), or itself (its term is starting): ask again on the
                 // retry timer, not at once.
-                if leader != member && client.asked_in[leader] != client.round {
+                if leader != member && client.search.asked_in[leader] != client.search.round {
                     client.stats.redirects_followed += 1;
                     client.ask_one(leader);
                 }
-            } else if client.state == State::Connected && member == client.target {
+            } else if client.state == State::Connected && member == client.search.target {
                 // The member this client was connected to does not lead any more: ask the one it names
                 // first, or, naming none, the others from the next one.
                 client.state = State::Reconnecting;
-                client.known_leader = leader.filter(|&l| l != member);
-                client.cursor = (member + 1) % client.config.members.len();
-                client.next_ask_ns = 0;
+                client.search.known_leader = leader.filter(|&l| l != member);
+                client.search.cursor = (member + 1) % client.config.members.len();
+                client.search.next_ask_ns = 0;
             }
         }
-        wire::COOKIE if !in_session && client.state == State::Opening && record.correlation_id == client.nonce => {
+        wire::COOKIE
+            if !in_session && client.state == State::Opening && record.correlation_id == client.handshake.nonce =>
+        {
             let Ok(cookie) = <[u8; COOKIE_LENGTH]>::try_from(payload) else {
                 return;
             };
             // The member asks for proof that this address is the opener's: the open again, with it (the
             // second half of the ask it answers, counted apart).
-            client.cookie = Some(cookie);
+            client.handshake.cookie = Some(cookie);
             client.stats.cookies += 1;
             client.flush();
-            client.target = member;
+            client.search.target = member;
             client.push_ask();
             client.flush();
         }
-        wire::OPENED if !in_session && client.state == State::Opening && record.correlation_id == client.nonce => {
+        wire::OPENED
+            if !in_session && client.state == State::Opening && record.correlation_id == client.handshake.nonce =>
+        {
             // Only the holder of this open's ephemeral secret unwraps the token; a payload that is not this
             // open's (forged, or another's) fails its proof and is ignored.
-            let Some(token) = open_token(payload, &client.ephemeral, record.session_id, client.nonce) else {
+            let Some(token) =
+                open_token(payload, &client.handshake.ephemeral, record.session_id, client.handshake.nonce)
+            else {
                 return;
             };
-            client.token = Some(token);
-            client.session_id = record.session_id;
+            client.session.token = Some(token);
+            client.session.id = record.session_id;
             client.state = State::Connected;
-            client.target = member;
-            client.known_leader = Some(member);
+            client.search.target = member;
+            client.search.known_leader = Some(member);
             client.last_heard_ns = now;
             handler(Event::Connected { session_id: record.session_id, leader: client.config.members[member].0 });
         }
         wire::RECONNECTED if ours && client.state == State::Reconnecting => {
             client.state = State::Connected;
-            client.target = member;
-            client.known_leader = Some(member);
+            client.search.target = member;
+            client.search.known_leader = Some(member);
             client.last_heard_ns = now;
             acknowledge_up_to(client, record.value as u64, handler);
-            handler(Event::Connected { session_id: client.session_id, leader: client.config.members[member].0 });
-            client.resent_from = 0;
-            if let Some(first) = client.in_flight.front().map(|p| p.correlation_id) {
+            handler(Event::Connected { session_id: client.session.id, leader: client.config.members[member].0 });
+            client.in_flight.resent_from = 0;
+            if let Some(first) = client.in_flight.pending.front().map(|p| p.correlation_id) {
                 client.resend_from(first, now);
             }
         }
         wire::COMMITTED if ours => {
-            if member == client.target {
+            if member == client.search.target {
                 client.last_heard_ns = now;
             }
             let duplicate = record.code == wire::DUPLICATE;
             committed(client, record.correlation_id, record.value, payload, duplicate, handler);
         }
         wire::COMMITTED_RUN if ours => {
-            if member == client.target {
+            if member == client.search.target {
                 client.last_heard_ns = now;
             }
             for (i, position) in payload.chunks_exact(8).enumerate() {
@@ -1163,11 +1222,11 @@ fn on_record(
                 committed(client, correlation_id, position, &[], false, handler);
             }
         }
-        wire::HEARTBEAT if ours && member == client.target => client.last_heard_ns = now,
+        wire::HEARTBEAT if ours && member == client.search.target => client.last_heard_ns = now,
         wire::NAK if ours && client.state == State::Connected => {
             let from = record.value as u64;
-            if from != client.resent_from {
-                client.resent_from = from;
+            if from != client.in_flight.resent_from {
+                client.in_flight.resent_from = from;
                 client.resend_from(from, now);
             }
         }
@@ -1175,10 +1234,10 @@ fn on_record(
             // This member does not know this client's address for the session (a new leader, or a new
             // address): the answer proves the client holds the token, from here.
             client.state = State::Reconnecting;
-            client.target = member;
-            client.known_leader = Some(member);
-            client.next_ask_ns = now + client.config.connect_retry.as_nanos() as u64;
-            client.push(RecordHeader::new(wire::RECONNECT, client.session_id).correlation(record.correlation_id), &[]);
+            client.search.target = member;
+            client.search.known_leader = Some(member);
+            client.search.next_ask_ns = now + client.config.connect_retry.as_nanos() as u64;
+            client.push(RecordHeader::new(wire::RECONNECT, client.session.id).correlation(record.correlation_id), &[]);
             client.flush();
         }
         wire::REFUSED => on_refused(client, member, ours, record, now, handler),
@@ -1210,7 +1269,7 @@ fn on_refused(
     let Some(code) = RefusalCode::from_u8(record.code) else {
         return;
     };
-    let to_open = !ours && client.state == State::Opening && record.correlation_id == client.nonce;
+    let to_open = !ours && client.state == State::Opening && record.correlation_id == client.handshake.nonce;
     match code {
         RefusalCode::TooManySessions
         | RefusalCode::TooManyFromAddress
@@ -1244,19 +1303,19 @@ fn on_refused(
                 // The table applied everything before the one it expects: their own answers were lost.
                 acknowledge_up_to(client, from.saturating_sub(1), handler);
             }
-            if from != client.resent_from {
-                client.resent_from = from;
+            if from != client.in_flight.resent_from {
+                client.in_flight.resent_from = from;
                 client.resend_from(from, now);
             }
         }
         RefusalCode::Suspended if ours && client.state == State::Connected => {
             handler(Event::Suspended { correlation_id: record.correlation_id });
         }
-        RefusalCode::NotConnected if ours && client.state == State::Connected && member == client.target => {
+        RefusalCode::NotConnected if ours && client.state == State::Connected && member == client.search.target => {
             // The leader does not know this session (it was elected since): go on with it there.
             client.state = State::Reconnecting;
-            client.known_leader = Some(member);
-            client.next_ask_ns = 0;
+            client.search.known_leader = Some(member);
+            client.search.next_ask_ns = 0;
         }
         _ => {}
     }
@@ -1291,24 +1350,24 @@ fn committed(
     handler: &mut impl FnMut(Event<'_>),
 ) {
     acknowledge_up_to(client, correlation_id.saturating_sub(1), handler);
-    if client.in_flight.front().is_some_and(|p| p.correlation_id == correlation_id) {
-        let pending = client.in_flight.pop_front().expect("checked");
+    if client.in_flight.pending.front().is_some_and(|p| p.correlation_id == correlation_id) {
+        let pending = client.in_flight.pending.pop_front().expect("checked");
         handler(Event::Committed { correlation_id, position: Some(position), response, duplicate });
-        client.free.push(pending.bytes);
+        client.in_flight.free.push(pending.bytes);
     }
 }
 
 /// Reports every message in flight up to `correlation_id` as committed (known from a later answer).
 fn acknowledge_up_to(client: &mut ClusterClient, correlation_id: u64, handler: &mut impl FnMut(Event<'_>)) {
-    while client.in_flight.front().is_some_and(|p| p.correlation_id <= correlation_id) {
-        let pending = client.in_flight.pop_front().expect("checked");
+    while client.in_flight.pending.front().is_some_and(|p| p.correlation_id <= correlation_id) {
+        let pending = client.in_flight.pending.pop_front().expect("checked");
         handler(Event::Committed {
             correlation_id: pending.correlation_id,
             position: None,
             response: &[],
             duplicate: true,
         });
-        client.free.push(pending.bytes);
+        client.in_flight.free.push(pending.bytes);
     }
 }
 
