@@ -26,7 +26,7 @@
 //! Messages are numbered from 1 in their session (the correlation id); a message is at most one
 //! datagram's payload ([`ClusterClient::max_message_length`]), and many are batched per datagram: an
 //! offer is sent by the next [`ClusterClient::poll`], with every datagram filled since the last, in one
-//! `sendmmsg` (or sooner, when [`SEND_BATCH`] datagrams are full). At most
+//! `sendmmsg` (or sooner, when [`SEND_BATCH`](outbox::SEND_BATCH) datagrams are full). At most
 //! [`ClientConfig::window`] messages are in flight; past that an offer is back-pressured.
 //!
 //! # Finding the leader

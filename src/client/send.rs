@@ -118,7 +118,7 @@ impl ClusterClient {
     }
 
     /// Adds a record to the datagram being filled; when it does not fit, that datagram is sealed first
-    /// (and the sealed ones sent first when they are [`SEND_BATCH`]).
+    /// (and the sealed ones sent first when they are [`SEND_BATCH`](super::outbox::SEND_BATCH)).
     pub(super) fn push(&mut self, record: RecordHeader, payload: &[u8]) {
         if !self.link.out.fits(payload.len()) {
             self.seal_current();
@@ -127,7 +127,7 @@ impl ClusterClient {
     }
 
     /// Seals the datagram being filled with the session's token (or, opening, with the client key); the
-    /// sealed ones are sent first when they are [`SEND_BATCH`] less one.
+    /// sealed ones are sent first when they are [`SEND_BATCH`](super::outbox::SEND_BATCH) less one.
     fn seal_current(&mut self) {
         if self.link.out.is_full() {
             self.send_sealed();
