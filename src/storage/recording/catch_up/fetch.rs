@@ -57,6 +57,18 @@ pub struct CatchUpFetch {
     stream: Box<dyn Stream>,
     step: Step,
     hello: Hello,
+    /// The stream's bytes each way and its sealed frames.
+    framing: Framing,
+    /// What the leader's answer has brought so far.
+    received: Received,
+    timeout_ns: u64,
+    progress_ns: u64,
+    closed: bool,
+}
+
+/// The catch-up stream's bytes each way, and the sealed frames read from it.
+#[derive(Debug)]
+struct Framing {
     /// Bytes to send, from `sent` on.
     out: Vec<u8>,
     sent: usize,
@@ -65,8 +77,15 @@ pub struct CatchUpFetch {
     /// Verified frame payloads, consumed from `taken` on.
     payload: Vec<u8>,
     taken: usize,
+    /// The key the stream's frames are sealed with, once the handshake derived it.
     stream_key: Option<AuthKey>,
     frame_index: u64,
+}
+
+/// What the leader's answer has brought so far: its response, its terms, a snapshot being installed and the
+/// configuration entries.
+#[derive(Debug)]
+struct Received {
     response: CatchUpResponse,
     terms: Vec<(i64, i64)>,
     /// The leader's terms that start at or below where its answer starts.
@@ -77,9 +96,6 @@ pub struct CatchUpFetch {
     configurations: Vec<(i64, i64, Vec<u8>)>,
     /// The configuration entry in effect at the answer's start (empty: the initial configuration).
     configuration_at_start: Option<Vec<u8>>,
-    timeout_ns: u64,
-    progress_ns: u64,
-    closed: bool,
 }
 
 /// Stream bytes read ahead at most: one whole sealed frame.
@@ -112,20 +128,24 @@ impl CatchUpFetch {
             stream,
             step: Step::Challenge,
             hello,
-            out: bytemuck::bytes_of(&hello).to_vec(),
-            sent: 0,
-            raw: Vec::new(),
-            payload: Vec::new(),
-            taken: 0,
-            stream_key: None,
-            frame_index: 0,
-            response: CatchUpResponse::zeroed(),
-            terms: Vec::new(),
-            history: Vec::new(),
-            install: None,
-            snapshot: None,
-            configurations: Vec::new(),
-            configuration_at_start: None,
+            framing: Framing {
+                out: bytemuck::bytes_of(&hello).to_vec(),
+                sent: 0,
+                raw: Vec::new(),
+                payload: Vec::new(),
+                taken: 0,
+                stream_key: None,
+                frame_index: 0,
+            },
+            received: Received {
+                response: CatchUpResponse::zeroed(),
+                terms: Vec::new(),
+                history: Vec::new(),
+                install: None,
+                snapshot: None,
+                configurations: Vec::new(),
+                configuration_at_start: None,
+            },
             timeout_ns,
             progress_ns: now_ns,
             closed: false,
@@ -174,51 +194,56 @@ impl CatchUpFetch {
     /// `None` when no snapshot was installed (the recording still ends where the catch-up began, or past
     /// it with verified blocks a retry cuts back).
     pub fn partial(&mut self, recording: &Recording) -> Option<Fetched> {
-        let snapshot = self.snapshot.take()?;
+        let snapshot = self.received.snapshot.take()?;
         let end = recording.end();
-        let from = self.response.from;
-        let terms =
-            std::mem::take(&mut self.terms).into_iter().filter(|&(base, _)| base == from || base < end).collect();
+        let from = self.received.response.from;
+        let terms = std::mem::take(&mut self.received.terms)
+            .into_iter()
+            .filter(|&(base, _)| base == from || base < end)
+            .collect();
         Some(Fetched {
-            from: self.response.from,
+            from: self.received.response.from,
             end,
             terms,
-            history: std::mem::take(&mut self.history),
+            history: std::mem::take(&mut self.received.history),
             snapshot: Some(snapshot),
-            configurations: std::mem::take(&mut self.configurations).into_iter().filter(|c| c.1 <= end).collect(),
-            configuration_at_snapshot: Some(self.configuration_at_start.clone().unwrap_or_default()),
+            configurations: std::mem::take(&mut self.received.configurations)
+                .into_iter()
+                .filter(|c| c.1 <= end)
+                .collect(),
+            configuration_at_snapshot: Some(self.received.configuration_at_start.clone().unwrap_or_default()),
         })
     }
 
     /// Writes the pending bytes; the bytes written.
     fn flush(&mut self) -> Result<usize, String> {
         let mut moved = 0;
-        while self.sent < self.out.len() {
-            match self.stream.write(&self.out[self.sent..]) {
+        while self.framing.sent < self.framing.out.len() {
+            match self.stream.write(&self.framing.out[self.framing.sent..]) {
                 Ok(0) => return Err(format!("{} closed the catch-up", self.leader)),
                 Ok(n) => {
-                    self.sent += n;
+                    self.framing.sent += n;
                     moved += n;
                 }
                 Err(e) if would_block(&e) => break,
                 Err(e) => return Err(format!("send to {}: {e}", self.leader)),
             }
         }
-        if self.sent == self.out.len() {
-            self.out.clear();
-            self.sent = 0;
+        if self.framing.sent == self.framing.out.len() {
+            self.framing.out.clear();
+            self.framing.sent = 0;
         }
         Ok(moved)
     }
 
     /// Reads what came, up to [`RAW_LIMIT`] held; the bytes read.
     fn read(&mut self) -> Result<usize, String> {
-        let held = self.raw.len();
+        let held = self.framing.raw.len();
         if held >= RAW_LIMIT || self.closed {
             return Ok(0);
         }
-        self.raw.resize(RAW_LIMIT, 0);
-        let result = self.stream.read(&mut self.raw[held..]);
+        self.framing.raw.resize(RAW_LIMIT, 0);
+        let result = self.stream.read(&mut self.framing.raw[held..]);
         let n = match result {
             Ok(0) => {
                 self.closed = true;
@@ -227,22 +252,22 @@ impl CatchUpFetch {
             Ok(n) => n,
             Err(e) if would_block(&e) => 0,
             Err(e) => {
-                self.raw.truncate(held);
+                self.framing.raw.truncate(held);
                 return Err(format!("read from {}: {e}", self.leader));
             }
         };
-        self.raw.truncate(held + n);
+        self.framing.raw.truncate(held + n);
         Ok(n)
     }
 
     /// The leader's challenge, once whole: checks its proof and sends the request with this member's.
     fn on_challenge(&mut self) -> Result<(), String> {
         let length = std::mem::size_of::<Challenge>();
-        if self.raw.len() < length {
+        if self.framing.raw.len() < length {
             return Ok(());
         }
-        let challenge: Challenge = bytemuck::pod_read_unaligned(&self.raw[..length]);
-        self.raw.drain(..length);
+        let challenge: Challenge = bytemuck::pod_read_unaligned(&self.framing.raw[..length]);
+        self.framing.raw.drain(..length);
         let leader = self.leader;
         if challenge.magic != CHALLENGE_MAGIC || challenge.membership != self.request.membership {
             return Err(format!("{leader} answered with something that is not a catch-up of this cluster"));
@@ -258,8 +283,8 @@ impl CatchUpFetch {
             from: self.request.from,
             proof: self.key.follower_proof(&self.hello, &challenge.nonce, self.request.from),
         };
-        self.out.extend_from_slice(bytemuck::bytes_of(&request));
-        self.stream_key = Some(self.key.stream_key(&self.hello, &challenge.nonce));
+        self.framing.out.extend_from_slice(bytemuck::bytes_of(&request));
+        self.framing.stream_key = Some(self.key.stream_key(&self.hello, &challenge.nonce));
         self.step = Step::Response;
         self.flush()?;
         Ok(())
@@ -267,40 +292,40 @@ impl CatchUpFetch {
 
     /// Verifies the whole frames read, while the payload not yet consumed is under a frame's length.
     fn unseal(&mut self) -> Result<(), String> {
-        let Some(key) = self.stream_key else {
+        let Some(key) = self.framing.stream_key else {
             return Ok(());
         };
         let head = std::mem::size_of::<FrameHeader>();
-        while self.payload.len() - self.taken < MAX_FRAME && self.raw.len() >= head {
-            let header: FrameHeader = bytemuck::pod_read_unaligned(&self.raw[..head]);
+        while self.framing.payload.len() - self.framing.taken < MAX_FRAME && self.framing.raw.len() >= head {
+            let header: FrameHeader = bytemuck::pod_read_unaligned(&self.framing.raw[..head]);
             let length = header.length as usize;
             if length > MAX_FRAME || header.reserved != 0 {
                 return Err(format!("{} sent a frame of {length} bytes", self.leader));
             }
-            if self.raw.len() < head + length + TAG_LENGTH {
+            if self.framing.raw.len() < head + length + TAG_LENGTH {
                 break;
             }
-            let (body, tag) = self.raw[head..head + length + TAG_LENGTH].split_at(length);
-            if !constant_time_eq(&frame_tag(&key, self.frame_index, &header, body), tag) {
-                return Err(format!("{}: frame {} fails its tag", self.leader, self.frame_index));
+            let (body, tag) = self.framing.raw[head..head + length + TAG_LENGTH].split_at(length);
+            if !constant_time_eq(&frame_tag(&key, self.framing.frame_index, &header, body), tag) {
+                return Err(format!("{}: frame {} fails its tag", self.leader, self.framing.frame_index));
             }
-            if self.taken > 0 {
-                self.payload.drain(..self.taken);
-                self.taken = 0;
+            if self.framing.taken > 0 {
+                self.framing.payload.drain(..self.framing.taken);
+                self.framing.taken = 0;
             }
-            self.payload.extend_from_slice(body);
-            self.raw.drain(..head + length + TAG_LENGTH);
-            self.frame_index += 1;
+            self.framing.payload.extend_from_slice(body);
+            self.framing.raw.drain(..head + length + TAG_LENGTH);
+            self.framing.frame_index += 1;
         }
         Ok(())
     }
 
     /// The next `n` verified payload bytes, if they are there.
     fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let at = self.taken;
-        (self.payload.len() - at >= n).then(|| {
-            self.taken += n;
-            &self.payload[at..at + n]
+        let at = self.framing.taken;
+        (self.framing.payload.len() - at >= n).then(|| {
+            self.framing.taken += n;
+            &self.framing.payload[at..at + n]
         })
     }
 
@@ -326,9 +351,9 @@ impl CatchUpFetch {
                 {
                     return Err(format!("{leader} sent a malformed answer"));
                 }
-                self.response = response;
-                self.terms = vec![(response.from, response.start_term)];
-                self.history.clear();
+                self.received.response = response;
+                self.received.terms = vec![(response.from, response.start_term)];
+                self.received.history.clear();
                 self.step = Step::Terms(response.term_count);
                 Ok(Consumed::More)
             }
@@ -337,14 +362,14 @@ impl CatchUpFetch {
                 Ok(Consumed::More)
             }
             Step::Configuration => {
-                let Some(bytes) = self.take(self.response.configuration_length as usize) else {
+                let Some(bytes) = self.take(self.received.response.configuration_length as usize) else {
                     return Ok(Consumed::Wait);
                 };
-                self.configuration_at_start = Some(bytes.to_vec());
-                if self.response.snapshot != 0 {
+                self.received.configuration_at_start = Some(bytes.to_vec());
+                if self.received.response.snapshot != 0 {
                     self.step = Step::SnapshotHeader;
-                } else if self.response.from != recording.end() {
-                    let (from, end) = (self.response.from, recording.end());
+                } else if self.received.response.from != recording.end() {
+                    let (from, end) = (self.received.response.from, recording.end());
                     return Err(format!("{leader} sent the log from {from}, not from {end}"));
                 } else {
                     self.step = Step::Blocks;
@@ -358,14 +383,18 @@ impl CatchUpFetch {
                 let term: TermRecord = bytemuck::pod_read_unaligned(bytes);
                 let (base, id) = (term.base_position, term.leadership_term_id);
                 // The last listed: in the range once any was, else in the history.
-                let last = if self.terms.len() > 1 { self.terms.last() } else { self.history.last() };
+                let last = if self.received.terms.len() > 1 {
+                    self.received.terms.last()
+                } else {
+                    self.received.history.last()
+                };
                 if last.is_some_and(|&(b, t)| b >= base || t >= id) {
                     return Err(format!("{leader} listed its terms out of order"));
                 }
-                if base > self.response.from {
-                    self.terms.push((base, id));
+                if base > self.received.response.from {
+                    self.received.terms.push((base, id));
                 } else {
-                    self.history.push((base, id));
+                    self.received.history.push((base, id));
                 }
                 self.step = Step::Terms(left - 1);
                 Ok(Consumed::More)
@@ -377,7 +406,7 @@ impl CatchUpFetch {
                 let header: [u8; SNAPSHOT_HEADER_LENGTH] = bytes.try_into().expect("the header's length");
                 let install =
                     snapshots.begin_install(&header).map_err(|e| format!("the snapshot from {leader}: {e}"))?;
-                self.install = Some(install);
+                self.received.install = Some(install);
                 self.step = Step::SnapshotState;
                 Ok(Consumed::More)
             }
@@ -390,27 +419,30 @@ impl CatchUpFetch {
     /// recording at its position.
     fn snapshot_state(&mut self, recording: &mut Recording) -> Result<Consumed, String> {
         let leader = self.leader;
-        let install = self.install.as_mut().expect("an install in this step");
-        let available = self.payload.len() - self.taken;
+        let install = self.received.install.as_mut().expect("an install in this step");
+        let available = self.framing.payload.len() - self.framing.taken;
         let n = usize::try_from(install.remaining()).map_or(available, |left| left.min(available));
         if n > 0 {
-            let bytes = &self.payload[self.taken..self.taken + n];
+            let bytes = &self.framing.payload[self.framing.taken..self.framing.taken + n];
             install.write(bytes).map_err(|e| format!("the snapshot from {leader}: {e}"))?;
-            self.taken += n;
+            self.framing.taken += n;
         }
         if install.remaining() > 0 {
             return Ok(Consumed::Wait);
         }
-        let install = self.install.take().expect("an install in this step");
+        let install = self.received.install.take().expect("an install in this step");
         let info = install.finish().map_err(|e| format!("the snapshot from {leader}: {e}"))?;
-        if info.position != self.response.from {
-            return Err(format!("{leader} sent a snapshot at {} for a log from {}", info.position, self.response.from));
+        if info.position != self.received.response.from {
+            return Err(format!(
+                "{leader} sent a snapshot at {} for a log from {}",
+                info.position, self.received.response.from
+            ));
         }
-        let configuration = self.configuration_at_start.as_deref().filter(|c| !c.is_empty());
+        let configuration = self.received.configuration_at_start.as_deref().filter(|c| !c.is_empty());
         recording
-            .reset_at_snapshot(info.position, self.response.start_term, &self.history, configuration)
+            .reset_at_snapshot(info.position, self.received.response.start_term, &self.received.history, configuration)
             .map_err(|e| e.to_string())?;
-        self.snapshot = Some(info);
+        self.received.snapshot = Some(info);
         self.step = Step::Blocks;
         Ok(Consumed::More)
     }
@@ -418,23 +450,24 @@ impl CatchUpFetch {
     /// The next block, once whole: verified and recorded; done at the answer's end.
     fn block(&mut self, recording: &mut Recording) -> Result<Consumed, String> {
         let leader = self.leader;
-        if recording.end() >= self.response.end {
+        if recording.end() >= self.received.response.end {
             let fetched = Fetched {
-                from: self.response.from,
+                from: self.received.response.from,
                 end: recording.end(),
-                terms: std::mem::take(&mut self.terms),
-                history: std::mem::take(&mut self.history),
+                terms: std::mem::take(&mut self.received.terms),
+                history: std::mem::take(&mut self.received.history),
                 configuration_at_snapshot: self
+                    .received
                     .snapshot
                     .is_some()
-                    .then(|| self.configuration_at_start.clone().unwrap_or_default()),
-                snapshot: self.snapshot.take(),
-                configurations: std::mem::take(&mut self.configurations),
+                    .then(|| self.received.configuration_at_start.clone().unwrap_or_default()),
+                snapshot: self.received.snapshot.take(),
+                configurations: std::mem::take(&mut self.received.configurations),
             };
             return Ok(Consumed::Done(fetched));
         }
         let head = std::mem::size_of::<BlockHeader>();
-        let available = &self.payload[self.taken..];
+        let available = &self.framing.payload[self.framing.taken..];
         if available.len() < head {
             return Ok(Consumed::Wait);
         }
@@ -445,7 +478,7 @@ impl CatchUpFetch {
             return Ok(Consumed::Wait);
         }
         let payload = &available[head..head + length];
-        if !header.check_payload(payload) || header.end() > self.response.end {
+        if !header.check_payload(payload) || header.end() > self.received.response.end {
             return Err(format!("{leader} sent a block at {} that fails its checksum", header.position));
         }
         recording.append(header.position, payload, header.advance as usize).map_err(|e| e.to_string())?;
@@ -453,11 +486,11 @@ impl CatchUpFetch {
             if let crate::frame::Frame::Data { header, payload } = frame {
                 if let Some(entry) = configuration_of(header.flags, payload) {
                     let end = at + crate::frame::align_frame(header.frame_length as usize) as i64;
-                    self.configurations.push((at, end, entry.to_vec()));
+                    self.received.configurations.push((at, end, entry.to_vec()));
                 }
             }
         });
-        self.taken += head + length;
+        self.framing.taken += head + length;
         Ok(Consumed::More)
     }
 }
