@@ -14,7 +14,12 @@ use crate::media::transport::SendMode;
 use crate::setting::{Setting, SettingError};
 use crate::shm::directory::NodeDirectory;
 
+#[cfg(feature = "config")]
+use super::config::{ClientKeyEntry, FileDuration, FileSize, Parsed, SizeOrOff};
+use super::settings::section;
 use super::{Node, NodeError};
+#[cfg(feature = "config")]
+use crate::client::credentials::DEFAULT_CLIENT_KEY_NAME;
 use crate::storage::recording::{SyncPolicy, MIN_PAGE_CACHE_WINDOW};
 
 /// Where a node keeps its log.
@@ -28,49 +33,48 @@ pub enum LogStorage {
     Memory,
 }
 
-/// Where and how a node keeps its log, and when it snapshots the application.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StorageConfig {
-    /// Recorded on disk, or in memory only.
-    /// Default: `Disk`.
-    pub log: LogStorage,
-    /// When recorded bytes are made durable (see [`SyncPolicy`] for what each can lose).
-    /// Default: `None`.
-    pub sync: SyncPolicy,
-    /// The recording's directory; `None` uses `recording` in the data directory.
-    /// Default: `None`.
-    pub recording_dir: Option<PathBuf>,
-    /// A new segment file starts once the current one holds this many bytes.
-    /// Default: `134217728`.
-    pub segment_length: u64,
-    /// How many bytes behind the end of the log the recorder keeps in the page cache: older ones are
-    /// written back as they are written (`sync_file_range`, 4 MiB at a time) and their pages dropped
-    /// (`POSIX_FADV_DONTNEED`) once this far behind, so the recorder's writes reuse the same memory instead
-    /// of taking new pages for every byte and leaving the kernel to reclaim them. Catch-ups and recovery
-    /// read older bytes from the disk. `None`: everything stays cached until reclaimed (a host with memory
-    /// to spare whose catch-ups read far back). At least 8 MiB.
-    /// Default: `Some(67108864)`.
-    pub page_cache_window: Option<u64>,
-    /// [`Node::poll_state`] takes a snapshot of the application each time this many more bytes of log
-    /// have been applied since the last (`None`: only on request, [`Node::take_snapshot`]).
-    /// Default: `Some(268435456)`.
-    pub snapshot_interval: Option<u64>,
-    /// Snapshots kept (at least 1); the recorded log below the oldest kept is deleted.
-    /// Default: `2`.
-    pub snapshots_kept: usize,
-}
-
-impl Default for StorageConfig {
-    fn default() -> Self {
-        Self {
-            log: LogStorage::Disk,
-            sync: SyncPolicy::None,
-            recording_dir: None,
-            segment_length: 128 << 20,
-            page_cache_window: Some(64 << 20),
-            snapshot_interval: Some(256 << 20),
-            snapshots_kept: 2,
-        }
+section! {
+    /// Where and how a node keeps its log, and when it snapshots the application.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct StorageConfig: [storage] read by StorageSection {
+        /// Recorded on disk, or in memory only.
+        pub log: LogStorage = LogStorage::Disk, shown "Disk",
+            file LogStorage;
+        /// When recorded bytes are made durable (see [`SyncPolicy`] for what each can lose).
+        pub sync: SyncPolicy = SyncPolicy::None, shown "None",
+            file Parsed<SyncPolicy>;
+        /// The recording's directory; `None` uses `recording` in the data directory.
+        pub recording_dir: Option<PathBuf> = None, shown "None",
+            file PathBuf;
+        /// A new segment file starts once the current one holds this many bytes (64 KiB to 1 TiB).
+        pub segment_length: u64 = 128 << 20, shown "134217728", unit "bytes",
+            file FileSize,
+            check |storage, _| {
+                let length = storage.segment_length;
+                (!(1 << 16..=1 << 40).contains(&length)).then(|| format!("({length}) must be between 64 KiB and 1 TiB"))
+            };
+        /// How many bytes behind the end of the log the recorder keeps in the page cache: older ones are
+        /// written back as they are written (`sync_file_range`, 4 MiB at a time) and their pages dropped
+        /// (`POSIX_FADV_DONTNEED`) once this far behind, so the recorder's writes reuse the same memory instead
+        /// of taking new pages for every byte and leaving the kernel to reclaim them. Catch-ups and recovery
+        /// read older bytes from the disk. `None` (`"off"` in a node file): everything stays cached until
+        /// reclaimed (a host with memory to spare whose catch-ups read far back). At least 8 MiB.
+        pub page_cache_window: Option<u64> = Some(64 << 20), shown "Some(67108864)", unit "bytes",
+            file Parsed<SizeOrOff>,
+            check |storage, _| {
+                let window = storage.page_cache_window.filter(|&w| w < MIN_PAGE_CACHE_WINDOW)?;
+                Some(format!("({window}) must be at least 8 MiB (two steps of the writeback), or off"))
+            };
+        /// [`Node::poll_state`] takes a snapshot of the application each time this many more bytes of log
+        /// have been applied since the last (`None`, `"off"` in a node file: only on request,
+        /// [`Node::take_snapshot`]).
+        pub snapshot_interval: Option<u64> = Some(256 << 20), shown "Some(268435456)", unit "bytes",
+            file Parsed<SizeOrOff>,
+            check |storage, _| (storage.snapshot_interval == Some(0)).then(|| "must be more than 0 bytes".into());
+        /// Snapshots kept (at least 1); the recorded log below the oldest kept is deleted.
+        pub snapshots_kept: usize = 2, shown "2", unit "snapshots",
+            file usize,
+            check |storage, _| (storage.snapshots_kept == 0).then(|| "must be at least 1".into());
     }
 }
 
@@ -136,67 +140,90 @@ impl Member {
     }
 }
 
-/// Remote clients ([`ClusterClient`](crate::ClusterClient)): whether members take them, and the limits every member
-/// applies to them. `max_sessions` and `session_timeout` decide what the replicated session table does,
-/// so every member must have the same.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientEndpointConfig {
-    /// Members bind their client endpoints and take sessions. Off by default.
-    /// Default: `false`.
-    pub enabled: bool,
-    /// Sessions open at once, at most; an open past it is refused (with a reason), never stored.
-    /// Default: `1024`.
-    pub max_sessions: usize,
-    /// A session that sends nothing for this long (the leader's clock, as written into the log) is
-    /// closed; its client is told, and may open a new one.
-    /// Default: `10s`.
-    pub session_timeout: Duration,
-    /// How far past the last message applied a session's message may be numbered (messages in flight);
-    /// further is refused as `WindowExceeded`.
-    /// Default: `4096`.
-    pub window: u64,
-    /// Client datagrams are taken only from these address ranges (empty: from anywhere).
-    /// Default: `[]`.
-    pub allow: Vec<AddressRange>,
-    /// The root of the members' secret that binds each session to its client (session ids, tokens,
-    /// challenges: see the client wire in `docs/ARCHITECTURE.md`): the same on every member, never written
-    /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
-    /// needs one of the two.
-    /// Default: `None`.
-    pub session_key: Option<AuthKey>,
-    /// Client keys: when any is given, every client datagram must be tagged with one of them (or, in a
-    /// session, with a token only a holder of one was given), and anything else is counted and dropped.
-    /// Empty (the default): any client may open a session.
-    /// Default: `[]`.
-    pub keys: Vec<ClientKey>,
-    /// Sessions one address (an IPv4 address, an IPv6 /64) may hold at once; an open past it is refused.
-    /// Default: `256`.
-    pub max_sessions_per_address: usize,
-    /// Sessions the addresses of one network (an IPv4 /24, an IPv6 /48) may hold together; an open past
-    /// it is refused, so that one network's many addresses cannot hold the cluster.
-    /// Default: `256`.
-    pub max_sessions_per_prefix: usize,
-    /// Opens and reconnects one address may make per second (a burst of as many, refilled over the
-    /// second); past it they are refused, counted, and append nothing.
-    /// Default: `1000`.
-    pub opens_per_second: u32,
-}
-
-impl Default for ClientEndpointConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            max_sessions: 1024,
-            session_timeout: Duration::from_secs(10),
-            window: 4096,
-            allow: Vec::new(),
-            session_key: None,
-            keys: Vec::new(),
-            max_sessions_per_address: 256,
-            max_sessions_per_prefix: 256,
-            opens_per_second: 1000,
-        }
+section! {
+    /// Remote clients ([`ClusterClient`](crate::ClusterClient)): whether members take them, and the limits
+    /// every member applies to them. `max_sessions` and `session_timeout` decide what the replicated session
+    /// table does, so every member must have the same. The rules are checked only when `enabled`.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ClientEndpointConfig: [clients] read by ClientsSection {
+        /// Members bind their client endpoints and take sessions. Off by default.
+        pub enabled: bool = false, shown "false",
+            file bool;
+        /// Sessions open at once, at most; an open past it is refused (with a reason), never stored.
+        pub max_sessions: usize = 1024, shown "1024", unit "sessions",
+            file usize,
+            check |clients, _| (clients.max_sessions == 0).then(|| "must be at least 1".into());
+        /// A session that sends nothing for this long (the leader's clock, as written into the log) is
+        /// closed; its client is told, and may open a new one.
+        pub session_timeout: Duration = Duration::from_secs(10), shown "10s",
+            file FileDuration,
+            check |clients, _| {
+                validate_timer(clients::session_timeout, clients.session_timeout).err().map(|e| e.0.problem)
+            };
+        /// How far past the last message applied a session's message may be numbered (messages in flight);
+        /// further is refused as `WindowExceeded`.
+        pub window: u64 = 4096, shown "4096", unit "messages",
+            file u64,
+            check |clients, _| (clients.window == 0).then(|| "must be at least 1 message".into());
+        /// Client datagrams are taken only from these address ranges (empty: from anywhere).
+        pub allow: Vec<AddressRange> = Vec::new(), shown "[]",
+            file Vec<Parsed<AddressRange>>;
+        /// The root of the members' secret that binds each session to its client (session ids, tokens,
+        /// challenges: see the client wire in `docs/ARCHITECTURE.md`): the same on every member, never written
+        /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
+        /// needs one of the two.
+        pub session_key: Option<AuthKey> = None, shown "None",
+            file Parsed<AuthKey>,
+            check |clients, node| (clients.session_key.is_none() && node.channel.auth.is_none()).then(|| {
+                "is not set and {channel.auth_key} is not either: a node that takes clients needs a key every \
+                 member holds, to bind each session to its client; set {clients.session_key} (the same 64 \
+                 hexadecimal digits on every member; make one with `openssl rand -hex 32`), or \
+                 {channel.auth_key}"
+                    .into()
+            });
+        /// Client keys: when any is given, every client datagram must be tagged with one of them (or, in a
+        /// session, with a token only a holder of one was given), and anything else is counted and dropped.
+        /// Empty (the default): any client may open a session. A node file gives named keys
+        /// (`keys = [{ name, key }]`) and, beside them, `auth_key`: a key its clients give as `default`.
+        pub keys: Vec<ClientKey> = Vec::new(), shown "[]",
+            file Vec<ClientKeyEntry>,
+            check |clients, _| {
+                let mut ids: Vec<(u32, &str)> = clients.keys.iter().map(|k| (k.id(), k.name())).collect();
+                ids.sort();
+                let pair = ids.windows(2).find(|pair| pair[0].0 == pair[1].0)?;
+                Some(format!(
+                    "the names {:?} and {:?} are the same or hash to the same key id: rename one",
+                    pair[0].1, pair[1].1
+                ))
+            };
+        /// Sessions one address (an IPv4 address, an IPv6 /64) may hold at once; an open past it is refused.
+        pub max_sessions_per_address: usize = 256, shown "256", unit "sessions",
+            file usize,
+            check |clients, _| (clients.max_sessions_per_address == 0).then(|| "must be at least 1".into());
+        /// Sessions the addresses of one network (an IPv4 /24, an IPv6 /48) may hold together; an open past
+        /// it is refused, so that one network's many addresses cannot hold the cluster.
+        pub max_sessions_per_prefix: usize = 256, shown "256", unit "sessions",
+            file usize,
+            check |clients, _| (clients.max_sessions_per_prefix < clients.max_sessions_per_address).then(|| {
+                "is below {clients.max_sessions_per_address}: a network holds at least what one of its \
+                 addresses may; raise it"
+                    .into()
+            });
+        /// Opens and reconnects one address may make per second (a burst of as many, refilled over the
+        /// second); past it they are refused, counted, and append nothing.
+        pub opens_per_second: u32 = 1000, shown "1000", unit "opens per second",
+            file u32,
+            check |clients, _| (clients.opens_per_second == 0).then(|| "must be at least 1".into());
     }
+    file only {
+        /// A client key its clients give as `default` (listed before the named `keys`).
+        auth_key: Parsed<AuthKey>,
+    }
+    then |file: &ClientsSection, clients: &mut ClientEndpointConfig| {
+        if let Some(key) = file.auth_key {
+            clients.keys.insert(0, ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key.0));
+        }
+    };
 }
 
 impl ClientEndpointConfig {
@@ -476,71 +503,9 @@ impl NodeConfig {
             )
             .into());
         }
-        if !(1 << 16..=1 << 40).contains(&self.storage.segment_length) {
-            let length = self.storage.segment_length;
-            return Err(SettingError::new(
-                Setting::SegmentLength,
-                format!("({length}) must be between 64 KiB and 1 TiB"),
-            )
-            .into());
-        }
+        self.storage.check(self)?;
         if self.clients.enabled {
-            if self.clients.session_key.is_none() && self.channel.auth.is_none() {
-                return Err(SettingError::new(
-                    Setting::SessionKey,
-                    "is not set and {channel.auth_key} is not either: a node that takes clients needs a key every \
-                     member holds, to bind each session to its client; set {clients.session_key} (the same 64 \
-                     hexadecimal digits on every member; make one with `openssl rand -hex 32`), or \
-                     {channel.auth_key}",
-                )
-                .into());
-            }
-            if self.clients.max_sessions == 0 {
-                return Err(SettingError::new(Setting::MaxSessions, "must be at least 1").into());
-            }
-            if self.clients.max_sessions_per_address == 0 {
-                return Err(SettingError::new(Setting::MaxSessionsPerAddress, "must be at least 1").into());
-            }
-            if self.clients.max_sessions_per_prefix < self.clients.max_sessions_per_address {
-                return Err(SettingError::new(
-                    Setting::MaxSessionsPerPrefix,
-                    "is below {clients.max_sessions_per_address}: a network holds at least what one of its \
-                     addresses may; raise it",
-                )
-                .into());
-            }
-            if self.clients.opens_per_second == 0 {
-                return Err(SettingError::new(Setting::OpensPerSecond, "must be at least 1").into());
-            }
-            let mut ids: Vec<(u32, &str)> = self.clients.keys.iter().map(|k| (k.id(), k.name())).collect();
-            ids.sort();
-            if let Some(pair) = ids.windows(2).find(|pair| pair[0].0 == pair[1].0) {
-                return Err(SettingError::new(
-                    Setting::ClientKeys,
-                    format!(
-                        "the names {:?} and {:?} are the same or hash to the same key id: rename one",
-                        pair[0].1, pair[1].1
-                    ),
-                )
-                .into());
-            }
-            if self.clients.window == 0 {
-                return Err(SettingError::new(Setting::ClientWindow, "must be at least 1 message").into());
-            }
-            check_timer(Setting::SessionTimeout, self.clients.session_timeout)?;
-        }
-        if let Some(window) = self.storage.page_cache_window.filter(|&w| w < MIN_PAGE_CACHE_WINDOW) {
-            return Err(SettingError::new(
-                Setting::PageCacheWindow,
-                format!("({window}) must be at least 8 MiB (two steps of the writeback), or off"),
-            )
-            .into());
-        }
-        if self.storage.snapshots_kept == 0 {
-            return Err(SettingError::new(Setting::SnapshotsKept, "must be at least 1").into());
-        }
-        if self.storage.snapshot_interval == Some(0) {
-            return Err(SettingError::new(Setting::SnapshotInterval, "must be more than 0 bytes").into());
+            self.clients.check(self)?;
         }
         Ok(())
     }
@@ -839,7 +804,5 @@ mod default_docs {
     fn every_documented_default_is_the_default() {
         let source = include_str!("builder.rs");
         check(source, "NodeConfig", NodeBuilder::new(0, Vec::new()).config(), &["id", "members"]);
-        check(source, "StorageConfig", &StorageConfig::default(), &[]);
-        check(source, "ClientEndpointConfig", &ClientEndpointConfig::default(), &[]);
     }
 }

@@ -11,16 +11,14 @@ use std::time::Duration;
 use crate::agent::clock::{parse_duration, BareNumber};
 use crate::agent::idle::IdleStrategyConfig;
 use crate::agent::ThreadingMode;
-use crate::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
+use crate::client::credentials::ClientKey;
 use crate::media::auth::AuthKey;
 use crate::media::channel::ChannelConfig;
 use crate::media::transport::faulty::FaultConfig;
 use crate::media::transport::SendMode;
-use crate::node::{
-    AddressRange, ClientEndpointConfig, LogStorage, Member, NodeBuilder, NodeConfig, NodeError, StorageConfig,
-};
+use crate::node::builder::{ClientsSection, StorageSection};
+use crate::node::{LogStorage, Member, NodeBuilder, NodeConfig, NodeError};
 use crate::setting::FrontEnd;
-use crate::storage::recording::SyncPolicy;
 
 /// A node configuration file in TOML, or a profile to merge over one.
 ///
@@ -155,70 +153,17 @@ struct AdminSection {
     key: Option<Parsed<AuthKey>>,
 }
 
-/// The `[clients]` table.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClientsSection {
-    enabled: Option<bool>,
-    max_sessions: Option<usize>,
-    session_timeout: Option<FileDuration>,
-    window: Option<u64>,
-    allow: Option<Vec<Parsed<AddressRange>>>,
-    session_key: Option<Parsed<AuthKey>>,
-    auth_key: Option<Parsed<AuthKey>>,
-    keys: Option<Vec<ClientKeyEntry>>,
-    max_sessions_per_address: Option<usize>,
-    max_sessions_per_prefix: Option<usize>,
-    opens_per_second: Option<u32>,
-}
-
 /// A `[[clients.keys]]` entry: a client key and the name its clients give.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ClientKeyEntry {
+pub(crate) struct ClientKeyEntry {
     name: String,
     key: Parsed<AuthKey>,
 }
 
-impl ClientsSection {
-    fn apply(&self, clients: &mut ClientEndpointConfig) {
-        set(&mut clients.enabled, self.enabled);
-        set(&mut clients.max_sessions, self.max_sessions);
-        set(&mut clients.session_timeout, self.session_timeout.map(|d| d.0));
-        set(&mut clients.window, self.window);
-        if let Some(allow) = &self.allow {
-            clients.allow = allow.iter().map(|p| p.0).collect();
-        }
-        if let Some(key) = self.session_key {
-            clients.session_key = Some(key.0);
-        }
-        if self.auth_key.is_some() || self.keys.is_some() {
-            let single = self.auth_key.map(|key| ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key.0));
-            let named = self.keys.iter().flatten().map(|entry| ClientKey::new(entry.name.clone(), entry.key.0));
-            clients.keys = single.into_iter().chain(named).collect();
-        }
-        set(&mut clients.max_sessions_per_address, self.max_sessions_per_address);
-        set(&mut clients.max_sessions_per_prefix, self.max_sessions_per_prefix);
-        set(&mut clients.opens_per_second, self.opens_per_second);
-    }
-}
-
-/// The `[storage]` table.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StorageSection {
-    log: Option<LogStorage>,
-    sync: Option<Parsed<SyncPolicy>>,
-    recording_dir: Option<PathBuf>,
-    segment_length: Option<FileSize>,
-    page_cache_window: Option<Parsed<SizeOrOff>>,
-    snapshot_interval: Option<Parsed<SizeOrOff>>,
-    snapshots_kept: Option<usize>,
-}
-
 /// A size in a file, or `off` (a snapshot interval, a page cache window).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct SizeOrOff(Option<u64>);
+pub(crate) struct SizeOrOff(Option<u64>);
 
 impl std::str::FromStr for SizeOrOff {
     type Err = String;
@@ -229,22 +174,6 @@ impl std::str::FromStr for SizeOrOff {
         }
         let size = parse_size_text(text).map_err(|e| format!("{e}, or off"))?;
         Ok(SizeOrOff(Some(size as u64)))
-    }
-}
-
-impl StorageSection {
-    fn apply(&self, storage: &mut StorageConfig) {
-        set(&mut storage.log, self.log);
-        set(&mut storage.sync, self.sync.map(|p| p.0));
-        storage.recording_dir = self.recording_dir.clone().or(storage.recording_dir.take());
-        set(&mut storage.segment_length, self.segment_length.map(|s| s.0 as u64));
-        if let Some(window) = self.page_cache_window {
-            storage.page_cache_window = window.0 .0;
-        }
-        if let Some(interval) = self.snapshot_interval {
-            storage.snapshot_interval = interval.0 .0;
-        }
-        set(&mut storage.snapshots_kept, self.snapshots_kept);
     }
 }
 
@@ -378,12 +307,8 @@ impl NodeFile {
         ] {
             merge_fields!(entry, over; idle, core);
         }
-        let (s, o) = (&mut self.storage, over.storage);
-        merge_fields!(s, o; log, sync, recording_dir, segment_length, page_cache_window, snapshot_interval,
-            snapshots_kept);
-        let (c, o) = (&mut self.clients, over.clients);
-        merge_fields!(c, o; enabled, max_sessions, session_timeout, window, allow, session_key, auth_key, keys,
-            max_sessions_per_address, max_sessions_per_prefix, opens_per_second);
+        self.storage.merge(over.storage);
+        self.clients.merge(over.clients);
         let (a, o) = (&mut self.admin, over.admin);
         merge_fields!(a, o; key);
         self
@@ -522,6 +447,66 @@ impl TimerSection {
     }
 }
 
+/// A value as a node file gives it, turned into the setting's type (the `file` form of a setting declared
+/// with `section!`).
+pub(crate) trait FileValue<T> {
+    /// The setting's value.
+    fn value(self) -> T;
+}
+
+macro_rules! file_value_as_is {
+    ($($t:ty),*) => { $(impl FileValue<$t> for $t { fn value(self) -> $t { self } })* };
+}
+file_value_as_is!(bool, u32, u64, usize, LogStorage);
+
+impl FileValue<Duration> for FileDuration {
+    fn value(self) -> Duration {
+        self.0
+    }
+}
+
+impl FileValue<u64> for FileSize {
+    fn value(self) -> u64 {
+        self.0 as u64
+    }
+}
+
+impl<T> FileValue<T> for Parsed<T> {
+    fn value(self) -> T {
+        self.0
+    }
+}
+
+impl FileValue<Option<AuthKey>> for Parsed<AuthKey> {
+    fn value(self) -> Option<AuthKey> {
+        Some(self.0)
+    }
+}
+
+impl FileValue<Option<u64>> for Parsed<SizeOrOff> {
+    fn value(self) -> Option<u64> {
+        self.0 .0
+    }
+}
+
+impl FileValue<Option<PathBuf>> for PathBuf {
+    fn value(self) -> Option<PathBuf> {
+        Some(self)
+    }
+}
+
+impl<T> FileValue<Vec<T>> for Vec<Parsed<T>> {
+    fn value(self) -> Vec<T> {
+        self.into_iter().map(|p| p.0).collect()
+    }
+}
+
+impl FileValue<Vec<ClientKey>> for Vec<ClientKeyEntry> {
+    fn value(self) -> Vec<ClientKey> {
+        self.into_iter().map(|entry| ClientKey::new(entry.name, entry.key.0)).collect()
+    }
+}
+
 fn set<T>(target: &mut T, value: Option<T>) {
     if let Some(value) = value {
         *target = value;
@@ -537,7 +522,7 @@ impl NodeConfig {
 
 /// A value a file gives as a string in the form its type's `FromStr` takes (idle strategies, modes).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Parsed<T>(T);
+pub(crate) struct Parsed<T>(pub(crate) T);
 
 impl<'de, T> serde::Deserialize<'de> for Parsed<T>
 where
@@ -552,7 +537,7 @@ where
 
 /// A duration written as a number with a unit: `100us`, `10ms`, `5s`, `500ns`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct FileDuration(Duration);
+pub(crate) struct FileDuration(Duration);
 
 impl<'de> serde::Deserialize<'de> for FileDuration {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -563,7 +548,7 @@ impl<'de> serde::Deserialize<'de> for FileDuration {
 
 /// A size in bytes: a whole number, or a string with a unit: `"16MiB"`, `"128KiB"`, `"1GiB"`, `"4096B"`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct FileSize(usize);
+pub(crate) struct FileSize(usize);
 
 impl<'de> serde::Deserialize<'de> for FileSize {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -613,6 +598,7 @@ fn parse_size_text(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod file_tests {
     use super::*;
+    use crate::client::credentials::DEFAULT_CLIENT_KEY_NAME;
 
     const NODE: &str = r#"
         id = 1

@@ -54,6 +54,7 @@ mod recovery;
 mod replay;
 mod seams;
 mod sessions;
+mod settings;
 mod slot;
 mod start;
 mod wiring;

@@ -18,29 +18,50 @@ pub enum FrontEnd {
     Builder,
 }
 
+/// A setting a rule checks, in its three spellings: its placeholder id (`consensus.heartbeat_timeout`),
+/// its node-file key (`[consensus] heartbeat_timeout`) and its builder spelling
+/// (`NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. })`).
+///
+/// The settings of the layers below the node (the channel, the consensus timers) and the node's own not
+/// yet declared with their section are the associated constants here; a section the node declares in one
+/// place (`quorumcast`'s `[clients]` and `[storage]`) makes its own with [`Setting::new`], from the same
+/// declaration as its field, file key, default and rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Setting {
+    id: &'static str,
+    file: &'static str,
+    builder: &'static str,
+}
+
+impl Setting {
+    /// The setting with placeholder `id`, node-file key `file` and builder spelling `builder`.
+    pub const fn new(id: &'static str, file: &'static str, builder: &'static str) -> Self {
+        Self { id, file, builder }
+    }
+
+    /// Its placeholder name in a [`SettingError`]'s problem (`{` id `}`).
+    pub fn id(self) -> &'static str {
+        self.id
+    }
+
+    /// Its name in `front`'s terms.
+    pub fn name(self, front: FrontEnd) -> &'static str {
+        match front {
+            FrontEnd::NodeFile => self.file,
+            FrontEnd::Builder => self.builder,
+        }
+    }
+}
+
 macro_rules! settings {
     ($($(#[$doc:meta])* $name:ident = $id:literal, $file:literal, $builder:literal;)*) => {
-        /// A setting a rule of `quorumcast::NodeConfig` checks.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub enum Setting {
-            $($(#[$doc])* $name,)*
-        }
-
+        #[allow(non_upper_case_globals)]
         impl Setting {
+            $($(#[$doc])* pub const $name: Setting = Setting::new($id, $file, $builder);)*
+
+            /// Every setting declared here: a [`SettingError`] resolves its placeholders among them, and
+            /// among the ones it was given with [`SettingError::among`].
             const ALL: &'static [Setting] = &[$(Setting::$name),*];
-
-            /// Its placeholder name in a [`SettingError`]'s problem (`{` id `}`).
-            pub fn id(self) -> &'static str {
-                match self { $(Setting::$name => $id,)* }
-            }
-
-            /// Its name in `front`'s terms.
-            pub fn name(self, front: FrontEnd) -> &'static str {
-                match (self, front) {
-                    $((Setting::$name, FrontEnd::NodeFile) => $file,
-                      (Setting::$name, FrontEnd::Builder) => $builder,)*
-                }
-            }
         }
     };
 }
@@ -67,28 +88,10 @@ settings! {
     /// The shortest time between two of a follower's acknowledgements.
     AckGap = "timers.ack_gap", "[timers] ack_gap",
         "NodeBuilder::from_config(NodeConfig { ack_gap, .. })";
-    /// The session key of the client endpoint.
-    SessionKey = "clients.session_key", "[clients] session_key", "ClientEndpointConfig::session_key";
     /// The log channel's shared key.
     ChannelAuthKey = "channel.auth_key", "[channel] auth_key", "NodeBuilder::auth_key";
     /// The operator key of administrative commands over the network.
     AdminKey = "admin.key", "[admin] key", "NodeBuilder::admin_key";
-    /// Sessions the cluster holds at most.
-    MaxSessions = "clients.max_sessions", "[clients] max_sessions", "ClientEndpointConfig::max_sessions";
-    /// Sessions one address holds at most.
-    MaxSessionsPerAddress = "clients.max_sessions_per_address", "[clients] max_sessions_per_address",
-        "ClientEndpointConfig::max_sessions_per_address";
-    /// Sessions the addresses of one network (IPv4 /24, IPv6 /48) hold together at most.
-    MaxSessionsPerPrefix = "clients.max_sessions_per_prefix", "[clients] max_sessions_per_prefix",
-        "ClientEndpointConfig::max_sessions_per_prefix";
-    /// Opens and reconnects per address per second.
-    OpensPerSecond = "clients.opens_per_second", "[clients] opens_per_second", "ClientEndpointConfig::opens_per_second";
-    /// The named client keys.
-    ClientKeys = "clients.keys", "[clients] keys", "ClientEndpointConfig::keys";
-    /// Messages in flight per session.
-    ClientWindow = "clients.window", "[clients] window", "ClientEndpointConfig::window";
-    /// How long a silent session lives.
-    SessionTimeout = "clients.session_timeout", "[clients] session_timeout", "ClientEndpointConfig::session_timeout";
     /// The log channel's MTU.
     Mtu = "channel.mtu", "[channel] mtu", "NodeBuilder::mtu";
     /// The length of one term buffer of the log (Aeron's `term-length`; not a leadership term).
@@ -121,14 +124,6 @@ settings! {
     SetupInterval = "timers.setup_interval", "[timers] setup_interval", "ChannelConfig::setup_interval";
     /// Whether a crashed run's node directory is removed at start.
     CleanStale = "node.clean_stale", "clean_stale", "NodeBuilder::clean_stale";
-    /// The recording's segment length.
-    SegmentLength = "storage.segment_length", "[storage] segment_length", "StorageConfig::segment_length";
-    /// Bytes of the recorded log kept in the page cache behind its end.
-    PageCacheWindow = "storage.page_cache_window", "[storage] page_cache_window", "StorageConfig::page_cache_window";
-    /// Snapshots kept.
-    SnapshotsKept = "storage.snapshots_kept", "[storage] snapshots_kept", "StorageConfig::snapshots_kept";
-    /// Log bytes between snapshots.
-    SnapshotInterval = "storage.snapshot_interval", "[storage] snapshot_interval", "StorageConfig::snapshot_interval";
 }
 
 /// A setting refused by a rule: which one, and the problem, with every setting it names as a placeholder.
@@ -138,18 +133,26 @@ pub struct SettingError {
     pub setting: Setting,
     /// What is wrong and what to do, settings written `{id}` ([`Setting::id`]).
     pub problem: String,
+    /// Settings declared outside this module that the problem may name (a section's own).
+    among: &'static [Setting],
 }
 
 impl SettingError {
     /// A refusal of `setting`; `problem` names settings as `{id}`.
     pub fn new(setting: Setting, problem: impl Into<String>) -> Self {
-        Self { setting, problem: problem.into() }
+        Self { setting, problem: problem.into(), among: &[] }
+    }
+
+    /// This refusal, its problem's placeholders also resolved among `settings` (a section's own, declared
+    /// where the section is, beside the ones declared here).
+    pub fn among(self, settings: &'static [Setting]) -> Self {
+        Self { among: settings, ..self }
     }
 
     /// The refusal in `front`'s terms: `<setting>: <problem>`.
     pub fn render(&self, front: FrontEnd) -> String {
         let mut problem = self.problem.clone();
-        for setting in Setting::ALL {
+        for setting in Setting::ALL.iter().chain(self.among).chain([&self.setting]) {
             problem = problem.replace(&format!("{{{}}}", setting.id()), setting.name(front));
         }
         format!("{}: {problem}", self.setting.name(front))
