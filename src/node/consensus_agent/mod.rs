@@ -24,8 +24,9 @@
 //! per half heartbeat interval), so elections cost the steady state nothing measurable.
 //!
 //! This module holds the duty cycle and the carrying out of outputs; the follower's side (the image, the
-//! catch-up, joining the live log) is in `following`, the leader's (its term's log, its own and its
-//! followers' positions, the append stage) in `leading`.
+//! catch-up, joining the live log) is in `following` (when to catch up, without I/O, in `catch_up`), the
+//! leader's (its term's log, its own and its followers' positions, the append stage) in `leading`,
+//! membership changes in `reconfiguring`, the operator's commands in `administering`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,12 +47,13 @@ use crate::storage::vote_file::{TermVote, VoteFile};
 
 use super::admin::{self, AdminReplayGuard, AdminRings};
 
-use super::client::Shared;
-use super::ingress::ClientIngress;
-use super::wiring::Wiring;
+use super::local_client::Shared;
+use super::sessions::ingress::ClientIngress;
+use super::start::wiring::Wiring;
 use super::RoleChange;
 
 mod administering;
+mod catch_up;
 mod following;
 mod leading;
 mod reconfiguring;
@@ -67,7 +69,7 @@ const CONSENSUS_POLL_INTERVAL_NS: u64 = 50_000;
 
 /// The counters of the consensus agent's own work (the core's drop reasons are mirrored beside them).
 #[derive(Clone, Debug)]
-pub(super) struct DriverCounters {
+pub(super) struct ConsensusAgentCounters {
     pub(super) frames_received: Counter,
     pub(super) frames_sent: Counter,
     pub(super) foreign_dropped: Counter,
@@ -94,7 +96,7 @@ pub(super) struct DriverCounters {
     pub(super) snapshot: Counter,
 }
 
-impl DriverCounters {
+impl ConsensusAgentCounters {
     /// The counters of member `member_id`'s consensus agent.
     pub(super) fn new(member_id: i32, mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
         allocate(&kinds::election::member_id).set(member_id.into());
@@ -173,7 +175,7 @@ pub(super) struct ConsensusAgent {
     /// The recorder takes every new log.
     records: bool,
     shared: Arc<Shared>,
-    counters: DriverCounters,
+    counters: ConsensusAgentCounters,
     /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
     last_position_send_ns: u64,
     preferred_leader: bool,
@@ -190,7 +192,7 @@ pub(super) struct ConsensusAgent {
 }
 
 /// What a consensus agent is made of.
-pub(super) struct DriverParts {
+pub(super) struct ConsensusAgentParts {
     /// The last bytes of this member's recorded log, rebuilt in memory at start, and where they start.
     pub(super) tail: Option<(LogBuffer, i64)>,
     /// With a recorded log: the position the recorder has made durable (synced under `batch`, written
@@ -207,13 +209,13 @@ pub(super) struct DriverParts {
     pub(super) clients: Option<ClientIngress>,
     pub(super) ingress: ManyToOneRingBuffer,
     pub(super) shared: Arc<Shared>,
-    pub(super) counters: DriverCounters,
+    pub(super) counters: ConsensusAgentCounters,
     /// The operator's command rings in the node directory.
     pub(super) admin: Option<AdminRings>,
 }
 
 impl ConsensusAgent {
-    pub(super) fn new(parts: DriverParts) -> Self {
+    pub(super) fn new(parts: ConsensusAgentParts) -> Self {
         let config = &parts.wiring.config;
         let peers = reconfiguring::peers_of(&parts.wiring);
         let preferred_leader = config.leader == Some(config.id);
@@ -280,7 +282,7 @@ impl ConsensusAgent {
             work += received + self.poll_admin(now_ns);
             // What the messages decided is carried out before the data path's positions are handed over:
             // a new term's ReplicateFrom names the core's position now, and an image of the term it ends
-            // must not feed the core past it first (soak seeds 1796322893243130984, 1796322893239166647).
+            // must not feed the core past it first.
             work += self.execute(now_ns)?;
         }
         work += self.feed(now_ns)?;

@@ -59,16 +59,16 @@ use crate::shm::log_buffer::AppendError;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
 use crate::shm::stats::{kinds, CounterKind};
 
-use super::builder::ClientEndpointConfig;
-use super::client_limits::{AddressKey, OpenRate, SessionsPerAddress, UsedOpens};
-use super::sessions::SessionDeadline;
+use super::limits::{AddressKey, OpenRate, SessionsPerAddress, UsedOpens};
+use super::SessionDeadline;
+use crate::node::builder::ClientEndpointConfig;
 
 mod admission;
 use crate::storage::recording::catch_up::Nonces;
 
 /// Egress ring message type (never on the wire): a keep-alive was applied; `value` is the session's last
 /// applied correlation id. It completes a reconnect.
-pub(super) const KEPT_ALIVE: u8 = 64;
+pub(crate) const KEPT_ALIVE: u8 = 64;
 
 /// Most client datagrams read per duty cycle: enough that a duty cycle takes what many clients sent
 /// since the last one (a datagram holds up to a few hundred messages), bounded so that the rest of the
@@ -84,11 +84,11 @@ const TICK_INTERVAL_NS: i64 = 50_000_000;
 
 /// The counters of a member's client endpoint (see [`kinds::clients`]).
 #[derive(Clone, Debug)]
-pub(super) struct IngressCounters {
+pub(crate) struct IngressCounters {
     datagrams_received: Counter,
     receive_calls: Counter,
     records_received: Counter,
-    pub(super) malformed_dropped: Counter,
+    pub(crate) malformed_dropped: Counter,
     address_refused: Counter,
     unknown_session: Counter,
     source_mismatch: Counter,
@@ -102,7 +102,7 @@ pub(super) struct IngressCounters {
     redirects: Counter,
     egress_datagrams: Counter,
     egress_records: Counter,
-    pub(super) egress_dropped: Counter,
+    pub(crate) egress_dropped: Counter,
     connections: Counter,
     forged_dropped: Counter,
     replayed_dropped: Counter,
@@ -114,7 +114,7 @@ pub(super) struct IngressCounters {
 }
 
 impl IngressCounters {
-    pub(super) fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
+    pub(crate) fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
         use kinds::clients as k;
         Self {
             datagrams_received: allocate(&k::datagrams_received),
@@ -238,7 +238,7 @@ impl Sequence {
 }
 
 /// A member's client endpoint.
-pub(super) struct ClientIngress {
+pub(crate) struct ClientIngress {
     socket: Box<dyn Transport>,
     /// The clock of session entries' times (the wall clock, or the simulated one).
     clock: NanoClock,
@@ -296,30 +296,30 @@ struct ReplySeal {
 
 /// What the leader appends with: its append stage and term, and what a duty cycle appended (counted
 /// once per cycle, not per entry).
-pub(super) struct Appending<'a> {
-    pub(super) stage: &'a mut AppendStage,
-    pub(super) term: i64,
+pub(crate) struct Appending<'a> {
+    pub(crate) stage: &'a mut AppendStage,
+    pub(crate) term: i64,
     /// An operator suspended the cluster: opens and messages are refused (`RefusalCode::Suspended`); keep
     /// -alives, reconnects and closes still go into the log, so that sessions outlive a suspension.
-    pub(super) suspended: bool,
+    pub(crate) suspended: bool,
     /// Session entries appended.
-    pub(super) entries: usize,
+    pub(crate) entries: usize,
     /// Of those, client messages.
-    pub(super) messages: usize,
+    pub(crate) messages: usize,
 }
 
 impl<'a> Appending<'a> {
     /// Appending through `stage` for `term`.
-    pub(super) fn new(stage: &'a mut AppendStage, term: i64) -> Self {
+    pub(crate) fn new(stage: &'a mut AppendStage, term: i64) -> Self {
         Self { stage, term, suspended: false, entries: 0, messages: 0 }
     }
 }
 
 /// What the client endpoint shares with the node's reader of committed entries: the answers it makes,
 /// and the session table's next expiry.
-pub(super) struct ReaderLink {
-    pub(super) egress: Arc<OneToOneRingBuffer>,
-    pub(super) deadline: SessionDeadline,
+pub(crate) struct ReaderLink {
+    pub(crate) egress: Arc<OneToOneRingBuffer>,
+    pub(crate) deadline: SessionDeadline,
 }
 
 /// Why a datagram was dropped before its records were read.
@@ -332,7 +332,7 @@ impl ClientIngress {
     /// A client endpoint on `socket`, binding sessions with `secret` (and keys and term values drawn from
     /// `entropy`), answering through datagrams of at most `datagram_capacity` bytes, sending what the
     /// node's reader puts in `reader`'s egress.
-    pub(super) fn new(
+    pub(crate) fn new(
         socket: Box<dyn Transport>,
         clock: NanoClock,
         config: ClientEndpointConfig,
@@ -377,7 +377,7 @@ impl ClientIngress {
     /// The members' client endpoints from now on (the configuration in effect changed): `known`, every
     /// member whose endpoints this member knows (a redirect may name any), and the configuration in effect,
     /// its id and members, which clients are told.
-    pub(super) fn set_members(&mut self, known: Vec<(i32, SocketAddr)>, configuration: i64, members: &[i32]) {
+    pub(crate) fn set_members(&mut self, known: Vec<(i32, SocketAddr)>, configuration: i64, members: &[i32]) {
         let listed: Vec<(i32, SocketAddr)> = known.iter().copied().filter(|(id, _)| members.contains(id)).collect();
         let mut payload = Vec::new();
         wire::encode_members(&listed, &mut payload);
@@ -386,7 +386,7 @@ impl ClientIngress {
     }
 
     /// Forgets every connection (this member's role changed): their clients reconnect to the leader.
-    pub(super) fn on_role_change(&mut self) {
+    pub(crate) fn on_role_change(&mut self) {
         self.connections.clear();
         self.dirty.clear();
         self.counters.connections.set(0);
@@ -396,7 +396,7 @@ impl ClientIngress {
 
     /// One duty cycle: reads client datagrams (appending through `appending` on the leader, redirecting
     /// to `leader` elsewhere) and sends what the egress ring holds; returns the work done.
-    pub(super) fn poll(&mut self, now_ns: u64, mut appending: Option<Appending<'_>>, leader: Option<i32>) -> usize {
+    pub(crate) fn poll(&mut self, now_ns: u64, mut appending: Option<Appending<'_>>, leader: Option<i32>) -> usize {
         if let Some(appending) = &appending {
             if appending.term != self.term {
                 self.term = appending.term;

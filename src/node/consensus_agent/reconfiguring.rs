@@ -6,15 +6,15 @@
 
 use std::net::IpAddr;
 
-use super::{ConsensusAgent, Current, DriverCounters, Peer};
+use super::{ConsensusAgent, ConsensusAgentCounters, Current, Peer};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::{ConsensusCore, MembershipError, Role, MAX_MEMBERS};
 use crate::cluster::introduction::{self, Introduction};
-use crate::node::client::Shared;
-use crate::node::ingress::ClientIngress;
+use crate::node::local_client::Shared;
 use crate::node::membership::{MembershipAnswer, MembershipChangeError, MembershipRequest};
-use crate::node::wiring::Wiring;
+use crate::node::sessions::ingress::ClientIngress;
+use crate::node::start::wiring::Wiring;
 
 impl ConsensusAgent {
     /// Takes a membership change asked through the node, if one waits, and answers it.
@@ -180,7 +180,7 @@ pub(super) fn publish_membership(
     wiring: &Wiring,
     peers: &[Peer],
     clients: Option<&mut ClientIngress>,
-    counters: &DriverCounters,
+    counters: &ConsensusAgentCounters,
     shared: &Shared,
 ) {
     let membership = core.membership().clone();

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
+use super::catch_up::{self, CatchUpState};
 use super::{ConsensusAgent, Current, MemberLog};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::{ConsensusCore, Membership, Message, Output, TermBase};
 use crate::cluster::term_starts::TermStarts;
 use crate::media::receiver::{ImageHandoff, Subscription};
-use crate::node::catch_up::{self, CatchUpState};
-use crate::node::client::ReaderLog;
+use crate::node::local_client::ReaderLog;
 use crate::shm::counters::Counter;
 use crate::storage::recording::catch_up::{CatchUpRequest, Fetched};
 use crate::storage::recording::RecorderSource;

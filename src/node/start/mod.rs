@@ -1,21 +1,25 @@
 //! Starting a node: its directory and counters, its recorded log and consensus core, its endpoints, its
 //! recorder with the catch-up service, and its agents on their threads (or an invoker).
 
+mod seams;
+mod slot;
+pub(super) mod wiring;
+
 use std::sync::Arc;
 
+use self::slot::Slot;
+use self::wiring::{node_counter, start_agents, NodeAgents, NodeCounters, Wiring};
 use super::admin::AdminRings;
 use super::builder::NodeConfig;
-use super::client::Shared;
-use super::committed::CommittedReader;
-use super::driver::{ConsensusAgent, DriverCounters, DriverParts};
+use super::consensus_agent::{ConsensusAgent, ConsensusAgentCounters, ConsensusAgentParts};
 use super::environment::{Environment, LogFiles};
 use super::error::NodeError;
-use super::ingress::{ClientIngress, IngressCounters};
-use super::recovery::{self, Recovered};
-use super::replay::Replay;
+use super::local_client::Shared;
+use super::read::committed::CommittedReader;
+use super::read::recovery::{self, Recovered};
+use super::read::replay::Replay;
+use super::sessions::ingress::{ClientIngress, IngressCounters, ReaderLink};
 use super::sessions::{ClientSessions, SessionEventCounters};
-use super::slot::Slot;
-use super::wiring::{node_counter, start_agents, NodeAgents, NodeCounters, Wiring};
 use super::Node;
 use crate::agent::Agent;
 use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
@@ -110,12 +114,12 @@ impl Node {
             receiver_handle,
         );
         wiring.learn(&recorded_endpoints);
-        let driver_counters = DriverCounters::new(config.id, |kind| node_counter(&counters, kind));
+        let driver_counters = ConsensusAgentCounters::new(config.id, |kind| node_counter(&counters, kind));
         // The application's positions, which the node sets and the consensus agent reports to `status`.
         let (applied, last_snapshot) = (driver_counters.applied.clone(), driver_counters.snapshot.clone());
         // Shown from the start: a member repairing its log says so before its agents first run.
         driver_counters.repairing_to.set(core.repair().map_or(0, |r| r.held));
-        let agent = ConsensusAgent::new(DriverParts {
+        let agent = ConsensusAgent::new(ConsensusAgentParts {
             tail,
             synced,
             records: recorder.is_some(),
@@ -424,7 +428,7 @@ fn start_clients(
         config.clients.clone(),
         (secret, env.nonces(0x5E55_1011)),
         datagram_capacity,
-        super::ingress::ReaderLink { egress, deadline: sessions.deadline() },
+        ReaderLink { egress, deadline: sessions.deadline() },
         ingress_counters,
     );
     sessions.apply_duplicates = env.bugs.apply_duplicates();
