@@ -69,8 +69,8 @@ pub use local_client::LocalClient;
 pub use membership::{MembershipChangeError, PendingChange};
 
 use std::fmt;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::agent::{AgentFailure, AgentHandles};
@@ -82,8 +82,11 @@ use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::stats::Stats;
 use crate::storage::snapshot::SnapshotStore;
 
-use self::local_client::Shared;
+use self::consensus_agent::LeadershipTransfer;
+use self::local_client::OfferGate;
+use self::membership::MembershipDesk;
 use self::read::committed::CommittedReader;
+use self::read::ReadRequests;
 use self::sessions::ClientSessions;
 
 /// A change of this node's role, leadership term or known leader, as handed to
@@ -101,10 +104,54 @@ pub struct RoleChange {
 /// A callback for role changes.
 type RoleCallback = Box<dyn FnMut(&RoleChange) + Send>;
 
+/// Role changes the consensus agent published, not yet handed to the application's callbacks.
+#[derive(Default)]
+struct RoleEvents {
+    events: Mutex<Vec<RoleChange>>,
+    generation: AtomicU64,
+}
+
+impl RoleEvents {
+    /// Queues `change` for the callbacks.
+    fn push(&self, change: RoleChange) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(change);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The changes queued since generation `seen` was taken (which moves on to now), if any were.
+    fn take_since(&self, seen: &mut u64) -> Option<Vec<RoleChange>> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation == *seen {
+            return None;
+        }
+        *seen = generation;
+        Some(std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+}
+
+/// What the node's application side and its consensus agent share, one part per concern, each in the
+/// module of that concern and each behind its own `Arc`: the node and the agent hold them all; every other
+/// reader holds only its part (a [`LocalClient`] the offer gate, the reader of committed entries the read
+/// requests).
+#[derive(Clone, Default)]
+struct Links {
+    /// The role, term and leader the agent publishes, suspension and closing: what an offer checks.
+    offers: Arc<OfferGate>,
+    /// Role changes for the application's callbacks.
+    roles: Arc<RoleEvents>,
+    /// Log switches for the reader of committed entries, and an operator's snapshot request.
+    reader: Arc<ReadRequests>,
+    /// Membership changes asked of the agent, its answers, and the configuration in effect.
+    membership: Arc<MembershipDesk>,
+    /// A leadership transfer asked of the agent.
+    transfer: Arc<LeadershipTransfer>,
+}
+
 /// A running cluster node.
 pub struct Node {
     config: NodeConfig,
-    shared: Arc<Shared>,
+    /// What the node shares with its consensus agent.
+    links: Links,
     ingress: Arc<ManyToOneRingBuffer>,
     commit: Counter,
     /// The leader's append position (what [`LocalClient::offer_and_wait`] waits to see committed).
@@ -152,7 +199,7 @@ impl Node {
     pub fn client(&self) -> LocalClient {
         LocalClient {
             ingress: Arc::clone(&self.ingress),
-            shared: Arc::clone(&self.shared),
+            gate: Arc::clone(&self.links.offers),
             commit: self.commit.clone(),
             append: self.append.clone(),
         }
@@ -160,7 +207,7 @@ impl Node {
 
     /// This node's role.
     pub fn role(&self) -> Role {
-        self.shared.role()
+        self.links.offers.role()
     }
 
     /// This node's member id.
@@ -170,7 +217,7 @@ impl Node {
 
     /// The member id of the leader this node knows (`None` while it knows none: an election runs).
     pub fn leader_id(&self) -> Option<i32> {
-        self.shared.leader()
+        self.links.offers.leader()
     }
 
     /// Hands this leader's leadership to member `to`, or (with `None`) to the follower furthest along:
@@ -187,13 +234,13 @@ impl Node {
         if let Some(id) = to.filter(|&id| id == self.config.id || !voters.contains(&id)) {
             return Err(TransferError::NotAFollower(id));
         }
-        self.shared.request_transfer(to);
+        self.links.transfer.request(to);
         Ok(())
     }
 
     /// The leadership term this node is in.
     pub fn leadership_term_id(&self) -> i64 {
-        self.shared.leadership_term_id()
+        self.links.offers.leadership_term_id()
     }
 
     /// Registers `callback` for changes of role, leadership term or leader. Callbacks run on the thread that
@@ -263,12 +310,9 @@ impl Node {
     }
 
     fn deliver_role_changes(&mut self) {
-        let generation = self.shared.event_generation.load(Ordering::Acquire);
-        if generation == self.event_generation {
+        let Some(events) = self.links.roles.take_since(&mut self.event_generation) else {
             return;
-        }
-        self.event_generation = generation;
-        let events = std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|e| e.into_inner()));
+        };
         for event in &events {
             for callback in &mut self.callbacks {
                 callback(event);
@@ -282,7 +326,7 @@ impl Node {
     }
 
     fn shutdown(&mut self) -> Result<(), NodeError> {
-        self.shared.closed.store(true, Ordering::Release);
+        self.links.offers.closed.store(true, Ordering::Release);
         let result = match self.handles.take() {
             Some(handles) => handles.close().map_err(NodeError::Agents),
             None => Ok(()),

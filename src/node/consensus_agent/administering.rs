@@ -136,7 +136,7 @@ impl ConsensusAgent {
             AdminCommand::TransferLeadership(to) => {
                 let answer = match self.core.role() {
                     Role::Leader => {
-                        self.shared.request_transfer(to);
+                        self.links.transfer.request(to);
                         Ok(format!(
                             "member {id} hands its leadership to {}",
                             to.map_or("the follower furthest along".into(), |t| format!("member {t}"))
@@ -147,13 +147,13 @@ impl ConsensusAgent {
                 return self.answer_admin(&reply, correlation, answer);
             }
             AdminCommand::Snapshot => {
-                self.shared.snapshot_requested.store(true, Ordering::Release);
+                self.links.reader.snapshot_requested.store(true, Ordering::Release);
                 let what = format!("member {id} takes a snapshot at its application's next poll");
                 return self.answer_admin(&reply, correlation, Ok(what));
             }
             AdminCommand::Suspend | AdminCommand::Resume => {
                 let suspend = command == AdminCommand::Suspend;
-                self.shared.suspended.store(suspend, Ordering::Release);
+                self.links.offers.suspended.store(suspend, Ordering::Release);
                 let what = if suspend { "takes no client entries" } else { "takes client entries again" };
                 return self.answer_admin(&reply, correlation, Ok(format!("member {id} {what}")));
             }

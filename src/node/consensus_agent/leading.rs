@@ -6,7 +6,7 @@ use super::{ConsensusAgent, Current, MemberLog};
 use crate::agent::AgentError;
 use crate::cluster::append::{AppendParts, AppendStage, LogIdentity};
 use crate::cluster::consensus_core::Message;
-use crate::node::local_client::ReaderLog;
+use crate::node::read::committed::ReaderLog;
 use crate::node::sessions::ingress::Appending;
 use crate::shm::buffer::AtomicBuffer;
 use crate::shm::counters::Counter;
@@ -65,7 +65,7 @@ impl ConsensusAgent {
     /// client endpoint). Elsewhere the client endpoint redirects clients to the leader.
     pub(super) fn append(&mut self, now_ns: u64) -> usize {
         let Current::Leading(leading) = &mut self.current else {
-            let leader = self.shared.leader();
+            let leader = self.links.offers.leader();
             return self.clients.as_mut().map_or(0, |clients| clients.poll(now_ns, None, leader));
         };
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
@@ -77,7 +77,7 @@ impl ConsensusAgent {
         }
         // Suspended by the operator: local offers are refused (`LocalOfferError::Suspended`), and remote
         // clients' opens and messages (`RefusalCode::Suspended`); their sessions live on.
-        let suspended = self.shared.suspended.load(std::sync::atomic::Ordering::Acquire);
+        let suspended = self.links.offers.suspended.load(std::sync::atomic::Ordering::Acquire);
         let mut appended = if suspended { 0 } else { leading.stage.drain(&self.ingress) };
         if let Some(clients) = self.clients.as_mut() {
             let mut appending = Appending::new(&mut leading.stage, leading.term);
@@ -130,12 +130,10 @@ impl ConsensusAgent {
         let end = stage.append_term_start().map_err(AgentError::new)?;
         if self.records {
             let consumer = leadership.log.register_consumer(position).map_err(AgentError::new)?;
-            self.shared
-                .recorder_switches
-                .push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
+            self.recorder.switches.push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
         }
         self.replace_log(MemberLog { log: leadership.log, start: leadership.start, file: Some(leadership.file) });
-        self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
+        self.links.reader.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
         let command_buffer = leadership.command_buffer;
         self.current = Current::Leading(Box::new(Leading {
@@ -146,7 +144,7 @@ impl ConsensusAgent {
             command_buffer,
             start_end: end,
         }));
-        self.shared.catch_ups.cancel();
+        self.recorder.catch_ups.cancel();
         if self.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }

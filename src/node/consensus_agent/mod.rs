@@ -29,6 +29,7 @@
 //! membership changes in `reconfiguring`, the operator's commands in `administering`.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use socket2::SockAddr;
@@ -37,20 +38,22 @@ use crate::agent::clock::NanoClock;
 use crate::agent::{Agent, AgentError};
 use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
 use crate::cluster::introduction;
+use crate::cluster::log_switch::SwitchQueue;
 use crate::event_log::RateLimited;
 use crate::media::transport::{RecvBatch, Transport};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::stats::{kinds, CounterKind};
+use crate::storage::recording::catch_up::CatchUpMembers;
+use crate::storage::recording::{CatchUpChannel, RecorderSource};
 use crate::storage::vote_file::{TermVote, VoteFile};
 
 use super::admin::{self, AdminReplayGuard, AdminRings};
 
-use super::local_client::Shared;
 use super::sessions::ingress::ClientIngress;
 use super::start::wiring::Wiring;
-use super::RoleChange;
+use super::{Links, RoleChange};
 
 mod administering;
 mod catch_up;
@@ -129,6 +132,47 @@ impl ConsensusAgentCounters {
     }
 }
 
+/// A leadership transfer asked of the consensus agent (by [`Node::transfer_leadership`](super::Node::transfer_leadership)
+/// or an operator): [`NO_TRANSFER`], [`ANY_MEMBER`] or a member id.
+pub(super) struct LeadershipTransfer(AtomicI64);
+
+/// No transfer is asked for.
+const NO_TRANSFER: i64 = i64::MIN;
+/// A transfer to the follower furthest along.
+const ANY_MEMBER: i64 = -1;
+
+impl Default for LeadershipTransfer {
+    fn default() -> Self {
+        Self(AtomicI64::new(NO_TRANSFER))
+    }
+}
+
+impl LeadershipTransfer {
+    /// Asks the consensus agent to hand the leadership to `to` (`None`: the follower furthest along).
+    pub(super) fn request(&self, to: Option<i32>) {
+        self.0.store(to.map_or(ANY_MEMBER, i64::from), Ordering::Release);
+    }
+
+    /// The transfer asked for, if one was: its target (`None`: any).
+    fn take(&self) -> Option<Option<i32>> {
+        match self.0.swap(NO_TRANSFER, Ordering::AcqRel) {
+            NO_TRANSFER => None,
+            ANY_MEMBER => Some(None),
+            id => Some(Some(id as i32)),
+        }
+    }
+}
+
+/// What the consensus agent shares with the recorder (a node with a recorded log): the log switches the
+/// recorder has still to make, the catch-ups the agent asks it for, and the members its catch-up server
+/// serves (which the agent changes with the membership).
+#[derive(Default)]
+pub(super) struct RecorderLink {
+    pub(super) switches: Arc<SwitchQueue<RecorderSource>>,
+    pub(super) catch_ups: Arc<CatchUpChannel>,
+    pub(super) members: CatchUpMembers,
+}
+
 /// Another member's consensus endpoint.
 struct Peer {
     id: i32,
@@ -174,7 +218,10 @@ pub(super) struct ConsensusAgent {
     synced: Option<Counter>,
     /// The recorder takes every new log.
     records: bool,
-    shared: Arc<Shared>,
+    /// What it shares with the node's application side.
+    links: Links,
+    /// What it shares with the recorder.
+    recorder: RecorderLink,
     counters: ConsensusAgentCounters,
     /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
     last_position_send_ns: u64,
@@ -208,7 +255,8 @@ pub(super) struct ConsensusAgentParts {
     pub(super) votes: VoteFile,
     pub(super) clients: Option<ClientIngress>,
     pub(super) ingress: ManyToOneRingBuffer,
-    pub(super) shared: Arc<Shared>,
+    pub(super) links: Links,
+    pub(super) recorder: RecorderLink,
     pub(super) counters: ConsensusAgentCounters,
     /// The operator's command rings in the node directory.
     pub(super) admin: Option<AdminRings>,
@@ -226,7 +274,8 @@ impl ConsensusAgent {
             &peers,
             clients.as_mut(),
             &parts.counters,
-            &parts.shared,
+            &parts.links,
+            &parts.recorder,
         );
         Self {
             core: parts.core,
@@ -243,7 +292,8 @@ impl ConsensusAgent {
             log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),
             synced: parts.synced,
             records: parts.records,
-            shared: parts.shared,
+            links: parts.links,
+            recorder: parts.recorder,
             counters: parts.counters,
             last_position_send_ns: 0,
             preferred_leader,
@@ -263,7 +313,7 @@ impl ConsensusAgent {
         if std::mem::take(&mut self.preferred_leader) {
             self.core.campaign(now_ns, &mut self.outputs);
         }
-        if let Some(target) = self.shared.take_transfer() {
+        if let Some(target) = self.links.transfer.take() {
             let log_end = match &self.current {
                 Current::Leading(leading) => leading.stage.position(),
                 _ => self.core.append_position(),
@@ -473,7 +523,9 @@ impl ConsensusAgent {
         if role == Role::Candidate {
             self.counters.elections.increment();
         }
-        self.shared.publish(RoleChange { role, leadership_term_id, leader });
+        let change = RoleChange { role, leadership_term_id, leader };
+        self.links.offers.publish(&change);
+        self.links.roles.push(change);
         // A canvass changes no term: the follower keeps replicating its leader meanwhile (a refused
         // pre-vote must cost the steady state nothing), and so when it hears that leader again.
         let same_leader = |f: &following::Following| {

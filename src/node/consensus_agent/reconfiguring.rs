@@ -6,20 +6,20 @@
 
 use std::net::IpAddr;
 
-use super::{ConsensusAgent, ConsensusAgentCounters, Current, Peer};
+use super::{ConsensusAgent, ConsensusAgentCounters, Current, Peer, RecorderLink};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::{ConsensusCore, MembershipError, Role, MAX_MEMBERS};
 use crate::cluster::introduction::{self, Introduction};
-use crate::node::local_client::Shared;
 use crate::node::membership::{MembershipAnswer, MembershipChangeError, MembershipRequest};
 use crate::node::sessions::ingress::ClientIngress;
 use crate::node::start::wiring::Wiring;
+use crate::node::Links;
 
 impl ConsensusAgent {
     /// Takes a membership change asked through the node, if one waits, and answers it.
     pub(super) fn poll_membership_request(&mut self, now_ns: u64) -> usize {
-        let Some(request) = self.shared.membership.take_request() else {
+        let Some(request) = self.links.membership.take_request() else {
             return 0;
         };
         let answer = self.propose(&request, now_ns);
@@ -32,7 +32,7 @@ impl ConsensusAgent {
             ),
             Err(why) => log::warn!("member {}: {} not made: {why}", self.wiring.config.id, request.change),
         }
-        self.shared.membership.answer(request.ticket, answer);
+        self.links.membership.answer(request.ticket, answer);
         1
     }
 
@@ -75,7 +75,7 @@ impl ConsensusAgent {
     /// The configuration in effect changed: the node follows it.
     pub(super) fn on_membership_changed(&mut self) -> Result<(), AgentError> {
         let membership = self.core.membership().clone();
-        if self.shared.membership.current().is_some_and(|(published, _)| published == membership) {
+        if self.links.membership.current().is_some_and(|(published, _)| published == membership) {
             // Several entries handed over at once (a catch-up's) each report the latest: once is enough.
             return Ok(());
         }
@@ -87,7 +87,15 @@ impl ConsensusAgent {
             membership.learners
         );
         self.peers = peers_of(&self.wiring);
-        publish_membership(&self.core, &self.wiring, &self.peers, self.clients.as_mut(), &self.counters, &self.shared);
+        publish_membership(
+            &self.core,
+            &self.wiring,
+            &self.peers,
+            self.clients.as_mut(),
+            &self.counters,
+            &self.links,
+            &self.recorder,
+        );
         if let Current::Leading(leading) = &mut self.current {
             // The Sender goes on with the followers of the configuration in effect.
             let rule = self.core.ack_rule(leading.stage.identity().session_id);
@@ -181,19 +189,20 @@ pub(super) fn publish_membership(
     peers: &[Peer],
     clients: Option<&mut ClientIngress>,
     counters: &ConsensusAgentCounters,
-    shared: &Shared,
+    links: &Links,
+    recorder: &RecorderLink,
 ) {
     let membership = core.membership().clone();
     let served: Vec<(i32, IpAddr)> =
         peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
-    shared.catch_up_members.set(served);
+    recorder.members.set(served);
     if let Some(clients) = clients {
         let ids: Vec<i32> = membership.members().collect();
         clients.set_members(wiring.known().iter().map(|e| (e.id, e.client)).collect(), membership.id as i64, &ids);
     }
     let endpoints: Vec<_> = membership.members().filter_map(|m| wiring.endpoints(m)).collect();
     counters.configuration_id.set(membership.id as i64);
-    shared.membership.publish(membership, endpoints);
+    links.membership.publish(membership, endpoints);
 }
 
 /// Whom a member hears on the consensus endpoint: every other member whose endpoints it knows (from its

@@ -11,16 +11,27 @@
 use std::sync::Arc;
 
 use super::replay::Replay;
-use crate::node::local_client::{ReaderLog, Shared};
+use super::ReadRequests;
 use crate::shm::log_buffer::MessageReader;
+use crate::shm::log_buffer::{ConsumerPosition, LogReader};
 use crate::storage::recording::{RecorderCounters, RecordingError, RecordingReader};
+
+/// Where the node's reader of committed entries goes on at a switch.
+pub(crate) enum ReaderLog {
+    /// In a log in memory: a reader of it and its consumer slot.
+    Memory(LogReader, ConsumerPosition),
+    /// In the recorded log, which a catch-up filled (after the snapshot installed at `snapshot`, if one
+    /// was), up to the next switch.
+    Recorded { snapshot: Option<i64> },
+}
 
 /// Reads a node's committed entries; see the module documentation.
 pub(crate) struct CommittedReader {
     /// The node's clock (what a failing read is timed by).
     clock: crate::agent::clock::NanoClock,
     member_id: i32,
-    shared: Arc<Shared>,
+    /// The log switches the consensus agent queues.
+    requests: Arc<ReadRequests>,
     /// The reader of a log in memory: `None` until this node has one.
     reader: Option<MessageReader>,
     /// The reader of the recorded log, before the first log in memory (or after a catch-up).
@@ -49,7 +60,7 @@ impl CommittedReader {
     /// A reader that starts with `replay` (a recorded log) or with nothing until the first switch.
     pub(crate) fn new(
         member_id: i32,
-        shared: Arc<Shared>,
+        requests: Arc<ReadRequests>,
         replay: Option<Replay>,
         recorder: Option<RecorderCounters>,
         recording: Option<RecordingReader>,
@@ -59,7 +70,7 @@ impl CommittedReader {
         Self {
             clock,
             member_id,
-            shared,
+            requests,
             reader: None,
             replay,
             replay_error: None,
@@ -216,11 +227,11 @@ impl CommittedReader {
 
     /// Reads where the next switch of logs is, when the consensus agent queued or completed one.
     fn refresh_switch(&mut self) {
-        let generation = self.shared.switches.generation();
+        let generation = self.requests.switches.generation();
         if generation != self.switch_generation {
             self.switch_generation = generation;
             self.take_installed_snapshot();
-            self.next_switch = self.shared.switches.next_at();
+            self.next_switch = self.requests.switches.next_at();
         }
     }
 
@@ -229,7 +240,7 @@ impl CommittedReader {
     fn take_installed_snapshot(&mut self) {
         let installed = |log: &ReaderLog| matches!(log, ReaderLog::Recorded { snapshot: Some(_) });
         let Some((_, ReaderLog::Recorded { snapshot: Some(position) }, _)) =
-            self.shared.switches.take_superseding(installed)
+            self.requests.switches.take_superseding(installed)
         else {
             return;
         };
@@ -258,7 +269,7 @@ impl CommittedReader {
 
     /// At the next switch's position, goes on in its log, once it is there; true when it did.
     fn switch_log(&mut self) -> bool {
-        let Some((at, next_log, next)) = self.shared.switches.take() else {
+        let Some((at, next_log, next)) = self.requests.switches.take() else {
             return false;
         };
         self.next_switch = next;

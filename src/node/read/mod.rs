@@ -9,17 +9,29 @@ pub(super) mod committed;
 pub(super) mod recovery;
 pub(super) mod replay;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::client::session::Entry;
 use crate::cluster::consensus_core::Role;
 use crate::cluster::frames::SESSION_FLAG;
+use crate::cluster::log_switch::SwitchQueue;
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 
+use self::committed::ReaderLog;
 use super::sessions::ClientSessions;
 use super::{Node, NodeError};
 #[cfg(doc)]
 use super::{NodeConfig, StorageConfig};
+
+/// What the consensus agent asks of the read path: the log switches the reader of committed entries has
+/// still to make, and a snapshot an operator asked for.
+#[derive(Default)]
+pub(super) struct ReadRequests {
+    /// The log switches the node's reader has still to make.
+    pub(super) switches: SwitchQueue<ReaderLog>,
+    /// A snapshot is to be taken at the application's next `poll_state` (`qc-cluster snapshot`).
+    pub(super) snapshot_requested: AtomicBool,
+}
 
 impl Node {
     /// The log position this node has applied up to through [`Node::poll_committed`]: every message
@@ -70,7 +82,7 @@ impl Node {
         }
         let commit = if self.bugs.apply_uncommitted() { i64::MAX } else { self.commit.get() };
         let skip_below = self.config.resume_from.unwrap_or(0);
-        let leading = (self.shared.role() == Role::Leader).then(|| self.shared.leadership_term_id());
+        let leading = (self.links.offers.role() == Role::Leader).then(|| self.links.offers.leadership_term_id());
         let mut sessions = self.sessions.take().expect("the session table is put back after every poll");
         let fragments = self.committed.poll(commit, fragment_limit, &mut |entry: &[u8], end: i64, flags: u8| {
             let handed = end > skip_below;
@@ -167,10 +179,10 @@ impl Node {
             .storage
             .snapshot_interval
             .is_some_and(|every| self.applied_position() - self.last_snapshot.get() >= every as i64)
-            || self.shared.snapshot_requested.load(Ordering::Acquire);
+            || self.links.reader.snapshot_requested.load(Ordering::Acquire);
         if due && self.committed.pending_snapshot().is_none() && self.committed.recorded_past(self.applied_position()) {
             self.take_snapshot(machine)?;
-            self.shared.snapshot_requested.store(false, Ordering::Release);
+            self.links.reader.snapshot_requested.store(false, Ordering::Release);
         }
         Ok(fragments)
     }
