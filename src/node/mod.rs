@@ -76,17 +76,14 @@ use std::time::Duration;
 use crate::agent::{AgentFailure, AgentHandles};
 use crate::cluster::consensus_core::Role;
 use crate::cluster::consensus_core::TransferError;
-use crate::shm::counters::{Counter, CountersManager};
+use crate::shm::counters::CountersManager;
 use crate::shm::directory::NodeDirectory;
-use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::stats::Stats;
-use crate::storage::snapshot::SnapshotStore;
 
 use self::consensus_agent::LeadershipTransfer;
 use self::local_client::OfferGate;
 use self::membership::MembershipDesk;
-use self::read::committed::CommittedReader;
-use self::read::ReadRequests;
+use self::read::{ReadPath, ReadRequests};
 use self::sessions::ClientSessions;
 
 /// A change of this node's role, leadership term or known leader, as handed to
@@ -152,27 +149,11 @@ pub struct Node {
     config: NodeConfig,
     /// What the node shares with its consensus agent.
     links: Links,
-    ingress: Arc<ManyToOneRingBuffer>,
-    commit: Counter,
-    /// The leader's append position (what [`LocalClient::offer_and_wait`] waits to see committed).
-    append: Counter,
-    /// What the application is handed: committed entries, in log order, from wherever they are.
-    committed: CommittedReader,
-    /// The position below which the recorder may delete segments (the oldest snapshot kept).
-    compact_below: Counter,
-    /// Remote clients' sessions, as the log builds them (taken while a poll runs).
-    sessions: Option<ClientSessions>,
-    /// The application's snapshots (opened by the first restore or snapshot), on `disk`.
-    snapshots: Option<SnapshotStore>,
-    /// The disk its data directory is on.
-    disk: crate::storage::disk::SharedDisk,
-    /// The position of the newest snapshot taken or restored (its counter, `state.snapshot_position`).
-    last_snapshot: Counter,
-    /// The applied position as the counter `state.applied_position` publishes it (after each poll and
-    /// restore).
-    applied: Counter,
-    /// Committed entries were polled for (a restore after that is refused).
-    polled: bool,
+    /// The node's own client: the ingress ring, the offer gate, and the commit and append positions an
+    /// offer waits on (each [`Node::client`] is a clone).
+    client: LocalClient,
+    /// The read path: committed entries, the session table, snapshots.
+    read: ReadPath,
     event_generation: u64,
     callbacks: Vec<RoleCallback>,
     handles: Option<AgentHandles>,
@@ -197,12 +178,7 @@ impl fmt::Debug for Node {
 impl Node {
     /// A client of this node.
     pub fn client(&self) -> LocalClient {
-        LocalClient {
-            ingress: Arc::clone(&self.ingress),
-            gate: Arc::clone(&self.links.offers),
-            commit: self.commit.clone(),
-            append: self.append.clone(),
-        }
+        self.client.clone()
     }
 
     /// This node's role.
@@ -251,7 +227,7 @@ impl Node {
 
     /// The commit position this node knows.
     pub fn commit_position(&self) -> i64 {
-        self.commit.get()
+        self.client.commit.get()
     }
 
     /// Warnings from start-up (layout, socket buffers, send mode fallbacks).
@@ -301,7 +277,7 @@ impl Node {
     /// Remote clients' sessions open in the replicated session table, as this member has applied the log
     /// (the same on every member at the same applied position; at most `ClientEndpointConfig::max_sessions`).
     pub fn client_sessions(&self) -> usize {
-        self.sessions.as_ref().map_or(0, ClientSessions::open)
+        self.read.sessions.as_ref().map_or(0, ClientSessions::open)
     }
 
     /// Agent failures so far (an agent that failed has stopped; the node should be closed).

@@ -77,7 +77,7 @@ impl ConsensusAgent {
                 refused = true;
             }
         }
-        let durable = self.synced.as_ref().map_or(i64::MAX, Counter::get);
+        let durable = self.recorder.synced.as_ref().map_or(i64::MAX, Counter::get);
         if following.term_starts.reported() != following.reported {
             let mut reported = Vec::new();
             following.term_starts.take_configurations(&mut reported);
@@ -115,7 +115,7 @@ impl ConsensusAgent {
         let Current::Following(following) = &mut self.current else {
             return Ok(0);
         };
-        if !self.records {
+        if !self.recorder.records {
             return Ok(0);
         }
         match self.recorder.catch_ups.take_result().filter(|(ticket, _)| following.catch_up.asked(*ticket)) {
@@ -124,7 +124,7 @@ impl ConsensusAgent {
                 return Ok(1);
             }
             Some((_, Err(why))) => {
-                self.logs.warn(now_ns, || {
+                self.warnings.general.warn(now_ns, || {
                     let retry = std::time::Duration::from_nanos(catch_up::RETRY_NS);
                     format!(
                         "a catch-up from leader {}'s recording failed (retried in {retry:?}): {why}",
@@ -192,7 +192,7 @@ impl ConsensusAgent {
     /// The leader's image is made: it becomes this member's log (kept in the data directory), and the
     /// node's reader goes on in it at the position it starts at.
     fn adopt_image(&mut self, image: ImageHandoff) -> Result<(), AgentError> {
-        if self.records {
+        if self.recorder.records {
             let consumer = image.log.register_consumer(image.position).map_err(AgentError::new)?;
             self.recorder.switches.complete(image.position, RecorderSource { log: image.log.clone(), consumer });
         }
@@ -295,7 +295,7 @@ impl ConsensusAgent {
         self.recorder.catch_ups.cancel();
         let followership = self.wiring.follow(leader, term, position).map_err(AgentError::new)?;
         self.links.reader.switches.push(position, None);
-        if self.records {
+        if self.recorder.records {
             self.recorder.switches.push(position, None);
         }
         let fed_term = self.core.term_history().last_term_id();

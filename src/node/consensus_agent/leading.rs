@@ -33,7 +33,7 @@ impl ConsensusAgent {
             return 0;
         };
         let mut work = 0;
-        if let Some(synced) = &self.synced {
+        if let Some(synced) = &self.recorder.synced {
             // A recording leader counts itself as its recorder makes its log durable.
             let own = leading.stage.position().min(synced.get());
             if own > leading.own_fed {
@@ -44,7 +44,7 @@ impl ConsensusAgent {
         }
         // A recording leader's own position is its durable one, which a follower's may pass: its
         // acknowledgement is handed over up to the leader's, and the rest once the leader's is.
-        let own = if self.synced.is_some() { leading.own_fed } else { i64::MAX };
+        let own = if self.recorder.synced.is_some() { leading.own_fed } else { i64::MAX };
         for (member, counter, fed) in leading.acks.iter_mut() {
             let position = counter.get().min(own);
             if position > *fed {
@@ -66,7 +66,7 @@ impl ConsensusAgent {
     pub(super) fn append(&mut self, now_ns: u64) -> usize {
         let Current::Leading(leading) = &mut self.current else {
             let leader = self.links.offers.leader();
-            return self.clients.as_mut().map_or(0, |clients| clients.poll(now_ns, None, leader));
+            return self.intake.endpoint.as_mut().map_or(0, |clients| clients.poll(now_ns, None, leader));
         };
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
         leading.stage.on_commit(self.core.commit_position());
@@ -78,13 +78,13 @@ impl ConsensusAgent {
         // Suspended by the operator: local offers are refused (`LocalOfferError::Suspended`), and remote
         // clients' opens and messages (`RefusalCode::Suspended`); their sessions live on.
         let suspended = self.links.offers.suspended.load(std::sync::atomic::Ordering::Acquire);
-        let mut appended = if suspended { 0 } else { leading.stage.drain(&self.ingress) };
-        if let Some(clients) = self.clients.as_mut() {
+        let mut appended = if suspended { 0 } else { leading.stage.drain(&self.intake.ring) };
+        if let Some(clients) = self.intake.endpoint.as_mut() {
             let mut appending = Appending::new(&mut leading.stage, leading.term);
             appending.suspended = suspended;
             appended += clients.poll(now_ns, Some(appending), Some(self.core.member_id()));
         }
-        if appended > 0 && self.synced.is_none() {
+        if appended > 0 && self.recorder.synced.is_none() {
             self.core.on_append_position(leading.term, leading.stage.position(), now_ns, &mut self.outputs);
         }
         appended + leading.stage.send_commit_if_due(appended, now_ns)
@@ -128,7 +128,7 @@ impl ConsensusAgent {
             counters: self.wiring.counters.consensus.clone(),
         });
         let end = stage.append_term_start().map_err(AgentError::new)?;
-        if self.records {
+        if self.recorder.records {
             let consumer = leadership.log.register_consumer(position).map_err(AgentError::new)?;
             self.recorder.switches.push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
         }
@@ -145,7 +145,7 @@ impl ConsensusAgent {
             start_end: end,
         }));
         self.recorder.catch_ups.cancel();
-        if self.synced.is_none() {
+        if self.recorder.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }
         Ok(())

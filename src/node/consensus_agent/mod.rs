@@ -49,7 +49,7 @@ use crate::storage::recording::catch_up::CatchUpMembers;
 use crate::storage::recording::{CatchUpChannel, RecorderSource};
 use crate::storage::vote_file::{TermVote, VoteFile};
 
-use super::admin::{self, AdminReplayGuard, AdminRings};
+use super::admin::{self, AdminRings};
 
 use super::sessions::ingress::ClientIngress;
 use super::start::wiring::Wiring;
@@ -171,6 +171,10 @@ pub(super) struct RecorderLink {
     pub(super) switches: Arc<SwitchQueue<RecorderSource>>,
     pub(super) catch_ups: Arc<CatchUpChannel>,
     pub(super) members: CatchUpMembers,
+    /// With a recorded log: the recorder's durable position (synced under `batch`, written under `none`).
+    synced: Option<Counter>,
+    /// The recorder takes every new log.
+    records: bool,
 }
 
 /// Another member's consensus endpoint.
@@ -204,38 +208,50 @@ pub(super) struct ConsensusAgent {
     /// The outputs being carried out (swapped with `outputs`).
     executing: Vec<Output>,
     wiring: Wiring,
-    socket: Box<dyn Transport>,
-    batch: RecvBatch,
-    peers: Vec<Peer>,
+    /// The consensus endpoint and the other members it hears.
+    endpoint: ConsensusEndpoint,
     votes: VoteFile,
-    ingress: ManyToOneRingBuffer,
-    /// The client endpoint, when remote clients are taken.
-    clients: Option<ClientIngress>,
+    /// Where clients' messages come in.
+    intake: Intake,
     clock: NanoClock,
     current: Current,
     log: Option<MemberLog>,
-    /// With a recorded log: the recorder's durable position (synced under `batch`, written under `none`).
-    synced: Option<Counter>,
-    /// The recorder takes every new log.
-    records: bool,
     /// What it shares with the node's application side.
     links: Links,
     /// What it shares with the recorder.
     recorder: RecorderLink,
     counters: ConsensusAgentCounters,
-    /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
-    last_position_send_ns: u64,
     preferred_leader: bool,
-    /// When the consensus endpoint is next read.
+    warnings: Warnings,
+    /// The operator's commands.
+    operator: administering::Operator,
+}
+
+/// The consensus endpoint: its socket, the members it hears, and when it is read and written.
+struct ConsensusEndpoint {
+    socket: Box<dyn Transport>,
+    batch: RecvBatch,
+    peers: Vec<Peer>,
+    /// When the endpoint is next read.
     next_receive_ns: u64,
-    logs: RateLimited,
-    membership_log: RateLimited,
-    /// The operator's command rings in the node directory.
-    admin: Option<AdminRings>,
-    /// The operator's membership changes appended and not yet committed.
-    pending_admin: Vec<administering::PendingAdmin>,
-    /// The operator's requests over the network taken lately (a replay is dropped).
-    admin_replay: AdminReplayGuard,
+    /// When the core last sent a commit (leader) or append (follower) position on it.
+    last_position_send_ns: u64,
+}
+
+/// Where clients' messages come in: the node's ingress ring (local clients), and the client endpoint
+/// (remote clients).
+struct Intake {
+    ring: ManyToOneRingBuffer,
+    /// The client endpoint, when remote clients are taken.
+    endpoint: Option<ClientIngress>,
+}
+
+/// The agent's rate-limited warnings: a limiter of their own for members configured with another member
+/// list, so that other warnings never hide that one.
+#[derive(Default)]
+struct Warnings {
+    general: RateLimited,
+    membership: RateLimited,
 }
 
 /// What a consensus agent is made of.
@@ -277,32 +293,31 @@ impl ConsensusAgent {
             &parts.links,
             &parts.recorder,
         );
+        let mut recorder = parts.recorder;
+        recorder.synced = parts.synced;
+        recorder.records = parts.records;
         Self {
             core: parts.core,
             outputs: Vec::with_capacity(16),
             executing: Vec::with_capacity(16),
-            socket: parts.socket,
-            batch: RecvBatch::new(16, wire::MAX_CONSENSUS_FRAME_LENGTH.max(64) + 64),
-            peers,
+            endpoint: ConsensusEndpoint {
+                socket: parts.socket,
+                batch: RecvBatch::new(16, wire::MAX_CONSENSUS_FRAME_LENGTH.max(64) + 64),
+                peers,
+                next_receive_ns: 0,
+                last_position_send_ns: 0,
+            },
             votes: parts.votes,
-            ingress: parts.ingress,
-            clients,
+            intake: Intake { ring: parts.ingress, endpoint: clients },
             clock: parts.clock,
             current: Current::Idle,
             log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),
-            synced: parts.synced,
-            records: parts.records,
             links: parts.links,
-            recorder: parts.recorder,
+            recorder,
             counters: parts.counters,
-            last_position_send_ns: 0,
             preferred_leader,
-            next_receive_ns: 0,
-            logs: RateLimited::default(),
-            membership_log: RateLimited::default(),
-            admin: parts.admin,
-            pending_admin: Vec::new(),
-            admin_replay: AdminReplayGuard::default(),
+            warnings: Warnings::default(),
+            operator: administering::Operator::new(parts.admin),
             wiring: parts.wiring,
         }
     }
@@ -324,10 +339,10 @@ impl ConsensusAgent {
             }
         }
         let mut work = self.poll_membership_request(now_ns);
-        if now_ns >= self.next_receive_ns {
+        if now_ns >= self.endpoint.next_receive_ns {
             let received = self.receive(now_ns);
             // While frames arrive (an election), read on every cycle.
-            self.next_receive_ns = if received > 0 { now_ns } else { now_ns + CONSENSUS_POLL_INTERVAL_NS };
+            self.endpoint.next_receive_ns = if received > 0 { now_ns } else { now_ns + CONSENSUS_POLL_INTERVAL_NS };
             self.mirror_counters(now_ns);
             work += received + self.poll_admin(now_ns);
             // What the messages decided is carried out before the data path's positions are handed over:
@@ -358,9 +373,9 @@ impl ConsensusAgent {
     fn receive(&mut self, now_ns: u64) -> usize {
         let mut work = 0;
         while work < MAX_FRAMES_PER_CYCLE {
-            let received = self.socket.recv_batch(&mut self.batch).unwrap_or(0);
+            let received = self.endpoint.socket.recv_batch(&mut self.endpoint.batch).unwrap_or(0);
             for i in 0..received {
-                let datagram = self.batch.datagram(i);
+                let datagram = self.endpoint.batch.datagram(i);
                 self.counters.frames_received.increment();
                 if admin::is_admin_request(datagram.bytes) {
                     // From an operator, not a member: its own key authenticates it, whatever its source.
@@ -368,7 +383,7 @@ impl ConsensusAgent {
                     self.on_admin_datagram(&bytes, source, now_ns);
                     continue;
                 }
-                let peer = datagram.source.and_then(|s| self.peers.iter().find(|p| p.addr == s));
+                let peer = datagram.source.and_then(|s| self.endpoint.peers.iter().find(|p| p.addr == s));
                 let (Some(peer), false) = (peer, datagram.forged) else {
                     self.counters.foreign_dropped.increment();
                     continue;
@@ -390,7 +405,7 @@ impl ConsensusAgent {
                 }
             }
             work += received;
-            if received < self.batch.capacity() {
+            if received < self.endpoint.batch.capacity() {
                 break;
             }
         }
@@ -454,7 +469,7 @@ impl ConsensusAgent {
             Output::Truncate { position } => {
                 self.counters.truncations.increment();
                 let dropped = self.log.as_ref().map_or(0, |l| l.log.producer_position() - position);
-                self.logs.warn(now_ns, || {
+                self.warnings.general.warn(now_ns, || {
                     format!("log cut back to {position}: {dropped} bytes this member held were never committed")
                 });
             }
@@ -467,7 +482,7 @@ impl ConsensusAgent {
             Output::MembershipChanged { .. } => self.on_membership_changed()?,
             Output::Error(error) => {
                 self.counters.core_errors.increment();
-                self.logs.warn(now_ns, || format!("consensus core refused: {error}"));
+                self.warnings.general.warn(now_ns, || format!("consensus core refused: {error}"));
                 if let CoreError::AppendPositionWentBack { .. } | CoreError::AppendTermWentBack { .. } = error {
                     return Err(AgentError::msg(format!("the log and the consensus core disagree: {error}")));
                 }
@@ -481,10 +496,10 @@ impl ConsensusAgent {
     fn send(&mut self, to: Destination, message: Message, now_ns: u64) {
         if let Message::CommitPosition { .. } | Message::AppendPosition { .. } = message {
             let interval = self.core.config().timers.heartbeat_interval_ns / 2;
-            if now_ns.saturating_sub(self.last_position_send_ns) < interval {
+            if now_ns.saturating_sub(self.endpoint.last_position_send_ns) < interval {
                 return;
             }
-            self.last_position_send_ns = now_ns;
+            self.endpoint.last_position_send_ns = now_ns;
         }
         let mut bytes = [0u8; wire::MAX_CONSENSUS_FRAME_LENGTH];
         let Ok(length) = wire::encode(self.core.member_id(), &message, &mut bytes) else {
@@ -497,9 +512,9 @@ impl ConsensusAgent {
             Destination::Others => configurations.knows(p.id),
             Destination::Member(id) => id == p.id,
         };
-        for peer in self.peers.iter().filter(to_peer) {
+        for peer in self.endpoint.peers.iter().filter(to_peer) {
             // A lost send is what the network does anyway: the core repeats what matters.
-            let _ = self.socket.send(&bytes[..length], Some(&peer.sockaddr));
+            let _ = self.endpoint.socket.send(&bytes[..length], Some(&peer.sockaddr));
             self.counters.frames_sent.increment();
         }
     }
@@ -539,10 +554,10 @@ impl ConsensusAgent {
         // (A leader's log stays this member's log: its bytes up to the core's append position are kept.)
         if let Current::Leading(_) = std::mem::replace(&mut self.current, Current::Idle) {
             // Messages taken for a term that is over are not this cluster's to append any more.
-            let dropped = self.ingress.read(|_, _| {}, usize::MAX);
+            let dropped = self.intake.ring.read(|_, _| {}, usize::MAX);
             self.counters.ingress_dropped.add(dropped as i64);
         }
-        if let Some(clients) = self.clients.as_mut() {
+        if let Some(clients) = self.intake.endpoint.as_mut() {
             clients.on_role_change();
         }
         self.wiring.clear();
@@ -560,7 +575,7 @@ impl ConsensusAgent {
         let core = *self.core.counters();
         if core.membership_mismatch as i64 > self.counters.refused_membership.get() {
             let members: Vec<i32> = self.wiring.config.members.iter().map(|m| m.id).collect();
-            self.membership_log.warn(now_ns, || {
+            self.warnings.membership.warn(now_ns, || {
                 format!(
                     "refused a canvass or vote request from a member configured with another member list (this \
                      node's members are {members:?}): give every node the same `members`"

@@ -65,7 +65,7 @@ impl ConsensusAgent {
         })?;
         let term = leading.term;
         self.core.on_membership(end, next.clone(), &mut self.outputs);
-        if self.synced.is_none() {
+        if self.recorder.synced.is_none() {
             // A leader without a recorded log counts itself as it appends.
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }
@@ -86,12 +86,12 @@ impl ConsensusAgent {
             membership.voters,
             membership.learners
         );
-        self.peers = peers_of(&self.wiring);
+        self.endpoint.peers = peers_of(&self.wiring);
         publish_membership(
             &self.core,
             &self.wiring,
-            &self.peers,
-            self.clients.as_mut(),
+            &self.endpoint.peers,
+            self.intake.endpoint.as_mut(),
             &self.counters,
             &self.links,
             &self.recorder,
@@ -127,7 +127,7 @@ impl ConsensusAgent {
         let Some(endpoints) = self.wiring.endpoints(leader) else {
             return;
         };
-        let Some(peer) = self.peers.iter().find(|p| p.id == canvasser) else {
+        let Some(peer) = self.endpoint.peers.iter().find(|p| p.id == canvasser) else {
             return;
         };
         let introduction =
@@ -135,7 +135,7 @@ impl ConsensusAgent {
         let mut bytes = Vec::with_capacity(introduction::MAX_INTRODUCTION_LENGTH);
         introduction::encode(&introduction, &mut bytes);
         // A lost introduction is answered again at the next canvass.
-        let _ = self.socket.send(&bytes, Some(&peer.sockaddr));
+        let _ = self.endpoint.socket.send(&bytes, Some(&peer.sockaddr));
         self.counters.frames_sent.increment();
         self.counters.introductions_sent.increment();
     }
@@ -153,7 +153,7 @@ impl ConsensusAgent {
             }
             Err(why) => {
                 self.counters.malformed_dropped.increment();
-                self.logs.warn(now_ns, || format!("dropped an introduction from member {from}: {why}"));
+                self.warnings.general.warn(now_ns, || format!("dropped an introduction from member {from}: {why}"));
                 return;
             }
         };
@@ -172,7 +172,7 @@ impl ConsensusAgent {
             leader.log
         );
         self.wiring.learn(&[leader]);
-        self.peers = peers_of(&self.wiring);
+        self.endpoint.peers = peers_of(&self.wiring);
         self.counters.introductions_taken.increment();
     }
 }

@@ -17,11 +17,14 @@ use crate::cluster::frames::SESSION_FLAG;
 use crate::cluster::log_switch::SwitchQueue;
 use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, StateMachine};
 
+use self::committed::CommittedReader;
 use self::committed::ReaderLog;
 use super::sessions::ClientSessions;
 use super::{Node, NodeError};
 #[cfg(doc)]
 use super::{NodeConfig, StorageConfig};
+use crate::shm::counters::Counter;
+use crate::storage::disk::SharedDisk;
 
 /// What the consensus agent asks of the read path: the log switches the reader of committed entries has
 /// still to make, and a snapshot an operator asked for.
@@ -33,18 +36,40 @@ pub(super) struct ReadRequests {
     pub(super) snapshot_requested: AtomicBool,
 }
 
+/// What the node's read path holds: the reader of committed entries, the replicated session table it
+/// applies them to, the application's snapshots, and the positions it publishes.
+pub(super) struct ReadPath {
+    /// What the application is handed: committed entries, in log order, from wherever they are.
+    pub(super) committed: CommittedReader,
+    /// The position below which the recorder may delete segments (the oldest snapshot kept).
+    pub(super) compact_below: Counter,
+    /// Remote clients' sessions, as the log builds them (taken while a poll runs).
+    pub(super) sessions: Option<ClientSessions>,
+    /// The application's snapshots (opened by the first restore or snapshot), on `disk`.
+    pub(super) snapshots: Option<SnapshotStore>,
+    /// The disk its data directory is on.
+    pub(super) disk: SharedDisk,
+    /// The position of the newest snapshot taken or restored (its counter, `state.snapshot_position`).
+    pub(super) last_snapshot: Counter,
+    /// The applied position as the counter `state.applied_position` publishes it (after each poll and
+    /// restore).
+    pub(super) applied: Counter,
+    /// Committed entries were polled for (a restore after that is refused).
+    pub(super) polled: bool,
+}
+
 impl Node {
     /// The log position this node has applied up to through [`Node::poll_committed`]: every message
     /// before it was handed out. It stops before the first fragments of a message not yet whole (a
     /// snapshot is taken here, and a restore reads them again).
     pub fn applied_position(&self) -> i64 {
-        self.committed.applied()
+        self.read.committed.applied()
     }
 
     /// Why the replay of the recorded log stopped (a damaged segment: the error names it and says what to
     /// do); committed entries are not handed out past it.
     pub fn recording_error(&self) -> Option<&crate::storage::recording::RecordingError> {
-        self.committed.recording_error()
+        self.read.committed.recording_error()
     }
 
     /// Hands up to `fragment_limit` fragments' worth of committed entries, in log order, to `handler`;
@@ -69,8 +94,8 @@ impl Node {
     /// and not handed out.
     pub fn poll_service(&mut self, fragment_limit: usize, mut handler: impl FnMut(&Entry<'_>, &mut Vec<u8>)) -> usize {
         self.deliver_role_changes();
-        self.polled = true;
-        if let Some(position) = self.committed.pending_snapshot() {
+        self.read.polled = true;
+        if let Some(position) = self.read.committed.pending_snapshot() {
             // Only poll_state can load it: nothing after it is handed out until then.
             self.logs.warn(self.clock.now_ns(), || {
                 format!(
@@ -80,11 +105,11 @@ impl Node {
             });
             return 0;
         }
-        let commit = if self.bugs.apply_uncommitted() { i64::MAX } else { self.commit.get() };
+        let commit = if self.bugs.apply_uncommitted() { i64::MAX } else { self.client.commit.get() };
         let skip_below = self.config.resume_from.unwrap_or(0);
         let leading = (self.links.offers.role() == Role::Leader).then(|| self.links.offers.leadership_term_id());
-        let mut sessions = self.sessions.take().expect("the session table is put back after every poll");
-        let fragments = self.committed.poll(commit, fragment_limit, &mut |entry: &[u8], end: i64, flags: u8| {
+        let mut sessions = self.read.sessions.take().expect("the session table is put back after every poll");
+        let fragments = self.read.committed.poll(commit, fragment_limit, &mut |entry: &[u8], end: i64, flags: u8| {
             let handed = end > skip_below;
             if flags & SESSION_FLAG != 0 {
                 sessions.on_entry(entry, end, leading, handed, &mut handler);
@@ -93,8 +118,8 @@ impl Node {
             }
         });
         sessions.flush();
-        self.sessions = Some(sessions);
-        self.applied.set(self.committed.applied());
+        self.read.sessions = Some(sessions);
+        self.read.applied.set(self.read.committed.applied());
         fragments
     }
 
@@ -103,7 +128,7 @@ impl Node {
     /// Call it once, before the first poll. Returns the snapshot's position, or `None` when there is none
     /// (the replay starts at the recording's start, which must then be 0).
     pub fn restore(&mut self, machine: &mut impl StateMachine) -> Result<Option<i64>, NodeError> {
-        if self.polled {
+        if self.read.polled {
             return Err(NodeError::Snapshot("restore before the first poll: entries may have been applied".into()));
         }
         let (store, sessions) = self.store_and_sessions()?;
@@ -114,7 +139,7 @@ impl Node {
             log::warn!("member {}: {skipped}", self.config.id);
             self.warnings.push(skipped.clone());
         }
-        let start = self.committed.replay_start();
+        let start = self.read.committed.replay_start();
         match &restored.info {
             Some(info) if info.position < start => {
                 return Err(NodeError::Snapshot(format!(
@@ -126,8 +151,8 @@ impl Node {
             }
             // With a recorded log, its replay starts at the snapshot; without one, there is nothing to replay.
             Some(info) => {
-                self.committed.restart_replay_at(info.position);
-                self.last_snapshot.set(info.position);
+                self.read.committed.restart_replay_at(info.position);
+                self.read.last_snapshot.set(info.position);
             }
             None if start > 0 => {
                 return Err(NodeError::Snapshot(format!(
@@ -138,7 +163,7 @@ impl Node {
             }
             None => {}
         }
-        self.applied.set(self.committed.applied());
+        self.read.applied.set(self.read.committed.applied());
         Ok(restored.info.map(|info| info.position))
     }
 
@@ -146,12 +171,13 @@ impl Node {
     /// each time [`StorageConfig::snapshot_interval`] more bytes of log have been applied, once the recorded
     /// log reaches the applied position (a snapshot is never ahead of the log this member holds).
     pub fn poll_state(&mut self, machine: &mut impl StateMachine, fragment_limit: usize) -> Result<usize, NodeError> {
-        if let Some(position) = self.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load()) {
+        if let Some(position) = self.read.committed.newest_pending_snapshot().filter(|_| self.bugs.skip_snapshot_load())
+        {
             // The planted bug: the entries after the snapshot go to the state it should have replaced.
-            self.committed.snapshot_loaded(position);
-            self.last_snapshot.set(position);
+            self.read.committed.snapshot_loaded(position);
+            self.read.last_snapshot.set(position);
         }
-        if let Some(position) = self.committed.newest_pending_snapshot() {
+        if let Some(position) = self.read.committed.newest_pending_snapshot() {
             // A catch-up installed the leader's snapshot: the state becomes that, then goes on after it.
             let (store, sessions) = self.store_and_sessions()?;
             let restored = store
@@ -170,17 +196,20 @@ impl Node {
                     )))
                 }
             }
-            self.committed.snapshot_loaded(position);
-            self.last_snapshot.set(position);
+            self.read.committed.snapshot_loaded(position);
+            self.read.last_snapshot.set(position);
         }
         let fragments = self.poll_service(fragment_limit, |entry, response| machine.apply_entry(entry, response));
         let due = self
             .config
             .storage
             .snapshot_interval
-            .is_some_and(|every| self.applied_position() - self.last_snapshot.get() >= every as i64)
+            .is_some_and(|every| self.applied_position() - self.read.last_snapshot.get() >= every as i64)
             || self.links.reader.snapshot_requested.load(Ordering::Acquire);
-        if due && self.committed.pending_snapshot().is_none() && self.committed.recorded_past(self.applied_position()) {
+        if due
+            && self.read.committed.pending_snapshot().is_none()
+            && self.read.committed.recorded_past(self.applied_position())
+        {
             self.take_snapshot(machine)?;
             self.links.reader.snapshot_requested.store(false, Ordering::Release);
         }
@@ -190,7 +219,7 @@ impl Node {
     /// Takes a snapshot of `machine` at the applied position, keeps the newest
     /// [`StorageConfig::snapshots_kept`], and lets the recorder delete the log below the oldest kept.
     pub fn take_snapshot(&mut self, machine: &mut impl StateMachine) -> Result<SnapshotInfo, NodeError> {
-        if let Some(position) = self.committed.pending_snapshot() {
+        if let Some(position) = self.read.committed.pending_snapshot() {
             // The state is not yet the installed snapshot's: a snapshot of it now would be wrong.
             return Err(NodeError::Snapshot(format!(
                 "the snapshot a catch-up installed at {position} is not loaded yet: poll_state first"
@@ -207,23 +236,23 @@ impl Node {
             })
             .map_err(|e| NodeError::Snapshot(e.to_string()))?;
         if let Some(oldest) = store.retain(kept).map_err(|e| NodeError::Snapshot(e.to_string()))? {
-            self.compact_below.set_max(oldest);
+            self.read.compact_below.set_max(oldest);
         }
-        self.last_snapshot.set(position);
+        self.read.last_snapshot.set(position);
         Ok(info)
     }
 
     /// The snapshot store (opened the first time) and the session table, which every snapshot holds
     /// before the application's state.
     fn store_and_sessions(&mut self) -> Result<(&SnapshotStore, &mut ClientSessions), NodeError> {
-        if self.snapshots.is_none() {
+        if self.read.snapshots.is_none() {
             let identity = SnapshotIdentity { membership: self.config.membership(), stream_id: self.config.stream_id };
-            let store = SnapshotStore::open_on(self.disk.clone(), &self.config.snapshot_dir_path(), identity)
+            let store = SnapshotStore::open_on(self.read.disk.clone(), &self.config.snapshot_dir_path(), identity)
                 .map_err(|e| NodeError::Snapshot(e.to_string()))?;
-            self.snapshots = Some(store);
+            self.read.snapshots = Some(store);
         }
-        let sessions = self.sessions.as_mut().expect("the session table is put back after every poll");
-        Ok((self.snapshots.as_ref().expect("opened"), sessions))
+        let sessions = self.read.sessions.as_mut().expect("the session table is put back after every poll");
+        Ok((self.read.snapshots.as_ref().expect("opened"), sessions))
     }
 }
 

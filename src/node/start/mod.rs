@@ -17,9 +17,10 @@ use super::error::NodeError;
 use super::read::committed::CommittedReader;
 use super::read::recovery::{self, Recovered};
 use super::read::replay::Replay;
+use super::read::ReadPath;
 use super::sessions::ingress::{ClientIngress, IngressCounters, ReaderLink};
 use super::sessions::{ClientSessions, SessionEventCounters};
-use super::{Links, Node};
+use super::{Links, LocalClient, Node};
 use crate::agent::Agent;
 use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::media::transport::{Binding, Network, Transport};
@@ -155,18 +156,18 @@ impl Node {
         let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;
         Ok(Node {
             config,
+            client: LocalClient { ingress, gate: Arc::clone(&links.offers), commit, append },
+            read: ReadPath {
+                committed,
+                compact_below,
+                sessions: Some(sessions),
+                snapshots: None,
+                disk: env.disk.clone(),
+                last_snapshot,
+                applied,
+                polled: false,
+            },
             links,
-            ingress,
-            commit,
-            append,
-            committed,
-            compact_below,
-            sessions: Some(sessions),
-            snapshots: None,
-            disk: env.disk.clone(),
-            last_snapshot,
-            applied,
-            polled: false,
             event_generation: 0,
             callbacks: Vec::new(),
             handles: Some(handles),
