@@ -141,7 +141,7 @@ impl PendingChange {
     /// asked of); then the configuration it made, or why it was refused.
     pub fn poll(&mut self, node: &Node) -> Option<Result<Membership, MembershipChangeError>> {
         if self.appended.is_none() {
-            match node.shared.membership.take_answer(self.ticket)? {
+            match node.links.membership.take_answer(self.ticket)? {
                 Ok(appended) => self.appended = Some(appended),
                 Err(why) => return Some(Err(why)),
             }
@@ -162,7 +162,7 @@ impl Node {
     /// [`add_learner`](Self::add_learner), [`promote`](Self::promote) and
     /// [`remove_member`](Self::remove_member) ask and wait.
     pub fn propose_membership(&self, change: MembershipChange, member: Option<&Member>) -> PendingChange {
-        let ticket = self.shared.membership.ask(change, member.map(Member::endpoints));
+        let ticket = self.links.membership.ask(change, member.map(Member::endpoints));
         PendingChange { ticket, change, appended: None }
     }
 
@@ -190,7 +190,7 @@ impl Node {
     /// The configuration in effect on this member (the latest in its log, committed or not), and its
     /// members' endpoints; `None` before the consensus agent first published one.
     pub fn membership(&self) -> Option<(Membership, Vec<MemberEndpoints>)> {
-        self.shared.membership.current()
+        self.links.membership.current()
     }
 
     fn change_membership(

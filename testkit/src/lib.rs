@@ -8,7 +8,7 @@
 //!
 //! Only `std` and the engine: a dev-dependency of `quorumcast` (its integration tests) and a dependency of
 //! `quorumcast-bench` (the sweep, the benches, `qc-client`) and `quorumcast-tools` (`qc-node`), so that all
-//! use the very same code. The node simulator ([`sim`]) is behind the kit's `sim` feature, which only the
+//! use the very same code. The node simulator (`sim`) is behind the kit's `sim` feature, which only the
 //! engine's tests turn on.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};

@@ -11,7 +11,7 @@
 //!   frames);
 //! - **encoding** (`encode`): [`encode_data`], [`encode_pad`], [`encode_heartbeat`] and an `encode` method
 //!   on every control frame write one frame into a `&mut [u8]` and return its length;
-//! - **parsing** (`parse`): [`parse`] reads the frame at the start of a datagram into a typed [`Frame`],
+//! - **parsing** (`parse`): [`parse`](fn@parse) reads the frame at the start of a datagram into a typed [`Frame`],
 //!   and [`frames`] walks every frame a datagram carries. Both accept any bytes at any alignment: they
 //!   copy headers out with [`bytemuck::pod_read_unaligned`], use only checked slicing and arithmetic, and
 //!   report bad input as a [`FrameError`], never a panic.

@@ -1,4 +1,4 @@
-//! Parsing: [`parse`] reads the frame at the start of a datagram into a typed [`Frame`], [`data_run`] checks
+//! Parsing: [`parse`](fn@parse) reads the frame at the start of a datagram into a typed [`Frame`], [`data_run`] checks
 //! a datagram of data frames in one walk, and [`frames`] walks every frame a datagram carries. All accept
 //! any bytes at any alignment: they copy headers out with [`bytemuck::pod_read_unaligned`], use only
 //! checked slicing and arithmetic, and report bad input as a [`FrameError`], never a panic.
@@ -64,7 +64,7 @@ impl Frame<'_> {
     }
 
     /// Bytes the frame occupies in its datagram before alignment padding: `frame_length` for data and
-    /// control frames, 32 for a PAD header and a heartbeat. Never more than the bytes [`parse`] was given.
+    /// control frames, 32 for a PAD header and a heartbeat. Never more than the bytes [`parse`](fn@parse) was given.
     pub fn wire_length(&self) -> usize {
         let length = match self {
             Self::Data { header, .. } => header.frame_length,

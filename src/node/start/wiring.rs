@@ -35,31 +35,31 @@ use crate::shm::log_buffer::{copy_frames, ExclusiveAppender, LogBuffer, LogConfi
 use crate::shm::ring_buffer::{self, OneToOneRingBuffer};
 use crate::shm::stats::{agent_type_of, kinds, CounterKind, TYPE_ACK_POSITION};
 
-use super::environment::{Environment, LogFiles};
 use super::slot::{Slot, SlotHandle};
-use super::{Member, NodeConfig, NodeError};
+use crate::node::environment::{Environment, LogFiles};
+use crate::node::{Member, NodeConfig, NodeError};
 
 /// The counters a node allocates once and every role's agents share.
 #[derive(Clone, Debug)]
-pub(super) struct NodeCounters {
-    pub(super) sender: SenderCounters,
+pub(crate) struct NodeCounters {
+    pub(crate) sender: SenderCounters,
     /// The leader Sender's time split (0 unless `sender_time_split`).
-    pub(super) sender_time: TimeSplitCounters,
-    pub(super) receiver: ReceiverCounters,
+    pub(crate) sender_time: TimeSplitCounters,
+    pub(crate) receiver: ReceiverCounters,
     /// The leader's record of each other member's acknowledged position (for `qc-stat`; the consensus
     /// core gets each term's acknowledgements from counters of that term alone).
-    pub(super) acks: Vec<(i32, Counter)>,
-    pub(super) refused_acks: Counter,
-    pub(super) follower_commit: Counter,
-    pub(super) consensus: ConsensusCounters,
+    pub(crate) acks: Vec<(i32, Counter)>,
+    pub(crate) refused_acks: Counter,
+    pub(crate) follower_commit: Counter,
+    pub(crate) consensus: ConsensusCounters,
     /// Spare log files: one ready (0 or 1), made, and terms that found none (`LogFileStats`).
-    pub(super) spare_ready: Counter,
-    pub(super) spares_made: Counter,
-    pub(super) terms_without_spare: Counter,
+    pub(crate) spare_ready: Counter,
+    pub(crate) spares_made: Counter,
+    pub(crate) terms_without_spare: Counter,
 }
 
 impl NodeCounters {
-    pub(super) fn allocate(config: &NodeConfig, counters: &CountersManager) -> Self {
+    pub(crate) fn allocate(config: &NodeConfig, counters: &CountersManager) -> Self {
         let allocate = |kind: &CounterKind| node_counter(counters, kind);
         let acks = config
             .members
@@ -92,25 +92,26 @@ type SpareLog = Result<(PathBuf, Arc<Region>), String>;
 /// (see [`Wiring::make_spare_if_due`]): the first commits of a new term come in its first milliseconds.
 const SPARE_DEFERRAL_MIN_NS: u64 = 100_000_000;
 
-/// Bytes of a spare log file whose pages the thread making it writes in one burst (256 pages: about
-/// 0.35 ms of page faults on the test host).
+/// Bytes of a spare log file whose pages the thread making it writes in one burst (256 pages): short
+/// enough that a burst's page faults hold a core for a fraction of a millisecond.
 const SPARE_TOUCH_CHUNK: usize = 1 << 20;
 
-/// The sleep between two bursts: a 48 MiB spare is ready about 65 ms after it is begun.
+/// The sleep between two bursts: the spare is ready well before the next term needs it, and the
+/// bursts leave the cores to the agents between them.
 const SPARE_TOUCH_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The longest the spare taken by a term waits to be replaced when the term does not settle.
 const SPARE_DEFERRAL_MAX_NS: u64 = 500_000_000;
 
 /// Builds each role's agents and hands them to their places.
-pub(super) struct Wiring {
+pub(crate) struct Wiring {
     /// The clock, network and seed every agent made here is given.
-    pub(super) env: Environment,
-    pub(super) config: NodeConfig,
-    pub(super) directory: PathBuf,
-    pub(super) counters: NodeCounters,
-    pub(super) sender: SlotHandle<Box<dyn Agent>>,
-    pub(super) receiver: SlotHandle<Box<dyn Agent>>,
+    pub(crate) env: Environment,
+    pub(crate) config: NodeConfig,
+    pub(crate) directory: PathBuf,
+    pub(crate) counters: NodeCounters,
+    pub(crate) sender: SlotHandle<Box<dyn Agent>>,
+    pub(crate) receiver: SlotHandle<Box<dyn Agent>>,
     /// A log file being made (reserved and pre-touched) off the consensus agent's thread, for the next
     /// term this member leads: making one takes tens of milliseconds, which would add to every failover.
     spare: Option<mpsc::Receiver<SpareLog>>,
@@ -120,9 +121,9 @@ pub(super) struct Wiring {
     /// A spare made on this thread (the first, at start; every one with [`LogFiles::Inline`]).
     ready: Option<(PathBuf, Arc<Region>)>,
     /// The next spare is due: a term took the last one. It is made once that term has settled, never
-    /// while it starts: reserving and touching a log file takes about 20 ms of CPU, which on a small host
+    /// while it starts: reserving and touching a log file takes milliseconds of CPU, which on a small host
     /// competes with every member's agents for the cores just when the new leader and its followers need
-    /// them (a leadership transfer's first commit waited for the three members' spares).
+    /// them (a leadership transfer's first commit would wait for the members' spares).
     spare_due: bool,
     /// Since when (the consensus agent's time) the due spare has waited for its term to settle.
     spare_due_since: Option<u64>,
@@ -135,39 +136,39 @@ pub(super) struct Wiring {
 }
 
 /// A leader's log for one term, its Sender handed to its place.
-pub(super) struct Leadership {
+pub(crate) struct Leadership {
     /// The log, continued from the previous one at the term's start position.
-    pub(super) log: LogBuffer,
+    pub(crate) log: LogBuffer,
     /// Where the log's first copied byte is.
-    pub(super) start: i64,
+    pub(crate) start: i64,
     /// Its file.
-    pub(super) file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The log's appender, at the term's start position.
-    pub(super) appender: ExclusiveAppender,
+    pub(crate) appender: ExclusiveAppender,
     /// Where commit frames go to the Sender.
-    pub(super) commands: OneToOneRingBuffer,
+    pub(crate) commands: OneToOneRingBuffer,
     /// The ring's buffer (a Sender made again for new members reads it too).
-    pub(super) command_buffer: AtomicBuffer,
+    pub(crate) command_buffer: AtomicBuffer,
     /// Each follower's acknowledged position in this term, raised by the Sender's control handler.
-    pub(super) acks: Vec<(i32, Counter)>,
+    pub(crate) acks: Vec<(i32, Counter)>,
     /// The session of this term's log.
-    pub(super) session_id: i32,
+    pub(crate) session_id: i32,
 }
 
 /// A follower's Receiver of one leader's log, handed to its place.
-pub(super) struct Followership {
+pub(crate) struct Followership {
     /// Where the leader's log will be read, once its image is made.
-    pub(super) subscription: Subscription,
+    pub(crate) subscription: Subscription,
     /// The rebuilt position of the image.
-    pub(super) append: Counter,
+    pub(crate) append: Counter,
     /// The term-start markers rebuilt.
-    pub(super) term_starts: Arc<TermStarts>,
+    pub(crate) term_starts: Arc<TermStarts>,
     /// What this member's consensus core holds of the leader's log: the Receiver acknowledges no further.
-    pub(super) held: Counter,
+    pub(crate) held: Counter,
 }
 
 impl Wiring {
-    pub(super) fn new(
+    pub(crate) fn new(
         env: Environment,
         config: NodeConfig,
         directory: PathBuf,
@@ -194,8 +195,8 @@ impl Wiring {
         let members: Vec<MemberEndpoints> = wiring.config.members.iter().map(Member::endpoints).collect();
         wiring.learn(&members);
         // The first spare is made now, before the node joins an election: a member that wins its first
-        // election without one makes its log on the consensus thread (a 48 MiB log took 125-233 ms), and
-        // its followers, hearing nothing for longer than the heartbeat timeout, elect another.
+        // election without one makes its log on the consensus thread (for longer than a
+        // heartbeat timeout with a large log), and its followers, hearing nothing for longer than the heartbeat timeout, elect another.
         if !wiring.env.bugs.no_first_spare() {
             wiring.make_spare_now();
         }
@@ -203,7 +204,7 @@ impl Wiring {
     }
 
     /// Learns the endpoints of `members` (those of a configuration entry replace what was known of them).
-    pub(super) fn learn(&mut self, members: &[MemberEndpoints]) {
+    pub(crate) fn learn(&mut self, members: &[MemberEndpoints]) {
         for member in members {
             match self.known.iter_mut().find(|k| k.id == member.id) {
                 Some(known) => *known = *member,
@@ -213,12 +214,12 @@ impl Wiring {
     }
 
     /// Every member's endpoints this node knows.
-    pub(super) fn known(&self) -> &[MemberEndpoints] {
+    pub(crate) fn known(&self) -> &[MemberEndpoints] {
         &self.known
     }
 
     /// Member `id`'s endpoints, if known.
-    pub(super) fn endpoints(&self, id: i32) -> Option<MemberEndpoints> {
+    pub(crate) fn endpoints(&self, id: i32) -> Option<MemberEndpoints> {
         self.known.iter().find(|k| k.id == id).copied()
     }
 
@@ -251,11 +252,10 @@ impl Wiring {
     }
 
     /// Starts making the next spare log file on a thread of its own, at a lowered priority, its pages
-    /// written in [`SPARE_TOUCH_CHUNK`] bursts [`SPARE_TOUCH_PAUSE`] apart. Made at once, a 48 MiB spare's
-    /// page faults hold a core for about 17 ms (the test host), and on the sweep the three members'
-    /// spares, made as their first term settled, stalled the pinned harness thread inside the first
-    /// latency point (found with `perf record` of the point: three `log-spare` threads in
-    /// `Region::create_file`'s faults while the harness had no sample for 12.2 ms).
+    /// written in [`SPARE_TOUCH_CHUNK`] bursts [`SPARE_TOUCH_PAUSE`] apart. Made at once, a large spare's
+    /// page faults hold a core for milliseconds, and the members' spares, made as their first term
+    /// settled, would stall a pinned application thread sharing those cores (their page faults in
+    /// `Region::create_file` leave it no time).
     fn make_spare(&mut self) {
         let (length, path) = self.next_spare();
         let (done, made) = mpsc::channel();
@@ -316,7 +316,7 @@ impl Wiring {
     /// `settled` (its first commit: the leader's term start acknowledged by a quorum, or a follower's
     /// commit past where it joined) and [`SPARE_DEFERRAL_MIN_NS`] have passed since this was first asked
     /// after it was taken, or once [`SPARE_DEFERRAL_MAX_NS`] have, whichever is first.
-    pub(super) fn make_spare_if_due(&mut self, settled: bool, now_ns: u64) {
+    pub(crate) fn make_spare_if_due(&mut self, settled: bool, now_ns: u64) {
         if !self.spare_due {
             return;
         }
@@ -330,14 +330,14 @@ impl Wiring {
     }
 
     /// Stops whatever runs in the Sender's and the Receiver's places (they are dropped on their threads).
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.sender.replace(None);
         self.receiver.replace(None);
     }
 
     /// Starts leading `leadership_term_id` at `position`: a new log whose first bytes are copied from
     /// `previous` (what a follower behind this leader still needs), up to `position`, and a Sender for it.
-    pub(super) fn lead(
+    pub(crate) fn lead(
         &mut self,
         leadership_term_id: i64,
         position: i64,
@@ -380,7 +380,7 @@ impl Wiring {
     /// when a term starts and when the members change during it (the Sender before goes; the new one
     /// goes on from the log's end, and a follower behind has what it misses sent again on its NAKs).
     /// Returns each follower's acknowledged position counter.
-    pub(super) fn send(
+    pub(crate) fn send(
         &mut self,
         log: &LogBuffer,
         start: i64,
@@ -439,7 +439,7 @@ impl Wiring {
 
     /// Starts following `leader` in `leadership_term_id` from `position`: a Receiver that accepts only that
     /// term's log from the leader's endpoint, and makes its image start at `position`.
-    pub(super) fn follow(
+    pub(crate) fn follow(
         &mut self,
         leader: i32,
         leadership_term_id: i64,
@@ -603,15 +603,15 @@ fn continue_log(
 }
 
 /// A node's agents: the consensus agent, the two places whose agent the role sets, and the recorder.
-pub(super) struct NodeAgents {
-    pub(super) consensus: Box<dyn Agent>,
-    pub(super) sender: Slot<Box<dyn Agent>>,
-    pub(super) receiver: Slot<Box<dyn Agent>>,
-    pub(super) recorder: Option<Box<dyn Agent>>,
+pub(crate) struct NodeAgents {
+    pub(crate) consensus: Box<dyn Agent>,
+    pub(crate) sender: Slot<Box<dyn Agent>>,
+    pub(crate) receiver: Slot<Box<dyn Agent>>,
+    pub(crate) recorder: Option<Box<dyn Agent>>,
 }
 
 /// Lays the node's agents out on threads (an invoker's in the drawn `order`, if any), and starts them.
-pub(super) fn start_agents(
+pub(crate) fn start_agents(
     config: &NodeConfig,
     agents: NodeAgents,
     counters: &CountersManager,
@@ -667,7 +667,7 @@ pub(super) fn start_agents(
 }
 
 /// Allocates a node counter of `kind`.
-pub(super) fn node_counter(counters: &CountersManager, kind: &CounterKind) -> Counter {
+pub(crate) fn node_counter(counters: &CountersManager, kind: &CounterKind) -> Counter {
     counters.allocate(kind.label, kind.type_id).expect("counters file has room")
 }
 
@@ -676,6 +676,6 @@ pub(super) fn node_counter(counters: &CountersManager, kind: &CounterKind) -> Co
 /// on disk), so a follower told to follow `member` in a term knows its log's session before any SETUP comes,
 /// and refuses the log of another term of the same leader (found by the node simulator: a removed member
 /// still following its leader's term 3 took that leader's term-5 log for it, and its commits with it).
-pub(super) fn session_id_for(member: i32, leadership_term_id: i64) -> i32 {
+pub(crate) fn session_id_for(member: i32, leadership_term_id: i64) -> i32 {
     (((leadership_term_id as u32) & 0x7FFF) << 16) as i32 | (member & 0xFFFF)
 }

@@ -15,6 +15,9 @@
 //! - After every entry, [`SessionDeadline`] holds the table's next expiry, which the leader's client
 //!   endpoint reads to append a tick when its clock passes it.
 
+pub(super) mod ingress;
+mod limits;
+
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use crate::client::wire::{self, RecordHeader, RefusalCode};
 use crate::shm::counters::Counter;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
 
-use super::ingress::KEPT_ALIVE;
+use self::ingress::KEPT_ALIVE;
 
 /// The counters the reader's side keeps.
 #[derive(Clone, Debug)]

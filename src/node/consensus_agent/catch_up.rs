@@ -7,15 +7,15 @@
 //! failed one is due again; a failed one is retried after [`RETRY_NS`], never in a loop.
 
 /// How long a failed catch-up waits before it is asked again.
-pub(super) const RETRY_NS: u64 = 1_000_000_000;
+pub(crate) const RETRY_NS: u64 = 1_000_000_000;
 
 /// How long a follower's log may stand still below the start of its leader's term before it fetches the
 /// rest from the leader's recording. A follower's receive window counts from what it applied, which only
 /// a commit moves, and a leader commits nothing of its term before a majority holds its start: when the
 /// leader's uncommitted tail (from an earlier term, whose commits no member that is up remembers, after
-/// a power loss of a majority) is longer than that window, the live log alone never gets there (the node
-/// simulator's seed 1796382014415141825). The recording has no window.
-pub(super) const STUCK_NS: u64 = 500_000_000;
+/// a power loss of a majority) is longer than that window, the live log alone never gets there. The
+/// recording has no window.
+pub(crate) const STUCK_NS: u64 = 500_000_000;
 
 /// Where a follower is with catching up from its leader's recording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ enum Phase {
 
 /// A follower's catch-up state; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct CatchUpState {
+pub(crate) struct CatchUpState {
     phase: Phase,
     /// The leader's behind-retained frames counted when this followership started or last caught up.
     behind_seen: i64,
@@ -43,34 +43,34 @@ pub(super) struct CatchUpState {
 
 impl CatchUpState {
     /// A followership that starts with the leader's behind-retained count at `behind`.
-    pub(super) fn new(behind: i64) -> Self {
+    pub(crate) fn new(behind: i64) -> Self {
         Self { phase: Phase::Idle, behind_seen: behind, ticket: 0, stuck: None }
     }
 
     /// The catch-up started has `ticket`.
-    pub(super) fn ticket(&mut self, ticket: u64) {
+    pub(crate) fn ticket(&mut self, ticket: u64) {
         self.ticket = ticket;
     }
 
     /// Whether a result with `ticket` is of the catch-up this followership asked for, while it runs.
-    pub(super) fn asked(&self, ticket: u64) -> bool {
+    pub(crate) fn asked(&self, ticket: u64) -> bool {
         self.phase == Phase::Running && ticket == self.ticket && ticket != 0
     }
 
     /// The running catch-up failed at `now_ns`: it is retried [`RETRY_NS`] later.
-    pub(super) fn failed(&mut self, now_ns: u64) {
+    pub(crate) fn failed(&mut self, now_ns: u64) {
         self.phase = Phase::RetryAt(now_ns + RETRY_NS);
     }
 
     /// The running catch-up finished and the follower joined the live log.
-    pub(super) fn joined(&mut self) {
+    pub(crate) fn joined(&mut self) {
         self.phase = Phase::Idle;
     }
 
     /// Whether a catch-up starts now, with the leader's behind-retained count at `behind`, and this
     /// member's log at `below_term_start` while it has not reached the start of the leader's term
     /// (`None` once it has); when one starts, it is running from here on.
-    pub(super) fn start_if_due(&mut self, behind: i64, below_term_start: Option<i64>, now_ns: u64) -> bool {
+    pub(crate) fn start_if_due(&mut self, behind: i64, below_term_start: Option<i64>, now_ns: u64) -> bool {
         let stuck = match (below_term_start, self.stuck) {
             (None, _) => {
                 self.stuck = None;

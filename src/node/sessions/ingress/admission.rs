@@ -20,7 +20,7 @@ impl ClientIngress {
         let cookie = cookie.unwrap_or_default();
         let has_cookie = match cookie.len() {
             0 => false,
-            COOKIE_LENGTH => self.secret.accepts_cookie(from.source, &client, nonce, from.now_ns, cookie),
+            COOKIE_LENGTH => self.admission.secret.accepts_cookie(from.source, &client, nonce, from.now_ns, cookie),
             _ => {
                 self.counters.malformed_dropped.increment();
                 return;
@@ -29,8 +29,8 @@ impl ClientIngress {
         if !has_cookie {
             // Stateless, and no larger than the open it answers: a spoofed source gets nothing to amplify.
             self.counters.challenges_sent.increment();
-            let cookie = self.secret.cookie(from.source, &client, nonce, from.now_ns);
-            self.reply.push(RecordHeader::new(wire::COOKIE, 0).correlation(nonce), &cookie);
+            let cookie = self.admission.secret.cookie(from.source, &client, nonce, from.now_ns);
+            self.reply.writer.push(RecordHeader::new(wire::COOKIE, 0).correlation(nonce), &cookie);
             return;
         }
         let repeat = self
@@ -43,39 +43,41 @@ impl ClientIngress {
             return;
         }
         let period = from.now_ns / CHALLENGE_PERIOD_NS;
-        if self.used_opens.seen(&client, period) {
+        if self.admission.used_opens.seen(&client, period) {
             self.counters.replayed_dropped.increment();
-            return refuse(&mut self.reply, RefusalCode::Replayed);
+            return refuse(&mut self.reply.writer, RefusalCode::Replayed);
         }
         let address = AddressKey::of(from.source.ip());
-        if !self.open_rate.take(address, from.now_ns) || self.used_opens.len() >= self.config.max_sessions * 4 {
+        if !self.admission.open_rate.take(address, from.now_ns)
+            || self.admission.used_opens.len() >= self.config.max_sessions * 4
+        {
             self.counters.rate_limited.increment();
-            return refuse(&mut self.reply, RefusalCode::RateLimited);
+            return refuse(&mut self.reply.writer, RefusalCode::RateLimited);
         }
         if append.suspended {
             self.counters.suspended_refused.increment();
-            return refuse(&mut self.reply, RefusalCode::Suspended);
+            return refuse(&mut self.reply.writer, RefusalCode::Suspended);
         }
         if self.connections.per_address.of(address) >= self.config.max_sessions_per_address {
             self.counters.address_sessions_refused.increment();
-            return refuse(&mut self.reply, RefusalCode::TooManyFromAddress);
+            return refuse(&mut self.reply.writer, RefusalCode::TooManyFromAddress);
         }
         if self.connections.per_prefix.of(AddressKey::prefix_of(from.source.ip()))
             >= self.config.max_sessions_per_prefix
         {
             self.counters.address_sessions_refused.increment();
-            return refuse(&mut self.reply, RefusalCode::TooManyFromNetwork);
+            return refuse(&mut self.reply.writer, RefusalCode::TooManyFromNetwork);
         }
         if self.connections.len() >= self.config.max_sessions && !self.evict_for(address, from.epoch_ns, append) {
             self.counters.sessions_refused.increment();
-            return refuse(&mut self.reply, RefusalCode::TooManySessions);
+            return refuse(&mut self.reply.writer, RefusalCode::TooManySessions);
         }
-        self.sessions_opened += 1;
-        let session_id = self.secret.session_id(self.term, self.term_nonce, self.sessions_opened);
-        let token = self.secret.token(session_id, self.config.key(from.header.key_id));
+        self.term.sessions_opened += 1;
+        let session_id = self.admission.secret.session_id(self.term.id, self.term.nonce, self.term.sessions_opened);
+        let token = self.admission.secret.token(session_id, self.config.key(from.header.key_id));
         let mut leader_secret = [0u8; 32];
-        if self.entropy.fill(&mut leader_secret).is_err() {
-            return refuse(&mut self.reply, RefusalCode::BackPressured);
+        if self.term.entropy.fill(&mut leader_secret).is_err() {
+            return refuse(&mut self.reply.writer, RefusalCode::BackPressured);
         }
         let Some(opened) = seal_token(&token, &Ephemeral::from_random(leader_secret), &client, session_id, nonce)
         else {
@@ -87,14 +89,14 @@ impl ClientIngress {
         match append_entry(append, &self.counters, &entry, &[]) {
             Ok(()) => {
                 self.counters.sessions_opened.increment();
-                self.used_opens.insert(client, period);
+                self.admission.used_opens.insert(client, period);
                 let mut connection = self.connection(from, State::Opening, token);
                 connection.nonce = nonce;
                 connection.opened = Some(Box::new(opened));
                 self.connections.insert(session_id, connection);
                 self.counters.connections.set(self.connections.len() as i64);
             }
-            Err(_) => refuse(&mut self.reply, RefusalCode::BackPressured),
+            Err(_) => refuse(&mut self.reply.writer, RefusalCode::BackPressured),
         }
     }
 
@@ -150,20 +152,20 @@ impl ClientIngress {
         if old_address.is_none() && self.connections.len() >= self.config.max_sessions {
             self.counters.sessions_refused.increment();
             let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::TooManySessions as u8);
-            self.reply.push(refusal, &[]);
+            self.reply.writer.push(refusal, &[]);
             return;
         }
         let held = self.connections.per_address.of(address) - usize::from(old_address == Some(address));
         if held >= self.config.max_sessions_per_address {
             self.counters.address_sessions_refused.increment();
             let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::TooManyFromAddress as u8);
-            self.reply.push(refusal, &[]);
+            self.reply.writer.push(refusal, &[]);
             return;
         }
         let entry = SessionEntry::KeepAlive { session_id: session, timestamp_ns: from.epoch_ns };
         if append_entry(append, &self.counters, &entry, &[]).is_err() {
             let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::BackPressured as u8);
-            self.reply.push(refusal, &[]);
+            self.reply.writer.push(refusal, &[]);
             return;
         }
         let mut connection = self.connection(from, State::Reconnecting, token);

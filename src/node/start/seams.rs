@@ -23,19 +23,19 @@ use crate::shm::log_buffer::LogBuffer;
 /// the leader announced, as far as `append` (what this member holds of the leader's log) reaches. It is
 /// applied here, on the Receiver's thread, for latency; the core applies the same rule to the same inputs.
 #[derive(Debug)]
-pub(super) struct FollowerLog {
+pub(crate) struct FollowerLog {
     /// The node's commit position, raised by this rule (and by the core's, which is the same).
-    pub(super) commit: Counter,
+    pub(crate) commit: Counter,
     /// The highest commit position the leader has announced (commit frames, or piggybacked reserved values).
-    pub(super) announced: Counter,
+    pub(crate) announced: Counter,
     /// Read the commit position from data frames' reserved value too.
-    pub(super) piggyback: bool,
+    pub(crate) piggyback: bool,
     /// The follower's rebuilt (contiguous) position, for its consensus agent.
-    pub(super) append: Counter,
+    pub(crate) append: Counter,
     /// The term-start markers rebuilt into the log, for its consensus agent.
-    pub(super) term_starts: Arc<TermStarts>,
+    pub(crate) term_starts: Arc<TermStarts>,
     /// This member's id, in its acknowledgements.
-    pub(super) member_id: i32,
+    pub(crate) member_id: i32,
 }
 
 impl FollowerObserver for FollowerLog {
@@ -101,15 +101,15 @@ impl FollowerLog {
 /// The leader's reading of its followers' acknowledgements, on the Sender's thread: it forwards those that
 /// count by the consensus core's [`AckRule`] (destination `d` is the core's follower `d`, for this term's
 /// log) to their counters, and counts the rest in `refused`. It decides nothing itself.
-pub(super) struct LeaderAcks {
+pub(crate) struct LeaderAcks {
     /// Which acknowledgement counts, from the core.
-    pub(super) rule: AckRule,
+    pub(crate) rule: AckRule,
     /// Per destination: the follower's acknowledged position.
-    pub(super) acks: Vec<Counter>,
+    pub(crate) acks: Vec<Counter>,
     /// Per destination: the node's published acknowledgement counters (for `qc-stat`).
-    pub(super) mirrors: Vec<Counter>,
+    pub(crate) mirrors: Vec<Counter>,
     /// Acknowledgements refused.
-    pub(super) refused: Counter,
+    pub(crate) refused: Counter,
 }
 
 impl ControlHandler for LeaderAcks {

@@ -54,21 +54,22 @@ use crate::cluster::append::AppendStage;
 use crate::cluster::configuration::encode_addr;
 use crate::media::auth::AuthKey;
 use crate::media::transport::{RecvBatch, Transport};
-use crate::shm::counters::Counter;
 use crate::shm::log_buffer::AppendError;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
-use crate::shm::stats::{kinds, CounterKind};
 
-use super::builder::ClientEndpointConfig;
-use super::client_limits::{AddressKey, OpenRate, SessionsPerAddress, UsedOpens};
-use super::sessions::SessionDeadline;
+use super::limits::{AddressKey, OpenRate, SessionsPerAddress, UsedOpens};
+use super::SessionDeadline;
+use crate::node::builder::ClientEndpointConfig;
 
 mod admission;
+mod counters;
+
+pub(crate) use self::counters::IngressCounters;
 use crate::storage::recording::catch_up::Nonces;
 
 /// Egress ring message type (never on the wire): a keep-alive was applied; `value` is the session's last
 /// applied correlation id. It completes a reconnect.
-pub(super) const KEPT_ALIVE: u8 = 64;
+pub(crate) const KEPT_ALIVE: u8 = 64;
 
 /// Most client datagrams read per duty cycle: enough that a duty cycle takes what many clients sent
 /// since the last one (a datagram holds up to a few hundred messages), bounded so that the rest of the
@@ -81,71 +82,6 @@ const POLL_INTERVAL_NS: u64 = 5_000;
 /// Least time between two ticks a leader appends (its clock passed the session table's next expiry, and
 /// the tick closing those sessions is in the log but not yet applied): a session closes at most this late.
 const TICK_INTERVAL_NS: i64 = 50_000_000;
-
-/// The counters of a member's client endpoint (see [`kinds::clients`]).
-#[derive(Clone, Debug)]
-pub(super) struct IngressCounters {
-    datagrams_received: Counter,
-    receive_calls: Counter,
-    records_received: Counter,
-    pub(super) malformed_dropped: Counter,
-    address_refused: Counter,
-    unknown_session: Counter,
-    source_mismatch: Counter,
-    sessions_opened: Counter,
-    sessions_refused: Counter,
-    messages_appended: Counter,
-    window_exceeded: Counter,
-    gaps: Counter,
-    back_pressured: Counter,
-    suspended_refused: Counter,
-    redirects: Counter,
-    egress_datagrams: Counter,
-    egress_records: Counter,
-    pub(super) egress_dropped: Counter,
-    connections: Counter,
-    forged_dropped: Counter,
-    replayed_dropped: Counter,
-    challenges_sent: Counter,
-    displaced: Counter,
-    rate_limited: Counter,
-    address_sessions_refused: Counter,
-    evicted: Counter,
-}
-
-impl IngressCounters {
-    pub(super) fn new(mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
-        use kinds::clients as k;
-        Self {
-            datagrams_received: allocate(&k::datagrams_received),
-            receive_calls: allocate(&k::receive_calls),
-            records_received: allocate(&k::records_received),
-            malformed_dropped: allocate(&k::malformed_dropped),
-            address_refused: allocate(&k::address_refused),
-            unknown_session: allocate(&k::unknown_session),
-            source_mismatch: allocate(&k::source_mismatch),
-            sessions_opened: allocate(&k::sessions_opened),
-            sessions_refused: allocate(&k::sessions_refused),
-            messages_appended: allocate(&k::messages_appended),
-            window_exceeded: allocate(&k::window_exceeded),
-            gaps: allocate(&k::gaps),
-            back_pressured: allocate(&k::back_pressured),
-            suspended_refused: allocate(&k::suspended_refused),
-            redirects: allocate(&k::redirects),
-            egress_datagrams: allocate(&k::egress_datagrams),
-            egress_records: allocate(&k::egress_records),
-            egress_dropped: allocate(&k::egress_dropped),
-            connections: allocate(&k::connections),
-            forged_dropped: allocate(&k::forged_dropped),
-            replayed_dropped: allocate(&k::replayed_dropped),
-            challenges_sent: allocate(&k::challenges_sent),
-            displaced: allocate(&k::displaced),
-            rate_limited: allocate(&k::rate_limited),
-            address_sessions_refused: allocate(&k::address_sessions_refused),
-            evicted: allocate(&k::evicted),
-        }
-    }
-}
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,51 +174,80 @@ impl Sequence {
 }
 
 /// A member's client endpoint.
-pub(super) struct ClientIngress {
+pub(crate) struct ClientIngress {
     socket: Box<dyn Transport>,
     /// The clock of session entries' times (the wall clock, or the simulated one).
     clock: NanoClock,
     /// Taken while a poll reads from it.
     batch: Option<RecvBatch>,
     config: ClientEndpointConfig,
-    secret: SessionSecret,
     datagram_capacity: usize,
     connections: Connections,
     /// Sessions with egress records waiting.
     dirty: Vec<u64>,
     /// Answers to a datagram's source that belong to no connection (redirects, refusals, challenges).
-    reply: DatagramWriter,
-    /// How `reply` is sealed.
-    reply_seal: ReplySeal,
+    reply: Reply,
     egress: Arc<OneToOneRingBuffer>,
-    /// Sessions this leader has opened in its term (the session ids come from it).
-    sessions_opened: u64,
-    term: i64,
-    /// This leader's random value for its term: its sessions' ids derive from it, so that they never
-    /// repeat across clusters made again with the same secret, nor across incarnations of one.
-    term_nonce: u64,
-    /// The term's leader-term entry is in the log: nothing of a client is appended before it.
-    announced: bool,
-    /// The session table's next expiry as the node's reader applied it, and when this leader last
-    /// appended a tick for it.
-    deadline: SessionDeadline,
-    last_tick_ns: i64,
-    /// Where the term nonces come from.
-    entropy: Nonces,
+    /// This leader's term as the endpoint knows it.
+    term: TermSessions,
+    /// When the session table's sessions expire, and this leader's ticks for them.
+    ticks: Ticks,
     next_receive_ns: u64,
     /// Of every datagram the endpoint sends: it starts at the wall clock, so that it grows across
     /// restarts of the member too.
     sequence: Sequence,
-    open_rate: OpenRate,
-    /// The opens admitted in this cookie period and the last (each is good once).
-    used_opens: UsedOpens,
+    /// What an open or a reconnect must pass.
+    admission: Admission,
     counters: IngressCounters,
+    /// The members clients are told of.
+    members: MemberTable,
+}
+
+/// The answer to a datagram's source that belongs to no connection, and how it is sealed.
+struct Reply {
+    writer: DatagramWriter,
+    seal: ReplySeal,
+}
+
+/// The leader's term as its client endpoint knows it: the sessions it opened, and whether its entry is in
+/// the log.
+struct TermSessions {
+    /// The term (-1: none yet).
+    id: i64,
+    /// This leader's random value for its term: its sessions' ids derive from it, so that they never
+    /// repeat across clusters made again with the same secret, nor across incarnations of one.
+    nonce: u64,
+    /// The term's leader-term entry is in the log: nothing of a client is appended before it.
+    announced: bool,
+    /// Sessions this leader has opened in its term (the session ids come from it).
+    sessions_opened: u64,
+    /// Where the term nonces come from.
+    entropy: Nonces,
+}
+
+/// The session table's next expiry as the node's reader applied it, and when this leader last appended
+/// a tick for it.
+struct Ticks {
+    deadline: SessionDeadline,
+    last_tick_ns: i64,
+}
+
+/// What binds sessions and limits the opens: the secret, the rate of opens per address, and the opens
+/// admitted in this cookie period and the last (each is good once).
+struct Admission {
+    secret: SessionSecret,
+    open_rate: OpenRate,
+    used_opens: UsedOpens,
+}
+
+/// The members clients are told of.
+struct MemberTable {
     /// Every member's id and client endpoint, as the configuration in effect names them: a redirect
     /// carries the leader's, so a client finds a leader its own list does not name.
-    members: Vec<(i32, SocketAddr)>,
+    known: Vec<(i32, SocketAddr)>,
     /// The configuration in effect: its id and a `MEMBERS` payload of its members (sent after `OPENED`
     /// and with `RECONNECTED` and `HEARTBEAT`).
-    member_set: (i64, Vec<u8>),
+    set: (i64, Vec<u8>),
 }
 
 /// How the reply to the datagram being read is sealed: like the datagram (its session's token, or its
@@ -296,30 +261,30 @@ struct ReplySeal {
 
 /// What the leader appends with: its append stage and term, and what a duty cycle appended (counted
 /// once per cycle, not per entry).
-pub(super) struct Appending<'a> {
-    pub(super) stage: &'a mut AppendStage,
-    pub(super) term: i64,
+pub(crate) struct Appending<'a> {
+    pub(crate) stage: &'a mut AppendStage,
+    pub(crate) term: i64,
     /// An operator suspended the cluster: opens and messages are refused (`RefusalCode::Suspended`); keep
     /// -alives, reconnects and closes still go into the log, so that sessions outlive a suspension.
-    pub(super) suspended: bool,
+    pub(crate) suspended: bool,
     /// Session entries appended.
-    pub(super) entries: usize,
+    pub(crate) entries: usize,
     /// Of those, client messages.
-    pub(super) messages: usize,
+    pub(crate) messages: usize,
 }
 
 impl<'a> Appending<'a> {
     /// Appending through `stage` for `term`.
-    pub(super) fn new(stage: &'a mut AppendStage, term: i64) -> Self {
+    pub(crate) fn new(stage: &'a mut AppendStage, term: i64) -> Self {
         Self { stage, term, suspended: false, entries: 0, messages: 0 }
     }
 }
 
 /// What the client endpoint shares with the node's reader of committed entries: the answers it makes,
 /// and the session table's next expiry.
-pub(super) struct ReaderLink {
-    pub(super) egress: Arc<OneToOneRingBuffer>,
-    pub(super) deadline: SessionDeadline,
+pub(crate) struct ReaderLink {
+    pub(crate) egress: Arc<OneToOneRingBuffer>,
+    pub(crate) deadline: SessionDeadline,
 }
 
 /// Why a datagram was dropped before its records were read.
@@ -332,7 +297,7 @@ impl ClientIngress {
     /// A client endpoint on `socket`, binding sessions with `secret` (and keys and term values drawn from
     /// `entropy`), answering through datagrams of at most `datagram_capacity` bytes, sending what the
     /// node's reader puts in `reader`'s egress.
-    pub(super) fn new(
+    pub(crate) fn new(
         socket: Box<dyn Transport>,
         clock: NanoClock,
         config: ClientEndpointConfig,
@@ -350,43 +315,34 @@ impl ClientIngress {
             // Room for the largest UDP datagram: a client's MTU may be larger than the cluster's.
             batch: Some(RecvBatch::new(16, crate::frame::MAX_UDP_PAYLOAD_LENGTH)),
             config,
-            secret,
             datagram_capacity,
             connections: Connections::default(),
             dirty: Vec::new(),
-            reply: DatagramWriter::new(datagram_capacity),
-            reply_seal: ReplySeal::default(),
+            reply: Reply { writer: DatagramWriter::new(datagram_capacity), seal: ReplySeal::default() },
             egress,
-            sessions_opened: 0,
-            term: -1,
-            term_nonce: 0,
-            announced: false,
-            deadline,
-            last_tick_ns: i64::MIN,
-            entropy,
+            term: TermSessions { id: -1, nonce: 0, announced: false, sessions_opened: 0, entropy },
+            ticks: Ticks { deadline, last_tick_ns: i64::MIN },
             next_receive_ns: 0,
             sequence,
-            open_rate,
-            used_opens: UsedOpens::default(),
+            admission: Admission { secret, open_rate, used_opens: UsedOpens::default() },
             counters,
-            members: Vec::new(),
-            member_set: (0, Vec::new()),
+            members: MemberTable { known: Vec::new(), set: (0, Vec::new()) },
         }
     }
 
     /// The members' client endpoints from now on (the configuration in effect changed): `known`, every
     /// member whose endpoints this member knows (a redirect may name any), and the configuration in effect,
     /// its id and members, which clients are told.
-    pub(super) fn set_members(&mut self, known: Vec<(i32, SocketAddr)>, configuration: i64, members: &[i32]) {
+    pub(crate) fn set_members(&mut self, known: Vec<(i32, SocketAddr)>, configuration: i64, members: &[i32]) {
         let listed: Vec<(i32, SocketAddr)> = known.iter().copied().filter(|(id, _)| members.contains(id)).collect();
         let mut payload = Vec::new();
         wire::encode_members(&listed, &mut payload);
-        self.member_set = (configuration, payload);
-        self.members = known;
+        self.members.set = (configuration, payload);
+        self.members.known = known;
     }
 
     /// Forgets every connection (this member's role changed): their clients reconnect to the leader.
-    pub(super) fn on_role_change(&mut self) {
+    pub(crate) fn on_role_change(&mut self) {
         self.connections.clear();
         self.dirty.clear();
         self.counters.connections.set(0);
@@ -396,19 +352,19 @@ impl ClientIngress {
 
     /// One duty cycle: reads client datagrams (appending through `appending` on the leader, redirecting
     /// to `leader` elsewhere) and sends what the egress ring holds; returns the work done.
-    pub(super) fn poll(&mut self, now_ns: u64, mut appending: Option<Appending<'_>>, leader: Option<i32>) -> usize {
+    pub(crate) fn poll(&mut self, now_ns: u64, mut appending: Option<Appending<'_>>, leader: Option<i32>) -> usize {
         if let Some(appending) = &appending {
-            if appending.term != self.term {
-                self.term = appending.term;
-                self.sessions_opened = 0;
-                self.term_nonce = self.entropy.next_u64();
-                self.announced = false;
+            if appending.term != self.term.id {
+                self.term.id = appending.term;
+                self.term.sessions_opened = 0;
+                self.term.nonce = self.term.entropy.next_u64();
+                self.term.announced = false;
             }
         }
         let mut work = self.send_egress(appending.is_some());
         if let Some(appending) = appending.as_mut() {
             work += self.keep_time(appending);
-            if !self.announced {
+            if !self.term.announced {
                 // Nothing of a client goes into the log before the term's entry (the log has room for it
                 // at a term's start; until then the clients' datagrams wait in the socket).
                 return work + self.flush();
@@ -438,7 +394,7 @@ impl ClientIngress {
                 }
                 match self.authenticate(datagram.bytes) {
                     Ok((header, records, token)) => {
-                        self.reply_seal = ReplySeal { session_id: header.session_id, key_id: header.key_id, token };
+                        self.reply.seal = ReplySeal { session_id: header.session_id, key_id: header.key_id, token };
                         let from = Arrival { source, header, token, now_ns, epoch_ns };
                         match appending.as_mut() {
                             Some(appending) => self.on_datagram(from, records, appending),
@@ -446,12 +402,12 @@ impl ClientIngress {
                                 self.counters.records_received.add(records.count() as i64);
                                 self.counters.redirects.increment();
                                 let mut endpoint = Vec::new();
-                                if let Some(&(_, addr)) = self.members.iter().find(|m| Some(m.0) == leader) {
+                                if let Some(&(_, addr)) = self.members.known.iter().find(|m| Some(m.0) == leader) {
                                     encode_addr(addr, &mut endpoint);
                                 }
                                 let leader = leader.map_or(-1, i64::from);
                                 let redirect = RecordHeader::new(wire::REDIRECT, header.session_id).value(leader);
-                                self.reply.push(redirect, &endpoint);
+                                self.reply.writer.push(redirect, &endpoint);
                             }
                         }
                         self.send_reply(source);
@@ -479,27 +435,27 @@ impl ClientIngress {
     /// the session table's next expiry (so silent sessions close on the leader's clock alone). Returns the
     /// entries appended.
     fn keep_time(&mut self, append: &mut Appending<'_>) -> usize {
-        let deadline = self.deadline.get();
-        if self.announced && deadline == i64::MAX {
+        let deadline = self.ticks.deadline.get();
+        if self.term.announced && deadline == i64::MAX {
             // No session is open: no clock to read in this duty cycle.
             return 0;
         }
         let epoch_ns = self.clock.epoch_ns();
-        if !self.announced {
+        if !self.term.announced {
             let entry = SessionEntry::LeaderTerm {
-                leadership_term_id: self.term,
-                nonce: self.term_nonce,
+                leadership_term_id: self.term.id,
+                nonce: self.term.nonce,
                 timestamp_ns: epoch_ns,
             };
-            self.announced = append_entry(append, &self.counters, &entry, &[]).is_ok();
-            return usize::from(self.announced);
+            self.term.announced = append_entry(append, &self.counters, &entry, &[]).is_ok();
+            return usize::from(self.term.announced);
         }
-        if epoch_ns < deadline || epoch_ns.saturating_sub(self.last_tick_ns) < TICK_INTERVAL_NS {
+        if epoch_ns < deadline || epoch_ns.saturating_sub(self.ticks.last_tick_ns) < TICK_INTERVAL_NS {
             return 0;
         }
         match append_entry(append, &self.counters, &SessionEntry::Tick { timestamp_ns: epoch_ns }, &[]) {
             Ok(()) => {
-                self.last_tick_ns = epoch_ns;
+                self.ticks.last_tick_ns = epoch_ns;
                 1
             }
             Err(_) => 0,
@@ -523,7 +479,7 @@ impl ClientIngress {
         let token = if header.session_id != 0 {
             let token = match self.connections.by_session.get(&header.session_id) {
                 Some(connection) if connection.key_id == header.key_id => connection.token,
-                _ => self.secret.token(header.session_id, key),
+                _ => self.admission.secret.token(header.session_id, key),
             };
             if !datagram.verify(&token) {
                 return Err(Dropped::Forged);
@@ -542,15 +498,15 @@ impl ClientIngress {
 
     /// Sends the answers to a datagram that belong to no connection, sealed as the datagram was.
     fn send_reply(&mut self, source: SocketAddr) {
-        if self.reply.is_empty() {
+        if self.reply.writer.is_empty() {
             return;
         }
-        let seal = self.reply_seal;
+        let seal = self.reply.seal;
         let key = match seal.token {
             Some(_) => None,
             None => self.config.key(seal.key_id),
         };
-        let bytes = self.reply.finish(Seal {
+        let bytes = self.reply.writer.finish(Seal {
             session_id: seal.session_id,
             key_id: seal.key_id,
             sequence: if seal.session_id == 0 { 0 } else { self.sequence.next() },
@@ -558,7 +514,7 @@ impl ClientIngress {
         });
         let _ = self.socket.send(bytes, Some(&SockAddr::from(source)));
         self.counters.egress_datagrams.increment();
-        self.reply.clear();
+        self.reply.writer.clear();
     }
 
     /// Moves the egress ring's records into their sessions' datagrams (dropping them when this member
@@ -601,11 +557,11 @@ impl ClientIngress {
                 record.correlation_id = connection.nonce;
                 // The answer to an open goes in a datagram of no session (the client has no token yet),
                 // with the token sealed for the client alone (tagged with the client key when there is one).
-                self.reply.push(record, &opened[..]);
-                self.reply_seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
+                self.reply.writer.push(record, &opened[..]);
+                self.reply.seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
                 let source = connection.addr;
                 // The members follow in the session's first datagram, tagged with its token.
-                let (configuration, payload) = &self.member_set;
+                let (configuration, payload) = &self.members.set;
                 let members = RecordHeader::new(wire::MEMBERS, header.session_id).value(*configuration);
                 let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
                 queue(connection, out, &mut self.dirty, header.session_id, members, payload);
@@ -634,8 +590,8 @@ impl ClientIngress {
                     if connection.state == State::Opening {
                         // Refused before the client had the token: answered as an open is.
                         record.correlation_id = connection.nonce;
-                        self.reply.push(record, &[]);
-                        self.reply_seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
+                        self.reply.writer.push(record, &[]);
+                        self.reply.seal = ReplySeal { session_id: 0, key_id: connection.key_id, token: None };
                         let source = connection.addr;
                         self.connections.remove(&header.session_id);
                         self.counters.connections.set(self.connections.len() as i64);
@@ -653,7 +609,7 @@ impl ClientIngress {
         let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
         queue(connection, out, &mut self.dirty, header.session_id, record, payload);
         if record.kind == wire::RECONNECTED {
-            let (configuration, payload) = &self.member_set;
+            let (configuration, payload) = &self.members.set;
             let members = RecordHeader::new(wire::MEMBERS, header.session_id).value(*configuration);
             let out = Out { socket: &mut self.socket, counters: &self.counters, sequence: &mut self.sequence };
             queue(connection, out, &mut self.dirty, header.session_id, members, payload);
@@ -707,10 +663,10 @@ impl ClientIngress {
                     socket: &mut self.socket,
                     config: &self.config,
                     dirty: &mut self.dirty,
-                    reply: &mut self.reply,
+                    reply: &mut self.reply.writer,
                     counters: &self.counters,
                     sequence: &mut self.sequence,
-                    member_set: &self.member_set,
+                    member_set: &self.members.set,
                 };
                 on_session_records(&mut state, connection, session, records, append, from.epoch_ns);
             }
@@ -734,20 +690,20 @@ impl ClientIngress {
                     }
                 }
                 self.counters.records_received.add(received);
-                let proven =
-                    answer.is_some_and(|a| self.secret.answers_challenge(session, from.source, from.now_ns, a));
-                if !self.open_rate.take(AddressKey::of(from.source.ip()), from.now_ns) {
+                let proven = answer
+                    .is_some_and(|a| self.admission.secret.answers_challenge(session, from.source, from.now_ns, a));
+                if !self.admission.open_rate.take(AddressKey::of(from.source.ip()), from.now_ns) {
                     self.counters.rate_limited.increment();
                     let refusal = RecordHeader::new(wire::REFUSED, session).code(RefusalCode::RateLimited as u8);
-                    self.reply.push(refusal, &[]);
+                    self.reply.writer.push(refusal, &[]);
                     return;
                 }
                 if proven {
                     self.on_reconnect(&from, token, append);
                 } else {
                     self.counters.challenges_sent.increment();
-                    let challenge = self.secret.challenge(session, from.source, from.now_ns);
-                    self.reply.push(RecordHeader::new(wire::CHALLENGE, session).correlation(challenge), &[]);
+                    let challenge = self.admission.secret.challenge(session, from.source, from.now_ns);
+                    self.reply.writer.push(RecordHeader::new(wire::CHALLENGE, session).correlation(challenge), &[]);
                 }
             }
         }

@@ -20,13 +20,13 @@ const READ_FAILING_FOR_NS: u64 = 1_000_000_000;
 const READ_FAILING_TIMES: u32 = 64;
 
 /// Whole messages from the recording, one block at a time, never past a limit.
-pub(super) struct Replay {
+pub(crate) struct Replay {
     reader: RecordingReader,
     /// The block being handed out, from `offset`.
     block: Vec<u8>,
     block_position: i64,
     offset: usize,
-    pub(super) assembler: FragmentAssembler<()>,
+    pub(crate) assembler: FragmentAssembler<()>,
     /// Since when reads have failed, if they do (node clock, ns).
     failing_since: Option<u64>,
     /// Reads failed in a row.
@@ -34,7 +34,7 @@ pub(super) struct Replay {
 }
 
 impl Replay {
-    pub(super) fn new(reader: RecordingReader) -> Self {
+    pub(crate) fn new(reader: RecordingReader) -> Self {
         let position = reader.position();
         Self {
             reader,
@@ -48,18 +48,18 @@ impl Replay {
     }
 
     /// A replay of the same recording from `position` instead (after a snapshot restored up to there).
-    pub(super) fn restart_at(&self, position: i64) -> Self {
+    pub(crate) fn restart_at(&self, position: i64) -> Self {
         Self::new(self.reader.reopen(position))
     }
 
     /// The position read up to.
-    pub(super) fn position(&self) -> i64 {
+    pub(crate) fn position(&self) -> i64 {
         self.block_position + self.offset as i64
     }
 
     /// Hands whole messages that end at or below `limit` to `handler` with the position each ends at, up to
     /// `fragment_limit` fragments; returns the fragments read. `limit` must not exceed what is recorded.
-    pub(super) fn poll(
+    pub(crate) fn poll(
         &mut self,
         limit: i64,
         fragment_limit: usize,

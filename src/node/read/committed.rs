@@ -10,17 +10,28 @@
 
 use std::sync::Arc;
 
-use super::client::{ReaderLog, Shared};
 use super::replay::Replay;
+use super::ReadRequests;
 use crate::shm::log_buffer::MessageReader;
+use crate::shm::log_buffer::{ConsumerPosition, LogReader};
 use crate::storage::recording::{RecorderCounters, RecordingError, RecordingReader};
 
+/// Where the node's reader of committed entries goes on at a switch.
+pub(crate) enum ReaderLog {
+    /// In a log in memory: a reader of it and its consumer slot.
+    Memory(LogReader, ConsumerPosition),
+    /// In the recorded log, which a catch-up filled (after the snapshot installed at `snapshot`, if one
+    /// was), up to the next switch.
+    Recorded { snapshot: Option<i64> },
+}
+
 /// Reads a node's committed entries; see the module documentation.
-pub(super) struct CommittedReader {
+pub(crate) struct CommittedReader {
     /// The node's clock (what a failing read is timed by).
     clock: crate::agent::clock::NanoClock,
     member_id: i32,
-    shared: Arc<Shared>,
+    /// The log switches the consensus agent queues.
+    requests: Arc<ReadRequests>,
     /// The reader of a log in memory: `None` until this node has one.
     reader: Option<MessageReader>,
     /// The reader of the recorded log, before the first log in memory (or after a catch-up).
@@ -41,15 +52,15 @@ pub(super) struct CommittedReader {
     /// The state already holds every entry up to here (the snapshot it was restored or loaded from): an
     /// entry that ends at or below is read but not handed out. A member whose recorded log was damaged
     /// below its newest snapshot holds the log only up to before it, and reads the entries between again
-    /// from its leader's log (found by the node simulator with misdirected writes: seed 20002).
+    /// from its leader's log.
     held_by_state: i64,
 }
 
 impl CommittedReader {
     /// A reader that starts with `replay` (a recorded log) or with nothing until the first switch.
-    pub(super) fn new(
+    pub(crate) fn new(
         member_id: i32,
-        shared: Arc<Shared>,
+        requests: Arc<ReadRequests>,
         replay: Option<Replay>,
         recorder: Option<RecorderCounters>,
         recording: Option<RecordingReader>,
@@ -59,7 +70,7 @@ impl CommittedReader {
         Self {
             clock,
             member_id,
-            shared,
+            requests,
             reader: None,
             replay,
             replay_error: None,
@@ -77,27 +88,27 @@ impl CommittedReader {
     /// recorded log. A snapshot is taken only then: one ahead of the recording would leave, after a restart,
     /// a state past the log the member holds, and the member would apply what the state already has (the
     /// node simulator found it: a follower's recorder failed on its failing disk behind what it applied).
-    pub(super) fn recorded_past(&self, position: i64) -> bool {
+    pub(crate) fn recorded_past(&self, position: i64) -> bool {
         self.recorder.as_ref().is_none_or(|c| c.synced_position.get() >= position)
     }
 
     /// Where the last whole message handed out ends.
-    pub(super) fn applied(&self) -> i64 {
+    pub(crate) fn applied(&self) -> i64 {
         self.applied
     }
 
     /// Why the replay of the recorded log stopped, if it did.
-    pub(super) fn recording_error(&self) -> Option<&RecordingError> {
+    pub(crate) fn recording_error(&self) -> Option<&RecordingError> {
         self.replay_error.as_ref()
     }
 
     /// Where the replay of the recorded log starts (0 without one).
-    pub(super) fn replay_start(&self) -> i64 {
+    pub(crate) fn replay_start(&self) -> i64 {
         self.replay.as_ref().map_or(0, Replay::position)
     }
 
     /// Makes the replay start at `position` (a restored snapshot's); false without a replay.
-    pub(super) fn restart_replay_at(&mut self, position: i64) -> bool {
+    pub(crate) fn restart_replay_at(&mut self, position: i64) -> bool {
         let Some(replay) = self.replay.as_mut() else {
             return false;
         };
@@ -108,12 +119,12 @@ impl CommittedReader {
     }
 
     /// The position of a snapshot a catch-up installed that the application has still to load.
-    pub(super) fn pending_snapshot(&self) -> Option<i64> {
+    pub(crate) fn pending_snapshot(&self) -> Option<i64> {
         self.pending_snapshot
     }
 
     /// As [`pending_snapshot`](Self::pending_snapshot), after looking for a newer one.
-    pub(super) fn newest_pending_snapshot(&mut self) -> Option<i64> {
+    pub(crate) fn newest_pending_snapshot(&mut self) -> Option<i64> {
         if self.pending_snapshot.is_some() {
             // A newer catch-up may have installed a newer snapshot since: it supersedes this one.
             self.refresh_switch();
@@ -122,7 +133,7 @@ impl CommittedReader {
     }
 
     /// The pending snapshot is as loaded as `position`'s: entries after it may be handed out.
-    pub(super) fn snapshot_loaded(&mut self, position: i64) {
+    pub(crate) fn snapshot_loaded(&mut self, position: i64) {
         self.pending_snapshot = None;
         self.applied = position;
         self.held_by_state = self.held_by_state.max(position);
@@ -130,7 +141,7 @@ impl CommittedReader {
 
     /// Hands committed entries, up to `commit` and `fragment_limit` fragments, to `deliver` (each
     /// message's bytes, where it ends, and its flags); returns the fragments read.
-    pub(super) fn poll(
+    pub(crate) fn poll(
         &mut self,
         commit: i64,
         fragment_limit: usize,
@@ -216,11 +227,11 @@ impl CommittedReader {
 
     /// Reads where the next switch of logs is, when the consensus agent queued or completed one.
     fn refresh_switch(&mut self) {
-        let generation = self.shared.switches.generation();
+        let generation = self.requests.switches.generation();
         if generation != self.switch_generation {
             self.switch_generation = generation;
             self.take_installed_snapshot();
-            self.next_switch = self.shared.switches.next_at();
+            self.next_switch = self.requests.switches.next_at();
         }
     }
 
@@ -229,7 +240,7 @@ impl CommittedReader {
     fn take_installed_snapshot(&mut self) {
         let installed = |log: &ReaderLog| matches!(log, ReaderLog::Recorded { snapshot: Some(_) });
         let Some((_, ReaderLog::Recorded { snapshot: Some(position) }, _)) =
-            self.shared.switches.take_superseding(installed)
+            self.requests.switches.take_superseding(installed)
         else {
             return;
         };
@@ -244,9 +255,9 @@ impl CommittedReader {
     /// The installed snapshot at `position` the application must load, or `None` when its state already
     /// holds every entry up to there (it was restored from, or applied past, a snapshot of its own newer
     /// than the leader's): the replay from `position` then hands out only what follows the state. Committed
-    /// entries are the same on every member, so either state is the log's up to its position. (Found by the
-    /// node simulator: a member restored its own snapshot at 299360, repaired from the leader's at 297600,
-    /// and waited for good for a load that would have taken its state back.)
+    /// entries are the same on every member, so either state is the log's up to its position. (A member that
+    /// restored its own snapshot and then repaired from an older one of the leader's must not wait for
+    /// good for a load that would take its state back.)
     fn snapshot_to_load(&mut self, position: i64) -> Option<i64> {
         let held = self.applied.max(self.held_by_state);
         if position > held {
@@ -258,7 +269,7 @@ impl CommittedReader {
 
     /// At the next switch's position, goes on in its log, once it is there; true when it did.
     fn switch_log(&mut self) -> bool {
-        let Some((at, next_log, next)) = self.shared.switches.take() else {
+        let Some((at, next_log, next)) = self.requests.switches.take() else {
             return false;
         };
         self.next_switch = next;
@@ -283,8 +294,8 @@ impl CommittedReader {
                 if snapshot.is_none() {
                     // The first fragments of a message the reader holds go on with the rest from `from`,
                     // whether it read them from a log in memory or from the recording (a replay that
-                    // reached the recording's end inside a message, whose rest the catch-up fetched: found
-                    // by the node simulator, seed 1796390550818795903, which lost that message).
+                    // reached the recording's end inside a message, whose rest the catch-up fetched, would
+                    // otherwise lose that message).
                     match (reader, previous) {
                         (Some(reader), _) => replay.assembler = reader.into_assembler(),
                         (None, Some(previous)) => replay.assembler = previous.assembler,

@@ -1,22 +1,26 @@
 //! Starting a node: its directory and counters, its recorded log and consensus core, its endpoints, its
 //! recorder with the catch-up service, and its agents on their threads (or an invoker).
 
+mod seams;
+mod slot;
+pub(super) mod wiring;
+
 use std::sync::Arc;
 
+use self::slot::Slot;
+use self::wiring::{node_counter, start_agents, NodeAgents, NodeCounters, Wiring};
 use super::admin::AdminRings;
 use super::builder::NodeConfig;
-use super::client::Shared;
-use super::committed::CommittedReader;
-use super::driver::{ConsensusAgent, DriverCounters, DriverParts};
+use super::consensus_agent::{ConsensusAgent, ConsensusAgentCounters, ConsensusAgentParts, RecorderLink};
 use super::environment::{Environment, LogFiles};
 use super::error::NodeError;
-use super::ingress::{ClientIngress, IngressCounters};
-use super::recovery::{self, Recovered};
-use super::replay::Replay;
+use super::read::committed::CommittedReader;
+use super::read::recovery::{self, Recovered};
+use super::read::replay::Replay;
+use super::read::ReadPath;
+use super::sessions::ingress::{ClientIngress, IngressCounters, ReaderLink};
 use super::sessions::{ClientSessions, SessionEventCounters};
-use super::slot::Slot;
-use super::wiring::{node_counter, start_agents, NodeAgents, NodeCounters, Wiring};
-use super::Node;
+use super::{Links, LocalClient, Node};
 use crate::agent::Agent;
 use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::media::transport::{Binding, Network, Transport};
@@ -85,12 +89,19 @@ impl Node {
         let append = node_counters.consensus.append.clone();
         let (sender, sender_handle) = Slot::new("sender");
         let (receiver, receiver_handle) = Slot::new("receiver");
-        let shared = Arc::new(Shared::new());
+        let links = Links::default();
+        let recorder_link = RecorderLink::default();
         let compact_below = Counter::detached();
         let recorded = match recovered {
-            Some(recovered) => {
-                Some(start_recorder(&config, &env, recovered, &counters, &shared, &compact_below, &mut warnings)?)
-            }
+            Some(recovered) => Some(start_recorder(
+                &config,
+                &env,
+                recovered,
+                &counters,
+                &recorder_link,
+                &compact_below,
+                &mut warnings,
+            )?),
             None => None,
         };
         let (tail, replay, recorder, recorder_counters, recording_template) = match recorded {
@@ -110,12 +121,12 @@ impl Node {
             receiver_handle,
         );
         wiring.learn(&recorded_endpoints);
-        let driver_counters = DriverCounters::new(config.id, |kind| node_counter(&counters, kind));
+        let driver_counters = ConsensusAgentCounters::new(config.id, |kind| node_counter(&counters, kind));
         // The application's positions, which the node sets and the consensus agent reports to `status`.
         let (applied, last_snapshot) = (driver_counters.applied.clone(), driver_counters.snapshot.clone());
         // Shown from the start: a member repairing its log says so before its agents first run.
         driver_counters.repairing_to.set(core.repair().map_or(0, |r| r.held));
-        let agent = ConsensusAgent::new(DriverParts {
+        let agent = ConsensusAgent::new(ConsensusAgentParts {
             tail,
             synced,
             records: recorder.is_some(),
@@ -126,13 +137,14 @@ impl Node {
             votes,
             clients,
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
-            shared: Arc::clone(&shared),
+            links: links.clone(),
+            recorder: recorder_link,
             counters: driver_counters,
             admin: Some(AdminRings::create(directory.path()).map_err(NodeError::Io)?),
         });
         let committed = CommittedReader::new(
             config.id,
-            Arc::clone(&shared),
+            Arc::clone(&links.reader),
             replay,
             recorder_counters,
             recording_template,
@@ -144,18 +156,18 @@ impl Node {
         let handles = start_agents(&config, agents, &counters, order, &mut warnings)?;
         Ok(Node {
             config,
-            shared,
-            ingress,
-            commit,
-            append,
-            committed,
-            compact_below,
-            sessions: Some(sessions),
-            snapshots: None,
-            disk: env.disk.clone(),
-            last_snapshot,
-            applied,
-            polled: false,
+            client: LocalClient { ingress, gate: Arc::clone(&links.offers), commit, append },
+            read: ReadPath {
+                committed,
+                compact_below,
+                sessions: Some(sessions),
+                snapshots: None,
+                disk: env.disk.clone(),
+                last_snapshot,
+                applied,
+                polled: false,
+            },
+            links,
             event_generation: 0,
             callbacks: Vec::new(),
             handles: Some(handles),
@@ -187,7 +199,7 @@ fn start_recorder(
     env: &Environment,
     recovered: Recovered,
     counters: &CountersManager,
-    shared: &Arc<Shared>,
+    link: &RecorderLink,
     compact_below: &Counter,
     warnings: &mut Vec<String>,
 ) -> Result<Recorded, NodeError> {
@@ -213,7 +225,7 @@ fn start_recorder(
     warn_if_memory_backed(config, warnings);
     let replay = Replay::new(recovered.recording.reader(recovered.recording.start()));
     let template = recovered.recording.reader(0);
-    let switches = Arc::clone(&shared.recorder_switches);
+    let switches = Arc::clone(&link.switches);
     let identity = SnapshotIdentity { membership: config.membership(), stream_id: config.stream_id };
     let snapshot_store = |config: &NodeConfig| {
         SnapshotStore::open_on(env.disk.clone(), &config.snapshot_dir_path(), identity)
@@ -222,8 +234,8 @@ fn start_recorder(
     // The node file's other members, until the consensus agent publishes the configuration its recording
     // holds (`publish_membership`), which may name members the node file does not.
     let others = config.members.iter().filter(|m| m.id != config.id).map(|m| (m.id, m.consensus.ip())).collect();
-    shared.catch_up_members.set(others);
-    let others = shared.catch_up_members.clone();
+    link.members.set(others);
+    let others = link.members.clone();
     let catch_up_key = CatchUpKey::new(config.channel.auth.as_ref(), config.membership());
     let mut agent = Recorder::new(recovered.recording, switches, recorder_counters.clone(), compact_below.clone())
         .with_write_coalescing(env.clock.fresh());
@@ -265,7 +277,7 @@ fn start_recorder(
             })
             .ok()
             .transpose()?;
-        let (channel, store) = (Arc::clone(&shared.catch_ups), snapshot_store(config)?);
+        let (channel, store) = (Arc::clone(&link.catch_ups), snapshot_store(config)?);
         agent = agent.with_catch_up(server, channel, catch_up_key, store, runtime);
     }
     let tail = recovered.tail;
@@ -424,7 +436,7 @@ fn start_clients(
         config.clients.clone(),
         (secret, env.nonces(0x5E55_1011)),
         datagram_capacity,
-        super::ingress::ReaderLink { egress, deadline: sessions.deadline() },
+        ReaderLink { egress, deadline: sessions.deadline() },
         ingress_counters,
     );
     sessions.apply_duplicates = env.bugs.apply_duplicates();

@@ -16,11 +16,11 @@ use std::net::IpAddr;
 
 /// An address as the limits count it: an IPv4 address (as an IPv4-mapped IPv6 one), or an IPv6 /64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(super) struct AddressKey(u128);
+pub(crate) struct AddressKey(u128);
 
 impl AddressKey {
     /// The key of `ip`.
-    pub(super) fn of(ip: IpAddr) -> Self {
+    pub(crate) fn of(ip: IpAddr) -> Self {
         match ip {
             IpAddr::V4(v4) => Self(u128::from(v4.to_ipv6_mapped())),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -33,7 +33,7 @@ impl AddressKey {
 
 impl AddressKey {
     /// The key of the network `ip` is in: its IPv4 /24, or its IPv6 /48.
-    pub(super) fn prefix_of(ip: IpAddr) -> Self {
+    pub(crate) fn prefix_of(ip: IpAddr) -> Self {
         let Self(bits) = Self::of(ip);
         if bits >> 32 == 0xffff {
             Self(bits & !0xff)
@@ -45,7 +45,7 @@ impl AddressKey {
 
 /// A token bucket per address: opens, reconnects and challenges per second.
 #[derive(Debug)]
-pub(super) struct OpenRate {
+pub(crate) struct OpenRate {
     per_second: u32,
     buckets: HashMap<AddressKey, Bucket>,
 }
@@ -60,10 +60,10 @@ struct Bucket {
 
 impl OpenRate {
     /// Addresses tracked at most.
-    pub(super) const CAPACITY: usize = 4096;
+    pub(crate) const CAPACITY: usize = 4096;
 
     /// `per_second` opens per second per address.
-    pub(super) fn new(per_second: u32) -> Self {
+    pub(crate) fn new(per_second: u32) -> Self {
         Self { per_second: per_second.max(1), buckets: HashMap::new() }
     }
 
@@ -72,7 +72,7 @@ impl OpenRate {
     }
 
     /// Takes one open for `address` at `now_ns`; false when its allowance is spent.
-    pub(super) fn take(&mut self, address: AddressKey, now_ns: u64) -> bool {
+    pub(crate) fn take(&mut self, address: AddressKey, now_ns: u64) -> bool {
         if !self.buckets.contains_key(&address) && self.buckets.len() >= Self::CAPACITY {
             self.make_room(now_ns);
         }
@@ -113,23 +113,23 @@ impl OpenRate {
 
 /// Sessions each address holds at the endpoint.
 #[derive(Debug, Default)]
-pub(super) struct SessionsPerAddress {
+pub(crate) struct SessionsPerAddress {
     counts: HashMap<AddressKey, usize>,
 }
 
 impl SessionsPerAddress {
     /// Sessions `address` holds.
-    pub(super) fn of(&self, address: AddressKey) -> usize {
+    pub(crate) fn of(&self, address: AddressKey) -> usize {
         self.counts.get(&address).copied().unwrap_or(0)
     }
 
     /// `address` holds one more.
-    pub(super) fn add(&mut self, address: AddressKey) {
+    pub(crate) fn add(&mut self, address: AddressKey) {
         *self.counts.entry(address).or_default() += 1;
     }
 
     /// `address` holds one fewer.
-    pub(super) fn remove(&mut self, address: AddressKey) {
+    pub(crate) fn remove(&mut self, address: AddressKey) {
         if let Some(count) = self.counts.get_mut(&address) {
             *count -= 1;
             if *count == 0 {
@@ -139,12 +139,12 @@ impl SessionsPerAddress {
     }
 
     /// Forgets every address.
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.counts.clear();
     }
 
     /// The address holding the most sessions, and how many (the lowest such address on a tie).
-    pub(super) fn heaviest(&self) -> Option<(AddressKey, usize)> {
+    pub(crate) fn heaviest(&self) -> Option<(AddressKey, usize)> {
         self.counts.iter().map(|(&a, &n)| (a, n)).max_by_key(|&(a, n)| (n, std::cmp::Reverse(a)))
     }
 }
@@ -152,24 +152,24 @@ impl SessionsPerAddress {
 /// The client public keys of the opens a member admitted in this cookie period and the last: an open
 /// is good once, and a replayed one (its cookie still good) opens nothing.
 #[derive(Debug, Default)]
-pub(super) struct UsedOpens {
+pub(crate) struct UsedOpens {
     keys: HashMap<[u8; 32], u64>,
 }
 
 impl UsedOpens {
     /// Whether an open with `key` was admitted in period `period` or the one before; forgets older ones.
-    pub(super) fn seen(&mut self, key: &[u8; 32], period: u64) -> bool {
+    pub(crate) fn seen(&mut self, key: &[u8; 32], period: u64) -> bool {
         self.keys.retain(|_, at| *at + 1 >= period);
         self.keys.contains_key(key)
     }
 
     /// Keys remembered.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
 
     /// Remembers `key`, admitted in `period`.
-    pub(super) fn insert(&mut self, key: [u8; 32], period: u64) {
+    pub(crate) fn insert(&mut self, key: [u8; 32], period: u64) {
         self.keys.insert(key, period);
     }
 }

@@ -6,8 +6,8 @@ use super::{ConsensusAgent, Current, MemberLog};
 use crate::agent::AgentError;
 use crate::cluster::append::{AppendParts, AppendStage, LogIdentity};
 use crate::cluster::consensus_core::Message;
-use crate::node::client::ReaderLog;
-use crate::node::ingress::Appending;
+use crate::node::read::committed::ReaderLog;
+use crate::node::sessions::ingress::Appending;
 use crate::shm::buffer::AtomicBuffer;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogReader;
@@ -33,7 +33,7 @@ impl ConsensusAgent {
             return 0;
         };
         let mut work = 0;
-        if let Some(synced) = &self.synced {
+        if let Some(synced) = &self.recorder.synced {
             // A recording leader counts itself as its recorder makes its log durable.
             let own = leading.stage.position().min(synced.get());
             if own > leading.own_fed {
@@ -44,7 +44,7 @@ impl ConsensusAgent {
         }
         // A recording leader's own position is its durable one, which a follower's may pass: its
         // acknowledgement is handed over up to the leader's, and the rest once the leader's is.
-        let own = if self.synced.is_some() { leading.own_fed } else { i64::MAX };
+        let own = if self.recorder.synced.is_some() { leading.own_fed } else { i64::MAX };
         for (member, counter, fed) in leading.acks.iter_mut() {
             let position = counter.get().min(own);
             if position > *fed {
@@ -65,8 +65,8 @@ impl ConsensusAgent {
     /// client endpoint). Elsewhere the client endpoint redirects clients to the leader.
     pub(super) fn append(&mut self, now_ns: u64) -> usize {
         let Current::Leading(leading) = &mut self.current else {
-            let leader = self.shared.leader();
-            return self.clients.as_mut().map_or(0, |clients| clients.poll(now_ns, None, leader));
+            let leader = self.links.offers.leader();
+            return self.intake.endpoint.as_mut().map_or(0, |clients| clients.poll(now_ns, None, leader));
         };
         // The commit this cycle's acknowledgements moved rides in what is appended now, or goes in a frame.
         leading.stage.on_commit(self.core.commit_position());
@@ -77,14 +77,14 @@ impl ConsensusAgent {
         }
         // Suspended by the operator: local offers are refused (`LocalOfferError::Suspended`), and remote
         // clients' opens and messages (`RefusalCode::Suspended`); their sessions live on.
-        let suspended = self.shared.suspended.load(std::sync::atomic::Ordering::Acquire);
-        let mut appended = if suspended { 0 } else { leading.stage.drain(&self.ingress) };
-        if let Some(clients) = self.clients.as_mut() {
+        let suspended = self.links.offers.suspended.load(std::sync::atomic::Ordering::Acquire);
+        let mut appended = if suspended { 0 } else { leading.stage.drain(&self.intake.ring) };
+        if let Some(clients) = self.intake.endpoint.as_mut() {
             let mut appending = Appending::new(&mut leading.stage, leading.term);
             appending.suspended = suspended;
             appended += clients.poll(now_ns, Some(appending), Some(self.core.member_id()));
         }
-        if appended > 0 && self.synced.is_none() {
+        if appended > 0 && self.recorder.synced.is_none() {
             self.core.on_append_position(leading.term, leading.stage.position(), now_ns, &mut self.outputs);
         }
         appended + leading.stage.send_commit_if_due(appended, now_ns)
@@ -128,14 +128,12 @@ impl ConsensusAgent {
             counters: self.wiring.counters.consensus.clone(),
         });
         let end = stage.append_term_start().map_err(AgentError::new)?;
-        if self.records {
+        if self.recorder.records {
             let consumer = leadership.log.register_consumer(position).map_err(AgentError::new)?;
-            self.shared
-                .recorder_switches
-                .push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
+            self.recorder.switches.push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
         }
         self.replace_log(MemberLog { log: leadership.log, start: leadership.start, file: Some(leadership.file) });
-        self.shared.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
+        self.links.reader.switches.push(position, Some(ReaderLog::Memory(reader, consumer)));
         let acks = leadership.acks.into_iter().map(|(id, counter)| (id, counter, 0)).collect();
         let command_buffer = leadership.command_buffer;
         self.current = Current::Leading(Box::new(Leading {
@@ -146,8 +144,8 @@ impl ConsensusAgent {
             command_buffer,
             start_end: end,
         }));
-        self.shared.catch_ups.cancel();
-        if self.synced.is_none() {
+        self.recorder.catch_ups.cancel();
+        if self.recorder.synced.is_none() {
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }
         Ok(())

@@ -6,20 +6,20 @@
 
 use std::net::IpAddr;
 
-use super::{ConsensusAgent, Current, DriverCounters, Peer};
+use super::{ConsensusAgent, ConsensusAgentCounters, Current, Peer, RecorderLink};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::{ConsensusCore, MembershipError, Role, MAX_MEMBERS};
 use crate::cluster::introduction::{self, Introduction};
-use crate::node::client::Shared;
-use crate::node::ingress::ClientIngress;
 use crate::node::membership::{MembershipAnswer, MembershipChangeError, MembershipRequest};
-use crate::node::wiring::Wiring;
+use crate::node::sessions::ingress::ClientIngress;
+use crate::node::start::wiring::Wiring;
+use crate::node::Links;
 
 impl ConsensusAgent {
     /// Takes a membership change asked through the node, if one waits, and answers it.
     pub(super) fn poll_membership_request(&mut self, now_ns: u64) -> usize {
-        let Some(request) = self.shared.membership.take_request() else {
+        let Some(request) = self.links.membership.take_request() else {
             return 0;
         };
         let answer = self.propose(&request, now_ns);
@@ -32,7 +32,7 @@ impl ConsensusAgent {
             ),
             Err(why) => log::warn!("member {}: {} not made: {why}", self.wiring.config.id, request.change),
         }
-        self.shared.membership.answer(request.ticket, answer);
+        self.links.membership.answer(request.ticket, answer);
         1
     }
 
@@ -65,7 +65,7 @@ impl ConsensusAgent {
         })?;
         let term = leading.term;
         self.core.on_membership(end, next.clone(), &mut self.outputs);
-        if self.synced.is_none() {
+        if self.recorder.synced.is_none() {
             // A leader without a recorded log counts itself as it appends.
             self.core.on_append_position(term, end, now_ns, &mut self.outputs);
         }
@@ -75,7 +75,7 @@ impl ConsensusAgent {
     /// The configuration in effect changed: the node follows it.
     pub(super) fn on_membership_changed(&mut self) -> Result<(), AgentError> {
         let membership = self.core.membership().clone();
-        if self.shared.membership.current().is_some_and(|(published, _)| published == membership) {
+        if self.links.membership.current().is_some_and(|(published, _)| published == membership) {
             // Several entries handed over at once (a catch-up's) each report the latest: once is enough.
             return Ok(());
         }
@@ -86,8 +86,16 @@ impl ConsensusAgent {
             membership.voters,
             membership.learners
         );
-        self.peers = peers_of(&self.wiring);
-        publish_membership(&self.core, &self.wiring, &self.peers, self.clients.as_mut(), &self.counters, &self.shared);
+        self.endpoint.peers = peers_of(&self.wiring);
+        publish_membership(
+            &self.core,
+            &self.wiring,
+            &self.endpoint.peers,
+            self.intake.endpoint.as_mut(),
+            &self.counters,
+            &self.links,
+            &self.recorder,
+        );
         if let Current::Leading(leading) = &mut self.current {
             // The Sender goes on with the followers of the configuration in effect.
             let rule = self.core.ack_rule(leading.stage.identity().session_id);
@@ -119,7 +127,7 @@ impl ConsensusAgent {
         let Some(endpoints) = self.wiring.endpoints(leader) else {
             return;
         };
-        let Some(peer) = self.peers.iter().find(|p| p.id == canvasser) else {
+        let Some(peer) = self.endpoint.peers.iter().find(|p| p.id == canvasser) else {
             return;
         };
         let introduction =
@@ -127,7 +135,7 @@ impl ConsensusAgent {
         let mut bytes = Vec::with_capacity(introduction::MAX_INTRODUCTION_LENGTH);
         introduction::encode(&introduction, &mut bytes);
         // A lost introduction is answered again at the next canvass.
-        let _ = self.socket.send(&bytes, Some(&peer.sockaddr));
+        let _ = self.endpoint.socket.send(&bytes, Some(&peer.sockaddr));
         self.counters.frames_sent.increment();
         self.counters.introductions_sent.increment();
     }
@@ -145,7 +153,7 @@ impl ConsensusAgent {
             }
             Err(why) => {
                 self.counters.malformed_dropped.increment();
-                self.logs.warn(now_ns, || format!("dropped an introduction from member {from}: {why}"));
+                self.warnings.general.warn(now_ns, || format!("dropped an introduction from member {from}: {why}"));
                 return;
             }
         };
@@ -164,7 +172,7 @@ impl ConsensusAgent {
             leader.log
         );
         self.wiring.learn(&[leader]);
-        self.peers = peers_of(&self.wiring);
+        self.endpoint.peers = peers_of(&self.wiring);
         self.counters.introductions_taken.increment();
     }
 }
@@ -180,20 +188,21 @@ pub(super) fn publish_membership(
     wiring: &Wiring,
     peers: &[Peer],
     clients: Option<&mut ClientIngress>,
-    counters: &DriverCounters,
-    shared: &Shared,
+    counters: &ConsensusAgentCounters,
+    links: &Links,
+    recorder: &RecorderLink,
 ) {
     let membership = core.membership().clone();
     let served: Vec<(i32, IpAddr)> =
         peers.iter().filter(|p| membership.contains(p.id)).map(|p| (p.id, p.addr.ip())).collect();
-    shared.catch_up_members.set(served);
+    recorder.members.set(served);
     if let Some(clients) = clients {
         let ids: Vec<i32> = membership.members().collect();
         clients.set_members(wiring.known().iter().map(|e| (e.id, e.client)).collect(), membership.id as i64, &ids);
     }
     let endpoints: Vec<_> = membership.members().filter_map(|m| wiring.endpoints(m)).collect();
     counters.configuration_id.set(membership.id as i64);
-    shared.membership.publish(membership, endpoints);
+    links.membership.publish(membership, endpoints);
 }
 
 /// Whom a member hears on the consensus endpoint: every other member whose endpoints it knows (from its

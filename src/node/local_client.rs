@@ -1,101 +1,48 @@
 //! Offering messages to the cluster through a node, from any thread.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::append::INGRESS_MESSAGE;
 use crate::cluster::consensus_core::Role;
-use crate::cluster::log_switch::SwitchQueue;
 use crate::shm::counters::Counter;
-use crate::shm::log_buffer::{ConsumerPosition, LogReader};
 use crate::shm::ring_buffer::{self, ManyToOneRingBuffer, RingError};
-use crate::storage::recording::{CatchUpChannel, RecorderSource};
 
 use super::{LocalOfferError, LocalWaitError, RoleChange};
 
-/// Where the node's reader of committed entries goes on at a switch.
-pub(super) enum ReaderLog {
-    /// In a log in memory: a reader of it and its consumer slot.
-    Memory(LogReader, ConsumerPosition),
-    /// In the recorded log, which a catch-up filled (after the snapshot installed at `snapshot`, if one
-    /// was), up to the next switch.
-    Recorded { snapshot: Option<i64> },
-}
-
-/// What a node, its clients and its consensus agent share.
-pub(super) struct Shared {
+/// What the offer path reads before it writes to the ingress ring: the role, term and leader the
+/// consensus agent publishes, whether an operator suspended the cluster, and whether the node closed.
+pub(super) struct OfferGate {
     role: AtomicU8,
     /// The leader's member id as this node knows it, or -1.
     leader: AtomicI32,
     term: AtomicI64,
+    /// The node closed (set by [`Node::close`](super::Node::close) and its drop).
     pub(super) closed: AtomicBool,
-    /// The log switches the node's reader has still to make.
-    pub(super) switches: SwitchQueue<ReaderLog>,
-    /// The log switches the recorder has still to make (a node with a recorded log).
-    pub(super) recorder_switches: Arc<SwitchQueue<RecorderSource>>,
-    /// The catch-ups the consensus agent asks the recorder for.
-    pub(super) catch_ups: Arc<CatchUpChannel>,
-    /// Role changes not yet handed to the application's callbacks.
-    pub(super) events: Mutex<Vec<RoleChange>>,
-    pub(super) event_generation: AtomicU64,
-    /// A leadership transfer asked of the consensus agent: [`NO_TRANSFER`], [`ANY_MEMBER`] or a member id.
-    transfer: AtomicI64,
-    /// The members the recorder's catch-up server serves (the consensus agent changes them).
-    pub(super) catch_up_members: crate::storage::recording::catch_up::CatchUpMembers,
     /// The cluster takes no client entries (an operator suspended it; `qc-cluster suspend`).
     pub(super) suspended: AtomicBool,
-    /// A snapshot is to be taken at the application's next `poll_state` (`qc-cluster snapshot`).
-    pub(super) snapshot_requested: AtomicBool,
-    /// Membership changes asked of the consensus agent, its answers, and the configuration in effect.
-    pub(super) membership: super::membership::MembershipDesk,
 }
 
-/// No transfer is asked for.
-const NO_TRANSFER: i64 = i64::MIN;
-/// A transfer to the follower furthest along.
-const ANY_MEMBER: i64 = -1;
-
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for OfferGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("role", &self.role()).field("leader", &self.leader()).finish()
+        f.debug_struct("OfferGate").field("role", &self.role()).field("leader", &self.leader()).finish()
     }
 }
 
-impl Shared {
-    pub(super) fn new() -> Self {
+impl Default for OfferGate {
+    fn default() -> Self {
         Self {
             role: AtomicU8::new(0),
             leader: AtomicI32::new(-1),
             term: AtomicI64::new(0),
             closed: AtomicBool::new(false),
-            switches: SwitchQueue::default(),
-            recorder_switches: Arc::default(),
-            catch_ups: Arc::default(),
-            events: Mutex::new(Vec::new()),
-            event_generation: AtomicU64::new(0),
-            transfer: AtomicI64::new(NO_TRANSFER),
-            catch_up_members: Default::default(),
             suspended: AtomicBool::new(false),
-            snapshot_requested: AtomicBool::new(false),
-            membership: Default::default(),
         }
     }
+}
 
-    /// Asks the consensus agent to hand the leadership to `to` (`None`: the follower furthest along).
-    pub(super) fn request_transfer(&self, to: Option<i32>) {
-        self.transfer.store(to.map_or(ANY_MEMBER, i64::from), Ordering::Release);
-    }
-
-    /// The transfer asked for, if one was: its target (`None`: any).
-    pub(super) fn take_transfer(&self) -> Option<Option<i32>> {
-        match self.transfer.swap(NO_TRANSFER, Ordering::AcqRel) {
-            NO_TRANSFER => None,
-            ANY_MEMBER => Some(None),
-            id => Some(Some(id as i32)),
-        }
-    }
-
+impl OfferGate {
     pub(super) fn leader(&self) -> Option<i32> {
         Some(self.leader.load(Ordering::Acquire)).filter(|&id| id >= 0)
     }
@@ -113,8 +60,9 @@ impl Shared {
         self.term.load(Ordering::Acquire)
     }
 
-    /// Publishes a change of role, term or leader, and queues it for the callbacks.
-    pub(super) fn publish(&self, change: RoleChange) {
+    /// Publishes a change of role, term or leader (the term and leader before the role, which offers
+    /// read first).
+    pub(super) fn publish(&self, change: &RoleChange) {
         let role = match change.role {
             Role::Follower => 0,
             Role::Canvass => 1,
@@ -124,8 +72,6 @@ impl Shared {
         self.term.store(change.leadership_term_id, Ordering::Release);
         self.leader.store(change.leader.unwrap_or(-1), Ordering::Release);
         self.role.store(role, Ordering::Release);
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(change);
-        self.event_generation.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -133,20 +79,20 @@ impl Shared {
 #[derive(Clone, Debug)]
 pub struct LocalClient {
     pub(super) ingress: Arc<ManyToOneRingBuffer>,
-    pub(super) shared: Arc<Shared>,
+    pub(super) gate: Arc<OfferGate>,
     pub(super) commit: Counter,
     pub(super) append: Counter,
 }
 
 impl LocalClient {
     fn check(&self) -> Result<(), LocalOfferError> {
-        if self.shared.closed.load(Ordering::Acquire) {
+        if self.gate.closed.load(Ordering::Acquire) {
             return Err(LocalOfferError::Closed);
         }
-        if self.shared.role() != Role::Leader {
-            return Err(LocalOfferError::NotLeader { leader: self.shared.leader() });
+        if self.gate.role() != Role::Leader {
+            return Err(LocalOfferError::NotLeader { leader: self.gate.leader() });
         }
-        if self.shared.suspended.load(Ordering::Acquire) {
+        if self.gate.suspended.load(Ordering::Acquire) {
             return Err(LocalOfferError::Suspended);
         }
         Ok(())
@@ -172,7 +118,7 @@ impl LocalClient {
     /// `poll_state`.
     pub fn offer_and_wait(&self, message: &[u8], timeout: Duration) -> Result<i64, LocalWaitError> {
         let deadline = Instant::now() + timeout;
-        let term = self.shared.leadership_term_id();
+        let term = self.gate.leadership_term_id();
         let ingress_position = loop {
             match self.offer(message) {
                 Ok(position) => break position,
@@ -185,7 +131,7 @@ impl LocalClient {
         // leader's append position read after that.
         let mut target = None;
         loop {
-            if self.shared.leadership_term_id() != term || self.shared.role() != Role::Leader {
+            if self.gate.leadership_term_id() != term || self.gate.role() != Role::Leader {
                 return Err(LocalWaitError::LeadershipLost);
             }
             if target.is_none() && self.ingress.consumer_position() >= ingress_position {
@@ -197,7 +143,7 @@ impl LocalClient {
                     return Ok(commit);
                 }
             }
-            if self.shared.closed.load(Ordering::Acquire) {
+            if self.gate.closed.load(Ordering::Acquire) {
                 return Err(LocalWaitError::Offer(LocalOfferError::Closed));
             }
             if Instant::now() >= deadline {

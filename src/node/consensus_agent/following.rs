@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
+use super::catch_up::{self, CatchUpState};
 use super::{ConsensusAgent, Current, MemberLog};
 use crate::agent::AgentError;
 use crate::cluster::configuration::Configuration;
 use crate::cluster::consensus_core::{ConsensusCore, Membership, Message, Output, TermBase};
 use crate::cluster::term_starts::TermStarts;
 use crate::media::receiver::{ImageHandoff, Subscription};
-use crate::node::catch_up::{self, CatchUpState};
-use crate::node::client::ReaderLog;
+use crate::node::read::committed::ReaderLog;
 use crate::shm::counters::Counter;
 use crate::storage::recording::catch_up::{CatchUpRequest, Fetched};
 use crate::storage::recording::RecorderSource;
@@ -77,7 +77,7 @@ impl ConsensusAgent {
                 refused = true;
             }
         }
-        let durable = self.synced.as_ref().map_or(i64::MAX, Counter::get);
+        let durable = self.recorder.synced.as_ref().map_or(i64::MAX, Counter::get);
         if following.term_starts.reported() != following.reported {
             let mut reported = Vec::new();
             following.term_starts.take_configurations(&mut reported);
@@ -115,16 +115,16 @@ impl ConsensusAgent {
         let Current::Following(following) = &mut self.current else {
             return Ok(0);
         };
-        if !self.records {
+        if !self.recorder.records {
             return Ok(0);
         }
-        match self.shared.catch_ups.take_result().filter(|(ticket, _)| following.catch_up.asked(*ticket)) {
+        match self.recorder.catch_ups.take_result().filter(|(ticket, _)| following.catch_up.asked(*ticket)) {
             Some((_, Ok(fetched))) => {
                 self.join_after_catch_up(fetched, now_ns)?;
                 return Ok(1);
             }
             Some((_, Err(why))) => {
-                self.logs.warn(now_ns, || {
+                self.warnings.general.warn(now_ns, || {
                     let retry = std::time::Duration::from_nanos(catch_up::RETRY_NS);
                     format!(
                         "a catch-up from leader {}'s recording failed (retried in {retry:?}): {why}",
@@ -152,7 +152,7 @@ impl ConsensusAgent {
         let config = &self.wiring.config;
         if let Some(leader) = leader_at {
             let request = CatchUpRequest::new(config.membership(), config.id, following.fed);
-            following.catch_up.ticket(self.shared.catch_ups.request(leader, request));
+            following.catch_up.ticket(self.recorder.catch_ups.request(leader, request));
             log::info!(
                 "member {}: leader {} no longer holds this member's log position {} in memory; fetching the rest \
                  from its recording (a catch-up over TCP at {leader}), then joining its live log",
@@ -192,11 +192,11 @@ impl ConsensusAgent {
     /// The leader's image is made: it becomes this member's log (kept in the data directory), and the
     /// node's reader goes on in it at the position it starts at.
     fn adopt_image(&mut self, image: ImageHandoff) -> Result<(), AgentError> {
-        if self.records {
+        if self.recorder.records {
             let consumer = image.log.register_consumer(image.position).map_err(AgentError::new)?;
-            self.shared.recorder_switches.complete(image.position, RecorderSource { log: image.log.clone(), consumer });
+            self.recorder.switches.complete(image.position, RecorderSource { log: image.log.clone(), consumer });
         }
-        self.shared.switches.complete(image.position, ReaderLog::Memory(image.reader, image.consumer));
+        self.links.reader.switches.complete(image.position, ReaderLog::Memory(image.reader, image.consumer));
         // The image's file goes when a newer log replaces it (its mapping stays while it is read).
         self.replace_log(MemberLog { log: image.log, start: image.position, file: image.file });
         Ok(())
@@ -269,9 +269,9 @@ impl ConsensusAgent {
         }
         // The planted bug: the reader goes on where the fetch ended, past what it fetched.
         let from = if self.wiring.env.bugs.catch_up_wrong_offset() { fetched.end } else { from };
-        self.shared.switches.push(from, Some(ReaderLog::Recorded { snapshot }));
-        self.shared.switches.push(fetched.end, None);
-        self.shared.recorder_switches.push(fetched.end, None);
+        self.links.reader.switches.push(from, Some(ReaderLog::Recorded { snapshot }));
+        self.links.reader.switches.push(fetched.end, None);
+        self.recorder.switches.push(fetched.end, None);
         following.subscription = Some(followership.subscription);
         following.join = fetched.end;
         following.append = followership.append;
@@ -292,11 +292,11 @@ impl ConsensusAgent {
         }
         // A catch-up the previous followership asked for is of its leader's log: it stops, and its result,
         // if one still comes, is not this followership's.
-        self.shared.catch_ups.cancel();
+        self.recorder.catch_ups.cancel();
         let followership = self.wiring.follow(leader, term, position).map_err(AgentError::new)?;
-        self.shared.switches.push(position, None);
-        if self.records {
-            self.shared.recorder_switches.push(position, None);
+        self.links.reader.switches.push(position, None);
+        if self.recorder.records {
+            self.recorder.switches.push(position, None);
         }
         let fed_term = self.core.term_history().last_term_id();
         self.current = Current::Following(Box::new(Following {

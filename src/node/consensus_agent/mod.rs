@@ -24,10 +24,12 @@
 //! per half heartbeat interval), so elections cost the steady state nothing measurable.
 //!
 //! This module holds the duty cycle and the carrying out of outputs; the follower's side (the image, the
-//! catch-up, joining the live log) is in `following`, the leader's (its term's log, its own and its
-//! followers' positions, the append stage) in `leading`.
+//! catch-up, joining the live log) is in `following` (when to catch up, without I/O, in `catch_up`), the
+//! leader's (its term's log, its own and its followers' positions, the append stage) in `leading`,
+//! membership changes in `reconfiguring`, the operator's commands in `administering`.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use socket2::SockAddr;
@@ -36,22 +38,25 @@ use crate::agent::clock::NanoClock;
 use crate::agent::{Agent, AgentError};
 use crate::cluster::consensus_core::{wire, ConsensusCore, CoreError, Destination, Message, Output, Role};
 use crate::cluster::introduction;
+use crate::cluster::log_switch::SwitchQueue;
 use crate::event_log::RateLimited;
 use crate::media::transport::{RecvBatch, Transport};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::stats::{kinds, CounterKind};
+use crate::storage::recording::catch_up::CatchUpMembers;
+use crate::storage::recording::{CatchUpChannel, RecorderSource};
 use crate::storage::vote_file::{TermVote, VoteFile};
 
-use super::admin::{self, AdminReplayGuard, AdminRings};
+use super::admin::{self, AdminRings};
 
-use super::client::Shared;
-use super::ingress::ClientIngress;
-use super::wiring::Wiring;
-use super::RoleChange;
+use super::sessions::ingress::ClientIngress;
+use super::start::wiring::Wiring;
+use super::{Links, RoleChange};
 
 mod administering;
+mod catch_up;
 mod following;
 mod leading;
 mod reconfiguring;
@@ -67,7 +72,7 @@ const CONSENSUS_POLL_INTERVAL_NS: u64 = 50_000;
 
 /// The counters of the consensus agent's own work (the core's drop reasons are mirrored beside them).
 #[derive(Clone, Debug)]
-pub(super) struct DriverCounters {
+pub(super) struct ConsensusAgentCounters {
     pub(super) frames_received: Counter,
     pub(super) frames_sent: Counter,
     pub(super) foreign_dropped: Counter,
@@ -94,7 +99,7 @@ pub(super) struct DriverCounters {
     pub(super) snapshot: Counter,
 }
 
-impl DriverCounters {
+impl ConsensusAgentCounters {
     /// The counters of member `member_id`'s consensus agent.
     pub(super) fn new(member_id: i32, mut allocate: impl FnMut(&CounterKind) -> Counter) -> Self {
         allocate(&kinds::election::member_id).set(member_id.into());
@@ -125,6 +130,51 @@ impl DriverCounters {
             snapshot: allocate(&kinds::state::snapshot_position),
         }
     }
+}
+
+/// A leadership transfer asked of the consensus agent (by [`Node::transfer_leadership`](super::Node::transfer_leadership)
+/// or an operator): [`NO_TRANSFER`], [`ANY_MEMBER`] or a member id.
+pub(super) struct LeadershipTransfer(AtomicI64);
+
+/// No transfer is asked for.
+const NO_TRANSFER: i64 = i64::MIN;
+/// A transfer to the follower furthest along.
+const ANY_MEMBER: i64 = -1;
+
+impl Default for LeadershipTransfer {
+    fn default() -> Self {
+        Self(AtomicI64::new(NO_TRANSFER))
+    }
+}
+
+impl LeadershipTransfer {
+    /// Asks the consensus agent to hand the leadership to `to` (`None`: the follower furthest along).
+    pub(super) fn request(&self, to: Option<i32>) {
+        self.0.store(to.map_or(ANY_MEMBER, i64::from), Ordering::Release);
+    }
+
+    /// The transfer asked for, if one was: its target (`None`: any).
+    fn take(&self) -> Option<Option<i32>> {
+        match self.0.swap(NO_TRANSFER, Ordering::AcqRel) {
+            NO_TRANSFER => None,
+            ANY_MEMBER => Some(None),
+            id => Some(Some(id as i32)),
+        }
+    }
+}
+
+/// What the consensus agent shares with the recorder (a node with a recorded log): the log switches the
+/// recorder has still to make, the catch-ups the agent asks it for, and the members its catch-up server
+/// serves (which the agent changes with the membership).
+#[derive(Default)]
+pub(super) struct RecorderLink {
+    pub(super) switches: Arc<SwitchQueue<RecorderSource>>,
+    pub(super) catch_ups: Arc<CatchUpChannel>,
+    pub(super) members: CatchUpMembers,
+    /// With a recorded log: the recorder's durable position (synced under `batch`, written under `none`).
+    synced: Option<Counter>,
+    /// The recorder takes every new log.
+    records: bool,
 }
 
 /// Another member's consensus endpoint.
@@ -158,39 +208,54 @@ pub(super) struct ConsensusAgent {
     /// The outputs being carried out (swapped with `outputs`).
     executing: Vec<Output>,
     wiring: Wiring,
-    socket: Box<dyn Transport>,
-    batch: RecvBatch,
-    peers: Vec<Peer>,
+    /// The consensus endpoint and the other members it hears.
+    endpoint: ConsensusEndpoint,
     votes: VoteFile,
-    ingress: ManyToOneRingBuffer,
-    /// The client endpoint, when remote clients are taken.
-    clients: Option<ClientIngress>,
+    /// Where clients' messages come in.
+    intake: Intake,
     clock: NanoClock,
     current: Current,
     log: Option<MemberLog>,
-    /// With a recorded log: the recorder's durable position (synced under `batch`, written under `none`).
-    synced: Option<Counter>,
-    /// The recorder takes every new log.
-    records: bool,
-    shared: Arc<Shared>,
-    counters: DriverCounters,
-    /// When the core last sent a commit (leader) or append (follower) position on the consensus endpoint.
-    last_position_send_ns: u64,
+    /// What it shares with the node's application side.
+    links: Links,
+    /// What it shares with the recorder.
+    recorder: RecorderLink,
+    counters: ConsensusAgentCounters,
     preferred_leader: bool,
-    /// When the consensus endpoint is next read.
+    warnings: Warnings,
+    /// The operator's commands.
+    operator: administering::Operator,
+}
+
+/// The consensus endpoint: its socket, the members it hears, and when it is read and written.
+struct ConsensusEndpoint {
+    socket: Box<dyn Transport>,
+    batch: RecvBatch,
+    peers: Vec<Peer>,
+    /// When the endpoint is next read.
     next_receive_ns: u64,
-    logs: RateLimited,
-    membership_log: RateLimited,
-    /// The operator's command rings in the node directory.
-    admin: Option<AdminRings>,
-    /// The operator's membership changes appended and not yet committed.
-    pending_admin: Vec<administering::PendingAdmin>,
-    /// The operator's requests over the network taken lately (a replay is dropped).
-    admin_replay: AdminReplayGuard,
+    /// When the core last sent a commit (leader) or append (follower) position on it.
+    last_position_send_ns: u64,
+}
+
+/// Where clients' messages come in: the node's ingress ring (local clients), and the client endpoint
+/// (remote clients).
+struct Intake {
+    ring: ManyToOneRingBuffer,
+    /// The client endpoint, when remote clients are taken.
+    endpoint: Option<ClientIngress>,
+}
+
+/// The agent's rate-limited warnings: a limiter of their own for members configured with another member
+/// list, so that other warnings never hide that one.
+#[derive(Default)]
+struct Warnings {
+    general: RateLimited,
+    membership: RateLimited,
 }
 
 /// What a consensus agent is made of.
-pub(super) struct DriverParts {
+pub(super) struct ConsensusAgentParts {
     /// The last bytes of this member's recorded log, rebuilt in memory at start, and where they start.
     pub(super) tail: Option<(LogBuffer, i64)>,
     /// With a recorded log: the position the recorder has made durable (synced under `batch`, written
@@ -206,14 +271,15 @@ pub(super) struct DriverParts {
     pub(super) votes: VoteFile,
     pub(super) clients: Option<ClientIngress>,
     pub(super) ingress: ManyToOneRingBuffer,
-    pub(super) shared: Arc<Shared>,
-    pub(super) counters: DriverCounters,
+    pub(super) links: Links,
+    pub(super) recorder: RecorderLink,
+    pub(super) counters: ConsensusAgentCounters,
     /// The operator's command rings in the node directory.
     pub(super) admin: Option<AdminRings>,
 }
 
 impl ConsensusAgent {
-    pub(super) fn new(parts: DriverParts) -> Self {
+    pub(super) fn new(parts: ConsensusAgentParts) -> Self {
         let config = &parts.wiring.config;
         let peers = reconfiguring::peers_of(&parts.wiring);
         let preferred_leader = config.leader == Some(config.id);
@@ -224,33 +290,34 @@ impl ConsensusAgent {
             &peers,
             clients.as_mut(),
             &parts.counters,
-            &parts.shared,
+            &parts.links,
+            &parts.recorder,
         );
+        let mut recorder = parts.recorder;
+        recorder.synced = parts.synced;
+        recorder.records = parts.records;
         Self {
             core: parts.core,
             outputs: Vec::with_capacity(16),
             executing: Vec::with_capacity(16),
-            socket: parts.socket,
-            batch: RecvBatch::new(16, wire::MAX_CONSENSUS_FRAME_LENGTH.max(64) + 64),
-            peers,
+            endpoint: ConsensusEndpoint {
+                socket: parts.socket,
+                batch: RecvBatch::new(16, wire::MAX_CONSENSUS_FRAME_LENGTH.max(64) + 64),
+                peers,
+                next_receive_ns: 0,
+                last_position_send_ns: 0,
+            },
             votes: parts.votes,
-            ingress: parts.ingress,
-            clients,
+            intake: Intake { ring: parts.ingress, endpoint: clients },
             clock: parts.clock,
             current: Current::Idle,
             log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),
-            synced: parts.synced,
-            records: parts.records,
-            shared: parts.shared,
+            links: parts.links,
+            recorder,
             counters: parts.counters,
-            last_position_send_ns: 0,
             preferred_leader,
-            next_receive_ns: 0,
-            logs: RateLimited::default(),
-            membership_log: RateLimited::default(),
-            admin: parts.admin,
-            pending_admin: Vec::new(),
-            admin_replay: AdminReplayGuard::default(),
+            warnings: Warnings::default(),
+            operator: administering::Operator::new(parts.admin),
             wiring: parts.wiring,
         }
     }
@@ -261,7 +328,7 @@ impl ConsensusAgent {
         if std::mem::take(&mut self.preferred_leader) {
             self.core.campaign(now_ns, &mut self.outputs);
         }
-        if let Some(target) = self.shared.take_transfer() {
+        if let Some(target) = self.links.transfer.take() {
             let log_end = match &self.current {
                 Current::Leading(leading) => leading.stage.position(),
                 _ => self.core.append_position(),
@@ -272,15 +339,15 @@ impl ConsensusAgent {
             }
         }
         let mut work = self.poll_membership_request(now_ns);
-        if now_ns >= self.next_receive_ns {
+        if now_ns >= self.endpoint.next_receive_ns {
             let received = self.receive(now_ns);
             // While frames arrive (an election), read on every cycle.
-            self.next_receive_ns = if received > 0 { now_ns } else { now_ns + CONSENSUS_POLL_INTERVAL_NS };
+            self.endpoint.next_receive_ns = if received > 0 { now_ns } else { now_ns + CONSENSUS_POLL_INTERVAL_NS };
             self.mirror_counters(now_ns);
             work += received + self.poll_admin(now_ns);
             // What the messages decided is carried out before the data path's positions are handed over:
             // a new term's ReplicateFrom names the core's position now, and an image of the term it ends
-            // must not feed the core past it first (soak seeds 1796322893243130984, 1796322893239166647).
+            // must not feed the core past it first.
             work += self.execute(now_ns)?;
         }
         work += self.feed(now_ns)?;
@@ -306,9 +373,9 @@ impl ConsensusAgent {
     fn receive(&mut self, now_ns: u64) -> usize {
         let mut work = 0;
         while work < MAX_FRAMES_PER_CYCLE {
-            let received = self.socket.recv_batch(&mut self.batch).unwrap_or(0);
+            let received = self.endpoint.socket.recv_batch(&mut self.endpoint.batch).unwrap_or(0);
             for i in 0..received {
-                let datagram = self.batch.datagram(i);
+                let datagram = self.endpoint.batch.datagram(i);
                 self.counters.frames_received.increment();
                 if admin::is_admin_request(datagram.bytes) {
                     // From an operator, not a member: its own key authenticates it, whatever its source.
@@ -316,7 +383,7 @@ impl ConsensusAgent {
                     self.on_admin_datagram(&bytes, source, now_ns);
                     continue;
                 }
-                let peer = datagram.source.and_then(|s| self.peers.iter().find(|p| p.addr == s));
+                let peer = datagram.source.and_then(|s| self.endpoint.peers.iter().find(|p| p.addr == s));
                 let (Some(peer), false) = (peer, datagram.forged) else {
                     self.counters.foreign_dropped.increment();
                     continue;
@@ -338,7 +405,7 @@ impl ConsensusAgent {
                 }
             }
             work += received;
-            if received < self.batch.capacity() {
+            if received < self.endpoint.batch.capacity() {
                 break;
             }
         }
@@ -402,7 +469,7 @@ impl ConsensusAgent {
             Output::Truncate { position } => {
                 self.counters.truncations.increment();
                 let dropped = self.log.as_ref().map_or(0, |l| l.log.producer_position() - position);
-                self.logs.warn(now_ns, || {
+                self.warnings.general.warn(now_ns, || {
                     format!("log cut back to {position}: {dropped} bytes this member held were never committed")
                 });
             }
@@ -415,7 +482,7 @@ impl ConsensusAgent {
             Output::MembershipChanged { .. } => self.on_membership_changed()?,
             Output::Error(error) => {
                 self.counters.core_errors.increment();
-                self.logs.warn(now_ns, || format!("consensus core refused: {error}"));
+                self.warnings.general.warn(now_ns, || format!("consensus core refused: {error}"));
                 if let CoreError::AppendPositionWentBack { .. } | CoreError::AppendTermWentBack { .. } = error {
                     return Err(AgentError::msg(format!("the log and the consensus core disagree: {error}")));
                 }
@@ -429,10 +496,10 @@ impl ConsensusAgent {
     fn send(&mut self, to: Destination, message: Message, now_ns: u64) {
         if let Message::CommitPosition { .. } | Message::AppendPosition { .. } = message {
             let interval = self.core.config().timers.heartbeat_interval_ns / 2;
-            if now_ns.saturating_sub(self.last_position_send_ns) < interval {
+            if now_ns.saturating_sub(self.endpoint.last_position_send_ns) < interval {
                 return;
             }
-            self.last_position_send_ns = now_ns;
+            self.endpoint.last_position_send_ns = now_ns;
         }
         let mut bytes = [0u8; wire::MAX_CONSENSUS_FRAME_LENGTH];
         let Ok(length) = wire::encode(self.core.member_id(), &message, &mut bytes) else {
@@ -445,9 +512,9 @@ impl ConsensusAgent {
             Destination::Others => configurations.knows(p.id),
             Destination::Member(id) => id == p.id,
         };
-        for peer in self.peers.iter().filter(to_peer) {
+        for peer in self.endpoint.peers.iter().filter(to_peer) {
             // A lost send is what the network does anyway: the core repeats what matters.
-            let _ = self.socket.send(&bytes[..length], Some(&peer.sockaddr));
+            let _ = self.endpoint.socket.send(&bytes[..length], Some(&peer.sockaddr));
             self.counters.frames_sent.increment();
         }
     }
@@ -471,7 +538,9 @@ impl ConsensusAgent {
         if role == Role::Candidate {
             self.counters.elections.increment();
         }
-        self.shared.publish(RoleChange { role, leadership_term_id, leader });
+        let change = RoleChange { role, leadership_term_id, leader };
+        self.links.offers.publish(&change);
+        self.links.roles.push(change);
         // A canvass changes no term: the follower keeps replicating its leader meanwhile (a refused
         // pre-vote must cost the steady state nothing), and so when it hears that leader again.
         let same_leader = |f: &following::Following| {
@@ -485,10 +554,10 @@ impl ConsensusAgent {
         // (A leader's log stays this member's log: its bytes up to the core's append position are kept.)
         if let Current::Leading(_) = std::mem::replace(&mut self.current, Current::Idle) {
             // Messages taken for a term that is over are not this cluster's to append any more.
-            let dropped = self.ingress.read(|_, _| {}, usize::MAX);
+            let dropped = self.intake.ring.read(|_, _| {}, usize::MAX);
             self.counters.ingress_dropped.add(dropped as i64);
         }
-        if let Some(clients) = self.clients.as_mut() {
+        if let Some(clients) = self.intake.endpoint.as_mut() {
             clients.on_role_change();
         }
         self.wiring.clear();
@@ -506,7 +575,7 @@ impl ConsensusAgent {
         let core = *self.core.counters();
         if core.membership_mismatch as i64 > self.counters.refused_membership.get() {
             let members: Vec<i32> = self.wiring.config.members.iter().map(|m| m.id).collect();
-            self.membership_log.warn(now_ns, || {
+            self.warnings.membership.warn(now_ns, || {
                 format!(
                     "refused a canvass or vote request from a member configured with another member list (this \
                      node's members are {members:?}): give every node the same `members`"

@@ -9,7 +9,7 @@ use socket2::SockAddr;
 
 use super::{ConsensusAgent, Current};
 use crate::cluster::consensus_core::{MembershipChange, Role};
-use crate::node::admin::{self, AdminBody, AdminCommand, AdminFrameError};
+use crate::node::admin::{self, AdminBody, AdminCommand, AdminFrameError, AdminReplayGuard, AdminRings};
 use crate::node::membership::MembershipRequest;
 
 /// Where an administrative command came from, and so where its answer goes.
@@ -31,11 +31,28 @@ pub(super) struct PendingAdmin {
     made: String,
 }
 
+/// The operator's commands as the consensus agent takes them: the command rings in the node directory,
+/// the membership changes appended and not yet committed, and the requests over the network taken lately.
+pub(super) struct Operator {
+    /// The operator's command rings in the node directory.
+    pub(super) rings: Option<AdminRings>,
+    /// The operator's membership changes appended and not yet committed.
+    pub(super) pending: Vec<PendingAdmin>,
+    /// The operator's requests over the network taken lately (a replay is dropped).
+    pub(super) replay: AdminReplayGuard,
+}
+
+impl Operator {
+    pub(super) fn new(rings: Option<AdminRings>) -> Self {
+        Self { rings, pending: Vec::new(), replay: AdminReplayGuard::default() }
+    }
+}
+
 impl ConsensusAgent {
     /// Takes the operator's next command, if one waits, and answers the changes that committed.
     pub(super) fn poll_admin(&mut self, now_ns: u64) -> usize {
         let mut work = self.answer_committed();
-        if let Some((correlation, command)) = self.admin.as_ref().and_then(|rings| rings.take()) {
+        if let Some((correlation, command)) = self.operator.rings.as_ref().and_then(|rings| rings.take()) {
             work += 1;
             match command {
                 Ok(command) => self.administer(AdminReply::Ring, correlation, command, now_ns),
@@ -82,7 +99,7 @@ impl ConsensusAgent {
             return;
         };
         let now_unix_ms = self.clock.epoch_ns() / 1_000_000;
-        if !self.admin_replay.admit(frame.correlation, frame.sent_unix_ms, now_unix_ms) {
+        if !self.operator.replay.admit(frame.correlation, frame.sent_unix_ms, now_unix_ms) {
             self.counters.admin_refused.increment();
             log::warn!("member {id}: an administrative request from {source} dropped: a replay, or sent too long ago");
             return;
@@ -99,7 +116,7 @@ impl ConsensusAgent {
     fn answer_admin(&mut self, reply: &AdminReply, correlation: u64, result: Result<String, String>) {
         match reply {
             AdminReply::Ring => {
-                if let Some(rings) = &self.admin {
+                if let Some(rings) = &self.operator.rings {
                     rings.answer_with(correlation, result);
                 }
             }
@@ -122,7 +139,7 @@ impl ConsensusAgent {
         // and it says only that nothing is taken.
         let key = key.copied().unwrap_or(crate::media::auth::AuthKey::new([0; 32]));
         let bytes = admin::encode_answer(&key, correlation, sent_unix_ms, self.wiring.config.id, result);
-        let _ = self.socket.send(&bytes, Some(&SockAddr::from(to)));
+        let _ = self.endpoint.socket.send(&bytes, Some(&SockAddr::from(to)));
         self.counters.frames_sent.increment();
     }
 
@@ -136,7 +153,7 @@ impl ConsensusAgent {
             AdminCommand::TransferLeadership(to) => {
                 let answer = match self.core.role() {
                     Role::Leader => {
-                        self.shared.request_transfer(to);
+                        self.links.transfer.request(to);
                         Ok(format!(
                             "member {id} hands its leadership to {}",
                             to.map_or("the follower furthest along".into(), |t| format!("member {t}"))
@@ -147,13 +164,13 @@ impl ConsensusAgent {
                 return self.answer_admin(&reply, correlation, answer);
             }
             AdminCommand::Snapshot => {
-                self.shared.snapshot_requested.store(true, Ordering::Release);
+                self.links.reader.snapshot_requested.store(true, Ordering::Release);
                 let what = format!("member {id} takes a snapshot at its application's next poll");
                 return self.answer_admin(&reply, correlation, Ok(what));
             }
             AdminCommand::Suspend | AdminCommand::Resume => {
                 let suspend = command == AdminCommand::Suspend;
-                self.shared.suspended.store(suspend, Ordering::Release);
+                self.links.offers.suspended.store(suspend, Ordering::Release);
                 let what = if suspend { "takes no client entries" } else { "takes client entries again" };
                 return self.answer_admin(&reply, correlation, Ok(format!("member {id} {what}")));
             }
@@ -166,7 +183,7 @@ impl ConsensusAgent {
                     "configuration {}: voters {:?}, learners {:?}",
                     membership.id, membership.voters, membership.learners
                 );
-                self.pending_admin.push(PendingAdmin { reply, correlation, end, made });
+                self.operator.pending.push(PendingAdmin { reply, correlation, end, made });
             }
             Err(why) => {
                 let why = format!("member {id}: {} not made: {why}", change.0);
@@ -177,12 +194,12 @@ impl ConsensusAgent {
 
     /// Answers the operator's changes whose entries committed, and those whose leader stopped leading.
     fn answer_committed(&mut self) -> usize {
-        if self.pending_admin.is_empty() {
+        if self.operator.pending.is_empty() {
             return 0;
         }
         let commit = self.core.commit_position();
         let leading = matches!(self.current, Current::Leading(_));
-        let pending = std::mem::take(&mut self.pending_admin);
+        let pending = std::mem::take(&mut self.operator.pending);
         let before = pending.len();
         for p in pending {
             if commit >= p.end {
@@ -191,10 +208,10 @@ impl ConsensusAgent {
                 let why = format!("this member stopped leading before {} committed: it may still commit", p.made);
                 self.answer_admin(&p.reply, p.correlation, Err(why));
             } else {
-                self.pending_admin.push(p);
+                self.operator.pending.push(p);
             }
         }
-        before - self.pending_admin.len()
+        before - self.operator.pending.len()
     }
 
     /// The member's view, as `status` answers it: `key=value` words a tool reads.

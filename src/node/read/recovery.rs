@@ -10,21 +10,21 @@ use crate::cluster::consensus_core::TermHistory;
 use crate::shm::log_buffer::{position_bits_to_shift, term_id, term_offset, LogBuffer, LogConfig, TermRebuilder};
 use crate::storage::recording::{OpenReport, Recording, RecordingConfig, RecordingIdentity};
 
-use super::{Environment, NodeConfig, NodeError};
+use crate::node::{Environment, NodeConfig, NodeError};
 
 /// A recording read back at start.
-pub(super) struct Recovered {
-    pub(super) recording: Recording,
-    pub(super) report: OpenReport,
-    pub(super) history: TermHistory,
+pub(crate) struct Recovered {
+    pub(crate) recording: Recording,
+    pub(crate) report: OpenReport,
+    pub(crate) history: TermHistory,
     /// The last bytes of the recording, rebuilt in a log in memory from where it starts.
-    pub(super) tail: Option<(LogBuffer, i64)>,
+    pub(crate) tail: Option<(LogBuffer, i64)>,
     /// The configuration entries the recording's index holds, with where each ends, oldest first.
-    pub(super) configurations: Vec<(i64, Configuration)>,
+    pub(crate) configurations: Vec<(i64, Configuration)>,
 }
 
 /// The identity the recording of `config`'s node has.
-pub(super) fn identity(config: &NodeConfig) -> RecordingIdentity {
+pub(crate) fn identity(config: &NodeConfig) -> RecordingIdentity {
     RecordingIdentity {
         membership: config.membership(),
         stream_id: config.stream_id,
@@ -33,7 +33,7 @@ pub(super) fn identity(config: &NodeConfig) -> RecordingIdentity {
 }
 
 /// Opens the node's recording (creating an empty one), or refuses to start with the file and what to do.
-pub(super) fn open(config: &NodeConfig, env: &Environment) -> Result<Recovered, NodeError> {
+pub(crate) fn open(config: &NodeConfig, env: &Environment) -> Result<Recovered, NodeError> {
     let recording_config = RecordingConfig {
         dir: config.recording_dir_path(),
         segment_length: config.storage.segment_length,
