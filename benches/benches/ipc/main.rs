@@ -10,7 +10,7 @@
 //! pointed at by the symlink `target/ipc/latest`.
 //!
 //! Throughput: for each message size, [`RUNS`] runs over the IPC log alternate with as many over the SPSC
-//! ring (`benches/benches/spsc`, a ring of one term's bytes; the same two threads, the same subscriber
+//! ring (`spsc/`, a ring of one term's bytes; the same two threads, the same subscriber
 //! idling), so both see the same host. Each figure is the median of its runs; the slowest run is reported
 //! beside it (slowest / median), each IPC run's rate over the ring run after it, and the CPU time other
 //! processes took during each run (`/proc`, as a share of a core). A run where others took more than

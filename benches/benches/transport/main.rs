@@ -30,7 +30,7 @@
 //! out of the measured time. Windows of bare `sendmsg` (two connected sockets, alternated) run in the
 //! same rounds, so each point is read against the bare rate of its own round.
 //!
-//! Stream: see `benches/benches/stream` (one row per MTU x message size x send mode, about 1.5 s each).
+//! Stream: see `stream/` (one row per MTU x message size x send mode, about 1.5 s each).
 //!
 //! Exploration knobs: `QC_BENCH_ONLY=<substring>` runs only the matching segments (and `QC_BENCH_RATES=1`
 //! adds the sender-rate and stream parts); `QC_BENCH_DIAG=1` prints counters after each segment and rate
