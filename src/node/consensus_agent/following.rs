@@ -115,7 +115,7 @@ impl ConsensusAgent {
         let Current::Following(following) = &mut self.current else {
             return Ok(0);
         };
-        if !self.recorder.records {
+        if !self.recorder.records() {
             return Ok(0);
         }
         match self.recorder.catch_ups.take_result().filter(|(ticket, _)| following.catch_up.asked(*ticket)) {
@@ -192,7 +192,7 @@ impl ConsensusAgent {
     /// The leader's image is made: it becomes this member's log (kept in the data directory), and the
     /// node's reader goes on in it at the position it starts at.
     fn adopt_image(&mut self, image: ImageHandoff) -> Result<(), AgentError> {
-        if self.recorder.records {
+        if self.recorder.records() {
             let consumer = image.log.register_consumer(image.position).map_err(AgentError::new)?;
             self.recorder.switches.complete(image.position, RecorderSource { log: image.log.clone(), consumer });
         }
@@ -295,7 +295,7 @@ impl ConsensusAgent {
         self.recorder.catch_ups.cancel();
         let followership = self.wiring.follow(leader, term, position).map_err(AgentError::new)?;
         self.links.reader.switches.push(position, None);
-        if self.recorder.records {
+        if self.recorder.records() {
             self.recorder.switches.push(position, None);
         }
         let fed_term = self.core.term_history().last_term_id();

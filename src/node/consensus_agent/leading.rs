@@ -128,7 +128,7 @@ impl ConsensusAgent {
             counters: self.wiring.counters.consensus.clone(),
         });
         let end = stage.append_term_start().map_err(AgentError::new)?;
-        if self.recorder.records {
+        if self.recorder.records() {
             let consumer = leadership.log.register_consumer(position).map_err(AgentError::new)?;
             self.recorder.switches.push(position, Some(RecorderSource { log: leadership.log.clone(), consumer }));
         }

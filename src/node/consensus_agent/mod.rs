@@ -171,10 +171,16 @@ pub(super) struct RecorderLink {
     pub(super) switches: Arc<SwitchQueue<RecorderSource>>,
     pub(super) catch_ups: Arc<CatchUpChannel>,
     pub(super) members: CatchUpMembers,
-    /// With a recorded log: the recorder's durable position (synced under `batch`, written under `none`).
+    /// With a recorded log: the recorder's durable position (synced under `batch`, written under `none`);
+    /// `Some` exactly when there is a recorder, which takes every new log.
     synced: Option<Counter>,
-    /// The recorder takes every new log.
-    records: bool,
+}
+
+impl RecorderLink {
+    /// Whether a recorder takes every new log (the node records its log).
+    pub(super) fn records(&self) -> bool {
+        self.synced.is_some()
+    }
 }
 
 /// Another member's consensus endpoint.
@@ -259,10 +265,9 @@ pub(super) struct ConsensusAgentParts {
     /// The last bytes of this member's recorded log, rebuilt in memory at start, and where they start.
     pub(super) tail: Option<(LogBuffer, i64)>,
     /// With a recorded log: the position the recorder has made durable (synced under `batch`, written
-    /// under `none`). This member acknowledges (and, leading, counts itself) only up to it.
+    /// under `none`). This member acknowledges (and, leading, counts itself) only up to it. `Some` exactly
+    /// when there is a recorder, whose switch queue then gets each new log, with a consumer slot of its own.
     pub(super) synced: Option<Counter>,
-    /// With a recorded log: the recorder's switch queue gets each new log, with a consumer slot of its own.
-    pub(super) records: bool,
     pub(super) core: ConsensusCore,
     pub(super) wiring: Wiring,
     pub(super) socket: Box<dyn Transport>,
@@ -295,7 +300,6 @@ impl ConsensusAgent {
         );
         let mut recorder = parts.recorder;
         recorder.synced = parts.synced;
-        recorder.records = parts.records;
         Self {
             core: parts.core,
             outputs: Vec::with_capacity(16),

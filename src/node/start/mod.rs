@@ -129,7 +129,6 @@ impl Node {
         let agent = ConsensusAgent::new(ConsensusAgentParts {
             tail,
             synced,
-            records: recorder.is_some(),
             core,
             clock: env.clock.fresh(),
             wiring,
