@@ -109,6 +109,7 @@ pub(crate) use quorumcast_driver::{agent, frame, media, planted_switches, settin
 mod client;
 #[cfg_attr(not(feature = "unstable"), allow(dead_code, unused_imports))]
 mod node;
+mod service;
 #[cfg_attr(not(feature = "unstable"), allow(dead_code, unused_imports))]
 mod storage;
 
@@ -128,6 +129,7 @@ pub use crate::node::{
     AddressRange, ClientEndpointConfig, LocalClient, LocalOfferError, LocalWaitError, LogStorage, Member, Node,
     NodeBuilder, NodeConfig, NodeError, PerAgent, RoleChange, StorageConfig,
 };
+pub use crate::service::{CloseReason, Cluster, ClusterTime, SessionRefused, TimerError};
 pub use crate::setting::{Setting, SettingError};
 pub use crate::shm::stats::Stats;
 pub use crate::storage::recording::SyncPolicy;

@@ -145,16 +145,16 @@ impl ClusterClient {
                 self.state = State::Idle;
                 return Err(ConnectError::TimedOut);
             }
-            if self.poll(|event| {
-                if let Event::ConnectRefused { reason } = event {
-                    refused = Some(reason);
-                }
+            if self.poll(|event| match event {
+                Event::ConnectRefused { reason } => refused = Some(ConnectError::Refused(reason)),
+                Event::RefusedByService { code } => refused = Some(ConnectError::RefusedByService { code }),
+                _ => {}
             }) == 0
             {
                 std::thread::sleep(Duration::from_micros(50));
             }
-            if let Some(reason) = refused {
-                return Err(ConnectError::Refused(reason));
+            if let Some(error) = refused {
+                return Err(error);
             }
         }
         Ok(self.session.id)

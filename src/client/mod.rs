@@ -227,6 +227,12 @@ pub enum ConnectError {
     TimedOut,
     /// The leader refused the session.
     Refused(RefusalCode),
+    /// The service refused the session at its open (its `StateMachine::on_session_open`), with the
+    /// application's code.
+    RefusedByService {
+        /// The application's reason.
+        code: u32,
+    },
     /// The socket failed.
     Io(io::Error),
 }
@@ -236,6 +242,7 @@ impl fmt::Display for ConnectError {
         match self {
             Self::TimedOut => f.write_str("no leader opened a session in time"),
             Self::Refused(code) => write!(f, "the leader refused the session: {code}"),
+            Self::RefusedByService { code } => write!(f, "the service refused the session (its code {code})"),
             Self::Io(e) => write!(f, "client socket: {e}"),
         }
     }
@@ -288,6 +295,11 @@ pub enum Event<'a> {
         /// Why.
         reason: RefusalCode,
     },
+    /// The service refused a new session at its open (its `StateMachine::on_session_open`).
+    RefusedByService {
+        /// The application's reason.
+        code: u32,
+    },
     /// The cluster takes no new messages now (an operator suspended it, `qc-cluster suspend`): message
     /// `correlation_id` and those after it stay in flight, and are sent again until it resumes. The
     /// session lives on.
@@ -311,6 +323,9 @@ pub enum ClosedReason {
     /// other) to let a client of another address in: its messages in flight end in
     /// [`Event::OutcomeUnknown`].
     Evicted,
+    /// The service closed it (`Cluster::close_session`); the messages it applied before are reported
+    /// committed, the rest never will be.
+    ClosedByService,
 }
 
 /// What a client has done so far (plain counts, read with [`ClusterClient::stats`]): how it found its

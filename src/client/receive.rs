@@ -219,6 +219,7 @@ fn on_record(
             let reason = match record.code {
                 wire::TIMED_OUT => ClosedReason::TimedOut,
                 wire::EVICTED => ClosedReason::Evicted,
+                wire::CLOSED_BY_SERVICE => ClosedReason::ClosedByService,
                 _ => ClosedReason::Unknown,
             };
             client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: true });
@@ -240,6 +241,10 @@ fn on_refused(
     };
     let to_open = !ours && client.state == State::Opening && record.correlation_id == client.handshake.nonce;
     match code {
+        RefusalCode::RefusedByService if to_open => {
+            client.state = State::Idle;
+            handler(Event::RefusedByService { code: record.value as u32 });
+        }
         RefusalCode::TooManySessions
         | RefusalCode::TooManyFromAddress
         | RefusalCode::TooManyFromNetwork

@@ -37,6 +37,7 @@ const CLOSE: u8 = 4;
 const LEADER_TERM: u8 = 5;
 const TICK: u8 = 6;
 const EVICT: u8 = 7;
+const SERVICE: u8 = 8;
 /// Bytes before a message's payload: kind, session id, timestamp, correlation id.
 pub const MESSAGE_HEADER_LENGTH: usize = 1 + 8 + 8 + 8;
 
@@ -95,10 +96,18 @@ pub enum SessionEntry<'a> {
         /// The leader's clock when it appended the entry.
         timestamp_ns: i64,
     },
-    /// The leader's clock passed the table's next expiry: sessions silent for the timeout close.
+    /// The leader's clock passed the table's next expiry or the service's next timer: sessions silent for
+    /// the timeout close, timers due fire.
     Tick {
         /// The leader's clock when it appended the entry.
         timestamp_ns: i64,
+    },
+    /// An entry the leader's service offered itself ([`crate::service::Cluster::offer`]).
+    Service {
+        /// The leader's clock when its service offered it.
+        timestamp_ns: i64,
+        /// The application's bytes.
+        payload: &'a [u8],
     },
 }
 
@@ -124,7 +133,8 @@ impl fmt::Display for SessionDecodeError {
             Self::Truncated { need, have } => write!(f, "a session entry of {have} bytes; its kind needs {need}"),
             Self::UnknownKind(kind) => write!(
                 f,
-                "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close, 5 leader term, 6 tick, 7 evict"
+                "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close, 5 leader term, 6 tick, \
+                 7 evict, 8 service"
             ),
             Self::ZeroCorrelation => f.write_str("a message with correlation id 0 (they count from 1)"),
         }
@@ -142,7 +152,7 @@ impl<'a> SessionEntry<'a> {
             | Self::KeepAlive { session_id, .. }
             | Self::Close { session_id, .. }
             | Self::Evict { session_id, .. } => session_id,
-            Self::LeaderTerm { .. } | Self::Tick { .. } => 0,
+            Self::LeaderTerm { .. } | Self::Tick { .. } | Self::Service { .. } => 0,
         }
     }
 
@@ -155,16 +165,17 @@ impl<'a> SessionEntry<'a> {
             | Self::Close { timestamp_ns, .. }
             | Self::Evict { timestamp_ns, .. }
             | Self::LeaderTerm { timestamp_ns, .. }
-            | Self::Tick { timestamp_ns, .. } => timestamp_ns,
+            | Self::Tick { timestamp_ns, .. }
+            | Self::Service { timestamp_ns, .. } => timestamp_ns,
         }
     }
 
     /// Appends the entry's bytes to `out` (little-endian): kind, session id, timestamp, then for a message
-    /// its correlation id and payload.
+    /// its correlation id and payload, for a service entry its payload.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let (header, length) = self.header();
         out.extend_from_slice(&header[..length]);
-        if let Self::Message { payload, .. } = self {
+        if let Self::Message { payload, .. } | Self::Service { payload, .. } = self {
             out.extend_from_slice(payload);
         }
     }
@@ -181,6 +192,7 @@ impl<'a> SessionEntry<'a> {
             Self::Evict { session_id, .. } => (EVICT, None, session_id),
             Self::LeaderTerm { leadership_term_id, nonce, .. } => (LEADER_TERM, Some(leadership_term_id as u64), nonce),
             Self::Tick { .. } => (TICK, None, 0),
+            Self::Service { .. } => (SERVICE, None, 0),
         };
         bytes[0] = kind;
         bytes[1..9].copy_from_slice(&session.to_le_bytes());
@@ -198,7 +210,7 @@ impl<'a> SessionEntry<'a> {
     pub fn decode(bytes: &'a [u8]) -> Result<Self, SessionDecodeError> {
         let &kind = bytes.first().ok_or(SessionDecodeError::Truncated { need: 17, have: 0 })?;
         let need = if kind == MESSAGE || kind == LEADER_TERM { MESSAGE_HEADER_LENGTH } else { 17 };
-        if !(OPEN..=EVICT).contains(&kind) {
+        if !(OPEN..=SERVICE).contains(&kind) {
             return Err(SessionDecodeError::UnknownKind(kind));
         }
         if bytes.len() < need {
@@ -212,6 +224,7 @@ impl<'a> SessionEntry<'a> {
             CLOSE => Self::Close { session_id, timestamp_ns },
             TICK => Self::Tick { timestamp_ns },
             EVICT => Self::Evict { session_id, timestamp_ns },
+            SERVICE => Self::Service { timestamp_ns, payload: &bytes[17..] },
             LEADER_TERM => Self::LeaderTerm { leadership_term_id: word(17) as i64, nonce: session_id, timestamp_ns },
             _ => {
                 let correlation_id = word(17);
@@ -262,17 +275,7 @@ impl Default for SessionConfig {
     }
 }
 
-/// Why a session was closed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseReason {
-    /// Its client closed it.
-    Client,
-    /// Nothing came from it for the session timeout.
-    Timeout,
-    /// The leader closed it to let a client of another address in (the cluster was full, and its
-    /// address held the most sessions).
-    Evicted,
-}
+pub use crate::service::CloseReason;
 
 /// Why an entry was not applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -335,6 +338,11 @@ pub enum Applied<'a> {
     },
     /// The leader's clock was noted (silent sessions closed before it).
     Ticked,
+    /// An entry of the leader's service: to apply, with no client.
+    Service {
+        /// The application's bytes.
+        payload: &'a [u8],
+    },
     /// The entry was refused.
     Refused {
         /// The session it named.
@@ -388,8 +396,10 @@ impl PartialEq for SessionTable {
 
 impl Eq for SessionTable {}
 
-/// A snapshot's first 8 bytes.
-const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcsess01");
+/// A snapshot's first 8 bytes: the format and its version. Version 2 is followed by the service's state
+/// (cluster time and timers, `crate::service`); version 1, written before there was one, is not.
+const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcsess02");
+const SNAPSHOT_MAGIC_V1: u64 = u64::from_le_bytes(*b"qcsess01");
 
 impl SessionTable {
     /// An empty table with `config`.
@@ -483,6 +493,7 @@ impl SessionTable {
                 None => refused(self, Refusal::UnknownSession),
             },
             SessionEntry::Tick { .. } => Applied::Ticked,
+            SessionEntry::Service { payload, .. } => Applied::Service { payload },
             SessionEntry::LeaderTerm { leadership_term_id, timestamp_ns, .. } => {
                 for session in self.sessions.values_mut() {
                     session.last_active_ns = session.last_active_ns.max(timestamp_ns);
@@ -491,6 +502,13 @@ impl SessionTable {
                 Applied::LeaderTerm { leadership_term_id }
             }
         }
+    }
+
+    /// Closes session `session_id` (the service closed it, or refused it at its open): its last message
+    /// applied, or `None` when it is not open.
+    pub fn close(&mut self, session_id: u64) -> Option<u64> {
+        // The bound on the next expiry stays a lower bound: a tick there closes none and makes it exact.
+        self.sessions.remove(&session_id).map(|session| session.applied)
     }
 
     /// Closes every session silent for the timeout at `now_ns` (the leader's clock of the entry being
@@ -533,16 +551,24 @@ impl SessionTable {
 
     /// Replaces the sessions with those `input` holds (as [`write_snapshot`](Self::write_snapshot) wrote
     /// them); a count above the configured maximum is refused before anything is read into the table.
-    pub fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
+    /// Returns the format's version: 2 is followed by the service's state, 1 (older) is not.
+    pub fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<u8> {
         let mut word = || -> io::Result<u64> {
             let mut bytes = [0u8; 8];
             input.read_exact(&mut bytes)?;
             Ok(u64::from_le_bytes(bytes))
         };
         let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
-        if word()? != SNAPSHOT_MAGIC {
-            return Err(invalid("not a session table snapshot".into()));
-        }
+        let version = match word()? {
+            SNAPSHOT_MAGIC => 2,
+            SNAPSHOT_MAGIC_V1 => 1,
+            other => {
+                return Err(invalid(format!(
+                    "not a session table snapshot (format {:?}; this build reads qcsess01 and qcsess02)",
+                    String::from_utf8_lossy(&other.to_le_bytes())
+                )))
+            }
+        };
         let count = word()?;
         if count > self.config.max_sessions as u64 {
             return Err(invalid(format!("{count} sessions, more than max_sessions {}", self.config.max_sessions)));
@@ -556,7 +582,7 @@ impl SessionTable {
         }
         self.sessions = sessions;
         self.recompute_expiry();
-        Ok(())
+        Ok(version)
     }
 }
 

@@ -110,6 +110,8 @@ pub const DUPLICATE: u8 = 1;
 pub const TIMED_OUT: u8 = 1;
 /// `code` of a `CLOSED` record for a session evicted to let a client of another address in.
 pub const EVICTED: u8 = 2;
+/// `code` of a `CLOSED` record for a session the service closed (`Cluster::close_session`).
+pub const CLOSED_BY_SERVICE: u8 = 3;
 
 /// Why a member refused a client's record (`code` of a `REFUSED` record).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +148,9 @@ pub enum RefusalCode {
     /// The addresses of this network (an IPv4 /24, an IPv6 /48) hold `clients.max_sessions_per_prefix`
     /// sessions already.
     TooManyFromNetwork = 14,
+    /// The service refused the session at its open (its `on_session_open`: an application's
+    /// authorisation decision); the record's value carries the application's code.
+    RefusedByService = 15,
 }
 
 impl RefusalCode {
@@ -166,6 +171,7 @@ impl RefusalCode {
             12 => Self::Evicted,
             13 => Self::Replayed,
             14 => Self::TooManyFromNetwork,
+            15 => Self::RefusedByService,
             _ => return None,
         })
     }
@@ -188,6 +194,7 @@ impl fmt::Display for RefusalCode {
             Self::Evicted => "the cluster was full and closed this session to let a client of another address in",
             Self::Replayed => "this open was seen before: open again with a new key",
             Self::TooManyFromNetwork => "this address's network holds clients.max_sessions_per_prefix sessions",
+            Self::RefusedByService => "the service refused the session",
         })
     }
 }

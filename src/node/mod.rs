@@ -286,7 +286,9 @@ impl Node {
         self.handles.as_ref().map(AgentHandles::failures).unwrap_or_default()
     }
 
-    fn deliver_role_changes(&mut self) {
+    /// Hands the role changes the consensus agent published since the last call to the registered callbacks,
+    /// then to `also` (a state machine's `on_role_change`).
+    fn deliver_role_changes(&mut self, mut also: impl FnMut(&RoleChange)) {
         let Some(events) = self.links.roles.take_since(&mut self.event_generation) else {
             return;
         };
@@ -294,6 +296,7 @@ impl Node {
             for callback in &mut self.callbacks {
                 callback(event);
             }
+            also(event);
         }
     }
 

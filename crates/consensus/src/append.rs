@@ -29,6 +29,10 @@ use crate::shm::stats::{kinds, CounterKind};
 /// Message type of client messages in the ingress ring.
 pub const INGRESS_MESSAGE: i32 = 1;
 
+/// Message type of session entries in the ingress ring (an entry a node's service offered itself): appended
+/// flagged [`SESSION_FLAG`], as the client endpoint's are.
+pub const INGRESS_SESSION_ENTRY: i32 = 2;
+
 /// Message type of control frames in the consensus-to-sender command ring.
 pub const COMMAND_CONTROL_FRAME: i32 = 1;
 
@@ -220,7 +224,7 @@ impl AppendStage {
         let (commit, max_uncommitted) = (self.commit, self.max_uncommitted);
         let mut blocked = false;
         let appended = ingress.read_while(
-            |_, message| match append(appender, message, reserved, cap(appender, commit, max_uncommitted)) {
+            |kind, message| match append(appender, kind, message, reserved, cap(appender, commit, max_uncommitted)) {
                 Ok(()) => true,
                 Err(AppendError::BackPressured) => {
                     blocked = true;
@@ -320,7 +324,17 @@ fn cap(appender: &ExclusiveAppender, commit: i64, max_uncommitted: i64) -> i64 {
 
 /// Appends one message within `cap`, refreshing the publication limit from the consumers once when it is
 /// reached.
-fn append(appender: &mut ExclusiveAppender, message: &[u8], reserved: i64, cap: i64) -> Result<(), AppendError> {
+fn append(
+    appender: &mut ExclusiveAppender,
+    kind: i32,
+    message: &[u8],
+    reserved: i64,
+    cap: i64,
+) -> Result<(), AppendError> {
+    if kind == INGRESS_SESSION_ENTRY {
+        return refreshing_once(appender, cap, |a| a.append_vectored_flagged(&[message], reserved, SESSION_FLAG))
+            .map(|_| ());
+    }
     refreshing_once(appender, cap, |a| a.append_with_reserved(message, reserved)).map(|_| ())
 }
 

@@ -79,8 +79,10 @@ impl ConsensusAgent {
         // clients' opens and messages (`RefusalCode::Suspended`); their sessions live on.
         let suspended = self.links.offers.suspended.load(std::sync::atomic::Ordering::Acquire);
         let mut appended = if suspended { 0 } else { leading.stage.drain(&self.intake.ring) };
+        let clock = self.intake.clock.keep_time(&mut leading.stage, leading.term);
+        appended += clock.appended;
         if let Some(clients) = self.intake.endpoint.as_mut() {
-            let mut appending = Appending::new(&mut leading.stage, leading.term);
+            let mut appending = Appending::new(&mut leading.stage, leading.term, clock);
             appending.suspended = suspended;
             appended += clients.poll(now_ns, Some(appending), Some(self.core.member_id()));
         }

@@ -51,6 +51,7 @@ use crate::storage::vote_file::{TermVote, VoteFile};
 
 use super::admin::{self, AdminRings};
 
+use super::sessions::clock::LeaderClock;
 use super::sessions::ingress::ClientIngress;
 use super::start::wiring::Wiring;
 use super::{Links, RoleChange};
@@ -250,6 +251,8 @@ struct Intake {
     ring: ManyToOneRingBuffer,
     /// The client endpoint, when remote clients are taken.
     endpoint: Option<ClientIngress>,
+    /// The leader's clock in the log: its term's entry and the ticks for the replicated deadlines.
+    clock: LeaderClock,
 }
 
 /// The agent's rate-limited warnings: a limiter of their own for members configured with another member
@@ -275,6 +278,7 @@ pub(super) struct ConsensusAgentParts {
     pub(super) clock: NanoClock,
     pub(super) votes: VoteFile,
     pub(super) clients: Option<ClientIngress>,
+    pub(super) leader_clock: LeaderClock,
     pub(super) ingress: ManyToOneRingBuffer,
     pub(super) links: Links,
     pub(super) recorder: RecorderLink,
@@ -312,7 +316,7 @@ impl ConsensusAgent {
                 last_position_send_ns: 0,
             },
             votes: parts.votes,
-            intake: Intake { ring: parts.ingress, endpoint: clients },
+            intake: Intake { ring: parts.ingress, endpoint: clients, clock: parts.leader_clock },
             clock: parts.clock,
             current: Current::Idle,
             log: parts.tail.map(|(log, start)| MemberLog { log, start, file: None }),

@@ -19,10 +19,11 @@ use crate::storage::snapshot::{SnapshotIdentity, SnapshotInfo, SnapshotStore, St
 
 use self::committed::CommittedReader;
 use self::committed::ReaderLog;
-use super::sessions::ClientSessions;
+use super::sessions::{At, ClientSessions};
 use super::{Node, NodeError};
 #[cfg(doc)]
 use super::{NodeConfig, StorageConfig};
+use crate::service::state::{Applier, Entries, Machine, Service};
 use crate::shm::counters::Counter;
 use crate::storage::disk::SharedDisk;
 
@@ -92,8 +93,14 @@ impl Node {
     /// handler writes to the response buffer goes back to the client with the message's commit (from the
     /// leader). Session entries (opens, keep-alives, closes) are applied to the replicated session table
     /// and not handed out.
-    pub fn poll_service(&mut self, fragment_limit: usize, mut handler: impl FnMut(&Entry<'_>, &mut Vec<u8>)) -> usize {
-        self.deliver_role_changes();
+    pub fn poll_service(&mut self, fragment_limit: usize, handler: impl FnMut(&Entry<'_>, &mut Vec<u8>)) -> usize {
+        self.deliver_role_changes(|_| {});
+        self.poll_with(fragment_limit, &mut Entries(handler))
+    }
+
+    /// Hands committed entries to `service`'s callbacks (see [`poll_service`](Self::poll_service)), with
+    /// the session table and the service's state applied on the way.
+    fn poll_with(&mut self, fragment_limit: usize, service: &mut impl Service) -> usize {
         self.read.polled = true;
         if let Some(position) = self.read.committed.pending_snapshot() {
             // Only poll_state can load it: nothing after it is handed out until then.
@@ -107,14 +114,17 @@ impl Node {
         }
         let commit = if self.bugs.apply_uncommitted() { i64::MAX } else { self.client.commit.get() };
         let skip_below = self.config.resume_from.unwrap_or(0);
-        let leading = (self.links.offers.role() == Role::Leader).then(|| self.links.offers.leadership_term_id());
+        let role = self.links.offers.role();
+        let leading = (role == Role::Leader).then(|| self.links.offers.leadership_term_id());
+        let offers = leading.map(|_| (&*self.client.ingress, &self.clock));
+        let applier = Applier { member_id: self.config.id, role, offers };
         let mut sessions = self.read.sessions.take().expect("the session table is put back after every poll");
         let fragments = self.read.committed.poll(commit, fragment_limit, &mut |entry: &[u8], end: i64, flags: u8| {
-            let handed = end > skip_below;
+            let at = At { position: end, deliver: end > skip_below, leading, applier: &applier };
             if flags & SESSION_FLAG != 0 {
-                sessions.on_entry(entry, end, leading, handed, &mut handler);
+                sessions.on_entry(entry, at, service);
             } else {
-                sessions.on_plain(entry, end, handed, &mut handler);
+                sessions.on_plain(entry, at, service);
             }
         });
         sessions.flush();
@@ -199,7 +209,8 @@ impl Node {
             self.read.committed.snapshot_loaded(position);
             self.read.last_snapshot.set(position);
         }
-        let fragments = self.poll_service(fragment_limit, |entry, response| machine.apply_entry(entry, response));
+        self.deliver_role_changes(|change| machine.on_role_change(change.role));
+        let fragments = self.poll_with(fragment_limit, &mut Machine(machine));
         let due = self
             .config
             .storage

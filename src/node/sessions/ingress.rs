@@ -57,8 +57,8 @@ use crate::media::transport::{RecvBatch, Transport};
 use crate::shm::log_buffer::AppendError;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
 
+use super::clock::TermClock;
 use super::limits::{AddressKey, OpenRate, SessionsPerAddress, UsedOpens};
-use super::SessionDeadline;
 use crate::node::builder::ClientEndpointConfig;
 
 mod admission;
@@ -78,10 +78,6 @@ const MAX_DATAGRAMS_PER_CYCLE: usize = 1024;
 
 /// How often the client endpoint is read while it is quiet.
 const POLL_INTERVAL_NS: u64 = 5_000;
-
-/// Least time between two ticks a leader appends (its clock passed the session table's next expiry, and
-/// the tick closing those sessions is in the log but not yet applied): a session closes at most this late.
-const TICK_INTERVAL_NS: i64 = 50_000_000;
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,8 +186,6 @@ pub(crate) struct ClientIngress {
     egress: Arc<OneToOneRingBuffer>,
     /// This leader's term as the endpoint knows it.
     term: TermSessions,
-    /// When the session table's sessions expire, and this leader's ticks for them.
-    ticks: Ticks,
     next_receive_ns: u64,
     /// Of every datagram the endpoint sends: it starts at the wall clock, so that it grows across
     /// restarts of the member too.
@@ -217,19 +211,10 @@ struct TermSessions {
     /// This leader's random value for its term: its sessions' ids derive from it, so that they never
     /// repeat across clusters made again with the same secret, nor across incarnations of one.
     nonce: u64,
-    /// The term's leader-term entry is in the log: nothing of a client is appended before it.
-    announced: bool,
     /// Sessions this leader has opened in its term (the session ids come from it).
     sessions_opened: u64,
-    /// Where the term nonces come from.
+    /// Where the leader's secrets come from.
     entropy: Nonces,
-}
-
-/// The session table's next expiry as the node's reader applied it, and when this leader last appended
-/// a tick for it.
-struct Ticks {
-    deadline: SessionDeadline,
-    last_tick_ns: i64,
 }
 
 /// What binds sessions and limits the opens: the secret, the rate of opens per address, and the opens
@@ -264,6 +249,8 @@ struct ReplySeal {
 pub(crate) struct Appending<'a> {
     pub(crate) stage: &'a mut AppendStage,
     pub(crate) term: i64,
+    /// The term's entry and nonce, as the leader's clock keeper appended them.
+    pub(crate) clock: TermClock,
     /// An operator suspended the cluster: opens and messages are refused (`RefusalCode::Suspended`); keep
     /// -alives, reconnects and closes still go into the log, so that sessions outlive a suspension.
     pub(crate) suspended: bool,
@@ -274,17 +261,15 @@ pub(crate) struct Appending<'a> {
 }
 
 impl<'a> Appending<'a> {
-    /// Appending through `stage` for `term`.
-    pub(crate) fn new(stage: &'a mut AppendStage, term: i64) -> Self {
-        Self { stage, term, suspended: false, entries: 0, messages: 0 }
+    /// Appending through `stage` for `term`, whose entry and nonce `clock` says.
+    pub(crate) fn new(stage: &'a mut AppendStage, term: i64, clock: TermClock) -> Self {
+        Self { stage, term, clock, suspended: false, entries: 0, messages: 0 }
     }
 }
 
-/// What the client endpoint shares with the node's reader of committed entries: the answers it makes,
-/// and the session table's next expiry.
+/// What the client endpoint shares with the node's reader of committed entries: the answers it makes.
 pub(crate) struct ReaderLink {
     pub(crate) egress: Arc<OneToOneRingBuffer>,
-    pub(crate) deadline: SessionDeadline,
 }
 
 /// Why a datagram was dropped before its records were read.
@@ -306,7 +291,7 @@ impl ClientIngress {
         reader: ReaderLink,
         counters: IngressCounters,
     ) -> Self {
-        let ReaderLink { egress, deadline } = reader;
+        let ReaderLink { egress } = reader;
         let open_rate = OpenRate::new(config.opens_per_second);
         let sequence = Sequence(clock.epoch_ns().max(0) as u64);
         Self {
@@ -320,8 +305,7 @@ impl ClientIngress {
             dirty: Vec::new(),
             reply: Reply { writer: DatagramWriter::new(datagram_capacity), seal: ReplySeal::default() },
             egress,
-            term: TermSessions { id: -1, nonce: 0, announced: false, sessions_opened: 0, entropy },
-            ticks: Ticks { deadline, last_tick_ns: i64::MIN },
+            term: TermSessions { id: -1, nonce: 0, sessions_opened: 0, entropy },
             next_receive_ns: 0,
             sequence,
             admission: Admission { secret, open_rate, used_opens: UsedOpens::default() },
@@ -357,14 +341,12 @@ impl ClientIngress {
             if appending.term != self.term.id {
                 self.term.id = appending.term;
                 self.term.sessions_opened = 0;
-                self.term.nonce = self.term.entropy.next_u64();
-                self.term.announced = false;
             }
+            self.term.nonce = appending.clock.nonce;
         }
         let mut work = self.send_egress(appending.is_some());
         if let Some(appending) = appending.as_mut() {
-            work += self.keep_time(appending);
-            if !self.term.announced {
+            if !appending.clock.announced {
                 // Nothing of a client goes into the log before the term's entry (the log has room for it
                 // at a term's start; until then the clients' datagrams wait in the socket).
                 return work + self.flush();
@@ -429,37 +411,6 @@ impl ClientIngress {
         self.next_receive_ns = if datagrams > 0 { now_ns } else { now_ns + POLL_INTERVAL_NS };
         work += datagrams;
         work + self.flush()
-    }
-
-    /// On the leader: the term's leader-term entry first, then a tick whenever the leader's clock passes
-    /// the session table's next expiry (so silent sessions close on the leader's clock alone). Returns the
-    /// entries appended.
-    fn keep_time(&mut self, append: &mut Appending<'_>) -> usize {
-        let deadline = self.ticks.deadline.get();
-        if self.term.announced && deadline == i64::MAX {
-            // No session is open: no clock to read in this duty cycle.
-            return 0;
-        }
-        let epoch_ns = self.clock.epoch_ns();
-        if !self.term.announced {
-            let entry = SessionEntry::LeaderTerm {
-                leadership_term_id: self.term.id,
-                nonce: self.term.nonce,
-                timestamp_ns: epoch_ns,
-            };
-            self.term.announced = append_entry(append, &self.counters, &entry, &[]).is_ok();
-            return usize::from(self.term.announced);
-        }
-        if epoch_ns < deadline || epoch_ns.saturating_sub(self.ticks.last_tick_ns) < TICK_INTERVAL_NS {
-            return 0;
-        }
-        match append_entry(append, &self.counters, &SessionEntry::Tick { timestamp_ns: epoch_ns }, &[]) {
-            Ok(()) => {
-                self.ticks.last_tick_ns = epoch_ns;
-                1
-            }
-            Err(_) => 0,
-        }
     }
 
     /// Checks a datagram's header and tag before anything else of it is read: its session's token (a
@@ -586,7 +537,7 @@ impl ClientIngress {
             }
             wire::REFUSED => match RefusalCode::from_u8(header.code) {
                 Some(RefusalCode::Gap) => connection.next_expected = header.value as u64,
-                Some(RefusalCode::UnknownSession | RefusalCode::TooManySessions) => {
+                Some(RefusalCode::UnknownSession | RefusalCode::TooManySessions | RefusalCode::RefusedByService) => {
                     if connection.state == State::Opening {
                         // Refused before the client had the token: answered as an open is.
                         record.correlation_id = connection.nonce;

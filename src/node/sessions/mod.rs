@@ -15,6 +15,7 @@
 //! - After every entry, [`SessionDeadline`] holds the table's next expiry, which the leader's client
 //!   endpoint reads to append a tick when its clock passes it.
 
+pub(super) mod clock;
 pub(super) mod ingress;
 mod limits;
 
@@ -22,10 +23,10 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use crate::client::session::{
-    Applied, ClientMessage, CloseReason, Entry, Refusal, SessionConfig, SessionEntry, SessionTable,
-};
+use crate::client::session::{Applied, ClientMessage, Entry, Refusal, SessionConfig, SessionEntry, SessionTable};
 use crate::client::wire::{self, RecordHeader, RefusalCode};
+use crate::service::state::{Applier, Service, ServiceState};
+use crate::service::{CloseReason, Cluster, SessionRefused};
 use crate::shm::counters::Counter;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
 
@@ -77,12 +78,12 @@ impl SessionDeadline {
     }
 }
 
-/// The session table and the way back to the clients.
+/// The session table, the service's state beside it, and the way back to the clients.
 pub(super) struct ClientSessions {
     table: SessionTable,
+    /// Cluster time and the timers.
+    service: ServiceState,
     egress: Option<Arc<OneToOneRingBuffer>>,
-    /// The application's response to the message being applied.
-    response: Vec<u8>,
     /// The longest response an egress record carries.
     max_response: usize,
     /// The answers being gathered into one record.
@@ -91,14 +92,28 @@ pub(super) struct ClientSessions {
     /// The term whose leader-term entry this member applied while leading it: answers go out only
     /// for entries after it.
     live_term: i64,
+    /// The sessions the table closed for silence at the entry being applied (scratch).
+    timed_out: Vec<u64>,
     deadline: SessionDeadline,
     /// A planted bug (the node simulator's own test): a resend found applied is handed out again.
     pub(super) apply_duplicates: bool,
 }
 
+/// Where an entry is applied: its position, whether the application is handed it (it is past
+/// `resume_from`), and who applies it.
+#[derive(Clone, Copy)]
+pub(super) struct At<'a> {
+    pub(super) position: i64,
+    pub(super) deliver: bool,
+    /// The term this member leads, if it leads.
+    pub(super) leading: Option<i64>,
+    pub(super) applier: &'a Applier<'a>,
+}
+
 impl ClientSessions {
     pub(super) fn new(
         config: SessionConfig,
+        max_timers: usize,
         egress: Option<Arc<OneToOneRingBuffer>>,
         max_response: usize,
         counters: SessionEventCounters,
@@ -107,124 +122,228 @@ impl ClientSessions {
         let apply_duplicates = false;
         Self {
             table: SessionTable::new(config),
+            service: ServiceState::new(max_timers),
             egress,
-            response: Vec::new(),
             max_response,
             run,
             counters,
             live_term: -1,
+            timed_out: Vec::new(),
             deadline: SessionDeadline::default(),
             apply_duplicates,
         }
     }
 
-    /// The table's next expiry, as the client endpoint reads it.
+    /// The table's next expiry and the next timer, as the leader's clock keeper reads them.
     pub(super) fn deadline(&self) -> SessionDeadline {
         self.deadline.clone()
     }
 
-    /// Hands a committed entry that is not a session entry to `handler` (with `deliver`).
-    pub(super) fn on_plain(
-        &mut self,
-        payload: &[u8],
-        position: i64,
-        deliver: bool,
-        handler: &mut impl FnMut(&Entry<'_>, &mut Vec<u8>),
-    ) {
-        if deliver {
-            self.response.clear();
-            handler(&Entry { payload, position, client: None }, &mut self.response);
+    /// Cluster time now.
+    #[cfg(test)]
+    pub(super) fn time(&self) -> crate::service::ClusterTime {
+        self.service.time()
+    }
+
+    /// Timers scheduled now.
+    #[cfg(test)]
+    pub(super) fn timers(&self) -> usize {
+        self.service.timers.len()
+    }
+
+    /// Whether this member applies its own term's entries as their leader (answers go out, the service's
+    /// own entries are appended).
+    fn live(&self, leading: Option<i64>) -> bool {
+        leading.is_some_and(|term| term == self.live_term)
+    }
+
+    /// Hands a committed entry that is not a session entry to `service` (when `at.deliver`), at the
+    /// cluster time of the last stamped entry.
+    pub(super) fn on_plain(&mut self, payload: &[u8], at: At<'_>, service: &mut impl Service) {
+        if at.deliver {
+            let applier = self.applier(at);
+            let entry = Entry { payload, position: at.position, client: None };
+            self.service.call(at.position, &applier, |cluster| service.message(&entry, cluster));
+            self.close_asked(at, &applier, service);
+            self.publish_deadline();
         }
     }
 
-    /// Applies a session entry to the table; a message it delivers goes to `handler` (with `deliver`),
-    /// and, on the leader of term `leading` once its leader-term entry is applied, every answer goes to
+    /// Publishes the next deadline of the replicated state (a session's silence, a timer) for the leader's
+    /// clock keeper.
+    fn publish_deadline(&self) {
+        self.deadline.set(self.table.next_expiry_ns().min(self.service.next_deadline()));
+    }
+
+    /// The applier of an entry at `at`: the service's own entries go out only from the live leader.
+    fn applier<'a>(&self, at: At<'a>) -> Applier<'a> {
+        let offers = at.applier.offers.filter(|_| self.live(at.leading));
+        Applier { member_id: at.applier.member_id, role: at.applier.role, offers }
+    }
+
+    /// Applies a session entry to the table and the service's state: sessions that timed out close, the
+    /// timers due fire, then the entry's own effect; every callback goes to `service` (when `at.deliver`)
+    /// and, on the leader of term `at.leading` once its leader-term entry is applied, every answer goes to
     /// the client.
-    pub(super) fn on_entry(
-        &mut self,
-        bytes: &[u8],
-        position: i64,
-        leading: Option<i64>,
-        deliver: bool,
-        handler: &mut impl FnMut(&Entry<'_>, &mut Vec<u8>),
-    ) {
+    pub(super) fn on_entry(&mut self, bytes: &[u8], at: At<'_>, service: &mut impl Service) {
         let Ok(entry) = SessionEntry::decode(bytes) else {
             self.counters.malformed.increment();
             return;
         };
-        if let (SessionEntry::LeaderTerm { leadership_term_id, .. }, Some(term)) = (entry, leading) {
+        if let (SessionEntry::LeaderTerm { leadership_term_id, .. }, Some(term)) = (entry, at.leading) {
             if leadership_term_id == term {
                 self.live_term = term;
             }
         }
-        let Self { table, egress, response, max_response, run, counters, live_term, deadline, apply_duplicates } = self;
-        let live = leading.is_some_and(|term| term == *live_term);
-        let egress = egress.as_deref().filter(|_| live);
-        let answer = |run: &mut Run, record: RecordHeader, payload: &[u8]| {
-            flush_run(run, egress, &counters.egress_dropped);
-            send(egress, &counters.egress_dropped, record, payload)
+        let live = self.live(at.leading);
+        let applier = self.applier(at);
+        self.service.stamp(entry.timestamp_ns());
+        let mut timed_out = std::mem::take(&mut self.timed_out);
+        timed_out.clear();
+        let applied = {
+            let Self { table, egress, run, counters, .. } = self;
+            let egress = egress.as_deref().filter(|_| live);
+            table.apply(&entry, |closed, applied| {
+                // With its last message applied: the client tells what was applied from what never will be.
+                let record = RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT).value(applied as i64);
+                answer(run, egress, &counters.egress_dropped, record, &[]);
+                timed_out.push(closed);
+            })
         };
-        let applied = table.apply(&entry, |closed, applied| {
-            // With its last message applied: the client tells what was applied from what never will be.
-            answer(run, RecordHeader::new(wire::CLOSED, closed).code(wire::TIMED_OUT).value(applied as i64), &[]);
+        if at.deliver {
+            for &session_id in &timed_out {
+                let close =
+                    |cluster: &mut Cluster<'_>| service.session_close(session_id, CloseReason::Timeout, cluster);
+                self.service.call(at.position, &applier, close);
+                self.close_asked(at, &applier, service);
+            }
+            self.fire_timers(at, &applier, service);
+        }
+        self.timed_out = timed_out;
+        self.on_applied(&entry, applied, at, &applier, service);
+        self.publish_deadline();
+    }
+
+    /// The timers due at cluster time now, each through its callback.
+    fn fire_timers(&mut self, at: At<'_>, applier: &Applier<'_>, service: &mut impl Service) {
+        let mut fired = Vec::new();
+        self.service.fire_due(|state, correlation_id| {
+            state.call(at.position, applier, |cluster| service.timer(correlation_id, cluster));
+            fired.append(&mut state.closes);
         });
-        deadline.set(table.next_expiry_ns());
+        if !fired.is_empty() {
+            self.service.closes = fired;
+            self.close_asked(at, applier, service);
+        }
+    }
+
+    /// Closes the sessions the last callback asked to close (and those their close callbacks ask to), in
+    /// the order asked.
+    fn close_asked(&mut self, at: At<'_>, applier: &Applier<'_>, service: &mut impl Service) {
+        let live = self.live(at.leading);
+        while !self.service.closes.is_empty() {
+            for session_id in std::mem::take(&mut self.service.closes) {
+                let Some(applied) = self.table.close(session_id) else {
+                    continue;
+                };
+                let record =
+                    RecordHeader::new(wire::CLOSED, session_id).code(wire::CLOSED_BY_SERVICE).value(applied as i64);
+                self.answer(live, record, &[]);
+                if at.deliver {
+                    let close =
+                        |cluster: &mut Cluster<'_>| service.session_close(session_id, CloseReason::Service, cluster);
+                    self.service.call(at.position, applier, close);
+                }
+            }
+        }
+    }
+
+    /// The entry's own effect, for the service and the client.
+    fn on_applied(
+        &mut self,
+        entry: &SessionEntry<'_>,
+        applied: Applied<'_>,
+        at: At<'_>,
+        applier: &Applier<'_>,
+        service: &mut impl Service,
+    ) {
+        let live = self.live(at.leading);
+        let position = at.position;
         match applied {
             Applied::Deliver { session_id, correlation_id, payload } => {
-                response.clear();
-                if deliver {
-                    let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
-                    handler(&Entry { payload, position, client: Some(client) }, response);
-                }
-                if response.is_empty() && egress.is_some() {
-                    // Without a response, the commit joins the session's run of commits.
-                    let follows = run.session_id == session_id && run.first + run.len() == correlation_id;
-                    if !follows || run.positions.len() + 8 > *max_response {
-                        flush_run(run, egress, &counters.egress_dropped);
-                        run.session_id = session_id;
-                        run.first = correlation_id;
-                    }
-                    run.positions.extend_from_slice(&position.to_le_bytes());
-                    return;
-                }
-                let response = if response.len() > *max_response {
-                    counters.responses_too_long.increment();
-                    &[][..]
+                let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
+                let message = Entry { payload, position, client: Some(client) };
+                if at.deliver {
+                    self.service.call(position, applier, |cluster| service.message(&message, cluster));
                 } else {
-                    &response[..]
-                };
-                let record = RecordHeader::new(wire::COMMITTED, session_id).correlation(correlation_id).value(position);
-                answer(run, record, response);
+                    self.service.response.clear();
+                }
+                self.respond(live, session_id, correlation_id, position);
+                self.close_asked(at, applier, service);
             }
             Applied::Duplicate { session_id, correlation_id } => {
-                counters.duplicates.increment();
-                if let (true, true, SessionEntry::Message { payload, .. }) = (*apply_duplicates, deliver, &entry) {
+                self.counters.duplicates.increment();
+                if let (true, true, SessionEntry::Message { payload, .. }) = (self.apply_duplicates, at.deliver, entry)
+                {
                     let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
-                    handler(&Entry { payload, position, client: Some(client) }, response);
+                    let message = Entry { payload, position, client: Some(client) };
+                    self.service.call(position, applier, |cluster| service.message(&message, cluster));
                 }
                 let record = RecordHeader::new(wire::COMMITTED, session_id)
                     .correlation(correlation_id)
                     .value(position)
                     .code(wire::DUPLICATE);
-                answer(run, record, &[]);
+                self.answer(live, record, &[]);
             }
-            Applied::Opened { session_id } => answer(run, RecordHeader::new(wire::OPENED, session_id), &[]),
+            Applied::Opened { session_id } => {
+                let refused = if at.deliver {
+                    let open = |cluster: &mut Cluster<'_>| service.session_open(session_id, cluster);
+                    self.service.call(position, applier, open).err()
+                } else {
+                    None
+                };
+                match refused {
+                    None => self.answer(live, RecordHeader::new(wire::OPENED, session_id), &[]),
+                    Some(SessionRefused { code }) => {
+                        // Refused at its open: gone from the table at this entry on every member.
+                        self.table.close(session_id);
+                        let record = RecordHeader::new(wire::REFUSED, session_id)
+                            .code(RefusalCode::RefusedByService as u8)
+                            .value(i64::from(code));
+                        self.answer(live, record, &[]);
+                    }
+                }
+                self.close_asked(at, applier, service);
+            }
             Applied::KeptAlive { session_id } => {
-                let applied = table.applied(session_id).unwrap_or(0);
-                answer(run, RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
+                let applied = self.table.applied(session_id).unwrap_or(0);
+                self.answer(live, RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
             }
             Applied::Closed { session_id, reason, applied } => {
                 let code = match reason {
                     CloseReason::Timeout => wire::TIMED_OUT,
                     CloseReason::Evicted => wire::EVICTED,
+                    CloseReason::Service => wire::CLOSED_BY_SERVICE,
                     CloseReason::Client => 0,
                 };
-                answer(run, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
+                self.answer(live, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
+                if at.deliver {
+                    let close = |cluster: &mut Cluster<'_>| service.session_close(session_id, reason, cluster);
+                    self.service.call(position, applier, close);
+                    self.close_asked(at, applier, service);
+                }
+            }
+            Applied::Service { payload } => {
+                if at.deliver {
+                    let own = Entry { payload, position, client: None };
+                    self.service.call(position, applier, |cluster| service.message(&own, cluster));
+                    self.close_asked(at, applier, service);
+                }
             }
             Applied::LeaderTerm { .. } | Applied::Ticked => {}
             Applied::Refused { session_id, refusal } => {
                 let correlation = match entry {
-                    SessionEntry::Message { correlation_id, .. } => correlation_id,
+                    SessionEntry::Message { correlation_id, .. } => *correlation_id,
                     _ => 0,
                 };
                 let (code, expected) = match refusal {
@@ -239,32 +358,78 @@ impl ClientSessions {
                     .correlation(correlation)
                     .code(code as u8)
                     .value(expected as i64);
-                answer(run, record, &[]);
+                self.answer(live, record, &[]);
             }
         }
     }
 
-    /// Sends the run of commits being gathered (at the end of each poll: an answer waits for no more).
+    /// Answers a delivered message with the service's response: a commit without one joins the session's
+    /// run of commits.
+    fn respond(&mut self, live: bool, session_id: u64, correlation_id: u64, position: i64) {
+        let Self { egress, run, counters, service, max_response, .. } = self;
+        let Some(egress) = egress.as_deref().filter(|_| live) else {
+            return;
+        };
+        if service.response.is_empty() {
+            let follows = run.session_id == session_id && run.first + run.len() == correlation_id;
+            if !follows || run.positions.len() + 8 > *max_response {
+                flush_run(run, Some(egress), &counters.egress_dropped);
+                run.session_id = session_id;
+                run.first = correlation_id;
+            }
+            run.positions.extend_from_slice(&position.to_le_bytes());
+            return;
+        }
+        let response = if service.response.len() > *max_response {
+            counters.responses_too_long.increment();
+            &[][..]
+        } else {
+            &service.response[..]
+        };
+        let record = RecordHeader::new(wire::COMMITTED, session_id).correlation(correlation_id).value(position);
+        answer(run, Some(egress), &counters.egress_dropped, record, response);
+    }
+
+    /// Sends one answer (after the run of commits being gathered), on the live leader.
+    fn answer(&mut self, live: bool, record: RecordHeader, payload: &[u8]) {
+        let egress = self.egress.as_deref().filter(|_| live);
+        answer(&mut self.run, egress, &self.counters.egress_dropped, record, payload);
+    }
+
     /// Sessions open in the table.
     pub(super) fn open(&self) -> usize {
         self.table.len()
     }
 
+    /// Sends the run of commits being gathered (at the end of each poll: an answer waits for no more).
     pub(super) fn flush(&mut self) {
         flush_run(&mut self.run, self.egress.as_deref(), &self.counters.egress_dropped);
     }
 
-    /// Writes the table into a snapshot (before the application's state).
+    /// Writes the table and the service's state into a snapshot (before the application's state).
     pub(super) fn write_snapshot(&self, out: &mut dyn Write) -> io::Result<()> {
-        self.table.write_snapshot(out)
+        self.table.write_snapshot(out)?;
+        self.service.write_snapshot(out)
     }
 
-    /// Reads the table from a snapshot (before the application's state).
+    /// Reads the table and the service's state from a snapshot (before the application's state); a
+    /// snapshot written before there was a service state has none (no timers; cluster time starts again
+    /// from the next stamped entry).
     pub(super) fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
-        self.table.read_snapshot(input)?;
-        self.deadline.set(self.table.next_expiry_ns());
+        if self.table.read_snapshot(input)? >= 2 {
+            self.service.read_snapshot(input)?;
+        } else {
+            self.service = ServiceState::new(self.service.timers.limit());
+        }
+        self.publish_deadline();
         Ok(())
     }
+}
+
+/// Sends `record` after the run of commits being gathered, if there is an egress (the live leader's).
+fn answer(run: &mut Run, egress: Option<&OneToOneRingBuffer>, dropped: &Counter, record: RecordHeader, payload: &[u8]) {
+    flush_run(run, egress, dropped);
+    send(egress, dropped, record, payload);
 }
 
 /// Sends `run` as one `COMMITTED_RUN` record, if it holds commits, and empties it.
@@ -299,56 +464,4 @@ fn send(egress: Option<&OneToOneRingBuffer>, dropped: &Counter, record: RecordHe
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::shm::buffer::AtomicBuffer;
-    use crate::shm::ring_buffer::required_length;
-
-    fn entry(entry: SessionEntry<'_>) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        entry.encode(&mut bytes);
-        bytes
-    }
-
-    /// Issue 51, item 2: a restarted leader replays its recorded log while it already leads (term 5 here);
-    /// what it applies before its own term's entry (an old keep-alive, old commits) sends the clients
-    /// nothing, and answers go out from that entry on.
-    #[test]
-    fn a_leader_answers_nothing_of_the_log_it_replays_before_its_own_terms_entry() {
-        let ring =
-            Arc::new(OneToOneRingBuffer::new(AtomicBuffer::anonymous(required_length(64 * 1024)).unwrap()).unwrap());
-        let counter = Counter::detached();
-        let counters = SessionEventCounters {
-            egress_dropped: counter.clone(),
-            duplicates: counter.clone(),
-            responses_too_long: counter.clone(),
-            malformed: counter,
-        };
-        let mut sessions = ClientSessions::new(SessionConfig::default(), Some(Arc::clone(&ring)), 1024, counters);
-        let mut handler = |_: &Entry<'_>, _: &mut Vec<u8>| {};
-        let past = [
-            entry(SessionEntry::LeaderTerm { leadership_term_id: 3, nonce: 1, timestamp_ns: 0 }),
-            entry(SessionEntry::Open { session_id: 9, timestamp_ns: 1 }),
-            entry(SessionEntry::Message { session_id: 9, timestamp_ns: 2, correlation_id: 1, payload: b"x" }),
-            entry(SessionEntry::KeepAlive { session_id: 9, timestamp_ns: 3 }),
-        ];
-        for (i, bytes) in past.iter().enumerate() {
-            sessions.on_entry(bytes, 64 * (i as i64 + 1), Some(5), true, &mut handler);
-        }
-        sessions.flush();
-        let mut kinds = Vec::new();
-        ring.read(|kind, _| kinds.push(kind as u8), usize::MAX);
-        assert!(kinds.is_empty(), "answers from the replayed past: {kinds:?}");
-        let now = [
-            entry(SessionEntry::LeaderTerm { leadership_term_id: 5, nonce: 2, timestamp_ns: 10 }),
-            entry(SessionEntry::KeepAlive { session_id: 9, timestamp_ns: 11 }),
-        ];
-        for (i, bytes) in now.iter().enumerate() {
-            sessions.on_entry(bytes, 1024 + 64 * i as i64, Some(5), true, &mut handler);
-        }
-        ring.read(|kind, _| kinds.push(kind as u8), usize::MAX);
-        assert_eq!(kinds, vec![KEPT_ALIVE], "the reconnect is answered from the state after the replay");
-        // A lower bound of the next timeout (the leader term's time): a tick there closes none and makes it exact.
-        assert_eq!(sessions.deadline().get(), 10 + SessionConfig::default().timeout_ns);
-    }
-}
+mod tests;

@@ -135,6 +135,7 @@ impl Node {
             socket,
             votes,
             clients,
+            leader_clock: LeaderClock::new(env.clock.fresh(), sessions.deadline(), env.nonces(0x7E41_C10C)),
             ingress: ManyToOneRingBuffer::new(ingress.buffer().clone())?,
             links: links.clone(),
             recorder: recorder_link,
@@ -397,7 +398,10 @@ fn bind_consensus(config: &NodeConfig, env: &Environment) -> Result<(Box<dyn Tra
     })
 }
 
+use super::sessions::clock::LeaderClock;
 /// The client endpoint (when `clients.enabled`) and the session table every node keeps.
+use crate::service::DEFAULT_MAX_TIMERS;
+
 fn start_clients(
     config: &NodeConfig,
     counters: &CountersManager,
@@ -413,7 +417,13 @@ fn start_clients(
     let datagram_capacity = config.channel.mtu;
     let max_response = crate::client::wire::DatagramWriter::new(datagram_capacity).max_payload();
     if !config.clients.enabled {
-        let sessions = ClientSessions::new(config.clients.session_config(), None, max_response, session_counters);
+        let sessions = ClientSessions::new(
+            config.clients.session_config(),
+            DEFAULT_MAX_TIMERS,
+            None,
+            max_response,
+            session_counters,
+        );
         return Ok((None, sessions));
     }
     let egress = Arc::new(crate::shm::ring_buffer::OneToOneRingBuffer::new(AtomicBuffer::anonymous(
@@ -427,15 +437,20 @@ fn start_clients(
     let secret = config.clients.secret(config.channel.auth.as_ref()).ok_or_else(|| {
         NodeError::Config("clients need clients.session_key or channel.auth_key (checked at start)".into())
     })?;
-    let mut sessions =
-        ClientSessions::new(config.clients.session_config(), Some(egress.clone()), max_response, session_counters);
+    let mut sessions = ClientSessions::new(
+        config.clients.session_config(),
+        DEFAULT_MAX_TIMERS,
+        Some(egress.clone()),
+        max_response,
+        session_counters,
+    );
     let ingress = ClientIngress::new(
         socket,
         env.clock.fresh(),
         config.clients.clone(),
         (secret, env.nonces(0x5E55_1011)),
         datagram_capacity,
-        ReaderLink { egress, deadline: sessions.deadline() },
+        ReaderLink { egress },
         ingress_counters,
     );
     sessions.apply_duplicates = env.bugs.apply_duplicates();
