@@ -259,28 +259,50 @@ enum Phase {
 /// The application thread of qc-node: offers, applies, and in invoker mode runs the agents.
 struct App {
     node: Node,
-    client: LocalClient,
     invoker: bool,
     idle: Idle,
+    offers: Offers,
+    applied: Applied,
+    /// On the leader, the followers whose acknowledgements it records.
+    followers: Vec<i32>,
+    timers: Timers,
+}
+
+/// The generated messages this node offers, and the pace it offers them at.
+///
+/// Invariant: `offered <= to_offer`, and `offered` never passes the applied count plus `in_flight` nor (with
+/// `--rate`) what the rate allows since `rate_base`.
+struct Offers {
+    client: LocalClient,
+    /// The message buffer, refilled with each message's number before it is offered.
     message: Vec<u8>,
     to_offer: u64,
     offered: u64,
     in_flight: u64,
-    expect: Option<u64>,
-    applied: u64,
-    digest: Fnv1a64,
-    deadline: Option<Instant>,
-    linger: Duration,
-    /// On the leader, the followers whose acknowledgements it records.
-    followers: Vec<i32>,
-    next_failure_check: Instant,
-    checkpoint: Option<u64>,
-    /// With `--applied-log`: where each client message applied is written.
-    applied_log: Option<std::io::BufWriter<std::fs::File>>,
     /// With `--rate`: nanoseconds between offers, and when the rate allows the next one.
     offer_interval_ns: u64,
     /// The rate counts from here: when this node last found it did not lead, and what it had offered.
     rate_base: (Instant, u64),
+}
+
+/// What this node applied: the count, the digest over every entry in order, and where it says so.
+///
+/// Invariant: `digest` covers exactly the first `count` entries (each as its length, then its bytes).
+struct Applied {
+    expect: Option<u64>,
+    count: u64,
+    digest: Fnv1a64,
+    checkpoint: Option<u64>,
+    /// With `--applied-log`: where each client message applied is written.
+    log_file: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// The application thread's clock: when it gives up, how long a leader lingers, when it next looks for
+/// agent failures.
+struct Timers {
+    deadline: Option<Instant>,
+    linger: Duration,
+    next_failure_check: Instant,
 }
 
 impl App {
@@ -301,25 +323,31 @@ impl App {
             None => None,
         };
         Ok(Self {
-            client: node.client(),
+            offers: Offers {
+                client: node.client(),
+                message: vec![0; args.msg_size as usize],
+                to_offer: args.offer,
+                offered: 0,
+                in_flight: if args.in_flight == 0 { u64::MAX } else { args.in_flight },
+                offer_interval_ns: if args.rate == 0 { 0 } else { 1_000_000_000 / args.rate.max(1) },
+                rate_base: (Instant::now(), 0),
+            },
+            applied: Applied {
+                expect: args.expect,
+                count: 0,
+                digest: Fnv1a64::new(),
+                checkpoint: args.checkpoint.filter(|&k| k > 0),
+                log_file: applied_log,
+            },
             invoker,
             node,
             idle,
-            message: vec![0; args.msg_size as usize],
-            to_offer: args.offer,
-            offered: 0,
-            in_flight: if args.in_flight == 0 { u64::MAX } else { args.in_flight },
-            expect: args.expect,
-            applied: 0,
-            digest: Fnv1a64::new(),
-            deadline,
-            linger: Duration::from_millis(args.linger_ms),
             followers,
-            next_failure_check: Instant::now(),
-            checkpoint: args.checkpoint.filter(|&k| k > 0),
-            applied_log,
-            offer_interval_ns: if args.rate == 0 { 0 } else { 1_000_000_000 / args.rate.max(1) },
-            rate_base: (Instant::now(), 0),
+            timers: Timers {
+                deadline,
+                linger: Duration::from_millis(args.linger_ms),
+                next_failure_check: Instant::now(),
+            },
         })
     }
 
@@ -329,24 +357,24 @@ impl App {
         let started = Instant::now();
         loop {
             if STOP.load(Ordering::Relaxed) {
-                eprintln!("qc-node: stopping on a signal after applying {} entries", self.applied);
+                eprintln!("qc-node: stopping on a signal after applying {} entries", self.applied.count);
                 return Ok(());
             }
             let mut work = 0;
             if self.invoker {
                 work += self.node.invoke().map_err(|e| Failure::Run(e.to_string()))?;
             }
-            work += self.offer()?;
-            work += self.apply();
+            work += self.offers.offer(self.applied.count)?;
+            work += self.applied.apply(&mut self.node);
             phase = match phase {
-                Phase::Applying if self.expect.is_some_and(|n| self.applied >= n) => {
-                    println!("applied {} digest {:016x}", self.applied, self.digest.value());
+                Phase::Applying if self.applied.expect.is_some_and(|n| self.applied.count >= n) => {
+                    println!("applied {} digest {:016x}", self.applied.count, self.applied.digest.value());
                     let secs = started.elapsed().as_secs_f64();
                     eprintln!(
                         "qc-node: applied {} entries in {secs:.3} s ({:.0}/s, {:.1} us each)",
-                        self.applied,
-                        self.applied as f64 / secs,
-                        secs * 1e6 / self.applied.max(1) as f64
+                        self.applied.count,
+                        self.applied.count as f64 / secs,
+                        secs * 1e6 / self.applied.count.max(1) as f64
                     );
                     if self.node.role() != Role::Leader {
                         return Ok(());
@@ -356,13 +384,13 @@ impl App {
                 // Followers that applied everything exit, and one may go before its last acknowledgement
                 // left: this member then loses its quorum and stops leading, and nobody is left to wait for.
                 Phase::AwaitingAcks if self.followers_acknowledged() || self.node.role() != Role::Leader => {
-                    Phase::Lingering(Instant::now() + self.linger)
+                    Phase::Lingering(Instant::now() + self.timers.linger)
                 }
                 Phase::Lingering(until) if Instant::now() >= until => return Ok(()),
                 phase => phase,
             };
             if work == 0 {
-                if let Some(log) = self.applied_log.as_mut() {
+                if let Some(log) = self.applied.log_file.as_mut() {
                     log.flush().map_err(|e| Failure::Run(format!("--applied-log: {e}")))?;
                 }
                 self.check(phase)?;
@@ -371,9 +399,57 @@ impl App {
         }
     }
 
-    /// Offers up to a burst of the remaining generated messages; returns how many were taken.
-    fn offer(&mut self) -> Result<usize, Failure> {
-        let window_end = self.applied.saturating_add(self.in_flight);
+    /// True when every follower has acknowledged at least what this leader applied.
+    fn followers_acknowledged(&self) -> bool {
+        let applied = self.node.applied_position();
+        let stats = self.node.stats();
+        self.followers.iter().all(|&member| stats.ack_position(member).is_some_and(|ack| ack >= applied))
+    }
+
+    /// On an idle cycle: the timeout, and now and then the agents' failures.
+    fn check(&mut self, phase: Phase) -> Result<(), Failure> {
+        let now = Instant::now();
+        if self.timers.deadline.is_some_and(|d| now >= d) {
+            let waiting = match phase {
+                Phase::AwaitingAcks => format!(", waiting for the followers' acknowledgements ({})", self.acks()),
+                _ => String::new(),
+            };
+            return Err(Failure::Run(format!(
+                "timed out: offered {} of {}, applied {}{}, commit position {}{waiting}",
+                self.offers.offered,
+                self.offers.to_offer,
+                self.applied.count,
+                self.applied.expect.map_or_else(String::new, |n| format!(" of {n}")),
+                self.node.commit_position(),
+            )));
+        }
+        if now >= self.timers.next_failure_check {
+            self.timers.next_failure_check = now + FAILURE_CHECK_INTERVAL;
+            let failures = self.node.failures();
+            if !failures.is_empty() {
+                let text: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                return Err(Failure::Run(format!("agents failed: {}", text.join("; "))));
+            }
+        }
+        Ok(())
+    }
+
+    fn acks(&self) -> String {
+        let stats = self.node.stats();
+        let acks: Vec<String> = self
+            .followers
+            .iter()
+            .map(|&m| format!("ack position of member {m}: {}", stats.ack_position(m).unwrap_or(-1)))
+            .collect();
+        acks.join(", ")
+    }
+}
+
+impl Offers {
+    /// Offers up to a burst of the remaining generated messages; returns how many were taken. `applied`: the
+    /// entries applied so far, which with `in_flight` bounds the offers.
+    fn offer(&mut self, applied: u64) -> Result<usize, Failure> {
+        let window_end = applied.saturating_add(self.in_flight);
         let mut end = self.to_offer.min(self.offered + OFFER_BURST).min(window_end);
         let (since, base) = self.rate_base;
         if let Some(allowed) = (since.elapsed().as_nanos() as u64).checked_div(self.offer_interval_ns) {
@@ -395,13 +471,15 @@ impl App {
         }
         Ok((self.offered - start) as usize)
     }
+}
 
+impl Applied {
     /// Applies committed entries into the digest; returns the fragments read. A remote client's message
     /// is answered with its correlation id (8 bytes, little-endian), and written to `--applied-log`.
-    fn apply(&mut self) -> usize {
-        let (digest, applied, checkpoint) = (&mut self.digest, &mut self.applied, self.checkpoint);
-        let applied_log = &mut self.applied_log;
-        self.node.poll_service(FRAGMENT_LIMIT, |entry, response| {
+    fn apply(&mut self, node: &mut Node) -> usize {
+        let (digest, applied, checkpoint) = (&mut self.digest, &mut self.count, self.checkpoint);
+        let applied_log = &mut self.log_file;
+        node.poll_service(FRAGMENT_LIMIT, |entry, response| {
             if let Some(client) = entry.client {
                 response.extend_from_slice(&client.correlation_id.to_le_bytes());
                 if let Some(log) = applied_log.as_mut() {
@@ -416,51 +494,6 @@ impl App {
                 println!("applied {} digest {:016x}", *applied, digest.value());
             }
         })
-    }
-
-    /// True when every follower has acknowledged at least what this leader applied.
-    fn followers_acknowledged(&self) -> bool {
-        let applied = self.node.applied_position();
-        let stats = self.node.stats();
-        self.followers.iter().all(|&member| stats.ack_position(member).is_some_and(|ack| ack >= applied))
-    }
-
-    /// On an idle cycle: the timeout, and now and then the agents' failures.
-    fn check(&mut self, phase: Phase) -> Result<(), Failure> {
-        let now = Instant::now();
-        if self.deadline.is_some_and(|d| now >= d) {
-            let waiting = match phase {
-                Phase::AwaitingAcks => format!(", waiting for the followers' acknowledgements ({})", self.acks()),
-                _ => String::new(),
-            };
-            return Err(Failure::Run(format!(
-                "timed out: offered {} of {}, applied {}{}, commit position {}{waiting}",
-                self.offered,
-                self.to_offer,
-                self.applied,
-                self.expect.map_or_else(String::new, |n| format!(" of {n}")),
-                self.node.commit_position(),
-            )));
-        }
-        if now >= self.next_failure_check {
-            self.next_failure_check = now + FAILURE_CHECK_INTERVAL;
-            let failures = self.node.failures();
-            if !failures.is_empty() {
-                let text: Vec<String> = failures.iter().map(ToString::to_string).collect();
-                return Err(Failure::Run(format!("agents failed: {}", text.join("; "))));
-            }
-        }
-        Ok(())
-    }
-
-    fn acks(&self) -> String {
-        let stats = self.node.stats();
-        let acks: Vec<String> = self
-            .followers
-            .iter()
-            .map(|&m| format!("ack position of member {m}: {}", stats.ack_position(m).unwrap_or(-1)))
-            .collect();
-        acks.join(", ")
     }
 }
 

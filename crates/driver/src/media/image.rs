@@ -79,33 +79,82 @@ pub struct ImageTimers {
 }
 
 /// The receiver's state of one remote publication (one session of one stream from one source).
+///
+/// Its parts by concern: the stream's constants ([`StreamShape`]), the status messages it sends
+/// ([`StatusState`]), its loss detection and NAKs ([`LossState`]), and a follower's acknowledgements
+/// ([`Acknowledgements`]); beside them the log, its rebuilder and the positions of the module
+/// documentation. The parts are held by value: the receive path reaches every field at a fixed offset
+/// from `self`, as it did when they were flat.
 #[derive(Debug)]
 pub struct PublicationImage {
     log: LogBuffer,
     rebuilder: TermRebuilder,
+    stream: StreamShape,
+    source: SocketAddr,
+    join_position: i64,
+    rebuild_position: i64,
+    hwm: i64,
+    /// Highest end of data (or heartbeat position) seen beyond the window: the image is catching up.
+    seen: i64,
+    timers: ImageTimers,
+    status: StatusState,
+    loss: LossState,
+    acks: Acknowledgements,
+}
+
+/// The constants of the stream an image rebuilds, copied from its log's configuration so that the receive
+/// path does not reach through the log for them.
+///
+/// Invariant: fixed at [`PublicationImage::new`]; `bits` is `position_bits_to_shift(term_length)`.
+#[derive(Clone, Copy, Debug)]
+struct StreamShape {
     session_id: i32,
     stream_id: i32,
     initial_term_id: i32,
     term_length: usize,
     bits: u32,
-    source: SocketAddr,
-    join_position: i64,
-    rebuild_position: i64,
-    hwm: i64,
-    timers: ImageTimers,
+}
+
+/// When the image next tells the sender its position and window.
+///
+/// Invariant: a status message goes out when asked for (`requested`), when the limit it would give has
+/// moved a quarter of the window past `last_limit`, or at `next_ns` at the latest.
+#[derive(Clone, Copy, Debug)]
+struct StatusState {
     /// The limit (position + window) the last status message gave the sender.
-    last_status_limit: i64,
-    next_status_ns: u64,
+    last_limit: i64,
+    next_ns: u64,
+    requested: bool,
+}
+
+/// The gap the image is NAKing, and whether it may NAK at all.
+///
+/// Invariant: `gap` is the first gap as last seen; its NAK is due at `next_nak_ns`, set `nak_delay` after
+/// it was first seen and `nak_retry_delay` after each NAK. While `behind_retained`, nothing is NAKed.
+#[derive(Clone, Copy, Debug)]
+struct LossState {
     gap: Option<Gap>,
     next_nak_ns: u64,
-    status_requested: bool,
-    /// Highest end of data (or heartbeat position) seen beyond the window: the image is catching up.
-    seen: i64,
-    ack: Option<AckTimer>,
-    ack_bound: AckBound,
     /// The publisher said it no longer retains this image's rebuild position: its gaps cannot be repaired,
     /// so they are no longer NAKed.
     behind_retained: bool,
+}
+
+/// A follower's acknowledgements of its append position: when they go out (`timer`, `None`: the image
+/// does not acknowledge) and how far they may report (`bound`).
+#[derive(Clone, Debug, Default)]
+struct Acknowledgements {
+    timer: Option<AckTimer>,
+    bound: AckBound,
+}
+
+impl Acknowledgements {
+    /// The position an acknowledgement reports, of an image rebuilt to `rebuild_position`: that, bounded by
+    /// the durable position when there is one.
+    #[inline]
+    fn position(&self, rebuild_position: i64) -> i64 {
+        self.bound.0.as_ref().map_or(rebuild_position, |d| d.get().min(rebuild_position))
+    }
 }
 
 /// When a follower's image acknowledges its append position.
@@ -143,27 +192,24 @@ impl PublicationImage {
         let config = *log.config();
         let rebuilder = TermRebuilder::joining_at(&log, join_position);
         Self {
-            session_id: config.session_id,
-            stream_id: config.stream_id,
-            initial_term_id: config.initial_term_id,
-            term_length: config.term_length,
-            bits: position_bits_to_shift(config.term_length),
+            stream: StreamShape {
+                session_id: config.session_id,
+                stream_id: config.stream_id,
+                initial_term_id: config.initial_term_id,
+                term_length: config.term_length,
+                bits: position_bits_to_shift(config.term_length),
+            },
             rebuilder,
             log,
             source,
             join_position,
             rebuild_position: join_position,
             hwm: join_position,
-            timers,
-            last_status_limit: join_position,
-            next_status_ns: now_ns,
-            gap: None,
-            next_nak_ns: 0,
-            status_requested: true,
             seen: join_position,
-            ack: None,
-            ack_bound: AckBound::default(),
-            behind_retained: false,
+            timers,
+            status: StatusState { last_limit: join_position, next_ns: now_ns, requested: true },
+            loss: LossState { gap: None, next_nak_ns: 0, behind_retained: false },
+            acks: Acknowledgements::default(),
         }
     }
 
@@ -175,24 +221,25 @@ impl PublicationImage {
     /// follower and a receive on the leader's Sender); an advance after a quiet spell longer than the
     /// gap is acknowledged at once, so light load waits for nothing.
     pub fn acknowledge_every(&mut self, interval_ns: u64, gap_ns: u64) {
-        self.ack = Some(AckTimer { interval_ns, gap_ns, last_position: i64::MIN, last_sent_ns: None, next_ns: 0 });
+        self.acks.timer =
+            Some(AckTimer { interval_ns, gap_ns, last_position: i64::MIN, last_sent_ns: None, next_ns: 0 });
     }
 
     /// Whether the rebuild position moved past the last acknowledgement, which waits for the gap to end
     /// ([`acknowledge_every`](Self::acknowledge_every)): the receiver keeps polling rather than parking.
     pub fn ack_deferred(&self) -> bool {
-        self.ack.as_ref().is_some_and(|ack| self.ack_position() > ack.last_position)
+        self.acks.timer.as_ref().is_some_and(|ack| self.ack_position() > ack.last_position)
     }
 
     /// The position an acknowledgement reports: the rebuild position, bounded by the durable one.
     fn ack_position(&self) -> i64 {
-        self.ack_bound.0.as_ref().map_or(self.rebuild_position, |d| d.get().min(self.rebuild_position))
+        self.acks.position(self.rebuild_position)
     }
 
     /// Makes this image acknowledge no more than `durable` says (the position a recorder has synced):
     /// a member counts toward a commit only with bytes that survive its power loss.
     pub fn acknowledge_up_to(&mut self, durable: crate::shm::counters::Counter) {
-        self.ack_bound = AckBound(Some(durable));
+        self.acks.bound = AckBound(Some(durable));
     }
 
     /// The image log (subscriptions read it).
@@ -202,12 +249,12 @@ impl PublicationImage {
 
     /// Session of the remote publication.
     pub fn session_id(&self) -> i32 {
-        self.session_id
+        self.stream.session_id
     }
 
     /// Stream of the remote publication.
     pub fn stream_id(&self) -> i32 {
-        self.stream_id
+        self.stream.stream_id
     }
 
     /// Where its datagrams come from, and where status messages and NAKs go.
@@ -245,19 +292,19 @@ impl PublicationImage {
     /// every NAK) and returns true. Status messages go on, so the publisher still knows where it is.
     pub fn on_behind_retained(&mut self, oldest_retained: i64) -> bool {
         if oldest_retained > self.rebuild_position {
-            self.behind_retained = true;
+            self.loss.behind_retained = true;
         }
-        self.behind_retained
+        self.loss.behind_retained
     }
 
     /// Whether the publisher has left this image behind its retained log.
     pub fn is_behind_retained(&self) -> bool {
-        self.behind_retained
+        self.loss.behind_retained
     }
 
     /// Asks for a status message on the next [`feedback`](Self::feedback) (on a new SETUP).
     pub fn request_status(&mut self) {
-        self.status_requested = true;
+        self.status.requested = true;
     }
 
     /// Checks the frames of one data datagram ([`frame::data_run`]) and inserts them; a datagram that
@@ -278,16 +325,16 @@ impl PublicationImage {
         let Ok(term_offset) = usize::try_from(header.term_offset) else {
             return InsertOutcome::Malformed;
         };
-        if run.span > self.term_length.saturating_sub(term_offset) {
+        if run.span > self.stream.term_length.saturating_sub(term_offset) {
             return InsertOutcome::Malformed;
         }
-        let start = position(header.term_id, term_offset, self.initial_term_id, self.bits);
+        let start = position(header.term_id, term_offset, self.stream.initial_term_id, self.stream.bits);
         let end = start + run.span as i64;
         if end <= self.rebuild_position || start < self.join_position {
             return InsertOutcome::Duplicate;
         }
         // The window bounds the bytes written; a PAD header may cover padding beyond it, which is not written.
-        if start + datagram.len() as i64 > self.consumption_position() + (self.term_length / 2) as i64 {
+        if start + datagram.len() as i64 > self.consumption_position() + (self.stream.term_length / 2) as i64 {
             self.seen = self.seen.max(end);
             return InsertOutcome::OutOfWindow;
         }
@@ -301,11 +348,11 @@ impl PublicationImage {
     /// Takes a heartbeat: the publisher's position is at least `(term_id, term_offset)`, so anything
     /// below it that is missing is lost (the tail of a burst).
     pub fn on_heartbeat(&mut self, header: &DataHeader) -> bool {
-        if header.term_offset < 0 || header.term_offset as usize >= self.term_length {
+        if header.term_offset < 0 || header.term_offset as usize >= self.stream.term_length {
             return false;
         }
-        let at = position(header.term_id, header.term_offset as usize, self.initial_term_id, self.bits);
-        if at > self.hwm && at <= self.consumption_position() + (self.term_length / 2) as i64 {
+        let at = position(header.term_id, header.term_offset as usize, self.stream.initial_term_id, self.stream.bits);
+        if at > self.hwm && at <= self.consumption_position() + (self.stream.term_length / 2) as i64 {
             self.hwm = at;
         }
         self.seen = self.seen.max(at);
@@ -325,16 +372,16 @@ impl PublicationImage {
     pub fn feedback(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
         let mut sent = 0;
         let (position, window) = self.advertised();
-        let threshold = self.last_status_limit + self.timers.window / 4;
-        if self.status_requested || position + window >= threshold || now_ns >= self.next_status_ns {
+        let threshold = self.status.last_limit + self.timers.window / 4;
+        if self.status.requested || position + window >= threshold || now_ns >= self.status.next_ns {
             send(Feedback::Status {
-                term_id: term_id(position, self.initial_term_id, self.bits),
-                term_offset: term_offset(position, self.term_length) as i32,
+                term_id: term_id(position, self.stream.initial_term_id, self.stream.bits),
+                term_offset: term_offset(position, self.stream.term_length) as i32,
                 window: window as i32,
             });
-            self.last_status_limit = position + window;
-            self.next_status_ns = now_ns + self.timers.status_interval_ns;
-            self.status_requested = false;
+            self.status.last_limit = position + window;
+            self.status.next_ns = now_ns + self.timers.status_interval_ns;
+            self.status.requested = false;
             sent += 1;
         }
         sent += self.ack_check(now_ns, &mut send);
@@ -344,13 +391,13 @@ impl PublicationImage {
     /// The position and window a status message reports (see the [module](self) docs): the rebuild
     /// position, and the receiver window cut to what the log holds beyond the slowest subscription.
     fn advertised(&self) -> (i64, i64) {
-        let log_end = self.consumption_position() + (self.term_length / 2) as i64;
+        let log_end = self.consumption_position() + (self.stream.term_length / 2) as i64;
         (self.rebuild_position, self.timers.window.min(log_end - self.rebuild_position).max(0))
     }
 
     fn ack_check(&mut self, now_ns: u64, send: &mut impl FnMut(Feedback)) -> usize {
         let position = self.ack_position();
-        let Some(ack) = self.ack.as_mut() else {
+        let Some(ack) = self.acks.timer.as_mut() else {
             return 0;
         };
         if ack.due(position, now_ns) {
@@ -366,12 +413,12 @@ impl PublicationImage {
     /// The range a catching-up image asks for when everything up to its hwm has arrived but the publisher
     /// is already beyond its window: from the hwm to what the window allows, within the hwm's term.
     fn catch_up_gap(&self) -> Option<Gap> {
-        let window_end = self.consumption_position() + (self.term_length / 2) as i64;
-        let term_end = (self.hwm | (self.term_length as i64 - 1)) + 1;
+        let window_end = self.consumption_position() + (self.stream.term_length / 2) as i64;
+        let term_end = (self.hwm | (self.stream.term_length as i64 - 1)) + 1;
         let end = self.seen.min(window_end).min(term_end);
         (end > self.hwm).then(|| Gap {
-            term_id: term_id(self.hwm, self.initial_term_id, self.bits),
-            term_offset: term_offset(self.hwm, self.term_length),
+            term_id: term_id(self.hwm, self.stream.initial_term_id, self.stream.bits),
+            term_offset: term_offset(self.hwm, self.stream.term_length),
             length: (end - self.hwm) as usize,
         })
     }
@@ -381,14 +428,20 @@ impl PublicationImage {
     /// aeron-io/aeron#1958). A later gap may be data still in flight out of order; NAKing it early costs
     /// one redundant retransmit.
     fn nak_later_gaps(&mut self, first: Gap, send: &mut impl FnMut(Feedback)) -> usize {
-        let mut from = position(first.term_id, first.term_offset + first.length, self.initial_term_id, self.bits);
+        let mut from =
+            position(first.term_id, first.term_offset + first.length, self.stream.initial_term_id, self.stream.bits);
         let mut sent = 0;
         while sent < MAX_EXTRA_NAKS && from < self.hwm {
             match self.rebuilder.scan_for_gap(from, self.hwm) {
                 Some(gap) if gap.term_id == first.term_id => {
                     send(Feedback::Nak(gap));
                     sent += 1;
-                    from = position(gap.term_id, gap.term_offset + gap.length, self.initial_term_id, self.bits);
+                    from = position(
+                        gap.term_id,
+                        gap.term_offset + gap.length,
+                        self.stream.initial_term_id,
+                        self.stream.bits,
+                    );
                 }
                 _ => break,
             }
@@ -397,7 +450,7 @@ impl PublicationImage {
     }
 
     fn loss_check(&mut self, now_ns: u64, mut send: impl FnMut(Feedback)) -> usize {
-        let gap = if self.behind_retained {
+        let gap = if self.loss.behind_retained {
             None
         } else if self.rebuild_position < self.hwm {
             self.rebuilder.scan_for_gap(self.rebuild_position, self.hwm)
@@ -408,17 +461,17 @@ impl PublicationImage {
         };
         match gap {
             None => {
-                self.gap = None;
+                self.loss.gap = None;
                 0
             }
-            Some(gap) if self.gap.map(|g| (g.term_id, g.term_offset)) != Some((gap.term_id, gap.term_offset)) => {
-                self.gap = Some(gap);
-                self.next_nak_ns = now_ns + self.timers.nak_delay_ns;
+            Some(gap) if self.loss.gap.map(|g| (g.term_id, g.term_offset)) != Some((gap.term_id, gap.term_offset)) => {
+                self.loss.gap = Some(gap);
+                self.loss.next_nak_ns = now_ns + self.timers.nak_delay_ns;
                 0
             }
-            Some(gap) if now_ns >= self.next_nak_ns => {
-                self.gap = Some(gap);
-                self.next_nak_ns = now_ns + self.timers.nak_retry_ns;
+            Some(gap) if now_ns >= self.loss.next_nak_ns => {
+                self.loss.gap = Some(gap);
+                self.loss.next_nak_ns = now_ns + self.timers.nak_retry_ns;
                 send(Feedback::Nak(gap));
                 1 + self.nak_later_gaps(gap, &mut send)
             }

@@ -239,6 +239,12 @@ struct Destination {
 }
 
 /// One log buffer, replicated to every destination, over transport `T` (see [`crate::media::transport`]).
+///
+/// Its parts by concern: where the send path is in the log ([`SendProgress`]), the scratch one duty
+/// cycle's batch is built in ([`BatchScratch`]), what it tells its operator ([`PublicationLogs`]); beside
+/// them the sockets in their send mode, the destinations with flow control and retransmits over them, and
+/// the counters and call timer of the send path. The parts are held by value: the send path reaches every
+/// field at a fixed offset from `self`, as it did when they were flat.
 pub struct NetworkPublication<T: Transport = UdpEndpoint> {
     log: LogBuffer,
     config: ChannelConfig,
@@ -248,28 +254,67 @@ pub struct NetworkPublication<T: Transport = UdpEndpoint> {
     flow_control: FlowControl,
     retransmit: RetransmitHandler,
     consumer: ConsumerPosition,
-    sender_position: i64,
-    /// Where the log's first byte is (see [`Self::set_log_start`]); 0 for a log that holds its terms whole.
-    log_start: i64,
-    /// Everything before this position has been prefetched (see [`Self::prefetch_batch`]).
-    prefetched: i64,
-    last_data_or_heartbeat_ns: u64,
-    stalled: bool,
-    live_addrs: Vec<SockAddr>,
+    progress: SendProgress,
     control_handler: Option<Box<dyn ControlHandler>>,
-    scratch: MmsgScratch,
-    runs: [Run; MAX_BATCH],
+    batch: BatchScratch,
     failure: Option<PublicationError>,
     counters: SenderCounters,
     /// The time inside its send and poll calls, when the Sender splits its time (off by default).
     calls: CallTimer,
-    warnings: Vec<String>,
     logs: PublicationLogs,
 }
 
-/// The rate-limited log lines of a publication.
+/// Where the send path is in the log, and what it last did there.
+///
+/// Invariants: `sender_position` only moves forward, over whole frames, and never past the flow-control
+/// limit; `prefetched` is at most the producer position at the time it was set (never a line the
+/// appender was still writing).
+struct SendProgress {
+    /// Everything before it has been sent to every live receiver.
+    sender_position: i64,
+    /// Where the log's first byte is (see [`NetworkPublication::set_log_start`]); 0 for a log that holds its
+    /// terms whole.
+    log_start: i64,
+    /// Everything before this position has been prefetched (see [`NetworkPublication::prefetch_batch`]).
+    prefetched: i64,
+    /// When data or a heartbeat last went out: a heartbeat is due `heartbeat_interval` after it.
+    last_data_or_heartbeat_ns: u64,
+    /// The flow-control window has been closed with data waiting since data last went out: the stall is
+    /// counted once, at its first cycle.
+    stalled: bool,
+}
+
+impl SendProgress {
+    /// Moves the sender position over `advance` bytes just sent at `now_ns` (which ends any stall and
+    /// restarts the heartbeat timer), and returns the new position.
+    #[inline]
+    fn advance(&mut self, advance: usize, now_ns: u64) -> i64 {
+        self.sender_position += advance as i64;
+        self.last_data_or_heartbeat_ns = now_ns;
+        self.stalled = false;
+        self.sender_position
+    }
+}
+
+/// The scratch one duty cycle's data batch is built in, kept between cycles so that the send path does not
+/// allocate.
+///
+/// Invariant: between cycles its contents mean nothing; each send fills what it reads (`runs[..count]` by
+/// the scan, `live_addrs` by the `mmsg` send) before reading it.
+struct BatchScratch {
+    /// The datagrams the scan found, in log order.
+    runs: [Run; MAX_BATCH],
+    /// `mmsg`: the addresses of the live destinations, in destination order.
+    live_addrs: Vec<SockAddr>,
+    /// `mmsg`: the message headers of one `sendmmsg`.
+    mmsg: MmsgScratch,
+}
+
+/// What a publication tells its operator: the warnings of its start-up and its rate-limited log lines.
 #[derive(Default)]
 struct PublicationLogs {
+    /// Start-up warnings (a send mode the kernel refused, clamped socket buffers).
+    warnings: Vec<String>,
     membership: RateLimited,
     behind: RateLimited,
 }
@@ -278,7 +323,7 @@ impl<T: Transport> fmt::Debug for NetworkPublication<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NetworkPublication")
             .field("mode", &self.mode)
-            .field("sender_position", &self.sender_position)
+            .field("sender_position", &self.progress.sender_position)
             .field("live", &self.flow_control.live_count())
             .finish()
     }
@@ -365,27 +410,26 @@ impl<T: Transport> NetworkPublication<T> {
             flow_control,
             retransmit,
             consumer,
-            sender_position: start,
-            log_start: 0,
-            last_data_or_heartbeat_ns: 0,
-            prefetched: 0,
-            stalled: false,
-            live_addrs,
+            progress: SendProgress {
+                sender_position: start,
+                log_start: 0,
+                prefetched: 0,
+                last_data_or_heartbeat_ns: 0,
+                stalled: false,
+            },
             control_handler: None,
-            scratch: MmsgScratch::default(),
-            runs: [Run::default(); MAX_BATCH],
+            batch: BatchScratch { runs: [Run::default(); MAX_BATCH], live_addrs, mmsg: MmsgScratch::default() },
             failure: None,
             counters,
             calls: CallTimer::default(),
-            warnings,
-            logs: PublicationLogs::default(),
+            logs: PublicationLogs { warnings, ..PublicationLogs::default() },
             config,
         })
     }
 
     /// Warnings from start-up (a send mode the kernel refused, clamped socket buffers).
     pub fn warnings(&self) -> &[String] {
-        &self.warnings
+        &self.logs.warnings
     }
 
     /// The send mode in use (after probing).
@@ -400,7 +444,7 @@ impl<T: Transport> NetworkPublication<T> {
 
     /// The sender position: everything before it has been sent to every live receiver.
     pub fn sender_position(&self) -> i64 {
-        self.sender_position
+        self.progress.sender_position
     }
 
     /// The counters.
@@ -428,7 +472,7 @@ impl<T: Transport> NetworkPublication<T> {
     /// previous log). Nothing below `start` can be resent: a receiver there is told it is behind what the
     /// log retains, and does not hold the stream back.
     pub fn set_log_start(&mut self, start: i64) {
-        self.log_start = start;
+        self.progress.log_start = start;
     }
 
     /// Times every send and poll call with `clock` from now on (`None`: stops), for the Sender's
@@ -493,7 +537,7 @@ impl<T: Transport> NetworkPublication<T> {
     /// The window the sender may fill now: flow control's limit, less the sender position.
     fn window(&self, now_ns: u64) -> i64 {
         match self.flow_control.limit(self.oldest_retained(), now_ns) {
-            Some(limit) => limit - self.sender_position,
+            Some(limit) => limit - self.progress.sender_position,
             None => 0,
         }
     }

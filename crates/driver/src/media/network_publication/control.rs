@@ -48,11 +48,11 @@ impl<T: Transport> NetworkPublication<T> {
         let c = self.log.config();
         let bits = self.log.position_bits_to_shift();
         SetupFrame {
-            term_offset: term_offset(self.sender_position, c.term_length) as i32,
+            term_offset: term_offset(self.progress.sender_position, c.term_length) as i32,
             session_id: c.session_id,
             stream_id: c.stream_id,
             initial_term_id: c.initial_term_id,
-            active_term_id: term_id(self.sender_position, c.initial_term_id, bits),
+            active_term_id: term_id(self.progress.sender_position, c.initial_term_id, bits),
             term_length: c.term_length as i32,
             mtu: c.mtu as i32,
             ..SetupFrame::default()
@@ -61,7 +61,7 @@ impl<T: Transport> NetworkPublication<T> {
 
     pub(super) fn heartbeat_check(&mut self, now_ns: u64) -> usize {
         if self.flow_control.live_count() == 0
-            || now_ns < self.last_data_or_heartbeat_ns + nanos(self.config.heartbeat_interval)
+            || now_ns < self.progress.last_data_or_heartbeat_ns + nanos(self.config.heartbeat_interval)
         {
             return 0;
         }
@@ -70,15 +70,15 @@ impl<T: Transport> NetworkPublication<T> {
         let header = DataHeader::new(
             c.session_id,
             c.stream_id,
-            term_id(self.sender_position, c.initial_term_id, bits),
-            term_offset(self.sender_position, c.term_length) as i32,
+            term_id(self.progress.sender_position, c.initial_term_id, bits),
+            term_offset(self.progress.sender_position, c.term_length) as i32,
             UNFRAGMENTED,
         );
         let mut bytes = [0u8; DATA_HEADER_LENGTH];
         frame::encode_heartbeat(&mut bytes, &header).expect("a heartbeat fits 32 bytes");
         self.send_control(&bytes);
         self.counters.heartbeats.increment();
-        self.last_data_or_heartbeat_ns = now_ns;
+        self.progress.last_data_or_heartbeat_ns = now_ns;
         1
     }
 
@@ -171,7 +171,7 @@ impl<T: Transport> NetworkPublication<T> {
                 if pos < self.oldest_retained() {
                     self.tell_behind(d, pos, now_ns);
                 }
-                if change == StatusChange::Joined && pos + window < self.sender_position {
+                if change == StatusChange::Joined && pos + window < self.progress.sender_position {
                     // Its SETUP went out a while ago and the stream has moved on past its window: tell it
                     // where the stream is now, so an image that has received nothing can join there.
                     self.destinations[d].setup_requested = true;
@@ -200,7 +200,7 @@ impl<T: Transport> NetworkPublication<T> {
             return;
         }
         let from = position(nak_term_id, nak_offset as usize, c.initial_term_id, bits);
-        if from >= self.sender_position {
+        if from >= self.progress.sender_position {
             self.counters.invalid_packets.increment();
             return;
         }
@@ -211,7 +211,7 @@ impl<T: Transport> NetworkPublication<T> {
         }
         match self.retransmit.on_nak(d, nak_term_id, nak_offset, length, now_ns) {
             NakOutcome::Resend { length } => {
-                let end = (from + length as i64).min(self.sender_position);
+                let end = (from + length as i64).min(self.progress.sender_position);
                 let term_end = from - nak_offset as i64 + c.term_length as i64;
                 let sent = self.resend(d, from, end.min(term_end));
                 self.retransmit.spent(d, sent);
@@ -231,7 +231,7 @@ impl<T: Transport> NetworkPublication<T> {
         }
         self.destinations[d].next_behind_ns = now_ns + nanos(self.config.status_interval);
         let c = *self.log.config();
-        let (oldest, sender) = (self.oldest_retained(), self.sender_position);
+        let (oldest, sender) = (self.oldest_retained(), self.progress.sender_position);
         let frame = frame::BehindRetainedFrame {
             session_id: c.session_id,
             stream_id: c.stream_id,
@@ -272,8 +272,8 @@ impl<T: Transport> NetworkPublication<T> {
     /// (and every commit) back by the lag bound.
     pub(super) fn oldest_retained(&self) -> i64 {
         let bits = self.log.position_bits_to_shift();
-        let furthest_producer = self.sender_position + (self.log.term_length() / 2) as i64;
-        (((term_count(furthest_producer, bits) - 1).max(0)) << bits).max(self.log_start)
+        let furthest_producer = self.progress.sender_position + (self.log.term_length() / 2) as i64;
+        (((term_count(furthest_producer, bits) - 1).max(0)) << bits).max(self.progress.log_start)
     }
 
     /// Resends `[from, to)` of the log to destination `d`, in datagrams of whole frames up to the MTU;

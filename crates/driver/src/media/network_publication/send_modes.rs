@@ -52,7 +52,7 @@ pub(super) fn account(
 impl<T: Transport> NetworkPublication<T> {
     pub(super) fn send_data(&mut self, now_ns: u64) -> usize {
         let window = self.window(now_ns);
-        self.counters.limit.set(self.sender_position + window.max(0));
+        self.counters.limit.set(self.progress.sender_position + window.max(0));
         if window <= 0 {
             self.note_window_closed();
             return 0;
@@ -61,7 +61,7 @@ impl<T: Transport> NetworkPublication<T> {
         if batch == 0 {
             // A committed frame is at most one MTU, so a window of a whole MTU takes it: found nothing then
             // means caught up (or the next frame is still being written); a smaller window may not fit it.
-            if (window as usize) < self.config.mtu && self.log.producer_position() > self.sender_position {
+            if (window as usize) < self.config.mtu && self.log.producer_position() > self.progress.sender_position {
                 self.note_window_closed();
             } else {
                 self.counters.caught_up_cycles.increment();
@@ -76,23 +76,21 @@ impl<T: Transport> NetworkPublication<T> {
         if delivered == 0 {
             return 0; // every live socket was full: try the same bytes next cycle
         }
-        self.sender_position += advance as i64;
-        self.consumer.set(self.sender_position);
-        self.counters.position.set(self.sender_position);
-        self.last_data_or_heartbeat_ns = now_ns;
-        self.stalled = false;
+        let position = self.progress.advance(advance, now_ns);
+        self.consumer.set(position);
+        self.counters.position.set(position);
         advance
     }
 
     /// Counts a cycle the flow-control window kept from sending data that waits (none waiting: nothing to
     /// count), and the first of a run of such cycles as a stall.
     pub(super) fn note_window_closed(&mut self) {
-        if self.log.producer_position() <= self.sender_position {
+        if self.log.producer_position() <= self.progress.sender_position {
             return;
         }
         self.counters.window_closed_cycles.increment();
-        if !self.stalled && self.flow_control.live_count() > 0 {
-            self.stalled = true;
+        if !self.progress.stalled && self.flow_control.live_count() > 0 {
+            self.progress.stalled = true;
             self.counters.flow_control_stalls.increment();
         }
     }
@@ -103,7 +101,7 @@ impl<T: Transport> NetworkPublication<T> {
         let mtu = self.config.mtu;
         let term_length = self.log.term_length();
         let bits = self.log.position_bits_to_shift();
-        let mut position = self.sender_position;
+        let mut position = self.progress.sender_position;
         let mut remaining = window;
         self.prefetch_batch(window);
         let mut count = 0;
@@ -112,7 +110,7 @@ impl<T: Transport> NetworkPublication<T> {
             if found.available == 0 {
                 break;
             }
-            self.runs[count] = Run {
+            self.batch.runs[count] = Run {
                 partition: partition_index(position, bits),
                 offset: term_offset(position, term_length),
                 length: found.available,
@@ -132,16 +130,16 @@ impl<T: Transport> NetworkPublication<T> {
     /// for nothing (it was 5% of a saturated Sender's time when every cycle prefetched the whole batch).
     pub(super) fn prefetch_batch(&mut self, window: usize) {
         let term_length = self.log.term_length();
-        let offset = term_offset(self.sender_position, term_length);
-        let produced = (self.log.producer_position() - self.sender_position).max(0) as usize;
+        let offset = term_offset(self.progress.sender_position, term_length);
+        let produced = (self.log.producer_position() - self.progress.sender_position).max(0) as usize;
         let length = (self.config.batch_limit * self.config.mtu).min(window).min(produced).min(term_length - offset);
-        let end = self.sender_position + length as i64;
-        let start = self.prefetched.max(self.sender_position);
+        let end = self.progress.sender_position + length as i64;
+        let start = self.progress.prefetched.max(self.progress.sender_position);
         if start < end {
-            let partition = partition_index(self.sender_position, self.log.position_bits_to_shift());
-            let skip = (start - self.sender_position) as usize;
+            let partition = partition_index(self.progress.sender_position, self.log.position_bits_to_shift());
+            let skip = (start - self.progress.sender_position) as usize;
             self.log.term(partition).prefetch_range(offset + skip, length - skip);
-            self.prefetched = end;
+            self.progress.prefetched = end;
         }
     }
 
@@ -150,7 +148,7 @@ impl<T: Transport> NetworkPublication<T> {
     pub(super) fn send_runs_classic(&mut self, count: usize) -> (usize, usize) {
         let mut delivered = 0;
         let mut advance = 0;
-        for run in &self.runs[..count] {
+        for run in &self.batch.runs[..count] {
             let bytes = self.log.term(run.partition).bytes(run.offset, run.length);
             // With a key, the datagram is hashed once for every destination.
             let tag = self.config.auth.map(|key| key.tag(bytes));
@@ -177,21 +175,21 @@ impl<T: Transport> NetworkPublication<T> {
         let Sockets::Shared { endpoint, addrs } = &mut self.sockets else {
             unreachable!("mmsg mode always has a shared socket");
         };
-        self.live_addrs.clear();
+        self.batch.live_addrs.clear();
         for (d, addr) in addrs.iter().enumerate() {
             if self.flow_control.is_live(d) {
-                self.live_addrs.push(addr.clone());
+                self.batch.live_addrs.push(addr.clone());
             }
         }
         let mut datagrams: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
-        for (slot, run) in datagrams.iter_mut().zip(&self.runs[..count]) {
+        for (slot, run) in datagrams.iter_mut().zip(&self.batch.runs[..count]) {
             *slot = self.log.term(run.partition).bytes(run.offset, run.length);
         }
-        let (outcome, calls) = self
-            .calls
-            .time(CallClass::Data, || endpoint.send_mmsg(&datagrams[..count], &self.live_addrs, &mut self.scratch));
+        let (outcome, calls) = self.calls.time(CallClass::Data, || {
+            endpoint.send_mmsg(&datagrams[..count], &self.batch.live_addrs, &mut self.batch.mmsg)
+        });
         self.counters.data_syscalls.add(calls as i64);
-        let fan = self.live_addrs.len();
+        let fan = self.batch.live_addrs.len();
         let messages = match outcome {
             SendOutcome::Sent(n) => n,
             other => {
@@ -207,7 +205,7 @@ impl<T: Transport> NetworkPublication<T> {
         self.counters.short_sends.add((count * fan - messages.min(count * fan)) as i64);
         self.counters.datagrams.add(messages as i64);
         let mut advance = 0;
-        for (k, run) in self.runs[..delivered].iter().enumerate() {
+        for (k, run) in self.batch.runs[..delivered].iter().enumerate() {
             let copies = messages.saturating_sub(k * fan).min(fan);
             self.counters.bytes.add((run.length * copies) as i64);
             advance += run.advance;
@@ -221,12 +219,12 @@ impl<T: Transport> NetworkPublication<T> {
     /// The kernel refuses (`EMSGSIZE`) a GSO send whose bytes exceed one UDP datagram's payload, so a run
     /// stops before 64 KiB (7 full segments at MTU 8192).
     pub(super) fn send_runs_gso(&mut self, count: usize) -> (usize, usize) {
-        let first = self.runs[0];
+        let first = self.batch.runs[0];
         let segment = first.length;
         let mut segments = 1;
         let mut end = first.offset + first.advance;
         while segments < count {
-            let next = self.runs[segments];
+            let next = self.batch.runs[segments];
             let contiguous = next.partition == first.partition && next.offset == end && first.advance == first.length;
             // One GSO send is one UDP datagram to the kernel: its whole payload must fit 64 KiB.
             let fits = end + next.length - first.offset <= frame::MAX_UDP_PAYLOAD_LENGTH;
@@ -239,7 +237,7 @@ impl<T: Transport> NetworkPublication<T> {
                 break; // a shorter segment, or padding, can only be the last
             }
         }
-        let length = self.runs[segments - 1].offset + self.runs[segments - 1].length - first.offset;
+        let length = self.batch.runs[segments - 1].offset + self.batch.runs[segments - 1].length - first.offset;
         let bytes = self.log.term(first.partition).bytes(first.offset, length);
         let Sockets::PerDestination(endpoints) = &mut self.sockets else {
             unreachable!("gso mode always has per-destination sockets");
@@ -269,7 +267,7 @@ impl<T: Transport> NetworkPublication<T> {
         if !taken {
             return (0, 0);
         }
-        (segments, self.runs[..segments].iter().map(|r| r.advance).sum())
+        (segments, self.batch.runs[..segments].iter().map(|r| r.advance).sum())
     }
 
     /// Sends a control frame to destination `d`, counted as a control syscall; true when it went.

@@ -75,11 +75,7 @@ pub struct ExclusiveAppender {
     metadata: AtomicBuffer,
     /// Offset in the metadata of the active partition's tail counter.
     tail_offset: usize,
-    term_length: usize,
-    max_payload: usize,
-    max_message: usize,
-    session_id: i32,
-    stream_id: i32,
+    shape: LogShape,
     term_count: i32,
     /// `term_count % 3`, kept so that the hot path does not divide.
     active: usize,
@@ -92,6 +88,34 @@ pub struct ExclusiveAppender {
     clean_offset: usize,
     closed: bool,
     taken: Arc<AtomicBool>,
+}
+
+/// What every frame of an appender's log is made within: the term that bounds it, the largest payload of
+/// one frame and of one message, and the ids its header carries.
+///
+/// Invariant: fixed when the appender is made, from the log's configuration: `max_payload` is `mtu - 32`
+/// and `max_message` is `term_length / 8`. Held by value in the appender, so the hot path reads each field
+/// at a fixed offset from the appender, as it did when they were its own.
+#[derive(Clone, Copy, Debug)]
+struct LogShape {
+    term_length: usize,
+    max_payload: usize,
+    max_message: usize,
+    session_id: i32,
+    stream_id: i32,
+}
+
+impl LogShape {
+    /// Log bytes a message of `length` takes: whole `mtu`-sized fragments plus an aligned last one.
+    #[inline]
+    fn fragmented_length(&self, length: usize) -> usize {
+        if length <= self.max_payload {
+            return framed_length(length);
+        }
+        let whole = length / self.max_payload;
+        let rest = length % self.max_payload;
+        whole * (self.max_payload + DATA_HEADER_LENGTH) + if rest > 0 { framed_length(rest) } else { 0 }
+    }
 }
 
 /// The appender zeroes the next partition this many bytes at a time (a page).
@@ -123,11 +147,13 @@ impl ExclusiveAppender {
             term: log.terms()[active].clone(),
             metadata,
             tail_offset: tail_counter_offset(active),
-            term_length: c.term_length,
-            max_payload: c.mtu - DATA_HEADER_LENGTH,
-            max_message: c.term_length / 8,
-            session_id: c.session_id,
-            stream_id: c.stream_id,
+            shape: LogShape {
+                term_length: c.term_length,
+                max_payload: c.mtu - DATA_HEADER_LENGTH,
+                max_message: c.term_length / 8,
+                session_id: c.session_id,
+                stream_id: c.stream_id,
+            },
             term_count,
             active,
             term_id,
@@ -163,19 +189,19 @@ impl ExclusiveAppender {
     /// Sets the limit from the consumer slots of the log (slowest + `term_length / 2`) and returns it;
     /// leaves it unchanged and returns `None` when no consumer is registered.
     pub fn refresh_limit_from_consumers(&mut self) -> Option<i64> {
-        let limit = super::consumer_limit(&self.metadata, self.term_length)?;
+        let limit = super::consumer_limit(&self.metadata, self.shape.term_length)?;
         self.limit = limit;
         Some(limit)
     }
 
     /// The largest message [`append`](Self::append) takes: `term_length / 8`.
     pub fn max_message_length(&self) -> usize {
-        self.max_message
+        self.shape.max_message
     }
 
     /// The largest payload of one frame, and of a claim: `mtu - 32`.
     pub fn max_payload_length(&self) -> usize {
-        self.max_payload
+        self.shape.max_payload
     }
 
     /// Appends `message` once, fragmenting it if longer than `mtu - 32`, and returns the new position.
@@ -188,7 +214,7 @@ impl ExclusiveAppender {
     /// (the consensus module piggybacks its commit position there).
     #[inline(always)]
     pub fn append_with_reserved(&mut self, message: &[u8], reserved: i64) -> Result<i64, AppendError> {
-        if message.len() <= self.max_payload {
+        if message.len() <= self.shape.max_payload {
             return self.append_unfragmented(message, reserved);
         }
         self.append_fragmented(message, reserved)
@@ -235,8 +261,8 @@ impl ExclusiveAppender {
     /// each at the same position as in the source (framing and term-end padding depend on positions only);
     /// see [`copy_frames`](super::copy_frames). `payload` is at most `mtu - 32` bytes.
     pub fn append_frame(&mut self, payload: &[u8], flags: u8, reserved: i64) -> Result<i64, AppendError> {
-        if payload.len() > self.max_payload {
-            return Err(AppendError::ClaimLengthExceeded { length: payload.len(), max: self.max_payload });
+        if payload.len() > self.shape.max_payload {
+            return Err(AppendError::ClaimLengthExceeded { length: payload.len(), max: self.shape.max_payload });
         }
         let required = framed_length(payload.len());
         let offset = self.reserve(required)?;
@@ -250,8 +276,8 @@ impl ExclusiveAppender {
     /// Appends a PAD frame of `length` bytes (a multiple of 32, within the active term): the copy of a gap
     /// that an abandoned claim left in another log.
     pub fn append_padding(&mut self, length: usize) -> Result<i64, AppendError> {
-        if length == 0 || length % FRAME_ALIGNMENT != 0 || length > self.term_length - self.term_offset {
-            return Err(AppendError::ClaimLengthExceeded { length, max: self.term_length - self.term_offset });
+        if length == 0 || length % FRAME_ALIGNMENT != 0 || length > self.shape.term_length - self.term_offset {
+            return Err(AppendError::ClaimLengthExceeded { length, max: self.shape.term_length - self.term_offset });
         }
         let offset = self.reserve(length)?;
         self.write_header(offset, UNFRAGMENTED, TYPE_PAD, 0);
@@ -275,8 +301,8 @@ impl ExclusiveAppender {
     /// Fill it with [`BufferClaim::put_bytes`] and [`BufferClaim::commit`] it; a claim dropped without
     /// commit is abandoned, and becomes padding that readers skip.
     pub fn try_claim(&mut self, length: usize) -> Result<BufferClaim<'_>, AppendError> {
-        if length > self.max_payload {
-            return Err(AppendError::ClaimLengthExceeded { length, max: self.max_payload });
+        if length > self.shape.max_payload {
+            return Err(AppendError::ClaimLengthExceeded { length, max: self.shape.max_payload });
         }
         let offset = self.reserve(framed_length(length))?;
         self.write_header(offset, UNFRAGMENTED, TYPE_DATA, 0);
@@ -296,19 +322,19 @@ impl ExclusiveAppender {
     }
 
     fn append_parts(&mut self, parts: &[&[u8]], length: usize, reserved: i64, extra: u8) -> Result<i64, AppendError> {
-        if length > self.max_message {
-            return Err(AppendError::MaxMessageLengthExceeded { length, max: self.max_message });
+        if length > self.shape.max_message {
+            return Err(AppendError::MaxMessageLengthExceeded { length, max: self.shape.max_message });
         }
-        let required = self.fragmented_length(length);
+        let required = self.shape.fragmented_length(length);
         let mut offset = self.reserve(required)?;
         let mut source = Parts { parts, index: 0, offset: 0 };
-        if length <= self.max_payload {
+        if length <= self.shape.max_payload {
             self.write_frame(offset, UNFRAGMENTED | extra, reserved, &mut source, length);
         } else {
             let mut remaining = length;
             let mut flags = BEGIN_FLAG;
             while remaining > 0 {
-                let chunk = remaining.min(self.max_payload);
+                let chunk = remaining.min(self.shape.max_payload);
                 remaining -= chunk;
                 if remaining == 0 {
                     flags |= END_FLAG;
@@ -321,17 +347,6 @@ impl ExclusiveAppender {
         Ok(self.advance(required))
     }
 
-    /// Log bytes a message of `length` takes: whole `mtu`-sized fragments plus an aligned last one.
-    #[inline]
-    fn fragmented_length(&self, length: usize) -> usize {
-        if length <= self.max_payload {
-            return framed_length(length);
-        }
-        let whole = length / self.max_payload;
-        let rest = length % self.max_payload;
-        whole * (self.max_payload + DATA_HEADER_LENGTH) + if rest > 0 { framed_length(rest) } else { 0 }
-    }
-
     /// Makes room for `required` bytes in the active term, padding and rotating if they do not fit, and
     /// returns their offset; fails, having written nothing, when closed or when the limit forbids it.
     #[inline]
@@ -340,7 +355,7 @@ impl ExclusiveAppender {
             return Err(AppendError::Closed);
         }
         // The common case, one test each: the frame fits in the term and under the limit.
-        if required <= self.term_length - self.term_offset && self.position + required as i64 <= self.limit {
+        if required <= self.shape.term_length - self.term_offset && self.position + required as i64 <= self.limit {
             return Ok(self.term_offset);
         }
         self.reserve_across(required)
@@ -349,7 +364,7 @@ impl ExclusiveAppender {
     /// [`reserve`](Self::reserve) when the frame does not fit in the term or passes the limit.
     #[cold]
     fn reserve_across(&mut self, required: usize) -> Result<usize, AppendError> {
-        let remaining = self.term_length - self.term_offset;
+        let remaining = self.shape.term_length - self.term_offset;
         let total = if required <= remaining { required } else { remaining + required };
         if self.position + total as i64 > self.limit {
             return Err(AppendError::BackPressured);
@@ -374,7 +389,7 @@ impl ExclusiveAppender {
             self.term.put_i32_release(offset + FRAME_LENGTH_OFFSET, remaining as i32);
             self.advance(remaining);
         }
-        self.clean_next_to(self.term_length);
+        self.clean_next_to(self.shape.term_length);
         self.term_count = self.term_count.wrapping_add(1);
         self.active = self.term_count as u32 as usize % PARTITION_COUNT;
         self.term_id = self.term_id.wrapping_add(1);
@@ -409,7 +424,7 @@ impl ExclusiveAppender {
     /// when it held an old term (`clean_offset` is `usize::MAX` otherwise, and nothing is below it).
     #[cold]
     fn clean_next_to(&mut self, offset: usize) {
-        let end = offset.next_multiple_of(CLEAN_CHUNK).min(self.term_length);
+        let end = offset.next_multiple_of(CLEAN_CHUNK).min(self.shape.term_length);
         if end > self.clean_offset {
             let next = (self.active + 1) % PARTITION_COUNT;
             self.terms[next].set_memory(self.clean_offset, end - self.clean_offset, 0);
@@ -434,8 +449,8 @@ impl ExclusiveAppender {
             flags,
             frame_type,
             term_offset: offset as i32,
-            session_id: self.session_id,
-            stream_id: self.stream_id,
+            session_id: self.shape.session_id,
+            stream_id: self.shape.stream_id,
             term_id: self.term_id,
             reserved_value: reserved,
         }
