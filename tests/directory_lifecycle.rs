@@ -178,7 +178,7 @@ fn a_killed_owner_leaves_a_stale_directory_that_clean_recovers() {
 
 #[test]
 fn a_node_refused_for_a_stale_directory_names_the_setting_its_caller_has() {
-    use quorumcast::{Member, NodeBuilder, NodeError, Setting};
+    use quorumcast::{Member, NodeBuilder, NodeError};
     use quorumcast_driver::setting::FrontEnd;
     let scratch = ScratchDir::new("dir-stale-node");
     let root = scratch.join("node");
@@ -189,7 +189,7 @@ fn a_node_refused_for_a_stale_directory_names_the_setting_its_caller_has() {
     };
     match builder().start() {
         Err(NodeError::Setting(e)) => {
-            assert_eq!(e.setting, Setting::CleanStale);
+            assert_eq!(e.setting.id(), "node.clean_stale");
             let embedder = e.to_string();
             assert!(
                 embedder.starts_with("NodeBuilder::clean_stale:") && embedder.contains("no longer running"),

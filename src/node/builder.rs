@@ -9,9 +9,40 @@ use crate::agent::ThreadingMode;
 use crate::client::credentials::{ClientKey, SessionSecret};
 use crate::cluster::consensus_core::Timers;
 use crate::media::auth::AuthKey;
-use crate::media::channel::{membership_tag, validate_timer, ChannelConfig};
+use crate::media::channel::{membership_tag, timer_rule, validate_timer, ChannelConfig};
 use crate::media::transport::SendMode;
+use crate::media::transport::SocketOptions;
 use crate::setting::{Setting, SettingError};
+
+/// The node's own settings that are not yet declared with a section (its top-level keys and the node's
+/// timers): each spelled here, once.
+#[allow(non_upper_case_globals)]
+pub(crate) mod node_settings {
+    use crate::setting::Setting;
+
+    /// Whether a crashed run's node directory is removed at start.
+    pub(crate) const clean_stale: Setting = Setting::new("node.clean_stale", "clean_stale", "NodeBuilder::clean_stale");
+    /// The operator key of administrative commands over the network.
+    pub(crate) const admin_key: Setting = Setting::new("admin.key", "[admin] key", "NodeBuilder::admin_key");
+    /// The commit heartbeat.
+    pub(crate) const commit_heartbeat: Setting = Setting::new(
+        "timers.commit_heartbeat",
+        "[timers] commit_heartbeat",
+        "NodeBuilder::from_config(NodeConfig { commit_heartbeat, .. })",
+    );
+    /// The followers' acknowledgement interval.
+    pub(crate) const ack_interval: Setting = Setting::new(
+        "timers.ack_interval",
+        "[timers] ack_interval",
+        "NodeBuilder::from_config(NodeConfig { ack_interval, .. })",
+    );
+    /// The shortest time between two of a follower's acknowledgements.
+    pub(crate) const ack_gap: Setting =
+        Setting::new("timers.ack_gap", "[timers] ack_gap", "NodeBuilder::from_config(NodeConfig { ack_gap, .. })");
+
+    /// Every one.
+    pub(crate) const ALL: &[Setting] = &[clean_stale, admin_key, commit_heartbeat, ack_interval, ack_gap];
+}
 use crate::shm::directory::NodeDirectory;
 
 #[cfg(feature = "config")]
@@ -36,19 +67,20 @@ pub enum LogStorage {
 section! {
     /// Where and how a node keeps its log, and when it snapshots the application.
     #[derive(Clone, Debug, PartialEq, Eq)]
-    pub struct StorageConfig: [storage] read by StorageSection {
+    pub struct StorageConfig in pub(crate) mod storage, built as ("StorageConfig::", ""),
+        checked with NodeConfig, read by StorageSection {
         /// Recorded on disk, or in memory only.
         pub log: LogStorage = LogStorage::Disk, shown "Disk",
-            file LogStorage;
+            key [storage] log, file LogStorage;
         /// When recorded bytes are made durable (see [`SyncPolicy`] for what each can lose).
         pub sync: SyncPolicy = SyncPolicy::None, shown "None",
-            file Parsed<SyncPolicy>;
+            key [storage] sync, file Parsed<SyncPolicy>;
         /// The recording's directory; `None` uses `recording` in the data directory.
         pub recording_dir: Option<PathBuf> = None, shown "None",
-            file PathBuf;
+            key [storage] recording_dir, file PathBuf;
         /// A new segment file starts once the current one holds this many bytes (64 KiB to 1 TiB).
         pub segment_length: u64 = 128 << 20, shown "134217728", unit "bytes",
-            file FileSize,
+            key [storage] segment_length, file FileSize,
             check |storage, _| {
                 let length = storage.segment_length;
                 (!(1 << 16..=1 << 40).contains(&length)).then(|| format!("({length}) must be between 64 KiB and 1 TiB"))
@@ -60,7 +92,7 @@ section! {
         /// read older bytes from the disk. `None` (`"off"` in a node file): everything stays cached until
         /// reclaimed (a host with memory to spare whose catch-ups read far back). At least 8 MiB.
         pub page_cache_window: Option<u64> = Some(64 << 20), shown "Some(67108864)", unit "bytes",
-            file Parsed<SizeOrOff>,
+            key [storage] page_cache_window, file Parsed<SizeOrOff>,
             check |storage, _| {
                 let window = storage.page_cache_window.filter(|&w| w < MIN_PAGE_CACHE_WINDOW)?;
                 Some(format!("({window}) must be at least 8 MiB (two steps of the writeback), or off"))
@@ -69,11 +101,11 @@ section! {
         /// have been applied since the last (`None`, `"off"` in a node file: only on request,
         /// [`Node::take_snapshot`]).
         pub snapshot_interval: Option<u64> = Some(256 << 20), shown "Some(268435456)", unit "bytes",
-            file Parsed<SizeOrOff>,
+            key [storage] snapshot_interval, file Parsed<SizeOrOff>,
             check |storage, _| (storage.snapshot_interval == Some(0)).then(|| "must be more than 0 bytes".into());
         /// Snapshots kept (at least 1); the recorded log below the oldest kept is deleted.
         pub snapshots_kept: usize = 2, shown "2", unit "snapshots",
-            file usize,
+            key [storage] snapshots_kept, file usize,
             check |storage, _| (storage.snapshots_kept == 0).then(|| "must be at least 1".into());
     }
 }
@@ -145,35 +177,36 @@ section! {
     /// every member applies to them. `max_sessions` and `session_timeout` decide what the replicated session
     /// table does, so every member must have the same. The rules are checked only when `enabled`.
     #[derive(Clone, Debug, PartialEq, Eq)]
-    pub struct ClientEndpointConfig: [clients] read by ClientsSection {
+    pub struct ClientEndpointConfig in pub(crate) mod clients, built as ("ClientEndpointConfig::", ""),
+        checked with NodeConfig, read by ClientsSection {
         /// Members bind their client endpoints and take sessions. Off by default.
         pub enabled: bool = false, shown "false",
-            file bool;
+            key [clients] enabled, file bool;
         /// Sessions open at once, at most; an open past it is refused (with a reason), never stored.
         pub max_sessions: usize = 1024, shown "1024", unit "sessions",
-            file usize,
+            key [clients] max_sessions, file usize,
             check |clients, _| (clients.max_sessions == 0).then(|| "must be at least 1".into());
         /// A session that sends nothing for this long (the leader's clock, as written into the log) is
         /// closed; its client is told, and may open a new one.
         pub session_timeout: Duration = Duration::from_secs(10), shown "10s",
-            file FileDuration,
+            key [clients] session_timeout, file FileDuration,
             check |clients, _| {
-                validate_timer(clients::session_timeout, clients.session_timeout).err().map(|e| e.0.problem)
+                timer_rule(clients.session_timeout)
             };
         /// How far past the last message applied a session's message may be numbered (messages in flight);
         /// further is refused as `WindowExceeded`.
         pub window: u64 = 4096, shown "4096", unit "messages",
-            file u64,
+            key [clients] window, file u64,
             check |clients, _| (clients.window == 0).then(|| "must be at least 1 message".into());
         /// Client datagrams are taken only from these address ranges (empty: from anywhere).
         pub allow: Vec<AddressRange> = Vec::new(), shown "[]",
-            file Vec<Parsed<AddressRange>>;
+            key [clients] allow, file Vec<Parsed<AddressRange>>;
         /// The root of the members' secret that binds each session to its client (session ids, tokens,
         /// challenges: see the client wire in `docs/ARCHITECTURE.md`): the same on every member, never written
         /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
         /// needs one of the two.
         pub session_key: Option<AuthKey> = None, shown "None",
-            file Parsed<AuthKey>,
+            key [clients] session_key, file Parsed<AuthKey>,
             check |clients, node| (clients.session_key.is_none() && node.channel.auth.is_none()).then(|| {
                 "is not set and {channel.auth_key} is not either: a node that takes clients needs a key every \
                  member holds, to bind each session to its client; set {clients.session_key} (the same 64 \
@@ -186,7 +219,7 @@ section! {
         /// Empty (the default): any client may open a session. A node file gives named keys
         /// (`keys = [{ name, key }]`) and, beside them, `auth_key`: a key its clients give as `default`.
         pub keys: Vec<ClientKey> = Vec::new(), shown "[]",
-            file Vec<ClientKeyEntry>,
+            key [clients] keys, file Vec<ClientKeyEntry>,
             check |clients, _| {
                 let mut ids: Vec<(u32, &str)> = clients.keys.iter().map(|k| (k.id(), k.name())).collect();
                 ids.sort();
@@ -198,12 +231,12 @@ section! {
             };
         /// Sessions one address (an IPv4 address, an IPv6 /64) may hold at once; an open past it is refused.
         pub max_sessions_per_address: usize = 256, shown "256", unit "sessions",
-            file usize,
+            key [clients] max_sessions_per_address, file usize,
             check |clients, _| (clients.max_sessions_per_address == 0).then(|| "must be at least 1".into());
         /// Sessions the addresses of one network (an IPv4 /24, an IPv6 /48) may hold together; an open past
         /// it is refused, so that one network's many addresses cannot hold the cluster.
         pub max_sessions_per_prefix: usize = 256, shown "256", unit "sessions",
-            file usize,
+            key [clients] max_sessions_per_prefix, file usize,
             check |clients, _| (clients.max_sessions_per_prefix < clients.max_sessions_per_address).then(|| {
                 "is below {clients.max_sessions_per_address}: a network holds at least what one of its \
                  addresses may; raise it"
@@ -212,7 +245,7 @@ section! {
         /// Opens and reconnects one address may make per second (a burst of as many, refilled over the
         /// second); past it they are refused, counted, and append nothing.
         pub opens_per_second: u32 = 1000, shown "1000", unit "opens per second",
-            file u32,
+            key [clients] opens_per_second, file u32,
             check |clients, _| (clients.opens_per_second == 0).then(|| "must be at least 1".into());
     }
     file only {
@@ -465,7 +498,7 @@ impl NodeConfig {
         }
         if self.admin_key.is_some() && self.admin_key == self.channel.auth {
             return Err(SettingError::new(
-                Setting::AdminKey,
+                node_settings::admin_key,
                 "is the same key as {channel.auth_key}: the operator's key must be a key of its own, so that \
                  holding the members' key does not administer the cluster; make one with `openssl rand -hex 32`",
             )
@@ -489,11 +522,11 @@ impl NodeConfig {
             idle.validate().map_err(|e| NodeError::Config(e.to_string()))?;
         }
         self.timers.validate()?;
-        check_timer(Setting::CommitHeartbeat, self.commit_heartbeat)?;
-        check_timer(Setting::AckInterval, self.ack_interval)?;
+        check_timer(node_settings::commit_heartbeat, self.commit_heartbeat)?;
+        check_timer(node_settings::ack_interval, self.ack_interval)?;
         if self.ack_gap > self.ack_interval {
             return Err(SettingError::new(
-                Setting::AckGap,
+                node_settings::ack_gap,
                 format!(
                     "({:?}) must be at most {{timers.ack_interval}} ({:?}): an acknowledgement goes out at least \
                      every {{timers.ack_interval}} whatever the gap; a gap of a few microseconds bounds a busy \
@@ -790,9 +823,43 @@ impl NodeBuilder {
     }
 }
 
+/// `error` with its placeholders resolved among every section of a node's settings (a rule of one section
+/// may name a setting of another).
+pub(crate) fn among_every_section(error: SettingError) -> SettingError {
+    EVERY_SECTION.into_iter().fold(error, SettingError::among)
+}
+
+/// The settings of every section of a node, each section's declared with its type.
+const EVERY_SECTION: [&[Setting]; 6] = [
+    node_settings::ALL,
+    ChannelConfig::SETTINGS,
+    SocketOptions::SETTINGS,
+    Timers::SETTINGS,
+    StorageConfig::SETTINGS,
+    ClientEndpointConfig::SETTINGS,
+];
+
 /// Checks a timer `setting` by the rule every timer follows ([`validate_timer`]).
 fn check_timer(setting: Setting, value: Duration) -> Result<(), SettingError> {
     validate_timer(setting, value).map_err(|e| e.0)
+}
+
+#[cfg(test)]
+mod every_section {
+    use super::*;
+    use crate::setting::FrontEnd;
+
+    #[test]
+    fn every_setting_has_a_distinct_id_and_file_key() {
+        let all: Vec<Setting> = EVERY_SECTION.concat();
+        let mut ids: Vec<_> = all.iter().map(|s| s.id()).collect();
+        let mut keys: Vec<_> = all.iter().map(|s| s.name(FrontEnd::NodeFile)).collect();
+        ids.sort();
+        ids.dedup();
+        keys.sort();
+        keys.dedup();
+        assert_eq!((ids.len(), keys.len()), (all.len(), all.len()));
+    }
 }
 
 #[cfg(test)]

@@ -80,14 +80,15 @@ impl From<std::io::Error> for NodeError {
 }
 
 impl From<crate::setting::SettingError> for NodeError {
+    /// A refusal among every section of a node's settings: a rule may name a setting of another section.
     fn from(e: crate::setting::SettingError) -> Self {
-        Self::Setting(e)
+        Self::Setting(super::builder::among_every_section(e))
     }
 }
 
 impl From<ChannelConfigError> for NodeError {
     fn from(e: ChannelConfigError) -> Self {
-        Self::Setting(e.0)
+        e.0.into()
     }
 }
 

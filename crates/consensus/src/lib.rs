@@ -22,4 +22,4 @@ pub mod log_switch;
 pub mod term_starts;
 
 // The driver's floors under the names this crate's modules use for them.
-pub(crate) use quorumcast_driver::{frame, planted_switches, setting, shm};
+pub(crate) use quorumcast_driver::{frame, planted_switches, section, setting, shm};

@@ -1,6 +1,12 @@
-//! A node's settings as each front end names them: one structured key for each setting a rule checks,
-//! rendered as the key of a node file (`[consensus] heartbeat_timeout`) or as the builder method and
-//! field an embedder sets (`NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. })`).
+//! A node's settings as each front end names them, and the one declaration each setting has.
+//!
+//! Every setting is declared once, with [`section!`](crate::section): one declaration of a config type
+//! (the channel's [`ChannelConfig`](crate::media::channel::ChannelConfig), the consensus `Timers`, the
+//! node's sections) gives each field its type, its doc, its default (shown in the doc with its unit, and
+//! held to the `Default` by a generated test), its node-file key, its builder spelling and its rule.
+//! The macro lives here, at the bottom of the layers, because the types it declares live on every floor:
+//! a lower crate declares its own settings with their node-file keys, so the key, the field and the rule
+//! are spelled in one place whichever crate reads the file.
 //!
 //! A rule's refusal is a [`SettingError`]: the setting it refuses and the problem, in which every
 //! setting it mentions is a placeholder (`{consensus.election_timeout_min}`) that each front end renders
@@ -22,10 +28,8 @@ pub enum FrontEnd {
 /// its node-file key (`[consensus] heartbeat_timeout`) and its builder spelling
 /// (`NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. })`).
 ///
-/// The settings of the layers below the node (the channel, the consensus timers) and the node's own not
-/// yet declared with their section are the associated constants here; a section the node declares in one
-/// place (`quorumcast`'s `[clients]` and `[storage]`) makes its own with [`Setting::new`], from the same
-/// declaration as its field, file key, default and rule.
+/// Each is made by [`section!`](crate::section) from the declaration of its field, beside its file key,
+/// default and rule: a config type's `SETTINGS` lists its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Setting {
     id: &'static str,
@@ -53,77 +57,150 @@ impl Setting {
     }
 }
 
-macro_rules! settings {
-    ($($(#[$doc:meta])* $name:ident = $id:literal, $file:literal, $builder:literal;)*) => {
-        #[allow(non_upper_case_globals)]
-        impl Setting {
-            $($(#[$doc])* pub const $name: Setting = Setting::new($id, $file, $builder);)*
-
-            /// Every setting declared here: a [`SettingError`] resolves its placeholders among them, and
-            /// among the ones it was given with [`SettingError::among`].
-            const ALL: &'static [Setting] = &[$(Setting::$name),*];
-        }
-    };
+/// Runs one setting's rule (for [`section!`](crate::section)): `rule` reads the section and its context
+/// (the rest of the configuration a rule may involve) and returns the problem, if any, with the settings it
+/// names written `{id}`. A function, so that the rule's closure has its argument types from it.
+pub fn run_check<S, C: ?Sized>(section: &S, context: &C, rule: impl Fn(&S, &C) -> Option<String>) -> Option<String> {
+    rule(section, context)
 }
 
-settings! {
-    /// The leader's heartbeat interval (consensus).
-    HeartbeatInterval = "consensus.heartbeat_interval", "[consensus] heartbeat_interval",
-        "NodeBuilder::timers(Timers { heartbeat_interval_ns, .. })";
-    /// How long a follower waits for its leader.
-    HeartbeatTimeout = "consensus.heartbeat_timeout", "[consensus] heartbeat_timeout",
-        "NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. })";
-    /// The election timeout's lower bound.
-    ElectionTimeoutMin = "consensus.election_timeout_min", "[consensus] election_timeout_min",
-        "NodeBuilder::timers(Timers { election_timeout_min_ns, .. })";
-    /// The election timeout's upper bound.
-    ElectionTimeoutMax = "consensus.election_timeout_max", "[consensus] election_timeout_max",
-        "NodeBuilder::timers(Timers { election_timeout_max_ns, .. })";
-    /// The commit heartbeat.
-    CommitHeartbeat = "timers.commit_heartbeat", "[timers] commit_heartbeat",
-        "NodeBuilder::from_config(NodeConfig { commit_heartbeat, .. })";
-    /// The followers' acknowledgement interval.
-    AckInterval = "timers.ack_interval", "[timers] ack_interval",
-        "NodeBuilder::from_config(NodeConfig { ack_interval, .. })";
-    /// The shortest time between two of a follower's acknowledgements.
-    AckGap = "timers.ack_gap", "[timers] ack_gap",
-        "NodeBuilder::from_config(NodeConfig { ack_gap, .. })";
-    /// The log channel's shared key.
-    ChannelAuthKey = "channel.auth_key", "[channel] auth_key", "NodeBuilder::auth_key";
-    /// The operator key of administrative commands over the network.
-    AdminKey = "admin.key", "[admin] key", "NodeBuilder::admin_key";
-    /// The log channel's MTU.
-    Mtu = "channel.mtu", "[channel] mtu", "NodeBuilder::mtu";
-    /// The length of one term buffer of the log (Aeron's `term-length`; not a leadership term).
-    TermLength = "channel.term_buffer_length", "[channel] term_buffer_length", "NodeBuilder::term_buffer_length";
-    /// The receiver window.
-    ReceiverWindow = "channel.receiver_window", "[channel] receiver_window", "ChannelConfig::receiver_window";
-    /// The socket receive buffer.
-    ReceiveBuffer = "channel.receive_buffer", "[channel] receive_buffer", "ChannelConfig::socket.receive_buffer";
-    /// Datagrams per send call at most.
-    BatchLimit = "channel.batch_limit", "[channel] batch_limit", "ChannelConfig::batch_limit";
-    /// Faults injected on sends.
-    SendFaults = "channel.send_faults", "[channel] send_faults", "ChannelConfig::send_faults";
-    /// Faults injected on receives.
-    ReceiveFaults = "channel.receive_faults", "[channel] receive_faults", "ChannelConfig::receive_faults";
-    /// Where the channel sends.
-    Destinations = "channel.destinations", "members", "ChannelConfig::destinations";
-    /// The receivers' status interval.
-    StatusInterval = "timers.status_interval", "[timers] status_interval", "ChannelConfig::status_interval";
-    /// The first NAK's delay.
-    NakDelay = "timers.nak_delay", "[timers] nak_delay", "ChannelConfig::nak_delay";
-    /// A repeated NAK's delay.
-    NakRetryDelay = "timers.nak_retry_delay", "[timers] nak_retry_delay", "ChannelConfig::nak_retry_delay";
-    /// How long a resent range is not resent again.
-    RetransmitLinger = "timers.retransmit_linger", "[timers] retransmit_linger", "ChannelConfig::retransmit_linger";
-    /// How long a silent receiver counts for flow control.
-    ReceiverTimeout = "timers.receiver_timeout", "[timers] receiver_timeout", "ChannelConfig::receiver_timeout";
-    /// The publication's heartbeat interval.
-    ChannelHeartbeat = "timers.heartbeat_interval", "[timers] heartbeat_interval", "ChannelConfig::heartbeat_interval";
-    /// The publication's SETUP interval.
-    SetupInterval = "timers.setup_interval", "[timers] setup_interval", "ChannelConfig::setup_interval";
-    /// Whether a crashed run's node directory is removed at start.
-    CleanStale = "node.clean_stale", "clean_stale", "NodeBuilder::clean_stale";
+/// Declares a config type whose fields are settings, once: everything each setting is made of comes from
+/// its one entry, so that no spelling, default or rule can drift from the others. The form:
+///
+/// ```text
+/// quorumcast_driver::section! {
+///     /// The type's doc.
+///     #[derive(Clone, Debug, PartialEq)]
+///     pub struct ChannelConfig in pub(crate) mod settings, built as ("ChannelConfig::", ""),
+///         checked with () {
+///         /// The field's doc (with what the number counts, when the unit alone does not say).
+///         pub mtu: usize = MTU_1408, shown "1408", unit "bytes",
+///             key [channel] mtu,
+///             check |channel, _| validate_mtu(channel.mtu, channel.term_length).err().map(|e| e.0.problem);
+///         /// A field that is not a setting of its own (no key: no file key, no rule).
+///         pub source: Option<SocketAddr> = None, shown "None";
+///         ...
+///     }
+/// }
+/// ```
+///
+/// From it, for each field:
+///
+/// - the field, its doc ending with ``Default: `<shown>` <unit>.`` and, for a setting, ``Node files:
+///   `<file key>`.``;
+/// - the type's `Default` (or, with `defaults in fn name` after `checked with`, a crate-private `fn name()`
+///   for a type whose required fields have no default), and a unit test that each `shown` is the default's
+///   `Debug` form;
+/// - for a field with a `key`, its [`Setting`] in three spellings, a constant named for the field in the
+///   named module (`settings::mtu`), listed in the type's public `SETTINGS`: the id `table.key` (or
+///   `node.key` for a key at the top of the file, `key [] clean_stale`), the file key `[table] key` (or
+///   `key`), and the builder spelling `<before><field><after>` from `built as (before, after)`;
+/// - its rule, if any, in `check(&self, context)`, which runs the rules in declaration order and returns
+///   the first refusal as a [`SettingError`] that resolves the section's placeholders; `context` (of the
+///   type after `checked with`) is what a rule across sections reads (`()` when none does).
+///
+/// `shown` is the default's `Debug` form, `unit` what the number counts (a `Duration`'s `Debug` form
+/// carries its own). The table of a file is the key's; a file key need not be in the table the type is
+/// named for (the channel's timers are `[timers]` keys).
+#[macro_export]
+macro_rules! section {
+    (
+        $(#[$attr:meta])*
+        pub struct $Type:ident in $vis:vis mod $module:ident, built as ($before:literal, $after:literal),
+            checked with $Context:ty $(, defaults in fn $defaults:ident)? {
+            $(
+                $(#[doc = $doc:expr])*
+                pub $field:ident: $ty:ty = $default:expr, shown $shown:literal $(, unit $unit:literal)?
+                    $(, key [$($table:ident)?] $key:ident $(, check $check:expr)?)?;
+            )*
+        }
+    ) => {
+        $(#[$attr])*
+        pub struct $Type {
+            $(
+                $(#[doc = $doc])*
+                #[doc = ""]
+                #[doc = concat!("Default: `", $shown, "`", $(" ", $unit,)? ".")]
+                $(#[doc = concat!("Node files: `", $crate::section!(@file [$($table)?] $key), "`.")])?
+                pub $field: $ty,
+            )*
+        }
+
+        $crate::section!(@defaults $Type ($($defaults)?) { $($field: $default,)* });
+
+        impl $Type {
+            #[doc = concat!(
+                "Every setting of this type, in declaration order, each in its three spellings ",
+                "([`Setting::name`](", stringify!($crate), "::setting::Setting::name))."
+            )]
+            pub const SETTINGS: &'static [$crate::setting::Setting] = $module::ALL;
+
+            /// Checks each setting by its rule, in declaration order: the first refusal, if any. `context` is
+            /// the rest of the configuration, for rules that involve it.
+            #[allow(dead_code)]
+            pub(crate) fn check(&self, context: &$Context) -> Result<(), $crate::setting::SettingError> {
+                let _ = context;
+                $($($(
+                    if let Some(problem) = $crate::setting::run_check(self, context, $check) {
+                        return Err($crate::setting::SettingError::new($module::$field, problem).among($module::ALL));
+                    }
+                )?)?)*
+                Ok(())
+            }
+        }
+
+        #[doc = concat!("The settings of [`", stringify!($Type), "`], one per field that is a setting.")]
+        #[allow(non_upper_case_globals)]
+        $vis mod $module {
+            use $crate::setting::Setting;
+
+            $($(
+                #[doc = concat!("`", stringify!($Type), "::", stringify!($field), "`.")]
+                pub const $field: Setting = Setting::new(
+                    $crate::section!(@id [$($table)?] $key),
+                    $crate::section!(@file [$($table)?] $key),
+                    concat!($before, stringify!($field), $after),
+                );
+            )?)*
+
+            /// Every one, in declaration order.
+            pub const ALL: &[Setting] = &[$($($crate::section!(@this $field $key),)?)*];
+
+            #[test]
+            fn every_documented_default_is_the_default() {
+                let default = $crate::section!(@default_value (super::$Type) ($($defaults)?));
+                $(
+                    assert_eq!(
+                        format!("{:?}", default.$field),
+                        $shown,
+                        concat!(stringify!($Type), "::", stringify!($field), ": its `shown` default")
+                    );
+                )*
+            }
+        }
+    };
+    (@id [$table:ident] $key:ident) => { concat!(stringify!($table), ".", stringify!($key)) };
+    (@id [] $key:ident) => { concat!("node.", stringify!($key)) };
+    (@file [$table:ident] $key:ident) => { concat!("[", stringify!($table), "] ", stringify!($key)) };
+    (@file [] $key:ident) => { stringify!($key) };
+    (@defaults $Type:ident () { $($field:ident: $default:expr,)* }) => {
+        impl Default for $Type {
+            fn default() -> Self {
+                Self { $($field: $default,)* }
+            }
+        }
+    };
+    (@defaults $Type:ident ($defaults:ident) { $($field:ident: $default:expr,)* }) => {
+        impl $Type {
+            /// Every field at its declared default (the required ones too: a caller sets them).
+            pub(crate) fn $defaults() -> Self {
+                Self { $($field: $default,)* }
+            }
+        }
+    };
+    (@default_value ($($Type:tt)*) ()) => { <$($Type)* as Default>::default() };
+    (@default_value ($($Type:tt)*) ($defaults:ident)) => { $($Type)*::$defaults() };
+    (@this $field:ident $key:ident) => { $field };
 }
 
 /// A setting refused by a rule: which one, and the problem, with every setting it names as a placeholder.
@@ -133,26 +210,29 @@ pub struct SettingError {
     pub setting: Setting,
     /// What is wrong and what to do, settings written `{id}` ([`Setting::id`]).
     pub problem: String,
-    /// Settings declared outside this module that the problem may name (a section's own).
-    among: &'static [Setting],
+    /// The sections whose settings the problem may name (the refused setting's own, and any other a rule
+    /// across sections names).
+    among: Vec<&'static [Setting]>,
 }
 
 impl SettingError {
     /// A refusal of `setting`; `problem` names settings as `{id}`.
     pub fn new(setting: Setting, problem: impl Into<String>) -> Self {
-        Self { setting, problem: problem.into(), among: &[] }
+        Self { setting, problem: problem.into(), among: Vec::new() }
     }
 
-    /// This refusal, its problem's placeholders also resolved among `settings` (a section's own, declared
-    /// where the section is, beside the ones declared here).
-    pub fn among(self, settings: &'static [Setting]) -> Self {
-        Self { among: settings, ..self }
+    /// This refusal, its problem's placeholders also resolved among `settings` (a section's `SETTINGS`).
+    pub fn among(mut self, settings: &'static [Setting]) -> Self {
+        if !self.among.iter().any(|known| std::ptr::eq(*known, settings)) {
+            self.among.push(settings);
+        }
+        self
     }
 
     /// The refusal in `front`'s terms: `<setting>: <problem>`.
     pub fn render(&self, front: FrontEnd) -> String {
         let mut problem = self.problem.clone();
-        for setting in Setting::ALL.iter().chain(self.among).chain([&self.setting]) {
+        for setting in self.among.iter().flat_map(|section| section.iter()).chain([&self.setting]) {
             problem = problem.replace(&format!("{{{}}}", setting.id()), setting.name(front));
         }
         format!("{}: {problem}", self.setting.name(front))
@@ -172,10 +252,21 @@ impl std::error::Error for SettingError {}
 mod tests {
     use super::*;
 
+    const TIMEOUT: Setting = Setting::new(
+        "consensus.heartbeat_timeout",
+        "[consensus] heartbeat_timeout",
+        "NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. })",
+    );
+    const MIN: Setting = Setting::new(
+        "consensus.election_timeout_min",
+        "[consensus] election_timeout_min",
+        "NodeBuilder::timers(Timers { election_timeout_min_ns, .. })",
+    );
+
     #[test]
     fn a_refusal_names_every_setting_in_the_front_ends_terms() {
-        let e =
-            SettingError::new(Setting::HeartbeatTimeout, "(1s) must be below {consensus.election_timeout_min} (1s)");
+        static SECTION: [Setting; 2] = [TIMEOUT, MIN];
+        let e = SettingError::new(TIMEOUT, "(1s) must be below {consensus.election_timeout_min} (1s)").among(&SECTION);
         assert_eq!(
             e.render(FrontEnd::NodeFile),
             "[consensus] heartbeat_timeout: (1s) must be below [consensus] election_timeout_min (1s)"
@@ -184,18 +275,6 @@ mod tests {
         assert!(builder.starts_with("NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. })"), "{builder}");
         assert!(builder.contains("election_timeout_min_ns"), "{builder}");
         assert!(!builder.contains("[consensus]"), "{builder}");
-    }
-
-    #[test]
-    fn every_setting_has_a_distinct_id_and_file_key() {
-        let mut ids: Vec<_> = Setting::ALL.iter().map(|s| s.id()).collect();
-        let mut keys: Vec<_> = Setting::ALL.iter().map(|s| s.name(FrontEnd::NodeFile)).collect();
-        ids.sort();
-        ids.dedup();
-        keys.sort();
-        keys.dedup();
-        assert_eq!(ids.len(), Setting::ALL.len());
-        assert_eq!(keys.len(), Setting::ALL.len());
     }
 }
 

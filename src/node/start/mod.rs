@@ -24,7 +24,7 @@ use super::{Links, LocalClient, Node};
 use crate::agent::Agent;
 use crate::cluster::consensus_core::{ConsensusCore, CoreConfig, DurableState};
 use crate::media::transport::{Binding, Network, Transport};
-use crate::setting::{Setting, SettingError};
+use crate::setting::SettingError;
 use crate::shm::buffer::{AtomicBuffer, Region};
 use crate::shm::counters::{Counter, CountersManager};
 use crate::shm::directory::{DirectoryError, DirectoryLock, NodeDirectory, StalePolicy};
@@ -56,8 +56,8 @@ impl Node {
         let policy = if config.clean_stale { StalePolicy::Clean } else { StalePolicy::Refuse };
         let directory = NodeDirectory::create(config.directory_path(), policy).map_err(|e| match e {
             // The setting the caller has, in their terms (the builder method, or the node file's key).
-            DirectoryError::Stale { path, pid, .. } => NodeError::Setting(SettingError::new(
-                Setting::CleanStale,
+            DirectoryError::Stale { path, pid, .. } => NodeError::from(SettingError::new(
+                super::builder::node_settings::clean_stale,
                 format!(
                     "{} was left by a node that is no longer running (pid {}): set {{node.clean_stale}} to true \
                      to remove it at start (every daemon that can crash needs it), or remove the directory",

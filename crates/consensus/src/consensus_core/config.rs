@@ -4,45 +4,86 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::setting::{FrontEnd, Setting, SettingError};
+use crate::setting::{FrontEnd, SettingError};
 
 use super::MemberId;
 
-/// The consensus timers, in nanoseconds.
-///
-/// Invariants checked by [`CoreConfig::validate`]: every timer is non-zero,
-/// `heartbeat_timeout_ns > heartbeat_interval_ns`, `election_timeout_min_ns <= election_timeout_max_ns`,
-/// and `heartbeat_timeout_ns < election_timeout_min_ns`: an election timeout above the heartbeat timeout
-/// keeps a follower from canvassing members that still hear the leader.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timers {
-    /// The leader sends its commit position (its heartbeat) at least this often, and a follower its
-    /// append position.
-    /// Default: `10000000`.
-    pub heartbeat_interval_ns: u64,
-    /// A follower that heard from its leader within this long refuses canvasses.
-    /// Default: `100000000`.
-    pub heartbeat_timeout_ns: u64,
-    /// Shortest randomized election timeout; a leader that has not heard from a majority within this long
-    /// steps down (no follower can have elected another leader sooner).
-    /// Default: `150000000`.
-    pub election_timeout_min_ns: u64,
-    /// Longest randomized election timeout.
-    /// Default: `300000000`.
-    pub election_timeout_max_ns: u64,
-}
-
-impl Default for Timers {
-    /// 10 ms heartbeats, a 100 ms heartbeat timeout, election timeouts of 150 to 300 ms.
-    fn default() -> Self {
-        Self {
-            heartbeat_interval_ns: 10_000_000,
-            heartbeat_timeout_ns: 100_000_000,
-            election_timeout_min_ns: 150_000_000,
-            election_timeout_max_ns: 300_000_000,
-        }
+crate::section! {
+    /// The consensus timers, in nanoseconds.
+    ///
+    /// Invariants checked by [`CoreConfig::validate`]: every timer is non-zero,
+    /// `heartbeat_timeout_ns > heartbeat_interval_ns`, `election_timeout_min_ns <= election_timeout_max_ns`,
+    /// and `heartbeat_timeout_ns < election_timeout_min_ns`: an election timeout above the heartbeat timeout
+    /// keeps a follower from canvassing members that still hear the leader. The default: 10 ms heartbeats,
+    /// a 100 ms heartbeat timeout, election timeouts of 150 to 300 ms.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Timers in pub mod timer_settings, built as ("NodeBuilder::timers(Timers { ", ", .. })"),
+        checked with () {
+        /// The leader sends its commit position (its heartbeat) at least this often, and a follower its
+        /// append position.
+        pub heartbeat_interval_ns: u64 = 10_000_000, shown "10000000", unit "ns",
+            key [consensus] heartbeat_interval,
+            check |t, _| (t.heartbeat_interval_ns == 0).then(|| ZERO.into());
+        /// A follower that heard from its leader within this long refuses canvasses.
+        pub heartbeat_timeout_ns: u64 = 100_000_000, shown "100000000", unit "ns",
+            key [consensus] heartbeat_timeout,
+            check |t: &Timers, _| {
+                // Each comparison only once the timers it compares with are valid themselves, so that the
+                // first refusal is the one the reader fixes first: zeros, then the order of the bounds.
+                let ms = Duration::from_nanos;
+                let others_set = t.election_timeout_min_ns != 0 && t.election_timeout_max_ns != 0;
+                if t.heartbeat_timeout_ns == 0 {
+                    Some(ZERO.into())
+                } else if others_set && t.heartbeat_timeout_ns <= t.heartbeat_interval_ns {
+                    Some(format!(
+                        "({:?}) must be greater than {{consensus.heartbeat_interval}} ({:?}), or every follower \
+                         times out between heartbeats",
+                        ms(t.heartbeat_timeout_ns),
+                        ms(t.heartbeat_interval_ns)
+                    ))
+                } else if others_set
+                    && t.election_timeout_min_ns <= t.election_timeout_max_ns
+                    && t.heartbeat_timeout_ns >= t.election_timeout_min_ns
+                {
+                    Some(format!(
+                        "({:?}) must be below {{consensus.election_timeout_min}} ({:?}): a follower refuses to \
+                         vote while it heard from its leader within the heartbeat timeout, so a member whose \
+                         election timer fires first canvasses members that still count the leader alive, and \
+                         elections fail; lower {{consensus.heartbeat_timeout}} or raise \
+                         {{consensus.election_timeout_min}} (and {{consensus.election_timeout_max}} with it)",
+                        ms(t.heartbeat_timeout_ns),
+                        ms(t.election_timeout_min_ns)
+                    ))
+                } else {
+                    None
+                }
+            };
+        /// Shortest randomized election timeout; a leader that has not heard from a majority within this long
+        /// steps down (no follower can have elected another leader sooner).
+        pub election_timeout_min_ns: u64 = 150_000_000, shown "150000000", unit "ns",
+            key [consensus] election_timeout_min,
+            check |t: &Timers, _| {
+                if t.election_timeout_min_ns == 0 {
+                    Some(ZERO.into())
+                } else if t.election_timeout_max_ns != 0 && t.election_timeout_min_ns > t.election_timeout_max_ns {
+                    Some(format!(
+                        "({:?}) must be at most {{consensus.election_timeout_max}} ({:?})",
+                        Duration::from_nanos(t.election_timeout_min_ns),
+                        Duration::from_nanos(t.election_timeout_max_ns)
+                    ))
+                } else {
+                    None
+                }
+            };
+        /// Longest randomized election timeout.
+        pub election_timeout_max_ns: u64 = 300_000_000, shown "300000000", unit "ns",
+            key [consensus] election_timeout_max,
+            check |t, _| (t.election_timeout_max_ns == 0).then(|| ZERO.into());
     }
 }
+
+/// A timer's refusal when it is zero.
+const ZERO: &str = "must be greater than zero";
 
 impl Timers {
     /// The `latency` profile's timers: 5 ms heartbeats, a 50 ms heartbeat timeout, election timeouts of
@@ -124,52 +165,7 @@ impl Timers {
     /// Checks the timers; the error names the offending setting, and the others the rule involves, in
     /// whichever front end's terms the caller renders it.
     pub fn validate(&self) -> Result<(), SettingError> {
-        let named = [
-            (Setting::HeartbeatInterval, self.heartbeat_interval_ns),
-            (Setting::HeartbeatTimeout, self.heartbeat_timeout_ns),
-            (Setting::ElectionTimeoutMin, self.election_timeout_min_ns),
-            (Setting::ElectionTimeoutMax, self.election_timeout_max_ns),
-        ];
-        if let Some(&(setting, _)) = named.iter().find(|(_, value)| *value == 0) {
-            return Err(SettingError::new(setting, "must be greater than zero"));
-        }
-        let ms = Duration::from_nanos;
-        if self.heartbeat_timeout_ns <= self.heartbeat_interval_ns {
-            return Err(SettingError::new(
-                Setting::HeartbeatTimeout,
-                format!(
-                    "({:?}) must be greater than {{consensus.heartbeat_interval}} ({:?}), or every follower times \
-                     out between heartbeats",
-                    ms(self.heartbeat_timeout_ns),
-                    ms(self.heartbeat_interval_ns)
-                ),
-            ));
-        }
-        if self.election_timeout_min_ns > self.election_timeout_max_ns {
-            return Err(SettingError::new(
-                Setting::ElectionTimeoutMin,
-                format!(
-                    "({:?}) must be at most {{consensus.election_timeout_max}} ({:?})",
-                    ms(self.election_timeout_min_ns),
-                    ms(self.election_timeout_max_ns)
-                ),
-            ));
-        }
-        if self.heartbeat_timeout_ns >= self.election_timeout_min_ns {
-            return Err(SettingError::new(
-                Setting::HeartbeatTimeout,
-                format!(
-                    "({:?}) must be below {{consensus.election_timeout_min}} ({:?}): a follower refuses to vote \
-                     while it heard from its leader within the heartbeat timeout, so a member whose election \
-                     timer fires first canvasses members that still count the leader alive, and elections fail; \
-                     lower {{consensus.heartbeat_timeout}} or raise {{consensus.election_timeout_min}} (and \
-                     {{consensus.election_timeout_max}} with it)",
-                    ms(self.heartbeat_timeout_ns),
-                    ms(self.election_timeout_min_ns)
-                ),
-            ));
-        }
-        Ok(())
+        self.check(&())
     }
 }
 
@@ -205,11 +201,3 @@ impl fmt::Display for CoreConfigError {
 }
 
 impl std::error::Error for CoreConfigError {}
-
-#[cfg(test)]
-mod default_docs {
-    #[test]
-    fn every_documented_default_is_the_default() {
-        crate::setting::documented_defaults::check(include_str!("config.rs"), "Timers", &super::Timers::default(), &[]);
-    }
-}

@@ -602,13 +602,14 @@ fn a_single_member_elects_itself_and_commits_what_it_appends() {
 #[test]
 fn bad_configuration_names_the_key() {
     let mut cfg = config(1);
-    use crate::setting::{FrontEnd, Setting};
+    use super::config::timer_settings;
+    use crate::setting::FrontEnd;
     cfg.timers.heartbeat_timeout_ns = cfg.timers.heartbeat_interval_ns;
-    assert_eq!(cfg.timers.validate().unwrap_err().setting, Setting::HeartbeatTimeout);
+    assert_eq!(cfg.timers.validate().unwrap_err().setting, timer_settings::heartbeat_timeout_ns);
     assert_eq!(cfg.validate().unwrap_err().key, "timers");
     let mut cfg = config(1);
     cfg.timers.election_timeout_min_ns = cfg.timers.election_timeout_max_ns + 1;
-    assert_eq!(cfg.timers.validate().unwrap_err().setting, Setting::ElectionTimeoutMin);
+    assert_eq!(cfg.timers.validate().unwrap_err().setting, timer_settings::election_timeout_min_ns);
     let mut cfg = config(1);
     cfg.timers.heartbeat_interval_ns = 0;
     let error = cfg.validate().unwrap_err();
@@ -617,7 +618,7 @@ fn bad_configuration_names_the_key() {
     let mut cfg = config(1);
     cfg.timers.heartbeat_timeout_ns = cfg.timers.election_timeout_min_ns;
     let error = cfg.timers.validate().unwrap_err();
-    assert_eq!(error.setting, Setting::HeartbeatTimeout);
+    assert_eq!(error.setting, timer_settings::heartbeat_timeout_ns);
     let file = error.render(FrontEnd::NodeFile);
     assert!(file.starts_with("[consensus] heartbeat_timeout: "), "{file}");
     assert!(file.contains("[consensus] election_timeout_min"), "{file}");

@@ -22,106 +22,143 @@ pub use crate::shm::log_buffer::descriptor::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
 /// Default term length of a network log (16 MiB, as Aeron's UDP default).
 pub const DEFAULT_TERM_LENGTH: usize = 16 * 1024 * 1024;
 
-/// Everything a network publication (the Sender side) and its subscriptions (the Receiver side) agree on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ChannelConfig {
-    /// Where the Sender sends each datagram: one entry per follower (multi-destination cast).
-    /// Default: `[]`.
-    pub destinations: Vec<SocketAddr>,
-    /// The local address every datagram of a publication is sent from: a node's member endpoint, the one
-    /// source its followers accept (bound with `SO_REUSEPORT`, one socket per destination). `None` sends
-    /// from an ephemeral port, for streams whose receivers accept any source.
-    /// Default: `None`.
-    pub source: Option<SocketAddr>,
-    /// A hash of the cluster's member list ([`membership_tag`]), carried in SETUPs and status messages: a
-    /// peer whose tag differs is refused, counted and logged. `None` for plain streams.
-    /// Default: `None`.
-    pub membership: Option<i64>,
-    /// The shared key that tags and checks every datagram ([`crate::media::auth`]); `None` on isolated networks.
-    /// Default: `None`.
-    pub auth: Option<AuthKey>,
-    /// Which receivers' windows the Sender waits for: all of them (a stream), or a quorum (a cluster leader).
-    /// Default: `Min`.
-    pub flow_control: FlowControlMode,
-    /// Most bytes retransmitted to one receiver per second (NAK repair), so that NAKs, forged or not,
-    /// cannot make the Sender resend without bound; 0 means unlimited.
-    /// Default: `67108864`.
-    pub max_retransmit_rate: u64,
-    /// Largest datagram, header included: a multiple of 32 in `64..=65504`, at most `term_length / 8`.
-    /// Default: `1408`.
-    pub mtu: usize,
-    /// Length of each of the log's three terms: a power of two in 64 KiB ..= 1 GiB.
-    /// Default: `16777216`.
-    pub term_length: usize,
-    /// How datagrams are put on the wire.
-    /// Default: `Classic`.
-    pub send_mode: SendMode,
-    /// Most datagrams (per destination) one `mmsg` or `gso` call carries.
-    /// Default: `16`.
-    pub batch_limit: usize,
-    /// Socket buffer sizes.
-    /// Default: as its type documents.
-    pub socket: SocketOptions,
-    /// Receiver window advertised in status messages; at most `term_length / 2` and at most `SO_RCVBUF`.
-    /// Keep it at half of `SO_RCVBUF` or less: the kernel charges each queued datagram its whole
-    /// allocation (2,304 B for 1,088 B of data), which only the doubling of `SO_RCVBUF` covers, and not
-    /// for datagrams less than half full (see `tuning/README.md`).
-    /// Default: `131072`.
-    pub receiver_window: usize,
-    /// A receiver silent for this long is dropped from flow control.
-    /// Default: `5s`.
-    pub receiver_timeout: Duration,
-    /// Delay before a gap is NAKed.
-    /// Default: `100µs`.
-    pub nak_delay: Duration,
-    /// Delay before a gap that is still open is NAKed again (Aeron's unicast default: 100 x 100 us).
-    /// Default: `10ms`.
-    pub nak_retry_delay: Duration,
-    /// A status message is sent at least this often.
-    /// Default: `200ms`.
-    pub status_interval: Duration,
-    /// A heartbeat goes out after this long without data.
-    /// Default: `100ms`.
-    pub heartbeat_interval: Duration,
-    /// Setup frames repeat this often until a receiver answers.
-    /// Default: `100ms`.
-    pub setup_interval: Duration,
-    /// NAKs for a range already retransmitted are ignored for this long.
-    /// Default: `10ms`.
-    pub retransmit_linger: Duration,
-    /// Faults injected on the datagrams this side sends.
-    /// Default: as its type documents.
-    pub send_faults: FaultConfig,
-    /// Faults injected on the datagrams this side receives.
-    /// Default: as its type documents.
-    pub receive_faults: FaultConfig,
-}
-
-impl Default for ChannelConfig {
-    fn default() -> Self {
-        Self {
-            destinations: Vec::new(),
-            source: None,
-            membership: None,
-            auth: None,
-            flow_control: FlowControlMode::Min,
-            max_retransmit_rate: 64 << 20,
-            mtu: MTU_1408,
-            term_length: DEFAULT_TERM_LENGTH,
-            send_mode: SendMode::Classic,
-            batch_limit: 16,
-            socket: SocketOptions { send_buffer: Some(2 << 20), receive_buffer: Some(2 << 20) },
-            receiver_window: 128 * 1024,
-            receiver_timeout: Duration::from_secs(5),
-            nak_delay: Duration::from_micros(100),
-            nak_retry_delay: Duration::from_millis(10),
-            status_interval: Duration::from_millis(200),
-            heartbeat_interval: Duration::from_millis(100),
-            setup_interval: Duration::from_millis(100),
-            retransmit_linger: Duration::from_millis(10),
-            send_faults: FaultConfig::default(),
-            receive_faults: FaultConfig::default(),
-        }
+crate::section! {
+    /// Everything a network publication (the Sender side) and its subscriptions (the Receiver side) agree on.
+    ///
+    /// The rules, checked by [`validate`](Self::validate) in this order, are each setting's below; the first
+    /// refusal names the setting and says what to change.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ChannelConfig in pub mod settings, built as ("ChannelConfig::", ""), checked with () {
+        /// Length of each of the log's three terms (Aeron's term length; a log-buffer term, not a
+        /// leadership term): a power of two in 64 KiB ..= 1 GiB.
+        pub term_length: usize = DEFAULT_TERM_LENGTH, shown "16777216", unit "bytes",
+            key [channel] term_buffer_length,
+            check |c, _| validate_term_length(c.term_length).err().map(|e| e.0.problem);
+        /// Largest datagram, header included: a multiple of 32 in `64..=65504`, at most `term_length / 8`
+        /// (and, with `auth`, small enough for its tag to fit the largest UDP payload too).
+        pub mtu: usize = MTU_1408, shown "1408", unit "bytes",
+            key [channel] mtu,
+            check |c: &ChannelConfig, _| {
+                validate_mtu(c.mtu, c.term_length).err().map(|e| e.0.problem).or_else(|| {
+                    (c.auth.is_some() && c.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD_LENGTH + 3).then(|| {
+                        format!(
+                            "is {}; with authentication every datagram carries a {TAG_LENGTH}-byte tag, and MTU + \
+                             tag must fit the largest UDP payload (65507); lower the MTU",
+                            c.mtu
+                        )
+                    })
+                })
+            };
+        /// Receiver window advertised in status messages; at most `term_length / 2` and at most `SO_RCVBUF`.
+        /// Keep it at half of `SO_RCVBUF` or less: the kernel charges each queued datagram its whole
+        /// allocation (2,304 B for 1,088 B of data), which only the doubling of `SO_RCVBUF` covers, and not
+        /// for datagrams less than half full (see `tuning/README.md`).
+        pub receiver_window: usize = 128 * 1024, shown "131072", unit "bytes",
+            key [channel] receiver_window,
+            check |c: &ChannelConfig, _| {
+                if c.receiver_window < c.mtu || c.receiver_window > c.term_length / 2 {
+                    return Some(format!(
+                        "is {}; the receiver window must be at least the MTU ({}) and at most term length / 2 ({})",
+                        c.receiver_window,
+                        c.mtu,
+                        c.term_length / 2
+                    ));
+                }
+                let rcvbuf = c.socket.receive_buffer.filter(|&rcvbuf| c.receiver_window > rcvbuf)?;
+                Some(format!(
+                    "is {}, larger than SO_RCVBUF {rcvbuf}: a full window would overflow the socket; raise \
+                     {{channel.receive_buffer}} or lower the window",
+                    c.receiver_window
+                ))
+            };
+        /// Most datagrams (per destination) one `mmsg` or `gso` call carries: 1 to 64.
+        pub batch_limit: usize = 16, shown "16", unit "datagrams",
+            key [channel] batch_limit,
+            check |c, _| {
+                (!(1..=MAX_GSO_SEGMENTS).contains(&c.batch_limit))
+                    .then(|| format!("is {}; must be from 1 to {MAX_GSO_SEGMENTS}", c.batch_limit))
+            };
+        /// Faults injected on the datagrams this side sends (for tests).
+        pub send_faults: FaultConfig = FaultConfig::default(),
+            shown "FaultConfig { drop: 0.0, duplicate: 0.0, reorder: 0.0, seed: 0 }",
+            key [channel] send_faults,
+            check |c, _| c.send_faults.validate().err();
+        /// Faults injected on the datagrams this side receives (for tests).
+        pub receive_faults: FaultConfig = FaultConfig::default(),
+            shown "FaultConfig { drop: 0.0, duplicate: 0.0, reorder: 0.0, seed: 0 }",
+            key [channel] receive_faults,
+            check |c, _| c.receive_faults.validate().err();
+        /// Where the Sender sends each datagram: one entry per follower (multi-destination cast). A node
+        /// fills it in from its file's `members`.
+        pub destinations: Vec<SocketAddr> = Vec::new(), shown "[]",
+            key [] members,
+            check |c, _| {
+                c.destinations.iter().any(|d| d.port() == 0).then(|| "a destination needs a port other than 0".into())
+            };
+        /// A status message is sent at least this often.
+        pub status_interval: Duration = Duration::from_millis(200), shown "200ms",
+            key [timers] status_interval,
+            check |c, _| timer_rule(c.status_interval);
+        /// Delay before a gap is NAKed.
+        pub nak_delay: Duration = Duration::from_micros(100), shown "100µs",
+            key [timers] nak_delay,
+            check |c, _| timer_rule(c.nak_delay);
+        /// Delay before a gap that is still open is NAKed again (Aeron's unicast default: 100 x 100 us).
+        pub nak_retry_delay: Duration = Duration::from_millis(10), shown "10ms",
+            key [timers] nak_retry_delay,
+            check |c, _| timer_rule(c.nak_retry_delay);
+        /// NAKs for a range already retransmitted are ignored for this long.
+        pub retransmit_linger: Duration = Duration::from_millis(10), shown "10ms",
+            key [timers] retransmit_linger,
+            check |c, _| timer_rule(c.retransmit_linger);
+        /// A heartbeat goes out after this long without data.
+        pub heartbeat_interval: Duration = Duration::from_millis(100), shown "100ms",
+            key [timers] heartbeat_interval,
+            check |c, _| timer_rule(c.heartbeat_interval);
+        /// Setup frames repeat this often until a receiver answers.
+        pub setup_interval: Duration = Duration::from_millis(100), shown "100ms",
+            key [timers] setup_interval,
+            check |c, _| timer_rule(c.setup_interval);
+        /// A receiver silent for this long is dropped from flow control: at least twice `status_interval`
+        /// (else live receivers time out between their status messages, and the Sender re-sends SETUPs in a
+        /// loop).
+        pub receiver_timeout: Duration = Duration::from_secs(5), shown "5s",
+            key [timers] receiver_timeout,
+            check |c: &ChannelConfig, _| {
+                timer_rule(c.receiver_timeout).or_else(|| {
+                    (c.receiver_timeout < c.status_interval * 2).then(|| {
+                        format!(
+                            "is {:?}; must be at least twice {{timers.status_interval}} ({:?}), or receivers \
+                             time out between their status messages; raise it",
+                            c.receiver_timeout, c.status_interval
+                        )
+                    })
+                })
+            };
+        /// The shared key that tags and checks every datagram ([`crate::media::auth`]); `None` on isolated
+        /// networks.
+        pub auth: Option<AuthKey> = None, shown "None",
+            key [channel] auth_key;
+        /// How datagrams are put on the wire.
+        pub send_mode: SendMode = SendMode::Classic, shown "Classic",
+            key [channel] send_mode;
+        /// Socket buffer sizes.
+        pub socket: SocketOptions = SocketOptions { send_buffer: Some(2 << 20), receive_buffer: Some(2 << 20) },
+            shown "SocketOptions { send_buffer: Some(2097152), receive_buffer: Some(2097152) }";
+        /// Most bytes retransmitted to one receiver per second (NAK repair), so that NAKs, forged or not,
+        /// cannot make the Sender resend without bound; 0 means unlimited.
+        pub max_retransmit_rate: u64 = 64 << 20, shown "67108864", unit "bytes per second",
+            key [channel] max_retransmit_rate;
+        /// The local address every datagram of a publication is sent from: a node's member endpoint, the one
+        /// source its followers accept (bound with `SO_REUSEPORT`, one socket per destination). `None` sends
+        /// from an ephemeral port, for streams whose receivers accept any source.
+        pub source: Option<SocketAddr> = None, shown "None";
+        /// A hash of the cluster's member list ([`membership_tag`]), carried in SETUPs and status messages: a
+        /// peer whose tag differs is refused, counted and logged. `None` for plain streams.
+        pub membership: Option<i64> = None, shown "None";
+        /// Which receivers' windows the Sender waits for: all of them (a stream), or a quorum (a cluster
+        /// leader).
+        pub flow_control: FlowControlMode = FlowControlMode::Min, shown "Min";
     }
 }
 
@@ -159,10 +196,16 @@ fn refuse(setting: Setting, problem: String) -> Result<(), ChannelConfigError> {
 /// The longest timer accepted: longer is a typo, not a choice.
 pub const MAX_TIMER: Duration = Duration::from_secs(3600);
 
-/// Checks the timer `[timers] key`: more than zero and at most [`MAX_TIMER`].
+/// A timer's rule as a section declares it: its problem, with its value, if it breaks the rule every timer
+/// follows.
+pub fn timer_rule(value: Duration) -> Option<String> {
+    timer_problem(value).map(|problem| format!("({value:?}) {problem}"))
+}
+
+/// Checks the timer `setting`: more than zero and at most [`MAX_TIMER`].
 pub fn validate_timer(setting: Setting, value: Duration) -> Result<(), ChannelConfigError> {
-    match timer_problem(value) {
-        Some(problem) => refuse(setting, format!("({value:?}) {problem}")),
+    match timer_rule(value) {
+        Some(problem) => refuse(setting, problem),
         None => Ok(()),
     }
 }
@@ -179,7 +222,7 @@ fn timer_problem(value: Duration) -> Option<&'static str> {
 pub fn validate_term_length(term_length: usize) -> Result<(), ChannelConfigError> {
     if !term_length.is_power_of_two() || !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) {
         return refuse(
-            Setting::TermLength,
+            settings::term_length,
             format!("is {term_length}; a term length must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)"),
         );
     }
@@ -189,12 +232,12 @@ pub fn validate_term_length(term_length: usize) -> Result<(), ChannelConfigError
 /// Checks an MTU against the UDP limits and the term length.
 pub fn validate_mtu(mtu: usize, term_length: usize) -> Result<(), ChannelConfigError> {
     if mtu % 32 != 0 || !(MIN_MTU..=MAX_UDP_PAYLOAD_LENGTH).contains(&mtu) {
-        return refuse(Setting::Mtu, format!(
+        return refuse(settings::mtu, format!(
             "is {mtu}; the MTU must be a multiple of 32 from {MIN_MTU} to {MAX_UDP_PAYLOAD_LENGTH} (the largest UDP payload); the presets are 1408 and 8192"
         ));
     }
     if mtu > term_length / 8 {
-        return refuse(Setting::Mtu, format!(
+        return refuse(settings::mtu, format!(
             "is {mtu}, larger than term length / 8 = {} (term length {term_length}); lower the MTU or raise the term length to at least {}",
             term_length / 8,
             (mtu * 8).next_power_of_two()
@@ -224,75 +267,10 @@ impl ChannelConfig {
         self.send_faults.is_active() || self.receive_faults.is_active()
     }
 
-    /// Checks every rule; the first broken one is returned with a message that says what to change.
+    /// Checks every rule (each setting's, in declaration order); the first broken one is returned with a
+    /// message that says what to change.
     pub fn validate(&self) -> Result<(), ChannelConfigError> {
-        validate_term_length(self.term_length)?;
-        validate_mtu(self.mtu, self.term_length)?;
-        if self.auth.is_some() && self.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD_LENGTH + 3 {
-            return refuse(Setting::Mtu, format!(
-                "is {}; with authentication every datagram carries a {TAG_LENGTH}-byte tag, and MTU + tag must fit the largest UDP payload (65507); lower the MTU",
-                self.mtu
-            ));
-        }
-        if self.receiver_window < self.mtu || self.receiver_window > self.term_length / 2 {
-            return refuse(
-                Setting::ReceiverWindow,
-                format!(
-                    "is {}; the receiver window must be at least the MTU ({}) and at most term length / 2 ({})",
-                    self.receiver_window,
-                    self.mtu,
-                    self.term_length / 2
-                ),
-            );
-        }
-        if let Some(rcvbuf) = self.socket.receive_buffer {
-            if self.receiver_window > rcvbuf {
-                return refuse(Setting::ReceiverWindow, format!(
-                    "is {}, larger than SO_RCVBUF {rcvbuf}: a full window would overflow the socket; raise {{channel.receive_buffer}} or lower the window",
-                    self.receiver_window
-                ));
-            }
-        }
-        if !(1..=MAX_GSO_SEGMENTS).contains(&self.batch_limit) {
-            return refuse(
-                Setting::BatchLimit,
-                format!("is {}; must be from 1 to {MAX_GSO_SEGMENTS}", self.batch_limit),
-            );
-        }
-        for (setting, faults) in
-            [(Setting::SendFaults, &self.send_faults), (Setting::ReceiveFaults, &self.receive_faults)]
-        {
-            faults.validate().map_err(|problem| ChannelConfigError(SettingError::new(setting, problem)))?;
-        }
-        if self.destinations.iter().any(|d| d.port() == 0) {
-            return refuse(Setting::Destinations, "a destination needs a port other than 0".into());
-        }
-        self.validate_timers()
-    }
-
-    /// Checks the timers: none zero, none absurd (over an hour), and a receiver time-out that spans at
-    /// least two status intervals (else live receivers time out between their status messages, and the
-    /// Sender re-sends SETUPs in a loop).
-    fn validate_timers(&self) -> Result<(), ChannelConfigError> {
-        let timers = [
-            (Setting::StatusInterval, self.status_interval),
-            (Setting::NakDelay, self.nak_delay),
-            (Setting::NakRetryDelay, self.nak_retry_delay),
-            (Setting::RetransmitLinger, self.retransmit_linger),
-            (Setting::ReceiverTimeout, self.receiver_timeout),
-            (Setting::ChannelHeartbeat, self.heartbeat_interval),
-            (Setting::SetupInterval, self.setup_interval),
-        ];
-        for (key, value) in timers {
-            validate_timer(key, value)?;
-        }
-        if self.receiver_timeout < self.status_interval * 2 {
-            return refuse(Setting::ReceiverTimeout, format!(
-                "is {:?}; must be at least twice status_interval ({:?}), or receivers time out between their status messages; raise it",
-                self.receiver_timeout, self.status_interval
-            ));
-        }
-        Ok(())
+        self.check(&()).map_err(|e| ChannelConfigError(e.among(SocketOptions::SETTINGS)))
     }
 
     /// Checks that the MTU fits the path to a destination whose largest unfragmented UDP payload is
@@ -302,7 +280,7 @@ impl ChannelConfig {
         if self.mtu + tag > path_max_payload {
             // IP and UDP headers: 20 + 8 bytes over IPv4, 40 + 8 over IPv6.
             let overhead = if destination.is_ipv6() { 48 } else { 28 };
-            return refuse(Setting::Mtu, format!(
+            return refuse(settings::mtu, format!(
                 "MTU {} does not fit the path to {destination}: its path MTU {} carries at most {path_max_payload} bytes of UDP payload unfragmented; use MTU 1408, or enable jumbo frames (MTU >= {}) on every hop",
                 self.mtu,
                 path_max_payload + overhead,
@@ -381,7 +359,7 @@ mod tests {
             .unwrap_err()
             .0
             .render(FrontEnd::NodeFile);
-        assert!(e.contains("twice status_interval"), "{e}");
+        assert!(e.contains("twice [timers] status_interval"), "{e}");
     }
 
     #[test]
@@ -402,18 +380,5 @@ mod tests {
             "{e}"
         );
         ChannelConfig { mtu: MTU_1408, ..config() }.validate_path(c.destinations[0], 1472).unwrap();
-    }
-}
-
-#[cfg(test)]
-mod default_docs {
-    #[test]
-    fn every_documented_default_is_the_default() {
-        crate::setting::documented_defaults::check(
-            include_str!("channel.rs"),
-            "ChannelConfig",
-            &super::ChannelConfig::default(),
-            &[],
-        );
     }
 }

@@ -41,7 +41,7 @@ use crate::media::time_split::{CallClass, CallNs, CallTimer};
 use crate::media::transport::{
     MmsgScratch, Network, RecvBatch, SendMode, SendOutcome, Transport, Udp, UdpEndpoint, MAX_BATCH,
 };
-use crate::setting::{Setting, SettingError};
+use crate::setting::SettingError;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::descriptor::{partition_index, position, term_count, term_id, term_offset};
 use crate::shm::log_buffer::{scan, ConsumerPosition, LogBuffer};
@@ -336,7 +336,7 @@ impl NetworkPublication {
     pub fn new(log: LogBuffer, config: ChannelConfig, counters: SenderCounters) -> Result<Self, PublicationError> {
         if config.has_faults() {
             return Err(PublicationError::Config(ChannelConfigError(SettingError::new(
-                Setting::SendFaults,
+                crate::media::channel::settings::send_faults,
                 "faults are set: open the publication with NetworkPublication::open on \
                  transport::faulty::Faulty::new(Udp, send_faults, receive_faults)",
             ))));
@@ -358,7 +358,7 @@ impl<T: Transport> NetworkPublication<T> {
         config.validate()?;
         if log.config().mtu != config.mtu || log.term_length() != config.term_length {
             return Err(ChannelConfigError(SettingError::new(
-                Setting::Mtu,
+                crate::media::channel::settings::mtu,
                 format!(
                     "the log was made with MTU {} and term length {}, the channel asks for MTU {} and term length {}",
                     log.config().mtu,

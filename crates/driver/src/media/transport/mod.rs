@@ -116,15 +116,17 @@ impl<'de> serde::Deserialize<'de> for SendMode {
     }
 }
 
-/// Socket buffer sizes asked of the kernel (None keeps the system default).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SocketOptions {
-    /// `SO_SNDBUF` in bytes.
-    /// Default: `None`.
-    pub send_buffer: Option<usize>,
-    /// `SO_RCVBUF` in bytes.
-    /// Default: `None`.
-    pub receive_buffer: Option<usize>,
+crate::section! {
+    /// Socket buffer sizes asked of the kernel (None keeps the system default).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct SocketOptions in pub mod socket_settings, built as ("ChannelConfig::socket.", ""), checked with () {
+        /// `SO_SNDBUF`.
+        pub send_buffer: Option<usize> = None, shown "None", unit "bytes",
+            key [channel] send_buffer;
+        /// `SO_RCVBUF`.
+        pub receive_buffer: Option<usize> = None, shown "None", unit "bytes",
+            key [channel] receive_buffer;
+    }
 }
 
 /// The result of one send call.
@@ -416,16 +418,3 @@ pub struct Binding<'a> {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod default_docs {
-    #[test]
-    fn every_documented_default_is_the_default() {
-        crate::setting::documented_defaults::check(
-            include_str!("mod.rs"),
-            "SocketOptions",
-            &super::SocketOptions::default(),
-            &[],
-        );
-    }
-}
