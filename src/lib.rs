@@ -127,7 +127,7 @@ pub use crate::media::transport::SendMode;
 pub use crate::node::config::NodeFile;
 pub use crate::node::{
     AddressRange, ClientEndpointConfig, LocalClient, LocalOfferError, LocalWaitError, LogStorage, Member, Node,
-    NodeBuilder, NodeConfig, NodeError, PerAgent, RoleChange, StorageConfig,
+    NodeBuilder, NodeConfig, NodeError, PerAgent, RoleChange, ServiceConfig, StorageConfig,
 };
 pub use crate::service::{CloseReason, Cluster, ClusterTime, SessionRefused, TimerError};
 pub use crate::setting::{Setting, SettingError};

@@ -110,6 +110,21 @@ section! {
     }
 }
 
+section! {
+    /// What the replicated service may hold ([`StateMachine`](crate::StateMachine)'s callbacks, the
+    /// [`Cluster`](crate::Cluster) handle). The same on every member: a limit reached on one is reached on
+    /// all at the same entry.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ServiceConfig in pub(crate) mod service, built as ("ServiceConfig::", ""),
+        checked with NodeConfig, read by ServiceSection {
+        /// Timers scheduled at once, at most ([`Cluster::schedule_timer`](crate::Cluster::schedule_timer)
+        /// refuses one more). Each takes about 64 bytes of the replicated state and of every snapshot.
+        pub max_timers: usize = crate::service::DEFAULT_MAX_TIMERS, shown "1048576", unit "timers",
+            key [service] max_timers, file usize,
+            check |service, _| (service.max_timers == 0).then(|| "must be at least 1".into());
+    }
+}
+
 impl StorageConfig {
     /// True when the log is recorded on disk.
     pub fn records(&self) -> bool {
@@ -407,6 +422,9 @@ pub struct NodeConfig {
     /// segments and snapshots.
     /// Default: as its type documents.
     pub storage: StorageConfig,
+    /// What the replicated service may hold: its timers.
+    /// Default: as its type documents.
+    pub service: ServiceConfig,
     /// Remove a stale directory of a crashed run instead of refusing to start.
     /// Default: `false`.
     pub clean_stale: bool,
@@ -537,6 +555,7 @@ impl NodeConfig {
             .into());
         }
         self.storage.check(self)?;
+        self.service.check(self)?;
         if self.clients.enabled {
             self.clients.check(self)?;
         }
@@ -611,6 +630,7 @@ impl NodeBuilder {
                 directory: None,
                 data_dir: None,
                 storage: StorageConfig::default(),
+                service: ServiceConfig::default(),
                 clean_stale: false,
                 channel: ChannelConfig::default(),
                 stream_id: 1001,
@@ -728,6 +748,12 @@ impl NodeBuilder {
     /// Where and how the log is kept (see [`StorageConfig`]).
     pub fn storage(mut self, storage: StorageConfig) -> Self {
         self.config.storage = storage;
+        self
+    }
+
+    /// What the replicated service may hold (see [`ServiceConfig`]).
+    pub fn service(mut self, service: ServiceConfig) -> Self {
+        self.config.service = service;
         self
     }
 

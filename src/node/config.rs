@@ -16,7 +16,7 @@ use crate::media::auth::AuthKey;
 use crate::media::channel::ChannelConfig;
 use crate::media::transport::faulty::FaultConfig;
 use crate::media::transport::SendMode;
-use crate::node::builder::{ClientsSection, StorageSection};
+use crate::node::builder::{ClientsSection, ServiceSection, StorageSection};
 use crate::node::{LogStorage, Member, NodeBuilder, NodeConfig, NodeError};
 use crate::setting::FrontEnd;
 
@@ -84,6 +84,9 @@ use crate::setting::FrontEnd;
 /// snapshot_interval = "256MiB"  # or "off": snapshots only on request
 /// snapshots_kept = 2
 ///
+/// [service]                    # what the replicated service may hold; the same on every member
+/// max_timers = 1048576
+///
 /// [clients]                    # remote clients (cluster_client): each member's `client` endpoint
 /// enabled = true               # default false; a member's client endpoint defaults to its port + 200
 /// max_sessions = 1024          # the same on every member
@@ -140,6 +143,8 @@ pub struct NodeFile {
     agents: AgentSection,
     #[serde(default)]
     storage: StorageSection,
+    #[serde(default)]
+    service: ServiceSection,
     #[serde(default)]
     clients: ClientsSection,
     #[serde(default)]
@@ -308,6 +313,7 @@ impl NodeFile {
             merge_fields!(entry, over; idle, core);
         }
         self.storage.merge(over.storage);
+        self.service.merge(over.service);
         self.clients.merge(over.clients);
         let (a, o) = (&mut self.admin, over.admin);
         merge_fields!(a, o; key);
@@ -378,6 +384,7 @@ impl NodeFile {
         self.timers.apply(&mut config);
         self.consensus.apply(&mut config);
         self.storage.apply(&mut config.storage);
+        self.service.apply(&mut config.service);
         self.clients.apply(&mut config.clients);
         config.validate().map_err(in_file_terms)?;
         config.channel.validate().map_err(|e| in_file_terms(e.into()))?;

@@ -57,8 +57,8 @@ mod settings;
 mod start;
 
 pub use builder::{
-    AddressRange, ClientEndpointConfig, LogStorage, Member, NodeBuilder, NodeConfig, PerAgent, StorageConfig,
-    CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET,
+    AddressRange, ClientEndpointConfig, LogStorage, Member, NodeBuilder, NodeConfig, PerAgent, ServiceConfig,
+    StorageConfig, CLIENT_PORT_OFFSET, CONSENSUS_PORT_OFFSET,
 };
 #[cfg(feature = "sim")]
 pub use environment::InlineLogCost;

@@ -400,7 +400,6 @@ fn bind_consensus(config: &NodeConfig, env: &Environment) -> Result<(Box<dyn Tra
 
 use super::sessions::clock::LeaderClock;
 /// The client endpoint (when `clients.enabled`) and the session table every node keeps.
-use crate::service::DEFAULT_MAX_TIMERS;
 
 fn start_clients(
     config: &NodeConfig,
@@ -419,7 +418,7 @@ fn start_clients(
     if !config.clients.enabled {
         let sessions = ClientSessions::new(
             config.clients.session_config(),
-            DEFAULT_MAX_TIMERS,
+            config.service.max_timers,
             None,
             max_response,
             session_counters,
@@ -439,7 +438,7 @@ fn start_clients(
     })?;
     let mut sessions = ClientSessions::new(
         config.clients.session_config(),
-        DEFAULT_MAX_TIMERS,
+        config.service.max_timers,
         Some(egress.clone()),
         max_response,
         session_counters,
