@@ -248,6 +248,8 @@ fn stats_delta(after: &ClientStats, before: &ClientStats) -> ClientStats {
         datagrams_received: after.datagrams_received - before.datagrams_received,
         receive_calls: after.receive_calls - before.receive_calls,
         send_calls: after.send_calls - before.send_calls,
+        pushes_duplicate: after.pushes_duplicate - before.pushes_duplicate,
+        push_resends_asked: after.push_resends_asked - before.push_resends_asked,
     }
 }
 

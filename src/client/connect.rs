@@ -103,6 +103,7 @@ impl ClusterClient {
             last_heard_ns: 0,
             last_sent_ns: 0,
             closing: None,
+            pushes: Default::default(),
             config,
         })
     }
@@ -170,6 +171,7 @@ impl ClusterClient {
         self.handshake.cookie = None;
         self.session.id = 0;
         self.session.token = None;
+        self.pushes = Default::default();
         self.session.windows.fill(ReplayWindow::default());
         self.in_flight.next_correlation = 1;
         self.in_flight.resent_from = 0;

@@ -290,6 +290,14 @@ pub enum Event<'a> {
         /// Why.
         reason: ClosedReason,
     },
+    /// The service pushed a message to this session (its `Cluster::push`): each push is reported once, in
+    /// the order the service made them, across losses and leader changes.
+    Pushed {
+        /// Its number in the session's stream of pushes (from 1).
+        number: u64,
+        /// The service's bytes.
+        payload: &'a [u8],
+    },
     /// The leader refused a new session.
     ConnectRefused {
         /// Why.
@@ -326,6 +334,9 @@ pub enum ClosedReason {
     /// The service closed it (`Cluster::close_session`); the messages it applied before are reported
     /// committed, the rest never will be.
     ClosedByService,
+    /// This client left `[service] max_push_backlog` bytes of pushes unacknowledged (it polled too
+    /// seldom to keep up with them).
+    Backlog,
 }
 
 /// What a client has done so far (plain counts, read with [`ClusterClient::stats`]): how it found its
@@ -356,6 +367,11 @@ pub struct ClientStats {
     pub receive_calls: u64,
     /// Send calls (each a `sendmmsg` of up to `SEND_BATCH` datagrams, or an ask's `sendmsg`).
     pub send_calls: u64,
+    /// Pushes received again (a resend after a loss or a change of leader) and dropped: each push is
+    /// handed out once.
+    pub pushes_duplicate: u64,
+    /// Requests to the leader to send the pushes after a gap again.
+    pub push_resends_asked: u64,
 }
 
 /// One message in flight.
@@ -420,6 +436,19 @@ pub struct ClusterClient {
     last_sent_ns: u64,
     /// Records of the datagram being read that reported outcomes.
     closing: Option<Closing>,
+    /// The session's pushes handed to the application, and what the leader was told of them.
+    pushes: PushesSeen,
+}
+
+/// The pushes of the session ([`Event::Pushed`]) as this client has seen them.
+#[derive(Clone, Copy, Debug, Default)]
+struct PushesSeen {
+    /// The number of the last push handed out (each once, in order).
+    received: u64,
+    /// The last number the leader was told the client has.
+    acknowledged: u64,
+    /// When the client last asked for a resend, and from which number (0: never).
+    resend_asked: (u64, u64),
 }
 
 /// A client's socket and its datagrams: the members' addresses it sends to, the datagrams being filled

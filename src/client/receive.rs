@@ -40,6 +40,12 @@ impl ClusterClient {
             }
         }
         self.link.batch = Some(batch);
+        if self.pushes.received > self.pushes.acknowledged && self.state == State::Connected {
+            // The leader keeps each push until it hears the client has it.
+            self.pushes.acknowledged = self.pushes.received;
+            self.push(RecordHeader::new(wire::PUSH_ACK, self.session.id).value(self.pushes.received as i64), &[]);
+            work += self.flush();
+        }
         if let Some(closing) = self.closing.take() {
             for pending in self.in_flight.pending.drain(..) {
                 let correlation_id = pending.correlation_id;
@@ -191,6 +197,7 @@ fn on_record(
                 committed(client, correlation_id, position, &[], false, handler);
             }
         }
+        wire::PUSHED if ours => on_pushed(client, record.correlation_id, payload, now, handler),
         wire::HEARTBEAT if ours && member == client.search.target => client.last_heard_ns = now,
         wire::NAK if ours && client.state == State::Connected => {
             let from = record.value as u64;
@@ -220,6 +227,7 @@ fn on_record(
                 wire::TIMED_OUT => ClosedReason::TimedOut,
                 wire::EVICTED => ClosedReason::Evicted,
                 wire::CLOSED_BY_SERVICE => ClosedReason::ClosedByService,
+                wire::CLOSED_BACKLOG => ClosedReason::Backlog,
                 _ => ClosedReason::Unknown,
             };
             client.closing = Some(Closing { refusal: RefusalCode::UnknownSession, reason, known: true });
@@ -227,6 +235,31 @@ fn on_record(
         _ => {}
     }
 }
+
+/// Push `number` of the session: handed out when it is the next one; one seen before is dropped; one
+/// past a gap is dropped too, and the leader asked for the pushes after the last one handed out (once per
+/// `RESEND_RETRY_NS`).
+fn on_pushed(client: &mut ClusterClient, number: u64, payload: &[u8], now: u64, handler: &mut impl FnMut(Event<'_>)) {
+    let seen = &mut client.pushes;
+    if number == seen.received + 1 {
+        seen.received = number;
+        handler(Event::Pushed { number, payload });
+    } else if number <= seen.received {
+        client.stats.pushes_duplicate += 1;
+    } else {
+        let (from, at) = seen.resend_asked;
+        if from != seen.received || now.saturating_sub(at) >= RESEND_RETRY_NS {
+            seen.resend_asked = (seen.received, now);
+            client.stats.push_resends_asked += 1;
+            let record =
+                RecordHeader::new(wire::PUSH_ACK, client.session.id).value(seen.received as i64).code(wire::RESEND);
+            client.push(record, &[]);
+        }
+    }
+}
+
+/// Least time between two requests to resend the pushes from one number.
+const RESEND_RETRY_NS: u64 = 20_000_000;
 
 fn on_refused(
     client: &mut ClusterClient,

@@ -38,6 +38,8 @@ const LEADER_TERM: u8 = 5;
 const TICK: u8 = 6;
 const EVICT: u8 = 7;
 const SERVICE: u8 = 8;
+const PUSH_ACK: u8 = 9;
+const PUSH_RESEND: u8 = 10;
 /// Bytes before a message's payload: kind, session id, timestamp, correlation id.
 pub const MESSAGE_HEADER_LENGTH: usize = 1 + 8 + 8 + 8;
 
@@ -102,6 +104,19 @@ pub enum SessionEntry<'a> {
         /// The leader's clock when it appended the entry.
         timestamp_ns: i64,
     },
+    /// The client has every push of its session up to `received` (with `resend`: it saw a gap after it, and
+    /// asks the leader to send the rest again). Encoded as a message's header, `received` in the
+    /// correlation id's place.
+    PushAck {
+        /// The session.
+        session_id: u64,
+        /// The leader's clock when it appended the entry.
+        timestamp_ns: i64,
+        /// The number of the last push the client has, in order.
+        received: u64,
+        /// The client asks for the pushes after `received` again.
+        resend: bool,
+    },
     /// An entry the leader's service offered itself ([`crate::service::Cluster::offer`]).
     Service {
         /// The leader's clock when its service offered it.
@@ -134,7 +149,7 @@ impl fmt::Display for SessionDecodeError {
             Self::UnknownKind(kind) => write!(
                 f,
                 "unknown session entry kind {kind}: 1 open, 2 message, 3 keep-alive, 4 close, 5 leader term, 6 tick, \
-                 7 evict, 8 service"
+                 7 evict, 8 service, 9 push ack, 10 push resend"
             ),
             Self::ZeroCorrelation => f.write_str("a message with correlation id 0 (they count from 1)"),
         }
@@ -151,7 +166,8 @@ impl<'a> SessionEntry<'a> {
             | Self::Message { session_id, .. }
             | Self::KeepAlive { session_id, .. }
             | Self::Close { session_id, .. }
-            | Self::Evict { session_id, .. } => session_id,
+            | Self::Evict { session_id, .. }
+            | Self::PushAck { session_id, .. } => session_id,
             Self::LeaderTerm { .. } | Self::Tick { .. } | Self::Service { .. } => 0,
         }
     }
@@ -166,6 +182,7 @@ impl<'a> SessionEntry<'a> {
             | Self::Evict { timestamp_ns, .. }
             | Self::LeaderTerm { timestamp_ns, .. }
             | Self::Tick { timestamp_ns, .. }
+            | Self::PushAck { timestamp_ns, .. }
             | Self::Service { timestamp_ns, .. } => timestamp_ns,
         }
     }
@@ -193,6 +210,9 @@ impl<'a> SessionEntry<'a> {
             Self::LeaderTerm { leadership_term_id, nonce, .. } => (LEADER_TERM, Some(leadership_term_id as u64), nonce),
             Self::Tick { .. } => (TICK, None, 0),
             Self::Service { .. } => (SERVICE, None, 0),
+            Self::PushAck { session_id, received, resend, .. } => {
+                (if resend { PUSH_RESEND } else { PUSH_ACK }, Some(received), session_id)
+            }
         };
         bytes[0] = kind;
         bytes[1..9].copy_from_slice(&session.to_le_bytes());
@@ -209,8 +229,9 @@ impl<'a> SessionEntry<'a> {
     /// Reads an entry from `bytes` (the payload points into them).
     pub fn decode(bytes: &'a [u8]) -> Result<Self, SessionDecodeError> {
         let &kind = bytes.first().ok_or(SessionDecodeError::Truncated { need: 17, have: 0 })?;
-        let need = if kind == MESSAGE || kind == LEADER_TERM { MESSAGE_HEADER_LENGTH } else { 17 };
-        if !(OPEN..=SERVICE).contains(&kind) {
+        let need =
+            if matches!(kind, MESSAGE | LEADER_TERM | PUSH_ACK | PUSH_RESEND) { MESSAGE_HEADER_LENGTH } else { 17 };
+        if !(OPEN..=PUSH_RESEND).contains(&kind) {
             return Err(SessionDecodeError::UnknownKind(kind));
         }
         if bytes.len() < need {
@@ -225,6 +246,9 @@ impl<'a> SessionEntry<'a> {
             TICK => Self::Tick { timestamp_ns },
             EVICT => Self::Evict { session_id, timestamp_ns },
             SERVICE => Self::Service { timestamp_ns, payload: &bytes[17..] },
+            PUSH_ACK | PUSH_RESEND => {
+                Self::PushAck { session_id, timestamp_ns, received: word(17), resend: kind == PUSH_RESEND }
+            }
             LEADER_TERM => Self::LeaderTerm { leadership_term_id: word(17) as i64, nonce: session_id, timestamp_ns },
             _ => {
                 let correlation_id = word(17);
@@ -338,6 +362,15 @@ pub enum Applied<'a> {
     },
     /// The leader's clock was noted (silent sessions closed before it).
     Ticked,
+    /// A client's acknowledgement of the pushes of its session (an open one).
+    PushAcked {
+        /// The session.
+        session_id: u64,
+        /// The last push it has, in order.
+        received: u64,
+        /// It asks for the pushes after `received` again.
+        resend: bool,
+    },
     /// An entry of the leader's service: to apply, with no client.
     Service {
         /// The application's bytes.
@@ -417,6 +450,16 @@ impl SessionTable {
         self.sessions.is_empty()
     }
 
+    /// The most sessions open at once.
+    pub fn max_sessions(&self) -> usize {
+        self.config.max_sessions
+    }
+
+    /// The open sessions' ids, in order.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sessions.keys().copied()
+    }
+
     /// The last correlation id session `session_id` applied, if it is open.
     pub fn applied(&self, session_id: u64) -> Option<u64> {
         self.sessions.get(&session_id).map(|s| s.applied)
@@ -494,6 +537,13 @@ impl SessionTable {
             },
             SessionEntry::Tick { .. } => Applied::Ticked,
             SessionEntry::Service { payload, .. } => Applied::Service { payload },
+            SessionEntry::PushAck { received, resend, timestamp_ns, .. } => match self.sessions.get_mut(&session_id) {
+                Some(session) => {
+                    session.last_active_ns = session.last_active_ns.max(timestamp_ns);
+                    Applied::PushAcked { session_id, received, resend }
+                }
+                None => refused(self, Refusal::UnknownSession),
+            },
             SessionEntry::LeaderTerm { leadership_term_id, timestamp_ns, .. } => {
                 for session in self.sessions.values_mut() {
                     session.last_active_ns = session.last_active_ns.max(timestamp_ns);

@@ -9,6 +9,7 @@
 //! | `KEEP_ALIVE` | in | session | | | |
 //! | `CLOSE` | in | session | | | |
 //! | `RECONNECT` | in | session | the challenge answered, or 0 | | |
+//! | `PUSH_ACK` | in | session | | the number of the last push received in order | |
 //! | `COOKIE` | out | | the nonce | | the cookie that the open from this address must carry (16 bytes) |
 //! | `OPENED` | out | session | the nonce | | the leader's ephemeral public key (32), the token wrapped under their exchange (32), its proof (16) |
 //! | `COMMITTED` | out | session | the message's number | log position it ends at | the response |
@@ -21,9 +22,12 @@
 //! | `NAK` | out | session | | the number expected next | |
 //! | `CHALLENGE` | out | session | the challenge | | |
 //! | `MEMBERS` | out | session | | the configuration id | each member's id and client endpoint |
+//! | `PUSHED` | out | session | the push's number (from 1) | | the push |
 //!
-//! `code` says more: a [`RefusalCode`] in `REFUSED`, 1 for a duplicate in `COMMITTED`, 1 for a timeout and 2 for an
-//! eviction in `CLOSED`.
+//! `code` says more: a [`RefusalCode`] in `REFUSED` (its value the service's code for
+//! [`RefusalCode::RefusedByService`]), 1 for a duplicate in `COMMITTED`, 1 for a timeout, 2 for an eviction, 3
+//! for a close by the service and 4 for a push backlog left unacknowledged in `CLOSED`, 1 (resend) in
+//! `PUSH_ACK`.
 //!
 //! # Authentication
 //!
@@ -73,6 +77,9 @@ pub const KEEP_ALIVE: u8 = 3;
 pub const CLOSE: u8 = 4;
 /// The client goes on with its session at this member (a new leader).
 pub const RECONNECT: u8 = 5;
+/// The client has every push of its session up to the value, in order (with `code` [`RESEND`]: it saw a
+/// gap after it, and asks for the rest again).
+pub const PUSH_ACK: u8 = 6;
 /// Record kinds, member to client: the session opened.
 pub const OPENED: u8 = 16;
 /// A message was committed (and applied, exactly once).
@@ -103,6 +110,9 @@ pub const MEMBERS: u8 = 26;
 /// The answer to an `OPEN` without a valid cookie: the cookie the open must carry from this address
 /// (made and checked without state; good for this second and the next).
 pub const COOKIE: u8 = 27;
+/// A message the service pushed to the session (`Cluster::push`): the correlation id is its number in
+/// the session's stream of pushes (from 1), the payload its bytes.
+pub const PUSHED: u8 = 28;
 
 /// `code` of a `COMMITTED` record for a resend of a message applied before.
 pub const DUPLICATE: u8 = 1;
@@ -112,6 +122,11 @@ pub const TIMED_OUT: u8 = 1;
 pub const EVICTED: u8 = 2;
 /// `code` of a `CLOSED` record for a session the service closed (`Cluster::close_session`).
 pub const CLOSED_BY_SERVICE: u8 = 3;
+/// `code` of a `CLOSED` record for a session whose client left `[service] max_push_backlog` bytes of
+/// pushes unacknowledged.
+pub const CLOSED_BACKLOG: u8 = 4;
+/// `code` of a `PUSH_ACK` record that asks for the pushes after its value again (the client saw a gap).
+pub const RESEND: u8 = 1;
 
 /// Why a member refused a client's record (`code` of a `REFUSED` record).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

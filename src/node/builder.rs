@@ -122,6 +122,12 @@ section! {
         pub max_timers: usize = crate::service::DEFAULT_MAX_TIMERS, shown "1048576", unit "timers",
             key [service] max_timers, file usize,
             check |service, _| (service.max_timers == 0).then(|| "must be at least 1".into());
+        /// Bytes of pushes ([`Cluster::push`](crate::Cluster::push)) a session's client may leave
+        /// unacknowledged: one more closes its session. Every open session may hold this much in the
+        /// replicated state (and in every snapshot), so `clients.max_sessions` times this bounds it.
+        pub max_push_backlog: u64 = 256 << 10, shown "262144", unit "bytes",
+            key [service] max_push_backlog, file FileSize,
+            check |service, _| (service.max_push_backlog < 1 << 12).then(|| "must be at least 4 KiB".into());
     }
 }
 

@@ -1,6 +1,7 @@
 //! The replicated service's side of the cluster: the [`Cluster`] handle its callbacks get, cluster time,
 //! timers, and the state the node keeps for them (`state`, `timers`). The rules are on [`Cluster`].
 
+pub(crate) mod pushes;
 pub(crate) mod state;
 pub(crate) mod timers;
 
@@ -8,9 +9,12 @@ use std::fmt;
 use std::ops::{Add, Sub};
 use std::time::Duration;
 
+use crate::client::session::SessionTable;
 use crate::cluster::consensus_core::Role;
 use crate::node::LocalOfferError;
 
+pub use self::pushes::PushError;
+pub(crate) use self::pushes::Pushes;
 pub use self::timers::TimerError;
 
 /// Timers a node holds at most, unless configured otherwise.
@@ -74,6 +78,9 @@ pub enum CloseReason {
     Evicted,
     /// The service closed it ([`Cluster::close_session`]).
     Service,
+    /// Its client did not acknowledge `[service] max_push_backlog` bytes of pushes ([`Cluster::push`]):
+    /// too slow, or gone.
+    Backlog,
 }
 
 /// A service's refusal of a session at its open ([`StateMachine::on_session_open`]): the client's connect
@@ -120,8 +127,14 @@ pub struct Cluster<'a> {
     pub(crate) member_id: i32,
     pub(crate) timers: &'a mut TimerTable,
     pub(crate) response: &'a mut Vec<u8>,
-    /// Sessions the callback asked to close, closed after it returns.
-    pub(crate) closes: &'a mut Vec<u64>,
+    /// Sessions the callback asked to close (and why), closed after it returns.
+    pub(crate) closes: &'a mut Vec<(u64, CloseReason)>,
+    /// The open sessions.
+    pub(crate) sessions: &'a SessionTable,
+    /// Every session's stream of pushes.
+    pub(crate) pushes: &'a mut Pushes,
+    /// The pushes this callback made (session, number), sent after it returns from the live leader.
+    pub(crate) pushed: &'a mut Vec<(u64, u64)>,
     /// Where the service's own entries go: `Some` only on the leader applying its own term's entries.
     pub(crate) offers: Option<state::Offers<'a>>,
 }
@@ -194,9 +207,57 @@ impl Cluster<'_> {
     /// [`on_session_close`](crate::StateMachine::on_session_close) runs with [`CloseReason::Service`].
     /// A session that is not open is ignored.
     pub fn close_session(&mut self, session_id: u64) {
-        if !self.closes.contains(&session_id) {
-            self.closes.push(session_id);
+        self.close(session_id, CloseReason::Service);
+    }
+
+    fn close(&mut self, session_id: u64, reason: CloseReason) {
+        if !self.closes.iter().any(|&(id, _)| id == session_id) {
+            self.closes.push((session_id, reason));
         }
+    }
+
+    /// Whether session `session_id` is open.
+    pub fn is_open(&self, session_id: u64) -> bool {
+        self.sessions.applied(session_id).is_some()
+    }
+
+    /// The open sessions' ids, in order.
+    pub fn sessions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sessions.ids()
+    }
+
+    /// Pushes `payload` to session `session_id`'s client, which did not ask for it (Aeron's
+    /// `ClientSession.offer`): a fill to a resting order's owner. Returns its number in the session's
+    /// stream of pushes (from 1).
+    ///
+    /// The push is part of the replicated state until the client acknowledges it: the leader sends it,
+    /// and sends it again after a loss or a leader change, and the client hands each push to its
+    /// application once and in order ([`Event::Pushed`](crate::Event::Pushed)). A client that leaves
+    /// `[service] max_push_backlog` bytes unacknowledged has its session closed
+    /// ([`CloseReason::Backlog`]): a slow client never grows a member's memory. The same on every member:
+    /// the state may depend on the answer.
+    pub fn push(&mut self, session_id: u64, payload: &[u8]) -> Result<u64, PushError> {
+        if !self.is_open(session_id) || self.closes.iter().any(|&(id, _)| id == session_id) {
+            return Err(PushError::UnknownSession);
+        }
+        match self.pushes.push(session_id, payload) {
+            Ok(number) => {
+                self.pushed.push((session_id, number));
+                Ok(number)
+            }
+            Err(PushError::BacklogFull) => {
+                self.close(session_id, CloseReason::Backlog);
+                Err(PushError::BacklogFull)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Pushes `payload` to every open session ([`push`](Self::push)); returns the sessions it reached (a
+    /// session refused is left out, and closed when its backlog is full).
+    pub fn push_all(&mut self, payload: &[u8]) -> usize {
+        let ids: Vec<u64> = self.sessions.ids().collect();
+        ids.into_iter().filter(|&id| self.push(id, payload).is_ok()).count()
     }
 }
 

@@ -10,9 +10,9 @@
 
 use std::io::{self, Read, Write};
 
-use super::{CloseReason, Cluster, ClusterTime, SessionRefused, TimerTable};
+use super::{CloseReason, Cluster, ClusterTime, Pushes, SessionRefused, TimerTable};
 use crate::agent::clock::NanoClock;
-use crate::client::session::{Entry, SessionEntry};
+use crate::client::session::{Entry, SessionEntry, SessionTable};
 use crate::cluster::append::INGRESS_SESSION_ENTRY;
 use crate::cluster::consensus_core::Role;
 use crate::node::LocalOfferError;
@@ -88,28 +88,45 @@ pub(crate) struct Applier<'a> {
     pub(crate) offers: Option<(&'a ManyToOneRingBuffer, &'a NanoClock)>,
 }
 
-/// The service's replicated state beside the session table: cluster time and the timers.
+/// The service's replicated state beside the session table: cluster time, the timers, and the sessions'
+/// streams of pushes.
 #[derive(Debug)]
 pub(crate) struct ServiceState {
     pub(crate) timers: TimerTable,
+    pub(crate) pushes: Pushes,
+    /// The pushes the last callbacks made (session, number), to send from the live leader.
+    pub(crate) pushed: Vec<(u64, u64)>,
     /// Cluster time (ns since the epoch): the greatest stamp applied.
     time_ns: i64,
     /// The timers due at the entry being applied (scratch, kept to reuse its memory).
     due: Vec<(i64, u64)>,
-    /// Sessions a callback asked to close.
-    pub(crate) closes: Vec<u64>,
+    /// Sessions a callback asked to close, and why.
+    pub(crate) closes: Vec<(u64, CloseReason)>,
     /// The response a callback writes (a client message's goes back to its client).
     pub(crate) response: Vec<u8>,
     offer_scratch: Vec<u8>,
 }
 
-/// A service state snapshot's first 8 bytes: the format and its version.
-const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcserv01");
+/// A service state snapshot's first 8 bytes: the format and its version. Version 2 adds the streams of
+/// pushes after the timers; version 1 has none.
+const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcserv02");
+const SNAPSHOT_MAGIC_V1: u64 = u64::from_le_bytes(*b"qcserv01");
+
+/// The limits of the service's state (`[service]`, and what a push may be).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ServiceLimits {
+    pub(crate) max_timers: usize,
+    /// The longest push (one datagram of the client endpoint).
+    pub(crate) max_push_length: usize,
+    pub(crate) max_push_backlog: usize,
+}
 
 impl ServiceState {
-    pub(crate) fn new(max_timers: usize) -> Self {
+    pub(crate) fn new(limits: ServiceLimits) -> Self {
         Self {
-            timers: TimerTable::new(max_timers),
+            timers: TimerTable::new(limits.max_timers),
+            pushes: Pushes::new(limits.max_push_length, limits.max_push_backlog),
+            pushed: Vec::new(),
             time_ns: i64::MIN,
             due: Vec::new(),
             closes: Vec::new(),
@@ -139,11 +156,12 @@ impl ServiceState {
         &mut self,
         position: i64,
         applier: &Applier<'_>,
+        sessions: &SessionTable,
         call: impl FnOnce(&mut Cluster<'_>) -> R,
     ) -> R {
         self.response.clear();
         let now = self.time();
-        let Self { timers, response, closes, offer_scratch, .. } = self;
+        let Self { timers, response, closes, offer_scratch, pushes, pushed, .. } = self;
         let offers = applier.offers.map(|(ring, clock)| Offers { ring, clock, scratch: offer_scratch });
         let mut cluster = Cluster {
             now,
@@ -153,6 +171,9 @@ impl ServiceState {
             timers,
             response,
             closes,
+            sessions,
+            pushes,
+            pushed,
             offers,
         };
         call(&mut cluster)
@@ -175,30 +196,39 @@ impl ServiceState {
         self.due = due;
     }
 
-    /// Writes the state (after the session table, before the application's): its format, cluster time and
-    /// the timers.
+    /// Writes the state (after the session table, before the application's): its format, cluster time,
+    /// the timers and the streams of pushes.
     pub(crate) fn write_snapshot(&self, out: &mut dyn Write) -> io::Result<()> {
         out.write_all(&SNAPSHOT_MAGIC.to_le_bytes())?;
         out.write_all(&self.time_ns.to_le_bytes())?;
-        self.timers.write_snapshot(out)
+        self.timers.write_snapshot(out)?;
+        self.pushes.write_snapshot(out)
     }
 
     /// Reads the state as [`write_snapshot`](Self::write_snapshot) wrote it; an unknown format is refused
     /// naming what it found.
-    pub(crate) fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
+    pub(crate) fn read_snapshot(&mut self, input: &mut dyn Read, max_sessions: usize) -> io::Result<()> {
         let mut word = [0u8; 8];
         input.read_exact(&mut word)?;
-        if u64::from_le_bytes(word) != SNAPSHOT_MAGIC {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "the service state of a snapshot is in format {:?}; this build reads qcserv01",
-                    String::from_utf8_lossy(&word)
-                ),
-            ));
-        }
+        let version = match u64::from_le_bytes(word) {
+            SNAPSHOT_MAGIC => 2,
+            SNAPSHOT_MAGIC_V1 => 1,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the service state of a snapshot is in format {:?}; this build reads qcserv01 and qcserv02",
+                        String::from_utf8_lossy(&word)
+                    ),
+                ))
+            }
+        };
         input.read_exact(&mut word)?;
         self.time_ns = i64::from_le_bytes(word);
-        self.timers.read_snapshot(input)
+        self.timers.read_snapshot(input)?;
+        if version >= 2 {
+            self.pushes.read_snapshot(input, max_sessions)?;
+        }
+        Ok(())
     }
 }

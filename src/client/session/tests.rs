@@ -231,7 +231,7 @@ proptest! {
                         *last = (*last).max(at);
                     }
                 }
-                Applied::Refused { .. } | Applied::Ticked | Applied::Service { .. } => {}
+                Applied::Refused { .. } | Applied::Ticked | Applied::Service { .. } | Applied::PushAcked { .. } => {}
             }
             prop_assert_eq!(table.len(), naive.len());
         }

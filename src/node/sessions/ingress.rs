@@ -76,6 +76,10 @@ pub(crate) const KEPT_ALIVE: u8 = 64;
 /// consensus agent's work still runs.
 const MAX_DATAGRAMS_PER_CYCLE: usize = 1024;
 
+/// Least time between two requests of one session to resend its pushes that the leader appends: a resend
+/// comes back within about this long, and the client asks again if it did not.
+const RESEND_INTERVAL_NS: i64 = 10_000_000;
+
 /// How often the client endpoint is read while it is quiet.
 const POLL_INTERVAL_NS: u64 = 5_000;
 
@@ -112,6 +116,11 @@ struct Connection {
     acked: u64,
     /// When an entry of this session was last appended (the leader's clock, epoch ns).
     last_logged_ns: i64,
+    /// The highest push number the client acknowledged in an entry this leader appended.
+    push_acked: u64,
+    /// When this leader last appended the client's request to resend pushes (at most one per
+    /// `RESEND_INTERVAL_NS`: the resend takes that long to come back).
+    last_resend_ns: i64,
     /// Egress records waiting to go out.
     writer: DatagramWriter,
     dirty: bool,
@@ -674,6 +683,8 @@ impl ClientIngress {
             next_expected: 1,
             acked: 0,
             last_logged_ns: from.epoch_ns,
+            push_acked: 0,
+            last_resend_ns: i64::MIN,
             writer: DatagramWriter::new(self.datagram_capacity),
             dirty: false,
         }
@@ -801,6 +812,22 @@ fn on_session_records(
                 let out = Out { socket: &mut *state.socket, counters: state.counters, sequence: state.sequence };
                 queue(connection, out, state.dirty, session, members, payload);
             }
+            wire::PUSH_ACK if connection.state == State::Open => {
+                let received = record.value as u64;
+                let resend =
+                    record.code == wire::RESEND && now.saturating_sub(connection.last_resend_ns) >= RESEND_INTERVAL_NS;
+                if received > connection.push_acked || resend {
+                    let entry = SessionEntry::PushAck { session_id: session, timestamp_ns: now, received, resend };
+                    if append_entry(append, state.counters, &entry, &[]).is_ok() {
+                        connection.push_acked = connection.push_acked.max(received);
+                        connection.last_logged_ns = now;
+                        if resend {
+                            connection.last_resend_ns = now;
+                        }
+                    }
+                }
+            }
+            wire::PUSH_ACK => {}
             wire::CLOSE => {
                 let _ = append_entry(
                     append,

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::client::session::{Applied, ClientMessage, Entry, Refusal, SessionConfig, SessionEntry, SessionTable};
 use crate::client::wire::{self, RecordHeader, RefusalCode};
-use crate::service::state::{Applier, Service, ServiceState};
+use crate::service::state::{Applier, Service, ServiceLimits, ServiceState};
 use crate::service::{CloseReason, Cluster, SessionRefused};
 use crate::shm::counters::Counter;
 use crate::shm::ring_buffer::OneToOneRingBuffer;
@@ -81,8 +81,9 @@ impl SessionDeadline {
 /// The session table, the service's state beside it, and the way back to the clients.
 pub(super) struct ClientSessions {
     table: SessionTable,
-    /// Cluster time and the timers.
+    /// Cluster time, the timers and the streams of pushes.
     service: ServiceState,
+    limits: ServiceLimits,
     egress: Option<Arc<OneToOneRingBuffer>>,
     /// The longest response an egress record carries.
     max_response: usize,
@@ -111,9 +112,11 @@ pub(super) struct At<'a> {
 }
 
 impl ClientSessions {
+    /// Sessions under `config`, the service's state under `limits`, answering through `egress` (on the
+    /// leader that takes clients) with responses of at most `max_response` bytes.
     pub(super) fn new(
         config: SessionConfig,
-        max_timers: usize,
+        limits: ServiceLimits,
         egress: Option<Arc<OneToOneRingBuffer>>,
         max_response: usize,
         counters: SessionEventCounters,
@@ -122,7 +125,8 @@ impl ClientSessions {
         let apply_duplicates = false;
         Self {
             table: SessionTable::new(config),
-            service: ServiceState::new(max_timers),
+            service: ServiceState::new(limits),
+            limits,
             egress,
             max_response,
             run,
@@ -163,8 +167,8 @@ impl ClientSessions {
         if at.deliver {
             let applier = self.applier(at);
             let entry = Entry { payload, position: at.position, client: None };
-            self.service.call(at.position, &applier, |cluster| service.message(&entry, cluster));
-            self.close_asked(at, &applier, service);
+            self.service.call(at.position, &applier, &self.table, |cluster| service.message(&entry, cluster));
+            self.after_callback(at, &applier, service);
             self.publish_deadline();
         }
     }
@@ -210,13 +214,16 @@ impl ClientSessions {
                 timed_out.push(closed);
             })
         };
-        if at.deliver {
-            for &session_id in &timed_out {
+        for &session_id in &timed_out {
+            self.service.pushes.close(session_id);
+            if at.deliver {
                 let close =
                     |cluster: &mut Cluster<'_>| service.session_close(session_id, CloseReason::Timeout, cluster);
-                self.service.call(at.position, &applier, close);
-                self.close_asked(at, &applier, service);
+                self.service.call(at.position, &applier, &self.table, close);
+                self.after_callback(at, &applier, service);
             }
+        }
+        if at.deliver {
             self.fire_timers(at, &applier, service);
         }
         self.timed_out = timed_out;
@@ -227,34 +234,68 @@ impl ClientSessions {
     /// The timers due at cluster time now, each through its callback.
     fn fire_timers(&mut self, at: At<'_>, applier: &Applier<'_>, service: &mut impl Service) {
         let mut fired = Vec::new();
+        let table = &self.table;
         self.service.fire_due(|state, correlation_id| {
-            state.call(at.position, applier, |cluster| service.timer(correlation_id, cluster));
+            state.call(at.position, applier, table, |cluster| service.timer(correlation_id, cluster));
             fired.append(&mut state.closes);
         });
-        if !fired.is_empty() {
-            self.service.closes = fired;
-            self.close_asked(at, applier, service);
-        }
+        self.service.closes = fired;
+        self.after_callback(at, applier, service);
     }
 
-    /// Closes the sessions the last callback asked to close (and those their close callbacks ask to), in
-    /// the order asked.
-    fn close_asked(&mut self, at: At<'_>, applier: &Applier<'_>, service: &mut impl Service) {
+    /// What the last callbacks asked for: their pushes go out (from the live leader), then the sessions
+    /// they closed close (and those their close callbacks close), in the order asked.
+    fn after_callback(&mut self, at: At<'_>, applier: &Applier<'_>, service: &mut impl Service) {
         let live = self.live(at.leading);
-        while !self.service.closes.is_empty() {
-            for session_id in std::mem::take(&mut self.service.closes) {
+        loop {
+            self.send_pushed(live);
+            if self.service.closes.is_empty() {
+                return;
+            }
+            for (session_id, reason) in std::mem::take(&mut self.service.closes) {
                 let Some(applied) = self.table.close(session_id) else {
                     continue;
                 };
-                let record =
-                    RecordHeader::new(wire::CLOSED, session_id).code(wire::CLOSED_BY_SERVICE).value(applied as i64);
-                self.answer(live, record, &[]);
+                self.service.pushes.close(session_id);
+                let code = close_code(reason);
+                self.answer(live, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
                 if at.deliver {
-                    let close =
-                        |cluster: &mut Cluster<'_>| service.session_close(session_id, CloseReason::Service, cluster);
-                    self.service.call(at.position, applier, close);
+                    let close = |cluster: &mut Cluster<'_>| service.session_close(session_id, reason, cluster);
+                    self.service.call(at.position, applier, &self.table, close);
                 }
             }
+        }
+    }
+
+    /// Sends the pushes the last callbacks made, from the live leader (elsewhere they wait in the streams
+    /// for a resend).
+    fn send_pushed(&mut self, live: bool) {
+        let pushed = std::mem::take(&mut self.service.pushed);
+        if live {
+            for &(session_id, number) in &pushed {
+                self.send_push(session_id, number);
+            }
+        }
+        self.service.pushed = pushed;
+        self.service.pushed.clear();
+    }
+
+    /// Sends push `number` of `session_id`, if it is pending.
+    fn send_push(&mut self, session_id: u64, number: u64) {
+        let Self { service, run, egress, counters, .. } = self;
+        if let Some(bytes) = service.pushes.get(session_id, number) {
+            let record = RecordHeader::new(wire::PUSHED, session_id).correlation(number);
+            answer(run, egress.as_deref(), &counters.egress_dropped, record, bytes);
+        }
+    }
+
+    /// Sends again every push of `session_id` after `received` (the live leader, to a client that saw a
+    /// gap or came back).
+    fn resend_pushes(&mut self, session_id: u64, received: u64) {
+        let Self { service, run, egress, counters, .. } = self;
+        for (number, bytes) in service.pushes.pending_after(session_id, received) {
+            let record = RecordHeader::new(wire::PUSHED, session_id).correlation(number);
+            answer(run, egress.as_deref(), &counters.egress_dropped, record, bytes);
         }
     }
 
@@ -274,12 +315,12 @@ impl ClientSessions {
                 let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
                 let message = Entry { payload, position, client: Some(client) };
                 if at.deliver {
-                    self.service.call(position, applier, |cluster| service.message(&message, cluster));
+                    self.service.call(position, applier, &self.table, |cluster| service.message(&message, cluster));
                 } else {
                     self.service.response.clear();
                 }
                 self.respond(live, session_id, correlation_id, position);
-                self.close_asked(at, applier, service);
+                self.after_callback(at, applier, service);
             }
             Applied::Duplicate { session_id, correlation_id } => {
                 self.counters.duplicates.increment();
@@ -287,7 +328,7 @@ impl ClientSessions {
                 {
                     let client = ClientMessage { session_id, correlation_id, timestamp_ns: entry.timestamp_ns() };
                     let message = Entry { payload, position, client: Some(client) };
-                    self.service.call(position, applier, |cluster| service.message(&message, cluster));
+                    self.service.call(position, applier, &self.table, |cluster| service.message(&message, cluster));
                 }
                 let record = RecordHeader::new(wire::COMMITTED, session_id)
                     .correlation(correlation_id)
@@ -298,7 +339,7 @@ impl ClientSessions {
             Applied::Opened { session_id } => {
                 let refused = if at.deliver {
                     let open = |cluster: &mut Cluster<'_>| service.session_open(session_id, cluster);
-                    self.service.call(position, applier, open).err()
+                    self.service.call(position, applier, &self.table, open).err()
                 } else {
                     None
                 };
@@ -307,37 +348,45 @@ impl ClientSessions {
                     Some(SessionRefused { code }) => {
                         // Refused at its open: gone from the table at this entry on every member.
                         self.table.close(session_id);
+                        self.service.pushes.close(session_id);
                         let record = RecordHeader::new(wire::REFUSED, session_id)
                             .code(RefusalCode::RefusedByService as u8)
                             .value(i64::from(code));
                         self.answer(live, record, &[]);
                     }
                 }
-                self.close_asked(at, applier, service);
+                self.after_callback(at, applier, service);
             }
             Applied::KeptAlive { session_id } => {
                 let applied = self.table.applied(session_id).unwrap_or(0);
                 self.answer(live, RecordHeader::new(KEPT_ALIVE, session_id).value(applied as i64), &[]);
+                if live {
+                    // A reconnect (a new leader, a new address) or a client that is quiet: what it has not
+                    // acknowledged goes again, and it drops what it has seen.
+                    self.resend_pushes(session_id, 0);
+                }
+            }
+            Applied::PushAcked { session_id, received, resend } => {
+                self.service.pushes.acknowledge(session_id, received);
+                if live && resend {
+                    self.resend_pushes(session_id, received);
+                }
             }
             Applied::Closed { session_id, reason, applied } => {
-                let code = match reason {
-                    CloseReason::Timeout => wire::TIMED_OUT,
-                    CloseReason::Evicted => wire::EVICTED,
-                    CloseReason::Service => wire::CLOSED_BY_SERVICE,
-                    CloseReason::Client => 0,
-                };
+                self.service.pushes.close(session_id);
+                let code = close_code(reason);
                 self.answer(live, RecordHeader::new(wire::CLOSED, session_id).code(code).value(applied as i64), &[]);
                 if at.deliver {
                     let close = |cluster: &mut Cluster<'_>| service.session_close(session_id, reason, cluster);
-                    self.service.call(position, applier, close);
-                    self.close_asked(at, applier, service);
+                    self.service.call(position, applier, &self.table, close);
+                    self.after_callback(at, applier, service);
                 }
             }
             Applied::Service { payload } => {
                 if at.deliver {
                     let own = Entry { payload, position, client: None };
-                    self.service.call(position, applier, |cluster| service.message(&own, cluster));
-                    self.close_asked(at, applier, service);
+                    self.service.call(position, applier, &self.table, |cluster| service.message(&own, cluster));
+                    self.after_callback(at, applier, service);
                 }
             }
             Applied::LeaderTerm { .. } | Applied::Ticked => {}
@@ -417,12 +466,23 @@ impl ClientSessions {
     /// from the next stamped entry).
     pub(super) fn read_snapshot(&mut self, input: &mut dyn Read) -> io::Result<()> {
         if self.table.read_snapshot(input)? >= 2 {
-            self.service.read_snapshot(input)?;
+            self.service.read_snapshot(input, self.table.max_sessions())?;
         } else {
-            self.service = ServiceState::new(self.service.timers.limit());
+            self.service = ServiceState::new(self.limits);
         }
         self.publish_deadline();
         Ok(())
+    }
+}
+
+/// The `CLOSED` record's code for a session closed for `reason`.
+fn close_code(reason: CloseReason) -> u8 {
+    match reason {
+        CloseReason::Client => 0,
+        CloseReason::Timeout => wire::TIMED_OUT,
+        CloseReason::Evicted => wire::EVICTED,
+        CloseReason::Service => wire::CLOSED_BY_SERVICE,
+        CloseReason::Backlog => wire::CLOSED_BACKLOG,
     }
 }
 

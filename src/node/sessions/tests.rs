@@ -1,4 +1,5 @@
 use super::*;
+use crate::service::state::ServiceLimits;
 use crate::service::ClusterTime;
 use crate::shm::buffer::AtomicBuffer;
 use crate::shm::ring_buffer::required_length;
@@ -18,7 +19,8 @@ fn sessions_with_egress(max_timers: usize) -> (ClientSessions, Arc<OneToOneRingB
         responses_too_long: counter.clone(),
         malformed: counter,
     };
-    let sessions = ClientSessions::new(SessionConfig::default(), max_timers, Some(Arc::clone(&ring)), 1024, counters);
+    let limits = ServiceLimits { max_timers, max_push_length: 64, max_push_backlog: 256 };
+    let sessions = ClientSessions::new(SessionConfig::default(), limits, Some(Arc::clone(&ring)), 1024, counters);
     (sessions, ring)
 }
 
@@ -84,6 +86,10 @@ impl Service for Recorder {
                 cluster.cancel_timer(id.parse().unwrap());
             }
             ["close", session] => cluster.close_session(session.parse().unwrap()),
+            ["push", session, bytes] => match cluster.push(session.parse().unwrap(), bytes.as_bytes()) {
+                Ok(number) => self.events.push(format!("pushed {number}")),
+                Err(e) => self.events.push(format!("push refused: {e:?}")),
+            },
             _ => {}
         }
     }
@@ -221,4 +227,94 @@ fn a_snapshot_carries_the_timers_and_cluster_time_and_an_older_one_loads_without
     old[..8].copy_from_slice(b"qcsess01");
     restored.read_snapshot(&mut &old[..]).unwrap();
     assert_eq!((restored.timers(), restored.open()), (0, 0));
+}
+
+/// The answers in the egress ring: (kind, session, correlation id, code, payload).
+fn answers(ring: &OneToOneRingBuffer) -> Vec<(u8, u64, u64, u8, Vec<u8>)> {
+    let mut answers = Vec::new();
+    ring.read(
+        |kind, bytes| {
+            let header = bytemuck::pod_read_unaligned::<RecordHeader>(&bytes[..wire::RECORD_HEADER_LENGTH]);
+            let payload = bytes[wire::RECORD_HEADER_LENGTH..].to_vec();
+            answers.push((kind as u8, header.session_id, header.correlation_id, header.code, payload));
+        },
+        usize::MAX,
+    );
+    answers
+}
+
+#[test]
+fn pushes_go_out_in_order_are_resent_until_acknowledged_and_a_full_backlog_closes_the_session() {
+    let (mut sessions, ring) = sessions_with_egress(16);
+    let mut service = Recorder::default();
+    let entries = [
+        entry(SessionEntry::LeaderTerm { leadership_term_id: 2, nonce: 1, timestamp_ns: 1 }),
+        entry(SessionEntry::Open { session_id: 7, timestamp_ns: 2 }),
+        entry(service_entry(3, &format!("push 7 {}", "a".repeat(64)))),
+        entry(service_entry(4, &format!("push 7 {}", "b".repeat(64)))),
+        entry(service_entry(5, &format!("push 7 {}", "c".repeat(65)))),
+        entry(SessionEntry::PushAck { session_id: 7, timestamp_ns: 6, received: 1, resend: true }),
+        entry(SessionEntry::KeepAlive { session_id: 7, timestamp_ns: 7 }),
+    ];
+    for (i, bytes) in entries.iter().enumerate() {
+        sessions.on_entry(bytes, at(64 * (i as i64 + 1), Some(2)), &mut service);
+    }
+    let pushed: Vec<(u64, u8)> = answers(&ring).iter().filter(|a| a.0 == wire::PUSHED).map(|a| (a.2, a.4[0])).collect();
+    assert_eq!(
+        pushed,
+        [(1, b'a'), (2, b'b'), (2, b'b'), (2, b'b')],
+        "each push as it is made, the one after the acknowledged again when the client asks, and again at a keep-alive"
+    );
+    assert!(service.events.contains(&"push refused: TooLong { max: 64 }".to_string()), "{:?}", service.events);
+    // Push 1 acknowledged, 64 bytes pending of 256: three more fit, one byte past them closes the session.
+    let more = [
+        entry(service_entry(8, &format!("push 7 {}", "d".repeat(64)))),
+        entry(service_entry(9, &format!("push 7 {}", "e".repeat(64)))),
+        entry(service_entry(10, &format!("push 7 {}", "f".repeat(64)))),
+        entry(service_entry(11, "push 7 g")),
+        entry(service_entry(12, "push 7 h")),
+    ];
+    for (i, bytes) in more.iter().enumerate() {
+        sessions.on_entry(bytes, at(1024 + 64 * i as i64, Some(2)), &mut service);
+    }
+    let events = &service.events;
+    assert!(events.contains(&"push refused: BacklogFull".to_string()), "{events:?}");
+    assert!(events.contains(&"close 7 Backlog".to_string()), "{events:?}");
+    assert!(events.last().unwrap().contains("push refused: UnknownSession"), "{events:?}");
+    let closed: Vec<_> = answers(&ring).into_iter().filter(|a| a.0 == wire::CLOSED).collect();
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].3, wire::CLOSED_BACKLOG);
+}
+
+#[test]
+fn a_snapshot_carries_the_pushes_not_yet_acknowledged() {
+    let (mut sessions, _) = sessions_with_egress(16);
+    let mut service = Recorder::default();
+    apply(
+        &mut sessions,
+        &mut service,
+        &[
+            SessionEntry::Open { session_id: 3, timestamp_ns: 1 },
+            service_entry(2, "push 3 one"),
+            service_entry(3, "push 3 two"),
+            SessionEntry::PushAck { session_id: 3, timestamp_ns: 4, received: 1, resend: false },
+        ],
+    );
+    let mut bytes = Vec::new();
+    sessions.write_snapshot(&mut bytes).unwrap();
+    let (mut restored, ring) = sessions_with_egress(16);
+    restored.read_snapshot(&mut &bytes[..]).unwrap();
+    // The restored member leads and the client reconnects: what it has not acknowledged goes again.
+    let mut replayed = Recorder::default();
+    let reconnect = [
+        entry(SessionEntry::LeaderTerm { leadership_term_id: 4, nonce: 1, timestamp_ns: 5 }),
+        entry(SessionEntry::KeepAlive { session_id: 3, timestamp_ns: 6 }),
+        entry(service_entry(7, "push 3 three")),
+    ];
+    for (i, bytes) in reconnect.iter().enumerate() {
+        restored.on_entry(bytes, at(64 * (i as i64 + 1), Some(4)), &mut replayed);
+    }
+    let pushed: Vec<(u64, Vec<u8>)> =
+        answers(&ring).into_iter().filter(|a| a.0 == wire::PUSHED).map(|a| (a.2, a.4)).collect();
+    assert_eq!(pushed, [(2, b"two".to_vec()), (3, b"three".to_vec())]);
 }

@@ -18,6 +18,7 @@ use super::read::committed::CommittedReader;
 use super::read::recovery::{self, Recovered};
 use super::read::replay::Replay;
 use super::read::ReadPath;
+use super::sessions::clock::LeaderClock;
 use super::sessions::ingress::{ClientIngress, IngressCounters, ReaderLink};
 use super::sessions::{ClientSessions, SessionEventCounters};
 use super::{Links, LocalClient, Node};
@@ -398,9 +399,7 @@ fn bind_consensus(config: &NodeConfig, env: &Environment) -> Result<(Box<dyn Tra
     })
 }
 
-use super::sessions::clock::LeaderClock;
 /// The client endpoint (when `clients.enabled`) and the session table every node keeps.
-
 fn start_clients(
     config: &NodeConfig,
     counters: &CountersManager,
@@ -415,14 +414,14 @@ fn start_clients(
     };
     let datagram_capacity = config.channel.mtu;
     let max_response = crate::client::wire::DatagramWriter::new(datagram_capacity).max_payload();
+    let limits = crate::service::state::ServiceLimits {
+        max_timers: config.service.max_timers,
+        max_push_length: max_response,
+        max_push_backlog: usize::try_from(config.service.max_push_backlog).unwrap_or(usize::MAX),
+    };
     if !config.clients.enabled {
-        let sessions = ClientSessions::new(
-            config.clients.session_config(),
-            config.service.max_timers,
-            None,
-            max_response,
-            session_counters,
-        );
+        let sessions =
+            ClientSessions::new(config.clients.session_config(), limits, None, max_response, session_counters);
         return Ok((None, sessions));
     }
     let egress = Arc::new(crate::shm::ring_buffer::OneToOneRingBuffer::new(AtomicBuffer::anonymous(
@@ -438,7 +437,7 @@ fn start_clients(
     })?;
     let mut sessions = ClientSessions::new(
         config.clients.session_config(),
-        config.service.max_timers,
+        limits,
         Some(egress.clone()),
         max_response,
         session_counters,
