@@ -62,6 +62,15 @@ impl StateMachine for Service {
                 self.deadlines.insert(LATER + count.parse::<u64>().unwrap(), deadline.as_nanos());
             }
             ["refuse"] => self.refuse_next = true,
+            ["big", n] => {
+                let n: usize = n.parse().unwrap();
+                cluster.response().extend((0..n).map(|i| (i % 251) as u8));
+                return;
+            }
+            ["push-big", n] => {
+                let n: usize = n.parse().unwrap();
+                cluster.push(from, &(0..n).map(|i| (i % 241) as u8).collect::<Vec<u8>>()).unwrap();
+            }
             _ => {}
         }
         cluster.response().extend_from_slice(b"ok");
@@ -337,4 +346,51 @@ fn pushes_reach_their_client_once_and_in_order_across_a_change_of_leader() {
     // order, either way.
     let stats = alice.stats();
     assert_eq!(stats.push_resends_asked, 0, "no gap on a loss-free path: {stats:?}");
+}
+
+#[test]
+fn responses_and_pushes_longer_than_a_datagram_arrive_whole_and_one_past_the_limit_is_said_so() {
+    let scratch = ScratchDir::new("service-long");
+    let members = members(3);
+    let mut nodes = start(&scratch, &members, true);
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    let mut services: Vec<Service> = (0..3).map(|_| Service::default()).collect();
+    let mut events = Vec::new();
+    let mut alice = client(&members);
+    alice.start_connect();
+    drive(&mut nodes, &mut services, &mut [&mut alice], &mut events, "alice connects", |_, c, _| {
+        c[0].session_id().is_some()
+    });
+    // Answers and pushes as lengths and checksums: (what, length, sum of bytes).
+    let mut heard: Vec<(String, usize, u64)> = Vec::new();
+    let expected = |n: usize, modulus: usize| (0..n).map(|i| (i % modulus) as u64).sum::<u64>();
+    for message in ["big 10000", "push-big 20000", "big 65536", "big 65537"] {
+        alice.offer(message.as_bytes()).unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(60);
+    while heard.iter().filter(|h| h.0 == "committed").count() < 4 || !heard.iter().any(|h| h.0 == "pushed") {
+        assert!(Instant::now() < until, "stalled: heard {heard:?}\n{}", dump(&nodes));
+        for (node, service) in nodes.iter_mut().zip(services.iter_mut()) {
+            node.invoke().unwrap();
+            node.poll_state(service, 1024).unwrap();
+        }
+        alice.poll(|event| match event {
+            quorumcast::Event::Committed { response, .. } => {
+                heard.push(("committed".into(), response.len(), response.iter().map(|&b| u64::from(b)).sum()))
+            }
+            quorumcast::Event::Pushed { payload, .. } => {
+                heard.push(("pushed".into(), payload.len(), payload.iter().map(|&b| u64::from(b)).sum()))
+            }
+            quorumcast::Event::ResponseTooLong { .. } => heard.push(("too long".into(), 0, 0)),
+            _ => {}
+        });
+    }
+    let committed: Vec<&(String, usize, u64)> = heard.iter().filter(|h| h.0 != "pushed").collect();
+    assert_eq!(committed[0], &("committed".to_string(), 10000, expected(10000, 251)));
+    assert_eq!(committed[1].1, 2, "the push's message is answered \"ok\"");
+    assert_eq!(committed[2], &("committed".to_string(), 65536, expected(65536, 251)), "the longest response");
+    assert_eq!(committed[3], &("too long".to_string(), 0, 0), "one byte more: said so, before its commit");
+    assert_eq!(committed[4].1, 0);
+    let pushed: Vec<&(String, usize, u64)> = heard.iter().filter(|h| h.0 == "pushed").collect();
+    assert_eq!(pushed, [&("pushed".to_string(), 20000, expected(20000, 241))]);
 }

@@ -104,6 +104,7 @@ impl ClusterClient {
             last_sent_ns: 0,
             closing: None,
             pushes: Default::default(),
+            assembly: (Vec::new(), 0),
             config,
         })
     }
@@ -172,6 +173,7 @@ impl ClusterClient {
         self.session.id = 0;
         self.session.token = None;
         self.pushes = Default::default();
+        self.assembly.0.clear();
         self.session.windows.fill(ReplayWindow::default());
         self.in_flight.next_correlation = 1;
         self.in_flight.resent_from = 0;

@@ -184,6 +184,8 @@ pub struct Committed {
     pub response: Vec<u8>,
     /// Found applied by a resend.
     pub duplicate: bool,
+    /// The service's response was longer than `[service] max_response_length` and was not sent.
+    pub response_too_long: bool,
 }
 
 /// Why [`ClusterClient::offer_and_wait`] returned without a commit.
@@ -271,6 +273,12 @@ pub enum Event<'a> {
         response: &'a [u8],
         /// True when it was found applied by a resend (after a loss or a change of leader).
         duplicate: bool,
+    },
+    /// The service's response to message `correlation_id` was longer than `[service]
+    /// max_response_length` and was not sent (the message is committed: [`Event::Committed`] follows).
+    ResponseTooLong {
+        /// The message.
+        correlation_id: u64,
     },
     /// The message `correlation_id` was not applied and never will be (its session closed).
     NotApplied {
@@ -438,7 +446,12 @@ pub struct ClusterClient {
     closing: Option<Closing>,
     /// The session's pushes handed to the application, and what the leader was told of them.
     pushes: PushesSeen,
+    /// The record being put together from `FRAGMENT` records, and its whole length.
+    assembly: (Vec<u8>, usize),
 }
+
+/// The longest record a client puts together from pieces: past any `[service] max_response_length`.
+const MAX_ASSEMBLED: usize = 32 << 20;
 
 /// The pushes of the session ([`Event::Pushed`]) as this client has seen them.
 #[derive(Clone, Copy, Debug, Default)]

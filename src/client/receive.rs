@@ -3,7 +3,7 @@
 
 use super::credentials::{open_token, COOKIE_LENGTH};
 use super::wire::{self, Datagram, RecordHeader, RefusalCode};
-use super::{ClosedReason, Closing, ClusterClient, Event, State};
+use super::{ClosedReason, Closing, ClusterClient, Event, State, MAX_ASSEMBLED};
 use crate::cluster::configuration::decode_addr;
 
 impl ClusterClient {
@@ -183,6 +183,11 @@ fn on_record(
                 client.last_heard_ns = now;
             }
             let duplicate = record.code == wire::DUPLICATE;
+            if record.code == wire::RESPONSE_TOO_LONG
+                && client.in_flight.pending.front().is_some_and(|p| p.correlation_id == record.correlation_id)
+            {
+                handler(Event::ResponseTooLong { correlation_id: record.correlation_id });
+            }
             committed(client, record.correlation_id, record.value, payload, duplicate, handler);
         }
         wire::COMMITTED_RUN if ours => {
@@ -198,6 +203,18 @@ fn on_record(
             }
         }
         wire::PUSHED if ours => on_pushed(client, record.correlation_id, payload, now, handler),
+        wire::FRAGMENT if ours => {
+            if let Some(whole) = assemble(client, record, payload) {
+                let header = bytemuck::pod_read_unaligned::<RecordHeader>(&whole[..wire::RECORD_HEADER_LENGTH]);
+                let body = whole.get(wire::RECORD_HEADER_LENGTH..wire::RECORD_HEADER_LENGTH + header.length as usize);
+                // A record in pieces is never itself a piece: one more level is refused.
+                if let (Some(body), false) = (body, header.kind == wire::FRAGMENT) {
+                    on_record(&mut View { client: &mut *client, now }, member, in_session, header, body, handler);
+                }
+                client.assembly.0 = whole;
+                client.assembly.0.clear();
+            }
+        }
         wire::HEARTBEAT if ours && member == client.search.target => client.last_heard_ns = now,
         wire::NAK if ours && client.state == State::Connected => {
             let from = record.value as u64;
@@ -256,6 +273,28 @@ fn on_pushed(client: &mut ClusterClient, number: u64, payload: &[u8], now: u64, 
             client.push(record, &[]);
         }
     }
+}
+
+/// Adds a piece of a record to the one being put together; returns the whole record once it is. A piece
+/// out of order (one before it was lost) drops what was put together: the record is lost as a datagram
+/// would be (a push is sent again; a message is resent and answered as a duplicate).
+fn assemble(client: &mut ClusterClient, record: RecordHeader, payload: &[u8]) -> Option<Vec<u8>> {
+    let (offset, total) = (record.correlation_id as usize, record.value as usize);
+    let (bytes, expected) = &mut client.assembly;
+    if !(wire::RECORD_HEADER_LENGTH..=MAX_ASSEMBLED).contains(&total) {
+        bytes.clear();
+        return None;
+    }
+    if offset == 0 {
+        bytes.clear();
+        *expected = total;
+    }
+    if offset != bytes.len() || total != *expected || offset + payload.len() > total {
+        bytes.clear();
+        return None;
+    }
+    bytes.extend_from_slice(payload);
+    (bytes.len() == total).then(|| std::mem::take(bytes))
 }
 
 /// Least time between two requests to resend the pushes from one number.

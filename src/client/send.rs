@@ -60,10 +60,13 @@ impl ClusterClient {
             }
         };
         let mut outcome = None;
+        let mut response_too_long = false;
         loop {
             let work = self.poll(|event| match event {
+                Event::ResponseTooLong { correlation_id: id } if id == correlation_id => response_too_long = true,
                 Event::Committed { correlation_id: id, position, response, duplicate } if id == correlation_id => {
-                    outcome = Some(Ok(Committed { position, response: response.to_vec(), duplicate }));
+                    let response = response.to_vec();
+                    outcome = Some(Ok(Committed { position, response, duplicate, response_too_long }));
                 }
                 Event::NotApplied { correlation_id: id, reason } if id == correlation_id => {
                     outcome = Some(Err(WaitError::NotApplied(reason)));

@@ -23,9 +23,10 @@
 //! | `CHALLENGE` | out | session | the challenge | | |
 //! | `MEMBERS` | out | session | | the configuration id | each member's id and client endpoint |
 //! | `PUSHED` | out | session | the push's number (from 1) | | the push |
+//! | `FRAGMENT` | out | session | the piece's offset in the record | the record's length | a piece of a record (header and payload) too long for one datagram |
 //!
 //! `code` says more: a [`RefusalCode`] in `REFUSED` (its value the service's code for
-//! [`RefusalCode::RefusedByService`]), 1 for a duplicate in `COMMITTED`, 1 for a timeout, 2 for an eviction, 3
+//! [`RefusalCode::RefusedByService`]), 1 for a duplicate and 2 for a response too long in `COMMITTED`, 1 for a timeout, 2 for an eviction, 3
 //! for a close by the service and 4 for a push backlog left unacknowledged in `CLOSED`, 1 (resend) in
 //! `PUSH_ACK`.
 //!
@@ -113,6 +114,13 @@ pub const COOKIE: u8 = 27;
 /// A message the service pushed to the session (`Cluster::push`): the correlation id is its number in
 /// the session's stream of pushes (from 1), the payload its bytes.
 pub const PUSHED: u8 = 28;
+/// A piece of a record longer than one datagram holds: the correlation id is the piece's offset in the
+/// record (its 32-byte header, then its payload), the value the record's whole length. The pieces of a
+/// record go in order, each whole in one datagram; the client puts them together and reads the record.
+pub const FRAGMENT: u8 = 29;
+/// `code` of a `COMMITTED` record whose response was longer than `[service] max_response_length`: it
+/// is not sent.
+pub const RESPONSE_TOO_LONG: u8 = 2;
 
 /// `code` of a `COMMITTED` record for a resend of a message applied before.
 pub const DUPLICATE: u8 = 1;

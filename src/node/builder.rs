@@ -122,6 +122,14 @@ section! {
         pub max_timers: usize = crate::service::DEFAULT_MAX_TIMERS, shown "1048576", unit "timers",
             key [service] max_timers, file usize,
             check |service, _| (service.max_timers == 0).then(|| "must be at least 1".into());
+        /// The longest response to a client's message and the longest push, in bytes: one longer than a
+        /// datagram goes in pieces. A response past it is not sent (its client is told, and counted in
+        /// `client responses too long`); a push past it is refused. At most 16 MiB.
+        pub max_response_length: u64 = 64 << 10, shown "65536", unit "bytes",
+            key [service] max_response_length, file FileSize,
+            check |service, _| {
+                (!(1..=16 << 20).contains(&service.max_response_length)).then(|| "must be between 1 byte and 16 MiB".into())
+            };
         /// Bytes of pushes ([`Cluster::push`](crate::Cluster::push)) a session's client may leave
         /// unacknowledged: one more closes its session. Every open session may hold this much in the
         /// replicated state (and in every snapshot), so `clients.max_sessions` times this bounds it.

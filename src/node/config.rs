@@ -86,6 +86,8 @@ use crate::setting::FrontEnd;
 ///
 /// [service]                    # what the replicated service may hold; the same on every member
 /// max_timers = 1048576
+/// max_response_length = "64KiB"   # longer ones go in pieces; at most 16 MiB
+/// max_push_backlog = "256KiB"     # a client that leaves more unacknowledged is closed
 ///
 /// [clients]                    # remote clients (cluster_client): each member's `client` endpoint
 /// enabled = true               # default false; a member's client endpoint defaults to its port + 200

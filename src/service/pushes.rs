@@ -10,7 +10,7 @@
 //! - A session's unacknowledged pushes hold at most `max_backlog` bytes: a push past it is refused
 //!   ([`PushError::BacklogFull`]) and its session closed (a client that does not keep up never grows a
 //!   member's memory), on every member at the same entry.
-//! - A push is at most `max_length` bytes (what one egress datagram carries).
+//! - A push is at most `max_length` bytes (`[service] max_response_length`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -21,7 +21,7 @@ use std::io::{self, Read, Write};
 pub enum PushError {
     /// No such session is open.
     UnknownSession,
-    /// Longer than a push can be (`max` bytes: what one datagram of the client endpoint carries).
+    /// Longer than a push can be (`max` bytes: `[service] max_response_length`).
     TooLong {
         /// The longest push.
         max: usize,
@@ -35,7 +35,7 @@ impl fmt::Display for PushError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::UnknownSession => f.write_str("no such session is open"),
-            Self::TooLong { max } => write!(f, "a push is at most {max} bytes (one datagram of the client endpoint)"),
+            Self::TooLong { max } => write!(f, "a push is at most {max} bytes ([service] max_response_length)"),
             Self::BacklogFull => f.write_str(
                 "the client has not acknowledged [service] max_push_backlog bytes of pushes: its session is closed",
             ),

@@ -116,8 +116,8 @@ const SNAPSHOT_MAGIC_V1: u64 = u64::from_le_bytes(*b"qcserv01");
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ServiceLimits {
     pub(crate) max_timers: usize,
-    /// The longest push (one datagram of the client endpoint).
-    pub(crate) max_push_length: usize,
+    /// The longest response and the longest push (`[service] max_response_length`).
+    pub(crate) max_response_length: usize,
     pub(crate) max_push_backlog: usize,
 }
 
@@ -125,7 +125,7 @@ impl ServiceState {
     pub(crate) fn new(limits: ServiceLimits) -> Self {
         Self {
             timers: TimerTable::new(limits.max_timers),
-            pushes: Pushes::new(limits.max_push_length, limits.max_push_backlog),
+            pushes: Pushes::new(limits.max_response_length, limits.max_push_backlog),
             pushed: Vec::new(),
             time_ns: i64::MIN,
             due: Vec::new(),

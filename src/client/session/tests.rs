@@ -29,9 +29,9 @@ fn entries_round_trip_and_bad_bytes_are_refused_with_a_reason() {
     assert_eq!(entry, SessionEntry::Message { session_id: 7, timestamp_ns: 42, correlation_id: 3, payload: b"set x" });
     assert_eq!(SessionEntry::decode(&[]), Err(SessionDecodeError::Truncated { need: 17, have: 0 }));
     assert_eq!(SessionEntry::decode(&bytes[..20]), Err(SessionDecodeError::Truncated { need: 25, have: 20 }));
-    assert_eq!(SessionEntry::decode(&[9; 30]), Err(SessionDecodeError::UnknownKind(9)));
+    assert_eq!(SessionEntry::decode(&[11; 30]), Err(SessionDecodeError::UnknownKind(11)));
     assert_eq!(SessionEntry::decode(&message(7, 0, 1)), Err(SessionDecodeError::ZeroCorrelation));
-    assert!(SessionDecodeError::UnknownKind(9).to_string().contains("unknown session entry kind 9"));
+    assert!(SessionDecodeError::UnknownKind(11).to_string().contains("unknown session entry kind 11"));
 }
 
 #[test]

@@ -709,7 +709,32 @@ struct Out<'a> {
 }
 
 /// Adds `record` to `connection`'s datagram, sending it first when full.
+/// A record longer than one datagram holds goes in `FRAGMENT` records, each in a datagram of its own.
 fn queue(
+    connection: &mut Connection,
+    out: Out<'_>,
+    dirty: &mut Vec<u64>,
+    session: u64,
+    record: RecordHeader,
+    payload: &[u8],
+) {
+    let piece = connection.writer.max_payload();
+    if payload.len() <= piece {
+        return queue_one(connection, out, dirty, session, record, payload);
+    }
+    let header = RecordHeader { length: payload.len() as u32, ..record };
+    let mut whole = Vec::with_capacity(wire::RECORD_HEADER_LENGTH + payload.len());
+    whole.extend_from_slice(bytemuck::bytes_of(&header));
+    whole.extend_from_slice(payload);
+    for (i, bytes) in whole.chunks(piece).enumerate() {
+        let fragment =
+            RecordHeader::new(wire::FRAGMENT, session).correlation((i * piece) as u64).value(whole.len() as i64);
+        let out = Out { socket: &mut *out.socket, counters: out.counters, sequence: &mut *out.sequence };
+        queue_one(connection, out, dirty, session, fragment, bytes);
+    }
+}
+
+fn queue_one(
     connection: &mut Connection,
     out: Out<'_>,
     dirty: &mut Vec<u64>,

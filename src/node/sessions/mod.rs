@@ -85,7 +85,7 @@ pub(super) struct ClientSessions {
     service: ServiceState,
     limits: ServiceLimits,
     egress: Option<Arc<OneToOneRingBuffer>>,
-    /// The longest response an egress record carries.
+    /// The longest run of commits' payload (what one datagram carries).
     max_response: usize,
     /// The answers being gathered into one record.
     run: Run,
@@ -415,7 +415,7 @@ impl ClientSessions {
     /// Answers a delivered message with the service's response: a commit without one joins the session's
     /// run of commits.
     fn respond(&mut self, live: bool, session_id: u64, correlation_id: u64, position: i64) {
-        let Self { egress, run, counters, service, max_response, .. } = self;
+        let Self { egress, run, counters, service, max_response, limits, .. } = self;
         let Some(egress) = egress.as_deref().filter(|_| live) else {
             return;
         };
@@ -429,14 +429,14 @@ impl ClientSessions {
             run.positions.extend_from_slice(&position.to_le_bytes());
             return;
         }
-        let response = if service.response.len() > *max_response {
-            counters.responses_too_long.increment();
-            &[][..]
-        } else {
-            &service.response[..]
-        };
         let record = RecordHeader::new(wire::COMMITTED, session_id).correlation(correlation_id).value(position);
-        answer(run, Some(egress), &counters.egress_dropped, record, response);
+        if service.response.len() > limits.max_response_length {
+            // Not sent: the client is told its response was too long, never handed an empty one.
+            counters.responses_too_long.increment();
+            let record = record.code(wire::RESPONSE_TOO_LONG);
+            return answer(run, Some(egress), &counters.egress_dropped, record, &[]);
+        }
+        answer(run, Some(egress), &counters.egress_dropped, record, &service.response);
     }
 
     /// Sends one answer (after the run of commits being gathered), on the live leader.

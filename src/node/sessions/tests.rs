@@ -19,7 +19,7 @@ fn sessions_with_egress(max_timers: usize) -> (ClientSessions, Arc<OneToOneRingB
         responses_too_long: counter.clone(),
         malformed: counter,
     };
-    let limits = ServiceLimits { max_timers, max_push_length: 64, max_push_backlog: 256 };
+    let limits = ServiceLimits { max_timers, max_response_length: 64, max_push_backlog: 256 };
     let sessions = ClientSessions::new(SessionConfig::default(), limits, Some(Arc::clone(&ring)), 1024, counters);
     (sessions, ring)
 }

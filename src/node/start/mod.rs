@@ -40,6 +40,12 @@ use crate::storage::vote_file::VoteFile;
 /// Bytes of the egress ring from the node's reader to the client endpoint.
 const EGRESS_CAPACITY: usize = 1 << 20;
 
+/// The egress ring's capacity: room for at least 16 of the longest records (a ring takes records of up to
+/// an eighth of it).
+fn egress_capacity(max_response_length: usize) -> usize {
+    EGRESS_CAPACITY.max((16 * (max_response_length + 64)).next_power_of_two())
+}
+
 /// The tail of the recorded log a restarted member rebuilt in memory, and where it starts.
 type Tail = (LogBuffer, i64);
 
@@ -416,7 +422,7 @@ fn start_clients(
     let max_response = crate::client::wire::DatagramWriter::new(datagram_capacity).max_payload();
     let limits = crate::service::state::ServiceLimits {
         max_timers: config.service.max_timers,
-        max_push_length: max_response,
+        max_response_length: config.service.max_response_length as usize,
         max_push_backlog: usize::try_from(config.service.max_push_backlog).unwrap_or(usize::MAX),
     };
     if !config.clients.enabled {
@@ -425,7 +431,7 @@ fn start_clients(
         return Ok((None, sessions));
     }
     let egress = Arc::new(crate::shm::ring_buffer::OneToOneRingBuffer::new(AtomicBuffer::anonymous(
-        ring_buffer::required_length(EGRESS_CAPACITY),
+        ring_buffer::required_length(egress_capacity(config.service.max_response_length as usize)),
     )?)?);
     let me = config.me();
     let binding = Binding { socket: &config.channel.socket, auth: None, shared: false };
