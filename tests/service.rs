@@ -64,7 +64,13 @@ impl StateMachine for Service {
             ["refuse"] => self.refuse_next = true,
             ["big", n] => {
                 let n: usize = n.parse().unwrap();
-                cluster.response().extend((0..n).map(|i| (i % 251) as u8));
+                let response: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+                // `respond` refuses what `response()` would only find out when sending it.
+                let refused = cluster.respond(&response).is_err();
+                assert_eq!(refused, n > cluster.max_response_length());
+                if refused {
+                    cluster.response().extend_from_slice(&response);
+                }
                 return;
             }
             ["push-big", n] => {

@@ -182,9 +182,26 @@ impl Cluster<'_> {
 
     /// The response to the client message being applied: what is written here goes back to its client with
     /// the message's commit (from the leader). In a callback that is not a client's message, what is written
-    /// is dropped.
+    /// is dropped. A response longer than [`max_response_length`](Self::max_response_length) is not sent:
+    /// its client is told it was too long. [`respond`](Self::respond) checks the length as it writes.
     pub fn response(&mut self) -> &mut Vec<u8> {
         self.response
+    }
+
+    /// Appends `bytes` to the response, or refuses them (leaving the response as it was) when the response
+    /// would pass [`max_response_length`](Self::max_response_length).
+    pub fn respond(&mut self, bytes: &[u8]) -> Result<(), PushError> {
+        let max = self.max_response_length();
+        if self.response.len() + bytes.len() > max {
+            return Err(PushError::TooLong { max });
+        }
+        self.response.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// The longest response and the longest push (`[service] max_response_length`).
+    pub fn max_response_length(&self) -> usize {
+        self.pushes.max_length()
     }
 
     /// Offers an entry of the service's own: the leader appends it, stamped with its clock, and every

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io::{self, Read, Write};
 
-/// Why a push was refused.
+/// Why a push (or a response, [`Cluster::respond`](super::Cluster::respond)) was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PushError {
     /// No such session is open.
@@ -70,6 +70,11 @@ const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"qcpush01");
 impl Pushes {
     pub(crate) fn new(max_length: usize, max_backlog: usize) -> Self {
         Self { streams: BTreeMap::new(), max_length, max_backlog }
+    }
+
+    /// The longest push.
+    pub(crate) fn max_length(&self) -> usize {
+        self.max_length
     }
 
     /// Pushes `payload` to `session_id` (open: the caller checked), returning its number.
