@@ -65,8 +65,9 @@
 //! each with its default stated), [`Node`] (invoke, apply what is committed, snapshot, close),
 //! [`StateMachine`] (what the application's state implements) and [`LocalClient`] (offers from any
 //! thread, [`LocalClient::offer_and_wait`] to block until committed). A client on another host uses a
-//! [`ClusterClient`] ([`ClusterClient::offer_and_wait`] returns the service's response); a member serves
-//! remote clients when its [`ClientEndpointConfig`] enables them.
+//! [`ClusterClient`] ([`ClusterClient::offer_and_wait`] returns the service's response), or from async
+//! code an [`AsyncClient`] (`client.offer(bytes).await` resolves to the response, under any runtime); a
+//! member serves remote clients when its [`ClientEndpointConfig`] enables them.
 //!
 //! ## On a small host
 //!
@@ -117,6 +118,7 @@ pub use quorumcast_driver::event_log;
 
 pub use crate::agent::idle::{set_timer_slack, Idle, IdleStrategy, IdleStrategyConfig};
 pub use crate::agent::ThreadingMode;
+pub use crate::client::async_client::{AsyncClient, AsyncConfig, AsyncDriver, CommitError, CommitFuture};
 pub use crate::client::session::Entry;
 pub use crate::client::{ClientConfig, ClientOfferError, ClusterClient, Committed, ConnectError, Event, WaitError};
 pub use crate::cluster::consensus_core::{Role, Timers, TransferError};

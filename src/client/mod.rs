@@ -52,6 +52,7 @@
 //!   not applied; the session table makes sure a resend is never applied twice.
 //! - Only datagrams from the members' client endpoints are read.
 
+pub mod async_client;
 mod connect;
 pub mod credentials;
 mod outbox;
@@ -596,6 +597,12 @@ impl ClusterClient {
     /// Messages offered and not yet reported.
     pub fn in_flight(&self) -> usize {
         self.in_flight.pending.len()
+    }
+
+    /// Whether its socket can be waited on ([`wait`](Self::wait) blocks): a UDP socket, not a simulated
+    /// network's endpoint.
+    pub(crate) fn has_socket(&self) -> bool {
+        self.link.socket.readiness_fd().is_some()
     }
 
     /// The longest message [`offer`](Self::offer) takes.
