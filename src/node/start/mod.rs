@@ -399,8 +399,8 @@ fn bind_consensus(config: &NodeConfig, env: &Environment) -> Result<(Box<dyn Tra
 }
 
 use super::sessions::clock::LeaderClock;
-/// The client endpoint (when `clients.enabled`) and the session table every node keeps.
 
+/// The client endpoint (when `clients.enabled`) and the session table every node keeps.
 fn start_clients(
     config: &NodeConfig,
     counters: &CountersManager,
