@@ -198,7 +198,7 @@ macro_rules! section {
             }
 
             /// Sets each setting a node file gives, in declaration order: `lookup` is asked for each by its
-            /// [`Setting`] and the file keys it is read under (its own, then any older name), and returns
+            /// `Setting` and the file keys it is read under (its own, then any older name), and returns
             /// the file's value, if any, which is read in the setting's form. Settings whose front end reads
             /// them itself (`file Elsewhere`) are not asked for. The first value that does not read is
             /// refused, naming the setting.
