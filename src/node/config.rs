@@ -788,6 +788,25 @@ mod file_tests {
     }
 
     #[test]
+    fn the_shipped_node_files_and_profiles_are_read() {
+        let profiles = [
+            include_str!("../../tuning/profiles/balanced.toml"),
+            include_str!("../../tuning/profiles/latency.toml"),
+            include_str!("../../tuning/profiles/small-host.toml"),
+        ];
+        for node in [
+            include_str!("../../tuning/cluster/node0.toml"),
+            include_str!("../../tuning/cluster/node1.toml"),
+            include_str!("../../tuning/cluster/node2.toml"),
+        ] {
+            NodeConfig::from_toml(node).unwrap();
+            for profile in profiles {
+                NodeFile::parse(node).unwrap().merge(NodeFile::parse(profile).unwrap()).into_config().unwrap();
+            }
+        }
+    }
+
+    #[test]
     fn durations_and_sizes_take_their_units() {
         assert_eq!(parse_duration("250us", BareNumber::Refused), Ok(Duration::from_micros(250)));
         assert_eq!(parse_duration("3s", BareNumber::Refused), Ok(Duration::from_secs(3)));
