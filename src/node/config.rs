@@ -807,6 +807,19 @@ mod file_tests {
     }
 
     #[test]
+    fn a_small_term_shrinks_the_default_window_and_refuses_a_given_one_too_large() {
+        let small = NODE
+            .replace("term_buffer_length = \"16MiB\"", "term_buffer_length = \"64KiB\"")
+            .replace("mtu = 8192", "mtu = 1408");
+        assert_eq!(NodeConfig::from_toml(&small).unwrap().channel.receiver_window, 32 << 10);
+        let old_name = small.replace("term_buffer_length", "term_length");
+        assert_eq!(NodeConfig::from_toml(&old_name).unwrap().channel.term_length, 64 << 10);
+        let given = small.replace("[timers]", "receiver_window = \"128KiB\"\n[timers]");
+        let e = NodeConfig::from_toml(&given).unwrap_err().to_string();
+        assert!(e.contains("[channel] receiver_window"), "{e}");
+    }
+
+    #[test]
     fn durations_and_sizes_take_their_units() {
         assert_eq!(parse_duration("250us", BareNumber::Refused), Ok(Duration::from_micros(250)));
         assert_eq!(parse_duration("3s", BareNumber::Refused), Ok(Duration::from_secs(3)));
