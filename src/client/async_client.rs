@@ -14,24 +14,19 @@ use std::time::{Duration, Instant};
 use super::wire::RefusalCode;
 use super::{ClientOfferError, ClosedReason, ClusterClient, Committed, Event};
 
-/// The limits of an [`AsyncClient`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AsyncConfig {
-    /// Messages held at once, at most: queued for the driver, or sent and not yet answered (whether or
-    /// not their futures are still awaited). An offer past it resolves at once to [`CommitError::Full`].
-    /// Set it at or above [`ClientConfig::window`](super::ClientConfig::window) to keep the window full.
-    /// Default: `4096`.
-    pub max_pending: usize,
-    /// A message not answered this long after its offer resolves to [`CommitError::TimedOut`] (one sent
-    /// may still be applied, once; its answer is then discarded). `None` waits as long as the session
-    /// lives; a runtime's own timeout around the future (dropping it) does the same from outside.
-    /// Default: `None`.
-    pub timeout: Option<Duration>,
-}
-
-impl Default for AsyncConfig {
-    fn default() -> Self {
-        Self { max_pending: 4096, timeout: None }
+quorumcast_driver::section! {
+    /// The limits of an [`AsyncClient`].
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct AsyncConfig in pub(crate) mod async_settings, built as ("AsyncConfig::", ""),
+        checked with () {
+        /// Messages held at once, at most: queued for the driver, or sent and not yet answered (whether or
+        /// not their futures are still awaited). An offer past it resolves at once to [`CommitError::Full`].
+        /// Set it at or above [`ClientConfig::window`](super::ClientConfig::window) to keep the window full.
+        pub max_pending: usize = 4096, shown "4096", unit "messages";
+        /// A message not answered this long after its offer resolves to [`CommitError::TimedOut`] (one sent
+        /// may still be applied, once; its answer is then discarded). `None` waits as long as the session
+        /// lives; a runtime's own timeout around the future (dropping it) does the same from outside.
+        pub timeout: Option<Duration> = None, shown "None";
     }
 }
 
@@ -775,16 +770,6 @@ fn loopback_of(local: SocketAddr) -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_documented_default_is_the_default() {
-        crate::setting::documented_defaults::check(
-            include_str!("async_client.rs"),
-            "AsyncConfig",
-            &AsyncConfig::default(),
-            &[],
-        );
-    }
 
     #[test]
     fn the_wake_address_is_the_loopback_for_a_socket_bound_to_every_address() {

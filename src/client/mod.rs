@@ -79,74 +79,54 @@ use self::credentials::{ClientKey, Ephemeral, ReplayWindow, COOKIE_LENGTH};
 use self::outbox::Outbox;
 use self::wire::RefusalCode;
 
-/// How a client reaches a cluster, and its timeouts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientConfig {
-    /// Each member's id and client endpoint ([`crate::node::Member::client`]).
-    pub members: Vec<(i32, SocketAddr)>,
-    /// Bytes of a datagram, at most (the cluster's MTU).
-    /// Default: `1408`.
-    pub mtu: usize,
-    /// Messages in flight (offered, not yet reported), at most; at most the cluster's `clients.window`.
-    /// Default: `1024`.
-    pub window: usize,
-    /// A keep-alive goes to the leader when nothing else has for this long.
-    /// Default: `100ms`.
-    pub keepalive_interval: Duration,
-    /// Nothing heard from the leader for this long: the client looks for the leader again.
-    /// Default: `1s`.
-    pub leader_timeout: Duration,
-    /// The oldest message in flight unanswered for this long is resent, with those after it.
-    /// Default: `200ms`.
-    pub resend_timeout: Duration,
-    /// While connecting, an open (or reconnect) is sent again this often, to the next members when the
-    /// last ones did not answer. An answer that names the leader is followed at once, without this wait.
-    /// Default: `20ms`.
-    pub connect_retry: Duration,
-    /// Members one open (or reconnect) goes to at once: the last known leader first, then the others in
-    /// list order (capped at the member count). The first that answers as the leader opens the session
-    /// (only a leader appends an open; the others answer with a redirect), so with more than one a dead
-    /// member costs nothing. 1 asks one member at a time, each that does not answer costing a
-    /// [`connect_retry`](Self::connect_retry).
-    /// Default: `3`.
-    pub connect_fanout: usize,
-    /// The local address to bind (port 0: any).
-    /// Default: `None`.
-    pub bind: Option<SocketAddr>,
-    /// How long an offered message may wait for more to share its datagram before a poll sends it
-    /// (Kafka's `linger.ms`). 0, the default, sends at every poll: the least latency, and at moderate
-    /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
-    /// Default: `0ns`.
-    pub linger: Duration,
-    /// The member (by id) believed to lead, asked first by the first open: a new client seeded with
-    /// another's [`ClusterClient::known_leader`] goes straight to the leader, whatever the list's order
-    /// and whichever members are down. An id the list does not name is ignored.
-    /// Default: `None`.
-    pub leader_hint: Option<i32>,
-    /// The client key, for a cluster that requires one (`[clients] auth_key` or `[[clients.keys]]`):
-    /// every datagram is tagged with it (or with the session's token, which the cluster gives only to a
-    /// holder of it). `None`, the default: for a cluster without client keys.
-    /// Default: `None`.
-    pub key: Option<ClientKey>,
+quorumcast_driver::section! {
+    /// How a client reaches a cluster, and its timeouts.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ClientConfig in pub(crate) mod client_settings, built as ("ClientConfig::", ""),
+        checked with (), defaults in fn defaults {
+        /// Each member's id and client endpoint ([`crate::node::Member::client`]) (required:
+        /// [`ClientConfig::new`] takes them).
+        pub members: Vec<(i32, SocketAddr)> = Vec::new(), shown "[]";
+        /// Bytes of a datagram, at most (the cluster's MTU).
+        pub mtu: usize = 1408, shown "1408", unit "bytes";
+        /// Messages in flight (offered, not yet reported), at most; at most the cluster's `clients.window`.
+        pub window: usize = 1024, shown "1024", unit "messages";
+        /// A keep-alive goes to the leader when nothing else has for this long.
+        pub keepalive_interval: Duration = Duration::from_millis(100), shown "100ms";
+        /// Nothing heard from the leader for this long: the client looks for the leader again.
+        pub leader_timeout: Duration = Duration::from_secs(1), shown "1s";
+        /// The oldest message in flight unanswered for this long is resent, with those after it.
+        pub resend_timeout: Duration = Duration::from_millis(200), shown "200ms";
+        /// While connecting, an open (or reconnect) is sent again this often, to the next members when the
+        /// last ones did not answer. An answer that names the leader is followed at once, without this wait.
+        pub connect_retry: Duration = Duration::from_millis(20), shown "20ms";
+        /// Members one open (or reconnect) goes to at once: the last known leader first, then the others in
+        /// list order (capped at the member count). The first that answers as the leader opens the session
+        /// (only a leader appends an open; the others answer with a redirect), so with more than one a dead
+        /// member costs nothing. 1 asks one member at a time, each that does not answer costing a
+        /// [`connect_retry`](Self::connect_retry).
+        pub connect_fanout: usize = 3, shown "3", unit "members";
+        /// The local address to bind (port 0: any).
+        pub bind: Option<SocketAddr> = None, shown "None";
+        /// How long an offered message may wait for more to share its datagram before a poll sends it
+        /// (Kafka's `linger.ms`). 0, the default, sends at every poll: the least latency, and at moderate
+        /// rates many small datagrams, each a receive the leader pays for; a few microseconds fill them.
+        pub linger: Duration = Duration::ZERO, shown "0ns";
+        /// The member (by id) believed to lead, asked first by the first open: a new client seeded with
+        /// another's [`ClusterClient::known_leader`] goes straight to the leader, whatever the list's order
+        /// and whichever members are down. An id the list does not name is ignored.
+        pub leader_hint: Option<i32> = None, shown "None";
+        /// The client key, for a cluster that requires one (`[clients] auth_key` or `[[clients.keys]]`):
+        /// every datagram is tagged with it (or with the session's token, which the cluster gives only to a
+        /// holder of it). `None`: for a cluster without client keys.
+        pub key: Option<ClientKey> = None, shown "None";
+    }
 }
 
 impl ClientConfig {
     /// A client of `members`, with the default limits and timeouts.
     pub fn new(members: Vec<(i32, SocketAddr)>) -> Self {
-        Self {
-            members,
-            mtu: 1408,
-            window: 1024,
-            keepalive_interval: Duration::from_millis(100),
-            leader_timeout: Duration::from_secs(1),
-            resend_timeout: Duration::from_millis(200),
-            connect_retry: Duration::from_millis(20),
-            connect_fanout: 3,
-            bind: None,
-            linger: Duration::ZERO,
-            leader_hint: None,
-            key: None,
-        }
+        Self { members, ..Self::defaults() }
     }
 }
 
@@ -608,14 +588,5 @@ impl ClusterClient {
     /// The longest message [`offer`](Self::offer) takes.
     pub fn max_message_length(&self) -> usize {
         self.link.out.max_payload()
-    }
-}
-
-#[cfg(test)]
-mod default_docs {
-    #[test]
-    fn every_documented_default_is_the_default() {
-        let config = super::ClientConfig::new(Vec::new());
-        crate::setting::documented_defaults::check(include_str!("mod.rs"), "ClientConfig", &config, &["members"]);
     }
 }

@@ -9,48 +9,14 @@ use crate::agent::ThreadingMode;
 use crate::client::credentials::{ClientKey, SessionSecret};
 use crate::cluster::consensus_core::Timers;
 use crate::media::auth::AuthKey;
-use crate::media::channel::{membership_tag, timer_rule, validate_timer, ChannelConfig};
+use crate::media::channel::{membership_tag, timer_rule, ChannelConfig};
 use crate::media::transport::SendMode;
 use crate::media::transport::SocketOptions;
 use crate::setting::{Setting, SettingError};
 
-/// The node's own settings that are not yet declared with a section (its top-level keys and the node's
-/// timers): each spelled here, once.
-#[allow(non_upper_case_globals)]
-pub(crate) mod node_settings {
-    use crate::setting::Setting;
-
-    /// Whether a crashed run's node directory is removed at start.
-    pub(crate) const clean_stale: Setting = Setting::new("node.clean_stale", "clean_stale", "NodeBuilder::clean_stale");
-    /// The operator key of administrative commands over the network.
-    pub(crate) const admin_key: Setting = Setting::new("admin.key", "[admin] key", "NodeBuilder::admin_key");
-    /// The commit heartbeat.
-    pub(crate) const commit_heartbeat: Setting = Setting::new(
-        "timers.commit_heartbeat",
-        "[timers] commit_heartbeat",
-        "NodeBuilder::from_config(NodeConfig { commit_heartbeat, .. })",
-    );
-    /// The followers' acknowledgement interval.
-    pub(crate) const ack_interval: Setting = Setting::new(
-        "timers.ack_interval",
-        "[timers] ack_interval",
-        "NodeBuilder::from_config(NodeConfig { ack_interval, .. })",
-    );
-    /// The shortest time between two of a follower's acknowledgements.
-    pub(crate) const ack_gap: Setting =
-        Setting::new("timers.ack_gap", "[timers] ack_gap", "NodeBuilder::from_config(NodeConfig { ack_gap, .. })");
-
-    /// Every one.
-    pub(crate) const ALL: &[Setting] = &[clean_stale, admin_key, commit_heartbeat, ack_interval, ack_gap];
-}
 use crate::shm::directory::NodeDirectory;
 
-#[cfg(feature = "config")]
-use super::config::{ClientKeyEntry, FileDuration, FileSize, Parsed, SizeOrOff};
-use super::settings::section;
 use super::{Node, NodeError};
-#[cfg(feature = "config")]
-use crate::client::credentials::DEFAULT_CLIENT_KEY_NAME;
 use crate::storage::recording::{SyncPolicy, MIN_PAGE_CACHE_WINDOW};
 
 /// Where a node keeps its log.
@@ -64,23 +30,23 @@ pub enum LogStorage {
     Memory,
 }
 
-section! {
+quorumcast_driver::section! {
     /// Where and how a node keeps its log, and when it snapshots the application.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct StorageConfig in pub(crate) mod storage, built as ("StorageConfig::", ""),
-        checked with NodeConfig, read by StorageSection {
+        checked with NodeConfig {
         /// Recorded on disk, or in memory only.
         pub log: LogStorage = LogStorage::Disk, shown "Disk",
-            key [storage] log, file LogStorage;
+            key [storage] log, file Plain;
         /// When recorded bytes are made durable (see [`SyncPolicy`] for what each can lose).
         pub sync: SyncPolicy = SyncPolicy::None, shown "None",
-            key [storage] sync, file Parsed<SyncPolicy>;
+            key [storage] sync, file Text;
         /// The recording's directory; `None` uses `recording` in the data directory.
         pub recording_dir: Option<PathBuf> = None, shown "None",
-            key [storage] recording_dir, file PathBuf;
+            key [storage] recording_dir, file Plain;
         /// A new segment file starts once the current one holds this many bytes (64 KiB to 1 TiB).
         pub segment_length: u64 = 128 << 20, shown "134217728", unit "bytes",
-            key [storage] segment_length, file FileSize,
+            key [storage] segment_length, file Size,
             check |storage, _| {
                 let length = storage.segment_length;
                 (!(1 << 16..=1 << 40).contains(&length)).then(|| format!("({length}) must be between 64 KiB and 1 TiB"))
@@ -92,7 +58,7 @@ section! {
         /// read older bytes from the disk. `None` (`"off"` in a node file): everything stays cached until
         /// reclaimed (a host with memory to spare whose catch-ups read far back). At least 8 MiB.
         pub page_cache_window: Option<u64> = Some(64 << 20), shown "Some(67108864)", unit "bytes",
-            key [storage] page_cache_window, file Parsed<SizeOrOff>,
+            key [storage] page_cache_window, file SizeOrOff,
             check |storage, _| {
                 let window = storage.page_cache_window.filter(|&w| w < MIN_PAGE_CACHE_WINDOW)?;
                 Some(format!("({window}) must be at least 8 MiB (two steps of the writeback), or off"))
@@ -101,32 +67,32 @@ section! {
         /// have been applied since the last (`None`, `"off"` in a node file: only on request,
         /// [`Node::take_snapshot`]).
         pub snapshot_interval: Option<u64> = Some(256 << 20), shown "Some(268435456)", unit "bytes",
-            key [storage] snapshot_interval, file Parsed<SizeOrOff>,
+            key [storage] snapshot_interval, file SizeOrOff,
             check |storage, _| (storage.snapshot_interval == Some(0)).then(|| "must be more than 0 bytes".into());
         /// Snapshots kept (at least 1); the recorded log below the oldest kept is deleted.
         pub snapshots_kept: usize = 2, shown "2", unit "snapshots",
-            key [storage] snapshots_kept, file usize,
+            key [storage] snapshots_kept, file Plain,
             check |storage, _| (storage.snapshots_kept == 0).then(|| "must be at least 1".into());
     }
 }
 
-section! {
+quorumcast_driver::section! {
     /// What the replicated service may hold ([`StateMachine`](crate::StateMachine)'s callbacks, the
     /// [`Cluster`](crate::Cluster) handle). The same on every member: a limit reached on one is reached on
     /// all at the same entry.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct ServiceConfig in pub(crate) mod service, built as ("ServiceConfig::", ""),
-        checked with NodeConfig, read by ServiceSection {
+        checked with NodeConfig {
         /// Timers scheduled at once, at most ([`Cluster::schedule_timer`](crate::Cluster::schedule_timer)
         /// refuses one more). Each takes about 64 bytes of the replicated state and of every snapshot.
         pub max_timers: usize = crate::service::DEFAULT_MAX_TIMERS, shown "1048576", unit "timers",
-            key [service] max_timers, file usize,
+            key [service] max_timers, file Plain,
             check |service, _| (service.max_timers == 0).then(|| "must be at least 1".into());
         /// The longest response to a client's message and the longest push, in bytes: one longer than a
         /// datagram goes in pieces. A response past it is not sent (its client is told, and counted in
         /// `client responses too long`); a push past it is refused. At most 16 MiB.
         pub max_response_length: u64 = 64 << 10, shown "65536", unit "bytes",
-            key [service] max_response_length, file FileSize,
+            key [service] max_response_length, file Size,
             check |service, _| {
                 (!(1..=16 << 20).contains(&service.max_response_length)).then(|| "must be between 1 byte and 16 MiB".into())
             };
@@ -134,7 +100,7 @@ section! {
         /// unacknowledged: one more closes its session. Every open session may hold this much in the
         /// replicated state (and in every snapshot), so `clients.max_sessions` times this bounds it.
         pub max_push_backlog: u64 = 256 << 10, shown "262144", unit "bytes",
-            key [service] max_push_backlog, file FileSize,
+            key [service] max_push_backlog, file Size,
             check |service, _| (service.max_push_backlog < 1 << 12).then(|| "must be at least 4 KiB".into());
     }
 }
@@ -201,41 +167,41 @@ impl Member {
     }
 }
 
-section! {
+quorumcast_driver::section! {
     /// Remote clients ([`ClusterClient`](crate::ClusterClient)): whether members take them, and the limits
     /// every member applies to them. `max_sessions` and `session_timeout` decide what the replicated session
     /// table does, so every member must have the same. The rules are checked only when `enabled`.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct ClientEndpointConfig in pub(crate) mod clients, built as ("ClientEndpointConfig::", ""),
-        checked with NodeConfig, read by ClientsSection {
+        checked with NodeConfig {
         /// Members bind their client endpoints and take sessions. Off by default.
         pub enabled: bool = false, shown "false",
-            key [clients] enabled, file bool;
+            key [clients] enabled, file Plain;
         /// Sessions open at once, at most; an open past it is refused (with a reason), never stored.
         pub max_sessions: usize = 1024, shown "1024", unit "sessions",
-            key [clients] max_sessions, file usize,
+            key [clients] max_sessions, file Plain,
             check |clients, _| (clients.max_sessions == 0).then(|| "must be at least 1".into());
         /// A session that sends nothing for this long (the leader's clock, as written into the log) is
         /// closed; its client is told, and may open a new one.
         pub session_timeout: Duration = Duration::from_secs(10), shown "10s",
-            key [clients] session_timeout, file FileDuration,
+            key [clients] session_timeout, file Duration,
             check |clients, _| {
                 timer_rule(clients.session_timeout)
             };
         /// How far past the last message applied a session's message may be numbered (messages in flight);
         /// further is refused as `WindowExceeded`.
         pub window: u64 = 4096, shown "4096", unit "messages",
-            key [clients] window, file u64,
+            key [clients] window, file Plain,
             check |clients, _| (clients.window == 0).then(|| "must be at least 1 message".into());
         /// Client datagrams are taken only from these address ranges (empty: from anywhere).
         pub allow: Vec<AddressRange> = Vec::new(), shown "[]",
-            key [clients] allow, file Vec<Parsed<AddressRange>>;
+            key [clients] allow, file TextList;
         /// The root of the members' secret that binds each session to its client (session ids, tokens,
         /// challenges: see the client wire in `docs/ARCHITECTURE.md`): the same on every member, never written
         /// to the log or a file. `None`: derived from the channel's `auth_key`; a node that takes clients
         /// needs one of the two.
         pub session_key: Option<AuthKey> = None, shown "None",
-            key [clients] session_key, file Parsed<AuthKey>,
+            key [clients] session_key, file SomeText,
             check |clients, node| (clients.session_key.is_none() && node.channel.auth.is_none()).then(|| {
                 "is not set and {channel.auth_key} is not either: a node that takes clients needs a key every \
                  member holds, to bind each session to its client; set {clients.session_key} (the same 64 \
@@ -248,7 +214,7 @@ section! {
         /// Empty (the default): any client may open a session. A node file gives named keys
         /// (`keys = [{ name, key }]`) and, beside them, `auth_key`: a key its clients give as `default`.
         pub keys: Vec<ClientKey> = Vec::new(), shown "[]",
-            key [clients] keys, file Vec<ClientKeyEntry>,
+            key [clients] keys, file Entries,
             check |clients, _| {
                 let mut ids: Vec<(u32, &str)> = clients.keys.iter().map(|k| (k.id(), k.name())).collect();
                 ids.sort();
@@ -260,12 +226,12 @@ section! {
             };
         /// Sessions one address (an IPv4 address, an IPv6 /64) may hold at once; an open past it is refused.
         pub max_sessions_per_address: usize = 256, shown "256", unit "sessions",
-            key [clients] max_sessions_per_address, file usize,
+            key [clients] max_sessions_per_address, file Plain,
             check |clients, _| (clients.max_sessions_per_address == 0).then(|| "must be at least 1".into());
         /// Sessions the addresses of one network (an IPv4 /24, an IPv6 /48) may hold together; an open past
         /// it is refused, so that one network's many addresses cannot hold the cluster.
         pub max_sessions_per_prefix: usize = 256, shown "256", unit "sessions",
-            key [clients] max_sessions_per_prefix, file usize,
+            key [clients] max_sessions_per_prefix, file Plain,
             check |clients, _| (clients.max_sessions_per_prefix < clients.max_sessions_per_address).then(|| {
                 "is below {clients.max_sessions_per_address}: a network holds at least what one of its \
                  addresses may; raise it"
@@ -274,18 +240,9 @@ section! {
         /// Opens and reconnects one address may make per second (a burst of as many, refilled over the
         /// second); past it they are refused, counted, and append nothing.
         pub opens_per_second: u32 = 1000, shown "1000", unit "opens per second",
-            key [clients] opens_per_second, file u32,
+            key [clients] opens_per_second, file Plain,
             check |clients, _| (clients.opens_per_second == 0).then(|| "must be at least 1".into());
     }
-    file only {
-        /// A client key its clients give as `default` (listed before the named `keys`).
-        auth_key: Parsed<AuthKey>,
-    }
-    then |file: &ClientsSection, clients: &mut ClientEndpointConfig| {
-        if let Some(key) = file.auth_key {
-            clients.keys.insert(0, ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key.0));
-        }
-    };
 }
 
 impl ClientEndpointConfig {
@@ -408,102 +365,123 @@ impl<T> From<[T; 4]> for PerAgent<T> {
     }
 }
 
-/// Everything a node is started from. Build it with [`NodeBuilder`].
-#[derive(Clone, Debug)]
-pub struct NodeConfig {
-    /// This node's member id.
-    pub id: i32,
-    /// Every member, this one included. Membership is static.
-    pub members: Vec<Member>,
-    /// The preferred first leader, if any: it stands for election at start instead of after an election
-    /// timeout. Any member may lead later; the members elect their leader.
-    /// Default: `None`.
-    pub leader: Option<i32>,
-    /// The consensus timers: heartbeat interval, heartbeat timeout, election timeout range.
-    /// Default: as its type documents.
-    pub timers: Timers,
-    /// The node directory; `None` uses `/dev/shm/quorumcast/node-<id>`.
-    /// Default: `None`.
-    pub directory: Option<PathBuf>,
-    /// Where what must outlive the node directory is kept: the persisted term and vote, the recorded log
-    /// and the snapshots. `None` uses `quorumcast-data/<node directory's path, flattened>` in the system's
-    /// temporary directory (`$TMPDIR`, else `/tmp`): on disk on most hosts, but give every production node
-    /// a directory of its own on a disk that survives a restart. A clean shutdown removes the node
-    /// directory, never this one.
-    /// Default: `None`.
-    pub data_dir: Option<PathBuf>,
-    /// Where and how the log is kept: recorded on disk (the default) or in memory only, its sync policy,
-    /// segments and snapshots.
-    /// Default: as its type documents.
-    pub storage: StorageConfig,
-    /// What the replicated service may hold: its timers.
-    /// Default: as its type documents.
-    pub service: ServiceConfig,
-    /// Remove a stale directory of a crashed run instead of refusing to start.
-    /// Default: `false`.
-    pub clean_stale: bool,
-    /// The log channel: MTU, term length, send mode, timers, socket buffers and faults.
-    /// Default: as its type documents.
-    pub channel: ChannelConfig,
-    /// Stream id of the log.
-    /// Default: `1001`.
-    pub stream_id: i32,
-    /// Idle strategies of the consensus, sender, receiver and recorder agents: each agent's default is
-    /// the `backoff:10,5,1us,1ms` of [`IdleStrategyConfig::default`]. Default: as its type documents.
-    pub idle: PerAgent<IdleStrategyConfig>,
-    /// Cores to pin the consensus, sender, receiver and recorder agents to: by default none is pinned.
-    /// Default: as its type documents.
-    pub cores: PerAgent<Option<usize>>,
-    /// How the agents are put on threads.
-    /// Default: `Dedicated`.
-    pub threading: ThreadingMode,
-    /// Start a layout with more busy-spinning threads than cores anyway (with a warning).
-    /// Default: `false`.
-    pub force_layout: bool,
-    /// Carry the commit position in data frames while data flows.
-    /// Default: `false`.
-    pub commit_piggyback: bool,
-    /// Split the leader Sender's time into data calls, control calls, own code, idle and the time between
-    /// its duty cycles, in its counters (see [`crate::media::time_split`]): a few clock reads per send call,
-    /// for measuring its capacity as a budget.
-    /// Default: `false`.
-    pub sender_time_split: bool,
-    /// Resend an unchanged commit position this often.
-    /// Default: `100ms`.
-    pub commit_heartbeat: Duration,
-    /// A follower acknowledges its append position at least this often.
-    /// Default: `200ms`.
-    pub ack_interval: Duration,
-    /// A follower acknowledges an advance of its append position no sooner than this after its last
-    /// acknowledgement (an advance within it goes out when it ends; one after a quiet spell at once), so
-    /// a busy follower sends at most one acknowledgement per gap and the leader's Sender reads as few.
-    /// Zero acknowledges every advance. At most `ack_interval`.
-    /// Default: `20µs`.
-    pub ack_gap: Duration,
-    /// Bytes of the client ingress ring (a power of two).
-    /// Default: `4194304`.
-    pub ingress_capacity: usize,
-    /// A follower that restarts with its log applied up to here asks the leader for the rest; a
-    /// follower without it starts at position 0.
-    /// Default: `None`.
-    pub resume_from: Option<i64>,
-    /// Remote clients: off by default.
-    /// Default: as its type documents.
-    pub clients: ClientEndpointConfig,
-    /// The ids of the cluster's initial configuration (its voters when it first started), each listed in
-    /// `members`; every later configuration is an entry in the log. A member that joins a running cluster
-    /// (added as a learner with [`Node::add_learner`](crate::node::Node::add_learner)) lists itself in
-    /// `members` and not here. Every member of a cluster must give the same list.
-    /// Default: `None` (every member in `members`).
-    pub initial_members: Option<Vec<i32>>,
-    /// A learner is promoted to voter only when it is at most this many bytes behind the leader's log.
-    /// Default: `4194304`.
-    pub promote_within: i64,
-    /// The operator key: administrative commands over the network (`qc-cluster --connect`) must carry its
-    /// tag (what `qc-cluster` sends); distinct from the channel's `auth_key`. Without one, the node takes
-    /// administrative commands only through its directory.
-    /// Default: `None`.
-    pub admin_key: Option<AuthKey>,
+quorumcast_driver::section! {
+    /// Everything a node is started from. Build it with [`NodeBuilder`], or read it from a node file
+    /// ([`NodeConfig::from_toml`], feature `config`).
+    #[derive(Clone, Debug)]
+    pub struct NodeConfig in pub(crate) mod node_settings, built as ("NodeBuilder::", ""),
+        checked with (), defaults in fn defaults {
+        /// This node's member id (required: [`NodeBuilder::new`] takes it).
+        pub id: i32 = 0, shown "0",
+            key [] id, file Plain, built as ("NodeBuilder::new(", ", members)");
+        /// Every member, this one included (required: [`NodeBuilder::new`] takes them; node files list them
+        /// in `members`).
+        pub members: Vec<Member> = Vec::new(), shown "[]";
+        /// The preferred first leader, if any: it stands for election at start instead of after an election
+        /// timeout. Any member may lead later; the members elect their leader.
+        pub leader: Option<i32> = None, shown "None",
+            key [] leader, file Plain;
+        /// The consensus timers: heartbeat interval, heartbeat timeout, election timeout range.
+        pub timers: Timers = Timers::default(), shown "as its type documents";
+        /// The node directory; `None` uses `/dev/shm/quorumcast/node-<id>`.
+        pub directory: Option<PathBuf> = None, shown "None",
+            key [] directory, file Plain;
+        /// Where what must outlive the node directory is kept: the persisted term and vote, the recorded log
+        /// and the snapshots. `None` uses `quorumcast-data/<node directory's path, flattened>` in the system's
+        /// temporary directory (`$TMPDIR`, else `/tmp`): on disk on most hosts, but give every production node
+        /// a directory of its own on a disk that survives a restart. A clean shutdown removes the node
+        /// directory, never this one.
+        pub data_dir: Option<PathBuf> = None, shown "None",
+            key [] data_dir, file Plain;
+        /// Where and how the log is kept: recorded on disk (the default) or in memory only, its sync policy,
+        /// segments and snapshots.
+        pub storage: StorageConfig = StorageConfig::default(), shown "as its type documents";
+        /// What the replicated service may hold: its timers.
+        pub service: ServiceConfig = ServiceConfig::default(), shown "as its type documents";
+        /// Remove a stale directory of a crashed run instead of refusing to start.
+        pub clean_stale: bool = false, shown "false",
+            key [] clean_stale, file Plain;
+        /// The log channel: MTU, term length, send mode, timers, socket buffers and faults.
+        pub channel: ChannelConfig = ChannelConfig::default(), shown "as its type documents";
+        /// Stream id of the log.
+        pub stream_id: i32 = 1001, shown "1001",
+            key [] stream_id, file Plain, built as ("NodeBuilder::from_config(NodeConfig { ", ", .. })");
+        /// Idle strategies of the consensus, sender, receiver and recorder agents: each agent's default is
+        /// the `backoff:10,5,1us,1ms` of [`IdleStrategyConfig::default`]. Node files: `[agents] idle` for
+        /// every agent, and an agent's own in `[agents] <agent> = { idle }`.
+        pub idle: PerAgent<IdleStrategyConfig> = PerAgent::all(IdleStrategyConfig::default()),
+            shown "as its type documents";
+        /// Cores to pin the consensus, sender, receiver and recorder agents to: by default none is pinned.
+        /// Node files: `[agents] <agent> = { core }`.
+        pub cores: PerAgent<Option<usize>> = PerAgent::all(None), shown "as its type documents";
+        /// How the agents are put on threads.
+        pub threading: ThreadingMode = ThreadingMode::Dedicated, shown "Dedicated",
+            key [agents] threading, file Text;
+        /// Start a layout with more busy-spinning threads than cores anyway (with a warning).
+        pub force_layout: bool = false, shown "false",
+            key [agents] force_layout, file Plain;
+        /// Carry the commit position in data frames while data flows.
+        pub commit_piggyback: bool = false, shown "false",
+            key [] commit_piggyback, file Plain;
+        /// Split the leader Sender's time into data calls, control calls, own code, idle and the time between
+        /// its duty cycles, in its counters (see [`crate::media::time_split`]): a few clock reads per send call,
+        /// for measuring its capacity as a budget.
+        pub sender_time_split: bool = false, shown "false",
+            key [] sender_time_split, file Plain;
+        /// Resend an unchanged commit position this often.
+        pub commit_heartbeat: Duration = Duration::from_millis(100), shown "100ms",
+            key [timers] commit_heartbeat, file Duration,
+            built as ("NodeBuilder::from_config(NodeConfig { ", ", .. })"),
+            check |node, _| timer_rule(node.commit_heartbeat);
+        /// A follower acknowledges its append position at least this often.
+        pub ack_interval: Duration = Duration::from_millis(200), shown "200ms",
+            key [timers] ack_interval, file Duration,
+            built as ("NodeBuilder::from_config(NodeConfig { ", ", .. })"),
+            check |node, _| timer_rule(node.ack_interval);
+        /// A follower acknowledges an advance of its append position no sooner than this after its last
+        /// acknowledgement (an advance within it goes out when it ends; one after a quiet spell at once), so
+        /// a busy follower sends at most one acknowledgement per gap and the leader's Sender reads as few.
+        /// Zero acknowledges every advance. At most `ack_interval`.
+        pub ack_gap: Duration = Duration::from_micros(20), shown "20µs",
+            key [timers] ack_gap, file Duration,
+            built as ("NodeBuilder::from_config(NodeConfig { ", ", .. })"),
+            check |node: &NodeConfig, _| (node.ack_gap > node.ack_interval).then(|| {
+                format!(
+                    "({:?}) must be at most {{timers.ack_interval}} ({:?}): an acknowledgement goes out at least \
+                     every {{timers.ack_interval}} whatever the gap; a gap of a few microseconds bounds a busy \
+                     follower's acknowledgements (0 sends one at every advance)",
+                    node.ack_gap, node.ack_interval
+                )
+            });
+        /// Bytes of the client ingress ring (a power of two).
+        pub ingress_capacity: usize = 4 << 20, shown "4194304", unit "bytes",
+            key [] ingress_capacity, file Size;
+        /// A follower that restarts with its log applied up to here asks the leader for the rest; a
+        /// follower without it starts at position 0.
+        pub resume_from: Option<i64> = None, shown "None";
+        /// Remote clients: off by default.
+        pub clients: ClientEndpointConfig = ClientEndpointConfig::default(), shown "as its type documents";
+        /// The ids of the cluster's initial configuration (its voters when it first started), each listed in
+        /// `members`; every later configuration is an entry in the log. A member that joins a running cluster
+        /// (added as a learner with [`Node::add_learner`](crate::node::Node::add_learner)) lists itself in
+        /// `members` and not here. Every member of a cluster must give the same list. `None`: every member in
+        /// `members`.
+        pub initial_members: Option<Vec<i32>> = None, shown "None",
+            key [] initial_members, file Plain;
+        /// A learner is promoted to voter only when it is at most this many bytes behind the leader's log.
+        pub promote_within: i64 = 4 << 20, shown "4194304", unit "bytes",
+            key [] promote_within, file Size;
+        /// The operator key: administrative commands over the network (`qc-cluster --connect`) must carry its
+        /// tag (what `qc-cluster` sends); distinct from the channel's `auth_key`. Without one, the node takes
+        /// administrative commands only through its directory.
+        pub admin_key: Option<AuthKey> = None, shown "None",
+            key [admin] key, file SomeText,
+            check |node: &NodeConfig, _| (node.admin_key.is_some() && node.admin_key == node.channel.auth).then(|| {
+                "is the same key as {channel.auth_key}: the operator's key must be a key of its own, so that \
+                 holding the members' key does not administer the cluster; make one with `openssl rand -hex 32`"
+                    .into()
+            });
+    }
 }
 
 impl NodeConfig {
@@ -528,14 +506,6 @@ impl NodeConfig {
                 )));
             }
         }
-        if self.admin_key.is_some() && self.admin_key == self.channel.auth {
-            return Err(SettingError::new(
-                node_settings::admin_key,
-                "is the same key as {channel.auth_key}: the operator's key must be a key of its own, so that \
-                 holding the members' key does not administer the cluster; make one with `openssl rand -hex 32`",
-            )
-            .into());
-        }
         if self.promote_within < 0 {
             return Err(NodeError::Config(format!("promote_within ({}) must be 0 or more bytes", self.promote_within)));
         }
@@ -554,20 +524,8 @@ impl NodeConfig {
             idle.validate().map_err(|e| NodeError::Config(e.to_string()))?;
         }
         self.timers.validate()?;
-        check_timer(node_settings::commit_heartbeat, self.commit_heartbeat)?;
-        check_timer(node_settings::ack_interval, self.ack_interval)?;
-        if self.ack_gap > self.ack_interval {
-            return Err(SettingError::new(
-                node_settings::ack_gap,
-                format!(
-                    "({:?}) must be at most {{timers.ack_interval}} ({:?}): an acknowledgement goes out at least \
-                     every {{timers.ack_interval}} whatever the gap; a gap of a few microseconds bounds a busy \
-                     follower's acknowledgements (0 sends one at every advance)",
-                    self.ack_gap, self.ack_interval
-                ),
-            )
-            .into());
-        }
+        // The node's own settings (its timers, its operator key), each by its declared rule.
+        self.check(&())?;
         self.storage.check(self)?;
         self.service.check(self)?;
         if self.clients.enabled {
@@ -634,37 +592,7 @@ pub struct NodeBuilder {
 impl NodeBuilder {
     /// A node with member id `id` of the cluster `members`; the members elect their leader.
     pub fn new(id: i32, members: Vec<Member>) -> Self {
-        let backoff = IdleStrategyConfig::default();
-        Self {
-            config: NodeConfig {
-                id,
-                leader: None,
-                members,
-                timers: Timers::default(),
-                directory: None,
-                data_dir: None,
-                storage: StorageConfig::default(),
-                service: ServiceConfig::default(),
-                clean_stale: false,
-                channel: ChannelConfig::default(),
-                stream_id: 1001,
-                idle: PerAgent::all(backoff),
-                cores: PerAgent::all(None),
-                threading: ThreadingMode::Dedicated,
-                force_layout: false,
-                commit_piggyback: false,
-                sender_time_split: false,
-                commit_heartbeat: Duration::from_millis(100),
-                ack_interval: Duration::from_millis(200),
-                ack_gap: Duration::from_micros(20),
-                ingress_capacity: 4 << 20,
-                resume_from: None,
-                clients: ClientEndpointConfig::default(),
-                initial_members: None,
-                promote_within: 4 << 20,
-                admin_key: None,
-            },
-        }
+        Self { config: NodeConfig { id, members, ..NodeConfig::defaults() } }
     }
 
     /// A builder from a whole configuration.
@@ -870,19 +798,15 @@ pub(crate) fn among_every_section(error: SettingError) -> SettingError {
 }
 
 /// The settings of every section of a node, each section's declared with its type.
-const EVERY_SECTION: [&[Setting]; 6] = [
-    node_settings::ALL,
+pub(crate) const EVERY_SECTION: [&[Setting]; 7] = [
+    NodeConfig::SETTINGS,
     ChannelConfig::SETTINGS,
     SocketOptions::SETTINGS,
     Timers::SETTINGS,
     StorageConfig::SETTINGS,
+    ServiceConfig::SETTINGS,
     ClientEndpointConfig::SETTINGS,
 ];
-
-/// Checks a timer `setting` by the rule every timer follows ([`validate_timer`]).
-fn check_timer(setting: Setting, value: Duration) -> Result<(), SettingError> {
-    validate_timer(setting, value).map_err(|e| e.0)
-}
 
 #[cfg(test)]
 mod every_section {
@@ -899,17 +823,5 @@ mod every_section {
         keys.sort();
         keys.dedup();
         assert_eq!((ids.len(), keys.len()), (all.len(), all.len()));
-    }
-}
-
-#[cfg(test)]
-mod default_docs {
-    use super::*;
-    use crate::setting::documented_defaults::check;
-
-    #[test]
-    fn every_documented_default_is_the_default() {
-        let source = include_str!("builder.rs");
-        check(source, "NodeConfig", NodeBuilder::new(0, Vec::new()).config(), &["id", "members"]);
     }
 }

@@ -2,175 +2,66 @@
 //!
 //! `qc-node` starts a node from one; an application that embeds a node may too, or may build its
 //! [`NodeConfig`] with [`NodeBuilder`] and have no file at all.
+//!
+//! A file is read through the declarations of its settings (`quorumcast_driver::section!`): each
+//! section's `read_file` asks for its settings' keys in declaration order and reads each value in the form
+//! its declaration gives (a size, a duration, a string its type parses, ...). The keys no section asks for
+//! are refused, by name. Only what is not one setting per key is read here: `members`, the agents' entries
+//! and the clients' `auth_key`.
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
+
+use serde::de::DeserializeOwned;
 
 use crate::agent::clock::{parse_duration, BareNumber};
 use crate::agent::idle::IdleStrategyConfig;
-use crate::agent::ThreadingMode;
-use crate::client::credentials::ClientKey;
+use crate::client::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use crate::media::auth::AuthKey;
-use crate::media::channel::ChannelConfig;
-use crate::media::transport::faulty::FaultConfig;
-use crate::media::transport::SendMode;
-use crate::node::builder::{ClientsSection, ServiceSection, StorageSection};
-use crate::node::{LogStorage, Member, NodeBuilder, NodeConfig, NodeError};
-use crate::setting::FrontEnd;
+use crate::node::{Member, NodeBuilder, NodeConfig, NodeError};
+use crate::setting::{form, FrontEnd, ReadValue, Setting, SettingError};
 
 /// A node configuration file in TOML, or a profile to merge over one.
 ///
 /// Every key is optional in a file, so that a node file (identity, membership, channel) and a profile
 /// (threading, idle strategies, cores) can each hold only their part: [`NodeFile::merge`] lays a profile
 /// over a node file, and [`NodeFile::into_config`] demands the keys a node needs (`id`, `members`) and
-/// takes [`NodeBuilder::new`]'s defaults for the rest. Unknown keys are an error that names
-/// the key. The keys:
+/// takes [`NodeBuilder::new`]'s defaults for the rest. Unknown keys are an error that names the key and
+/// its table. Every key, each at its default where it has one (the settings' docs, on [`NodeConfig`] and
+/// the types of its sections, give each key's meaning, default and unit):
 ///
-/// ```toml
-/// id = 0                       # this node's member id (required)
-/// leader = 0                   # the preferred first leader (optional: the members elect one anyway)
-/// directory = "/dev/shm/quorumcast/node-0"   # default: /dev/shm/quorumcast/node-<id>
-/// data_dir = "/var/lib/quorumcast/node-0"    # the persisted term and vote; default: <directory>-data
-/// clean_stale = true           # remove a crashed run's directory instead of refusing to start
-/// stream_id = 1001
-/// commit_piggyback = true      # carry the commit position in data frames
-/// sender_time_split = true     # split the leader Sender's time in its counters (a few clock reads per send)
-/// ingress_capacity = "4MiB"    # client ingress ring, a power of two
-/// members = [ { id = 0, log = "127.0.0.1:40501", consensus = "127.0.0.1:40601" },
-///             { id = 1, log = "127.0.0.1:40502" } ]   # consensus: default the log port + 100
-/// initial_members = [0, 1]     # the cluster's first voters (default: every member); a member joining a
-///                              # running cluster lists itself in members, not here
-/// promote_within = "4MiB"      # a learner is promoted only this close to the leader's log
-///
-/// [consensus]                  # elections; see docs/operating.md for how to choose
-/// heartbeat_interval = "10ms"  # the leader's heartbeat (its commit position) at least this often
-/// heartbeat_timeout = "100ms"  # a leader not heard from for this long may be replaced
-/// election_timeout_min = "150ms"   # a follower canvasses after a random timeout in this range
-/// election_timeout_max = "300ms"
-///
-/// [channel]
-/// mtu = 8192
-/// term_buffer_length = "16MiB" # one of the log's three term buffers (not a leadership term)        # sizes: a number of bytes, or a string with B, KiB, MiB or GiB
-/// send_mode = "classic"        # classic, mmsg or gso
-/// batch_limit = 16
-/// receiver_window = "128KiB"
-/// send_buffer = "2MiB"         # SO_SNDBUF
-/// receive_buffer = "2MiB"      # SO_RCVBUF
-/// send_faults = "drop=0.01,seed=7"      # fault injection, for tests
-/// receive_faults = ""
-/// auth_key = "<64 hex digits>"  # tag every datagram with a keyed BLAKE3 (same key on every member)
-/// max_retransmit_rate = "64MiB" # bytes per second NAKs may make the leader resend to one follower
-///
-/// [timers]                     # durations: a number with ns, us, ms or s
-/// status_interval = "200ms"
-/// nak_delay = "100us"
-/// nak_retry_delay = "10ms"
-/// retransmit_linger = "10ms"
-/// receiver_timeout = "5s"
-/// heartbeat_interval = "100ms"
-/// setup_interval = "100ms"
-/// commit_heartbeat = "100ms"
-/// ack_interval = "200ms"
-/// ack_gap = "20us"
-///
-/// [storage]
-/// log = "disk"                 # disk (recorded by the recorder agent; the default) or memory
-/// sync = "none"                # none (page cache) or batch (group commit with fdatasync)
-/// recording_dir = "/var/lib/quorumcast/node-0/recording"   # default: recording in data_dir
-/// segment_length = "128MiB"
-/// page_cache_window = "64MiB"  # or "off": the recorded log kept cached behind its end
-/// snapshot_interval = "256MiB"  # or "off": snapshots only on request
-/// snapshots_kept = 2
-///
-/// [service]                    # what the replicated service may hold; the same on every member
-/// max_timers = 1048576
-/// max_response_length = "64KiB"   # longer ones go in pieces; at most 16 MiB
-/// max_push_backlog = "256KiB"     # a client that leaves more unacknowledged is closed
-///
-/// [clients]                    # remote clients (cluster_client): each member's `client` endpoint
-/// enabled = true               # default false; a member's client endpoint defaults to its port + 200
-/// max_sessions = 1024          # the same on every member
-/// session_timeout = "10s"      # the same on every member
-/// window = 4096                # messages in flight per session
-/// allow = ["10.0.0.0/8", "127.0.0.1"]   # default: any address
-/// session_key = "<64 hex digits>"       # binds sessions to their clients; default: channel.auth_key
-/// max_sessions_per_address = 256        # per IPv4 address, per IPv6 /64
-/// max_sessions_per_prefix = 256         # per IPv4 /24, per IPv6 /48, all its addresses together
-/// opens_per_second = 1000               # opens and reconnects per address per second
-/// auth_key = "<64 hex digits>"          # optional: only clients holding it (as "default") get in
-/// keys = [{ name = "billing", key = "<64 hex digits>" }]   # optional: named client keys, too
-///
-/// [admin]
-/// key = "<64 hex digits>"      # the operator key: qc-cluster --connect commands carry its tag (default:
-///                              # none, administration only through the node directory)
-///
-/// [agents]
-/// threading = "dedicated"      # dedicated, shared-network, shared, invoker or shared-network-invoker
-/// force_layout = false
-/// idle = "backoff:10,5,1us,1ms"   # every agent without an idle of its own
-/// consensus = { idle = "noop", core = 1 }
-/// sender = { idle = "noop", core = 2 }
-/// receiver = { idle = "noop", core = 3 }
-/// recorder = { idle = "backoff", core = 4 }
-/// application = { idle = "backoff", core = 0 }   # the embedding application's thread (see below)
-/// ```
+#[doc = concat!("```toml\n", include_str!("node_file.toml"), "```")]
 ///
 /// `agents.application` is not part of [`NodeConfig`]: it describes the thread of the program that embeds
 /// the node (in `qc-node`, its main thread, which offers, applies, and in invoker mode runs the agents);
 /// read it with [`NodeFile::application_idle`] and [`NodeFile::application_core`].
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeFile {
-    id: Option<i32>,
-    leader: Option<i32>,
-    members: Option<Vec<MemberEntry>>,
-    directory: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    clean_stale: Option<bool>,
-    stream_id: Option<i32>,
-    commit_piggyback: Option<bool>,
-    sender_time_split: Option<bool>,
-    ingress_capacity: Option<FileSize>,
-    initial_members: Option<Vec<i32>>,
-    promote_within: Option<FileSize>,
-    #[serde(default)]
-    channel: ChannelSection,
-    #[serde(default)]
-    timers: TimerSection,
-    #[serde(default)]
-    consensus: ConsensusSection,
-    #[serde(default)]
-    agents: AgentSection,
-    #[serde(default)]
-    storage: StorageSection,
-    #[serde(default)]
-    service: ServiceSection,
-    #[serde(default)]
-    clients: ClientsSection,
-    #[serde(default)]
-    admin: AdminSection,
+    /// The file's keys, each known and each value readable (checked when parsed).
+    table: toml::Table,
 }
 
-/// The `[admin]` table.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AdminSection {
-    key: Option<Parsed<AuthKey>>,
+impl<'de> serde::Deserialize<'de> for NodeFile {
+    /// A file's table, refused as [`NodeFile::parse`] refuses it.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let file = NodeFile { table: toml::Table::deserialize(deserializer)? };
+        file.read_into(&mut NodeConfig::defaults()).map_err(serde::de::Error::custom)?;
+        Ok(file)
+    }
 }
 
 /// A `[[clients.keys]]` entry: a client key and the name its clients give.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ClientKeyEntry {
+struct ClientKeyEntry {
     name: String,
     key: Parsed<AuthKey>,
 }
 
 /// A size in a file, or `off` (a snapshot interval, a page cache window).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct SizeOrOff(Option<u64>);
+struct SizeOrOff(Option<u64>);
 
 impl std::str::FromStr for SizeOrOff {
     type Err = String;
@@ -182,16 +73,6 @@ impl std::str::FromStr for SizeOrOff {
         let size = parse_size_text(text).map_err(|e| format!("{e}, or off"))?;
         Ok(SizeOrOff(Some(size as u64)))
     }
-}
-
-/// The `[consensus]` table: the election timers.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConsensusSection {
-    heartbeat_interval: Option<FileDuration>,
-    heartbeat_timeout: Option<FileDuration>,
-    election_timeout_min: Option<FileDuration>,
-    election_timeout_max: Option<FileDuration>,
 }
 
 /// A `members` entry.
@@ -206,61 +87,7 @@ struct MemberEntry {
     client: Option<SocketAddr>,
 }
 
-/// The `[channel]` table.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChannelSection {
-    mtu: Option<usize>,
-    /// `term_length`, its name before 0.1, is still read.
-    #[serde(alias = "term_length")]
-    term_buffer_length: Option<FileSize>,
-    send_mode: Option<Parsed<SendMode>>,
-    batch_limit: Option<usize>,
-    receiver_window: Option<FileSize>,
-    send_buffer: Option<FileSize>,
-    receive_buffer: Option<FileSize>,
-    send_faults: Option<Parsed<FaultConfig>>,
-    receive_faults: Option<Parsed<FaultConfig>>,
-    auth_key: Option<Parsed<AuthKey>>,
-    max_retransmit_rate: Option<FileSize>,
-}
-
-/// The `[timers]` table.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TimerSection {
-    status_interval: Option<FileDuration>,
-    nak_delay: Option<FileDuration>,
-    nak_retry_delay: Option<FileDuration>,
-    retransmit_linger: Option<FileDuration>,
-    receiver_timeout: Option<FileDuration>,
-    heartbeat_interval: Option<FileDuration>,
-    setup_interval: Option<FileDuration>,
-    commit_heartbeat: Option<FileDuration>,
-    ack_interval: Option<FileDuration>,
-    ack_gap: Option<FileDuration>,
-}
-
-/// The `[agents]` table.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AgentSection {
-    threading: Option<Parsed<ThreadingMode>>,
-    force_layout: Option<bool>,
-    idle: Option<Parsed<IdleStrategyConfig>>,
-    #[serde(default)]
-    consensus: AgentEntry,
-    #[serde(default)]
-    sender: AgentEntry,
-    #[serde(default)]
-    receiver: AgentEntry,
-    #[serde(default)]
-    recorder: AgentEntry,
-    #[serde(default)]
-    application: AgentEntry,
-}
-
-/// One agent's (or the application thread's) idle strategy and core.
+/// One agent's (or the application thread's) idle strategy and core: `[agents] <agent> = { idle, core }`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AgentEntry {
@@ -268,18 +95,57 @@ struct AgentEntry {
     core: Option<usize>,
 }
 
-/// Lays `over`'s fields that are set over `base`'s, field by field.
-macro_rules! merge_fields {
-    ($base:expr, $over:expr; $($field:ident),* $(,)?) => {
-        $( if $over.$field.is_some() { $base.$field = $over.$field; } )*
-    };
+/// The agents a node runs, as `[agents]` names their entries (in [`PerAgent`](crate::PerAgent)'s order),
+/// and the embedding application's thread.
+const AGENTS: [&str; 4] = ["consensus", "sender", "receiver", "recorder"];
+const APPLICATION: &str = "application";
+
+/// The keys read here rather than by a section's declaration (each is more than one setting, or adds to
+/// one): `members`, `[agents] idle` and each agent's entry, and the clients' `auth_key`.
+const READ_HERE: [&str; 8] = [
+    "members",
+    "[agents] idle",
+    "[agents] consensus",
+    "[agents] sender",
+    "[agents] receiver",
+    "[agents] recorder",
+    "[agents] application",
+    "[clients] auth_key",
+];
+
+/// A node file's key name (a [`Setting`]'s in node-file terms) as its table, if any, and its key:
+/// `[channel] mtu` is `(Some("channel"), "mtu")`, `clean_stale` is `(None, "clean_stale")`.
+fn file_path(name: &str) -> (Option<&str>, &str) {
+    match name.strip_prefix('[').and_then(|rest| rest.split_once("] ")) {
+        Some((table, key)) => (Some(table), key),
+        None => (None, name),
+    }
+}
+
+/// Lays `over` on `base`: tables merge key by key, any other value (arrays included) replaces.
+fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match value {
+            toml::Value::Table(over) if base.get(&key).is_some_and(toml::Value::is_table) => {
+                if let Some(toml::Value::Table(base)) = base.get_mut(&key) {
+                    merge_tables(base, over);
+                }
+            }
+            value => {
+                base.insert(key, value);
+            }
+        }
+    }
 }
 
 impl NodeFile {
-    /// Parses a node file or profile from TOML text. Fails on bad TOML, an unknown key (named), or a value
-    /// that does not parse (an idle strategy, duration, size, address, mode), with TOML's line and column.
+    /// Parses a node file or profile from TOML text. Fails on bad TOML (with its line and column), an
+    /// unknown key (named with its table), or a value that does not read (an idle strategy, duration, size,
+    /// address, mode; named by its key).
     pub fn parse(text: &str) -> Result<Self, NodeError> {
-        toml::from_str(text).map_err(|e| NodeError::Config(e.to_string()))
+        let file = NodeFile { table: toml::from_str(text).map_err(|e| NodeError::Config(e.to_string()))? };
+        file.read_into(&mut NodeConfig::defaults()).map_err(NodeError::Config)?;
+        Ok(file)
     }
 
     /// Reads and parses the file at `path`; errors name the file.
@@ -293,101 +159,157 @@ impl NodeFile {
     /// This file with every key that `over` sets replaced by `over`'s value (tables merge key by key,
     /// `members` is replaced whole). So `node.merge(profile)`: the profile wins where both set a key.
     pub fn merge(mut self, over: NodeFile) -> NodeFile {
-        merge_fields!(self, over; id, leader, members, directory, data_dir, clean_stale, stream_id,
-            commit_piggyback, sender_time_split, ingress_capacity, initial_members, promote_within);
-        let (c, o) = (&mut self.consensus, over.consensus);
-        merge_fields!(c, o; heartbeat_interval, heartbeat_timeout, election_timeout_min, election_timeout_max);
-        let (c, o) = (&mut self.channel, over.channel);
-        merge_fields!(c, o; mtu, term_buffer_length, send_mode, batch_limit, receiver_window, send_buffer,
-            receive_buffer, send_faults, receive_faults, auth_key, max_retransmit_rate);
-        let (t, o) = (&mut self.timers, over.timers);
-        merge_fields!(t, o; status_interval, nak_delay, nak_retry_delay, retransmit_linger, receiver_timeout,
-            heartbeat_interval, setup_interval, commit_heartbeat, ack_interval, ack_gap);
-        let (a, o) = (&mut self.agents, over.agents);
-        merge_fields!(a, o; threading, force_layout, idle);
-        for (entry, over) in [
-            (&mut a.consensus, o.consensus),
-            (&mut a.sender, o.sender),
-            (&mut a.receiver, o.receiver),
-            (&mut a.recorder, o.recorder),
-            (&mut a.application, o.application),
-        ] {
-            merge_fields!(entry, over; idle, core);
-        }
-        self.storage.merge(over.storage);
-        self.service.merge(over.service);
-        self.clients.merge(over.clients);
-        let (a, o) = (&mut self.admin, over.admin);
-        merge_fields!(a, o; key);
+        merge_tables(&mut self.table, over.table);
         self
     }
 
     /// The idle strategy of the application thread: `agents.application.idle`, else `agents.idle`, else
     /// the default backoff.
     pub fn application_idle(&self) -> IdleStrategyConfig {
-        self.agent_idle(&self.agents.application)
+        self.agent_entry(APPLICATION).ok().and_then(|entry| entry.idle).map_or_else(|| self.agents_idle(), |p| p.0)
     }
 
     /// The core of the application thread (`agents.application.core`), if set.
     pub fn application_core(&self) -> Option<usize> {
-        self.agents.application.core
+        self.agent_entry(APPLICATION).ok().and_then(|entry| entry.core)
     }
 
-    fn agent_idle(&self, entry: &AgentEntry) -> IdleStrategyConfig {
-        entry.idle.or(self.agents.idle).map_or_else(IdleStrategyConfig::default, |p| p.0)
+    /// The value at `name` (a node-file key name, `[table] key` or `key`), if the file has it.
+    fn value(&self, name: &str) -> Option<&toml::Value> {
+        let (table, key) = file_path(name);
+        match table {
+            Some(table) => self.table.get(table)?.as_table()?.get(key),
+            None => self.table.get(key),
+        }
+    }
+
+    /// The value at `name` read as a `T` through its `Deserialize`; the error names the key.
+    fn read<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, String> {
+        self.value(name).map(|value| value.clone().try_into().map_err(|e| format!("{name}: {e}"))).transpose()
+    }
+
+    /// `[agents] <agent>`'s entry (empty when the file has none).
+    fn agent_entry(&self, agent: &str) -> Result<AgentEntry, String> {
+        Ok(self.read(&format!("[agents] {agent}"))?.unwrap_or_default())
+    }
+
+    /// `[agents] idle`, else the default backoff.
+    fn agents_idle(&self) -> IdleStrategyConfig {
+        self.read::<Parsed<IdleStrategyConfig>>("[agents] idle")
+            .ok()
+            .flatten()
+            .map_or_else(IdleStrategyConfig::default, |p| p.0)
+    }
+
+    /// Sets in `config` every setting this file gives, each section's through its declaration, and refuses
+    /// a key no section (nor this reader) asks for and a value that does not read. Does not check the
+    /// rules (see [`into_config`](Self::into_config)).
+    fn read_into(&self, config: &mut NodeConfig) -> Result<(), String> {
+        let mut asked: Vec<&'static str> = READ_HERE.to_vec();
+        let mut lookup = |_: Setting, names: &[&'static str]| {
+            asked.extend_from_slice(names);
+            names.iter().find_map(|name| self.value(name)).map(FileValue)
+        };
+        let named = |e: SettingError| e.render(FrontEnd::NodeFile);
+        config.read_file(&mut lookup).map_err(named)?;
+        config.channel.read_file(&mut lookup).map_err(named)?;
+        config.channel.socket.read_file(&mut lookup).map_err(named)?;
+        config.timers.read_file(&mut lookup).map_err(named)?;
+        config.storage.read_file(&mut lookup).map_err(named)?;
+        config.service.read_file(&mut lookup).map_err(named)?;
+        config.clients.read_file(&mut lookup).map_err(named)?;
+        self.refuse_unknown_keys(&asked)?;
+
+        // As NodeBuilder::term_buffer_length: a small term shrinks the default window to fit.
+        if self.value("[channel] term_buffer_length").or(self.value("[channel] term_length")).is_some()
+            && self.value("[channel] receiver_window").is_none()
+        {
+            config.channel.receiver_window = config.channel.receiver_window.min(config.channel.term_length / 2);
+        }
+        if let Some(members) = self.read::<Vec<MemberEntry>>("members")? {
+            config.members = members
+                .iter()
+                .map(|m| Member {
+                    consensus: m.consensus.unwrap_or(Member::new(m.id, m.log).consensus),
+                    client: m.client.unwrap_or(Member::new(m.id, m.log).client),
+                    ..Member::new(m.id, m.log)
+                })
+                .collect();
+        }
+        let idle = match self.read::<Parsed<IdleStrategyConfig>>("[agents] idle")? {
+            Some(idle) => idle.0,
+            None => IdleStrategyConfig::default(),
+        };
+        let mut entries = [AgentEntry::default(); 4];
+        for (entry, agent) in entries.iter_mut().zip(AGENTS) {
+            *entry = self.agent_entry(agent)?;
+        }
+        self.agent_entry(APPLICATION)?;
+        config.idle = entries.map(|entry| entry.idle.map_or(idle, |p| p.0)).into();
+        config.cores = entries.map(|entry| entry.core).into();
+        if let Some(key) = self.read::<Parsed<AuthKey>>("[clients] auth_key")? {
+            // A key its clients give as `default`, listed before the named `keys`.
+            config.clients.keys.insert(0, ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key.0));
+        }
+        Ok(())
+    }
+
+    /// Refuses a key of this file that is not among `asked` (every key the sections and this reader know),
+    /// naming it, its table and the keys the table has.
+    fn refuse_unknown_keys(&self, asked: &[&'static str]) -> Result<(), String> {
+        let known = |table: Option<&str>, key: &str| asked.iter().any(|name| file_path(name) == (table, key));
+        let keys_of = |table: Option<&str>| {
+            let mut keys: Vec<&str> =
+                asked.iter().map(|name| file_path(name)).filter(|(t, _)| *t == table).map(|(_, key)| key).collect();
+            if table.is_none() {
+                keys.extend(asked.iter().filter_map(|name| file_path(name).0));
+            }
+            keys.sort_unstable();
+            keys.dedup();
+            keys.join(", ")
+        };
+        for (key, value) in &self.table {
+            let is_table = asked.iter().any(|name| file_path(name).0 == Some(key.as_str()));
+            if !is_table {
+                if !known(None, key) {
+                    return Err(format!(
+                        "unknown key `{key}` at the top of the file; the keys there: {}",
+                        keys_of(None)
+                    ));
+                }
+                continue;
+            }
+            let Some(inner) = value.as_table() else {
+                return Err(format!("`{key}` must be a table ([{key}]), not a value"));
+            };
+            if let Some(unknown) = inner.keys().find(|k| !known(Some(key), k)) {
+                return Err(format!("unknown key `{unknown}` in [{key}]; the keys there: {}", keys_of(Some(key))));
+            }
+        }
+        Ok(())
     }
 
     /// The node configuration this file describes; fails when `id` or `members` is missing, or
     /// when the configuration breaks a rule of [`Node::start`](crate::node::Node::start) (checked here so a file is refused early).
     pub fn into_config(self) -> Result<NodeConfig, NodeError> {
         let missing = |key: &str, what: &str| NodeError::Config(format!("missing key `{key}` ({what})"));
-        let id = self.id.ok_or_else(|| missing("id", "this node's member id"))?;
-        let members = self.members.as_ref().ok_or_else(|| {
-            missing(
+        if self.value("id").is_none() {
+            return Err(missing("id", "this node's member id"));
+        }
+        if self.value("members").is_none() {
+            return Err(missing(
                 "members",
                 "every member's id and log endpoint, e.g. members = [{ id = 0, log = \"127.0.0.1:40501\" }]",
-            )
-        })?;
-        let members = members
-            .iter()
-            .map(|m| Member {
-                consensus: m.consensus.unwrap_or(Member::new(m.id, m.log).consensus),
-                client: m.client.unwrap_or(Member::new(m.id, m.log).client),
-                ..Member::new(m.id, m.log)
-            })
-            .collect();
-        let mut config = NodeBuilder::new(id, members).config().clone();
-        config.leader = self.leader;
-        config.data_dir = self.data_dir.clone();
-        let agents = &self.agents;
-        let entries = [agents.consensus, agents.sender, agents.receiver, agents.recorder];
-        config.idle = entries.map(|entry| self.agent_idle(&entry)).into();
-        config.cores = entries.map(|entry| entry.core).into();
-        if let Some(mode) = agents.threading {
-            config.threading = mode.0;
+            ));
         }
-        set(&mut config.force_layout, agents.force_layout);
-        config.directory = self.directory.clone().or(config.directory);
-        set(&mut config.clean_stale, self.clean_stale);
-        set(&mut config.stream_id, self.stream_id);
-        set(&mut config.commit_piggyback, self.commit_piggyback);
-        set(&mut config.sender_time_split, self.sender_time_split);
-        set(&mut config.ingress_capacity, self.ingress_capacity.map(|s| s.0));
-        config.initial_members = self.initial_members.clone();
-        set(&mut config.promote_within, self.promote_within.map(|s| s.0 as i64));
-        config.admin_key = self.admin.key.map(|key| key.0);
+        let mut config = NodeBuilder::new(0, Vec::new()).config().clone();
+        self.read_into(&mut config).map_err(NodeError::Config)?;
         if !config.ingress_capacity.is_power_of_two() {
             return Err(NodeError::Config(format!(
                 "ingress_capacity {} must be a power of two",
                 config.ingress_capacity
             )));
         }
-        self.channel.apply(&mut config.channel);
-        self.timers.apply(&mut config);
-        self.consensus.apply(&mut config);
-        self.storage.apply(&mut config.storage);
-        self.service.apply(&mut config.service);
-        self.clients.apply(&mut config.clients);
         config.validate().map_err(in_file_terms)?;
         config.channel.validate().map_err(|e| in_file_terms(e.into()))?;
         Ok(config)
@@ -402,123 +324,97 @@ fn in_file_terms(error: NodeError) -> NodeError {
     }
 }
 
-impl ChannelSection {
-    fn apply(&self, channel: &mut ChannelConfig) {
-        set(&mut channel.mtu, self.mtu);
-        if let Some(term_length) = self.term_buffer_length {
-            channel.term_length = term_length.0;
-            // As NodeBuilder::term_buffer_length: a small term shrinks the default window to fit.
-            channel.receiver_window = channel.receiver_window.min(term_length.0 / 2);
-        }
-        set(&mut channel.send_mode, self.send_mode.map(|m| m.0));
-        set(&mut channel.batch_limit, self.batch_limit);
-        set(&mut channel.receiver_window, self.receiver_window.map(|s| s.0));
-        if let Some(size) = self.send_buffer {
-            channel.socket.send_buffer = Some(size.0);
-        }
-        if let Some(size) = self.receive_buffer {
-            channel.socket.receive_buffer = Some(size.0);
-        }
-        set(&mut channel.send_faults, self.send_faults.map(|f| f.0));
-        set(&mut channel.receive_faults, self.receive_faults.map(|f| f.0));
-        if let Some(key) = self.auth_key {
-            channel.auth = Some(key.0);
-        }
-        set(&mut channel.max_retransmit_rate, self.max_retransmit_rate.map(|r| r.0 as u64));
+/// A value of a node file, read in the form a setting's declaration gives ([`form`]).
+struct FileValue<'a>(&'a toml::Value);
+
+impl FileValue<'_> {
+    /// The value through `T`'s `Deserialize` (the file's value types: sizes, durations, parsed strings).
+    fn de<T: DeserializeOwned>(&self) -> Result<T, String> {
+        self.0.clone().try_into().map_err(|e: toml::de::Error| e.message().to_string())
     }
 }
 
-impl ConsensusSection {
-    fn apply(&self, config: &mut NodeConfig) {
-        let ns = |t: Option<FileDuration>| t.map(|t| crate::agent::clock::nanos(t.0));
-        let timers = &mut config.timers;
-        set(&mut timers.heartbeat_interval_ns, ns(self.heartbeat_interval));
-        set(&mut timers.heartbeat_timeout_ns, ns(self.heartbeat_timeout));
-        set(&mut timers.election_timeout_min_ns, ns(self.election_timeout_min));
-        set(&mut timers.election_timeout_max_ns, ns(self.election_timeout_max));
+impl<T: DeserializeOwned> ReadValue<T, form::Plain> for FileValue<'_> {
+    fn read_value(&self) -> Result<T, String> {
+        self.de()
     }
 }
 
-impl TimerSection {
-    fn apply(&self, config: &mut NodeConfig) {
-        let c = &mut config.channel;
-        let d = |t: Option<FileDuration>| t.map(|t| t.0);
-        set(&mut c.status_interval, d(self.status_interval));
-        set(&mut c.nak_delay, d(self.nak_delay));
-        set(&mut c.nak_retry_delay, d(self.nak_retry_delay));
-        set(&mut c.retransmit_linger, d(self.retransmit_linger));
-        set(&mut c.receiver_timeout, d(self.receiver_timeout));
-        set(&mut c.heartbeat_interval, d(self.heartbeat_interval));
-        set(&mut c.setup_interval, d(self.setup_interval));
-        set(&mut config.commit_heartbeat, d(self.commit_heartbeat));
-        set(&mut config.ack_interval, d(self.ack_interval));
-        set(&mut config.ack_gap, d(self.ack_gap));
+/// A field a size in bytes sets.
+trait FromBytes {
+    fn from_bytes(bytes: usize) -> Self;
+}
+
+impl FromBytes for usize {
+    fn from_bytes(bytes: usize) -> Self {
+        bytes
     }
 }
 
-/// A value as a node file gives it, turned into the setting's type (the `file` form of a setting declared
-/// with `section!`).
-pub(crate) trait FileValue<T> {
-    /// The setting's value.
-    fn value(self) -> T;
-}
-
-macro_rules! file_value_as_is {
-    ($($t:ty),*) => { $(impl FileValue<$t> for $t { fn value(self) -> $t { self } })* };
-}
-file_value_as_is!(bool, u32, u64, usize, LogStorage);
-
-impl FileValue<Duration> for FileDuration {
-    fn value(self) -> Duration {
-        self.0
+impl FromBytes for u64 {
+    fn from_bytes(bytes: usize) -> Self {
+        bytes as u64
     }
 }
 
-impl FileValue<u64> for FileSize {
-    fn value(self) -> u64 {
-        self.0 as u64
+impl FromBytes for i64 {
+    fn from_bytes(bytes: usize) -> Self {
+        bytes as i64
     }
 }
 
-impl<T> FileValue<T> for Parsed<T> {
-    fn value(self) -> T {
-        self.0
+impl FromBytes for Option<usize> {
+    fn from_bytes(bytes: usize) -> Self {
+        Some(bytes)
     }
 }
 
-impl FileValue<Option<AuthKey>> for Parsed<AuthKey> {
-    fn value(self) -> Option<AuthKey> {
-        Some(self.0)
+impl<T: FromBytes> ReadValue<T, form::Size> for FileValue<'_> {
+    fn read_value(&self) -> Result<T, String> {
+        self.de::<FileSize>().map(|size| T::from_bytes(size.0))
     }
 }
 
-impl FileValue<Option<u64>> for Parsed<SizeOrOff> {
-    fn value(self) -> Option<u64> {
-        self.0 .0
+impl ReadValue<Option<u64>, form::SizeOrOff> for FileValue<'_> {
+    fn read_value(&self) -> Result<Option<u64>, String> {
+        self.de::<Parsed<SizeOrOff>>().map(|size| size.0 .0)
     }
 }
 
-impl FileValue<Option<PathBuf>> for PathBuf {
-    fn value(self) -> Option<PathBuf> {
-        Some(self)
+impl ReadValue<Duration, form::Duration> for FileValue<'_> {
+    fn read_value(&self) -> Result<Duration, String> {
+        self.de::<FileDuration>().map(|d| d.0)
     }
 }
 
-impl<T> FileValue<Vec<T>> for Vec<Parsed<T>> {
-    fn value(self) -> Vec<T> {
-        self.into_iter().map(|p| p.0).collect()
+impl ReadValue<u64, form::Nanos> for FileValue<'_> {
+    fn read_value(&self) -> Result<u64, String> {
+        self.de::<FileDuration>().map(|d| crate::agent::clock::nanos(d.0))
     }
 }
 
-impl FileValue<Vec<ClientKey>> for Vec<ClientKeyEntry> {
-    fn value(self) -> Vec<ClientKey> {
-        self.into_iter().map(|entry| ClientKey::new(entry.name, entry.key.0)).collect()
+impl<T: std::str::FromStr<Err: fmt::Display>> ReadValue<T, form::Text> for FileValue<'_> {
+    fn read_value(&self) -> Result<T, String> {
+        self.de::<Parsed<T>>().map(|p| p.0)
     }
 }
 
-fn set<T>(target: &mut T, value: Option<T>) {
-    if let Some(value) = value {
-        *target = value;
+impl<T: std::str::FromStr<Err: fmt::Display>> ReadValue<Option<T>, form::SomeText> for FileValue<'_> {
+    fn read_value(&self) -> Result<Option<T>, String> {
+        self.de::<Parsed<T>>().map(|p| Some(p.0))
+    }
+}
+
+impl<T: std::str::FromStr<Err: fmt::Display>> ReadValue<Vec<T>, form::TextList> for FileValue<'_> {
+    fn read_value(&self) -> Result<Vec<T>, String> {
+        self.de::<Vec<Parsed<T>>>().map(|list| list.into_iter().map(|p| p.0).collect())
+    }
+}
+
+impl ReadValue<Vec<ClientKey>, form::Entries> for FileValue<'_> {
+    fn read_value(&self) -> Result<Vec<ClientKey>, String> {
+        let entries = self.de::<Vec<ClientKeyEntry>>()?;
+        Ok(entries.into_iter().map(|entry| ClientKey::new(entry.name, entry.key.0)).collect())
     }
 }
 
@@ -607,7 +503,7 @@ fn parse_size_text(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod file_tests {
     use super::*;
-    use crate::client::credentials::DEFAULT_CLIENT_KEY_NAME;
+    use crate::agent::ThreadingMode;
 
     const NODE: &str = r#"
         id = 1
@@ -686,6 +582,12 @@ mod file_tests {
         assert!(e.contains("`threads`"), "{e}");
         let e = NodeFile::parse("[agents.sender]\ncores = 1\n").unwrap_err().to_string();
         assert!(e.contains("`cores`"), "{e}");
+        let e = NodeFile::parse("[timers]\nnak_dealy = \"1ms\"\n").unwrap_err().to_string();
+        assert!(e.contains("unknown key `nak_dealy` in [timers]") && e.contains("nak_delay"), "{e}");
+        let e = NodeFile::parse("[channle]\nmtu = 1408\n").unwrap_err().to_string();
+        assert!(e.contains("`channle`") && e.contains("channel"), "{e}");
+        let e = NodeFile::parse("[channel]\nmtu = \"big\"\n").unwrap_err().to_string();
+        assert!(e.contains("[channel] mtu: invalid type"), "{e}");
     }
 
     #[test]
@@ -840,6 +742,81 @@ mod file_tests {
         assert!(e.contains("[admin] key") && e.contains("[channel] auth_key") && e.contains("a key of its own"), "{e}");
         let e = NodeFile::parse("[admin]\nkey = \"12\"\n").unwrap_err().to_string();
         assert!(e.contains("key"), "{e}");
+    }
+
+    /// The example in [`NodeFile`]'s doc, with a distinct key where it shows `<64 hex digits>`.
+    fn documented_example() -> String {
+        let mut text = include_str!("node_file.toml").to_string();
+        for digit in '1'..='9' {
+            text = text.replacen("<64 hex digits>", &digit.to_string().repeat(64), 1);
+        }
+        assert!(!text.contains("<64 hex digits>"), "more keys in the example than digits");
+        text
+    }
+
+    #[test]
+    fn the_documented_example_names_every_key_and_reads_as_the_defaults() {
+        let file = NodeFile::parse(&documented_example()).unwrap();
+        let every_key = crate::node::builder::EVERY_SECTION.concat();
+        let every_key = every_key.iter().map(|s| s.name(FrontEnd::NodeFile)).chain(READ_HERE);
+        let missing: Vec<&str> = every_key.filter(|name| file.value(name).is_none()).collect();
+        assert!(missing.is_empty(), "the example in NodeFile's doc does not show {missing:?}");
+
+        let config = file.into_config().unwrap();
+        // Every setting the example shows is at its default, except the ones with none (the keys, the
+        // members) and the ones it shows set (what the comments call the defaults instead).
+        let key = |digit: char| Some(digit.to_string().repeat(64).parse::<AuthKey>().unwrap());
+        let mut expected = NodeBuilder::new(0, config.members.clone()).config().clone();
+        expected.leader = Some(0);
+        expected.directory = Some("/dev/shm/quorumcast/node-0".into());
+        expected.data_dir = Some("/var/lib/quorumcast/node-0".into());
+        expected.initial_members = Some(vec![0, 1]);
+        expected.channel.auth = key('1');
+        expected.storage.recording_dir = Some("/var/lib/quorumcast/node-0/recording".into());
+        expected.clients.enabled = true;
+        expected.clients.allow = vec!["10.0.0.0/8".parse().unwrap(), "127.0.0.1".parse().unwrap()];
+        expected.clients.session_key = key('2');
+        expected.clients.keys = vec![
+            ClientKey::new(DEFAULT_CLIENT_KEY_NAME, key('3').unwrap()),
+            ClientKey::new("billing", key('4').unwrap()),
+        ];
+        expected.admin_key = key('5');
+        let noop = IdleStrategyConfig::NoOp;
+        expected.idle = [noop, noop, noop, "backoff".parse().unwrap()].into();
+        expected.cores = [Some(1), Some(2), Some(3), Some(4)].into();
+        assert_eq!(format!("{config:#?}"), format!("{expected:#?}"));
+    }
+
+    #[test]
+    fn the_shipped_node_files_and_profiles_are_read() {
+        let profiles = [
+            include_str!("../../tuning/profiles/balanced.toml"),
+            include_str!("../../tuning/profiles/latency.toml"),
+            include_str!("../../tuning/profiles/small-host.toml"),
+        ];
+        for node in [
+            include_str!("../../tuning/cluster/node0.toml"),
+            include_str!("../../tuning/cluster/node1.toml"),
+            include_str!("../../tuning/cluster/node2.toml"),
+        ] {
+            NodeConfig::from_toml(node).unwrap();
+            for profile in profiles {
+                NodeFile::parse(node).unwrap().merge(NodeFile::parse(profile).unwrap()).into_config().unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_term_shrinks_the_default_window_and_refuses_a_given_one_too_large() {
+        let small = NODE
+            .replace("term_buffer_length = \"16MiB\"", "term_buffer_length = \"64KiB\"")
+            .replace("mtu = 8192", "mtu = 1408");
+        assert_eq!(NodeConfig::from_toml(&small).unwrap().channel.receiver_window, 32 << 10);
+        let old_name = small.replace("term_buffer_length", "term_length");
+        assert_eq!(NodeConfig::from_toml(&old_name).unwrap().channel.term_length, 64 << 10);
+        let given = small.replace("[timers]", "receiver_window = \"128KiB\"\n[timers]");
+        let e = NodeConfig::from_toml(&given).unwrap_err().to_string();
+        assert!(e.contains("[channel] receiver_window"), "{e}");
     }
 
     #[test]

@@ -53,7 +53,6 @@ mod local_client;
 mod membership;
 mod read;
 mod sessions;
-mod settings;
 mod start;
 
 pub use builder::{

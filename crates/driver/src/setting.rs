@@ -64,6 +64,45 @@ pub fn run_check<S, C: ?Sized>(section: &S, context: &C, rule: impl Fn(&S, &C) -
     rule(section, context)
 }
 
+/// How a node file writes a setting's value: the form its front end turns into the field's type. A
+/// declaration names one after `file`; a front end that reads files implements [`ReadValue`] for each
+/// (field type, form) pair it meets, so a setting's form is spelled once, beside its key.
+pub mod form {
+    /// The file's value as it is: a bool, an integer, a string, an array (an `Option` field: `Some`).
+    pub struct Plain;
+    /// A size in bytes: a whole number, or a string with B, KiB, MiB or GiB.
+    pub struct Size;
+    /// A size in a string, or `"off"` (an `Option<u64>` field: `None`).
+    pub struct SizeOrOff;
+    /// A duration: a string with a whole number and ns, us, ms or s.
+    pub struct Duration;
+    /// A duration in the file, whole nanoseconds in the field.
+    pub struct Nanos;
+    /// A string in the form the field type's `FromStr` takes.
+    pub struct Text;
+    /// A string in the form `FromStr` of the `Option` field's type takes.
+    pub struct SomeText;
+    /// An array of strings, each in the form `FromStr` of the `Vec` field's element takes.
+    pub struct TextList;
+    /// An array of inline tables, each an entry the front end knows (`{ name, key }` client keys).
+    pub struct Entries;
+    /// Read by the front end itself, with what it knows beside the section (`members`).
+    pub struct Elsewhere;
+}
+
+/// A node-file value that a front end reads as a `T` written in form `F` (see [`form`]).
+pub trait ReadValue<T, F> {
+    /// The value, or what is wrong with it (the front end adds the key).
+    fn read_value(&self) -> Result<T, String>;
+}
+
+/// A value read elsewhere is never read by its section (see [`form::Elsewhere`]).
+impl<V: ?Sized, T> ReadValue<T, form::Elsewhere> for V {
+    fn read_value(&self) -> Result<T, String> {
+        Err("is read by the front end, not by its section".into())
+    }
+}
+
 /// Declares a config type whose fields are settings, once: everything each setting is made of comes from
 /// its one entry, so that no spelling, default or rule can drift from the others. The form:
 ///
@@ -75,10 +114,15 @@ pub fn run_check<S, C: ?Sized>(section: &S, context: &C, rule: impl Fn(&S, &C) -
 ///         checked with () {
 ///         /// The field's doc (with what the number counts, when the unit alone does not say).
 ///         pub mtu: usize = MTU_1408, shown "1408", unit "bytes",
-///             key [channel] mtu,
+///             key [channel] mtu, file Plain,
 ///             check |channel, _| validate_mtu(channel.mtu, channel.term_length).err().map(|e| e.0.problem);
+///         /// A setting with an older name a file may still use, and a builder spelling of its own.
+///         pub term_length: usize = DEFAULT_TERM_LENGTH, shown "16777216", unit "bytes",
+///             key [channel] term_buffer_length or term_length, file Size, built as ("NodeBuilder::", "");
 ///         /// A field that is not a setting of its own (no key: no file key, no rule).
 ///         pub source: Option<SocketAddr> = None, shown "None";
+///         /// A field whose type documents its own settings.
+///         pub socket: SocketOptions = SocketOptions::default(), shown "as its type documents";
 ///         ...
 ///     }
 /// }
@@ -86,15 +130,19 @@ pub fn run_check<S, C: ?Sized>(section: &S, context: &C, rule: impl Fn(&S, &C) -
 ///
 /// From it, for each field:
 ///
-/// - the field, its doc ending with ``Default: `<shown>` <unit>.`` and, for a setting, ``Node files:
-///   `<file key>`.``;
+/// - the field, its doc ending with ``Default: `<shown>` <unit>.`` (or `Default: as its type documents.`)
+///   and, for a setting, ``Node files: `<file key>`.``;
 /// - the type's `Default` (or, with `defaults in fn name` after `checked with`, a crate-private `fn name()`
 ///   for a type whose required fields have no default), and a unit test that each `shown` is the default's
 ///   `Debug` form;
 /// - for a field with a `key`, its [`Setting`] in three spellings, a constant named for the field in the
 ///   named module (`settings::mtu`), listed in the type's public `SETTINGS`: the id `table.key` (or
 ///   `node.key` for a key at the top of the file, `key [] clean_stale`), the file key `[table] key` (or
-///   `key`), and the builder spelling `<before><field><after>` from `built as (before, after)`;
+///   `key`), and the builder spelling `<before><field><after>` from `built as (before, after)` (the
+///   field's own, else the type's);
+/// - its form in a node file (`file`, one of [`form`]'s), read by the type's `read_file` (visible as the
+///   module is), which asks the front end for each setting's value in declaration order and sets the
+///   field;
 /// - its rule, if any, in `check(&self, context)`, which runs the rules in declaration order and returns
 ///   the first refusal as a [`SettingError`] that resolves the section's placeholders; `context` (of the
 ///   type after `checked with`) is what a rule across sections reads (`()` when none does).
@@ -110,8 +158,9 @@ macro_rules! section {
             checked with $Context:ty $(, defaults in fn $defaults:ident)? {
             $(
                 $(#[doc = $doc:expr])*
-                pub $field:ident: $ty:ty = $default:expr, shown $shown:literal $(, unit $unit:literal)?
-                    $(, key [$($table:ident)?] $key:ident $(, check $check:expr)?)?;
+                pub $field:ident: $ty:ty = $default:expr, shown $shown:tt $(, unit $unit:literal)?
+                    $(, key [$($table:ident)?] $key:ident $(or $alias:ident)?, file $form:ident
+                        $(, built as ($fbefore:literal, $fafter:literal))? $(, check $check:expr)?)?;
             )*
         }
     ) => {
@@ -120,7 +169,7 @@ macro_rules! section {
             $(
                 $(#[doc = $doc])*
                 #[doc = ""]
-                #[doc = concat!("Default: `", $shown, "`", $(" ", $unit,)? ".")]
+                #[doc = $crate::section!(@default_doc $shown $(, $unit)?)]
                 $(#[doc = concat!("Node files: `", $crate::section!(@file [$($table)?] $key), "`.")])?
                 pub $field: $ty,
             )*
@@ -147,6 +196,26 @@ macro_rules! section {
                 )?)?)*
                 Ok(())
             }
+
+            /// Sets each setting a node file gives, in declaration order: `lookup` is asked for each by its
+            /// `Setting` and the file keys it is read under (its own, then any older name), and returns
+            /// the file's value, if any, which is read in the setting's form. Settings whose front end reads
+            /// them itself (`file Elsewhere`) are not asked for. The first value that does not read is
+            /// refused, naming the setting.
+            #[allow(dead_code, unused_mut, unused_variables)]
+            $vis fn read_file<V>(
+                &mut self,
+                mut lookup: impl FnMut($crate::setting::Setting, &[&'static str]) -> Option<V>,
+            ) -> Result<(), $crate::setting::SettingError>
+            where
+                $($( V: $crate::setting::ReadValue<$ty, $crate::setting::form::$form>, )?)*
+            {
+                $($(
+                    $crate::section!(@read $form, self, $field, $module, lookup,
+                        $crate::section!(@names [$($table)?] $key $($alias)?));
+                )?)*
+                Ok(())
+            }
         }
 
         #[doc = concat!("The settings of [`", stringify!($Type), "`], one per field that is a setting.")]
@@ -159,7 +228,7 @@ macro_rules! section {
                 pub const $field: Setting = Setting::new(
                     $crate::section!(@id [$($table)?] $key),
                     $crate::section!(@file [$($table)?] $key),
-                    concat!($before, stringify!($field), $after),
+                    $crate::section!(@built $field ($before, $after) $(($fbefore, $fafter))?),
                 );
             )?)*
 
@@ -170,11 +239,7 @@ macro_rules! section {
             fn every_documented_default_is_the_default() {
                 let default = $crate::section!(@default_value (super::$Type) ($($defaults)?));
                 $(
-                    assert_eq!(
-                        format!("{:?}", default.$field),
-                        $shown,
-                        concat!(stringify!($Type), "::", stringify!($field), ": its `shown` default")
-                    );
+                    $crate::section!(@compare $shown, default.$field, concat!(stringify!($Type), "::", stringify!($field)));
                 )*
             }
         }
@@ -183,6 +248,31 @@ macro_rules! section {
     (@id [] $key:ident) => { concat!("node.", stringify!($key)) };
     (@file [$table:ident] $key:ident) => { concat!("[", stringify!($table), "] ", stringify!($key)) };
     (@file [] $key:ident) => { stringify!($key) };
+    (@built $field:ident ($before:literal, $after:literal)) => { concat!($before, stringify!($field), $after) };
+    (@built $field:ident ($before:literal, $after:literal) ($fbefore:literal, $fafter:literal)) => {
+        concat!($fbefore, stringify!($field), $fafter)
+    };
+    (@default_doc "as its type documents") => { "Default: as its type documents." };
+    (@default_doc $shown:tt) => { concat!("Default: `", $shown, "`.") };
+    (@default_doc $shown:tt, $unit:literal) => { concat!("Default: `", $shown, "` ", $unit, ".") };
+    (@compare "as its type documents", $value:expr, $name:expr) => {
+        // A config type of its own, whose declaration holds its defaults to its docs.
+        let _ = &$value;
+    };
+    (@compare $shown:tt, $value:expr, $name:expr) => {
+        assert_eq!(format!("{:?}", $value), $shown, "{}: its `shown` default", $name);
+    };
+    (@names [$($table:ident)?] $key:ident) => { [$crate::section!(@file [$($table)?] $key)] };
+    (@names [$($table:ident)?] $key:ident $alias:ident) => {
+        [$crate::section!(@file [$($table)?] $key), $crate::section!(@file [$($table)?] $alias)]
+    };
+    (@read Elsewhere, $self:ident, $field:ident, $module:ident, $lookup:ident, $names:expr) => {};
+    (@read $form:ident, $self:ident, $field:ident, $module:ident, $lookup:ident, $names:expr) => {
+        if let Some(value) = $lookup($module::$field, &$names) {
+            $self.$field = $crate::setting::ReadValue::<_, $crate::setting::form::$form>::read_value(&value)
+                .map_err(|problem| $crate::setting::SettingError::new($module::$field, problem))?;
+        }
+    };
     (@defaults $Type:ident () { $($field:ident: $default:expr,)* }) => {
         impl Default for $Type {
             fn default() -> Self {
@@ -275,105 +365,5 @@ mod tests {
         assert!(builder.starts_with("NodeBuilder::timers(Timers { heartbeat_timeout_ns, .. })"), "{builder}");
         assert!(builder.contains("election_timeout_min_ns"), "{builder}");
         assert!(!builder.contains("[consensus]"), "{builder}");
-    }
-}
-
-/// The check that keeps every config type's documented defaults equal to its `Default` (or builder)
-/// value: each public field's doc ends with ``Default: `<its Debug form>`.``, read from the source and
-/// compared with the value, so a changed default fails a test until its doc says so. Called from the unit
-/// tests of every crate that has config types.
-pub mod documented_defaults {
-    /// What a field whose value is a config type of its own says (that type's docs give each default).
-    const NESTED_DOC: &str = "Default: as its type documents.";
-    const NESTED: &str = "as its type documents";
-
-    /// The top-level fields of a `Debug` form `Name { a: 1, b: Some(2), c: C { .. } }`, as (name, value).
-    fn debug_fields(debug: &str) -> Vec<(String, String)> {
-        let body = &debug[debug.find('{').expect("a struct's Debug form") + 1..debug.rfind('}').unwrap()];
-        let (mut fields, mut depth, mut start, mut quoted) = (Vec::new(), 0, 0, false);
-        let bytes = body.as_bytes();
-        for (i, &b) in bytes.iter().enumerate() {
-            match b {
-                b'"' if i == 0 || bytes[i - 1] != b'\\' => quoted = !quoted,
-                b'{' | b'[' | b'(' if !quoted => depth += 1,
-                b'}' | b']' | b')' if !quoted => depth -= 1,
-                b',' if depth == 0 && !quoted => {
-                    fields.push(&body[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            }
-        }
-        fields.push(&body[start..]);
-        fields
-            .into_iter()
-            .filter_map(|f| f.split_once(':').map(|(name, value)| (name.trim().to_string(), value.trim().to_string())))
-            .collect()
-    }
-
-    /// The public fields of `pub struct type_name` in `source`, each with its documented default.
-    fn documented(source: &str, type_name: &str) -> Vec<(String, Option<String>)> {
-        let start = source.find(&format!("pub struct {type_name} {{")).expect("the struct in its source");
-        let mut fields = Vec::new();
-        let mut doc = String::new();
-        for line in source[start..].lines().skip(1) {
-            let line = line.trim();
-            if line == "}" {
-                break;
-            }
-            if let Some(text) = line.strip_prefix("///") {
-                doc.push_str(text);
-                doc.push(' ');
-            } else if let Some(rest) = line.strip_prefix("pub ") {
-                let name = rest.split(':').next().unwrap().trim().to_string();
-                let default = doc.find("Default: `").map(|at| {
-                    let value = &doc[at + "Default: `".len()..];
-                    value[..value.find('`').unwrap()].to_string()
-                });
-                let default = default.or_else(|| doc.contains(NESTED_DOC).then(|| NESTED.to_string()));
-                fields.push((name, default));
-                doc.clear();
-            } else if !line.starts_with("#[") {
-                doc.clear();
-            }
-        }
-        fields
-    }
-
-    /// Checks `type_name`'s field docs in `source` against `value` (its default); fields in `exempt`
-    /// (required settings with no default) need no note.
-    pub fn check(source: &str, type_name: &str, value: &impl std::fmt::Debug, exempt: &[&str]) {
-        let actual = debug_fields(&format!("{value:?}"));
-        let mut wrong = Vec::new();
-        for (field, documented) in documented(source, type_name) {
-            if exempt.contains(&field.as_str()) {
-                continue;
-            }
-            let Some((_, actual)) = actual.iter().find(|(name, _)| *name == field) else {
-                continue; // not in the Debug form (skipped there): nothing to compare
-            };
-            if documented.as_deref() == Some(NESTED) && actual.contains('{') {
-                continue; // a config type of its own, checked against its own docs
-            }
-            if documented.as_deref() != Some(actual.as_str()) {
-                wrong.push(format!("{type_name}::{field}: documented {documented:?}, default `{actual}`"));
-            }
-        }
-        assert!(wrong.is_empty(), "end each field's doc with \"Default: `<value>`.\":\n{}", wrong.join("\n"));
-    }
-
-    #[test]
-    fn reads_docs_and_debug_forms() {
-        let source =
-            "pub struct T {\n    /// A. Default: `1`.\n    pub a: u8,\n    /// B.\n    pub b: Option<u8>,\n}\n";
-        assert_eq!(documented(source, "T"), vec![("a".into(), Some("1".into())), ("b".into(), None)]);
-        assert_eq!(
-            debug_fields("T { a: 1, b: Some(S { x: [1, 2] }), c: \"a, b\" }"),
-            vec![
-                ("a".into(), "1".into()),
-                ("b".into(), "Some(S { x: [1, 2] })".into()),
-                ("c".into(), "\"a, b\"".into())
-            ]
-        );
     }
 }

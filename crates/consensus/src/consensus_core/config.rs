@@ -22,11 +22,11 @@ crate::section! {
         /// The leader sends its commit position (its heartbeat) at least this often, and a follower its
         /// append position.
         pub heartbeat_interval_ns: u64 = 10_000_000, shown "10000000", unit "ns",
-            key [consensus] heartbeat_interval,
+            key [consensus] heartbeat_interval, file Nanos,
             check |t, _| (t.heartbeat_interval_ns == 0).then(|| ZERO.into());
         /// A follower that heard from its leader within this long refuses canvasses.
         pub heartbeat_timeout_ns: u64 = 100_000_000, shown "100000000", unit "ns",
-            key [consensus] heartbeat_timeout,
+            key [consensus] heartbeat_timeout, file Nanos,
             check |t: &Timers, _| {
                 // Each comparison only once the timers it compares with are valid themselves, so that the
                 // first refusal is the one the reader fixes first: zeros, then the order of the bounds.
@@ -61,7 +61,7 @@ crate::section! {
         /// Shortest randomized election timeout; a leader that has not heard from a majority within this long
         /// steps down (no follower can have elected another leader sooner).
         pub election_timeout_min_ns: u64 = 150_000_000, shown "150000000", unit "ns",
-            key [consensus] election_timeout_min,
+            key [consensus] election_timeout_min, file Nanos,
             check |t: &Timers, _| {
                 if t.election_timeout_min_ns == 0 {
                     Some(ZERO.into())
@@ -77,7 +77,7 @@ crate::section! {
             };
         /// Longest randomized election timeout.
         pub election_timeout_max_ns: u64 = 300_000_000, shown "300000000", unit "ns",
-            key [consensus] election_timeout_max,
+            key [consensus] election_timeout_max, file Nanos,
             check |t, _| (t.election_timeout_max_ns == 0).then(|| ZERO.into());
     }
 }

@@ -32,12 +32,12 @@ crate::section! {
         /// Length of each of the log's three terms (Aeron's term length; a log-buffer term, not a
         /// leadership term): a power of two in 64 KiB ..= 1 GiB.
         pub term_length: usize = DEFAULT_TERM_LENGTH, shown "16777216", unit "bytes",
-            key [channel] term_buffer_length,
+            key [channel] term_buffer_length or term_length, file Size,
             check |c, _| validate_term_length(c.term_length).err().map(|e| e.0.problem);
         /// Largest datagram, header included: a multiple of 32 in `64..=65504`, at most `term_length / 8`
         /// (and, with `auth`, small enough for its tag to fit the largest UDP payload too).
         pub mtu: usize = MTU_1408, shown "1408", unit "bytes",
-            key [channel] mtu,
+            key [channel] mtu, file Plain,
             check |c: &ChannelConfig, _| {
                 validate_mtu(c.mtu, c.term_length).err().map(|e| e.0.problem).or_else(|| {
                     (c.auth.is_some() && c.mtu + TAG_LENGTH > MAX_UDP_PAYLOAD_LENGTH + 3).then(|| {
@@ -54,7 +54,7 @@ crate::section! {
         /// allocation (2,304 B for 1,088 B of data), which only the doubling of `SO_RCVBUF` covers, and not
         /// for datagrams less than half full (see `tuning/README.md`).
         pub receiver_window: usize = 128 * 1024, shown "131072", unit "bytes",
-            key [channel] receiver_window,
+            key [channel] receiver_window, file Size,
             check |c: &ChannelConfig, _| {
                 if c.receiver_window < c.mtu || c.receiver_window > c.term_length / 2 {
                     return Some(format!(
@@ -73,7 +73,7 @@ crate::section! {
             };
         /// Most datagrams (per destination) one `mmsg` or `gso` call carries: 1 to 64.
         pub batch_limit: usize = 16, shown "16", unit "datagrams",
-            key [channel] batch_limit,
+            key [channel] batch_limit, file Plain,
             check |c, _| {
                 (!(1..=MAX_GSO_SEGMENTS).contains(&c.batch_limit))
                     .then(|| format!("is {}; must be from 1 to {MAX_GSO_SEGMENTS}", c.batch_limit))
@@ -81,49 +81,49 @@ crate::section! {
         /// Faults injected on the datagrams this side sends (for tests).
         pub send_faults: FaultConfig = FaultConfig::default(),
             shown "FaultConfig { drop: 0.0, duplicate: 0.0, reorder: 0.0, seed: 0 }",
-            key [channel] send_faults,
+            key [channel] send_faults, file Text,
             check |c, _| c.send_faults.validate().err();
         /// Faults injected on the datagrams this side receives (for tests).
         pub receive_faults: FaultConfig = FaultConfig::default(),
             shown "FaultConfig { drop: 0.0, duplicate: 0.0, reorder: 0.0, seed: 0 }",
-            key [channel] receive_faults,
+            key [channel] receive_faults, file Text,
             check |c, _| c.receive_faults.validate().err();
         /// Where the Sender sends each datagram: one entry per follower (multi-destination cast). A node
         /// fills it in from its file's `members`.
         pub destinations: Vec<SocketAddr> = Vec::new(), shown "[]",
-            key [] members,
+            key [] members, file Elsewhere,
             check |c, _| {
                 c.destinations.iter().any(|d| d.port() == 0).then(|| "a destination needs a port other than 0".into())
             };
         /// A status message is sent at least this often.
         pub status_interval: Duration = Duration::from_millis(200), shown "200ms",
-            key [timers] status_interval,
+            key [timers] status_interval, file Duration,
             check |c, _| timer_rule(c.status_interval);
         /// Delay before a gap is NAKed.
         pub nak_delay: Duration = Duration::from_micros(100), shown "100µs",
-            key [timers] nak_delay,
+            key [timers] nak_delay, file Duration,
             check |c, _| timer_rule(c.nak_delay);
         /// Delay before a gap that is still open is NAKed again (Aeron's unicast default: 100 x 100 us).
         pub nak_retry_delay: Duration = Duration::from_millis(10), shown "10ms",
-            key [timers] nak_retry_delay,
+            key [timers] nak_retry_delay, file Duration,
             check |c, _| timer_rule(c.nak_retry_delay);
         /// NAKs for a range already retransmitted are ignored for this long.
         pub retransmit_linger: Duration = Duration::from_millis(10), shown "10ms",
-            key [timers] retransmit_linger,
+            key [timers] retransmit_linger, file Duration,
             check |c, _| timer_rule(c.retransmit_linger);
         /// A heartbeat goes out after this long without data.
         pub heartbeat_interval: Duration = Duration::from_millis(100), shown "100ms",
-            key [timers] heartbeat_interval,
+            key [timers] heartbeat_interval, file Duration,
             check |c, _| timer_rule(c.heartbeat_interval);
         /// Setup frames repeat this often until a receiver answers.
         pub setup_interval: Duration = Duration::from_millis(100), shown "100ms",
-            key [timers] setup_interval,
+            key [timers] setup_interval, file Duration,
             check |c, _| timer_rule(c.setup_interval);
         /// A receiver silent for this long is dropped from flow control: at least twice `status_interval`
         /// (else live receivers time out between their status messages, and the Sender re-sends SETUPs in a
         /// loop).
         pub receiver_timeout: Duration = Duration::from_secs(5), shown "5s",
-            key [timers] receiver_timeout,
+            key [timers] receiver_timeout, file Duration,
             check |c: &ChannelConfig, _| {
                 timer_rule(c.receiver_timeout).or_else(|| {
                     (c.receiver_timeout < c.status_interval * 2).then(|| {
@@ -138,17 +138,17 @@ crate::section! {
         /// The shared key that tags and checks every datagram ([`crate::media::auth`]); `None` on isolated
         /// networks.
         pub auth: Option<AuthKey> = None, shown "None",
-            key [channel] auth_key;
+            key [channel] auth_key, file SomeText;
         /// How datagrams are put on the wire.
         pub send_mode: SendMode = SendMode::Classic, shown "Classic",
-            key [channel] send_mode;
+            key [channel] send_mode, file Text;
         /// Socket buffer sizes.
         pub socket: SocketOptions = SocketOptions { send_buffer: Some(2 << 20), receive_buffer: Some(2 << 20) },
             shown "SocketOptions { send_buffer: Some(2097152), receive_buffer: Some(2097152) }";
         /// Most bytes retransmitted to one receiver per second (NAK repair), so that NAKs, forged or not,
         /// cannot make the Sender resend without bound; 0 means unlimited.
         pub max_retransmit_rate: u64 = 64 << 20, shown "67108864", unit "bytes per second",
-            key [channel] max_retransmit_rate;
+            key [channel] max_retransmit_rate, file Size;
         /// The local address every datagram of a publication is sent from: a node's member endpoint, the one
         /// source its followers accept (bound with `SO_REUSEPORT`, one socket per destination). `None` sends
         /// from an ephemeral port, for streams whose receivers accept any source.

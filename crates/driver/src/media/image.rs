@@ -80,9 +80,9 @@ pub struct ImageTimers {
 
 /// The receiver's state of one remote publication (one session of one stream from one source).
 ///
-/// Its parts by concern: the stream's constants ([`StreamShape`]), the status messages it sends
-/// ([`StatusState`]), its loss detection and NAKs ([`LossState`]), and a follower's acknowledgements
-/// ([`Acknowledgements`]); beside them the log, its rebuilder and the positions of the module
+/// Its parts by concern: the stream's constants (`StreamShape`), the status messages it sends
+/// (`StatusState`), its loss detection and NAKs (`LossState`), and a follower's acknowledgements
+/// (`Acknowledgements`); beside them the log, its rebuilder and the positions of the module
 /// documentation. The parts are held by value: the receive path reaches every field at a fixed offset
 /// from `self`, as it did when they were flat.
 #[derive(Debug)]

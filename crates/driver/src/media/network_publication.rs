@@ -240,8 +240,8 @@ struct Destination {
 
 /// One log buffer, replicated to every destination, over transport `T` (see [`crate::media::transport`]).
 ///
-/// Its parts by concern: where the send path is in the log ([`SendProgress`]), the scratch one duty
-/// cycle's batch is built in ([`BatchScratch`]), what it tells its operator ([`PublicationLogs`]); beside
+/// Its parts by concern: where the send path is in the log (`SendProgress`), the scratch one duty
+/// cycle's batch is built in (`BatchScratch`), what it tells its operator (`PublicationLogs`); beside
 /// them the sockets in their send mode, the destinations with flow control and retransmits over them, and
 /// the counters and call timer of the send path. The parts are held by value: the send path reaches every
 /// field at a fixed offset from `self`, as it did when they were flat.

@@ -122,10 +122,10 @@ crate::section! {
     pub struct SocketOptions in pub mod socket_settings, built as ("ChannelConfig::socket.", ""), checked with () {
         /// `SO_SNDBUF`.
         pub send_buffer: Option<usize> = None, shown "None", unit "bytes",
-            key [channel] send_buffer;
+            key [channel] send_buffer, file Size;
         /// `SO_RCVBUF`.
         pub receive_buffer: Option<usize> = None, shown "None", unit "bytes",
-            key [channel] receive_buffer;
+            key [channel] receive_buffer, file Size;
     }
 }
 
