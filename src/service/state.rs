@@ -123,6 +123,11 @@ impl ServiceState {
         ClusterTime::from_nanos(self.time_ns.max(0))
     }
 
+    /// Cluster time as applied: the greatest stamp (`i64::MIN` before any).
+    pub(crate) fn applied_time_ns(&self) -> i64 {
+        self.time_ns
+    }
+
     /// An entry stamped `timestamp_ns` is applied: cluster time moves to it, if it is later.
     pub(crate) fn stamp(&mut self, timestamp_ns: i64) {
         self.time_ns = self.time_ns.max(timestamp_ns);

@@ -57,24 +57,32 @@ impl Run {
     }
 }
 
-/// The leader's clock at which the table's first open session would time out, as the node's reader last
-/// applied it (`i64::MAX`: none is open), shared with the client endpoint.
+/// The leader's clock at which the replicated state's next deadline falls (the table's first open session
+/// times out, or a timer is due; `i64::MAX`: none), and the cluster time of the entries applied, as the
+/// node's reader last applied them; shared with the leader's clock keeper.
 #[derive(Clone, Debug)]
-pub(super) struct SessionDeadline(Arc<AtomicI64>);
+pub(super) struct SessionDeadline(Arc<[AtomicI64; 2]>);
 
 impl Default for SessionDeadline {
     fn default() -> Self {
-        Self(Arc::new(AtomicI64::new(i64::MAX)))
+        Self(Arc::new([AtomicI64::new(i64::MAX), AtomicI64::new(i64::MIN)]))
     }
 }
 
 impl SessionDeadline {
     pub(super) fn get(&self) -> i64 {
-        self.0.load(Ordering::Acquire)
+        self.0[0].load(Ordering::Acquire)
     }
 
-    fn set(&self, at_ns: i64) {
-        self.0.store(at_ns, Ordering::Release);
+    /// The cluster time applied (`i64::MIN` before any stamped entry): a tick stamped at or before it has
+    /// been applied, and covers no deadline published since.
+    pub(super) fn applied_time(&self) -> i64 {
+        self.0[1].load(Ordering::Acquire)
+    }
+
+    fn set(&self, at_ns: i64, applied_time_ns: i64) {
+        self.0[1].store(applied_time_ns, Ordering::Release);
+        self.0[0].store(at_ns, Ordering::Release);
     }
 }
 
@@ -172,7 +180,8 @@ impl ClientSessions {
     /// Publishes the next deadline of the replicated state (a session's silence, a timer) for the leader's
     /// clock keeper.
     fn publish_deadline(&self) {
-        self.deadline.set(self.table.next_expiry_ns().min(self.service.next_deadline()));
+        let deadline = self.table.next_expiry_ns().min(self.service.next_deadline());
+        self.deadline.set(deadline, self.service.applied_time_ns());
     }
 
     /// The applier of an entry at `at`: the service's own entries go out only from the live leader.
