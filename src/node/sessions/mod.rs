@@ -23,6 +23,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+use crate::agent::clock::NanoClock;
 use crate::client::session::{Applied, ClientMessage, Entry, Refusal, SessionConfig, SessionEntry, SessionTable};
 use crate::client::wire::{self, RecordHeader, RefusalCode};
 use crate::service::state::{Applier, Service, ServiceState};
@@ -105,6 +106,11 @@ pub(super) struct ClientSessions {
     deadline: SessionDeadline,
     /// A planted bug (the node simulator's own test): a resend found applied is handed out again.
     pub(super) apply_duplicates: bool,
+    /// A planted bug: timers fire when this clock (the member's own) passes their deadline, not the
+    /// cluster time of the entry.
+    pub(super) timers_on_clock: Option<NanoClock>,
+    /// A planted bug: snapshots hold no timers.
+    pub(super) snapshot_without_timers: bool,
 }
 
 /// Where an entry is applied: its position, whether the application is handed it (it is past
@@ -139,6 +145,8 @@ impl ClientSessions {
             timed_out: Vec::new(),
             deadline: SessionDeadline::default(),
             apply_duplicates,
+            timers_on_clock: None,
+            snapshot_without_timers: false,
         }
     }
 
@@ -236,7 +244,8 @@ impl ClientSessions {
     /// The timers due at cluster time now, each through its callback.
     fn fire_timers(&mut self, at: At<'_>, applier: &Applier<'_>, service: &mut impl Service) {
         let mut fired = Vec::new();
-        self.service.fire_due(|state, correlation_id| {
+        let now_ns = self.timers_on_clock.as_ref().map(NanoClock::epoch_ns);
+        self.service.fire_due(now_ns, |state, correlation_id| {
             state.call(at.position, applier, |cluster| service.timer(correlation_id, cluster));
             fired.append(&mut state.closes);
         });
@@ -418,7 +427,7 @@ impl ClientSessions {
     /// Writes the table and the service's state into a snapshot (before the application's state).
     pub(super) fn write_snapshot(&self, out: &mut dyn Write) -> io::Result<()> {
         self.table.write_snapshot(out)?;
-        self.service.write_snapshot(out)
+        self.service.write_snapshot(out, !self.snapshot_without_timers)
     }
 
     /// Reads the table and the service's state from a snapshot (before the application's state); a
