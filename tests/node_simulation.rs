@@ -601,8 +601,9 @@ fn run_clients(seed: u64, members: usize) -> SimReport {
     Simulation::new(config).run().unwrap_or_else(|failure| panic!("{members} members, remote clients: {failure}"))
 }
 
-/// Seeds of the service test in a plain `cargo test`.
-const SERVICE_SEEDS: u64 = 24;
+/// Seeds of the service test's main configuration (3 members, the full schedule) in a plain `cargo test`;
+/// a quarter as many with 5 members, and under the disk schedule.
+const SERVICE_SEEDS: u64 = 16;
 
 /// A seed of the service test: three remote clients and the hostile host (as [`run_clients`]), and the
 /// members' application a service of timers, sessions and entries of its own.
@@ -617,14 +618,18 @@ fn service_config(seed: u64, members: usize) -> SimConfig {
     config
 }
 
-fn run_service(seed: u64, members: usize) -> SimReport {
-    Simulation::new(service_config(seed, members))
+/// A seed of the service test under `schedule` (the disk schedule with misdirected writes too).
+fn run_service(seed: u64, members: usize, schedule: Schedule) -> SimReport {
+    let mut config = service_config(seed, members);
+    (config.schedule, config.misdirect) = (schedule, schedule == Schedule::Disk);
+    Simulation::new(config)
         .run()
-        .unwrap_or_else(|failure| panic!("{members} members, service: {failure}"))
+        .unwrap_or_else(|failure| panic!("{members} members, {schedule:?} schedule, service: {failure}"))
 }
 
 /// Issue 53, item 8: under the full fault schedule (restarts, clock jumps, partitions, pauses, snapshots
-/// installed by catch-ups, the hostile host), a service that schedules, moves and cancels timers from
+/// installed by catch-ups, the hostile host; with 3 and 5 members, and a few seeds under the disk
+/// schedule: crashes, power losses, failing disks), a service that schedules, moves and cancels timers from
 /// client messages, local entries and timers, offers entries of its own from timers, refuses one session
 /// in four at its open and closes sessions itself. Every member checks at each callback that its node holds
 /// exactly the timers it scheduled, that a timer fires once, never before its deadline in cluster time
@@ -636,12 +641,17 @@ fn run_service(seed: u64, members: usize) -> SimReport {
 fn a_service_of_timers_sessions_and_its_own_entries_is_the_same_on_every_member() {
     let mut total = quorumcast_testkit::sim::service::ServiceCounts::default();
     let (mut lateness, mut loaded) = (Vec::new(), 0);
-    let mut seeds = seeds(70_000);
-    if env_u64("QC_NODE_SIM_SEED").is_none() && env_u64("QC_NODE_SIM_SOAK").is_none() {
-        seeds.truncate(SERVICE_SEEDS as usize);
-    }
-    for seed in seeds {
-        let report = run_service(seed, 3);
+    let configurations =
+        [(3, Schedule::Full, 70_000, SERVICE_SEEDS), (5, Schedule::Full, 75_000, 4), (3, Schedule::Disk, 77_000, 4)];
+    let runs = configurations.into_iter().flat_map(|(members, schedule, first, count)| {
+        let mut seeds = seeds(first);
+        if env_u64("QC_NODE_SIM_SEED").is_none() && env_u64("QC_NODE_SIM_SOAK").is_none() {
+            seeds.truncate(count as usize);
+        }
+        seeds.into_iter().map(move |seed| (seed, members, schedule))
+    });
+    for (seed, members, schedule) in runs {
+        let report = run_service(seed, members, schedule);
         let s = report.service;
         total.scheduled += s.scheduled;
         total.moved += s.moved;
