@@ -60,6 +60,11 @@ crate::planted_switches! {
         /// A member whose recorded log was found damaged below what it synced does not repair: its
         /// consensus core starts from the cut log as if nothing were lost.
         pub forget_damage: bool,
+        /// Replicated timers fire when this member's own clock passes their deadline, instead of the
+        /// cluster time stamped on the entry being applied.
+        pub timers_on_local_clock: bool,
+        /// A snapshot's service state holds no timers (the ones scheduled are not written).
+        pub snapshot_without_timers: bool,
     }
 }
 

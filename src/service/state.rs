@@ -140,6 +140,11 @@ impl ServiceState {
         ClusterTime::from_nanos(self.time_ns.max(0))
     }
 
+    /// Cluster time as applied: the greatest stamp (`i64::MIN` before any).
+    pub(crate) fn applied_time_ns(&self) -> i64 {
+        self.time_ns
+    }
+
     /// An entry stamped `timestamp_ns` is applied: cluster time moves to it, if it is later.
     pub(crate) fn stamp(&mut self, timestamp_ns: i64) {
         self.time_ns = self.time_ns.max(timestamp_ns);
@@ -182,12 +187,14 @@ impl ServiceState {
     /// Fires the timers due at cluster time now, in deadline then id order, each through `fire` (which runs
     /// its callback and then whatever closes it asked for). A timer that a callback scheduled or moved to
     /// a deadline already passed waits for the next stamped entry.
-    pub(crate) fn fire_due(&mut self, mut fire: impl FnMut(&mut Self, u64)) {
-        if self.timers.next_deadline() > self.time_ns {
+    /// `now_ns` replaces cluster time only for a planted bug (a member's own clock); `None` always otherwise.
+    pub(crate) fn fire_due(&mut self, now_ns: Option<i64>, mut fire: impl FnMut(&mut Self, u64)) {
+        let now_ns = now_ns.unwrap_or(self.time_ns);
+        if self.timers.next_deadline() > now_ns {
             return;
         }
         let mut due = std::mem::take(&mut self.due);
-        self.timers.due(self.time_ns, &mut due);
+        self.timers.due(now_ns, &mut due);
         for &timer in &due {
             if self.timers.take(timer) {
                 fire(self, timer.1);
@@ -197,11 +204,14 @@ impl ServiceState {
     }
 
     /// Writes the state (after the session table, before the application's): its format, cluster time,
-    /// the timers and the streams of pushes.
-    pub(crate) fn write_snapshot(&self, out: &mut dyn Write) -> io::Result<()> {
+    /// the timers (`timers` false only for a planted bug: an empty table instead) and the streams of pushes.
+    pub(crate) fn write_snapshot(&self, out: &mut dyn Write, timers: bool) -> io::Result<()> {
         out.write_all(&SNAPSHOT_MAGIC.to_le_bytes())?;
         out.write_all(&self.time_ns.to_le_bytes())?;
-        self.timers.write_snapshot(out)?;
+        match timers {
+            true => self.timers.write_snapshot(out)?,
+            false => TimerTable::new(self.timers.limit()).write_snapshot(out)?,
+        }
         self.pushes.write_snapshot(out)
     }
 

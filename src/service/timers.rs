@@ -61,6 +61,11 @@ impl TimerTable {
         Self { by_deadline: BTreeSet::new(), by_id: BTreeMap::new(), limit }
     }
 
+    /// The most timers it holds.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Timers scheduled.
     pub(crate) fn len(&self) -> usize {
         self.by_id.len()

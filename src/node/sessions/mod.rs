@@ -23,6 +23,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+use crate::agent::clock::NanoClock;
 use crate::client::session::{Applied, ClientMessage, Entry, Refusal, SessionConfig, SessionEntry, SessionTable};
 use crate::client::wire::{self, RecordHeader, RefusalCode};
 use crate::service::state::{Applier, Service, ServiceLimits, ServiceState};
@@ -57,24 +58,32 @@ impl Run {
     }
 }
 
-/// The leader's clock at which the table's first open session would time out, as the node's reader last
-/// applied it (`i64::MAX`: none is open), shared with the client endpoint.
+/// The leader's clock at which the replicated state's next deadline falls (the table's first open session
+/// times out, or a timer is due; `i64::MAX`: none), and the cluster time of the entries applied, as the
+/// node's reader last applied them; shared with the leader's clock keeper.
 #[derive(Clone, Debug)]
-pub(super) struct SessionDeadline(Arc<AtomicI64>);
+pub(super) struct SessionDeadline(Arc<[AtomicI64; 2]>);
 
 impl Default for SessionDeadline {
     fn default() -> Self {
-        Self(Arc::new(AtomicI64::new(i64::MAX)))
+        Self(Arc::new([AtomicI64::new(i64::MAX), AtomicI64::new(i64::MIN)]))
     }
 }
 
 impl SessionDeadline {
     pub(super) fn get(&self) -> i64 {
-        self.0.load(Ordering::Acquire)
+        self.0[0].load(Ordering::Acquire)
     }
 
-    fn set(&self, at_ns: i64) {
-        self.0.store(at_ns, Ordering::Release);
+    /// The cluster time applied (`i64::MIN` before any stamped entry): a tick stamped at or before it has
+    /// been applied, and covers no deadline published since.
+    pub(super) fn applied_time(&self) -> i64 {
+        self.0[1].load(Ordering::Acquire)
+    }
+
+    fn set(&self, at_ns: i64, applied_time_ns: i64) {
+        self.0[1].store(applied_time_ns, Ordering::Release);
+        self.0[0].store(at_ns, Ordering::Release);
     }
 }
 
@@ -98,6 +107,11 @@ pub(super) struct ClientSessions {
     deadline: SessionDeadline,
     /// A planted bug (the node simulator's own test): a resend found applied is handed out again.
     pub(super) apply_duplicates: bool,
+    /// A planted bug: timers fire when this clock (the member's own) passes their deadline, not the
+    /// cluster time of the entry.
+    pub(super) timers_on_clock: Option<NanoClock>,
+    /// A planted bug: snapshots hold no timers.
+    pub(super) snapshot_without_timers: bool,
 }
 
 /// Where an entry is applied: its position, whether the application is handed it (it is past
@@ -135,6 +149,8 @@ impl ClientSessions {
             timed_out: Vec::new(),
             deadline: SessionDeadline::default(),
             apply_duplicates,
+            timers_on_clock: None,
+            snapshot_without_timers: false,
         }
     }
 
@@ -176,7 +192,8 @@ impl ClientSessions {
     /// Publishes the next deadline of the replicated state (a session's silence, a timer) for the leader's
     /// clock keeper.
     fn publish_deadline(&self) {
-        self.deadline.set(self.table.next_expiry_ns().min(self.service.next_deadline()));
+        let deadline = self.table.next_expiry_ns().min(self.service.next_deadline());
+        self.deadline.set(deadline, self.service.applied_time_ns());
     }
 
     /// The applier of an entry at `at`: the service's own entries go out only from the live leader.
@@ -234,8 +251,9 @@ impl ClientSessions {
     /// The timers due at cluster time now, each through its callback.
     fn fire_timers(&mut self, at: At<'_>, applier: &Applier<'_>, service: &mut impl Service) {
         let mut fired = Vec::new();
+        let now_ns = self.timers_on_clock.as_ref().map(NanoClock::epoch_ns);
         let table = &self.table;
-        self.service.fire_due(|state, correlation_id| {
+        self.service.fire_due(now_ns, |state, correlation_id| {
             state.call(at.position, applier, table, |cluster| service.timer(correlation_id, cluster));
             fired.append(&mut state.closes);
         });
@@ -458,7 +476,7 @@ impl ClientSessions {
     /// Writes the table and the service's state into a snapshot (before the application's state).
     pub(super) fn write_snapshot(&self, out: &mut dyn Write) -> io::Result<()> {
         self.table.write_snapshot(out)?;
-        self.service.write_snapshot(out)
+        self.service.write_snapshot(out, !self.snapshot_without_timers)
     }
 
     /// Reads the table and the service's state from a snapshot (before the application's state); a

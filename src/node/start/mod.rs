@@ -90,7 +90,10 @@ impl Node {
             .flat_map(|r| r.configurations.iter().flat_map(|(_, c)| c.endpoints().iter().copied()))
             .collect();
         let (socket, mut warnings) = bind_consensus(&config, &env)?;
-        let (clients, sessions) = start_clients(&config, &counters, &env)?;
+        let (clients, mut sessions) = start_clients(&config, &counters, &env)?;
+        // The service layer's planted bugs (the simulator's own tests; never set in an embedder's build).
+        sessions.timers_on_clock = env.bugs.timers_on_local_clock().then(|| env.clock.clone());
+        sessions.snapshot_without_timers = env.bugs.snapshot_without_timers();
         let node_counters = NodeCounters::allocate(&config, &counters);
         let commit = node_counters.consensus.commit.clone();
         let append = node_counters.consensus.append.clone();

@@ -50,6 +50,11 @@ pub enum Violation {
     /// its append position (the signature of seed 1019's bug: a follower's window, counted from what its
     /// node consumed, could not take a new leader's log up to the start of its term).
     NoProgress { healed_ms: u64, bound_ms: u64, window_stall: bool, state: String },
+    /// The service ([`super::service`]) saw a property broken at one of its callbacks (a timer lost,
+    /// fired twice, early or late; a session closed that was not open), or its callbacks or state differ
+    /// from another member's at the same position, or a snapshot's service state is not what the members
+    /// had at its position.
+    Service { member: usize, detail: String },
 }
 
 impl fmt::Display for Violation {
@@ -85,6 +90,7 @@ impl fmt::Display for Violation {
                 "member {member} applied message {got} of session {session:#x}, where the session's next is {expected}"
             ),
             Self::Unbounded { what, held, bound } => write!(f, "{what}: {held}, more than its bound {bound}"),
+            Self::Service { member, detail } => write!(f, "the service of member {member}: {detail}"),
             Self::NoProgress { healed_ms, bound_ms, window_stall, state } => write!(
                 f,
                 "the network healed at {healed_ms} ms and no new message was applied on every member within \
@@ -121,6 +127,19 @@ pub(super) struct Checker {
     /// The state (the fold of every entry's digest, [`super::state::fold`]) after each entry of the order,
     /// by its end position (0: before the first).
     state_at: HashMap<i64, u64>,
+    /// The service's digests after the callbacks of each entry that had any, by its position, as the
+    /// first member to apply it reported them: every other member must report the same.
+    service_at: BTreeMap<i64, ServiceDigests>,
+    /// How late each timer fired (see [`super::service::ServiceAt::lateness_ns`]), once per firing.
+    pub(super) lateness_ns: Vec<i64>,
+}
+
+/// The service's digests after an entry's callbacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ServiceDigests {
+    callbacks: u64,
+    sessions: u64,
+    state: u64,
 }
 
 pub(super) fn digest(bytes: &[u8]) -> u64 {
@@ -139,7 +158,51 @@ impl Checker {
             offered: HashMap::new(),
             placed: HashMap::new(),
             state_at: HashMap::from([(0, 0)]),
+            service_at: BTreeMap::new(),
+            lateness_ns: Vec::new(),
         }
+    }
+
+    /// Member `member`'s service reported what an entry's callbacks left: the same session events, the
+    /// same callbacks and the same state as every other member's at that position.
+    pub(super) fn on_service(&mut self, member: usize, at: &super::service::ServiceAt) -> Result<(), Violation> {
+        let now = ServiceDigests { callbacks: at.callbacks, sessions: at.sessions, state: at.state };
+        let Some(&first) = self.service_at.get(&at.position) else {
+            self.service_at.insert(at.position, now);
+            self.lateness_ns.extend_from_slice(&at.lateness_ns);
+            return Ok(());
+        };
+        let what = if first.sessions != now.sessions {
+            "session opens and closes"
+        } else if first.callbacks != now.callbacks {
+            "callbacks"
+        } else if first.state != now.state {
+            "state"
+        } else {
+            return Ok(());
+        };
+        let detail =
+            format!("its {what} up to the entry at {} differ from the first member's to apply it", at.position);
+        Err(Violation::Service { member, detail })
+    }
+
+    /// Member `member` loaded a snapshot whose service state has digest `state` and whose last entry with
+    /// callbacks is at `at` (its own record: the snapshot's position may be past it, after entries with
+    /// none): the state every member reported after that entry (the empty state when `at` is 0). A
+    /// snapshot that dropped later callbacks shows when the member's next entry's digests are compared.
+    pub(super) fn on_service_snapshot(&self, member: usize, at: i64, state: u64) -> Result<(), Violation> {
+        let expected = match at {
+            0 => Some(super::service::ServiceSim::default().state_digest()),
+            _ => self.service_at.get(&at).map(|digests| digests.state),
+        };
+        if expected == Some(state) {
+            return Ok(());
+        }
+        let detail = match expected {
+            Some(_) => format!("a snapshot whose service state is not the members' after the entry at {at}"),
+            None => format!("a snapshot whose service state ends at the entry at {at}, which had no callbacks"),
+        };
+        Err(Violation::Service { member, detail })
     }
 
     /// The client offered message `seq`, `bytes`.
@@ -171,7 +234,10 @@ impl Checker {
         while let Some(&end) = self.next_of.get(&at).filter(|&&end| end <= position) {
             let link = self.order[&end];
             expected = super::state::fold(expected, link.digest);
-            (at, seq) = (end, Some(link.seq));
+            at = end;
+            if link.seq < super::service::OWN_SEQ {
+                seq = Some(link.seq);
+            }
         }
         if expected != state {
             let detail = format!(
@@ -237,7 +303,10 @@ impl Checker {
             }
         }
         self.last[member] = end;
-        self.highest[member] = Some(self.highest[member].map_or(seq, |h| h.max(seq)));
+        if seq < super::service::OWN_SEQ {
+            // The service's own entries are numbered by their digest: they say nothing of the clients'.
+            self.highest[member] = Some(self.highest[member].map_or(seq, |h| h.max(seq)));
+        }
         Ok(())
     }
 }

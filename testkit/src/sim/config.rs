@@ -57,6 +57,10 @@ pub struct SimConfig {
     /// names every node; a member then learns the spare's endpoints from the configuration entries its
     /// log holds, at a restart too. Off in the membership regression seeds found before.
     pub narrow_node_files: bool,
+    /// The members' application is a service ([`service`]): timers, sessions refused and closed by it,
+    /// entries of its own, each callback checked and compared across members. Needs
+    /// [`snapshots`](Self::snapshots) (it runs through `Node::poll_state`); off in the seeds found before.
+    pub service: bool,
     /// Fragments each member's application takes from its node per step (256): fewer make a slow
     /// application, whose replay of a recorded log outlasts an election after a restart.
     pub apply_per_step: usize,
@@ -88,6 +92,7 @@ impl SimConfig {
             clients: 0,
             membership: false,
             narrow_node_files: false,
+            service: false,
             apply_per_step: 256,
             trace: false,
         }

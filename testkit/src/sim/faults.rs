@@ -248,7 +248,7 @@ impl Simulation {
             }
         };
         let seen = (Role::Follower, -1, None);
-        let (disk_failing, down, mut state) = (false, false, state::SimState::default());
+        let (disk_failing, down, mut state) = (false, false, state::SimState::new(self.config.service));
         let mut node = node;
         let restored = match self.config.snapshots {
             true => node.restore(&mut state),
@@ -259,13 +259,7 @@ impl Simulation {
         self.nodes.insert(i, restarted);
         self.checker.restarted(i);
         match restored {
-            Ok(_) => {
-                if let Some((position, digest)) = self.nodes[i].state.loaded.take() {
-                    if let Err(violation) = self.checker.on_snapshot(i, position, digest) {
-                        return Err(self.failure(violation));
-                    }
-                }
-            }
+            Ok(_) => self.check_loaded(i)?,
             Err(e) => {
                 let error = format!("restoring its snapshot: {e}");
                 return Err(self.failure(Violation::RefusedStart { member: i, error }));

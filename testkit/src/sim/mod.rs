@@ -17,7 +17,10 @@
 //! entries are a prefix of one sequence, none skipped, none changed); every entry applied is a message a
 //! client offered, applied once; every snapshot loaded is the order's state at its position; what remote
 //! clients are told agrees with the order; after the faults stop, a new message is applied on every node
-//! within [`LIVENESS_BOUND_NS`].
+//! within [`LIVENESS_BOUND_NS`]. With [`SimConfig::service`], the application is a service of timers,
+//! sessions and entries of its own ([`service`]): what it finds broken at its callbacks, and its
+//! callbacks, session events and state that differ between members at one position, or in a snapshot
+//! from the members' at its position, fail the run.
 //!
 //! Each member has a [`SimDisk`] (its recorded log, vote file and snapshots). A follower the leader's log
 //! in memory no longer reaches catches up from the leader's recording over a stream of the simulated
@@ -39,6 +42,7 @@ mod membership;
 pub mod network;
 pub mod prng;
 mod report;
+pub mod service;
 pub mod state;
 mod step;
 
@@ -143,7 +147,7 @@ impl Simulation {
             let builder = node_builder(&scratch, id, node_file(&members, id, &config), &config);
             let node = builder.start_in(env).unwrap_or_else(|e| panic!("member {id} does not start: {e}"));
             let seen = (Role::Follower, -1, None);
-            let (disk_failing, down, state) = (false, false, state::SimState::default());
+            let (disk_failing, down, state) = (false, false, state::SimState::new(config.service));
             let member =
                 SimNode { node, time, paused_until_ns: 0, seen, skew_ns: 0, busy_ns, disk, disk_failing, down, state };
             nodes.push(member);
@@ -356,6 +360,20 @@ impl Simulation {
         self.report.steps = self.step;
         self.report.committed = self.checker.committed();
         self.report.misdirected = self.nodes.iter().map(|n| n.disk.stats().misdirected).sum();
+        for counts in self.nodes.iter().filter_map(|n| n.state.service.as_ref().map(|s| s.counts)) {
+            let most = &mut self.report.service;
+            most.scheduled = most.scheduled.max(counts.scheduled);
+            most.moved = most.moved.max(counts.moved);
+            most.cancelled = most.cancelled.max(counts.cancelled);
+            most.fired = most.fired.max(counts.fired);
+            most.offered = most.offered.max(counts.offered);
+            most.opened = most.opened.max(counts.opened);
+            most.refused = most.refused.max(counts.refused);
+            most.closed = most.closed.max(counts.closed);
+            most.closed_by_service = most.closed_by_service.max(counts.closed_by_service);
+        }
+        self.report.timer_lateness_ns = std::mem::take(&mut self.checker.lateness_ns);
+        self.report.timer_lateness_ns.sort_unstable();
         self.report
     }
 

@@ -47,6 +47,11 @@ pub struct SimReport {
     pub membership_changes: u64,
     /// Membership changes refused (by the leader's rules) or given up on (no commit in time).
     pub membership_refused: u64,
+    /// What the service did (with [`SimConfig::service`]): the most any member's application counted
+    /// since its last start.
+    pub service: service::ServiceCounts,
+    /// How late each timer fired (once per firing; see [`service::ServiceAt::lateness_ns`]), ns, sorted.
+    pub timer_lateness_ns: Vec<i64>,
     /// What happened, when traced.
     pub trace: String,
 }

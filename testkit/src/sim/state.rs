@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
-use quorumcast::{Entry, StateMachine};
+use quorumcast::{CloseReason, Cluster, Entry, SessionRefused, StateMachine};
 
 /// The application of one simulated member.
 #[derive(Debug, Default)]
@@ -24,6 +24,9 @@ pub struct SimState {
     /// A client message applied out of its session's order since the simulator last looked:
     /// `(session, message number, the number expected)`.
     pub out_of_order: Option<(u64, u64, u64)>,
+    /// The service's timers, sessions and own entries (with [`super::SimConfig::service`]): in its
+    /// snapshots after the rest.
+    pub service: Option<super::service::ServiceSim>,
 }
 
 /// The state after applying an entry whose bytes have digest `entry` to state `state`.
@@ -31,7 +34,40 @@ pub fn fold(state: u64, entry: u64) -> u64 {
     (state ^ entry).wrapping_mul(0x0000_0100_0000_01B3).rotate_left(17)
 }
 
+impl SimState {
+    /// An empty state; with the service's callbacks when `service`.
+    pub fn new(service: bool) -> Self {
+        Self { service: service.then(Default::default), ..Self::default() }
+    }
+}
+
 impl StateMachine for SimState {
+    fn on_message(&mut self, entry: &Entry<'_>, cluster: &mut Cluster<'_>) {
+        self.apply_entry(entry, cluster.response());
+        if let Some(service) = self.service.as_mut() {
+            service.on_message(entry, super::check::digest(entry.payload), cluster);
+        }
+    }
+
+    fn on_session_open(&mut self, session_id: u64, cluster: &mut Cluster<'_>) -> Result<(), SessionRefused> {
+        match self.service.as_mut() {
+            Some(service) => service.on_session_open(session_id, cluster),
+            None => Ok(()),
+        }
+    }
+
+    fn on_session_close(&mut self, session_id: u64, reason: CloseReason, cluster: &mut Cluster<'_>) {
+        if let Some(service) = self.service.as_mut() {
+            service.on_session_close(session_id, reason, cluster);
+        }
+    }
+
+    fn on_timer(&mut self, correlation_id: u64, cluster: &mut Cluster<'_>) {
+        if let Some(service) = self.service.as_mut() {
+            service.on_timer(correlation_id, cluster);
+        }
+    }
+
     fn apply_entry(&mut self, entry: &Entry<'_>, response: &mut Vec<u8>) {
         self.digest = fold(self.digest, super::check::digest(entry.payload));
         self.position = entry.position;
@@ -56,7 +92,10 @@ impl StateMachine for SimState {
             writer.write_all(&session.to_le_bytes())?;
             writer.write_all(&last.to_le_bytes())?;
         }
-        Ok(())
+        match &self.service {
+            Some(service) => service.write(writer),
+            None => Ok(()),
+        }
     }
 
     fn load_snapshot(&mut self, reader: &mut dyn Read) -> io::Result<()> {
@@ -73,6 +112,9 @@ impl StateMachine for SimState {
             reader.read_exact(&mut pair)?;
             let session = u64::from_le_bytes(pair[..8].try_into().expect("8 bytes"));
             self.sessions.insert(session, u64::from_le_bytes(pair[8..].try_into().expect("8 bytes")));
+        }
+        if let Some(service) = self.service.as_mut() {
+            service.read(reader)?;
         }
         self.applied.clear();
         self.loaded = Some((position, digest));

@@ -116,16 +116,18 @@ impl Simulation {
                 // state it was loading when the load failed is not used (the node said so).
                 self.trace(|| format!("member {i} stopped on its failing disk: {e}"));
                 self.nodes[i].state.loaded = None;
+                if let Some(service) = self.nodes[i].state.service.as_mut() {
+                    service.loaded = None;
+                }
                 self.nodes[i].down = true;
                 self.nodes[i].paused_until_ns = u64::MAX;
                 self.report.stopped_by_disk += 1;
             }
-            if let Some((position, digest)) = self.nodes[i].state.loaded.take() {
+            if self.nodes[i].state.loaded.is_some() {
                 self.report.snapshots_loaded += 1;
-                if let Err(violation) = self.checker.on_snapshot(i, position, digest) {
-                    return Err(self.failure(violation));
-                }
+                self.check_loaded(i)?;
             }
+            self.check_service(i)?;
             applied = std::mem::take(&mut self.nodes[i].state.applied);
             if let Some((session, got, expected)) = self.nodes[i].state.out_of_order.take() {
                 return Err(self.failure(Violation::SessionOrder { member: i, session, got, expected }));
@@ -161,6 +163,41 @@ impl Simulation {
             self.report.damage_restarts += 1;
             let synced = self.synced_position(i);
             return self.restart_holding(i, Stop::Crash, synced);
+        }
+        Ok(())
+    }
+
+    /// The snapshot member `i`'s application loaded, if it loaded one: its state (and its service's) is
+    /// the committed order's at its position.
+    pub(super) fn check_loaded(&mut self, i: usize) -> Result<(), SimFailure> {
+        let Some((position, digest)) = self.nodes[i].state.loaded.take() else {
+            return Ok(());
+        };
+        let mut checked = self.checker.on_snapshot(i, position, digest);
+        if let Some((at, state)) = self.nodes[i].state.service.as_mut().and_then(|s| s.loaded.take()) {
+            checked = checked.and_then(|()| self.checker.on_service_snapshot(i, at, state));
+        }
+        checked.map_err(|violation| self.failure(violation))
+    }
+
+    /// What member `i`'s service did since the last look: the entries it offered itself are known to the
+    /// checker as offered, what it found broken fails the run, and what each entry's callbacks left is
+    /// compared with the other members'.
+    fn check_service(&mut self, i: usize) -> Result<(), SimFailure> {
+        let Some(service) = self.nodes[i].state.service.as_mut() else {
+            return Ok(());
+        };
+        for payload in std::mem::take(&mut service.offered) {
+            self.checker.offered(service::own_seq(&payload), &payload);
+        }
+        if let Some(detail) = service.violation.take() {
+            return Err(self.failure(Violation::Service { member: i, detail }));
+        }
+        let reports = std::mem::take(&mut service.reports);
+        for report in &reports {
+            if let Err(violation) = self.checker.on_service(i, report) {
+                return Err(self.failure(violation));
+            }
         }
         Ok(())
     }
