@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use quorumcast::unstable::credentials::{ClientKey, DEFAULT_CLIENT_KEY_NAME};
 use quorumcast::SyncPolicy;
-use quorumcast::{ClientEndpointConfig, LocalClient, Member, Node, NodeBuilder};
+use quorumcast::{ClientEndpointConfig, CloseReason, Cluster, Entry, LocalClient, Member, Node, NodeBuilder};
+use quorumcast::{Role, SessionRefused, StateMachine};
 use quorumcast_driver::agent::idle::{set_timer_slack, Idle, IdleStrategyConfig};
 use quorumcast_driver::agent::ThreadingMode;
 use quorumcast_driver::media::auth::AuthKey;
@@ -185,7 +186,46 @@ pub struct LoadCluster {
     /// layout).
     driver: Driver,
     followers: Option<FollowerThread>,
+    /// The services the harness applies the members' entries to instead of its own handler (see
+    /// [`set_services`](LoadCluster::set_services)); empty: its own handler.
+    services: Vec<Box<dyn StateMachine + Send>>,
+    /// The first error a service's poll returned (`Node::poll_state`), reported by [`failure`](LoadCluster::failure).
+    service_error: Option<String>,
     warnings: Vec<String>,
+}
+
+/// A boxed service as `Node::poll_state` takes it (a sized [`StateMachine`]): every callback goes to the
+/// box's, so the service sees exactly what it would applied directly.
+struct Boxed<'a>(&'a mut (dyn StateMachine + Send));
+
+impl StateMachine for Boxed<'_> {
+    fn apply(&mut self, position: i64, entry: &[u8]) {
+        self.0.apply(position, entry);
+    }
+    fn apply_entry(&mut self, entry: &Entry<'_>, response: &mut Vec<u8>) {
+        self.0.apply_entry(entry, response);
+    }
+    fn on_message(&mut self, entry: &Entry<'_>, cluster: &mut Cluster<'_>) {
+        self.0.on_message(entry, cluster);
+    }
+    fn on_session_open(&mut self, session_id: u64, cluster: &mut Cluster<'_>) -> Result<(), SessionRefused> {
+        self.0.on_session_open(session_id, cluster)
+    }
+    fn on_session_close(&mut self, session_id: u64, reason: CloseReason, cluster: &mut Cluster<'_>) {
+        self.0.on_session_close(session_id, reason, cluster);
+    }
+    fn on_timer(&mut self, correlation_id: u64, cluster: &mut Cluster<'_>) {
+        self.0.on_timer(correlation_id, cluster);
+    }
+    fn on_role_change(&mut self, role: Role) {
+        self.0.on_role_change(role);
+    }
+    fn take_snapshot(&mut self, writer: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.0.take_snapshot(writer)
+    }
+    fn load_snapshot(&mut self, reader: &mut dyn std::io::Read) -> std::io::Result<()> {
+        self.0.load_snapshot(reader)
+    }
 }
 
 impl std::fmt::Debug for LoadCluster {
@@ -498,6 +538,8 @@ impl LoadCluster {
             idle,
             driver: Driver::new(spec.members, Messages::Fixed(spec.msg)),
             followers,
+            services: Vec::new(),
+            service_error: None,
             warnings,
         };
         cluster.warm_up()?;
@@ -570,10 +612,40 @@ impl LoadCluster {
         self.agent_failure().map_or(Ok(()), Err)
     }
 
-    /// The first agent failure of any node, as an error.
+    /// The first agent failure of any node, or the first error of a service's poll, as an error.
     fn agent_failure(&self) -> Option<SweepError> {
+        if let Some(error) = &self.service_error {
+            return Some(SweepError::Cluster(format!("a service's poll failed: {error}")));
+        }
         let failure = self.nodes.iter().flat_map(|n| n.failures()).next()?;
         Some(SweepError::Cluster(format!("an agent failed: {failure}")))
+    }
+
+    /// From now on, the harness applies member `i`'s committed entries to `services[i]`
+    /// (`Node::poll_state`: every callback of the service interface) instead of its own handler; an empty
+    /// list goes back to its own handler. A service put in mid-log sees the entries from where the
+    /// member's applied position is, with the session table and timers as the log made them: right for a
+    /// bench that swaps services between runs, not for an application (its state would not be the log's).
+    ///
+    /// While services are in, the harness's own numbered messages go to them too and are not counted:
+    /// offer none (the services' load comes from remote clients). Only where the harness applies every
+    /// member (not the split layout, whose followers another thread applies); an error otherwise.
+    pub fn set_services(&mut self, services: Vec<Box<dyn StateMachine + Send>>) -> Result<(), SweepError> {
+        if !services.is_empty() && (self.followers.is_some() || services.len() != self.nodes.len()) {
+            return Err(SweepError::Config(format!(
+                "{} services for {} members the harness applies (the split layout's followers are another thread's)",
+                services.len(),
+                self.nodes.len()
+            )));
+        }
+        self.services = services;
+        Ok(())
+    }
+
+    /// Takes the services back (see [`set_services`](Self::set_services)): the harness applies with its
+    /// own handler again.
+    pub fn take_services(&mut self) -> Vec<Box<dyn StateMachine + Send>> {
+        std::mem::take(&mut self.services)
     }
 
     /// Offers the next message (its sequence number in the first 8 bytes). `Ok(false)` when the ingress
@@ -596,6 +668,15 @@ impl LoadCluster {
             if self.invoked {
                 // A failed agent is reported by `failure` through `Node::failures`.
                 work += node.invoke().unwrap_or(0);
+            }
+            if let Some(service) = self.services.get_mut(i) {
+                match node.poll_state(&mut Boxed(service.as_mut()), 4096) {
+                    Ok(fragments) => work += fragments,
+                    Err(e) => {
+                        self.service_error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+                continue;
             }
             work += self.driver.apply(i, node, 4096, |seq| {
                 if i == 0 {
