@@ -183,9 +183,16 @@ impl ClientSessions {
         if at.deliver {
             let applier = self.applier(at);
             let entry = Entry { payload, position: at.position, client: None };
+            let deadline = self.service.next_deadline();
             self.service.call(at.position, &applier, &self.table, |cluster| service.message(&entry, cluster));
-            self.after_callback(at, &applier, service);
-            self.publish_deadline();
+            // The plain path is the fast path: only what the callback asked for costs anything more.
+            if !self.service.pushed.is_empty() || !self.service.closes.is_empty() {
+                self.after_callback(at, &applier, service);
+            }
+            // A plain entry carries no stamp: the deadline moves only if the callback moved a timer.
+            if self.service.next_deadline() != deadline || !self.service.closes.is_empty() {
+                self.publish_deadline();
+            }
         }
     }
 
