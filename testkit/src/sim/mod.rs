@@ -119,12 +119,18 @@ pub struct Simulation {
     refused: u64,
     report: SimReport,
     scratch: ScratchDir,
+    /// The traffic from outside the cluster: the hostile forger and the remote clients.
+    outside: Outside,
+    /// A membership change asked of a leader and not settled yet.
+    asked: Option<membership::Asked>,
+}
+
+/// What talks to the cluster from outside, beside the built-in client: a part of [`Simulation`].
+struct Outside {
     forger: Option<forge::Forger>,
     remote: Option<clients::SimClients>,
     /// The remote clients' clock.
     client_time: Arc<SimulatedTime>,
-    /// A membership change asked of a leader and not settled yet.
-    asked: Option<membership::Asked>,
 }
 impl Simulation {
     /// Builds the cluster of `config` and starts its nodes (at simulated time 0).
@@ -177,9 +183,7 @@ impl Simulation {
             refused: 0,
             report: SimReport::default(),
             scratch,
-            forger,
-            remote,
-            client_time,
+            outside: Outside { forger, remote, client_time },
             asked: None,
         }
     }
@@ -199,12 +203,12 @@ impl Simulation {
         while self.now_ns - healed_at < LIVENESS_BOUND_NS {
             self.step()?;
             if self.members_in_effect().iter().all(|&i| self.checker.has_applied(i, target)) {
-                if let Some(Err(violation)) = self.remote.as_ref().map(|r| r.finish(&self.checker)) {
+                if let Some(Err(violation)) = self.outside.remote.as_ref().map(|r| r.finish(&self.checker)) {
                     return Err(self.failure(violation));
                 }
                 let made = |n: &SimNode| crate::cluster::counter_value(&n.node, "recorder catch-ups made");
                 self.report.catch_ups += self.nodes.iter().filter_map(made).sum::<i64>() as u64;
-                self.report.hostile = self.forger.as_ref().map(forge::Forger::forged).unwrap_or_default();
+                self.report.hostile = self.outside.forger.as_ref().map(forge::Forger::forged).unwrap_or_default();
                 return Ok(self.finish_report());
             }
         }

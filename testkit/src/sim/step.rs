@@ -16,7 +16,7 @@ impl Simulation {
         if self.config.schedule == Schedule::Full {
             self.maybe_forge();
         }
-        if let Some(forger) = self.forger.as_mut() {
+        if let Some(forger) = self.outside.forger.as_mut() {
             forger.step(&self.network, self.now_ns);
             if self.step % 512 == 0 {
                 self.check_bounds()?;
@@ -61,8 +61,8 @@ impl Simulation {
         }
         self.offer();
         self.settle_membership_change();
-        self.client_time.advance_to(self.now_ns);
-        if let Some(remote) = self.remote.as_mut() {
+        self.outside.client_time.advance_to(self.now_ns);
+        if let Some(remote) = self.outside.remote.as_mut() {
             if let Err(violation) = remote.step(&mut self.checker, &mut self.report.clients) {
                 return Err(self.failure(violation));
             }
