@@ -199,6 +199,29 @@ fn drive(
     }
 }
 
+/// A cluster taking clients, member 0 elected, and alice connected to it.
+struct Started {
+    members: Vec<Member>,
+    nodes: Vec<Node>,
+    services: Vec<Service>,
+    events: Vec<String>,
+    alice: ClusterClient,
+}
+
+fn start_with_alice(scratch: &ScratchDir) -> Started {
+    let members = members(3);
+    let mut nodes = start(scratch, &members, true);
+    elect(&mut nodes, 0, Duration::from_secs(60));
+    let mut services: Vec<Service> = (0..3).map(|_| Service::default()).collect();
+    let mut events = Vec::new();
+    let mut alice = client(&members);
+    alice.start_connect();
+    drive(&mut nodes, &mut services, &mut [&mut alice], &mut events, "alice connects", |_, c, _| {
+        c[0].session_id().is_some()
+    });
+    Started { members, nodes, services, events, alice }
+}
+
 fn same_everywhere(services: &[Service]) {
     for (i, service) in services.iter().enumerate().skip(1) {
         assert_eq!(service.log, services[0].log, "member {i} applied another sequence of callbacks than member 0");
@@ -208,16 +231,7 @@ fn same_everywhere(services: &[Service]) {
 #[test]
 fn timers_session_events_and_the_services_own_entries_happen_at_the_same_entries_on_every_member() {
     let scratch = ScratchDir::new("service-callbacks");
-    let members = members(3);
-    let mut nodes = start(&scratch, &members, true);
-    elect(&mut nodes, 0, Duration::from_secs(60));
-    let mut services: Vec<Service> = (0..3).map(|_| Service::default()).collect();
-    let mut events = Vec::new();
-    let mut alice = client(&members);
-    alice.start_connect();
-    drive(&mut nodes, &mut services, &mut [&mut alice], &mut events, "alice connects", |_, c, _| {
-        c[0].session_id().is_some()
-    });
+    let Started { members, mut nodes, mut services, mut events, mut alice } = start_with_alice(&scratch);
     for message in ["timer 1 30", "timer 2 10", "timer 3 20", "cancel 3", "refuse"] {
         alice.offer(message.as_bytes()).unwrap();
     }
@@ -294,16 +308,7 @@ fn timers_fire_without_remote_clients_and_survive_a_restart_of_every_member_thro
 #[test]
 fn pushes_reach_their_client_once_and_in_order_across_a_change_of_leader() {
     let scratch = ScratchDir::new("service-pushes");
-    let members = members(3);
-    let mut nodes = start(&scratch, &members, true);
-    elect(&mut nodes, 0, Duration::from_secs(60));
-    let mut services: Vec<Service> = (0..3).map(|_| Service::default()).collect();
-    let mut events = Vec::new();
-    let mut alice = client(&members);
-    alice.start_connect();
-    drive(&mut nodes, &mut services, &mut [&mut alice], &mut events, "alice connects", |_, c, _| {
-        c[0].session_id().is_some()
-    });
+    let Started { members: _, mut nodes, mut services, mut events, mut alice } = start_with_alice(&scratch);
     let pushed = |events: &[String]| events.iter().filter(|e| e.starts_with("Pushed")).count();
     alice.offer(b"push-me 50").unwrap();
     drive(&mut nodes, &mut services, &mut [&mut alice], &mut events, "the first 50 pushes", |_, _, e| pushed(e) == 50);
@@ -357,16 +362,7 @@ fn pushes_reach_their_client_once_and_in_order_across_a_change_of_leader() {
 #[test]
 fn responses_and_pushes_longer_than_a_datagram_arrive_whole_and_one_past_the_limit_is_said_so() {
     let scratch = ScratchDir::new("service-long");
-    let members = members(3);
-    let mut nodes = start(&scratch, &members, true);
-    elect(&mut nodes, 0, Duration::from_secs(60));
-    let mut services: Vec<Service> = (0..3).map(|_| Service::default()).collect();
-    let mut events = Vec::new();
-    let mut alice = client(&members);
-    alice.start_connect();
-    drive(&mut nodes, &mut services, &mut [&mut alice], &mut events, "alice connects", |_, c, _| {
-        c[0].session_id().is_some()
-    });
+    let Started { mut nodes, mut services, mut alice, .. } = start_with_alice(&scratch);
     // Answers and pushes as lengths and checksums: (what, length, sum of bytes).
     let mut heard: Vec<(String, usize, u64)> = Vec::new();
     let expected = |n: usize, modulus: usize| (0..n).map(|i| (i % modulus) as u64).sum::<u64>();
