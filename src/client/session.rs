@@ -527,12 +527,12 @@ impl SessionTable {
                 }
                 None => refused(self, Refusal::UnknownSession),
             },
-            SessionEntry::Close { .. } => match self.sessions.remove(&session_id) {
-                Some(session) => Applied::Closed { session_id, reason: CloseReason::Client, applied: session.applied },
+            SessionEntry::Close { .. } => match self.close(session_id) {
+                Some(applied) => Applied::Closed { session_id, reason: CloseReason::Client, applied },
                 None => refused(self, Refusal::UnknownSession),
             },
-            SessionEntry::Evict { .. } => match self.sessions.remove(&session_id) {
-                Some(session) => Applied::Closed { session_id, reason: CloseReason::Evicted, applied: session.applied },
+            SessionEntry::Evict { .. } => match self.close(session_id) {
+                Some(applied) => Applied::Closed { session_id, reason: CloseReason::Evicted, applied },
                 None => refused(self, Refusal::UnknownSession),
             },
             SessionEntry::Tick { .. } => Applied::Ticked,

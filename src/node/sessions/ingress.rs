@@ -217,9 +217,6 @@ struct Reply {
 struct TermSessions {
     /// The term (-1: none yet).
     id: i64,
-    /// This leader's random value for its term: its sessions' ids derive from it, so that they never
-    /// repeat across clusters made again with the same secret, nor across incarnations of one.
-    nonce: u64,
     /// Sessions this leader has opened in its term (the session ids come from it).
     sessions_opened: u64,
     /// Where the leader's secrets come from.
@@ -314,7 +311,7 @@ impl ClientIngress {
             dirty: Vec::new(),
             reply: Reply { writer: DatagramWriter::new(datagram_capacity), seal: ReplySeal::default() },
             egress,
-            term: TermSessions { id: -1, nonce: 0, sessions_opened: 0, entropy },
+            term: TermSessions { id: -1, sessions_opened: 0, entropy },
             next_receive_ns: 0,
             sequence,
             admission: Admission { secret, open_rate, used_opens: UsedOpens::default() },
@@ -351,7 +348,6 @@ impl ClientIngress {
                 self.term.id = appending.term;
                 self.term.sessions_opened = 0;
             }
-            self.term.nonce = appending.clock.nonce;
         }
         let mut work = self.send_egress(appending.is_some());
         if let Some(appending) = appending.as_mut() {

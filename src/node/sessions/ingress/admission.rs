@@ -73,7 +73,7 @@ impl ClientIngress {
             return refuse(&mut self.reply.writer, RefusalCode::TooManySessions);
         }
         self.term.sessions_opened += 1;
-        let session_id = self.admission.secret.session_id(self.term.id, self.term.nonce, self.term.sessions_opened);
+        let session_id = self.admission.secret.session_id(self.term.id, append.clock.nonce, self.term.sessions_opened);
         let token = self.admission.secret.token(session_id, self.config.key(from.header.key_id));
         let mut leader_secret = [0u8; 32];
         if self.term.entropy.fill(&mut leader_secret).is_err() {
